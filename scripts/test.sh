@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds strata and runs every test, the way CI does:
+#   1. Release build + full ctest suite
+#   2. ASan+UBSan build + full ctest suite
+#   3. libFuzzer run of every fuzz target for a bounded time (FUZZ_SECONDS, default 60 in total)
+# Exits non-zero on any failure. Set STRATA_TEST_QUICK=1 to run only step 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+fuzz_seconds=${FUZZ_SECONDS:-60}
+
+echo "== release build + tests"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs" -LE slow
+
+[ "${STRATA_TEST_QUICK:-0}" = 1 ] && exit 0
+
+echo "== ASan+UBSan build + tests"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=ON \
+  -DSTRATA_BUILD_BENCH=OFF >/dev/null
+cmake --build build-asan -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
+
+echo "== fuzz (${fuzz_seconds}s in total)"
+CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSTRATA_FUZZ=ON -DSTRATA_WERROR=OFF >/dev/null
+cmake --build build-fuzz -j "$jobs"
+scripts/fuzz.sh "$fuzz_seconds"

@@ -1,0 +1,27 @@
+// strata — command-line entry point. Dispatches to the subcommands in commands.h.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata: sparse MoE inference with experts streamed from RAM and SSD", "strata"};
+  app.require_subcommand(1);
+  strata::cli::register_inspect(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const strata::Error& e) {
+    fmt::print(stderr, "strata: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "strata: internal error: {}\n", e.what());
+    return 2;
+  }
+  return 0;
+}

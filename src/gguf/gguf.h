@@ -1,0 +1,115 @@
+// GGUF container: a validated, read-only, memory-mapped view of a GGUF v2/v3 file.
+//
+// Contract
+// - `GgufFile::open` maps the file and validates every header, KV and tensor-info field against
+//   the file size before anything is exposed: no read past the end, no overflow in offset × size,
+//   alignment honoured, duplicate keys / tensor names refused, unknown ggml type ids named in the
+//   error, tensor data inside the file. Any violation throws strata::Error naming the file, the
+//   field and what was expected vs found. A returned GgufFile is therefore safe to use blindly.
+// - Metadata is typed: `get<uint32_t>("qwen4exp.block_count")` throws naming the key, its actual
+//   type and the file when the key is missing or of another type. Integer getters accept any
+//   integer KV type whose value fits the requested type (writers disagree on u32 vs u64).
+// - Tensor data is reached through `tensor_data` (a pointer into the read-only mapping) or by
+//   pread at `TensorInfo::file_offset` (the expert store does this, so experts are never in the
+//   working set just because the file is mapped).
+// - Immutable after open; safe to share across threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "quant/ggml_type.h"
+
+namespace strata {
+
+enum class GgufValueType : uint32_t {
+  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
+  STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
+};
+std::string_view gguf_value_type_name(GgufValueType type);
+
+// One metadata value. Arrays are homogeneous and never nested (ggml refuses nested arrays).
+struct GgufArray {
+  GgufValueType element_type = GgufValueType::U8;
+  // Exactly one of these is filled, matching element_type (bool/ints widened, floats to double).
+  std::vector<int64_t> ints;  // U8..I32, U64 (as bits), I64, BOOL
+  std::vector<double> floats;
+  std::vector<std::string> strings;
+  size_t size() const;
+};
+struct GgufValue {
+  GgufValueType type = GgufValueType::U8;
+  std::variant<uint64_t, int64_t, double, bool, std::string, GgufArray> value;
+};
+
+struct TensorInfo {
+  std::string name;
+  GgmlType type = GgmlType::F32;
+  int n_dims = 0;
+  int64_t ne[4] = {1, 1, 1, 1};  // ne[0] varies fastest (PyTorch [out, in] -> ne = {in, out})
+  uint64_t data_offset = 0;      // relative to the data section, as stored
+  uint64_t file_offset = 0;      // absolute offset in the file
+  uint64_t n_bytes = 0;
+  int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+  size_t row_bytes() const;      // bytes of one ne[0]-row
+};
+
+class GgufFile {
+ public:
+  static std::unique_ptr<GgufFile> open(const std::string& path);
+  ~GgufFile();
+  GgufFile(const GgufFile&) = delete;
+  GgufFile& operator=(const GgufFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint32_t version() const { return version_; }
+  uint64_t file_size() const { return file_size_; }
+  uint32_t alignment() const { return alignment_; }
+  uint64_t data_section_offset() const { return data_offset_; }
+
+  // Metadata.
+  bool has(std::string_view key) const;
+  const GgufValue* find(std::string_view key) const;
+  const std::vector<std::string>& keys() const { return key_order_; }  // file order
+  // T: uint8_t..uint64_t, int8_t..int64_t, float, double, bool, std::string,
+  //    std::vector<int64_t>, std::vector<float>, std::vector<std::string>.
+  template <typename T> T get(std::string_view key) const;
+  template <typename T> T get_or(std::string_view key, T fallback) const {
+    return has(key) ? get<T>(key) : fallback;
+  }
+  std::string architecture() const { return get<std::string>("general.architecture"); }
+
+  // Tensors, in file order.
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* find_tensor(std::string_view name) const;
+  // Throws naming the file and tensor when absent.
+  const TensorInfo& tensor(std::string_view name) const;
+  const uint8_t* tensor_data(const TensorInfo& info) const { return base_ + info.file_offset; }
+  // The raw fd (read-only) for pread-based access; valid while the GgufFile lives.
+  int fd() const { return fd_; }
+
+ private:
+  GgufFile() = default;
+  friend class GgufParser;
+  std::string path_;
+  int fd_ = -1;
+  const uint8_t* base_ = nullptr;
+  uint64_t file_size_ = 0;
+  uint32_t version_ = 0;
+  uint32_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  std::vector<std::string> key_order_;
+  std::map<std::string, GgufValue, std::less<>> kv_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> tensor_index_;
+};
+
+}  // namespace strata

@@ -1,0 +1,82 @@
+#include "quant/ggml_type.h"
+
+#include <array>
+#include <cctype>
+
+namespace strata {
+namespace {
+
+// Block sizes follow ggml-common.h (see shared/reference/gguf-and-quants.md §2).
+constexpr std::array kTypeTable = {
+    TypeTraits{GgmlType::F32, "f32", 1, 4, true},
+    TypeTraits{GgmlType::F16, "f16", 1, 2, true},
+    TypeTraits{GgmlType::Q4_0, "q4_0", 32, 18, true},
+    TypeTraits{GgmlType::Q4_1, "q4_1", 32, 20, false},
+    TypeTraits{GgmlType::Q5_0, "q5_0", 32, 22, false},
+    TypeTraits{GgmlType::Q5_1, "q5_1", 32, 24, false},
+    TypeTraits{GgmlType::Q8_0, "q8_0", 32, 34, true},
+    TypeTraits{GgmlType::Q8_1, "q8_1", 32, 36, false},
+    TypeTraits{GgmlType::Q2_K, "q2_K", 256, 84, true},
+    TypeTraits{GgmlType::Q3_K, "q3_K", 256, 110, false},
+    TypeTraits{GgmlType::Q4_K, "q4_K", 256, 144, true},
+    TypeTraits{GgmlType::Q5_K, "q5_K", 256, 176, false},
+    TypeTraits{GgmlType::Q6_K, "q6_K", 256, 210, true},
+    TypeTraits{GgmlType::Q8_K, "q8_K", 256, 292, false},
+    TypeTraits{GgmlType::IQ2_XXS, "iq2_xxs", 256, 66, false},
+    TypeTraits{GgmlType::IQ2_XS, "iq2_xs", 256, 74, true},
+    TypeTraits{GgmlType::IQ3_XXS, "iq3_xxs", 256, 98, false},
+    TypeTraits{GgmlType::IQ1_S, "iq1_s", 256, 50, false},
+    TypeTraits{GgmlType::IQ4_NL, "iq4_nl", 32, 18, false},
+    TypeTraits{GgmlType::IQ3_S, "iq3_s", 256, 110, false},
+    TypeTraits{GgmlType::IQ2_S, "iq2_s", 256, 82, false},
+    TypeTraits{GgmlType::IQ4_XS, "iq4_xs", 256, 136, false},
+    TypeTraits{GgmlType::I8, "i8", 1, 1, false},
+    TypeTraits{GgmlType::I16, "i16", 1, 2, false},
+    TypeTraits{GgmlType::I32, "i32", 1, 4, false},
+    TypeTraits{GgmlType::I64, "i64", 1, 8, false},
+    TypeTraits{GgmlType::F64, "f64", 1, 8, false},
+    TypeTraits{GgmlType::IQ1_M, "iq1_m", 256, 56, false},
+    TypeTraits{GgmlType::BF16, "bf16", 1, 2, true},
+    TypeTraits{GgmlType::TQ1_0, "tq1_0", 256, 54, false},
+    TypeTraits{GgmlType::TQ2_0, "tq2_0", 256, 66, false},
+    TypeTraits{GgmlType::MXFP4, "mxfp4", 32, 17, false},
+};
+
+bool equal_ignoring_case(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+const TypeTraits* type_traits_or_null(uint32_t type_id) {
+  for (const TypeTraits& traits : kTypeTable) {
+    if (static_cast<uint32_t>(traits.type) == type_id) return &traits;
+  }
+  return nullptr;
+}
+
+const TypeTraits& type_traits(GgmlType type) {
+  return *type_traits_or_null(static_cast<uint32_t>(type));
+}
+
+std::string_view type_name(GgmlType type) { return type_traits(type).name; }
+
+std::optional<GgmlType> type_from_name(std::string_view name) {
+  for (const TypeTraits& traits : kTypeTable) {
+    if (equal_ignoring_case(traits.name, name)) return traits.type;
+  }
+  return std::nullopt;
+}
+
+size_t row_bytes(GgmlType type, int64_t n_elems) {
+  const TypeTraits& traits = type_traits(type);
+  return static_cast<size_t>(n_elems / traits.block_elems) * traits.block_bytes;
+}
+
+}  // namespace strata

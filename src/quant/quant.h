@@ -1,0 +1,49 @@
+// Block quantization formats: dequantize, quantize and dot products for the types with kernels
+// (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q2_K, IQ2_XS).
+//
+// Contract
+// - A "row" is n weights of one type, n a multiple of the type's block size (caller checks).
+// - Dot products take the weight row and an *activation row already converted* to the type that
+//   `activation_type(weight_type)` names: F32 for F32/F16/BF16 weights, Q8_0 for Q8_0/Q4_0, Q8_K
+//   for the K-quants and IQ2_XS. `quantize_activation` produces it from f32.
+// - Determinism: for given inputs every function returns the same bits on every call and thread.
+//   The reduction order of `dot` depends only on n, never on where the row sits in a matrix; this
+//   is what makes a row's result identical in a 1-row and a T-row window.
+// - Two implementations live side by side: `quant::ref` (scalar, the specification) and the
+//   AVX2 path (quant/*_avx2.cpp). The public functions dispatch to AVX2 when the CPU has it.
+//   Tests compare the two on random inputs and compare ref against hand-computed blocks.
+// - Thread safety: all functions are pure; call them from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/ggml_type.h"
+
+namespace strata::quant {
+
+// The activation format the dot product of `weight_type` consumes.
+GgmlType activation_type(GgmlType weight_type);
+// Bytes needed for an activation row of n elements for weights of `weight_type`.
+size_t activation_row_bytes(GgmlType weight_type, int64_t n);
+
+// Fast paths (dispatched). `type` must have kernels; throws strata::Error otherwise.
+void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
+// Quantizes n floats into `type` blocks. Throws strata::Error for IQ2_XS (needs an imatrix).
+void quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
+// Converts an f32 activation row into activation_type(weight_type) at `dst`.
+void quantize_activation(GgmlType weight_type, const float* src, void* dst, int64_t n);
+// Σ_i w[i]·x[i] over n elements; `activation` is in activation_type(weight_type).
+float dot(GgmlType weight_type, const void* weight_row, const void* activation, int64_t n);
+
+// True when the running CPU takes the AVX2 paths.
+bool cpu_has_avx2();
+
+namespace ref {
+void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
+void quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
+void quantize_activation(GgmlType weight_type, const float* src, void* dst, int64_t n);
+float dot(GgmlType weight_type, const void* weight_row, const void* activation, int64_t n);
+}  // namespace ref
+
+}  // namespace strata::quant
