@@ -1,0 +1,54 @@
+// CPU matrix × activations for quantized weights: y = W·x for a window of n_rows input rows.
+//
+// Contract
+// - WeightMatrix is a non-owning view of ggml weights with ne = {n_in, n_out}: row o holds the n_in
+//   weights of output o, rows are row_stride_bytes apart (>= row_bytes(type, n_in); larger strides
+//   let a view skip padding or pick every k-th expert row block).
+// - matmul computes y[t*n_out + o] = Σ_i W[o,i]·x[t*n_in + i] for t < n_rows, o < n_out.
+// - Window identity (exact speculative decoding depends on it): every output is computed as
+//     quant::dot(w.type, row o, quantize_activation(w.type, x_t), n_in)
+//   for the one activation row t alone, so y[t, o] is bitwise the same whatever n_rows is, wherever
+//   row t sits in the window, and whatever the thread count. Nothing ever sums across rows or splits
+//   one dot between threads.
+// - Memory traffic: outputs are processed in tiles against all n_rows rows (a tile of weight rows
+//   stays in cache while every activation row passes over it), so each weight byte is read from
+//   DRAM once per call, not once per row. Work is split over outputs between the pool's threads.
+// - Scratch: activations are quantized once per call into a ScratchBuffer that only grows, so
+//   steady-state calls allocate nothing. The overload without a scratch argument uses the pool's
+//   scratch slot of the calling thread (ThreadPool::scratch(current_thread_index())); pass your own
+//   when several threads share one pool outside its tasks.
+// - Errors: a type without kernels, n_in not a positive multiple of the block size, a stride
+//   smaller than a row, or a null pointer with work to do throws strata::Error.
+// - x and y must not overlap. Thread safety: concurrent calls need distinct scratch buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "compute/cpu/thread_pool.h"
+#include "quant/ggml_type.h"
+
+namespace strata::compute {
+
+struct WeightMatrix {
+  GgmlType type = GgmlType::F32;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  const void* data = nullptr;
+  size_t row_stride_bytes = 0;
+
+  // A densely packed matrix: row_stride_bytes = row_bytes(type, n_in).
+  static WeightMatrix dense(GgmlType type, int64_t n_in, int64_t n_out, const void* data);
+  const std::byte* row(int64_t o) const {
+    return static_cast<const std::byte*>(data) + size_t(o) * row_stride_bytes;
+  }
+};
+
+void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_rows, float* y,
+            ScratchBuffer& activation_scratch);
+void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_rows, float* y);
+
+// n_rows = 1.
+void matvec(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y);
+
+}  // namespace strata::compute

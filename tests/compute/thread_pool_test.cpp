@@ -1,0 +1,213 @@
+#include "compute/cpu/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "util/error.h"
+
+namespace strata::compute {
+namespace {
+
+TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
+  for (int n_threads : {1, 2, 3, 4}) {
+    ThreadPool pool(n_threads);
+    EXPECT_EQ(pool.size(), n_threads);
+    for (int64_t n_tasks : {1, 2, 3, 7, 64, 1000, 100003}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n_tasks));
+      std::atomic<bool> bad_range{false};
+      pool.parallel_for(n_tasks, [&](int64_t begin, int64_t end, int thread_index) {
+        if (begin < 0 || end > n_tasks || begin >= end || thread_index < 0 ||
+            thread_index >= n_threads) {
+          bad_range = true;
+          return;
+        }
+        for (int64_t i = begin; i < end; ++i) hits[size_t(i)].fetch_add(1);
+      });
+      EXPECT_FALSE(bad_range) << "threads " << n_threads << " tasks " << n_tasks;
+      for (int64_t i = 0; i < n_tasks; ++i) {
+        ASSERT_EQ(hits[size_t(i)].load(), 1) << "index " << i << " threads " << n_threads;
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, ZeroTasksCallsNothing) {
+  ThreadPool pool(3);
+  int calls = 0;
+  pool.parallel_for(0, [&](int64_t, int64_t, int) { ++calls; });
+  pool.parallel_for(-5, [&](int64_t, int64_t, int) { ++calls; });
+  EXPECT_EQ(calls, 0);
+}
+
+// Waits (bounded) until `flag` holds; false on timeout so a broken pool fails instead of hanging.
+template <typename Predicate>
+bool wait_until(Predicate done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  return true;
+}
+
+TEST(ThreadPool, EveryThreadTakesPartAndCallerIsThreadZero) {
+  ThreadPool pool(3);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> mismatch{false};
+  std::atomic<bool> timed_out{false};
+  std::vector<std::atomic<int>> arrived(3);
+  std::atomic<int> n_arrived{0};
+  // 3 threads x ~4 chunks: each thread's first chunk waits until all three threads are inside the
+  // job, so the job can only finish if every worker woke up and took work.
+  pool.parallel_for(64, [&](int64_t, int64_t, int thread_index) {
+    const bool on_caller = std::this_thread::get_id() == caller;
+    if (on_caller != (thread_index == 0)) mismatch = true;
+    if (pool.current_thread_index() != thread_index) mismatch = true;
+    if (arrived[size_t(thread_index)].fetch_add(1) == 0) {
+      n_arrived.fetch_add(1);
+      if (!wait_until([&] { return n_arrived.load() == 3; })) timed_out = true;
+    }
+  });
+  EXPECT_FALSE(mismatch);
+  EXPECT_FALSE(timed_out);
+  EXPECT_EQ(pool.current_thread_index(), 0);
+}
+
+TEST(ThreadPool, ExceptionFromAnyThreadIsRethrownInCaller) {
+  ThreadPool pool(3);
+  for (int throwing_index = 0; throwing_index < 3; ++throwing_index) {
+    std::atomic<bool> thrown{false};
+    bool caught = false;
+    try {
+      pool.parallel_for(300, [&](int64_t, int64_t, int thread_index) {
+        if (thread_index == throwing_index) {
+          thrown = true;
+          throw std::runtime_error("task failed");
+        }
+        // Hold the other threads until the throwing one has had a chunk.
+        wait_until([&] { return thrown.load(); });
+      });
+    } catch (const std::runtime_error& error) {
+      caught = std::string(error.what()) == "task failed";
+    }
+    EXPECT_TRUE(caught) << "throwing thread " << throwing_index;
+  }
+  // The pool still works after failures.
+  std::atomic<int64_t> sum{0};
+  pool.parallel_for(1000, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) sum += i;
+  });
+  EXPECT_EQ(sum.load(), 999 * 1000 / 2);
+}
+
+TEST(ThreadPool, ExceptionStopsHandingOutChunks) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> tasks_run{0};
+  EXPECT_THROW(pool.parallel_for(1'000'000,
+                                 [&](int64_t begin, int64_t end, int) {
+                                   tasks_run += end - begin;
+                                   throw Error("stop");
+                                 }),
+               Error);
+  // At most one chunk per thread ran (each threw at once): far fewer than all tasks.
+  EXPECT_LT(tasks_run.load(), 1'000'000);
+}
+
+TEST(ThreadPool, ManyRapidJobs) {
+  ThreadPool pool(3);
+  int64_t expected = 0;
+  std::atomic<int64_t> total{0};
+  for (int job = 0; job < 20000; ++job) {
+    const int64_t n_tasks = 1 + job % 9;
+    expected += n_tasks;
+    pool.parallel_for(n_tasks, [&](int64_t begin, int64_t end, int) { total += end - begin; });
+    // Every job must be complete when parallel_for returns.
+    ASSERT_EQ(total.load(), expected) << "job " << job;
+  }
+}
+
+TEST(ThreadPool, NestedCallRunsInlineOnSameThread) {
+  ThreadPool pool(3);
+  std::atomic<bool> wrong{false};
+  std::vector<std::atomic<int>> inner_hits(64 * 10);
+  pool.parallel_for(64, [&](int64_t begin, int64_t end, int outer_index) {
+    for (int64_t outer = begin; outer < end; ++outer) {
+      const std::thread::id outer_thread = std::this_thread::get_id();
+      pool.parallel_for(10, [&](int64_t inner_begin, int64_t inner_end, int inner_index) {
+        if (std::this_thread::get_id() != outer_thread || inner_index != outer_index ||
+            inner_begin != 0 || inner_end != 10) {
+          wrong = true;
+        }
+        for (int64_t i = inner_begin; i < inner_end; ++i) {
+          inner_hits[size_t(outer * 10 + i)].fetch_add(1);
+        }
+      });
+    }
+  });
+  EXPECT_FALSE(wrong);
+  for (auto& hit : inner_hits) ASSERT_EQ(hit.load(), 1);
+}
+
+TEST(ThreadPool, ConcurrentOutsideCallersAreSerialised) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> total{0};
+  auto caller = [&] {
+    for (int job = 0; job < 2000; ++job) {
+      pool.parallel_for(8, [&](int64_t begin, int64_t end, int) { total += end - begin; });
+    }
+  };
+  std::thread a(caller);
+  std::thread b(caller);
+  a.join();
+  b.join();
+  EXPECT_EQ(total.load(), 2 * 2000 * 8);
+}
+
+TEST(ThreadPool, DestructionWhileIdle) {
+  for (int round = 0; round < 200; ++round) {
+    ThreadPool pool(1 + round % 4);
+    if (round % 2 == 0) {
+      std::atomic<int> hits{0};
+      pool.parallel_for(16, [&](int64_t begin, int64_t end, int) { hits += int(end - begin); });
+      ASSERT_EQ(hits.load(), 16);
+    }
+    if (round % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }  // each destructor must join promptly (the test times out otherwise)
+}
+
+TEST(ThreadPool, RejectsZeroThreads) {
+  EXPECT_THROW(ThreadPool(0), Error);
+  EXPECT_THROW(ThreadPool(-1), Error);
+}
+
+TEST(ScratchBuffer, GrowsAlignedAndIsReusedWhenLargeEnough) {
+  ScratchBuffer scratch;
+  EXPECT_EQ(scratch.capacity_bytes(), 0u);
+  std::byte* first = scratch.reserve(100);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 64, 0u);
+  EXPECT_GE(scratch.capacity_bytes(), 100u);
+  EXPECT_EQ(scratch.reserve(50), first);  // smaller request: no reallocation
+  std::byte* grown = scratch.reserve(10000);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(grown) % 64, 0u);
+  EXPECT_GE(scratch.capacity_bytes(), 10000u);
+  grown[9999] = std::byte{1};  // writable to the end (ASan checks)
+  EXPECT_EQ(scratch.reserve(10000), grown);
+}
+
+TEST(ThreadPool, ScratchSlotsAreDistinctPerThread) {
+  ThreadPool pool(3);
+  std::vector<ScratchBuffer*> slots;
+  for (int i = 0; i < 3; ++i) slots.push_back(&pool.scratch(i));
+  EXPECT_NE(slots[0], slots[1]);
+  EXPECT_NE(slots[1], slots[2]);
+  EXPECT_NE(slots[0], slots[2]);
+}
+
+}  // namespace
+}  // namespace strata::compute
