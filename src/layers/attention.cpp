@@ -1,0 +1,190 @@
+#include "layers/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "compute/cpu/ops.h"
+
+namespace strata {
+namespace {
+
+struct Dims {
+  int n_head, n_head_kv, head_dim, n_rot;
+  int64_t q_row, kv_dim;
+  int idx_heads, idx_dim;
+};
+
+// Chooses the tokens a QSA query at position `pos` attends to (ascending).
+void select_tokens(const AttentionWeights& w, const HParams& hp, const Dims& dims,
+                   const KvCache& cache, const float* index_q, int64_t pos,
+                   std::vector<int64_t>& tokens) {
+  tokens.clear();
+  const int ratio = w.compress_ratio;
+  const int64_t n_visible = pos + 1;
+  const int64_t n_blocks = n_visible / ratio;
+  const int64_t budget_blocks = hp.indexer_top_k / ratio;
+  if (n_blocks <= budget_blocks) {
+    for (int64_t t = 0; t < n_visible; ++t) tokens.push_back(t);
+    return;
+  }
+  const float scale = 1.0f / std::sqrt(float(dims.idx_dim));
+  std::vector<float> scores(static_cast<size_t>(n_blocks));
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const float* key = cache.block_keys.data() + b * dims.idx_dim;
+    float sum = 0.0f;
+    for (int h = 0; h < dims.idx_heads; ++h) {
+      const float* q = index_q + h * dims.idx_dim;
+      float dot = 0.0f;
+      for (int i = 0; i < dims.idx_dim; ++i) dot += q[i] * key[i];
+      sum += std::max(dot, 0.0f);
+    }
+    scores[size_t(b)] = sum * scale;
+  }
+  std::vector<int32_t> chosen(static_cast<size_t>(budget_blocks));
+  compute::top_k(scores.data(), int(n_blocks), int(budget_blocks), chosen.data());
+  std::vector<char> selected(static_cast<size_t>(n_blocks), 0);
+  for (int32_t b : chosen) selected[size_t(b)] = 1;
+  for (int64_t b = 0; b < n_blocks; ++b)
+    if (selected[size_t(b)])
+      for (int64_t t = b * ratio; t < (b + 1) * ratio; ++t) tokens.push_back(t);
+  for (int64_t t = n_blocks * ratio; t < n_visible; ++t) tokens.push_back(t);
+}
+
+// Appends raw indexer keys and computes the keys of blocks completed by them.
+void extend_index(const AttentionWeights& w, const HParams& hp, const Dims& dims, KvCache& cache,
+                  const float* raw_keys, int64_t n_rows) {
+  const int di = dims.idx_dim;
+  const int ratio = w.compress_ratio;
+  const int64_t first = cache.n_tokens;
+  cache.index_k_raw.insert(cache.index_k_raw.end(), raw_keys, raw_keys + n_rows * di);
+  const int64_t done_blocks = int64_t(cache.block_keys.size()) / di;
+  const int64_t total_blocks = (first + n_rows) / ratio;
+  for (int64_t b = done_blocks; b < total_blocks; ++b) {
+    std::vector<float> key(static_cast<size_t>(di), 0.0f);
+    for (int i = 0; i < di; ++i) {
+      float acc = 0.0f;
+      for (int j = 0; j < ratio; ++j) acc += cache.index_k_raw[size_t((b * ratio + j) * di + i)];
+      key[size_t(i)] = acc / float(ratio);
+    }
+    compute::rms_norm(key.data(), w.index_k_norm.data(), di, hp.rms_eps, key.data());
+    compute::rope_neox(key.data(), di, hp.n_rot, b * ratio, hp.rope_theta);
+    cache.block_keys.insert(cache.block_keys.end(), key.begin(), key.end());
+  }
+}
+
+}  // namespace
+
+void KvCache::clear() {
+  n_tokens = 0;
+  k.clear();
+  v.clear();
+  index_k_raw.clear();
+  block_keys.clear();
+}
+
+void KvCache::truncate(int64_t n, int64_t kv_dim, int index_dim, int compress_ratio) {
+  if (n >= n_tokens) return;
+  n_tokens = n;
+  k.resize(static_cast<size_t>(n * kv_dim));
+  v.resize(static_cast<size_t>(n * kv_dim));
+  if (compress_ratio > 0) {
+    index_k_raw.resize(static_cast<size_t>(n * index_dim));
+    block_keys.resize(static_cast<size_t>(n / compress_ratio * index_dim));
+  }
+}
+
+void attention_forward(compute::ThreadPool& pool, const HParams& hp, const AttentionWeights& w,
+                       KvCache& cache, const float* x, int64_t n_rows, float* y) {
+  Dims dims{hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_rot,
+            int64_t(hp.n_head) * hp.head_dim * (w.gated ? 2 : 1), hp.kv_dim(),
+            hp.indexer_n_head, hp.indexer_head_dim};
+  const int hd = dims.head_dim;
+  const int64_t first_pos = cache.n_tokens;
+
+  std::vector<float> q(static_cast<size_t>(n_rows * dims.q_row));
+  std::vector<float> k(static_cast<size_t>(n_rows * dims.kv_dim)), v(static_cast<size_t>(n_rows * dims.kv_dim));
+  compute::matmul(pool, w.q, x, n_rows, q.data());
+  compute::matmul(pool, w.k, x, n_rows, k.data());
+  compute::matmul(pool, w.v, x, n_rows, v.data());
+
+  const int q_stride = w.gated ? 2 * hd : hd;  // per head: [q | gate] when gated
+  for (int64_t t = 0; t < n_rows; ++t) {
+    const int64_t pos = first_pos + t;
+    for (int h = 0; h < dims.n_head; ++h) {
+      float* qh = q.data() + t * dims.q_row + h * q_stride;
+      if (!w.q_norm.empty()) compute::rms_norm(qh, w.q_norm.data(), hd, hp.rms_eps, qh);
+      compute::rope_neox(qh, hd, dims.n_rot, pos, hp.rope_theta);
+    }
+    for (int h = 0; h < dims.n_head_kv; ++h) {
+      float* kh = k.data() + t * dims.kv_dim + h * hd;
+      if (!w.k_norm.empty()) compute::rms_norm(kh, w.k_norm.data(), hd, hp.rms_eps, kh);
+      compute::rope_neox(kh, hd, dims.n_rot, pos, hp.rope_theta);
+    }
+  }
+  cache.k.insert(cache.k.end(), k.begin(), k.end());
+  cache.v.insert(cache.v.end(), v.begin(), v.end());
+
+  std::vector<float> index_q;
+  if (w.sparse()) {
+    const int di = dims.idx_dim;
+    index_q.resize(static_cast<size_t>(n_rows * dims.idx_heads * di));
+    std::vector<float> raw(static_cast<size_t>(n_rows * di));
+    compute::matmul(pool, w.index_q, x, n_rows, index_q.data());
+    compute::matmul(pool, w.index_k, x, n_rows, raw.data());
+    for (int64_t t = 0; t < n_rows; ++t)
+      for (int h = 0; h < dims.idx_heads; ++h) {
+        float* qh = index_q.data() + (t * dims.idx_heads + h) * di;
+        compute::rms_norm(qh, w.index_q_norm.data(), di, hp.rms_eps, qh);
+        compute::rope_neox(qh, di, dims.n_rot, first_pos + t, hp.rope_theta);
+      }
+    extend_index(w, hp, dims, cache, raw.data(), n_rows);
+  }
+  cache.n_tokens += n_rows;
+
+  // Attention per (row, head); every pair is independent, so the split across threads cannot
+  // change any result.
+  const int64_t attn_width = int64_t(dims.n_head) * hd;
+  std::vector<float> attn(static_cast<size_t>(n_rows * attn_width));
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const int heads_per_kv = dims.n_head / dims.n_head_kv;
+  pool.parallel_for(n_rows, [&](int64_t begin, int64_t end, int) {
+    std::vector<int64_t> tokens;
+    std::vector<float> weights;
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t pos = first_pos + t;
+      if (w.sparse()) {
+        select_tokens(w, hp, dims, cache,
+                      index_q.data() + t * dims.idx_heads * dims.idx_dim, pos, tokens);
+      } else {
+        tokens.resize(static_cast<size_t>(pos + 1));
+        std::iota(tokens.begin(), tokens.end(), int64_t{0});
+      }
+      weights.resize(tokens.size());
+      for (int h = 0; h < dims.n_head; ++h) {
+        const float* qh = q.data() + t * dims.q_row + h * q_stride;
+        const int kvh = h / heads_per_kv;
+        for (size_t i = 0; i < tokens.size(); ++i) {
+          const float* kt = cache.k.data() + tokens[i] * dims.kv_dim + kvh * hd;
+          float dot = 0.0f;
+          for (int j = 0; j < hd; ++j) dot += qh[j] * kt[j];
+          weights[i] = dot * scale;
+        }
+        compute::softmax(weights.data(), int64_t(weights.size()));
+        float* out = attn.data() + t * attn_width + h * hd;
+        std::fill_n(out, hd, 0.0f);
+        for (size_t i = 0; i < tokens.size(); ++i) {
+          const float* vt = cache.v.data() + tokens[i] * dims.kv_dim + kvh * hd;
+          for (int j = 0; j < hd; ++j) out[j] += weights[i] * vt[j];
+        }
+        if (w.gated) {
+          const float* gate = qh + hd;
+          for (int j = 0; j < hd; ++j) out[j] *= compute::sigmoid(gate[j]);
+        }
+      }
+    }
+  });
+  compute::matmul(pool, w.o, attn.data(), n_rows, y);
+}
+
+}  // namespace strata

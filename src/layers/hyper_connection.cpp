@@ -1,0 +1,55 @@
+#include "layers/hyper_connection.h"
+
+#include "compute/cpu/ops.h"
+
+namespace strata {
+
+void hyper_connection_in(compute::ThreadPool& pool, const HyperConnectionWeights& w, int n_streams,
+                         int64_t n_embd, float eps, const float* X, int64_t n_rows, float* x,
+                         float* inject) {
+  const int64_t width = n_streams * n_embd;
+  const int64_t rank = w.down.n_out;
+  const float inv_streams = 1.0f / float(n_streams);
+  std::vector<float> normed(static_cast<size_t>(n_rows * width));
+  for (int64_t t = 0; t < n_rows; ++t)
+    compute::rms_norm_grouped(X + t * width, w.norm.data(), n_streams, n_embd, eps,
+                              normed.data() + t * width);
+
+  std::vector<float> mix(static_cast<size_t>(n_rows * rank));
+  compute::matmul(pool, w.down, normed.data(), n_rows, mix.data());
+  for (float& m : mix) m = compute::silu(m * inv_streams);
+  std::vector<float> gates(static_cast<size_t>(n_rows * width));
+  compute::matmul(pool, w.up, mix.data(), n_rows, gates.data());
+
+  for (int64_t t = 0; t < n_rows; ++t) {
+    const float* g = gates.data() + t * width;
+    const float* xn = normed.data() + t * width;
+    float* out = x + t * n_embd;
+    for (int64_t i = 0; i < n_embd; ++i) {
+      float sum = 0.0f;
+      for (int s = 0; s < n_streams; ++s)
+        sum += compute::sigmoid(g[s * n_embd + i]) * xn[s * n_embd + i];
+      out[i] = sum * inv_streams;
+    }
+  }
+
+  if (w.has_inject() && inject) {
+    compute::matmul(pool, w.inject, normed.data(), n_rows, inject);
+    for (int64_t i = 0; i < n_rows * n_streams; ++i)
+      inject[i] = 2.0f * compute::sigmoid(inject[i] * inv_streams);
+  }
+}
+
+void hyper_connection_out(int n_streams, int64_t n_embd, const float* y, const float* inject,
+                          int64_t n_rows, float* X) {
+  const int64_t width = n_streams * n_embd;
+  for (int64_t t = 0; t < n_rows; ++t)
+    for (int s = 0; s < n_streams; ++s) {
+      const float scale = inject[t * n_streams + s];
+      float* stream = X + t * width + s * n_embd;
+      const float* yt = y + t * n_embd;
+      for (int64_t i = 0; i < n_embd; ++i) stream[i] += scale * yt[i];
+    }
+}
+
+}  // namespace strata

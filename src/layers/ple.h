@@ -1,0 +1,68 @@
+// PLE n-gram embedding (qwen4exp, one Gated DeltaNet layer; shared/reference/qwen4exp.md §9).
+//
+// Row ids are a pure function of the tokens: for token t with contexts c0 = tok[t], c1, c2
+// (previous tokens, replaced by eos at the sequence start or when an eos lies between them and t),
+//   mix2 = (c0·m0) ^ (c1·m1);  mix3 = mix2 ^ (c2·m2)      (u64, wrapping)
+//   row_h = mix2 mod Q_h + off_h (bigram heads), mix3 mod Q_h + off_h (trigram heads)
+// The table (`per_layer_token_embd`, rows of ple_row_width) is far too large for RAM in the real
+// model, so rows are read with pread on demand: `PleRowReader::start` issues a window's reads on a
+// background thread as soon as its tokens are known; `collect` waits at the PLE layer.
+// The layer:  K = G1p(W_key·E; nk);  V = W_value·E;  Qn = G1p(X; nq)
+//   s_j = ⟨K_j, Qn_j⟩/√H;  Gv_j = σ(sign(s_j)·sqrt(max(|s_j|, 1e-6)))·V
+//   N = G1p(Gv; nc);  C_t = silu(Σ_i w_i·N_{t-(K-1-i)·n});  X ← X + Gv + C
+#pragma once
+
+#include <cstdint>
+#include <future>
+#include <span>
+#include <vector>
+
+#include "compute/cpu/matmul.h"
+#include "compute/cpu/thread_pool.h"
+#include "gguf/gguf.h"
+#include "model/hparams.h"
+
+namespace strata {
+
+struct PleWeights {
+  const GgufFile* file = nullptr;
+  TensorInfo table;                   // per_layer_token_embd {row_width, n_rows}
+  compute::WeightMatrix key;          // [S·H x H_ple]
+  compute::WeightMatrix value;        // [H x H_ple]
+  std::vector<float> norm_key, norm_query, norm_conv;  // [S·H]
+  std::vector<float> conv;            // [S·H][K] taps, oldest first
+};
+
+// N-gram context carried across windows: the last two token ids (eos at sequence start).
+struct PleContext {
+  int64_t prev[2] = {-1, -1};  // prev[1] is the most recent; -1 = none yet (treated as eos)
+};
+
+// Row ids [n_tokens][n_heads] for tokens following `context`; advances nothing.
+std::vector<uint64_t> ple_row_ids(const HParams& hp, const PleContext& context,
+                                  std::span<const int32_t> tokens);
+// Context after consuming tokens.
+PleContext ple_advance(const HParams& hp, PleContext context, std::span<const int32_t> tokens);
+
+// Reads the table rows for one window in the background.
+class PleRowReader {
+ public:
+  // Issues the reads at once; the returned embeddings are [n_tokens][n_heads·row_width].
+  void start(const HParams& hp, const PleWeights& w, std::vector<uint64_t> row_ids);
+  std::vector<float> collect();
+
+ private:
+  std::future<std::vector<float>> pending_;
+};
+
+struct PleState {
+  PleContext context;
+  std::vector<float> conv_history;  // [(K-1)·n][S·H], oldest first; zeros at sequence start
+  void reset(const HParams& hp);
+};
+
+// X: [n_rows][S·H] updated in place; embeddings from PleRowReader::collect.
+void ple_forward(compute::ThreadPool& pool, const HParams& hp, const PleWeights& w,
+                 PleState& state, const float* embeddings, int64_t n_rows, float* X);
+
+}  // namespace strata

@@ -1,0 +1,179 @@
+#include "model/model.h"
+
+#include <fmt/format.h>
+
+#include "compute/cpu/ops.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace strata {
+namespace {
+
+std::string blk(int layer, const char* name) { return fmt::format("blk.{}.{}", layer, name); }
+
+// Experts straight from the read-only mapping (everything "resident" as far as the OS allows).
+class MappedExpertSource final : public ExpertSource {
+ public:
+  explicit MappedExpertSource(const std::vector<LayerWeights>& layers) : layers_(layers) {}
+  void acquire(int layer, std::span<const int32_t> experts,
+               std::span<ExpertMatrices> out) override {
+    const LayerWeights& lw = layers_[size_t(layer)];
+    for (size_t i = 0; i < experts.size(); ++i)
+      out[i] = ExpertMatrices{lw.gate_exps.expert(experts[i]), lw.up_exps.expert(experts[i]),
+                              lw.down_exps.expert(experts[i])};
+  }
+
+ private:
+  const std::vector<LayerWeights>& layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+  auto file = GgufFile::open(path);
+  HParams hp = load_hparams(*file);
+  switch (hp.arch) {
+    case Arch::Qwen4Exp: return make_qwen4exp(std::move(file), std::move(hp));
+    case Arch::Qwen3Next: return make_qwen3next(std::move(file), std::move(hp));
+    case Arch::Qwen3Moe: return make_qwen3moe(std::move(file), std::move(hp));
+  }
+  fail("{}: unsupported architecture", path);
+}
+
+Model::Model(std::unique_ptr<GgufFile> file, HParams hp)
+    : file_(std::move(file)), hp_(std::move(hp)) {
+  const TensorLoader loader(*file_);
+  const TensorInfo* embd = loader.find("token_embd");
+  if (!embd) fail("{}: missing tensor token_embd", file_->path());
+  hp_.n_vocab = embd->ne[1];
+  token_embd_ = loader.matrix("token_embd", hp_.n_embd, hp_.n_vocab);
+  // Untied models carry `output`; tied ones reuse the embedding (llama.cpp does the same).
+  output_ = loader.has("output") ? loader.matrix("output", hp_.n_embd, hp_.n_vocab) : token_embd_;
+  layers_.resize(static_cast<size_t>(hp_.n_layer));
+  mapped_experts_ = std::make_unique<MappedExpertSource>(layers_);
+}
+
+ModelState Model::new_state() const {
+  ModelState state;
+  state.deltanet.resize(static_cast<size_t>(hp_.n_layer));
+  state.kv.resize(static_cast<size_t>(hp_.n_layer));
+  for (int l = 0; l < hp_.n_layer; ++l)
+    if (hp_.layer_kinds[size_t(l)] == LayerKind::GatedDeltaNet) state.deltanet[size_t(l)].reset(hp_);
+  if (hp_.has_ple()) state.ple.reset(hp_);
+  return state;
+}
+
+void Model::load_moe(const TensorLoader& loader, int l, LayerWeights& out) const {
+  const int64_t H = hp_.n_embd;
+  out.moe.router = loader.matrix(blk(l, "ffn_gate_inp"), H, hp_.n_expert);
+  out.gate_exps = loader.experts(blk(l, "ffn_gate_exps"), H, hp_.n_ff_exp, hp_.n_expert);
+  out.up_exps = loader.experts(blk(l, "ffn_up_exps"), H, hp_.n_ff_exp, hp_.n_expert);
+  out.down_exps = loader.experts(blk(l, "ffn_down_exps"), hp_.n_ff_exp, H, hp_.n_expert);
+  if (hp_.n_ff_shexp > 0) {
+    out.moe.shared_gate = loader.matrix(blk(l, "ffn_gate_shexp"), H, hp_.n_ff_shexp);
+    out.moe.shared_up = loader.matrix(blk(l, "ffn_up_shexp"), H, hp_.n_ff_shexp);
+    out.moe.shared_down = loader.matrix(blk(l, "ffn_down_shexp"), hp_.n_ff_shexp, H);
+    out.moe.shared_gate_inp = loader.floats(blk(l, "ffn_gate_inp_shexp"), H);
+  }
+}
+
+void Model::load_attention(const TensorLoader& loader, int l, bool gated, LayerWeights& out) const {
+  const int64_t H = hp_.n_embd, q_dim = int64_t(hp_.n_head) * hp_.head_dim;
+  AttentionWeights& a = out.attention;
+  a.gated = gated;
+  a.q = loader.matrix(blk(l, "attn_q"), H, gated ? 2 * q_dim : q_dim);
+  a.k = loader.matrix(blk(l, "attn_k"), H, hp_.kv_dim());
+  a.v = loader.matrix(blk(l, "attn_v"), H, hp_.kv_dim());
+  a.o = loader.matrix(blk(l, "attn_output"), q_dim, H);
+  if (loader.has(blk(l, "attn_q_norm"))) {
+    a.q_norm = loader.floats(blk(l, "attn_q_norm"), hp_.head_dim);
+    a.k_norm = loader.floats(blk(l, "attn_k_norm"), hp_.head_dim);
+  }
+}
+
+void Model::load_deltanet(const TensorLoader& loader, int l, LayerWeights& out) const {
+  const int64_t H = hp_.n_embd;
+  const int nv = hp_.ssm_n_v_heads;
+  GatedDeltaNetWeights& g = out.deltanet;
+  g.qkv = loader.matrix(blk(l, "attn_qkv"), H, hp_.ssm_conv_dim());
+  g.z = loader.matrix(blk(l, "attn_gate"), H, hp_.ssm_value_dim());
+  if (loader.has(blk(l, "ssm_ba"))) {
+    g.beta_alpha = loader.matrix(blk(l, "ssm_ba"), H, 2 * nv);
+  } else {
+    g.beta = loader.matrix(blk(l, "ssm_beta"), H, nv);
+    g.alpha = loader.matrix(blk(l, "ssm_alpha"), H, nv);
+  }
+  g.conv = loader.floats(blk(l, "ssm_conv1d"), hp_.ssm_conv_dim() * hp_.ssm_conv_kernel);
+  g.dt_bias = loader.floats(blk(l, "ssm_dt.bias"), nv);
+  g.a = loader.floats(blk(l, "ssm_a"), nv);
+  g.norm = loader.floats(blk(l, "ssm_norm"), hp_.ssm_d_state);
+  g.out = loader.matrix(blk(l, "ssm_out"), hp_.ssm_value_dim(), H);
+}
+
+void Model::embed(std::span<const int32_t> tokens, float* out) const {
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    if (tokens[t] < 0 || tokens[t] >= hp_.n_vocab)
+      fail("{}: token id {} is outside the vocabulary (0..{})", file_->path(), tokens[t],
+           hp_.n_vocab - 1);
+    quant::dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), out + t * hp_.n_embd,
+                          hp_.n_embd);
+  }
+}
+
+void Model::mixer_forward(compute::ThreadPool& pool, ModelState& state, int l, const float* x,
+                          int64_t n_rows, float* y) const {
+  const LayerWeights& lw = layers_[size_t(l)];
+  if (lw.kind == LayerKind::GatedDeltaNet)
+    gated_deltanet_forward(pool, hp_, lw.deltanet, state.deltanet[size_t(l)], x, n_rows, y);
+  else
+    attention_forward(pool, hp_, lw.attention, state.kv[size_t(l)], x, n_rows, y);
+}
+
+void Model::run_prenorm_layers(compute::ThreadPool& pool, ModelState& state,
+                               std::span<const int32_t> tokens, ExpertSource& experts,
+                               std::vector<float>& hidden) const {
+  const int64_t H = hp_.n_embd, n_rows = int64_t(tokens.size());
+  std::vector<float> residual(static_cast<size_t>(n_rows * H)), normed(residual.size()), out(residual.size());
+  embed(tokens, residual.data());
+  for (int l = 0; l < hp_.n_layer; ++l) {
+    const LayerWeights& lw = layers_[size_t(l)];
+    for (int64_t t = 0; t < n_rows; ++t)
+      compute::rms_norm(residual.data() + t * H, lw.attn_norm.data(), H, hp_.rms_eps,
+                        normed.data() + t * H);
+    mixer_forward(pool, state, l, normed.data(), n_rows, out.data());
+    for (size_t i = 0; i < residual.size(); ++i) residual[i] += out[i];
+    for (int64_t t = 0; t < n_rows; ++t)
+      compute::rms_norm(residual.data() + t * H, lw.ffn_norm.data(), H, hp_.rms_eps,
+                        normed.data() + t * H);
+    moe_forward(pool, hp_, lw.moe, experts, l, normed.data(), n_rows, out.data());
+    for (size_t i = 0; i < residual.size(); ++i) residual[i] += out[i];
+  }
+  hidden.resize(residual.size());
+  for (int64_t t = 0; t < n_rows; ++t)
+    compute::rms_norm(residual.data() + t * H, output_norm_.data(), H, hp_.rms_eps,
+                      hidden.data() + t * H);
+}
+
+void Model::forward(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
+                    LogitRows rows, std::vector<float>& logits, ExpertSource* experts) const {
+  if (tokens.empty()) fail("forward: empty window");
+  std::vector<float> hidden;
+  run_layers(pool, state, tokens, experts ? *experts : *mapped_experts_, hidden);
+  state.n_past += int64_t(tokens.size());
+  const int64_t n_rows = int64_t(tokens.size());
+  switch (rows) {
+    case LogitRows::None:
+      logits.clear();
+      break;
+    case LogitRows::Last:
+      logits.resize(static_cast<size_t>(hp_.n_vocab));
+      compute::matmul(pool, output_, hidden.data() + (n_rows - 1) * hp_.n_embd, 1, logits.data());
+      break;
+    case LogitRows::All:
+      logits.resize(static_cast<size_t>(n_rows * hp_.n_vocab));
+      compute::matmul(pool, output_, hidden.data(), n_rows, logits.data());
+      break;
+  }
+}
+
+}  // namespace strata

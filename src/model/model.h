@@ -1,0 +1,106 @@
+// Model — a loaded architecture: hyper-parameters, weight views into the GGUF mapping, and the
+// forward pass of a window of T tokens (T = 1 decode, 1+k speculative verify, chunk prefill).
+//
+// Contract
+// - `Model::load` opens the GGUF, reads the hyper-parameters, checks every tensor's shape and type
+//   (errors name the file, tensor, expected and found) and picks the architecture class.
+// - `forward` advances `state` by tokens.size() positions and writes the logits of the rows
+//   requested. A row's logits are bitwise identical whether it is computed alone or inside a
+//   window of T rows (window identity; tested), so speculative verify can be exact.
+// - Routed experts are fetched through the ExpertSource passed in (default: the file mapping).
+// - A Model is immutable after load; one forward runs at a time per ModelState. The thread pool
+//   is the caller's.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compute/cpu/thread_pool.h"
+#include "experts/expert_source.h"
+#include "gguf/gguf.h"
+#include "layers/attention.h"
+#include "layers/gated_deltanet.h"
+#include "layers/hyper_connection.h"
+#include "layers/moe.h"
+#include "layers/ple.h"
+#include "model/hparams.h"
+#include "model/tensor_loader.h"
+
+namespace strata {
+
+// Everything a sequence carries between windows.
+struct ModelState {
+  int64_t n_past = 0;
+  std::vector<GatedDeltaNetState> deltanet;  // [n_layer]; used by GDN layers
+  std::vector<KvCache> kv;                   // [n_layer]; used by attention layers
+  PleState ple;
+  // Multi-stream residual of the last row before the final mixer (the MTP head's input).
+  std::vector<float> last_residual;
+};
+
+enum class LogitRows { None, Last, All };
+
+struct LayerWeights {
+  LayerKind kind = LayerKind::Attention;
+  std::vector<float> attn_norm, ffn_norm;         // pre-norm archs
+  HyperConnectionWeights hc_attn, hc_ffn;         // qwen4exp
+  GatedDeltaNetWeights deltanet;
+  AttentionWeights attention;
+  MoeWeights moe;
+  ExpertTensor gate_exps, up_exps, down_exps;
+};
+
+class Model {
+ public:
+  static std::unique_ptr<Model> load(const std::string& path);
+  virtual ~Model() = default;
+
+  const HParams& hparams() const { return hp_; }
+  const GgufFile& file() const { return *file_; }
+  const std::vector<LayerWeights>& layers() const { return layers_; }
+
+  ModelState new_state() const;
+  // Runs tokens through the model. logits receives [rows][n_vocab] for the rows asked for.
+  void forward(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
+               LogitRows rows, std::vector<float>& logits, ExpertSource* experts = nullptr) const;
+
+  // The default expert source: views straight into the file mapping.
+  ExpertSource& mapped_experts() const { return *mapped_experts_; }
+
+ protected:
+  Model(std::unique_ptr<GgufFile> file, HParams hp);
+  // Runs the layers on the embedded rows; returns the final hidden rows [n_rows][H] in `hidden`.
+  virtual void run_layers(compute::ThreadPool& pool, ModelState& state,
+                          std::span<const int32_t> tokens, ExpertSource& experts,
+                          std::vector<float>& hidden) const = 0;
+
+  // Shared building blocks for the architecture files.
+  void load_moe(const TensorLoader& loader, int layer, LayerWeights& out) const;
+  void load_attention(const TensorLoader& loader, int layer, bool gated, LayerWeights& out) const;
+  void load_deltanet(const TensorLoader& loader, int layer, LayerWeights& out) const;
+  void embed(std::span<const int32_t> tokens, float* out) const;  // [n][H]
+  void mixer_forward(compute::ThreadPool& pool, ModelState& state, int layer, const float* x,
+                     int64_t n_rows, float* y) const;
+  // The classic pre-norm residual stack (qwen3moe, qwen3next):
+  //   h += mixer(norm(h)); h += moe(norm(h)); hidden = norm_out(h)
+  void run_prenorm_layers(compute::ThreadPool& pool, ModelState& state,
+                          std::span<const int32_t> tokens, ExpertSource& experts,
+                          std::vector<float>& hidden) const;
+
+  std::unique_ptr<GgufFile> file_;
+  HParams hp_;
+  std::vector<LayerWeights> layers_;
+  compute::WeightMatrix token_embd_;
+  compute::WeightMatrix output_;
+  std::vector<float> output_norm_;  // pre-norm archs
+  std::unique_ptr<ExpertSource> mapped_experts_;
+};
+
+std::unique_ptr<Model> make_qwen4exp(std::unique_ptr<GgufFile> file, HParams hp);
+std::unique_ptr<Model> make_qwen3next(std::unique_ptr<GgufFile> file, HParams hp);
+std::unique_ptr<Model> make_qwen3moe(std::unique_ptr<GgufFile> file, HParams hp);
+
+}  // namespace strata

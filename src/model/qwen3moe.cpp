@@ -1,0 +1,40 @@
+// qwen3moe (Qwen3-30B-A3B family): pre-norm GQA attention with per-head q/k RMS norms and full
+// NeoX RoPE, every layer a routed MoE without shared expert, final RMS norm, untied head.
+// Norm weights are plain (HF Qwen3MoeRMSNorm multiplies by w; no +1 anywhere).
+// Reference: shared/reference/qwen3next-qwen3moe.md Part B.
+#include <fmt/format.h>
+
+#include "model/model.h"
+
+namespace strata {
+namespace {
+
+class Qwen3Moe final : public Model {
+ public:
+  Qwen3Moe(std::unique_ptr<GgufFile> file, HParams hp) : Model(std::move(file), std::move(hp)) {
+    const TensorLoader loader(*file_);
+    output_norm_ = loader.floats("output_norm", hp_.n_embd);
+    for (int l = 0; l < hp_.n_layer; ++l) {
+      LayerWeights& lw = layers_[size_t(l)];
+      lw.kind = LayerKind::Attention;
+      lw.attn_norm = loader.floats(fmt::format("blk.{}.attn_norm", l), hp_.n_embd);
+      lw.ffn_norm = loader.floats(fmt::format("blk.{}.ffn_norm", l), hp_.n_embd);
+      load_attention(loader, l, /*gated=*/false, lw);
+      load_moe(loader, l, lw);
+    }
+  }
+
+ protected:
+  void run_layers(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
+                  ExpertSource& experts, std::vector<float>& hidden) const override {
+    run_prenorm_layers(pool, state, tokens, experts, hidden);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_qwen3moe(std::unique_ptr<GgufFile> file, HParams hp) {
+  return std::make_unique<Qwen3Moe>(std::move(file), std::move(hp));
+}
+
+}  // namespace strata
