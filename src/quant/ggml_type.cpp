@@ -79,4 +79,10 @@ size_t row_bytes(GgmlType type, int64_t n_elems) {
   return static_cast<size_t>(n_elems / traits.block_elems) * traits.block_bytes;
 }
 
+GgmlType storable_type(GgmlType requested, int64_t row_elems) {
+  if (row_elems % type_traits(requested).block_elems == 0) return requested;
+  if (row_elems % type_traits(GgmlType::Q8_0).block_elems == 0) return GgmlType::Q8_0;
+  return GgmlType::F16;
+}
+
 }  // namespace strata

@@ -68,4 +68,9 @@ std::optional<GgmlType> type_from_name(std::string_view name);
 // Bytes of a row of `n_elems` weights; the caller guarantees n_elems % block_elems == 0.
 size_t row_bytes(GgmlType type, int64_t n_elems);
 
+// The type a quantizer should store rows of `row_elems` weights in when `requested` was asked
+// for: `requested` when its block size divides the row, else Q8_0 (32-element blocks; llama.cpp
+// would pick Q5_0/IQ4_NL, which strata has no kernels for), else F16.
+GgmlType storable_type(GgmlType requested, int64_t row_elems);
+
 }  // namespace strata
