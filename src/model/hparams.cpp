@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
 #include "util/error.h"
 
 namespace strata {
@@ -237,6 +238,71 @@ HParams load_hparams(const GgufFile& file) {
       break;
   }
   return hp;
+}
+
+void write_hparams(GgufWriter& writer, const HParams& hp) {
+  const std::string p = std::string(arch_name(hp.arch)) + ".";
+  writer.add_string("general.architecture", arch_name(hp.arch));
+  writer.add_u32(p + "context_length", uint32_t(hp.n_ctx_train));
+  writer.add_u32(p + "embedding_length", uint32_t(hp.n_embd));
+  writer.add_u32(p + "block_count", uint32_t(hp.n_layer + hp.n_nextn));
+  writer.add_u32(p + "attention.head_count", uint32_t(hp.n_head));
+  writer.add_u32(p + "attention.head_count_kv", uint32_t(hp.n_head_kv));
+  writer.add_u32(p + "attention.key_length", uint32_t(hp.head_dim));
+  writer.add_u32(p + "attention.value_length", uint32_t(hp.head_dim));
+  writer.add_f32(p + "attention.layer_norm_rms_epsilon", hp.rms_eps);
+  writer.add_f32(p + "rope.freq_base", hp.rope_theta);
+  writer.add_u32(p + "rope.dimension_count", uint32_t(hp.n_rot));
+  writer.add_u32(p + "expert_count", uint32_t(hp.n_expert));
+  writer.add_u32(p + "expert_used_count", uint32_t(hp.n_expert_used));
+  writer.add_u32(p + "expert_feed_forward_length", uint32_t(hp.n_ff_exp));
+  if (hp.n_ff_shexp > 0)
+    writer.add_u32(p + "expert_shared_feed_forward_length", uint32_t(hp.n_ff_shexp));
+  if (hp.n_nextn > 0) writer.add_u32(p + "nextn_predict_layers", uint32_t(hp.n_nextn));
+  if (hp.arch == Arch::Qwen3Moe) return;
+
+  writer.add_u32(p + "ssm.conv_kernel", uint32_t(hp.ssm_conv_kernel));
+  writer.add_u32(p + "ssm.state_size", uint32_t(hp.ssm_d_state));
+  writer.add_u32(p + "ssm.group_count", uint32_t(hp.ssm_n_k_heads));
+  writer.add_u32(p + "ssm.time_step_rank", uint32_t(hp.ssm_n_v_heads));
+  writer.add_u32(p + "ssm.inner_size", uint32_t(hp.ssm_value_dim()));
+  // A regular "every 4th layer is attention" pattern is written as the interval, anything else
+  // as the explicit per-layer flags (which load_hparams prefers).
+  int interval = 0;
+  for (int i = 0; i < hp.n_layer && interval == 0; ++i)
+    if (hp.layer_kinds[size_t(i)] != LayerKind::GatedDeltaNet) interval = i + 1;
+  bool regular = interval > 0;
+  for (int i = 0; i < hp.n_layer && regular; ++i)
+    regular = (hp.layer_kinds[size_t(i)] != LayerKind::GatedDeltaNet) == ((i + 1) % interval == 0);
+  if (regular) {
+    writer.add_u32(p + "full_attention_interval", uint32_t(interval));
+  } else {
+    std::vector<int64_t> recurrent;
+    for (LayerKind kind : hp.layer_kinds) recurrent.push_back(kind == LayerKind::GatedDeltaNet);
+    writer.add_array(p + "attention.recurrent_layers", GgufValueType::BOOL, recurrent);
+  }
+  if (hp.arch == Arch::Qwen3Next) return;
+
+  writer.add_u32(p + "hyper_connection.count", uint32_t(hp.hc_count));
+  writer.add_u32(p + "hyper_connection.low_rank", uint32_t(hp.hc_low_rank));
+  writer.add_u32(p + "attention.indexer.head_count", uint32_t(hp.indexer_n_head));
+  writer.add_u32(p + "attention.indexer.key_length", uint32_t(hp.indexer_head_dim));
+  writer.add_u32(p + "attention.indexer.top_k", uint32_t(hp.indexer_top_k));
+  writer.add_array_i32(p + "attention.compress_ratios", hp.compress_ratios);
+  if (!hp.has_ple()) return;
+  writer.add_array_i32(p + "ple.layers", hp.ple_layers);
+  writer.add_u32(p + "ple.ngram_size", uint32_t(hp.ple_ngram_size));
+  writer.add_u32(p + "ple.heads_per_ngram", uint32_t(hp.ple_heads_per_ngram));
+  writer.add_u32(p + "ple.conv_kernel", uint32_t(hp.ple_conv_kernel));
+  writer.add_u32(p + "embedding_length_per_layer_input", uint32_t(hp.ple_row_width));
+  writer.add_u32(p + "ple.eos_token_id", uint32_t(hp.ple_eos_token));
+  auto u64_array = [&](const std::string& key, const std::vector<uint64_t>& values) {
+    const std::vector<int64_t> bits(values.begin(), values.end());
+    writer.add_array(p + key, GgufValueType::U64, bits);
+  };
+  u64_array("ple.head_vocab_sizes", hp.ple_head_vocab_sizes);
+  u64_array("ple.head_offsets", hp.ple_head_offsets);
+  u64_array("ple.layer_multipliers", hp.ple_multipliers);
 }
 
 }  // namespace strata

@@ -85,7 +85,12 @@ struct HParams {
   int64_t ssm_conv_dim() const { return 2 * ssm_key_dim() + ssm_value_dim(); }
 };
 
+class GgufWriter;
+
 // Reads and validates the hyper-parameters of `file` (arch from general.architecture).
+// n_vocab is not metadata: Model::load takes it from token_embd.
 HParams load_hparams(const GgufFile& file);
+// Writes general.architecture and the "<arch>." keys load_hparams reads, with llama.cpp's types.
+void write_hparams(GgufWriter& writer, const HParams& hp);
 
 }  // namespace strata

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "compute/cpu/ops.h"
+#include "model/tensor_specs.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -27,11 +28,27 @@ class MappedExpertSource final : public ExpertSource {
   const std::vector<LayerWeights>& layers_;
 };
 
+// Checks every tensor of the architecture's list up front (presence, shape, supported type), so
+// a broken file fails at load with one clear line rather than midway through a forward.
+void check_tensors(const GgufFile& file, const HParams& hp) {
+  const TensorLoader loader(file);
+  for (const TensorSpec& spec : tensor_specs(hp)) {
+    if (spec.role == TensorRole::Output && !loader.has(spec.name)) continue;  // tied embeddings
+    // The n-gram table's row count is padded by the converter; the arch file checks its bounds.
+    if (spec.role == TensorRole::PleTable) continue;
+    loader.checked(spec.name, spec.ne);
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& path) {
   auto file = GgufFile::open(path);
   HParams hp = load_hparams(*file);
+  const TensorInfo* embd = TensorLoader(*file).find("token_embd");
+  if (!embd) fail("{}: missing tensor token_embd.weight", path);
+  hp.n_vocab = embd->ne[1];
+  check_tensors(*file, hp);
   switch (hp.arch) {
     case Arch::Qwen4Exp: return make_qwen4exp(std::move(file), std::move(hp));
     case Arch::Qwen3Next: return make_qwen3next(std::move(file), std::move(hp));
@@ -43,9 +60,6 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
 Model::Model(std::unique_ptr<GgufFile> file, HParams hp)
     : file_(std::move(file)), hp_(std::move(hp)) {
   const TensorLoader loader(*file_);
-  const TensorInfo* embd = loader.find("token_embd");
-  if (!embd) fail("{}: missing tensor token_embd", file_->path());
-  hp_.n_vocab = embd->ne[1];
   token_embd_ = loader.matrix("token_embd", hp_.n_embd, hp_.n_vocab);
   // Untied models carry `output`; tied ones reuse the embedding (llama.cpp does the same).
   output_ = loader.has("output") ? loader.matrix("output", hp_.n_embd, hp_.n_vocab) : token_embd_;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "model/model.h"
+#include "model/spec_builder.h"
 #include "util/error.h"
 
 namespace strata {
@@ -41,6 +42,25 @@ class Qwen3Next final : public Model {
 };
 
 }  // namespace
+
+std::vector<TensorSpec> qwen3next_tensor_specs(const HParams& hp) {
+  std::vector<TensorSpec> specs;
+  SpecBuilder b(specs);
+  const int64_t H = hp.n_embd;
+  b.global("token_embd", {H, hp.n_vocab}, TensorRole::Embedding);
+  b.global("output_norm", {H}, TensorRole::Norm);
+  b.global("output", {H, hp.n_vocab}, TensorRole::Output);
+  for (int l = 0; l < hp.n_layer; ++l) {
+    b.layer(l, "attn_norm", {H}, TensorRole::Norm);
+    if (hp.layer_kinds[size_t(l)] == LayerKind::GatedDeltaNet)
+      add_deltanet_specs(b, hp, l, /*fused_beta_alpha=*/true);
+    else
+      add_attention_specs(b, hp, l, /*gated=*/true);
+    b.layer(l, "post_attention_norm", {H}, TensorRole::Norm);
+    add_moe_specs(b, hp, l);
+  }
+  return specs;
+}
 
 std::unique_ptr<Model> make_qwen3next(std::unique_ptr<GgufFile> file, HParams hp) {
   return std::make_unique<Qwen3Next>(std::move(file), std::move(hp));

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "model/model.h"
+#include "model/spec_builder.h"
 #include "util/error.h"
 
 namespace strata {
@@ -122,6 +123,63 @@ class Qwen4Exp final : public Model {
 };
 
 }  // namespace
+
+namespace {
+
+void add_hc_specs(SpecBuilder& b, const HParams& hp, const std::string& prefix, int layer,
+                  bool with_inject) {
+  const int64_t width = hp.hc_count * hp.n_embd, rank = hp.hc_low_rank;
+  auto add = [&](const std::string& suffix, std::vector<int64_t> ne, TensorRole role) {
+    if (layer < 0)
+      b.global(prefix + suffix, std::move(ne), role);
+    else
+      b.layer(layer, prefix + suffix, std::move(ne), role);
+  };
+  add("_norm", {width}, TensorRole::Norm);
+  add("_down", {width, rank}, TensorRole::Matrix);
+  add("_up", {rank, width}, TensorRole::Matrix);
+  if (with_inject) add("_inject", {width, hp.hc_count}, TensorRole::Matrix);
+}
+
+}  // namespace
+
+std::vector<TensorSpec> qwen4exp_tensor_specs(const HParams& hp) {
+  std::vector<TensorSpec> specs;
+  SpecBuilder b(specs);
+  const int64_t H = hp.n_embd, width = hp.hc_count * hp.n_embd;
+  b.global("token_embd", {H, hp.n_vocab}, TensorRole::Embedding);
+  b.global("output", {H, hp.n_vocab}, TensorRole::Output);
+  add_hc_specs(b, hp, "output_hc", -1, false);
+  if (hp.has_ple()) {
+    const uint64_t rows = hp.ple_head_offsets.back() + hp.ple_head_vocab_sizes.back();
+    b.global("per_layer_token_embd", {hp.ple_row_width, int64_t(rows)}, TensorRole::PleTable);
+  }
+  const int64_t ple_dim = hp.ple_row_width * hp.ple_n_heads();
+  for (int l = 0; l < hp.n_layer; ++l) {
+    add_hc_specs(b, hp, "hc_attn", l, true);
+    add_hc_specs(b, hp, "hc_ffn", l, true);
+    if (hp.layer_kinds[size_t(l)] == LayerKind::GatedDeltaNet) {
+      add_deltanet_specs(b, hp, l, /*fused_beta_alpha=*/false);
+    } else {
+      add_attention_specs(b, hp, l, /*gated=*/true);
+      const int64_t di = hp.indexer_head_dim;
+      b.layer(l, "indexer.q_proj", {H, hp.indexer_n_head * di}, TensorRole::Matrix);
+      b.layer(l, "indexer.k_proj", {H, di}, TensorRole::Matrix);
+      b.layer(l, "indexer.q_norm", {di}, TensorRole::Norm);
+      b.layer(l, "indexer.k_norm", {di}, TensorRole::Norm);
+    }
+    add_moe_specs(b, hp, l);
+    if (l == hp.ple_layer()) {
+      b.layer(l, "ple_key", {ple_dim, width}, TensorRole::Matrix);
+      b.layer(l, "ple_value", {ple_dim, H}, TensorRole::Matrix);
+      b.layer(l, "ple_norm_key", {width}, TensorRole::Norm);
+      b.layer(l, "ple_norm_query", {width}, TensorRole::Norm);
+      b.layer(l, "ple_norm_conv", {width}, TensorRole::Norm);
+      b.layer(l, "ple_conv1d", {hp.ple_conv_kernel, width}, TensorRole::Vector);
+    }
+  }
+  return specs;
+}
 
 std::unique_ptr<Model> make_qwen4exp(std::unique_ptr<GgufFile> file, HParams hp) {
   return std::make_unique<Qwen4Exp>(std::move(file), std::move(hp));

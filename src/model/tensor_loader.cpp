@@ -30,7 +30,8 @@ const TensorInfo* TensorLoader::find(const std::string& name) const {
   return file_.find_tensor(name);
 }
 
-const TensorInfo& TensorLoader::expect(const std::string& name, std::vector<int64_t> shape) const {
+const TensorInfo& TensorLoader::checked(const std::string& name,
+                                         const std::vector<int64_t>& shape) const {
   const TensorInfo* info = find(name);
   if (!info) fail("{}: missing tensor {}", file_.path(), name);
   bool same = info->n_dims <= int(shape.size());
@@ -41,12 +42,12 @@ const TensorInfo& TensorLoader::expect(const std::string& name, std::vector<int6
   if (!same)
     fail("{}: tensor {}: expected shape {}, found {}", file_.path(), name,
          shape_string(shape.data(), int(shape.size())), shape_string(info->ne, info->n_dims));
+  require_kernels(file_, *info);
   return *info;
 }
 
 compute::WeightMatrix TensorLoader::matrix(const std::string& name, int64_t n_in, int64_t n_out) const {
-  const TensorInfo& info = expect(name, {n_in, n_out});
-  require_kernels(file_, info);
+  const TensorInfo& info = checked(name, {n_in, n_out});
   return compute::WeightMatrix{info.type, n_in, n_out, file_.tensor_data(info), info.row_bytes()};
 }
 
@@ -67,8 +68,7 @@ std::vector<float> TensorLoader::floats(const std::string& name, int64_t n) cons
 
 ExpertTensor TensorLoader::experts(const std::string& name, int64_t n_in, int64_t n_out,
                                    int64_t n_expert) const {
-  const TensorInfo& info = expect(name, {n_in, n_out, n_expert});
-  require_kernels(file_, info);
+  const TensorInfo& info = checked(name, {n_in, n_out, n_expert});
   ExpertTensor out;
   out.type = info.type;
   out.n_in = n_in;

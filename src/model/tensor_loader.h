@@ -45,9 +45,10 @@ class TensorLoader {
   std::vector<float> floats(const std::string& name, int64_t n) const;
   ExpertTensor experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert) const;
   const GgufFile& file() const { return file_; }
+  // The tensor, after checking it exists, has exactly this ggml shape and a type with kernels.
+  const TensorInfo& checked(const std::string& name, const std::vector<int64_t>& shape) const;
 
  private:
-  const TensorInfo& expect(const std::string& name, std::vector<int64_t> shape) const;
   const GgufFile& file_;
 };
 

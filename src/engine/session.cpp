@@ -1,0 +1,58 @@
+#include "engine/session.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace strata {
+
+Session::Session(const Model& model, compute::ThreadPool& pool, ExpertSource* experts)
+    : model_(model), pool_(pool), experts_(experts), state_(model.new_state()) {}
+
+void Session::check_context(size_t more) const {
+  const int64_t limit = model_.hparams().n_ctx_train;
+  if (limit > 0 && state_.n_past + int64_t(more) > limit)
+    fail("context full: {} tokens so far + {} new exceed the model's context length {}",
+         state_.n_past, more, limit);
+}
+
+const std::vector<float>& Session::prefill(std::span<const int32_t> tokens, int chunk_rows,
+                                           const ProgressFn& progress) {
+  if (tokens.empty()) fail("prefill: no tokens");
+  if (chunk_rows < 1) fail("prefill: chunk size must be >= 1, got {}", chunk_rows);
+  check_context(tokens.size());
+  const size_t total = tokens.size();
+  for (size_t begin = 0; begin < total; begin += size_t(chunk_rows)) {
+    const size_t n = std::min(total - begin, size_t(chunk_rows));
+    const bool last = begin + n == total;
+    model_.forward(pool_, state_, tokens.subspan(begin, n), last ? LogitRows::Last : LogitRows::None,
+                   logits_, experts_);
+    tokens_.insert(tokens_.end(), tokens.begin() + ptrdiff_t(begin),
+                   tokens.begin() + ptrdiff_t(begin + n));
+    if (progress) progress(int64_t(begin + n), int64_t(total));
+  }
+  return logits_;
+}
+
+const std::vector<float>& Session::decode(int32_t token) {
+  check_context(1);
+  const int32_t one[1] = {token};
+  model_.forward(pool_, state_, one, LogitRows::Last, logits_, experts_);
+  tokens_.push_back(token);
+  return logits_;
+}
+
+const std::vector<float>& Session::forward_all(std::span<const int32_t> tokens) {
+  check_context(tokens.size());
+  model_.forward(pool_, state_, tokens, LogitRows::All, logits_, experts_);
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  return logits_;
+}
+
+void Session::reset() {
+  state_ = model_.new_state();
+  tokens_.clear();
+  logits_.clear();
+}
+
+}  // namespace strata

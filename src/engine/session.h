@@ -1,0 +1,51 @@
+// Session — one sequence being generated: the model state (KV caches, DeltaNet/conv states, PLE
+// history), the tokens so far, and the prefill/decode entry points.
+//
+// Contract
+// - `prefill` feeds tokens in windows of at most `chunk_rows` rows and returns the logits of
+//   the last token. Chunking never changes results beyond fp32 rounding of the window shape,
+//   and with the recurrent forms used here, not at all (tested: chunk sizes agree bitwise).
+// - `decode(token)` feeds one token and returns its logits.
+// - `reset` returns to an empty sequence without reallocating the model.
+// - Not thread-safe; the thread pool is shared with the caller and used inside calls only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "compute/cpu/thread_pool.h"
+#include "model/model.h"
+
+namespace strata {
+
+class Session {
+ public:
+  Session(const Model& model, compute::ThreadPool& pool, ExpertSource* experts = nullptr);
+
+  using ProgressFn = std::function<void(int64_t done, int64_t total)>;
+  const std::vector<float>& prefill(std::span<const int32_t> tokens, int chunk_rows = 64,
+                                    const ProgressFn& progress = nullptr);
+  const std::vector<float>& decode(int32_t token);
+  // Runs a window and returns the logits of every row ([n][n_vocab]).
+  const std::vector<float>& forward_all(std::span<const int32_t> tokens);
+
+  void reset();
+  int64_t n_past() const { return state_.n_past; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  const std::vector<float>& logits() const { return logits_; }
+  const Model& model() const { return model_; }
+  ModelState& state() { return state_; }
+
+ private:
+  void check_context(size_t more) const;
+  const Model& model_;
+  compute::ThreadPool& pool_;
+  ExpertSource* experts_;
+  ModelState state_;
+  std::vector<int32_t> tokens_;
+  std::vector<float> logits_;
+};
+
+}  // namespace strata

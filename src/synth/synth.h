@@ -1,0 +1,46 @@
+// strata synth — GGUF files of any supported architecture and shape with random weights.
+//
+// Used for scale and streaming work (a full-shape Qwen3.8-Flash-Next with IQ2_XS experts is
+// ≈35 GB) and for tests that need a model of a given arch without a checkpoint. The tensor list
+// comes from the architecture's own spec (model/tensor_specs.h), metadata from write_hparams, so
+// a synthetic file loads exactly like a converted one. Values are deterministic in the seed:
+//   matrices N(0, 1/n_in), norms 1 + N(0, 0.1²), ssm_a −exp(N(0, 0.5²)), taps/biases N(0, 0.5²),
+//   PLE table N(0, 1). 1-D tensors and routers stay F32; rows a requested block type does not
+//   divide fall back via storable_type. IQ2_XS blocks are random grid/sign codes with small
+//   scales (a valid encoding; IQ2_XS has no quantizer from floats). Data is generated and written
+//   one chunk at a time, so memory stays small for any size.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/hparams.h"
+#include "quant/ggml_type.h"
+
+namespace strata {
+
+struct SynthOptions {
+  HParams hparams;                        // n_vocab included
+  GgmlType dense_type = GgmlType::F32;    // matrices, embedding, head
+  GgmlType expert_type = GgmlType::F32;   // *_exps
+  uint64_t seed = 1;
+};
+
+// Named shapes: "tiny-qwen4exp", "tiny-qwen3next", "tiny-qwen3moe" (test size, KBs),
+// "mid-qwen4exp" (a few GB at Q4_K), "qwen3.8-flash-next" (the full flagship shape; its PLE
+// table is cut to 3.2M rows so the file fits a workstation disk — the real one is 320M rows).
+HParams synth_shape(std::string_view name);
+std::vector<std::string> synth_shape_names();
+
+// PLE constants as the reference derives them (qwen4exp.md §9): per-head prime vocab sizes above
+// `vocab_base`, their offsets, and the splitmix64 hash multipliers. Fills hp.ple_*.
+void fill_ple_constants(HParams& hp, uint64_t vocab_base, uint64_t seed);
+
+using SynthProgress = std::function<void(uint64_t bytes_done, uint64_t bytes_total)>;
+void write_synthetic_model(const SynthOptions& options, const std::string& path,
+                           const SynthProgress& progress = nullptr);
+
+}  // namespace strata

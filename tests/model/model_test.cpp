@@ -1,0 +1,150 @@
+// Forward-pass invariants on synthetic models of every architecture:
+// - window identity: every row's logits are bitwise equal whether the tokens go one at a time,
+//   all in one window, or in uneven chunks (what exact speculative decoding relies on);
+// - thread count does not change any bit;
+// - the loader rejects a file whose tensor shapes disagree with its metadata, naming both.
+// Exactness against HF transformers lives in forward_fixture_test.cpp.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "compute/cpu/thread_pool.h"
+#include "engine/session.h"
+#include "gguf/gguf_writer.h"
+#include "model/model.h"
+#include "model/tensor_specs.h"
+#include "synth/synth.h"
+#include "util/error.h"
+
+namespace strata {
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          (name + "-" + std::to_string(getpid()) + ".gguf"))
+      .string();
+}
+
+struct SynthFile {
+  explicit SynthFile(const std::string& shape, GgmlType dense = GgmlType::F32,
+                     GgmlType experts = GgmlType::F32) {
+    path = temp_path("strata-" + shape);
+    SynthOptions options;
+    options.hparams = synth_shape(shape);
+    options.dense_type = dense;
+    options.expert_type = experts;
+    options.seed = 7;
+    write_synthetic_model(options, path);
+  }
+  ~SynthFile() { std::remove(path.c_str()); }
+  std::string path;
+};
+
+std::vector<int32_t> prompt_tokens(int n, int vocab) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < n; ++i) tokens.push_back(int32_t((i * 37 + 11) % vocab));
+  tokens[size_t(n / 2)] = 2;  // the synthetic PLE eos, to exercise the n-gram reset
+  return tokens;
+}
+
+// Logits of every position, computed with the given window sizes (cycled).
+std::vector<float> all_logits(const Model& model, compute::ThreadPool& pool,
+                              const std::vector<int32_t>& tokens, std::vector<int> windows) {
+  ModelState state = model.new_state();
+  std::vector<float> out, logits;
+  size_t pos = 0, w = 0;
+  while (pos < tokens.size()) {
+    const size_t n = std::min(tokens.size() - pos, size_t(windows[w++ % windows.size()]));
+    model.forward(pool, state, std::span(tokens).subspan(pos, n), LogitRows::All, logits);
+    out.insert(out.end(), logits.begin(), logits.end());
+    pos += n;
+  }
+  return out;
+}
+
+class ForwardInvariance : public testing::TestWithParam<std::string> {};
+
+TEST_P(ForwardInvariance, WindowSizeAndThreadsDoNotChangeBits) {
+  const SynthFile file(GetParam());
+  const auto model = Model::load(file.path);
+  const std::vector<int32_t> tokens = prompt_tokens(30, int(model->hparams().n_vocab));
+  compute::ThreadPool one(1), two(2);
+  const std::vector<float> reference = all_logits(*model, one, tokens, {1});
+  ASSERT_EQ(reference.size(), tokens.size() * size_t(model->hparams().n_vocab));
+  for (float v : reference) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(all_logits(*model, two, tokens, {30}), reference) << "one window of 30";
+  EXPECT_EQ(all_logits(*model, two, tokens, {3, 1, 7, 2}), reference) << "uneven chunks";
+  EXPECT_EQ(all_logits(*model, one, tokens, {16}), reference) << "prefill-sized chunks";
+}
+
+TEST_P(ForwardInvariance, SessionDecodeMatchesPrefill) {
+  const SynthFile file(GetParam());
+  const auto model = Model::load(file.path);
+  const std::vector<int32_t> tokens = prompt_tokens(20, int(model->hparams().n_vocab));
+  compute::ThreadPool pool(2);
+  Session whole(*model, pool);
+  const std::vector<float> expected = whole.prefill(tokens, 64);
+  Session stepwise(*model, pool);
+  stepwise.prefill(std::span(tokens).first(13), 5);
+  std::vector<float> last;
+  for (size_t i = 13; i < tokens.size(); ++i) last = stepwise.decode(tokens[i]);
+  EXPECT_EQ(last, expected);
+  EXPECT_EQ(stepwise.n_past(), 20);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ForwardInvariance,
+                         testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen4exp"));
+
+TEST(ForwardInvariance, QuantizedModelsKeepWindowIdentity) {
+  const SynthFile file("tiny-qwen4exp", GgmlType::Q8_0, GgmlType::Q8_0);
+  const auto model = Model::load(file.path);
+  const std::vector<int32_t> tokens = prompt_tokens(12, int(model->hparams().n_vocab));
+  compute::ThreadPool pool(2);
+  EXPECT_EQ(all_logits(*model, pool, tokens, {12}), all_logits(*model, pool, tokens, {1}));
+}
+
+TEST(ModelLoad, ShapeMismatchNamesTensorAndShapes) {
+  // Metadata says 32-wide experts, tensors are written for 16.
+  HParams meta = synth_shape("tiny-qwen3moe");
+  HParams tensors = meta;
+  tensors.n_ff_exp = 16;
+  const std::string path = temp_path("strata-bad-shape");
+  GgufWriter writer;
+  write_hparams(writer, meta);
+  for (const TensorSpec& spec : tensor_specs(tensors)) {
+    std::vector<uint8_t> zeros(size_t(spec.n_elements()) * 4);
+    writer.add_tensor(spec.name, GgmlType::F32, spec.ne, zeros);
+  }
+  writer.write_file(path);
+  try {
+    Model::load(path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(path), std::string::npos) << message;
+    EXPECT_NE(message.find("blk.0.ffn_gate_exps.weight"), std::string::npos) << message;
+    EXPECT_NE(message.find("expected shape [64, 32, 32], found [64, 16, 32]"), std::string::npos)
+        << message;
+  }
+  std::remove(path.c_str());
+}
+
+TEST(ModelLoad, WrongArchitectureIsNamed) {
+  HParams hp = synth_shape("tiny-qwen3moe");
+  const std::string path = temp_path("strata-bad-arch");
+  GgufWriter writer;
+  writer.add_string("general.architecture", "llama");
+  writer.write_file(path);
+  try {
+    Model::load(path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("found 'llama'"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,79 @@
+// PLE n-gram hashing: constants and row ids against the values published in
+// shared/reference/qwen4exp.md §9 and §14 (computed independently of this code).
+#include <gtest/gtest.h>
+
+#include "layers/ple.h"
+#include "synth/synth.h"
+
+namespace strata {
+namespace {
+
+HParams real_model_ple() {
+  HParams hp;
+  hp.ple_ngram_size = 3;
+  hp.ple_heads_per_ngram = 8;
+  hp.ple_eos_token = 248044;
+  hp.ple_multipliers = {23703573157769ull, 20109073645365ull, 8052911324071ull};
+  hp.ple_head_vocab_sizes = {20000003, 20000023, 20000033, 20000047, 20000059, 20000063,
+                             20000069, 20000077, 20000081, 20000093, 20000107, 20000147,
+                             20000153, 20000159, 20000161, 20000171};
+  uint64_t offset = 0;
+  for (uint64_t q : hp.ple_head_vocab_sizes) {
+    hp.ple_head_offsets.push_back(offset);
+    offset += q;
+  }
+  return hp;
+}
+
+TEST(PleHash, RealModelKnownAnswerForFirstEos) {
+  const HParams hp = real_model_ple();
+  EXPECT_EQ(hp.ple_head_offsets.back(), 300001275u);  // reference: last offset
+  const int32_t tokens[] = {248044};
+  const std::vector<uint64_t> rows = ple_row_ids(hp, PleContext{}, tokens);
+  const std::vector<uint64_t> expected = {9663979,   26558231,  56120240,  74755659,
+                                          80459717,  109265651, 132697467, 151022725,
+                                          170054832, 192967038, 200687722, 225763581,
+                                          259275737, 272983544, 297596484, 300986548};
+  EXPECT_EQ(rows, expected);
+}
+
+TEST(PleHash, ParityConfigConstantsFromSeed) {
+  HParams hp;
+  hp.n_vocab = 512;
+  hp.ple_ngram_size = 3;
+  hp.ple_heads_per_ngram = 8;
+  fill_ple_constants(hp, 1000, 1234);
+  const std::vector<uint64_t> m = {4295158889763781ull, 17440218147737327ull, 1270917961434445ull};
+  EXPECT_EQ(hp.ple_multipliers, m);
+  ASSERT_EQ(hp.ple_head_vocab_sizes.size(), 16u);
+  EXPECT_EQ(hp.ple_head_vocab_sizes.front(), 1009u);
+  EXPECT_EQ(hp.ple_head_vocab_sizes.back(), 1097u);
+  EXPECT_EQ(hp.ple_head_offsets.back() + hp.ple_head_vocab_sizes.back(), 16826u);
+}
+
+TEST(PleHash, EosCutsContextAndWindowsCompose) {
+  HParams hp = real_model_ple();
+  const int32_t eos = 248044;
+  // After an eos, the next token's context is (tok, eos, eos): equal to a sequence start.
+  const int32_t after_eos[] = {5, 7, eos, 11};
+  const int32_t fresh[] = {11};
+  const std::vector<uint64_t> a = ple_row_ids(hp, PleContext{}, after_eos);
+  const std::vector<uint64_t> b = ple_row_ids(hp, PleContext{}, fresh);
+  EXPECT_TRUE(std::equal(b.begin(), b.end(), a.begin() + 3 * 16));
+  // Feeding a sequence in two windows gives the same rows as one window.
+  const int32_t all[] = {5, 7, 9, 11, 13};
+  const std::vector<uint64_t> whole = ple_row_ids(hp, PleContext{}, all);
+  const std::span<const int32_t> first(all, 2), second(all + 2, 3);
+  std::vector<uint64_t> split = ple_row_ids(hp, PleContext{}, first);
+  const std::vector<uint64_t> rest = ple_row_ids(hp, ple_advance(hp, PleContext{}, first), second);
+  split.insert(split.end(), rest.begin(), rest.end());
+  EXPECT_EQ(whole, split);
+  // Bigram heads of token 9 depend on (9, 7) only; trigram heads also on 5.
+  const int32_t other_start[] = {6, 7, 9};
+  const std::vector<uint64_t> c = ple_row_ids(hp, PleContext{}, other_start);
+  for (int h = 0; h < 8; ++h) EXPECT_EQ(c[2 * 16 + h], whole[2 * 16 + h]);
+  for (int h = 8; h < 16; ++h) EXPECT_NE(c[2 * 16 + h], whole[2 * 16 + h]);
+}
+
+}  // namespace
+}  // namespace strata
