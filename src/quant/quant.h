@@ -12,7 +12,14 @@
 // - Two implementations live side by side: `quant::ref` (scalar, the specification) and the
 //   AVX2 path (quant/*_avx2.cpp). The public functions dispatch to AVX2 when the CPU has it.
 //   Tests compare the two on random inputs and compare ref against hand-computed blocks.
-// - Thread safety: all functions are pure; call them from any thread.
+// - Thread safety: all functions are pure; call them from any thread. None allocates.
+// - Alignment: weight rows at least 2-byte aligned (GGUF data always is), activation buffers
+//   4-byte aligned. Activations must come from quantize_activation (its quants stay in
+//   [-127, 127], which the AVX2 sign tricks rely on).
+// - Errors: a type without kernels or a length that is not a multiple of the block size throws
+//   strata::Error (except through the raw DotKernel pointer, which checks nothing).
+// - STRATA_QUANT_SCALAR=1 in the environment (read once) makes the dispatched functions use the
+//   scalar kernels, for A/B measurements.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +43,13 @@ void quantize_activation(GgmlType weight_type, const float* src, void* dst, int6
 // Σ_i w[i]·x[i] over n elements; `activation` is in activation_type(weight_type).
 float dot(GgmlType weight_type, const void* weight_row, const void* activation, int64_t n);
 
-// True when the running CPU takes the AVX2 paths.
+// The dispatched dot kernel of `weight_type`, for hot loops that call it once per row: same
+// result as dot(), minus the per-call type and length checks (n must be a block multiple).
+using DotKernel = float (*)(const void* weight_row, const void* activation, int64_t n);
+DotKernel dot_kernel(GgmlType weight_type);
+
+// True when the CPU has AVX2, FMA and F16C; the dispatched functions then use the AVX2 kernels
+// (unless STRATA_QUANT_SCALAR=1).
 bool cpu_has_avx2();
 
 namespace ref {

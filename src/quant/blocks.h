@@ -1,0 +1,90 @@
+// Byte layouts of the ggml blocks strata has kernels for (internal to quant/ and its tests).
+//
+// Each struct mirrors ggml-common.h field for field, so a pointer into a GGUF tensor row can be
+// read as an array of blocks; sizes are checked against the traits table's numbers below.
+// f16 fields are stored as raw uint16_t bits (convert with strata::f16_to_f32).
+// Rows must be at least 2-byte aligned (GGUF data is 32-byte aligned and every block size is
+// even); Q8_K activation rows must be 4-byte aligned.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace strata::quant {
+
+inline constexpr int kBlock32 = 32;   // Q8_0, Q4_0
+inline constexpr int kBlockK = 256;   // K-quants, IQ2_XS, Q8_K
+
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[32];
+};
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[16];  // low nibbles: elements 0-15, high nibbles: 16-31
+};
+struct BlockQ2_K {
+  uint8_t scales[16];  // low nibble scale, high nibble min, one per 16 weights
+  uint8_t qs[64];
+  uint16_t d;
+  uint16_t dmin;
+};
+struct BlockQ4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];  // eight 6-bit (scale, min) pairs, packed (see unpack_q4_K_scales)
+  uint8_t qs[128];
+};
+struct BlockQ6_K {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d;
+};
+struct BlockIQ2_XS {
+  uint16_t d;
+  uint16_t qs[32];  // 9-bit grid index | 7-bit sign index << 9, one per 8 weights
+  uint8_t scales[8];
+};
+// Activation side of the K-quant / IQ dot products; never stored in files.
+struct BlockQ8_K {
+  float d;
+  int8_t qs[256];
+  int16_t bsums[16];  // sum of each group of 16 quants
+};
+
+static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockIQ2_XS) == 74);
+static_assert(sizeof(BlockQ8_K) == 292);
+
+// The largest activation quant is ±127 (never -128), so the AVX2 sign tricks cannot overflow.
+inline constexpr int kActivationQuantMax = 127;
+
+// Unpacks Q4_K's twelve scale bytes into eight 6-bit scales and eight 6-bit mins.
+// Pair p < 4: scale = b[p] & 63, min = b[p+4] & 63.
+// Pair p >= 4: scale = (b[p+4] & 15) | (b[p-4] >> 6) << 4, min = (b[p+4] >> 4) | (b[p] >> 6) << 4.
+inline void unpack_q4_K_scales(const uint8_t packed[12], uint8_t scales[8], uint8_t mins[8]) {
+  for (int p = 0; p < 4; ++p) {
+    scales[p] = packed[p] & 63;
+    mins[p] = packed[p + 4] & 63;
+  }
+  for (int p = 4; p < 8; ++p) {
+    scales[p] = uint8_t((packed[p + 4] & 15) | ((packed[p - 4] >> 6) << 4));
+    mins[p] = uint8_t((packed[p + 4] >> 4) | ((packed[p] >> 6) << 4));
+  }
+}
+
+// Inverse of unpack_q4_K_scales; every input must be < 64.
+inline void pack_q4_K_scales(const uint8_t scales[8], const uint8_t mins[8], uint8_t packed[12]) {
+  for (int p = 0; p < 4; ++p) {
+    packed[p] = uint8_t(scales[p] | ((scales[p + 4] >> 4) << 6));
+    packed[p + 4] = uint8_t(mins[p] | ((mins[p + 4] >> 4) << 6));
+    packed[p + 8] = uint8_t((scales[p + 4] & 15) | ((mins[p + 4] & 15) << 4));
+  }
+}
+
+}  // namespace strata::quant

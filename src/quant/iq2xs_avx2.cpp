@@ -1,0 +1,106 @@
+// AVX2 kernels for IQ2_XS weights (Q8_K activations).
+//
+// Per sub-block of 32 weights: the four grid points (unsigned bytes 8/25/43) are loaded from the
+// table; the sign bytes are rebuilt in registers (7 stored bits plus their parity) and applied
+// to the activations with sign_epi8, so maddubs(grid, ±a) gives exact i16 pair sums
+// (≤ 2·43·127). The sub-block scale enters as the integer 2s+1 (db = d·(2s+1)/8).
+#include "quant/avx2_common.h"
+#include "quant/blocks.h"
+#include "quant/iq2xs_tables.h"
+#include "quant/kernels.h"
+
+namespace strata::quant::avx2 {
+namespace {
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+inline __m256i grid_points(const uint16_t* words) {
+  return _mm256_set_epi64x(
+      static_cast<int64_t>(kIq2xsGrid[words[3] & 511]), static_cast<int64_t>(kIq2xsGrid[words[2] & 511]),
+      static_cast<int64_t>(kIq2xsGrid[words[1] & 511]), static_cast<int64_t>(kIq2xsGrid[words[0] & 511]));
+}
+
+}  // namespace
+
+void dequantize_iq2_xs(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockIQ2_XS*>(src);
+  const __m256i bit_of_lane = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256i sign_bit = _mm256_set1_epi32(int(0x80000000u));
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockIQ2_XS& block = blocks[b];
+    const float d = f16_scalar_to_f32(block.d);
+    float* y = dst + b * kBlockK;
+    for (int sub = 0; sub < 8; ++sub) {
+      for (int group = 0; group < 4; ++group) {
+        const int nibble = group < 2 ? (block.scales[sub] & 15) : (block.scales[sub] >> 4);
+        const float db = d * (0.5f + nibble) * 0.25f;
+        const uint16_t word = block.qs[4 * sub + group];
+        const __m256 magnitudes = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+            _mm_cvtsi64_si128(static_cast<int64_t>(kIq2xsGrid[word & 511]))));
+        const __m256i sign_set = _mm256_cmpeq_epi32(
+            _mm256_and_si256(_mm256_set1_epi32(kIq2xsSigns[word >> 9]), bit_of_lane), bit_of_lane);
+        const __m256 scaled = _mm256_mul_ps(_mm256_set1_ps(db), magnitudes);
+        _mm256_storeu_ps(y + 32 * sub + 8 * group,
+                         _mm256_xor_ps(scaled, _mm256_castsi256_ps(_mm256_and_si256(sign_set, sign_bit))));
+      }
+    }
+  }
+}
+
+float dot_iq2_xs(const void* w, const void* a, int64_t n) {
+  const auto* blocks = static_cast<const BlockIQ2_XS*>(w);
+  const auto* acts = static_cast<const BlockQ8_K*>(a);
+  // parity(i) << 7 for i < 16: completes a 7-bit sign index to its 8-bit sign byte.
+  const __m256i parity_high_bit = _mm256_broadcastsi128_si256(
+      _mm_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0));
+  const __m256i bit_of_byte = _mm256_set1_epi64x(0x8040201008040201);
+  const __m256i one_bytes = _mm256_set1_epi8(1);
+  // A 128-bit lane of sign words holds two sub-blocks (u16 lanes 0-3, 4-7; the sign byte is the
+  // low byte). For sub-block k of the lane: output bytes 8g..8g+7 repeat the sign byte of group g.
+  const __m256i sign_spread[2] = {
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2,  //
+                       4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
+      _mm256_setr_epi8(8, 8, 8, 8, 8, 8, 8, 8, 10, 10, 10, 10, 10, 10, 10, 10,  //
+                       12, 12, 12, 12, 12, 12, 12, 12, 14, 14, 14, 14, 14, 14, 14, 14)};
+  // Scale bytes are interleaved (lo0, hi0, lo1, hi1, ...); sub-block s takes byte 2s in the low
+  // lane and 2s+1 in the high lane as i16 (0x80 zeroes the upper byte).
+  const __m256i scale_pick_base = _mm256_set_m128i(_mm_set1_epi16(short(0x8001)), _mm_set1_epi16(short(0x8000)));
+  const __m128i nibble = _mm_set1_epi8(15);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockIQ2_XS& block = blocks[b];
+    const BlockQ8_K& act = acts[b];
+    const __m128i raw_scales = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block.scales));
+    const __m128i interleaved = _mm_unpacklo_epi8(_mm_and_si128(raw_scales, nibble),
+                                                  _mm_and_si128(_mm_srli_epi16(raw_scales, 4), nibble));
+    const __m256i odd_scales = _mm256_broadcastsi128_si256(
+        _mm_add_epi8(_mm_add_epi8(interleaved, interleaved), _mm_set1_epi8(1)));
+    __m256i sums = _mm256_setzero_si256();
+    for (int quad = 0; quad < 2; ++quad) {
+      const __m256i words = load32(block.qs + 16 * quad);
+      const __m256i low_bits = _mm256_srli_epi16(words, 9);
+      const __m256i folded = _mm256_xor_si256(low_bits, _mm256_srli_epi16(low_bits, 4));
+      const __m256i sign_bytes = _mm256_or_si256(low_bits, _mm256_shuffle_epi8(parity_high_bit, folded));
+      for (int lane = 0; lane < 2; ++lane) {
+        const __m256i lane_signs = _mm256_broadcastsi128_si256(
+            lane == 0 ? _mm256_castsi256_si128(sign_bytes) : _mm256_extracti128_si256(sign_bytes, 1));
+        for (int k = 0; k < 2; ++k) {
+          const int sub = 4 * quad + 2 * lane + k;
+          const __m256i spread = _mm256_shuffle_epi8(lane_signs, sign_spread[k]);
+          const __m256i negative = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit_of_byte), bit_of_byte);
+          const __m256i signed_acts =
+              _mm256_sign_epi8(load32(act.qs + 32 * sub), _mm256_or_si256(negative, one_bytes));
+          const __m256i products = _mm256_maddubs_epi16(grid_points(block.qs + 4 * sub), signed_acts);
+          const __m256i scale = _mm256_shuffle_epi8(
+              odd_scales, _mm256_add_epi8(scale_pick_base, _mm256_set1_epi8(char(2 * sub))));
+          sums = _mm256_add_epi32(sums, _mm256_madd_epi16(products, scale));
+        }
+      }
+    }
+    const float d = f16_scalar_to_f32(block.d) * act.d * 0.125f;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
+  }
+  return horizontal_sum(acc);
+}
+
+}  // namespace strata::quant::avx2

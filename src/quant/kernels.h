@@ -1,0 +1,86 @@
+// Per-type kernels behind quant.h (internal to quant/ and its tests).
+//
+// `scalar::` is the specification: plain loops written from the block definitions. `avx2::` are
+// the fast versions (compiled with AVX2/FMA/F16C in *_avx2.cpp); call them only when
+// cpu_has_avx2() is true. Contracts per kind:
+// - dequantize_*: bitwise identical between scalar and avx2.
+// - quantize_activation_* (Q8_0, Q8_K): bitwise identical between scalar and avx2.
+// - dot_*: scalar accumulates in double (so it is the exact dot of the dequantized operands up
+//   to one final rounding); avx2 accumulates in f32 lanes in an order fixed by n alone.
+// No function allocates; all are pure.
+#pragma once
+
+#include <cstdint>
+
+namespace strata::quant {
+
+using DequantizeFn = void (*)(const void* src, float* dst, int64_t n);
+using QuantizeFn = void (*)(const float* src, void* dst, int64_t n);
+using DotFn = float (*)(const void* weight_row, const void* activation, int64_t n);
+
+namespace scalar {
+void dequantize_f32(const void* src, float* dst, int64_t n);
+void dequantize_f16(const void* src, float* dst, int64_t n);
+void dequantize_bf16(const void* src, float* dst, int64_t n);
+void dequantize_q8_0(const void* src, float* dst, int64_t n);
+void dequantize_q4_0(const void* src, float* dst, int64_t n);
+void dequantize_q2_K(const void* src, float* dst, int64_t n);
+void dequantize_q4_K(const void* src, float* dst, int64_t n);
+void dequantize_q6_K(const void* src, float* dst, int64_t n);
+void dequantize_iq2_xs(const void* src, float* dst, int64_t n);
+
+void quantize_f32(const float* src, void* dst, int64_t n);
+void quantize_f16(const float* src, void* dst, int64_t n);
+void quantize_bf16(const float* src, void* dst, int64_t n);
+void quantize_q8_0(const float* src, void* dst, int64_t n);  // also the Q8_0 activation format
+void quantize_q4_0(const float* src, void* dst, int64_t n);
+void quantize_q2_K(const float* src, void* dst, int64_t n);
+void quantize_q4_K(const float* src, void* dst, int64_t n);
+void quantize_q6_K(const float* src, void* dst, int64_t n);
+void quantize_iq2_xs(const float* src, void* dst, int64_t n);  // throws: needs an imatrix
+void quantize_q8_K(const float* src, void* dst, int64_t n);   // activation only
+
+float dot_f32(const void* w, const void* a, int64_t n);   // a: f32
+float dot_f16(const void* w, const void* a, int64_t n);   // a: f32
+float dot_bf16(const void* w, const void* a, int64_t n);  // a: f32
+float dot_q8_0(const void* w, const void* a, int64_t n);  // a: Q8_0
+float dot_q4_0(const void* w, const void* a, int64_t n);  // a: Q8_0
+float dot_q2_K(const void* w, const void* a, int64_t n);  // a: Q8_K
+float dot_q4_K(const void* w, const void* a, int64_t n);  // a: Q8_K
+float dot_q6_K(const void* w, const void* a, int64_t n);  // a: Q8_K
+float dot_iq2_xs(const void* w, const void* a, int64_t n);  // a: Q8_K
+}  // namespace scalar
+
+namespace avx2 {
+void dequantize_f16(const void* src, float* dst, int64_t n);
+void dequantize_bf16(const void* src, float* dst, int64_t n);
+void dequantize_q8_0(const void* src, float* dst, int64_t n);
+void dequantize_q4_0(const void* src, float* dst, int64_t n);
+void dequantize_q2_K(const void* src, float* dst, int64_t n);
+void dequantize_q4_K(const void* src, float* dst, int64_t n);
+void dequantize_q6_K(const void* src, float* dst, int64_t n);
+void dequantize_iq2_xs(const void* src, float* dst, int64_t n);
+
+void quantize_q8_0(const float* src, void* dst, int64_t n);
+void quantize_q8_K(const float* src, void* dst, int64_t n);
+
+float dot_f32(const void* w, const void* a, int64_t n);
+float dot_f16(const void* w, const void* a, int64_t n);
+float dot_bf16(const void* w, const void* a, int64_t n);
+float dot_q8_0(const void* w, const void* a, int64_t n);
+float dot_q4_0(const void* w, const void* a, int64_t n);
+float dot_q2_K(const void* w, const void* a, int64_t n);
+float dot_q4_K(const void* w, const void* a, int64_t n);
+float dot_q6_K(const void* w, const void* a, int64_t n);
+float dot_iq2_xs(const void* w, const void* a, int64_t n);
+}  // namespace avx2
+
+// Shared by scalar and avx2 activation quantizers so both round identically: clamps v*inverse
+// into [-127, 127] (NaN goes to -127) and rounds to nearest even.
+inline int quantize_activation_value(float v) {
+  v = v > -127.0f ? v : -127.0f;
+  v = v < 127.0f ? v : 127.0f;
+  return static_cast<int>(__builtin_nearbyintf(v));
+}
+
+}  // namespace strata::quant

@@ -1,0 +1,254 @@
+// AVX2 kernels for the K-quants Q2_K, Q4_K, Q6_K with Q8_K activations.
+//
+// Dot products: weights are unsigned (Q2_K 0..3, Q4_K 0..15, Q6_K 0..63), activations signed
+// in [-127, 127], so maddubs(w, a) forms exact i16 pair sums (≤ 2·63·127); madd with the i16
+// sub-block scales widens to i32. Mins (Q2_K, Q4_K) and Q6_K's −32 offset go through the
+// activation's bsums. Per block, the integer sums are exact; the f32 part is one FMA per lane
+// into an 8-lane accumulator (two for Q2_K/Q4_K: scales and mins), summed in a fixed order.
+//
+// Dequantization evaluates exactly the scalar expressions (scale·q − min, in that order), so it
+// is bitwise identical to quant::scalar.
+#include <cstring>
+
+#include "quant/avx2_common.h"
+#include "quant/blocks.h"
+#include "quant/kernels.h"
+
+namespace strata::quant::avx2 {
+namespace {
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// y[0..16) = scale·q − offset for 16 unsigned bytes q.
+inline void store_affine_u8x16(__m128i q, float scale, float offset, float* y) {
+  const __m256 s = _mm256_set1_ps(scale);
+  const __m256 m = _mm256_set1_ps(offset);
+  const __m256 low = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
+  const __m256 high = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(q, q)));
+  _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(s, low), m));
+  _mm256_storeu_ps(y + 8, _mm256_sub_ps(_mm256_mul_ps(s, high), m));
+}
+
+// y[0..16) = scale·q for 16 signed bytes q.
+inline void store_scaled_i8x16(__m128i q, float scale, float* y) {
+  const __m256 s = _mm256_set1_ps(scale);
+  _mm256_storeu_ps(y, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+  _mm256_storeu_ps(
+      y + 8, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(q, q)))));
+}
+
+// Shuffle mask that broadcasts i16 element `index` of each 128-bit lane to the whole lane.
+inline __m256i broadcast_i16_mask(int low_lane_index, int high_lane_index) {
+  const auto pair = [](int index) { return short((2 * index + 1) << 8 | (2 * index)); };
+  return _mm256_set_m128i(_mm_set1_epi16(pair(high_lane_index)),
+                          _mm_set1_epi16(pair(low_lane_index)));
+}
+
+// Q4_K's eight 6-bit scales and mins (see unpack_q4_K_scales), as two u64 of 8 bytes.
+inline void unpack_q4_K_scales_u64(const uint8_t packed[12], uint64_t* scales, uint64_t* mins) {
+  uint32_t s0, s1, s2;
+  std::memcpy(&s0, packed, 4);
+  std::memcpy(&s1, packed + 4, 4);
+  std::memcpy(&s2, packed + 8, 4);
+  const uint32_t scales_low = s0 & 0x3f3f3f3fu;
+  const uint32_t mins_low = s1 & 0x3f3f3f3fu;
+  const uint32_t scales_high = (s2 & 0x0f0f0f0fu) | ((s0 >> 2) & 0x30303030u);
+  const uint32_t mins_high = ((s2 >> 4) & 0x0f0f0f0fu) | ((s1 >> 2) & 0x30303030u);
+  *scales = uint64_t(scales_low) | uint64_t(scales_high) << 32;
+  *mins = uint64_t(mins_low) | uint64_t(mins_high) << 32;
+}
+
+// The four 6-bit quant vectors of one Q6_K half: vector j holds elements 128h + 32j + (0..31).
+inline void unpack_q6_K_half(const BlockQ6_K& block, int half, __m256i q[4]) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0f);
+  const __m256i high_mask = _mm256_set1_epi8(0x30);
+  const __m256i ql0 = load32(block.ql + 64 * half);
+  const __m256i ql1 = load32(block.ql + 64 * half + 32);
+  const __m256i qh = load32(block.qh + 32 * half);
+  q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low_mask),
+                         _mm256_and_si256(_mm256_slli_epi16(qh, 4), high_mask));
+  q[1] = _mm256_or_si256(_mm256_and_si256(ql1, low_mask),
+                         _mm256_and_si256(_mm256_slli_epi16(qh, 2), high_mask));
+  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low_mask),
+                         _mm256_and_si256(qh, high_mask));
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low_mask),
+                         _mm256_and_si256(_mm256_srli_epi16(qh, 2), high_mask));
+}
+
+}  // namespace
+
+void dequantize_q2_K(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ2_K*>(src);
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ2_K& block = blocks[b];
+    const float d = f16_scalar_to_f32(block.d);
+    const float dmin = f16_scalar_to_f32(block.dmin);
+    float* y = dst + b * kBlockK;
+    for (int half = 0; half < 2; ++half) {
+      const __m256i bytes = load32(block.qs + 32 * half);
+      for (int step = 0; step < 4; ++step) {
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bytes, 2 * step), _mm256_set1_epi8(3));
+        for (int part = 0; part < 2; ++part) {
+          const int sub = 8 * half + 2 * step + part;
+          const uint8_t scale = block.scales[sub];
+          const __m128i q16 = part == 0 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
+          store_affine_u8x16(q16, d * (scale & 15), dmin * (scale >> 4), y + 16 * sub);
+        }
+      }
+    }
+  }
+}
+
+void dequantize_q4_K(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ4_K*>(src);
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ4_K& block = blocks[b];
+    const float d = f16_scalar_to_f32(block.d);
+    const float dmin = f16_scalar_to_f32(block.dmin);
+    uint8_t scales[8];
+    uint8_t mins[8];
+    unpack_q4_K_scales(block.scales, scales, mins);
+    float* y = dst + b * kBlockK;
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      const __m128i raw0 = load16(block.qs + 32 * chunk);
+      const __m128i raw1 = load16(block.qs + 32 * chunk + 16);
+      const __m128i mask = _mm_set1_epi8(15);
+      const float d_low = d * scales[2 * chunk];
+      const float m_low = dmin * mins[2 * chunk];
+      const float d_high = d * scales[2 * chunk + 1];
+      const float m_high = dmin * mins[2 * chunk + 1];
+      store_affine_u8x16(_mm_and_si128(raw0, mask), d_low, m_low, y + 64 * chunk);
+      store_affine_u8x16(_mm_and_si128(raw1, mask), d_low, m_low, y + 64 * chunk + 16);
+      store_affine_u8x16(_mm_and_si128(_mm_srli_epi16(raw0, 4), mask), d_high, m_high,
+                         y + 64 * chunk + 32);
+      store_affine_u8x16(_mm_and_si128(_mm_srli_epi16(raw1, 4), mask), d_high, m_high,
+                         y + 64 * chunk + 48);
+    }
+  }
+}
+
+void dequantize_q6_K(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ6_K*>(src);
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ6_K& block = blocks[b];
+    const float d = f16_scalar_to_f32(block.d);
+    float* y = dst + b * kBlockK;
+    for (int half = 0; half < 2; ++half) {
+      __m256i q[4];
+      unpack_q6_K_half(block, half, q);
+      for (int quarter = 0; quarter < 4; ++quarter) {
+        const __m256i centred = _mm256_sub_epi8(q[quarter], _mm256_set1_epi8(32));
+        const int sub = 8 * half + 2 * quarter;
+        store_scaled_i8x16(_mm256_castsi256_si128(centred), d * block.scales[sub], y + 16 * sub);
+        store_scaled_i8x16(_mm256_extracti128_si256(centred, 1), d * block.scales[sub + 1],
+                           y + 16 * sub + 16);
+      }
+    }
+  }
+}
+
+float dot_q2_K(const void* w, const void* a, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ2_K*>(w);
+  const auto* acts = static_cast<const BlockQ8_K*>(a);
+  const __m256i two_bits = _mm256_set1_epi8(3);
+  const __m128i nibble = _mm_set1_epi8(15);
+  __m256 acc = _mm256_setzero_ps();
+  __m256 acc_mins = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ2_K& block = blocks[b];
+    const BlockQ8_K& act = acts[b];
+    const __m128i scale_bytes = load16(block.scales);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scale_bytes, 4), nibble));
+    const __m256i scales = _mm256_cvtepu8_epi16(_mm_and_si128(scale_bytes, nibble));
+    const __m256i min_sums = _mm256_madd_epi16(load32(act.bsums), mins);
+    __m256i sums = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      // Both lanes hold scales[8h .. 8h+7]; sub-block 8h + 2·step + lane.
+      const __m256i half_scales = _mm256_permute2x128_si256(scales, scales, half ? 0x11 : 0x00);
+      const __m256i bytes = load32(block.qs + 32 * half);
+      for (int step = 0; step < 4; ++step) {
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bytes, 2 * step), two_bits);
+        const __m256i products = _mm256_maddubs_epi16(q, load32(act.qs + 128 * half + 32 * step));
+        const __m256i scale = _mm256_shuffle_epi8(half_scales, broadcast_i16_mask(2 * step, 2 * step + 1));
+        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(products, scale));
+      }
+    }
+    const float d = f16_scalar_to_f32(block.d) * act.d;
+    const float dmin = f16_scalar_to_f32(block.dmin) * act.d;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
+    acc_mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(min_sums), acc_mins);
+  }
+  return horizontal_sum(acc) - horizontal_sum(acc_mins);
+}
+
+float dot_q4_K(const void* w, const void* a, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ4_K*>(w);
+  const auto* acts = static_cast<const BlockQ8_K*>(a);
+  const __m256i nibble = _mm256_set1_epi8(15);
+  __m256 acc = _mm256_setzero_ps();
+  __m256 acc_mins = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ4_K& block = blocks[b];
+    const BlockQ8_K& act = acts[b];
+    uint64_t scales_u64, mins_u64;
+    unpack_q4_K_scales_u64(block.scales, &scales_u64, &mins_u64);
+    // Mins: Σ_j m_j·(bsums[2j] + bsums[2j+1]) via madd with each min repeated twice.
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(mins_u64)));
+    const __m256i mins_twice =
+        _mm256_set_m128i(_mm_unpackhi_epi16(mins, mins), _mm_unpacklo_epi16(mins, mins));
+    const __m256i min_sums = _mm256_madd_epi16(load32(act.bsums), mins_twice);
+    const __m256i scales =
+        _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales_u64))));
+    __m256i sums = _mm256_setzero_si256();
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      const __m256i bytes = load32(block.qs + 32 * chunk);
+      const __m256i low = _mm256_and_si256(bytes, nibble);
+      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+      const __m256i p_low = _mm256_maddubs_epi16(low, load32(act.qs + 64 * chunk));
+      const __m256i p_high = _mm256_maddubs_epi16(high, load32(act.qs + 64 * chunk + 32));
+      const __m256i s_low = _mm256_shuffle_epi8(scales, broadcast_i16_mask(2 * chunk, 2 * chunk));
+      const __m256i s_high =
+          _mm256_shuffle_epi8(scales, broadcast_i16_mask(2 * chunk + 1, 2 * chunk + 1));
+      sums = _mm256_add_epi32(sums, _mm256_add_epi32(_mm256_madd_epi16(p_low, s_low),
+                                                     _mm256_madd_epi16(p_high, s_high)));
+    }
+    const float d = f16_scalar_to_f32(block.d) * act.d;
+    const float dmin = f16_scalar_to_f32(block.dmin) * act.d;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
+    acc_mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(min_sums), acc_mins);
+  }
+  return horizontal_sum(acc) - horizontal_sum(acc_mins);
+}
+
+float dot_q6_K(const void* w, const void* a, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ6_K*>(w);
+  const auto* acts = static_cast<const BlockQ8_K*>(a);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ6_K& block = blocks[b];
+    const BlockQ8_K& act = acts[b];
+    const __m256i scales = _mm256_cvtepi8_epi16(load16(block.scales));
+    // Σ sc·(q − 32)·a = Σ sc·q·a − 32·Σ sc·bsum.
+    const __m256i offsets = _mm256_madd_epi16(load32(act.bsums), scales);
+    __m256i sums = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      const __m256i half_scales = _mm256_permute2x128_si256(scales, scales, half ? 0x11 : 0x00);
+      __m256i q[4];
+      unpack_q6_K_half(block, half, q);
+      for (int quarter = 0; quarter < 4; ++quarter) {
+        const __m256i products =
+            _mm256_maddubs_epi16(q[quarter], load32(act.qs + 128 * half + 32 * quarter));
+        const __m256i scale =
+            _mm256_shuffle_epi8(half_scales, broadcast_i16_mask(2 * quarter, 2 * quarter + 1));
+        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(products, scale));
+      }
+    }
+    sums = _mm256_sub_epi32(sums, _mm256_slli_epi32(offsets, 5));
+    const float d = f16_scalar_to_f32(block.d) * act.d;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
+  }
+  return horizontal_sum(acc);
+}
+
+}  // namespace strata::quant::avx2

@@ -1,0 +1,122 @@
+// AVX2 kernels for Q8_0 and Q4_0 weights (Q8_0 activations) and the activation quantizers.
+// Integer products use the sign trick: maddubs(|w|, sign(a, w)) = Σ w·a in i16 pairs without
+// overflow because |w| ≤ 128 and |a| ≤ 127 (2·128·127 < 32768).
+#include "quant/avx2_common.h"
+#include "quant/blocks.h"
+#include "quant/kernels.h"
+#include "util/fp16.h"
+
+namespace strata::quant::avx2 {
+namespace {
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// 32 signed Q4_0 values (nibble − 8) in element order.
+inline __m256i unpack_q4_0(const BlockQ4_0& block) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.qs));
+  const __m256i nibbles =
+      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
+  return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+}
+
+// Σ w·a of 32 int8 pairs as 8 int32 lanes (lane k holds elements 4k..4k+3).
+inline __m256i dot_i8x32(__m256i w, __m256i a) {
+  const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+  return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
+}
+
+// Stores 32 signed bytes times d as floats.
+inline void store_scaled_i8x32(__m256i q, float d, float* y) {
+  const __m256 scale = _mm256_set1_ps(d);
+  const __m128i low = _mm256_castsi256_si128(q);
+  const __m128i high = _mm256_extracti128_si256(q, 1);
+  const __m128i parts[4] = {low, _mm_unpackhi_epi64(low, low), high,
+                            _mm_unpackhi_epi64(high, high)};
+  for (int p = 0; p < 4; ++p) {
+    const __m256 values = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p]));
+    _mm256_storeu_ps(y + 8 * p, _mm256_mul_ps(scale, values));
+  }
+}
+
+// Block-pair loop shared by the Q8_0 and Q4_0 dots: two accumulators, block b into b % 2.
+template <typename Block, typename Unpack>
+float dot_blocks32(const Block* weights, const BlockQ8_0* acts, int64_t n_blocks, Unpack unpack) {
+  auto block_product = [&](int64_t b, __m256 acc) {
+    const float d = f16_scalar_to_f32(weights[b].d) * f16_scalar_to_f32(acts[b].d);
+    const __m256i sums = dot_i8x32(unpack(weights[b]), load32(acts[b].qs));
+    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
+  };
+  __m256 acc_even = _mm256_setzero_ps();
+  __m256 acc_odd = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= n_blocks; b += 2) {
+    acc_even = block_product(b, acc_even);
+    acc_odd = block_product(b + 1, acc_odd);
+  }
+  if (b < n_blocks) acc_even = block_product(b, acc_even);
+  return horizontal_sum(_mm256_add_ps(acc_even, acc_odd));
+}
+
+}  // namespace
+
+void dequantize_q8_0(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ8_0*>(src);
+  for (int64_t b = 0; b < n / kBlock32; ++b) {
+    store_scaled_i8x32(load32(blocks[b].qs), f16_scalar_to_f32(blocks[b].d), dst + 32 * b);
+  }
+}
+
+void dequantize_q4_0(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ4_0*>(src);
+  for (int64_t b = 0; b < n / kBlock32; ++b) {
+    store_scaled_i8x32(unpack_q4_0(blocks[b]), f16_scalar_to_f32(blocks[b].d), dst + 32 * b);
+  }
+}
+
+void quantize_q8_0(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ8_0*>(dst);
+  for (int64_t b = 0; b < n / kBlock32; ++b) {
+    const float* x = src + 32 * b;
+    const float d = max_abs(x, 32) / 127.0f;
+    const __m256 inverse = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    blocks[b].d = f32_to_f16(d);
+    const __m256i q = pack_i32x32_to_i8(
+        quantize_activation_8(x, inverse), quantize_activation_8(x + 8, inverse),
+        quantize_activation_8(x + 16, inverse), quantize_activation_8(x + 24, inverse));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(blocks[b].qs), q);
+  }
+}
+
+void quantize_q8_K(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ8_K*>(dst);
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const float* x = src + kBlockK * b;
+    const float d = max_abs(x, kBlockK) / 127.0f;
+    const __m256 inverse = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    blocks[b].d = d;
+    for (int chunk = 0; chunk < 8; ++chunk) {
+      const float* xc = x + 32 * chunk;
+      const __m256i q0 = quantize_activation_8(xc, inverse);
+      const __m256i q1 = quantize_activation_8(xc + 8, inverse);
+      const __m256i q2 = quantize_activation_8(xc + 16, inverse);
+      const __m256i q3 = quantize_activation_8(xc + 24, inverse);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(blocks[b].qs + 32 * chunk),
+                          pack_i32x32_to_i8(q0, q1, q2, q3));
+      blocks[b].bsums[2 * chunk] = static_cast<int16_t>(horizontal_sum_i32(_mm256_add_epi32(q0, q1)));
+      blocks[b].bsums[2 * chunk + 1] =
+          static_cast<int16_t>(horizontal_sum_i32(_mm256_add_epi32(q2, q3)));
+    }
+  }
+}
+
+float dot_q8_0(const void* w, const void* a, int64_t n) {
+  return dot_blocks32(static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(a),
+                      n / kBlock32, [](const BlockQ8_0& block) { return load32(block.qs); });
+}
+
+float dot_q4_0(const void* w, const void* a, int64_t n) {
+  return dot_blocks32(static_cast<const BlockQ4_0*>(w), static_cast<const BlockQ8_0*>(a),
+                      n / kBlock32, unpack_q4_0);
+}
+
+}  // namespace strata::quant::avx2

@@ -1,0 +1,198 @@
+// Public quant API: type checks, the scalar reference dispatch (quant::ref) and the fast
+// dispatch, which picks AVX2 kernels once per process when the CPU has AVX2, FMA and F16C.
+// Setting STRATA_QUANT_SCALAR=1 in the environment forces the scalar kernels (read once).
+#include "quant/quant.h"
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+
+#include "quant/kernels.h"
+#include "util/error.h"
+
+namespace strata::quant {
+namespace {
+
+struct TypeKernels {
+  DequantizeFn dequantize = nullptr;
+  QuantizeFn quantize = nullptr;
+  QuantizeFn quantize_activation = nullptr;
+  DotFn dot = nullptr;
+};
+
+constexpr size_t kMaxTypeId = 40;
+using KernelArray = std::array<TypeKernels, kMaxTypeId>;
+
+void copy_activation_f32(const float* src, void* dst, int64_t n) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+
+KernelArray scalar_kernels() {
+  KernelArray k{};
+  auto set = [&](GgmlType type, TypeKernels kernels) { k[size_t(type)] = kernels; };
+  set(GgmlType::F32, {scalar::dequantize_f32, scalar::quantize_f32, copy_activation_f32,
+                      scalar::dot_f32});
+  set(GgmlType::F16, {scalar::dequantize_f16, scalar::quantize_f16, copy_activation_f32,
+                      scalar::dot_f16});
+  set(GgmlType::BF16, {scalar::dequantize_bf16, scalar::quantize_bf16, copy_activation_f32,
+                       scalar::dot_bf16});
+  set(GgmlType::Q8_0, {scalar::dequantize_q8_0, scalar::quantize_q8_0, scalar::quantize_q8_0,
+                       scalar::dot_q8_0});
+  set(GgmlType::Q4_0, {scalar::dequantize_q4_0, scalar::quantize_q4_0, scalar::quantize_q8_0,
+                       scalar::dot_q4_0});
+  set(GgmlType::Q2_K, {scalar::dequantize_q2_K, scalar::quantize_q2_K, scalar::quantize_q8_K,
+                       scalar::dot_q2_K});
+  set(GgmlType::Q4_K, {scalar::dequantize_q4_K, scalar::quantize_q4_K, scalar::quantize_q8_K,
+                       scalar::dot_q4_K});
+  set(GgmlType::Q6_K, {scalar::dequantize_q6_K, scalar::quantize_q6_K, scalar::quantize_q8_K,
+                       scalar::dot_q6_K});
+  set(GgmlType::IQ2_XS, {scalar::dequantize_iq2_xs, scalar::quantize_iq2_xs,
+                         scalar::quantize_q8_K, scalar::dot_iq2_xs});
+  return k;
+}
+
+KernelArray fast_kernels() {
+  KernelArray k = scalar_kernels();
+  const char* force_scalar = std::getenv("STRATA_QUANT_SCALAR");
+  if (!cpu_has_avx2() || (force_scalar != nullptr && std::strcmp(force_scalar, "1") == 0)) {
+    return k;
+  }
+  auto set = [&](GgmlType type, DequantizeFn dequantize, QuantizeFn activation, DotFn dot) {
+    TypeKernels& entry = k[size_t(type)];
+    entry.dequantize = dequantize;
+    entry.dot = dot;
+    if (activation != nullptr) entry.quantize_activation = activation;
+  };
+  set(GgmlType::F32, scalar::dequantize_f32, nullptr, avx2::dot_f32);
+  set(GgmlType::F16, avx2::dequantize_f16, nullptr, avx2::dot_f16);
+  set(GgmlType::BF16, avx2::dequantize_bf16, nullptr, avx2::dot_bf16);
+  set(GgmlType::Q8_0, avx2::dequantize_q8_0, avx2::quantize_q8_0, avx2::dot_q8_0);
+  set(GgmlType::Q4_0, avx2::dequantize_q4_0, avx2::quantize_q8_0, avx2::dot_q4_0);
+  set(GgmlType::Q2_K, avx2::dequantize_q2_K, avx2::quantize_q8_K, avx2::dot_q2_K);
+  set(GgmlType::Q4_K, avx2::dequantize_q4_K, avx2::quantize_q8_K, avx2::dot_q4_K);
+  set(GgmlType::Q6_K, avx2::dequantize_q6_K, avx2::quantize_q8_K, avx2::dot_q6_K);
+  set(GgmlType::IQ2_XS, avx2::dequantize_iq2_xs, avx2::quantize_q8_K, avx2::dot_iq2_xs);
+  return k;
+}
+
+const KernelArray& scalar_table() {
+  static const KernelArray table = scalar_kernels();
+  return table;
+}
+
+const KernelArray& fast_table() {
+  static const KernelArray table = fast_kernels();
+  return table;
+}
+
+std::string_view printable_name(GgmlType type) {
+  const TypeTraits* traits = type_traits_or_null(static_cast<uint32_t>(type));
+  return traits != nullptr ? traits->name : std::string_view("unknown");
+}
+
+const TypeKernels& kernels_for(const KernelArray& table, GgmlType type, const char* operation) {
+  const auto id = static_cast<uint32_t>(type);
+  if (id >= kMaxTypeId || table[id].dot == nullptr) {
+    fail("quant::{}: type {} (id {}) has no kernels; expected one of f32, f16, bf16, q8_0, q4_0, "
+         "q2_K, q4_K, q6_K, iq2_xs",
+         operation, printable_name(type), id);
+  }
+  return table[id];
+}
+
+void check_length(GgmlType type, int64_t n, const char* operation) {
+  const int64_t block = type_traits(type).block_elems;
+  if (n < 0 || n % block != 0) {
+    fail("quant::{}: row of {} elements of type {}: expected a multiple of the block size {}",
+         operation, n, printable_name(type), block);
+  }
+}
+
+}  // namespace
+
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
+  return has;
+}
+
+GgmlType activation_type(GgmlType weight_type) {
+  switch (weight_type) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+      return GgmlType::F32;
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+      return GgmlType::Q8_0;
+    case GgmlType::Q2_K:
+    case GgmlType::Q4_K:
+    case GgmlType::Q6_K:
+    case GgmlType::IQ2_XS:
+      return GgmlType::Q8_K;
+    default:
+      fail("quant::activation_type: type {} (id {}) has no kernels", printable_name(weight_type),
+           static_cast<uint32_t>(weight_type));
+  }
+}
+
+size_t activation_row_bytes(GgmlType weight_type, int64_t n) {
+  return row_bytes(activation_type(weight_type), n);
+}
+
+void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
+  const TypeKernels& k = kernels_for(fast_table(), type, "dequantize_row");
+  check_length(type, n, "dequantize_row");
+  k.dequantize(src, dst, n);
+}
+
+void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
+  const TypeKernels& k = kernels_for(fast_table(), type, "quantize_row");
+  check_length(type, n, "quantize_row");
+  k.quantize(src, dst, n);
+}
+
+void quantize_activation(GgmlType weight_type, const float* src, void* dst, int64_t n) {
+  const TypeKernels& k = kernels_for(fast_table(), weight_type, "quantize_activation");
+  check_length(activation_type(weight_type), n, "quantize_activation");
+  k.quantize_activation(src, dst, n);
+}
+
+float dot(GgmlType weight_type, const void* weight_row, const void* activation, int64_t n) {
+  const TypeKernels& k = kernels_for(fast_table(), weight_type, "dot");
+  check_length(weight_type, n, "dot");
+  return k.dot(weight_row, activation, n);
+}
+
+DotKernel dot_kernel(GgmlType weight_type) {
+  return kernels_for(fast_table(), weight_type, "dot_kernel").dot;
+}
+
+namespace ref {
+
+void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
+  const TypeKernels& k = kernels_for(scalar_table(), type, "ref::dequantize_row");
+  check_length(type, n, "ref::dequantize_row");
+  k.dequantize(src, dst, n);
+}
+
+void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
+  const TypeKernels& k = kernels_for(scalar_table(), type, "ref::quantize_row");
+  check_length(type, n, "ref::quantize_row");
+  k.quantize(src, dst, n);
+}
+
+void quantize_activation(GgmlType weight_type, const float* src, void* dst, int64_t n) {
+  const TypeKernels& k = kernels_for(scalar_table(), weight_type, "ref::quantize_activation");
+  check_length(activation_type(weight_type), n, "ref::quantize_activation");
+  k.quantize_activation(src, dst, n);
+}
+
+float dot(GgmlType weight_type, const void* weight_row, const void* activation, int64_t n) {
+  const TypeKernels& k = kernels_for(scalar_table(), weight_type, "ref::dot");
+  check_length(weight_type, n, "ref::dot");
+  return k.dot(weight_row, activation, n);
+}
+
+}  // namespace ref
+}  // namespace strata::quant

@@ -1,0 +1,270 @@
+// Reference quantizers of the K-quants (Q2_K, Q4_K, Q6_K). The byte formats are ggml's; the
+// search is re-derived here:
+// - Each sub-block gets its own (scale, offset) or scale by a weighted least-squares fit: for a
+//   grid of candidate step sizes the values are rounded, then the best (scale, offset) for those
+//   integer levels is solved in closed form; the candidate with the smallest weighted squared
+//   error wins (ggml's make_qkx / make_qx idea).
+// - The sub-block scales are then themselves quantized against one f16 super-scale (6 bits for
+//   Q4_K, 4 bits for Q2_K, int8 for Q6_K), and the weights are re-rounded with the scales as
+//   they will be decoded, so dequantization sees exactly the levels the quantizer chose.
+// Inputs must be finite; the functions are pure and allocation-free.
+#include <algorithm>
+#include <cmath>
+
+#include "quant/blocks.h"
+#include "quant/kernels.h"
+#include "util/fp16.h"
+
+namespace strata::quant::scalar {
+namespace {
+
+// Rounds to nearest (ties to even) and clamps to [lo, hi]; NaN maps to lo.
+int round_clamped(float v, int lo, int hi) {
+  v = v > float(lo) ? v : float(lo);
+  v = v < float(hi) ? v : float(hi);
+  return static_cast<int>(__builtin_nearbyintf(v));
+}
+
+struct AffineFit {
+  float scale;   // x ≈ scale·q − offset
+  float offset;  // ≥ 0: K-quant mins are unsigned and subtracted
+};
+
+// Fits x[0..n) ≈ scale·q − offset with integer q in [0, q_max], minimising Σ w·err².
+// Candidate inverse steps are (q_max + first_shift + shift_step·i) / (max − min), i = 0..n_steps.
+AffineFit fit_affine(const float* x, const float* weight, int n, int q_max, float first_shift,
+                     float shift_step, int n_steps, uint8_t* q_out) {
+  float lo = x[0];
+  float hi = x[0];
+  for (int i = 1; i < n; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  lo = std::min(lo, 0.0f);  // the offset can only move the range down
+  if (hi == lo) {
+    std::fill(q_out, q_out + n, uint8_t{0});
+    return {0.0f, -lo};
+  }
+  // Start from the plain min/max mapping.
+  AffineFit best{(hi - lo) / float(q_max), -lo};
+  float best_error = 0.0f;
+  {
+    const float inverse = float(q_max) / (hi - lo);
+    for (int i = 0; i < n; ++i) {
+      q_out[i] = static_cast<uint8_t>(round_clamped(inverse * (x[i] - lo), 0, q_max));
+      const float diff = best.scale * q_out[i] + lo - x[i];
+      best_error += weight[i] * diff * diff;
+    }
+  }
+  uint8_t q[256];
+  for (int step = 0; step <= n_steps; ++step) {
+    const float inverse = (float(q_max) + first_shift + shift_step * float(step)) / (hi - lo);
+    float sum_w = 0, sum_wq = 0, sum_wqq = 0, sum_wx = 0, sum_wqx = 0;
+    for (int i = 0; i < n; ++i) {
+      q[i] = static_cast<uint8_t>(round_clamped(inverse * (x[i] - lo), 0, q_max));
+      const float w = weight[i];
+      sum_w += w;
+      sum_wq += w * q[i];
+      sum_wqq += w * q[i] * q[i];
+      sum_wx += w * x[i];
+      sum_wqx += w * q[i] * x[i];
+    }
+    // Normal equations of min Σ w (a·q + b − x)² over (a, b); b ≤ 0 is enforced afterwards.
+    const float det = sum_w * sum_wqq - sum_wq * sum_wq;
+    if (!(det > 0.0f)) continue;
+    float a = (sum_w * sum_wqx - sum_wq * sum_wx) / det;
+    float b = (sum_wqq * sum_wx - sum_wq * sum_wqx) / det;
+    if (b > 0.0f) {
+      b = 0.0f;
+      a = sum_wqx / sum_wqq;
+    }
+    if (!(a > 0.0f)) continue;
+    float error = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      const float diff = a * q[i] + b - x[i];
+      error += weight[i] * diff * diff;
+    }
+    if (error < best_error) {
+      best_error = error;
+      best = {a, -b};
+      std::copy(q, q + n, q_out);
+    }
+  }
+  return best;
+}
+
+// Fits x[0..n) ≈ scale·q with integer q in [−q_neg, q_neg − 1], minimising Σ err² (the
+// element of largest magnitude goes to the wider negative end). Returns the scale (may be < 0).
+float fit_symmetric(const float* x, int n, int q_neg) {
+  float amax = 0.0f;
+  float extreme = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      extreme = x[i];
+    }
+  }
+  if (amax == 0.0f) return 0.0f;
+  float best_scale = -extreme / float(q_neg);
+  float best_gain = -1.0f;
+  for (int step = -9; step <= 9; ++step) {
+    const float inverse = -(float(q_neg) + 0.1f * float(step)) / extreme;
+    float sum_qx = 0.0f;
+    float sum_qq = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      const int q = round_clamped(inverse * x[i], -q_neg, q_neg - 1);
+      sum_qx += float(q) * x[i];
+      sum_qq += float(q * q);
+    }
+    // For fixed q the best scale is Σqx/Σqq and the error drops by (Σqx)²/Σqq.
+    if (sum_qq > 0.0f && sum_qx * sum_qx / sum_qq > best_gain) {
+      best_gain = sum_qx * sum_qx / sum_qq;
+      best_scale = sum_qx / sum_qq;
+    }
+  }
+  return best_scale;
+}
+
+}  // namespace
+
+void quantize_q4_K(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ4_K*>(dst);
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const float* x = src + b * kBlockK;
+    BlockQ4_K& block = blocks[b];
+    uint8_t levels[kBlockK];
+    float scales[8];
+    float offsets[8];
+    for (int sub = 0; sub < 8; ++sub) {
+      const float* xs = x + 32 * sub;
+      // Weight each value by (rms + |x|): large weights matter more, small ones still count.
+      float sum_sq = 0.0f;
+      for (int l = 0; l < 32; ++l) sum_sq += xs[l] * xs[l];
+      const float rms = std::sqrt(sum_sq / 32.0f);
+      float weight[32];
+      for (int l = 0; l < 32; ++l) weight[l] = rms + std::fabs(xs[l]);
+      const AffineFit fit = fit_affine(xs, weight, 32, 15, -1.0f, 0.1f, 20, levels + 32 * sub);
+      scales[sub] = fit.scale;
+      offsets[sub] = fit.offset;
+    }
+    const float max_scale = *std::max_element(scales, scales + 8);
+    const float max_offset = *std::max_element(offsets, offsets + 8);
+    const float inverse_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+    const float inverse_offset = max_offset > 0.0f ? 63.0f / max_offset : 0.0f;
+    uint8_t scale_codes[8];
+    uint8_t min_codes[8];
+    for (int sub = 0; sub < 8; ++sub) {
+      scale_codes[sub] = static_cast<uint8_t>(round_clamped(inverse_scale * scales[sub], 0, 63));
+      min_codes[sub] = static_cast<uint8_t>(round_clamped(inverse_offset * offsets[sub], 0, 63));
+    }
+    pack_q4_K_scales(scale_codes, min_codes, block.scales);
+    block.d = f32_to_f16(max_scale / 63.0f);
+    block.dmin = f32_to_f16(max_offset / 63.0f);
+    // Re-round every weight against the scales exactly as the decoder will see them.
+    const float d = f16_to_f32(block.d);
+    const float dmin = f16_to_f32(block.dmin);
+    for (int sub = 0; sub < 8; ++sub) {
+      const float step = d * scale_codes[sub];
+      const float offset = dmin * min_codes[sub];
+      for (int l = 0; l < 32; ++l) {
+        levels[32 * sub + l] =
+            step > 0.0f ? uint8_t(round_clamped((x[32 * sub + l] + offset) / step, 0, 15)) : 0;
+      }
+    }
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      for (int l = 0; l < 32; ++l) {
+        block.qs[32 * chunk + l] =
+            uint8_t(levels[64 * chunk + l] | (levels[64 * chunk + 32 + l] << 4));
+      }
+    }
+  }
+}
+
+void quantize_q2_K(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ2_K*>(dst);
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const float* x = src + b * kBlockK;
+    BlockQ2_K& block = blocks[b];
+    uint8_t levels[kBlockK];
+    float scales[16];
+    float offsets[16];
+    for (int sub = 0; sub < 16; ++sub) {
+      const float* xs = x + 16 * sub;
+      float weight[16];
+      for (int l = 0; l < 16; ++l) weight[l] = std::fabs(xs[l]);
+      const AffineFit fit = fit_affine(xs, weight, 16, 3, -0.5f, 0.1f, 15, levels + 16 * sub);
+      scales[sub] = fit.scale;
+      offsets[sub] = fit.offset;
+    }
+    const float max_scale = *std::max_element(scales, scales + 16);
+    const float max_offset = *std::max_element(offsets, offsets + 16);
+    const float inverse_scale = max_scale > 0.0f ? 15.0f / max_scale : 0.0f;
+    const float inverse_offset = max_offset > 0.0f ? 15.0f / max_offset : 0.0f;
+    for (int sub = 0; sub < 16; ++sub) {
+      const int scale_code = round_clamped(inverse_scale * scales[sub], 0, 15);
+      const int min_code = round_clamped(inverse_offset * offsets[sub], 0, 15);
+      block.scales[sub] = uint8_t(scale_code | (min_code << 4));
+    }
+    block.d = f32_to_f16(max_scale / 15.0f);
+    block.dmin = f32_to_f16(max_offset / 15.0f);
+    const float d = f16_to_f32(block.d);
+    const float dmin = f16_to_f32(block.dmin);
+    for (int sub = 0; sub < 16; ++sub) {
+      const float step = d * (block.scales[sub] & 15);
+      const float offset = dmin * (block.scales[sub] >> 4);
+      for (int l = 0; l < 16; ++l) {
+        levels[16 * sub + l] =
+            step > 0.0f ? uint8_t(round_clamped((x[16 * sub + l] + offset) / step, 0, 3)) : 0;
+      }
+    }
+    // Element 128·half + 32·step + l sits in bits 2·step of qs[32·half + l].
+    std::fill(block.qs, block.qs + 64, uint8_t{0});
+    for (int half = 0; half < 2; ++half) {
+      for (int step = 0; step < 4; ++step) {
+        for (int l = 0; l < 32; ++l) {
+          block.qs[32 * half + l] |= uint8_t(levels[128 * half + 32 * step + l] << (2 * step));
+        }
+      }
+    }
+  }
+}
+
+void quantize_q6_K(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ6_K*>(dst);
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const float* x = src + b * kBlockK;
+    BlockQ6_K& block = blocks[b];
+    float scales[16];
+    float extreme_scale = 0.0f;
+    for (int sub = 0; sub < 16; ++sub) {
+      scales[sub] = fit_symmetric(x + 16 * sub, 16, 32);
+      if (std::fabs(scales[sub]) > std::fabs(extreme_scale)) extreme_scale = scales[sub];
+    }
+    // The scale of largest magnitude maps to −128, the wider end of int8.
+    const float inverse = extreme_scale != 0.0f ? -128.0f / extreme_scale : 0.0f;
+    for (int sub = 0; sub < 16; ++sub) {
+      block.scales[sub] = static_cast<int8_t>(round_clamped(inverse * scales[sub], -128, 127));
+    }
+    block.d = f32_to_f16(inverse != 0.0f ? 1.0f / inverse : 0.0f);
+    const float d = f16_to_f32(block.d);
+    uint8_t levels[kBlockK];
+    for (int sub = 0; sub < 16; ++sub) {
+      const float step = d * block.scales[sub];
+      for (int l = 0; l < 16; ++l) {
+        const int q = step != 0.0f ? round_clamped(x[16 * sub + l] / step, -32, 31) : 0;
+        levels[16 * sub + l] = static_cast<uint8_t>(q + 32);
+      }
+    }
+    for (int half = 0; half < 2; ++half) {
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t* q = levels + 128 * half + l;  // q[0], q[32], q[64], q[96]
+        block.ql[64 * half + l] = uint8_t((q[0] & 15) | ((q[64] & 15) << 4));
+        block.ql[64 * half + 32 + l] = uint8_t((q[32] & 15) | ((q[96] & 15) << 4));
+        block.qh[32 * half + l] =
+            uint8_t((q[0] >> 4) | ((q[32] >> 4) << 2) | ((q[64] >> 4) << 4) | ((q[96] >> 4) << 6));
+      }
+    }
+  }
+}
+
+}  // namespace strata::quant::scalar

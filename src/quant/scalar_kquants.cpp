@@ -1,0 +1,170 @@
+// Scalar dequantization and dot products of the K-quants Q2_K, Q4_K and Q6_K (256 weights per
+// block), written straight from the block definitions in
+// shared/reference/gguf-and-quants.md §4. Dot products take Q8_K activations.
+#include "quant/blocks.h"
+#include "quant/kernels.h"
+#include "util/fp16.h"
+
+namespace strata::quant::scalar {
+
+void dequantize_q2_K(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ2_K*>(src);
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ2_K& block = blocks[b];
+    const float d = f16_to_f32(block.d);
+    const float dmin = f16_to_f32(block.dmin);
+    float* y = dst + b * kBlockK;
+    for (int half = 0; half < 2; ++half) {
+      for (int step = 0; step < 4; ++step) {
+        for (int part = 0; part < 2; ++part) {  // part 0: qs[32h + l], part 1: qs[32h + 16 + l]
+          const uint8_t scale = block.scales[8 * half + 2 * step + part];
+          const float dl = d * (scale & 15);
+          const float ml = dmin * (scale >> 4);
+          for (int l = 0; l < 16; ++l) {
+            const int q = (block.qs[32 * half + 16 * part + l] >> (2 * step)) & 3;
+            y[128 * half + 32 * step + 16 * part + l] = dl * q - ml;
+          }
+        }
+      }
+    }
+  }
+}
+
+void dequantize_q4_K(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ4_K*>(src);
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ4_K& block = blocks[b];
+    const float d = f16_to_f32(block.d);
+    const float dmin = f16_to_f32(block.dmin);
+    uint8_t scales[8];
+    uint8_t mins[8];
+    unpack_q4_K_scales(block.scales, scales, mins);
+    float* y = dst + b * kBlockK;
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      const float d_low = d * scales[2 * chunk];
+      const float m_low = dmin * mins[2 * chunk];
+      const float d_high = d * scales[2 * chunk + 1];
+      const float m_high = dmin * mins[2 * chunk + 1];
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t byte = block.qs[32 * chunk + l];
+        y[64 * chunk + l] = d_low * (byte & 15) - m_low;
+        y[64 * chunk + 32 + l] = d_high * (byte >> 4) - m_high;
+      }
+    }
+  }
+}
+
+// The 6-bit quant of element 128·half + 32·quarter + l (l < 32) of a Q6_K block, in [0, 63].
+static int q6_K_quant(const BlockQ6_K& block, int half, int quarter, int l) {
+  const uint8_t low_byte = block.ql[64 * half + 32 * (quarter & 1) + l];
+  const int low = quarter < 2 ? (low_byte & 15) : (low_byte >> 4);
+  const int high = (block.qh[32 * half + l] >> (2 * quarter)) & 3;
+  return low | (high << 4);
+}
+
+void dequantize_q6_K(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ6_K*>(src);
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ6_K& block = blocks[b];
+    const float d = f16_to_f32(block.d);
+    float* y = dst + b * kBlockK;
+    for (int half = 0; half < 2; ++half) {
+      for (int quarter = 0; quarter < 4; ++quarter) {
+        for (int l = 0; l < 32; ++l) {
+          const int element = 128 * half + 32 * quarter + l;
+          const float scale = d * block.scales[element / 16];
+          y[element] = scale * (q6_K_quant(block, half, quarter, l) - 32);
+        }
+      }
+    }
+  }
+}
+
+float dot_q2_K(const void* w, const void* a, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ2_K*>(w);
+  const auto* acts = static_cast<const BlockQ8_K*>(a);
+  double sum = 0.0;
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ2_K& block = blocks[b];
+    const BlockQ8_K& act = acts[b];
+    // Element e lies in sub-block e / 16, whose scale byte is scales[e / 16].
+    int64_t scaled = 0;
+    int64_t mins = 0;
+    for (int half = 0; half < 2; ++half) {
+      for (int step = 0; step < 4; ++step) {
+        for (int part = 0; part < 2; ++part) {
+          const int sub = 8 * half + 2 * step + part;
+          int isum = 0;
+          for (int l = 0; l < 16; ++l) {
+            const int q = (block.qs[32 * half + 16 * part + l] >> (2 * step)) & 3;
+            isum += q * act.qs[16 * sub + l];
+          }
+          scaled += int64_t(block.scales[sub] & 15) * isum;
+          mins += int64_t(block.scales[sub] >> 4) * act.bsums[sub];
+        }
+      }
+    }
+    sum += double(f16_to_f32(block.d)) * act.d * double(scaled) -
+           double(f16_to_f32(block.dmin)) * act.d * double(mins);
+  }
+  return static_cast<float>(sum);
+}
+
+float dot_q4_K(const void* w, const void* a, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ4_K*>(w);
+  const auto* acts = static_cast<const BlockQ8_K*>(a);
+  double sum = 0.0;
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ4_K& block = blocks[b];
+    const BlockQ8_K& act = acts[b];
+    uint8_t scales[8];
+    uint8_t mins[8];
+    unpack_q4_K_scales(block.scales, scales, mins);
+    int64_t scaled = 0;
+    int64_t min_sum = 0;
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      int low = 0;
+      int high = 0;
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t byte = block.qs[32 * chunk + l];
+        low += (byte & 15) * act.qs[64 * chunk + l];
+        high += (byte >> 4) * act.qs[64 * chunk + 32 + l];
+      }
+      scaled += int64_t(scales[2 * chunk]) * low + int64_t(scales[2 * chunk + 1]) * high;
+    }
+    for (int sub = 0; sub < 8; ++sub) {
+      min_sum += int64_t(mins[sub]) * (act.bsums[2 * sub] + act.bsums[2 * sub + 1]);
+    }
+    sum += double(f16_to_f32(block.d)) * act.d * double(scaled) -
+           double(f16_to_f32(block.dmin)) * act.d * double(min_sum);
+  }
+  return static_cast<float>(sum);
+}
+
+float dot_q6_K(const void* w, const void* a, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ6_K*>(w);
+  const auto* acts = static_cast<const BlockQ8_K*>(a);
+  double sum = 0.0;
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ6_K& block = blocks[b];
+    const BlockQ8_K& act = acts[b];
+    int64_t scaled = 0;
+    for (int half = 0; half < 2; ++half) {
+      for (int quarter = 0; quarter < 4; ++quarter) {
+        for (int part = 0; part < 2; ++part) {
+          const int first = 128 * half + 32 * quarter + 16 * part;
+          int isum = 0;
+          for (int l = 16 * part; l < 16 * part + 16; ++l) {
+            isum += (q6_K_quant(block, half, quarter, l) - 32) *
+                    act.qs[128 * half + 32 * quarter + l];
+          }
+          scaled += int64_t(block.scales[first / 16]) * isum;
+        }
+      }
+    }
+    sum += double(f16_to_f32(block.d)) * act.d * double(scaled);
+  }
+  return static_cast<float>(sum);
+}
+
+}  // namespace strata::quant::scalar
