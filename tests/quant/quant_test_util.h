@@ -96,24 +96,26 @@ inline std::vector<uint8_t> random_row(GgmlType type, int64_t n, uint32_t seed) 
   return row;
 }
 
-// Per-element magnitude |scale part| + |min part| of a dequantized row, so error bounds see
-// the size of the terms before they cancel (Q2_K/Q4_K subtract a min from every weight).
+// Per-element magnitude |scale part| + |offset part| of a dequantized row, so error bounds see
+// the size of the terms before they cancel: Q2_K/Q4_K subtract a min from every weight, and
+// the Q6_K kernels compute Σ sc·q·a − 32·Σ sc·a as two separate sums.
 inline std::vector<double> weight_magnitudes(GgmlType type, const std::vector<uint8_t>& row,
                                              int64_t n) {
   std::vector<float> w(static_cast<size_t>(n));
   ref::dequantize_row(type, row.data(), w.data(), n);
   std::vector<double> magnitude(w.size());
-  if (type != GgmlType::Q2_K && type != GgmlType::Q4_K) {
+  if (type != GgmlType::Q2_K && type != GgmlType::Q4_K && type != GgmlType::Q6_K) {
     for (size_t i = 0; i < w.size(); ++i) magnitude[i] = std::fabs(double(w[i]));
     return magnitude;
   }
-  // Zeroing the quants leaves y = −min for every element.
+  // Zeroing the quants leaves y = −min (Q2_K, Q4_K) or y = d·sc·(−32) (Q6_K) per element.
   std::vector<uint8_t> mins_only = row;
   const size_t block = type_traits(type).block_bytes;
   for (size_t b = 0; b < row.size() / block; ++b) {
     uint8_t* base = mins_only.data() + b * block;
     if (type == GgmlType::Q2_K) std::memset(base + 16, 0, 64);
     if (type == GgmlType::Q4_K) std::memset(base + 16, 0, 128);
+    if (type == GgmlType::Q6_K) std::memset(base, 0, 192);
   }
   std::vector<float> mins(w.size());
   ref::dequantize_row(type, mins_only.data(), mins.data(), n);
