@@ -12,6 +12,12 @@
 // - Tensor data is reached through `tensor_data` (a pointer into the read-only mapping) or by
 //   pread at `TensorInfo::file_offset` (the expert store does this, so experts are never in the
 //   working set just because the file is mapped).
+// - `GgufFile::open_from_memory` runs the same parser over a copy of a byte buffer (tests, fuzzing).
+// - Layout rules beyond the spec, matching ggml's reader so that every file we accept llama.cpp
+//   accepts too: tensor data offsets must be consecutive in tensor-info order (offset_i =
+//   Σ_{j<i} pad(n_bytes_j)), which also rules out overlaps; general.alignment must be a u32 power of
+//   two, a multiple of 8 and ≤ 1 MiB; strings ≤ 64 MiB and arrays ≤ 64 Mi elements. Only
+//   offset + n_bytes must lie inside the file (the last tensor's trailing padding may be absent).
 // - Immutable after open; safe to share across threads.
 #pragma once
 
@@ -44,11 +50,17 @@ struct GgufArray {
   std::vector<double> floats;
   std::vector<std::string> strings;
   size_t size() const;
+  bool operator==(const GgufArray&) const = default;
 };
 struct GgufValue {
   GgufValueType type = GgufValueType::U8;
   std::variant<uint64_t, int64_t, double, bool, std::string, GgufArray> value;
+  bool operator==(const GgufValue&) const = default;
 };
+// "u32", "string", "array<i32>[12]": for error messages and `strata inspect`.
+std::string gguf_value_type_description(const GgufValue& value);
+// A short human-readable rendering; arrays show their first `max_array_elements` items and length.
+std::string gguf_value_to_string(const GgufValue& value, size_t max_array_elements = 8);
 
 struct TensorInfo {
   std::string name;
@@ -65,6 +77,9 @@ struct TensorInfo {
 class GgufFile {
  public:
   static std::unique_ptr<GgufFile> open(const std::string& path);
+  // Parses a copy of `bytes`; `name` stands in for the path in error messages. fd() is -1.
+  static std::unique_ptr<GgufFile> open_from_memory(std::span<const uint8_t> bytes,
+                                                    const std::string& name);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -80,8 +95,12 @@ class GgufFile {
   const GgufValue* find(std::string_view key) const;
   const std::vector<std::string>& keys() const { return key_order_; }  // file order
   // T: uint8_t..uint64_t, int8_t..int64_t, float, double, bool, std::string,
-  //    std::vector<int64_t>, std::vector<float>, std::vector<std::string>.
+  //    std::vector<int64_t>, std::vector<float>, std::vector<std::string>, and also
+  //    std::vector<int32_t>, std::vector<uint32_t>, std::vector<double> (see extern templates below).
+  // Floats accept F32 or F64; integer arrays accept any integer element type whose values fit.
   template <typename T> T get(std::string_view key) const;
+  // The array stored under `key`; throws naming key, actual type and file when absent or not an array.
+  const GgufArray& get_array(std::string_view key) const;
   template <typename T> T get_or(std::string_view key, T fallback) const {
     return has(key) ? get<T>(key) : fallback;
   }
@@ -99,6 +118,9 @@ class GgufFile {
  private:
   GgufFile() = default;
   friend class GgufParser;
+  const GgufValue& require(std::string_view key) const;  // throws when the key is missing
+  std::vector<uint8_t> owned_bytes_;  // backing store for open_from_memory
+  size_t mapped_bytes_ = 0;           // length of the mmap (0: nothing mapped)
   std::string path_;
   int fd_ = -1;
   const uint8_t* base_ = nullptr;
@@ -111,5 +133,26 @@ class GgufFile {
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
 };
+
+// The supported get<T> types (defined in gguf_file.cpp); any other T fails to link.
+extern template uint8_t GgufFile::get<uint8_t>(std::string_view) const;
+extern template uint16_t GgufFile::get<uint16_t>(std::string_view) const;
+extern template uint32_t GgufFile::get<uint32_t>(std::string_view) const;
+extern template uint64_t GgufFile::get<uint64_t>(std::string_view) const;
+extern template int8_t GgufFile::get<int8_t>(std::string_view) const;
+extern template int16_t GgufFile::get<int16_t>(std::string_view) const;
+extern template int32_t GgufFile::get<int32_t>(std::string_view) const;
+extern template int64_t GgufFile::get<int64_t>(std::string_view) const;
+extern template float GgufFile::get<float>(std::string_view) const;
+extern template double GgufFile::get<double>(std::string_view) const;
+extern template bool GgufFile::get<bool>(std::string_view) const;
+extern template std::string GgufFile::get<std::string>(std::string_view) const;
+extern template std::vector<int64_t> GgufFile::get<std::vector<int64_t>>(std::string_view) const;
+extern template std::vector<int32_t> GgufFile::get<std::vector<int32_t>>(std::string_view) const;
+extern template std::vector<uint32_t> GgufFile::get<std::vector<uint32_t>>(std::string_view) const;
+extern template std::vector<float> GgufFile::get<std::vector<float>>(std::string_view) const;
+extern template std::vector<double> GgufFile::get<std::vector<double>>(std::string_view) const;
+extern template std::vector<std::string> GgufFile::get<std::vector<std::string>>(
+    std::string_view) const;
 
 }  // namespace strata
