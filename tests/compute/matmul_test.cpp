@@ -1,0 +1,294 @@
+#include "compute/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "quant/quant.h"
+#include "util/error.h"
+#include "util/fp16.h"
+
+namespace strata::compute {
+namespace {
+
+std::vector<GgmlType> types_with_kernels() {
+  std::vector<GgmlType> types;
+  for (uint32_t id = 0; id < 64; ++id) {
+    const TypeTraits* traits = type_traits_or_null(id);
+    if (traits && traits->has_kernels) types.push_back(traits->type);
+  }
+  return types;
+}
+
+// n_out rows of n_in weights of `type`, each row `row_stride` bytes (padding filled with 0xAB so a
+// kernel reading past a row would change results).
+std::vector<std::byte> random_weights(GgmlType type, int64_t n_in, int64_t n_out,
+                                      size_t row_stride, std::mt19937& rng) {
+  const size_t row_size = row_bytes(type, n_in);
+  std::vector<std::byte> data(row_stride * size_t(n_out), std::byte{0xAB});
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<float> row(static_cast<size_t>(n_in));
+  for (int64_t o = 0; o < n_out; ++o) {
+    std::byte* dst = data.data() + size_t(o) * row_stride;
+    if (type == GgmlType::IQ2_XS) {
+      // No quantizer without an imatrix: any bit pattern is a valid block; fix d to a sane f16.
+      for (size_t i = 0; i < row_size; ++i) dst[i] = std::byte(byte(rng));
+      const size_t block_bytes = type_traits(type).block_bytes;
+      for (size_t block = 0; block < row_size; block += block_bytes) {
+        const uint16_t d = f32_to_f16(0.01f + 0.001f * float(byte(rng)));
+        std::memcpy(dst + block, &d, 2);
+      }
+    } else {
+      for (float& value : row) value = normal(rng);
+      quant::quantize_row(type, row.data(), dst, n_in);
+    }
+  }
+  return data;
+}
+
+std::vector<float> random_inputs(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& value : x) value = normal(rng);
+  return x;
+}
+
+// y[t, o] the way the contract defines it: one dot against that row's own activation.
+std::vector<float> expected_by_direct_dots(const WeightMatrix& w, const float* x, int64_t n_rows) {
+  std::vector<std::byte> activation(quant::activation_row_bytes(w.type, w.n_in));
+  std::vector<float> y(static_cast<size_t>(n_rows * w.n_out));
+  for (int64_t t = 0; t < n_rows; ++t) {
+    quant::quantize_activation(w.type, x + t * w.n_in, activation.data(), w.n_in);
+    for (int64_t o = 0; o < w.n_out; ++o) {
+      y[size_t(t * w.n_out + o)] = quant::dot(w.type, w.row(o), activation.data(), w.n_in);
+    }
+  }
+  return y;
+}
+
+TEST(Matmul, KernelTypesIncludeTheNineFormats) {
+  const std::vector<GgmlType> types = types_with_kernels();
+  for (GgmlType expected : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
+                            GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q2_K,
+                            GgmlType::IQ2_XS}) {
+    EXPECT_NE(std::find(types.begin(), types.end(), expected), types.end())
+        << type_name(expected);
+  }
+}
+
+// Against a double-precision reference on dequantized weights and the f32 input.
+// Tolerance: the only approximation besides fp32 rounding is the activation quantization (Q8_0 or
+// Q8_K: every x_i is rounded to a step of amax_block/127, error <= half a step), so
+// |y - y_ref| <= Σ_i |w_i|·step_i/2, plus fp32 accumulation (n_in·2^-24·Σ|w_i x_i|).
+TEST(Matmul, MatchesDoublePrecisionReferenceForEveryKernelType) {
+  std::mt19937 rng(42);
+  ThreadPool pool(2);
+  const int64_t n_in = 512;
+  const int64_t n_out = 45;
+  const int64_t n_rows = 3;
+  const std::vector<float> x = random_inputs(n_in * n_rows, rng);
+  for (GgmlType type : types_with_kernels()) {
+    const std::vector<std::byte> data =
+        random_weights(type, n_in, n_out, row_bytes(type, n_in), rng);
+    const WeightMatrix w = WeightMatrix::dense(type, n_in, n_out, data.data());
+    std::vector<float> y(static_cast<size_t>(n_rows * n_out));
+    matmul(pool, w, x.data(), n_rows, y.data());
+
+    const bool quantized_activation = quant::activation_type(type) != GgmlType::F32;
+    const int64_t act_block = quant::activation_type(type) == GgmlType::Q8_0 ? 32 : 256;
+    std::vector<float> weights(static_cast<size_t>(n_in));
+    for (int64_t o = 0; o < n_out; ++o) {
+      quant::ref::dequantize_row(type, w.row(o), weights.data(), n_in);
+      for (int64_t t = 0; t < n_rows; ++t) {
+        const float* xt = x.data() + t * n_in;
+        double reference = 0;
+        double magnitude = 0;
+        double activation_bound = 0;
+        for (int64_t b = 0; b < n_in; b += act_block) {
+          float amax = 0;
+          for (int64_t i = b; i < b + act_block; ++i) amax = std::max(amax, std::fabs(xt[i]));
+          const double half_step = quantized_activation ? double(amax) / 127.0 / 2.0 : 0.0;
+          for (int64_t i = b; i < b + act_block; ++i) {
+            reference += double(weights[size_t(i)]) * double(xt[i]);
+            magnitude += std::fabs(double(weights[size_t(i)]) * double(xt[i]));
+            activation_bound += std::fabs(double(weights[size_t(i)])) * half_step;
+          }
+        }
+        const double tolerance =
+            activation_bound * 1.001 + double(n_in) * 0x1p-24 * magnitude + 1e-30;
+        ASSERT_NEAR(y[size_t(t * n_out + o)], reference, tolerance)
+            << type_name(type) << " o " << o << " t " << t;
+      }
+    }
+  }
+}
+
+// Window identity: y[t, o] is bitwise quant::dot of that row alone, for every window size, offset
+// of the row in the window, and thread count.
+TEST(Matmul, WindowIdentityIsBitwiseForEverySizeAndThreadCount) {
+  std::mt19937 rng(7);
+  const int64_t n_in = 1024;
+  const int64_t n_out = 300;  // several output tiles for every type, not a multiple of any
+  const int64_t max_rows = 17;
+  const std::vector<float> x = random_inputs(n_in * max_rows, rng);
+  for (GgmlType type : types_with_kernels()) {
+    const std::vector<std::byte> data =
+        random_weights(type, n_in, n_out, row_bytes(type, n_in), rng);
+    const WeightMatrix w = WeightMatrix::dense(type, n_in, n_out, data.data());
+    const std::vector<float> expected = expected_by_direct_dots(w, x.data(), max_rows);
+    for (int n_threads : {1, 2, 3}) {
+      ThreadPool pool(n_threads);
+      for (int64_t n_rows : {1, 2, 3, 5, 8, 17}) {
+        for (int64_t first_row : {int64_t(0), max_rows - n_rows, (max_rows - n_rows) / 2}) {
+          std::vector<float> y(static_cast<size_t>(n_rows * n_out));
+          matmul(pool, w, x.data() + first_row * n_in, n_rows, y.data());
+          for (int64_t t = 0; t < n_rows; ++t) {
+            for (int64_t o = 0; o < n_out; ++o) {
+              const float got = y[size_t(t * n_out + o)];
+              const float want = expected[size_t((first_row + t) * n_out + o)];
+              ASSERT_EQ(f32_to_bits(got), f32_to_bits(want))
+                  << type_name(type) << " threads " << n_threads << " n_rows " << n_rows
+                  << " row " << first_row + t << " o " << o;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A window larger than one activation row tile (256 KiB of activations) must still give each row
+// exactly its single-row result.
+TEST(Matmul, WindowLargerThanOneRowTileKeepsIdentity) {
+  std::mt19937 rng(3);
+  const int64_t n_in = 4096;  // f32 rows: 16 KiB, so 16 rows per tile; Q8_0 rows: ~60 per tile
+  const int64_t n_out = 24;
+  const int64_t n_rows = 70;
+  const std::vector<float> x = random_inputs(n_in * n_rows, rng);
+  ThreadPool pool(2);
+  for (GgmlType type : {GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K}) {
+    const std::vector<std::byte> data =
+        random_weights(type, n_in, n_out, row_bytes(type, n_in), rng);
+    const WeightMatrix w = WeightMatrix::dense(type, n_in, n_out, data.data());
+    const std::vector<float> expected = expected_by_direct_dots(w, x.data(), n_rows);
+    std::vector<float> y(static_cast<size_t>(n_rows * n_out));
+    matmul(pool, w, x.data(), n_rows, y.data());
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_EQ(f32_to_bits(y[i]), f32_to_bits(expected[i])) << type_name(type) << " at " << i;
+    }
+  }
+}
+
+TEST(Matmul, StridedViewEqualsDenseAndMatvecEqualsOneRow) {
+  std::mt19937 rng(5);
+  const int64_t n_in = 256;
+  const int64_t n_out = 33;
+  const std::vector<float> x = random_inputs(n_in, rng);
+  ThreadPool pool(3);
+  for (GgmlType type : types_with_kernels()) {
+    const size_t dense_stride = row_bytes(type, n_in);
+    const size_t padded_stride = dense_stride + 72;  // padding bytes are garbage (0xAB)
+    const std::vector<std::byte> padded = random_weights(type, n_in, n_out, padded_stride, rng);
+    std::vector<std::byte> dense(dense_stride * size_t(n_out));
+    for (int64_t o = 0; o < n_out; ++o) {
+      std::memcpy(dense.data() + size_t(o) * dense_stride, padded.data() + size_t(o) * padded_stride,
+                  dense_stride);
+    }
+    const WeightMatrix strided{type, n_in, n_out, padded.data(), padded_stride};
+    const WeightMatrix packed = WeightMatrix::dense(type, n_in, n_out, dense.data());
+    std::vector<float> y_strided(static_cast<size_t>(n_out));
+    std::vector<float> y_dense(static_cast<size_t>(n_out));
+    std::vector<float> y_own_scratch(static_cast<size_t>(n_out));
+    matmul(pool, strided, x.data(), 1, y_strided.data());
+    matvec(pool, packed, x.data(), y_dense.data());
+    ScratchBuffer scratch;
+    matmul(pool, packed, x.data(), 1, y_own_scratch.data(), scratch);
+    for (int64_t o = 0; o < n_out; ++o) {
+      ASSERT_EQ(f32_to_bits(y_strided[size_t(o)]), f32_to_bits(y_dense[size_t(o)]))
+          << type_name(type);
+      ASSERT_EQ(f32_to_bits(y_own_scratch[size_t(o)]), f32_to_bits(y_dense[size_t(o)]))
+          << type_name(type);
+    }
+  }
+}
+
+TEST(Matmul, SteadyStateReusesScratch) {
+  std::mt19937 rng(9);
+  const int64_t n_in = 512;
+  const int64_t n_out = 16;
+  const std::vector<float> x = random_inputs(n_in * 8, rng);
+  const std::vector<std::byte> data =
+      random_weights(GgmlType::Q4_K, n_in, n_out, row_bytes(GgmlType::Q4_K, n_in), rng);
+  const WeightMatrix w = WeightMatrix::dense(GgmlType::Q4_K, n_in, n_out, data.data());
+  ThreadPool pool(2);
+  std::vector<float> y(static_cast<size_t>(8 * n_out));
+  matmul(pool, w, x.data(), 8, y.data());
+  const size_t capacity = pool.scratch(0).capacity_bytes();
+  EXPECT_GE(capacity, 8 * quant::activation_row_bytes(GgmlType::Q4_K, n_in));
+  std::byte* buffer = pool.scratch(0).reserve(0);
+  for (int64_t n_rows : {1, 8, 3}) matmul(pool, w, x.data(), n_rows, y.data());
+  EXPECT_EQ(pool.scratch(0).capacity_bytes(), capacity);
+  EXPECT_EQ(pool.scratch(0).reserve(0), buffer);
+}
+
+TEST(Matmul, NestedInsidePoolTaskUsesThatThreadsScratch) {
+  std::mt19937 rng(13);
+  const int64_t n_in = 256;
+  const int64_t n_out = 40;
+  const int64_t n_matrices = 6;
+  const std::vector<float> x = random_inputs(n_in * 2, rng);
+  std::vector<std::vector<std::byte>> datas;
+  std::vector<WeightMatrix> matrices;
+  for (int64_t m = 0; m < n_matrices; ++m) {
+    datas.push_back(random_weights(GgmlType::Q2_K, n_in, n_out, row_bytes(GgmlType::Q2_K, n_in), rng));
+  }
+  for (auto& data : datas) matrices.push_back(WeightMatrix::dense(GgmlType::Q2_K, n_in, n_out, data.data()));
+  ThreadPool pool(3);
+  std::vector<float> y(static_cast<size_t>(n_matrices * 2 * n_out));
+  // Like an MoE layer parallel over experts: each task runs a whole matmul inline.
+  pool.parallel_for(n_matrices, [&](int64_t begin, int64_t end, int) {
+    for (int64_t m = begin; m < end; ++m) {
+      matmul(pool, matrices[size_t(m)], x.data(), 2, y.data() + m * 2 * n_out);
+    }
+  });
+  for (int64_t m = 0; m < n_matrices; ++m) {
+    const std::vector<float> expected = expected_by_direct_dots(matrices[size_t(m)], x.data(), 2);
+    for (int64_t i = 0; i < 2 * n_out; ++i) {
+      ASSERT_EQ(f32_to_bits(y[size_t(m * 2 * n_out + i)]), f32_to_bits(expected[size_t(i)]));
+    }
+  }
+}
+
+TEST(Matmul, RejectsBadShapes) {
+  ThreadPool pool(1);
+  std::vector<std::byte> data(4096);
+  std::vector<float> x(512);
+  std::vector<float> y(16);
+  // n_in not a multiple of the block size.
+  EXPECT_THROW(matmul(pool, WeightMatrix{GgmlType::Q4_K, 100, 1, data.data(), 144}, x.data(), 1,
+                      y.data()),
+               Error);
+  // Stride smaller than a row.
+  EXPECT_THROW(matmul(pool, WeightMatrix{GgmlType::Q8_0, 64, 2, data.data(), 60}, x.data(), 1,
+                      y.data()),
+               Error);
+  // A type without kernels.
+  EXPECT_THROW(matmul(pool, WeightMatrix::dense(GgmlType::Q5_K, 256, 1, data.data()), x.data(), 1,
+                      y.data()),
+               Error);
+  // Null data with work to do.
+  EXPECT_THROW(matmul(pool, WeightMatrix{GgmlType::F32, 4, 2, nullptr, 16}, x.data(), 1, y.data()),
+               Error);
+  // Nothing to do: no throw, nothing written.
+  y[0] = 123.0f;
+  matmul(pool, WeightMatrix{GgmlType::F32, 4, 2, data.data(), 16}, x.data(), 0, y.data());
+  EXPECT_EQ(y[0], 123.0f);
+}
+
+}  // namespace
+}  // namespace strata::compute
