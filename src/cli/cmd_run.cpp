@@ -1,0 +1,146 @@
+// `strata run` — generate from a prompt (text or token ids), streaming tokens as they come.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "compute/cpu/thread_pool.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+#include "util/progress.h"
+
+namespace strata::cli {
+namespace {
+
+struct RunOptions {
+  ModelOptions model;
+  std::string prompt;
+  std::string token_ids;
+  int n_predict = 64;
+  int chunk_rows = 64;
+  bool print_ids = false;
+  bool ignore_eos = false;
+};
+
+std::vector<int32_t> parse_token_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t end = text.find_first_of(", ", pos);
+    const std::string part = text.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    if (!part.empty()) {
+      size_t used = 0;
+      long long value = 0;
+      try {
+        value = std::stoll(part, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != part.size() || value < 0 || value > INT32_MAX)
+        fail("--tokens: expected comma-separated non-negative token ids, found '{}'", part);
+      ids.push_back(int32_t(value));
+    }
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  if (ids.empty()) fail("--tokens: no token ids given");
+  return ids;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void run(const RunOptions& options) {
+  const std::string path = resolve_model_path(options.model);
+  const auto model = Model::load(path);
+  const HParams& hp = model->hparams();
+  std::optional<Tokenizer> tokenizer;
+  if (model->file().has("tokenizer.ggml.tokens")) tokenizer.emplace(Tokenizer::from_gguf(model->file()));
+
+  std::vector<int32_t> prompt;
+  if (!options.token_ids.empty()) {
+    prompt = parse_token_ids(options.token_ids);
+  } else {
+    if (!tokenizer) fail("{}: the file has no tokenizer; give the prompt as --tokens IDS", path);
+    prompt = tokenizer->encode(options.prompt.empty() ? std::string("Once upon a time") : options.prompt);
+    if (prompt.empty()) fail("-p: the prompt encodes to no tokens");
+  }
+  for (int32_t id : prompt)
+    if (id >= hp.n_vocab) fail("--tokens: token id {} is outside the vocabulary (0..{})", id, hp.n_vocab - 1);
+
+  compute::ThreadPool pool(resolve_threads(options.model));
+  Session session(*model, pool);
+  Sampler sampler(options.model.sampling);
+  fmt::print(stderr, "strata: {} ({}), {} layers, {} experts top-{}, {} threads\n", path,
+             arch_name(hp.arch), hp.n_layer, hp.n_expert, hp.n_expert_used, pool.size());
+
+  const auto prefill_start = std::chrono::steady_clock::now();
+  {
+    ProgressBar bar("prefill", uint64_t(prompt.size()), 0);
+    bar.set_enabled(bar.enabled() && prompt.size() > size_t(options.chunk_rows));
+    int64_t reported = 0;
+    session.prefill(prompt, options.chunk_rows, [&](int64_t done, int64_t) {
+      bar.advance(uint64_t(done - reported), 0);
+      reported = done;
+    });
+  }
+  const double prefill_s = seconds_since(prefill_start);
+
+  std::optional<StreamingDecoder> decoder;
+  if (tokenizer && !options.print_ids) decoder.emplace(*tokenizer);
+  if (decoder) {
+    std::fputs(tokenizer->decode(prompt).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  const std::optional<int32_t> eos = tokenizer ? tokenizer->eos_id() : std::nullopt;
+  const auto decode_start = std::chrono::steady_clock::now();
+  int generated = 0;
+  std::vector<int32_t> out_ids;
+  for (; generated < options.n_predict; ++generated) {
+    const int32_t next = sampler.sample(session.logits(), session.tokens());
+    if (!options.ignore_eos && eos && next == *eos) break;
+    if (decoder) {
+      std::fputs(decoder->push(next).c_str(), stdout);
+      std::fflush(stdout);
+    } else {
+      out_ids.push_back(next);
+    }
+    if (generated + 1 < options.n_predict) session.decode(next);
+  }
+  if (decoder) std::fputs((decoder->finish() + "\n").c_str(), stdout);
+  if (!out_ids.empty() || options.print_ids) {
+    std::string line;
+    for (int32_t id : out_ids) line += (line.empty() ? "" : ",") + std::to_string(id);
+    std::puts(line.c_str());
+  }
+  const double decode_s = seconds_since(decode_start);
+  fmt::print(stderr, "strata: prompt {} tokens in {:.2f} s ({:.1f} tok/s); generated {} tokens in {:.2f} s ({:.1f} tok/s)\n",
+             prompt.size(), prefill_s, double(prompt.size()) / std::max(prefill_s, 1e-9), generated,
+             decode_s, double(generated) / std::max(decode_s, 1e-9));
+}
+
+}  // namespace
+
+void register_run(CLI::App& app) {
+  auto options = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt");
+  add_model_options(*cmd, options->model);
+  add_sampling_options(*cmd, options->model.sampling);
+  auto* prompt = cmd->add_option("-p,--prompt", options->prompt, "prompt text");
+  cmd->add_option("--tokens", options->token_ids, "prompt as comma-separated token ids")->excludes(prompt);
+  cmd->add_option("-n,--n-predict", options->n_predict, "tokens to generate")->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--chunk", options->chunk_rows, "prefill window rows")->check(CLI::Range(1, 4096));
+  cmd->add_flag("--print-ids", options->print_ids, "print generated token ids instead of text");
+  cmd->add_flag("--ignore-eos", options->ignore_eos, "keep generating past the end-of-sequence token");
+  cmd->callback([options] { run(*options); });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,84 @@
+// `strata synth` — write a GGUF of any supported architecture and shape with random weights.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli/commands.h"
+#include "quant/ggml_type.h"
+#include "synth/synth.h"
+#include "util/error.h"
+#include "util/progress.h"
+
+namespace strata::cli {
+namespace {
+
+struct SynthCommandOptions {
+  std::string shape = "tiny-qwen4exp";
+  std::string type = "f32";
+  std::string expert_type;
+  uint64_t seed = 1;
+  int layers = 0;
+  int experts = 0;
+  std::string output;
+};
+
+GgmlType parse_type(const std::string& name, const char* flag) {
+  const auto type = type_from_name(name);
+  if (!type || !type_traits(*type).has_kernels)
+    fail("{}: expected one of f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q2_k, iq2_xs, found '{}'",
+         flag, name);
+  return *type;
+}
+
+}  // namespace
+
+void register_synth(CLI::App& app) {
+  auto o = std::make_shared<SynthCommandOptions>();
+  CLI::App* cmd = app.add_subcommand("synth", "Write a GGUF with random weights of a given shape");
+  std::string shapes;
+  for (const std::string& name : synth_shape_names()) shapes += (shapes.empty() ? "" : ", ") + name;
+  cmd->add_option("--shape", o->shape, "shape: " + shapes);
+  cmd->add_option("--type", o->type, "dense weight type");
+  cmd->add_option("--expert-type", o->expert_type, "routed expert type (default: --type)");
+  cmd->add_option("--seed", o->seed, "random seed");
+  cmd->add_option("--layers", o->layers, "override the layer count")->check(CLI::Range(1, 1024));
+  cmd->add_option("--experts", o->experts, "override the expert count")->check(CLI::Range(1, 65536));
+  cmd->add_option("output", o->output, "output GGUF path")->required();
+  cmd->callback([o] {
+    SynthOptions options;
+    options.hparams = synth_shape(o->shape);
+    HParams& hp = options.hparams;
+    if (o->layers > 0) {
+      hp.n_layer = o->layers;
+      hp.layer_kinds.resize(size_t(hp.n_layer), hp.layer_kinds.back());
+      if (!hp.compress_ratios.empty()) hp.compress_ratios.resize(size_t(hp.n_layer), 0);
+      for (int i = 0; i < hp.n_layer && hp.arch != Arch::Qwen3Moe; ++i) {
+        const bool attention = (i + 1) % 4 == 0;
+        hp.layer_kinds[size_t(i)] = attention ? (hp.arch == Arch::Qwen4Exp ? LayerKind::SparseAttention
+                                                                           : LayerKind::GatedAttention)
+                                              : LayerKind::GatedDeltaNet;
+        if (!hp.compress_ratios.empty()) hp.compress_ratios[size_t(i)] = attention ? 4 : 0;
+      }
+    }
+    if (o->experts > 0) {
+      hp.n_expert = o->experts;
+      if (hp.n_expert_used > hp.n_expert) hp.n_expert_used = hp.n_expert;
+    }
+    options.dense_type = parse_type(o->type, "--type");
+    options.expert_type = o->expert_type.empty() ? options.dense_type
+                                                 : parse_type(o->expert_type, "--expert-type");
+    options.seed = o->seed;
+    ProgressBar bar("synth", 0, 0);
+    uint64_t reported = 0;
+    write_synthetic_model(options, o->output, [&](uint64_t done, uint64_t total) {
+      static_cast<void>(total);
+      bar.advance(0, done - reported);
+      reported = done;
+    });
+    bar.finish();
+    fmt::print(stderr, "strata synth: wrote {} ({}, {} layers, {} experts, {:.2f} GiB)\n", o->output,
+               o->shape, hp.n_layer, hp.n_expert, double(reported) / (1 << 30));
+  });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,57 @@
+#include "cli/model_options.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "util/error.h"
+
+namespace strata::cli {
+namespace {
+
+constexpr const char* kDefaultModel = "models/strata-default.gguf";
+
+std::filesystem::path executable_dir() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::filesystem::path(".") : exe.parent_path();
+}
+
+}  // namespace
+
+void add_model_options(CLI::App& cmd, ModelOptions& options) {
+  cmd.add_option("-m,--model", options.model_path,
+                 "GGUF model (default: the embedded model, models/strata-default.gguf)");
+  cmd.add_option("-t,--threads", options.threads, "CPU threads (default: all cores)")
+      ->check(CLI::Range(0, 1024));
+}
+
+void add_sampling_options(CLI::App& cmd, SamplerConfig& sampling) {
+  cmd.add_option("--temp", sampling.temperature, "temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
+  cmd.add_option("--top-k", sampling.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--top-p", sampling.top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0, 1.0));
+  cmd.add_option("--min-p", sampling.min_p, "drop tokens below min-p x the top probability")->check(CLI::Range(0.0, 1.0));
+  cmd.add_option("--repeat-penalty", sampling.repetition_penalty, "repetition penalty (1 = off)")->check(CLI::PositiveNumber);
+  cmd.add_option("--repeat-last-n", sampling.repeat_last_n, "tokens the penalty looks back over")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--seed", sampling.seed, "sampling seed (same seed, same output)");
+}
+
+std::string resolve_model_path(const ModelOptions& options) {
+  if (!options.model_path.empty()) return options.model_path;
+  const std::filesystem::path candidates[] = {executable_dir() / ".." / kDefaultModel,
+                                              executable_dir() / kDefaultModel,
+                                              std::filesystem::path(kDefaultModel)};
+  for (const auto& path : candidates)
+    if (std::filesystem::exists(path)) return path.lexically_normal().string();
+  fail("no -m MODEL given and the embedded default model {} was not found (looked next to the "
+       "executable and in the current directory)",
+       kDefaultModel);
+}
+
+int resolve_threads(const ModelOptions& options) {
+  if (options.threads > 0) return options.threads;
+  return std::max(1, int(std::thread::hardware_concurrency()));
+}
+
+}  // namespace strata::cli

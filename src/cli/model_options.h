@@ -1,0 +1,25 @@
+// Options shared by the commands that load a model (run, chat, serve, bench): the model path with
+// the embedded default, thread count, and sampling settings; plus helpers to resolve them.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "engine/sampler.h"
+
+namespace strata::cli {
+
+struct ModelOptions {
+  std::string model_path;  // empty = the embedded default
+  int threads = 0;         // 0 = hardware concurrency
+  SamplerConfig sampling;
+};
+
+void add_model_options(CLI::App& cmd, ModelOptions& options);
+void add_sampling_options(CLI::App& cmd, SamplerConfig& sampling);
+// The model to load: -m, else the embedded default shipped in models/ (searched next to the
+// executable and in the current directory). Throws naming the paths tried.
+std::string resolve_model_path(const ModelOptions& options);
+int resolve_threads(const ModelOptions& options);
+
+}  // namespace strata::cli
