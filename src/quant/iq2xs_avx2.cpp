@@ -4,6 +4,9 @@
 // table; the sign bytes are rebuilt in registers (7 stored bits plus their parity) and applied
 // to the activations with sign_epi8, so maddubs(grid, ±a) gives exact i16 pair sums
 // (≤ 2·43·127). The sub-block scale enters as the integer 2s+1 (db = d·(2s+1)/8).
+#include <array>
+#include <cstring>
+
 #include "quant/avx2_common.h"
 #include "quant/blocks.h"
 #include "quant/iq2xs_tables.h"
@@ -14,11 +17,34 @@ namespace {
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
+// The four grid points of one sub-block. The four words come in one 64-bit load and are split
+// with shifts: the kernel is bound by loads, and the scalar ALUs have room.
 inline __m256i grid_points(const uint16_t* words) {
-  return _mm256_set_epi64x(
-      static_cast<int64_t>(kIq2xsGrid[words[3] & 511]), static_cast<int64_t>(kIq2xsGrid[words[2] & 511]),
-      static_cast<int64_t>(kIq2xsGrid[words[1] & 511]), static_cast<int64_t>(kIq2xsGrid[words[0] & 511]));
+  uint64_t packed;
+  std::memcpy(&packed, words, 8);
+  return _mm256_set_epi64x(static_cast<int64_t>(kIq2xsGrid[(packed >> 48) & 511]),
+                           static_cast<int64_t>(kIq2xsGrid[(packed >> 32) & 511]),
+                           static_cast<int64_t>(kIq2xsGrid[(packed >> 16) & 511]),
+                           static_cast<int64_t>(kIq2xsGrid[packed & 511]));
 }
+
+// For every scale byte s: sixteen i16, 2·(s & 15) + 1 eight times (groups 0-1 of a sub-block, the
+// low 128-bit lane) then 2·(s >> 4) + 1 eight times (groups 2-3). Reading a sub-block's scale
+// vector from here costs no vector instruction (madd takes it as a memory operand).
+struct alignas(32) ScaleVector {
+  int16_t lanes[16];
+};
+constexpr std::array<ScaleVector, 256> make_scale_table() {
+  std::array<ScaleVector, 256> table{};
+  for (int s = 0; s < 256; ++s) {
+    for (int i = 0; i < 8; ++i) {
+      table[size_t(s)].lanes[i] = int16_t(2 * (s & 15) + 1);
+      table[size_t(s)].lanes[8 + i] = int16_t(2 * (s >> 4) + 1);
+    }
+  }
+  return table;
+}
+constexpr std::array<ScaleVector, 256> kScaleVectors = make_scale_table();
 
 }  // namespace
 
@@ -62,19 +88,10 @@ float dot_iq2_xs(const void* w, const void* a, int64_t n) {
                        4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
       _mm256_setr_epi8(8, 8, 8, 8, 8, 8, 8, 8, 10, 10, 10, 10, 10, 10, 10, 10,  //
                        12, 12, 12, 12, 12, 12, 12, 12, 14, 14, 14, 14, 14, 14, 14, 14)};
-  // Scale bytes are interleaved (lo0, hi0, lo1, hi1, ...); sub-block s takes byte 2s in the low
-  // lane and 2s+1 in the high lane as i16 (0x80 zeroes the upper byte).
-  const __m256i scale_pick_base = _mm256_set_m128i(_mm_set1_epi16(short(0x8001)), _mm_set1_epi16(short(0x8000)));
-  const __m128i nibble = _mm_set1_epi8(15);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kBlockK; ++b) {
     const BlockIQ2_XS& block = blocks[b];
     const BlockQ8_K& act = acts[b];
-    const __m128i raw_scales = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block.scales));
-    const __m128i interleaved = _mm_unpacklo_epi8(_mm_and_si128(raw_scales, nibble),
-                                                  _mm_and_si128(_mm_srli_epi16(raw_scales, 4), nibble));
-    const __m256i odd_scales = _mm256_broadcastsi128_si256(
-        _mm_add_epi8(_mm_add_epi8(interleaved, interleaved), _mm_set1_epi8(1)));
     __m256i sums = _mm256_setzero_si256();
     for (int quad = 0; quad < 2; ++quad) {
       const __m256i words = load32(block.qs + 16 * quad);
@@ -91,8 +108,8 @@ float dot_iq2_xs(const void* w, const void* a, int64_t n) {
           const __m256i signed_acts =
               _mm256_sign_epi8(load32(act.qs + 32 * sub), _mm256_or_si256(negative, one_bytes));
           const __m256i products = _mm256_maddubs_epi16(grid_points(block.qs + 4 * sub), signed_acts);
-          const __m256i scale = _mm256_shuffle_epi8(
-              odd_scales, _mm256_add_epi8(scale_pick_base, _mm256_set1_epi8(char(2 * sub))));
+          const __m256i scale = _mm256_load_si256(
+              reinterpret_cast<const __m256i*>(kScaleVectors[block.scales[sub]].lanes));
           sums = _mm256_add_epi32(sums, _mm256_madd_epi16(products, scale));
         }
       }
