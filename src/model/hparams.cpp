@@ -144,10 +144,12 @@ void load_qwen4exp_extras(const MetaReader& meta, HParams& hp) {
   if (hp.compress_ratios.size() < size_t(hp.n_layer + hp.n_nextn))
     meta.bad("attention.compress_ratios", fmt::format("{} entries", hp.n_layer + hp.n_nextn),
              std::to_string(hp.compress_ratios.size()));
+  // The MTP blocks carry ratio 0 in llama.cpp's files (it attends densely there); strata runs
+  // them as QSA with the trunk's ratio (vLLM's behaviour), see Model::mtp_compress_ratio.
   for (int i = 0; i < hp.n_layer + hp.n_nextn; ++i) {
-    const bool sparse = i >= hp.n_layer || hp.layer_kinds[i] == LayerKind::SparseAttention;
+    const bool sparse = i < hp.n_layer && hp.layer_kinds[i] == LayerKind::SparseAttention;
     const int ratio = hp.compress_ratios[i];
-    if (sparse && (ratio <= 0 || hp.indexer_top_k % ratio != 0))
+    if ((sparse || ratio != 0) && (ratio <= 0 || hp.indexer_top_k % ratio != 0))
       meta.bad("attention.compress_ratios",
                fmt::format("a positive divisor of indexer.top_k ({}) at QSA block {}",
                            hp.indexer_top_k, i),

@@ -168,6 +168,11 @@ void Model::run_prenorm_layers(compute::ThreadPool& pool, ModelState& state,
                       hidden.data() + t * H);
 }
 
+void Model::mtp_forward(compute::ThreadPool&, MtpState&, const float*, std::span<const int32_t>,
+                        std::vector<float>&, std::vector<float>*, ExpertSource*) const {
+  fail("{}: this model has no MTP (nextn) head", file_->path());
+}
+
 void Model::forward(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
                     LogitRows rows, std::vector<float>& logits, ExpertSource* experts) const {
   if (tokens.empty()) fail("forward: empty window");

@@ -31,14 +31,21 @@
 
 namespace strata {
 
+// The MTP (nextn) head's own cache: entry t holds what the head computed for trunk position t.
+struct MtpState {
+  KvCache kv;
+};
+
 // Everything a sequence carries between windows.
 struct ModelState {
   int64_t n_past = 0;
   std::vector<GatedDeltaNetState> deltanet;  // [n_layer]; used by GDN layers
   std::vector<KvCache> kv;                   // [n_layer]; used by attention layers
   PleState ple;
-  // Multi-stream residual of the last row before the final mixer (the MTP head's input).
-  std::vector<float> last_residual;
+  // qwen4exp: the multi-stream residual of every row of the last window before the final mixer
+  // ([n_rows][S·H]): the MTP head's input.
+  std::vector<float> residuals;
+  MtpState mtp;
 };
 
 enum class LogitRows { None, Last, All };
@@ -66,6 +73,17 @@ class Model {
   // Runs tokens through the model. logits receives [rows][n_vocab] for the rows asked for.
   void forward(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
                LogitRows rows, std::vector<float>& logits, ExpertSource* experts = nullptr) const;
+
+  // The MTP (nextn) draft head, where the file has one.
+  virtual bool has_mtp() const { return false; }
+  // Runs the head over n entries: `hidden` [n][S·H] (trunk residuals before the final mixer, or
+  // the head's own output for a chained draft) and `tokens` [n] (the token that follows each
+  // entry's position). Appends n entries to mtp.kv and writes the draft logits [n][n_vocab];
+  // `residual_out` (if given) receives the head's output residuals [n][S·H].
+  virtual void mtp_forward(compute::ThreadPool& pool, MtpState& mtp, const float* hidden,
+                           std::span<const int32_t> tokens, std::vector<float>& logits,
+                           std::vector<float>* residual_out = nullptr,
+                           ExpertSource* experts = nullptr) const;
 
   // The default expert source: views straight into the file mapping.
   ExpertSource& mapped_experts() const { return *mapped_experts_; }

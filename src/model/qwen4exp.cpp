@@ -4,6 +4,7 @@
 // and an untied head. Reference: shared/reference/qwen4exp.md §4–§12.
 #include <fmt/format.h>
 
+#include "compute/cpu/ops.h"
 #include "model/model.h"
 #include "model/spec_builder.h"
 #include "util/error.h"
@@ -32,6 +33,49 @@ class Qwen4Exp final : public Model {
       load_moe(loader, l, lw);
     }
     if (hp_.has_ple()) load_ple(loader);
+    if (hp_.n_nextn > 0) load_mtp(loader);
+  }
+
+  bool has_mtp() const override { return hp_.n_nextn > 0; }
+
+  void mtp_forward(compute::ThreadPool& pool, MtpState& mtp, const float* hidden,
+                   std::span<const int32_t> tokens, std::vector<float>& logits,
+                   std::vector<float>* residual_out, ExpertSource* experts) const override {
+    if (!has_mtp()) Model::mtp_forward(pool, mtp, hidden, tokens, logits, residual_out, experts);
+    const int S = hp_.hc_count;
+    const int64_t H = hp_.n_embd, width = S * H, n = int64_t(tokens.size());
+    const LayerWeights& lw = layers_[size_t(hp_.n_layer)];
+    // Inputs of eh_proj per (entry, stream): [N1p(embed(tok)) | N1p(h) of that stream], where the
+    // hidden norm is one RMS over all S·H values (vLLM's convention, see docs/fixtures.md).
+    std::vector<float> embedded(static_cast<size_t>(n * H)), normed(static_cast<size_t>(width));
+    std::vector<float> inputs(static_cast<size_t>(n * S * 2 * H));
+    embed(tokens, embedded.data());
+    for (int64_t t = 0; t < n; ++t) {
+      compute::rms_norm(embedded.data() + t * H, mtp_enorm_.data(), H, hp_.rms_eps,
+                        embedded.data() + t * H);
+      compute::rms_norm(hidden + t * width, mtp_hnorm_.data(), width, hp_.rms_eps, normed.data());
+      for (int s = 0; s < S; ++s) {
+        float* row = inputs.data() + (t * S + s) * 2 * H;
+        std::copy_n(embedded.data() + t * H, H, row);
+        std::copy_n(normed.data() + s * H, H, row + H);
+      }
+    }
+    std::vector<float> X(static_cast<size_t>(n * width)), x(static_cast<size_t>(n * H));
+    std::vector<float> y(static_cast<size_t>(n * H)), inject(static_cast<size_t>(n * S));
+    compute::matmul(pool, mtp_eh_proj_, inputs.data(), n * S, X.data());
+
+    hyper_connection_in(pool, lw.hc_attn, S, H, hp_.rms_eps, X.data(), n, x.data(), inject.data());
+    attention_forward(pool, hp_, lw.attention, mtp.kv, x.data(), n, y.data());
+    hyper_connection_out(S, H, y.data(), inject.data(), n, X.data());
+    hyper_connection_in(pool, lw.hc_ffn, S, H, hp_.rms_eps, X.data(), n, x.data(), inject.data());
+    moe_forward(pool, hp_, lw.moe, experts ? *experts : *mapped_experts_, hp_.n_layer, x.data(), n,
+                y.data());
+    hyper_connection_out(S, H, y.data(), inject.data(), n, X.data());
+
+    hyper_connection_in(pool, mtp_hc_head_, S, H, hp_.rms_eps, X.data(), n, x.data(), nullptr);
+    logits.resize(static_cast<size_t>(n * hp_.n_vocab));
+    compute::matmul(pool, output_, x.data(), n, logits.data());
+    if (residual_out) *residual_out = std::move(X);
   }
 
  protected:
@@ -67,7 +111,7 @@ class Qwen4Exp final : public Model {
       moe_forward(pool, hp_, lw.moe, experts, l, x.data(), n_rows, y.data());
       hyper_connection_out(S, H, y.data(), inject.data(), n_rows, X.data());
     }
-    state.last_residual.assign(X.end() - width, X.end());
+    state.residuals = X;
     hidden.resize(static_cast<size_t>(n_rows * H));
     hyper_connection_in(pool, output_hc_, S, H, hp_.rms_eps, X.data(), n_rows, hidden.data(),
                         nullptr);
@@ -118,8 +162,38 @@ class Qwen4Exp final : public Model {
     ple_.conv = loader.floats(blk(l, "ple_conv1d"), width * hp_.ple_conv_kernel);
   }
 
+  void load_mtp(const TensorLoader& loader) {
+    const int l = hp_.n_layer;
+    layers_.resize(size_t(hp_.n_layer + 1));
+    LayerWeights& lw = layers_[size_t(l)];
+    lw.kind = LayerKind::SparseAttention;
+    lw.hc_attn = load_hc(loader, blk(l, "hc_attn"), true);
+    lw.hc_ffn = load_hc(loader, blk(l, "hc_ffn"), true);
+    load_attention(loader, l, /*gated=*/true, lw);
+    load_indexer(loader, l, lw.attention);
+    lw.attention.compress_ratio = mtp_compress_ratio();
+    load_moe(loader, l, lw);
+    mtp_eh_proj_ = loader.matrix(blk(l, "nextn.eh_proj"), 2 * hp_.n_embd, hp_.n_embd);
+    mtp_enorm_ = loader.floats(blk(l, "nextn.enorm"), hp_.n_embd);
+    mtp_hnorm_ = loader.floats(blk(l, "nextn.hnorm"), hp_.hc_count * hp_.n_embd);
+    mtp_hc_head_ = load_hc(loader, blk(l, "nextn.hc_head"), false);
+  }
+
+  // llama.cpp's files give the MTP block ratio 0 (it attends densely); like vLLM, strata runs
+  // the head's attention as QSA with the trunk's block size.
+  int mtp_compress_ratio() const {
+    const int stored = hp_.compress_ratios[size_t(hp_.n_layer)];
+    if (stored > 0) return stored;
+    for (int l = 0; l < hp_.n_layer; ++l)
+      if (hp_.layer_kinds[size_t(l)] == LayerKind::SparseAttention) return hp_.compress_ratios[size_t(l)];
+    fail("{}: cannot run the MTP block as QSA: the trunk has no QSA layer", file_->path());
+  }
+
   HyperConnectionWeights output_hc_;
   PleWeights ple_;
+  compute::WeightMatrix mtp_eh_proj_;
+  std::vector<float> mtp_enorm_, mtp_hnorm_;
+  HyperConnectionWeights mtp_hc_head_;
 };
 
 }  // namespace
@@ -139,6 +213,16 @@ void add_hc_specs(SpecBuilder& b, const HParams& hp, const std::string& prefix, 
   add("_down", {width, rank}, TensorRole::Matrix);
   add("_up", {rank, width}, TensorRole::Matrix);
   if (with_inject) add("_inject", {width, hp.hc_count}, TensorRole::Matrix);
+}
+
+// Gated attention plus the QSA indexer.
+void add_qsa_specs(SpecBuilder& b, const HParams& hp, int l) {
+  const int64_t di = hp.indexer_head_dim;
+  add_attention_specs(b, hp, l, /*gated=*/true);
+  b.layer(l, "indexer.q_proj", {hp.n_embd, hp.indexer_n_head * di}, TensorRole::Matrix);
+  b.layer(l, "indexer.k_proj", {hp.n_embd, di}, TensorRole::Matrix);
+  b.layer(l, "indexer.q_norm", {di}, TensorRole::Norm);
+  b.layer(l, "indexer.k_norm", {di}, TensorRole::Norm);
 }
 
 }  // namespace
@@ -161,12 +245,7 @@ std::vector<TensorSpec> qwen4exp_tensor_specs(const HParams& hp) {
     if (hp.layer_kinds[size_t(l)] == LayerKind::GatedDeltaNet) {
       add_deltanet_specs(b, hp, l, /*fused_beta_alpha=*/false);
     } else {
-      add_attention_specs(b, hp, l, /*gated=*/true);
-      const int64_t di = hp.indexer_head_dim;
-      b.layer(l, "indexer.q_proj", {H, hp.indexer_n_head * di}, TensorRole::Matrix);
-      b.layer(l, "indexer.k_proj", {H, di}, TensorRole::Matrix);
-      b.layer(l, "indexer.q_norm", {di}, TensorRole::Norm);
-      b.layer(l, "indexer.k_norm", {di}, TensorRole::Norm);
+      add_qsa_specs(b, hp, l);
     }
     add_moe_specs(b, hp, l);
     if (l == hp.ple_layer()) {
@@ -177,6 +256,17 @@ std::vector<TensorSpec> qwen4exp_tensor_specs(const HParams& hp) {
       b.layer(l, "ple_norm_conv", {width}, TensorRole::Norm);
       b.layer(l, "ple_conv1d", {hp.ple_conv_kernel, width}, TensorRole::Vector);
     }
+  }
+  if (hp.n_nextn > 0) {
+    const int l = hp.n_layer;
+    add_hc_specs(b, hp, "hc_attn", l, true);
+    add_hc_specs(b, hp, "hc_ffn", l, true);
+    add_qsa_specs(b, hp, l);
+    add_moe_specs(b, hp, l);
+    b.layer(l, "nextn.eh_proj", {2 * H, H}, TensorRole::Matrix);
+    b.layer(l, "nextn.enorm", {H}, TensorRole::Norm);
+    b.layer(l, "nextn.hnorm", {width}, TensorRole::Norm);
+    add_hc_specs(b, hp, "nextn.hc_head", l, false);
   }
   return specs;
 }
