@@ -11,4 +11,5 @@ $SUDO apt-get install -y --no-install-recommends \
   libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev liburing-dev \
   libgtest-dev libgmock-dev libbenchmark-dev \
   clang-14 libclang-rt-14-dev clang-format-14 \
+  libicu-dev \
   python3 tmux
