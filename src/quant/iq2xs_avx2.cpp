@@ -4,7 +4,6 @@
 // table; the sign bytes are rebuilt in registers (7 stored bits plus their parity) and applied
 // to the activations with sign_epi8, so maddubs(grid, ±a) gives exact i16 pair sums
 // (≤ 2·43·127). The sub-block scale enters as the integer 2s+1 (db = d·(2s+1)/8).
-#include <array>
 #include <cstring>
 
 #include "quant/avx2_common.h"
@@ -27,24 +26,6 @@ inline __m256i grid_points(const uint16_t* words) {
                            static_cast<int64_t>(kIq2xsGrid[(packed >> 16) & 511]),
                            static_cast<int64_t>(kIq2xsGrid[packed & 511]));
 }
-
-// For every scale byte s: sixteen i16, 2·(s & 15) + 1 eight times (groups 0-1 of a sub-block, the
-// low 128-bit lane) then 2·(s >> 4) + 1 eight times (groups 2-3). Reading a sub-block's scale
-// vector from here costs no vector instruction (madd takes it as a memory operand).
-struct alignas(32) ScaleVector {
-  int16_t lanes[16];
-};
-constexpr std::array<ScaleVector, 256> make_scale_table() {
-  std::array<ScaleVector, 256> table{};
-  for (int s = 0; s < 256; ++s) {
-    for (int i = 0; i < 8; ++i) {
-      table[size_t(s)].lanes[i] = int16_t(2 * (s & 15) + 1);
-      table[size_t(s)].lanes[8 + i] = int16_t(2 * (s >> 4) + 1);
-    }
-  }
-  return table;
-}
-constexpr std::array<ScaleVector, 256> kScaleVectors = make_scale_table();
 
 }  // namespace
 
@@ -108,8 +89,9 @@ float dot_iq2_xs(const void* w, const void* a, int64_t n) {
           const __m256i signed_acts =
               _mm256_sign_epi8(load32(act.qs + 32 * sub), _mm256_or_si256(negative, one_bytes));
           const __m256i products = _mm256_maddubs_epi16(grid_points(block.qs + 4 * sub), signed_acts);
-          const __m256i scale = _mm256_load_si256(
-              reinterpret_cast<const __m256i*>(kScaleVectors[block.scales[sub]].lanes));
+          // Scale vector from a table: no vector instruction (madd reads it from memory).
+          const __m256i scale =
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(iq2xs_scale_vector(block.scales[sub])));
           sums = _mm256_add_epi32(sums, _mm256_madd_epi16(products, scale));
         }
       }

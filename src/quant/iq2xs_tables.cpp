@@ -14,7 +14,27 @@
 // every byte in {8, 25, 43}) and regenerates the sign table from its rule.
 #include "quant/iq2xs_tables.h"
 
+#include <array>
+#include <cstddef>
+
 namespace strata::quant {
+namespace {
+
+constexpr std::array<Iq2xsScaleVector, 256> make_scale_vectors() {
+  std::array<Iq2xsScaleVector, 256> table{};
+  for (int s = 0; s < 256; ++s) {
+    for (int i = 0; i < 8; ++i) {
+      table[static_cast<std::size_t>(s)].lanes[i] = int16_t(2 * (s & 15) + 1);
+      table[static_cast<std::size_t>(s)].lanes[8 + i] = int16_t(2 * (s >> 4) + 1);
+    }
+  }
+  return table;
+}
+
+}  // namespace
+
+// Constant-initialised (make_scale_vectors is constexpr).
+const std::array<Iq2xsScaleVector, 256> kIq2xsScaleVectors = make_scale_vectors();
 
 const uint64_t kIq2xsGrid[kIq2xsGridSize] = {
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
