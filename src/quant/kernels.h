@@ -75,12 +75,19 @@ float dot_q6_K(const void* w, const void* a, int64_t n);
 float dot_iq2_xs(const void* w, const void* a, int64_t n);
 }  // namespace avx2
 
+// Rounds to nearest, ties to even, for |v| ≤ 2^22: adding 1.5·2^23 leaves no fraction bits, so
+// the FPU's default rounding does the work (nearbyintf would be a libm call on baseline x86-64).
+inline float round_half_even(float v) {
+  constexpr float kMagic = 12582912.0f;  // 1.5·2^23
+  return (v + kMagic) - kMagic;
+}
+
 // Shared by scalar and avx2 activation quantizers so both round identically: clamps v*inverse
-// into [-127, 127] (NaN goes to -127) and rounds to nearest even.
+// into [-127, 127] (NaN goes to -127) and rounds to nearest even, as _mm256_cvtps_epi32 does.
 inline int quantize_activation_value(float v) {
   v = v > -127.0f ? v : -127.0f;
   v = v < 127.0f ? v : 127.0f;
-  return static_cast<int>(__builtin_nearbyintf(v));
+  return static_cast<int>(round_half_even(v));
 }
 
 }  // namespace strata::quant

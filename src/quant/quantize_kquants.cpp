@@ -18,11 +18,11 @@
 namespace strata::quant::scalar {
 namespace {
 
-// Rounds to nearest (ties to even) and clamps to [lo, hi]; NaN maps to lo.
+// Clamps to [lo, hi] (NaN maps to lo) and rounds to nearest, ties to even.
 int round_clamped(float v, int lo, int hi) {
   v = v > float(lo) ? v : float(lo);
   v = v < float(hi) ? v : float(hi);
-  return static_cast<int>(__builtin_nearbyintf(v));
+  return static_cast<int>(round_half_even(v));
 }
 
 struct AffineFit {
@@ -47,22 +47,24 @@ AffineFit fit_affine(const float* x, const float* weight, int n, int q_max, floa
   }
   // Start from the plain min/max mapping.
   AffineFit best{(hi - lo) / float(q_max), -lo};
-  float best_error = 0.0f;
+  double best_error = 0.0;
   {
     const float inverse = float(q_max) / (hi - lo);
     for (int i = 0; i < n; ++i) {
       q_out[i] = static_cast<uint8_t>(round_clamped(inverse * (x[i] - lo), 0, q_max));
-      const float diff = best.scale * q_out[i] + lo - x[i];
+      const double diff = double(best.scale) * q_out[i] + lo - x[i];
       best_error += weight[i] * diff * diff;
     }
   }
+  double sum_wxx = 0.0;
+  for (int i = 0; i < n; ++i) sum_wxx += double(weight[i]) * x[i] * x[i];
   uint8_t q[256];
   for (int step = 0; step <= n_steps; ++step) {
     const float inverse = (float(q_max) + first_shift + shift_step * float(step)) / (hi - lo);
-    float sum_w = 0, sum_wq = 0, sum_wqq = 0, sum_wx = 0, sum_wqx = 0;
+    double sum_w = 0, sum_wq = 0, sum_wqq = 0, sum_wx = 0, sum_wqx = 0;
     for (int i = 0; i < n; ++i) {
       q[i] = static_cast<uint8_t>(round_clamped(inverse * (x[i] - lo), 0, q_max));
-      const float w = weight[i];
+      const double w = weight[i];
       sum_w += w;
       sum_wq += w * q[i];
       sum_wqq += w * q[i] * q[i];
@@ -70,23 +72,21 @@ AffineFit fit_affine(const float* x, const float* weight, int n, int q_max, floa
       sum_wqx += w * q[i] * x[i];
     }
     // Normal equations of min Σ w (a·q + b − x)² over (a, b); b ≤ 0 is enforced afterwards.
-    const float det = sum_w * sum_wqq - sum_wq * sum_wq;
-    if (!(det > 0.0f)) continue;
-    float a = (sum_w * sum_wqx - sum_wq * sum_wx) / det;
-    float b = (sum_wqq * sum_wx - sum_wq * sum_wqx) / det;
-    if (b > 0.0f) {
-      b = 0.0f;
+    const double det = sum_w * sum_wqq - sum_wq * sum_wq;
+    if (!(det > 0.0)) continue;
+    double a = (sum_w * sum_wqx - sum_wq * sum_wx) / det;
+    double b = (sum_wqq * sum_wx - sum_wq * sum_wqx) / det;
+    if (b > 0.0) {
+      b = 0.0;
       a = sum_wqx / sum_wqq;
     }
-    if (!(a > 0.0f)) continue;
-    float error = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      const float diff = a * q[i] + b - x[i];
-      error += weight[i] * diff * diff;
-    }
+    if (!(a > 0.0)) continue;
+    // Σ w (a·q + b − x)² expanded in the sums above (double keeps the cancellation harmless).
+    const double error = a * a * sum_wqq + 2 * a * b * sum_wq + b * b * sum_w - 2 * a * sum_wqx -
+                         2 * b * sum_wx + sum_wxx;
     if (error < best_error) {
       best_error = error;
-      best = {a, -b};
+      best = {float(a), float(-b)};
       std::copy(q, q + n, q_out);
     }
   }
