@@ -45,6 +45,11 @@ inline __m256i broadcast_i16_mask(int low_lane_index, int high_lane_index) {
                           _mm_set1_epi16(pair(low_lane_index)));
 }
 
+// Both 128-bit lanes set to lane `half` of v.
+inline __m256i half_lanes(__m256i v, int half) {
+  return half == 0 ? _mm256_permute2x128_si256(v, v, 0x00) : _mm256_permute2x128_si256(v, v, 0x11);
+}
+
 // Q4_K's eight 6-bit scales and mins (see unpack_q4_K_scales), as two u64 of 8 bytes.
 inline void unpack_q4_K_scales_u64(const uint8_t packed[12], uint64_t* scales, uint64_t* mins) {
   uint32_t s0, s1, s2;
@@ -165,7 +170,7 @@ float dot_q2_K(const void* w, const void* a, int64_t n) {
     __m256i sums = _mm256_setzero_si256();
     for (int half = 0; half < 2; ++half) {
       // Both lanes hold scales[8h .. 8h+7]; sub-block 8h + 2·step + lane.
-      const __m256i half_scales = _mm256_permute2x128_si256(scales, scales, half ? 0x11 : 0x00);
+      const __m256i half_scales = half_lanes(scales, half);
       const __m256i bytes = load32(block.qs + 32 * half);
       for (int step = 0; step < 4; ++step) {
         const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bytes, 2 * step), two_bits);
@@ -233,7 +238,7 @@ float dot_q6_K(const void* w, const void* a, int64_t n) {
     const __m256i offsets = _mm256_madd_epi16(load32(act.bsums), scales);
     __m256i sums = _mm256_setzero_si256();
     for (int half = 0; half < 2; ++half) {
-      const __m256i half_scales = _mm256_permute2x128_si256(scales, scales, half ? 0x11 : 0x00);
+      const __m256i half_scales = half_lanes(scales, half);
       __m256i q[4];
       unpack_q6_K_half(block, half, q);
       for (int quarter = 0; quarter < 4; ++quarter) {

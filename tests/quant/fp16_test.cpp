@@ -1,5 +1,6 @@
 // util/fp16.h: f16/bf16 <-> f32 conversions, checked exhaustively, against hand-picked values,
 // and against the CPU's own F16C conversions (an independent implementation) where available.
+#include <cpuid.h>
 #include <gtest/gtest.h>
 #include <immintrin.h>
 
@@ -15,7 +16,11 @@ __attribute__((target("f16c"))) float hardware_f16_to_f32(uint16_t h) { return _
 __attribute__((target("f16c"))) uint16_t hardware_f32_to_f16(float f) {
   return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
 }
-bool has_f16c() { return __builtin_cpu_supports("f16c"); }
+bool has_f16c() {  // CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports lacks "f16c")
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0 &&
+         __builtin_cpu_supports("avx");
+}
 
 TEST(Fp16, RoundTripsEveryHalf) {
   for (uint32_t h = 0; h < 65536; ++h) {
