@@ -22,7 +22,8 @@ size_t TensorInfo::row_bytes() const { return strata::row_bytes(type, ne[0]); }
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->path_ = path;
-  file->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK so that a FIFO given by mistake fails the regular-file check instead of hanging.
+  file->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (file->fd_ < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
   struct stat st {};
   if (fstat(file->fd_, &st) != 0) fail("{}: cannot stat: {}", path, std::strerror(errno));

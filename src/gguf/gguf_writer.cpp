@@ -160,24 +160,71 @@ void validate_value(const std::string& key, const GgufValue& value) {
 
 }  // namespace
 
-GgufTensorSink::GgufTensorSink(AtomicFile& out, const GgufTensorDecl& tensor)
+// Destination of a serialised file: the atomic temp file, or a byte vector.
+class GgufOutput {
+ public:
+  virtual ~GgufOutput() = default;
+  virtual void write(std::span<const uint8_t> bytes) = 0;
+  virtual void write_zeros(uint64_t n_bytes) = 0;
+  virtual uint64_t bytes_written() const = 0;
+  virtual const std::string& name() const = 0;  // for error messages
+};
+
+namespace {
+
+class FileOutput final : public GgufOutput {
+ public:
+  explicit FileOutput(const std::string& path) : file_(path) {}
+  void write(std::span<const uint8_t> bytes) override { file_.write(bytes); }
+  void write_zeros(uint64_t n_bytes) override { file_.write_zeros(n_bytes); }
+  uint64_t bytes_written() const override { return file_.bytes_written(); }
+  const std::string& name() const override { return file_.path(); }
+  void commit() { file_.commit(); }
+
+ private:
+  AtomicFile file_;
+};
+
+class MemoryOutput final : public GgufOutput {
+ public:
+  void write(std::span<const uint8_t> bytes) override { bytes_.insert(bytes_.end(), bytes.begin(), bytes.end()); }
+  void write_zeros(uint64_t n_bytes) override { bytes_.resize(bytes_.size() + n_bytes, 0); }
+  uint64_t bytes_written() const override { return bytes_.size(); }
+  const std::string& name() const override { return name_; }
+  std::vector<uint8_t> take() { return std::move(bytes_); }
+
+ private:
+  std::string name_ = "(memory)";
+  std::vector<uint8_t> bytes_;
+};
+
+}  // namespace
+
+GgufTensorSink::GgufTensorSink(GgufOutput& out, const GgufTensorDecl& tensor)
     : out_(out), tensor_(tensor), expected_(tensor.n_bytes) {}
 
 void GgufTensorSink::write(std::span<const uint8_t> bytes) {
   if (bytes.size() > expected_ - written_) {
-    fail("{}: tensor '{}': producer wrote {} bytes, more than its size of {} bytes", out_.path(),
+    fail("{}: tensor '{}': producer wrote {} bytes, more than its size of {} bytes", out_.name(),
          tensor_.name, written_ + bytes.size(), expected_);
   }
   out_.write(bytes);
   written_ += bytes.size();
 }
 
+GgufWriter GgufWriter::from_file(const GgufFile& source) {
+  GgufWriter writer;
+  for (const std::string& key : source.keys()) writer.add(key, *source.find(key));
+  for (const TensorInfo& t : source.tensors()) {
+    writer.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims));
+  }
+  return writer;
+}
+
 void GgufWriter::add(std::string key, GgufValue value) {
   if (key.empty()) fail("gguf writer: empty metadata key");
   if (key.size() > kMaxKeyBytes) fail("gguf writer: key of {} bytes exceeds {}", key.size(), kMaxKeyBytes);
-  for (const KeyValue& kv : kvs_) {
-    if (kv.key == key) fail("gguf writer: key '{}' added twice", key);
-  }
+  if (key_names_.contains(key)) fail("gguf writer: key '{}' added twice", key);
   validate_value(key, value);
   if (key == "general.alignment") {
     // ggml reads this key as u32 only and requires a power of two; the spec wants a multiple of 8.
@@ -193,6 +240,7 @@ void GgufWriter::add(std::string key, GgufValue value) {
     alignment_ = static_cast<uint32_t>(alignment);
     assign_offsets();
   }
+  key_names_.insert(key);
   kvs_.push_back({std::move(key), std::move(value)});
 }
 
@@ -267,9 +315,7 @@ GgufTensorDecl GgufWriter::add_tensor(std::string name, GgmlType type, const std
     fail("gguf writer: tensor name '{}' has {} bytes, expected 1..{}", name, name.size(), kMaxTensorNameBytes);
   }
   if (name.find('\0') != std::string::npos) fail("gguf writer: tensor name contains a NUL byte");
-  for (const GgufTensorDecl& t : tensors_) {
-    if (t.name == name) fail("gguf writer: tensor '{}' added twice", name);
-  }
+  if (tensor_names_.contains(name)) fail("gguf writer: tensor '{}' added twice", name);
   if (ne.empty() || ne.size() > 4) {
     fail("gguf writer: tensor '{}': n_dims must be 1..4, found {}", name, ne.size());
   }
@@ -279,7 +325,9 @@ GgufTensorDecl GgufWriter::add_tensor(std::string name, GgmlType type, const std
   const TypeTraits& traits = type_traits(type);
   int64_t n_elements = 1;
   for (size_t d = 0; d < ne.size(); ++d) {
-    if (ne[d] < 0) fail("gguf writer: tensor '{}': ne[{}] = {} is negative", name, d, ne[d]);
+    // ggml's reader divides INT64_MAX by ne[1..3] to check the element count, so a zero
+    // dimension would crash llama.cpp: refuse it here even though the spec allows it.
+    if (ne[d] <= 0) fail("gguf writer: tensor '{}': ne[{}] = {}, expected >= 1", name, d, ne[d]);
     decl.ne[d] = ne[d];
     if (__builtin_mul_overflow(n_elements, ne[d], &n_elements)) {
       fail("gguf writer: tensor '{}': element count overflows int64", name);
@@ -293,11 +341,14 @@ GgufTensorDecl GgufWriter::add_tensor(std::string name, GgmlType type, const std
                              &decl.n_bytes)) {
     fail("gguf writer: tensor '{}': size in bytes overflows 64 bits", name);
   }
+  if (!tensors_.empty()) {
+    decl.data_offset = tensors_.back().data_offset + pad_to(tensors_.back().n_bytes, alignment_);
+  }
   decl.name = std::move(name);
+  tensor_names_.insert(decl.name);
   tensors_.push_back(std::move(decl));
   tensor_data_.emplace_back();
   has_data_.push_back(false);
-  assign_offsets();
   return tensors_.back();
 }
 
@@ -305,6 +356,7 @@ GgufTensorDecl GgufWriter::add_tensor(std::string name, GgmlType type, const std
                                       std::span<const uint8_t> data) {
   GgufTensorDecl decl = add_tensor(std::move(name), type, ne);
   if (data.size() != decl.n_bytes) {
+    tensor_names_.erase(decl.name);
     tensors_.pop_back();
     tensor_data_.pop_back();
     has_data_.pop_back();
@@ -345,13 +397,25 @@ std::vector<uint8_t> GgufWriter::serialize_metadata() const {
 }
 
 void GgufWriter::write_file(const std::string& path, const TensorProducer& produce) const {
-  AtomicFile out(path);
+  FileOutput out(path);
+  write_to(out, produce);
+  out.commit();
+}
+
+std::vector<uint8_t> GgufWriter::write_memory(const TensorProducer& produce) const {
+  MemoryOutput out;
+  write_to(out, produce);
+  return out.take();
+}
+
+void GgufWriter::write_to(GgufOutput& out, const TensorProducer& produce) const {
+  const std::string& name = out.name();
   out.write(serialize_metadata());
   const uint64_t data_start = out.bytes_written();
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const GgufTensorDecl& tensor = tensors_[i];
     if (out.bytes_written() - data_start != tensor.data_offset) {
-      fail("{}: tensor '{}': internal layout error (at data offset {}, declared {})", path,
+      fail("{}: tensor '{}': internal layout error (at data offset {}, declared {})", name,
            tensor.name, out.bytes_written() - data_start, tensor.data_offset);
     }
     GgufTensorSink sink(out, tensor);
@@ -360,15 +424,14 @@ void GgufWriter::write_file(const std::string& path, const TensorProducer& produ
     } else if (produce) {
       produce(tensor, sink);
     } else {
-      fail("{}: tensor '{}': no data given and no producer callback", path, tensor.name);
+      fail("{}: tensor '{}': no data given and no producer callback", name, tensor.name);
     }
     if (sink.bytes_written() != tensor.n_bytes) {
-      fail("{}: tensor '{}': producer wrote {} bytes, expected {}", path, tensor.name,
+      fail("{}: tensor '{}': producer wrote {} bytes, expected {}", name, tensor.name,
            sink.bytes_written(), tensor.n_bytes);
     }
-    out.write_zeros(pad_to(tensor.n_bytes, alignment_) - tensor.n_bytes);
+    out.write_zeros(pad_to(tensor.n_bytes, alignment_) - tensor.n_bytes);  // after every tensor
   }
-  out.commit();
 }
 
 }  // namespace strata

@@ -22,13 +22,14 @@
 //   bytes — the temp file is removed, nothing appears at the path, and the error propagates
 //   (strata::Error naming the path and the errno text for I/O errors).
 // - Bad declarations (empty or duplicate key, duplicate or too-long tensor name, n_dims outside
-//   1..4, negative ne, ne[0] not a multiple of the block size, a general.alignment that is not a
+//   1..4, ne < 1 (ggml's reader divides by ne[1..3], so zero dimensions would crash llama.cpp), ne[0] not a multiple of the block size, a general.alignment that is not a
 //   u32 power of two and multiple of 8, integer array values outside the element type) throw
 //   strata::Error at the add_* call. Not thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,7 +39,7 @@
 
 namespace strata {
 
-class AtomicFile;
+class GgufOutput;  // internal: where write_file / write_memory send bytes
 
 struct GgufTensorDecl {
   std::string name;
@@ -59,8 +60,8 @@ class GgufTensorSink {
 
  private:
   friend class GgufWriter;
-  GgufTensorSink(AtomicFile& out, const GgufTensorDecl& tensor);
-  AtomicFile& out_;
+  GgufTensorSink(GgufOutput& out, const GgufTensorDecl& tensor);
+  GgufOutput& out_;
   const GgufTensorDecl& tensor_;
   uint64_t expected_ = 0;
   uint64_t written_ = 0;
@@ -69,6 +70,10 @@ class GgufTensorSink {
 class GgufWriter {
  public:
   using TensorProducer = std::function<void(const GgufTensorDecl& tensor, GgufTensorSink& sink)>;
+
+  // A writer holding `source`'s metadata (same order) and tensor declarations (same order, no
+  // data): write it with a producer that copies from source.tensor_data(), or edit it first.
+  static GgufWriter from_file(const GgufFile& source);
 
   // Metadata, written in insertion order. Keys must be non-empty, < 64 KiB, and unique.
   void add(std::string key, GgufValue value);
@@ -109,14 +114,19 @@ class GgufWriter {
   // Writes the whole file atomically (see the contract above). `produce` may be empty when every
   // tensor was given its data at add_tensor.
   void write_file(const std::string& path, const TensorProducer& produce = nullptr) const;
+  // The same bytes write_file would produce, in memory (tests, fuzzing, small files).
+  std::vector<uint8_t> write_memory(const TensorProducer& produce = nullptr) const;
 
  private:
   void assign_offsets();
+  void write_to(GgufOutput& out, const TensorProducer& produce) const;
   struct KeyValue {
     std::string key;
     GgufValue value;
   };
   std::vector<KeyValue> kvs_;
+  std::set<std::string, std::less<>> key_names_;     // for the duplicate checks
+  std::set<std::string, std::less<>> tensor_names_;
   std::vector<GgufTensorDecl> tensors_;
   std::vector<std::vector<uint8_t>> tensor_data_;  // parallel to tensors_
   std::vector<bool> has_data_;                      // parallel to tensors_

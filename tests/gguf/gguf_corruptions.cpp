@@ -141,11 +141,13 @@ void write_fuzz_seeds(const std::string& dir) {
     writer.add_string("general.architecture", "edge");
     writer.set_alignment(64);
     writer.add_u32("general.quantization_version", 2);
-    writer.add_tensor("empty", GgmlType::F32, {32, 0}, {});
     writer.add_tensor("four_d", GgmlType::BF16, {2, 1, 3, 2}, std::vector<uint8_t>(24, 0x3f));
     writer.add_tensor("blk.0.ffn_up_exps.weight", GgmlType::Q4_K, {256, 1, 2}, std::vector<uint8_t>(288, 0x11));
     writer.add_tensor("iq", GgmlType::IQ2_XS, {256}, std::vector<uint8_t>(74, 0x22));
-    writer.write_file(dir + "/valid_edge_cases.gguf");
+    writer.add_tensor("empty", GgmlType::F32, {32, 1}, std::vector<uint8_t>(128, 0));
+    std::vector<uint8_t> bytes = writer.write_memory();
+    poke<uint64_t>(bytes, walk_layout(bytes).tensor("empty").ne_at[1], 0);  // zero-size, still valid
+    write_bytes(dir + "/valid_edge_cases.gguf", bytes);
   }
   for (const Corruption& c : corruptions_of_every_type_sample()) {
     write_bytes(dir + "/broken_" + c.name + ".gguf", c.bytes);

@@ -166,7 +166,9 @@ TEST(GgufWriterValidation, RefusesBadDeclarations) {
   EXPECT_EQ(error_of([&] { w.add_tensor("d", GgmlType::F32, {1, 1, 1, 1, 1}); }),
             "gguf writer: tensor 'd': n_dims must be 1..4, found 5");
   EXPECT_EQ(error_of([&] { w.add_tensor("neg", GgmlType::F32, {-1}); }),
-            "gguf writer: tensor 'neg': ne[0] = -1 is negative");
+            "gguf writer: tensor 'neg': ne[0] = -1, expected >= 1");
+  EXPECT_EQ(error_of([&] { w.add_tensor("zero", GgmlType::F32, {4, 0}); }),
+            "gguf writer: tensor 'zero': ne[1] = 0, expected >= 1");
   EXPECT_EQ(error_of([&] { w.add_tensor("sz", GgmlType::F32, {4}, std::vector<uint8_t>(15)); }),
             "gguf writer: tensor 'sz': 15 data bytes given, expected 16");
   EXPECT_EQ(w.tensors().size(), 2u);  // refused declarations left nothing behind
