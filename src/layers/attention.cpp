@@ -15,6 +15,26 @@ struct Dims {
   int idx_heads, idx_dim;
 };
 
+// The index set torch.topk selects on the CPU, ties included. relu makes exact-zero block scores
+// common, so which zero-score blocks fill the budget is decided by the tie rule, and the reference
+// (HF, torch CPU) has one: std::partial_sort when k·64 ≤ n, else std::nth_element at k-1, over
+// (value, index) pairs compared by value only. libstdc++'s algorithms are deterministic, so making
+// the same calls on the same sequence reproduces the same set (verified on the fixtures, where a
+// plain "lower index wins" rule picks a different zero block at position 15 of prompt 0).
+std::vector<int64_t> torch_cpu_top_k_set(const std::vector<float>& values, int64_t k) {
+  using Entry = std::pair<float, int64_t>;
+  std::vector<Entry> queue(values.size());
+  for (size_t i = 0; i < values.size(); ++i) queue[i] = {values[i], int64_t(i)};
+  auto larger = [](const Entry& a, const Entry& b) { return a.first > b.first; };
+  if (k * 64 <= int64_t(queue.size()))
+    std::partial_sort(queue.begin(), queue.begin() + k, queue.end(), larger);
+  else
+    std::nth_element(queue.begin(), queue.begin() + (k - 1), queue.end(), larger);
+  std::vector<int64_t> set(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) set[size_t(i)] = queue[size_t(i)].second;
+  return set;
+}
+
 // Chooses the tokens a QSA query at position `pos` attends to (ascending).
 void select_tokens(const AttentionWeights& w, const HParams& hp, const Dims& dims,
                    const KvCache& cache, const float* index_q, int64_t pos,
@@ -41,10 +61,8 @@ void select_tokens(const AttentionWeights& w, const HParams& hp, const Dims& dim
     }
     scores[size_t(b)] = sum * scale;
   }
-  std::vector<int32_t> chosen(static_cast<size_t>(budget_blocks));
-  compute::top_k(scores.data(), int(n_blocks), int(budget_blocks), chosen.data());
   std::vector<char> selected(static_cast<size_t>(n_blocks), 0);
-  for (int32_t b : chosen) selected[size_t(b)] = 1;
+  for (int64_t b : torch_cpu_top_k_set(scores, budget_blocks)) selected[size_t(b)] = 1;
   for (int64_t b = 0; b < n_blocks; ++b)
     if (selected[size_t(b)])
       for (int64_t t = b * ratio; t < (b + 1) * ratio; ++t) tokens.push_back(t);

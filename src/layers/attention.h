@@ -10,8 +10,9 @@
 // QSA selection for a query at position p (all of 0..p visible): nb = ⌊(p+1)/ratio⌋ complete
 // blocks; when nb ≤ budget/ratio every block is selected (dense). Otherwise block b scores
 // s_b = (1/√di)·Σ_h relu(qI_h·κ_b) with κ_b = RoPE_{ratio·b}(N1p(mean of the block's raw
-// indexer keys)); the top budget/ratio blocks by (score desc, block index asc) plus the tail
-// tokens ratio·nb..p are attended. The tie rule is fixed so selection is deterministic.
+// indexer keys)); the top budget/ratio blocks plus the tail tokens ratio·nb..p are attended.
+// Ties between block scores (common: relu zeroes many) are broken exactly as torch.topk on the
+// CPU does (see torch_cpu_top_k_set), so selection is deterministic and matches HF.
 #pragma once
 
 #include <cstdint>

@@ -34,7 +34,9 @@ const TensorInfo& TensorLoader::checked(const std::string& name,
                                          const std::vector<int64_t>& shape) const {
   const TensorInfo* info = find(name);
   if (!info) fail("{}: missing tensor {}", file_.path(), name);
-  bool same = info->n_dims <= int(shape.size());
+  // Trailing dimensions of 1 are equal to absent ones (HF [1, H] stores as ne {H, 1}), as in
+  // llama.cpp's loader.
+  bool same = true;
   for (int i = 0; same && i < 4; ++i) {
     const int64_t want = i < int(shape.size()) ? shape[i] : 1;
     if (info->ne[i] != want) same = false;

@@ -1,0 +1,160 @@
+// Exactness gate: strata's forward vs HF transformers 5.17 (fp32, CPU) on the tiny random models
+// of tests/data/models (made by tools/make_model_fixtures.py; docs/fixtures.md). Each test converts
+// the checkpoint with `strata convert` (f32), loads it, and compares:
+//   - full-prefill logits of every prompt position, one window;
+//   - the 16-token greedy continuation (prefill + 15 single-token decode steps): tokens equal,
+//     logits within tolerance;
+//   - qwen4exp: the MTP head's step-1 draft logits for every prompt position.
+// Tolerance: max |Δlogit| ≤ 1e-4. HF's own prefill-vs-decode disagreement on these models is up to
+// 1.0e-5 (fp32 summation order), our kernels reorder sums the same way, so 1e-4 leaves 10×
+// headroom; the smallest top-2 margin of any greedy step is 2.8e-3, 28× larger, so every argmax
+// is decided and must match exactly.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "compute/cpu/ops.h"
+#include "compute/cpu/thread_pool.h"
+#include "convert/convert.h"
+#include "engine/session.h"
+#include "model/model.h"
+
+namespace strata {
+namespace {
+
+constexpr float kTolerance = 1e-4f;
+
+std::string fixture_dir(const std::string& arch) {
+  return std::string(STRATA_TEST_DATA_DIR) + "/models/" + arch;
+}
+
+std::vector<float> read_f32(const std::string& path, size_t expected) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in) << path;
+  std::vector<float> values(expected);
+  in.read(reinterpret_cast<char*>(values.data()), std::streamsize(expected * sizeof(float)));
+  EXPECT_EQ(size_t(in.gcount()), expected * sizeof(float)) << path;
+  return values;
+}
+
+float max_abs_diff(const float* a, const float* b, size_t n) {
+  float worst = 0;
+  for (size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+class Fixture : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const std::string arch = GetParam();
+    std::ifstream manifest_file(fixture_dir(arch) + "/ref/manifest.json");
+    ASSERT_TRUE(manifest_file);
+    manifest = nlohmann::json::parse(manifest_file);
+    gguf_path = (std::filesystem::temp_directory_path() /
+                 ("strata-fixture-" + arch + "-" + std::to_string(getpid()) + ".gguf"))
+                    .string();
+    convert::ConvertOptions options;
+    options.hf_dir = fixture_dir(arch) + "/hf";
+    options.out_path = gguf_path;
+    options.type = GgmlType::F32;
+    options.show_progress = false;
+    convert::convert_hf_to_gguf(options);
+    model = Model::load(gguf_path);
+  }
+  void TearDown() override { std::filesystem::remove(gguf_path); }
+
+  std::vector<int32_t> prompt(size_t p) const {
+    return manifest["prompts"][p]["ids"].get<std::vector<int32_t>>();
+  }
+
+  nlohmann::json manifest;
+  std::string gguf_path;
+  std::unique_ptr<Model> model;
+  compute::ThreadPool pool{2};
+};
+
+TEST_P(Fixture, PrefillLogitsMatchTransformers) {
+  const int64_t vocab = model->hparams().n_vocab;
+  for (size_t p = 0; p < manifest["prompts"].size(); ++p) {
+    const std::vector<int32_t> ids = prompt(p);
+    const std::vector<float> expected = read_f32(
+        fixture_dir(GetParam()) + "/ref/prefill_logits_p" + std::to_string(p) + ".bin",
+        ids.size() * size_t(vocab));
+    ModelState state = model->new_state();
+    std::vector<float> logits;
+    model->forward(pool, state, ids, LogitRows::All, logits);
+    ASSERT_EQ(logits.size(), expected.size());
+    std::printf("%s prompt %zu: prefill max |dlogit| = %.3g over %zu positions\n",
+                GetParam().c_str(), p, max_abs_diff(logits.data(), expected.data(), logits.size()),
+                ids.size());
+    for (size_t t = 0; t < ids.size(); ++t) {
+      const float* got = logits.data() + t * size_t(vocab);
+      const float* want = expected.data() + t * size_t(vocab);
+      ASSERT_LE(max_abs_diff(got, want, size_t(vocab)), kTolerance)
+          << "prompt " << p << " position " << t;
+      ASSERT_EQ(compute::argmax(got, vocab), compute::argmax(want, vocab))
+          << "prompt " << p << " position " << t;
+    }
+  }
+}
+
+TEST_P(Fixture, GreedyContinuationMatchesTransformers) {
+  const int64_t vocab = model->hparams().n_vocab;
+  for (size_t p = 0; p < manifest["prompts"].size(); ++p) {
+    const auto greedy = manifest["prompts"][p]["greedy_tokens"].get<std::vector<int32_t>>();
+    const std::vector<float> expected = read_f32(
+        fixture_dir(GetParam()) + "/ref/greedy_logits_p" + std::to_string(p) + ".bin",
+        greedy.size() * size_t(vocab));
+    Session session(*model, pool);
+    session.prefill(prompt(p), 16);
+    for (size_t k = 0; k < greedy.size(); ++k) {
+      const std::vector<float>& logits = session.logits();
+      EXPECT_LE(max_abs_diff(logits.data(), expected.data() + k * size_t(vocab), size_t(vocab)),
+                kTolerance)
+          << "prompt " << p << " step " << k;
+      const int32_t token = int32_t(compute::argmax(logits.data(), vocab));
+      ASSERT_EQ(token, greedy[k]) << "prompt " << p << " step " << k;
+      if (k + 1 < greedy.size()) session.decode(token);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, Fixture, testing::Values("qwen3moe", "qwen3next", "qwen4exp"));
+
+class MtpFixture : public Fixture {};
+
+TEST_P(MtpFixture, DraftLogitsMatchReference) {
+  ASSERT_TRUE(model->has_mtp());
+  const int64_t vocab = model->hparams().n_vocab;
+  const std::vector<int32_t> ids = prompt(0);
+  const auto next = manifest["mtp"]["next_tokens"].get<std::vector<int32_t>>();
+  ASSERT_EQ(next.size(), ids.size());
+  ModelState state = model->new_state();
+  std::vector<float> logits;
+  model->forward(pool, state, ids, LogitRows::None, logits);
+  const size_t width = size_t(model->hparams().hc_count * model->hparams().n_embd);
+  const std::vector<float> premixer =
+      read_f32(fixture_dir("qwen4exp") + "/ref/trunk_premixer_p0.bin", ids.size() * width);
+  EXPECT_LE(max_abs_diff(state.residuals.data(), premixer.data(), premixer.size()), kTolerance);
+  const std::vector<float> expected =
+      read_f32(fixture_dir("qwen4exp") + "/ref/mtp_draft_logits_p0.bin", ids.size() * size_t(vocab));
+  model->mtp_forward(pool, state.mtp, state.residuals.data(), next, logits);
+  std::printf("qwen4exp MTP draft max |dlogit| = %.3g over %zu positions\n",
+              max_abs_diff(logits.data(), expected.data(), logits.size()), ids.size());
+  for (size_t t = 0; t < ids.size(); ++t) {
+    const float* got = logits.data() + t * size_t(vocab);
+    const float* want = expected.data() + t * size_t(vocab);
+    ASSERT_LE(max_abs_diff(got, want, size_t(vocab)), kTolerance) << "position " << t;
+    ASSERT_EQ(compute::argmax(got, vocab), compute::argmax(want, vocab)) << "position " << t;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Qwen4Exp, MtpFixture, testing::Values("qwen4exp"));
+
+}  // namespace
+}  // namespace strata
