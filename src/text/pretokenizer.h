@@ -25,15 +25,27 @@ enum class PreTokenizerKind { Qwen2, Qwen35 };
 // "qwen2" / "qwen35".
 std::string_view pre_tokenizer_name(PreTokenizerKind kind);
 
-// Reusable buffers for `pre_tokenize` (one per thread / call site).
-struct PreTokenizerScratch {
-  std::vector<char32_t> codepoints;
-  std::vector<uint8_t> flags;
-  std::vector<uint32_t> offsets;  // byte offset of each code point, plus one past the end
+// Yields the pieces of `text` one at a time, without allocating (views into `text`).
+class PreTokenizerCursor {
+ public:
+  PreTokenizerCursor(std::string_view text, PreTokenizerKind kind);
+  // Sets `piece` to the next piece and returns true, or returns false at the end.
+  bool next(std::string_view& piece);
+
+ private:
+  struct Char {
+    char32_t cp;
+    uint8_t flags;
+    uint8_t length;  // bytes
+  };
+  Char char_at(size_t pos) const;  // pos < text_.size()
+  std::string_view text_;
+  size_t pos_ = 0;
+  uint8_t word_class_;  // letters (qwen35: letters and marks)
+  uint8_t not_other_;   // classes excluded from the "other" run of alternative 4
 };
 
-// Appends the pieces of `text` to `pieces` (views into `text`).
-void pre_tokenize(std::string_view text, PreTokenizerKind kind, PreTokenizerScratch& scratch,
-                  std::vector<std::string_view>& pieces);
+// Appends all pieces of `text` to `pieces`.
+void pre_tokenize(std::string_view text, PreTokenizerKind kind, std::vector<std::string_view>& pieces);
 
 }  // namespace strata

@@ -317,14 +317,12 @@ void Tokenizer::encode_segment(std::string_view segment, std::vector<int32_t>& i
     normalized = nfc_normalize(segment);
     segment = normalized;
   }
-  PreTokenizerScratch pre_scratch;
-  std::vector<std::string_view> pieces;
-  pre_tokenize(segment, pre_, pre_scratch, pieces);
-
   const Impl& impl = *impl_;
   BpeScratch bpe_scratch;
   std::vector<int32_t> piece_ids;
-  for (const std::string_view piece : pieces) {
+  PreTokenizerCursor cursor(segment, pre_);
+  std::string_view piece;
+  while (cursor.next(piece)) {
     const bool cacheable = piece.size() <= kMaxCachedPieceBytes;
     if (cacheable) {
       std::lock_guard lock(impl.cache_mutex);

@@ -14,9 +14,8 @@ namespace strata {
 namespace {
 
 std::vector<std::string> split(std::string_view text, PreTokenizerKind kind = PreTokenizerKind::Qwen2) {
-  PreTokenizerScratch scratch;
   std::vector<std::string_view> pieces;
-  pre_tokenize(text, kind, scratch, pieces);
+  pre_tokenize(text, kind, pieces);
   return {pieces.begin(), pieces.end()};
 }
 
