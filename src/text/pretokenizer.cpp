@@ -43,11 +43,13 @@ bool PreTokenizerCursor::next(std::string_view& piece) {
   const Char c = char_at(start);
   const size_t after_c = start + c.length;
 
-  // 1. (?i:'s|'t|'re|'ve|'m|'ll|'d) — ASCII case-insensitive. (Oniguruma's Unicode case folding
-  //    would also let U+017F LONG S match 's'; see docs/tokenizer.md.)
+  // 1. (?i:'s|'t|'re|'ve|'m|'ll|'d). Oniguruma's case-insensitive matching uses Unicode case
+  //    folding, so U+017F LONG S (UTF-8 C5 BF, folds to 's') matches 's' too: tokenizers 0.23.2
+  //    splits "'ſa" into "'ſ" + "a". No other character folds to one of these letters.
   if (c.cp == '\'' && after_c < n) {
     const char32_t c1 = ascii_lower(static_cast<unsigned char>(text_[after_c]));
     if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return emit(after_c + 1);
+    if (text_.substr(after_c, 2) == "\xC5\xBF") return emit(after_c + 2);
     if (after_c + 1 < n) {
       const char32_t c2 = ascii_lower(static_cast<unsigned char>(text_[after_c + 1]));
       if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {

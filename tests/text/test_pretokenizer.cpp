@@ -40,6 +40,15 @@ TEST(PreTokenizer, HandComputedQwen2Splits) {
   EXPECT_EQ(split(""), V{});
 }
 
+TEST(PreTokenizer, LongSFoldsToSInContractions) {
+  // Splits printed by tokenizers 0.23.2 (Oniguruma) on the H200 box: (?i:'s) also matches U+017F.
+  EXPECT_EQ(split("'\xC5\xBF" "a"), (V{"'\xC5\xBF", "a"}));
+  EXPECT_EQ(split("'\xC5\xBF" "T"), (V{"'\xC5\xBF", "T"}));
+  EXPECT_EQ(split("x'\xC5\xBF\xC5\xBF"), (V{"x", "'\xC5\xBF", "\xC5\xBF"}));
+  EXPECT_EQ(split("'\xE2\x84\xAA" "la"), (V{"'\xE2\x84\xAA" "la"}));  // Kelvin sign folds to k: no contraction
+  EXPECT_EQ(split("'LLx"), (V{"'LL", "x"}));
+}
+
 TEST(PreTokenizer, CombiningMarksSplitWordsInQwen2ButNotQwen35) {
   // नमस्ते: न म स (letters) ् (Mn) त (letter) े (Mc)
   const std::string word = "\xE0\xA4\xA8\xE0\xA4\xAE\xE0\xA4\xB8\xE0\xA5\x8D\xE0\xA4\xA4\xE0\xA5\x87";
