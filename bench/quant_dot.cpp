@@ -68,17 +68,8 @@ const Matrix& matrix_for(GgmlType type, size_t total_bytes) {
   const std::vector<float> weights = gaussian(kRowElems * kDistinctRows, 1);
   std::vector<uint8_t> tile(g_matrix.row_bytes * kDistinctRows);
   for (size_t r = 0; r < kDistinctRows; ++r) {
-    if (type == GgmlType::IQ2_XS) {  // no quantizer: random bytes are valid IQ2_XS (fix d)
-      std::mt19937 rng{static_cast<unsigned>(r)};
-      for (size_t i = 0; i < g_matrix.row_bytes; ++i) tile[r * g_matrix.row_bytes + i] = uint8_t(rng());
-      for (size_t b = 0; b < g_matrix.row_bytes / 74; ++b) {
-        const uint16_t d = 0x2000;
-        std::memcpy(&tile[r * g_matrix.row_bytes + b * 74], &d, 2);
-      }
-    } else {
-      quant::quantize_row(type, weights.data() + r * kRowElems, tile.data() + r * g_matrix.row_bytes,
-                          kRowElems);
-    }
+    quant::quantize_row(type, weights.data() + r * kRowElems, tile.data() + r * g_matrix.row_bytes,
+                        kRowElems);
   }
   for (size_t r = 0; r < g_matrix.rows; ++r) {
     std::memcpy(g_matrix.bytes.get() + r * g_matrix.row_bytes,
@@ -171,6 +162,7 @@ BENCHMARK_CAPTURE(BM_Quantize, Q4_0, GgmlType::Q4_0);
 BENCHMARK_CAPTURE(BM_Quantize, Q2_K, GgmlType::Q2_K);
 BENCHMARK_CAPTURE(BM_Quantize, Q4_K, GgmlType::Q4_K);
 BENCHMARK_CAPTURE(BM_Quantize, Q6_K, GgmlType::Q6_K);
+BENCHMARK_CAPTURE(BM_Quantize, IQ2_XS, GgmlType::IQ2_XS);
 BENCHMARK_CAPTURE(BM_QuantizeActivation, Q8_0, GgmlType::Q8_0);
 BENCHMARK_CAPTURE(BM_QuantizeActivation, Q8_K, GgmlType::Q4_K);
 

@@ -37,7 +37,7 @@ void quantize_q4_0(const float* src, void* dst, int64_t n);
 void quantize_q2_K(const float* src, void* dst, int64_t n);
 void quantize_q4_K(const float* src, void* dst, int64_t n);
 void quantize_q6_K(const float* src, void* dst, int64_t n);
-void quantize_iq2_xs(const float* src, void* dst, int64_t n);  // throws: needs an imatrix
+void quantize_iq2_xs(const float* src, void* dst, int64_t n);  // no imatrix: lower quality
 void quantize_q8_K(const float* src, void* dst, int64_t n);   // activation only
 
 float dot_f32(const void* w, const void* a, int64_t n);   // a: f32

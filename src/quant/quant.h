@@ -36,7 +36,8 @@ size_t activation_row_bytes(GgmlType weight_type, int64_t n);
 
 // Fast paths (dispatched). `type` must have kernels; throws strata::Error otherwise.
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
-// Quantizes n floats into `type` blocks. Throws strata::Error for IQ2_XS (needs an imatrix).
+// Quantizes n floats into `type` blocks. IQ2_XS is quantized without an importance matrix
+// (llama.cpp insists on one): fine for synthetic/test models, noticeably worse for real ones.
 void quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
 // Converts an f32 activation row into activation_type(weight_type) at `dst`.
 void quantize_activation(GgmlType weight_type, const float* src, void* dst, int64_t n);

@@ -3,11 +3,30 @@
 
 #include <vector>
 
+#include "quant/blocks.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
 namespace strata::quant {
 namespace {
+
+TEST(QuantApi, TraitsTableMatchesBlockLayouts) {
+  auto check = [](GgmlType type, int64_t elems, size_t bytes) {
+    EXPECT_EQ(type_traits(type).block_elems, elems) << type_name(type);
+    EXPECT_EQ(type_traits(type).block_bytes, bytes) << type_name(type);
+    EXPECT_TRUE(type_traits(type).has_kernels || type == GgmlType::Q8_K) << type_name(type);
+  };
+  check(GgmlType::Q8_0, 32, sizeof(BlockQ8_0));
+  check(GgmlType::Q4_0, 32, sizeof(BlockQ4_0));
+  check(GgmlType::Q2_K, 256, sizeof(BlockQ2_K));
+  check(GgmlType::Q4_K, 256, sizeof(BlockQ4_K));
+  check(GgmlType::Q6_K, 256, sizeof(BlockQ6_K));
+  check(GgmlType::IQ2_XS, 256, sizeof(BlockIQ2_XS));
+  check(GgmlType::Q8_K, 256, sizeof(BlockQ8_K));
+  check(GgmlType::F32, 1, 4);
+  check(GgmlType::F16, 1, 2);
+  check(GgmlType::BF16, 1, 2);
+}
 
 TEST(QuantApi, ActivationFormats) {
   EXPECT_EQ(activation_type(GgmlType::F32), GgmlType::F32);

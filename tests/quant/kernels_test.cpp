@@ -188,7 +188,8 @@ TEST(QuantKernels, QuantizedDotTracksFloatDot) {
   scale = std::sqrt(scale * n);  // ~ |w|·|x| for unit Gaussian x
   const std::pair<GgmlType, double> tolerance[] = {
       {GgmlType::F32, 1e-6}, {GgmlType::F16, 1e-3}, {GgmlType::BF16, 5e-3}, {GgmlType::Q8_0, 2e-2},
-      {GgmlType::Q4_0, 0.1}, {GgmlType::Q2_K, 0.3}, {GgmlType::Q4_K, 0.1}, {GgmlType::Q6_K, 3e-2}};
+      {GgmlType::Q4_0, 0.1}, {GgmlType::Q2_K, 0.3}, {GgmlType::Q4_K, 0.1}, {GgmlType::Q6_K, 3e-2},
+      {GgmlType::IQ2_XS, 0.3}};
   for (auto [type, relative] : tolerance) {
     std::vector<uint8_t> row(row_bytes(type, n));
     quantize_row(type, w.data(), row.data(), n);

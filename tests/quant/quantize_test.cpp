@@ -9,7 +9,6 @@
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "quant_test_util.h"
-#include "util/error.h"
 
 namespace strata::quant {
 namespace {
@@ -103,7 +102,6 @@ TEST(QuantQuantize, Q4_0MapsSignedExtremeToLevelZero) {
 TEST(QuantQuantize, ZeroInputGivesZeroOutput) {
   const std::vector<float> zeros(512, 0.0f);
   for (GgmlType type : testing::kKernelTypes) {
-    if (type == GgmlType::IQ2_XS) continue;
     const std::vector<float> y = round_trip(type, zeros);
     for (float v : y) ASSERT_EQ(v, 0.0f) << type_name(type);
   }
@@ -123,16 +121,23 @@ TEST(QuantQuantize, ConstantAndOutlierRowsStayClose) {
   }
 }
 
-TEST(QuantQuantize, IQ2_XSNeedsAnImportanceMatrix) {
-  std::vector<float> x(256, 1.0f);
-  std::vector<uint8_t> out(74);
-  try {
-    quantize_row(GgmlType::IQ2_XS, x.data(), out.data(), 256);
-    FAIL() << "expected strata::Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("importance matrix"), std::string::npos) << e.what();
-  }
-  EXPECT_THROW(ref::quantize_row(GgmlType::IQ2_XS, x.data(), out.data(), 256), Error);
+TEST(QuantQuantize, IQ2_XSWithoutImatrixRoundTrips) {
+  // Measured 0.288 (printed; unit Gaussian, 4 K values); a 2.3-bit code without an importance
+  // matrix, about as good as Q2_K (2.6 bits) here.
+  const std::vector<float> x = gaussian(256 * 16, 21);
+  const std::vector<float> y = round_trip(GgmlType::IQ2_XS, x);
+  const double rmse = relative_rmse(x, y);
+  std::printf("relRMSE iq2_xs %.5f\n", rmse);
+  EXPECT_LT(rmse, 0.30);
+  // Signs: every weight of clear magnitude keeps its sign (only the smallest of a group with an
+  // odd number of negatives may flip).
+  int flipped = 0;
+  for (size_t i = 0; i < x.size(); ++i) flipped += (x[i] < 0) != (y[i] < 0);
+  EXPECT_LE(flipped, int(x.size() / 8));
+  // The codes decode to what the quantizer chose, so quantizing the decoded row again is
+  // nearly lossless (the grid contains the decoded points).
+  const std::vector<float> z = round_trip(GgmlType::IQ2_XS, y);
+  EXPECT_LT(relative_rmse(y, z), 0.2 * rmse);
 }
 
 TEST(QuantQuantize, Q8_KActivationRoundsToNearestEven) {
@@ -160,7 +165,6 @@ TEST(QuantQuantize, Q8_KActivationRoundsToNearestEven) {
 TEST(QuantQuantize, QuantizersAreDeterministic) {
   const std::vector<float> x = gaussian(2048, 12);
   for (GgmlType type : testing::kKernelTypes) {
-    if (type == GgmlType::IQ2_XS) continue;
     std::vector<uint8_t> a(row_bytes(type, 2048)), b(a.size());
     quantize_row(type, x.data(), a.data(), 2048);
     quantize_row(type, x.data(), b.data(), 2048);
