@@ -1,7 +1,11 @@
 // `strata run` — generate from a prompt (text or token ids), streaming tokens as they come.
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -27,7 +31,39 @@ struct RunOptions {
   int chunk_rows = 64;
   bool print_ids = false;
   bool ignore_eos = false;
+  std::string logits_out;  // prompt logits, every position, [T, vocab] f32 LE
+  std::string ids_out;     // generated ids, one per line
 };
+
+void write_binary(const std::string& path, const void* data, size_t bytes) {
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (!file) fail("{}: cannot open for writing: {}", path, std::strerror(errno));
+  const size_t written = std::fwrite(data, 1, bytes, file);
+  const bool closed = std::fclose(file) == 0;
+  if (written != bytes || !closed) fail("{}: write failed: {}", path, std::strerror(errno));
+}
+
+// Peak resident set of this process so far, in MiB.
+double peak_rss_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return double(usage.ru_maxrss) / 1024.0;
+}
+
+// Weight bytes one decode step streams: every dense tensor except the embedding table (one row)
+// and the PLE table (a few rows), plus the routed experts a token uses (k per layer).
+double weight_bytes_per_token(const Model& model) {
+  const HParams& hp = model.hparams();
+  double bytes = 0;
+  for (const TensorInfo& t : model.file().tensors()) {
+    const bool experts = t.name.find("_exps") != std::string::npos;
+    const bool table = t.name.rfind("token_embd", 0) == 0 || t.name.rfind("per_layer_token_embd", 0) == 0;
+    const bool nextn = t.name.rfind("blk." + std::to_string(hp.n_layer) + ".", 0) == 0 && hp.n_nextn > 0;
+    if (table || nextn) continue;
+    bytes += experts ? double(t.n_bytes) * hp.n_expert_used / hp.n_expert : double(t.n_bytes);
+  }
+  return bytes;
+}
 
 std::vector<int32_t> parse_token_ids(const std::string& text) {
   std::vector<int32_t> ids;
@@ -83,7 +119,11 @@ void run(const RunOptions& options) {
              arch_name(hp.arch), hp.n_layer, hp.n_expert, hp.n_expert_used, pool.size());
 
   const auto prefill_start = std::chrono::steady_clock::now();
-  {
+  if (!options.logits_out.empty()) {
+    // All-row logits need one window over the whole prompt.
+    const std::vector<float>& all = session.forward_all(prompt);
+    write_binary(options.logits_out, all.data(), all.size() * sizeof(float));
+  } else {
     ProgressBar bar("prefill", uint64_t(prompt.size()), 0);
     bar.set_enabled(bar.enabled() && prompt.size() > size_t(options.chunk_rows));
     int64_t reported = 0;
@@ -103,10 +143,19 @@ void run(const RunOptions& options) {
   const std::optional<int32_t> eos = tokenizer ? tokenizer->eos_id() : std::nullopt;
   const auto decode_start = std::chrono::steady_clock::now();
   int generated = 0;
+  std::vector<int32_t> ids;
   std::vector<int32_t> out_ids;
+  std::vector<float> last_logits;
+  if (!options.logits_out.empty()) {
+    const std::vector<float>& all = session.logits();
+    last_logits.assign(all.end() - hp.n_vocab, all.end());
+  }
   for (; generated < options.n_predict; ++generated) {
-    const int32_t next = sampler.sample(session.logits(), session.tokens());
+    const std::vector<float>& logits = last_logits.empty() ? session.logits() : last_logits;
+    const int32_t next = sampler.sample(logits, session.tokens());
+    last_logits.clear();
     if (!options.ignore_eos && eos && next == *eos) break;
+    ids.push_back(next);
     if (decoder) {
       std::fputs(decoder->push(next).c_str(), stdout);
       std::fflush(stdout);
@@ -122,9 +171,17 @@ void run(const RunOptions& options) {
     std::puts(line.c_str());
   }
   const double decode_s = seconds_since(decode_start);
-  fmt::print(stderr, "strata: prompt {} tokens in {:.2f} s ({:.1f} tok/s); generated {} tokens in {:.2f} s ({:.1f} tok/s)\n",
+  if (!options.ids_out.empty()) {
+    std::string text;
+    for (int32_t id : ids) text += std::to_string(id) + "\n";
+    write_binary(options.ids_out, text.data(), text.size());
+  }
+  const double decode_tps = double(generated) / std::max(decode_s, 1e-9);
+  fmt::print(stderr,
+             "strata: prompt {} tokens in {:.2f} s ({:.1f} tok/s); generated {} tokens in {:.2f} s "
+             "({:.1f} tok/s, {:.2f} GB/s of weights); peak RSS {:.0f} MiB\n",
              prompt.size(), prefill_s, double(prompt.size()) / std::max(prefill_s, 1e-9), generated,
-             decode_s, double(generated) / std::max(decode_s, 1e-9));
+             decode_s, decode_tps, weight_bytes_per_token(*model) * decode_tps / 1e9, peak_rss_mib());
 }
 
 }  // namespace
@@ -139,6 +196,9 @@ void register_run(CLI::App& app) {
   cmd->add_option("-n,--n-predict", options->n_predict, "tokens to generate")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--chunk", options->chunk_rows, "prefill window rows")->check(CLI::Range(1, 4096));
   cmd->add_flag("--print-ids", options->print_ids, "print generated token ids instead of text");
+  cmd->add_option("--logits-out", options->logits_out,
+                  "write the prompt's fp32 logits, every position ([T, vocab], little-endian)");
+  cmd->add_option("--ids-out", options->ids_out, "write the generated token ids, one per line");
   cmd->add_flag("--ignore-eos", options->ignore_eos, "keep generating past the end-of-sequence token");
   cmd->callback([options] { run(*options); });
 }

@@ -58,6 +58,31 @@ TEST(CliRun, GreedyIdsMatchLibrary) {
   EXPECT_NE(result.output.find(expected + "\n"), std::string::npos)
       << "expected " << expected << " in:\n" << result.output;
 
+  // --logits-out: every prompt position, bitwise equal to the library's window forward;
+  // --ids-out: the generated ids, one per line.
+  const std::string logits_path = path + ".logits", ids_path = path + ".ids";
+  const CommandResult files = run_command(std::string(STRATA_BINARY) + " run -m " + path +
+                                          " --tokens 5,17,42,7 -n 6 -t 1 --logits-out " +
+                                          logits_path + " --ids-out " + ids_path);
+  ASSERT_EQ(files.exit_code, 0) << files.output;
+  Session window(*model, pool);
+  const std::vector<float> all = window.forward_all(prompt);
+  std::vector<float> written(all.size());
+  FILE* f = std::fopen(logits_path.c_str(), "rb");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(std::fread(written.data(), sizeof(float), written.size(), f), written.size());
+  EXPECT_EQ(std::fgetc(f), EOF);
+  std::fclose(f);
+  EXPECT_EQ(written, all);
+  std::string ids_text;
+  f = std::fopen(ids_path.c_str(), "rb");
+  ASSERT_NE(f, nullptr);
+  for (int c; (c = std::fgetc(f)) != EOF;) ids_text += char(c == '\n' ? ',' : c);
+  std::fclose(f);
+  EXPECT_EQ(ids_text, expected + ",");
+  std::filesystem::remove(logits_path);
+  std::filesystem::remove(ids_path);
+
   const CommandResult bad = run_command(std::string(STRATA_BINARY) + " run -m " + path +
                                         " --tokens 5,x -n 2");
   EXPECT_EQ(bad.exit_code, 1);
