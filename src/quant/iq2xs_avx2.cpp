@@ -21,9 +21,10 @@ inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<con
 inline __m256i grid_points(const uint16_t* words) {
   uint64_t packed;
   std::memcpy(&packed, words, 8);
-  return _mm256_set_epi64x(static_cast<int64_t>(kIq2xsGrid[(packed >> 48) & 511]),
-                           static_cast<int64_t>(kIq2xsGrid[(packed >> 32) & 511]),
-                           static_cast<int64_t>(kIq2xsGrid[(packed >> 16) & 511]),
+  // BMI1 bextr: one instruction per 9-bit field.
+  return _mm256_set_epi64x(static_cast<int64_t>(kIq2xsGrid[_bextr_u64(packed, 48, 9)]),
+                           static_cast<int64_t>(kIq2xsGrid[_bextr_u64(packed, 32, 9)]),
+                           static_cast<int64_t>(kIq2xsGrid[_bextr_u64(packed, 16, 9)]),
                            static_cast<int64_t>(kIq2xsGrid[packed & 511]));
 }
 
@@ -61,7 +62,7 @@ float dot_iq2_xs(const void* w, const void* a, int64_t n) {
   const __m256i parity_high_bit = _mm256_broadcastsi128_si256(
       _mm_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0));
   const __m256i bit_of_byte = _mm256_set1_epi64x(0x8040201008040201);
-  const __m256i one_bytes = _mm256_set1_epi8(1);
+  const __m256i bias = _mm256_set1_epi8(0x7f);
   // A 128-bit lane of sign words holds two sub-blocks (u16 lanes 0-3, 4-7; the sign byte is the
   // low byte). For sub-block k of the lane: output bytes 8g..8g+7 repeat the sign byte of group g.
   const __m256i sign_spread[2] = {
@@ -85,9 +86,10 @@ float dot_iq2_xs(const void* w, const void* a, int64_t n) {
         for (int k = 0; k < 2; ++k) {
           const int sub = 4 * quad + 2 * lane + k;
           const __m256i spread = _mm256_shuffle_epi8(lane_signs, sign_spread[k]);
-          const __m256i negative = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit_of_byte), bit_of_byte);
-          const __m256i signed_acts =
-              _mm256_sign_epi8(load32(act.qs + 32 * sub), _mm256_or_si256(negative, one_bytes));
+          // Byte j keeps bit j of its sign byte (0 or 2^j); adding 127 makes it negative (as i8)
+          // exactly when the bit is set and never zero, which is what sign_epi8 needs.
+          const __m256i sign_selector = _mm256_add_epi8(_mm256_and_si256(spread, bit_of_byte), bias);
+          const __m256i signed_acts = _mm256_sign_epi8(load32(act.qs + 32 * sub), sign_selector);
           const __m256i products = _mm256_maddubs_epi16(grid_points(block.qs + 4 * sub), signed_acts);
           // Scale vector from a table: no vector instruction (madd reads it from memory).
           const __m256i scale =

@@ -1,7 +1,7 @@
 // Per-type kernels behind quant.h (internal to quant/ and its tests).
 //
 // `scalar::` is the specification: plain loops written from the block definitions. `avx2::` are
-// the fast versions (compiled with AVX2/FMA/F16C in *_avx2.cpp); call them only when
+// the fast versions (compiled with AVX2/FMA/F16C/BMI1 in *_avx2.cpp); call them only when
 // cpu_has_avx2() is true. Contracts per kind:
 // - dequantize_*: bitwise identical between scalar and avx2.
 // - quantize_activation_* (Q8_0, Q8_K): bitwise identical between scalar and avx2.

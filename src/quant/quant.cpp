@@ -1,5 +1,6 @@
 // Public quant API: type checks, the scalar reference dispatch (quant::ref) and the fast
-// dispatch, which picks AVX2 kernels once per process when the CPU has AVX2, FMA and F16C.
+// dispatch, which picks AVX2 kernels once per process when the CPU has AVX2, FMA, F16C and BMI1
+// (every AVX2 CPU has them; the IQ2_XS kernel uses BMI1's bextr).
 // Setting STRATA_QUANT_SCALAR=1 in the environment forces the scalar kernels (read once).
 #include "quant/quant.h"
 
@@ -69,6 +70,7 @@ KernelArray fast_kernels() {
   set(GgmlType::F16, avx2::dequantize_f16, nullptr, avx2::dot_f16);
   set(GgmlType::BF16, avx2::dequantize_bf16, nullptr, avx2::dot_bf16);
   set(GgmlType::Q8_0, avx2::dequantize_q8_0, avx2::quantize_q8_0, avx2::dot_q8_0);
+  k[size_t(GgmlType::Q8_0)].quantize = avx2::quantize_q8_0;  // same bits as the scalar one
   set(GgmlType::Q4_0, avx2::dequantize_q4_0, avx2::quantize_q8_0, avx2::dot_q4_0);
   set(GgmlType::Q2_K, avx2::dequantize_q2_K, avx2::quantize_q8_K, avx2::dot_q2_K);
   set(GgmlType::Q4_K, avx2::dequantize_q4_K, avx2::quantize_q8_K, avx2::dot_q4_K);
@@ -118,7 +120,8 @@ bool cpu_has_avx2() {
   static const bool has = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("bmi") && f16c;
   }();
   return has;
 }

@@ -49,7 +49,7 @@ float dot(GgmlType weight_type, const void* weight_row, const void* activation, 
 using DotKernel = float (*)(const void* weight_row, const void* activation, int64_t n);
 DotKernel dot_kernel(GgmlType weight_type);
 
-// True when the CPU has AVX2, FMA and F16C; the dispatched functions then use the AVX2 kernels
+// True when the CPU has AVX2, FMA, F16C and BMI1; the dispatched functions then use the AVX2 kernels
 // (unless STRATA_QUANT_SCALAR=1).
 bool cpu_has_avx2();
 

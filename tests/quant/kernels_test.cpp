@@ -76,7 +76,7 @@ double magnitude_sum(const std::vector<double>& weight_magnitude, const std::vec
 }
 
 #define SKIP_WITHOUT_AVX2() \
-  if (!cpu_has_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C; AVX2 kernels cannot run here"
+  if (!cpu_has_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C/BMI1; AVX2 kernels cannot run here"
 
 TEST(QuantKernels, Avx2DequantizeIsBitwiseEqual) {
   SKIP_WITHOUT_AVX2();
