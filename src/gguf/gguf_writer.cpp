@@ -1,6 +1,8 @@
 #include "gguf/gguf_writer.h"
 
 #include <bit>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <utility>
 
@@ -47,6 +49,11 @@ bool int_fits(GgufValueType type, int64_t value) {
     case GgufValueType::U64: case GgufValueType::I64: return true;
     default: return false;
   }
+}
+
+// Narrowing a finite double beyond float's range to float is undefined behaviour.
+bool fits_f32(double value) {
+  return !std::isfinite(value) || std::fabs(value) <= double(std::numeric_limits<float>::max());
 }
 
 // Little-endian serialisation into a growing byte buffer.
@@ -120,6 +127,7 @@ void validate_value(const std::string& key, const GgufValue& value) {
       return;
     case GgufValueType::F32: case GgufValueType::F64:
       if (!std::holds_alternative<double>(v)) bad("float value must hold double");
+      if (value.type == GgufValueType::F32 && !fits_f32(std::get<double>(v))) bad("value does not fit in f32");
       return;
     case GgufValueType::ARRAY: break;
     default: {
@@ -149,6 +157,9 @@ void validate_value(const std::string& key, const GgufValue& value) {
   if ((!uses_ints && !array.ints.empty()) || (!uses_floats && !array.floats.empty()) ||
       (!uses_strings && !array.strings.empty())) {
     bad(fmt::format("array<{}> holds elements of another kind", gguf_value_type_name(element)));
+  }
+  for (size_t i = 0; element == GgufValueType::F32 && i < array.floats.size(); ++i) {
+    if (!fits_f32(array.floats[i])) bad(fmt::format("element {} = {} does not fit in f32", i, array.floats[i]));
   }
   for (size_t i = 0; uses_ints && i < array.ints.size(); ++i) {
     if (!int_fits(element, array.ints[i])) {

@@ -144,6 +144,12 @@ TEST(GgufWriterValidation, RefusesBadDeclarations) {
             "gguf writer: key 'arr': element 1 = 300 does not fit in u8");
   EXPECT_EQ(error_of([&] { w.add_array("arr", GgufValueType::BOOL, std::vector<int64_t>{2}); }),
             "gguf writer: key 'arr': element 0 = 2 does not fit in bool");
+  EXPECT_EQ(error_of([&] { w.add_array("farr", GgufValueType::F32, std::vector<double>{1.0, 1e300}); }),
+            "gguf writer: key 'farr': element 1 = 1e+300 does not fit in f32");
+  GgufValue huge_f32;
+  huge_f32.type = GgufValueType::F32;
+  huge_f32.value = -1e39;
+  EXPECT_EQ(error_of([&] { w.add("f", huge_f32); }), "gguf writer: key 'f': value does not fit in f32");
   GgufValue nested;
   nested.type = GgufValueType::ARRAY;
   GgufArray inner;
