@@ -7,6 +7,11 @@
 namespace strata {
 namespace {
 
+// Windows of at least this many rows run the chunked form (prefill); shorter ones (decode,
+// speculative verify windows of 1+k rows) the recurrent form.
+constexpr int64_t kChunkedMinRows = 32;
+constexpr int kChunkRows = 64;  // HF's chunk size
+
 // Scales v to unit L2 norm the way HF does: v·rsqrt(Σv² + 1e-6), then by `extra`.
 void l2_normalize(float* v, int n, float extra) {
   float sum = 0.0f;
@@ -15,20 +20,125 @@ void l2_normalize(float* v, int n, float extra) {
   for (int i = 0; i < n; ++i) v[i] *= scale;
 }
 
-// One delta-rule step for one V head. state: [dk][dv].
-void delta_step(float* state, const float* k, const float* q, const float* v, float beta,
-                float decay, int dk, int dv, float* out) {
-  for (int i = 0; i < dk * dv; ++i) state[i] *= decay;
-  for (int j = 0; j < dv; ++j) {
-    float recalled = 0.0f;  // (Sᵀk)_j
-    for (int i = 0; i < dk; ++i) recalled += state[i * dv + j] * k[i];
-    const float u = (v[j] - recalled) * beta;
-    for (int i = 0; i < dk; ++i) state[i * dv + j] += k[i] * u;
+// Per-token inputs of the delta rule, after conv, split and normalisation.
+struct DeltaInputs {
+  int64_t n_rows = 0;
+  std::vector<float> q, k;        // [n_rows][nk·d], q̂ already scaled by 1/√d
+  std::vector<float> v;           // [n_rows][nv·d]
+  std::vector<float> beta;        // [n_rows][nv], σ(b)
+  std::vector<float> decay_log;   // [n_rows][nv], g ≤ 0 (the decay is e^g)
+};
+
+// Recurrent form, token by token. state: [dk][dv] of V head h; out: core [n_rows][nv·d].
+//   S ← e^g·S;  u = β(v − Sᵀk);  S ← S + k uᵀ;  o = Sᵀq
+void delta_rule_recurrent(const DeltaInputs& in, const HParams& hp, int h, int kh, float* state,
+                          float* out) {
+  const int d = hp.ssm_d_state, nv = hp.ssm_n_v_heads;
+  const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim();
+  for (int64_t t = 0; t < in.n_rows; ++t) {
+    const float* k = in.k.data() + t * key_dim + kh * d;
+    const float* q = in.q.data() + t * key_dim + kh * d;
+    const float* v = in.v.data() + t * value_dim + h * d;
+    const float beta = in.beta[size_t(t * nv + h)];
+    const float decay = std::exp(in.decay_log[size_t(t * nv + h)]);
+    for (int i = 0; i < d * d; ++i) state[i] *= decay;
+    for (int j = 0; j < d; ++j) {
+      float recalled = 0.0f;  // (Sᵀk)_j
+      for (int i = 0; i < d; ++i) recalled += state[i * d + j] * k[i];
+      const float u = (v[j] - recalled) * beta;
+      for (int i = 0; i < d; ++i) state[i * d + j] += k[i] * u;
+    }
+    float* o = out + t * value_dim + h * d;
+    for (int j = 0; j < d; ++j) {
+      float acc = 0.0f;
+      for (int i = 0; i < d; ++i) acc += state[i * d + j] * q[i];
+      o[j] = acc;
+    }
   }
-  for (int j = 0; j < dv; ++j) {
-    float o = 0.0f;
-    for (int i = 0; i < dk; ++i) o += state[i * dv + j] * q[i];
-    out[j] = o;
+}
+
+// Chunked (WY) form over chunks of kChunkRows tokens; mathematically equal to the recurrent
+// form (shared/reference/qwen4exp.md §6). Per chunk with γ = inclusive cumsum of g and
+// Γ_ij = e^{γ_i−γ_j} (i ≥ j):
+//   (I + L)U = diag(β)V,  (I + L)W = diag(β e^γ)K,  L = strict_lower(diag(β) K Kᵀ ⊙ Γ)
+//   V' = U − W S;  O = diag(e^γ) Q S + (Q Kᵀ ⊙ Γ) V';  S ← e^{γ_C} S + (diag(e^{γ_C−γ}) K)ᵀ V'
+// The triangular systems are solved by forward substitution, as HF does.
+void delta_rule_chunked(const DeltaInputs& in, const HParams& hp, int h, int kh, float* state,
+                        float* out) {
+  const int d = hp.ssm_d_state, nv = hp.ssm_n_v_heads;
+  const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim();
+  std::vector<float> gamma(kChunkRows), L(size_t(kChunkRows) * kChunkRows);
+  std::vector<float> U(size_t(kChunkRows) * d), W(size_t(kChunkRows) * d), Vp(size_t(kChunkRows) * d);
+  for (int64_t c0 = 0; c0 < in.n_rows; c0 += kChunkRows) {
+    const int n = int(std::min<int64_t>(kChunkRows, in.n_rows - c0));
+    auto k_row = [&](int i) { return in.k.data() + (c0 + i) * key_dim + kh * d; };
+    auto q_row = [&](int i) { return in.q.data() + (c0 + i) * key_dim + kh * d; };
+    auto v_row = [&](int i) { return in.v.data() + (c0 + i) * value_dim + h * d; };
+    auto beta = [&](int i) { return in.beta[size_t((c0 + i) * nv + h)]; };
+    float acc_gamma = 0.0f;
+    for (int i = 0; i < n; ++i) gamma[size_t(i)] = acc_gamma += in.decay_log[size_t((c0 + i) * nv + h)];
+    auto dot = [d](const float* a, const float* b) {
+      float s = 0.0f;
+      for (int i = 0; i < d; ++i) s += a[i] * b[i];
+      return s;
+    };
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < i; ++j)
+        L[size_t(i * kChunkRows + j)] =
+            beta(i) * dot(k_row(i), k_row(j)) * std::exp(gamma[size_t(i)] - gamma[size_t(j)]);
+    // Forward substitution for U and W.
+    for (int i = 0; i < n; ++i) {
+      float* u = U.data() + size_t(i) * d;
+      float* wv = W.data() + size_t(i) * d;
+      const float scale_w = beta(i) * std::exp(gamma[size_t(i)]);
+      for (int c = 0; c < d; ++c) {
+        u[c] = beta(i) * v_row(i)[c];
+        wv[c] = scale_w * k_row(i)[c];
+      }
+      for (int j = 0; j < i; ++j) {
+        const float l = L[size_t(i * kChunkRows + j)];
+        const float* uj = U.data() + size_t(j) * d;
+        const float* wj = W.data() + size_t(j) * d;
+        for (int c = 0; c < d; ++c) {
+          u[c] -= l * uj[c];
+          wv[c] -= l * wj[c];
+        }
+      }
+    }
+    // V' = U − W·S  (S is [dk][dv]).
+    for (int i = 0; i < n; ++i)
+      for (int c = 0; c < d; ++c) {
+        float ws = 0.0f;
+        for (int r = 0; r < d; ++r) ws += W[size_t(i) * d + r] * state[r * d + c];
+        Vp[size_t(i) * d + c] = U[size_t(i) * d + c] - ws;
+      }
+    // O = diag(e^γ)·Q·S + (Q Kᵀ ⊙ Γ)·V'.
+    for (int i = 0; i < n; ++i) {
+      float* o = out + (c0 + i) * value_dim + h * d;
+      const float eg = std::exp(gamma[size_t(i)]);
+      for (int c = 0; c < d; ++c) {
+        float qs = 0.0f;
+        for (int r = 0; r < d; ++r) qs += q_row(i)[r] * state[r * d + c];
+        o[c] = eg * qs;
+      }
+      for (int j = 0; j <= i; ++j) {
+        const float a = dot(q_row(i), k_row(j)) * std::exp(gamma[size_t(i)] - gamma[size_t(j)]);
+        for (int c = 0; c < d; ++c) o[c] += a * Vp[size_t(j) * d + c];
+      }
+    }
+    // S ← e^{γ_C}·S + Σ_i e^{γ_C−γ_i} k_i V'_iᵀ.
+    const float g_last = gamma[size_t(n - 1)];
+    const float e_last = std::exp(g_last);
+    for (int i = 0; i < d * d; ++i) state[i] *= e_last;
+    for (int i = 0; i < n; ++i) {
+      const float scale = std::exp(g_last - gamma[size_t(i)]);
+      const float* k = k_row(i);
+      const float* vp = Vp.data() + size_t(i) * d;
+      for (int r = 0; r < d; ++r) {
+        const float kr = scale * k[r];
+        for (int c = 0; c < d; ++c) state[r * d + c] += kr * vp[c];
+      }
+    }
   }
 }
 
@@ -68,43 +178,67 @@ void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
     compute::matmul(pool, w.alpha, x, n_rows, alpha.data());
   }
 
-  std::vector<float> core(static_cast<size_t>(n_rows * value_dim));
+  // Phase 1 (sequential in t: the conv history): conv + SiLU, split, normalise, gates.
+  DeltaInputs in;
+  in.n_rows = n_rows;
+  in.q.resize(static_cast<size_t>(n_rows * key_dim));
+  in.k.resize(static_cast<size_t>(n_rows * key_dim));
+  in.v.resize(static_cast<size_t>(n_rows * value_dim));
+  in.beta.resize(static_cast<size_t>(n_rows * nv));
+  in.decay_log.resize(static_cast<size_t>(n_rows * nv));
   std::vector<float> conv_out(static_cast<size_t>(conv_dim));
-  std::vector<float> q_heads(static_cast<size_t>(key_dim)), k_heads(static_cast<size_t>(key_dim));
   const float q_scale = 1.0f / std::sqrt(float(d));
   for (int64_t t = 0; t < n_rows; ++t) {
-    const float* in = mixed.data() + t * conv_dim;
+    const float* row = mixed.data() + t * conv_dim;
     // Causal depthwise conv over [history (K-1 rows) | current row], then SiLU.
     for (int64_t ch = 0; ch < conv_dim; ++ch) {
       const float* taps = w.conv.data() + ch * kernel;
       float sum = 0.0f;
       for (int j = 0; j < kernel - 1; ++j) sum += taps[j] * state.conv[j * conv_dim + ch];
-      sum += taps[kernel - 1] * in[ch];
+      sum += taps[kernel - 1] * row[ch];
       conv_out[size_t(ch)] = compute::silu(sum);
     }
-    // Shift the history by one row.
-    if (kernel > 1) {
+    if (kernel > 1) {  // shift the history by one row
       for (int j = 0; j + 1 < kernel - 1; ++j)
         std::copy_n(state.conv.data() + (j + 1) * conv_dim, conv_dim,
                     state.conv.data() + j * conv_dim);
-      std::copy_n(in, conv_dim, state.conv.data() + (kernel - 2) * conv_dim);
+      std::copy_n(row, conv_dim, state.conv.data() + (kernel - 2) * conv_dim);
     }
-    std::copy_n(conv_out.data(), key_dim, q_heads.data());
-    std::copy_n(conv_out.data() + key_dim, key_dim, k_heads.data());
+    float* q = in.q.data() + t * key_dim;
+    float* k = in.k.data() + t * key_dim;
+    std::copy_n(conv_out.data(), key_dim, q);
+    std::copy_n(conv_out.data() + key_dim, key_dim, k);
+    std::copy_n(conv_out.data() + 2 * key_dim, value_dim, in.v.data() + t * value_dim);
     for (int h = 0; h < nk; ++h) {
-      l2_normalize(q_heads.data() + h * d, d, q_scale);
-      l2_normalize(k_heads.data() + h * d, d, 1.0f);
+      l2_normalize(q + h * d, d, q_scale);
+      l2_normalize(k + h * d, d, 1.0f);
     }
-    const float* v_all = conv_out.data() + 2 * key_dim;
     for (int h = 0; h < nv; ++h) {
-      const int kh = hp.ssm_v_heads_tiled ? h % nk : h / v_per_k;
-      const float b = compute::sigmoid(beta[t * nv + h]);
-      const float g = w.a[h] * compute::softplus(alpha[t * nv + h] + w.dt_bias[h]);
-      delta_step(state.ssm.data() + size_t(h) * d * d, k_heads.data() + kh * d,
-                 q_heads.data() + kh * d, v_all + h * d, b, std::exp(g), d, d,
-                 core.data() + t * value_dim + h * d);
+      in.beta[size_t(t * nv + h)] = compute::sigmoid(beta[size_t(t * nv + h)]);
+      in.decay_log[size_t(t * nv + h)] =
+          w.a[size_t(h)] * compute::softplus(alpha[size_t(t * nv + h)] + w.dt_bias[size_t(h)]);
     }
-    // Gated RMS norm per V head.
+  }
+
+  // Phase 2: the delta rule per V head (heads are independent, so the split across threads
+  // cannot change a bit). Short windows (decode, speculative verify) use the recurrent form,
+  // which is what makes a row's result independent of the window size; long prefill windows use
+  // the chunked form, which touches the state once per chunk instead of once per token.
+  std::vector<float> core(static_cast<size_t>(n_rows * value_dim));
+  const bool chunked = n_rows >= kChunkedMinRows;
+  pool.parallel_for(nv, [&](int64_t begin, int64_t end, int) {
+    for (int64_t h = begin; h < end; ++h) {
+      const int kh = hp.ssm_v_heads_tiled ? int(h) % nk : int(h) / v_per_k;
+      float* head_state = state.ssm.data() + size_t(h) * d * d;
+      if (chunked)
+        delta_rule_chunked(in, hp, int(h), kh, head_state, core.data());
+      else
+        delta_rule_recurrent(in, hp, int(h), kh, head_state, core.data());
+    }
+  });
+
+  // Phase 3: gated RMS norm per V head.
+  for (int64_t t = 0; t < n_rows; ++t)
     for (int h = 0; h < nv; ++h) {
       float* o = core.data() + t * value_dim + h * d;
       const float* zh = z.data() + t * value_dim + h * d;
@@ -112,7 +246,6 @@ void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
       for (int j = 0; j < d; ++j)
         o[j] *= hp.ssm_gate_sigmoid ? compute::sigmoid(zh[j]) : compute::silu(zh[j]);
     }
-  }
   compute::matmul(pool, w.out, core.data(), n_rows, y);
 }
 
