@@ -6,11 +6,15 @@
 //                               per type), far larger than every cache: weight bytes streamed per s.
 //   BM_MatvecInCache/<type>     the same kernel on a 512 KiB matrix that stays in L2, one thread:
 //                               the dot kernel's compute ceiling. If it is below BM_DramRead, the
-//                               type is compute-bound and no memory trick helps.
-//   BM_MatvecExpert/<type>/threads:N  a 2560 -> 640 expert projection (cache-resident): the
-//                               share of a small call that goes to waking the workers.
+//                               type is compute-bound and no memory trick helps. GB/s_cpu (1-thread
+//                               runs) divides by the thread's CPU time instead of wall time.
+//   BM_MatmulWindow/<type>/rows:T  matmul of T rows on the streamed matrix, 2 threads (GB/s counts
+//                               the weight bytes once per call).
+//   BM_MatvecExpert/<type>/threads:N/spin_us:S  a 2560 -> 640 expert projection (cache-resident):
+//                               the share of a small call that goes to waking the workers, with
+//                               the workers' poll-before-sleep off (0) and at the default.
 //   BM_ParallelForEmpty/threads:N  cost of one parallel_for with no work.
-//   BM_ParallelForWake/threads:N   8 tasks of 5 µs: the wake-up cost a short job pays.
+//   BM_ParallelForWake/threads:N/spin_us:S  8 tasks of 5 µs: the wake-up cost a short job pays.
 // Counters: GB/s (1e9 bytes per second of wall time) and frac_dram (GB/s over the best of three
 // 1 GiB streaming passes with the same thread count, taken at the start of the same run; for
 // BM_DramRead itself that is mean over best). See docs/bench-matvec.md for the command.
@@ -20,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <random>
@@ -54,10 +59,16 @@ struct Mapping {
   size_t size = 0;
 };
 
-ThreadPool& pool_with(int n_threads) {
-  static std::map<int, std::unique_ptr<ThreadPool>> pools;
-  auto& pool = pools[n_threads];
-  if (!pool) pool = std::make_unique<ThreadPool>(n_threads);
+double thread_cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return double(now.tv_sec) + double(now.tv_nsec) * 1e-9;
+}
+
+ThreadPool& pool_with(int n_threads, int worker_spin_us = ThreadPool::kDefaultWorkerSpinMicros) {
+  static std::map<std::pair<int, int>, std::unique_ptr<ThreadPool>> pools;
+  auto& pool = pools[{n_threads, worker_spin_us}];
+  if (!pool) pool = std::make_unique<ThreadPool>(n_threads, worker_spin_us);
   return *pool;
 }
 
@@ -166,10 +177,12 @@ BenchMatrix make_matrix(GgmlType type, int64_t n_in, int64_t n_out) {
   return BenchMatrix{std::move(storage), view};
 }
 
-// Times matvec on an n_in x n_out matrix of `type`; counters as described at the top.
-void run_matvec(benchmark::State& state, GgmlType type, int64_t n_in, int64_t n_out,
-                int n_threads) {
-  ThreadPool& pool = pool_with(n_threads);
+// Times matmul of an n_in x n_out matrix of `type` with n_rows input rows (1: matvec); counters as
+// described at the top (bytes = weight bytes, counted once per call whatever n_rows is).
+void run_matmul(benchmark::State& state, GgmlType type, int64_t n_in, int64_t n_out,
+                int64_t n_rows, int n_threads,
+                int worker_spin_us = ThreadPool::kDefaultWorkerSpinMicros) {
+  ThreadPool& pool = pool_with(n_threads, worker_spin_us);
   const double dram_gbps = measure_dram_gbps(n_threads);
   // Keep the last matrix: Google Benchmark calls this function several times per benchmark
   // (iteration-count probing, repetitions), and building 384 MiB each time is slow.
@@ -188,21 +201,29 @@ void run_matvec(benchmark::State& state, GgmlType type, int64_t n_in, int64_t n_
     cached_key = key;
   }
   const WeightMatrix& w = cached.view;
-  std::vector<float> x(static_cast<size_t>(n_in));
+  std::vector<float> x(static_cast<size_t>(n_in * n_rows));
   std::mt19937 rng(2);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& value : x) value = normal(rng);
-  std::vector<float> y(static_cast<size_t>(n_out));
-  matvec(pool, w, x.data(), y.data());  // warm-up: scratch sized, pages touched
+  std::vector<float> y(static_cast<size_t>(n_out * n_rows));
+  matmul(pool, w, x.data(), n_rows, y.data());  // warm-up: scratch sized, pages touched
   double seconds = 0;
+  const double cpu_start = thread_cpu_seconds();
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
-    matvec(pool, w, x.data(), y.data());
+    matmul(pool, w, x.data(), n_rows, y.data());
     benchmark::ClobberMemory();
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
+  const double cpu_seconds = thread_cpu_seconds() - cpu_start;
   const double bytes = double(w.row_stride_bytes) * double(n_out);
   set_rate_counters(state, bytes, seconds, dram_gbps);
+  if (n_threads == 1) {
+    // Bytes per second of this thread's own CPU time: unlike wall time it does not drop when
+    // other processes take the core, so it is the robust compute ceiling on a shared machine.
+    state.counters["GB/s_cpu"] =
+        bytes * double(state.iterations()) / cpu_seconds / 1e9;
+  }
   state.counters["weight_MiB"] = bytes / double(1 << 20);
 }
 
@@ -221,7 +242,7 @@ void BM_ParallelForEmpty(benchmark::State& state) {
 // 8 tasks of 5 µs busy work: ideal 40 µs on 1 thread, 20 µs on 2; the excess over 20 µs with 2
 // threads is what a sleeping worker's wake-up costs a short job.
 void BM_ParallelForWake(benchmark::State& state) {
-  ThreadPool& pool = pool_with(int(state.range(0)));
+  ThreadPool& pool = pool_with(int(state.range(0)), int(state.range(1)));
   for (auto _ : state) {
     pool.parallel_for(8, [](int64_t begin, int64_t end, int) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(5 * (end - begin));
@@ -245,8 +266,8 @@ int register_benchmarks() {
   for (GgmlType type : kTypes) {
     benchmark::RegisterBenchmark(("BM_Matvec/" + std::string(type_name(type))).c_str(),
                                  [type](benchmark::State& state) {
-                                   run_matvec(state, type, kInputs,
-                                              outputs_for(type, kInputs, kStreamedWeightBytes),
+                                   run_matmul(state, type, kInputs,
+                                              outputs_for(type, kInputs, kStreamedWeightBytes), 1,
                                               int(state.range(0)));
                                  })
         ->ArgName("threads")
@@ -258,8 +279,9 @@ int register_benchmarks() {
   for (GgmlType type : kTypes) {
     benchmark::RegisterBenchmark(("BM_MatvecInCache/" + std::string(type_name(type))).c_str(),
                                  [type](benchmark::State& state) {
-                                   run_matvec(state, type, kInputs,
-                                              outputs_for(type, kInputs, kInCacheWeightBytes), 1);
+                                   run_matmul(state, type, kInputs,
+                                              outputs_for(type, kInputs, kInCacheWeightBytes), 1,
+                                              1);
                                  })
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
@@ -269,18 +291,41 @@ int register_benchmarks() {
   for (GgmlType type : {GgmlType::Q4_K, GgmlType::IQ2_XS}) {
     benchmark::RegisterBenchmark(("BM_MatvecExpert/" + std::string(type_name(type))).c_str(),
                                  [type](benchmark::State& state) {
-                                   run_matvec(state, type, 2560, 640, int(state.range(0)));
+                                   run_matmul(state, type, 2560, 640, 1, int(state.range(0)),
+                                              int(state.range(1)));
                                  })
-        ->ArgName("threads")
-        ->Arg(1)
-        ->Arg(2)
+        ->ArgNames({"threads", "spin_us"})
+        ->Args({1, ThreadPool::kDefaultWorkerSpinMicros})
+        ->Args({2, 0})
+        ->Args({2, ThreadPool::kDefaultWorkerSpinMicros})
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
+  }
+  // Verify windows: T rows against the streamed matrix, 2 threads. With 1x1 dot kernels the cost
+  // grows with T once the kernel, not DRAM, is the limit (SpecGate's T(n) on the CPU backend).
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::IQ2_XS}) {
+    benchmark::RegisterBenchmark(("BM_MatmulWindow/" + std::string(type_name(type))).c_str(),
+                                 [type](benchmark::State& state) {
+                                   run_matmul(state, type, kInputs,
+                                              outputs_for(type, kInputs, kStreamedWeightBytes),
+                                              state.range(0), 2);
+                                 })
+        ->ArgName("rows")
+        ->Arg(1)
+        ->Arg(4)
+        ->Arg(16)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
   }
   benchmark::RegisterBenchmark("BM_ParallelForEmpty", BM_ParallelForEmpty)
       ->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
   benchmark::RegisterBenchmark("BM_ParallelForWake", BM_ParallelForWake)
-      ->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+      ->ArgNames({"threads", "spin_us"})
+      ->Args({1, ThreadPool::kDefaultWorkerSpinMicros})
+      ->Args({2, 0})
+      ->Args({2, ThreadPool::kDefaultWorkerSpinMicros})
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
   return 0;
 }
 

@@ -14,9 +14,13 @@
 namespace strata::compute {
 namespace {
 
+// Both wake paths: workers that poll between jobs (default) and workers that sleep at once (0).
+constexpr int kSpinSettings[] = {ThreadPool::kDefaultWorkerSpinMicros, 0};
+
 TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
+  for (int spin_us : kSpinSettings)
   for (int n_threads : {1, 2, 3, 4}) {
-    ThreadPool pool(n_threads);
+    ThreadPool pool(n_threads, spin_us);
     EXPECT_EQ(pool.size(), n_threads);
     for (int64_t n_tasks : {1, 2, 3, 7, 64, 1000, 100003}) {
       std::vector<std::atomic<int>> hits(static_cast<size_t>(n_tasks));
@@ -57,7 +61,7 @@ bool wait_until(Predicate done) {
 }
 
 TEST(ThreadPool, EveryThreadTakesPartAndCallerIsThreadZero) {
-  ThreadPool pool(3);
+  ThreadPool pool(3, 0);  // sleeping workers: each must be woken
   const std::thread::id caller = std::this_thread::get_id();
   std::atomic<bool> mismatch{false};
   std::atomic<bool> timed_out{false};
@@ -120,7 +124,8 @@ TEST(ThreadPool, ExceptionStopsHandingOutChunks) {
 }
 
 TEST(ThreadPool, ManyRapidJobs) {
-  ThreadPool pool(3);
+  for (int spin_us : kSpinSettings) {
+  ThreadPool pool(3, spin_us);
   int64_t expected = 0;
   std::atomic<int64_t> total{0};
   for (int job = 0; job < 20000; ++job) {
@@ -128,7 +133,8 @@ TEST(ThreadPool, ManyRapidJobs) {
     expected += n_tasks;
     pool.parallel_for(n_tasks, [&](int64_t begin, int64_t end, int) { total += end - begin; });
     // Every job must be complete when parallel_for returns.
-    ASSERT_EQ(total.load(), expected) << "job " << job;
+    ASSERT_EQ(total.load(), expected) << "job " << job << " spin " << spin_us;
+  }
   }
 }
 
@@ -181,9 +187,21 @@ TEST(ThreadPool, DestructionWhileIdle) {
   }  // each destructor must join promptly (the test times out otherwise)
 }
 
+TEST(ThreadPool, DestructionRightAfterAJobWhileWorkersPoll) {
+  for (int round = 0; round < 50; ++round) {
+    std::atomic<int> hits{0};
+    {
+      ThreadPool pool(3);
+      pool.parallel_for(8, [&](int64_t begin, int64_t end, int) { hits += int(end - begin); });
+    }  // destroyed while its workers are still polling for the next job
+    ASSERT_EQ(hits.load(), 8);
+  }
+}
+
 TEST(ThreadPool, RejectsZeroThreads) {
   EXPECT_THROW(ThreadPool(0), Error);
   EXPECT_THROW(ThreadPool(-1), Error);
+  EXPECT_THROW(ThreadPool(2, -1), Error);
 }
 
 TEST(ScratchBuffer, GrowsAlignedAndIsReusedWhenLargeEnough) {

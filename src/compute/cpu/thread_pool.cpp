@@ -1,7 +1,7 @@
 #include "compute/cpu/thread_pool.h"
 
 #include <algorithm>
-#include <cstdlib>
+#include <chrono>
 #include <new>
 #include <utility>
 
@@ -37,6 +37,23 @@ class RunningPoolScope {
 };
 
 constexpr size_t kScratchAlignment = 64;
+// Bound on the caller's poll for workers finishing their last chunk (a chunk is normally far
+// shorter; past this the caller sleeps on done_cv_).
+constexpr int kCallerSpinMicros = 100;
+
+// Polls `done` with a CPU pause between polls for at most `micros` microseconds; true if it held.
+template <typename Done>
+bool spin_until(Done done, int micros) {
+  if (micros <= 0) return done();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(micros);
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      __builtin_ia32_pause();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+  }
+}
 
 }  // namespace
 
@@ -57,8 +74,10 @@ std::byte* ScratchBuffer::reserve(size_t bytes) {
   return data_.get();
 }
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
+ThreadPool::ThreadPool(int n_threads, int worker_spin_us)
+    : n_threads_(n_threads), worker_spin_us_(worker_spin_us) {
   if (n_threads < 1) fail("ThreadPool: expected n_threads >= 1, found {}", n_threads);
+  if (worker_spin_us < 0) fail("ThreadPool: expected worker_spin_us >= 0, found {}", worker_spin_us);
   scratch_.resize(size_t(n_threads));
   workers_.reserve(size_t(n_threads - 1));
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_main(i); });
@@ -122,6 +141,7 @@ void ThreadPool::parallel_for(int64_t n_tasks, const TaskFn& fn) {
     next_task_.value.store(0, std::memory_order_relaxed);
     job_open_ = true;
     ++generation_;
+    published_generation_.store(generation_, std::memory_order_release);
   }
   work_cv_.notify_all();
 
@@ -130,13 +150,20 @@ void ThreadPool::parallel_for(int64_t n_tasks, const TaskFn& fn) {
     run_chunks(fn, n_tasks, chunk_tasks, 0);
   }
 
+  {
+    // The counter is exhausted, so every chunk still running belongs to a worker that joined the
+    // job; closing it keeps late wakers out, then we wait for the joined ones to leave.
+    std::lock_guard lock(mutex_);
+    job_open_ = false;
+  }
+  // The caller has nothing else to do: poll briefly before sleeping, since waking a sleeping
+  // caller costs as much as waking a worker (tens of µs on this VM).
+  spin_until([this] { return active_workers_.load(std::memory_order_acquire) == 0; },
+             kCallerSpinMicros);
   std::exception_ptr exception;
   {
     std::unique_lock lock(mutex_);
-    // The counter is exhausted, so every chunk still running belongs to a worker that joined the
-    // job; closing it keeps late wakers out, then we wait for the joined ones to leave.
-    job_open_ = false;
-    done_cv_.wait(lock, [this] { return active_workers_ == 0; });
+    done_cv_.wait(lock, [this] { return active_workers_.load(std::memory_order_relaxed) == 0; });
     job_fn_ = nullptr;
     exception = std::exchange(first_exception_, nullptr);
   }
@@ -150,13 +177,16 @@ void ThreadPool::worker_main(int thread_index) {
     const TaskFn* fn = nullptr;
     int64_t n_tasks = 0;
     int64_t chunk_tasks = 1;
+    spin_until(
+        [&] { return published_generation_.load(std::memory_order_acquire) != seen_generation; },
+        worker_spin_us_);
     {
       std::unique_lock lock(mutex_);
       work_cv_.wait(lock, [&] { return stop_ || generation_ != seen_generation; });
       if (stop_) return;
       seen_generation = generation_;
       if (!job_open_) continue;  // woke after the caller finished this job alone
-      ++active_workers_;
+      active_workers_.fetch_add(1, std::memory_order_relaxed);
       fn = job_fn_;
       n_tasks = job_n_tasks_;
       chunk_tasks = job_chunk_tasks_;
@@ -165,7 +195,7 @@ void ThreadPool::worker_main(int thread_index) {
     bool last = false;
     {
       std::lock_guard lock(mutex_);
-      last = --active_workers_ == 0;
+      last = active_workers_.fetch_sub(1, std::memory_order_release) == 1;
     }
     if (last) done_cv_.notify_one();
   }

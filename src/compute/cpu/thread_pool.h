@@ -9,12 +9,17 @@
 //   (about 4 chunks per thread, so a late-waking worker or a slow core does not stall the call).
 //   Which thread runs which range is NOT deterministic; callers whose results must be bitwise
 //   reproducible must make every task's result independent of the thread that runs it.
-// - Idle workers sleep on a condition variable; nothing spins. (A bounded spin before sleeping
-//   was not added: see docs/bench-matvec.md for the wake-up cost measured without it.)
+// - Idle workers sleep on a condition variable. Between jobs a worker first polls for up to
+//   worker_spin_us (default 100 µs, constructor argument; 0 disables it) because back-to-back
+//   small jobs — a decode step is hundreds of matvecs of 20–100 µs — otherwise pay a futex
+//   wake-up each, which made 2 threads slower than 1 (numbers in docs/bench-matvec.md). An idle
+//   pool therefore stops using CPU 100 µs after its last job. The caller likewise polls up to
+//   100 µs for the workers' last chunks before sleeping.
 // - An exception thrown by fn on any thread stops the hand-out of further chunks, waits for the
 //   chunks already running, and is rethrown on the calling thread (the first one; others dropped).
 // - Nested use: parallel_for called from inside a task of this same pool runs fn(0, n_tasks,
-//   current thread_index) inline on that thread, so it cannot deadlock.
+//   current thread_index) inline on that thread, so it cannot deadlock. (A cycle across pools —
+//   a task of A calling B whose task calls A — is not detected and would deadlock; don't.)
 // - The destructor wakes the workers, lets them finish, and joins them. It must not run while a
 //   parallel_for on this pool is in progress.
 //
@@ -60,9 +65,15 @@ class ThreadPool {
  public:
   using TaskFn = std::function<void(int64_t begin, int64_t end, int thread_index)>;
 
-  // n_threads counts the caller: n_threads - 1 workers are started. Throws strata::Error if
-  // n_threads < 1.
-  explicit ThreadPool(int n_threads);
+  // Measured on the 2-vCPU build VM (docs/bench-matvec.md): with workers that go straight to
+  // sleep, a 2560x640 Q4_K matvec takes ~60-70 µs on 2 threads vs ~46-58 µs on 1 (the futex
+  // wake-up of an idle vCPU costs tens of µs); with a 100 µs poll it takes ~35 µs.
+  static constexpr int kDefaultWorkerSpinMicros = 100;
+
+  // n_threads counts the caller: n_threads - 1 workers are started. After a job a worker polls
+  // for the next one for worker_spin_us (a pause instruction between polls, no memory traffic)
+  // before sleeping; 0 sleeps at once. Throws strata::Error if n_threads < 1 or spin < 0.
+  explicit ThreadPool(int n_threads, int worker_spin_us = kDefaultWorkerSpinMicros);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -99,7 +110,11 @@ class ThreadPool {
   const TaskFn* job_fn_ = nullptr;
   int64_t job_n_tasks_ = 0;
   int64_t job_chunk_tasks_ = 1;
-  int active_workers_ = 0;  // workers that joined the current job and have not left it
+  // Workers that joined the current job and have not left it; changed under mutex_, read
+  // without it by the caller's spin.
+  std::atomic<int> active_workers_{0};
+  std::atomic<uint64_t> published_generation_{0};  // generation_, readable without mutex_
+  const int worker_spin_us_;
   std::exception_ptr first_exception_;
   struct alignas(64) PaddedCounter {
     std::atomic<int64_t> value{0};
