@@ -26,6 +26,12 @@ void require_positive(const char* op, const char* what, int64_t value) {
   if (value <= 0) fail("{}: expected {} > 0, found {}", op, what, value);
 }
 
+void check_rope_dims(int head_dim, int n_rot) {
+  if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > head_dim) {
+    fail("rope: expected n_rot even, > 0 and <= head_dim {}, found {}", head_dim, n_rot);
+  }
+}
+
 // True when v[a] ranks before v[b] in top_k / argmax order.
 bool ranks_before(const float* v, int64_t a, int64_t b) {
   const float va = v[a];
@@ -107,9 +113,7 @@ void rope_cos_sin(int n_rot, int64_t pos, float theta, float* cos_out, float* si
 
 void rope_neox_apply(float* x, int head_dim, int n_rot, const float* cos_values,
                      const float* sin_values) {
-  if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > head_dim) {
-    fail("rope: expected n_rot even, > 0 and <= head_dim {}, found {}", head_dim, n_rot);
-  }
+  check_rope_dims(head_dim, n_rot);
   const int half = n_rot / 2;
   for (int j = 0; j < half; ++j) {
     const float a = x[j];
@@ -120,10 +124,8 @@ void rope_neox_apply(float* x, int head_dim, int n_rot, const float* cos_values,
 }
 
 void rope_neox(float* x, int head_dim, int n_rot, int64_t pos, float theta) {
-  if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > head_dim) {
-    fail("rope: expected n_rot even, > 0 and <= head_dim {}, found {}", head_dim, n_rot);
-  }
-  constexpr int kMaxHalf = 512;
+  constexpr int kMaxHalf = 512;  // the tables live on the stack; real models use n_rot <= 256
+  check_rope_dims(head_dim, n_rot);
   if (n_rot / 2 > kMaxHalf) fail("rope: n_rot {} above the supported {}", n_rot, 2 * kMaxHalf);
   float cos_values[kMaxHalf];
   float sin_values[kMaxHalf];
