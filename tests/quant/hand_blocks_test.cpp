@@ -107,6 +107,24 @@ TEST(QuantHandBlocks, Q2_K) {
         }
 }
 
+TEST(QuantHandBlocks, Q2_KZeroAndSubnormalScales) {
+  BlockQ2_K blocks[2];
+  std::memset(blocks, 0, sizeof blocks);
+  // Block 0: d = 2^-24, dmin = 0, scale nibble 15, every quant 3 -> 45·2^-24.
+  blocks[0].d = kHalfTiny;
+  std::memset(blocks[0].scales, 0xAF, 16);  // scale 15, min 10 (times dmin = 0)
+  std::memset(blocks[0].qs, 0xFF, 64);
+  // Block 1: d = 0, dmin = 2^-15, min nibble 3 -> −3·2^-15 whatever the quants.
+  blocks[1].dmin = kHalfSubnormal;
+  std::memset(blocks[1].scales, 0x3F, 16);
+  std::memset(blocks[1].qs, 0x1B, 64);
+  const std::vector<float> y = dequantize_both(GgmlType::Q2_K, blocks, 2, 256);
+  for (int e = 0; e < 256; ++e) {
+    EXPECT_EQ(y[e], std::ldexp(45.0f, -24)) << e;
+    EXPECT_EQ(y[256 + e], -3.0f * std::ldexp(1.0f, -15)) << e;
+  }
+}
+
 TEST(QuantHandBlocks, Q4_KScalePacking) {
   // Scales {1, 2, 3, 63, 17, 33, 48, 5}, mins {0, 7, 63, 1, 45, 16, 2, 60}, packed by hand:
   //   b0..3 = sc0..3 | (sc4..7 >> 4) << 6 = 1|64, 2|128, 3|192, 63|0
@@ -195,6 +213,24 @@ TEST(QuantHandBlocks, Q6_K) {
   EXPECT_EQ(y[250], -250.0f);   // q = 1750 % 64 = 22, sub-block 15: 0.25·100·(22 − 32)
   for (int e = 0; e < 256; ++e) {
     EXPECT_EQ(y[e], 0.25f * scales[e / 16] * (q6_pattern(e) - 32)) << e;
+  }
+}
+
+TEST(QuantHandBlocks, Q6_KZeroAndSubnormalScales) {
+  BlockQ6_K blocks[2];
+  std::memset(blocks, 0, sizeof blocks);
+  // Block 0: d = 0 -> all zero, whatever the quants and scales.
+  std::memset(blocks[0].ql, 0x5A, 128);
+  std::memset(blocks[0].scales, 0x7F, 16);
+  // Block 1: d = 2^-24, scale 1, every quant 63 (ql nibbles 15, qh pairs 3) -> 31·2^-24.
+  blocks[1].d = kHalfTiny;
+  std::memset(blocks[1].ql, 0xFF, 128);
+  std::memset(blocks[1].qh, 0xFF, 64);
+  std::memset(blocks[1].scales, 1, 16);
+  const std::vector<float> y = dequantize_both(GgmlType::Q6_K, blocks, 2, 256);
+  for (int e = 0; e < 256; ++e) {
+    EXPECT_EQ(y[e], 0.0f) << e;
+    EXPECT_EQ(y[256 + e], std::ldexp(31.0f, -24)) << e;
   }
 }
 
