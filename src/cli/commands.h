@@ -8,5 +8,6 @@
 namespace strata::cli {
 
 void register_inspect(CLI::App& app);
+void register_convert(CLI::App& app);
 
 }  // namespace strata::cli

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   CLI::App app{"strata: sparse MoE inference with experts streamed from RAM and SSD", "strata"};
   app.require_subcommand(1);
   strata::cli::register_inspect(app);
+  strata::cli::register_convert(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
