@@ -3,6 +3,11 @@
 #include <cmath>
 #include <cstring>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "convert/hf_config.h"
+#include "convert/tokenizer_hf.h"
 #include "gguf/gguf_writer.h"
 #include "model/tensor_specs.h"
 #include "quant/quant.h"
@@ -245,6 +250,25 @@ HParams synth_shape(std::string_view name) {
   fail("synth: unknown shape '{}' (known: {})", name, known);
 }
 
+int64_t hf_tokenizer_vocab_size(const std::string& tokenizer_dir) {
+  const std::string path = tokenizer_dir + "/tokenizer.json";
+  std::ifstream in(path);
+  if (!in) fail("{}: cannot open", path);
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    fail("{}: not valid JSON: {}", path, e.what());
+  }
+  int64_t max_id = -1;
+  if (json.contains("model") && json["model"].contains("vocab"))
+    for (const auto& [token, id] : json["model"]["vocab"].items()) max_id = std::max<int64_t>(max_id, id.get<int64_t>());
+  if (json.contains("added_tokens"))
+    for (const auto& added : json["added_tokens"]) max_id = std::max<int64_t>(max_id, added.value("id", int64_t{-1}));
+  if (max_id < 0) fail("{}: field model.vocab: expected a non-empty vocabulary", path);
+  return max_id + 1;
+}
+
 void write_synthetic_model(const SynthOptions& options, const std::string& path,
                            const SynthProgress& progress) {
   const HParams& hp = options.hparams;
@@ -253,6 +277,10 @@ void write_synthetic_model(const SynthOptions& options, const std::string& path,
   write_hparams(writer, hp);
   writer.add_u32("general.quantization_version", 2);
   writer.add_string("general.name", fmt::format("strata synthetic {}", arch_name(hp.arch)));
+  if (!options.tokenizer_dir.empty()) {
+    const convert::HfConfig config(nlohmann::json::object(), options.tokenizer_dir);
+    convert::add_hf_tokenizer(options.tokenizer_dir, config, hp.n_vocab, "qwen2", writer);
+  }
   const std::vector<TensorSpec> specs = tensor_specs(hp);
   std::vector<GgmlType> types;
   uint64_t total_bytes = 0;

@@ -27,7 +27,14 @@ struct SynthOptions {
   GgmlType dense_type = GgmlType::F32;    // matrices, embedding, head
   GgmlType expert_type = GgmlType::F32;   // *_exps
   uint64_t seed = 1;
+  // A Hugging Face tokenizer directory (tokenizer.json [+ tokenizer_config.json]) whose vocabulary
+  // is written as the file's tokenizer section; hparams.n_vocab must equal its size
+  // (hf_tokenizer_vocab_size).
+  std::string tokenizer_dir;
 };
+
+// Number of ids in DIR/tokenizer.json (the model vocabulary plus added tokens).
+int64_t hf_tokenizer_vocab_size(const std::string& tokenizer_dir);
 
 // Named shapes: "tiny-qwen4exp", "tiny-qwen3next", "tiny-qwen3moe" (test size, KBs),
 // "mid-qwen4exp" (a few GB at Q4_K), "qwen3.8-flash-next" (the full flagship shape; its PLE

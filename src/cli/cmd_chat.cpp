@@ -1,0 +1,217 @@
+// `strata chat` — a terminal conversation with the model.
+//
+// Each turn renders the whole conversation with the model's chat template and feeds only the
+// tokens the session has not seen (the KV/recurrent state of earlier turns is reused when the new
+// prompt extends the old one; otherwise the session restarts). Replies stream as they are made;
+// thinking is hidden unless --show-thinking. Ctrl-C stops the current reply and returns to the
+// prompt; Ctrl-D or /quit exits. /reset starts over, /stats prints speed and context figures.
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "compute/cpu/thread_pool.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "model/model.h"
+#include "text/chat_template.h"
+#include "text/think_filter.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+
+namespace strata::cli {
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+std::atomic<bool> g_generating{false};
+
+void on_sigint(int) {
+  if (g_generating.load()) {
+    g_interrupted.store(true);
+  } else {
+    const char message[] = "\n(Ctrl-D or /quit exits)\n> ";
+    [[maybe_unused]] const ssize_t n = write(STDOUT_FILENO, message, sizeof(message) - 1);
+  }
+}
+
+struct ChatOptions {
+  ModelOptions model;
+  std::string system_prompt;
+  int max_reply_tokens = 512;
+  bool show_thinking = false;
+  bool no_thinking = false;
+  bool ignore_eos = false;
+};
+
+struct TurnStats {
+  size_t prompt_tokens = 0;
+  double prefill_s = 0;
+  size_t reply_tokens = 0;
+  double reply_s = 0;
+};
+
+class ChatLoop {
+ public:
+  ChatLoop(const ChatOptions& options, const Model& model, const Tokenizer& tokenizer,
+           compute::ThreadPool& pool)
+      : options_(options),
+        model_(model),
+        tokenizer_(tokenizer),
+        chat_template_(ChatTemplate::from_gguf(model.file())),
+        session_(model, pool),
+        sampler_(options.model.sampling) {
+    render_.enable_thinking = !options.no_thinking;
+    end_of_turn_ = tokenizer.find_token(ChatTemplate::kEndOfTurn);
+    reset();
+  }
+
+  void reset() {
+    session_.reset();
+    messages_.clear();
+    if (!options_.system_prompt.empty()) messages_.push_back({"system", options_.system_prompt, {}});
+  }
+
+  void stats() const {
+    fmt::print("context {} tokens of {}; last turn: prompt {} tokens in {:.2f} s ({:.1f} tok/s), "
+               "reply {} tokens in {:.2f} s ({:.1f} tok/s)\n",
+               session_.n_past(), model_.hparams().n_ctx_train, last_.prompt_tokens, last_.prefill_s,
+               double(last_.prompt_tokens) / std::max(last_.prefill_s, 1e-9), last_.reply_tokens,
+               last_.reply_s, double(last_.reply_tokens) / std::max(last_.reply_s, 1e-9));
+  }
+
+  void turn(const std::string& user_text) {
+    messages_.push_back({"user", user_text, {}});
+    const std::vector<int32_t> prompt = tokenizer_.encode(chat_template_.render(messages_, render_));
+    // Reuse the session when the new prompt extends what it has seen.
+    const std::vector<int32_t>& seen = session_.tokens();
+    const bool extends = seen.size() < prompt.size() &&
+                         std::equal(seen.begin(), seen.end(), prompt.begin());
+    if (!extends) session_.reset();
+    const std::span<const int32_t> fresh = std::span(prompt).subspan(extends ? seen.size() : 0);
+
+    last_ = TurnStats{};
+    const auto start = std::chrono::steady_clock::now();
+    session_.prefill(fresh);
+    last_.prompt_tokens = fresh.size();
+    last_.prefill_s = seconds_since(start);
+
+    StreamingDecoder decoder(tokenizer_);
+    ThinkFilter filter(options_.show_thinking ? ThinkFilter::Mode::Show : ThinkFilter::Mode::Hide,
+                       chat_template_.prompt_opens_thinking(render_));
+    std::string answer, thinking;
+    auto show = [&](const ThinkFilter::ReplyDelta& delta) {
+      std::cout << delta.visible << std::flush;
+      answer += delta.answer;
+      thinking += delta.thinking;
+    };
+    g_interrupted.store(false);
+    g_generating.store(true);
+    const auto reply_start = std::chrono::steady_clock::now();
+    bool stopped = false;
+    for (int i = 0; i < options_.max_reply_tokens; ++i) {
+      if (g_interrupted.load()) {
+        stopped = true;
+        break;
+      }
+      const int32_t next = sampler_.sample(session_.logits(), session_.tokens());
+      if (!options_.ignore_eos && (next == end_of_turn_ || next == tokenizer_.eos_id())) break;
+      show(filter.push(decoder.push(next)));
+      ++last_.reply_tokens;
+      session_.decode(next);
+    }
+    g_generating.store(false);
+    show(filter.push(decoder.finish()));
+    show(filter.finish());
+    last_.reply_s = seconds_since(reply_start);
+    std::cout << (stopped ? " [stopped]\n" : "\n") << std::flush;
+    ChatMessage reply{"assistant", answer, {}};
+    if (!thinking.empty()) reply.reasoning_content = thinking;
+    messages_.push_back(std::move(reply));
+  }
+
+ private:
+  static double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  const ChatOptions& options_;
+  const Model& model_;
+  const Tokenizer& tokenizer_;
+  ChatTemplate chat_template_;
+  ChatRenderOptions render_;
+  Session session_;
+  Sampler sampler_;
+  std::optional<int32_t> end_of_turn_;
+  std::vector<ChatMessage> messages_;
+  TurnStats last_;
+};
+
+void run_chat(const ChatOptions& options) {
+  const std::string path = resolve_model_path(options.model);
+  const auto model = Model::load(path);
+  if (!model->file().has("tokenizer.ggml.tokens"))
+    fail("{}: the file has no tokenizer (tokenizer.ggml.*); chat needs one", path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+  compute::ThreadPool pool(resolve_threads(options.model));
+  ChatLoop chat(options, *model, tokenizer, pool);
+
+  struct sigaction action {};
+  action.sa_handler = on_sigint;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // a Ctrl-C at the prompt must not end getline
+  sigaction(SIGINT, &action, nullptr);
+
+  const bool interactive = isatty(STDIN_FILENO);
+  fmt::print("strata chat: {} ({}). /reset, /stats, /quit; Ctrl-C stops a reply.\n", path,
+             arch_name(model->hparams().arch));
+  std::string line;
+  while (true) {
+    std::cout << "> " << std::flush;
+    if (!std::getline(std::cin, line)) break;
+    if (line.empty()) continue;
+    if (line == "/quit" || line == "/exit") break;
+    if (line == "/reset") {
+      chat.reset();
+      std::cout << "(conversation cleared)\n";
+      continue;
+    }
+    if (line == "/stats") {
+      chat.stats();
+      continue;
+    }
+    if (line[0] == '/') {
+      std::cout << "unknown command " << line << " (known: /reset, /stats, /quit)\n";
+      continue;
+    }
+    chat.turn(line);
+  }
+  if (interactive) std::cout << "\n";
+}
+
+}  // namespace
+
+void register_chat(CLI::App& app) {
+  auto options = std::make_shared<ChatOptions>();
+  CLI::App* cmd = app.add_subcommand("chat", "Talk to the model in the terminal");
+  add_model_options(*cmd, options->model);
+  options->model.sampling.temperature = 0.7f;
+  options->model.sampling.top_p = 0.9f;
+  add_sampling_options(*cmd, options->model.sampling);
+  cmd->add_option("--system", options->system_prompt, "system prompt");
+  cmd->add_option("--max-reply", options->max_reply_tokens, "tokens per reply at most")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--show-thinking", options->show_thinking, "print the <think> part of replies");
+  cmd->add_flag("--no-thinking", options->no_thinking, "ask the model not to think (when the template supports it)");
+  cmd->add_flag("--ignore-eos", options->ignore_eos,
+                "keep replying past the end-of-turn token (only --max-reply or Ctrl-C stop it)");
+  cmd->callback([options] { run_chat(*options); });
+}
+
+}  // namespace strata::cli
