@@ -20,6 +20,7 @@ struct SynthCommandOptions {
   int layers = 0;
   int experts = 0;
   std::string output;
+  std::string tokenizer_dir;
 };
 
 GgmlType parse_type(const std::string& name, const char* flag) {
@@ -43,6 +44,8 @@ void register_synth(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "random seed");
   cmd->add_option("--layers", o->layers, "override the layer count")->check(CLI::Range(1, 1024));
   cmd->add_option("--experts", o->experts, "override the expert count")->check(CLI::Range(1, 65536));
+  cmd->add_option("--tokenizer", o->tokenizer_dir,
+                  "HF tokenizer dir (tokenizer.json): embed it and size the vocabulary to it");
   cmd->add_option("output", o->output, "output GGUF path")->required();
   cmd->callback([o] {
     SynthOptions options;
@@ -68,6 +71,10 @@ void register_synth(CLI::App& app) {
     options.expert_type = o->expert_type.empty() ? options.dense_type
                                                  : parse_type(o->expert_type, "--expert-type");
     options.seed = o->seed;
+    if (!o->tokenizer_dir.empty()) {
+      options.tokenizer_dir = o->tokenizer_dir;
+      hp.n_vocab = hf_tokenizer_vocab_size(o->tokenizer_dir);
+    }
     ProgressBar bar("synth", 0, 0);
     uint64_t reported = 0;
     write_synthetic_model(options, o->output, [&](uint64_t done, uint64_t total) {

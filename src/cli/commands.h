@@ -9,5 +9,8 @@ namespace strata::cli {
 
 void register_inspect(CLI::App& app);
 void register_convert(CLI::App& app);
+void register_run(CLI::App& app);
+void register_chat(CLI::App& app);
+void register_synth(CLI::App& app);
 
 }  // namespace strata::cli

@@ -13,6 +13,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   strata::cli::register_inspect(app);
   strata::cli::register_convert(app);
+  strata::cli::register_run(app);
+  strata::cli::register_chat(app);
+  strata::cli::register_synth(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
