@@ -3,11 +3,18 @@
 #   1. Release build + full ctest suite
 #   2. ASan+UBSan build + full ctest suite
 #   3. libFuzzer run of every fuzz target for a bounded time (FUZZ_SECONDS, default 60 in total)
+# First, where npm exists, it installs the llama.cpp peer the parity test drives
+# (scripts/install-llama-cpp-peer.sh; without npm that test reports itself skipped).
 # Exits non-zero on any failure. Set STRATA_TEST_QUICK=1 to run only step 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 fuzz_seconds=${FUZZ_SECONDS:-60}
+
+if command -v npm >/dev/null; then
+  echo "== llama.cpp peer (node-llama-cpp@3.21.1, prebuilt) for the parity test"
+  [ -d tools/llama_cpp/node_modules/@node-llama-cpp/linux-x64/bins ] || scripts/install-llama-cpp-peer.sh
+fi
 
 echo "== release build + tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
