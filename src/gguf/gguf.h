@@ -13,8 +13,9 @@
 //   pread at `TensorInfo::file_offset` (the expert store does this, so experts are never in the
 //   working set just because the file is mapped).
 // - `GgufFile::open_from_memory` runs the same parser over a copy of a byte buffer (tests, fuzzing).
-// - Layout rules beyond the spec, matching ggml's reader so that every file we accept llama.cpp
-//   accepts too: tensor data offsets must be consecutive in tensor-info order (offset_i =
+// - Layout rules beyond the spec, matching ggml's reader so that what llama.cpp refuses is refused
+//   here too (one exception: ne = 0 is accepted, as the spec allows; ggml's reader divides by
+//   ne[1..3], so GgufWriter refuses zero dimensions instead): tensor data offsets must be consecutive in tensor-info order (offset_i =
 //   Σ_{j<i} pad(n_bytes_j)), which also rules out overlaps; general.alignment must be a u32 power of
 //   two, a multiple of 8 and ≤ 1 MiB; strings ≤ 64 MiB and arrays ≤ 64 Mi elements. Only
 //   offset + n_bytes must lie inside the file (the last tensor's trailing padding may be absent).

@@ -4,7 +4,6 @@
 #include <sys/wait.h>
 
 #include <random>
-#include <regex>
 
 #include "gguf/gguf.h"
 #include "gguf_test_util.h"
@@ -56,15 +55,22 @@ TEST(GgufParser, TruncationAtRandomOffsetsFailsCleanly) {
   // Cutting only the last tensor's trailing padding leaves a valid file, so cut before its end.
   const uint64_t data_end = last.file_offset + last.n_bytes;
   std::mt19937_64 rng(20240607);
-  const std::regex names_field(R"(^[^:]+: (header (magic|version|tensor_count|kv_count)|key |tensor |data section).*)");
+  // After "<path>: " comes the field: a header field, a key, a tensor or the data section.
+  auto names_a_field = [](const std::string& rest) {
+    for (const char* field : {"header magic", "header version", "header tensor_count", "header kv_count", "key ",
+                              "tensor ", "data section"}) {
+      if (rest.rfind(field, 0) == 0) return true;
+    }
+    return false;
+  };
   for (int i = 0; i < 10; ++i) {
     const uint64_t cut = rng() % data_end;
     SCOPED_TRACE("cut at " + std::to_string(cut));
     const std::string path = dir.file("cut-" + std::to_string(cut) + ".gguf");
     test::write_bytes(path, std::vector<uint8_t>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(cut)));
     const std::string msg = open_error(path);
-    EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
-    EXPECT_TRUE(std::regex_match(msg, names_field)) << msg;
+    ASSERT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
+    EXPECT_TRUE(names_a_field(msg.substr(path.size() + 2))) << msg;
   }
 }
 
