@@ -67,7 +67,8 @@ ByteBpeStubSummary write_byte_bpe_stub(const std::string& directory, int64_t voc
   };
   const std::filesystem::path dir(directory);
   write_json(dir / "tokenizer.json", tokenizer);
-  write_json(dir / "tokenizer_config.json", {{"tokenizer_class", "Qwen2Tokenizer"}, {"add_bos_token", false}});
+  write_json(dir / "tokenizer_config.json",
+             {{"tokenizer_class", "Qwen2Tokenizer"}, {"add_bos_token", false}});
   return summary;
 }
 

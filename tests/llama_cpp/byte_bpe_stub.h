@@ -1,8 +1,8 @@
-// A stand-in vocabulary for the tokenizer-less fixture checkpoints, so that `strata convert` writes a
-// tokenizer section llama.cpp accepts (llama.cpp refuses a GGUF without tokenizer.ggml.model, and a
-// "gpt2" vocabulary without tokenizer.ggml.merges).  It exists for the llama.cpp parity test only:
-// the comparison feeds token ids, so what the tokens spell never matters, only that the vocabulary
-// has exactly the model's vocab_size entries.
+// A stand-in vocabulary for the tokenizer-less fixture checkpoints, so that `strata convert` writes
+// a tokenizer section llama.cpp accepts (llama.cpp refuses a GGUF without tokenizer.ggml.model, and
+// a "gpt2" vocabulary without tokenizer.ggml.merges).  It exists for the llama.cpp parity test
+// only: the comparison feeds token ids, so what the tokens spell never matters, only that the
+// vocabulary has exactly the model's vocab_size entries.
 //
 // Layout (GPT-2 byte-level BPE, as HF tokenizers writes it):
 //   ids 0..n_bytes-1  the byte tokens of bytes 0..n_bytes-1, spelled with GPT-2's byte→unicode map

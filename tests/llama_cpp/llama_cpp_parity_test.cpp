@@ -1,16 +1,16 @@
 // Parity with llama.cpp: a GGUF written by `strata convert` (f32) loads in llama.cpp — the prebuilt
-// CPU libllama of node-llama-cpp@3.21.1, driven by tools/llama_cpp/dump_logprobs.mjs — and llama.cpp's
-// next-token distribution of every prompt position agrees with strata's forward on the same file.
-// docs/llama-cpp-parity.md has the commands and the measured numbers.
+// CPU libllama of node-llama-cpp@3.21.1, driven by tools/llama_cpp/dump_logprobs.mjs — and
+// llama.cpp's next-token distribution of every prompt position agrees with strata's forward on the
+// same file. docs/llama-cpp-parity.md has the commands and the measured numbers.
 //
 // What is compared: log-softmax rows (node-llama-cpp exposes no raw logits, only the softmax of
 // them; see the script's header). A log-softmax row is the logit row minus one constant, so
 // |Δ log p| ≤ 2·max|Δ logit| and a real forward difference cannot hide in it.
 //
 // Fixtures: the tiny random checkpoints of tests/data/models (docs/fixtures.md). They carry no
-// tokenizer, and llama.cpp refuses a GGUF without one, so each test copies hf/ to a temp dir and adds
-// a byte-level BPE stub vocabulary of exactly vocab_size tokens (byte_bpe_stub.h) before converting.
-// The committed fixtures are never modified.
+// tokenizer, and llama.cpp refuses a GGUF without one, so each test copies hf/ to a temp dir and
+// adds a byte-level BPE stub vocabulary of exactly vocab_size tokens (byte_bpe_stub.h) before
+// converting. The committed fixtures are never modified.
 //
 // qwen4exp: llama.cpp departs from transformers — the reference, which strata matches to 1e-5
 // (tests/model/forward_fixture_test.cpp) — once QSA starts dropping blocks. With the fixture's
@@ -54,14 +54,16 @@ namespace fs = std::filesystem;
 // 2.1e-6 qwen3moe, 5.3e-6 qwen3next, 1.4e-5 qwen4exp (positions 0..10), and transformers vs
 // llama.cpp is the same size, so it is f32 summation-order noise of llama.cpp against both:
 // ggml's blocked f32 dot products, its chunked GDN and its own softmax vs strata's kernels.
-// Transformers' own prefill-vs-decode disagreement on these models reaches 1.0e-5 (docs/fixtures.md),
-// so 1e-4 (the bound of the transformers gate, forward_fixture_test.cpp) leaves ~7× headroom over
-// the worst measurement, while a real defect (a wrong norm weight, RoPE pairing, expert, head or
-// conv order, a dropped transform in convert) moves these logits by 1e-2..1 (logit spread ≈ 1):
-// qwen4exp's own QSA divergence shows up as 1e-2..1.5e-1.
+// Transformers' own prefill-vs-decode disagreement on these models reaches 1.0e-5
+// (docs/fixtures.md), so 1e-4 (the bound of the transformers gate, forward_fixture_test.cpp) leaves
+// ~7× headroom over the worst measurement, while a real defect (a wrong norm weight, RoPE pairing,
+// expert, head or conv order, a dropped transform in convert) moves these logits by 1e-2..1 (logit
+// spread ≈ 1): qwen4exp's own QSA divergence shows up as 1e-2..1.5e-1.
 constexpr double kTolerance = 1e-4;
 
-std::string fixture_dir(const std::string& arch) { return std::string(STRATA_TEST_DATA_DIR) + "/models/" + arch; }
+std::string fixture_dir(const std::string& arch) {
+  return std::string(STRATA_TEST_DATA_DIR) + "/models/" + arch;
+}
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -86,13 +88,38 @@ std::string llama_cpp_unavailable_reason() {
     return "node was not found when CMake configured (install Node.js >= 20 and re-run cmake)";
   }
   if (!fs::is_regular_file(tool_dir / "node_modules/node-llama-cpp/package.json")) {
-    return tool_dir.string() + "/node_modules is not installed: run scripts/install-llama-cpp-peer.sh";
+    return tool_dir.string() +
+           "/node_modules is not installed: run scripts/install-llama-cpp-peer.sh";
   }
   if (!fs::is_directory(tool_dir / "node_modules/@node-llama-cpp/linux-x64/bins")) {
-    return "node-llama-cpp's prebuilt CPU binary (@node-llama-cpp/linux-x64) is missing; this test only "
-           "uses the prebuilt libllama (never a source build)";
+    return "node-llama-cpp's prebuilt CPU binary (@node-llama-cpp/linux-x64) is missing; this "
+           "test only uses the prebuilt libllama (never a source build)";
   }
   return "";
+}
+
+// Copies the fixture checkpoint `arch`/hf into `work_dir`/hf, adds the stub vocabulary and converts
+// it (f32) to `gguf_path`. Returns what the stub holds.
+testing_llama_cpp::ByteBpeStubSummary convert_fixture_with_stub_vocab(const std::string& arch,
+                                                                      const fs::path& work_dir,
+                                                                      const std::string& gguf_path,
+                                                                      bool include_mtp) {
+  fs::remove_all(work_dir);
+  fs::create_directories(work_dir / "hf");
+  for (const auto& entry : fs::directory_iterator(fixture_dir(arch) + "/hf")) {
+    fs::copy_file(entry.path(), work_dir / "hf" / entry.path().filename());
+  }
+  const nlohmann::json config = nlohmann::json::parse(read_text(work_dir / "hf/config.json"));
+  const auto summary = testing_llama_cpp::write_byte_bpe_stub((work_dir / "hf").string(),
+                                                              config["vocab_size"].get<int64_t>());
+  convert::ConvertOptions options;
+  options.hf_dir = (work_dir / "hf").string();
+  options.out_path = gguf_path;
+  options.type = GgmlType::F32;
+  options.include_mtp = include_mtp;
+  options.show_progress = false;
+  EXPECT_TRUE(convert::convert_hf_to_gguf(options).has_tokenizer) << arch;
+  return summary;
 }
 
 // Row-wise log-softmax in double (the reference side of the comparison).
@@ -118,7 +145,8 @@ struct RowComparison {
 template <typename A, typename B>
 RowComparison compare_row(const A* a, const B* b, size_t n) {
   RowComparison result;
-  for (size_t v = 0; v < n; ++v) result.max_abs_diff = std::max(result.max_abs_diff, std::fabs(double(a[v]) - double(b[v])));
+  for (size_t v = 0; v < n; ++v)
+    result.max_abs_diff = std::max(result.max_abs_diff, std::fabs(double(a[v]) - double(b[v])));
   const size_t best = size_t(std::max_element(a, a + n) - a);
   result.same_argmax = best == size_t(std::max_element(b, b + n) - b);
   double second = -INFINITY;
@@ -135,26 +163,14 @@ class LlamaCppParity : public testing::TestWithParam<std::string> {
     const std::string reason = llama_cpp_unavailable_reason();
     if (!reason.empty()) GTEST_SKIP() << "llama.cpp parity not run: " << reason;
     const std::string arch = GetParam();
-    work_dir = fs::temp_directory_path() / ("strata-llama-cpp-" + arch + "-" + std::to_string(getpid()));
-    fs::remove_all(work_dir);
-    fs::create_directories(work_dir / "hf");
-    for (const auto& entry : fs::directory_iterator(fixture_dir(arch) + "/hf")) {
-      fs::copy_file(entry.path(), work_dir / "hf" / entry.path().filename());
-    }
-    const nlohmann::json config = nlohmann::json::parse(read_text(work_dir / "hf/config.json"));
-    const int64_t vocab_size = config["vocab_size"].get<int64_t>();
-    testing_llama_cpp::write_byte_bpe_stub((work_dir / "hf").string(), vocab_size);
+    work_dir =
+        fs::temp_directory_path() / ("strata-llama-cpp-" + arch + "-" + std::to_string(getpid()));
     gguf_path = (work_dir / "model-f32.gguf").string();
-    convert::ConvertOptions options;
-    options.hf_dir = (work_dir / "hf").string();
-    options.out_path = gguf_path;
-    options.type = GgmlType::F32;
-    options.show_progress = false;
-    // llama.cpp v0.4.0 has no qwen4exp MTP graph and creates none of the 32 blk.<L>.* head tensors,
-    // so a file with the head fails its tensor count check ("done_getting_tensors: wrong number of
-    // tensors; expected 145, got 113"); the trunk is what is compared, so leave the head out.
-    options.include_mtp = arch != "qwen4exp";
-    ASSERT_TRUE(convert::convert_hf_to_gguf(options).has_tokenizer);
+    // llama.cpp v0.4.0 has no qwen4exp MTP graph and creates none of the 32 blk.<L>.* head
+    // tensors, so a file with the head fails its tensor count check ("done_getting_tensors: wrong
+    // number of tensors; expected 145, got 113"); the trunk is what is compared: leave it out.
+    convert_fixture_with_stub_vocab(arch, work_dir, gguf_path, /*include_mtp=*/arch != "qwen4exp");
+    ASSERT_FALSE(HasFailure()) << "strata convert did not write a tokenizer section";
     manifest = nlohmann::json::parse(read_text(fixture_dir(arch) + "/ref/manifest.json"));
   }
   void TearDown() override {
@@ -163,19 +179,23 @@ class LlamaCppParity : public testing::TestWithParam<std::string> {
 
   // llama.cpp's log-probabilities, [prompts[i].size(), n_vocab] per prompt, from one run of the
   // Node script (each prompt in a fresh context, the whole prompt in one batch).
-  std::vector<std::vector<float>> llama_cpp_logprobs(const std::vector<std::vector<int32_t>>& prompts, size_t n_vocab) {
+  std::vector<std::vector<float>> llama_cpp_logprobs(
+      const std::vector<std::vector<int32_t>>& prompts, size_t n_vocab) {
     std::string arguments;
     for (size_t p = 0; p < prompts.size(); ++p) {
       std::string tokens;
       for (int32_t id : prompts[p]) tokens += fmt::format("{}{}", tokens.empty() ? "" : ",", id);
-      arguments += fmt::format(" --tokens {} --out '{}'", tokens, (work_dir / fmt::format("p{}.bin", p)).string());
+      arguments += fmt::format(" --tokens {} --out '{}'", tokens,
+                               (work_dir / fmt::format("p{}.bin", p)).string());
     }
     const fs::path log = work_dir / "llama.log", info = work_dir / "llama.json";
     const std::string command =
-        fmt::format("'{}' '{}/dump_logprobs.mjs' --model '{}'{} --threads 2 >'{}' 2>'{}'", STRATA_NODE_EXECUTABLE,
-                    STRATA_LLAMA_CPP_TOOL_DIR, gguf_path, arguments, info.string(), log.string());
+        fmt::format("'{}' '{}/dump_logprobs.mjs' --model '{}'{} --threads 2 >'{}' 2>'{}'",
+                    STRATA_NODE_EXECUTABLE, STRATA_LLAMA_CPP_TOOL_DIR, gguf_path, arguments,
+                    info.string(), log.string());
     const int status = std::system(command.c_str());
-    EXPECT_EQ(status, 0) << "llama.cpp (node-llama-cpp) failed on " << GetParam() << ":\n" << read_text(log);
+    EXPECT_EQ(status, 0) << "llama.cpp (node-llama-cpp) failed on " << GetParam() << ":\n"
+                         << read_text(log);
     if (status != 0) return {};
     const nlohmann::json summary = nlohmann::json::parse(read_text(info));
     std::printf("%s: llama.cpp run: %s\n", GetParam().c_str(), summary.dump().c_str());
@@ -183,7 +203,8 @@ class LlamaCppParity : public testing::TestWithParam<std::string> {
     std::vector<std::vector<float>> logprobs;
     for (size_t p = 0; p < prompts.size(); ++p) {
       EXPECT_EQ(summary["n_tokens"][p].get<size_t>(), prompts[p].size());
-      logprobs.push_back(read_f32(work_dir / fmt::format("p{}.bin", p), prompts[p].size() * n_vocab));
+      logprobs.push_back(
+          read_f32(work_dir / fmt::format("p{}.bin", p), prompts[p].size() * n_vocab));
     }
     return logprobs;
   }
@@ -200,7 +221,8 @@ TEST_P(LlamaCppParity, ConvertedGgufLogitsAgreeWithLlamaCpp) {
   const HParams& hp = model->hparams();
   const size_t n_vocab = size_t(hp.n_vocab);
   std::vector<std::vector<int32_t>> prompts;
-  for (const auto& prompt : manifest["prompts"]) prompts.push_back(prompt["ids"].get<std::vector<int32_t>>());
+  for (const auto& prompt : manifest["prompts"])
+    prompts.push_back(prompt["ids"].get<std::vector<int32_t>>());
   const std::vector<std::vector<float>> llama = llama_cpp_logprobs(prompts, n_vocab);
   ASSERT_EQ(llama.size(), prompts.size());
   const bool verbose = std::getenv("STRATA_PARITY_VERBOSE") != nullptr;  // per-position lines
@@ -211,21 +233,25 @@ TEST_P(LlamaCppParity, ConvertedGgufLogitsAgreeWithLlamaCpp) {
     std::vector<float> logits;
     model->forward(pool, state, ids, LogitRows::All, logits);
     const std::vector<double> ours = log_softmax_rows(logits.data(), ids.size(), n_vocab);
-    const std::vector<float> hf_logits =
-        read_f32(fmt::format("{}/ref/prefill_logits_p{}.bin", fixture_dir(arch), p), ids.size() * n_vocab);
+    const std::vector<float> hf_logits = read_f32(
+        fmt::format("{}/ref/prefill_logits_p{}.bin", fixture_dir(arch), p), ids.size() * n_vocab);
     const std::vector<double> hf = log_softmax_rows(hf_logits.data(), ids.size(), n_vocab);
 
     // qwen4exp: only queries that see at most budget + 3 tokens (positions 0..budget+2), where
     // every block is selected by both engines (see the file comment).
-    const size_t n_asserted = arch == "qwen4exp" ? std::min(ids.size(), size_t(hp.indexer_top_k) + 3) : ids.size();
+    const size_t n_asserted =
+        arch == "qwen4exp" ? std::min(ids.size(), size_t(hp.indexer_top_k) + 3) : ids.size();
     double worst_asserted = 0, worst_hf = 0, worst_beyond = 0, min_margin = INFINITY;
     size_t argmax_agree = 0, beyond_within_tolerance = 0;
     for (size_t t = 0; t < ids.size(); ++t) {
-      const RowComparison vs_ours = compare_row(ours.data() + t * n_vocab, llama[p].data() + t * n_vocab, n_vocab);
-      const RowComparison vs_hf = compare_row(hf.data() + t * n_vocab, llama[p].data() + t * n_vocab, n_vocab);
+      const RowComparison vs_ours =
+          compare_row(ours.data() + t * n_vocab, llama[p].data() + t * n_vocab, n_vocab);
+      const RowComparison vs_hf =
+          compare_row(hf.data() + t * n_vocab, llama[p].data() + t * n_vocab, n_vocab);
       if (verbose) {
-        std::printf("  %s p%zu t%zu: strata-llama.cpp %.3g, transformers-llama.cpp %.3g, same argmax %d\n", arch.c_str(),
-                    p, t, vs_ours.max_abs_diff, vs_hf.max_abs_diff, int(vs_ours.same_argmax));
+        std::printf(
+            "  %s p%zu t%zu: strata-llama.cpp %.3g, transformers-llama.cpp %.3g, same argmax %d\n",
+            arch.c_str(), p, t, vs_ours.max_abs_diff, vs_hf.max_abs_diff, int(vs_ours.same_argmax));
       }
       if (t >= n_asserted) {
         worst_beyond = std::max(worst_beyond, vs_ours.max_abs_diff);
@@ -237,49 +263,47 @@ TEST_P(LlamaCppParity, ConvertedGgufLogitsAgreeWithLlamaCpp) {
       argmax_agree += vs_ours.same_argmax;
       min_margin = std::min(min_margin, vs_ours.top2_margin);
       EXPECT_LE(vs_ours.max_abs_diff, kTolerance) << arch << " prompt " << p << " position " << t;
-      // Within the tolerance the top token can only flip when the top-2 margin is below 2·tolerance.
+      // Within the tolerance the top token can only flip when the top-2 margin is below
+      // 2·tolerance.
       if (vs_ours.top2_margin > 2 * kTolerance) {
         EXPECT_TRUE(vs_ours.same_argmax) << arch << " prompt " << p << " position " << t;
       }
     }
-    std::printf("%s prompt %zu: positions 0..%zu of %zu: max |dlogprob| strata-llama.cpp %.3g, "
-                "transformers-llama.cpp %.3g, argmax agree %zu/%zu (min top-2 margin %.3g)",
-                arch.c_str(), p, n_asserted - 1, ids.size(), worst_asserted, worst_hf, argmax_agree, n_asserted,
-                min_margin);
+    std::printf(
+        "%s prompt %zu: positions 0..%zu of %zu: max |dlogprob| strata-llama.cpp %.3g, "
+        "transformers-llama.cpp %.3g, argmax agree %zu/%zu (min top-2 margin %.3g)",
+        arch.c_str(), p, n_asserted - 1, ids.size(), worst_asserted, worst_hf, argmax_agree,
+        n_asserted, min_margin);
     if (n_asserted < ids.size()) {
-      std::printf("; positions %zu.. (QSA drops blocks, llama.cpp departs; not asserted): max %.3g, %zu of %zu within %.0e",
-                  n_asserted, worst_beyond, beyond_within_tolerance, ids.size() - n_asserted, kTolerance);
+      std::printf(
+          "; positions %zu.. (QSA drops blocks, llama.cpp departs; not asserted): max %.3g, %zu of "
+          "%zu within %.0e",
+          n_asserted, worst_beyond, beyond_within_tolerance, ids.size() - n_asserted, kTolerance);
     }
     std::printf("\n");
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, LlamaCppParity, testing::Values("qwen3moe", "qwen3next", "qwen4exp"));
+INSTANTIATE_TEST_SUITE_P(Archs, LlamaCppParity,
+                         testing::Values("qwen3moe", "qwen3next", "qwen4exp"));
 
 // The stub vocabulary is what makes the converted file loadable; check it without llama.cpp:
 // exactly vocab_size tokens, none of them the converter's "[PAD<id>]" filler, and ≥ 1 merge.
 TEST(ByteBpeStub, ConvertWritesAFullVocabularyWithMerges) {
   for (const std::string arch : {"qwen3next", "qwen3moe"}) {
-    const fs::path dir = fs::temp_directory_path() / ("strata-bpe-stub-" + arch + "-" + std::to_string(getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir / "hf");
-    for (const auto& entry : fs::directory_iterator(fixture_dir(arch) + "/hf")) {
-      fs::copy_file(entry.path(), dir / "hf" / entry.path().filename());
-    }
-    const int64_t vocab_size = nlohmann::json::parse(read_text(dir / "hf/config.json"))["vocab_size"].get<int64_t>();
-    const auto summary = testing_llama_cpp::write_byte_bpe_stub((dir / "hf").string(), vocab_size);
-    EXPECT_EQ(summary.n_byte_tokens + summary.n_merges, vocab_size);
+    const fs::path dir =
+        fs::temp_directory_path() / ("strata-bpe-stub-" + arch + "-" + std::to_string(getpid()));
+    const std::string gguf_path = (dir / "model.gguf").string();
+    const auto summary =
+        convert_fixture_with_stub_vocab(arch, dir, gguf_path, /*include_mtp=*/true);
+    const int64_t vocab_size = summary.n_byte_tokens + summary.n_merges;
+    EXPECT_EQ(vocab_size, arch == "qwen3next" ? 256 : 512);  // docs/fixtures.md
     EXPECT_GE(summary.n_merges, 1);
-    convert::ConvertOptions options;
-    options.hf_dir = (dir / "hf").string();
-    options.out_path = (dir / "model.gguf").string();
-    options.type = GgmlType::F32;
-    options.show_progress = false;
-    convert::convert_hf_to_gguf(options);
-    const auto file = GgufFile::open(options.out_path);
+    const auto file = GgufFile::open(gguf_path);
     const auto tokens = file->get<std::vector<std::string>>("tokenizer.ggml.tokens");
     ASSERT_EQ(int64_t(tokens.size()), vocab_size) << arch;
-    for (const std::string& token : tokens) EXPECT_FALSE(token.starts_with("[PAD")) << arch << ": " << token;
+    for (const std::string& token : tokens)
+      EXPECT_FALSE(token.starts_with("[PAD")) << arch << ": " << token;
     EXPECT_EQ(tokens[0x0A], testing_llama_cpp::gpt2_byte_spelling(0x0A));  // "\n" → "Ċ" (U+010A)
     EXPECT_EQ(tokens[0x0A], "\xC4\x8A");
     EXPECT_EQ(tokens[0x20], "\xC4\xA0");  // " " → "Ġ" (U+0120)
