@@ -167,7 +167,7 @@ void run(const RunOptions& options) {
   if (decoder) std::fputs((decoder->finish() + "\n").c_str(), stdout);
   if (!out_ids.empty() || options.print_ids) {
     std::string line;
-    for (int32_t id : out_ids) line += (line.empty() ? "" : ",") + std::to_string(id);
+    for (int32_t id : out_ids) line += fmt::format("{}{}", line.empty() ? "" : ",", id);
     std::puts(line.c_str());
   }
   const double decode_s = seconds_since(decode_start);

@@ -37,7 +37,7 @@ void register_synth(CLI::App& app) {
   auto o = std::make_shared<SynthCommandOptions>();
   CLI::App* cmd = app.add_subcommand("synth", "Write a GGUF with random weights of a given shape");
   std::string shapes;
-  for (const std::string& name : synth_shape_names()) shapes += (shapes.empty() ? "" : ", ") + name;
+  for (const std::string& name : synth_shape_names()) shapes += fmt::format("{}{}", shapes.empty() ? "" : ", ", name);
   cmd->add_option("--shape", o->shape, "shape: " + shapes);
   cmd->add_option("--type", o->type, "dense weight type");
   cmd->add_option("--expert-type", o->expert_type, "routed expert type (default: --type)");

@@ -246,7 +246,7 @@ HParams synth_shape(std::string_view name) {
     return hp;
   }
   std::string known;
-  for (const std::string& n : synth_shape_names()) known += (known.empty() ? "" : ", ") + n;
+  for (const std::string& n : synth_shape_names()) known += fmt::format("{}{}", known.empty() ? "" : ", ", n);
   fail("synth: unknown shape '{}' (known: {})", name, known);
 }
 

@@ -1,5 +1,6 @@
 // `strata run` end to end: the binary's greedy ids equal the library's, and bad input gives one
 // clear error line with exit code 1.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -48,7 +49,7 @@ TEST(CliRun, GreedyIdsMatchLibrary) {
   std::string expected;
   for (int i = 0; i < 6; ++i) {
     const int32_t next = int32_t(compute::argmax(session.logits().data(), model->hparams().n_vocab));
-    expected += (expected.empty() ? "" : ",") + std::to_string(next);
+    expected += fmt::format("{}{}", expected.empty() ? "" : ",", next);
     if (i + 1 < 6) session.decode(next);
   }
 
