@@ -1,5 +1,7 @@
 #include "convert/plan.h"
 
+#include <algorithm>
+
 #include "convert/transforms.h"
 #include "util/error.h"
 
@@ -31,12 +33,27 @@ void ConversionContext::add(std::string gguf_name, std::vector<int64_t> ne, RowP
 void ConversionContext::add_whole(std::string gguf_name, const std::string& hf_name,
                                   const std::vector<int64_t>& hf_shape, std::vector<int64_t> ne,
                                   Transform transform) {
-  use(hf_name, hf_shape);
+  const SafetensorsTensor& tensor = use(hf_name, hf_shape);
   const HfCheckpoint* source = &checkpoint;
+  if (!transform) {
+    // A plain copy streams in chunks of whole rows (~16 MiB of f32): token_embd and output of the
+    // real models are 2.5 GB each in f32.
+    const int64_t row = ne[0], n = tensor.n_elements();
+    add(std::move(gguf_name), std::move(ne), [source, hf_name, row, n](const RowSink& sink) {
+      const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 22) / row) * row;
+      std::vector<float> values;
+      for (int64_t first = 0; first < n; first += chunk) {
+        values.resize(static_cast<size_t>(std::min(chunk, n - first)));
+        source->read_f32(hf_name, first, values);
+        sink(values);
+      }
+    });
+    return;
+  }
   add(std::move(gguf_name), std::move(ne),
       [source, hf_name, transform = std::move(transform)](const RowSink& sink) {
         std::vector<float> values = source->read_f32(hf_name);
-        if (transform) transform(values);
+        transform(values);
         sink(values);
       });
 }
