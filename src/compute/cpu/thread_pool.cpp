@@ -49,7 +49,9 @@ bool spin_until(Done done, int micros) {
   for (;;) {
     for (int i = 0; i < 64; ++i) {
       if (done()) return true;
-      __builtin_ia32_pause();
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();  // tells the core we spin: saves power, frees the pipeline
+#endif
     }
     if (std::chrono::steady_clock::now() >= deadline) return done();
   }
