@@ -13,7 +13,9 @@ One command does everything on the H200 box (docs/default-model.md has the exact
      the `mtp.*` tensors, checks parity again on the trained weights and writes everything under --out as
      model.tar.partNN (<= 15 MiB each) plus metrics.json.
 `selftest` runs a tiny configuration on the CPU without `tokenizers`/`transformers` (byte tokens) and writes a
-saved-format checkpoint with its reference logits, for checking strata on the dev box.
+saved-format checkpoint with its reference logits, for checking strata on the dev box. `fixture-check` compares the
+module with transformers' reference outputs of tests/data/models/qwen4exp (needs only torch and numpy);
+`strata-ppl` measures the test perplexity of GGUF files through `strata run --logits-out`.
 """
 from __future__ import annotations
 
@@ -408,6 +410,96 @@ def cmd_selftest(args) -> int:
     return 0
 
 
+def cmd_fixture_check(args) -> int:
+    """The module against transformers' reference outputs of the committed qwen4exp fixture (random weights)."""
+    import numpy as np
+
+    torch.set_flush_denormal(True)
+    root = args.fixture
+    shape = qio.Qwen4ExpShape.from_hf_config(json.loads((root / "hf/config.json").read_text()))
+    model = Qwen4ExpTrainModel(shape).eval()
+    qio.load_saved_checkpoint(model, qio.st_load(root / "hf/model.safetensors"))
+    manifest = json.loads((root / "ref/manifest.json").read_text())
+
+    def ref(name, rows):
+        return torch.from_numpy(np.fromfile(root / "ref" / name, dtype="<f4").reshape(rows, -1))
+
+    worst = 0.0
+    with torch.no_grad():
+        for i, prompt in enumerate(manifest["prompts"]):
+            ids = torch.tensor([prompt["ids"]])
+            pre, logits = model.trunk(ids, {}, exact_selection=True)
+            diff = float((logits[0] - ref(f"prefill_logits_p{i}.bin", ids.shape[1])).abs().max())
+            log(f"prompt {i}: prefill logits max |diff| {diff:.3g}")
+            worst = max(worst, diff)
+            if i == 0:
+                diff = float((pre[0] - ref("trunk_premixer_p0.bin", ids.shape[1])).abs().max())
+                draft = model.mtp_logits(pre, torch.tensor([manifest["mtp"]["next_tokens"]]), {}, exact_selection=True)
+                mtp = float((draft[0] - ref("mtp_draft_logits_p0.bin", ids.shape[1])).abs().max())
+                log(f"prompt 0: pre-mixer residual max |diff| {diff:.3g}, MTP draft logits max |diff| {mtp:.3g}")
+                worst = max(worst, diff, mtp)
+    log(f"worst {worst:.3g} ({'ok' if worst < 1e-4 else 'FAILED'}, tolerance 1e-4)")
+    return 0 if worst < 1e-4 else 1
+
+
+def bpe_encoder(tokenizer_json: Path):
+    """A small re-implementation of the trained tokenizer's encode (NFC, Qwen3.5 split, byte-level BPE by merge
+    rank), for machines without `tokenizers`; needs the `regex` module (Debian python3-regex)."""
+    import unicodedata
+
+    import regex
+
+    spec = json.loads(tokenizer_json.read_text())
+    vocab = spec["model"]["vocab"]
+    ranks = {tuple(m.split(" ") if isinstance(m, str) else m): i for i, m in enumerate(spec["model"]["merges"])}
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    extra = [b for b in range(256) if b not in printable]
+    byte_char = {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(extra)}
+    pattern = regex.compile(QWEN35_REGEX)
+
+    def bpe(piece: str) -> list:
+        parts = [byte_char[b] for b in piece.encode()]
+        while len(parts) > 1:
+            rank, at = min((ranks.get(pair, 1 << 30), i) for i, pair in enumerate(zip(parts, parts[1:])))
+            if rank == 1 << 30:
+                break
+            parts[at: at + 2] = [parts[at] + parts[at + 1]]
+        return [vocab[p] for p in parts]
+
+    return lambda text: [t for piece in pattern.findall(unicodedata.normalize("NFC", text)) for t in bpe(piece)]
+
+
+def cmd_strata_ppl(args) -> int:
+    """Test-set perplexity through strata: windows of 512 tokens of the test stream (documents joined with
+    <|endoftext|>, as in training), `strata run --tokens ... -n 0 --logits-out`, next-token NLL of every row."""
+    import subprocess
+    import tempfile
+
+    import numpy as np
+
+    encode = bpe_encoder(args.hf / "tokenizer.json")
+    stream = []
+    for doc in load_corpus(args.corpus)["test"]:
+        stream += encode(doc["text"]) + [0]
+    length = 512
+    windows = min(args.windows or 1 << 30, len(stream) // (length + 1))
+    log(f"test stream: {len(stream)} tokens, scoring {windows} windows of {length}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for model in args.models:
+            nll = 0.0
+            for w in range(windows):
+                ids = stream[w * (length + 1): (w + 1) * (length + 1)]
+                subprocess.run([str(args.strata), "run", "-m", model, "--tokens", ",".join(map(str, ids[:length])),
+                                "-n", "0", "--logits-out", f"{tmp}/logits.f32"], check=True, capture_output=True)
+                logits = np.fromfile(f"{tmp}/logits.f32", dtype="<f4").reshape(length, -1).astype(np.float64)
+                top = logits.max(1)
+                logz = np.log(np.exp(logits - top[:, None]).sum(1)) + top
+                nll += float((logz - logits[np.arange(length), ids[1:]]).sum())
+            mean = nll / (windows * length)
+            log(f"{model}: {windows * length} tokens, nll {mean:.6f}, perplexity {math.exp(mean):.4f}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -427,7 +519,20 @@ def main() -> int:
         p.add_argument("--val-every", type=float, default=60.0)
         p.add_argument("--val-windows", type=int, default=64)
         p.add_argument("--no-autocast", dest="autocast", action="store_false")
+    fixture = sub.add_parser("fixture-check")
+    fixture.add_argument("--fixture", type=Path,
+                         default=Path(__file__).resolve().parent.parent / "tests/data/models/qwen4exp")
+    ppl = sub.add_parser("strata-ppl", help="test perplexity of GGUF files through `strata run --logits-out`")
+    ppl.add_argument("models", nargs="+")
+    ppl.add_argument("--hf", type=Path, required=True, help="the HF directory with tokenizer.json")
+    ppl.add_argument("--corpus", type=Path, default=Path(".train/corpus.jsonl.xz"))
+    ppl.add_argument("--strata", type=Path, default=Path("build-model/strata"))
+    ppl.add_argument("--windows", type=int, default=0, help="score only the first N windows (0 = all)")
     args = parser.parse_args()
+    if args.command == "fixture-check":
+        return cmd_fixture_check(args)
+    if args.command == "strata-ppl":
+        return cmd_strata_ppl(args)
     if not args.corpus.exists():
         print(f"error: corpus {args.corpus} not found (run tools/build_corpus.py first)", file=sys.stderr)
         return 2
