@@ -6,31 +6,31 @@ strata=$1
 tokenizer_dir=$2
 work=$(mktemp -d)
 session="strata-chat-$$"
-cleanup() { tmux -L "$session" kill-session -t "$session" 2>/dev/null || true; rm -rf "$work"; }
+cleanup() { tmux kill-session -t "$session" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
-fail() { echo "FAIL: $*"; echo "--- pane:"; tmux -L "$session" capture-pane -p -t "$session" 2>/dev/null || true; exit 1; }
+fail() { echo "FAIL: $*"; echo "--- pane:"; tmux capture-pane -p -t "$session" 2>/dev/null || true; exit 1; }
 
 "$strata" synth --shape tiny-qwen4exp --tokenizer "$tokenizer_dir" "$work/chat.gguf" 2>/dev/null
-tmux -L "$session" new-session -d -s "$session" -x 200 -y 50 \
+tmux new-session -d -s "$session" -x 200 -y 50 \
   "$strata chat -m $work/chat.gguf --temp 0 --show-thinking --ignore-eos --max-reply 1000000 -t 1; echo EXITED-\$?; sleep 30"
 
 wait_for() {  # wait_for PATTERN SECONDS
   for _ in $(seq 1 $(( $2 * 10 ))); do
-    tmux -L "$session" capture-pane -p -t "$session" | grep -q -- "$1" && return 0
+    tmux capture-pane -p -t "$session" | grep -q -- "$1" && return 0
     sleep 0.1
   done
   return 1
 }
 
 wait_for "strata chat:" 20 || fail "banner did not appear"
-tmux -L "$session" send-keys -t "$session" "tell me a story" Enter
+tmux send-keys -t "$session" "tell me a story" Enter
 sleep 2
-tmux -L "$session" send-keys -t "$session" C-c
+tmux send-keys -t "$session" C-c
 wait_for "\[stopped\]" 10 || fail "Ctrl-C did not stop the reply"
-tmux -L "$session" send-keys -t "$session" "/stats" Enter
+tmux send-keys -t "$session" "/stats" Enter
 wait_for "context [0-9]* tokens" 10 || fail "/stats did not answer after Ctrl-C"
-tmux -L "$session" send-keys -t "$session" "/reset" Enter
+tmux send-keys -t "$session" "/reset" Enter
 wait_for "(conversation cleared)" 10 || fail "/reset did not answer"
-tmux -L "$session" send-keys -t "$session" "/quit" Enter
+tmux send-keys -t "$session" "/quit" Enter
 wait_for "EXITED-0" 10 || fail "/quit did not exit with status 0"
 echo "PASS: chat REPL streams, stops on Ctrl-C, answers /stats and /reset, exits on /quit"
