@@ -2,35 +2,36 @@
 # `strata chat` in a real terminal (tmux): a reply streams, Ctrl-C stops it without killing the
 # program, /stats and /reset answer, and /quit exits. Usage: chat_repl_test.sh STRATA TOKENIZER_DIR
 set -euo pipefail
-strata=$1
-tokenizer_dir=$2
+# Absolute paths: the tmux server runs the command from its own working directory.
+strata=$(realpath "$1")
+tokenizer_dir=$(realpath "$2")
 work=$(mktemp -d)
-session="strata-chat-$$"
-cleanup() { tmux kill-session -t "$session" 2>/dev/null || true; rm -rf "$work"; }
+session="strata-chat-$$"  # also the name of a private tmux server (-L): no clash with others
+cleanup() { tmux -L "$session" kill-session -t "$session" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
-fail() { echo "FAIL: $*"; echo "--- pane:"; tmux capture-pane -p -t "$session" 2>/dev/null || true; exit 1; }
+fail() { echo "FAIL: $*"; echo "--- pane:"; tmux -L "$session" capture-pane -p -t "$session" 2>/dev/null || true; exit 1; }
 
 "$strata" synth --shape tiny-qwen4exp --tokenizer "$tokenizer_dir" "$work/chat.gguf" 2>/dev/null
-tmux new-session -d -s "$session" -x 200 -y 50 \
+tmux -L "$session" new-session -d -s "$session" -x 200 -y 50 \
   "$strata chat -m $work/chat.gguf --temp 0 --show-thinking --ignore-eos --max-reply 1000000 -t 1; echo EXITED-\$?; sleep 30"
 
 wait_for() {  # wait_for PATTERN SECONDS
   for _ in $(seq 1 $(( $2 * 10 ))); do
-    tmux capture-pane -p -t "$session" | grep -q -- "$1" && return 0
+    tmux -L "$session" capture-pane -p -t "$session" | grep -q -- "$1" && return 0
     sleep 0.1
   done
   return 1
 }
 
 wait_for "strata chat:" 20 || fail "banner did not appear"
-tmux send-keys -t "$session" "tell me a story" Enter
+tmux -L "$session" send-keys -t "$session" "tell me a story" Enter
 sleep 2
-tmux send-keys -t "$session" C-c
+tmux -L "$session" send-keys -t "$session" C-c
 wait_for "\[stopped\]" 10 || fail "Ctrl-C did not stop the reply"
-tmux send-keys -t "$session" "/stats" Enter
+tmux -L "$session" send-keys -t "$session" "/stats" Enter
 wait_for "context [0-9]* tokens" 10 || fail "/stats did not answer after Ctrl-C"
-tmux send-keys -t "$session" "/reset" Enter
+tmux -L "$session" send-keys -t "$session" "/reset" Enter
 wait_for "(conversation cleared)" 10 || fail "/reset did not answer"
-tmux send-keys -t "$session" "/quit" Enter
+tmux -L "$session" send-keys -t "$session" "/quit" Enter
 wait_for "EXITED-0" 10 || fail "/quit did not exit with status 0"
 echo "PASS: chat REPL streams, stops on Ctrl-C, answers /stats and /reset, exits on /quit"
