@@ -95,6 +95,13 @@ class ChatLoop {
                          std::equal(seen.begin(), seen.end(), prompt.begin());
     if (!extends) session_.reset();
     const std::span<const int32_t> fresh = std::span(prompt).subspan(extends ? seen.size() : 0);
+    if (int64_t(fresh.size()) >= session_.context_left()) {
+      // Leaves the REPL usable: the turn is dropped, the user decides what to do.
+      messages_.pop_back();
+      fmt::print("[context full: the conversation needs {} more tokens, {} left; /reset starts over]\n",
+                 fresh.size(), session_.context_left());
+      return;
+    }
 
     last_ = TurnStats{};
     const auto start = std::chrono::steady_clock::now();
@@ -114,10 +121,14 @@ class ChatLoop {
     g_interrupted.store(false);
     g_generating.store(true);
     const auto reply_start = std::chrono::steady_clock::now();
-    bool stopped = false;
+    const char* stop_note = "";
     for (int i = 0; i < options_.max_reply_tokens; ++i) {
       if (g_interrupted.load()) {
-        stopped = true;
+        stop_note = " [stopped]";
+        break;
+      }
+      if (session_.context_left() < 1) {
+        stop_note = " [context full: /reset starts over]";
         break;
       }
       const int32_t next = sampler_.sample(session_.logits(), session_.tokens());
@@ -130,7 +141,7 @@ class ChatLoop {
     show(filter.push(decoder.finish()));
     show(filter.finish());
     last_.reply_s = seconds_since(reply_start);
-    std::cout << (stopped ? " [stopped]\n" : "\n") << std::flush;
+    std::cout << stop_note << "\n" << std::flush;
     ChatMessage reply{"assistant", answer, {}};
     if (!thinking.empty()) reply.reasoning_content = thinking;
     messages_.push_back(std::move(reply));

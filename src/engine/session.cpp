@@ -1,6 +1,7 @@
 #include "engine/session.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "util/error.h"
 
@@ -14,6 +15,11 @@ void Session::check_context(size_t more) const {
   if (limit > 0 && state_.n_past + int64_t(more) > limit)
     fail("context full: {} tokens so far + {} new exceed the model's context length {}",
          state_.n_past, more, limit);
+}
+
+int64_t Session::context_left() const {
+  const int64_t limit = model_.hparams().n_ctx_train;
+  return limit > 0 ? std::max<int64_t>(limit - state_.n_past, 0) : INT64_MAX;
 }
 
 const std::vector<float>& Session::prefill(std::span<const int32_t> tokens, int chunk_rows,

@@ -33,6 +33,8 @@ class Session {
 
   void reset();
   int64_t n_past() const { return state_.n_past; }
+  // Tokens that still fit in the model's context (INT64_MAX when the file sets no limit).
+  int64_t context_left() const;
   const std::vector<int32_t>& tokens() const { return tokens_; }
   const std::vector<float>& logits() const { return logits_; }
   const Model& model() const { return model_; }
