@@ -8,7 +8,7 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update
 $SUDO apt-get install -y --no-install-recommends \
   build-essential g++-12 cmake ninja-build pkg-config git \
-  libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev liburing-dev \
+  libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev liburing-dev libxxhash-dev \
   libgtest-dev libgmock-dev libbenchmark-dev \
   clang-14 libclang-rt-14-dev clang-format-14 \
   libicu-dev \

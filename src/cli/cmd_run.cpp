@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/expert_options.h"
 #include "cli/model_options.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/sampler.h"
@@ -25,6 +26,8 @@ namespace {
 
 struct RunOptions {
   ModelOptions model;
+  ExpertOptions experts;
+  std::string telemetry_out;  // one JSON line per generated token
   std::string prompt;
   std::string token_ids;
   int n_predict = 64;
@@ -113,7 +116,13 @@ void run(const RunOptions& options) {
     if (id >= hp.n_vocab) fail("--tokens: token id {} is outside the vocabulary (0..{})", id, hp.n_vocab - 1);
 
   compute::ThreadPool pool(resolve_threads(options.model));
-  Session session(*model, pool);
+  const std::unique_ptr<ExpertStore> store = open_expert_store(*model, path, options.experts);
+  Session session(*model, pool, store.get());
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> telemetry(nullptr, &std::fclose);
+  if (!options.telemetry_out.empty()) {
+    telemetry.reset(std::fopen(options.telemetry_out.c_str(), "w"));
+    if (!telemetry) fail("{}: cannot open for writing: {}", options.telemetry_out, std::strerror(errno));
+  }
   Sampler sampler(options.model.sampling);
   fmt::print(stderr, "strata: {} ({}), {} layers, {} experts top-{}, {} threads\n", path,
              arch_name(hp.arch), hp.n_layer, hp.n_expert, hp.n_expert_used, pool.size());
@@ -133,6 +142,7 @@ void run(const RunOptions& options) {
     });
   }
   const double prefill_s = seconds_since(prefill_start);
+  const ExpertStoreStats prefill_stats = store ? store->stats() : ExpertStoreStats{};
 
   std::optional<StreamingDecoder> decoder;
   if (tokenizer && !options.print_ids) decoder.emplace(*tokenizer);
@@ -162,7 +172,19 @@ void run(const RunOptions& options) {
     } else {
       out_ids.push_back(next);
     }
-    if (generated + 1 < options.n_predict) session.decode(next);
+    if (generated + 1 < options.n_predict) {
+      const auto step_start = std::chrono::steady_clock::now();
+      const ExpertStoreStats before = store ? store->stats() : ExpertStoreStats{};
+      session.decode(next);
+      if (telemetry) {
+        const ExpertStoreStats d = store ? store->stats() - before : ExpertStoreStats{};
+        fmt::print(telemetry.get(),
+                   "{{\"token\":{},\"id\":{},\"ms\":{:.3f},\"hits\":{},\"misses\":{},\"bytes_read\":{},"
+                   "\"read_ahead_issued\":{},\"read_ahead_used\":{},\"io_wait_ms\":{:.3f}}}\n",
+                   generated, next, seconds_since(step_start) * 1e3, d.hits, d.misses, d.bytes_read,
+                   d.read_ahead_issued, d.read_ahead_used, d.io_wait_ms);
+      }
+    }
   }
   if (decoder) std::fputs((decoder->finish() + "\n").c_str(), stdout);
   if (!out_ids.empty() || options.print_ids) {
@@ -182,6 +204,9 @@ void run(const RunOptions& options) {
              "({:.1f} tok/s, {:.2f} GB/s of weights); peak RSS {:.0f} MiB\n",
              prompt.size(), prefill_s, double(prompt.size()) / std::max(prefill_s, 1e-9), generated,
              decode_s, decode_tps, weight_bytes_per_token(*model) * decode_tps / 1e9, peak_rss_mib());
+  if (store)
+    fmt::print(stderr, "strata: decode {}\n",
+               format_expert_stats(store->stats() - prefill_stats, std::max(generated - 1, 1)));
 }
 
 }  // namespace
@@ -191,6 +216,8 @@ void register_run(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt");
   add_model_options(*cmd, options->model);
   add_sampling_options(*cmd, options->model.sampling);
+  add_expert_options(*cmd, options->experts);
+  cmd->add_option("--telemetry", options->telemetry_out, "write one JSON line of expert/I/O counters per decoded token");
   auto* prompt = cmd->add_option("-p,--prompt", options->prompt, "prompt text");
   cmd->add_option("--tokens", options->token_ids, "prompt as comma-separated token ids")->excludes(prompt);
   cmd->add_option("-n,--n-predict", options->n_predict, "tokens to generate")->check(CLI::Range(0, 1 << 20));

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   strata::cli::register_run(app);
   strata::cli::register_chat(app);
   strata::cli::register_synth(app);
+  strata::cli::register_pack(app);
+  strata::cli::register_profile(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,15 +1,25 @@
 // ExpertSource — where the MoE layer gets a routed expert's three matrices from.
 //
-// Contract: `acquire(layer, experts)` is called once per layer per window with the sorted union
-// of expert ids the window routes to; it returns after every listed expert is usable and fills one
-// ExpertMatrices per id. Views stay valid until the next `acquire` call for any layer. The source
-// decides where bytes come from (the file mapping, an arena filled by pread from the sidecar, a
-// GPU arena); it must never change which experts are used or their values. Called from the
-// window's thread only.
+// Contract (one layer of one window, called from the window's thread only)
+//   observe_routing(layer, routing)  the router's per-row decision (for profiles, traces, stats)
+//   begin_layer(layer, experts)      the sorted, unique union of expert ids the window routes to
+//   predict(layer + 1, ids)          optional, when wants_prediction(): a read-ahead hint for the
+//                                    next layer, most likely first
+//   next(index, matrices) → true     repeatedly, until it returns false: hands out each expert of
+//                                    the union exactly once — resident ones first, then the others
+//                                    in the order they arrive — as its index in `experts` and its
+//                                    matrices, valid until the following next()/begin_layer call
+//
+// A source decides where bytes come from (the file mapping, an arena filled by pread from the
+// sidecar, a GPU arena) and in which order experts are handed out; it must never change which
+// experts are used or their values. The MoE layer makes its result independent of the hand-out
+// order (outputs are combined in ascending expert id), so every source gives bitwise the same
+// tokens.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "compute/cpu/matmul.h"
 
@@ -21,11 +31,22 @@ struct ExpertMatrices {
   compute::WeightMatrix down;  // [n_embd x n_ff]
 };
 
+// The routing decision of one window: for each row, k expert ids (ascending) and their weights.
+struct Routing {
+  int k = 0;
+  std::vector<int32_t> experts;  // [n_rows][k]
+  std::vector<float> weights;    // [n_rows][k]
+  int64_t n_rows() const { return k > 0 ? int64_t(experts.size()) / k : 0; }
+};
+
 class ExpertSource {
  public:
   virtual ~ExpertSource() = default;
-  virtual void acquire(int layer, std::span<const int32_t> experts,
-                       std::span<ExpertMatrices> out) = 0;
+  virtual void observe_routing(int /*layer*/, const Routing& /*routing*/) {}
+  virtual void begin_layer(int layer, std::span<const int32_t> experts) = 0;
+  virtual bool next(int& index, ExpertMatrices& out) = 0;
+  virtual bool wants_prediction() const { return false; }
+  virtual void predict(int /*layer*/, std::span<const int32_t> /*experts*/) {}
 };
 
 }  // namespace strata

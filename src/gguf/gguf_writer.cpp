@@ -6,7 +6,7 @@
 #include <cstring>
 #include <utility>
 
-#include "gguf/atomic_file.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace strata {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "compute/cpu/ops.h"
+#include "util/error.h"
 
 namespace strata {
 namespace {
@@ -44,49 +45,89 @@ void moe_route(compute::ThreadPool& pool, const HParams& hp, const MoeWeights& w
   }
 }
 
+std::vector<int32_t> moe_predict(compute::ThreadPool& pool, const HParams& hp,
+                                 const MoeWeights& next_router, const float* x, int64_t n_rows) {
+  Routing guess;
+  moe_route(pool, hp, next_router, x, n_rows, guess);
+  // Best routing weight per expert over the rows (renormalised weights rank like probabilities
+  // within a row; across rows they are comparable enough for an ordering hint).
+  std::vector<std::pair<float, int32_t>> best;
+  for (size_t i = 0; i < guess.experts.size(); ++i) {
+    const int32_t e = guess.experts[i];
+    auto it = std::find_if(best.begin(), best.end(), [&](const auto& b) { return b.second == e; });
+    if (it == best.end()) best.emplace_back(guess.weights[i], e);
+    else it->first = std::max(it->first, guess.weights[i]);
+  }
+  std::sort(best.begin(), best.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::vector<int32_t> ids;
+  ids.reserve(best.size());
+  for (const auto& b : best) ids.push_back(b.second);
+  return ids;
+}
+
 void moe_forward(compute::ThreadPool& pool, const HParams& hp, const MoeWeights& w,
-                 ExpertSource& experts, int layer, const float* x, int64_t n_rows, float* y) {
+                 ExpertSource& experts, int layer, const float* x, int64_t n_rows, float* y,
+                 const MoeWeights* next_router) {
   const int64_t n_embd = hp.n_embd;
   Routing routing;
   moe_route(pool, hp, w, x, n_rows, routing);
+  experts.observe_routing(layer, routing);
   const int k = routing.k;
 
   std::vector<int32_t> used(routing.experts);
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
-  std::vector<ExpertMatrices> matrices(used.size());
-  experts.acquire(layer, used, matrices);
+  experts.begin_layer(layer, used);
+  if (next_router && experts.wants_prediction())
+    experts.predict(layer + 1, moe_predict(pool, hp, *next_router, x, n_rows));
 
-  std::fill_n(y, n_rows * n_embd, 0.0f);
-  std::vector<float> rows_in, rows_out;
-  std::vector<int64_t> row_ids;
-  std::vector<float> row_weights;
-  for (size_t e = 0; e < used.size(); ++e) {
-    row_ids.clear();
-    row_weights.clear();
-    for (int64_t t = 0; t < n_rows; ++t)
-      for (int j = 0; j < k; ++j)
-        if (routing.experts[size_t(t * k + j)] == used[e]) {
-          row_ids.push_back(t);
-          row_weights.push_back(routing.weights[size_t(t * k + j)]);
-        }
-    const int64_t n = int64_t(row_ids.size());
-    rows_in.resize(static_cast<size_t>(n * n_embd));
-    rows_out.resize(static_cast<size_t>(n * n_embd));
-    for (int64_t i = 0; i < n; ++i)
-      std::copy_n(x + row_ids[size_t(i)] * n_embd, n_embd, rows_in.data() + i * n_embd);
-    swiglu(pool, matrices[e].gate, matrices[e].up, matrices[e].down, rows_in.data(), n,
-           rows_out.data());
-    for (int64_t i = 0; i < n; ++i) {
-      float* out = y + row_ids[size_t(i)] * n_embd;
-      const float* src = rows_out.data() + i * n_embd;
-      for (int64_t c = 0; c < n_embd; ++c) out[c] += row_weights[size_t(i)] * src[c];
-    }
+  // The shared expert first: it needs no routed bytes, so it overlaps the misses' reads.
+  std::vector<float> shared;
+  if (w.has_shared()) {
+    shared.resize(static_cast<size_t>(n_rows * n_embd));
+    swiglu(pool, w.shared_gate, w.shared_up, w.shared_down, x, n_rows, shared.data());
   }
 
+  // Rows routed to each expert of the union, in row order, with their weights.
+  std::vector<std::vector<int64_t>> row_ids(used.size());
+  std::vector<std::vector<float>> row_weights(used.size());
+  for (int64_t t = 0; t < n_rows; ++t)
+    for (int j = 0; j < k; ++j) {
+      const size_t e = size_t(std::lower_bound(used.begin(), used.end(), routing.experts[size_t(t * k + j)]) -
+                              used.begin());
+      row_ids[e].push_back(t);
+      row_weights[e].push_back(routing.weights[size_t(t * k + j)]);
+    }
+
+  // Each expert's output rows, computed in whatever order the source hands experts out.
+  std::vector<std::vector<float>> outputs(used.size());
+  std::vector<float> rows_in;
+  int index = -1;
+  ExpertMatrices matrices;
+  while (experts.next(index, matrices)) {
+    const size_t e = size_t(index);
+    const int64_t n = int64_t(row_ids[e].size());
+    rows_in.resize(static_cast<size_t>(n * n_embd));
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(x + row_ids[e][size_t(i)] * n_embd, n_embd, rows_in.data() + i * n_embd);
+    outputs[e].resize(static_cast<size_t>(n * n_embd));
+    swiglu(pool, matrices.gate, matrices.up, matrices.down, rows_in.data(), n, outputs[e].data());
+  }
+
+  // Combine in ascending expert id, then the gated shared expert (the reference's order).
+  std::fill_n(y, n_rows * n_embd, 0.0f);
+  for (size_t e = 0; e < used.size(); ++e) {
+    if (outputs[e].empty() && !row_ids[e].empty())
+      fail("expert source did not hand out layer {} expert {}", layer, used[e]);
+    for (size_t i = 0; i < row_ids[e].size(); ++i) {
+      float* out = y + row_ids[e][i] * n_embd;
+      const float* src = outputs[e].data() + i * size_t(n_embd);
+      for (int64_t c = 0; c < n_embd; ++c) out[c] += row_weights[e][i] * src[c];
+    }
+  }
   if (w.has_shared()) {
-    std::vector<float> shared(static_cast<size_t>(n_rows * n_embd));
-    swiglu(pool, w.shared_gate, w.shared_up, w.shared_down, x, n_rows, shared.data());
     for (int64_t t = 0; t < n_rows; ++t) {
       const float* xt = x + t * n_embd;
       float logit = 0.0f;

@@ -5,7 +5,13 @@
 // Routed experts of a window are processed once each over the rows routed to them (so each
 // expert is streamed once per window), in ascending expert id; every row accumulates its
 // experts in ascending id, like HF's index_add_, so a row's result does not depend on which
-// other rows share the window. Expert bytes come from an ExpertSource.
+// other rows share the window. Expert bytes come from an ExpertSource, which may hand experts out
+// in any order (resident first, misses as they arrive): each expert's output rows are kept apart
+// and combined in ascending id afterwards, so the order never changes a bit of the result. The
+// shared expert runs right after the misses are requested, overlapping their reads.
+// Read-ahead: with `next_router` given and a source that wants predictions, the next layer's
+// router is applied to this layer's input and its top-k union (most probable first) is passed to
+// the source as a hint; it never affects the result.
 #pragma once
 
 #include <cstdint>
@@ -27,18 +33,17 @@ struct MoeWeights {
   bool has_shared() const { return shared_gate.data != nullptr; }
 };
 
-// The routing decision of one window: for each row, k expert ids (ascending) and their weights.
-struct Routing {
-  int k = 0;
-  std::vector<int32_t> experts;  // [n_rows][k]
-  std::vector<float> weights;    // [n_rows][k]
-};
-
 // Router only: fills `routing` for n_rows rows of x.
 void moe_route(compute::ThreadPool& pool, const HParams& hp, const MoeWeights& w, const float* x,
                int64_t n_rows, Routing& routing);
 
 void moe_forward(compute::ThreadPool& pool, const HParams& hp, const MoeWeights& w,
-                 ExpertSource& experts, int layer, const float* x, int64_t n_rows, float* y);
+                 ExpertSource& experts, int layer, const float* x, int64_t n_rows, float* y,
+                 const MoeWeights* next_router = nullptr);
+
+// The read-ahead guess for layer `layer`+1: the union over rows of top-k(router_next · x), ordered
+// by the best probability any row gives the expert (descending; ties by lower id).
+std::vector<int32_t> moe_predict(compute::ThreadPool& pool, const HParams& hp,
+                                 const MoeWeights& next_router, const float* x, int64_t n_rows);
 
 }  // namespace strata

@@ -16,16 +16,25 @@ std::string blk(int layer, const char* name) { return fmt::format("blk.{}.{}", l
 class MappedExpertSource final : public ExpertSource {
  public:
   explicit MappedExpertSource(const std::vector<LayerWeights>& layers) : layers_(layers) {}
-  void acquire(int layer, std::span<const int32_t> experts,
-               std::span<ExpertMatrices> out) override {
-    const LayerWeights& lw = layers_[size_t(layer)];
-    for (size_t i = 0; i < experts.size(); ++i)
-      out[i] = ExpertMatrices{lw.gate_exps.expert(experts[i]), lw.up_exps.expert(experts[i]),
-                              lw.down_exps.expert(experts[i])};
+  void begin_layer(int layer, std::span<const int32_t> experts) override {
+    layer_ = &layers_[size_t(layer)];
+    experts_.assign(experts.begin(), experts.end());
+    next_ = 0;
+  }
+  bool next(int& index, ExpertMatrices& out) override {
+    if (next_ >= experts_.size()) return false;
+    const int32_t e = experts_[next_];
+    out = ExpertMatrices{layer_->gate_exps.expert(e), layer_->up_exps.expert(e),
+                         layer_->down_exps.expert(e)};
+    index = int(next_++);
+    return true;
   }
 
  private:
   const std::vector<LayerWeights>& layers_;
+  const LayerWeights* layer_ = nullptr;
+  std::vector<int32_t> experts_;
+  size_t next_ = 0;
 };
 
 // Checks every tensor of the architecture's list up front (presence, shape, supported type), so
@@ -65,6 +74,10 @@ Model::Model(std::unique_ptr<GgufFile> file, HParams hp)
   output_ = loader.has("output") ? loader.matrix("output", hp_.n_embd, hp_.n_vocab) : token_embd_;
   layers_.resize(static_cast<size_t>(hp_.n_layer));
   mapped_experts_ = std::make_unique<MappedExpertSource>(layers_);
+}
+
+const MoeWeights* Model::next_router(int layer) const {
+  return layer + 1 < hp_.n_layer ? &layers_[size_t(layer + 1)].moe : nullptr;
 }
 
 ModelState Model::new_state() const {
@@ -159,7 +172,7 @@ void Model::run_prenorm_layers(compute::ThreadPool& pool, ModelState& state,
     for (int64_t t = 0; t < n_rows; ++t)
       compute::rms_norm(residual.data() + t * H, lw.ffn_norm.data(), H, hp_.rms_eps,
                         normed.data() + t * H);
-    moe_forward(pool, hp_, lw.moe, experts, l, normed.data(), n_rows, out.data());
+    moe_forward(pool, hp_, lw.moe, experts, l, normed.data(), n_rows, out.data(), next_router(l));
     for (size_t i = 0; i < residual.size(); ++i) residual[i] += out[i];
   }
   hidden.resize(residual.size());

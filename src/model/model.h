@@ -100,6 +100,8 @@ class Model {
   void load_attention(const TensorLoader& loader, int layer, bool gated, LayerWeights& out) const;
   void load_deltanet(const TensorLoader& loader, int layer, LayerWeights& out) const;
   void embed(std::span<const int32_t> tokens, float* out) const;  // [n][H]
+  // The router of the trunk layer after `layer` (read-ahead hint), or nullptr for the last one.
+  const MoeWeights* next_router(int layer) const;
   void mixer_forward(compute::ThreadPool& pool, ModelState& state, int layer, const float* x,
                      int64_t n_rows, float* y) const;
   // The classic pre-norm residual stack (qwen3moe, qwen3next):

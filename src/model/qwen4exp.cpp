@@ -108,7 +108,7 @@ class Qwen4Exp final : public Model {
 
       hyper_connection_in(pool, lw.hc_ffn, S, H, hp_.rms_eps, X.data(), n_rows, x.data(),
                           inject.data());
-      moe_forward(pool, hp_, lw.moe, experts, l, x.data(), n_rows, y.data());
+      moe_forward(pool, hp_, lw.moe, experts, l, x.data(), n_rows, y.data(), next_router(l));
       hyper_connection_out(S, H, y.data(), inject.data(), n_rows, X.data());
     }
     state.residuals = X;

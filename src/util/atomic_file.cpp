@@ -1,4 +1,4 @@
-#include "gguf/atomic_file.h"
+#include "util/atomic_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>

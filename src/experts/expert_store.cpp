@@ -1,0 +1,430 @@
+#include "experts/expert_store.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "util/error.h"
+#include "util/progress.h"
+
+namespace strata {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+ExpertStoreStats ExpertStoreStats::operator-(const ExpertStoreStats& o) const {
+  ExpertStoreStats d;
+  d.layer_visits = layer_visits - o.layer_visits;
+  d.needed = needed - o.needed;
+  d.hits = hits - o.hits;
+  d.misses = misses - o.misses;
+  d.read_ahead_issued = read_ahead_issued - o.read_ahead_issued;
+  d.read_ahead_used = read_ahead_used - o.read_ahead_used;
+  d.bytes_read = bytes_read - o.bytes_read;
+  d.io_wait_ms = io_wait_ms - o.io_wait_ms;
+  return d;
+}
+
+ExpertStore::ExpertStore(const Model& model, Sidecar sidecar, const ExpertStoreOptions& options)
+    : model_(model), sidecar_(std::move(sidecar)), options_(options) {
+  const SidecarLayout& layout = sidecar_.layout();
+  const auto& model_layers = model.layers();
+  if (options_.io_threads < 1) fail("expert store: --io-threads must be >= 1, got {}", options_.io_threads);
+  layers_.resize(layout.n_block);
+  uint64_t record_sum = 0;
+  for (uint32_t b = 0; b < layout.n_block; ++b) {
+    const SidecarLayer& sl = layout.layers[b];
+    if (!sl.present) continue;
+    if (b >= model_layers.size() || model_layers[b].gate_exps.n_expert != layout.n_expert)
+      fail("{}: block {} has routed experts the model does not use", sidecar_.path(), b);
+    Layer& l = layers_[b];
+    l.present = true;
+    l.gate = &model_layers[b].gate_exps;
+    l.up = &model_layers[b].up_exps;
+    l.down = &model_layers[b].down_exps;
+    if (l.gate->expert_bytes != sl.gate_bytes || l.up->expert_bytes != sl.up_bytes ||
+        l.down->expert_bytes != sl.down_bytes)
+      fail("{}: block {}: record sizes differ from the model's expert tensors", sidecar_.path(), b);
+    record_sum += sl.record_bytes;
+  }
+  const int n_expert = int(layout.n_expert);
+  if (options_.slots_per_layer > 0) {
+    slots_per_layer_ = std::min(options_.slots_per_layer, n_expert);
+  } else {
+    slots_per_layer_ = int(std::clamp<uint64_t>(options_.budget_bytes / std::max<uint64_t>(record_sum, 1), 1,
+                                                uint64_t(n_expert)));
+  }
+  all_resident_ = slots_per_layer_ == n_expert;
+  const int n_stream = options_.stream_slots > 0 ? options_.stream_slots : std::max(4, options_.io_threads);
+  options_.split_bytes = std::max<uint64_t>(
+      (options_.split_bytes + layout.chunk_bytes - 1) / layout.chunk_bytes * layout.chunk_bytes,
+      layout.chunk_bytes);
+
+  arena_bytes_ = record_sum * uint64_t(slots_per_layer_) + uint64_t(n_stream) * layout.largest_record();
+  arena_ = mmap(nullptr, arena_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (arena_ == MAP_FAILED) {
+    arena_ = nullptr;
+    fail("expert store: cannot reserve {} for the expert arena: {}", format_bytes(arena_bytes_),
+         std::strerror(errno));
+  }
+  auto* cursor = static_cast<uint8_t*>(arena_);
+  for (uint32_t b = 0; b < layout.n_block; ++b) {
+    Layer& l = layers_[b];
+    if (!l.present) continue;
+    l.smap.assign(size_t(n_expert), kMiss);
+    l.kept.assign(size_t(n_expert), 0);
+    l.slots.resize(size_t(slots_per_layer_));
+    for (Slot& s : l.slots) {
+      s.data = cursor;
+      cursor += layout.layers[b].record_bytes;
+    }
+  }
+  for (int i = 0; i < n_stream; ++i) {
+    transient_slots_.push_back(cursor);
+    cursor += layout.largest_record();
+    free_transient_.push_back(n_stream - 1 - i);  // handed out lowest index first
+  }
+
+  fd_buffered_ = ::open(sidecar_.path().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_buffered_ < 0) fail("{}: cannot open: {}", sidecar_.path(), std::strerror(errno));
+  if (options_.direct_io) {
+    fd_direct_ = ::open(sidecar_.path().c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    if (fd_direct_ < 0)
+      fmt::print(stderr, "strata: warning: {}: O_DIRECT refused ({}); reading through the page cache\n",
+                 sidecar_.path(), std::strerror(errno));
+  }
+  io_ = std::make_unique<IoPool>(options_.io_threads, options_.urgent_only_threads);
+}
+
+ExpertStore::~ExpertStore() {
+  io_.reset();  // cancels queued reads and joins the threads before the arena goes away
+  if (arena_) munmap(arena_, arena_bytes_);
+  if (fd_direct_ >= 0) ::close(fd_direct_);
+  if (fd_buffered_ >= 0) ::close(fd_buffered_);
+}
+
+ExpertStoreStats ExpertStore::stats() const {
+  ExpertStoreStats s = stats_;
+  s.bytes_read = bytes_read_.load();
+  return s;
+}
+
+void ExpertStore::reset_stats() {
+  stats_ = ExpertStoreStats{};
+  bytes_read_.store(0);
+}
+
+ExpertStore::Layer& ExpertStore::layer_at(int layer) {
+  if (layer < 0 || size_t(layer) >= layers_.size() || !layers_[size_t(layer)].present)
+    fail("{}: no routed experts for block {} in the sidecar", sidecar_.path(), layer);
+  return layers_[size_t(layer)];
+}
+
+uint32_t ExpertStore::slot_of(int layer, int expert) const {
+  const Layer& l = layers_.at(size_t(layer));
+  return l.present ? l.smap.at(size_t(expert)) : kMiss;
+}
+
+bool ExpertStore::pinned(int layer, int expert) const {
+  const uint32_t slot = slot_of(layer, expert);
+  return slot != kMiss && layers_[size_t(layer)].slots[slot].pinned;
+}
+
+// The least recently used slot that is not pinned and does not hold an expert marked with the
+// current stamp (the window's union, or this prediction's targets). Empty slots first; ties go
+// to the lower slot index, so the choice depends only on the history of calls.
+int ExpertStore::evict_victim(Layer& layer) const {
+  int best = -1;
+  for (size_t i = 0; i < layer.slots.size(); ++i) {
+    const Slot& s = layer.slots[i];
+    if (s.pinned || (s.expert >= 0 && layer.kept[size_t(s.expert)] == stamp_)) continue;
+    if (best < 0 || s.last_use < layer.slots[size_t(best)].last_use) best = int(i);
+  }
+  return best;
+}
+
+void ExpertStore::settle(Slot& slot) {
+  if (!slot.load) return;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    io_->wait(slot.load);
+  } catch (const Error&) {
+    // The slot is being reused; whoever needed the failed read has already seen the error.
+  }
+  stats_.io_wait_ms += ms_since(start);
+  slot.load.reset();
+}
+
+void ExpertStore::assign(Layer& layer, int slot_index, int32_t expert) {
+  Slot& s = layer.slots[size_t(slot_index)];
+  settle(s);
+  if (s.expert >= 0) layer.smap[size_t(s.expert)] = kMiss;
+  s.expert = expert;
+  s.read_ahead_unused = false;
+  s.last_use = clock_;
+  layer.smap[size_t(expert)] = uint32_t(slot_index);
+}
+
+void ExpertStore::read_chunk(int layer, int32_t expert, uint64_t begin, uint64_t end, uint8_t* dest) {
+  const SidecarLayout& layout = sidecar_.layout();
+  const uint64_t base = layout.record_offset(layer, expert);
+  uint64_t done = begin;
+  while (done < end) {
+    const bool direct = fd_direct_ >= 0 && !buffered_fallback_.load(std::memory_order_relaxed);
+    const ssize_t n = pread(direct ? fd_direct_ : fd_buffered_, dest + (done - begin), end - done,
+                            off_t(base + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINVAL && direct) {
+      if (!buffered_fallback_.exchange(true))
+        fmt::print(stderr, "strata: warning: {}: O_DIRECT reads refused; reading through the page cache\n",
+                   sidecar_.path());
+      continue;
+    }
+    if (n <= 0)
+      fail("{}: reading layer {} expert {} ({} bytes at offset {}): {}", sidecar_.path(), layer,
+           expert, end - done, base + done,
+           n < 0 ? std::strerror(errno) : "the file ends early (truncated after it was opened?)");
+    done += uint64_t(n);
+  }
+  bytes_read_.fetch_add(end - begin, std::memory_order_relaxed);
+  const uint64_t chunk = layout.chunk_bytes;
+  for (uint64_t c = begin; c < end; c += chunk)
+    sidecar_.verify_chunk(layer, expert, uint32_t(c / chunk),
+                          std::span<const uint8_t>(dest + (c - begin), std::min(chunk, end - c)));
+}
+
+IoPool::TicketPtr ExpertStore::start_read(int layer, int32_t expert, uint8_t* dest,
+                                          IoPool::Priority priority) {
+  const uint64_t record = sidecar_.layout().layers[size_t(layer)].record_bytes;
+  std::vector<IoPool::Job> jobs;
+  for (uint64_t begin = 0; begin < record; begin += options_.split_bytes) {
+    const uint64_t end = std::min(record, begin + options_.split_bytes);
+    jobs.push_back([this, layer, expert, begin, end, dest] {
+      read_chunk(layer, expert, begin, end, dest + begin);
+    });
+  }
+  return io_->submit(priority, std::move(jobs));
+}
+
+ExpertMatrices ExpertStore::matrices(const Layer& layer, const uint8_t* data) const {
+  const SidecarLayer& sl = sidecar_.layout().layers[size_t(&layer - layers_.data())];
+  auto view = [](const ExpertTensor& t, const uint8_t* p) {
+    return compute::WeightMatrix::dense(t.type, t.n_in, t.n_out, p);
+  };
+  return ExpertMatrices{view(*layer.gate, data), view(*layer.up, data + sl.up_offset),
+                        view(*layer.down, data + sl.down_offset)};
+}
+
+void ExpertStore::begin_layer(int layer_index, std::span<const int32_t> experts) {
+  // Whatever an interrupted earlier layer left in flight is finished before its slots are reused.
+  for (Pending& p : waiting_)
+    if (p.load) {
+      try {
+        io_->wait(p.load);
+      } catch (const Error&) {
+      }
+    }
+  ready_.clear();
+  waiting_.clear();
+  deferred_.clear();
+  handed_transient_ = -1;
+  free_transient_.clear();
+  for (int i = int(transient_slots_.size()) - 1; i >= 0; --i) free_transient_.push_back(i);
+
+  Layer& layer = layer_at(layer_index);
+  current_layer_ = layer_index;
+  ++clock_;
+  ++stamp_;
+  ++stats_.layer_visits;
+  stats_.needed += experts.size();
+  for (int32_t e : experts) {
+    if (e < 0 || uint32_t(e) >= sidecar_.layout().n_expert)
+      fail("expert store: layer {} expert id {} out of range", layer_index, e);
+    layer.kept[size_t(e)] = stamp_;
+  }
+
+  // Hits: touched, handed out first (those still loading wait behind the ready ones).
+  std::vector<int> missing;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const uint32_t slot_index = layer.smap[size_t(experts[i])];
+    if (slot_index == kMiss) {
+      missing.push_back(int(i));
+      continue;
+    }
+    Slot& s = layer.slots[slot_index];
+    ++stats_.hits;
+    s.last_use = clock_;
+    if (s.read_ahead_unused) {
+      ++stats_.read_ahead_used;
+      s.read_ahead_unused = false;
+    }
+    Pending p{int(i), experts[i], s.data, -1, s.load};
+    if (s.load && (!s.load->done() || s.load->failed())) {
+      io_->promote(s.load);
+      waiting_.push_back(std::move(p));
+    } else {
+      ready_.push_back(std::move(p));
+    }
+  }
+  // Predictions for this visit that it did not need are spent.
+  for (Slot& s : layer.slots) s.read_ahead_unused = false;
+
+  // Misses, in ascending id: a cache slot when one can be evicted, else a transient slot.
+  for (int i : missing) {
+    const int32_t e = experts[size_t(i)];
+    ++stats_.misses;
+    const int victim = evict_victim(layer);
+    if (victim >= 0) {
+      assign(layer, victim, e);
+      Slot& s = layer.slots[size_t(victim)];
+      s.load = start_read(layer_index, e, s.data, IoPool::Priority::Urgent);
+      waiting_.push_back(Pending{i, e, s.data, -1, s.load});
+    } else if (!free_transient_.empty()) {
+      const int t = free_transient_.back();
+      free_transient_.pop_back();
+      uint8_t* data = transient_slots_[size_t(t)];
+      waiting_.push_back(Pending{i, e, data, t, start_read(layer_index, e, data, IoPool::Priority::Urgent)});
+    } else {
+      deferred_.push_back(Pending{i, e, nullptr, -1, nullptr});
+    }
+  }
+}
+
+void ExpertStore::release_transient() {
+  if (handed_transient_ < 0) return;
+  const int t = handed_transient_;
+  handed_transient_ = -1;
+  if (deferred_.empty()) {
+    free_transient_.push_back(t);
+    return;
+  }
+  Pending p = std::move(deferred_.front());
+  deferred_.erase(deferred_.begin());
+  p.data = transient_slots_[size_t(t)];
+  p.transient = t;
+  p.load = start_read(current_layer_, p.expert, p.data, IoPool::Priority::Urgent);
+  waiting_.push_back(std::move(p));
+}
+
+bool ExpertStore::next(int& index, ExpertMatrices& out) {
+  if (current_layer_ < 0) return false;
+  release_transient();
+  Layer& layer = layers_[size_t(current_layer_)];
+  Pending p;
+  if (!ready_.empty()) {
+    p = std::move(ready_.front());
+    ready_.erase(ready_.begin());
+  } else if (!waiting_.empty()) {
+    // The first finished read, else wait for the oldest one.
+    size_t pick = 0;
+    for (size_t i = 0; i < waiting_.size(); ++i)
+      if (waiting_[i].load->done()) {
+        pick = i;
+        break;
+      }
+    p = std::move(waiting_[pick]);
+    waiting_.erase(waiting_.begin() + ptrdiff_t(pick));
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      io_->wait(p.load);
+    } catch (const Error&) {
+      stats_.io_wait_ms += ms_since(start);
+      // Never leave a slot that failed to load marked resident.
+      const uint32_t slot_index = layer.smap[size_t(p.expert)];
+      if (p.transient < 0 && slot_index != kMiss) {
+        layer.slots[slot_index].expert = -1;
+        layer.slots[slot_index].load.reset();
+        layer.smap[size_t(p.expert)] = kMiss;
+      }
+      current_layer_ = -1;
+      throw;
+    }
+    stats_.io_wait_ms += ms_since(start);
+  } else {
+    current_layer_ = -1;
+    return false;
+  }
+  if (p.transient >= 0) handed_transient_ = p.transient;
+  index = p.index;
+  out = matrices(layer, p.data);
+  return true;
+}
+
+void ExpertStore::predict(int layer_index, std::span<const int32_t> experts) {
+  if (!options_.read_ahead || layer_index < 0 || size_t(layer_index) >= layers_.size() ||
+      !layers_[size_t(layer_index)].present)
+    return;
+  Layer& layer = layers_[size_t(layer_index)];
+  // At most half the layer's slots go to guesses, so a wrong guess cannot flush the whole cache.
+  const size_t cap = std::min(experts.size(), std::max<size_t>(1, layer.slots.size() / 2));
+  ++clock_;
+  ++stamp_;
+  for (size_t i = 0; i < cap; ++i) layer.kept[size_t(experts[i])] = stamp_;
+  for (size_t i = 0; i < cap; ++i) {
+    const int32_t e = experts[i];
+    const uint32_t slot_index = layer.smap[size_t(e)];
+    if (slot_index != kMiss) {
+      layer.slots[slot_index].last_use = clock_;
+      continue;
+    }
+    const int victim = evict_victim(layer);
+    if (victim < 0) break;
+    assign(layer, victim, e);
+    Slot& s = layer.slots[size_t(victim)];
+    s.read_ahead_unused = true;
+    s.load = start_read(layer_index, e, s.data, IoPool::Priority::ReadAhead);
+    ++stats_.read_ahead_issued;
+  }
+}
+
+void ExpertStore::fill(const std::vector<std::vector<int32_t>>& ranking, int n_pinned) {
+  struct Load {
+    IoPool::TicketPtr ticket;
+    uint64_t bytes;
+  };
+  std::vector<Load> loads;
+  uint64_t total = 0;
+  ++clock_;
+  for (size_t b = 0; b < layers_.size() && b < ranking.size(); ++b) {
+    Layer& layer = layers_[b];
+    if (!layer.present) continue;
+    ++stamp_;
+    const size_t n = std::min(ranking[b].size(), layer.slots.size());
+    for (size_t i = 0; i < n; ++i) layer.kept[size_t(ranking[b][i])] = stamp_;
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t e = ranking[b][i];
+      if (e < 0 || uint32_t(e) >= sidecar_.layout().n_expert)
+        fail("expert store: fill: layer {} expert id {} out of range", b, e);
+      uint32_t slot_index = layer.smap[size_t(e)];
+      if (slot_index == kMiss) {
+        const int victim = evict_victim(layer);
+        if (victim < 0) break;
+        assign(layer, victim, e);
+        slot_index = uint32_t(victim);
+        Slot& s = layer.slots[slot_index];
+        s.load = start_read(int(b), e, s.data, IoPool::Priority::Urgent);
+        const uint64_t bytes = sidecar_.layout().layers[b].record_bytes;
+        loads.push_back(Load{s.load, bytes});
+        total += bytes;
+      }
+      layer.slots[slot_index].pinned = int(i) < n_pinned;
+    }
+  }
+  ProgressBar bar("fill", loads.size(), total);
+  for (const Load& load : loads) {
+    io_->wait(load.ticket);
+    bar.advance(1, load.bytes);
+  }
+  bar.finish();
+}
+
+}  // namespace strata

@@ -1,0 +1,169 @@
+// ExpertStore — routed experts staged in a RAM arena of fixed slots, read from the sidecar on demand.
+//
+// What it promises
+// - Memory: one anonymous mapping made at construction and never grown: `slots_per_layer` cache
+//   slots for every block with routed experts (each the size of that block's record: the size
+//   classes) plus `stream_slots` transient slots of the largest record. A budget in bytes buys
+//   slots_per_layer = budget / Σ_layers record_bytes (at least 1). Nothing else grows with the model:
+//   the GGUF mapping is never touched for routed experts (pread from the sidecar only).
+// - smap[layer][expert] holds the cache slot of every resident expert (or kMiss). Eviction is LRU
+//   per layer over unpinned slots not used by the current window. A miss takes a cache slot when
+//   one can be evicted, else a transient slot that is recycled as soon as that expert is computed
+//   (so even 1 slot per layer works, streaming the rest).
+// - Deterministic residency ("limbo"): smap and the LRU state change only on the window's thread,
+//   at fixed points — begin_layer (hits touched, misses given slots in ascending id) and predict
+//   (read-ahead targets given slots, most likely first) — never when a read completes. A slot whose
+//   read is still in flight counts as resident; using it waits for the read. Which experts are
+//   resident after any window therefore depends only on the tokens, never on I/O timing, which is
+//   what lets MoCE-style routing read residency without making tokens depend on the disk.
+// - Reads: misses go to the I/O pool's urgent queue, read-ahead to its read-ahead queue (a
+//   read-ahead target that the layer then needs is promoted). A record larger than `split_bytes`
+//   is split into chunk-aligned pieces read in parallel. Every chunk is checked against the
+//   sidecar's checksum; a failed/short read or a checksum mismatch throws strata::Error from
+//   next() naming the file, layer and expert. O_DIRECT is used when the filesystem allows it
+//   (otherwise a one-time warning and buffered reads).
+// - Resident-first: next() hands out ready experts first, then misses as their reads finish.
+// - Startup fill: `fill` loads the given experts per layer (a profile's ranking) and pins the first
+//   `n_pinned` of each layer; pinned slots are never evicted.
+// - Values: a slot holds the exact bytes of the GGUF tensors (pack copies them verbatim), so
+//   results are bitwise those of the mapped source for every budget, thread count and setting.
+// - Single window thread: begin_layer/next/predict/fill and the stats are not thread-safe; the
+//   I/O pool's threads only write slot bytes and completion flags.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "experts/expert_source.h"
+#include "experts/io_pool.h"
+#include "experts/sidecar.h"
+#include "model/model.h"
+
+namespace strata {
+
+struct ExpertStoreOptions {
+  uint64_t budget_bytes = 0;   // cache bytes; used when slots_per_layer == 0
+  int slots_per_layer = 0;     // > 0: exactly this many cache slots per block (capped at n_expert)
+  int io_threads = 4;
+  int urgent_only_threads = 1;  // of io_threads, reserved for misses
+  bool read_ahead = true;
+  bool direct_io = true;
+  uint64_t split_bytes = 512 * 1024;  // rounded up to the sidecar's checksum chunk
+  int stream_slots = 0;               // 0: max(4, io_threads)
+};
+
+// Counters since construction (or the last reset_stats). "Needed" = the union a layer routes to.
+struct ExpertStoreStats {
+  uint64_t layer_visits = 0;
+  uint64_t needed = 0;
+  uint64_t hits = 0;               // needed and resident at begin_layer (read-ahead ones included)
+  uint64_t misses = 0;             // needed and not resident: urgent reads
+  uint64_t read_ahead_issued = 0;  // read-ahead reads started
+  uint64_t read_ahead_used = 0;    // of those, needed by the layer they were issued for
+  uint64_t bytes_read = 0;
+  double io_wait_ms = 0;           // the window thread blocked on reads
+
+  // Read-ahead precision: used / issued. Recall: of the experts a layer needed that were not
+  // resident before its prediction, the share read-ahead had brought in.
+  double hit_rate() const { return needed ? double(hits) / double(needed) : 1.0; }
+  double read_ahead_precision() const {
+    return read_ahead_issued ? double(read_ahead_used) / double(read_ahead_issued) : 0.0;
+  }
+  double read_ahead_recall() const {
+    const uint64_t cold = misses + read_ahead_used;
+    return cold ? double(read_ahead_used) / double(cold) : 0.0;
+  }
+  ExpertStoreStats operator-(const ExpertStoreStats& o) const;
+};
+
+class ExpertStore final : public ExpertSource {
+ public:
+  static constexpr uint32_t kMiss = UINT32_MAX;
+
+  ExpertStore(const Model& model, Sidecar sidecar, const ExpertStoreOptions& options);
+  ~ExpertStore() override;
+
+  // ExpertSource
+  void begin_layer(int layer, std::span<const int32_t> experts) override;
+  bool next(int& index, ExpertMatrices& out) override;
+  bool wants_prediction() const override { return options_.read_ahead && !all_resident_; }
+  void predict(int layer, std::span<const int32_t> experts) override;
+
+  // Loads ranking[layer] (most wanted first, up to the layer's slots) and pins the first n_pinned.
+  void fill(const std::vector<std::vector<int32_t>>& ranking, int n_pinned);
+
+  int slots_per_layer() const { return slots_per_layer_; }
+  uint64_t arena_bytes() const { return arena_bytes_; }
+  bool direct_io() const { return fd_direct_ >= 0 && !buffered_fallback_.load(); }
+  const Sidecar& sidecar() const { return sidecar_; }
+  ExpertStoreStats stats() const;
+  void reset_stats();
+  // smap view for tests and tools: the slot of (layer, expert), or kMiss.
+  uint32_t slot_of(int layer, int expert) const;
+  bool pinned(int layer, int expert) const;
+
+ private:
+  struct Slot {
+    uint8_t* data = nullptr;
+    int32_t expert = -1;
+    uint64_t last_use = 0;
+    bool pinned = false;
+    bool read_ahead_unused = false;  // loaded by read-ahead, not yet needed
+    IoPool::TicketPtr load;
+  };
+  struct Layer {
+    bool present = false;
+    std::vector<Slot> slots;
+    std::vector<uint32_t> smap;  // [n_expert]
+    std::vector<uint64_t> kept;  // [n_expert]: == stamp_ while protected from eviction
+    const ExpertTensor* gate = nullptr;
+    const ExpertTensor* up = nullptr;
+    const ExpertTensor* down = nullptr;
+  };
+  // One expert of the current layer's union, as next() will hand it out.
+  struct Pending {
+    int index = 0;
+    int32_t expert = 0;
+    uint8_t* data = nullptr;  // null: waiting for a transient slot
+    int transient = -1;       // transient slot index, or -1 for a cache slot
+    IoPool::TicketPtr load;
+  };
+
+  Layer& layer_at(int layer);
+  int evict_victim(Layer& layer) const;
+  void settle(Slot& slot);  // waits for an in-flight read before a slot is reused
+  void assign(Layer& layer, int slot_index, int32_t expert);
+  IoPool::TicketPtr start_read(int layer, int32_t expert, uint8_t* dest, IoPool::Priority priority);
+  void read_chunk(int layer, int32_t expert, uint64_t begin, uint64_t end, uint8_t* dest);
+  ExpertMatrices matrices(const Layer& layer, const uint8_t* data) const;
+  void release_transient();
+
+  const Model& model_;
+  Sidecar sidecar_;
+  ExpertStoreOptions options_;
+  int slots_per_layer_ = 0;
+  bool all_resident_ = false;
+  uint64_t arena_bytes_ = 0;
+  void* arena_ = nullptr;
+  std::vector<Layer> layers_;
+  std::vector<uint8_t*> transient_slots_;
+  std::vector<int> free_transient_;
+  int fd_direct_ = -1, fd_buffered_ = -1;
+  std::atomic<bool> buffered_fallback_{false};
+  std::atomic<uint64_t> bytes_read_{0};
+  std::unique_ptr<IoPool> io_;
+  uint64_t clock_ = 0;  // LRU time: one tick per begin_layer / predict / fill
+  uint64_t stamp_ = 0;  // marks the experts a call protects from eviction
+  ExpertStoreStats stats_;
+
+  // The current layer (between begin_layer and the last next()).
+  int current_layer_ = -1;
+  std::vector<Pending> ready_, waiting_, deferred_;  // deferred: no transient slot free yet
+  int handed_transient_ = -1;  // the transient slot handed out by the last next()
+};
+
+}  // namespace strata
