@@ -12,6 +12,7 @@ void register_convert(CLI::App& app);
 void register_run(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_synth(CLI::App& app);
+void register_serve(CLI::App& app);
 void register_pack(CLI::App& app);
 void register_profile(CLI::App& app);
 

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   strata::cli::register_run(app);
   strata::cli::register_chat(app);
   strata::cli::register_synth(app);
+  strata::cli::register_serve(app);
   strata::cli::register_pack(app);
   strata::cli::register_profile(app);
   try {

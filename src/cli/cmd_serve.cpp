@@ -1,0 +1,132 @@
+// `strata serve` — an OpenAI-compatible HTTP server for one model (src/serve/, docs/serve.md).
+//
+// Signals: SIGTERM and SIGINT are blocked in every thread (the mask is set before any thread
+// starts, and threads inherit it) and taken by one thread with sigtimedwait, so no handler runs in
+// async-signal context. The first signal starts a graceful shutdown (HttpServer::shutdown); a
+// second one cancels the running generation at once. The process exits 0 after a shutdown.
+#include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "compute/cpu/thread_pool.h"
+#include "model/model.h"
+#include "serve/http_server.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+
+namespace strata::cli {
+namespace {
+
+struct ServeOptions {
+  ModelOptions model;
+  serve::ServerOptions server;
+  std::string alias;
+  bool seed_given = false;
+};
+
+int64_t file_mtime_unix(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 ? int64_t(info.st_mtime) : 0;
+}
+
+void run_serve(const ServeOptions& options) {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that hangs up must cost a failed write, not the process
+
+  const std::string path = resolve_model_path(options.model);
+  const auto model = Model::load(path);
+  if (!model->file().has("tokenizer.ggml.tokens"))
+    fail("{}: the file has no tokenizer (tokenizer.ggml.*); serve needs one", path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+  const ChatTemplate chat_template = ChatTemplate::from_gguf(model->file());
+  compute::ThreadPool pool(resolve_threads(options.model));
+
+  serve::ServedModel served;
+  served.model = model.get();
+  served.tokenizer = &tokenizer;
+  served.chat_template = &chat_template;
+  served.id = options.alias.empty() ? std::filesystem::path(path).stem().string() : options.alias;
+  served.n_ctx = model->hparams().n_ctx_train;
+  served.end_of_turn = tokenizer.find_token(ChatTemplate::kEndOfTurn);
+  served.default_sampling = options.model.sampling;
+  if (options.seed_given) served.default_seed = options.model.sampling.seed;
+  served.created = file_mtime_unix(path);
+
+  serve::HttpServer server(served, pool, options.server);
+  const int port = server.bind();
+  fmt::print("strata serve: {} ({}, context {}) on http://{}:{} (queue {}, {} threads)\n", served.id, path,
+             served.n_ctx, options.server.host, port, options.server.max_queue, resolve_threads(options.model));
+  std::fflush(stdout);
+
+  std::atomic<bool> stopped{false};
+  std::thread signal_waiter([&] {
+    const timespec tick{0, 100'000'000};
+    while (!stopped.load()) {
+      const int sig = sigtimedwait(&stop_signals, nullptr, &tick);
+      if (sig < 0) continue;  // timeout or EINTR
+      fmt::print(stderr, "strata serve: {} received, shutting down (again: cancel the running generation)\n",
+                 sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      server.shutdown();
+    }
+  });
+  server.serve();
+  stopped.store(true);
+  signal_waiter.join();
+  fmt::print(stderr, "strata serve: stopped\n");
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto options = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (docs/serve.md)");
+  add_model_options(*cmd, options->model);
+  // llama.cpp server's defaults for requests that set no sampling fields.
+  options->model.sampling.temperature = 0.8f;
+  options->model.sampling.top_p = 0.95f;
+  add_sampling_options(*cmd, options->model.sampling);
+  serve::ServerOptions& server = options->server;
+  cmd->add_option("--host", server.host, "address to listen on")->capture_default_str();
+  cmd->add_option("--port", server.port, "TCP port (0 = any free port, printed at start)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--max-queue", server.max_queue,
+                  "generation requests that may wait behind the running one; more get 429")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  cmd->add_option("--max-body", server.max_body_bytes, "largest request body (bytes; KiB/MiB suffixes); larger get 413")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  cmd->add_option("--shutdown-grace", server.shutdown_grace_s,
+                  "seconds the running generation may take to finish after SIGTERM")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--timeout", server.io_timeout_s, "socket read/write timeout in seconds")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  cmd->add_option("--http-threads", server.http_threads, "connection threads (default: max-queue + 16)")
+      ->check(CLI::Range(0, 100000));
+  cmd->add_option("--alias", options->alias, "model id clients use (default: the file name without .gguf)");
+  cmd->add_flag("--quiet", [options](int64_t) { options->server.access_log = false; }, "no access log on stderr");
+  cmd->callback([options, cmd] {
+    options->seed_given = cmd->count("--seed") > 0;
+    run_serve(*options);
+  });
+}
+
+}  // namespace strata::cli

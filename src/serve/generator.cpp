@@ -1,0 +1,111 @@
+#include "serve/generator.h"
+
+#include <algorithm>
+#include <optional>
+#include <span>
+
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "model/model.h"
+#include "serve/stop_matcher.h"
+#include "text/think_filter.h"
+
+namespace strata::serve {
+namespace {
+
+// Prefill window: the engine's default; cancellation is checked between windows.
+constexpr size_t kPrefillChunk = 64;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+Generator::Generator(const ServedModel& served, compute::ThreadPool& pool, ServeMetrics& metrics)
+    : served_(served), pool_(pool), metrics_(metrics) {}
+
+void Generator::run(Job& job) {
+  const GenerationPlan& plan = job.plan();
+  const Clock::time_point started = Clock::now();
+  ServeMetrics::Generation report;
+  report.queue_wait_s = seconds_between(job.received_at(), started);
+  report.prompt_tokens = int64_t(plan.prompt.size());
+  GenerationOutcome outcome;
+  outcome.usage.prompt_tokens = report.prompt_tokens;
+  try {
+    Session session(*served_.model, pool_);
+    Sampler sampler(plan.sampling);
+    StreamingDecoder decoder(*served_.tokenizer, DecodeOptions{.render_control = false});
+    StopMatcher stops(plan.stop);
+    std::optional<ThinkFilter> think;
+    if (plan.split_thinking) think.emplace(ThinkFilter::Mode::Hide, plan.starts_in_thinking);
+    auto deliver = [&](const std::string& text) {
+      if (text.empty()) return;
+      if (!think) {
+        job.emit({text, {}});
+        return;
+      }
+      ThinkFilter::ReplyDelta delta = think->push(text);
+      job.emit({std::move(delta.answer), std::move(delta.thinking)});
+    };
+
+    const std::span<const int32_t> prompt(plan.prompt);
+    for (size_t begin = 0; begin < prompt.size() && !job.cancel_requested(); begin += kPrefillChunk)
+      session.prefill(prompt.subspan(begin, std::min(kPrefillChunk, prompt.size() - begin)),
+                      int(kPrefillChunk));
+    const Clock::time_point prefilled = Clock::now();
+    outcome.prefill_s = seconds_between(started, prefilled);
+
+    const std::optional<int32_t> eos = served_.tokenizer->eos_id();
+    int64_t generated = 0;
+    while (true) {
+      if (job.cancel_requested()) {
+        outcome.cancelled = true;
+        break;
+      }
+      const int32_t next = sampler.sample(session.logits(), session.tokens());
+      if (generated == 0) metrics_.observe_time_to_first_token(seconds_between(job.received_at(), Clock::now()));
+      if (!plan.ignore_eos && (next == eos || next == served_.end_of_turn)) {
+        outcome.finish = FinishReason::Stop;
+        break;
+      }
+      ++generated;
+      deliver(stops.push(decoder.push(next)));
+      if (stops.stopped()) {
+        outcome.finish = FinishReason::Stop;
+        break;
+      }
+      if (generated >= plan.max_new_tokens || session.context_left() < 1) {
+        outcome.finish = FinishReason::Length;
+        break;
+      }
+      session.decode(next);
+    }
+    if (!stops.stopped() && !outcome.cancelled) {
+      deliver(stops.push(decoder.finish()));
+      deliver(stops.finish());
+    }
+    if (think) {
+      ThinkFilter::ReplyDelta rest = think->finish();
+      job.emit({std::move(rest.answer), std::move(rest.thinking)});
+    }
+    const Clock::time_point ended = Clock::now();
+    outcome.decode_s = seconds_between(prefilled, ended);
+    outcome.usage.completion_tokens = generated;
+    report.finish_reason = outcome.cancelled ? "cancelled" : finish_reason_name(outcome.finish);
+    report.completion_tokens = generated;
+    report.prefill_s = outcome.prefill_s;
+    report.decode_s = outcome.decode_s;
+    report.total_s = seconds_between(job.received_at(), ended);
+    metrics_.record_generation(report);
+    job.finish(outcome);
+  } catch (...) {
+    report.finish_reason = "error";
+    report.total_s = seconds_between(job.received_at(), Clock::now());
+    metrics_.record_generation(report);
+    throw;
+  }
+}
+
+}  // namespace strata::serve

@@ -1,0 +1,467 @@
+#include "serve/http_server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "serve/connection_probe.h"
+#include "serve/generator.h"
+#include "serve/metrics.h"
+#include "serve/openai_format.h"
+#include "serve/request.h"
+#include "serve/scheduler.h"
+#include "util/error.h"
+
+namespace strata::serve {
+namespace {
+
+using json = Json;
+using namespace std::chrono_literals;
+
+// How often a waiting request thread looks at its client (and how late a cancel can be noticed
+// while nothing is being written).
+constexpr auto kPollInterval = 50ms;
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(dump_json(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& error) {
+  send_json(res, error.status, error_json(error));
+  if (error.status == 429 || error.status == 503) res.set_header("Retry-After", "1");
+}
+
+ApiError server_error(int status, std::string type, std::string code, std::string message) {
+  ApiError error;
+  error.status = status;
+  error.type = std::move(type);
+  error.code = std::move(code);
+  error.message = std::move(message);
+  return error;
+}
+
+ApiError shutting_down() {
+  return server_error(503, "server_error", "server_shutting_down", "the server is shutting down");
+}
+
+ApiError shut_down_mid_generation() {
+  return server_error(503, "server_error", "server_shutting_down",
+                      "the server shut down during the generation; the reply is incomplete");
+}
+
+// Metric label for a request path: the known routes, everything else "other" (bounded labels).
+std::string path_label(const std::string& path) {
+  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
+    if (path == known) return path;
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  return "other";
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(const ServedModel& served_model, compute::ThreadPool& pool, const ServerOptions& server_options);
+  ~Impl();
+
+  // Counts a generation request until its response has been written (or abandoned).
+  class ActiveRequest {
+   public:
+    explicit ActiveRequest(Impl& impl) : impl_(impl) {
+      std::lock_guard lock(impl_.active_mutex);
+      ++impl_.active;
+    }
+    ~ActiveRequest() {
+      std::lock_guard lock(impl_.active_mutex);
+      --impl_.active;
+      impl_.active_changed.notify_all();
+    }
+    ActiveRequest(const ActiveRequest&) = delete;
+    ActiveRequest& operator=(const ActiveRequest&) = delete;
+
+   private:
+    Impl& impl_;
+  };
+
+  // The server-sent-event writer of one streamed completion; httplib calls pump() on the
+  // request's thread after the response headers went out. Its destruction (when httplib drops
+  // the response) cancels a job the client did not wait for.
+  class SseStream {
+   public:
+    SseStream(Impl& impl, std::shared_ptr<Job> job, CompletionIdentity identity, bool include_usage,
+              ConnectionProbe probe, std::unique_ptr<ActiveRequest> active)
+        : impl_(impl), job_(std::move(job)), identity_(std::move(identity)), include_usage_(include_usage),
+          probe_(probe), active_(std::move(active)) {}
+    ~SseStream() {
+      if (job_->state() != JobState::Finished) impl_.scheduler.cancel(job_, CancelReason::ClientGone);
+    }
+    bool pump(httplib::DataSink& sink) noexcept;
+
+   private:
+    bool client_gone() {
+      impl_.scheduler.cancel(job_, CancelReason::ClientGone);
+      return false;
+    }
+    Impl& impl_;
+    std::shared_ptr<Job> job_;
+    CompletionIdentity identity_;
+    bool include_usage_;
+    ConnectionProbe probe_;
+    std::unique_ptr<ActiveRequest> active_;
+  };
+
+  void add_routes();
+  // Reads a POST body (at most --max-body bytes); false when it answered with an error.
+  bool read_body(const httplib::Request& req, const httplib::ContentReader& content_reader,
+                 httplib::Response& res, std::string& body);
+  void handle_generation(Endpoint endpoint, const httplib::Request& req, const std::string& body,
+                         httplib::Response& res);
+  // Waits until the job leaves the queue; false (job cancelled) when the client went away first.
+  bool wait_for_start(const std::shared_ptr<Job>& job, const ConnectionProbe& probe);
+  void respond_whole(const std::shared_ptr<Job>& job, const CompletionIdentity& identity,
+                     const ConnectionProbe& probe, httplib::Response& res);
+  json model_object() const;
+  uint64_t fresh_seed();
+  LiveGauges live() const;
+  void drain();
+
+  const ServedModel& served;
+  const ServerOptions options;
+  RequestLimits limits;
+  ServeMetrics metrics;
+  Generator generator;
+  Scheduler scheduler;  // after generator: its worker runs generator.run
+  httplib::Server http;
+  std::atomic<bool> draining{false};
+
+  std::mutex active_mutex;  // guards active
+  std::condition_variable active_changed;
+  int active = 0;
+
+  std::mutex seed_mutex;  // guards seeds
+  std::mt19937_64 seeds{std::random_device{}()};
+
+  std::mutex drainer_mutex;  // guards drainer
+  std::thread drainer;
+};
+
+HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& pool,
+                       const ServerOptions& server_options)
+    : served(served_model),
+      options(server_options),
+      generator(served_model, pool, metrics),
+      scheduler(server_options.max_queue, [this](Job& job) { generator.run(job); }) {
+  limits.model_id = served.id;
+  limits.n_vocab = served.tokenizer->n_tokens();
+  limits.n_ctx = served.n_ctx;
+
+  const size_t threads = options.http_threads > 0 ? size_t(options.http_threads) : options.max_queue + 16;
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http.set_payload_max_length(options.max_body_bytes);
+  http.set_read_timeout(options.io_timeout_s, 0);
+  http.set_write_timeout(options.io_timeout_s, 0);
+  http.set_tcp_nodelay(true);
+  // httplib's default sets SO_REUSEPORT, which lets a second server bind the same port and take
+  // half of the connections; SO_REUSEADDR alone still allows a quick restart.
+  http.set_socket_options([](socket_t sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  add_routes();
+}
+
+HttpServer::Impl::~Impl() {
+  std::lock_guard lock(drainer_mutex);
+  if (drainer.joinable()) drainer.join();
+}
+
+uint64_t HttpServer::Impl::fresh_seed() {
+  std::lock_guard lock(seed_mutex);
+  return seeds();
+}
+
+LiveGauges HttpServer::Impl::live() const {
+  return LiveGauges{scheduler.queue_depth(), scheduler.max_queue(), scheduler.busy()};
+}
+
+json HttpServer::Impl::model_object() const {
+  return json{{"id", served.id}, {"object", "model"}, {"created", served.created}, {"owned_by", "strata"}};
+}
+
+void HttpServer::Impl::add_routes() {
+  // The POST bodies are read through a content reader: httplib's own body reading would parse a
+  // body sent as application/x-www-form-urlencoded (curl -d's default) and refuse it above 8 KiB.
+  for (const Endpoint endpoint : {Endpoint::ChatCompletions, Endpoint::Completions}) {
+    http.Post(std::string(endpoint_path(endpoint)),
+              [this, endpoint](const httplib::Request& req, httplib::Response& res,
+                               const httplib::ContentReader& content_reader) {
+                std::string body;
+                if (read_body(req, content_reader, res, body)) handle_generation(endpoint, req, body, res);
+              });
+  }
+  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, json{{"object", "list"}, {"data", json::array({model_object()})}});
+  });
+  http.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    if (id == served.id) return send_json(res, 200, model_object());
+    ApiError error = invalid_field("model", "the model {} does not exist; this server serves \"{}\"",
+                                   dump_json(json(id)), served.id);
+    error.status = 404;
+    error.code = "model_not_found";
+    send_error(res, error);
+  });
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const LiveGauges gauges = live();
+    send_json(res, draining ? 503 : 200,
+              json{{"status", draining ? "shutting down" : "ok"},
+                   {"model", served.id},
+                   {"queue_depth", gauges.queue_depth},
+                   {"generation_running", gauges.running}});
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.render(live()), "text/plain; version=0.0.4; charset=utf-8");
+  });
+
+  // httplib's own errors (no route, body over --max-body, malformed HTTP) get JSON bodies too.
+  http.set_error_handler(httplib::Server::HandlerWithResponse(
+      [this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        ApiError error;
+        error.status = res.status;
+        if (res.status == 404) {
+          error.code = "not_found";
+          error.message = fmt::format("no route for {} {}", req.method, req.path);
+        } else if (res.status == 413) {
+          error.code = "request_too_large";
+          error.message = fmt::format("request body: larger than the server's limit of {} bytes (--max-body)",
+                                      options.max_body_bytes);
+        } else if (res.status == 400) {
+          error.message = "malformed HTTP request";
+        } else {
+          error.type = res.status >= 500 ? "server_error" : "invalid_request_error";
+          error.message = fmt::format("HTTP {}", res.status);
+        }
+        send_error(res, error);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send_error(res, server_error(500, "server_error", "", fmt::format("internal error: {}", what)));
+  });
+  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics.count_response(path_label(req.path), res.status);
+    if (options.access_log)
+      fmt::print(stderr, "strata serve: {} {} {} -> {}\n", req.remote_addr, req.method, req.path, res.status);
+  });
+}
+
+bool HttpServer::Impl::read_body(const httplib::Request& req, const httplib::ContentReader& content_reader,
+                                 httplib::Response& res, std::string& body) {
+  const auto refuse = [&](const ApiError& error) {
+    send_error(res, error);
+    res.set_header("Connection", "close");  // the rest of the body may be unread
+    return false;
+  };
+  if (req.is_multipart_form_data()) {
+    content_reader([](const httplib::MultipartFormData&) { return true; },
+                   [](const char*, size_t) { return true; });
+    ApiError error;
+    error.status = 415;
+    error.message = "request body: expected JSON (Content-Type: application/json), found multipart/form-data";
+    return refuse(error);
+  }
+  bool too_large = false;
+  const bool complete = content_reader([&](const char* data, size_t length) {
+    if (body.size() + length > options.max_body_bytes) {
+      too_large = true;
+      return false;
+    }
+    body.append(data, length);
+    return true;
+  });
+  if (too_large || res.status == 413) {
+    ApiError error;
+    error.status = 413;
+    error.code = "request_too_large";
+    error.message = fmt::format("request body: larger than the server's limit of {} bytes (--max-body)",
+                                options.max_body_bytes);
+    return refuse(error);
+  }
+  if (!complete) {
+    ApiError error;
+    error.message = "request body: could not be read completely";
+    return refuse(error);
+  }
+  return true;
+}
+
+bool HttpServer::Impl::wait_for_start(const std::shared_ptr<Job>& job, const ConnectionProbe& probe) {
+  while (job->wait_started(kPollInterval) == JobState::Queued) {
+    if (probe.peer_closed()) {
+      scheduler.cancel(job, CancelReason::ClientGone);
+      return false;
+    }
+  }
+  return true;
+}
+
+void HttpServer::Impl::handle_generation(Endpoint endpoint, const httplib::Request& req, const std::string& body,
+                                         httplib::Response& res) {
+  const Clock::time_point received = Clock::now();
+  if (draining) return send_error(res, shutting_down());
+  ParseResult parsed = parse_generation_request(body, endpoint, limits);
+  if (const ApiError* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
+  const GenerationRequest& request = std::get<GenerationRequest>(parsed);
+  PlanResult planned = plan_generation(request, served, fresh_seed());
+  if (const ApiError* error = std::get_if<ApiError>(&planned)) return send_error(res, *error);
+
+  auto active_request = std::make_unique<ActiveRequest>(*this);
+  auto job = std::make_shared<Job>(std::move(std::get<GenerationPlan>(planned)), received);
+  switch (scheduler.submit(job)) {
+    case Scheduler::Admission::Accepted:
+      break;
+    case Scheduler::Admission::QueueFull:
+      return send_error(res, server_error(429, "rate_limit_error", "queue_full",
+                                          fmt::format("the server is busy: {} requests are already waiting "
+                                                      "(--max-queue {}); retry later",
+                                                      scheduler.max_queue(), scheduler.max_queue())));
+    case Scheduler::Admission::ShuttingDown:
+      return send_error(res, shutting_down());
+  }
+
+  const ConnectionProbe probe =
+      ConnectionProbe::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  const ApiError gone = server_error(499, "invalid_request_error", "client_closed_request", "client went away");
+  if (!wait_for_start(job, probe)) return send_error(res, gone);
+  const CompletionIdentity identity{endpoint, new_completion_id(endpoint), unix_now(), served.id};
+  if (!request.stream) return respond_whole(job, identity, probe, res);
+
+  // A job that ended before it started (shutdown) is answered with its error status.
+  if (job->state() == JobState::Finished) {
+    Job::Update update = job->wait_update(0ms);
+    if (update.error) return send_error(res, *update.error);
+    // Finished with a result already: stream it all.
+    for (TextDelta& delta : update.deltas) job->emit(std::move(delta));
+  }
+  auto stream = std::make_shared<SseStream>(*this, job, identity, request.include_usage, probe,
+                                            std::move(active_request));
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider("text/event-stream",
+                                   [stream](size_t, httplib::DataSink& sink) { return stream->pump(sink); });
+}
+
+void HttpServer::Impl::respond_whole(const std::shared_ptr<Job>& job, const CompletionIdentity& identity,
+                                     const ConnectionProbe& probe, httplib::Response& res) {
+  TextDelta text;
+  while (true) {
+    Job::Update update = job->wait_update(kPollInterval);
+    for (const TextDelta& delta : update.deltas) {
+      text.content += delta.content;
+      text.reasoning += delta.reasoning;
+    }
+    if (update.state == JobState::Finished) {
+      if (update.error) return send_error(res, *update.error);
+      if (update.outcome->cancelled) return send_error(res, shut_down_mid_generation());
+      return send_json(res, 200, completion_json(identity, text, update.outcome->finish, update.outcome->usage));
+    }
+    if (probe.peer_closed()) {
+      scheduler.cancel(job, CancelReason::ClientGone);
+      return send_error(res, server_error(499, "invalid_request_error", "client_closed_request", "client went away"));
+    }
+  }
+}
+
+bool HttpServer::Impl::SseStream::pump(httplib::DataSink& sink) noexcept {
+  try {
+    auto write = [&](const std::string& event) { return sink.write(event.data(), event.size()); };
+    if (identity_.endpoint == Endpoint::ChatCompletions && !write(sse_event(chat_role_chunk(identity_, include_usage_))))
+      return client_gone();
+    while (true) {
+      Job::Update update = job_->wait_update(kPollInterval);
+      for (const TextDelta& delta : update.deltas)
+        if (!write(sse_event(delta_chunk(identity_, delta, include_usage_)))) return client_gone();
+      if (update.state == JobState::Finished) {
+        // Headers (200) are out: failures end the stream with an OpenAI error event, no [DONE].
+        if (update.error || update.outcome->cancelled) {
+          write(sse_event(error_json(update.error ? *update.error : shut_down_mid_generation())));
+        } else {
+          const GenerationOutcome& outcome = *update.outcome;
+          if (!write(sse_event(finish_chunk(identity_, outcome.finish, include_usage_)))) return false;
+          if (include_usage_ && !write(sse_event(usage_chunk(identity_, outcome.usage)))) return false;
+          if (!write(std::string(kSseDone))) return false;
+        }
+        sink.done();
+        return true;
+      }
+      if (probe_.peer_closed()) return client_gone();
+    }
+  } catch (...) {
+    return client_gone();
+  }
+}
+
+void HttpServer::Impl::drain() {
+  scheduler.shutdown(std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(options.shutdown_grace_s)));
+  {
+    // Every generation response written, or its client dropped after the write timeout.
+    std::unique_lock lock(active_mutex);
+    active_changed.wait_for(lock, std::chrono::seconds(options.io_timeout_s + 2), [&] { return active == 0; });
+  }
+  http.stop();
+}
+
+HttpServer::HttpServer(const ServedModel& served, compute::ThreadPool& pool, const ServerOptions& options)
+    : impl_(std::make_unique<Impl>(served, pool, options)) {}
+
+HttpServer::~HttpServer() = default;
+
+int HttpServer::bind() {
+  const ServerOptions& o = impl_->options;
+  int port = o.port;
+  if (port == 0) {
+    port = impl_->http.bind_to_any_port(o.host);
+    if (port <= 0) fail("--host {} --port 0: cannot listen on any port of this address", o.host);
+  } else if (!impl_->http.bind_to_port(o.host, port)) {
+    fail("--host {} --port {}: cannot listen there (address in use, or not an address of this machine?)", o.host,
+         port);
+  }
+  return port;
+}
+
+void HttpServer::serve() {
+  impl_->http.listen_after_bind();
+  std::lock_guard lock(impl_->drainer_mutex);
+  if (impl_->drainer.joinable()) impl_->drainer.join();
+}
+
+void HttpServer::shutdown() {
+  if (impl_->draining.exchange(true)) {
+    impl_->scheduler.cancel_running();
+    return;
+  }
+  std::lock_guard lock(impl_->drainer_mutex);
+  impl_->drainer = std::thread([impl = impl_.get()] { impl->drain(); });
+}
+
+}  // namespace strata::serve

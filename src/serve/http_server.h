@@ -1,0 +1,59 @@
+// HttpServer — the OpenAI-compatible HTTP API on top of cpp-httplib.
+//
+// Routes: POST /v1/chat/completions, POST /v1/completions (JSON or server-sent events),
+// GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text).
+// Every error, including httplib's own (unknown route 404, body over --max-body 413, malformed
+// HTTP 400), is answered with an OpenAI-style JSON error body.
+//
+// Threads: httplib serves each connection on a thread of its pool (sized so that a full queue
+// still leaves threads to answer 429s and /metrics); generations run on the scheduler's single
+// worker (serve/scheduler.h). A request's thread waits for its job, watching the client with a
+// ConnectionProbe; a client that goes away cancels its job, queued or running.
+//
+// Shutdown (`shutdown`, e.g. on SIGTERM): new generation requests get 503 and /health turns 503;
+// queued jobs fail with 503; the running generation may finish for `shutdown_grace_s`, then it is
+// cancelled (a stream then ends with an error event); once every generation response has been
+// written (or its client timed out) the listener stops and `serve` returns. A second call cancels
+// the running generation at once. `shutdown` does not block and may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "compute/cpu/thread_pool.h"
+#include "serve/plan.h"
+
+namespace strata::serve {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                     // 0 = any free port (bind() returns it)
+  size_t max_queue = 64;               // waiting generations before 429
+  size_t max_body_bytes = 4u << 20;    // larger request bodies get 413
+  double shutdown_grace_s = 10;        // time the running generation gets to finish on shutdown
+  int io_timeout_s = 10;               // socket read/write timeout (a stalled client is dropped)
+  int http_threads = 0;                // 0 = max_queue + 16
+  bool access_log = true;              // one stderr line per response
+};
+
+class HttpServer {
+ public:
+  // `served` and `pool` must outlive the server.
+  HttpServer(const ServedModel& served, compute::ThreadPool& pool, const ServerOptions& options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds the listening socket; returns the port. Throws strata::Error naming host and port.
+  int bind();
+  // Serves until shutdown has completed. Call after bind().
+  void serve();
+  void shutdown();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::serve

@@ -1,0 +1,126 @@
+#include "serve/metrics.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace strata::serve {
+namespace {
+
+// Latency buckets from 5 ms (a warm first token of a small model) to 2 min (a long queue).
+std::vector<double> latency_buckets() {
+  return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+}
+
+void header(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+// Prometheus label values escape backslash, double quote and newline.
+std::string label_value(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+std::string number(double value) {
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  return fmt::format("{}", value);
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  size_t bucket = 0;
+  while (bucket < bounds_.size() && value > bounds_[bucket]) ++bucket;
+  std::lock_guard lock(mutex_);
+  ++counts_[bucket];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::render(std::string& out, std::string_view name) const {
+  std::lock_guard lock(mutex_);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    const std::string le = i < bounds_.size() ? number(bounds_[i]) : "+Inf";
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, le, cumulative);
+  }
+  out += fmt::format("{}_sum {}\n{}_count {}\n", name, number(sum_), name, count_);
+}
+
+ServeMetrics::ServeMetrics()
+    : ttft_(latency_buckets()), queue_wait_(latency_buckets()), duration_(latency_buckets()) {}
+
+void ServeMetrics::count_response(std::string_view path, int status) {
+  std::lock_guard lock(mutex_);
+  ++responses_[{std::string(path), status}];
+}
+
+void ServeMetrics::record_generation(const Generation& g) {
+  queue_wait_.observe(g.queue_wait_s);
+  duration_.observe(g.total_s);
+  std::lock_guard lock(mutex_);
+  ++generations_[std::string(g.finish_reason)];
+  prompt_tokens_ += uint64_t(g.prompt_tokens);
+  completion_tokens_ += uint64_t(g.completion_tokens);
+  prefill_s_ += g.prefill_s;
+  decode_s_ += g.decode_s;
+  if (g.prefill_s > 0) last_prompt_tps_ = double(g.prompt_tokens) / g.prefill_s;
+  // The first token comes from the prefill's logits; decode time covers the rest.
+  if (g.decode_s > 0 && g.completion_tokens > 1) last_decode_tps_ = double(g.completion_tokens - 1) / g.decode_s;
+}
+
+std::string ServeMetrics::render(const LiveGauges& live) const {
+  std::string out;
+  std::lock_guard lock(mutex_);
+  header(out, "strata_http_requests_total", "counter", "HTTP responses by path and status code");
+  for (const auto& [key, count] : responses_)
+    out += fmt::format("strata_http_requests_total{{path=\"{}\",status=\"{}\"}} {}\n", label_value(key.first),
+                       key.second, count);
+  header(out, "strata_generations_total", "counter", "Generations by how they ended");
+  for (const char* reason : {"stop", "length", "cancelled", "error"}) {
+    const auto it = generations_.find(reason);
+    out += fmt::format("strata_generations_total{{finish_reason=\"{}\"}} {}\n", reason,
+                       it == generations_.end() ? 0 : it->second);
+  }
+  header(out, "strata_prompt_tokens_total", "counter", "Prompt tokens prefilled");
+  out += fmt::format("strata_prompt_tokens_total {}\n", prompt_tokens_);
+  header(out, "strata_completion_tokens_total", "counter", "Tokens generated");
+  out += fmt::format("strata_completion_tokens_total {}\n", completion_tokens_);
+  header(out, "strata_prefill_seconds_total", "counter", "Time spent in prompt prefill");
+  out += fmt::format("strata_prefill_seconds_total {}\n", number(prefill_s_));
+  header(out, "strata_decode_seconds_total", "counter", "Time spent generating after the first token");
+  out += fmt::format("strata_decode_seconds_total {}\n", number(decode_s_));
+  header(out, "strata_prompt_tokens_per_second", "gauge", "Prefill speed of the last generation");
+  out += fmt::format("strata_prompt_tokens_per_second {}\n", number(last_prompt_tps_));
+  header(out, "strata_decode_tokens_per_second", "gauge", "Decode speed of the last generation");
+  out += fmt::format("strata_decode_tokens_per_second {}\n", number(last_decode_tps_));
+  header(out, "strata_time_to_first_token_seconds", "histogram",
+         "Request received to first token sampled (queue wait + prefill)");
+  ttft_.render(out, "strata_time_to_first_token_seconds");
+  header(out, "strata_queue_wait_seconds", "histogram", "Request received to generation start");
+  queue_wait_.render(out, "strata_queue_wait_seconds");
+  header(out, "strata_request_duration_seconds", "histogram", "Request received to generation end");
+  duration_.render(out, "strata_request_duration_seconds");
+  header(out, "strata_queue_depth", "gauge", "Generation requests waiting");
+  out += fmt::format("strata_queue_depth {}\n", live.queue_depth);
+  header(out, "strata_queue_capacity", "gauge", "Waiting requests allowed (--max-queue)");
+  out += fmt::format("strata_queue_capacity {}\n", live.queue_capacity);
+  header(out, "strata_generation_running", "gauge", "1 while a generation runs");
+  out += fmt::format("strata_generation_running {}\n", live.running ? 1 : 0);
+  return out;
+}
+
+}  // namespace strata::serve

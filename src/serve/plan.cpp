@@ -1,0 +1,70 @@
+#include "serve/plan.h"
+
+#include "util/error.h"
+
+namespace strata::serve {
+
+PlanResult plan_generation(const GenerationRequest& request, const ServedModel& served, uint64_t fresh_seed) {
+  GenerationPlan plan;
+  plan.endpoint = request.endpoint;
+  const bool chat = request.endpoint == Endpoint::ChatCompletions;
+  const char* prompt_field = chat ? "messages" : "prompt";
+  if (chat) {
+    ChatRenderOptions render;
+    render.enable_thinking = request.enable_thinking.value_or(true);
+    std::string text;
+    try {
+      text = served.chat_template->render(request.messages, render);
+    } catch (const Error& error) {
+      return invalid_field("messages", "the chat template rejects this conversation: {}", error.what());
+    }
+    plan.prompt = served.tokenizer->encode(text);
+    plan.split_thinking = true;
+    plan.starts_in_thinking = served.chat_template->prompt_opens_thinking(render);
+  } else if (request.prompt_is_tokens) {
+    plan.prompt = request.prompt_tokens;
+  } else {
+    plan.prompt = served.tokenizer->encode(request.prompt_text);
+  }
+  if (plan.prompt.empty()) return invalid_field(prompt_field, "the prompt encodes to no tokens");
+
+  const int64_t n_prompt = int64_t(plan.prompt.size());
+  if (served.n_ctx > 0) {
+    if (n_prompt >= served.n_ctx) {
+      ApiError error = invalid_field(prompt_field,
+                                     "the prompt is {} tokens but the model's context is {} tokens, and at "
+                                     "least one must be left for the reply",
+                                     n_prompt, served.n_ctx);
+      error.code = "context_length_exceeded";
+      return error;
+    }
+    if (request.max_tokens && n_prompt + *request.max_tokens > served.n_ctx) {
+      ApiError error = invalid_field(
+          "max_tokens",
+          "the prompt ({} tokens) plus max_tokens ({}) exceed the model's context of {} tokens; at most {} "
+          "tokens can be generated for this prompt",
+          n_prompt, *request.max_tokens, served.n_ctx, served.n_ctx - n_prompt);
+      error.code = "context_length_exceeded";
+      return error;
+    }
+    plan.max_new_tokens = request.max_tokens.value_or(served.n_ctx - n_prompt);
+  } else {
+    plan.max_new_tokens = request.max_tokens.value_or(kUnboundedDefaultMaxTokens);
+  }
+
+  SamplerConfig& s = plan.sampling;
+  s = served.default_sampling;
+  const SamplingOverrides& o = request.sampling;
+  if (o.temperature) s.temperature = *o.temperature;
+  if (o.top_p) s.top_p = *o.top_p;
+  if (o.top_k) s.top_k = *o.top_k;
+  if (o.min_p) s.min_p = *o.min_p;
+  if (o.repetition_penalty) s.repetition_penalty = *o.repetition_penalty;
+  s.seed = o.seed.value_or(served.default_seed.value_or(fresh_seed));
+
+  plan.stop = request.stop;
+  plan.ignore_eos = request.ignore_eos;
+  return plan;
+}
+
+}  // namespace strata::serve

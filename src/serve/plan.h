@@ -1,0 +1,61 @@
+// From a validated request to a generation plan: the prompt rendered (chat template) and
+// tokenized, the context checked, sampling settings resolved against the server's defaults.
+//
+// Contract: `plan_generation` never throws for bad input; it returns an ApiError naming the field:
+// the conversation the chat template rejects ("messages"), a prompt that encodes to no tokens
+// ("prompt"), a prompt that leaves no room in the context (code context_length_exceeded, param
+// "messages"/"prompt"), or max_tokens that do not fit after the prompt ("max_tokens").
+// Thread-safe: it only reads the model, tokenizer and template (all immutable).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "serve/api_error.h"
+#include "serve/request.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+namespace strata {
+class Model;
+}
+
+namespace strata::serve {
+
+// Everything requests share; immutable while the server runs.
+struct ServedModel {
+  const Model* model = nullptr;
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat_template = nullptr;
+  std::string id;                      // the name clients use ("strata-default")
+  int64_t n_ctx = 0;                   // 0 = the file sets no limit
+  std::optional<int32_t> end_of_turn;  // <|im_end|>, when the vocabulary has it
+  SamplerConfig default_sampling;      // for fields a request leaves unset (its seed is not used)
+  std::optional<uint64_t> default_seed;  // for requests without a seed; unset = a fresh one each
+  int64_t created = 0;                 // unix time for /v1/models (the file's mtime)
+};
+
+// Without a context limit, a request without max_tokens generates at most this many tokens.
+inline constexpr int64_t kUnboundedDefaultMaxTokens = 4096;
+
+struct GenerationPlan {
+  Endpoint endpoint = Endpoint::ChatCompletions;
+  std::vector<int32_t> prompt;
+  int64_t max_new_tokens = 0;
+  SamplerConfig sampling;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  bool split_thinking = false;      // chat: a leading <think> block goes to reasoning_content
+  bool starts_in_thinking = false;  // the rendered prompt opened "<think>\n"
+};
+
+using PlanResult = std::variant<GenerationPlan, ApiError>;
+
+// Seeds: the request's, else served.default_seed, else `fresh_seed` (requests then differ).
+PlanResult plan_generation(const GenerationRequest& request, const ServedModel& served, uint64_t fresh_seed);
+
+}  // namespace strata::serve

@@ -1,0 +1,483 @@
+#include "serve/request.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "text/utf8.h"
+
+namespace strata::serve {
+namespace {
+
+using nlohmann::json;
+
+// Thrown inside the parser only; parse_generation_request turns it into its result.
+struct Rejection {
+  ApiError error;
+};
+
+template <typename... Args>
+[[noreturn]] void reject(std::string param, fmt::format_string<Args...> format, Args&&... args) {
+  throw Rejection{invalid_field(std::move(param), format, std::forward<Args>(args)...)};
+}
+
+[[noreturn]] void reject_body(std::string message, std::string param = {}) {
+  ApiError error;
+  error.message = std::move(message);
+  error.param = std::move(param);
+  throw Rejection{std::move(error)};
+}
+
+// A short, printable rendering of a value for messages: numbers and booleans as written, strings
+// quoted and cut at 40 bytes, containers by their type.
+std::string describe(const json& value) {
+  if (value.is_string()) {
+    const std::string& text = value.get_ref<const std::string&>();
+    if (text.size() <= 40) return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
+    return json(utf8_repair(std::string_view(text).substr(0, 40)) + "...")
+        .dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  if (value.is_number() || value.is_boolean() || value.is_null()) return value.dump();
+  return value.type_name();
+}
+
+std::string child(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
+}
+
+std::string element(const std::string& path, size_t index) { return fmt::format("{}[{}]", path, index); }
+
+// The value of `key`, or nullptr when it is absent or null (OpenAI treats null as "not set").
+const json* field(const json& object, const char* key) {
+  const auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<bool> read_bool(const json& object, const char* key, const std::string& path) {
+  const json* value = field(object, key);
+  if (!value) return std::nullopt;
+  if (!value->is_boolean()) reject(path, "expected true or false, found {}", describe(*value));
+  return value->get<bool>();
+}
+
+std::optional<int64_t> read_int(const json& object, const char* key, const std::string& path,
+                                int64_t min, int64_t max) {
+  const json* value = field(object, key);
+  if (!value) return std::nullopt;
+  if (!value->is_number_integer())
+    reject(path, "expected an integer between {} and {}, found {}", min, max, describe(*value));
+  if (value->is_number_unsigned() && value->get<uint64_t>() > uint64_t(max))
+    reject(path, "expected an integer between {} and {}, found {}", min, max, describe(*value));
+  const int64_t number = value->get<int64_t>();
+  if (number < min || number > max)
+    reject(path, "expected an integer between {} and {}, found {}", min, max, number);
+  return number;
+}
+
+std::optional<double> read_number(const json& object, const char* key, const std::string& path,
+                                  double min, double max) {
+  const json* value = field(object, key);
+  if (!value) return std::nullopt;
+  if (!value->is_number()) reject(path, "expected a number between {} and {}, found {}", min, max, describe(*value));
+  const double number = value->get<double>();
+  if (!std::isfinite(number) || number < min || number > max)
+    reject(path, "expected a number between {} and {}, found {}", min, max, describe(*value));
+  return number;
+}
+
+const std::string* read_string(const json& object, const char* key, const std::string& path) {
+  const json* value = field(object, key);
+  if (!value) return nullptr;
+  if (!value->is_string()) reject(path, "expected a string, found {}", describe(*value));
+  return &value->get_ref<const std::string&>();
+}
+
+// ---- JSON-level checks run before and after nlohmann's parser ------------------------------------
+
+// Records the field being read while nlohmann's SAX parser walks the text, so that a syntax error
+// can name where it happened ("messages[0].content"). Values are not stored.
+class FieldTracker : public json::json_sax_t {
+ public:
+  bool null() override { return value_done(); }
+  bool boolean(bool) override { return value_done(); }
+  bool number_integer(number_integer_t) override { return value_done(); }
+  bool number_unsigned(number_unsigned_t) override { return value_done(); }
+  bool number_float(number_float_t, const string_t&) override { return value_done(); }
+  bool string(string_t&) override { return value_done(); }
+  bool binary(binary_t&) override { return value_done(); }
+  bool start_object(std::size_t) override {
+    frames_.push_back({false, 0, {}, false});
+    return true;
+  }
+  bool key(string_t& key) override {
+    frames_.back().key = key;
+    frames_.back().has_key = true;
+    return true;
+  }
+  bool end_object() override {
+    frames_.pop_back();
+    return value_done();
+  }
+  bool start_array(std::size_t) override {
+    frames_.push_back({true, 0, {}, false});
+    return true;
+  }
+  bool end_array() override {
+    frames_.pop_back();
+    return value_done();
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& error) override {
+    // nlohmann's messages start with "[json.exception.parse_error.101] parse error at line 1, ...".
+    const std::string what = error.what();
+    const size_t cut = what.find("] ");
+    error_ = cut == std::string::npos ? what : what.substr(cut + 2);
+    return false;
+  }
+
+  std::string path() const {
+    std::string out;
+    for (const Frame& frame : frames_) {
+      if (frame.is_array) {
+        out = element(out, frame.index);
+      } else if (frame.has_key) {
+        out = child(out, utf8_repair(frame.key));
+      }
+    }
+    return out;
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  struct Frame {
+    bool is_array;
+    size_t index;
+    std::string key;
+    bool has_key;
+  };
+  bool value_done() {
+    if (!frames_.empty()) {
+      if (frames_.back().is_array) {
+        ++frames_.back().index;
+      } else {
+        frames_.back().has_key = false;
+      }
+    }
+    return true;
+  }
+  std::vector<Frame> frames_;
+  std::string error_;
+};
+
+std::string where(const std::string& path) { return path.empty() ? std::string() : fmt::format(" (in {})", path); }
+
+// Offset of the first byte that is not part of well-formed UTF-8, or npos.
+size_t first_invalid_utf8(std::string_view text) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    if (static_cast<unsigned char>(text[pos]) < 0x80) {
+      ++pos;
+      continue;
+    }
+    char32_t cp;
+    const size_t n = utf8_sequence_at(text, pos, cp);
+    if (n == 0) return pos;
+    pos += n;
+  }
+  return std::string_view::npos;
+}
+
+// nlohmann parses arbitrarily deep input; a bound keeps a hostile body from costing more than
+// its size. Counts [ and { outside strings.
+void check_depth(std::string_view body, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth)
+        reject_body(fmt::format("request body: JSON nested deeper than {} levels (at byte {})", max_depth, i));
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+json parse_body(std::string_view body, int max_depth) {
+  if (body.empty()) reject_body("request body is empty; expected a JSON object");
+  if (const size_t bad = first_invalid_utf8(body); bad != std::string_view::npos) {
+    FieldTracker tracker;
+    json::sax_parse(body.substr(0, bad), &tracker, json::input_format_t::json, false);
+    reject_body(fmt::format("request body is not valid UTF-8: ill-formed byte 0x{:02X} at byte {}{}",
+                            static_cast<unsigned char>(body[bad]), bad, where(tracker.path())),
+                tracker.path());
+  }
+  check_depth(body, max_depth);
+  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    FieldTracker tracker;
+    json::sax_parse(body, &tracker, json::input_format_t::json, false);
+    reject_body(fmt::format("request body is not valid JSON{}: {}", where(tracker.path()), tracker.error()),
+                tracker.path());
+  }
+  if (!parsed.is_object())
+    reject_body(fmt::format("request body: expected a JSON object, found {}", parsed.type_name()));
+  return parsed;
+}
+
+// ---- fields -----------------------------------------------------------------------------------
+
+void read_model(const json& body, const RequestLimits& limits, GenerationRequest& out) {
+  out.model = limits.model_id;
+  const std::string* model = read_string(body, "model", "model");
+  if (!model || *model == limits.model_id) return;
+  ApiError error;
+  error.status = 404;
+  error.param = "model";
+  error.code = "model_not_found";
+  error.message = fmt::format("model: the model {} does not exist; this server serves \"{}\"",
+                              describe(json(*model)), limits.model_id);
+  throw Rejection{std::move(error)};
+}
+
+std::string read_content(const json& message, const std::string& path, const std::string& role) {
+  const json* content = field(message, "content");
+  const std::string content_path = child(path, "content");
+  if (!content) {
+    if (role == "assistant") return {};
+    reject(content_path, "required for a \"{}\" message", role);
+  }
+  if (content->is_string()) return content->get<std::string>();
+  if (!content->is_array())
+    reject(content_path, "expected a string or an array of content parts, found {}", describe(*content));
+  std::string text;
+  for (size_t i = 0; i < content->size(); ++i) {
+    const json& part = (*content)[i];
+    const std::string part_path = element(content_path, i);
+    if (!part.is_object()) reject(part_path, "expected a content part object, found {}", describe(part));
+    const std::string* type = read_string(part, "type", child(part_path, "type"));
+    if (!type) reject(child(part_path, "type"), "required");
+    if (*type != "text")
+      reject(child(part_path, "type"), "only \"text\" content parts are supported, found {}", describe(json(*type)));
+    const std::string* part_text = read_string(part, "text", child(part_path, "text"));
+    if (!part_text) reject(child(part_path, "text"), "required for a text part");
+    text += *part_text;
+  }
+  return text;
+}
+
+void read_messages(const json& body, GenerationRequest& out) {
+  const json* messages = field(body, "messages");
+  if (!messages) reject("messages", "required: a non-empty array of messages");
+  if (!messages->is_array()) reject("messages", "expected a non-empty array of messages, found {}", describe(*messages));
+  if (messages->empty()) reject("messages", "expected a non-empty array of messages, found an empty array");
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& message = (*messages)[i];
+    const std::string path = element("messages", i);
+    if (!message.is_object()) reject(path, "expected a message object, found {}", describe(message));
+    const std::string* role = read_string(message, "role", child(path, "role"));
+    if (!role) reject(child(path, "role"), "required");
+    std::string chat_role = *role;
+    if (chat_role == "developer") chat_role = "system";  // OpenAI's newer name for system
+    if (chat_role != "system" && chat_role != "user" && chat_role != "assistant" && chat_role != "tool")
+      reject(child(path, "role"), "expected \"system\", \"developer\", \"user\", \"assistant\" or \"tool\", found {}",
+             describe(json(*role)));
+    if (const json* calls = field(message, "tool_calls"); calls && !(calls->is_array() && calls->empty()))
+      reject(child(path, "tool_calls"), "tool calls are not supported by this server");
+    ChatMessage chat{chat_role, read_content(message, path, chat_role), std::nullopt};
+    if (const std::string* reasoning = read_string(message, "reasoning_content", child(path, "reasoning_content")))
+      chat.reasoning_content = *reasoning;
+    out.messages.push_back(std::move(chat));
+  }
+}
+
+void read_token_ids(const json& array, const std::string& path, const RequestLimits& limits,
+                    std::vector<int32_t>& out) {
+  for (size_t i = 0; i < array.size(); ++i) {
+    const json& id = array[i];
+    if (!id.is_number_integer()) reject(element(path, i), "expected a token id (integer), found {}", describe(id));
+    const bool in_range = id.is_number_unsigned() ? id.get<uint64_t>() < uint64_t(std::max(limits.n_vocab, 0))
+                                                  : id.get<int64_t>() >= 0 && id.get<int64_t>() < limits.n_vocab;
+    if (!in_range)
+      reject(element(path, i), "token id {} is outside the vocabulary [0, {})", describe(id), limits.n_vocab);
+    out.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+}
+
+void read_prompt(const json& body, const RequestLimits& limits, GenerationRequest& out) {
+  const json* prompt = field(body, "prompt");
+  if (!prompt) reject("prompt", "required: a string (or token ids)");
+  if (prompt->is_string()) {
+    out.prompt_text = prompt->get<std::string>();
+    return;
+  }
+  if (!prompt->is_array())
+    reject("prompt", "expected a string, an array of token ids or a one-element array of either, found {}",
+           describe(*prompt));
+  if (prompt->empty()) reject("prompt", "expected a non-empty prompt, found an empty array");
+  if ((*prompt)[0].is_number()) {
+    out.prompt_is_tokens = true;
+    read_token_ids(*prompt, "prompt", limits, out.prompt_tokens);
+    return;
+  }
+  if (prompt->size() > 1)
+    reject("prompt", "only one prompt per request is supported, found {}", prompt->size());
+  const json& only = (*prompt)[0];
+  if (only.is_string()) {
+    out.prompt_text = only.get<std::string>();
+  } else if (only.is_array() && !only.empty()) {
+    out.prompt_is_tokens = true;
+    read_token_ids(only, "prompt[0]", limits, out.prompt_tokens);
+  } else {
+    reject("prompt[0]", "expected a string or a non-empty array of token ids, found {}", describe(only));
+  }
+}
+
+void read_stop(const json& body, const RequestLimits& limits, GenerationRequest& out) {
+  const json* stop = field(body, "stop");
+  if (!stop) return;
+  auto add = [&](const json& value, const std::string& path) {
+    if (!value.is_string()) reject(path, "expected a string, found {}", describe(value));
+    const std::string& text = value.get_ref<const std::string&>();
+    if (text.empty()) reject(path, "expected a non-empty string");
+    if (text.size() > limits.max_stop_bytes)
+      reject(path, "a stop string may have at most {} bytes, found {}", limits.max_stop_bytes, text.size());
+    out.stop.push_back(text);
+  };
+  if (stop->is_string()) {
+    add(*stop, "stop");
+    return;
+  }
+  if (!stop->is_array()) reject("stop", "expected a string or an array of strings, found {}", describe(*stop));
+  if (stop->size() > limits.max_stop_strings)
+    reject("stop", "at most {} stop strings are allowed, found {}", limits.max_stop_strings, stop->size());
+  for (size_t i = 0; i < stop->size(); ++i) add((*stop)[i], element("stop", i));
+}
+
+void read_sampling(const json& body, GenerationRequest& out) {
+  SamplingOverrides& s = out.sampling;
+  if (auto v = read_number(body, "temperature", "temperature", 0.0, 2.0)) s.temperature = float(*v);
+  if (auto v = read_number(body, "top_p", "top_p", 0.0, 1.0)) s.top_p = float(*v);
+  if (auto v = read_int(body, "top_k", "top_k", 0, std::numeric_limits<int32_t>::max())) s.top_k = int(*v);
+  if (auto v = read_number(body, "min_p", "min_p", 0.0, 1.0)) s.min_p = float(*v);
+  for (const char* key : {"repeat_penalty", "repetition_penalty"})
+    if (auto v = read_number(body, key, key, 0.0, 100.0)) {
+      if (*v <= 0.0) reject(key, "expected a number above 0, found {}", *v);
+      s.repetition_penalty = float(*v);
+    }
+  if (const json* seed = field(body, "seed")) {
+    if (!seed->is_number_integer()) reject("seed", "expected an integer, found {}", describe(*seed));
+    // Negative seeds are accepted (OpenAI's schema is a signed integer): their bit pattern is used.
+    s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : uint64_t(seed->get<int64_t>());
+  }
+}
+
+void read_limits_and_stream(const json& body, const RequestLimits& limits, GenerationRequest& out) {
+  const int64_t max_allowed = limits.n_ctx > 0 ? limits.n_ctx : std::numeric_limits<int32_t>::max();
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    const json* value = field(body, key);
+    if (!value) continue;
+    if (value->is_number_integer() && !value->is_number_unsigned() && value->get<int64_t>() < 1)
+      reject(key, "expected an integer >= 1, found {}", value->get<int64_t>());
+    if (value->is_number_integer() &&
+        (value->is_number_unsigned() ? value->get<uint64_t>() > uint64_t(max_allowed) : value->get<int64_t>() > max_allowed))
+      reject(key, "{} exceeds the model's context length of {} tokens", describe(*value), max_allowed);
+    out.max_tokens = read_int(body, key, key, 1, max_allowed);
+  }
+  if (auto n = read_int(body, "n", "n", 1, std::numeric_limits<int32_t>::max()); n && *n != 1)
+    reject("n", "only n=1 is supported, found {}", *n);
+  out.stream = read_bool(body, "stream", "stream").value_or(false);
+  if (const json* options = field(body, "stream_options")) {
+    if (!options->is_object()) reject("stream_options", "expected an object, found {}", describe(*options));
+    if (!out.stream) reject("stream_options", "only allowed when stream is true");
+    out.include_usage = read_bool(*options, "include_usage", "stream_options.include_usage").value_or(false);
+  }
+  out.ignore_eos = read_bool(body, "ignore_eos", "ignore_eos").value_or(false);
+}
+
+// Fields whose effect strata cannot give: rejected so a client never silently gets something else.
+void reject_unsupported(const json& body, Endpoint endpoint) {
+  if (const json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
+    reject("tools", "tools are not supported by this server");
+  if (const json* choice = field(body, "tool_choice"); choice && *choice != "none")
+    reject("tool_choice", "tools are not supported by this server");
+  if (field(body, "functions") || field(body, "function_call"))
+    reject(field(body, "functions") ? "functions" : "function_call", "function calling is not supported by this server");
+  if (const json* logprobs = field(body, "logprobs"); logprobs && *logprobs != false)
+    reject("logprobs", "log probabilities are not supported by this server");
+  if (const json* top = field(body, "top_logprobs"); top && *top != 0)
+    reject("top_logprobs", "log probabilities are not supported by this server");
+  if (const json* bias = field(body, "logit_bias"); bias && !(bias->is_object() && bias->empty()))
+    reject("logit_bias", "logit_bias is not supported by this server");
+  for (const char* key : {"frequency_penalty", "presence_penalty"}) {
+    if (auto v = read_number(body, key, key, -2.0, 2.0); v && *v != 0.0)
+      reject(key, "{} is not supported by this server (repeat_penalty is)", key);
+  }
+  if (const json* format = field(body, "response_format")) {
+    if (!format->is_object()) reject("response_format", "expected an object, found {}", describe(*format));
+    const std::string* type = read_string(*format, "type", "response_format.type");
+    if (type && *type != "text")
+      reject("response_format.type", "only \"text\" is supported, found {}", describe(json(*type)));
+  }
+  if (endpoint == Endpoint::Completions) {
+    if (read_bool(body, "echo", "echo").value_or(false)) reject("echo", "echo is not supported by this server");
+    if (auto best_of = read_int(body, "best_of", "best_of", 1, 1 << 20); best_of && *best_of != 1)
+      reject("best_of", "only best_of=1 is supported, found {}", *best_of);
+    if (const std::string* suffix = read_string(body, "suffix", "suffix"); suffix && !suffix->empty())
+      reject("suffix", "suffix is not supported by this server");
+  }
+}
+
+GenerationRequest parse_fields(const json& body, Endpoint endpoint, const RequestLimits& limits) {
+  GenerationRequest out;
+  out.endpoint = endpoint;
+  read_model(body, limits, out);
+  if (endpoint == Endpoint::ChatCompletions) {
+    read_messages(body, out);
+    if (const json* kwargs = field(body, "chat_template_kwargs")) {
+      if (!kwargs->is_object()) reject("chat_template_kwargs", "expected an object, found {}", describe(*kwargs));
+      out.enable_thinking = read_bool(*kwargs, "enable_thinking", "chat_template_kwargs.enable_thinking");
+    }
+  } else {
+    read_prompt(body, limits, out);
+  }
+  read_limits_and_stream(body, limits, out);
+  read_sampling(body, out);
+  read_stop(body, limits, out);
+  reject_unsupported(body, endpoint);
+  return out;
+}
+
+}  // namespace
+
+std::string_view endpoint_path(Endpoint endpoint) {
+  return endpoint == Endpoint::ChatCompletions ? "/v1/chat/completions" : "/v1/completions";
+}
+
+ParseResult parse_generation_request(std::string_view body, Endpoint endpoint, const RequestLimits& limits) {
+  try {
+    const json parsed = parse_body(body, limits.max_json_depth);
+    return parse_fields(parsed, endpoint, limits);
+  } catch (Rejection& rejection) {
+    return std::move(rejection.error);
+  } catch (const std::bad_alloc&) {
+    ApiError error;
+    error.status = 413;
+    error.message = "request body: too large to parse";
+    return error;
+  }
+}
+
+}  // namespace strata::serve

@@ -1,0 +1,83 @@
+// OpenAI request parsing and validation for /v1/chat/completions and /v1/completions.
+//
+// Pure: a request body (bytes) and the server's limits in, a validated GenerationRequest or an
+// ApiError out. No sockets, no model; unit-tested (tests/serve/request_test.cpp) and fuzzed
+// (fuzz/fuzz_serve_request.cpp).
+//
+// Contract
+// - Never throws and never crashes, whatever the bytes: every rejection is an ApiError with a 4xx
+//   status whose `param` names the field at fault (a JSON path such as "messages[1].content")
+//   and whose message says what was expected and what was found.
+// - Malformed JSON and invalid UTF-8 are reported with the byte offset and the field being read
+//   when the parser stopped. Nesting deeper than RequestLimits::max_json_depth is rejected before
+//   parsing.
+// - Accepted: the OpenAI fields that strata honours (model, messages / prompt, max_tokens,
+//   max_completion_tokens, temperature, top_p, seed, n=1, stop, stream, stream_options.include_usage)
+//   and the llama.cpp server extensions top_k, min_p, repeat_penalty (alias repetition_penalty),
+//   ignore_eos and chat_template_kwargs.enable_thinking. OpenAI fields whose effect strata cannot
+//   give (tools, logprobs, n > 1, echo, best_of, suffix, non-zero frequency/presence penalties,
+//   logit_bias, a non-text response_format) are rejected with a message saying so rather than
+//   silently ignored. Other unknown fields are ignored (as llama.cpp's server does).
+// - A missing "model" means the served model; a different name is 404 model_not_found.
+// - Checks that need the tokenizer or the context length of the prompt (empty prompt, prompt
+//   longer than the context) are made later, by serve/prompt.h.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "serve/api_error.h"
+#include "text/chat_template.h"
+
+namespace strata::serve {
+
+enum class Endpoint { ChatCompletions, Completions };
+
+struct RequestLimits {
+  std::string model_id;         // the one model this server serves
+  int32_t n_vocab = 0;          // token-id prompts must be in [0, n_vocab)
+  int64_t n_ctx = 0;            // the model's context length (0 = no limit)
+  size_t max_stop_strings = 4;  // OpenAI's limit
+  size_t max_stop_bytes = 256;
+  int max_json_depth = 32;
+};
+
+// Sampling settings the request set; unset ones take the server's defaults.
+struct SamplingOverrides {
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int> top_k;
+  std::optional<float> min_p;
+  std::optional<float> repetition_penalty;
+  std::optional<uint64_t> seed;
+};
+
+struct GenerationRequest {
+  Endpoint endpoint = Endpoint::ChatCompletions;
+  std::string model;                   // the served model id (also when the request named none)
+  std::vector<ChatMessage> messages;   // chat: at least one
+  std::string prompt_text;             // completions: a text prompt ...
+  std::vector<int32_t> prompt_tokens;  // ... or token ids (prompt_is_tokens)
+  bool prompt_is_tokens = false;
+  std::optional<int64_t> max_tokens;   // >= 1 and <= n_ctx when set
+  SamplingOverrides sampling;
+  std::vector<std::string> stop;       // non-empty strings
+  bool stream = false;
+  bool include_usage = false;          // stream_options.include_usage
+  bool ignore_eos = false;
+  std::optional<bool> enable_thinking; // chat_template_kwargs.enable_thinking
+};
+
+using ParseResult = std::variant<GenerationRequest, ApiError>;
+
+ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
+                                     const RequestLimits& limits);
+
+// The path of the endpoint ("/v1/chat/completions"), for messages and metrics labels.
+std::string_view endpoint_path(Endpoint endpoint);
+
+}  // namespace strata::serve

@@ -1,0 +1,130 @@
+// Job and Scheduler — generations run one at a time, in arrival order, on one worker thread.
+//
+// Why one at a time: the model's forward uses the whole shared compute::ThreadPool, so two
+// generations would only take turns on it; a FIFO with one worker keeps each generation at full
+// speed and makes the queue (and the 429 when it is full) explicit.
+//
+// Job: one generation request and the channel its results travel through. The worker thread
+// appends text deltas and finally an outcome (or an error); the HTTP thread that owns the request
+// takes them with `wait_*`. The worker never waits for the HTTP thread, so a slow or stalled
+// client cannot slow the generation or those queued behind it: its deltas accumulate in the job
+// (bounded by max_tokens) while the socket drains at its own pace.
+//
+// Scheduler: a bounded FIFO (`max_queue` waiting jobs, not counting the running one) and its
+// worker. `cancel` removes a waiting job at once, or asks the running one to stop (the runner polls
+// `Job::cancel_requested` between tokens and prefill chunks). `shutdown` refuses new jobs, fails
+// the waiting ones (503), gives the running one a grace period, then cancels it, and joins.
+//
+// Thread safety: every method of both classes may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "serve/api_error.h"
+#include "serve/openai_format.h"
+#include "serve/plan.h"
+
+namespace strata::serve {
+
+using Clock = std::chrono::steady_clock;
+
+enum class JobState { Queued, Running, Finished };
+enum class CancelReason { None, ClientGone, Shutdown };
+
+struct GenerationOutcome {
+  FinishReason finish = FinishReason::Stop;
+  Usage usage;
+  bool cancelled = false;  // stopped early by Job::cancel; finish/usage cover what was made
+  double prefill_s = 0;
+  double decode_s = 0;
+};
+
+class Job {
+ public:
+  Job(GenerationPlan plan, Clock::time_point received_at);
+  const GenerationPlan& plan() const { return plan_; }
+  Clock::time_point received_at() const { return received_at_; }
+
+  // Worker side.
+  bool cancel_requested() const { return cancel_.load(std::memory_order_relaxed) != CancelReason::None; }
+  void mark_running();
+  void emit(TextDelta delta);
+  void finish(const GenerationOutcome& outcome);
+  void fail(ApiError error);  // ends the job without a result
+
+  // Any thread.
+  void request_cancel(CancelReason reason);
+  CancelReason cancel_reason() const { return cancel_.load(); }
+  JobState state() const;
+
+  // HTTP side. Waits until the job left the queue (or `timeout`); returns the state.
+  JobState wait_started(std::chrono::milliseconds timeout);
+  struct Update {
+    JobState state = JobState::Queued;
+    std::vector<TextDelta> deltas;               // taken from the job: each is returned once
+    std::optional<GenerationOutcome> outcome;    // set once Finished with a result
+    std::optional<ApiError> error;               // set once Finished by fail()
+  };
+  // Waits until a delta is pending or the job finished (or `timeout`) and takes what is there.
+  Update wait_update(std::chrono::milliseconds timeout);
+
+ private:
+  const GenerationPlan plan_;
+  const Clock::time_point received_at_;
+  std::atomic<CancelReason> cancel_{CancelReason::None};
+  mutable std::mutex mutex_;  // guards everything below
+  std::condition_variable changed_;
+  JobState state_ = JobState::Queued;
+  std::vector<TextDelta> pending_;
+  std::optional<GenerationOutcome> outcome_;
+  std::optional<ApiError> error_;
+};
+
+class Scheduler {
+ public:
+  // Runs one job: emits its deltas and ends it with finish() or fail(). Exceptions become a 500.
+  using Runner = std::function<void(Job&)>;
+  Scheduler(size_t max_queue, Runner runner);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  enum class Admission { Accepted, QueueFull, ShuttingDown };
+  Admission submit(const std::shared_ptr<Job>& job);
+  void cancel(const std::shared_ptr<Job>& job, CancelReason reason);
+
+  size_t queue_depth() const;
+  size_t max_queue() const { return max_queue_; }
+  bool busy() const;  // a job is running
+
+  // Idempotent; returns once the worker has exited.
+  void shutdown(std::chrono::milliseconds grace);
+  // Cancels the running job now (a second SIGTERM during shutdown).
+  void cancel_running();
+
+ private:
+  void work();
+
+  const size_t max_queue_;
+  const Runner runner_;
+  mutable std::mutex mutex_;  // guards queue_, running_, stopping_
+  std::condition_variable wake_;
+  std::condition_variable idle_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::shared_ptr<Job> running_;
+  bool stopping_ = false;
+  std::mutex join_mutex_;  // one thread joins the worker
+  std::thread worker_;
+};
+
+}  // namespace strata::serve
