@@ -1,0 +1,163 @@
+// The expert hierarchy through the `strata` binary: pack/--check, budgets with bounded peak RSS on
+// a model whose experts are 10x the budget, same tokens as the mapped path, and the messages for
+// a missing or stale sidecar, a bad budget and profiles.
+#include <gtest/gtest.h>
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <regex>
+
+#include "experts/sidecar.h"
+#include "gguf/gguf.h"
+#include "synth/synth.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string output;  // stdout + stderr
+};
+
+Result run(const std::string& args) {
+  const std::string command = std::string(STRATA_BINARY) + " " + args + " 2>&1";
+  Result result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return result;
+  std::array<char, 4096> buffer{};
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+double peak_rss_mib(const std::string& output) {
+  std::smatch m;
+  if (!std::regex_search(output, m, std::regex(R"(peak RSS (\d+) MiB)"))) return -1;
+  return std::stod(m[1]);
+}
+
+std::string last_line_of_ids(const std::string& output) {
+  std::smatch m;
+  if (!std::regex_search(output, m, std::regex(R"((\n|^)(\d+(,\d+)+)\n)"))) return "";
+  return m[2];
+}
+
+class ExpertCli : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / fmt::format("strata-expert-cli-{}", getpid());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string file(const std::string& name) const { return (dir_ / name).string(); }
+
+  // qwen3moe, 4 layers x 64 experts of 3 x 256 x 512 Q8_0 (~108 MB of experts, ~2 MB dense).
+  std::string streaming_model(const std::string& name, uint64_t seed) const {
+    SynthOptions options;
+    options.hparams = synth_shape("tiny-qwen3moe");
+    options.hparams.n_embd = 256;
+    options.hparams.n_ff_exp = 512;
+    options.hparams.n_ff_shexp = 0;
+    options.hparams.n_expert = 64;
+    options.hparams.n_expert_used = 4;
+    options.dense_type = GgmlType::Q8_0;
+    options.expert_type = GgmlType::Q8_0;
+    options.seed = seed;
+    const std::string path = file(name);
+    write_synthetic_model(options, path);
+    return path;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ExpertCli, BudgetBoundsPeakRssAndKeepsTheTokens) {
+  const std::string model = streaming_model("m.gguf", 3);
+  const std::string tokens = "--tokens 1,2,3,4,5 -n 24 --temp 0 --print-ids -t 2";
+
+  const Result missing = run(fmt::format("run -m {} {} --ram-budget 10%", model, tokens));
+  EXPECT_EQ(missing.status, 1) << missing.output;
+  EXPECT_NE(missing.output.find("is missing"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("strata pack"), std::string::npos) << missing.output;
+
+  const Result pack = run("pack " + model);
+  ASSERT_EQ(pack.status, 0) << pack.output;
+  const Result check = run("pack --check " + model);
+  ASSERT_EQ(check.status, 0) << check.output;
+  EXPECT_NE(check.output.find("OK"), std::string::npos) << check.output;
+
+  const auto gguf = GgufFile::open(model);
+  const SidecarLayout layout = SidecarLayout::for_gguf(*gguf);
+  const double expert_mib = double(layout.total_expert_bytes()) / (1 << 20);
+  const double dense_mib = double(gguf->file_size()) / (1 << 20) - expert_mib;
+
+  const Result mapped = run(fmt::format("run -m {} {} --mapped-experts", model, tokens));
+  ASSERT_EQ(mapped.status, 0) << mapped.output;
+  const Result streamed = run(fmt::format("run -m {} {} --ram-budget 10% --io-threads 2", model, tokens));
+  ASSERT_EQ(streamed.status, 0) << streamed.output;
+  EXPECT_EQ(last_line_of_ids(streamed.output), last_line_of_ids(mapped.output)) << streamed.output;
+  EXPECT_FALSE(last_line_of_ids(mapped.output).empty()) << mapped.output;
+
+  // Peak RSS ≤ what a tiny model's run needs (binary, libraries, threads) + dense bytes + the
+  // arena (10% of experts + transient slots) + 16 MiB for activations and allocator slack.
+  const std::string tiny = file("tiny.gguf");
+  ASSERT_EQ(run("synth --shape tiny-qwen3moe " + tiny).status, 0);
+  const Result base = run(fmt::format("run -m {} {}", tiny, tokens));
+  ASSERT_EQ(base.status, 0) << base.output;
+  std::smatch arena;
+  ASSERT_TRUE(std::regex_search(streamed.output, arena, std::regex(R"(\(([\d.]+) MiB arena)"))) << streamed.output;
+  const double bound = peak_rss_mib(base.output) + dense_mib + std::stod(arena[1]) + 16;
+  const double peak = peak_rss_mib(streamed.output);
+  EXPECT_GT(peak, 0) << streamed.output;
+  EXPECT_LE(peak, bound) << streamed.output;
+  EXPECT_LT(peak, peak_rss_mib(base.output) + expert_mib / 2) << "experts must not all be resident";
+  EXPECT_NE(streamed.output.find("misses/token"), std::string::npos) << streamed.output;
+  RecordProperty("peak_rss_streamed_mib", std::to_string(peak));
+  RecordProperty("peak_rss_mapped_mib", std::to_string(peak_rss_mib(mapped.output)));
+  RecordProperty("expert_mib", std::to_string(expert_mib));
+}
+
+TEST_F(ExpertCli, StaleSidecarIsNamedAndPackRebuildsIt) {
+  const std::string model = streaming_model("m.gguf", 3);
+  ASSERT_EQ(run("pack " + model).status, 0);
+  streaming_model("m.gguf", 4);  // same shapes, other weights
+  const std::string tokens = "--tokens 1,2,3 -n 4 --temp 0 --print-ids -t 1";
+  const Result stale = run(fmt::format("run -m {} {} --slots-per-layer 4", model, tokens));
+  EXPECT_EQ(stale.status, 1) << stale.output;
+  EXPECT_NE(stale.output.find("stale"), std::string::npos) << stale.output;
+  const Result rebuilt = run(fmt::format("run -m {} {} --slots-per-layer 4 --pack", model, tokens));
+  EXPECT_EQ(rebuilt.status, 0) << rebuilt.output;
+  EXPECT_NE(rebuilt.output.find("rebuilding"), std::string::npos) << rebuilt.output;
+  const Result bad = run(fmt::format("run -m {} {} --ram-budget 12Q", model, tokens));
+  EXPECT_EQ(bad.status, 1) << bad.output;
+  EXPECT_NE(bad.output.find("--ram-budget: expected a size"), std::string::npos) << bad.output;
+}
+
+TEST_F(ExpertCli, ProfileFillsAndPins) {
+  const std::string model = file("t.gguf");
+  const std::string tokenizer = std::string(STRATA_TEST_DATA_DIR) + "/tokenizer";
+  ASSERT_EQ(run(fmt::format("synth --shape tiny-qwen4exp --tokenizer {} {}", tokenizer, model)).status, 0);
+  const Result profile = run(fmt::format("profile -m {} -p \"the quick brown fox jumps over the lazy dog\" -o {}",
+                                         model, file("t.profile")));
+  ASSERT_EQ(profile.status, 0) << profile.output;
+  EXPECT_NE(profile.output.find("routing of"), std::string::npos) << profile.output;
+  const std::string args = fmt::format("run -m {} -p hello -n 8 --temp 0 --print-ids -t 1", model);
+  const Result plain = run(args + " --mapped-experts");
+  const Result filled = run(args + fmt::format(" --pack --slots-per-layer 4 --fill {} --pin 2", file("t.profile")));
+  ASSERT_EQ(filled.status, 0) << filled.output;
+  EXPECT_EQ(last_line_of_ids(filled.output), last_line_of_ids(plain.output)) << filled.output;
+  const Result no_fill = run(args + " --slots-per-layer 4 --pin 2");
+  EXPECT_EQ(no_fill.status, 1);
+  EXPECT_NE(no_fill.output.find("--pin needs --fill"), std::string::npos) << no_fill.output;
+}
+
+}  // namespace
+}  // namespace strata
