@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
+#include "util/phase_timer.h"
 #include "util/progress.h"
 
 namespace strata::cli {
@@ -28,6 +29,7 @@ struct RunOptions {
   ModelOptions model;
   ExpertOptions experts;
   std::string telemetry_out;  // one JSON line per generated token
+  bool profile = false;       // split decode time into phases
   std::string prompt;
   std::string token_ids;
   int n_predict = 64;
@@ -143,6 +145,8 @@ void run(const RunOptions& options) {
   }
   const double prefill_s = seconds_since(prefill_start);
   const ExpertStoreStats prefill_stats = store ? store->stats() : ExpertStoreStats{};
+  PhaseTimes phase_times;
+  if (options.profile) active_phase_times() = &phase_times;
 
   std::optional<StreamingDecoder> decoder;
   if (tokenizer && !options.print_ids) decoder.emplace(*tokenizer);
@@ -207,6 +211,20 @@ void run(const RunOptions& options) {
   if (store)
     fmt::print(stderr, "strata: decode {}\n",
                format_expert_stats(store->stats() - prefill_stats, std::max(generated - 1, 1)));
+  if (options.profile) {
+    active_phase_times() = nullptr;
+    const int steps = std::max(generated - 1, 1);
+    const double total_ms = decode_s * 1e3 / steps;
+    double accounted = 0;
+    std::string line = fmt::format("strata: profile per decoded token: {:.3f} ms =", total_ms);
+    for (size_t p = 0; p < phase_times.ms.size(); ++p) {
+      const double ms = phase_times.ms[p] / steps;
+      accounted += ms;
+      line += fmt::format(" {} {:.3f} ms ({:.0f}%) +", phase_name(Phase(p)), ms, 100 * ms / total_ms);
+    }
+    line += fmt::format(" other {:.3f} ms", total_ms - accounted);
+    fmt::print(stderr, "{}\n", line);
+  }
 }
 
 }  // namespace
@@ -217,6 +235,7 @@ void register_run(CLI::App& app) {
   add_model_options(*cmd, options->model);
   add_sampling_options(*cmd, options->model.sampling);
   add_expert_options(*cmd, options->experts);
+  cmd->add_flag("--profile", options->profile, "split the decode time per token into its parts");
   cmd->add_option("--telemetry", options->telemetry_out, "write one JSON line of expert/I/O counters per decoded token");
   auto* prompt = cmd->add_option("-p,--prompt", options->prompt, "prompt text");
   cmd->add_option("--tokens", options->token_ids, "prompt as comma-separated token ids")->excludes(prompt);

@@ -20,6 +20,7 @@ namespace {
 constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'E', 'X'};
 constexpr uint64_t kHeaderBytes = kSidecarAlign;
 constexpr uint64_t kLayerEntryBytes = 64;
+constexpr uint64_t kIdentitySampleBytes = 4096;
 
 uint64_t align_up(uint64_t value, uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
@@ -124,11 +125,33 @@ std::vector<uint8_t> layer_entries(const SidecarLayout& layout) {
 uint64_t gguf_identity(const GgufFile& gguf) {
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
+  const uint64_t file_size = gguf.file_size();
+  XXH3_64bits_update(state, &file_size, sizeof file_size);
+  std::vector<uint8_t> sample(kIdentitySampleBytes);
   for (const TensorInfo& t : gguf.tensors()) {
     XXH3_64bits_update(state, t.name.data(), t.name.size());
     const uint64_t fields[7] = {uint64_t(t.type), uint64_t(t.ne[0]), uint64_t(t.ne[1]),
                                 uint64_t(t.ne[2]), uint64_t(t.ne[3]), t.file_offset, t.n_bytes};
     XXH3_64bits_update(state, fields, sizeof fields);
+    // The first and last bytes of every tensor's data, so a re-converted or re-quantized model of
+    // the same shape is told apart. pread, not the mapping: hashing must not fault in pages.
+    const uint64_t n = std::min<uint64_t>(t.n_bytes, kIdentitySampleBytes);
+    for (const uint64_t offset : {t.file_offset, t.file_offset + t.n_bytes - n}) {
+      if (n == 0) break;
+      if (gguf.fd() < 0) {
+        XXH3_64bits_update(state, gguf.tensor_data(t) + (offset - t.file_offset), n);
+        continue;
+      }
+      uint64_t done = 0;
+      while (done < n) {
+        const ssize_t got = pread(gguf.fd(), sample.data() + done, n - done, off_t(offset + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) fail("{}: reading tensor {} to identify the model: {}", gguf.path(), t.name,
+                           got < 0 ? std::strerror(errno) : "file ends early");
+        done += uint64_t(got);
+      }
+      XXH3_64bits_update(state, sample.data(), n);
+    }
   }
   const uint64_t hash = XXH3_64bits_digest(state);
   XXH3_freeState(state);
@@ -292,7 +315,7 @@ Sidecar Sidecar::open(const std::string& path, const GgufFile& gguf) {
   r.seek(16);
   const uint64_t gguf_size = r.get(8), identity = r.get(8);
   if (gguf_size != expected.gguf_size || identity != expected.gguf_identity)
-    fail("{}: stale: it was packed from a different model file (size {} vs {}, tensor table "
+    fail("{}: stale: it was packed from a different model file (size {} vs {}, identity "
          "{:016x} vs {:016x}); {}",
          path, gguf_size, expected.gguf_size, identity, expected.gguf_identity, rebuild);
   if (!std::equal(header.begin(), header.end(), got_header.begin()))

@@ -4,6 +4,7 @@
 
 #include "compute/cpu/ops.h"
 #include "util/error.h"
+#include "util/phase_timer.h"
 
 namespace strata {
 namespace {
@@ -72,7 +73,10 @@ void moe_forward(compute::ThreadPool& pool, const HParams& hp, const MoeWeights&
                  const MoeWeights* next_router) {
   const int64_t n_embd = hp.n_embd;
   Routing routing;
-  moe_route(pool, hp, w, x, n_rows, routing);
+  {
+    ScopedPhase phase(Phase::Router);
+    moe_route(pool, hp, w, x, n_rows, routing);
+  }
   experts.observe_routing(layer, routing);
   const int k = routing.k;
 
@@ -80,13 +84,16 @@ void moe_forward(compute::ThreadPool& pool, const HParams& hp, const MoeWeights&
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
   experts.begin_layer(layer, used);
-  if (next_router && experts.wants_prediction())
+  if (next_router && experts.wants_prediction()) {
+    ScopedPhase phase(Phase::Router);
     experts.predict(layer + 1, moe_predict(pool, hp, *next_router, x, n_rows));
+  }
 
   // The shared expert first: it needs no routed bytes, so it overlaps the misses' reads.
   std::vector<float> shared;
   if (w.has_shared()) {
     shared.resize(static_cast<size_t>(n_rows * n_embd));
+    ScopedPhase phase(Phase::SharedExpert);
     swiglu(pool, w.shared_gate, w.shared_up, w.shared_down, x, n_rows, shared.data());
   }
 
@@ -106,13 +113,18 @@ void moe_forward(compute::ThreadPool& pool, const HParams& hp, const MoeWeights&
   std::vector<float> rows_in;
   int index = -1;
   ExpertMatrices matrices;
-  while (experts.next(index, matrices)) {
+  while (true) {
+    {
+      ScopedPhase phase(Phase::ExpertFetch);
+      if (!experts.next(index, matrices)) break;
+    }
     const size_t e = size_t(index);
     const int64_t n = int64_t(row_ids[e].size());
     rows_in.resize(static_cast<size_t>(n * n_embd));
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(x + row_ids[e][size_t(i)] * n_embd, n_embd, rows_in.data() + i * n_embd);
     outputs[e].resize(static_cast<size_t>(n * n_embd));
+    ScopedPhase phase(Phase::RoutedExperts);
     swiglu(pool, matrices.gate, matrices.up, matrices.down, rows_in.data(), n, outputs[e].data());
   }
 

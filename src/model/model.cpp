@@ -6,6 +6,7 @@
 #include "model/tensor_specs.h"
 #include "quant/quant.h"
 #include "util/error.h"
+#include "util/phase_timer.h"
 
 namespace strata {
 namespace {
@@ -150,6 +151,7 @@ void Model::embed(std::span<const int32_t> tokens, float* out) const {
 void Model::mixer_forward(compute::ThreadPool& pool, ModelState& state, int l, const float* x,
                           int64_t n_rows, float* y) const {
   const LayerWeights& lw = layers_[size_t(l)];
+  ScopedPhase phase(Phase::Mixer);
   if (lw.kind == LayerKind::GatedDeltaNet)
     gated_deltanet_forward(pool, hp_, lw.deltanet, state.deltanet[size_t(l)], x, n_rows, y);
   else
@@ -193,6 +195,7 @@ void Model::forward(compute::ThreadPool& pool, ModelState& state, std::span<cons
   run_layers(pool, state, tokens, experts ? *experts : *mapped_experts_, hidden);
   state.n_past += int64_t(tokens.size());
   const int64_t n_rows = int64_t(tokens.size());
+  ScopedPhase phase(Phase::Head);
   switch (rows) {
     case LogitRows::None:
       logits.clear();
