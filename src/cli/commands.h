@@ -15,5 +15,6 @@ void register_synth(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_pack(CLI::App& app);
 void register_profile(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace strata::cli

@@ -3,8 +3,8 @@
 // far-apart pieces of the GGUF. Built by `strata pack`; read by the ExpertStore.
 //
 // File layout (little-endian; version 1)
-//   [0, 4096)        header: magic "STRATAEX", version, the GGUF's size and tensor-table identity
-//                    (XXH3-64 over every tensor's name, type, shape, offset and size), block count,
+//   [0, 4096)        header: magic "STRATAEX", version, the GGUF's size and identity
+//                    (gguf_identity below), block count,
 //                    expert count, checksum chunk size, offsets of the data and table, total file
 //                    size, and an XXH3-64 of the header bytes before it.
 //   [data_offset)    records, layer by layer, expert by expert; a layer's record of expert e starts
@@ -73,7 +73,9 @@ struct SidecarLayout {
   uint64_t largest_record() const;
 };
 
-// Hash of the GGUF's tensor table: what binds a sidecar (and profiles, usage files) to a model.
+// What binds a sidecar (and profiles, usage files) to a model: XXH3-64 over the file size, every
+// tensor's name, type, shape, offset and size, and the first and last 4 KiB of its data (read with
+// pread; about two small reads per tensor, so opening stays fast for a 35 GB file).
 uint64_t gguf_identity(const GgufFile& gguf);
 
 // "<model>.experts"

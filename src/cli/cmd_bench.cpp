@@ -1,0 +1,259 @@
+// `strata bench experts` — decode speed against the expert RAM budget, each next to its ceiling.
+//
+// One run measures, side by side on the same machine state:
+//   1. the sidecar's read bandwidth with the miss access pattern (random whole records, O_DIRECT,
+//      the store's own I/O pool), for --disk-seconds;
+//   2. for every budget (default 100%, 50%, 25%, 10% of the expert bytes), --repeats cold runs of
+//      a fixed prompt then -n greedy decode steps: tok/s (median, min, max), misses and bytes read
+//      per token, I/O wait per token;
+//   3. the I/O ceiling of each budget: measured bandwidth ÷ bytes read per token.
+// Prints a Markdown table; --svg draws tok/s and ceilings per budget; --json keeps the numbers.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/commands.h"
+#include "cli/expert_options.h"
+#include "cli/model_options.h"
+#include "engine/session.h"
+#include "util/atomic_file.h"
+#include "util/byte_size.h"
+#include "util/error.h"
+#include "util/progress.h"
+
+namespace strata::cli {
+namespace {
+
+struct BenchOptions {
+  ModelOptions model;
+  ExpertOptions experts;
+  std::string budgets = "100%,50%,25%,10%";
+  int n_decode = 32;
+  int n_prompt = 16;
+  int repeats = 3;
+  double disk_seconds = 2.0;
+  std::string svg;
+  std::string json;
+};
+
+struct BudgetResult {
+  std::string label;
+  uint64_t budget_bytes = 0;
+  int slots = 0;
+  std::vector<double> tps;
+  double misses_per_token = 0, mb_per_token = 0, io_wait_ms_per_token = 0, hit_rate = 0;
+  double median() const {
+    std::vector<double> v = tps;
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+ExpertStoreOptions store_options(const BenchOptions& o) {
+  ExpertStoreOptions s;
+  s.io_threads = o.experts.io_threads;
+  s.urgent_only_threads = o.experts.io_threads > 1 ? 1 : 0;
+  s.read_ahead = !o.experts.no_read_ahead;
+  s.direct_io = !o.experts.no_direct_io;
+  return s;
+}
+
+// Bytes/s reading random whole records through the store's miss path (no compute).
+double measure_read_bandwidth(const Model& model, const std::string& sidecar_path, const BenchOptions& o,
+                              bool& direct) {
+  ExpertStoreOptions s = store_options(o);
+  s.slots_per_layer = 1;
+  s.read_ahead = false;
+  ExpertStore store(model, Sidecar::open(sidecar_path, model.file()), s);
+  direct = store.direct_io();
+  const SidecarLayout& layout = store.sidecar().layout();
+  std::vector<int> blocks;
+  for (uint32_t b = 0; b < layout.n_block; ++b)
+    if (layout.layers[b].present) blocks.push_back(int(b));
+  std::mt19937_64 rng(1234);
+  const int k = model.hparams().n_expert_used;
+  const auto start = std::chrono::steady_clock::now();
+  while (seconds_since(start) < o.disk_seconds) {
+    const int b = blocks[rng() % blocks.size()];
+    std::vector<int32_t> ids;
+    while (int(ids.size()) < k) {
+      const int32_t e = int32_t(rng() % layout.n_expert);
+      if (std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
+    }
+    std::sort(ids.begin(), ids.end());
+    store.begin_layer(b, ids);
+    int index;
+    ExpertMatrices m;
+    while (store.next(index, m)) {
+    }
+  }
+  return double(store.stats().bytes_read) / seconds_since(start);
+}
+
+std::string svg_plot(const std::vector<BudgetResult>& results, const std::string& title) {
+  const double width = 640, height = 360, left = 60, bottom = 50, top = 40;
+  double max_y = 0;
+  for (const auto& r : results) {
+    for (double t : r.tps) max_y = std::max(max_y, t);
+  }
+  max_y = max_y > 0 ? max_y * 1.25 : 1;
+  const double plot_h = height - top - bottom, slot_w = (width - left - 20) / double(results.size());
+  std::string svg = fmt::format(
+      "<svg xmlns='http://www.w3.org/2000/svg' width='{0}' height='{1}' font-family='sans-serif' font-size='12'>\n"
+      "<rect width='{0}' height='{1}' fill='white'/>\n<text x='{2}' y='22' font-size='14'>{3}</text>\n",
+      width, height, left, title);
+  for (int i = 0; i <= 4; ++i) {
+    const double y = top + plot_h * (1 - i / 4.0);
+    svg += fmt::format("<line x1='{}' x2='{}' y1='{:.1f}' y2='{:.1f}' stroke='#ddd'/><text x='8' y='{:.1f}'>{:.1f}</text>\n",
+                       left, width - 20, y, y, y + 4, max_y * i / 4.0);
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    const BudgetResult& r = results[i];
+    const double x = left + slot_w * double(i) + slot_w * 0.2, w = slot_w * 0.6;
+    const double h = plot_h * r.median() / max_y;
+    svg += fmt::format("<rect x='{:.1f}' y='{:.1f}' width='{:.1f}' height='{:.1f}' fill='#4a7bd0'/>\n", x,
+                       top + plot_h - h, w, h);
+    double lo = 1e300, hi = 0;
+    for (double t : r.tps) lo = std::min(lo, t), hi = std::max(hi, t);
+    svg += fmt::format("<line x1='{0:.1f}' x2='{0:.1f}' y1='{1:.1f}' y2='{2:.1f}' stroke='black'/>\n", x + w / 2,
+                       top + plot_h * (1 - lo / max_y), top + plot_h * (1 - hi / max_y));
+    svg += fmt::format("<text x='{:.1f}' y='{:.1f}' text-anchor='middle'>{:.1f}</text>\n", x + w / 2,
+                       top + plot_h - h - 6, r.median());
+    svg += fmt::format("<text x='{:.1f}' y='{:.1f}' text-anchor='middle'>{}</text>\n", x + w / 2,
+                       height - bottom + 18, r.label);
+  }
+  svg += fmt::format("<text x='{}' y='{}'>budget (share of expert bytes); bars: median tok/s, whiskers: min-max</text>\n",
+                     left, height - 12);
+  return svg + "</svg>\n";
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  AtomicFile out(path);
+  out.write(std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+  out.commit();
+}
+
+void bench_experts(const BenchOptions& o) {
+  const std::string path = resolve_model_path(o.model);
+  const auto model = Model::load(path);
+  const std::string sidecar_path = sidecar_path_for(path);
+  {
+    ExpertOptions probe = o.experts;  // builds the sidecar with --pack, validates it otherwise
+    probe.slots_per_layer = 1;
+    probe.quiet = true;
+    open_expert_store(*model, path, probe);
+  }
+  const SidecarLayout layout = Sidecar::open(sidecar_path, model->file()).layout();
+  const uint64_t expert_bytes = layout.total_expert_bytes();
+  compute::ThreadPool pool(resolve_threads(o.model));
+
+  bool direct = false;
+  const double bandwidth = measure_read_bandwidth(*model, sidecar_path, o, direct);
+  fmt::print("model {} ({}), experts {} in {} layers, {} threads, {} I/O threads\n", path,
+             arch_name(model->hparams().arch), format_bytes(expert_bytes), layout.n_block, pool.size(),
+             o.experts.io_threads);
+  fmt::print("sidecar read bandwidth (random records, {}): {:.2f} GB/s\n\n",
+             direct ? "O_DIRECT" : "page cache", bandwidth / 1e9);
+
+  std::vector<int32_t> prompt(size_t(o.n_prompt));
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919 + 13) % uint64_t(model->hparams().n_vocab));
+  std::vector<BudgetResult> results;
+  std::string budgets = o.budgets;
+  for (size_t pos = 0; pos <= budgets.size();) {
+    const size_t comma = std::min(budgets.find(',', pos), budgets.size());
+    BudgetResult r;
+    r.label = budgets.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (r.label.empty()) continue;
+    r.budget_bytes = parse_byte_size(r.label, expert_bytes, "--budgets");
+    ExpertStoreStats total;
+    int steps = 0;
+    for (int rep = 0; rep < o.repeats; ++rep) {
+      ExpertStoreOptions s = store_options(o);
+      s.budget_bytes = r.budget_bytes;
+      ExpertStore store(*model, Sidecar::open(sidecar_path, model->file()), s);
+      r.slots = store.slots_per_layer();
+      Session session(*model, pool, &store);
+      session.prefill(prompt);
+      const ExpertStoreStats before = store.stats();
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < o.n_decode; ++i) {
+        const std::vector<float>& logits = session.logits();
+        session.decode(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+      }
+      r.tps.push_back(o.n_decode / seconds_since(start));
+      const ExpertStoreStats d = store.stats() - before;
+      total.misses += d.misses;
+      total.hits += d.hits;
+      total.needed += d.needed;
+      total.bytes_read += d.bytes_read;
+      total.io_wait_ms += d.io_wait_ms;
+      steps += o.n_decode;
+    }
+    r.misses_per_token = double(total.misses) / steps;
+    r.mb_per_token = double(total.bytes_read) / steps / 1e6;
+    r.io_wait_ms_per_token = total.io_wait_ms / steps;
+    r.hit_rate = total.hit_rate();
+    results.push_back(r);
+  }
+
+  fmt::print("| budget | slots/layer | tok/s median (min-max) | hit rate | misses/token | MB read/token | I/O wait ms/token | I/O ceiling tok/s | of ceiling |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|\n");
+  for (const BudgetResult& r : results) {
+    const double lo = *std::min_element(r.tps.begin(), r.tps.end());
+    const double hi = *std::max_element(r.tps.begin(), r.tps.end());
+    const double ceiling = r.mb_per_token > 0 ? bandwidth / (r.mb_per_token * 1e6) : 0;
+    fmt::print("| {} ({}) | {} | {:.2f} ({:.2f}-{:.2f}) | {:.1f}% | {:.2f} | {:.2f} | {:.2f} | {} | {} |\n", r.label,
+               format_bytes(r.budget_bytes), r.slots, r.median(), lo, hi, 100 * r.hit_rate, r.misses_per_token,
+               r.mb_per_token, r.io_wait_ms_per_token, ceiling > 0 ? fmt::format("{:.2f}", ceiling) : "-",
+               ceiling > 0 ? fmt::format("{:.0f}%", 100 * r.median() / ceiling) : "-");
+  }
+  if (!o.svg.empty()) {
+    write_text(o.svg, svg_plot(results, fmt::format("strata decode tok/s vs expert RAM budget ({})", path)));
+    fmt::print("\nplot: {}\n", o.svg);
+  }
+  if (!o.json.empty()) {
+    nlohmann::json j;
+    j["model"] = path;
+    j["expert_bytes"] = expert_bytes;
+    j["read_bandwidth_bytes_per_s"] = bandwidth;
+    j["direct_io"] = direct;
+    for (const BudgetResult& r : results)
+      j["budgets"].push_back({{"budget", r.label}, {"budget_bytes", r.budget_bytes}, {"slots_per_layer", r.slots},
+                              {"tok_s", r.tps}, {"median_tok_s", r.median()}, {"hit_rate", r.hit_rate},
+                              {"misses_per_token", r.misses_per_token}, {"mb_per_token", r.mb_per_token},
+                              {"io_wait_ms_per_token", r.io_wait_ms_per_token}});
+    write_text(o.json, j.dump(2) + "\n");
+  }
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks (measured side by side in one run)");
+  bench->require_subcommand(1);
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = bench->add_subcommand("experts", "Decode tok/s vs expert RAM budget, next to the I/O ceiling");
+  add_model_options(*cmd, o->model);
+  add_expert_options(*cmd, o->experts);
+  cmd->add_option("--budgets", o->budgets, "comma-separated budgets (bytes or % of expert bytes)");
+  cmd->add_option("-n,--n-decode", o->n_decode, "decode steps per run")->check(CLI::Range(1, 100000));
+  cmd->add_option("--prompt-tokens", o->n_prompt, "prompt length")->check(CLI::Range(1, 100000));
+  cmd->add_option("--repeats", o->repeats, "cold runs per budget")->check(CLI::Range(1, 1000));
+  cmd->add_option("--disk-seconds", o->disk_seconds, "time spent measuring read bandwidth")->check(CLI::Range(0.1, 600.0));
+  cmd->add_option("--svg", o->svg, "write a plot of tok/s per budget");
+  cmd->add_option("--json", o->json, "write the numbers as JSON");
+  cmd->callback([o] { bench_experts(*o); });
+}
+
+}  // namespace strata::cli
