@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/expert_options.h"
 #include "cli/model_options.h"
 #include "compute/cpu/thread_pool.h"
 #include "model/model.h"
@@ -30,6 +31,7 @@ namespace {
 
 struct ServeOptions {
   ModelOptions model;
+  ExpertOptions experts;
   serve::ServerOptions server;
   std::string alias;
   bool seed_given = false;
@@ -55,11 +57,13 @@ void run_serve(const ServeOptions& options) {
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   const ChatTemplate chat_template = ChatTemplate::from_gguf(model->file());
   compute::ThreadPool pool(resolve_threads(options.model));
+  const std::unique_ptr<ExpertStore> store = open_expert_store(*model, path, options.experts);
 
   serve::ServedModel served;
   served.model = model.get();
   served.tokenizer = &tokenizer;
   served.chat_template = &chat_template;
+  served.expert_store = store.get();
   served.id = options.alias.empty() ? std::filesystem::path(path).stem().string() : options.alias;
   served.n_ctx = model->hparams().n_ctx_train;
   served.end_of_turn = tokenizer.find_token(ChatTemplate::kEndOfTurn);
@@ -96,6 +100,7 @@ void register_serve(CLI::App& app) {
   auto options = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (docs/serve.md)");
   add_model_options(*cmd, options->model);
+  add_expert_options(*cmd, options->experts);
   // llama.cpp server's defaults for requests that set no sampling fields.
   options->model.sampling.temperature = 0.8f;
   options->model.sampling.top_p = 0.95f;
@@ -121,6 +126,10 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--http-threads", server.http_threads, "connection threads (default: max-queue + 16)")
       ->check(CLI::Range(0, 100000));
+  cmd->add_option("--send-buffer", server.send_buffer_bytes,
+                  "kernel send buffer per connection in bytes (0 = autotuned, up to MiBs); caps what a client "
+                  "that stops reading pins in the kernel, the rest waits in the server")
+      ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--alias", options->alias, "model id clients use (default: the file name without .gguf)");
   cmd->add_flag("--quiet", [options](int64_t) { options->server.access_log = false; }, "no access log on stderr");
   cmd->callback([options, cmd] {

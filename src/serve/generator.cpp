@@ -6,6 +6,7 @@
 
 #include "engine/sampler.h"
 #include "engine/session.h"
+#include "experts/expert_store.h"
 #include "model/model.h"
 #include "serve/stop_matcher.h"
 #include "text/think_filter.h"
@@ -34,7 +35,7 @@ void Generator::run(Job& job) {
   GenerationOutcome outcome;
   outcome.usage.prompt_tokens = report.prompt_tokens;
   try {
-    Session session(*served_.model, pool_);
+    Session session(*served_.model, pool_, served_.expert_store);
     Sampler sampler(plan.sampling);
     StreamingDecoder decoder(*served_.tokenizer, DecodeOptions{.render_control = false});
     StopMatcher stops(plan.stop);
@@ -99,6 +100,7 @@ void Generator::run(Job& job) {
     report.decode_s = outcome.decode_s;
     report.total_s = seconds_between(job.received_at(), ended);
     metrics_.record_generation(report);
+    if (served_.expert_store) metrics_.set_expert_stats(served_.expert_store->stats());
     job.finish(outcome);
   } catch (...) {
     report.finish_reason = "error";

@@ -175,9 +175,11 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
   http.set_tcp_nodelay(true);
   // httplib's default sets SO_REUSEPORT, which lets a second server bind the same port and take
   // half of the connections; SO_REUSEADDR alone still allows a quick restart.
-  http.set_socket_options([](socket_t sock) {
+  // Accepted connections inherit the listener's SO_SNDBUF.
+  http.set_socket_options([send_buffer = options.send_buffer_bytes](socket_t sock) {
     const int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (send_buffer > 0) setsockopt(sock, SOL_SOCKET, SO_SNDBUF, &send_buffer, sizeof(send_buffer));
   });
   add_routes();
 }

@@ -34,6 +34,7 @@ struct ServerOptions {
   double shutdown_grace_s = 10;        // time the running generation gets to finish on shutdown
   int io_timeout_s = 10;               // socket read/write timeout (a stalled client is dropped)
   int http_threads = 0;                // 0 = max_queue + 16
+  int send_buffer_bytes = 0;           // SO_SNDBUF per connection; 0 = the kernel's autotuning
   bool access_log = true;              // one stderr line per response
 };
 

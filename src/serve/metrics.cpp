@@ -82,6 +82,11 @@ void ServeMetrics::record_generation(const Generation& g) {
   if (g.decode_s > 0 && g.completion_tokens > 1) last_decode_tps_ = double(g.completion_tokens - 1) / g.decode_s;
 }
 
+void ServeMetrics::set_expert_stats(const ExpertStoreStats& stats) {
+  std::lock_guard lock(mutex_);
+  experts_ = stats;
+}
+
 std::string ServeMetrics::render(const LiveGauges& live) const {
   std::string out;
   std::lock_guard lock(mutex_);
@@ -120,6 +125,30 @@ std::string ServeMetrics::render(const LiveGauges& live) const {
   out += fmt::format("strata_queue_capacity {}\n", live.queue_capacity);
   header(out, "strata_generation_running", "gauge", "1 while a generation runs");
   out += fmt::format("strata_generation_running {}\n", live.running ? 1 : 0);
+  if (experts_) {
+    const ExpertStoreStats& e = *experts_;
+    struct Counter {
+      const char* name;
+      uint64_t value;
+      const char* help;
+    };
+    const Counter counters[] = {
+        {"needed", e.needed, "Routed experts the forward asked for (per layer and window)"},
+        {"hits", e.hits, "Asked-for experts that were resident"},
+        {"misses", e.misses, "Asked-for experts read urgently"},
+        {"read_ahead_issued", e.read_ahead_issued, "Read-ahead reads started"},
+        {"read_ahead_used", e.read_ahead_used, "Read-ahead reads the layer then needed"},
+        {"bytes_read", e.bytes_read, "Bytes read from the expert sidecar"}};
+    for (const Counter& c : counters) {
+      const std::string name = fmt::format("strata_expert_{}_total", c.name);
+      header(out, name, "counter", c.help);
+      out += fmt::format("{} {}\n", name, c.value);
+    }
+    header(out, "strata_expert_io_wait_seconds_total", "counter", "ExpertStore: time the forward waited for reads");
+    out += fmt::format("strata_expert_io_wait_seconds_total {}\n", number(e.io_wait_ms / 1000.0));
+    header(out, "strata_expert_hit_ratio", "gauge", "ExpertStore: hits / needed since start");
+    out += fmt::format("strata_expert_hit_ratio {}\n", number(e.hit_rate()));
+  }
   return out;
 }
 

@@ -12,8 +12,11 @@
 //   strata_queue_wait_seconds                    histogram: received -> generation started
 //   strata_request_duration_seconds              histogram: received -> generation ended
 //   strata_queue_depth, strata_queue_capacity, strata_generation_running   (live gauges)
-// Expert-store figures (hit rate, bytes read) and speculative acceptance join this list when
-// those parts of the engine report them.
+//   strata_expert_*                              the ExpertStore's counters (hits, misses, hit
+//                                                ratio, bytes read, I/O wait, read-ahead), as of
+//                                                the end of the last generation; absent when
+//                                                experts are read through the GGUF mapping
+// Speculative acceptance joins this list when speculative decoding exists.
 // Thread safety: all methods may be called from any thread.
 #pragma once
 
@@ -24,7 +27,10 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <optional>
 #include <vector>
+
+#include "experts/expert_store.h"
 
 namespace strata::serve {
 
@@ -67,6 +73,8 @@ class ServeMetrics {
   };
   void record_generation(const Generation& generation);
   void observe_time_to_first_token(double seconds) { ttft_.observe(seconds); }
+  // A snapshot of the store's counters (the store itself is read on the worker thread only).
+  void set_expert_stats(const ExpertStoreStats& stats);
 
   std::string render(const LiveGauges& live) const;
 
@@ -77,6 +85,7 @@ class ServeMetrics {
   uint64_t prompt_tokens_ = 0, completion_tokens_ = 0;
   double prefill_s_ = 0, decode_s_ = 0;
   double last_prompt_tps_ = 0, last_decode_tps_ = 0;
+  std::optional<ExpertStoreStats> experts_;
   Histogram ttft_, queue_wait_, duration_;
 };
 

@@ -22,6 +22,7 @@
 
 namespace strata {
 class Model;
+class ExpertStore;
 }
 
 namespace strata::serve {
@@ -31,6 +32,7 @@ struct ServedModel {
   const Model* model = nullptr;
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;
+  ExpertStore* expert_store = nullptr;  // nullptr: experts read through the GGUF mapping
   std::string id;                      // the name clients use ("strata-default")
   int64_t n_ctx = 0;                   // 0 = the file sets no limit
   std::optional<int32_t> end_of_turn;  // <|im_end|>, when the vocabulary has it

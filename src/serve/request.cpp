@@ -389,7 +389,8 @@ void read_limits_and_stream(const json& body, const RequestLimits& limits, Gener
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     const json* value = field(body, key);
     if (!value) continue;
-    if (value->is_number_integer() && !value->is_number_unsigned() && value->get<int64_t>() < 1)
+    if (value->is_number_integer() && value->get<int64_t>() < 1 &&
+        (!value->is_number_unsigned() || value->get<uint64_t>() == 0))
       reject(key, "expected an integer >= 1, found {}", value->get<int64_t>());
     if (value->is_number_integer() &&
         (value->is_number_unsigned() ? value->get<uint64_t>() > uint64_t(max_allowed) : value->get<int64_t>() > max_allowed))

@@ -1,0 +1,100 @@
+// libFuzzer target for the server's request handling without sockets (src/serve/request.h,
+// stop_matcher.h, openai_format.h). Input layout: byte 0 selects the mode, the rest is the payload.
+//   mode 0/1: the payload is a /v1/chat/completions or /v1/completions body. Invariants (trap on
+//             violation): parse_generation_request never throws; a rejection is a 4xx ApiError with
+//             a message, and its JSON body parses back; an accepted request obeys the limits
+//             (max_tokens in [1, n_ctx], token ids in the vocabulary, at most 4 non-empty stops,
+//             include_usage only with stream, chat has messages); the completion and chunk JSON
+//             built from its text parse back.
+//   mode 2:   StopMatcher: "stop1\x1fstop2...\x1etext"; the text cut after each stop-string search
+//             is the same fed whole or byte by byte.
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "serve/openai_format.h"
+#include "serve/request.h"
+#include "serve/stop_matcher.h"
+
+namespace {
+
+using namespace strata::serve;
+
+void check(bool ok) {
+  if (!ok) __builtin_trap();
+}
+
+bool parses_back(const std::string& text) { return !nlohmann::json::parse(text, nullptr, false).is_discarded(); }
+
+void fuzz_parse(std::string_view body, Endpoint endpoint) {
+  RequestLimits limits;
+  limits.model_id = "strata-default";
+  limits.n_vocab = 6144;
+  limits.n_ctx = 4096;
+  const ParseResult result = parse_generation_request(body, endpoint, limits);
+  if (const ApiError* error = std::get_if<ApiError>(&result)) {
+    check(error->status >= 400 && error->status < 500);
+    check(!error->message.empty());
+    check(parses_back(dump_json(error_json(*error))));
+    return;
+  }
+  const GenerationRequest& request = std::get<GenerationRequest>(result);
+  check(request.model == limits.model_id);
+  if (request.max_tokens) check(*request.max_tokens >= 1 && *request.max_tokens <= limits.n_ctx);
+  check(request.stop.size() <= limits.max_stop_strings);
+  for (const std::string& stop : request.stop) check(!stop.empty() && stop.size() <= limits.max_stop_bytes);
+  check(!request.include_usage || request.stream);
+  if (endpoint == Endpoint::ChatCompletions) {
+    check(!request.messages.empty());
+  } else if (request.prompt_is_tokens) {
+    check(!request.prompt_tokens.empty());
+    for (int32_t id : request.prompt_tokens) check(id >= 0 && id < limits.n_vocab);
+  }
+  // The reply objects built from request text (stand-in for generated text) are valid JSON.
+  const std::string text = endpoint == Endpoint::ChatCompletions ? request.messages[0].content : request.prompt_text;
+  const CompletionIdentity identity{endpoint, new_completion_id(endpoint), 0, request.model};
+  check(parses_back(dump_json(completion_json(identity, {text, text}, FinishReason::Stop, {1, 2}))));
+  const std::string event = sse_event(delta_chunk(identity, {text, ""}, request.include_usage));
+  check(event.rfind("data: ", 0) == 0 && event.size() >= 8 && event.substr(event.size() - 2) == "\n\n");
+  check(parses_back(event.substr(6, event.size() - 8)));
+}
+
+void fuzz_stop(std::string_view payload) {
+  const size_t split = payload.find('\x1e');
+  if (split == std::string_view::npos) return;
+  std::vector<std::string> stops;
+  std::string_view list = payload.substr(0, split);
+  while (!list.empty()) {
+    const size_t end = list.find('\x1f');
+    stops.emplace_back(list.substr(0, end));
+    list = end == std::string_view::npos ? std::string_view() : list.substr(end + 1);
+  }
+  const std::string_view text = payload.substr(split + 1);
+  StopMatcher whole(stops), bytes(stops);
+  std::string a = whole.push(text) + whole.finish();
+  std::string b;
+  for (size_t i = 0; i < text.size() && !bytes.stopped(); ++i) b += bytes.push(text.substr(i, 1));
+  b += bytes.finish();
+  check(a == b);
+  check(whole.stopped() == bytes.stopped());
+  // The output is a prefix of the text, and a stop string never survives in it.
+  check(text.substr(0, a.size()) == a);
+  for (const std::string& stop : stops)
+    if (!stop.empty()) check(a.find(stop) == std::string::npos);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const std::string_view payload(reinterpret_cast<const char*>(data) + 1, size - 1);
+  switch (data[0] % 3) {
+    case 0: fuzz_parse(payload, Endpoint::ChatCompletions); break;
+    case 1: fuzz_parse(payload, Endpoint::Completions); break;
+    default: fuzz_stop(payload); break;
+  }
+  return 0;
+}

@@ -1,0 +1,115 @@
+// The official openai npm client against `strata serve`: models, chat and completions, streamed
+// and whole, usage in streams, and the SDK's typed errors for bad requests.
+// Usage: node client.mjs BASE_URL (e.g. http://127.0.0.1:8080/v1). Exits non-zero on a failure.
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import OpenAI from "openai";
+
+const sdkVersion = JSON.parse(readFileSync(new URL("./node_modules/openai/package.json", import.meta.url))).version;
+
+const client = new OpenAI({ baseURL: process.argv[2], apiKey: "not-needed", maxRetries: 0, timeout: 120_000 });
+let checks = 0;
+async function check(name, fn) {
+  await fn();
+  checks += 1;
+  console.log(`ok - ${name}`);
+}
+
+await check("models.list", async () => {
+  const models = [];
+  for await (const model of client.models.list()) models.push(model.id);
+  assert.deepEqual(models, ["strata-default"]);
+  const one = await client.models.retrieve("strata-default");
+  assert.equal(one.object, "model");
+});
+
+const chatRequest = {
+  model: "strata-default",
+  messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "Say something." }],
+  max_tokens: 12,
+  temperature: 0,
+  chat_template_kwargs: { enable_thinking: false },
+};
+
+let wholeChat;
+await check("chat.completions.create", async () => {
+  wholeChat = await client.chat.completions.create(chatRequest);
+  assert.equal(wholeChat.object, "chat.completion");
+  assert.equal(wholeChat.choices.length, 1);
+  assert.equal(wholeChat.choices[0].message.role, "assistant");
+  assert.equal(typeof wholeChat.choices[0].message.content, "string");
+  assert.ok(["stop", "length"].includes(wholeChat.choices[0].finish_reason));
+  assert.equal(wholeChat.usage.total_tokens, wholeChat.usage.prompt_tokens + wholeChat.usage.completion_tokens);
+});
+
+await check("chat.completions.create stream + include_usage", async () => {
+  const stream = await client.chat.completions.create({
+    ...chatRequest,
+    stream: true,
+    stream_options: { include_usage: true },
+  });
+  let content = "";
+  let finish = null;
+  let usage = null;
+  let role = null;
+  for await (const chunk of stream) {
+    assert.equal(chunk.object, "chat.completion.chunk");
+    if (chunk.usage) usage = chunk.usage;
+    for (const choice of chunk.choices) {
+      role = role ?? choice.delta.role ?? null;
+      content += choice.delta.content ?? "";
+      finish = choice.finish_reason ?? finish;
+    }
+  }
+  assert.equal(role, "assistant");
+  assert.equal(content, wholeChat.choices[0].message.content);
+  assert.equal(finish, wholeChat.choices[0].finish_reason);
+  assert.deepEqual(usage, wholeChat.usage);
+});
+
+await check("chat stream helper (finalChatCompletion)", async () => {
+  const runner = client.chat.completions.stream(chatRequest);
+  const final = await runner.finalChatCompletion();
+  assert.equal(final.choices[0].message.content, wholeChat.choices[0].message.content);
+});
+
+await check("completions.create, whole and streamed", async () => {
+  const request = { model: "strata-default", prompt: "And God said", max_tokens: 20, temperature: 0 };
+  const whole = await client.completions.create(request);
+  assert.equal(whole.object, "text_completion");
+  assert.equal(whole.usage.completion_tokens, 20);
+  let text = "";
+  for await (const chunk of await client.completions.create({ ...request, stream: true })) {
+    text += chunk.choices[0]?.text ?? "";
+  }
+  assert.equal(text, whole.choices[0].text);
+});
+
+await check("seeded sampling repeats", async () => {
+  const request = { model: "strata-default", prompt: "The", max_tokens: 10, temperature: 1, seed: 99 };
+  const a = await client.completions.create(request);
+  const b = await client.completions.create(request);
+  assert.equal(a.choices[0].text, b.choices[0].text);
+});
+
+await check("typed errors", async () => {
+  await assert.rejects(client.chat.completions.create({ ...chatRequest, model: "gpt-4o" }), (error) => {
+    assert.ok(error instanceof OpenAI.NotFoundError, String(error));
+    assert.equal(error.status, 404);
+    assert.equal(error.error?.param ?? error.param, "model");
+    return true;
+  });
+  await assert.rejects(client.chat.completions.create({ ...chatRequest, max_tokens: -1 }), (error) => {
+    assert.ok(error instanceof OpenAI.BadRequestError, String(error));
+    assert.equal(error.param, "max_tokens");
+    assert.match(error.message, /max_tokens/);
+    return true;
+  });
+  await assert.rejects(client.chat.completions.create({ ...chatRequest, messages: [] }), (error) => {
+    assert.ok(error instanceof OpenAI.BadRequestError, String(error));
+    assert.equal(error.param, "messages");
+    return true;
+  });
+});
+
+console.log(`openai ${sdkVersion} (npm): ${checks} checks passed`);

@@ -1,0 +1,239 @@
+// The request parser (serve/request.h): valid requests become the right struct; every kind of bad
+// input becomes an ApiError with the right status, the field named in `param` and in the message.
+#include "serve/request.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace strata::serve {
+namespace {
+
+RequestLimits limits() {
+  RequestLimits l;
+  l.model_id = "strata-default";
+  l.n_vocab = 1000;
+  l.n_ctx = 4096;
+  return l;
+}
+
+GenerationRequest accept(std::string_view body, Endpoint endpoint = Endpoint::ChatCompletions) {
+  ParseResult result = parse_generation_request(body, endpoint, limits());
+  if (const ApiError* error = std::get_if<ApiError>(&result)) {
+    ADD_FAILURE() << "rejected: " << error->message << "\nbody: " << body;
+    return {};
+  }
+  return std::get<GenerationRequest>(result);
+}
+
+ApiError reject(std::string_view body, Endpoint endpoint = Endpoint::ChatCompletions) {
+  ParseResult result = parse_generation_request(body, endpoint, limits());
+  if (std::holds_alternative<GenerationRequest>(result)) {
+    ADD_FAILURE() << "accepted: " << body;
+    return {};
+  }
+  return std::get<ApiError>(result);
+}
+
+constexpr const char* kUser = R"("messages":[{"role":"user","content":"hi"}])";
+
+std::string chat(std::string_view extra) { return fmt::format("{{{}{}{}}}", kUser, extra.empty() ? "" : ",", extra); }
+
+TEST(ServeRequest, ChatWithEveryHonouredField) {
+  const GenerationRequest r = accept(
+      R"({"model":"strata-default","messages":[{"role":"system","content":"be brief"},
+          {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+          {"role":"assistant","content":null,"reasoning_content":"hmm"},{"role":"developer","content":"d"}],
+          "max_tokens":12,"temperature":0.5,"top_p":0.9,"seed":-1,"n":1,"stop":["x","yz"],
+          "stream":true,"stream_options":{"include_usage":true},"top_k":40,"min_p":0.05,
+          "repeat_penalty":1.1,"ignore_eos":true,"chat_template_kwargs":{"enable_thinking":false},
+          "user":"u","frequency_penalty":0,"logprobs":false,"tools":[],"response_format":{"type":"text"}})");
+  EXPECT_EQ(r.endpoint, Endpoint::ChatCompletions);
+  EXPECT_EQ(r.model, "strata-default");
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[1].content, "ab");
+  EXPECT_EQ(r.messages[2].role, "assistant");
+  EXPECT_EQ(r.messages[2].content, "");
+  EXPECT_EQ(r.messages[2].reasoning_content, "hmm");
+  EXPECT_EQ(r.messages[3].role, "system");
+  EXPECT_EQ(r.max_tokens, 12);
+  EXPECT_FLOAT_EQ(*r.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(*r.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.sampling.seed, UINT64_MAX);
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(*r.sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(*r.sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"x", "yz"}));
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_TRUE(r.ignore_eos);
+  EXPECT_EQ(r.enable_thinking, false);
+}
+
+TEST(ServeRequest, MinimalChatUsesDefaults) {
+  const GenerationRequest r = accept(chat(""));
+  EXPECT_EQ(r.model, "strata-default");  // no "model": the served one
+  EXPECT_FALSE(r.max_tokens);
+  EXPECT_FALSE(r.sampling.temperature);
+  EXPECT_FALSE(r.sampling.seed);
+  EXPECT_TRUE(r.stop.empty());
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.enable_thinking);
+}
+
+TEST(ServeRequest, NullMeansUnset) {
+  const GenerationRequest r = accept(chat(R"("max_tokens":null,"stop":null,"seed":null,"temperature":null)"));
+  EXPECT_FALSE(r.max_tokens);
+  EXPECT_FALSE(r.sampling.seed);
+  EXPECT_TRUE(r.stop.empty());
+}
+
+TEST(ServeRequest, MaxCompletionTokensIsTheNewerName) {
+  EXPECT_EQ(accept(chat(R"("max_completion_tokens":7)")).max_tokens, 7);
+}
+
+TEST(ServeRequest, CompletionPromptForms) {
+  EXPECT_EQ(accept(R"({"prompt":"Once"})", Endpoint::Completions).prompt_text, "Once");
+  EXPECT_EQ(accept(R"({"prompt":["Once"]})", Endpoint::Completions).prompt_text, "Once");
+  const GenerationRequest ids = accept(R"({"prompt":[1,2,999]})", Endpoint::Completions);
+  EXPECT_TRUE(ids.prompt_is_tokens);
+  EXPECT_EQ(ids.prompt_tokens, (std::vector<int32_t>{1, 2, 999}));
+  EXPECT_EQ(accept(R"({"prompt":[[5,6]]})", Endpoint::Completions).prompt_tokens, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(accept(R"({"prompt":"a","stop":"\n"})", Endpoint::Completions).stop, (std::vector<std::string>{"\n"}));
+}
+
+struct BadCase {
+  const char* what;
+  std::string body;
+  Endpoint endpoint;
+  int status;
+  const char* param;       // expected error.param ("" = none)
+  const char* in_message;  // a piece the message must contain
+};
+
+TEST(ServeRequest, BadInputNamesTheField) {
+  const Endpoint C = Endpoint::ChatCompletions, P = Endpoint::Completions;
+  const BadCase cases[] = {
+      {"empty body", "", C, 400, "", "empty"},
+      {"not JSON", "{nope", C, 400, "", "not valid JSON"},
+      {"trailing comma", R"({"messages":[{"role":"user","content":"x"},]})", C, 400, "messages[1]", "not valid JSON"},
+      {"array body", "[1,2]", C, 400, "", "JSON object"},
+      {"invalid UTF-8", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\xff\"}]}", C, 400,
+       "messages[0].content", "not valid UTF-8"},
+      {"overlong UTF-8", "{\"prompt\":\"\xc0\xaf\"}", P, 400, "prompt", "not valid UTF-8"},
+      {"lone surrogate escape", R"({"prompt":"\ud800"})", P, 400, "prompt", "not valid JSON"},
+      {"too deep", std::string(40, '[') + std::string(40, ']'), C, 400, "", "nested deeper"},
+      {"unknown model", chat(R"("model":"gpt-4")"), C, 404, "model", "gpt-4"},
+      {"model wrong type", chat(R"("model":7)"), C, 400, "model", "expected a string"},
+      {"no messages", R"({"model":"strata-default"})", C, 400, "messages", "required"},
+      {"empty messages", R"({"messages":[]})", C, 400, "messages", "non-empty"},
+      {"messages not array", R"({"messages":"hi"})", C, 400, "messages", "found \"hi\""},
+      {"message not object", R"({"messages":[3]})", C, 400, "messages[0]", "message object"},
+      {"no role", R"({"messages":[{"content":"x"}]})", C, 400, "messages[0].role", "required"},
+      {"bad role", R"({"messages":[{"role":"wizard","content":"x"}]})", C, 400, "messages[0].role", "wizard"},
+      {"content number", R"({"messages":[{"role":"user","content":5}]})", C, 400, "messages[0].content", "found 5"},
+      {"user content null", R"({"messages":[{"role":"user","content":null}]})", C, 400, "messages[0].content",
+       "required"},
+      {"image part", R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})", C, 400,
+       "messages[0].content[0].type", "only \"text\""},
+      {"tool calls", R"({"messages":[{"role":"assistant","content":"","tool_calls":[{}]}]})", C, 400,
+       "messages[0].tool_calls", "not supported"},
+      {"max_tokens string", chat(R"("max_tokens":"10")"), C, 400, "max_tokens", "expected an integer"},
+      {"max_tokens float", chat(R"("max_tokens":1.5)"), C, 400, "max_tokens", "expected an integer"},
+      {"negative max_tokens", chat(R"("max_tokens":-5)"), C, 400, "max_tokens", "-5"},
+      {"zero max_tokens", chat(R"("max_tokens":0)"), C, 400, "max_tokens", ">= 1"},
+      {"huge max_tokens", chat(R"("max_tokens":1000000)"), C, 400, "max_tokens", "context length"},
+      {"u64 max_tokens", chat(R"("max_tokens":18446744073709551615)"), C, 400, "max_tokens", "context length"},
+      {"beyond u64 max_tokens", chat(R"("max_tokens":1e30)"), C, 400, "max_tokens", "expected an integer"},
+      {"temperature string", chat(R"("temperature":"hot")"), C, 400, "temperature", "\"hot\""},
+      {"temperature too high", chat(R"("temperature":3)"), C, 400, "temperature", "between 0 and 2"},
+      {"top_p above 1", chat(R"("top_p":1.5)"), C, 400, "top_p", "between 0 and 1"},
+      {"seed float", chat(R"("seed":1.5)"), C, 400, "seed", "integer"},
+      {"n=2", chat(R"("n":2)"), C, 400, "n", "n=1"},
+      {"stream string", chat(R"("stream":"yes")"), C, 400, "stream", "true or false"},
+      {"stream_options without stream", chat(R"("stream_options":{"include_usage":true})"), C, 400,
+       "stream_options", "stream is true"},
+      {"include_usage number", chat(R"("stream":true,"stream_options":{"include_usage":1})"), C, 400,
+       "stream_options.include_usage", "true or false"},
+      {"stop empty", chat(R"("stop":"")"), C, 400, "stop", "non-empty"},
+      {"stop number", chat(R"("stop":[1])"), C, 400, "stop[0]", "expected a string"},
+      {"five stops", chat(R"("stop":["a","b","c","d","e"])"), C, 400, "stop", "at most 4"},
+      {"tools", chat(R"("tools":[{"type":"function"}])"), C, 400, "tools", "not supported"},
+      {"logprobs", chat(R"("logprobs":true)"), C, 400, "logprobs", "not supported"},
+      {"presence penalty", chat(R"("presence_penalty":0.5)"), C, 400, "presence_penalty", "not supported"},
+      {"json mode", chat(R"("response_format":{"type":"json_object"})"), C, 400, "response_format.type", "text"},
+      {"no prompt", R"({"max_tokens":3})", P, 400, "prompt", "required"},
+      {"prompt number", R"({"prompt":5})", P, 400, "prompt", "found 5"},
+      {"empty prompt array", R"({"prompt":[]})", P, 400, "prompt", "non-empty"},
+      {"two prompts", R"({"prompt":["a","b"]})", P, 400, "prompt", "only one prompt"},
+      {"token out of range", R"({"prompt":[1,1000]})", P, 400, "prompt[1]", "outside the vocabulary"},
+      {"negative token", R"({"prompt":[-1]})", P, 400, "prompt[0]", "outside the vocabulary"},
+      {"echo", R"({"prompt":"a","echo":true})", P, 400, "echo", "not supported"},
+      {"best_of", R"({"prompt":"a","best_of":3})", P, 400, "best_of", "best_of=1"},
+  };
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    const ApiError error = reject(c.body, c.endpoint);
+    EXPECT_EQ(error.status, c.status);
+    EXPECT_EQ(error.param, c.param);
+    EXPECT_NE(error.message.find(c.in_message), std::string::npos) << error.message;
+    if (*c.param) {
+      EXPECT_NE(error.message.find(c.param), std::string::npos) << error.message;
+    }
+    EXPECT_EQ(error.type, "invalid_request_error");
+  }
+}
+
+TEST(ServeRequest, UnknownModelIsModelNotFound) {
+  const ApiError error = reject(chat(R"("model":"other")"));
+  EXPECT_EQ(error.code, "model_not_found");
+  EXPECT_NE(error.message.find("strata-default"), std::string::npos);
+}
+
+TEST(ServeRequest, MalformedJsonReportsWhere) {
+  const ApiError error = reject(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":tru})");
+  EXPECT_NE(error.message.find("max_tokens"), std::string::npos) << error.message;
+  EXPECT_NE(error.message.find("column"), std::string::npos) << error.message;
+}
+
+TEST(ServeRequest, UnknownFieldsAreIgnored) {
+  EXPECT_EQ(accept(chat(R"("some_future_field":{"x":[1,2,3]})")).messages.size(), 1u);
+}
+
+TEST(ServeRequest, EveryPrefixOfAValidBodyIsHandled) {
+  // Truncated bodies (a client cut off mid-send) are rejected cleanly, never accepted halfway.
+  const std::string body = chat(R"("max_tokens":5,"stop":["a\u00e9"],"stream":true)");
+  for (size_t n = 0; n < body.size(); ++n) {
+    const ParseResult result = parse_generation_request(std::string_view(body).substr(0, n),
+                                                        Endpoint::ChatCompletions, limits());
+    ASSERT_TRUE(std::holds_alternative<ApiError>(result)) << n;
+    EXPECT_EQ(std::get<ApiError>(result).status, 400);
+  }
+}
+
+TEST(ServeRequest, CommittedFuzzSeedsBehaveAsNamed) {
+  // tests/data/fuzz/serve_request: byte 0 picks the endpoint (0 chat, 1 completions, 2 the stop
+  // matcher); *_bad* bodies are rejected, the others accepted.
+  int checked = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(STRATA_TEST_DATA_DIR) + "/fuzz/serve_request")) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    const std::string seed = bytes.str();
+    if (seed.empty() || seed[0] > 1) continue;
+    SCOPED_TRACE(entry.path().filename().string());
+    const Endpoint endpoint = seed[0] == 0 ? Endpoint::ChatCompletions : Endpoint::Completions;
+    const ParseResult result = parse_generation_request(std::string_view(seed).substr(1), endpoint, limits());
+    const bool bad = entry.path().filename().string().find("_bad") != std::string::npos;
+    EXPECT_EQ(std::holds_alternative<ApiError>(result), bad);
+    ++checked;
+  }
+  EXPECT_GE(checked, 6);
+}
+
+}  // namespace
+}  // namespace strata::serve

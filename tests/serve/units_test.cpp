@@ -1,0 +1,276 @@
+// The pure parts of the server: the OpenAI response shapes, stop strings, the scheduler's queue
+// bound, order and cancellation, and the Prometheus text.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "serve/metrics.h"
+#include "serve/openai_format.h"
+#include "serve/scheduler.h"
+#include "serve/stop_matcher.h"
+
+namespace strata::serve {
+namespace {
+
+using namespace std::chrono_literals;
+
+CompletionIdentity chat_identity() { return {Endpoint::ChatCompletions, "chatcmpl-abc", 1700000000, "m"}; }
+
+TEST(ServeFormat, ChatChunksHaveOpenAiShapeAndKeyOrder) {
+  EXPECT_EQ(dump_json(chat_role_chunk(chat_identity(), false)),
+            R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)"
+            R"("system_fingerprint":"fp_strata","choices":[{"index":0,"delta":{"role":"assistant","content":"",)"
+            R"("refusal":null},"logprobs":null,"finish_reason":null}]})");
+  EXPECT_EQ(sse_event(delta_chunk(chat_identity(), {"Hi", ""}, true)),
+            "data: "
+            R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)"
+            R"("system_fingerprint":"fp_strata","choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,)"
+            R"("finish_reason":null}],"usage":null})"
+            "\n\n");
+  EXPECT_EQ(dump_json(finish_chunk(chat_identity(), FinishReason::Length, false)["choices"][0]),
+            R"({"index":0,"delta":{},"logprobs":null,"finish_reason":"length"})");
+  EXPECT_EQ(dump_json(usage_chunk(chat_identity(), {5, 3})),
+            R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)"
+            R"("system_fingerprint":"fp_strata","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,)"
+            R"("total_tokens":8}})");
+  EXPECT_EQ(dump_json(delta_chunk(chat_identity(), {"", "think"}, false)["choices"][0]["delta"]),
+            R"({"reasoning_content":"think"})");
+}
+
+TEST(ServeFormat, WholeCompletions) {
+  const Json chat = completion_json(chat_identity(), {"Hello", "hmm"}, FinishReason::Stop, {4, 2});
+  EXPECT_EQ(chat["object"], "chat.completion");
+  EXPECT_EQ(dump_json(chat["choices"][0]),
+            R"({"index":0,"message":{"role":"assistant","content":"Hello","refusal":null,"reasoning_content":"hmm"},)"
+            R"("logprobs":null,"finish_reason":"stop"})");
+  EXPECT_EQ(chat["usage"]["total_tokens"], 6);
+  const CompletionIdentity text{Endpoint::Completions, "cmpl-x", 1, "m"};
+  const Json completion = completion_json(text, {"abc", ""}, FinishReason::Length, {1, 3});
+  EXPECT_EQ(completion["object"], "text_completion");
+  EXPECT_EQ(dump_json(completion["choices"][0]), R"({"text":"abc","index":0,"logprobs":null,"finish_reason":"length"})");
+  EXPECT_EQ(dump_json(delta_chunk(text, {"t", ""}, false)["choices"][0]),
+            R"({"text":"t","index":0,"logprobs":null,"finish_reason":null})");
+}
+
+TEST(ServeFormat, ErrorsAndIds) {
+  ApiError error = invalid_field("max_tokens", "expected {}", 1);
+  EXPECT_EQ(dump_json(error_json(error)),
+            R"({"error":{"message":"max_tokens: expected 1","type":"invalid_request_error","param":"max_tokens",)"
+            R"("code":null}})");
+  const std::string a = new_completion_id(Endpoint::ChatCompletions), b = new_completion_id(Endpoint::ChatCompletions);
+  EXPECT_EQ(a.rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(a.size(), 9u + 24u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(new_completion_id(Endpoint::Completions).rfind("cmpl-", 0), 0u);
+}
+
+TEST(ServeFormat, InvalidUtf8NeverBreaksTheJson) {
+  EXPECT_EQ(dump_json(Json("a\xff")), "\"a\xEF\xBF\xBD\"");
+}
+
+std::string feed(StopMatcher& matcher, std::string_view text, size_t piece) {
+  std::string out;
+  for (size_t i = 0; i < text.size() && !matcher.stopped(); i += piece) out += matcher.push(text.substr(i, piece));
+  return out + matcher.finish();
+}
+
+TEST(ServeStop, CutsAtTheEarliestStopForAnyChunking) {
+  const std::string text = "Hello, world. The end is near. END";
+  for (size_t piece = 1; piece <= text.size(); ++piece) {
+    SCOPED_TRACE(piece);
+    StopMatcher none({});
+    EXPECT_EQ(feed(none, text, piece), text);
+    StopMatcher matcher({"end", "near", "xyz"});
+    EXPECT_EQ(feed(matcher, text, piece), "Hello, world. The ");
+    EXPECT_TRUE(matcher.stopped());
+    StopMatcher absent({"ENDX"});
+    EXPECT_EQ(feed(absent, text, piece), text);  // the held-back "END" comes out at finish
+    EXPECT_FALSE(absent.stopped());
+  }
+}
+
+TEST(ServeStop, HoldsBackOnlyWhatCouldStartAStop) {
+  StopMatcher matcher({"abc"});
+  EXPECT_EQ(matcher.push("xxab"), "xx");
+  EXPECT_EQ(matcher.push("d"), "abd");
+  EXPECT_EQ(matcher.push("a"), "");
+  EXPECT_EQ(matcher.push("bc tail"), "");
+  EXPECT_TRUE(matcher.stopped());
+  EXPECT_EQ(matcher.push("more"), "");
+}
+
+GenerationPlan tiny_plan() {
+  GenerationPlan plan;
+  plan.prompt = {1};
+  plan.max_new_tokens = 1;
+  return plan;
+}
+
+TEST(ServeScheduler, RunsInOrderAndBoundsTheQueue) {
+  std::atomic<bool> release{false};
+  std::vector<int> order;
+  std::mutex order_mutex;
+  Scheduler scheduler(2, [&](Job& job) {
+    while (!release && !job.cancel_requested()) std::this_thread::sleep_for(1ms);
+    std::lock_guard lock(order_mutex);
+    order.push_back(int(job.plan().max_new_tokens));
+    job.finish({});
+  });
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (int i = 1; i <= 3; ++i) {
+    GenerationPlan plan = tiny_plan();
+    plan.max_new_tokens = i;
+    jobs.push_back(std::make_shared<Job>(plan, Clock::now()));
+    ASSERT_EQ(scheduler.submit(jobs.back()), Scheduler::Admission::Accepted) << i;
+    if (i == 1) {
+      ASSERT_EQ(jobs[0]->wait_started(5s), JobState::Running);
+    }
+  }
+  // One running + two waiting = --max-queue 2 is full.
+  EXPECT_EQ(scheduler.queue_depth(), 2u);
+  EXPECT_EQ(scheduler.submit(std::make_shared<Job>(tiny_plan(), Clock::now())), Scheduler::Admission::QueueFull);
+  release = true;
+  for (auto& job : jobs) EXPECT_EQ(job->wait_update(5s).state, JobState::Finished);
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+}
+
+TEST(ServeScheduler, MaxQueueZeroStillRunsOneAtATime) {
+  Scheduler scheduler(0, [](Job& job) {
+    while (!job.cancel_requested()) std::this_thread::sleep_for(1ms);
+    job.finish({});
+  });
+  auto first = std::make_shared<Job>(tiny_plan(), Clock::now());
+  ASSERT_EQ(scheduler.submit(first), Scheduler::Admission::Accepted);
+  ASSERT_EQ(first->wait_started(5s), JobState::Running);
+  EXPECT_EQ(scheduler.submit(std::make_shared<Job>(tiny_plan(), Clock::now())), Scheduler::Admission::QueueFull);
+  scheduler.cancel(first, CancelReason::ClientGone);
+  EXPECT_EQ(first->wait_update(5s).state, JobState::Finished);
+}
+
+TEST(ServeScheduler, CancelRemovesAWaitingJobAtOnce) {
+  std::atomic<bool> release{false};
+  Scheduler scheduler(4, [&](Job& job) {
+    while (!release) std::this_thread::sleep_for(1ms);
+    job.finish({});
+  });
+  auto running = std::make_shared<Job>(tiny_plan(), Clock::now());
+  auto waiting = std::make_shared<Job>(tiny_plan(), Clock::now());
+  scheduler.submit(running);
+  scheduler.submit(waiting);
+  ASSERT_EQ(running->wait_started(5s), JobState::Running);
+  scheduler.cancel(waiting, CancelReason::ClientGone);
+  EXPECT_EQ(scheduler.queue_depth(), 0u);
+  const Job::Update update = waiting->wait_update(0ms);
+  EXPECT_EQ(update.state, JobState::Finished);
+  EXPECT_TRUE(update.error);
+  release = true;
+}
+
+TEST(ServeScheduler, ShutdownFailsWaitingJobsAndCancelsTheRunningOneAfterGrace) {
+  Scheduler scheduler(4, [](Job& job) {
+    job.emit({"partial", ""});
+    while (!job.cancel_requested()) std::this_thread::sleep_for(1ms);
+    GenerationOutcome outcome;
+    outcome.cancelled = true;
+    job.finish(outcome);
+  });
+  auto running = std::make_shared<Job>(tiny_plan(), Clock::now());
+  auto waiting = std::make_shared<Job>(tiny_plan(), Clock::now());
+  scheduler.submit(running);
+  scheduler.submit(waiting);
+  ASSERT_EQ(running->wait_started(5s), JobState::Running);
+  const auto start = Clock::now();
+  scheduler.shutdown(100ms);
+  EXPECT_GE(Clock::now() - start, 100ms);
+  const Job::Update w = waiting->wait_update(0ms);
+  ASSERT_TRUE(w.error);
+  EXPECT_EQ(w.error->status, 503);
+  const Job::Update r = running->wait_update(0ms);
+  ASSERT_TRUE(r.outcome);
+  EXPECT_TRUE(r.outcome->cancelled);
+  EXPECT_EQ(running->cancel_reason(), CancelReason::Shutdown);
+  ASSERT_EQ(r.deltas.size(), 1u);
+  EXPECT_EQ(r.deltas[0].content, "partial");
+  EXPECT_EQ(scheduler.submit(std::make_shared<Job>(tiny_plan(), Clock::now())), Scheduler::Admission::ShuttingDown);
+}
+
+TEST(ServeScheduler, RunnerExceptionBecomesA500) {
+  Scheduler scheduler(1, [](Job&) { throw std::runtime_error("boom"); });
+  auto job = std::make_shared<Job>(tiny_plan(), Clock::now());
+  scheduler.submit(job);
+  const Job::Update update = job->wait_update(5s);
+  ASSERT_TRUE(update.error);
+  EXPECT_EQ(update.error->status, 500);
+  EXPECT_NE(update.error->message.find("boom"), std::string::npos);
+}
+
+// A line of the text format: "# HELP name text", "# TYPE name kind" or "name[{k="v",...}] value".
+// (No std::regex: g++ 12 warns inside <regex> under ASan.)
+bool prometheus_line_ok(const std::string& line) {
+  auto is_name = [](std::string_view s) {
+    return !s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") == std::string_view::npos;
+  };
+  if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) {
+    const size_t space = line.find(' ', 7);
+    return space != std::string::npos && is_name(std::string_view(line).substr(7, space - 7)) &&
+           space + 1 < line.size();
+  }
+  const size_t space = line.rfind(' ');
+  if (space == std::string::npos) return false;
+  const std::string value = line.substr(space + 1);
+  char* parsed_end = nullptr;
+  std::strtod(value.c_str(), &parsed_end);
+  if (value.empty() || *parsed_end != '\0') return false;
+  std::string_view series = std::string_view(line).substr(0, space);
+  const size_t brace = series.find('{');
+  if (brace == std::string_view::npos) return is_name(series);
+  if (series.back() != '}' || !is_name(series.substr(0, brace))) return false;
+  // labels: k="v" pairs separated by commas
+  std::string_view labels = series.substr(brace + 1, series.size() - brace - 2);
+  while (!labels.empty()) {
+    const size_t eq = labels.find("=\"");
+    if (eq == std::string_view::npos || !is_name(labels.substr(0, eq))) return false;
+    const size_t close = labels.find('"', eq + 2);
+    if (close == std::string_view::npos) return false;
+    labels.remove_prefix(close + 1);
+    if (!labels.empty()) {
+      if (labels[0] != ',') return false;
+      labels.remove_prefix(1);
+    }
+  }
+  return true;
+}
+
+TEST(ServeMetrics, PrometheusTextIsWellFormed) {
+  ServeMetrics metrics;
+  metrics.count_response("/v1/completions", 200);
+  metrics.count_response("/v1/completions", 429);
+  metrics.observe_time_to_first_token(0.03);
+  metrics.observe_time_to_first_token(7);
+  metrics.record_generation({"stop", 10, 5, 0.01, 0.02, 0.1, 0.2});
+  const std::string text = metrics.render({3, 64, true});
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    ASSERT_NE(end, std::string::npos) << "no final newline";
+    const std::string line = text.substr(start, end - start);
+    EXPECT_TRUE(prometheus_line_ok(line)) << line;
+    start = end + 1;
+  }
+  for (const char* expected : {"strata_http_requests_total{path=\"/v1/completions\",status=\"429\"} 1\n",
+                               "strata_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n",
+                               "strata_time_to_first_token_seconds_bucket{le=\"10\"} 2\n",
+                               "strata_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n",
+                               "strata_time_to_first_token_seconds_count 2\n", "strata_queue_depth 3\n",
+                               "strata_queue_capacity 64\n", "strata_generation_running 1\n",
+                               "strata_generations_total{finish_reason=\"stop\"} 1\n",
+                               "strata_prompt_tokens_total 10\n", "strata_completion_tokens_total 5\n",
+                               "strata_decode_tokens_per_second 40\n"})
+    EXPECT_NE(text.find(expected), std::string::npos) << expected;
+}
+
+}  // namespace
+}  // namespace strata::serve
