@@ -65,6 +65,7 @@ ExpertStoreOptions store_options(const BenchOptions& o) {
   s.urgent_only_threads = o.experts.io_threads > 1 ? 1 : 0;
   s.read_ahead = !o.experts.no_read_ahead;
   s.direct_io = !o.experts.no_direct_io;
+  s.io_uring = o.experts.io_backend == "uring";
   return s;
 }
 

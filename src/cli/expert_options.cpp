@@ -43,6 +43,8 @@ void add_expert_options(CLI::App& cmd, ExpertOptions& o) {
   cmd.add_option("--io-threads", o.io_threads, "expert reader threads")->check(CLI::Range(1, 256));
   cmd.add_flag("--no-read-ahead", o.no_read_ahead, "do not predict and prefetch the next layer's experts");
   cmd.add_flag("--no-direct-io", o.no_direct_io, "read the sidecar through the page cache");
+  cmd.add_option("--io-backend", o.io_backend, "expert reads: uring (io_uring when available) or pread")
+      ->check(CLI::IsMember({"uring", "pread"}));
   cmd.add_flag("--pack", o.pack, "build MODEL.experts first when it is missing or stale");
   cmd.add_flag("--mapped-experts", o.mapped, "read experts through the GGUF mapping (no sidecar)");
   cmd.add_option("--fill", o.fill_profile, "expert profile (strata profile) to fill the cache from at start");
@@ -94,6 +96,7 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
   so.urgent_only_threads = o.io_threads > 1 ? 1 : 0;
   so.read_ahead = !o.no_read_ahead;
   so.direct_io = !o.no_direct_io;
+  so.io_uring = o.io_backend == "uring";
   if (!o.ram_budget.empty()) so.budget_bytes = parse_byte_size(o.ram_budget, expert_bytes, "--ram-budget");
   else if (o.slots_per_layer == 0)
     so.budget_bytes = available > 0 ? std::min(expert_bytes, available / 2) : expert_bytes;
@@ -107,10 +110,10 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
   if (!o.quiet)
     fmt::print(stderr,
                "strata: experts from {}: {} slots/layer of {} ({} arena, {:.0f}% of {} expert bytes), "
-               "{} I/O threads, O_DIRECT {}, read-ahead {}\n",
+               "{} I/O threads ({}), O_DIRECT {}, read-ahead {}\n",
                sidecar_path, store->slots_per_layer(), layout.n_expert, format_bytes(store->arena_bytes()),
                100.0 * double(store->slots_per_layer()) / layout.n_expert, format_bytes(expert_bytes),
-               o.io_threads, store->direct_io() ? "on" : "off", store->wants_prediction() ? "on" : "off");
+               o.io_threads, store->io_uring() ? "io_uring" : "pread", store->direct_io() ? "on" : "off", store->wants_prediction() ? "on" : "off");
   return store;
 }
 

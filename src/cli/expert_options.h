@@ -23,6 +23,7 @@ struct ExpertOptions {
   int io_threads = 4;
   bool no_read_ahead = false;
   bool no_direct_io = false;
+  std::string io_backend = "uring";  // uring (when the kernel allows) | pread
   bool pack = false;       // build/rebuild the sidecar when missing or stale
   bool mapped = false;     // force the GGUF mapping (no store)
   std::string fill_profile;

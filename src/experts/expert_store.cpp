@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "experts/block_reader.h"
 #include "util/error.h"
 #include "util/progress.h"
 
@@ -102,6 +103,7 @@ ExpertStore::ExpertStore(const Model& model, Sidecar sidecar, const ExpertStoreO
       fmt::print(stderr, "strata: warning: {}: O_DIRECT refused ({}); reading through the page cache\n",
                  sidecar_.path(), std::strerror(errno));
   }
+  options_.io_uring = options_.io_uring && io_uring_available();
   io_ = std::make_unique<IoPool>(options_.io_threads, options_.urgent_only_threads);
 }
 
@@ -177,23 +179,24 @@ void ExpertStore::assign(Layer& layer, int slot_index, int32_t expert) {
 void ExpertStore::read_chunk(int layer, int32_t expert, uint64_t begin, uint64_t end, uint8_t* dest) {
   const SidecarLayout& layout = sidecar_.layout();
   const uint64_t base = layout.record_offset(layer, expert);
-  uint64_t done = begin;
-  while (done < end) {
+  const ReadBackend backend = options_.io_uring ? ReadBackend::IoUring : ReadBackend::Pread;
+  while (true) {
     const bool direct = fd_direct_ >= 0 && !buffered_fallback_.load(std::memory_order_relaxed);
-    const ssize_t n = pread(direct ? fd_direct_ : fd_buffered_, dest + (done - begin), end - done,
-                            off_t(base + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EINVAL && direct) {
-      if (!buffered_fallback_.exchange(true))
-        fmt::print(stderr, "strata: warning: {}: O_DIRECT reads refused; reading through the page cache\n",
-                   sidecar_.path());
-      continue;
+    try {
+      read_exact(backend, direct ? fd_direct_ : fd_buffered_, base + begin, end - begin, dest,
+                 layout.chunk_bytes);
+      break;
+    } catch (const ReadError& e) {
+      if (e.error_number == EINVAL && direct) {
+        if (!buffered_fallback_.exchange(true))
+          fmt::print(stderr, "strata: warning: {}: O_DIRECT reads refused; reading through the page cache\n",
+                     sidecar_.path());
+        continue;
+      }
+      fail("{}: reading layer {} expert {} (bytes {}..{} of its record, file offset {}): {}", sidecar_.path(),
+           layer, expert, begin, end, e.offset,
+           e.error_number ? std::strerror(e.error_number) : "the file ends early (truncated after it was opened?)");
     }
-    if (n <= 0)
-      fail("{}: reading layer {} expert {} ({} bytes at offset {}): {}", sidecar_.path(), layer,
-           expert, end - done, base + done,
-           n < 0 ? std::strerror(errno) : "the file ends early (truncated after it was opened?)");
-    done += uint64_t(n);
   }
   bytes_read_.fetch_add(end - begin, std::memory_order_relaxed);
   const uint64_t chunk = layout.chunk_bytes;

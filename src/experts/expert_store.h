@@ -18,7 +18,8 @@
 //   what lets MoCE-style routing read residency without making tokens depend on the disk.
 // - Reads: misses go to the I/O pool's urgent queue, read-ahead to its read-ahead queue (a
 //   read-ahead target that the layer then needs is promoted). A record larger than `split_bytes`
-//   is split into chunk-aligned pieces read in parallel. Every chunk is checked against the
+//   is split into chunk-aligned pieces read in parallel by several threads; inside a piece, with
+//   io_uring, every 256 KiB checksum chunk is in flight at once (block_reader.h). Every chunk is checked against the
 //   sidecar's checksum; a failed/short read or a checksum mismatch throws strata::Error from
 //   next() naming the file, layer and expert. O_DIRECT is used when the filesystem allows it
 //   (otherwise a one-time warning and buffered reads).
@@ -52,6 +53,7 @@ struct ExpertStoreOptions {
   int urgent_only_threads = 1;  // of io_threads, reserved for misses
   bool read_ahead = true;
   bool direct_io = true;
+  bool io_uring = true;               // when the kernel allows it; else pread
   uint64_t split_bytes = 512 * 1024;  // rounded up to the sidecar's checksum chunk
   int stream_slots = 0;               // 0: max(4, io_threads)
 };
@@ -99,6 +101,7 @@ class ExpertStore final : public ExpertSource {
   int slots_per_layer() const { return slots_per_layer_; }
   uint64_t arena_bytes() const { return arena_bytes_; }
   bool direct_io() const { return fd_direct_ >= 0 && !buffered_fallback_.load(); }
+  bool io_uring() const { return options_.io_uring; }
   const Sidecar& sidecar() const { return sidecar_; }
   ExpertStoreStats stats() const;
   void reset_stats();

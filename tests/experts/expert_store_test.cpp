@@ -231,6 +231,7 @@ struct Setting {
   bool read_ahead;
   int io_threads;
   bool direct_io;
+  bool io_uring = true;
 };
 
 class Invariance : public testing::TestWithParam<std::string> {};
@@ -244,9 +245,9 @@ TEST_P(Invariance, SameTokensAndBitwiseLogitsForEveryPlacement) {
   const GreedyRun reference = greedy(*model, nullptr, 12);
   const int n_expert = model->hparams().n_expert;
   const Setting settings[] = {
-      {1, true, 1, true},  {1, false, 8, true}, {2, true, 8, true},  {2, false, 1, false},
-      {8, true, 1, true},  {8, true, 8, false}, {8, false, 8, true}, {0, true, 1, true},
-      {0, false, 8, false},
+      {1, true, 1, true},        {1, false, 8, true, false}, {2, true, 8, true},
+      {2, false, 1, false},      {8, true, 1, true, false},  {8, true, 8, false},
+      {8, false, 8, true},       {0, true, 1, true},         {0, false, 8, false, false},
   };
   for (const Setting& s : settings) {
     ExpertStoreOptions options;
@@ -255,11 +256,12 @@ TEST_P(Invariance, SameTokensAndBitwiseLogitsForEveryPlacement) {
     options.io_threads = s.io_threads;
     options.urgent_only_threads = s.io_threads > 1 ? 1 : 0;
     options.direct_io = s.direct_io;
-    options.split_bytes = 4096;  // split even small records, so every read is spread over threads
+    options.io_uring = s.io_uring;
+    options.split_bytes = s.io_uring ? 1 << 20 : 4096;  // pread: spread every record over threads
     ExpertStore store(*model, Sidecar::open(path, model->file()), options);
     const GreedyRun run = greedy(*model, &store, 12);
-    const std::string label = fmt::format("slots {} read-ahead {} io {} direct {}", options.slots_per_layer,
-                                          s.read_ahead, s.io_threads, s.direct_io);
+    const std::string label = fmt::format("slots {} read-ahead {} io {} direct {} uring {}", options.slots_per_layer,
+                                          s.read_ahead, s.io_threads, s.direct_io, s.io_uring);
     EXPECT_EQ(run.tokens, reference.tokens) << label;
     ASSERT_EQ(run.logits.size(), reference.logits.size()) << label;
     EXPECT_EQ(std::memcmp(run.logits.data(), reference.logits.data(), run.logits.size() * sizeof(float)), 0)
