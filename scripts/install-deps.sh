@@ -12,4 +12,4 @@ $SUDO apt-get install -y --no-install-recommends \
   libgtest-dev libgmock-dev libbenchmark-dev \
   clang-14 libclang-rt-14-dev clang-format-14 \
   libicu-dev \
-  python3 tmux
+  python3 tmux curl
