@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/expert_options.h"
 #include "cli/model_options.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/sampler.h"
@@ -43,6 +44,7 @@ void on_sigint(int) {
 
 struct ChatOptions {
   ModelOptions model;
+  ExpertOptions experts;
   std::string system_prompt;
   int max_reply_tokens = 512;
   bool show_thinking = false;
@@ -55,17 +57,19 @@ struct TurnStats {
   double prefill_s = 0;
   size_t reply_tokens = 0;
   double reply_s = 0;
+  ExpertStoreStats experts;
 };
 
 class ChatLoop {
  public:
   ChatLoop(const ChatOptions& options, const Model& model, const Tokenizer& tokenizer,
-           compute::ThreadPool& pool)
+           compute::ThreadPool& pool, ExpertStore* store)
       : options_(options),
         model_(model),
         tokenizer_(tokenizer),
         chat_template_(ChatTemplate::from_gguf(model.file())),
-        session_(model, pool),
+        store_(store),
+        session_(model, pool, store),
         sampler_(options.model.sampling) {
     render_.enable_thinking = !options.no_thinking;
     end_of_turn_ = tokenizer.find_token(ChatTemplate::kEndOfTurn);
@@ -84,6 +88,8 @@ class ChatLoop {
                session_.n_past(), model_.hparams().n_ctx_train, last_.prompt_tokens, last_.prefill_s,
                double(last_.prompt_tokens) / std::max(last_.prefill_s, 1e-9), last_.reply_tokens,
                last_.reply_s, double(last_.reply_tokens) / std::max(last_.reply_s, 1e-9));
+    if (store_)
+      fmt::print("last reply {}\n", format_expert_stats(last_.experts, double(std::max<size_t>(last_.reply_tokens, 1))));
   }
 
   void turn(const std::string& user_text) {
@@ -121,6 +127,7 @@ class ChatLoop {
     g_interrupted.store(false);
     g_generating.store(true);
     const auto reply_start = std::chrono::steady_clock::now();
+    const ExpertStoreStats experts_before = store_ ? store_->stats() : ExpertStoreStats{};
     const char* stop_note = "";
     for (int i = 0; i < options_.max_reply_tokens; ++i) {
       if (g_interrupted.load()) {
@@ -141,6 +148,7 @@ class ChatLoop {
     show(filter.push(decoder.finish()));
     show(filter.finish());
     last_.reply_s = seconds_since(reply_start);
+    if (store_) last_.experts = store_->stats() - experts_before;
     std::cout << stop_note << "\n" << std::flush;
     ChatMessage reply{"assistant", answer, {}};
     if (!thinking.empty()) reply.reasoning_content = thinking;
@@ -156,6 +164,7 @@ class ChatLoop {
   const Model& model_;
   const Tokenizer& tokenizer_;
   ChatTemplate chat_template_;
+  ExpertStore* store_;
   ChatRenderOptions render_;
   Session session_;
   Sampler sampler_;
@@ -171,7 +180,8 @@ void run_chat(const ChatOptions& options) {
     fail("{}: the file has no tokenizer (tokenizer.ggml.*); chat needs one", path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   compute::ThreadPool pool(resolve_threads(options.model));
-  ChatLoop chat(options, *model, tokenizer, pool);
+  const std::unique_ptr<ExpertStore> store = open_expert_store(*model, path, options.experts);
+  ChatLoop chat(options, *model, tokenizer, pool, store.get());
 
   struct sigaction action {};
   action.sa_handler = on_sigint;
@@ -215,6 +225,7 @@ void register_chat(CLI::App& app) {
   options->model.sampling.temperature = 0.7f;
   options->model.sampling.top_p = 0.9f;
   add_sampling_options(*cmd, options->model.sampling);
+  add_expert_options(*cmd, options->experts);
   cmd->add_option("--system", options->system_prompt, "system prompt");
   cmd->add_option("--max-reply", options->max_reply_tokens, "tokens per reply at most")
       ->check(CLI::Range(1, 1 << 20));
