@@ -113,17 +113,17 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
                "{} I/O threads ({}), O_DIRECT {}, read-ahead {}\n",
                sidecar_path, store->slots_per_layer(), layout.n_expert, format_bytes(store->arena_bytes()),
                100.0 * double(store->slots_per_layer()) / layout.n_expert, format_bytes(expert_bytes),
-               o.io_threads, store->io_uring() ? "io_uring" : "pread", store->direct_io() ? "on" : "off", store->wants_prediction() ? "on" : "off");
+               o.io_threads, store->io_uring() ? "io_uring" : "pread", store->direct_io() ? "on" : "off", store->read_ahead_enabled() ? "on" : "off");
   return store;
 }
 
 std::string format_expert_stats(const ExpertStoreStats& s, double tokens) {
   const double per_token = tokens > 0 ? 1.0 / tokens : 0.0;
   return fmt::format(
-      "experts: hit {:.1f}% ({} hits, {} misses, {:.1f} misses/token), read {} ({:.2f} MB/token), "
+      "experts: hit {:.1f}% ({} hits, {} misses, {:.1f} misses/token), read {} ({:.2f} MB/token, misses {:.2f}), "
       "read-ahead precision {:.1f}% recall {:.1f}% ({} issued), I/O wait {:.0f} ms ({:.2f} ms/token)",
       100.0 * s.hit_rate(), s.hits, s.misses, double(s.misses) * per_token, format_bytes(s.bytes_read),
-      double(s.bytes_read) * per_token / 1e6, 100.0 * s.read_ahead_precision(),
+      double(s.bytes_read) * per_token / 1e6, double(s.miss_bytes) * per_token / 1e6, 100.0 * s.read_ahead_precision(),
       100.0 * s.read_ahead_recall(), s.read_ahead_issued, s.io_wait_ms, s.io_wait_ms * per_token);
 }
 

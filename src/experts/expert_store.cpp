@@ -31,6 +31,7 @@ ExpertStoreStats ExpertStoreStats::operator-(const ExpertStoreStats& o) const {
   d.read_ahead_issued = read_ahead_issued - o.read_ahead_issued;
   d.read_ahead_used = read_ahead_used - o.read_ahead_used;
   d.bytes_read = bytes_read - o.bytes_read;
+  d.miss_bytes = miss_bytes - o.miss_bytes;
   d.io_wait_ms = io_wait_ms - o.io_wait_ms;
   return d;
 }
@@ -84,6 +85,7 @@ ExpertStore::ExpertStore(const Model& model, Sidecar sidecar, const ExpertStoreO
     l.smap.assign(size_t(n_expert), kMiss);
     l.kept.assign(size_t(n_expert), 0);
     l.slots.resize(size_t(slots_per_layer_));
+    total_slots_ += uint64_t(slots_per_layer_);
     for (Slot& s : l.slots) {
       s.data = cursor;
       cursor += layout.layers[b].record_bytes;
@@ -170,6 +172,7 @@ void ExpertStore::assign(Layer& layer, int slot_index, int32_t expert) {
   Slot& s = layer.slots[size_t(slot_index)];
   settle(s);
   if (s.expert >= 0) layer.smap[size_t(s.expert)] = kMiss;
+  else ++filled_slots_;
   s.expert = expert;
   s.read_ahead_unused = false;
   s.last_use = clock_;
@@ -285,6 +288,7 @@ void ExpertStore::begin_layer(int layer_index, std::span<const int32_t> experts)
   for (int i : missing) {
     const int32_t e = experts[size_t(i)];
     ++stats_.misses;
+    stats_.miss_bytes += sidecar_.layout().layers[size_t(layer_index)].record_bytes;
     const int victim = evict_victim(layer);
     if (victim >= 0) {
       assign(layer, victim, e);
@@ -346,6 +350,7 @@ bool ExpertStore::next(int& index, ExpertMatrices& out) {
       if (p.transient < 0 && slot_index != kMiss) {
         layer.slots[slot_index].expert = -1;
         layer.slots[slot_index].load.reset();
+        --filled_slots_;
         layer.smap[size_t(p.expert)] = kMiss;
       }
       current_layer_ = -1;

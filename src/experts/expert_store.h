@@ -66,7 +66,8 @@ struct ExpertStoreStats {
   uint64_t misses = 0;             // needed and not resident: urgent reads
   uint64_t read_ahead_issued = 0;  // read-ahead reads started
   uint64_t read_ahead_used = 0;    // of those, needed by the layer they were issued for
-  uint64_t bytes_read = 0;
+  uint64_t bytes_read = 0;          // all reads (misses, read-ahead, fill)
+  uint64_t miss_bytes = 0;          // record bytes of the misses (what the window had to wait for)
   double io_wait_ms = 0;           // the window thread blocked on reads
 
   // Read-ahead precision: used / issued. Recall: of the experts a layer needed that were not
@@ -92,7 +93,11 @@ class ExpertStore final : public ExpertSource {
   // ExpertSource
   void begin_layer(int layer, std::span<const int32_t> experts) override;
   bool next(int& index, ExpertMatrices& out) override;
-  bool wants_prediction() const override { return options_.read_ahead && !all_resident_; }
+  // Read-ahead runs until every expert is resident (then the guess would only cost router time).
+  bool wants_prediction() const override {
+    return options_.read_ahead && !(all_resident_ && filled_slots_ == total_slots_);
+  }
+  bool read_ahead_enabled() const { return options_.read_ahead; }
   void predict(int layer, std::span<const int32_t> experts) override;
 
   // Loads ranking[layer] (most wanted first, up to the layer's slots) and pins the first n_pinned.
@@ -150,6 +155,7 @@ class ExpertStore final : public ExpertSource {
   ExpertStoreOptions options_;
   int slots_per_layer_ = 0;
   bool all_resident_ = false;
+  uint64_t filled_slots_ = 0, total_slots_ = 0;  // cache slots holding an expert / existing
   uint64_t arena_bytes_ = 0;
   void* arena_ = nullptr;
   std::vector<Layer> layers_;
