@@ -5,7 +5,9 @@
 //      the store's own I/O pool), for --disk-seconds;
 //   2. for every budget (default 100%, 50%, 25%, 10% of the expert bytes), --repeats cold runs of
 //      a fixed prompt then -n greedy decode steps: tok/s (median, min, max), misses and bytes read
-//      per token, I/O wait per token;
+//      per token, I/O wait per token, the arena size and the process's RSS with the store alive
+//      (budgets run in the order given, default largest first, so a smaller budget's RSS shows
+//      the memory really came back);
 //   3. the I/O ceiling of each budget: measured bandwidth ÷ miss bytes per token (the reads a
 //      token must wait for; read-ahead reads are shown too but can overlap compute).
 // Prints a Markdown table; --svg draws tok/s and ceilings per budget; --json keeps the numbers.
@@ -49,12 +51,29 @@ struct BudgetResult {
   int slots = 0;
   std::vector<double> tps;
   double misses_per_token = 0, mb_per_token = 0, miss_mb_per_token = 0, io_wait_ms_per_token = 0, hit_rate = 0;
+  double rss_mib = 0, arena_mib = 0;  // after the last run, store alive
+  double ceiling = 0;                 // I/O ceiling tok/s (0: no misses)
   double median() const {
     std::vector<double> v = tps;
     std::sort(v.begin(), v.end());
     return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
   }
 };
+
+// Resident set of this process now (VmRSS), in MiB.
+double rss_mib() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmRSS:") {
+      double kib = 0;
+      status >> kib;
+      return kib / 1024.0;
+    }
+    std::getline(status, key);
+  }
+  return 0;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -135,8 +154,14 @@ std::string svg_plot(const std::vector<BudgetResult>& results, const std::string
                        top + plot_h - h - 6, r.median());
     svg += fmt::format("<text x='{:.1f}' y='{:.1f}' text-anchor='middle'>{}</text>\n", x + w / 2,
                        height - bottom + 18, r.label);
+    if (r.ceiling > 0) {  // the I/O ceiling: a red tick, clipped to the top with its value written
+      const double cy = top + plot_h * (1 - std::min(r.ceiling, max_y) / max_y);
+      svg += fmt::format("<line x1='{:.1f}' x2='{:.1f}' y1='{:.1f}' y2='{:.1f}' stroke='#d04a4a' stroke-width='3'/>"
+                         "<text x='{:.1f}' y='{:.1f}' fill='#d04a4a' text-anchor='middle'>ceiling {:.1f}</text>\n",
+                         x - 4, x + w + 4, cy, cy, x + w / 2, cy - 6, r.ceiling);
+    }
   }
-  svg += fmt::format("<text x='{}' y='{}'>budget (share of expert bytes); bars: median tok/s, whiskers: min-max</text>\n",
+  svg += fmt::format("<text x='{}' y='{}'>budget (share of expert bytes); bars: median tok/s, whiskers: min-max, red: I/O ceiling</text>\n",
                      left, height - 12);
   return svg + "</svg>\n";
 }
@@ -196,6 +221,8 @@ void bench_experts(const BenchOptions& o) {
         session.decode(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
       }
       r.tps.push_back(o.n_decode / seconds_since(start));
+      r.rss_mib = std::max(r.rss_mib, rss_mib());
+      r.arena_mib = double(store.arena_bytes()) / (1 << 20);
       const ExpertStoreStats d = store.stats() - before;
       total.misses += d.misses;
       total.hits += d.hits;
@@ -208,21 +235,22 @@ void bench_experts(const BenchOptions& o) {
     r.misses_per_token = double(total.misses) / steps;
     r.mb_per_token = double(total.bytes_read) / steps / 1e6;
     r.miss_mb_per_token = double(total.miss_bytes) / steps / 1e6;
+    r.ceiling = r.miss_mb_per_token > 0 ? bandwidth / (r.miss_mb_per_token * 1e6) : 0;
     r.io_wait_ms_per_token = total.io_wait_ms / steps;
     r.hit_rate = total.hit_rate();
     results.push_back(r);
   }
 
-  fmt::print("| budget | slots/layer | tok/s median (min-max) | hit rate | misses/token | MB/token: misses (all reads) | I/O wait ms/token | I/O ceiling tok/s | of ceiling |\n");
-  fmt::print("|---|---|---|---|---|---|---|---|---|\n");
+  fmt::print("| budget | slots/layer | tok/s median (min-max) | hit rate | misses/token | MB/token: misses (all reads) | I/O wait ms/token | I/O ceiling tok/s | of ceiling | arena MiB | RSS MiB |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const BudgetResult& r : results) {
     const double lo = *std::min_element(r.tps.begin(), r.tps.end());
     const double hi = *std::max_element(r.tps.begin(), r.tps.end());
-    const double ceiling = r.miss_mb_per_token > 0 ? bandwidth / (r.miss_mb_per_token * 1e6) : 0;
-    fmt::print("| {} ({}) | {} | {:.2f} ({:.2f}-{:.2f}) | {:.1f}% | {:.2f} | {:.2f} ({:.2f}) | {:.2f} | {} | {} |\n", r.label,
+    const double ceiling = r.ceiling;
+    fmt::print("| {} ({}) | {} | {:.2f} ({:.2f}-{:.2f}) | {:.1f}% | {:.2f} | {:.2f} ({:.2f}) | {:.2f} | {} | {} | {:.0f} | {:.0f} |\n", r.label,
                format_bytes(r.budget_bytes), r.slots, r.median(), lo, hi, 100 * r.hit_rate, r.misses_per_token,
                r.miss_mb_per_token, r.mb_per_token, r.io_wait_ms_per_token, ceiling > 0 ? fmt::format("{:.2f}", ceiling) : "-",
-               ceiling > 0 ? fmt::format("{:.0f}%", 100 * r.median() / ceiling) : "-");
+               ceiling > 0 ? fmt::format("{:.0f}%", 100 * r.median() / ceiling) : "-", r.arena_mib, r.rss_mib);
   }
   if (!o.svg.empty()) {
     write_text(o.svg, svg_plot(results, fmt::format("strata decode tok/s vs expert RAM budget ({})", path)));
@@ -238,7 +266,7 @@ void bench_experts(const BenchOptions& o) {
       j["budgets"].push_back({{"budget", r.label}, {"budget_bytes", r.budget_bytes}, {"slots_per_layer", r.slots},
                               {"tok_s", r.tps}, {"median_tok_s", r.median()}, {"hit_rate", r.hit_rate},
                               {"misses_per_token", r.misses_per_token}, {"mb_per_token", r.mb_per_token},
-                              {"miss_mb_per_token", r.miss_mb_per_token},
+                              {"miss_mb_per_token", r.miss_mb_per_token}, {"rss_mib", r.rss_mib}, {"arena_mib", r.arena_mib},
                               {"io_wait_ms_per_token", r.io_wait_ms_per_token}});
     write_text(o.json, j.dump(2) + "\n");
   }
