@@ -27,7 +27,9 @@ void check(bool ok) {
   if (!ok) __builtin_trap();
 }
 
-bool parses_back(const std::string& text) { return !nlohmann::json::parse(text, nullptr, false).is_discarded(); }
+bool parses_back(const std::string& text) {
+  return !nlohmann::json::parse(text, nullptr, false).is_discarded();
+}
 
 void fuzz_parse(std::string_view body, Endpoint endpoint) {
   RequestLimits limits;
@@ -45,7 +47,8 @@ void fuzz_parse(std::string_view body, Endpoint endpoint) {
   check(request.model == limits.model_id);
   if (request.max_tokens) check(*request.max_tokens >= 1 && *request.max_tokens <= limits.n_ctx);
   check(request.stop.size() <= limits.max_stop_strings);
-  for (const std::string& stop : request.stop) check(!stop.empty() && stop.size() <= limits.max_stop_bytes);
+  for (const std::string& stop : request.stop)
+    check(!stop.empty() && stop.size() <= limits.max_stop_bytes);
   check(!request.include_usage || request.stream);
   if (endpoint == Endpoint::ChatCompletions) {
     check(!request.messages.empty());
@@ -54,11 +57,14 @@ void fuzz_parse(std::string_view body, Endpoint endpoint) {
     for (int32_t id : request.prompt_tokens) check(id >= 0 && id < limits.n_vocab);
   }
   // The reply objects built from request text (stand-in for generated text) are valid JSON.
-  const std::string text = endpoint == Endpoint::ChatCompletions ? request.messages[0].content : request.prompt_text;
+  const std::string text =
+      endpoint == Endpoint::ChatCompletions ? request.messages[0].content : request.prompt_text;
   const CompletionIdentity identity{endpoint, new_completion_id(endpoint), 0, request.model};
-  check(parses_back(dump_json(completion_json(identity, {text, text}, FinishReason::Stop, {1, 2}))));
+  check(
+      parses_back(dump_json(completion_json(identity, {text, text}, FinishReason::Stop, {1, 2}))));
   const std::string event = sse_event(delta_chunk(identity, {text, ""}, request.include_usage));
-  check(event.rfind("data: ", 0) == 0 && event.size() >= 8 && event.substr(event.size() - 2) == "\n\n");
+  check(event.rfind("data: ", 0) == 0 && event.size() >= 8 &&
+        event.substr(event.size() - 2) == "\n\n");
   check(parses_back(event.substr(6, event.size() - 8)));
 }
 
@@ -92,9 +98,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view payload(reinterpret_cast<const char*>(data) + 1, size - 1);
   switch (data[0] % 3) {
-    case 0: fuzz_parse(payload, Endpoint::ChatCompletions); break;
-    case 1: fuzz_parse(payload, Endpoint::Completions); break;
-    default: fuzz_stop(payload); break;
+    case 0:
+      fuzz_parse(payload, Endpoint::ChatCompletions);
+      break;
+    case 1:
+      fuzz_parse(payload, Endpoint::Completions);
+      break;
+    default:
+      fuzz_stop(payload);
+      break;
   }
   return 0;
 }

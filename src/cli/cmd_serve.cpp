@@ -73,8 +73,9 @@ void run_serve(const ServeOptions& options) {
 
   serve::HttpServer server(served, pool, options.server);
   const int port = server.bind();
-  fmt::print("strata serve: {} ({}, context {}) on http://{}:{} (queue {}, {} threads)\n", served.id, path,
-             served.n_ctx, options.server.host, port, options.server.max_queue, resolve_threads(options.model));
+  fmt::print("strata serve: {} ({}, context {}) on http://{}:{} (queue {}, {} threads)\n",
+             served.id, path, served.n_ctx, options.server.host, port, options.server.max_queue,
+             resolve_threads(options.model));
   std::fflush(stdout);
 
   std::atomic<bool> stopped{false};
@@ -83,8 +84,10 @@ void run_serve(const ServeOptions& options) {
     while (!stopped.load()) {
       const int sig = sigtimedwait(&stop_signals, nullptr, &tick);
       if (sig < 0) continue;  // timeout or EINTR
-      fmt::print(stderr, "strata serve: {} received, shutting down (again: cancel the running generation)\n",
-                 sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      fmt::print(
+          stderr,
+          "strata serve: {} received, shutting down (again: cancel the running generation)\n",
+          sig == SIGTERM ? "SIGTERM" : "SIGINT");
       server.shutdown();
     }
   });
@@ -114,7 +117,8 @@ void register_serve(CLI::App& app) {
                   "generation requests that may wait behind the running one; more get 429")
       ->check(CLI::Range(0, 100000))
       ->capture_default_str();
-  cmd->add_option("--max-body", server.max_body_bytes, "largest request body (bytes; KiB/MiB suffixes); larger get 413")
+  cmd->add_option("--max-body", server.max_body_bytes,
+                  "largest request body (bytes; KiB/MiB suffixes); larger get 413")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
   cmd->add_option("--shutdown-grace", server.shutdown_grace_s,
@@ -124,14 +128,19 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--timeout", server.io_timeout_s, "socket read/write timeout in seconds")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
-  cmd->add_option("--http-threads", server.http_threads, "connection threads (default: max-queue + 16)")
+  cmd->add_option("--http-threads", server.http_threads,
+                  "connection threads (default: max-queue + 16)")
       ->check(CLI::Range(0, 100000));
   cmd->add_option("--send-buffer", server.send_buffer_bytes,
-                  "kernel send buffer per connection in bytes (0 = autotuned, up to MiBs); caps what a client "
+                  "kernel send buffer per connection in bytes (0 = autotuned, up to MiBs); caps "
+                  "what a client "
                   "that stops reading pins in the kernel, the rest waits in the server")
       ->check(CLI::Range(0, 1 << 30));
-  cmd->add_option("--alias", options->alias, "model id clients use (default: the file name without .gguf)");
-  cmd->add_flag("--quiet", [options](int64_t) { options->server.access_log = false; }, "no access log on stderr");
+  cmd->add_option("--alias", options->alias,
+                  "model id clients use (default: the file name without .gguf)");
+  cmd->add_flag(
+      "--quiet", [options](int64_t) { options->server.access_log = false; },
+      "no access log on stderr");
   cmd->callback([options, cmd] {
     options->seed_given = cmd->count("--seed") > 0;
     run_serve(*options);

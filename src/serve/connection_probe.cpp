@@ -32,20 +32,23 @@ bool endpoint_of(const sockaddr_storage& address, socklen_t length, SocketEndpoi
 
 }  // namespace
 
-ConnectionProbe ConnectionProbe::find(std::string_view local_addr, int local_port, std::string_view remote_addr,
-                                      int remote_port) {
+ConnectionProbe ConnectionProbe::find(std::string_view local_addr, int local_port,
+                                      std::string_view remote_addr, int remote_port) {
   ConnectionProbe probe;
   DIR* dir = opendir("/proc/self/fd");
   if (!dir) return probe;
   while (const dirent* entry = readdir(dir)) {
     int fd = -1;
     const std::string_view name = entry->d_name;
-    if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc() || fd == dirfd(dir)) continue;
+    if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc() ||
+        fd == dirfd(dir))
+      continue;
     sockaddr_storage address{};
     socklen_t length = sizeof(address);
     SocketEndpoint peer, local;
     if (getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) continue;
-    if (!endpoint_of(address, length, peer) || peer.port != remote_port || peer.addr != remote_addr) continue;
+    if (!endpoint_of(address, length, peer) || peer.port != remote_port || peer.addr != remote_addr)
+      continue;
     length = sizeof(address);
     if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) continue;
     if (!endpoint_of(address, length, local)) continue;

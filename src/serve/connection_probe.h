@@ -23,8 +23,8 @@ namespace strata::serve {
 class ConnectionProbe {
  public:
   ConnectionProbe() = default;
-  static ConnectionProbe find(std::string_view local_addr, int local_port, std::string_view remote_addr,
-                              int remote_port);
+  static ConnectionProbe find(std::string_view local_addr, int local_port,
+                              std::string_view remote_addr, int remote_port);
   bool found() const { return fd_ >= 0; }
   bool peer_closed() const;
 

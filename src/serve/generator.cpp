@@ -66,7 +66,8 @@ void Generator::run(Job& job) {
         break;
       }
       const int32_t next = sampler.sample(session.logits(), session.tokens());
-      if (generated == 0) metrics_.observe_time_to_first_token(seconds_between(job.received_at(), Clock::now()));
+      if (generated == 0)
+        metrics_.observe_time_to_first_token(seconds_between(job.received_at(), Clock::now()));
       if (!plan.ignore_eos && (next == eos || next == served_.end_of_turn)) {
         outcome.finish = FinishReason::Stop;
         break;

@@ -30,7 +30,8 @@ using namespace std::chrono_literals;
 constexpr auto kPollInterval = 50ms;
 
 int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -64,7 +65,8 @@ ApiError shut_down_mid_generation() {
 
 // Metric label for a request path: the known routes, everything else "other" (bounded labels).
 std::string path_label(const std::string& path) {
-  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
+  for (const char* known :
+       {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
     if (path == known) return path;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   return "other";
@@ -73,7 +75,8 @@ std::string path_label(const std::string& path) {
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(const ServedModel& served_model, compute::ThreadPool& pool, const ServerOptions& server_options);
+  Impl(const ServedModel& served_model, compute::ThreadPool& pool,
+       const ServerOptions& server_options);
   ~Impl();
 
   // Counts a generation request until its response has been written (or abandoned).
@@ -102,10 +105,15 @@ struct HttpServer::Impl {
    public:
     SseStream(Impl& impl, std::shared_ptr<Job> job, CompletionIdentity identity, bool include_usage,
               ConnectionProbe probe, std::unique_ptr<ActiveRequest> active)
-        : impl_(impl), job_(std::move(job)), identity_(std::move(identity)), include_usage_(include_usage),
-          probe_(probe), active_(std::move(active)) {}
+        : impl_(impl),
+          job_(std::move(job)),
+          identity_(std::move(identity)),
+          include_usage_(include_usage),
+          probe_(probe),
+          active_(std::move(active)) {}
     ~SseStream() {
-      if (job_->state() != JobState::Finished) impl_.scheduler.cancel(job_, CancelReason::ClientGone);
+      if (job_->state() != JobState::Finished)
+        impl_.scheduler.cancel(job_, CancelReason::ClientGone);
     }
     bool pump(httplib::DataSink& sink) noexcept;
 
@@ -167,7 +175,8 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
   limits.n_vocab = served.tokenizer->n_tokens();
   limits.n_ctx = served.n_ctx;
 
-  const size_t threads = options.http_threads > 0 ? size_t(options.http_threads) : options.max_queue + 16;
+  const size_t threads =
+      options.http_threads > 0 ? size_t(options.http_threads) : options.max_queue + 16;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(options.max_body_bytes);
   http.set_read_timeout(options.io_timeout_s, 0);
@@ -199,7 +208,8 @@ LiveGauges HttpServer::Impl::live() const {
 }
 
 json HttpServer::Impl::model_object() const {
-  return json{{"id", served.id}, {"object", "model"}, {"created", served.created}, {"owned_by", "strata"}};
+  return json{
+      {"id", served.id}, {"object", "model"}, {"created", served.created}, {"owned_by", "strata"}};
 }
 
 void HttpServer::Impl::add_routes() {
@@ -210,7 +220,8 @@ void HttpServer::Impl::add_routes() {
               [this, endpoint](const httplib::Request& req, httplib::Response& res,
                                const httplib::ContentReader& content_reader) {
                 std::string body;
-                if (read_body(req, content_reader, res, body)) handle_generation(endpoint, req, body, res);
+                if (read_body(req, content_reader, res, body))
+                  handle_generation(endpoint, req, body, res);
               });
   }
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -219,8 +230,9 @@ void HttpServer::Impl::add_routes() {
   http.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.matches[1];
     if (id == served.id) return send_json(res, 200, model_object());
-    ApiError error = invalid_field("model", "the model {} does not exist; this server serves \"{}\"",
-                                   dump_json(json(id)), served.id);
+    ApiError error =
+        invalid_field("model", "the model {} does not exist; this server serves \"{}\"",
+                      dump_json(json(id)), served.id);
     error.status = 404;
     error.code = "model_not_found";
     send_error(res, error);
@@ -248,8 +260,9 @@ void HttpServer::Impl::add_routes() {
           error.message = fmt::format("no route for {} {}", req.method, req.path);
         } else if (res.status == 413) {
           error.code = "request_too_large";
-          error.message = fmt::format("request body: larger than the server's limit of {} bytes (--max-body)",
-                                      options.max_body_bytes);
+          error.message =
+              fmt::format("request body: larger than the server's limit of {} bytes (--max-body)",
+                          options.max_body_bytes);
         } else if (res.status == 400) {
           error.message = "malformed HTTP request";
         } else {
@@ -259,7 +272,8 @@ void HttpServer::Impl::add_routes() {
         send_error(res, error);
         return httplib::Server::HandlerResponse::Handled;
       }));
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res,
+                                std::exception_ptr ep) {
     std::string what = "unknown exception";
     try {
       std::rethrow_exception(ep);
@@ -272,11 +286,13 @@ void HttpServer::Impl::add_routes() {
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics.count_response(path_label(req.path), res.status);
     if (options.access_log)
-      fmt::print(stderr, "strata serve: {} {} {} -> {}\n", req.remote_addr, req.method, req.path, res.status);
+      fmt::print(stderr, "strata serve: {} {} {} -> {}\n", req.remote_addr, req.method, req.path,
+                 res.status);
   });
 }
 
-bool HttpServer::Impl::read_body(const httplib::Request& req, const httplib::ContentReader& content_reader,
+bool HttpServer::Impl::read_body(const httplib::Request& req,
+                                 const httplib::ContentReader& content_reader,
                                  httplib::Response& res, std::string& body) {
   const auto refuse = [&](const ApiError& error) {
     send_error(res, error);
@@ -288,7 +304,8 @@ bool HttpServer::Impl::read_body(const httplib::Request& req, const httplib::Con
                    [](const char*, size_t) { return true; });
     ApiError error;
     error.status = 415;
-    error.message = "request body: expected JSON (Content-Type: application/json), found multipart/form-data";
+    error.message =
+        "request body: expected JSON (Content-Type: application/json), found multipart/form-data";
     return refuse(error);
   }
   bool too_large = false;
@@ -304,8 +321,9 @@ bool HttpServer::Impl::read_body(const httplib::Request& req, const httplib::Con
     ApiError error;
     error.status = 413;
     error.code = "request_too_large";
-    error.message = fmt::format("request body: larger than the server's limit of {} bytes (--max-body)",
-                                options.max_body_bytes);
+    error.message =
+        fmt::format("request body: larger than the server's limit of {} bytes (--max-body)",
+                    options.max_body_bytes);
     return refuse(error);
   }
   if (!complete) {
@@ -316,7 +334,8 @@ bool HttpServer::Impl::read_body(const httplib::Request& req, const httplib::Con
   return true;
 }
 
-bool HttpServer::Impl::wait_for_start(const std::shared_ptr<Job>& job, const ConnectionProbe& probe) {
+bool HttpServer::Impl::wait_for_start(const std::shared_ptr<Job>& job,
+                                      const ConnectionProbe& probe) {
   while (job->wait_started(kPollInterval) == JobState::Queued) {
     if (probe.peer_closed()) {
       scheduler.cancel(job, CancelReason::ClientGone);
@@ -326,8 +345,8 @@ bool HttpServer::Impl::wait_for_start(const std::shared_ptr<Job>& job, const Con
   return true;
 }
 
-void HttpServer::Impl::handle_generation(Endpoint endpoint, const httplib::Request& req, const std::string& body,
-                                         httplib::Response& res) {
+void HttpServer::Impl::handle_generation(Endpoint endpoint, const httplib::Request& req,
+                                         const std::string& body, httplib::Response& res) {
   const Clock::time_point received = Clock::now();
   if (draining) return send_error(res, shutting_down());
   ParseResult parsed = parse_generation_request(body, endpoint, limits);
@@ -342,17 +361,19 @@ void HttpServer::Impl::handle_generation(Endpoint endpoint, const httplib::Reque
     case Scheduler::Admission::Accepted:
       break;
     case Scheduler::Admission::QueueFull:
-      return send_error(res, server_error(429, "rate_limit_error", "queue_full",
-                                          fmt::format("the server is busy: {} requests are already waiting "
-                                                      "(--max-queue {}); retry later",
-                                                      scheduler.max_queue(), scheduler.max_queue())));
+      return send_error(
+          res, server_error(429, "rate_limit_error", "queue_full",
+                            fmt::format("the server is busy: {} requests are already waiting "
+                                        "(--max-queue {}); retry later",
+                                        scheduler.max_queue(), scheduler.max_queue())));
     case Scheduler::Admission::ShuttingDown:
       return send_error(res, shutting_down());
   }
 
   const ConnectionProbe probe =
       ConnectionProbe::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-  const ApiError gone = server_error(499, "invalid_request_error", "client_closed_request", "client went away");
+  const ApiError gone =
+      server_error(499, "invalid_request_error", "client_closed_request", "client went away");
   if (!wait_for_start(job, probe)) return send_error(res, gone);
   const CompletionIdentity identity{endpoint, new_completion_id(endpoint), unix_now(), served.id};
   if (!request.stream) return respond_whole(job, identity, probe, res);
@@ -368,11 +389,13 @@ void HttpServer::Impl::handle_generation(Endpoint endpoint, const httplib::Reque
                                             std::move(active_request));
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider("text/event-stream",
-                                   [stream](size_t, httplib::DataSink& sink) { return stream->pump(sink); });
+  res.set_chunked_content_provider("text/event-stream", [stream](size_t, httplib::DataSink& sink) {
+    return stream->pump(sink);
+  });
 }
 
-void HttpServer::Impl::respond_whole(const std::shared_ptr<Job>& job, const CompletionIdentity& identity,
+void HttpServer::Impl::respond_whole(const std::shared_ptr<Job>& job,
+                                     const CompletionIdentity& identity,
                                      const ConnectionProbe& probe, httplib::Response& res) {
   TextDelta text;
   while (true) {
@@ -384,11 +407,13 @@ void HttpServer::Impl::respond_whole(const std::shared_ptr<Job>& job, const Comp
     if (update.state == JobState::Finished) {
       if (update.error) return send_error(res, *update.error);
       if (update.outcome->cancelled) return send_error(res, shut_down_mid_generation());
-      return send_json(res, 200, completion_json(identity, text, update.outcome->finish, update.outcome->usage));
+      return send_json(
+          res, 200, completion_json(identity, text, update.outcome->finish, update.outcome->usage));
     }
     if (probe.peer_closed()) {
       scheduler.cancel(job, CancelReason::ClientGone);
-      return send_error(res, server_error(499, "invalid_request_error", "client_closed_request", "client went away"));
+      return send_error(res, server_error(499, "invalid_request_error", "client_closed_request",
+                                          "client went away"));
     }
   }
 }
@@ -396,7 +421,8 @@ void HttpServer::Impl::respond_whole(const std::shared_ptr<Job>& job, const Comp
 bool HttpServer::Impl::SseStream::pump(httplib::DataSink& sink) noexcept {
   try {
     auto write = [&](const std::string& event) { return sink.write(event.data(), event.size()); };
-    if (identity_.endpoint == Endpoint::ChatCompletions && !write(sse_event(chat_role_chunk(identity_, include_usage_))))
+    if (identity_.endpoint == Endpoint::ChatCompletions &&
+        !write(sse_event(chat_role_chunk(identity_, include_usage_))))
       return client_gone();
     while (true) {
       Job::Update update = job_->wait_update(kPollInterval);
@@ -408,8 +434,10 @@ bool HttpServer::Impl::SseStream::pump(httplib::DataSink& sink) noexcept {
           write(sse_event(error_json(update.error ? *update.error : shut_down_mid_generation())));
         } else {
           const GenerationOutcome& outcome = *update.outcome;
-          if (!write(sse_event(finish_chunk(identity_, outcome.finish, include_usage_)))) return false;
-          if (include_usage_ && !write(sse_event(usage_chunk(identity_, outcome.usage)))) return false;
+          if (!write(sse_event(finish_chunk(identity_, outcome.finish, include_usage_))))
+            return false;
+          if (include_usage_ && !write(sse_event(usage_chunk(identity_, outcome.usage))))
+            return false;
           if (!write(std::string(kSseDone))) return false;
         }
         sink.done();
@@ -428,12 +456,14 @@ void HttpServer::Impl::drain() {
   {
     // Every generation response written, or its client dropped after the write timeout.
     std::unique_lock lock(active_mutex);
-    active_changed.wait_for(lock, std::chrono::seconds(options.io_timeout_s + 2), [&] { return active == 0; });
+    active_changed.wait_for(lock, std::chrono::seconds(options.io_timeout_s + 2),
+                            [&] { return active == 0; });
   }
   http.stop();
 }
 
-HttpServer::HttpServer(const ServedModel& served, compute::ThreadPool& pool, const ServerOptions& options)
+HttpServer::HttpServer(const ServedModel& served, compute::ThreadPool& pool,
+                       const ServerOptions& options)
     : impl_(std::make_unique<Impl>(served, pool, options)) {}
 
 HttpServer::~HttpServer() = default;
@@ -445,8 +475,10 @@ int HttpServer::bind() {
     port = impl_->http.bind_to_any_port(o.host);
     if (port <= 0) fail("--host {} --port 0: cannot listen on any port of this address", o.host);
   } else if (!impl_->http.bind_to_port(o.host, port)) {
-    fail("--host {} --port {}: cannot listen there (address in use, or not an address of this machine?)", o.host,
-         port);
+    fail(
+        "--host {} --port {}: cannot listen there (address in use, or not an address of this "
+        "machine?)",
+        o.host, port);
   }
   return port;
 }

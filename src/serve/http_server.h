@@ -28,14 +28,14 @@ namespace strata::serve {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                     // 0 = any free port (bind() returns it)
-  size_t max_queue = 64;               // waiting generations before 429
-  size_t max_body_bytes = 4u << 20;    // larger request bodies get 413
-  double shutdown_grace_s = 10;        // time the running generation gets to finish on shutdown
-  int io_timeout_s = 10;               // socket read/write timeout (a stalled client is dropped)
-  int http_threads = 0;                // 0 = max_queue + 16
-  int send_buffer_bytes = 0;           // SO_SNDBUF per connection; 0 = the kernel's autotuning
-  bool access_log = true;              // one stderr line per response
+  int port = 8080;                   // 0 = any free port (bind() returns it)
+  size_t max_queue = 64;             // waiting generations before 429
+  size_t max_body_bytes = 4u << 20;  // larger request bodies get 413
+  double shutdown_grace_s = 10;      // time the running generation gets to finish on shutdown
+  int io_timeout_s = 10;             // socket read/write timeout (a stalled client is dropped)
+  int http_threads = 0;              // 0 = max_queue + 16
+  int send_buffer_bytes = 0;         // SO_SNDBUF per connection; 0 = the kernel's autotuning
+  bool access_log = true;            // one stderr line per response
 };
 
 class HttpServer {

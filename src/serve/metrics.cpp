@@ -79,7 +79,8 @@ void ServeMetrics::record_generation(const Generation& g) {
   decode_s_ += g.decode_s;
   if (g.prefill_s > 0) last_prompt_tps_ = double(g.prompt_tokens) / g.prefill_s;
   // The first token comes from the prefill's logits; decode time covers the rest.
-  if (g.decode_s > 0 && g.completion_tokens > 1) last_decode_tps_ = double(g.completion_tokens - 1) / g.decode_s;
+  if (g.decode_s > 0 && g.completion_tokens > 1)
+    last_decode_tps_ = double(g.completion_tokens - 1) / g.decode_s;
 }
 
 void ServeMetrics::set_expert_stats(const ExpertStoreStats& stats) {
@@ -92,8 +93,8 @@ std::string ServeMetrics::render(const LiveGauges& live) const {
   std::lock_guard lock(mutex_);
   header(out, "strata_http_requests_total", "counter", "HTTP responses by path and status code");
   for (const auto& [key, count] : responses_)
-    out += fmt::format("strata_http_requests_total{{path=\"{}\",status=\"{}\"}} {}\n", label_value(key.first),
-                       key.second, count);
+    out += fmt::format("strata_http_requests_total{{path=\"{}\",status=\"{}\"}} {}\n",
+                       label_value(key.first), key.second, count);
   header(out, "strata_generations_total", "counter", "Generations by how they ended");
   for (const char* reason : {"stop", "length", "cancelled", "error"}) {
     const auto it = generations_.find(reason);
@@ -106,7 +107,8 @@ std::string ServeMetrics::render(const LiveGauges& live) const {
   out += fmt::format("strata_completion_tokens_total {}\n", completion_tokens_);
   header(out, "strata_prefill_seconds_total", "counter", "Time spent in prompt prefill");
   out += fmt::format("strata_prefill_seconds_total {}\n", number(prefill_s_));
-  header(out, "strata_decode_seconds_total", "counter", "Time spent generating after the first token");
+  header(out, "strata_decode_seconds_total", "counter",
+         "Time spent generating after the first token");
   out += fmt::format("strata_decode_seconds_total {}\n", number(decode_s_));
   header(out, "strata_prompt_tokens_per_second", "gauge", "Prefill speed of the last generation");
   out += fmt::format("strata_prompt_tokens_per_second {}\n", number(last_prompt_tps_));
@@ -144,7 +146,8 @@ std::string ServeMetrics::render(const LiveGauges& live) const {
       header(out, name, "counter", c.help);
       out += fmt::format("{} {}\n", name, c.value);
     }
-    header(out, "strata_expert_io_wait_seconds_total", "counter", "ExpertStore: time the forward waited for reads");
+    header(out, "strata_expert_io_wait_seconds_total", "counter",
+           "ExpertStore: time the forward waited for reads");
     out += fmt::format("strata_expert_io_wait_seconds_total {}\n", number(e.io_wait_ms / 1000.0));
     header(out, "strata_expert_hit_ratio", "gauge", "ExpertStore: hits / needed since start");
     out += fmt::format("strata_expert_hit_ratio {}\n", number(e.hit_rate()));

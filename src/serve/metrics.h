@@ -24,10 +24,10 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
-#include <optional>
 #include <vector>
 
 #include "experts/expert_store.h"
@@ -44,7 +44,7 @@ class Histogram {
 
  private:
   const std::vector<double> bounds_;
-  mutable std::mutex mutex_;  // guards counts_, sum_, count_
+  mutable std::mutex mutex_;      // guards counts_, sum_, count_
   std::vector<uint64_t> counts_;  // per bucket (not cumulative); last = +Inf
   double sum_ = 0;
   uint64_t count_ = 0;

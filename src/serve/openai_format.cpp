@@ -10,15 +10,18 @@ using json = Json;
 
 constexpr std::string_view kSystemFingerprint = "fp_strata";
 
-json null_or(const std::string& text) { return text.empty() ? json(nullptr) : json(text); }
+json null_or(const std::string& text) {
+  return text.empty() ? json(nullptr) : json(text);
+}
 
 json envelope(const CompletionIdentity& identity, bool chunk) {
   const bool chat = identity.endpoint == Endpoint::ChatCompletions;
-  return json{{"id", identity.id},
-              {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
-              {"created", identity.created},
-              {"model", identity.model},
-              {"system_fingerprint", kSystemFingerprint}};
+  return json{
+      {"id", identity.id},
+      {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+      {"created", identity.created},
+      {"model", identity.model},
+      {"system_fingerprint", kSystemFingerprint}};
 }
 
 json chat_delta(const TextDelta& delta) {
@@ -29,17 +32,21 @@ json chat_delta(const TextDelta& delta) {
 }
 
 // One chunk with one choice: `delta` for chat, `text` for completions.
-json chunk(const CompletionIdentity& identity, const TextDelta& delta, json finish_reason, bool include_usage,
-           json chat_delta_override = nullptr) {
+json chunk(const CompletionIdentity& identity, const TextDelta& delta, json finish_reason,
+           bool include_usage, json chat_delta_override = nullptr) {
   json out = envelope(identity, true);
   json choice;
   if (identity.endpoint == Endpoint::ChatCompletions) {
-    choice = json{{"index", 0},
-                  {"delta", chat_delta_override.is_null() ? chat_delta(delta) : chat_delta_override},
+    choice =
+        json{{"index", 0},
+             {"delta", chat_delta_override.is_null() ? chat_delta(delta) : chat_delta_override},
+             {"logprobs", nullptr},
+             {"finish_reason", finish_reason}};
+  } else {
+    choice = json{{"text", delta.content},
+                  {"index", 0},
                   {"logprobs", nullptr},
                   {"finish_reason", finish_reason}};
-  } else {
-    choice = json{{"text", delta.content}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
   }
   out["choices"] = json::array({choice});
   if (include_usage) out["usage"] = nullptr;
@@ -55,7 +62,8 @@ std::string_view finish_reason_name(FinishReason reason) {
 std::string new_completion_id(Endpoint endpoint) {
   static std::mutex mutex;
   static std::mt19937_64 rng{std::random_device{}()};
-  static constexpr std::string_view alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  static constexpr std::string_view alphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   std::string id = endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-";
   std::lock_guard lock(mutex);
   for (int i = 0; i < 24; ++i) id += alphabet[rng() % alphabet.size()];
@@ -83,10 +91,14 @@ json completion_json(const CompletionIdentity& identity, const TextDelta& text, 
   if (identity.endpoint == Endpoint::ChatCompletions) {
     json message{{"role", "assistant"}, {"content", text.content}, {"refusal", nullptr}};
     if (!text.reasoning.empty()) message["reasoning_content"] = text.reasoning;
-    choice = json{{"index", 0}, {"message", message}, {"logprobs", nullptr},
+    choice = json{{"index", 0},
+                  {"message", message},
+                  {"logprobs", nullptr},
                   {"finish_reason", finish_reason_name(finish)}};
   } else {
-    choice = json{{"text", text.content}, {"index", 0}, {"logprobs", nullptr},
+    choice = json{{"text", text.content},
+                  {"index", 0},
+                  {"logprobs", nullptr},
                   {"finish_reason", finish_reason_name(finish)}};
   }
   out["choices"] = json::array({choice});
@@ -114,8 +126,12 @@ json usage_chunk(const CompletionIdentity& identity, const Usage& usage) {
   return out;
 }
 
-std::string dump_json(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump_json(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
-std::string sse_event(const json& value) { return fmt::format("data: {}\n\n", dump_json(value)); }
+std::string sse_event(const json& value) {
+  return fmt::format("data: {}\n\n", dump_json(value));
+}
 
 }  // namespace strata::serve

@@ -42,7 +42,7 @@ struct Usage {
 // What every object of one completion shares.
 struct CompletionIdentity {
   Endpoint endpoint = Endpoint::ChatCompletions;
-  std::string id;  // "chatcmpl-…" / "cmpl-…"
+  std::string id;       // "chatcmpl-…" / "cmpl-…"
   int64_t created = 0;  // unix seconds
   std::string model;
 };
@@ -59,8 +59,8 @@ struct TextDelta {
 Json usage_json(const Usage& usage);
 Json error_json(const ApiError& error);
 // The whole (non-streamed) completion object.
-Json completion_json(const CompletionIdentity& identity, const TextDelta& text,
-                               FinishReason finish, const Usage& usage);
+Json completion_json(const CompletionIdentity& identity, const TextDelta& text, FinishReason finish,
+                     const Usage& usage);
 
 // Chunks of a stream. `include_usage` adds "usage":null to each (OpenAI's stream_options rule).
 Json chat_role_chunk(const CompletionIdentity& identity, bool include_usage);

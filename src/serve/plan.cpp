@@ -4,7 +4,8 @@
 
 namespace strata::serve {
 
-PlanResult plan_generation(const GenerationRequest& request, const ServedModel& served, uint64_t fresh_seed) {
+PlanResult plan_generation(const GenerationRequest& request, const ServedModel& served,
+                           uint64_t fresh_seed) {
   GenerationPlan plan;
   plan.endpoint = request.endpoint;
   const bool chat = request.endpoint == Endpoint::ChatCompletions;
@@ -16,7 +17,8 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
     try {
       text = served.chat_template->render(request.messages, render);
     } catch (const Error& error) {
-      return invalid_field("messages", "the chat template rejects this conversation: {}", error.what());
+      return invalid_field("messages", "the chat template rejects this conversation: {}",
+                           error.what());
     }
     plan.prompt = served.tokenizer->encode(text);
     plan.split_thinking = true;
@@ -31,19 +33,21 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
   const int64_t n_prompt = int64_t(plan.prompt.size());
   if (served.n_ctx > 0) {
     if (n_prompt >= served.n_ctx) {
-      ApiError error = invalid_field(prompt_field,
-                                     "the prompt is {} tokens but the model's context is {} tokens, and at "
-                                     "least one must be left for the reply",
-                                     n_prompt, served.n_ctx);
+      ApiError error =
+          invalid_field(prompt_field,
+                        "the prompt is {} tokens but the model's context is {} tokens, and at "
+                        "least one must be left for the reply",
+                        n_prompt, served.n_ctx);
       error.code = "context_length_exceeded";
       return error;
     }
     if (request.max_tokens && n_prompt + *request.max_tokens > served.n_ctx) {
-      ApiError error = invalid_field(
-          "max_tokens",
-          "the prompt ({} tokens) plus max_tokens ({}) exceed the model's context of {} tokens; at most {} "
-          "tokens can be generated for this prompt",
-          n_prompt, *request.max_tokens, served.n_ctx, served.n_ctx - n_prompt);
+      ApiError error =
+          invalid_field("max_tokens",
+                        "the prompt ({} tokens) plus max_tokens ({}) exceed the model's context of "
+                        "{} tokens; at most {} "
+                        "tokens can be generated for this prompt",
+                        n_prompt, *request.max_tokens, served.n_ctx, served.n_ctx - n_prompt);
       error.code = "context_length_exceeded";
       return error;
     }

@@ -23,7 +23,7 @@
 namespace strata {
 class Model;
 class ExpertStore;
-}
+}  // namespace strata
 
 namespace strata::serve {
 
@@ -32,13 +32,13 @@ struct ServedModel {
   const Model* model = nullptr;
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;
-  ExpertStore* expert_store = nullptr;  // nullptr: experts read through the GGUF mapping
-  std::string id;                      // the name clients use ("strata-default")
-  int64_t n_ctx = 0;                   // 0 = the file sets no limit
-  std::optional<int32_t> end_of_turn;  // <|im_end|>, when the vocabulary has it
-  SamplerConfig default_sampling;      // for fields a request leaves unset (its seed is not used)
+  ExpertStore* expert_store = nullptr;   // nullptr: experts read through the GGUF mapping
+  std::string id;                        // the name clients use ("strata-default")
+  int64_t n_ctx = 0;                     // 0 = the file sets no limit
+  std::optional<int32_t> end_of_turn;    // <|im_end|>, when the vocabulary has it
+  SamplerConfig default_sampling;        // for fields a request leaves unset (its seed is not used)
   std::optional<uint64_t> default_seed;  // for requests without a seed; unset = a fresh one each
-  int64_t created = 0;                 // unix time for /v1/models (the file's mtime)
+  int64_t created = 0;                   // unix time for /v1/models (the file's mtime)
 };
 
 // Without a context limit, a request without max_tokens generates at most this many tokens.
@@ -58,6 +58,7 @@ struct GenerationPlan {
 using PlanResult = std::variant<GenerationPlan, ApiError>;
 
 // Seeds: the request's, else served.default_seed, else `fresh_seed` (requests then differ).
-PlanResult plan_generation(const GenerationRequest& request, const ServedModel& served, uint64_t fresh_seed);
+PlanResult plan_generation(const GenerationRequest& request, const ServedModel& served,
+                           uint64_t fresh_seed);
 
 }  // namespace strata::serve

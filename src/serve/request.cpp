@@ -47,7 +47,9 @@ std::string child(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
 }
 
-std::string element(const std::string& path, size_t index) { return fmt::format("{}[{}]", path, index); }
+std::string element(const std::string& path, size_t index) {
+  return fmt::format("{}[{}]", path, index);
+}
 
 // The value of `key`, or nullptr when it is absent or null (OpenAI treats null as "not set").
 const json* field(const json& object, const char* key) {
@@ -81,7 +83,8 @@ std::optional<double> read_number(const json& object, const char* key, const std
                                   double min, double max) {
   const json* value = field(object, key);
   if (!value) return std::nullopt;
-  if (!value->is_number()) reject(path, "expected a number between {} and {}, found {}", min, max, describe(*value));
+  if (!value->is_number())
+    reject(path, "expected a number between {} and {}, found {}", min, max, describe(*value));
   const double number = value->get<double>();
   if (!std::isfinite(number) || number < min || number > max)
     reject(path, "expected a number between {} and {}, found {}", min, max, describe(*value));
@@ -95,7 +98,8 @@ const std::string* read_string(const json& object, const char* key, const std::s
   return &value->get_ref<const std::string&>();
 }
 
-// ---- JSON-level checks run before and after nlohmann's parser ------------------------------------
+// ---- JSON-level checks run before and after nlohmann's parser
+// ------------------------------------
 
 // Records the field being read while nlohmann's SAX parser walks the text, so that a syntax error
 // can name where it happened ("messages[0].content"). Values are not stored.
@@ -129,7 +133,8 @@ class FieldTracker : public json::json_sax_t {
     frames_.pop_back();
     return value_done();
   }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& error) override {
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& error) override {
     // nlohmann's messages start with "[json.exception.parse_error.101] parse error at line 1, ...".
     const std::string what = error.what();
     const size_t cut = what.find("] ");
@@ -171,7 +176,9 @@ class FieldTracker : public json::json_sax_t {
   std::string error_;
 };
 
-std::string where(const std::string& path) { return path.empty() ? std::string() : fmt::format(" (in {})", path); }
+std::string where(const std::string& path) {
+  return path.empty() ? std::string() : fmt::format(" (in {})", path);
+}
 
 // Offset of the first byte that is not part of well-formed UTF-8, or npos.
 size_t first_invalid_utf8(std::string_view text) {
@@ -208,7 +215,8 @@ void check_depth(std::string_view body, int max_depth) {
       in_string = true;
     } else if (c == '[' || c == '{') {
       if (++depth > max_depth)
-        reject_body(fmt::format("request body: JSON nested deeper than {} levels (at byte {})", max_depth, i));
+        reject_body(fmt::format("request body: JSON nested deeper than {} levels (at byte {})",
+                                max_depth, i));
     } else if (c == ']' || c == '}') {
       --depth;
     }
@@ -220,17 +228,19 @@ json parse_body(std::string_view body, int max_depth) {
   if (const size_t bad = first_invalid_utf8(body); bad != std::string_view::npos) {
     FieldTracker tracker;
     json::sax_parse(body.substr(0, bad), &tracker, json::input_format_t::json, false);
-    reject_body(fmt::format("request body is not valid UTF-8: ill-formed byte 0x{:02X} at byte {}{}",
-                            static_cast<unsigned char>(body[bad]), bad, where(tracker.path())),
-                tracker.path());
+    reject_body(
+        fmt::format("request body is not valid UTF-8: ill-formed byte 0x{:02X} at byte {}{}",
+                    static_cast<unsigned char>(body[bad]), bad, where(tracker.path())),
+        tracker.path());
   }
   check_depth(body, max_depth);
   json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) {
     FieldTracker tracker;
     json::sax_parse(body, &tracker, json::input_format_t::json, false);
-    reject_body(fmt::format("request body is not valid JSON{}: {}", where(tracker.path()), tracker.error()),
-                tracker.path());
+    reject_body(
+        fmt::format("request body is not valid JSON{}: {}", where(tracker.path()), tracker.error()),
+        tracker.path());
   }
   if (!parsed.is_object())
     reject_body(fmt::format("request body: expected a JSON object, found {}", parsed.type_name()));
@@ -261,16 +271,19 @@ std::string read_content(const json& message, const std::string& path, const std
   }
   if (content->is_string()) return content->get<std::string>();
   if (!content->is_array())
-    reject(content_path, "expected a string or an array of content parts, found {}", describe(*content));
+    reject(content_path, "expected a string or an array of content parts, found {}",
+           describe(*content));
   std::string text;
   for (size_t i = 0; i < content->size(); ++i) {
     const json& part = (*content)[i];
     const std::string part_path = element(content_path, i);
-    if (!part.is_object()) reject(part_path, "expected a content part object, found {}", describe(part));
+    if (!part.is_object())
+      reject(part_path, "expected a content part object, found {}", describe(part));
     const std::string* type = read_string(part, "type", child(part_path, "type"));
     if (!type) reject(child(part_path, "type"), "required");
     if (*type != "text")
-      reject(child(part_path, "type"), "only \"text\" content parts are supported, found {}", describe(json(*type)));
+      reject(child(part_path, "type"), "only \"text\" content parts are supported, found {}",
+             describe(json(*type)));
     const std::string* part_text = read_string(part, "text", child(part_path, "text"));
     if (!part_text) reject(child(part_path, "text"), "required for a text part");
     text += *part_text;
@@ -281,23 +294,30 @@ std::string read_content(const json& message, const std::string& path, const std
 void read_messages(const json& body, GenerationRequest& out) {
   const json* messages = field(body, "messages");
   if (!messages) reject("messages", "required: a non-empty array of messages");
-  if (!messages->is_array()) reject("messages", "expected a non-empty array of messages, found {}", describe(*messages));
-  if (messages->empty()) reject("messages", "expected a non-empty array of messages, found an empty array");
+  if (!messages->is_array())
+    reject("messages", "expected a non-empty array of messages, found {}", describe(*messages));
+  if (messages->empty())
+    reject("messages", "expected a non-empty array of messages, found an empty array");
   for (size_t i = 0; i < messages->size(); ++i) {
     const json& message = (*messages)[i];
     const std::string path = element("messages", i);
-    if (!message.is_object()) reject(path, "expected a message object, found {}", describe(message));
+    if (!message.is_object())
+      reject(path, "expected a message object, found {}", describe(message));
     const std::string* role = read_string(message, "role", child(path, "role"));
     if (!role) reject(child(path, "role"), "required");
     std::string chat_role = *role;
     if (chat_role == "developer") chat_role = "system";  // OpenAI's newer name for system
-    if (chat_role != "system" && chat_role != "user" && chat_role != "assistant" && chat_role != "tool")
-      reject(child(path, "role"), "expected \"system\", \"developer\", \"user\", \"assistant\" or \"tool\", found {}",
+    if (chat_role != "system" && chat_role != "user" && chat_role != "assistant" &&
+        chat_role != "tool")
+      reject(child(path, "role"),
+             "expected \"system\", \"developer\", \"user\", \"assistant\" or \"tool\", found {}",
              describe(json(*role)));
-    if (const json* calls = field(message, "tool_calls"); calls && !(calls->is_array() && calls->empty()))
+    if (const json* calls = field(message, "tool_calls");
+        calls && !(calls->is_array() && calls->empty()))
       reject(child(path, "tool_calls"), "tool calls are not supported by this server");
     ChatMessage chat{chat_role, read_content(message, path, chat_role), std::nullopt};
-    if (const std::string* reasoning = read_string(message, "reasoning_content", child(path, "reasoning_content")))
+    if (const std::string* reasoning =
+            read_string(message, "reasoning_content", child(path, "reasoning_content")))
       chat.reasoning_content = *reasoning;
     out.messages.push_back(std::move(chat));
   }
@@ -307,11 +327,14 @@ void read_token_ids(const json& array, const std::string& path, const RequestLim
                     std::vector<int32_t>& out) {
   for (size_t i = 0; i < array.size(); ++i) {
     const json& id = array[i];
-    if (!id.is_number_integer()) reject(element(path, i), "expected a token id (integer), found {}", describe(id));
-    const bool in_range = id.is_number_unsigned() ? id.get<uint64_t>() < uint64_t(std::max(limits.n_vocab, 0))
-                                                  : id.get<int64_t>() >= 0 && id.get<int64_t>() < limits.n_vocab;
+    if (!id.is_number_integer())
+      reject(element(path, i), "expected a token id (integer), found {}", describe(id));
+    const bool in_range = id.is_number_unsigned()
+                              ? id.get<uint64_t>() < uint64_t(std::max(limits.n_vocab, 0))
+                              : id.get<int64_t>() >= 0 && id.get<int64_t>() < limits.n_vocab;
     if (!in_range)
-      reject(element(path, i), "token id {} is outside the vocabulary [0, {})", describe(id), limits.n_vocab);
+      reject(element(path, i), "token id {} is outside the vocabulary [0, {})", describe(id),
+             limits.n_vocab);
     out.push_back(static_cast<int32_t>(id.get<int64_t>()));
   }
 }
@@ -324,7 +347,8 @@ void read_prompt(const json& body, const RequestLimits& limits, GenerationReques
     return;
   }
   if (!prompt->is_array())
-    reject("prompt", "expected a string, an array of token ids or a one-element array of either, found {}",
+    reject("prompt",
+           "expected a string, an array of token ids or a one-element array of either, found {}",
            describe(*prompt));
   if (prompt->empty()) reject("prompt", "expected a non-empty prompt, found an empty array");
   if ((*prompt)[0].is_number()) {
@@ -341,7 +365,8 @@ void read_prompt(const json& body, const RequestLimits& limits, GenerationReques
     out.prompt_is_tokens = true;
     read_token_ids(only, "prompt[0]", limits, out.prompt_tokens);
   } else {
-    reject("prompt[0]", "expected a string or a non-empty array of token ids, found {}", describe(only));
+    reject("prompt[0]", "expected a string or a non-empty array of token ids, found {}",
+           describe(only));
   }
 }
 
@@ -353,16 +378,19 @@ void read_stop(const json& body, const RequestLimits& limits, GenerationRequest&
     const std::string& text = value.get_ref<const std::string&>();
     if (text.empty()) reject(path, "expected a non-empty string");
     if (text.size() > limits.max_stop_bytes)
-      reject(path, "a stop string may have at most {} bytes, found {}", limits.max_stop_bytes, text.size());
+      reject(path, "a stop string may have at most {} bytes, found {}", limits.max_stop_bytes,
+             text.size());
     out.stop.push_back(text);
   };
   if (stop->is_string()) {
     add(*stop, "stop");
     return;
   }
-  if (!stop->is_array()) reject("stop", "expected a string or an array of strings, found {}", describe(*stop));
+  if (!stop->is_array())
+    reject("stop", "expected a string or an array of strings, found {}", describe(*stop));
   if (stop->size() > limits.max_stop_strings)
-    reject("stop", "at most {} stop strings are allowed, found {}", limits.max_stop_strings, stop->size());
+    reject("stop", "at most {} stop strings are allowed, found {}", limits.max_stop_strings,
+           stop->size());
   for (size_t i = 0; i < stop->size(); ++i) add((*stop)[i], element("stop", i));
 }
 
@@ -370,7 +398,8 @@ void read_sampling(const json& body, GenerationRequest& out) {
   SamplingOverrides& s = out.sampling;
   if (auto v = read_number(body, "temperature", "temperature", 0.0, 2.0)) s.temperature = float(*v);
   if (auto v = read_number(body, "top_p", "top_p", 0.0, 1.0)) s.top_p = float(*v);
-  if (auto v = read_int(body, "top_k", "top_k", 0, std::numeric_limits<int32_t>::max())) s.top_k = int(*v);
+  if (auto v = read_int(body, "top_k", "top_k", 0, std::numeric_limits<int32_t>::max()))
+    s.top_k = int(*v);
   if (auto v = read_number(body, "min_p", "min_p", 0.0, 1.0)) s.min_p = float(*v);
   for (const char* key : {"repeat_penalty", "repetition_penalty"})
     if (auto v = read_number(body, key, key, 0.0, 100.0)) {
@@ -378,7 +407,8 @@ void read_sampling(const json& body, GenerationRequest& out) {
       s.repetition_penalty = float(*v);
     }
   if (const json* seed = field(body, "seed")) {
-    if (!seed->is_number_integer()) reject("seed", "expected an integer, found {}", describe(*seed));
+    if (!seed->is_number_integer())
+      reject("seed", "expected an integer, found {}", describe(*seed));
     // Negative seeds are accepted (OpenAI's schema is a signed integer): their bit pattern is used.
     s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : uint64_t(seed->get<int64_t>());
   }
@@ -393,17 +423,21 @@ void read_limits_and_stream(const json& body, const RequestLimits& limits, Gener
         (!value->is_number_unsigned() || value->get<uint64_t>() == 0))
       reject(key, "expected an integer >= 1, found {}", value->get<int64_t>());
     if (value->is_number_integer() &&
-        (value->is_number_unsigned() ? value->get<uint64_t>() > uint64_t(max_allowed) : value->get<int64_t>() > max_allowed))
-      reject(key, "{} exceeds the model's context length of {} tokens", describe(*value), max_allowed);
+        (value->is_number_unsigned() ? value->get<uint64_t>() > uint64_t(max_allowed)
+                                     : value->get<int64_t>() > max_allowed))
+      reject(key, "{} exceeds the model's context length of {} tokens", describe(*value),
+             max_allowed);
     out.max_tokens = read_int(body, key, key, 1, max_allowed);
   }
   if (auto n = read_int(body, "n", "n", 1, std::numeric_limits<int32_t>::max()); n && *n != 1)
     reject("n", "only n=1 is supported, found {}", *n);
   out.stream = read_bool(body, "stream", "stream").value_or(false);
   if (const json* options = field(body, "stream_options")) {
-    if (!options->is_object()) reject("stream_options", "expected an object, found {}", describe(*options));
+    if (!options->is_object())
+      reject("stream_options", "expected an object, found {}", describe(*options));
     if (!out.stream) reject("stream_options", "only allowed when stream is true");
-    out.include_usage = read_bool(*options, "include_usage", "stream_options.include_usage").value_or(false);
+    out.include_usage =
+        read_bool(*options, "include_usage", "stream_options.include_usage").value_or(false);
   }
   out.ignore_eos = read_bool(body, "ignore_eos", "ignore_eos").value_or(false);
 }
@@ -415,7 +449,8 @@ void reject_unsupported(const json& body, Endpoint endpoint) {
   if (const json* choice = field(body, "tool_choice"); choice && *choice != "none")
     reject("tool_choice", "tools are not supported by this server");
   if (field(body, "functions") || field(body, "function_call"))
-    reject(field(body, "functions") ? "functions" : "function_call", "function calling is not supported by this server");
+    reject(field(body, "functions") ? "functions" : "function_call",
+           "function calling is not supported by this server");
   if (const json* logprobs = field(body, "logprobs"); logprobs && *logprobs != false)
     reject("logprobs", "log probabilities are not supported by this server");
   if (const json* top = field(body, "top_logprobs"); top && *top != 0)
@@ -427,16 +462,19 @@ void reject_unsupported(const json& body, Endpoint endpoint) {
       reject(key, "{} is not supported by this server (repeat_penalty is)", key);
   }
   if (const json* format = field(body, "response_format")) {
-    if (!format->is_object()) reject("response_format", "expected an object, found {}", describe(*format));
+    if (!format->is_object())
+      reject("response_format", "expected an object, found {}", describe(*format));
     const std::string* type = read_string(*format, "type", "response_format.type");
     if (type && *type != "text")
       reject("response_format.type", "only \"text\" is supported, found {}", describe(json(*type)));
   }
   if (endpoint == Endpoint::Completions) {
-    if (read_bool(body, "echo", "echo").value_or(false)) reject("echo", "echo is not supported by this server");
+    if (read_bool(body, "echo", "echo").value_or(false))
+      reject("echo", "echo is not supported by this server");
     if (auto best_of = read_int(body, "best_of", "best_of", 1, 1 << 20); best_of && *best_of != 1)
       reject("best_of", "only best_of=1 is supported, found {}", *best_of);
-    if (const std::string* suffix = read_string(body, "suffix", "suffix"); suffix && !suffix->empty())
+    if (const std::string* suffix = read_string(body, "suffix", "suffix");
+        suffix && !suffix->empty())
       reject("suffix", "suffix is not supported by this server");
   }
 }
@@ -448,8 +486,10 @@ GenerationRequest parse_fields(const json& body, Endpoint endpoint, const Reques
   if (endpoint == Endpoint::ChatCompletions) {
     read_messages(body, out);
     if (const json* kwargs = field(body, "chat_template_kwargs")) {
-      if (!kwargs->is_object()) reject("chat_template_kwargs", "expected an object, found {}", describe(*kwargs));
-      out.enable_thinking = read_bool(*kwargs, "enable_thinking", "chat_template_kwargs.enable_thinking");
+      if (!kwargs->is_object())
+        reject("chat_template_kwargs", "expected an object, found {}", describe(*kwargs));
+      out.enable_thinking =
+          read_bool(*kwargs, "enable_thinking", "chat_template_kwargs.enable_thinking");
     }
   } else {
     read_prompt(body, limits, out);
@@ -467,7 +507,8 @@ std::string_view endpoint_path(Endpoint endpoint) {
   return endpoint == Endpoint::ChatCompletions ? "/v1/chat/completions" : "/v1/completions";
 }
 
-ParseResult parse_generation_request(std::string_view body, Endpoint endpoint, const RequestLimits& limits) {
+ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
+                                     const RequestLimits& limits) {
   try {
     const json parsed = parse_body(body, limits.max_json_depth);
     return parse_fields(parsed, endpoint, limits);

@@ -12,15 +12,16 @@
 //   when the parser stopped. Nesting deeper than RequestLimits::max_json_depth is rejected before
 //   parsing.
 // - Accepted: the OpenAI fields that strata honours (model, messages / prompt, max_tokens,
-//   max_completion_tokens, temperature, top_p, seed, n=1, stop, stream, stream_options.include_usage)
-//   and the llama.cpp server extensions top_k, min_p, repeat_penalty (alias repetition_penalty),
-//   ignore_eos and chat_template_kwargs.enable_thinking. OpenAI fields whose effect strata cannot
-//   give (tools, logprobs, n > 1, echo, best_of, suffix, non-zero frequency/presence penalties,
-//   logit_bias, a non-text response_format) are rejected with a message saying so rather than
-//   silently ignored. Other unknown fields are ignored (as llama.cpp's server does).
+//   max_completion_tokens, temperature, top_p, seed, n=1, stop, stream,
+//   stream_options.include_usage) and the llama.cpp server extensions top_k, min_p, repeat_penalty
+//   (alias repetition_penalty), ignore_eos and chat_template_kwargs.enable_thinking. OpenAI fields
+//   whose effect strata cannot give (tools, logprobs, n > 1, echo, best_of, suffix, non-zero
+//   frequency/presence penalties, logit_bias, a non-text response_format) are rejected with a
+//   message saying so rather than silently ignored. Other unknown fields are ignored (as
+//   llama.cpp's server does).
 // - A missing "model" means the served model; a different name is 404 model_not_found.
 // - Checks that need the tokenizer or the context length of the prompt (empty prompt, prompt
-//   longer than the context) are made later, by serve/prompt.h.
+//   longer than the context) are made later, by serve/plan.h.
 #pragma once
 
 #include <cstdint>
@@ -63,13 +64,13 @@ struct GenerationRequest {
   std::string prompt_text;             // completions: a text prompt ...
   std::vector<int32_t> prompt_tokens;  // ... or token ids (prompt_is_tokens)
   bool prompt_is_tokens = false;
-  std::optional<int64_t> max_tokens;   // >= 1 and <= n_ctx when set
+  std::optional<int64_t> max_tokens;  // >= 1 and <= n_ctx when set
   SamplingOverrides sampling;
-  std::vector<std::string> stop;       // non-empty strings
+  std::vector<std::string> stop;  // non-empty strings
   bool stream = false;
-  bool include_usage = false;          // stream_options.include_usage
+  bool include_usage = false;  // stream_options.include_usage
   bool ignore_eos = false;
-  std::optional<bool> enable_thinking; // chat_template_kwargs.enable_thinking
+  std::optional<bool> enable_thinking;  // chat_template_kwargs.enable_thinking
 };
 
 using ParseResult = std::variant<GenerationRequest, ApiError>;

@@ -57,7 +57,8 @@ JobState Job::wait_started(std::chrono::milliseconds timeout) {
 
 Job::Update Job::wait_update(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
-  changed_.wait_for(lock, timeout, [&] { return !pending_.empty() || state_ == JobState::Finished; });
+  changed_.wait_for(lock, timeout,
+                    [&] { return !pending_.empty() || state_ == JobState::Finished; });
   Update update;
   update.state = state_;
   update.deltas.swap(pending_);
@@ -71,7 +72,9 @@ Job::Update Job::wait_update(std::chrono::milliseconds timeout) {
 Scheduler::Scheduler(size_t max_queue, Runner runner)
     : max_queue_(max_queue), runner_(std::move(runner)), worker_([this] { work(); }) {}
 
-Scheduler::~Scheduler() { shutdown(std::chrono::milliseconds(0)); }
+Scheduler::~Scheduler() {
+  shutdown(std::chrono::milliseconds(0));
+}
 
 Scheduler::Admission Scheduler::submit(const std::shared_ptr<Job>& job) {
   {

@@ -56,7 +56,9 @@ class Job {
   Clock::time_point received_at() const { return received_at_; }
 
   // Worker side.
-  bool cancel_requested() const { return cancel_.load(std::memory_order_relaxed) != CancelReason::None; }
+  bool cancel_requested() const {
+    return cancel_.load(std::memory_order_relaxed) != CancelReason::None;
+  }
   void mark_running();
   void emit(TextDelta delta);
   void finish(const GenerationOutcome& outcome);
@@ -71,9 +73,9 @@ class Job {
   JobState wait_started(std::chrono::milliseconds timeout);
   struct Update {
     JobState state = JobState::Queued;
-    std::vector<TextDelta> deltas;               // taken from the job: each is returned once
-    std::optional<GenerationOutcome> outcome;    // set once Finished with a result
-    std::optional<ApiError> error;               // set once Finished by fail()
+    std::vector<TextDelta> deltas;             // taken from the job: each is returned once
+    std::optional<GenerationOutcome> outcome;  // set once Finished with a result
+    std::optional<ApiError> error;             // set once Finished by fail()
   };
   // Waits until a delta is pending or the job finished (or `timeout`) and takes what is there.
   Update wait_update(std::chrono::milliseconds timeout);

@@ -34,15 +34,22 @@ bool eventually(Pred pred, double timeout_s = 20) {
   return pred();
 }
 
-json health(const ServeProcess& server) { return get(server, "/health").json(); }
+json health(const ServeProcess& server) {
+  return get(server, "/health").json();
+}
 
-bool running(const ServeProcess& server) { return health(server).value("generation_running", false); }
-int queue_depth(const ServeProcess& server) { return health(server).value("queue_depth", -1); }
+bool running(const ServeProcess& server) {
+  return health(server).value("generation_running", false);
+}
+int queue_depth(const ServeProcess& server) {
+  return health(server).value("queue_depth", -1);
+}
 
 std::unique_ptr<ChildProcess> background_curl(const ServeProcess& server, const std::string& path,
                                               const std::string& body) {
-  return std::make_unique<ChildProcess>(std::vector<std::string>{
-      "curl", "-s", "-i", "-N", "-H", "Content-Type: application/json", "--data-binary", body, server.url(path)});
+  return std::make_unique<ChildProcess>(
+      std::vector<std::string>{"curl", "-s", "-i", "-N", "-H", "Content-Type: application/json",
+                               "--data-binary", body, server.url(path)});
 }
 
 // The JSON chunks of a stream; checks the framing: every event is `data: <json>`, [DONE] last.
@@ -61,7 +68,8 @@ std::vector<json> stream_chunks(const HttpReply& reply) {
   return chunks;
 }
 
-void expect_error(const HttpReply& reply, int status, const std::string& param, const std::string& in_message = "") {
+void expect_error(const HttpReply& reply, int status, const std::string& param,
+                  const std::string& in_message = "") {
   EXPECT_EQ(reply.status, status) << reply.body;
   EXPECT_EQ(reply.header("Content-Type"), "application/json");
   const json body = reply.json();
@@ -76,7 +84,8 @@ void expect_error(const HttpReply& reply, int status, const std::string& param, 
     EXPECT_NE(error["message"].get<std::string>().find(param), std::string::npos) << reply.body;
   }
   if (!in_message.empty()) {
-    EXPECT_NE(error["message"].get<std::string>().find(in_message), std::string::npos) << reply.body;
+    EXPECT_NE(error["message"].get<std::string>().find(in_message), std::string::npos)
+        << reply.body;
   }
 }
 
@@ -116,8 +125,8 @@ TEST(ServeHttp, CompletionStreamEqualsWholeResponse) {
   const std::string text = r["choices"][0]["text"];
   EXPECT_FALSE(text.empty());
 
-  const std::vector<json> chunks =
-      stream_chunks(post(server, kCompletions, body + R"(,"stream":true,"stream_options":{"include_usage":true}})"));
+  const std::vector<json> chunks = stream_chunks(post(
+      server, kCompletions, body + R"(,"stream":true,"stream_options":{"include_usage":true}})"));
   ASSERT_GE(chunks.size(), 3u);
   std::string streamed;
   for (size_t i = 0; i + 1 < chunks.size(); ++i) {
@@ -127,7 +136,8 @@ TEST(ServeHttp, CompletionStreamEqualsWholeResponse) {
     EXPECT_TRUE(c.contains("usage") && c["usage"].is_null()) << c.dump();
     ASSERT_EQ(c["choices"].size(), 1u);
     streamed += c["choices"][0]["text"].get<std::string>();
-    EXPECT_EQ(c["choices"][0]["finish_reason"], i + 2 == chunks.size() ? json("length") : json(nullptr));
+    EXPECT_EQ(c["choices"][0]["finish_reason"],
+              i + 2 == chunks.size() ? json("length") : json(nullptr));
   }
   EXPECT_EQ(streamed, text);
   const json& usage_chunk = chunks.back();
@@ -154,9 +164,11 @@ TEST(ServeHttp, ChatStreamHasOpenAiChunksAndMatchesWholeResponse) {
     const std::string finish = r["choices"][0]["finish_reason"];
     EXPECT_TRUE(finish == "stop" || finish == "length") << finish;
 
-    const std::vector<json> chunks = stream_chunks(post(server, kChat, body + R"(,"stream":true})"));
+    const std::vector<json> chunks =
+        stream_chunks(post(server, kChat, body + R"(,"stream":true})"));
     ASSERT_GE(chunks.size(), 2u);
-    EXPECT_EQ(chunks[0]["choices"][0]["delta"], json::parse(R"({"role":"assistant","content":"","refusal":null})"));
+    EXPECT_EQ(chunks[0]["choices"][0]["delta"],
+              json::parse(R"({"role":"assistant","content":"","refusal":null})"));
     std::string content, reasoning;
     for (size_t i = 0; i < chunks.size(); ++i) {
       const json& c = chunks[i];
@@ -189,7 +201,9 @@ TEST(ServeHttp, SeedMakesSamplingReproducible) {
   auto sample = [&](int seed) {
     const HttpReply reply = post(
         server, kCompletions,
-        fmt::format(R"({{"prompt":"In the beginning","max_tokens":16,"temperature":1.0,"top_p":1,"seed":{}}})", seed));
+        fmt::format(
+            R"({{"prompt":"In the beginning","max_tokens":16,"temperature":1.0,"top_p":1,"seed":{}}})",
+            seed));
     EXPECT_EQ(reply.status, 200) << reply.body;
     return reply.json()["choices"][0]["text"].get<std::string>();
   };
@@ -207,7 +221,8 @@ TEST(ServeHttp, StopStringsEndTheReply) {
   const std::string stop = text.substr(text.size() / 2, 3);
   const std::string expected = text.substr(0, text.find(stop));
   json with_stop = json::parse(base + "}");
-  with_stop["stop"] = {stop, "never-there"};  // the stop string comes from the model: let json escape it
+  with_stop["stop"] = {stop,
+                       "never-there"};  // the stop string comes from the model: let json escape it
   const std::string request = with_stop.dump();
   const json stopped = post(server, kCompletions, request).json();
   EXPECT_EQ(stopped["choices"][0]["text"], expected);
@@ -231,7 +246,8 @@ TEST(ServeHttp, ContextLimits) {
   expect_error(too_long, 400, "prompt", "4096");
   EXPECT_EQ(too_long.json()["error"]["code"], "context_length_exceeded");
   ids.erase(ids.begin() + 4000, ids.end());
-  const HttpReply no_room = post(server, kCompletions, json{{"prompt", ids}, {"max_tokens", 200}}.dump());
+  const HttpReply no_room =
+      post(server, kCompletions, json{{"prompt", ids}, {"max_tokens", 200}}.dump());
   expect_error(no_room, 400, "max_tokens", "at most 96 tokens");
 }
 
@@ -254,7 +270,8 @@ TEST(ServeHttp, BadInputGetsOpenAiJsonErrors) {
       {&kChat, "{" + user + R"(,"max_tokens":-1})", 400, "max_tokens", "-1"},
       {&kChat, "{" + user + R"(,"max_tokens":99999999})", 400, "max_tokens", "context"},
       {&kChat, R"({"messages":[]})", 400, "messages", "empty"},
-      {&kChat, "{\"messages\":[{\"role\":\"user\",\"content\":\"caf\xe9\"}]}", 400, "messages[0].content", "UTF-8"},
+      {&kChat, "{\"messages\":[{\"role\":\"user\",\"content\":\"caf\xe9\"}]}", 400,
+       "messages[0].content", "UTF-8"},
       {&kChat, "{" + user + R"(,"n":3})", 400, "n", "n=1"},
       {&kCompletions, R"({"prompt":""})", 400, "prompt", "no tokens"},
       {&kCompletions, R"({"prompt":"x","stop":[1]})", 400, "stop[0]", ""},
@@ -268,7 +285,8 @@ TEST(ServeHttp, BadInputGetsOpenAiJsonErrors) {
   const HttpReply too_big = post(server, kCompletions, huge);
   expect_error(too_big, 413, "", "65536");
   EXPECT_EQ(too_big.json()["error"]["code"], "request_too_large");
-  expect_error(post(server, kCompletions, huge, {"-H", "Transfer-Encoding: chunked"}), 413, "", "65536");
+  expect_error(post(server, kCompletions, huge, {"-H", "Transfer-Encoding: chunked"}), 413, "",
+               "65536");
   // The server is unharmed.
   EXPECT_EQ(post(server, kCompletions, R"({"prompt":"x","max_tokens":2})").status, 200);
 }
@@ -278,7 +296,8 @@ TEST(ServeHttp, FormEncodedBodyAbove8KiBIsReadAsJson) {
   // above 8 KiB if it parsed it as a form.
   ServeProcess server;
   const std::string body = R"({"prompt":"hello","max_tokens":2)" + std::string(10000, ' ') + "}";
-  const HttpReply reply = curl("POST", server.url(kCompletions), std::nullopt, {"--data-binary", body});
+  const HttpReply reply =
+      curl("POST", server.url(kCompletions), std::nullopt, {"--data-binary", body});
   EXPECT_EQ(reply.status, 200) << reply.body;
 }
 
@@ -292,17 +311,23 @@ TEST(ServeHttp, MetricsArePrometheusTextWithTtftAndQueue) {
   EXPECT_EQ(metric(reply.body, "strata_time_to_first_token_seconds_bucket{le=\"+Inf\"}"), 1);
   EXPECT_EQ(metric(reply.body, "strata_queue_depth"), 0);
   EXPECT_EQ(metric(reply.body, "strata_completion_tokens_total"), 4);
-  EXPECT_EQ(metric(reply.body, R"(strata_http_requests_total{path="/v1/completions",status="200"})"), 1);
+  EXPECT_EQ(
+      metric(reply.body, R"(strata_http_requests_total{path="/v1/completions",status="200"})"), 1);
   EXPECT_EQ(metric(reply.body, R"(strata_generations_total{finish_reason="length"})"), 1);
   EXPECT_GT(metric(reply.body, "strata_decode_tokens_per_second").value_or(0), 0);
-  EXPECT_NE(reply.body.find("# TYPE strata_time_to_first_token_seconds histogram"), std::string::npos);
+  EXPECT_NE(reply.body.find("# TYPE strata_time_to_first_token_seconds histogram"),
+            std::string::npos);
 }
 
 TEST(ServeHttp, ClientDisconnectCancelsTheGeneration) {
   ServeProcess server;
   const HttpReply cut = post(server, kCompletions, kEndless, {"--max-time", "1"});
   EXPECT_EQ(cut.curl_exit, 28);  // curl's "operation timed out": the client hung up mid-stream
-  EXPECT_TRUE(eventually([&] { return metric_now(server, R"(strata_generations_total{finish_reason="cancelled"})") == 1; }, 5));
+  EXPECT_TRUE(eventually(
+      [&] {
+        return metric_now(server, R"(strata_generations_total{finish_reason="cancelled"})") == 1;
+      },
+      5));
   EXPECT_FALSE(running(server));
   EXPECT_LT(metric_now(server, "strata_completion_tokens_total"), 4000);
 }
@@ -333,7 +358,9 @@ TEST(ServeHttp, FullQueueAnswers429) {
   expect_error(refused, 429, "", "--max-queue 1");
   EXPECT_EQ(refused.json()["error"]["code"], "queue_full");
   EXPECT_EQ(refused.header("Retry-After"), "1");
-  EXPECT_EQ(metric_now(server, R"(strata_http_requests_total{path="/v1/chat/completions",status="429"})"), 1);
+  EXPECT_EQ(
+      metric_now(server, R"(strata_http_requests_total{path="/v1/chat/completions",status="429"})"),
+      1);
   first->signal(SIGKILL);
   second->signal(SIGKILL);
   EXPECT_TRUE(eventually([&] { return !running(server) && queue_depth(server) == 0; }, 5));
@@ -345,19 +372,25 @@ TEST(ServeHttp, SlowClientDoesNotStallOthers) {
   // A client that sends a streaming request and reads nothing: with its small receive buffer and
   // the server's small send buffer the kernel holds ~40 KB of the ~180 KB stream, then the
   // server's writes to it block.
-  RawClient slow(server.port(), http_post_request(kCompletions, R"({"prompt":"x","max_tokens":800,"ignore_eos":true,"stream":true})"));
+  RawClient slow(
+      server.port(),
+      http_post_request(kCompletions,
+                        R"({"prompt":"x","max_tokens":800,"ignore_eos":true,"stream":true})"));
   ASSERT_TRUE(eventually([&] { return running(server); }));
-  const HttpReply other = post(server, kCompletions, R"({"prompt":"y","max_tokens":8})", {"--max-time", "100"});
+  const HttpReply other =
+      post(server, kCompletions, R"({"prompt":"y","max_tokens":8})", {"--max-time", "100"});
   EXPECT_EQ(other.status, 200) << other.body;
   // The slow client's generation is done, but its response is not (the access log counts a
   // response once it is written): it was buffered while the other request ran.
   EXPECT_EQ(metric_now(server, R"(strata_generations_total{finish_reason="length"})"), 2);
-  EXPECT_EQ(metric_now(server, R"(strata_http_requests_total{path="/v1/completions",status="200"})"), 1);
+  EXPECT_EQ(
+      metric_now(server, R"(strata_http_requests_total{path="/v1/completions",status="200"})"), 1);
   const std::string received = slow.read_until("data: [DONE]", 60);
   EXPECT_NE(received.find("data: [DONE]"), std::string::npos);
   EXPECT_NE(received.find(R"("finish_reason":"length")"), std::string::npos);
   EXPECT_TRUE(eventually([&] {
-    return metric_now(server, R"(strata_http_requests_total{path="/v1/completions",status="200"})") == 2;
+    return metric_now(server,
+                      R"(strata_http_requests_total{path="/v1/completions",status="200"})") == 2;
   }));
 }
 

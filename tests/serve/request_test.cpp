@@ -40,7 +40,9 @@ ApiError reject(std::string_view body, Endpoint endpoint = Endpoint::ChatComplet
 
 constexpr const char* kUser = R"("messages":[{"role":"user","content":"hi"}])";
 
-std::string chat(std::string_view extra) { return fmt::format("{{{}{}{}}}", kUser, extra.empty() ? "" : ",", extra); }
+std::string chat(std::string_view extra) {
+  return fmt::format("{{{}{}{}}}", kUser, extra.empty() ? "" : ",", extra);
+}
 
 TEST(ServeRequest, ChatWithEveryHonouredField) {
   const GenerationRequest r = accept(
@@ -85,7 +87,8 @@ TEST(ServeRequest, MinimalChatUsesDefaults) {
 }
 
 TEST(ServeRequest, NullMeansUnset) {
-  const GenerationRequest r = accept(chat(R"("max_tokens":null,"stop":null,"seed":null,"temperature":null)"));
+  const GenerationRequest r =
+      accept(chat(R"("max_tokens":null,"stop":null,"seed":null,"temperature":null)"));
   EXPECT_FALSE(r.max_tokens);
   EXPECT_FALSE(r.sampling.seed);
   EXPECT_TRUE(r.stop.empty());
@@ -101,8 +104,10 @@ TEST(ServeRequest, CompletionPromptForms) {
   const GenerationRequest ids = accept(R"({"prompt":[1,2,999]})", Endpoint::Completions);
   EXPECT_TRUE(ids.prompt_is_tokens);
   EXPECT_EQ(ids.prompt_tokens, (std::vector<int32_t>{1, 2, 999}));
-  EXPECT_EQ(accept(R"({"prompt":[[5,6]]})", Endpoint::Completions).prompt_tokens, (std::vector<int32_t>{5, 6}));
-  EXPECT_EQ(accept(R"({"prompt":"a","stop":"\n"})", Endpoint::Completions).stop, (std::vector<std::string>{"\n"}));
+  EXPECT_EQ(accept(R"({"prompt":[[5,6]]})", Endpoint::Completions).prompt_tokens,
+            (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(accept(R"({"prompt":"a","stop":"\n"})", Endpoint::Completions).stop,
+            (std::vector<std::string>{"\n"}));
 }
 
 struct BadCase {
@@ -119,7 +124,8 @@ TEST(ServeRequest, BadInputNamesTheField) {
   const BadCase cases[] = {
       {"empty body", "", C, 400, "", "empty"},
       {"not JSON", "{nope", C, 400, "", "not valid JSON"},
-      {"trailing comma", R"({"messages":[{"role":"user","content":"x"},]})", C, 400, "messages[1]", "not valid JSON"},
+      {"trailing comma", R"({"messages":[{"role":"user","content":"x"},]})", C, 400, "messages[1]",
+       "not valid JSON"},
       {"array body", "[1,2]", C, 400, "", "JSON object"},
       {"invalid UTF-8", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\xff\"}]}", C, 400,
        "messages[0].content", "not valid UTF-8"},
@@ -133,43 +139,54 @@ TEST(ServeRequest, BadInputNamesTheField) {
       {"messages not array", R"({"messages":"hi"})", C, 400, "messages", "found \"hi\""},
       {"message not object", R"({"messages":[3]})", C, 400, "messages[0]", "message object"},
       {"no role", R"({"messages":[{"content":"x"}]})", C, 400, "messages[0].role", "required"},
-      {"bad role", R"({"messages":[{"role":"wizard","content":"x"}]})", C, 400, "messages[0].role", "wizard"},
-      {"content number", R"({"messages":[{"role":"user","content":5}]})", C, 400, "messages[0].content", "found 5"},
-      {"user content null", R"({"messages":[{"role":"user","content":null}]})", C, 400, "messages[0].content",
-       "required"},
-      {"image part", R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})", C, 400,
+      {"bad role", R"({"messages":[{"role":"wizard","content":"x"}]})", C, 400, "messages[0].role",
+       "wizard"},
+      {"content number", R"({"messages":[{"role":"user","content":5}]})", C, 400,
+       "messages[0].content", "found 5"},
+      {"user content null", R"({"messages":[{"role":"user","content":null}]})", C, 400,
+       "messages[0].content", "required"},
+      {"image part",
+       R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})", C, 400,
        "messages[0].content[0].type", "only \"text\""},
-      {"tool calls", R"({"messages":[{"role":"assistant","content":"","tool_calls":[{}]}]})", C, 400,
-       "messages[0].tool_calls", "not supported"},
-      {"max_tokens string", chat(R"("max_tokens":"10")"), C, 400, "max_tokens", "expected an integer"},
-      {"max_tokens float", chat(R"("max_tokens":1.5)"), C, 400, "max_tokens", "expected an integer"},
+      {"tool calls", R"({"messages":[{"role":"assistant","content":"","tool_calls":[{}]}]})", C,
+       400, "messages[0].tool_calls", "not supported"},
+      {"max_tokens string", chat(R"("max_tokens":"10")"), C, 400, "max_tokens",
+       "expected an integer"},
+      {"max_tokens float", chat(R"("max_tokens":1.5)"), C, 400, "max_tokens",
+       "expected an integer"},
       {"negative max_tokens", chat(R"("max_tokens":-5)"), C, 400, "max_tokens", "-5"},
       {"zero max_tokens", chat(R"("max_tokens":0)"), C, 400, "max_tokens", ">= 1"},
       {"huge max_tokens", chat(R"("max_tokens":1000000)"), C, 400, "max_tokens", "context length"},
-      {"u64 max_tokens", chat(R"("max_tokens":18446744073709551615)"), C, 400, "max_tokens", "context length"},
-      {"beyond u64 max_tokens", chat(R"("max_tokens":1e30)"), C, 400, "max_tokens", "expected an integer"},
+      {"u64 max_tokens", chat(R"("max_tokens":18446744073709551615)"), C, 400, "max_tokens",
+       "context length"},
+      {"beyond u64 max_tokens", chat(R"("max_tokens":1e30)"), C, 400, "max_tokens",
+       "expected an integer"},
       {"temperature string", chat(R"("temperature":"hot")"), C, 400, "temperature", "\"hot\""},
-      {"temperature too high", chat(R"("temperature":3)"), C, 400, "temperature", "between 0 and 2"},
+      {"temperature too high", chat(R"("temperature":3)"), C, 400, "temperature",
+       "between 0 and 2"},
       {"top_p above 1", chat(R"("top_p":1.5)"), C, 400, "top_p", "between 0 and 1"},
       {"seed float", chat(R"("seed":1.5)"), C, 400, "seed", "integer"},
       {"n=2", chat(R"("n":2)"), C, 400, "n", "n=1"},
       {"stream string", chat(R"("stream":"yes")"), C, 400, "stream", "true or false"},
       {"stream_options without stream", chat(R"("stream_options":{"include_usage":true})"), C, 400,
        "stream_options", "stream is true"},
-      {"include_usage number", chat(R"("stream":true,"stream_options":{"include_usage":1})"), C, 400,
-       "stream_options.include_usage", "true or false"},
+      {"include_usage number", chat(R"("stream":true,"stream_options":{"include_usage":1})"), C,
+       400, "stream_options.include_usage", "true or false"},
       {"stop empty", chat(R"("stop":"")"), C, 400, "stop", "non-empty"},
       {"stop number", chat(R"("stop":[1])"), C, 400, "stop[0]", "expected a string"},
       {"five stops", chat(R"("stop":["a","b","c","d","e"])"), C, 400, "stop", "at most 4"},
       {"tools", chat(R"("tools":[{"type":"function"}])"), C, 400, "tools", "not supported"},
       {"logprobs", chat(R"("logprobs":true)"), C, 400, "logprobs", "not supported"},
-      {"presence penalty", chat(R"("presence_penalty":0.5)"), C, 400, "presence_penalty", "not supported"},
-      {"json mode", chat(R"("response_format":{"type":"json_object"})"), C, 400, "response_format.type", "text"},
+      {"presence penalty", chat(R"("presence_penalty":0.5)"), C, 400, "presence_penalty",
+       "not supported"},
+      {"json mode", chat(R"("response_format":{"type":"json_object"})"), C, 400,
+       "response_format.type", "text"},
       {"no prompt", R"({"max_tokens":3})", P, 400, "prompt", "required"},
       {"prompt number", R"({"prompt":5})", P, 400, "prompt", "found 5"},
       {"empty prompt array", R"({"prompt":[]})", P, 400, "prompt", "non-empty"},
       {"two prompts", R"({"prompt":["a","b"]})", P, 400, "prompt", "only one prompt"},
-      {"token out of range", R"({"prompt":[1,1000]})", P, 400, "prompt[1]", "outside the vocabulary"},
+      {"token out of range", R"({"prompt":[1,1000]})", P, 400, "prompt[1]",
+       "outside the vocabulary"},
       {"negative token", R"({"prompt":[-1]})", P, 400, "prompt[0]", "outside the vocabulary"},
       {"echo", R"({"prompt":"a","echo":true})", P, 400, "echo", "not supported"},
       {"best_of", R"({"prompt":"a","best_of":3})", P, 400, "best_of", "best_of=1"},
@@ -218,8 +235,8 @@ TEST(ServeRequest, CommittedFuzzSeedsBehaveAsNamed) {
   // tests/data/fuzz/serve_request: byte 0 picks the endpoint (0 chat, 1 completions, 2 the stop
   // matcher); *_bad* bodies are rejected, the others accepted.
   int checked = 0;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(std::string(STRATA_TEST_DATA_DIR) + "/fuzz/serve_request")) {
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(STRATA_TEST_DATA_DIR) +
+                                                               "/fuzz/serve_request")) {
     std::ifstream in(entry.path(), std::ios::binary);
     std::stringstream bytes;
     bytes << in.rdbuf();
@@ -227,7 +244,8 @@ TEST(ServeRequest, CommittedFuzzSeedsBehaveAsNamed) {
     if (seed.empty() || seed[0] > 1) continue;
     SCOPED_TRACE(entry.path().filename().string());
     const Endpoint endpoint = seed[0] == 0 ? Endpoint::ChatCompletions : Endpoint::Completions;
-    const ParseResult result = parse_generation_request(std::string_view(seed).substr(1), endpoint, limits());
+    const ParseResult result =
+        parse_generation_request(std::string_view(seed).substr(1), endpoint, limits());
     const bool bad = entry.path().filename().string().find("_bad") != std::string::npos;
     EXPECT_EQ(std::holds_alternative<ApiError>(result), bad);
     ++checked;

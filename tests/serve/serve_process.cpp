@@ -37,7 +37,8 @@ std::string read_file(const fs::path& path) {
 }
 
 std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return char(std::tolower(c)); });
   return text;
 }
 
@@ -50,16 +51,17 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, (dir_ + "/stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, (dir_ + "/stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, (dir_ + "/stdout").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, (dir_ + "/stderr").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
   std::vector<char*> args;
   for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
   const int rc = posix_spawnp(&pid_, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) throw std::runtime_error(fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
+  if (rc != 0)
+    throw std::runtime_error(fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
 }
 
 ChildProcess::~ChildProcess() {
@@ -90,9 +92,15 @@ std::optional<int> ChildProcess::wait(double timeout_s) {
   return exit_code_;
 }
 
-bool ChildProcess::running() { return !wait(0); }
-std::string ChildProcess::stdout_text() const { return read_file(dir_ + "/stdout"); }
-std::string ChildProcess::stderr_text() const { return read_file(dir_ + "/stderr"); }
+bool ChildProcess::running() {
+  return !wait(0);
+}
+std::string ChildProcess::stdout_text() const {
+  return read_file(dir_ + "/stdout");
+}
+std::string ChildProcess::stderr_text() const {
+  return read_file(dir_ + "/stderr");
+}
 
 ServeProcess::ServeProcess(const std::vector<std::string>& extra_args) {
   std::vector<std::string> argv = {STRATA_BINARY, "serve", "--port", "0", "--quiet"};
@@ -109,7 +117,8 @@ ServeProcess::ServeProcess(const std::vector<std::string>& extra_args) {
       return;
     }
     if (!process_->running())
-      throw std::runtime_error(fmt::format("strata serve exited at start:\n{}", process_->stderr_text()));
+      throw std::runtime_error(
+          fmt::format("strata serve exited at start:\n{}", process_->stderr_text()));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   throw std::runtime_error("strata serve did not start listening within 120 s");
@@ -122,7 +131,9 @@ ServeProcess::~ServeProcess() {
   }
 }
 
-std::string ServeProcess::url(const std::string& path) const { return fmt::format("http://127.0.0.1:{}{}", port_, path); }
+std::string ServeProcess::url(const std::string& path) const {
+  return fmt::format("http://127.0.0.1:{}{}", port_, path);
+}
 
 std::optional<int> ServeProcess::terminate(double timeout_s) {
   process_->signal(SIGTERM);
@@ -150,10 +161,11 @@ std::string HttpReply::header(const std::string& name) const {
   return {};
 }
 
-HttpReply curl(const std::string& method, const std::string& url, const std::optional<std::string>& body,
-               const std::vector<std::string>& extra) {
+HttpReply curl(const std::string& method, const std::string& url,
+               const std::optional<std::string>& body, const std::vector<std::string>& extra) {
   std::vector<std::string> argv = {"curl", "-s", "-i", "-N", "-H", "Expect:", "-X", method, url};
-  if (body) argv.insert(argv.end(), {"-H", "Content-Type: application/json", "--data-binary", *body});
+  if (body)
+    argv.insert(argv.end(), {"-H", "Content-Type: application/json", "--data-binary", *body});
   argv.insert(argv.end(), extra.begin(), extra.end());
   ChildProcess process(argv);
   HttpReply reply;
@@ -173,7 +185,9 @@ HttpReply curl(const std::string& method, const std::string& url, const std::opt
   return reply;
 }
 
-HttpReply get(const ServeProcess& server, const std::string& path) { return curl("GET", server.url(path)); }
+HttpReply get(const ServeProcess& server, const std::string& path) {
+  return curl("GET", server.url(path));
+}
 
 HttpReply post(const ServeProcess& server, const std::string& path, const std::string& body,
                const std::vector<std::string>& extra) {
@@ -185,7 +199,8 @@ std::vector<std::string> sse_data(const std::string& body) {
   size_t start = 0;
   while (start < body.size()) {
     const size_t end = body.find("\n\n", start);
-    const std::string event = body.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const std::string event =
+        body.substr(start, end == std::string::npos ? std::string::npos : end - start);
     if (event.rfind("data: ", 0) == 0) {
       events.push_back(event.substr(6));
     } else {
@@ -201,7 +216,8 @@ std::optional<double> metric(const std::string& metrics_text, const std::string&
   std::istringstream lines(metrics_text);
   std::string line;
   while (std::getline(lines, line))
-    if (line.rfind(series + " ", 0) == 0) return std::strtod(line.c_str() + series.size() + 1, nullptr);
+    if (line.rfind(series + " ", 0) == 0)
+      return std::strtod(line.c_str() + series.size() + 1, nullptr);
   return std::nullopt;
 }
 
@@ -229,7 +245,9 @@ RawClient::RawClient(int port, const std::string& request, int receive_buffer_by
   }
 }
 
-RawClient::~RawClient() { close(); }
+RawClient::~RawClient() {
+  close();
+}
 
 void RawClient::close() {
   if (fd_ >= 0) ::close(fd_);
@@ -251,8 +269,9 @@ std::string RawClient::read_until(const std::string& needle, double timeout_s) {
 
 std::string http_post_request(const std::string& path, const std::string& body) {
   return fmt::format(
-      "POST {} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}", path,
-      body.size(), body);
+      "POST {} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: "
+      "{}\r\n\r\n{}",
+      path, body.size(), body);
 }
 
 }  // namespace strata::serve::test

@@ -61,7 +61,8 @@ struct HttpReply {
 };
 
 // curl -s -i [-X METHOD] URL [--data-binary BODY -H Content-Type: application/json] EXTRA...
-HttpReply curl(const std::string& method, const std::string& url, const std::optional<std::string>& body = {},
+HttpReply curl(const std::string& method, const std::string& url,
+               const std::optional<std::string>& body = {},
                const std::vector<std::string>& extra = {});
 HttpReply get(const ServeProcess& server, const std::string& path);
 HttpReply post(const ServeProcess& server, const std::string& path, const std::string& body,

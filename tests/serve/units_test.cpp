@@ -17,25 +17,30 @@ namespace {
 
 using namespace std::chrono_literals;
 
-CompletionIdentity chat_identity() { return {Endpoint::ChatCompletions, "chatcmpl-abc", 1700000000, "m"}; }
+CompletionIdentity chat_identity() {
+  return {Endpoint::ChatCompletions, "chatcmpl-abc", 1700000000, "m"};
+}
 
 TEST(ServeFormat, ChatChunksHaveOpenAiShapeAndKeyOrder) {
-  EXPECT_EQ(dump_json(chat_role_chunk(chat_identity(), false)),
-            R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)"
-            R"("system_fingerprint":"fp_strata","choices":[{"index":0,"delta":{"role":"assistant","content":"",)"
-            R"("refusal":null},"logprobs":null,"finish_reason":null}]})");
-  EXPECT_EQ(sse_event(delta_chunk(chat_identity(), {"Hi", ""}, true)),
-            "data: "
-            R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)"
-            R"("system_fingerprint":"fp_strata","choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,)"
-            R"("finish_reason":null}],"usage":null})"
-            "\n\n");
+  EXPECT_EQ(
+      dump_json(chat_role_chunk(chat_identity(), false)),
+      R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)"
+      R"("system_fingerprint":"fp_strata","choices":[{"index":0,"delta":{"role":"assistant","content":"",)"
+      R"("refusal":null},"logprobs":null,"finish_reason":null}]})");
+  EXPECT_EQ(
+      sse_event(delta_chunk(chat_identity(), {"Hi", ""}, true)),
+      "data: "
+      R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)"
+      R"("system_fingerprint":"fp_strata","choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,)"
+      R"("finish_reason":null}],"usage":null})"
+      "\n\n");
   EXPECT_EQ(dump_json(finish_chunk(chat_identity(), FinishReason::Length, false)["choices"][0]),
             R"({"index":0,"delta":{},"logprobs":null,"finish_reason":"length"})");
-  EXPECT_EQ(dump_json(usage_chunk(chat_identity(), {5, 3})),
-            R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)"
-            R"("system_fingerprint":"fp_strata","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,)"
-            R"("total_tokens":8}})");
+  EXPECT_EQ(
+      dump_json(usage_chunk(chat_identity(), {5, 3})),
+      R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)"
+      R"("system_fingerprint":"fp_strata","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,)"
+      R"("total_tokens":8}})");
   EXPECT_EQ(dump_json(delta_chunk(chat_identity(), {"", "think"}, false)["choices"][0]["delta"]),
             R"({"reasoning_content":"think"})");
 }
@@ -43,24 +48,28 @@ TEST(ServeFormat, ChatChunksHaveOpenAiShapeAndKeyOrder) {
 TEST(ServeFormat, WholeCompletions) {
   const Json chat = completion_json(chat_identity(), {"Hello", "hmm"}, FinishReason::Stop, {4, 2});
   EXPECT_EQ(chat["object"], "chat.completion");
-  EXPECT_EQ(dump_json(chat["choices"][0]),
-            R"({"index":0,"message":{"role":"assistant","content":"Hello","refusal":null,"reasoning_content":"hmm"},)"
-            R"("logprobs":null,"finish_reason":"stop"})");
+  EXPECT_EQ(
+      dump_json(chat["choices"][0]),
+      R"({"index":0,"message":{"role":"assistant","content":"Hello","refusal":null,"reasoning_content":"hmm"},)"
+      R"("logprobs":null,"finish_reason":"stop"})");
   EXPECT_EQ(chat["usage"]["total_tokens"], 6);
   const CompletionIdentity text{Endpoint::Completions, "cmpl-x", 1, "m"};
   const Json completion = completion_json(text, {"abc", ""}, FinishReason::Length, {1, 3});
   EXPECT_EQ(completion["object"], "text_completion");
-  EXPECT_EQ(dump_json(completion["choices"][0]), R"({"text":"abc","index":0,"logprobs":null,"finish_reason":"length"})");
+  EXPECT_EQ(dump_json(completion["choices"][0]),
+            R"({"text":"abc","index":0,"logprobs":null,"finish_reason":"length"})");
   EXPECT_EQ(dump_json(delta_chunk(text, {"t", ""}, false)["choices"][0]),
             R"({"text":"t","index":0,"logprobs":null,"finish_reason":null})");
 }
 
 TEST(ServeFormat, ErrorsAndIds) {
   ApiError error = invalid_field("max_tokens", "expected {}", 1);
-  EXPECT_EQ(dump_json(error_json(error)),
-            R"({"error":{"message":"max_tokens: expected 1","type":"invalid_request_error","param":"max_tokens",)"
-            R"("code":null}})");
-  const std::string a = new_completion_id(Endpoint::ChatCompletions), b = new_completion_id(Endpoint::ChatCompletions);
+  EXPECT_EQ(
+      dump_json(error_json(error)),
+      R"({"error":{"message":"max_tokens: expected 1","type":"invalid_request_error","param":"max_tokens",)"
+      R"("code":null}})");
+  const std::string a = new_completion_id(Endpoint::ChatCompletions),
+                    b = new_completion_id(Endpoint::ChatCompletions);
   EXPECT_EQ(a.rfind("chatcmpl-", 0), 0u);
   EXPECT_EQ(a.size(), 9u + 24u);
   EXPECT_NE(a, b);
@@ -73,7 +82,8 @@ TEST(ServeFormat, InvalidUtf8NeverBreaksTheJson) {
 
 std::string feed(StopMatcher& matcher, std::string_view text, size_t piece) {
   std::string out;
-  for (size_t i = 0; i < text.size() && !matcher.stopped(); i += piece) out += matcher.push(text.substr(i, piece));
+  for (size_t i = 0; i < text.size() && !matcher.stopped(); i += piece)
+    out += matcher.push(text.substr(i, piece));
   return out + matcher.finish();
 }
 
@@ -131,7 +141,8 @@ TEST(ServeScheduler, RunsInOrderAndBoundsTheQueue) {
   }
   // One running + two waiting = --max-queue 2 is full.
   EXPECT_EQ(scheduler.queue_depth(), 2u);
-  EXPECT_EQ(scheduler.submit(std::make_shared<Job>(tiny_plan(), Clock::now())), Scheduler::Admission::QueueFull);
+  EXPECT_EQ(scheduler.submit(std::make_shared<Job>(tiny_plan(), Clock::now())),
+            Scheduler::Admission::QueueFull);
   release = true;
   for (auto& job : jobs) EXPECT_EQ(job->wait_update(5s).state, JobState::Finished);
   EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
@@ -145,7 +156,8 @@ TEST(ServeScheduler, MaxQueueZeroStillRunsOneAtATime) {
   auto first = std::make_shared<Job>(tiny_plan(), Clock::now());
   ASSERT_EQ(scheduler.submit(first), Scheduler::Admission::Accepted);
   ASSERT_EQ(first->wait_started(5s), JobState::Running);
-  EXPECT_EQ(scheduler.submit(std::make_shared<Job>(tiny_plan(), Clock::now())), Scheduler::Admission::QueueFull);
+  EXPECT_EQ(scheduler.submit(std::make_shared<Job>(tiny_plan(), Clock::now())),
+            Scheduler::Admission::QueueFull);
   scheduler.cancel(first, CancelReason::ClientGone);
   EXPECT_EQ(first->wait_update(5s).state, JobState::Finished);
 }
@@ -194,7 +206,8 @@ TEST(ServeScheduler, ShutdownFailsWaitingJobsAndCancelsTheRunningOneAfterGrace) 
   EXPECT_EQ(running->cancel_reason(), CancelReason::Shutdown);
   ASSERT_EQ(r.deltas.size(), 1u);
   EXPECT_EQ(r.deltas[0].content, "partial");
-  EXPECT_EQ(scheduler.submit(std::make_shared<Job>(tiny_plan(), Clock::now())), Scheduler::Admission::ShuttingDown);
+  EXPECT_EQ(scheduler.submit(std::make_shared<Job>(tiny_plan(), Clock::now())),
+            Scheduler::Admission::ShuttingDown);
 }
 
 TEST(ServeScheduler, RunnerExceptionBecomesA500) {
@@ -211,7 +224,8 @@ TEST(ServeScheduler, RunnerExceptionBecomesA500) {
 // (No std::regex: g++ 12 warns inside <regex> under ASan.)
 bool prometheus_line_ok(const std::string& line) {
   auto is_name = [](std::string_view s) {
-    return !s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") == std::string_view::npos;
+    return !s.empty() &&
+           s.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") == std::string_view::npos;
   };
   if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) {
     const size_t space = line.find(' ', 7);
@@ -260,15 +274,15 @@ TEST(ServeMetrics, PrometheusTextIsWellFormed) {
     EXPECT_TRUE(prometheus_line_ok(line)) << line;
     start = end + 1;
   }
-  for (const char* expected : {"strata_http_requests_total{path=\"/v1/completions\",status=\"429\"} 1\n",
-                               "strata_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n",
-                               "strata_time_to_first_token_seconds_bucket{le=\"10\"} 2\n",
-                               "strata_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n",
-                               "strata_time_to_first_token_seconds_count 2\n", "strata_queue_depth 3\n",
-                               "strata_queue_capacity 64\n", "strata_generation_running 1\n",
-                               "strata_generations_total{finish_reason=\"stop\"} 1\n",
-                               "strata_prompt_tokens_total 10\n", "strata_completion_tokens_total 5\n",
-                               "strata_decode_tokens_per_second 40\n"})
+  for (const char* expected :
+       {"strata_http_requests_total{path=\"/v1/completions\",status=\"429\"} 1\n",
+        "strata_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n",
+        "strata_time_to_first_token_seconds_bucket{le=\"10\"} 2\n",
+        "strata_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n",
+        "strata_time_to_first_token_seconds_count 2\n", "strata_queue_depth 3\n",
+        "strata_queue_capacity 64\n", "strata_generation_running 1\n",
+        "strata_generations_total{finish_reason=\"stop\"} 1\n", "strata_prompt_tokens_total 10\n",
+        "strata_completion_tokens_total 5\n", "strata_decode_tokens_per_second 40\n"})
     EXPECT_NE(text.find(expected), std::string::npos) << expected;
 }
 
