@@ -21,6 +21,8 @@ struct SynthCommandOptions {
   int experts = 0;
   std::string output;
   std::string tokenizer_dir;
+  double routing_skew = 0.0;
+  double routing_correlation = 0.0;
 };
 
 GgmlType parse_type(const std::string& name, const char* flag) {
@@ -46,6 +48,11 @@ void register_synth(CLI::App& app) {
   cmd->add_option("--experts", o->experts, "override the expert count")->check(CLI::Range(1, 65536));
   cmd->add_option("--tokenizer", o->tokenizer_dir,
                   "HF tokenizer dir (tokenizer.json): embed it and size the vocabulary to it");
+  cmd->add_option("--routing-skew", o->routing_skew,
+                  "Zipf exponent of expert popularity per layer (0 = uniform, as random routers)");
+  cmd->add_option("--routing-correlation", o->routing_correlation,
+                  "correlation of consecutive tokens' router logits, in [0, 1) (0 = independent; "
+                  "needs a Gated DeltaNet layer 0: qwen3next, qwen4exp shapes)");
   cmd->add_option("output", o->output, "output GGUF path")->required();
   cmd->callback([o] {
     SynthOptions options;
@@ -71,6 +78,8 @@ void register_synth(CLI::App& app) {
     options.expert_type = o->expert_type.empty() ? options.dense_type
                                                  : parse_type(o->expert_type, "--expert-type");
     options.seed = o->seed;
+    options.routing.skew = o->routing_skew;
+    options.routing.correlation = o->routing_correlation;
     if (!o->tokenizer_dir.empty()) {
       options.tokenizer_dir = o->tokenizer_dir;
       hp.n_vocab = hf_tokenizer_vocab_size(o->tokenizer_dir);
@@ -83,8 +92,12 @@ void register_synth(CLI::App& app) {
       reported = done;
     });
     bar.finish();
-    fmt::print(stderr, "strata synth: wrote {} ({}, {} layers, {} experts, {:.2f} GiB)\n", o->output,
-               o->shape, hp.n_layer, hp.n_expert, double(reported) / (1 << 30));
+    const std::string routing =
+        options.routing.enabled()
+            ? fmt::format(", routing skew {} correlation {}", o->routing_skew, o->routing_correlation)
+            : std::string();
+    fmt::print(stderr, "strata synth: wrote {} ({}, {} layers, {} experts, {:.2f} GiB{})\n",
+               o->output, o->shape, hp.n_layer, hp.n_expert, double(reported) / (1 << 30), routing);
   });
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "convert/hf_config.h"
@@ -11,42 +12,17 @@
 #include "gguf/gguf_writer.h"
 #include "model/tensor_specs.h"
 #include "quant/quant.h"
+#include "synth/routing_shape.h"
+#include "synth/synth_random.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
 namespace strata {
 namespace {
 
-uint64_t splitmix64(uint64_t v) {
-  v += 0x9E3779B97F4A7C15ull;
-  v = (v ^ (v >> 30)) * 0xBF58476D1CE4E5B9ull;
-  v = (v ^ (v >> 27)) * 0x94D049BB133111EBull;
-  return v ^ (v >> 31);
-}
-
-// Small fast generator (splitmix64 stream): deterministic per tensor name and seed.
-class Random {
- public:
-  explicit Random(uint64_t seed) : state_(seed) {}
-  uint64_t next() { return splitmix64(state_++); }
-  // Uniform in [0, 1).
-  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }
-  // Approximately standard normal (Irwin–Hall with 4 uniforms, rescaled): cheap, bounded tails,
-  // plenty for random weights.
-  float normal() {
-    const float sum = uniform() + uniform() + uniform() + uniform();
-    return (sum - 2.0f) * 1.7320508f;
-  }
-
- private:
-  uint64_t state_;
-};
-
-uint64_t name_hash(const std::string& name) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (char c : name) h = (h ^ uint8_t(c)) * 1099511628211ull;
-  return h;
-}
+using synth_detail::name_hash;
+using synth_detail::Random;
+using synth_detail::splitmix64;
 
 bool is_prime(uint64_t n) {
   if (n < 2) return false;
@@ -94,8 +70,11 @@ void random_iq2xs_block(Random& rng, uint8_t* block) {
   std::memcpy(block + 66, &scales, 8);
 }
 
+// Writes one tensor; `shaping` (routing shapes, may be null) rewrites some rows after the draw.
+// A random-code IQ2_XS tensor can only take Zero rows from it (an all-zero block: scale 0).
 void produce_tensor(const SynthOptions& options, const TensorSpec& spec, GgmlType type,
-                    GgufTensorSink& sink, const std::function<void(uint64_t)>& advanced) {
+                    const TensorShaping* shaping, GgufTensorSink& sink,
+                    const std::function<void(uint64_t)>& advanced) {
   Random rng(options.seed ^ name_hash(spec.name));
   const int64_t row = spec.ne[0];
   const int64_t n_rows = spec.n_elements() / row;
@@ -111,10 +90,15 @@ void produce_tensor(const SynthOptions& options, const TensorSpec& spec, GgmlTyp
     for (int64_t r = 0; r < n; ++r) {
       uint8_t* dst = chunk.data() + size_t(r) * row_size;
       if (type == GgmlType::IQ2_XS) {
+        if (shaping && shaping->shape_row(r0 + r, values) == TensorShaping::Row::Zero) {
+          std::memset(dst, 0, row_size);
+          continue;
+        }
         for (int64_t b = 0; b < row / 256; ++b) random_iq2xs_block(rng, dst + b * 74);
         continue;
       }
       for (float& v : values) v = sample_value(spec, rng, matrix_scale);
+      if (shaping) shaping->shape_row(r0 + r, values);
       quant::quantize_row(type, values.data(), dst, row);
     }
     sink.write(chunk);
@@ -273,26 +257,39 @@ void write_synthetic_model(const SynthOptions& options, const std::string& path,
                            const SynthProgress& progress) {
   const HParams& hp = options.hparams;
   if (hp.n_vocab <= 0) fail("synth: n_vocab must be positive");
+  std::unique_ptr<RoutingShaper> shaper;
+  if (options.routing.enabled())
+    shaper = std::make_unique<RoutingShaper>(hp, options.routing, options.seed);
   GgufWriter writer;
   write_hparams(writer, hp);
   writer.add_u32("general.quantization_version", 2);
   writer.add_string("general.name", fmt::format("strata synthetic {}", arch_name(hp.arch)));
+  if (shaper) {
+    writer.add_f32("strata.synth.routing_skew", float(options.routing.skew));
+    writer.add_f32("strata.synth.routing_correlation", float(options.routing.correlation));
+  }
   if (!options.tokenizer_dir.empty()) {
     const convert::HfConfig config(nlohmann::json::object(), options.tokenizer_dir);
     convert::add_hf_tokenizer(options.tokenizer_dir, config, hp.n_vocab, "qwen2", writer);
   }
   const std::vector<TensorSpec> specs = tensor_specs(hp);
   std::vector<GgmlType> types;
+  std::vector<std::unique_ptr<TensorShaping>> shapings;
   uint64_t total_bytes = 0;
   for (const TensorSpec& spec : specs) {
-    types.push_back(tensor_type(options, spec));
+    shapings.push_back(shaper ? shaper->plan(spec) : nullptr);
+    GgmlType type = tensor_type(options, spec);
+    // Shaped rows need real values: IQ2_XS has no quantizer from floats here.
+    if (type == GgmlType::IQ2_XS && shapings.back() && shapings.back()->has_shaped_rows())
+      type = storable_type(GgmlType::Q8_0, spec.ne[0]);
+    types.push_back(type);
     total_bytes += writer.add_tensor(spec.name, types.back(), spec.ne).n_bytes;
   }
   uint64_t done = 0;
   size_t index = 0;
   writer.write_file(path, [&](const GgufTensorDecl&, GgufTensorSink& sink) {
     const TensorSpec& spec = specs[index];
-    produce_tensor(options, spec, types[index], sink, [&](uint64_t bytes) {
+    produce_tensor(options, spec, types[index], shapings[index].get(), sink, [&](uint64_t bytes) {
       done += bytes;
       if (progress) progress(done, total_bytes);
     });

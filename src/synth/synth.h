@@ -9,6 +9,8 @@
 //   divide fall back via storable_type. IQ2_XS blocks are random grid/sign codes with small
 //   scales (a valid encoding; IQ2_XS has no quantizer from floats). Data is generated and written
 //   one chunk at a time, so memory stays small for any size.
+// Optional routing shapes (Zipf-skewed, temporally correlated expert routing, for cache
+// experiments) rewrite a few weights: synth/routing_shape.h, docs/synth.md.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@
 
 #include "model/hparams.h"
 #include "quant/ggml_type.h"
+#include "synth/routing_shape.h"
 
 namespace strata {
 
@@ -31,6 +34,9 @@ struct SynthOptions {
   // is written as the file's tokenizer section; hparams.n_vocab must equal its size
   // (hf_tokenizer_vocab_size).
   std::string tokenizer_dir;
+  // Skewed / temporally correlated routing (synth/routing_shape.h); off by default, which keeps
+  // the file byte-identical to one written without it.
+  RoutingShape routing;
 };
 
 // Number of ids in DIR/tokenizer.json (the model vocabulary plus added tokens).

@@ -1,0 +1,41 @@
+// Deterministic random numbers for `strata synth`: a splitmix64 stream per tensor, seeded from
+// the file seed and the tensor name, so a tensor's values never depend on which others exist.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace strata::synth_detail {
+
+inline uint64_t splitmix64(uint64_t v) {
+  v += 0x9E3779B97F4A7C15ull;
+  v = (v ^ (v >> 30)) * 0xBF58476D1CE4E5B9ull;
+  v = (v ^ (v >> 27)) * 0x94D049BB133111EBull;
+  return v ^ (v >> 31);
+}
+
+// Small fast generator (splitmix64 stream).
+class Random {
+ public:
+  explicit Random(uint64_t seed) : state_(seed) {}
+  uint64_t next() { return splitmix64(state_++); }
+  // Uniform in [0, 1).
+  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }
+  // Approximately standard normal (Irwin–Hall with 4 uniforms, rescaled): cheap, bounded tails,
+  // plenty for random weights.
+  float normal() {
+    const float sum = uniform() + uniform() + uniform() + uniform();
+    return (sum - 2.0f) * 1.7320508f;
+  }
+
+ private:
+  uint64_t state_;
+};
+
+inline uint64_t name_hash(std::string_view name) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (char c : name) h = (h ^ uint8_t(c)) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace strata::synth_detail
