@@ -1,6 +1,7 @@
 #include "cli/expert_options.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <filesystem>
 #include <fstream>
@@ -101,6 +102,12 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
   else if (o.slots_per_layer == 0)
     so.budget_bytes = available > 0 ? std::min(expert_bytes, available / 2) : expert_bytes;
   auto store = std::make_unique<ExpertStore>(model, std::move(*sidecar), so);
+  // Experts now come from the sidecar: keep the mapping's page cache to the dense tensors.
+  const GgufFile& gguf = model.file();
+  gguf.advise(0, gguf.file_size(), MADV_RANDOM);
+  for (const TensorInfo& t : gguf.tensors())
+    if (t.name.find("_exps") == std::string::npos && t.name.rfind("per_layer_token_embd", 0) != 0)
+      gguf.advise(t.file_offset, t.n_bytes, MADV_WILLNEED);
   if (!o.fill_profile.empty()) {
     const ExpertProfile profile = ExpertProfile::load(o.fill_profile, store->sidecar().layout().gguf_identity);
     store->fill(profile.ranking(), o.pin);

@@ -115,6 +115,11 @@ class GgufFile {
   const uint8_t* tensor_data(const TensorInfo& info) const { return base_ + info.file_offset; }
   // The raw fd (read-only) for pread-based access; valid while the GgufFile lives.
   int fd() const { return fd_; }
+  // madvise on the page-aligned span of the mapping covering [offset, offset + length) (no-op for
+  // in-memory files). The expert store uses MADV_RANDOM on the whole file and MADV_WILLNEED on the
+  // dense tensors, so faults on dense weights never read neighbouring expert bytes ahead into the
+  // page cache (which, under a memory limit, evicts the dense pages themselves).
+  void advise(uint64_t offset, uint64_t length, int advice) const;
 
  private:
   GgufFile() = default;

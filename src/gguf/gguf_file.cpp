@@ -224,4 +224,13 @@ template std::vector<float> GgufFile::get<std::vector<float>>(std::string_view) 
 template std::vector<double> GgufFile::get<std::vector<double>>(std::string_view) const;
 template std::vector<std::string> GgufFile::get<std::vector<std::string>>(std::string_view) const;
 
+void GgufFile::advise(uint64_t offset, uint64_t length, int advice) const {
+  if (mapped_bytes_ == 0 || length == 0 || offset >= mapped_bytes_) return;
+  const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+  const uint64_t begin = offset / page * page;
+  const uint64_t end = std::min<uint64_t>(mapped_bytes_, offset + length);
+  // Advice is a hint: a refusal changes speed, never results, so errors are ignored.
+  madvise(const_cast<uint8_t*>(base_) + begin, size_t(end - begin), advice);
+}
+
 }  // namespace strata
