@@ -13,11 +13,21 @@ std::string StopMatcher::push(std::string_view text) {
   if (stopped_) return {};
   held_ += text;
   if (stops_.empty()) return std::exchange(held_, {});
-  size_t first = std::string::npos;
-  for (const std::string& stop : stops_) first = std::min(first, held_.find(stop));
-  if (first != std::string::npos) {
+  // The stop string that completes first ends the text (as it would, token by token), the longest
+  // of those that complete at the same place; its first occurrence is the one that ends first.
+  size_t best_end = std::string::npos, best_start = std::string::npos;
+  for (const std::string& stop : stops_) {
+    const size_t start = held_.find(stop);
+    if (start == std::string::npos) continue;
+    const size_t end = start + stop.size();
+    if (end < best_end || (end == best_end && start < best_start)) {
+      best_end = end;
+      best_start = start;
+    }
+  }
+  if (best_start != std::string::npos) {
     stopped_ = true;
-    std::string out = held_.substr(0, first);
+    std::string out = held_.substr(0, best_start);
     held_.clear();
     return out;
   }

@@ -1,12 +1,13 @@
 // StopMatcher — finds OpenAI "stop" strings in text that arrives in pieces.
 //
-// `push` returns the text that can be shown now: everything before the first stop string, minus a
-// held-back tail that could still become the start of one (the longest suffix that is a proper
-// prefix of some stop string). Once a stop string has appeared, `stopped()` is true, the text
-// before it has been returned and everything after it (and the stop string itself) is dropped, as
-// OpenAI does. `finish` releases the held-back tail at the end of generation. Concatenating every
-// returned piece gives the text up to (excluding) the earliest stop string, for any way of cutting
-// the input into pieces. Stop strings are non-empty. Not thread-safe.
+// `push` returns the text that can be shown now, minus a held-back tail that could still become
+// the start of a stop string (the longest suffix that is a proper prefix of one). The generation
+// stops where a stop string is first complete, as it would be token by token: the text before
+// that stop string (the longest one, when several complete at the same byte) is returned, the stop
+// string and everything after it are dropped (OpenAI's rule), and `stopped()` turns true. `finish`
+// releases the held-back tail at the end of generation. The concatenation of every returned piece
+// is the same for any way of cutting the input into pieces, and contains no stop string.
+// Stop strings are non-empty (empty ones are ignored). Not thread-safe.
 #pragma once
 
 #include <string>

@@ -102,6 +102,17 @@ TEST(ServeStop, CutsAtTheEarliestStopForAnyChunking) {
   }
 }
 
+TEST(ServeStop, TheStopThatCompletesFirstWins) {
+  // "bc" is complete one byte before "abcd" is: token by token the generation stops there.
+  for (size_t piece = 1; piece <= 5; ++piece) {
+    SCOPED_TRACE(piece);
+    StopMatcher matcher({"abcd", "bc"});
+    EXPECT_EQ(feed(matcher, "xabcd", piece), "xa");
+    StopMatcher same_end({"cd", "bcd"});  // both complete at the same byte: the longer one
+    EXPECT_EQ(feed(same_end, "xabcd", piece), "xa");
+  }
+}
+
 TEST(ServeStop, HoldsBackOnlyWhatCouldStartAStop) {
   StopMatcher matcher({"abc"});
   EXPECT_EQ(matcher.push("xxab"), "xx");
