@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../common/temp_dir.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/session.h"
 #include "experts/expert_store.h"
@@ -24,18 +25,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
+// A scratch directory per test (tests/common/temp_dir.h).
+class TempDir : public test_support::ScratchDir {
  public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / fmt::format("strata-experts-{}-{}", getpid(), counter_++);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
+  TempDir() : ScratchDir("experts") {}
 };
 
 std::string fixture_gguf(const std::string& arch) {
