@@ -4,9 +4,11 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -71,6 +73,17 @@ std::string path_label(const std::string& path) {
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   return "other";
 }
+
+// Debian's httplib 0.11 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into the
+// library). A burst of new connections (32 load-test clients on a busy 2-core box) overflowed that
+// accept queue and clients saw their requests reset after the 1 s SYN-ACK retransmit. Calling
+// listen() again on the bound socket raises the backlog (Linux updates a listening socket's).
+class ListeningServer : public httplib::Server {
+ public:
+  bool raise_backlog(int backlog) { return ::listen(svr_sock_, backlog) == 0; }
+};
+
+constexpr int kListenBacklog = 1024;
 
 }  // namespace
 
@@ -151,7 +164,7 @@ struct HttpServer::Impl {
   ServeMetrics metrics;
   Generator generator;
   Scheduler scheduler;  // after generator: its worker runs generator.run
-  httplib::Server http;
+  ListeningServer http;
   std::atomic<bool> draining{false};
 
   std::mutex active_mutex;  // guards active
@@ -480,6 +493,9 @@ int HttpServer::bind() {
         "machine?)",
         o.host, port);
   }
+  if (!impl_->http.raise_backlog(kListenBacklog))
+    fail("--host {} --port {}: listen(backlog {}) failed: {}", o.host, port, kListenBacklog,
+         std::strerror(errno));
   return port;
 }
 

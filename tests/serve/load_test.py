@@ -61,9 +61,12 @@ def stream_once(port, path, body, timeout_s):
     """One streamed request; returns (latency_s, ttft_s, completion_tokens). Raises RequestFailed."""
     start = time.monotonic()
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    phase = "sending the request"
     try:
         connection.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        phase = "waiting for the response headers"
         response = connection.getresponse()
+        phase = "reading the stream"
         if response.status != 200:
             raise RequestFailed(f"{path}: HTTP {response.status}: {response.read()[:300]!r}")
         if response.getheader("Content-Type") != "text/event-stream":
@@ -107,7 +110,8 @@ def stream_once(port, path, body, timeout_s):
         latency = time.monotonic() - start
         return latency, ttft if ttft is not None else latency, usage["completion_tokens"]
     except (OSError, http.client.HTTPException, ValueError, KeyError) as error:
-        raise RequestFailed(f"{path}: {type(error).__name__}: {error}") from error
+        raise RequestFailed(f"{path}: {type(error).__name__} while {phase} after "
+                            f"{time.monotonic() - start:.2f} s: {error}") from error
     finally:
         connection.close()
 
@@ -208,6 +212,8 @@ def main():
         failed = False
         if errors:
             print(f"FAIL: {len(errors)} requests failed")
+            server_log.seek(0)
+            print("server stderr (last lines):\n" + "".join(server_log.readlines()[-20:]))
             failed = True
         if result["ok"] == 0:
             print("FAIL: no request completed")
