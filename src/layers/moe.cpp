@@ -51,20 +51,15 @@ std::vector<int32_t> moe_predict(compute::ThreadPool& pool, const HParams& hp,
   Routing guess;
   moe_route(pool, hp, next_router, x, n_rows, guess);
   // Best routing weight per expert over the rows (renormalised weights rank like probabilities
-  // within a row; across rows they are comparable enough for an ordering hint).
-  std::vector<std::pair<float, int32_t>> best;
-  for (size_t i = 0; i < guess.experts.size(); ++i) {
-    const int32_t e = guess.experts[i];
-    auto it = std::find_if(best.begin(), best.end(), [&](const auto& b) { return b.second == e; });
-    if (it == best.end()) best.emplace_back(guess.weights[i], e);
-    else it->first = std::max(it->first, guess.weights[i]);
-  }
-  std::sort(best.begin(), best.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
-  });
+  // within a row; across rows they are comparable enough for an ordering hint). Indexed by expert
+  // id: this runs every layer, so no search per entry.
+  std::vector<float> best(static_cast<size_t>(hp.n_expert), -1.0f);
+  for (size_t i = 0; i < guess.experts.size(); ++i)
+    best[size_t(guess.experts[i])] = std::max(best[size_t(guess.experts[i])], guess.weights[i]);
   std::vector<int32_t> ids;
-  ids.reserve(best.size());
-  for (const auto& b : best) ids.push_back(b.second);
+  for (int32_t e = 0; e < hp.n_expert; ++e)
+    if (best[size_t(e)] >= 0.0f) ids.push_back(e);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return best[size_t(a)] > best[size_t(b)]; });
   return ids;
 }
 
