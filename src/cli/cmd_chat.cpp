@@ -63,13 +63,13 @@ struct TurnStats {
 class ChatLoop {
  public:
   ChatLoop(const ChatOptions& options, const Model& model, const Tokenizer& tokenizer,
-           compute::ThreadPool& pool, ExpertStore* store)
+           compute::ThreadPool& pool, ExpertStore* store, ExpertSource* tracer)
       : options_(options),
         model_(model),
         tokenizer_(tokenizer),
         chat_template_(ChatTemplate::from_gguf(model.file())),
         store_(store),
-        session_(model, pool, store),
+        session_(model, pool, tracer ? tracer : store),
         sampler_(options.model.sampling) {
     render_.enable_thinking = !options.no_thinking;
     end_of_turn_ = tokenizer.find_token(ChatTemplate::kEndOfTurn);
@@ -181,7 +181,8 @@ void run_chat(const ChatOptions& options) {
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   compute::ThreadPool pool(resolve_threads(options.model));
   const std::unique_ptr<ExpertStore> store = open_expert_store(*model, path, options.experts);
-  ChatLoop chat(options, *model, tokenizer, pool, store.get());
+  const std::unique_ptr<TracingSource> tracer = open_routing_trace(*model, store.get(), options.experts);
+  ChatLoop chat(options, *model, tokenizer, pool, store.get(), tracer.get());
 
   struct sigaction action {};
   action.sa_handler = on_sigint;

@@ -119,7 +119,8 @@ void run(const RunOptions& options) {
 
   compute::ThreadPool pool(resolve_threads(options.model));
   const std::unique_ptr<ExpertStore> store = open_expert_store(*model, path, options.experts);
-  Session session(*model, pool, store.get());
+  const std::unique_ptr<TracingSource> tracer = open_routing_trace(*model, store.get(), options.experts);
+  Session session(*model, pool, tracer ? static_cast<ExpertSource*>(tracer.get()) : store.get());
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> telemetry(nullptr, &std::fclose);
   if (!options.telemetry_out.empty()) {
     telemetry.reset(std::fopen(options.telemetry_out.c_str(), "w"));

@@ -16,5 +16,6 @@ void register_serve(CLI::App& app);
 void register_pack(CLI::App& app);
 void register_profile(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_replay(CLI::App& app);
 
 }  // namespace strata::cli

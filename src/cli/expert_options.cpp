@@ -50,6 +50,8 @@ void add_expert_options(CLI::App& cmd, ExpertOptions& o) {
   cmd.add_flag("--mapped-experts", o.mapped, "read experts through the GGUF mapping (no sidecar)");
   cmd.add_option("--fill", o.fill_profile, "expert profile (strata profile) to fill the cache from at start");
   cmd.add_option("--pin", o.pin, "with --fill: pin this many top experts per layer")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--trace-routing", o.trace_routing,
+                 "record each layer's routing and read-ahead predictions to FILE (for strata replay)");
 }
 
 std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::string& model_path,
@@ -122,6 +124,14 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
                100.0 * double(store->slots_per_layer()) / layout.n_expert, format_bytes(expert_bytes),
                o.io_threads, store->io_uring() ? "io_uring" : "pread", store->direct_io() ? "on" : "off", store->read_ahead_enabled() ? "on" : "off");
   return store;
+}
+
+std::unique_ptr<TracingSource> open_routing_trace(const Model& model, ExpertStore* store,
+                                                  const ExpertOptions& o) {
+  if (o.trace_routing.empty()) return nullptr;
+  ExpertSource& inner = store ? static_cast<ExpertSource&>(*store) : model.mapped_experts();
+  return std::make_unique<TracingSource>(inner, o.trace_routing,
+                                         RoutingTraceHeader::for_model(model.file(), model.hparams().n_expert_used));
 }
 
 std::string format_expert_stats(const ExpertStoreStats& s, double tokens) {

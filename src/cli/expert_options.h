@@ -14,6 +14,7 @@
 
 #include "experts/expert_store.h"
 #include "model/model.h"
+#include "route/routing_trace.h"
 
 namespace strata::cli {
 
@@ -28,6 +29,7 @@ struct ExpertOptions {
   bool mapped = false;     // force the GGUF mapping (no store)
   std::string fill_profile;
   int pin = 0;
+  std::string trace_routing;  // write a routing trace here (route/routing_trace.h)
   bool quiet = false;
 };
 
@@ -36,6 +38,11 @@ void add_expert_options(CLI::App& cmd, ExpertOptions& options);
 // The store the options ask for, or nullptr for the GGUF mapping. Prints one line describing it.
 std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::string& model_path,
                                                const ExpertOptions& options);
+
+// With --trace-routing: a TracingSource over `store` (the GGUF mapping when null) that writes the
+// trace when destroyed; else nullptr. The session then uses it instead of the store.
+std::unique_ptr<TracingSource> open_routing_trace(const Model& model, ExpertStore* store,
+                                                  const ExpertOptions& options);
 
 // One summary line of the store's counters ("experts: hit 93.1% ...").
 std::string format_expert_stats(const ExpertStoreStats& stats, double tokens);

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   strata::cli::register_pack(app);
   strata::cli::register_profile(app);
   strata::cli::register_bench(app);
+  strata::cli::register_replay(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
