@@ -64,10 +64,13 @@ static_assert(sizeof(BlockQ8_K) == 292);
 // The largest activation quant is ±127 (never -128), so the AVX2 sign tricks cannot overflow.
 inline constexpr int kActivationQuantMax = 127;
 
+// The unpackers are used from the scalar, AVX2 and AVX-512 files, each compiled with different
+// target flags; always_inline keeps the linker from sharing one copy between them (see
+// avx2_common.h).
 // Unpacks Q4_K's twelve scale bytes into eight 6-bit scales and eight 6-bit mins.
 // Pair p < 4: scale = b[p] & 63, min = b[p+4] & 63.
 // Pair p >= 4: scale = (b[p+4] & 15) | (b[p-4] >> 6) << 4, min = (b[p+4] >> 4) | (b[p] >> 6) << 4.
-inline void unpack_q4_K_scales(const uint8_t packed[12], uint8_t scales[8], uint8_t mins[8]) {
+[[gnu::always_inline]] inline void unpack_q4_K_scales(const uint8_t packed[12], uint8_t scales[8], uint8_t mins[8]) {
   for (int p = 0; p < 4; ++p) {
     scales[p] = packed[p] & 63;
     mins[p] = packed[p + 4] & 63;
@@ -76,6 +79,21 @@ inline void unpack_q4_K_scales(const uint8_t packed[12], uint8_t scales[8], uint
     scales[p] = uint8_t((packed[p + 4] & 15) | ((packed[p - 4] >> 6) << 4));
     mins[p] = uint8_t((packed[p + 4] >> 4) | ((packed[p] >> 6) << 4));
   }
+}
+
+// unpack_q4_K_scales with 32-bit word operations, for the SIMD kernels: scale p (min p) is byte p
+// of *scales (*mins).
+[[gnu::always_inline]] inline void unpack_q4_K_scales_u64(const uint8_t packed[12], uint64_t* scales, uint64_t* mins) {
+  uint32_t s0, s1, s2;
+  std::memcpy(&s0, packed, 4);
+  std::memcpy(&s1, packed + 4, 4);
+  std::memcpy(&s2, packed + 8, 4);
+  const uint32_t scales_low = s0 & 0x3f3f3f3fu;
+  const uint32_t mins_low = s1 & 0x3f3f3f3fu;
+  const uint32_t scales_high = (s2 & 0x0f0f0f0fu) | ((s0 >> 2) & 0x30303030u);
+  const uint32_t mins_high = ((s2 >> 4) & 0x0f0f0f0fu) | ((s1 >> 2) & 0x30303030u);
+  *scales = uint64_t(scales_low) | uint64_t(scales_high) << 32;
+  *mins = uint64_t(mins_low) | uint64_t(mins_high) << 32;
 }
 
 // Inverse of unpack_q4_K_scales; every input must be < 64.

@@ -25,7 +25,7 @@ struct alignas(32) Iq2xsScaleVector {
   int16_t lanes[16];
 };
 extern const std::array<Iq2xsScaleVector, 256> kIq2xsScaleVectors;
-inline const int16_t* iq2xs_scale_vector(uint8_t scale_byte) {
+[[gnu::always_inline]] inline const int16_t* iq2xs_scale_vector(uint8_t scale_byte) {
   return kIq2xsScaleVectors[scale_byte].lanes;
 }
 

@@ -2,7 +2,8 @@
 //
 // `scalar::` is the specification: plain loops written from the block definitions. `avx2::` are
 // the fast versions (compiled with AVX2/FMA/F16C/BMI1 in *_avx2.cpp); call them only when
-// cpu_has_avx2() is true. Contracts per kind:
+// cpu_has_avx2() is true. `avx512::` holds the few kernels that gain from AVX-512 (see below).
+// Contracts per kind:
 // - dequantize_*: bitwise identical between scalar and avx2.
 // - quantize_activation_* (Q8_0, Q8_K): bitwise identical between scalar and avx2.
 // - dot_*: scalar accumulates in double (so it is the exact dot of the dequantized operands up
@@ -74,6 +75,14 @@ float dot_q4_K(const void* w, const void* a, int64_t n);
 float dot_q6_K(const void* w, const void* a, int64_t n);
 float dot_iq2_xs(const void* w, const void* a, int64_t n);
 }  // namespace avx2
+
+// AVX-512 kernels (F, BW, VL, VBMI, VNNI, BITALG; *_avx512.cpp): call them only when
+// cpu_has_avx512() is true. Bitwise equal to their avx2:: counterparts (same integer lanes, same
+// f32 code), so the result does not depend on which of the two a CPU runs.
+namespace avx512 {
+float dot_q4_K(const void* w, const void* a, int64_t n);
+float dot_iq2_xs(const void* w, const void* a, int64_t n);
+}  // namespace avx512
 
 // Rounds to nearest, ties to even, for |v| ≤ 2^22: adding 1.5·2^23 leaves no fraction bits, so
 // the FPU's default rounding does the work (nearbyintf would be a libm call on baseline x86-64).

@@ -8,8 +8,6 @@
 //
 // Dequantization evaluates exactly the scalar expressions (scale·q − min, in that order), so it
 // is bitwise identical to quant::scalar.
-#include <cstring>
-
 #include "quant/avx2_common.h"
 #include "quant/blocks.h"
 #include "quant/kernels.h"
@@ -48,20 +46,6 @@ inline __m256i broadcast_i16_mask(int low_lane_index, int high_lane_index) {
 // Both 128-bit lanes set to lane `half` of v.
 inline __m256i half_lanes(__m256i v, int half) {
   return half == 0 ? _mm256_permute2x128_si256(v, v, 0x00) : _mm256_permute2x128_si256(v, v, 0x11);
-}
-
-// Q4_K's eight 6-bit scales and mins (see unpack_q4_K_scales), as two u64 of 8 bytes.
-inline void unpack_q4_K_scales_u64(const uint8_t packed[12], uint64_t* scales, uint64_t* mins) {
-  uint32_t s0, s1, s2;
-  std::memcpy(&s0, packed, 4);
-  std::memcpy(&s1, packed + 4, 4);
-  std::memcpy(&s2, packed + 8, 4);
-  const uint32_t scales_low = s0 & 0x3f3f3f3fu;
-  const uint32_t mins_low = s1 & 0x3f3f3f3fu;
-  const uint32_t scales_high = (s2 & 0x0f0f0f0fu) | ((s0 >> 2) & 0x30303030u);
-  const uint32_t mins_high = ((s2 >> 4) & 0x0f0f0f0fu) | ((s1 >> 2) & 0x30303030u);
-  *scales = uint64_t(scales_low) | uint64_t(scales_high) << 32;
-  *mins = uint64_t(mins_low) | uint64_t(mins_high) << 32;
 }
 
 // The four 6-bit quant vectors of one Q6_K half: vector j holds elements 128h + 32j + (0..31).

@@ -115,8 +115,10 @@ float dot_q8_0(const void* w, const void* a, int64_t n) {
 }
 
 float dot_q4_0(const void* w, const void* a, int64_t n) {
+  // A lambda, not the function name: GCC kept a function pointer argument as an out-of-line call
+  // per 32-weight block (3.5x slower than Q8_0); a lambda's type names the callee, so it inlines.
   return dot_blocks32(static_cast<const BlockQ4_0*>(w), static_cast<const BlockQ8_0*>(a),
-                      n / kBlock32, unpack_q4_0);
+                      n / kBlock32, [](const BlockQ4_0& block) { return unpack_q4_0(block); });
 }
 
 }  // namespace strata::quant::avx2

@@ -1,11 +1,14 @@
 // Public quant API: type checks, the scalar reference dispatch (quant::ref) and the fast
-// dispatch, which picks AVX2 kernels once per process when the CPU has AVX2, FMA, F16C and BMI1
-// (every AVX2 CPU has them; the IQ2_XS kernel uses BMI1's bextr).
-// Setting STRATA_QUANT_SCALAR=1 in the environment forces the scalar kernels (read once).
+// dispatch, which picks kernels once per process: AVX2 when the CPU has AVX2, FMA, F16C and BMI1
+// (every AVX2 CPU has them; the IQ2_XS kernel uses BMI1's bextr), and on top of that the AVX-512
+// kernels (Q4_K, IQ2_XS) when it also has AVX-512 F/BW/VL/VBMI/VNNI/BITALG (Ice Lake, Zen 4 and
+// later). STRATA_QUANT_MAX=scalar|avx2|avx512 caps the level (read once; for tests and A/B
+// measurements); STRATA_QUANT_SCALAR=1 is the older spelling of STRATA_QUANT_MAX=scalar.
 #include "quant/quant.h"
 
 #include <cpuid.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -54,12 +57,33 @@ KernelArray scalar_kernels() {
   return k;
 }
 
-KernelArray fast_kernels() {
-  KernelArray k = scalar_kernels();
+// The level the CPU supports, capped by STRATA_QUANT_MAX / STRATA_QUANT_SCALAR.
+KernelLevel chosen_level() {
+  KernelLevel level = cpu_has_avx512() ? KernelLevel::Avx512
+                      : cpu_has_avx2() ? KernelLevel::Avx2
+                                       : KernelLevel::Scalar;
   const char* force_scalar = std::getenv("STRATA_QUANT_SCALAR");
-  if (!cpu_has_avx2() || (force_scalar != nullptr && std::strcmp(force_scalar, "1") == 0)) {
-    return k;
+  if (force_scalar != nullptr && std::strcmp(force_scalar, "1") == 0) level = KernelLevel::Scalar;
+  const char* max = std::getenv("STRATA_QUANT_MAX");
+  if (max != nullptr && *max != '\0') {
+    const std::string_view cap(max);
+    KernelLevel cap_level = KernelLevel::Avx512;
+    if (cap == "scalar") {
+      cap_level = KernelLevel::Scalar;
+    } else if (cap == "avx2") {
+      cap_level = KernelLevel::Avx2;
+    } else if (cap != "avx512") {
+      fail("environment variable STRATA_QUANT_MAX: expected scalar, avx2 or avx512, found \"{}\"",
+           cap);
+    }
+    level = std::min(level, cap_level);
   }
+  return level;
+}
+
+KernelArray fast_kernels(KernelLevel level) {
+  KernelArray k = scalar_kernels();
+  if (level == KernelLevel::Scalar) return k;
   auto set = [&](GgmlType type, DequantizeFn dequantize, QuantizeFn activation, DotFn dot) {
     TypeKernels& entry = k[size_t(type)];
     entry.dequantize = dequantize;
@@ -76,6 +100,9 @@ KernelArray fast_kernels() {
   set(GgmlType::Q4_K, avx2::dequantize_q4_K, avx2::quantize_q8_K, avx2::dot_q4_K);
   set(GgmlType::Q6_K, avx2::dequantize_q6_K, avx2::quantize_q8_K, avx2::dot_q6_K);
   set(GgmlType::IQ2_XS, avx2::dequantize_iq2_xs, avx2::quantize_q8_K, avx2::dot_iq2_xs);
+  if (level == KernelLevel::Avx2) return k;
+  k[size_t(GgmlType::Q4_K)].dot = avx512::dot_q4_K;
+  k[size_t(GgmlType::IQ2_XS)].dot = avx512::dot_iq2_xs;
   return k;
 }
 
@@ -84,8 +111,13 @@ const KernelArray& scalar_table() {
   return table;
 }
 
+KernelLevel fast_level() {
+  static const KernelLevel level = chosen_level();
+  return level;
+}
+
 const KernelArray& fast_table() {
-  static const KernelArray table = fast_kernels();
+  static const KernelArray table = fast_kernels(fast_level());
   return table;
 }
 
@@ -124,6 +156,30 @@ bool cpu_has_avx2() {
            __builtin_cpu_supports("bmi") && f16c;
   }();
   return has;
+}
+
+bool cpu_has_avx512() {
+  // __builtin_cpu_supports also checks that the OS saves the ZMM and mask registers (XCR0).
+  static const bool has = cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512vbmi") &&
+                          __builtin_cpu_supports("avx512vnni") &&
+                          __builtin_cpu_supports("avx512bitalg");
+  return has;
+}
+
+KernelLevel active_kernel_level() { return fast_level(); }
+
+std::string_view kernel_level_name(KernelLevel level) {
+  switch (level) {
+    case KernelLevel::Scalar:
+      return "scalar";
+    case KernelLevel::Avx2:
+      return "avx2";
+    case KernelLevel::Avx512:
+      return "avx512";
+  }
+  return "unknown";
 }
 
 GgmlType activation_type(GgmlType weight_type) {

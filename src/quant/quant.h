@@ -9,21 +9,26 @@
 // - Determinism: for given inputs every function returns the same bits on every call and thread.
 //   The reduction order of `dot` depends only on n, never on where the row sits in a matrix; this
 //   is what makes a row's result identical in a 1-row and a T-row window.
-// - Two implementations live side by side: `quant::ref` (scalar, the specification) and the
-//   AVX2 path (quant/*_avx2.cpp). The public functions dispatch to AVX2 when the CPU has it.
-//   Tests compare the two on random inputs and compare ref against hand-computed blocks.
+// - Implementations live side by side: `quant::ref` (scalar, the specification), the AVX2 path
+//   (quant/*_avx2.cpp) and AVX-512 dot kernels for Q4_K and IQ2_XS (quant/*_avx512.cpp, bitwise
+//   equal to the AVX2 ones). The public functions dispatch to the best level the CPU has.
+//   Tests compare every path with ref on random inputs and compare ref against hand-computed
+//   blocks.
 // - Thread safety: all functions are pure; call them from any thread. None allocates.
 // - Alignment: weight rows at least 2-byte aligned (GGUF data always is), activation buffers
 //   4-byte aligned. Activations must come from quantize_activation (its quants stay in
 //   [-127, 127], which the AVX2 sign tricks rely on).
 // - Errors: a type without kernels or a length that is not a multiple of the block size throws
 //   strata::Error (except through the raw DotKernel pointer, which checks nothing).
-// - STRATA_QUANT_SCALAR=1 in the environment (read once) makes the dispatched functions use the
-//   scalar kernels, for A/B measurements.
+// - STRATA_QUANT_MAX=scalar|avx2|avx512 in the environment (read once, at the first dispatched
+//   call) caps the level the dispatched functions use, for tests and A/B measurements; any other
+//   value makes that first call throw strata::Error. STRATA_QUANT_SCALAR=1 means
+//   STRATA_QUANT_MAX=scalar.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "quant/ggml_type.h"
 
@@ -50,8 +55,16 @@ using DotKernel = float (*)(const void* weight_row, const void* activation, int6
 DotKernel dot_kernel(GgmlType weight_type);
 
 // True when the CPU has AVX2, FMA, F16C and BMI1; the dispatched functions then use the AVX2 kernels
-// (unless STRATA_QUANT_SCALAR=1).
+// (unless capped by the environment, see above).
 bool cpu_has_avx2();
+// True when the CPU (and OS) also has AVX-512 F, BW, VL, VBMI, VNNI and BITALG; the dispatched
+// Q4_K and IQ2_XS dots then use the AVX-512 kernels (unless capped).
+bool cpu_has_avx512();
+
+enum class KernelLevel { Scalar, Avx2, Avx512 };
+// The level the dispatched functions use in this process (CPU check and environment cap).
+KernelLevel active_kernel_level();
+std::string_view kernel_level_name(KernelLevel level);  // "scalar", "avx2", "avx512"
 
 namespace ref {
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);

@@ -160,4 +160,20 @@ inline double relative_rmse(const std::vector<float>& reference, const std::vect
 
 inline uint32_t float_bits(float f) { return f32_to_bits(f); }
 
+// Error bounds of the SIMD dots against the reference (see kernels_test.cpp for the derivation):
+// u = 2^-24, `chain` terms accumulate per f32 lane, S = Σ_i m_i·|a_i| (magnitude_sum).
+inline constexpr double kUnitRoundoff = 1.0 / 16777216.0;
+
+inline int64_t accumulation_chain(GgmlType type, int64_t n) {
+  const int64_t block = type_traits(type).block_elems;
+  return block == 1 ? n / 32 : n / block;
+}
+
+inline double magnitude_sum(const std::vector<double>& weight_magnitude,
+                            const std::vector<float>& act) {
+  double sum = 0.0;
+  for (size_t i = 0; i < act.size(); ++i) sum += weight_magnitude[i] * std::fabs(double(act[i]));
+  return sum;
+}
+
 }  // namespace strata::quant::testing

@@ -1,0 +1,73 @@
+// AVX-512 (F/BW/VL + VNNI) dot kernel for Q4_K weights with Q8_K activations.
+//
+// One 512-bit step covers 64 weights: the 32 bytes of a Q4_K chunk, low nibbles in the lower
+// half and high nibbles in the upper half, which is exactly the layout of the 64 activations of
+// sub-blocks 2c and 2c+1. maddubs forms exact i16 pair sums (≤ 2·15·127) and vpdpwssd multiplies
+// them by the sub-block scale and accumulates in i32, where AVX2 needs maddubs, two shuffles, two
+// madds and two adds per 32 weights.
+//
+// Bitwise equal to avx2::dot_q4_K: integer sums are exact, and adding the two 256-bit halves of the
+// 16-lane sum gives each of the 8 lanes exactly the elements the AVX2 kernel puts there (bytes
+// 4k..4k+3 of every 32-byte activation vector); the f32 part is the same code. So a CPU with or
+// without AVX-512 computes the same bits.
+#include <immintrin.h>
+
+#include "quant/avx2_common.h"
+#include "quant/avx512_common.h"
+#include "quant/blocks.h"
+#include "quant/kernels.h"
+
+STRATA_AVX512_IGNORE_GCC12_WARNINGS
+
+namespace strata::quant::avx512 {
+namespace {
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// vpermw indices that spread scale 2c over i16 lanes 0-15 and scale 2c+1 over lanes 16-31.
+inline __m512i chunk_scale_index(int chunk) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(short(2 * chunk))),
+                            _mm256_set1_epi16(short(2 * chunk + 1)), 1);
+}
+
+}  // namespace
+
+float dot_q4_K(const void* w, const void* a, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ4_K*>(w);
+  const auto* acts = static_cast<const BlockQ8_K*>(a);
+  const __m512i nibble = _mm512_set1_epi8(15);
+  const __m512i scale_index[4] = {chunk_scale_index(0), chunk_scale_index(1), chunk_scale_index(2),
+                                  chunk_scale_index(3)};
+  __m256 acc = _mm256_setzero_ps();
+  __m256 acc_mins = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ4_K& block = blocks[b];
+    const BlockQ8_K& act = acts[b];
+    uint64_t scales_u64, mins_u64;
+    unpack_q4_K_scales_u64(block.scales, &scales_u64, &mins_u64);
+    // Mins exactly as avx2::dot_q4_K: Σ_j m_j·(bsums[2j] + bsums[2j+1]) via madd.
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(mins_u64)));
+    const __m256i mins_twice =
+        _mm256_set_m128i(_mm_unpackhi_epi16(mins, mins), _mm_unpacklo_epi16(mins, mins));
+    const __m256i min_sums = _mm256_madd_epi16(load32(act.bsums), mins_twice);
+    // The eight scales as i16 in lanes 0-7 (the other lanes are never selected).
+    const __m512i scales =
+        _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales_u64))));
+    __m512i sums = _mm512_setzero_si512();
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      const __m256i bytes = load32(block.qs + 32 * chunk);
+      const __m512i q = _mm512_and_si512(
+          _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1), nibble);
+      const __m512i products = _mm512_maddubs_epi16(q, _mm512_loadu_si512(act.qs + 64 * chunk));
+      sums = _mm512_dpwssd_epi32(sums, products, _mm512_permutexvar_epi16(scale_index[chunk], scales));
+    }
+    const __m256i sums8 = add_halves(sums);
+    const float d = avx2::f16_scalar_to_f32(block.d) * act.d;
+    const float dmin = avx2::f16_scalar_to_f32(block.dmin) * act.d;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums8), acc);
+    acc_mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(min_sums), acc_mins);
+  }
+  return avx2::horizontal_sum(acc) - avx2::horizontal_sum(acc_mins);
+}
+
+}  // namespace strata::quant::avx512

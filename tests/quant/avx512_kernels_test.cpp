@@ -1,0 +1,181 @@
+// AVX-512 dot kernels (Q4_K, IQ2_XS) against the scalar reference and the AVX2 kernels, and the
+// kernel-level dispatch (CPU check, STRATA_QUANT_MAX cap).
+//
+// The AVX-512 kernels promise bitwise equality with the AVX2 ones (same integer lanes, same f32
+// code), so a CPU with AVX-512 computes the same bits as one without; against the reference they
+// get the AVX2 bound of kernels_test.cpp. On a CPU without AVX-512 the comparisons skip (the
+// kernels cannot run there); the dispatch tests still run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "quant/blocks.h"
+#include "quant/kernels.h"
+#include "quant/quant.h"
+#include "quant_test_util.h"
+
+namespace strata::quant {
+namespace {
+
+using testing::accumulation_chain;
+using testing::gaussian;
+using testing::kUnitRoundoff;
+using testing::magnitude_sum;
+using testing::make_activation;
+using testing::random_row;
+using testing::weight_magnitudes;
+
+struct Avx512Kernel {
+  GgmlType type;
+  DotFn scalar_dot;
+  DotFn avx2_dot;
+  DotFn avx512_dot;
+};
+
+const Avx512Kernel kKernels[] = {
+    {GgmlType::Q4_K, scalar::dot_q4_K, avx2::dot_q4_K, avx512::dot_q4_K},
+    {GgmlType::IQ2_XS, scalar::dot_iq2_xs, avx2::dot_iq2_xs, avx512::dot_iq2_xs},
+};
+
+#define SKIP_WITHOUT_AVX512()                                                                \
+  if (!cpu_has_avx512())                                                                     \
+  GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VBMI/VNNI/BITALG; the AVX-512 kernels cannot run " \
+                  "here (the AVX2 and scalar paths are tested in kernels_test.cpp)"
+
+// Odd and even block counts, 1 to 33 blocks.
+constexpr int64_t kLengths[] = {256, 512, 768, 1280, 2560, 4096, 4352, 8448};
+
+// Checks one row against the reference bound and the AVX2 kernel's bits.
+void expect_row_matches(const Avx512Kernel& kernel, const uint8_t* row, int64_t n,
+                        const testing::Activation& act, const std::string& where) {
+  std::vector<uint8_t> row_copy(row, row + row_bytes(kernel.type, n));
+  const double bound = double(accumulation_chain(kernel.type, n) + 16) * 2 * kUnitRoundoff *
+                       magnitude_sum(weight_magnitudes(kernel.type, row_copy, n), act.values);
+  const float expected = kernel.scalar_dot(row, act.bytes.data(), n);
+  const float avx2 = kernel.avx2_dot(row, act.bytes.data(), n);
+  const float avx512 = kernel.avx512_dot(row, act.bytes.data(), n);
+  ASSERT_LE(std::fabs(double(expected) - double(avx512)), bound)
+      << type_name(kernel.type) << " " << where << " ref=" << expected << " avx512=" << avx512;
+  ASSERT_EQ(f32_to_bits(avx2), f32_to_bits(avx512))
+      << type_name(kernel.type) << " " << where << " avx2=" << avx2 << " avx512=" << avx512;
+}
+
+TEST(QuantAvx512, DotMatchesReferenceAndAvx2OnRandomRows) {
+  SKIP_WITHOUT_AVX512();
+  for (const Avx512Kernel& kernel : kKernels) {
+    for (int64_t n : kLengths) {
+      for (uint32_t seed = 0; seed < 12; ++seed) {
+        const std::vector<uint8_t> row = random_row(kernel.type, n, seed * 6151 + uint32_t(n));
+        // Activations of varied scale; seed 0 gets a row of exact ±127 quants (the largest
+        // products maddubs and the sign handling see).
+        std::vector<float> x = gaussian(n, seed + 500, std::ldexp(1.0f, int(seed % 7) - 3));
+        if (seed == 0) {
+          for (int64_t i = 0; i < n; ++i) x[size_t(i)] = (i * 7 % 3 == 0) ? -1.0f : 1.0f;
+        }
+        const testing::Activation act = make_activation(kernel.type, x);
+        expect_row_matches(kernel, row.data(), n, act,
+                           "n=" + std::to_string(n) + " seed=" + std::to_string(seed));
+      }
+    }
+  }
+}
+
+TEST(QuantAvx512, DotMatchesReferenceOnEveryRowOfAnOddMatrix) {
+  // 37 rows packed back to back from a 2-byte offset: IQ2_XS rows (74 bytes per block) start at
+  // every 2-byte alignment, Q4_K rows at 16-byte steps; each row is checked on its own.
+  SKIP_WITHOUT_AVX512();
+  constexpr int64_t kRows = 37;
+  for (const Avx512Kernel& kernel : kKernels) {
+    for (int64_t n : {int64_t(768), int64_t(2560)}) {
+      const size_t stride = row_bytes(kernel.type, n);
+      std::vector<uint8_t> matrix(2 + stride * kRows);
+      for (int64_t r = 0; r < kRows; ++r) {
+        const std::vector<uint8_t> row = random_row(kernel.type, n, uint32_t(r * 977 + n));
+        std::memcpy(matrix.data() + 2 + size_t(r) * stride, row.data(), stride);
+      }
+      const testing::Activation act = make_activation(kernel.type, gaussian(n, uint32_t(n)));
+      for (int64_t r = 0; r < kRows; ++r) {
+        expect_row_matches(kernel, matrix.data() + 2 + size_t(r) * stride, n, act,
+                           "n=" + std::to_string(n) + " row=" + std::to_string(r));
+      }
+    }
+  }
+}
+
+TEST(QuantAvx512, Iq2xsEveryGridPointAndSignPattern) {
+  // Each block uses 32 consecutive grid indices and sign indices, so 16 blocks cover all 512
+  // grid points and every one of the 128 sign patterns several times, with every scale nibble.
+  SKIP_WITHOUT_AVX512();
+  constexpr int64_t kBlocks = 16;
+  std::vector<BlockIQ2_XS> blocks(kBlocks);
+  for (int64_t b = 0; b < kBlocks; ++b) {
+    blocks[size_t(b)].d = 0x3c00;  // 1.0
+    for (int g = 0; g < 32; ++g) {
+      const int grid = int(b) * 32 + g;
+      const int signs = (grid * 5 + int(b)) % 128;
+      blocks[size_t(b)].qs[g] = uint16_t(grid | signs << 9);
+    }
+    for (int s = 0; s < 8; ++s) blocks[size_t(b)].scales[s] = uint8_t((b * 8 + s) * 37 % 256);
+  }
+  const Avx512Kernel& kernel = kKernels[1];
+  const int64_t n = kBlocks * kBlockK;
+  const auto* bytes = reinterpret_cast<const uint8_t*>(blocks.data());
+  for (uint32_t seed = 0; seed < 4; ++seed) {
+    const testing::Activation act = make_activation(kernel.type, gaussian(n, seed));
+    expect_row_matches(kernel, bytes, n, act, "seed=" + std::to_string(seed));
+    // One block at a time, so a wrong group cannot hide in the sum of a long row.
+    for (int64_t b = 0; b < kBlocks; ++b) {
+      const testing::Activation one = make_activation(
+          kernel.type, std::vector<float>(act.values.begin() + b * kBlockK,
+                                          act.values.begin() + (b + 1) * kBlockK));
+      expect_row_matches(kernel, bytes + b * int64_t(sizeof(BlockIQ2_XS)), kBlockK, one,
+                         "block=" + std::to_string(b));
+    }
+  }
+}
+
+// The level this process should dispatch to, from the CPU and the environment.
+KernelLevel expected_level() {
+  KernelLevel level = cpu_has_avx512() ? KernelLevel::Avx512
+                      : cpu_has_avx2() ? KernelLevel::Avx2
+                                       : KernelLevel::Scalar;
+  const char* scalar = std::getenv("STRATA_QUANT_SCALAR");
+  if (scalar != nullptr && std::string(scalar) == "1") level = KernelLevel::Scalar;
+  const char* max = std::getenv("STRATA_QUANT_MAX");
+  if (max != nullptr && std::string(max) == "scalar") level = KernelLevel::Scalar;
+  if (max != nullptr && std::string(max) == "avx2" && level == KernelLevel::Avx512) {
+    level = KernelLevel::Avx2;
+  }
+  return level;
+}
+
+TEST(QuantDispatch, LevelFollowsCpuAndEnvironmentCap) {
+  EXPECT_EQ(active_kernel_level(), expected_level())
+      << "active " << kernel_level_name(active_kernel_level()) << ", STRATA_QUANT_MAX="
+      << (std::getenv("STRATA_QUANT_MAX") ? std::getenv("STRATA_QUANT_MAX") : "(unset)");
+  if (cpu_has_avx512()) {
+    EXPECT_TRUE(cpu_has_avx2());
+  }
+}
+
+TEST(QuantDispatch, DispatchedDotIsTheActiveLevelsKernel) {
+  for (const Avx512Kernel& kernel : kKernels) {
+    const int64_t n = 2560;
+    const std::vector<uint8_t> row = random_row(kernel.type, n, 11);
+    const testing::Activation act = make_activation(kernel.type, gaussian(n, 12));
+    const float got = dot(kernel.type, row.data(), act.bytes.data(), n);
+    DotFn expected_kernel = kernel.scalar_dot;
+    if (active_kernel_level() == KernelLevel::Avx2) expected_kernel = kernel.avx2_dot;
+    if (active_kernel_level() == KernelLevel::Avx512) expected_kernel = kernel.avx512_dot;
+    EXPECT_EQ(f32_to_bits(got), f32_to_bits(expected_kernel(row.data(), act.bytes.data(), n)))
+        << type_name(kernel.type) << " at level " << kernel_level_name(active_kernel_level());
+    EXPECT_EQ(dot_kernel(kernel.type), expected_kernel) << type_name(kernel.type);
+  }
+}
+
+}  // namespace
+}  // namespace strata::quant
