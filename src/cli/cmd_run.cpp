@@ -17,6 +17,7 @@
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "model/model.h"
+#include "spec/spec_decoder.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/phase_timer.h"
@@ -38,6 +39,9 @@ struct RunOptions {
   bool ignore_eos = false;
   std::string logits_out;  // prompt logits, every position, [T, vocab] f32 LE
   std::string ids_out;     // generated ids, one per line
+  std::string spec = "off";      // speculative decoding: off | mtp | suffix | both
+  int draft_max = 3;
+  std::string spec_gate = "on";  // off = always the full --draft-max depth
 };
 
 void write_binary(const std::string& path, const void* data, size_t bytes) {
@@ -127,6 +131,14 @@ void run(const RunOptions& options) {
     if (!telemetry) fail("{}: cannot open for writing: {}", options.telemetry_out, std::strerror(errno));
   }
   Sampler sampler(options.model.sampling);
+  std::optional<spec::SpecDecoder> speculative;
+  if (spec::parse_spec_mode(options.spec) != spec::SpecMode::Off) {
+    spec::SpecOptions spec_options;
+    spec_options.mode = spec::parse_spec_mode(options.spec);
+    spec_options.gate.max_depth = options.draft_max;
+    spec_options.gate.enabled = options.spec_gate == "on";
+    speculative.emplace(session, sampler, spec_options, pool, store.get());
+  }
   fmt::print(stderr, "strata: {} ({}), {} layers, {} experts top-{}, {} threads\n", path,
              arch_name(hp.arch), hp.n_layer, hp.n_expert, hp.n_expert_used, pool.size());
 
@@ -135,14 +147,19 @@ void run(const RunOptions& options) {
     // All-row logits need one window over the whole prompt.
     const std::vector<float>& all = session.forward_all(prompt);
     write_binary(options.logits_out, all.data(), all.size() * sizeof(float));
+    if (speculative) speculative->committed(int64_t(prompt.size()));
   } else {
     ProgressBar bar("prefill", uint64_t(prompt.size()), 0);
     bar.set_enabled(bar.enabled() && prompt.size() > size_t(options.chunk_rows));
     int64_t reported = 0;
-    session.prefill(prompt, options.chunk_rows, [&](int64_t done, int64_t) {
+    const auto on_progress = [&](int64_t done, int64_t) {
       bar.advance(uint64_t(done - reported), 0);
       reported = done;
-    });
+    };
+    if (speculative)
+      speculative->prefill(prompt, options.chunk_rows, on_progress);
+    else
+      session.prefill(prompt, options.chunk_rows, on_progress);
   }
   const double prefill_s = seconds_since(prefill_start);
   const ExpertStoreStats prefill_stats = store ? store->stats() : ExpertStoreStats{};
@@ -165,11 +182,7 @@ void run(const RunOptions& options) {
     const std::vector<float>& all = session.logits();
     last_logits.assign(all.end() - hp.n_vocab, all.end());
   }
-  for (; generated < options.n_predict; ++generated) {
-    const std::vector<float>& logits = last_logits.empty() ? session.logits() : last_logits;
-    const int32_t next = sampler.sample(logits, session.tokens());
-    last_logits.clear();
-    if (!options.ignore_eos && eos && next == *eos) break;
+  auto emit = [&](int32_t next) {
     ids.push_back(next);
     if (decoder) {
       std::fputs(decoder->push(next).c_str(), stdout);
@@ -177,6 +190,19 @@ void run(const RunOptions& options) {
     } else {
       out_ids.push_back(next);
     }
+  };
+  if (speculative) {
+    if (!options.telemetry_out.empty()) fail("--telemetry: not available with --spec yet");
+    const std::vector<float>& logits = last_logits.empty() ? session.logits() : last_logits;
+    generated = speculative->generate(logits, options.n_predict,
+                                      options.ignore_eos ? std::nullopt : eos, emit);
+  }
+  for (; !speculative && generated < options.n_predict; ++generated) {
+    const std::vector<float>& logits = last_logits.empty() ? session.logits() : last_logits;
+    const int32_t next = sampler.sample(logits, session.tokens());
+    last_logits.clear();
+    if (!options.ignore_eos && eos && next == *eos) break;
+    emit(next);
     if (generated + 1 < options.n_predict) {
       const auto step_start = std::chrono::steady_clock::now();
       const ExpertStoreStats before = store ? store->stats() : ExpertStoreStats{};
@@ -209,6 +235,7 @@ void run(const RunOptions& options) {
              "({:.1f} tok/s, {:.2f} GB/s of weights); peak RSS {:.0f} MiB\n",
              prompt.size(), prefill_s, double(prompt.size()) / std::max(prefill_s, 1e-9), generated,
              decode_s, decode_tps, weight_bytes_per_token(*model) * decode_tps / 1e9, peak_rss_mib());
+  if (speculative) fmt::print(stderr, "strata: {}\n", speculative->summary());
   if (store)
     fmt::print(stderr, "strata: decode {}\n",
                format_expert_stats(store->stats() - prefill_stats, std::max(generated - 1, 1)));
@@ -246,6 +273,14 @@ void register_run(CLI::App& app) {
   cmd->add_option("--logits-out", options->logits_out,
                   "write the prompt's fp32 logits, every position ([T, vocab], little-endian)");
   cmd->add_option("--ids-out", options->ids_out, "write the generated token ids, one per line");
+  cmd->add_option("--spec", options->spec,
+                  "speculative decoding: off, mtp (the model's MTP head), suffix (prompt lookup) or both")
+      ->check(CLI::IsMember({"off", "mtp", "suffix", "both"}));
+  cmd->add_option("--draft-max", options->draft_max, "most drafts per verify window")
+      ->check(CLI::Range(1, 8));
+  cmd->add_option("--spec-gate", options->spec_gate,
+                  "on: SpecGate picks the depth per window; off: always --draft-max")
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_flag("--ignore-eos", options->ignore_eos, "keep generating past the end-of-sequence token");
   cmd->callback([options] { run(*options); });
 }

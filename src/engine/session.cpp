@@ -55,6 +55,31 @@ const std::vector<float>& Session::forward_all(std::span<const int32_t> tokens) 
   return logits_;
 }
 
+const std::vector<float>& Session::verify(std::span<const int32_t> tokens) {
+  check_context(tokens.size());
+  state_.record_windows = true;
+  try {
+    model_.forward(pool_, state_, tokens, LogitRows::All, logits_, experts_);
+  } catch (...) {
+    state_.record_windows = false;
+    throw;
+  }
+  state_.record_windows = false;
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  return logits_;
+}
+
+void Session::keep_rows(int64_t n_rows) {
+  const int64_t window = int64_t(state_.window_log.tokens.size());
+  if (n_rows < 1 || n_rows > window)
+    fail("keep_rows: cannot keep {} rows of a {}-row verify window", n_rows, window);
+  model_.rollback(pool_, state_, n_rows);
+  tokens_.resize(tokens_.size() - size_t(window - n_rows));
+  const size_t vocab = size_t(model_.hparams().n_vocab);
+  logits_.erase(logits_.begin(), logits_.begin() + ptrdiff_t(size_t(n_rows - 1) * vocab));
+  logits_.resize(vocab);
+}
+
 void Session::reset() {
   state_ = model_.new_state();
   tokens_.clear();

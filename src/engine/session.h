@@ -30,6 +30,12 @@ class Session {
   const std::vector<float>& decode(int32_t token);
   // Runs a window and returns the logits of every row ([n][n_vocab]).
   const std::vector<float>& forward_all(std::span<const int32_t> tokens);
+  // Speculative verify: like forward_all (logits of every row), and remembers what `keep_rows`
+  // needs to drop the window's last rows. Windows must have fewer than 32 rows.
+  const std::vector<float>& verify(std::span<const int32_t> tokens);
+  // Keeps the first n_rows (>= 1) rows of the last verify window: state, tokens and n_past are as
+  // if only they had been fed, and logits() becomes the last kept row's logits.
+  void keep_rows(int64_t n_rows);
 
   void reset();
   int64_t n_past() const { return state_.n_past; }
@@ -39,6 +45,7 @@ class Session {
   const std::vector<float>& logits() const { return logits_; }
   const Model& model() const { return model_; }
   ModelState& state() { return state_; }
+  const ModelState& state() const { return state_; }
 
  private:
   void check_context(size_t more) const;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "compute/cpu/ops.h"
+#include "util/error.h"
 
 namespace strata {
 namespace {
@@ -20,22 +21,17 @@ void l2_normalize(float* v, int n, float extra) {
   for (int i = 0; i < n; ++i) v[i] *= scale;
 }
 
-// Per-token inputs of the delta rule, after conv, split and normalisation.
-struct DeltaInputs {
-  int64_t n_rows = 0;
-  std::vector<float> q, k;        // [n_rows][nk·d], q̂ already scaled by 1/√d
-  std::vector<float> v;           // [n_rows][nv·d]
-  std::vector<float> beta;        // [n_rows][nv], σ(b)
-  std::vector<float> decay_log;   // [n_rows][nv], g ≤ 0 (the decay is e^g)
-};
+using DeltaInputs = GatedDeltaNetInputs;
 
-// Recurrent form, token by token. state: [dk][dv] of V head h; out: core [n_rows][nv·d].
+// Recurrent form, token by token, over the first n_rows rows. state: [dk][dv] of V head h;
+// out: core [n_rows][nv·d], or nullptr to advance the state only (rollback replay; the state
+// update is the same code either way, so the same bits).
 //   S ← e^g·S;  u = β(v − Sᵀk);  S ← S + k uᵀ;  o = Sᵀq
-void delta_rule_recurrent(const DeltaInputs& in, const HParams& hp, int h, int kh, float* state,
-                          float* out) {
+void delta_rule_recurrent(const DeltaInputs& in, int64_t n_rows, const HParams& hp, int h, int kh,
+                          float* state, float* out) {
   const int d = hp.ssm_d_state, nv = hp.ssm_n_v_heads;
   const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim();
-  for (int64_t t = 0; t < in.n_rows; ++t) {
+  for (int64_t t = 0; t < n_rows; ++t) {
     const float* k = in.k.data() + t * key_dim + kh * d;
     const float* q = in.q.data() + t * key_dim + kh * d;
     const float* v = in.v.data() + t * value_dim + h * d;
@@ -48,6 +44,7 @@ void delta_rule_recurrent(const DeltaInputs& in, const HParams& hp, int h, int k
       const float u = (v[j] - recalled) * beta;
       for (int i = 0; i < d; ++i) state[i * d + j] += k[i] * u;
     }
+    if (!out) continue;
     float* o = out + t * value_dim + h * d;
     for (int j = 0; j < d; ++j) {
       float acc = 0.0f;
@@ -151,7 +148,7 @@ void GatedDeltaNetState::reset(const HParams& hp) {
 
 void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
                             const GatedDeltaNetWeights& w, GatedDeltaNetState& state,
-                            const float* x, int64_t n_rows, float* y) {
+                            const float* x, int64_t n_rows, float* y, bool record_window) {
   const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads, d = hp.ssm_d_state;
   const int kernel = hp.ssm_conv_kernel;
   const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim();
@@ -187,6 +184,16 @@ void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
   in.beta.resize(static_cast<size_t>(n_rows * nv));
   in.decay_log.resize(static_cast<size_t>(n_rows * nv));
   std::vector<float> conv_out(static_cast<size_t>(conv_dim));
+  GatedDeltaNetWindowLog& log = state.window_log;
+  log.valid = false;
+  if (record_window) {
+    if (n_rows >= kChunkedMinRows)
+      fail("gated deltanet: a recorded (speculative verify) window must have fewer than {} rows, "
+           "got {}",
+           kChunkedMinRows, n_rows);
+    log.ssm_before = state.ssm;
+    log.conv_before = state.conv;
+  }
   const float q_scale = 1.0f / std::sqrt(float(d));
   for (int64_t t = 0; t < n_rows; ++t) {
     const float* row = mixed.data() + t * conv_dim;
@@ -233,9 +240,14 @@ void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
       if (chunked)
         delta_rule_chunked(in, hp, int(h), kh, head_state, core.data());
       else
-        delta_rule_recurrent(in, hp, int(h), kh, head_state, core.data());
+        delta_rule_recurrent(in, in.n_rows, hp, int(h), kh, head_state, core.data());
     }
   });
+  if (record_window) {
+    log.conv_inputs = std::move(mixed);
+    log.inputs = std::move(in);
+    log.valid = true;
+  }
 
   // Phase 3: gated RMS norm per V head.
   for (int64_t t = 0; t < n_rows; ++t)
@@ -247,6 +259,39 @@ void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
         o[j] *= hp.ssm_gate_sigmoid ? compute::sigmoid(zh[j]) : compute::silu(zh[j]);
     }
   compute::matmul(pool, w.out, core.data(), n_rows, y);
+}
+
+
+void gated_deltanet_rollback(compute::ThreadPool& pool, const HParams& hp,
+                             GatedDeltaNetState& state, int64_t keep_rows) {
+  GatedDeltaNetWindowLog& log = state.window_log;
+  if (!log.valid) fail("gated deltanet rollback: the last window was not recorded");
+  const int64_t n_rows = log.inputs.n_rows;
+  if (keep_rows < 0 || keep_rows > n_rows)
+    fail("gated deltanet rollback: cannot keep {} rows of a {}-row window", keep_rows, n_rows);
+  log.valid = false;
+  if (keep_rows == n_rows) return;
+  const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads, d = hp.ssm_d_state;
+  const int v_per_k = nv / nk;
+  const int64_t conv_dim = hp.ssm_conv_dim();
+  const int64_t history_rows = hp.ssm_conv_kernel - 1;
+  // Conv history: the last K-1 rows of [history before | kept conv inputs].
+  for (int64_t j = 0; j < history_rows; ++j) {
+    const int64_t idx = keep_rows - history_rows + j;  // window-relative row
+    const float* src = idx >= 0 ? log.conv_inputs.data() + idx * conv_dim
+                                : log.conv_before.data() + (history_rows + idx) * conv_dim;
+    std::copy_n(src, conv_dim, state.conv.data() + j * conv_dim);
+  }
+  // Recurrent state: the snapshot, then the kept rows' updates again.
+  state.ssm.swap(log.ssm_before);
+  if (keep_rows == 0) return;
+  pool.parallel_for(nv, [&](int64_t begin, int64_t end, int) {
+    for (int64_t h = begin; h < end; ++h) {
+      const int kh = hp.ssm_v_heads_tiled ? int(h) % nk : int(h) / v_per_k;
+      delta_rule_recurrent(log.inputs, keep_rows, hp, int(h), kh,
+                           state.ssm.data() + size_t(h) * d * d, nullptr);
+    }
+  });
 }
 
 }  // namespace strata

@@ -39,14 +39,51 @@ struct GatedDeltaNetWeights {
   bool fused_beta_alpha() const { return beta_alpha.data != nullptr; }
 };
 
+// Per-token inputs of the delta rule, after conv, split and normalisation.
+struct GatedDeltaNetInputs {
+  int64_t n_rows = 0;
+  std::vector<float> q, k;        // [n_rows][nk·d], q̂ already scaled by 1/√d
+  std::vector<float> v;           // [n_rows][nv·d]
+  std::vector<float> beta;        // [n_rows][nv], σ(b)
+  std::vector<float> decay_log;   // [n_rows][nv], g ≤ 0 (the decay is e^g)
+};
+
+// What a recorded window keeps so that `gated_deltanet_rollback` can undo its last rows
+// (speculative verify). Rollback strategy, chosen for exactness at the lowest copy cost:
+// - conv history: folded, no copy per row. The history after m rows is the last K-1 rows of
+//   [history before | the window's m conv input rows], so the log keeps the pre-window history
+//   (K-1 rows) and the window's conv inputs (moved, not copied, out of the forward).
+// - recurrent state S: the delta rule is not invertible in floating point (undoing e^g·S and the
+//   rank-1 update does not give back the same bits), so the log keeps ONE snapshot of S from
+//   before the window plus the window's delta-rule inputs (moved, not copied). Rollback restores
+//   the snapshot and replays the state update of the kept rows only: no matmul, no expert, the
+//   same code and float order as the forward, hence bitwise the state a plain run would have.
+//   Versus a copy of S after every row (colibri: 113 MiB per row on Qwen3.8), this is one copy
+//   per window whatever its depth, and the replay (d² flops per head per kept row) is paid only
+//   when a draft is rejected.
+struct GatedDeltaNetWindowLog {
+  bool valid = false;
+  std::vector<float> ssm_before, conv_before;
+  std::vector<float> conv_inputs;  // [n_rows][conv_dim]
+  GatedDeltaNetInputs inputs;
+};
+
 struct GatedDeltaNetState {
   std::vector<float> conv;  // [K-1][conv_dim], oldest first; zeros at sequence start
   std::vector<float> ssm;   // [nv][dk][dv]
+  GatedDeltaNetWindowLog window_log;  // the last recorded window (speculative verify only)
   void reset(const HParams& hp);
 };
 
+// record_window: keep state.window_log for a later rollback (only windows under 32 rows, the
+// recurrent form; longer windows fail). Without it nothing is kept and nothing changes.
 void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
                             const GatedDeltaNetWeights& w, GatedDeltaNetState& state,
-                            const float* x, int64_t n_rows, float* y);
+                            const float* x, int64_t n_rows, float* y, bool record_window = false);
+
+// Makes `state` what it would be had only the first keep_rows rows of the last recorded window
+// been fed (bitwise). keep_rows in [0, n_rows]; the log is consumed.
+void gated_deltanet_rollback(compute::ThreadPool& pool, const HParams& hp,
+                             GatedDeltaNetState& state, int64_t keep_rows);
 
 }  // namespace strata

@@ -85,7 +85,8 @@ void PleState::reset(const HParams& hp) {
 }
 
 void ple_forward(compute::ThreadPool& pool, const HParams& hp, const PleWeights& w,
-                 PleState& state, const float* embeddings, int64_t n_rows, float* X) {
+                 PleState& state, const float* embeddings, int64_t n_rows, float* X,
+                 bool record_window) {
   const int S = hp.hc_count;
   const int64_t H = hp.n_embd, width = S * H;
   const int kernel = hp.ple_conv_kernel, dilation = hp.ple_ngram_size;
@@ -138,7 +139,35 @@ void ple_forward(compute::ThreadPool& pool, const HParams& hp, const PleWeights&
                                 : state.conv_history.data() + (history_steps + idx) * width;
     std::copy_n(src, width, next.data() + i * width);
   }
+  state.window_log.valid = false;
+  if (record_window) {
+    PleWindowLog& log = state.window_log;
+    log.context_before = state.context;
+    log.history_before = std::move(state.conv_history);
+    log.normed = std::move(normed);
+    log.n_rows = n_rows;
+    log.valid = true;
+  }
   state.conv_history = std::move(next);
+}
+
+void ple_rollback(const HParams& hp, PleState& state, std::span<const int32_t> kept_tokens) {
+  PleWindowLog& log = state.window_log;
+  if (!log.valid) fail("ple rollback: the last window was not recorded");
+  const int64_t keep_rows = int64_t(kept_tokens.size());
+  if (keep_rows > log.n_rows)
+    fail("ple rollback: cannot keep {} rows of a {}-row window", keep_rows, log.n_rows);
+  log.valid = false;
+  if (keep_rows == log.n_rows) return;
+  const int64_t width = int64_t(hp.hc_count) * hp.n_embd;
+  const int64_t history_steps = int64_t(hp.ple_conv_kernel - 1) * hp.ple_ngram_size;
+  for (int64_t i = 0; i < history_steps; ++i) {
+    const int64_t idx = keep_rows - history_steps + i;  // window-relative
+    const float* src = idx >= 0 ? log.normed.data() + idx * width
+                                : log.history_before.data() + (history_steps + idx) * width;
+    std::copy_n(src, width, state.conv_history.data() + i * width);
+  }
+  state.context = ple_advance(hp, log.context_before, kept_tokens);
 }
 
 }  // namespace strata

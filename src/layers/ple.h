@@ -55,14 +55,34 @@ class PleRowReader {
   std::future<std::vector<float>> pending_;
 };
 
+// What a recorded window keeps for `ple_rollback` (speculative verify). Both parts fold without
+// per-row copies: the n-gram context after m rows is a function of the context before and the
+// kept tokens, and the conv history is the last (K-1)·n rows of [history before | N of the kept
+// rows], so the log holds the history from before the window and the window's N rows (moved).
+struct PleWindowLog {
+  bool valid = false;
+  PleContext context_before;
+  std::vector<float> history_before;
+  std::vector<float> normed;  // [n_rows][S·H]: N of the window's rows
+  int64_t n_rows = 0;
+};
+
 struct PleState {
   PleContext context;
   std::vector<float> conv_history;  // [(K-1)·n][S·H], oldest first; zeros at sequence start
+  PleWindowLog window_log;          // the last recorded window (speculative verify only)
   void reset(const HParams& hp);
 };
 
-// X: [n_rows][S·H] updated in place; embeddings from PleRowReader::collect.
+// X: [n_rows][S·H] updated in place; embeddings from PleRowReader::collect. record_window:
+// keep state.window_log for ple_rollback (nothing else changes).
 void ple_forward(compute::ThreadPool& pool, const HParams& hp, const PleWeights& w,
-                 PleState& state, const float* embeddings, int64_t n_rows, float* X);
+                 PleState& state, const float* embeddings, int64_t n_rows, float* X,
+                 bool record_window = false);
+
+// Makes `state` what it would be had only the first kept_tokens.size() rows of the last recorded
+// window been fed (kept_tokens: those rows' tokens). The context must have been advanced over the
+// whole window by the caller after ple_forward, as the architecture does.
+void ple_rollback(const HParams& hp, PleState& state, std::span<const int32_t> kept_tokens);
 
 }  // namespace strata

@@ -153,7 +153,8 @@ void Model::mixer_forward(compute::ThreadPool& pool, ModelState& state, int l, c
   const LayerWeights& lw = layers_[size_t(l)];
   ScopedPhase phase(Phase::Mixer);
   if (lw.kind == LayerKind::GatedDeltaNet)
-    gated_deltanet_forward(pool, hp_, lw.deltanet, state.deltanet[size_t(l)], x, n_rows, y);
+    gated_deltanet_forward(pool, hp_, lw.deltanet, state.deltanet[size_t(l)], x, n_rows, y,
+                           state.record_windows);
   else
     attention_forward(pool, hp_, lw.attention, state.kv[size_t(l)], x, n_rows, y);
 }
@@ -191,6 +192,11 @@ void Model::mtp_forward(compute::ThreadPool&, MtpState&, const float*, std::span
 void Model::forward(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
                     LogitRows rows, std::vector<float>& logits, ExpertSource* experts) const {
   if (tokens.empty()) fail("forward: empty window");
+  state.window_log.valid = state.record_windows;
+  if (state.record_windows) {
+    state.window_log.n_past_before = state.n_past;
+    state.window_log.tokens.assign(tokens.begin(), tokens.end());
+  }
   std::vector<float> hidden;
   run_layers(pool, state, tokens, experts ? *experts : *mapped_experts_, hidden);
   state.n_past += int64_t(tokens.size());
@@ -209,6 +215,35 @@ void Model::forward(compute::ThreadPool& pool, ModelState& state, std::span<cons
       compute::matmul(pool, output_, hidden.data(), n_rows, logits.data());
       break;
   }
+}
+
+}  // namespace strata
+
+namespace strata {
+
+void Model::rollback(compute::ThreadPool& pool, ModelState& state, int64_t keep_rows) const {
+  ModelState::WindowLog& log = state.window_log;
+  if (!log.valid) fail("rollback: the last window was not run with record_windows set");
+  const int64_t n_rows = int64_t(log.tokens.size());
+  if (keep_rows < 0 || keep_rows > n_rows)
+    fail("rollback: cannot keep {} rows of a {}-row window", keep_rows, n_rows);
+  log.valid = false;
+  const int64_t n_keep = log.n_past_before + keep_rows;
+  for (int l = 0; l < hp_.n_layer; ++l) {
+    const LayerWeights& lw = layers_[size_t(l)];
+    if (lw.kind == LayerKind::GatedDeltaNet)
+      gated_deltanet_rollback(pool, hp_, state.deltanet[size_t(l)], keep_rows);
+    else
+      state.kv[size_t(l)].truncate(n_keep, hp_.kv_dim(), hp_.indexer_head_dim,
+                                   lw.attention.compress_ratio);
+  }
+  if (hp_.has_ple())
+    ple_rollback(hp_, state.ple, std::span<const int32_t>(log.tokens).first(size_t(keep_rows)));
+  if (!state.residuals.empty()) {
+    const size_t row = state.residuals.size() / size_t(n_rows);
+    state.residuals.resize(row * size_t(keep_rows));
+  }
+  state.n_past = n_keep;
 }
 
 }  // namespace strata

@@ -46,6 +46,15 @@ struct ModelState {
   // ([n_rows][S·H]): the MTP head's input.
   std::vector<float> residuals;
   MtpState mtp;
+  // Speculative verify: while set, every forward keeps what `Model::rollback` needs to undo the
+  // window's last rows (KV needs nothing; DeltaNet/conv and PLE keep a log, see their headers).
+  // Off by default, and when off the forward is unchanged.
+  bool record_windows = false;
+  struct WindowLog {
+    bool valid = false;
+    int64_t n_past_before = 0;
+    std::vector<int32_t> tokens;
+  } window_log;
 };
 
 enum class LogitRows { None, Last, All };
@@ -73,6 +82,13 @@ class Model {
   // Runs tokens through the model. logits receives [rows][n_vocab] for the rows asked for.
   void forward(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
                LogitRows rows, std::vector<float>& logits, ExpertSource* experts = nullptr) const;
+
+  // Makes `state` what it would be had only the first keep_rows rows of the last window been fed
+  // (bitwise: the next forward gives the same logits as in a state that never saw the dropped
+  // rows). The window must have run with state.record_windows set. KV caches are truncated,
+  // DeltaNet/conv and PLE states restored from their logs, `residuals` keeps the kept rows.
+  // The MTP head's cache (state.mtp) is the drafter's to manage.
+  void rollback(compute::ThreadPool& pool, ModelState& state, int64_t keep_rows) const;
 
   // The MTP (nextn) draft head, where the file has one.
   virtual bool has_mtp() const { return false; }

@@ -98,7 +98,8 @@ class Qwen4Exp final : public Model {
       const LayerWeights& lw = layers_[size_t(l)];
       if (l == hp_.ple_layer()) {
         const std::vector<float> embeddings = ple_reader.collect();
-        ple_forward(pool, hp_, ple_, state.ple, embeddings.data(), n_rows, X.data());
+        ple_forward(pool, hp_, ple_, state.ple, embeddings.data(), n_rows, X.data(),
+                    state.record_windows);
         state.ple.context = ple_advance(hp_, state.ple.context, tokens);
       }
       hyper_connection_in(pool, lw.hc_attn, S, H, hp_.rms_eps, X.data(), n_rows, x.data(),
