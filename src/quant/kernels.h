@@ -80,6 +80,7 @@ float dot_iq2_xs(const void* w, const void* a, int64_t n);
 // cpu_has_avx512() is true. Bitwise equal to their avx2:: counterparts (same integer lanes, same
 // f32 code), so the result does not depend on which of the two a CPU runs.
 namespace avx512 {
+float dot_q4_0(const void* w, const void* a, int64_t n);
 float dot_q4_K(const void* w, const void* a, int64_t n);
 float dot_iq2_xs(const void* w, const void* a, int64_t n);
 }  // namespace avx512

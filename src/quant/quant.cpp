@@ -1,7 +1,7 @@
 // Public quant API: type checks, the scalar reference dispatch (quant::ref) and the fast
 // dispatch, which picks kernels once per process: AVX2 when the CPU has AVX2, FMA, F16C and BMI1
 // (every AVX2 CPU has them; the IQ2_XS kernel uses BMI1's bextr), and on top of that the AVX-512
-// kernels (Q4_K, IQ2_XS) when it also has AVX-512 F/BW/VL/VBMI/VNNI/BITALG (Ice Lake, Zen 4 and
+// dot kernels (Q4_0, Q4_K, IQ2_XS) when it also has AVX-512 F/BW/VL/VBMI/VNNI/BITALG (Ice Lake, Zen 4 and
 // later). STRATA_QUANT_MAX=scalar|avx2|avx512 caps the level (read once; for tests and A/B
 // measurements); STRATA_QUANT_SCALAR=1 is the older spelling of STRATA_QUANT_MAX=scalar.
 #include "quant/quant.h"
@@ -101,6 +101,7 @@ KernelArray fast_kernels(KernelLevel level) {
   set(GgmlType::Q6_K, avx2::dequantize_q6_K, avx2::quantize_q8_K, avx2::dot_q6_K);
   set(GgmlType::IQ2_XS, avx2::dequantize_iq2_xs, avx2::quantize_q8_K, avx2::dot_iq2_xs);
   if (level == KernelLevel::Avx2) return k;
+  k[size_t(GgmlType::Q4_0)].dot = avx512::dot_q4_0;
   k[size_t(GgmlType::Q4_K)].dot = avx512::dot_q4_K;
   k[size_t(GgmlType::IQ2_XS)].dot = avx512::dot_iq2_xs;
   return k;

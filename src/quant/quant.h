@@ -10,7 +10,7 @@
 //   The reduction order of `dot` depends only on n, never on where the row sits in a matrix; this
 //   is what makes a row's result identical in a 1-row and a T-row window.
 // - Implementations live side by side: `quant::ref` (scalar, the specification), the AVX2 path
-//   (quant/*_avx2.cpp) and AVX-512 dot kernels for Q4_K and IQ2_XS (quant/*_avx512.cpp, bitwise
+//   (quant/*_avx2.cpp) and AVX-512 dot kernels for Q4_0, Q4_K and IQ2_XS (quant/*_avx512.cpp, bitwise
 //   equal to the AVX2 ones). The public functions dispatch to the best level the CPU has.
 //   Tests compare every path with ref on random inputs and compare ref against hand-computed
 //   blocks.
@@ -58,7 +58,7 @@ DotKernel dot_kernel(GgmlType weight_type);
 // (unless capped by the environment, see above).
 bool cpu_has_avx2();
 // True when the CPU (and OS) also has AVX-512 F, BW, VL, VBMI, VNNI and BITALG; the dispatched
-// Q4_K and IQ2_XS dots then use the AVX-512 kernels (unless capped).
+// Q4_0, Q4_K and IQ2_XS dots then use the AVX-512 kernels (unless capped).
 bool cpu_has_avx512();
 
 enum class KernelLevel { Scalar, Avx2, Avx512 };

@@ -1,4 +1,4 @@
-// AVX-512 dot kernels (Q4_K, IQ2_XS) against the scalar reference and the AVX2 kernels, and the
+// AVX-512 dot kernels (Q4_0, Q4_K, IQ2_XS) against the scalar reference and the AVX2 kernels, and the
 // kernel-level dispatch (CPU check, STRATA_QUANT_MAX cap).
 //
 // The AVX-512 kernels promise bitwise equality with the AVX2 ones (same integer lanes, same f32
@@ -37,6 +37,7 @@ struct Avx512Kernel {
 };
 
 const Avx512Kernel kKernels[] = {
+    {GgmlType::Q4_0, scalar::dot_q4_0, avx2::dot_q4_0, avx512::dot_q4_0},
     {GgmlType::Q4_K, scalar::dot_q4_K, avx2::dot_q4_K, avx512::dot_q4_K},
     {GgmlType::IQ2_XS, scalar::dot_iq2_xs, avx2::dot_iq2_xs, avx512::dot_iq2_xs},
 };
@@ -46,8 +47,13 @@ const Avx512Kernel kKernels[] = {
   GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VBMI/VNNI/BITALG; the AVX-512 kernels cannot run " \
                   "here (the AVX2 and scalar paths are tested in kernels_test.cpp)"
 
-// Odd and even block counts, 1 to 33 blocks.
-constexpr int64_t kLengths[] = {256, 512, 768, 1280, 2560, 4096, 4352, 8448};
+// Odd and even block counts: 1 to 33 blocks of 256, and for Q4_0 also 1 to 81 blocks of 32 (the
+// kernel takes blocks in pairs and finishes an odd count with one more).
+std::vector<int64_t> lengths_for(GgmlType type) {
+  std::vector<int64_t> n = {256, 512, 768, 1280, 2560, 4096, 4352, 8448};
+  if (type == GgmlType::Q4_0) n.insert(n.end(), {32, 64, 96, 160, 2592});
+  return n;
+}
 
 // Checks one row against the reference bound and the AVX2 kernel's bits.
 void expect_row_matches(const Avx512Kernel& kernel, const uint8_t* row, int64_t n,
@@ -67,7 +73,7 @@ void expect_row_matches(const Avx512Kernel& kernel, const uint8_t* row, int64_t 
 TEST(QuantAvx512, DotMatchesReferenceAndAvx2OnRandomRows) {
   SKIP_WITHOUT_AVX512();
   for (const Avx512Kernel& kernel : kKernels) {
-    for (int64_t n : kLengths) {
+    for (int64_t n : lengths_for(kernel.type)) {
       for (uint32_t seed = 0; seed < 12; ++seed) {
         const std::vector<uint8_t> row = random_row(kernel.type, n, seed * 6151 + uint32_t(n));
         // Activations of varied scale; seed 0 gets a row of exact ±127 quants (the largest
@@ -85,12 +91,14 @@ TEST(QuantAvx512, DotMatchesReferenceAndAvx2OnRandomRows) {
 }
 
 TEST(QuantAvx512, DotMatchesReferenceOnEveryRowOfAnOddMatrix) {
-  // 37 rows packed back to back from a 2-byte offset: IQ2_XS rows (74 bytes per block) start at
-  // every 2-byte alignment, Q4_K rows at 16-byte steps; each row is checked on its own.
+  // 37 rows packed back to back from a 2-byte offset: IQ2_XS rows (74 bytes per block) and Q4_0
+  // rows (18) start at every 2-byte alignment, Q4_K rows at 16-byte steps; each row is checked on
+  // its own.
   SKIP_WITHOUT_AVX512();
   constexpr int64_t kRows = 37;
   for (const Avx512Kernel& kernel : kKernels) {
-    for (int64_t n : {int64_t(768), int64_t(2560)}) {
+    for (int64_t n : {int64_t(768), int64_t(2560), int64_t(2592)}) {
+      if (n % type_traits(kernel.type).block_elems != 0) continue;  // 2592: Q4_0 only
       const size_t stride = row_bytes(kernel.type, n);
       std::vector<uint8_t> matrix(2 + stride * kRows);
       for (int64_t r = 0; r < kRows; ++r) {
@@ -121,7 +129,8 @@ TEST(QuantAvx512, Iq2xsEveryGridPointAndSignPattern) {
     }
     for (int s = 0; s < 8; ++s) blocks[size_t(b)].scales[s] = uint8_t((b * 8 + s) * 37 % 256);
   }
-  const Avx512Kernel& kernel = kKernels[1];
+  const Avx512Kernel& kernel = kKernels[2];
+  ASSERT_EQ(kernel.type, GgmlType::IQ2_XS);
   const int64_t n = kBlocks * kBlockK;
   const auto* bytes = reinterpret_cast<const uint8_t*>(blocks.data());
   for (uint32_t seed = 0; seed < 4; ++seed) {
