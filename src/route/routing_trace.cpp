@@ -54,6 +54,7 @@ class Cursor {
   template <typename T>
   T read(const char* field) {
     need(sizeof(T), field);
+    field_at_ = pos_;
     T value;
     std::memcpy(&value, bytes_.data() + pos_, sizeof(T));
     pos_ += sizeof(T);
@@ -71,14 +72,15 @@ class Cursor {
              limit, out[i], pos_ + (i - at) * 2);
     pos_ += size_t(count) * 2;
   }
+  // A bad value in the field read last.
   [[noreturn]] void bad(const char* field, const std::string& expected_found) const {
-    fail("{}: {}field '{}' (before offset {}): {}", path_, where_, field, pos_, expected_found);
+    fail("{}: {}field '{}': {} (offset {})", path_, where_, field, expected_found, field_at_);
   }
 
  private:
   const std::string& path_;
   std::span<const uint8_t> bytes_;
-  size_t pos_ = 0;
+  size_t pos_ = 0, field_at_ = 0;
   std::string where_;
 };
 
@@ -96,9 +98,9 @@ std::string tag_text(uint32_t value) {
 
 RoutingTraceHeader read_header(Cursor& in) {
   in.set_where("header: ");
+  const uint64_t magic_bits = in.read<uint64_t>("magic");
   uint8_t magic[8];
-  in.need(8, "magic");
-  for (uint8_t& c : magic) c = in.read<uint8_t>("magic");
+  std::memcpy(magic, &magic_bits, 8);
   if (std::memcmp(magic, kMagic, 8) != 0)
     in.bad("magic", fmt::format("expected \"STRTRACE\", found \"{}\" (not a strata routing trace)", printable(magic)));
   const uint32_t version = in.read<uint32_t>("version");
