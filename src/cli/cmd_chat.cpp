@@ -82,7 +82,7 @@ class ChatLoop {
     if (!options_.system_prompt.empty()) messages_.push_back({"system", options_.system_prompt, {}});
   }
 
-  void stats() const {
+  void stats() {
     fmt::print("context {} tokens of {}; last turn: prompt {} tokens in {:.2f} s ({:.1f} tok/s), "
                "reply {} tokens in {:.2f} s ({:.1f} tok/s)\n",
                session_.n_past(), model_.hparams().n_ctx_train, last_.prompt_tokens, last_.prefill_s,
@@ -90,6 +90,8 @@ class ChatLoop {
                last_.reply_s, double(last_.reply_tokens) / std::max(last_.reply_s, 1e-9));
     if (store_)
       fmt::print("last reply {}\n", format_expert_stats(last_.experts, double(std::max<size_t>(last_.reply_tokens, 1))));
+    if (const std::string moce = format_moce_stats(store_, double(session_.n_past())); !moce.empty())
+      fmt::print("since start {}\n", moce);
   }
 
   void turn(const std::string& user_text) {
@@ -111,7 +113,9 @@ class ChatLoop {
 
     last_ = TurnStats{};
     const auto start = std::chrono::steady_clock::now();
+    begin_prompt(store_);
     session_.prefill(fresh);
+    end_prompt(store_, options_.experts);
     last_.prompt_tokens = fresh.size();
     last_.prefill_s = seconds_since(start);
 
@@ -195,6 +199,7 @@ void run_chat(const ChatOptions& options) {
              arch_name(model->hparams().arch));
   std::string line;
   while (true) {
+    save_usage(store.get(), options.experts, /*only_if_due=*/true);  // idle: the user is typing
     std::cout << "> " << std::flush;
     if (!std::getline(std::cin, line)) break;
     if (line.empty()) continue;
@@ -214,6 +219,7 @@ void run_chat(const ChatOptions& options) {
     }
     chat.turn(line);
   }
+  save_usage(store.get(), options.experts);
   if (interactive) std::cout << "\n";
 }
 

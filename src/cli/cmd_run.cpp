@@ -143,6 +143,7 @@ void run(const RunOptions& options) {
              arch_name(hp.arch), hp.n_layer, hp.n_expert, hp.n_expert_used, pool.size());
 
   const auto prefill_start = std::chrono::steady_clock::now();
+  begin_prompt(store.get());
   if (!options.logits_out.empty()) {
     // All-row logits need one window over the whole prompt.
     const std::vector<float>& all = session.forward_all(prompt);
@@ -162,6 +163,9 @@ void run(const RunOptions& options) {
       session.prefill(prompt, options.chunk_rows, on_progress);
   }
   const double prefill_s = seconds_since(prefill_start);
+  if (const int changes = end_prompt(store.get(), options.experts); changes > 0)
+    fmt::print(stderr, "strata: prompt-hot pins: {} per layer ({} pinned)\n",
+               std::min(options.experts.pin_hot, store->slots_per_layer() / 2), changes);
   const ExpertStoreStats prefill_stats = store ? store->stats() : ExpertStoreStats{};
   PhaseTimes phase_times;
   if (options.profile) active_phase_times() = &phase_times;
@@ -239,6 +243,9 @@ void run(const RunOptions& options) {
   if (store)
     fmt::print(stderr, "strata: decode {}\n",
                format_expert_stats(store->stats() - prefill_stats, std::max(generated - 1, 1)));
+  if (const std::string moce = format_moce_stats(store.get(), double(prompt.size()) + generated); !moce.empty())
+    fmt::print(stderr, "strata: {} (prompt and decode)\n", moce);
+  save_usage(store.get(), options.experts);
   if (options.profile) {
     active_phase_times() = nullptr;
     const int steps = std::max(generated - 1, 1);

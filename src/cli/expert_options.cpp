@@ -5,14 +5,20 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "experts/profile.h"
+#include "experts/usage_history.h"
+#include "route/moce.h"
 #include "util/byte_size.h"
 #include "util/error.h"
 #include "util/progress.h"
 
 namespace strata::cli {
 namespace {
+
+// A usage history shorter than this is not trusted for the fill or the hot pins (a few replies).
+constexpr uint64_t kMinHistoryTokens = 256;
 
 uint64_t mem_available_bytes() {
   std::ifstream meminfo("/proc/meminfo");
@@ -49,7 +55,32 @@ void add_expert_options(CLI::App& cmd, ExpertOptions& o) {
   cmd.add_flag("--pack", o.pack, "build MODEL.experts first when it is missing or stale");
   cmd.add_flag("--mapped-experts", o.mapped, "read experts through the GGUF mapping (no sidecar)");
   cmd.add_option("--fill", o.fill_profile, "expert profile (strata profile) to fill the cache from at start");
-  cmd.add_option("--pin", o.pin, "with --fill: pin this many top experts per layer")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--pin", o.pin, "with --fill or --usage: pin this many top experts per layer")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--usage", o.usage,
+                 "usage history: 'auto' (MODEL.usage) or a file; ranks the startup fill and hot pins, "
+                 "saved at exit");
+  cmd.add_option("--usage-alpha", o.usage_alpha, "weight of the usage history vs the profile/prompt (0..1)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd.add_option("--usage-save-every", o.usage_save_every, "chat: save the usage history when idle after N tokens")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--pin-hot", o.pin_hot, "pin the N experts per layer each prompt uses most (at most half the slots)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--repin-swaps", o.repin_swaps, "hot pins changed per layer per prompt at most")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--repin-hysteresis", o.repin_hysteresis,
+                 "a new hot expert replaces a pinned one only when it scores (1 + H) times higher")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--moce", o.moce_lambda,
+                 "cache-aware routing (changes tokens): boost resident experts' probability by (1 + LAMBDA)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--moce-protect", o.moce_protect, "MoCE: the first R ranks are always the true ones")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--moce-max-rank", o.moce_max_rank, "MoCE: substitutes only from the true top-M (0 = any)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--moce-sample", o.moce_sample_every,
+                 "MoCE: measure the output error vs exact routing on every N-th window per layer (0 = never)")
+      ->check(CLI::NonNegativeNumber);
   cmd.add_option("--trace-routing", o.trace_routing,
                  "record each layer's routing and read-ahead predictions to FILE (for strata replay)");
 }
@@ -57,8 +88,10 @@ void add_expert_options(CLI::App& cmd, ExpertOptions& o) {
 std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::string& model_path,
                                                const ExpertOptions& o) {
   const bool budget_given = !o.ram_budget.empty() || o.slots_per_layer > 0;
+  const bool store_only = !o.usage.empty() || o.pin_hot > 0 || o.moce_lambda > 0;
   if (o.mapped) {
     if (budget_given) fail("--mapped-experts cannot be combined with --ram-budget/--slots-per-layer");
+    if (store_only) fail("--usage, --pin-hot and --moce need the expert store; drop --mapped-experts");
     return nullptr;
   }
   const std::string sidecar_path = sidecar_path_for(model_path);
@@ -67,9 +100,9 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
   const uint64_t expert_bytes = layout.total_expert_bytes();
   const uint64_t available = mem_available_bytes();
   if (!exists && !o.pack) {
-    if (budget_given)
-      fail("{} is missing: a RAM budget streams experts from it. Build it with `strata pack {}` "
-           "(or add --pack)",
+    if (budget_given || store_only)
+      fail("{} is missing: a RAM budget, --usage, --pin-hot and --moce stream experts from it. Build it with "
+           "`strata pack {}` (or add --pack)",
            sidecar_path, model_path);
     if (available > 0 && expert_bytes > available / 2 && !o.quiet)
       fmt::print(stderr,
@@ -110,11 +143,60 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
   for (const TensorInfo& t : gguf.tensors())
     if (t.name.find("_exps") == std::string::npos && t.name.rfind("per_layer_token_embd", 0) != 0)
       gguf.advise(t.file_offset, t.n_bytes, MADV_WILLNEED);
-  if (!o.fill_profile.empty()) {
-    const ExpertProfile profile = ExpertProfile::load(o.fill_profile, store->sidecar().layout().gguf_identity);
+  const SidecarLayout& sl = store->sidecar().layout();
+  std::unique_ptr<UsageHistory> history;
+  if (!o.usage.empty()) {
+    const std::string usage_path = o.usage == "auto" ? usage_path_for(model_path) : o.usage;
+    UsageHistory::LoadResult loaded = UsageHistory::load(usage_path, sl.gguf_identity, int(sl.n_block), int(sl.n_expert));
+    if (!loaded.problem.empty()) fmt::print(stderr, "strata: warning: {}\n", loaded.problem);
+    if (loaded.history) {
+      history = std::make_unique<UsageHistory>(std::move(*loaded.history));
+      if (!o.quiet)
+        fmt::print(stderr, "strata: usage history {}: {} tokens\n", usage_path, history->tokens());
+    } else {
+      history = std::make_unique<UsageHistory>(sl.gguf_identity, int(sl.n_block), int(sl.n_expert));
+    }
+    std::optional<ExpertProfile> profile;
+    if (!o.fill_profile.empty()) profile = ExpertProfile::load(o.fill_profile, sl.gguf_identity);
+    const bool trusted = history->tokens() >= kMinHistoryTokens;
+    if (profile || trusted) {
+      std::vector<std::vector<int32_t>> ranking =
+          rank_experts(history.get(), profile ? &*profile : nullptr, o.usage_alpha, kMinHistoryTokens,
+                       int(sl.n_block), int(sl.n_expert));
+      // Pins by score first, then the last session's working set (most recent first), then the rest.
+      if (trusted)
+        for (size_t b = 0; b < ranking.size(); ++b) {
+          const size_t n_pin = std::min(ranking[b].size(), size_t(o.pin));
+          std::vector<int32_t> order(ranking[b].begin(), ranking[b].begin() + ptrdiff_t(n_pin));
+          for (int32_t e : history->lru(int(b))) order.push_back(e);
+          order.insert(order.end(), ranking[b].begin() + ptrdiff_t(n_pin), ranking[b].end());
+          std::vector<char> seen(size_t{sl.n_expert}, 0);
+          ranking[b].clear();
+          for (int32_t e : order)
+            if (!seen[size_t(e)]) {
+              seen[size_t(e)] = 1;
+              ranking[b].push_back(e);
+            }
+        }
+      store->fill(ranking, o.pin);
+    } else if (o.pin > 0) {
+      fail("--pin needs a ranking: --fill PROFILE, or a usage history of at least {} tokens", kMinHistoryTokens);
+    }
+    store->attach_history(std::move(history), usage_path);
+  } else if (!o.fill_profile.empty()) {
+    const ExpertProfile profile = ExpertProfile::load(o.fill_profile, sl.gguf_identity);
     store->fill(profile.ranking(), o.pin);
   } else if (o.pin > 0) {
-    fail("--pin needs --fill PROFILE (the ranking that says which experts to pin)");
+    fail("--pin needs --fill PROFILE or --usage (the ranking that says which experts to pin)");
+  }
+  if (o.moce_lambda > 0) {
+    auto policy = std::make_unique<MocePolicy>();
+    policy->options = MoceOptions{o.moce_lambda, o.moce_protect, o.moce_max_rank, o.moce_sample_every};
+    policy->exact_source = &model.mapped_experts();
+    store->set_moce(std::move(policy));
+    if (!o.quiet)
+      fmt::print(stderr, "strata: MoCE on (changes tokens): lambda {}, protect {}, max rank {}\n", o.moce_lambda,
+                 o.moce_protect, o.moce_max_rank > 0 ? std::to_string(o.moce_max_rank) : std::string("any"));
   }
   if (!o.quiet)
     fmt::print(stderr,
@@ -141,7 +223,42 @@ std::string format_expert_stats(const ExpertStoreStats& s, double tokens) {
       "read-ahead precision {:.1f}% recall {:.1f}% ({} issued), I/O wait {:.0f} ms ({:.2f} ms/token)",
       100.0 * s.hit_rate(), s.hits, s.misses, double(s.misses) * per_token, format_bytes(s.bytes_read),
       double(s.bytes_read) * per_token / 1e6, double(s.miss_bytes) * per_token / 1e6, 100.0 * s.read_ahead_precision(),
-      100.0 * s.read_ahead_recall(), s.read_ahead_issued, s.io_wait_ms, s.io_wait_ms * per_token);
+      100.0 * s.read_ahead_recall(), s.read_ahead_issued, s.io_wait_ms, s.io_wait_ms * per_token) +
+         (s.pin_changes ? fmt::format(", {} hot-pin changes", s.pin_changes) : std::string());
+}
+
+std::string format_moce_stats(ExpertStore* store, double tokens) {
+  const MocePolicy* policy = store ? store->moce() : nullptr;
+  if (!policy) return "";
+  const MoceStats& m = policy->stats;
+  return fmt::format("moce: {:.2f} swaps/token, agreement {:.1f}%, KL {:.4f} nats/row, relMSE {:.2e} ({} samples)",
+                     double(m.swaps) / std::max(tokens, 1.0), 100.0 * m.agreement(), m.kl(), m.relmse(),
+                     m.mse_samples);
+}
+
+void begin_prompt(ExpertStore* store) {
+  if (store) store->reset_prompt_heat();
+}
+
+int end_prompt(ExpertStore* store, const ExpertOptions& o) {
+  if (!store || o.pin_hot <= 0) return 0;
+  HotPinOptions pins;
+  pins.n_hot = o.pin_hot;
+  pins.max_swaps = o.repin_swaps;
+  pins.hysteresis = o.repin_hysteresis;
+  pins.alpha = o.usage_alpha;
+  pins.min_history_tokens = kMinHistoryTokens;
+  return store->pin_prompt_hot(pins);
+}
+
+void save_usage(ExpertStore* store, const ExpertOptions& o, bool only_if_due) {
+  if (!store || !store->history()) return;
+  if (only_if_due && store->history_tokens_since_save() < o.usage_save_every) return;
+  try {
+    store->save_history();
+  } catch (const Error& e) {
+    fmt::print(stderr, "strata: warning: usage history not saved: {}\n", e.what());
+  }
 }
 
 }  // namespace strata::cli

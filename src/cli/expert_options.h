@@ -30,6 +30,19 @@ struct ExpertOptions {
   std::string fill_profile;
   int pin = 0;
   std::string trace_routing;  // write a routing trace here (route/routing_trace.h)
+  // Usage history (experts/usage_history.h): "" = off, "auto" = MODEL.usage, else a path.
+  std::string usage;
+  double usage_alpha = 0.5;
+  uint64_t usage_save_every = 512;  // chat: save while idle once this many tokens passed
+  // Prompt-hot pins (ExpertStore::pin_prompt_hot), after each prompt's prefill.
+  int pin_hot = 0;
+  int repin_swaps = 2;
+  double repin_hysteresis = 0.25;
+  // MoCE (route/moce.h): lambda 0 = off.
+  double moce_lambda = 0.0;
+  int moce_protect = 1;
+  int moce_max_rank = 0;
+  int moce_sample_every = 8;
   bool quiet = false;
 };
 
@@ -46,5 +59,15 @@ std::unique_ptr<TracingSource> open_routing_trace(const Model& model, ExpertStor
 
 // One summary line of the store's counters ("experts: hit 93.1% ...").
 std::string format_expert_stats(const ExpertStoreStats& stats, double tokens);
+// One line of MoCE telemetry ("moce: 0.42 swaps/token ..."), or "" when MoCE is off.
+std::string format_moce_stats(ExpertStore* store, double tokens);
+
+// Around a prompt's prefill: count its routing, then pin its hottest experts (--pin-hot).
+void begin_prompt(ExpertStore* store);
+// Returns the number of pins added or dropped (0 without --pin-hot).
+int end_prompt(ExpertStore* store, const ExpertOptions& options);
+// Writes the usage history (if any); a failure is a warning, never fatal. With `only_if_due`,
+// only once --usage-save-every tokens have passed since the last save.
+void save_usage(ExpertStore* store, const ExpertOptions& options, bool only_if_due = false);
 
 }  // namespace strata::cli

@@ -5,6 +5,8 @@
 //   begin_layer(layer, experts)      the sorted, unique union of expert ids the window routes to
 //   predict(layer + 1, ids)          optional, when wants_prediction(): a read-ahead hint for the
 //                                    next layer, most likely first
+//   moce() / resident(layer, e)      optional cache-aware routing (route/moce.h): the policy the
+//                                    router applies, and the residency it reads
 //   next(index, matrices) → true     repeatedly, until it returns false: hands out each expert of
 //                                    the union exactly once — resident ones first, then the others
 //                                    in the order they arrive — as its index in `experts` and its
@@ -12,7 +14,8 @@
 //
 // A source decides where bytes come from (the file mapping, an arena filled by pread from the
 // sidecar, a GPU arena) and in which order experts are handed out; it must never change which
-// experts are used or their values. The MoE layer makes its result independent of the hand-out
+// experts are used or their values — except through an opt-in MoCE policy (moce()), which the
+// router applies, never the source itself. The MoE layer makes its result independent of the hand-out
 // order (outputs are combined in ascending expert id), so every source gives bitwise the same
 // tokens.
 #pragma once
@@ -39,6 +42,8 @@ struct Routing {
   int64_t n_rows() const { return k > 0 ? int64_t(experts.size()) / k : 0; }
 };
 
+struct MocePolicy;
+
 class ExpertSource {
  public:
   virtual ~ExpertSource() = default;
@@ -47,6 +52,10 @@ class ExpertSource {
   virtual bool next(int& index, ExpertMatrices& out) = 0;
   virtual bool wants_prediction() const { return false; }
   virtual void predict(int /*layer*/, std::span<const int32_t> /*experts*/) {}
+  // Cache-aware routing: nullptr (the default) routes exactly. A source that returns a policy
+  // changes which experts are used, so it must answer resident() deterministically.
+  virtual MocePolicy* moce() { return nullptr; }
+  virtual bool resident(int /*layer*/, int32_t /*expert*/) const { return false; }
 };
 
 }  // namespace strata

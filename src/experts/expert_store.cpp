@@ -8,8 +8,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <numeric>
 
 #include "experts/block_reader.h"
+#include "experts/usage_history.h"
+#include "route/moce.h"
 #include "util/error.h"
 #include "util/progress.h"
 
@@ -32,6 +35,7 @@ ExpertStoreStats ExpertStoreStats::operator-(const ExpertStoreStats& o) const {
   d.read_ahead_used = read_ahead_used - o.read_ahead_used;
   d.bytes_read = bytes_read - o.bytes_read;
   d.miss_bytes = miss_bytes - o.miss_bytes;
+  d.pin_changes = pin_changes - o.pin_changes;
   d.io_wait_ms = io_wait_ms - o.io_wait_ms;
   return d;
 }
@@ -83,6 +87,8 @@ ExpertStore::ExpertStore(const Model& model, Sidecar sidecar, const ExpertStoreO
     Layer& l = layers_[b];
     if (!l.present) continue;
     l.smap.assign(size_t(n_expert), kMiss);
+    prompt_heat_.resize(layout.n_block);
+    prompt_heat_[b].assign(size_t(n_expert), 0);
     l.kept.assign(size_t(n_expert), 0);
     l.slots.resize(size_t(slots_per_layer_));
     total_slots_ += uint64_t(slots_per_layer_);
@@ -140,7 +146,7 @@ uint32_t ExpertStore::slot_of(int layer, int expert) const {
 
 bool ExpertStore::pinned(int layer, int expert) const {
   const uint32_t slot = slot_of(layer, expert);
-  return slot != kMiss && layers_[size_t(layer)].slots[slot].pinned;
+  return slot != kMiss && (layers_[size_t(layer)].slots[slot].pinned || layers_[size_t(layer)].slots[slot].hot);
 }
 
 // The least recently used slot that is not pinned and does not hold an expert marked with the
@@ -150,7 +156,7 @@ int ExpertStore::evict_victim(Layer& layer) const {
   int best = -1;
   for (size_t i = 0; i < layer.slots.size(); ++i) {
     const Slot& s = layer.slots[i];
-    if (s.pinned || (s.expert >= 0 && layer.kept[size_t(s.expert)] == stamp_)) continue;
+    if (s.pinned || s.hot || (s.expert >= 0 && layer.kept[size_t(s.expert)] == stamp_)) continue;
     if (best < 0 || s.last_use < layer.slots[size_t(best)].last_use) best = int(i);
   }
   return best;
@@ -175,6 +181,7 @@ void ExpertStore::assign(Layer& layer, int slot_index, int32_t expert) {
   else ++filled_slots_;
   s.expert = expert;
   s.read_ahead_unused = false;
+  s.hot = false;
   s.last_use = clock_;
   layer.smap[size_t(expert)] = uint32_t(slot_index);
 }
@@ -433,6 +440,116 @@ void ExpertStore::fill(const std::vector<std::vector<int32_t>>& ranking, int n_p
     bar.advance(1, load.bytes);
   }
   bar.finish();
+}
+
+}  // namespace strata
+
+namespace strata {
+
+void ExpertStore::observe_routing(int layer, const Routing& routing) {
+  if (history_) history_->record(layer, routing);
+  if (layer < 0 || size_t(layer) >= prompt_heat_.size() || prompt_heat_[size_t(layer)].empty()) return;
+  auto& heat = prompt_heat_[size_t(layer)];
+  for (int32_t e : routing.experts)
+    if (e >= 0 && size_t(e) < heat.size()) ++heat[size_t(e)];
+}
+
+void ExpertStore::reset_prompt_heat() {
+  for (auto& heat : prompt_heat_) std::fill(heat.begin(), heat.end(), 0);
+}
+
+std::vector<int32_t> ExpertStore::hot_pins(int layer) const {
+  std::vector<int32_t> out;
+  for (const Slot& s : layers_.at(size_t(layer)).slots)
+    if (s.hot && s.expert >= 0) out.push_back(s.expert);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<int32_t> ExpertStore::lru_order(int layer) const {
+  const Layer& l = layers_.at(size_t(layer));
+  std::vector<const Slot*> filled;
+  for (const Slot& s : l.slots)
+    if (s.expert >= 0) filled.push_back(&s);
+  std::stable_sort(filled.begin(), filled.end(), [](const Slot* a, const Slot* b) { return a->last_use > b->last_use; });
+  std::vector<int32_t> out;
+  for (const Slot* s : filled) out.push_back(s->expert);
+  return out;
+}
+
+void ExpertStore::attach_history(std::unique_ptr<UsageHistory> history, std::string path) {
+  history_ = std::move(history);
+  history_path_ = std::move(path);
+  history_saved_tokens_ = history_ ? history_->tokens() : 0;
+}
+
+uint64_t ExpertStore::history_tokens_since_save() const {
+  return history_ ? history_->tokens() - history_saved_tokens_ : 0;
+}
+
+void ExpertStore::save_history() {
+  if (!history_) return;
+  for (size_t b = 0; b < layers_.size(); ++b)
+    if (layers_[b].present) history_->set_lru(int(b), lru_order(int(b)));
+  history_->save(history_path_);
+  history_saved_tokens_ = history_->tokens();
+}
+
+void ExpertStore::set_moce(std::unique_ptr<MocePolicy> policy) { moce_ = std::move(policy); }
+
+int ExpertStore::pin_prompt_hot(const HotPinOptions& o) {
+  int changes = 0;
+  const int n_expert = int(sidecar_.layout().n_expert);
+  const bool use_history = history_ && history_->tokens() >= o.min_history_tokens;
+  const double alpha = use_history ? std::clamp(o.alpha, 0.0, 1.0) : 0.0;
+  std::vector<double> score(static_cast<size_t>(n_expert));
+  ++clock_;
+  for (size_t b = 0; b < layers_.size(); ++b) {
+    Layer& layer = layers_[b];
+    if (!layer.present) continue;
+    const auto& heat = prompt_heat_[b];
+    const double heat_sum = double(std::accumulate(heat.begin(), heat.end(), uint64_t{0}));
+    std::fill(score.begin(), score.end(), 0.0);
+    if (heat_sum > 0)
+      for (int e = 0; e < n_expert; ++e) score[size_t(e)] = (1.0 - alpha) * double(heat[size_t(e)]) / heat_sum;
+    if (use_history && int(b) < history_->n_block()) {
+      const auto h = history_->heat(int(b));
+      const double sum = std::accumulate(h.begin(), h.end(), 0.0);
+      if (sum > 0)
+        for (int e = 0; e < n_expert; ++e) score[size_t(e)] += alpha * double(h[size_t(e)]) / sum;
+    }
+    // Profile-pinned experts are pinned already: not candidates.
+    for (const Slot& s : layer.slots)
+      if (s.pinned && s.expert >= 0) score[size_t(s.expert)] = 0.0;
+    const int n_hot = std::min(o.n_hot, int(layer.slots.size()) / 2);
+    const std::vector<int32_t> current = hot_pins(int(b));
+    const int max_swaps = current.empty() ? n_hot : o.max_swaps;
+    const std::vector<int32_t> wanted = choose_hot_pins(current, score, n_hot, max_swaps, o.hysteresis);
+    for (Slot& s : layer.slots)
+      if (s.hot && !std::binary_search(wanted.begin(), wanted.end(), s.expert)) {
+        s.hot = false;
+        ++changes;
+      }
+    ++stamp_;
+    for (int32_t e : wanted) layer.kept[size_t(e)] = stamp_;
+    for (int32_t e : wanted) {
+      uint32_t slot_index = layer.smap[size_t(e)];
+      if (slot_index == kMiss) {
+        const int victim = evict_victim(layer);
+        if (victim < 0) break;
+        assign(layer, victim, e);
+        slot_index = uint32_t(victim);
+        Slot& s = layer.slots[slot_index];
+        s.load = start_read(int(b), e, s.data, IoPool::Priority::ReadAhead);
+      }
+      Slot& s = layer.slots[slot_index];
+      if (!s.hot) ++changes;
+      s.hot = true;
+      s.last_use = clock_;
+    }
+  }
+  stats_.pin_changes += uint64_t(changes);
+  return changes;
 }
 
 }  // namespace strata

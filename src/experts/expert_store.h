@@ -24,8 +24,15 @@
 //   next() naming the file, layer and expert. O_DIRECT is used when the filesystem allows it
 //   (otherwise a one-time warning and buffered reads).
 // - Resident-first: next() hands out ready experts first, then misses as their reads finish.
-// - Startup fill: `fill` loads the given experts per layer (a profile's ranking) and pins the first
-//   `n_pinned` of each layer; pinned slots are never evicted.
+// - Startup fill: `fill` loads the given experts per layer (a profile's or usage history's ranking)
+//   and pins the first `n_pinned` of each layer; pinned slots are never evicted.
+// - Prompt-hot pins: observe_routing counts every routed (row, expert) since reset_prompt_heat();
+//   pin_prompt_hot (called between windows, e.g. after a prompt's prefill) pins the experts the
+//   prompt used most (blended with the usage history when one is attached), at most half a layer's
+//   slots, changing at most `max_swaps` pins per layer per call and only for a clearly better
+//   candidate (hysteresis). Like everything above it depends only on the tokens.
+// - Usage history: with attach_history, observe_routing also counts into it; export_lru fills in
+//   each layer's LRU order before it is saved.
 // - Values: a slot holds the exact bytes of the GGUF tensors (pack copies them verbatim), so
 //   results are bitwise those of the mapped source for every budget, thread count and setting.
 // - Single window thread: begin_layer/next/predict/fill and the stats are not thread-safe; the
@@ -68,6 +75,7 @@ struct ExpertStoreStats {
   uint64_t read_ahead_used = 0;    // of those, needed by the layer they were issued for
   uint64_t bytes_read = 0;          // all reads (misses, read-ahead, fill)
   uint64_t miss_bytes = 0;          // record bytes of the misses (what the window had to wait for)
+  uint64_t pin_changes = 0;         // prompt-hot pins added or dropped
   double io_wait_ms = 0;           // the window thread blocked on reads
 
   // Read-ahead precision: used / issued. Recall: of the experts a layer needed that were not
@@ -83,6 +91,16 @@ struct ExpertStoreStats {
   ExpertStoreStats operator-(const ExpertStoreStats& o) const;
 };
 
+class UsageHistory;
+
+struct HotPinOptions {
+  int n_hot = 0;              // pins per layer (capped at half the layer's slots)
+  int max_swaps = 2;          // per layer per call, once a layer has its pins
+  double hysteresis = 0.25;   // a candidate must score > (1 + h) x the weakest pin to replace it
+  double alpha = 0.5;         // weight of the usage history against this prompt's counts
+  uint64_t min_history_tokens = 256;  // below this the history is not trusted
+};
+
 class ExpertStore final : public ExpertSource {
  public:
   static constexpr uint32_t kMiss = UINT32_MAX;
@@ -91,6 +109,7 @@ class ExpertStore final : public ExpertSource {
   ~ExpertStore() override;
 
   // ExpertSource
+  void observe_routing(int layer, const Routing& routing) override;
   void begin_layer(int layer, std::span<const int32_t> experts) override;
   bool next(int& index, ExpertMatrices& out) override;
   // Read-ahead runs until every expert is resident (then the guess would only cost router time).
@@ -99,9 +118,30 @@ class ExpertStore final : public ExpertSource {
   }
   bool read_ahead_enabled() const { return options_.read_ahead; }
   void predict(int layer, std::span<const int32_t> experts) override;
+  MocePolicy* moce() override { return moce_.get(); }
+  bool resident(int layer, int32_t expert) const override {
+    return size_t(layer) < layers_.size() && layers_[size_t(layer)].present &&
+           layers_[size_t(layer)].smap[size_t(expert)] != kMiss;
+  }
+  // Opt-in cache-aware routing (null = exact routing).
+  void set_moce(std::unique_ptr<MocePolicy> policy);
 
   // Loads ranking[layer] (most wanted first, up to the layer's slots) and pins the first n_pinned.
   void fill(const std::vector<std::vector<int32_t>>& ranking, int n_pinned);
+
+  // Prompt-hot pins (see the contract). Returns the number of pins added or dropped.
+  void reset_prompt_heat();
+  int pin_prompt_hot(const HotPinOptions& options);
+  std::vector<int32_t> hot_pins(int layer) const;  // ascending ids
+
+  // Usage history: counted from observe_routing while attached; save_history writes it (with the
+  // LRU order of every layer) atomically to `path`. Throws strata::Error on a failed write.
+  void attach_history(std::unique_ptr<UsageHistory> history, std::string path);
+  const UsageHistory* history() const { return history_.get(); }
+  void save_history();
+  uint64_t history_tokens_since_save() const;
+  // Resident experts of a layer, most recently used first (ties: lower slot index).
+  std::vector<int32_t> lru_order(int layer) const;
 
   int slots_per_layer() const { return slots_per_layer_; }
   uint64_t arena_bytes() const { return arena_bytes_; }
@@ -119,7 +159,8 @@ class ExpertStore final : public ExpertSource {
     uint8_t* data = nullptr;
     int32_t expert = -1;
     uint64_t last_use = 0;
-    bool pinned = false;
+    bool pinned = false;             // from fill: for good
+    bool hot = false;                // prompt-hot: until pin_prompt_hot drops it
     bool read_ahead_unused = false;  // loaded by read-ahead, not yet needed
     IoPool::TicketPtr load;
   };
@@ -159,6 +200,11 @@ class ExpertStore final : public ExpertSource {
   uint64_t arena_bytes_ = 0;
   void* arena_ = nullptr;
   std::vector<Layer> layers_;
+  std::vector<std::vector<uint64_t>> prompt_heat_;  // [block][expert], since reset_prompt_heat
+  std::unique_ptr<UsageHistory> history_;
+  std::string history_path_;
+  uint64_t history_saved_tokens_ = 0;
+  std::unique_ptr<MocePolicy> moce_;
   std::vector<uint8_t*> transient_slots_;
   std::vector<int> free_transient_;
   int fd_direct_ = -1, fd_buffered_ = -1;

@@ -40,6 +40,8 @@ class ProfilingSource final : public ExpertSource {
   bool next(int& index, ExpertMatrices& out) override { return inner_.next(index, out); }
   bool wants_prediction() const override { return inner_.wants_prediction(); }
   void predict(int layer, std::span<const int32_t> experts) override { inner_.predict(layer, experts); }
+  MocePolicy* moce() override { return inner_.moce(); }
+  bool resident(int layer, int32_t expert) const override { return inner_.resident(layer, expert); }
 
  private:
   ExpertSource& inner_;

@@ -12,6 +12,9 @@
 // Read-ahead: with `next_router` given and a source that wants predictions, the next layer's
 // router is applied to this layer's input and its top-k union (most probable first) is passed to
 // the source as a hint; it never affects the result.
+// Cache-aware routing: when the source returns an enabled MoCE policy (route/moce.h), top-k is
+// replaced by moce_select over the source's residency — in the router and in the read-ahead guess
+// alike — and sampled windows also compute the exact-routing output for the policy's relMSE.
 #pragma once
 
 #include <cstdint>
@@ -33,17 +36,22 @@ struct MoeWeights {
   bool has_shared() const { return shared_gate.data != nullptr; }
 };
 
-// Router only: fills `routing` for n_rows rows of x.
+// Router only: fills `routing` for n_rows rows of x. With `cache_aware` (a source whose moce() is
+// enabled) rows are routed by MoCE over its residency of `layer`, counting telemetry when
+// `count_stats`; `exact` (optional) receives the true top-k routing too.
 void moe_route(compute::ThreadPool& pool, const HParams& hp, const MoeWeights& w, const float* x,
-               int64_t n_rows, Routing& routing);
+               int64_t n_rows, Routing& routing, ExpertSource* cache_aware = nullptr, int layer = -1,
+               Routing* exact = nullptr, bool count_stats = false);
 
 void moe_forward(compute::ThreadPool& pool, const HParams& hp, const MoeWeights& w,
                  ExpertSource& experts, int layer, const float* x, int64_t n_rows, float* y,
                  const MoeWeights* next_router = nullptr);
 
-// The read-ahead guess for layer `layer`+1: the union over rows of top-k(router_next · x), ordered
-// by the best probability any row gives the expert (descending; ties by lower id).
+// The read-ahead guess for layer `layer`+1: the union over rows of top-k(router_next · x) (or of
+// MoCE's choice when `source` has it on), ordered by the best weight any row gives the expert
+// (descending; ties by lower id).
 std::vector<int32_t> moe_predict(compute::ThreadPool& pool, const HParams& hp,
-                                 const MoeWeights& next_router, const float* x, int64_t n_rows);
+                                 const MoeWeights& next_router, const float* x, int64_t n_rows,
+                                 ExpertSource* source = nullptr, int next_layer = -1);
 
 }  // namespace strata

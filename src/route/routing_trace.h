@@ -135,6 +135,8 @@ class TracingSource final : public ExpertSource {
   bool next(int& index, ExpertMatrices& out) override { return inner_.next(index, out); }
   bool wants_prediction() const override { return true; }
   void predict(int layer, std::span<const int32_t> experts) override;
+  MocePolicy* moce() override { return inner_.moce(); }
+  bool resident(int layer, int32_t expert) const override { return inner_.resident(layer, expert); }
 
   void finish() { writer_.finish(); }
   const std::string& path() const { return writer_.path(); }

@@ -184,5 +184,50 @@ TEST_F(ExpertCli, ProfileFillsAndPins) {
   EXPECT_NE(no_fill.output.find("--pin needs --fill"), std::string::npos) << no_fill.output;
 }
 
+TEST_F(ExpertCli, UsageHistoryHotPinsAndMoce) {
+  const std::string model = file("u.gguf");
+  const std::string tokenizer = std::string(STRATA_TEST_DATA_DIR) + "/tokenizer";
+  ASSERT_EQ(run(fmt::format("synth --shape tiny-qwen4exp --tokenizer {} {}", tokenizer, model)).status, 0);
+  const std::string args = fmt::format("run -m {} -p \"hello there\" -n 300 --ignore-eos --temp 0 --print-ids -t 1", model);
+  const std::string plain = last_line_of_ids(run(args + " --mapped-experts").output);
+  ASSERT_FALSE(plain.empty());
+
+  // First run writes MODEL.usage; hot pins change no token.
+  const Result first = run(args + " --pack --slots-per-layer 4 --usage auto --pin-hot 2");
+  ASSERT_EQ(first.status, 0) << first.output;
+  EXPECT_EQ(last_line_of_ids(first.output), plain);
+  EXPECT_NE(first.output.find("prompt-hot pins: 2 per layer"), std::string::npos) << first.output;
+  ASSERT_TRUE(fs::exists(model + ".usage"));
+
+  // Second run loads it (3 prompt + 299 decoded tokens >= 256: trusted), fills and pins from it; still the same tokens.
+  const Result second = run(args + " --slots-per-layer 4 --usage auto --pin 1");
+  ASSERT_EQ(second.status, 0) << second.output;
+  EXPECT_NE(second.output.find("usage history " + model + ".usage: 302 tokens"), std::string::npos) << second.output;
+  EXPECT_EQ(last_line_of_ids(second.output), plain);
+
+  // A damaged file is ignored with a warning; a file of another model stops the run.
+  fs::resize_file(model + ".usage", 30);
+  const Result damaged = run(args + " --slots-per-layer 4 --usage auto");
+  EXPECT_EQ(damaged.status, 0) << damaged.output;
+  EXPECT_NE(damaged.output.find("usage history ignored"), std::string::npos) << damaged.output;
+  const std::string other = file("other.gguf");
+  ASSERT_EQ(run(fmt::format("synth --shape tiny-qwen4exp --seed 9 --tokenizer {} {}", tokenizer, other)).status, 0);
+  const Result foreign = run(fmt::format("run -m {} -p hi -n 2 --pack --slots-per-layer 4 --usage {}.usage", other, model));
+  EXPECT_EQ(foreign.status, 1) << foreign.output;
+  EXPECT_NE(foreign.output.find("made for another model"), std::string::npos) << foreign.output;
+
+  // MoCE: lambda 0 is the exact model; on, it reports its telemetry; it needs the store.
+  const Result moce_off = run(args + " --slots-per-layer 2 --moce 0");
+  EXPECT_EQ(last_line_of_ids(moce_off.output), plain);
+  EXPECT_EQ(moce_off.output.find("moce:"), std::string::npos);
+  const Result moce_on = run(args + " --slots-per-layer 2 --moce 4 --moce-max-rank 6");
+  ASSERT_EQ(moce_on.status, 0) << moce_on.output;
+  EXPECT_NE(moce_on.output.find("moce: "), std::string::npos) << moce_on.output;
+  EXPECT_GT(number_after(moce_on.output, "agreement "), 0.0) << moce_on.output;
+  const Result moce_mapped = run(args + " --mapped-experts --moce 1");
+  EXPECT_EQ(moce_mapped.status, 1);
+  EXPECT_NE(moce_mapped.output.find("need the expert store"), std::string::npos) << moce_mapped.output;
+}
+
 }  // namespace
 }  // namespace strata
