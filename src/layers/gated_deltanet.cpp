@@ -261,7 +261,6 @@ void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
   compute::matmul(pool, w.out, core.data(), n_rows, y);
 }
 
-
 void gated_deltanet_rollback(compute::ThreadPool& pool, const HParams& hp,
                              GatedDeltaNetState& state, int64_t keep_rows) {
   GatedDeltaNetWindowLog& log = state.window_log;
