@@ -17,7 +17,9 @@
 //   BM_ParallelForWake/threads:N/spin_us:S  8 tasks of 5 µs: the wake-up cost a short job pays.
 // Counters: GB/s (1e9 bytes per second of wall time) and frac_dram (GB/s over the best of three
 // 1 GiB streaming passes with the same thread count, taken at the start of the same run; for
-// BM_DramRead itself that is mean over best). See docs/bench-matvec.md for the command.
+// BM_DramRead itself that is mean over best). The context line quant_kernels names the dot kernels'
+// level (STRATA_QUANT_MAX=avx2 or scalar reruns the bench on the slower paths). See
+// docs/bench-matvec.md for the command.
 #include <benchmark/benchmark.h>
 #include <sys/mman.h>
 
@@ -257,6 +259,9 @@ constexpr GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,
                                GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::IQ2_XS};
 
 int register_benchmarks() {
+  // Which dot kernels ran (CPU check, capped by STRATA_QUANT_MAX): printed in the run's context.
+  benchmark::AddCustomContext("quant_kernels",
+                              std::string(quant::kernel_level_name(quant::active_kernel_level())));
   benchmark::RegisterBenchmark("BM_DramRead", BM_DramRead)
       ->ArgName("threads")
       ->Arg(1)

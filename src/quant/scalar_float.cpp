@@ -36,10 +36,16 @@ void quantize_bf16(const float* src, void* dst, int64_t n) {
 }
 
 float dot_f32(const void* w, const void* a, int64_t n) {
-  const auto* weights = static_cast<const float*>(w);
+  // Weight rows are only promised 2-byte alignment (quant.h), so each weight is copied out rather
+  // than read through a float pointer (UBSan: misaligned load).
+  const auto* weight_bytes = static_cast<const unsigned char*>(w);
   const auto* x = static_cast<const float*>(a);
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += double(weights[i]) * double(x[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    float weight;
+    std::memcpy(&weight, weight_bytes + size_t(i) * sizeof(float), sizeof(float));
+    sum += double(weight) * double(x[i]);
+  }
   return static_cast<float>(sum);
 }
 
