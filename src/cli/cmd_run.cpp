@@ -240,9 +240,11 @@ void run(const RunOptions& options) {
              prompt.size(), prefill_s, double(prompt.size()) / std::max(prefill_s, 1e-9), generated,
              decode_s, decode_tps, weight_bytes_per_token(*model) * decode_tps / 1e9, peak_rss_mib());
   if (speculative) fmt::print(stderr, "strata: {}\n", speculative->summary());
-  if (store)
+  if (store) {
+    fmt::print(stderr, "strata: prefill {}\n", format_expert_stats(prefill_stats, double(prompt.size())));
     fmt::print(stderr, "strata: decode {}\n",
                format_expert_stats(store->stats() - prefill_stats, std::max(generated - 1, 1)));
+  }
   if (const std::string moce = format_moce_stats(store.get(), double(prompt.size()) + generated); !moce.empty())
     fmt::print(stderr, "strata: {} (prompt and decode)\n", moce);
   save_usage(store.get(), options.experts);

@@ -285,6 +285,11 @@ void write_hparams(GgufWriter& writer, const HParams& hp) {
   }
   if (hp.arch == Arch::Qwen3Next) return;
 
+  // mRoPE sections (t, h, w, 0) as the converter writes them: strata treats text positions as plain
+  // RoPE (all three sections get the same position), but llama.cpp's loader requires the key.
+  const int32_t half = hp.n_rot / 2, third = (half + 2) / 3;
+  const std::vector<int32_t> sections = {third, third, half - 2 * third, 0};
+  writer.add_array_i32(p + "rope.dimension_sections", sections);
   writer.add_u32(p + "hyper_connection.count", uint32_t(hp.hc_count));
   writer.add_u32(p + "hyper_connection.low_rank", uint32_t(hp.hc_low_rank));
   writer.add_u32(p + "attention.indexer.head_count", uint32_t(hp.indexer_n_head));
