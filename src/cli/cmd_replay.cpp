@@ -72,7 +72,8 @@ nlohmann::json stats_json(const ExpertStoreStats& s, double tokens) {
 void replay(const ReplayOptions& o) {
   const auto load_start = std::chrono::steady_clock::now();
   const RoutingTrace trace = RoutingTrace::load(o.trace);
-  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   const RoutingTraceHeader& h = trace.header;
 
   CacheReplaySettings base;
@@ -93,7 +94,8 @@ void replay(const ReplayOptions& o) {
     settings.push_back(base);
     settings.back().slots_per_layer = o.slots_per_layer;
     if (!o.ram_budget.empty())
-      settings.back().budget_bytes = parse_byte_size(o.ram_budget, h.expert_bytes(), "--ram-budget");
+      settings.back().budget_bytes =
+          parse_byte_size(o.ram_budget, h.expert_bytes(), "--ram-budget");
   } else {
     // Default: powers of two up to every expert resident.
     for (int slots = 1;; slots *= 2) {
@@ -106,7 +108,8 @@ void replay(const ReplayOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<CacheReplayResult> results;
   for (const CacheReplaySettings& s : settings) results.push_back(replay_cache(trace, s));
-  const double replay_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double replay_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   const double tokens = double(trace.tokens()), decode_tokens = double(trace.tokens(true));
   int n_moe_blocks = 0;
@@ -136,43 +139,56 @@ void replay(const ReplayOptions& o) {
     fmt::print("{}\n", j.dump(2));
     return;
   }
-  fmt::print("{}: {} tokens ({} in decode steps), {} windows; {} MoE blocks x {} experts, top-{}; read-ahead {}{}\n",
-             o.trace, trace.tokens(), trace.tokens(true), trace.windows.size(), n_moe_blocks, h.n_expert, h.k,
-             base.read_ahead ? "on" : "off",
-             o.fill_profile.empty() ? "" : fmt::format("; fill {} (pin {})", o.fill_profile, o.pin));
-  fmt::print("| slots/layer | cache | hit % | misses/token | miss MB/token | read MB/token | read-ahead precision % | "
-             "recall % | decode misses/token | decode miss MB/token |\n");
+  fmt::print(
+      "{}: {} tokens ({} in decode steps), {} windows; {} MoE blocks x {} experts, top-{}; "
+      "read-ahead {}{}\n",
+      o.trace, trace.tokens(), trace.tokens(true), trace.windows.size(), n_moe_blocks, h.n_expert,
+      h.k, base.read_ahead ? "on" : "off",
+      o.fill_profile.empty() ? "" : fmt::format("; fill {} (pin {})", o.fill_profile, o.pin));
+  fmt::print(
+      "| slots/layer | cache | hit % | misses/token | miss MB/token | read MB/token | read-ahead "
+      "precision % | "
+      "recall % | decode misses/token | decode miss MB/token |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const CacheReplayResult& r : results) {
     const ExpertStoreStats& s = r.stats;
-    const double per = tokens > 0 ? 1.0 / tokens : 0.0, per_decode = decode_tokens > 0 ? 1.0 / decode_tokens : 0.0;
-    fmt::print("| {} | {} | {:.1f} | {:.2f} | {:.3f} | {:.3f} | {:.1f} | {:.1f} | {:.2f} | {:.3f} |\n",
-               r.slots_per_layer, format_bytes(r.cache_bytes), 100.0 * s.hit_rate(), double(s.misses) * per,
-               double(s.miss_bytes) * per / 1e6, double(s.bytes_read) * per / 1e6, 100.0 * s.read_ahead_precision(),
-               100.0 * s.read_ahead_recall(), double(r.decode.misses) * per_decode,
-               double(r.decode.miss_bytes) * per_decode / 1e6);
+    const double per = tokens > 0 ? 1.0 / tokens : 0.0,
+                 per_decode = decode_tokens > 0 ? 1.0 / decode_tokens : 0.0;
+    fmt::print(
+        "| {} | {} | {:.1f} | {:.2f} | {:.3f} | {:.3f} | {:.1f} | {:.1f} | {:.2f} | {:.3f} |\n",
+        r.slots_per_layer, format_bytes(r.cache_bytes), 100.0 * s.hit_rate(),
+        double(s.misses) * per, double(s.miss_bytes) * per / 1e6, double(s.bytes_read) * per / 1e6,
+        100.0 * s.read_ahead_precision(), 100.0 * s.read_ahead_recall(),
+        double(r.decode.misses) * per_decode, double(r.decode.miss_bytes) * per_decode / 1e6);
   }
-  fmt::print(stderr, "strata: loaded the trace in {:.3f} s; replayed {} settings in {:.3f} s\n", load_s,
-             results.size(), replay_s);
+  fmt::print(stderr, "strata: loaded the trace in {:.3f} s; replayed {} settings in {:.3f} s\n",
+             load_s, results.size(), replay_s);
 }
 
 }  // namespace
 
 void register_replay(CLI::App& app) {
   auto o = std::make_shared<ReplayOptions>();
-  CLI::App* cmd = app.add_subcommand("replay", "Simulate the expert cache over a routing trace (--trace-routing)");
+  CLI::App* cmd = app.add_subcommand(
+      "replay", "Simulate the expert cache over a routing trace (--trace-routing)");
   cmd->add_option("trace", o->trace, "routing trace file")->required();
-  auto* slots = cmd->add_option("--slots-per-layer", o->slots_per_layer, "expert cache slots per layer")
-                    ->check(CLI::Range(1, 1 << 20));
-  auto* budget = cmd->add_option("--ram-budget", o->ram_budget,
-                                 "RAM for routed experts: bytes (8G, 512M) or a share of the expert bytes (25%)")
-                     ->excludes(slots);
-  cmd->add_option("--sweep", o->sweep, "comma-separated slots per layer to compare (default: 1,2,4,... all)")
+  auto* slots =
+      cmd->add_option("--slots-per-layer", o->slots_per_layer, "expert cache slots per layer")
+          ->check(CLI::Range(1, 1 << 20));
+  auto* budget =
+      cmd->add_option(
+             "--ram-budget", o->ram_budget,
+             "RAM for routed experts: bytes (8G, 512M) or a share of the expert bytes (25%)")
+          ->excludes(slots);
+  cmd->add_option("--sweep", o->sweep,
+                  "comma-separated slots per layer to compare (default: 1,2,4,... all)")
       ->excludes(slots)
       ->excludes(budget);
   cmd->add_flag("--no-read-ahead", o->no_read_ahead, "simulate without read-ahead");
-  cmd->add_option("--fill", o->fill_profile, "expert profile (strata profile) the cache is filled from first");
-  cmd->add_option("--pin", o->pin, "with --fill: pin this many top experts per layer")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--fill", o->fill_profile,
+                  "expert profile (strata profile) the cache is filled from first");
+  cmd->add_option("--pin", o->pin, "with --fill: pin this many top experts per layer")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", o->json, "print the results as JSON");
   cmd->callback([o] { replay(*o); });
 }

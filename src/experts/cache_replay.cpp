@@ -45,7 +45,9 @@ class CacheModel {
 
   const ExpertStoreStats& stats() const { return stats_; }
 
-  bool wants_prediction() const { return read_ahead_ && !(all_resident_ && filled_slots_ == total_slots_); }
+  bool wants_prediction() const {
+    return read_ahead_ && !(all_resident_ && filled_slots_ == total_slots_);
+  }
 
   void begin_layer(int layer_index, std::span<const uint16_t> experts) {
     Layer& layer = layers_[size_t(layer_index)];  // the trace reader checked it is present
@@ -112,7 +114,8 @@ class CacheModel {
       for (size_t i = 0; i < n; ++i) {
         const int32_t e = ranking[b][i];
         if (e < 0 || uint32_t(e) >= header_.n_expert)
-          fail("cache replay: fill ranking: block {} expert id {} out of range (n_expert {})", b, e, header_.n_expert);
+          fail("cache replay: fill ranking: block {} expert id {} out of range (n_expert {})", b, e,
+               header_.n_expert);
         layer.kept[size_t(e)] = stamp_;
       }
       for (size_t i = 0; i < n; ++i) {
@@ -159,8 +162,10 @@ class CacheModel {
 
   void assign(Layer& layer, int slot_index, int32_t expert) {
     Slot& s = layer.slots[size_t(slot_index)];
-    if (s.expert >= 0) layer.smap[size_t(s.expert)] = kMiss;
-    else ++filled_slots_;
+    if (s.expert >= 0)
+      layer.smap[size_t(s.expert)] = kMiss;
+    else
+      ++filled_slots_;
     s.expert = expert;
     s.last_use = clock_;
     s.read_ahead_unused = false;
@@ -184,13 +189,15 @@ int replay_slots_per_layer(const RoutingTraceHeader& header, const CacheReplaySe
   if (settings.slots_per_layer > 0) return std::min(settings.slots_per_layer, n_expert);
   uint64_t record_sum = 0;
   for (uint64_t b : header.record_bytes) record_sum += b;
-  return int(std::clamp<uint64_t>(settings.budget_bytes / std::max<uint64_t>(record_sum, 1), 1, uint64_t(n_expert)));
+  return int(std::clamp<uint64_t>(settings.budget_bytes / std::max<uint64_t>(record_sum, 1), 1,
+                                  uint64_t(n_expert)));
 }
 
 CacheReplayResult replay_cache(const RoutingTrace& trace, const CacheReplaySettings& settings) {
   CacheReplayResult result;
   result.slots_per_layer = replay_slots_per_layer(trace.header, settings);
-  for (uint64_t b : trace.header.record_bytes) result.cache_bytes += b * uint64_t(result.slots_per_layer);
+  for (uint64_t b : trace.header.record_bytes)
+    result.cache_bytes += b * uint64_t(result.slots_per_layer);
 
   CacheModel cache(trace.header, result.slots_per_layer, settings.read_ahead);
   if (!settings.fill_ranking.empty()) cache.fill(settings.fill_ranking, settings.n_pinned);

@@ -1,4 +1,5 @@
-// Cache replay — ExpertStore's residency policy simulated over a routing trace (route/routing_trace.h).
+// Cache replay — ExpertStore's residency policy simulated over a routing trace
+// (route/routing_trace.h).
 //
 // What it promises
 // - For the same settings (slots per layer or budget, read-ahead on/off, fill ranking + pins),
@@ -24,18 +25,21 @@
 namespace strata {
 
 struct CacheReplaySettings {
-  int slots_per_layer = 0;    // > 0: exactly this many cache slots per block (capped at n_expert)
-  uint64_t budget_bytes = 0;  // when slots_per_layer == 0: budget / Σ record bytes slots (at least 1)
+  int slots_per_layer = 0;  // > 0: exactly this many cache slots per block (capped at n_expert)
+  // When slots_per_layer == 0: budget / Σ record bytes slots (at least 1).
+  uint64_t budget_bytes = 0;
   bool read_ahead = true;
-  std::vector<std::vector<int32_t>> fill_ranking;  // [block]: loaded first, most wanted first (ExpertStore::fill)
-  int n_pinned = 0;                                // of each block's ranking, pinned
+  // [block]: loaded first, most wanted first, as ExpertStore::fill does; empty: no fill.
+  std::vector<std::vector<int32_t>> fill_ranking;
+  int n_pinned = 0;  // of each block's ranking, pinned
 };
 
 struct CacheReplayResult {
   int slots_per_layer = 0;
-  uint64_t cache_bytes = 0;  // slots × Σ record bytes (the store's arena without its transient slots)
-  ExpertStoreStats stats;    // the whole trace, fill included: a store's counters since construction
-  ExpertStoreStats decode;   // the 1-row windows only (decode steps), fill excluded
+  // slots × Σ record bytes: the store's arena without its transient slots.
+  uint64_t cache_bytes = 0;
+  ExpertStoreStats stats;   // the whole trace, fill included: a store's counters since construction
+  ExpertStoreStats decode;  // the 1-row windows only (decode steps), fill excluded
 };
 
 // The slots per layer a store with these settings gets (ExpertStore's rule).

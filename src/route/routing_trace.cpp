@@ -48,8 +48,8 @@ class Cursor {
 
   void need(uint64_t n, const char* field) const {
     if (n > left())
-      fail("{}: {}field '{}': needs {} bytes at offset {}, the file ends after {} (truncated)", path_, where_, field,
-           n, pos_, left());
+      fail("{}: {}field '{}': needs {} bytes at offset {}, the file ends after {} (truncated)",
+           path_, where_, field, n, pos_, left());
   }
   template <typename T>
   T read(const char* field) {
@@ -68,8 +68,8 @@ class Cursor {
     std::memcpy(out.data() + at, bytes_.data() + pos_, size_t(count) * 2);
     for (size_t i = at; limit > 0 && i < out.size(); ++i)
       if (out[i] >= limit)
-        fail("{}: {}field '{}': expected expert ids below n_expert {}, found {} at offset {}", path_, where_, field,
-             limit, out[i], pos_ + (i - at) * 2);
+        fail("{}: {}field '{}': expected expert ids below n_expert {}, found {} at offset {}",
+             path_, where_, field, limit, out[i], pos_ + (i - at) * 2);
     pos_ += size_t(count) * 2;
   }
   // A bad value in the field read last.
@@ -87,7 +87,8 @@ class Cursor {
 // Bytes as text, non-printable ones escaped: for "expected X, found Y" messages.
 std::string printable(std::span<const uint8_t> bytes) {
   std::string s;
-  for (uint8_t c : bytes) s += (c >= 0x20 && c < 0x7f) ? std::string(1, char(c)) : fmt::format("\\x{:02x}", c);
+  for (uint8_t c : bytes)
+    s += (c >= 0x20 && c < 0x7f) ? std::string(1, char(c)) : fmt::format("\\x{:02x}", c);
   return s;
 }
 std::string tag_text(uint32_t value) {
@@ -102,20 +103,23 @@ RoutingTraceHeader read_header(Cursor& in) {
   uint8_t magic[8];
   std::memcpy(magic, &magic_bits, 8);
   if (std::memcmp(magic, kMagic, 8) != 0)
-    in.bad("magic", fmt::format("expected \"STRTRACE\", found \"{}\" (not a strata routing trace)", printable(magic)));
+    in.bad("magic", fmt::format("expected \"STRTRACE\", found \"{}\" (not a strata routing trace)",
+                                printable(magic)));
   const uint32_t version = in.read<uint32_t>("version");
   if (version != RoutingTraceHeader::kVersion)
-    in.bad("version", fmt::format("expected {} (what this strata reads), found {}", RoutingTraceHeader::kVersion,
-                                  version));
+    in.bad("version", fmt::format("expected {} (what this strata reads), found {}",
+                                  RoutingTraceHeader::kVersion, version));
   RoutingTraceHeader h;
   h.model_identity = in.read<uint64_t>("model_identity");
   h.n_block = in.read<uint32_t>("n_block");
-  if (h.n_block < 1 || h.n_block > 65536) in.bad("n_block", fmt::format("expected 1..65536, found {}", h.n_block));
+  if (h.n_block < 1 || h.n_block > 65536)
+    in.bad("n_block", fmt::format("expected 1..65536, found {}", h.n_block));
   h.n_expert = in.read<uint32_t>("n_expert");
   if (h.n_expert < 1 || h.n_expert > 65536)
     in.bad("n_expert", fmt::format("expected 1..65536, found {}", h.n_expert));
   h.k = in.read<uint32_t>("k");
-  if (h.k < 1 || h.k > h.n_expert) in.bad("k", fmt::format("expected 1..n_expert ({}), found {}", h.n_expert, h.k));
+  if (h.k < 1 || h.k > h.n_expert)
+    in.bad("k", fmt::format("expected 1..n_expert ({}), found {}", h.n_expert, h.k));
   in.need(uint64_t(h.n_block) * 8, "record_bytes");
   h.record_bytes.resize(h.n_block);
   for (uint64_t& b : h.record_bytes) b = in.read<uint64_t>("record_bytes");
@@ -124,7 +128,9 @@ RoutingTraceHeader read_header(Cursor& in) {
   return h;
 }
 
-uint64_t xxh3(std::span<const uint8_t> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+uint64_t xxh3(std::span<const uint8_t> bytes) {
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
 
 }  // namespace
 
@@ -138,7 +144,8 @@ RoutingTraceHeader RoutingTraceHeader::for_model(const GgufFile& gguf, int k) {
   h.n_block = layout.n_block;
   h.n_expert = layout.n_expert;
   h.k = uint32_t(k);
-  for (const SidecarLayer& l : layout.layers) h.record_bytes.push_back(l.present ? l.record_bytes : 0);
+  for (const SidecarLayer& l : layout.layers)
+    h.record_bytes.push_back(l.present ? l.record_bytes : 0);
   return h;
 }
 
@@ -156,7 +163,8 @@ uint64_t RoutingTrace::tokens(bool decode_only) const {
   for (const LayerRecord& r : records) lowest = std::min(lowest, int(r.layer));
   uint64_t n = 0;
   for (const Window& w : windows)
-    if (w.n_records > 0 && records[w.first_record].layer == lowest && (!decode_only || w.n_rows == 1))
+    if (w.n_records > 0 && records[w.first_record].layer == lowest &&
+        (!decode_only || w.n_rows == 1))
       n += w.n_rows;
   return n;
 }
@@ -188,9 +196,11 @@ RoutingTrace RoutingTrace::load(const std::string& path) {
     if (end_tag == kEndTag) {
       const uint64_t computed = xxh3(std::span(bytes).first(at));
       if (computed != stored)
-        fail("{}: end record: field 'xxh3': expected {:016x} (stored), computed {:016x} over the {} bytes before "
-             "it: the file is corrupt",
-             path, stored, computed, at);
+        fail(
+            "{}: end record: field 'xxh3': expected {:016x} (stored), computed {:016x} over the {} "
+            "bytes before "
+            "it: the file is corrupt",
+            path, stored, computed, at);
       checked = true;
     }
   }
@@ -198,8 +208,10 @@ RoutingTrace RoutingTrace::load(const std::string& path) {
   while (true) {
     in.set_where(fmt::format("window {}: ", t.windows.size()));
     if (in.left() == 0)
-      fail("{}: truncated after window {} (offset {}): no end record; the run that wrote it did not finish", path,
-           t.windows.size(), in.pos());
+      fail(
+          "{}: truncated after window {} (offset {}): no end record; the run that wrote it did not "
+          "finish",
+          path, t.windows.size(), in.pos());
     const size_t tag_at = in.pos();
     const uint32_t window_tag = in.read<uint32_t>("tag");
     if (window_tag == kEndTag) {
@@ -208,19 +220,21 @@ RoutingTrace RoutingTrace::load(const std::string& path) {
       const uint64_t n_records = in.read<uint64_t>("n_records");
       const uint64_t stored = in.read<uint64_t>("xxh3");
       if (n_windows != t.windows.size())
-        in.bad("n_windows", fmt::format("expected {} (the windows in the file), found {}", t.windows.size(), n_windows));
+        in.bad("n_windows", fmt::format("expected {} (the windows in the file), found {}",
+                                        t.windows.size(), n_windows));
       if (n_records != t.records.size())
-        in.bad("n_records", fmt::format("expected {} (the layer records in the file), found {}", t.records.size(),
-                                        n_records));
+        in.bad("n_records", fmt::format("expected {} (the layer records in the file), found {}",
+                                        t.records.size(), n_records));
       if (!checked && xxh3(std::span(bytes).first(tag_at)) != stored)
         in.bad("xxh3", "the checksum does not match the bytes before it: the file is corrupt");
       if (in.left() != 0)
-        fail("{}: {} bytes after the end record (offset {}); expected the file to end there", path, in.left(),
-             in.pos());
+        fail("{}: {} bytes after the end record (offset {}); expected the file to end there", path,
+             in.left(), in.pos());
       break;
     }
     if (window_tag != kWindowTag)
-      in.bad("tag", fmt::format("expected \"WNDW\" or \"TEND\", found \"{}\"", tag_text(window_tag)));
+      in.bad("tag",
+             fmt::format("expected \"WNDW\" or \"TEND\", found \"{}\"", tag_text(window_tag)));
     Window w;
     w.n_rows = in.read<uint32_t>("n_rows");
     if (w.n_rows == 0) in.bad("n_rows", "expected at least 1 row, found 0");
@@ -234,10 +248,12 @@ RoutingTrace RoutingTrace::load(const std::string& path) {
       LayerRecord rec;
       rec.layer = in.read<uint16_t>("layer");
       if (rec.layer >= h.n_block || h.record_bytes[rec.layer] == 0)
-        in.bad("layer", fmt::format("expected a block with routed experts (below n_block {}), found {}", h.n_block,
-                                    rec.layer));
+        in.bad("layer",
+               fmt::format("expected a block with routed experts (below n_block {}), found {}",
+                           h.n_block, rec.layer));
       if (int(rec.layer) <= previous)
-        in.bad("layer", fmt::format("expected a block above the previous record's {}, found {}", previous, rec.layer));
+        in.bad("layer", fmt::format("expected a block above the previous record's {}, found {}",
+                                    previous, rec.layer));
       previous = rec.layer;
       const uint8_t flags = in.read<uint8_t>("flags");
       if (flags & ~kHasPrediction) in.bad("flags", fmt::format("expected 0 or 1, found {}", flags));
@@ -249,7 +265,8 @@ RoutingTrace RoutingTrace::load(const std::string& path) {
         rec.predict_layer = in.read<uint16_t>("predict_layer");
         rec.predict_size = in.read<uint32_t>("n_predicted");
         if (rec.predict_size > h.n_expert)
-          in.bad("n_predicted", fmt::format("expected at most n_expert ({}), found {}", h.n_expert, rec.predict_size));
+          in.bad("n_predicted", fmt::format("expected at most n_expert ({}), found {}", h.n_expert,
+                                            rec.predict_size));
         rec.predict_offset = t.predicted.size();
         in.read_u16s("predicted", rec.predict_size, h.n_expert, t.predicted);
       }
@@ -259,8 +276,9 @@ RoutingTrace RoutingTrace::load(const std::string& path) {
       std::copy(t.ids.begin() + ptrdiff_t(rec.routing_offset), t.ids.end(),
                 t.union_ids.begin() + ptrdiff_t(rec.union_offset));
       std::sort(t.union_ids.begin() + ptrdiff_t(rec.union_offset), t.union_ids.end());
-      t.union_ids.erase(std::unique(t.union_ids.begin() + ptrdiff_t(rec.union_offset), t.union_ids.end()),
-                        t.union_ids.end());
+      t.union_ids.erase(
+          std::unique(t.union_ids.begin() + ptrdiff_t(rec.union_offset), t.union_ids.end()),
+          t.union_ids.end());
       rec.union_size = uint32_t(t.union_ids.size() - rec.union_offset);
       t.records.push_back(rec);
     }
@@ -284,10 +302,14 @@ struct RoutingTraceWriter::HashState {
 RoutingTraceWriter::RoutingTraceWriter(const std::string& path, RoutingTraceHeader header)
     : path_(path), header_(std::move(header)) {
   if (header_.n_expert < 1 || header_.n_expert > 65536)
-    fail("{}: a routing trace stores expert ids as u16; this model has {} experts", path, header_.n_expert);
-  if (header_.n_block < 1 || header_.n_block > 65536 || header_.record_bytes.size() != header_.n_block)
-    fail("{}: routing trace header: expected 1..65536 blocks with a record size each, found {} blocks and {} sizes",
-         path, header_.n_block, header_.record_bytes.size());
+    fail("{}: a routing trace stores expert ids as u16; this model has {} experts", path,
+         header_.n_expert);
+  if (header_.n_block < 1 || header_.n_block > 65536 ||
+      header_.record_bytes.size() != header_.n_block)
+    fail(
+        "{}: routing trace header: expected 1..65536 blocks with a record size each, found {} "
+        "blocks and {} sizes",
+        path, header_.n_block, header_.record_bytes.size());
   file_ = std::make_unique<AtomicFile>(path);
   hash_ = std::make_unique<HashState>();
   std::vector<uint8_t> out(std::begin(kMagic), std::end(kMagic));
@@ -320,10 +342,13 @@ void RoutingTraceWriter::add_layer(int layer, const Routing& routing) {
   if (layer < 0 || uint32_t(layer) >= header_.n_block || header_.record_bytes[size_t(layer)] == 0)
     fail("{}: routing trace: block {} has no routed experts in this model", path_, layer);
   if (uint32_t(routing.k) != header_.k)
-    fail("{}: routing trace: block {}: expected k = {}, found {}", path_, layer, header_.k, routing.k);
+    fail("{}: routing trace: block {}: expected k = {}, found {}", path_, layer, header_.k,
+         routing.k);
   const int64_t n_rows = routing.n_rows();
-  if (n_rows < 1 || n_rows > INT32_MAX) fail("{}: routing trace: block {}: {} rows", path_, layer, n_rows);
-  if (window_.empty() || layer <= last_layer_ || n_rows != window_rows_ || window_records_ == UINT16_MAX) {
+  if (n_rows < 1 || n_rows > INT32_MAX)
+    fail("{}: routing trace: block {}: {} rows", path_, layer, n_rows);
+  if (window_.empty() || layer <= last_layer_ || n_rows != window_rows_ ||
+      window_records_ == UINT16_MAX) {
     flush_window();
     put(window_, kWindowTag);
     put(window_, uint32_t(n_rows));
@@ -352,14 +377,16 @@ void RoutingTraceWriter::add_prediction(int target_layer, std::span<const int32_
   if (target_layer < 0 || target_layer > UINT16_MAX)
     fail("{}: routing trace: prediction for block {} out of range", path_, target_layer);
   if (experts.size() > header_.n_expert)
-    fail("{}: routing trace: prediction of {} experts (n_expert {})", path_, experts.size(), header_.n_expert);
+    fail("{}: routing trace: prediction of {} experts (n_expert {})", path_, experts.size(),
+         header_.n_expert);
   window_[last_flags_at_] = kHasPrediction;
   last_has_prediction_ = true;
   put(window_, uint16_t(target_layer));
   put(window_, uint32_t(experts.size()));
   for (int32_t e : experts) {
     if (e < 0 || uint32_t(e) >= header_.n_expert)
-      fail("{}: routing trace: prediction for block {}: expert id {} out of range", path_, target_layer, e);
+      fail("{}: routing trace: prediction for block {}: expert id {} out of range", path_,
+           target_layer, e);
     put(window_, uint16_t(e));
   }
 }
@@ -381,14 +408,16 @@ void RoutingTraceWriter::finish() {
 // ---------------------------------------------------------------------------------------------
 // TracingSource
 
-TracingSource::TracingSource(ExpertSource& inner, const std::string& path, RoutingTraceHeader header)
+TracingSource::TracingSource(ExpertSource& inner, const std::string& path,
+                             RoutingTraceHeader header)
     : inner_(inner), writer_(path, std::move(header)) {}
 
 TracingSource::~TracingSource() {
   try {
     writer_.finish();
   } catch (const Error& e) {
-    fmt::print(stderr, "strata: warning: routing trace {} not written: {}\n", writer_.path(), e.what());
+    fmt::print(stderr, "strata: warning: routing trace {} not written: {}\n", writer_.path(),
+               e.what());
   }
 }
 
@@ -400,8 +429,10 @@ void TracingSource::observe_routing(int layer, const Routing& routing) {
 
 void TracingSource::begin_layer(int layer, std::span<const int32_t> experts) {
   if (layer != routed_layer_)
-    fail("routing trace: begin_layer({}) without that layer's routing (the trace stores the routing, not the union)",
-         layer);
+    fail(
+        "routing trace: begin_layer({}) without that layer's routing (the trace stores the "
+        "routing, not the union)",
+        layer);
   routed_layer_ = -1;
   union_.assign(routing_.experts.begin(), routing_.experts.end());
   std::sort(union_.begin(), union_.end());

@@ -35,11 +35,12 @@ class GgufFile;
 struct RoutingTraceHeader {
   static constexpr uint32_t kVersion = 1;
 
-  uint64_t model_identity = 0;        // gguf_identity of the model's GGUF
-  uint32_t n_block = 0;               // blocks 0..n_block-1 (the MTP block included)
-  uint32_t n_expert = 0;              // at most 65536: ids are stored as u16
-  uint32_t k = 0;                     // experts per row (top-k)
-  std::vector<uint64_t> record_bytes;  // [n_block]: one expert's sidecar record, 0 = no routed experts
+  uint64_t model_identity = 0;  // gguf_identity of the model's GGUF
+  uint32_t n_block = 0;         // blocks 0..n_block-1 (the MTP block included)
+  uint32_t n_expert = 0;        // at most 65536: ids are stored as u16
+  uint32_t k = 0;               // experts per row (top-k)
+  // [n_block]: one expert's sidecar record; 0 = no routed experts.
+  std::vector<uint64_t> record_bytes;
 
   // The header of a trace of `gguf` (a model with routed experts), k = experts per token.
   static RoutingTraceHeader for_model(const GgufFile& gguf, int k);
@@ -49,7 +50,7 @@ struct RoutingTraceHeader {
 // A trace in memory, as `load` returns it. Layer records are flat; a window is a range of them.
 struct RoutingTrace {
   struct Window {
-    uint32_t n_rows = 0;       // 1: a decode step; more: a prefill (or speculative verify) window
+    uint32_t n_rows = 0;        // 1: a decode step; more: a prefill (or speculative verify) window
     uint32_t first_record = 0;  // into `records`
     uint32_t n_records = 0;
   };
@@ -67,10 +68,10 @@ struct RoutingTrace {
   RoutingTraceHeader header;
   std::vector<Window> windows;
   std::vector<LayerRecord> records;
-  std::vector<uint16_t> ids;           // routed expert ids
-  std::vector<uint16_t> weights_f16;   // their weights, IEEE binary16
-  std::vector<uint16_t> union_ids;     // per record, the sorted unique ids (computed on load)
-  std::vector<uint16_t> predicted;     // read-ahead predictions, most likely first
+  std::vector<uint16_t> ids;          // routed expert ids
+  std::vector<uint16_t> weights_f16;  // their weights, IEEE binary16
+  std::vector<uint16_t> union_ids;    // per record, the sorted unique ids (computed on load)
+  std::vector<uint16_t> predicted;    // read-ahead predictions, most likely first
 
   // Tokens the trace covers: rows of the windows that visit the trace's lowest block (a window
   // holding only the MTP block, say, is a draft of tokens already counted). `decode_only`: 1-row
@@ -112,7 +113,7 @@ class RoutingTraceWriter {
   int last_layer_ = -1;
   int64_t window_rows_ = -1;
   uint32_t window_records_ = 0;
-  size_t last_flags_at_ = 0;   // where the last layer record's flags byte is in window_
+  size_t last_flags_at_ = 0;  // where the last layer record's flags byte is in window_
   bool last_has_prediction_ = true;
   uint64_t n_windows_ = 0, n_records_ = 0;
   bool finished_ = false;

@@ -25,7 +25,8 @@ namespace strata {
 namespace {
 
 std::string model_path(const test_support::ScratchDir& dir, const std::string& name) {
-  if (name != "synth-q4k") return std::string(STRATA_TEST_DATA_DIR) + "/models/" + name + "/model-f32.gguf";
+  if (name != "synth-q4k")
+    return std::string(STRATA_TEST_DATA_DIR) + "/models/" + name + "/model-f32.gguf";
   SynthOptions options;
   options.hparams = synth_shape("tiny-qwen4exp");
   options.dense_type = GgmlType::Q8_0;
@@ -47,8 +48,8 @@ std::vector<int32_t> greedy(const Model& model, ExpertSource* source, int n) {
   if (model.has_mtp()) {
     std::vector<float> draft;
     ModelState& state = session.state();
-    model.mtp_forward(pool, state.mtp, state.residuals.data(), std::span<const int32_t>(prompt).last(1), draft,
-                      nullptr, source);
+    model.mtp_forward(pool, state.mtp, state.residuals.data(),
+                      std::span<const int32_t>(prompt).last(1), draft, nullptr, source);
   }
   std::vector<int32_t> tokens;
   for (int i = 0; i < n; ++i) {
@@ -68,12 +69,14 @@ std::vector<uint8_t> file_bytes(const std::string& path) {
 // flight when the run ends. Reads are never dropped while the store lives, so wait for them.
 ExpertStoreStats settled_stats(const ExpertStore& store, uint64_t expected_bytes_read) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (store.stats().bytes_read < expected_bytes_read && std::chrono::steady_clock::now() < deadline)
+  while (store.stats().bytes_read < expected_bytes_read &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return store.stats();
 }
 
-void expect_same_counters(const ExpertStoreStats& live, const ExpertStoreStats& replayed, const std::string& label) {
+void expect_same_counters(const ExpertStoreStats& live, const ExpertStoreStats& replayed,
+                          const std::string& label) {
   EXPECT_EQ(replayed.layer_visits, live.layer_visits) << label;
   EXPECT_EQ(replayed.needed, live.needed) << label;
   EXPECT_EQ(replayed.hits, live.hits) << label;
@@ -99,7 +102,8 @@ TEST_P(ReplayEqualsLive, CountersMatchAStoreWithTheSameSettings) {
   const int n_expert = model->hparams().n_expert;
   const std::string sidecar = dir.file("m.experts");
   pack_sidecar(model->file(), sidecar);
-  const RoutingTraceHeader header = RoutingTraceHeader::for_model(model->file(), model->hparams().n_expert_used);
+  const RoutingTraceHeader header =
+      RoutingTraceHeader::for_model(model->file(), model->hparams().n_expert_used);
   constexpr int kSteps = 16;
 
   // The reference trace, through the mapping; and a profile of the same routing for the fills.
@@ -107,7 +111,8 @@ TEST_P(ReplayEqualsLive, CountersMatchAStoreWithTheSameSettings) {
   ExpertProfile profile;
   std::vector<int32_t> reference_tokens;
   {
-    ProfilingSource profiling(model->mapped_experts(), profile, int(model->layers().size()), n_expert);
+    ProfilingSource profiling(model->mapped_experts(), profile, int(model->layers().size()),
+                              n_expert);
     TracingSource tracer(profiling, trace_path, header);
     reference_tokens = greedy(*model, &tracer, kSteps);
   }
@@ -118,9 +123,10 @@ TEST_P(ReplayEqualsLive, CountersMatchAStoreWithTheSameSettings) {
   const auto ranking = profile.ranking();
 
   const Setting settings[] = {
-      {1, true},          {1, false},         {2, true},         {2, false},          {3, true},
-      {3, false},         {8, true},          {8, false},        {0, true},           {0, false},
-      {3, true, true, 0}, {3, true, true, 2}, {8, false, true, 3}, {8, true, true, 8}, {0, true, true, 4},
+      {1, true},           {1, false},         {2, true},          {2, false},
+      {3, true},           {3, false},         {8, true},          {8, false},
+      {0, true},           {0, false},         {3, true, true, 0}, {3, true, true, 2},
+      {8, false, true, 3}, {8, true, true, 8}, {0, true, true, 4},
   };
   for (const Setting& s : settings) {
     CacheReplaySettings replay;
@@ -129,8 +135,9 @@ TEST_P(ReplayEqualsLive, CountersMatchAStoreWithTheSameSettings) {
     if (s.fill) replay.fill_ranking = ranking;
     replay.n_pinned = s.pinned;
     const CacheReplayResult replayed = replay_cache(trace, replay);
-    const std::string label = fmt::format("{}: slots {} read-ahead {} fill {} pinned {}", GetParam(),
-                                          replay.slots_per_layer, s.read_ahead, s.fill, s.pinned);
+    const std::string label =
+        fmt::format("{}: slots {} read-ahead {} fill {} pinned {}", GetParam(),
+                    replay.slots_per_layer, s.read_ahead, s.fill, s.pinned);
     EXPECT_EQ(replayed.slots_per_layer, std::min(replay.slots_per_layer, n_expert)) << label;
 
     ExpertStoreOptions options;
@@ -145,7 +152,8 @@ TEST_P(ReplayEqualsLive, CountersMatchAStoreWithTheSameSettings) {
       TracingSource tracer(store, live_trace, header);
       EXPECT_EQ(greedy(*model, &tracer, kSteps), reference_tokens) << label;
     }
-    EXPECT_EQ(file_bytes(live_trace), reference_bytes) << label << ": the trace depends on the expert source";
+    EXPECT_EQ(file_bytes(live_trace), reference_bytes)
+        << label << ": the trace depends on the expert source";
     const ExpertStoreStats live = settled_stats(store, replayed.stats.bytes_read);
     expect_same_counters(live, replayed.stats, label);
     EXPECT_GT(replayed.stats.needed, 0u);
@@ -162,7 +170,8 @@ TEST_P(ReplayEqualsLive, CountersMatchAStoreWithTheSameSettings) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ReplayEqualsLive, ::testing::Values("qwen4exp", "qwen3moe", "qwen3next", "synth-q4k"),
+INSTANTIATE_TEST_SUITE_P(Models, ReplayEqualsLive,
+                         ::testing::Values("qwen4exp", "qwen3moe", "qwen3next", "synth-q4k"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');
@@ -182,8 +191,9 @@ TEST(CacheReplay, DecodeCountersAreTheLiveCountersAfterThePrefill) {
   ExpertStore store(*model, Sidecar::open(sidecar, model->file()), options);
   ExpertStoreStats prefill;
   {
-    TracingSource tracer(store, trace_path,
-                         RoutingTraceHeader::for_model(model->file(), model->hparams().n_expert_used));
+    TracingSource tracer(
+        store, trace_path,
+        RoutingTraceHeader::for_model(model->file(), model->hparams().n_expert_used));
     compute::ThreadPool pool(2);
     Session session(*model, pool, &tracer);
     session.prefill(std::vector<int32_t>{4, 8, 15, 16, 23, 42}, 3);

@@ -95,7 +95,8 @@ TEST(RoutingTrace, RoundTripsWindowsRoutingAndPredictions) {
 
   const RoutingTrace::LayerRecord& r0 = t.records[0];
   EXPECT_EQ(r0.layer, 0);
-  EXPECT_EQ(std::vector<uint16_t>(t.ids.begin() + ptrdiff_t(r0.routing_offset), t.ids.begin() + ptrdiff_t(r0.routing_offset) + 4),
+  EXPECT_EQ(std::vector<uint16_t>(t.ids.begin() + ptrdiff_t(r0.routing_offset),
+                                  t.ids.begin() + ptrdiff_t(r0.routing_offset) + 4),
             (std::vector<uint16_t>{1, 5, 0, 5}));
   EXPECT_EQ(f16_to_f32(t.weights_f16[r0.routing_offset]), 0.75f);
   EXPECT_EQ(t.weights_f16[r0.routing_offset + 1], f32_to_f16(0.25f));
@@ -103,9 +104,10 @@ TEST(RoutingTrace, RoundTripsWindowsRoutingAndPredictions) {
                                   t.union_ids.begin() + ptrdiff_t(r0.union_offset + r0.union_size)),
             (std::vector<uint16_t>{0, 1, 5}));
   EXPECT_EQ(r0.predict_layer, 2);
-  EXPECT_EQ(std::vector<uint16_t>(t.predicted.begin() + ptrdiff_t(r0.predict_offset),
-                                  t.predicted.begin() + ptrdiff_t(r0.predict_offset + r0.predict_size)),
-            (std::vector<uint16_t>{5, 1, 7}));
+  EXPECT_EQ(
+      std::vector<uint16_t>(t.predicted.begin() + ptrdiff_t(r0.predict_offset),
+                            t.predicted.begin() + ptrdiff_t(r0.predict_offset + r0.predict_size)),
+      (std::vector<uint16_t>{5, 1, 7}));
   EXPECT_EQ(t.records[1].predict_layer, 3);  // an empty prediction is still a predict() call
   EXPECT_EQ(t.records[1].predict_size, 0u);
   EXPECT_EQ(t.records[2].predict_layer, -1);
@@ -153,8 +155,10 @@ TEST(RoutingTrace, CorruptOrForeignFileIsRefusedNamingTheField) {
     write_bytes(bad, b);
     return load_error(bad);
   };
-  EXPECT_NE(with(0, 'X').find("field 'magic': expected \"STRTRACE\", found \"XTRTRACE\""), std::string::npos);
-  EXPECT_NE(with(8, 9).find("field 'version': expected 1 (what this strata reads), found 9"), std::string::npos);
+  EXPECT_NE(with(0, 'X').find("field 'magic': expected \"STRTRACE\", found \"XTRTRACE\""),
+            std::string::npos);
+  EXPECT_NE(with(8, 9).find("field 'version': expected 1 (what this strata reads), found 9"),
+            std::string::npos);
   // A flipped bit in the routing is caught by the checksum before any field is believed.
   const std::string flipped = with(good.size() / 2, uint8_t(good[good.size() / 2] ^ 0x10));
   EXPECT_NE(flipped.find("field 'xxh3'"), std::string::npos) << flipped;
@@ -170,10 +174,12 @@ TEST(RoutingTrace, CorruptOrForeignFileIsRefusedNamingTheField) {
   open_ended[first_record + 3] = 8;  // first expert id: n_expert is 8
   write_bytes(bad, open_ended);
   const std::string id_error = load_error(bad);
-  EXPECT_NE(id_error.find("field 'ids': expected expert ids below n_expert 8, found 8"), std::string::npos)
+  EXPECT_NE(id_error.find("field 'ids': expected expert ids below n_expert 8, found 8"),
+            std::string::npos)
       << id_error;
 
-  EXPECT_NE(load_error(dir.file("missing.trace")).find("cannot open routing trace"), std::string::npos);
+  EXPECT_NE(load_error(dir.file("missing.trace")).find("cannot open routing trace"),
+            std::string::npos);
 }
 
 TEST(RoutingTrace, UnfinishedWriterLeavesNoFile) {
@@ -186,7 +192,7 @@ TEST(RoutingTrace, UnfinishedWriterLeavesNoFile) {
   EXPECT_FALSE(fs::exists(path));
   RoutingTraceWriter w(path, small_header());
   EXPECT_THROW(w.add_layer(1, routing({1, 2}, {0.5f, 0.5f})), Error);  // a dense block
-  EXPECT_THROW(w.add_prediction(2, std::vector<int32_t>{1}), Error);    // no layer yet
+  EXPECT_THROW(w.add_prediction(2, std::vector<int32_t>{1}), Error);   // no layer yet
   w.finish();
   EXPECT_EQ(RoutingTrace::load(path).windows.size(), 0u);
 }
@@ -222,9 +228,11 @@ TEST(TracingSource, PassesCallsThroughAndPredictionsOnlyWhenWanted) {
     tracer.begin_layer(2, std::vector<int32_t>{1, 3, 6});
     tracer.predict(3, std::vector<int32_t>{5});
     tracer.observe_routing(3, r);
-    EXPECT_THROW(tracer.begin_layer(3, std::vector<int32_t>{1, 3}), Error);  // not the routing's union
-  }  // the destructor writes the trace
-  EXPECT_EQ(inner.calls, (std::vector<std::string>{"begin 0 1,3,6", "begin 2 1,3,6", "predict 3 5"}));
+    EXPECT_THROW(tracer.begin_layer(3, std::vector<int32_t>{1, 3}),
+                 Error);  // not the routing's union
+  }                       // the destructor writes the trace
+  EXPECT_EQ(inner.calls,
+            (std::vector<std::string>{"begin 0 1,3,6", "begin 2 1,3,6", "predict 3 5"}));
   const RoutingTrace t = RoutingTrace::load(path);
   ASSERT_EQ(t.records.size(), 2u);
   EXPECT_EQ(t.records[0].predict_layer, 2);  // recorded although the inner source did not want it
