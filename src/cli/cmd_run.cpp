@@ -124,7 +124,8 @@ void run(const RunOptions& options) {
   compute::ThreadPool pool(resolve_threads(options.model));
   const std::unique_ptr<ExpertStore> store = open_expert_store(*model, path, options.experts);
   const std::unique_ptr<TracingSource> tracer = open_routing_trace(*model, store.get(), options.experts);
-  Session session(*model, pool, tracer ? static_cast<ExpertSource*>(tracer.get()) : store.get());
+  ExpertSource* experts = tracer ? static_cast<ExpertSource*>(tracer.get()) : store.get();
+  Session session(*model, pool, experts);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> telemetry(nullptr, &std::fclose);
   if (!options.telemetry_out.empty()) {
     telemetry.reset(std::fopen(options.telemetry_out.c_str(), "w"));
@@ -137,7 +138,7 @@ void run(const RunOptions& options) {
     spec_options.mode = spec::parse_spec_mode(options.spec);
     spec_options.gate.max_depth = options.draft_max;
     spec_options.gate.enabled = options.spec_gate == "on";
-    speculative.emplace(session, sampler, spec_options, pool, store.get());
+    speculative.emplace(session, sampler, spec_options, pool, experts);  // the MTP head's windows are traced too
   }
   fmt::print(stderr, "strata: {} ({}), {} layers, {} experts top-{}, {} threads\n", path,
              arch_name(hp.arch), hp.n_layer, hp.n_expert, hp.n_expert_used, pool.size());
