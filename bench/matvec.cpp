@@ -3,7 +3,8 @@
 //   BM_DramRead/threads:N       streaming 64-bit integer sum over a 1 GiB buffer (N threads, each a
 //                               contiguous share): the bandwidth a matvec can hope for.
 //   BM_Matvec/<type>/threads:N  compute::matvec over ~384 MiB of weights (n_in = 4096, n_out chosen
-//                               per type), far larger than every cache: weight bytes streamed per s.
+//                               per type), far larger than every cache: weight bytes streamed per
+//                               s.
 //   BM_MatvecInCache/<type>     the same kernel on a 512 KiB matrix that stays in L2, one thread:
 //                               the dot kernel's compute ceiling. If it is below BM_DramRead, the
 //                               type is compute-bound and no memory trick helps. GB/s_cpu (1-thread

@@ -28,7 +28,9 @@ namespace strata::quant::avx2 {
   return _mm_cvtsi128_si32(single);
 }
 
-[[gnu::always_inline]] inline float f16_scalar_to_f32(uint16_t bits) { return _cvtsh_ss(bits); }
+[[gnu::always_inline]] inline float f16_scalar_to_f32(uint16_t bits) {
+  return _cvtsh_ss(bits);
+}
 
 // Largest |x| over n floats (n a multiple of 8); exact, so the order does not matter.
 [[gnu::always_inline]] inline float max_abs(const float* x, int n) {
@@ -52,7 +54,8 @@ namespace strata::quant::avx2 {
 }
 
 // Packs four vectors of 8 int32 (each in [-127, 127]) into 32 int8 in element order.
-[[gnu::always_inline]] inline __m256i pack_i32x32_to_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+[[gnu::always_inline]] inline __m256i pack_i32x32_to_i8(__m256i a, __m256i b, __m256i c,
+                                                        __m256i d) {
   const __m256i ab = _mm256_packs_epi32(a, b);
   const __m256i cd = _mm256_packs_epi32(c, d);
   const __m256i mixed = _mm256_packs_epi16(ab, cd);

@@ -9,8 +9,8 @@
 
 #include <immintrin.h>
 
-#define STRATA_AVX512_IGNORE_GCC12_WARNINGS                  \
-  _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")      \
+#define STRATA_AVX512_IGNORE_GCC12_WARNINGS             \
+  _Pragma("GCC diagnostic ignored \"-Wuninitialized\"") \
       _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
 
 namespace strata::quant::avx512 {

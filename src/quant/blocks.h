@@ -70,7 +70,8 @@ inline constexpr int kActivationQuantMax = 127;
 // Unpacks Q4_K's twelve scale bytes into eight 6-bit scales and eight 6-bit mins.
 // Pair p < 4: scale = b[p] & 63, min = b[p+4] & 63.
 // Pair p >= 4: scale = (b[p+4] & 15) | (b[p-4] >> 6) << 4, min = (b[p+4] >> 4) | (b[p] >> 6) << 4.
-[[gnu::always_inline]] inline void unpack_q4_K_scales(const uint8_t packed[12], uint8_t scales[8], uint8_t mins[8]) {
+[[gnu::always_inline]] inline void unpack_q4_K_scales(const uint8_t packed[12], uint8_t scales[8],
+                                                      uint8_t mins[8]) {
   for (int p = 0; p < 4; ++p) {
     scales[p] = packed[p] & 63;
     mins[p] = packed[p + 4] & 63;
@@ -83,7 +84,8 @@ inline constexpr int kActivationQuantMax = 127;
 
 // unpack_q4_K_scales with 32-bit word operations, for the SIMD kernels: scale p (min p) is byte p
 // of *scales (*mins).
-[[gnu::always_inline]] inline void unpack_q4_K_scales_u64(const uint8_t packed[12], uint64_t* scales, uint64_t* mins) {
+[[gnu::always_inline]] inline void unpack_q4_K_scales_u64(const uint8_t packed[12],
+                                                          uint64_t* scales, uint64_t* mins) {
   uint32_t s0, s1, s2;
   std::memcpy(&s0, packed, 4);
   std::memcpy(&s1, packed + 4, 4);

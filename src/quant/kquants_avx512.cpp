@@ -22,7 +22,9 @@ STRATA_AVX512_IGNORE_GCC12_WARNINGS
 namespace strata::quant::avx512 {
 namespace {
 
-inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m256i load32(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
 
 // vpermw indices that spread scale 2c over i16 lanes 0-15 and scale 2c+1 over lanes 16-31.
 inline __m512i chunk_scale_index(int chunk) {
@@ -57,9 +59,11 @@ float dot_q4_K(const void* w, const void* a, int64_t n) {
     for (int chunk = 0; chunk < 4; ++chunk) {
       const __m256i bytes = load32(block.qs + 32 * chunk);
       const __m512i q = _mm512_and_si512(
-          _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1), nibble);
+          _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1),
+          nibble);
       const __m512i products = _mm512_maddubs_epi16(q, _mm512_loadu_si512(act.qs + 64 * chunk));
-      sums = _mm512_dpwssd_epi32(sums, products, _mm512_permutexvar_epi16(scale_index[chunk], scales));
+      sums =
+          _mm512_dpwssd_epi32(sums, products, _mm512_permutexvar_epi16(scale_index[chunk], scales));
     }
     const __m256i sums8 = add_halves(sums);
     const float d = avx2::f16_scalar_to_f32(block.d) * act.d;

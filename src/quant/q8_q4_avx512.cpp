@@ -20,8 +20,12 @@ STRATA_AVX512_IGNORE_GCC12_WARNINGS
 namespace strata::quant::avx512 {
 namespace {
 
-inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load16(const void* p) {
+  return _mm_loadu_si128(static_cast<const __m128i*>(p));
+}
+inline __m256i load32(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
 
 }  // namespace
 
@@ -38,10 +42,11 @@ float dot_q4_0(const void* w, const void* a, int64_t n) {
   for (; b + 2 <= n_blocks; b += 2) {
     const __m256i raw = _mm256_inserti128_si256(_mm256_castsi128_si256(load16(blocks[b].qs)),
                                                 load16(blocks[b + 1].qs), 1);
-    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1);
+    const __m512i both =
+        _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1);
     const __m512i q = _mm512_and_si512(_mm512_permutexvar_epi64(block_order, both), nibble);
-    const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load32(acts[b].qs)),
-                                         load32(acts[b + 1].qs), 1);
+    const __m512i x =
+        _mm512_inserti64x4(_mm512_castsi256_si512(load32(acts[b].qs)), load32(acts[b + 1].qs), 1);
     const __m512i sums = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, x),
                                           _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, x));
     const float d_even = avx2::f16_scalar_to_f32(blocks[b].d) * avx2::f16_scalar_to_f32(acts[b].d);
@@ -56,12 +61,12 @@ float dot_q4_0(const void* w, const void* a, int64_t n) {
   if (b < n_blocks) {
     // The last, even-numbered block exactly as avx2::dot_q4_0 computes it.
     const __m128i raw = load16(blocks[b].qs);
-    const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
-                                       _mm256_set1_epi8(15));
+    const __m256i q =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
     const __m256i x = load32(acts[b].qs);
-    const __m256i sums = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x),
-                                          _mm256_dpbusd_epi32(_mm256_setzero_si256(),
-                                                              _mm256_set1_epi8(8), x));
+    const __m256i sums =
+        _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x),
+                         _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), x));
     const float d = avx2::f16_scalar_to_f32(blocks[b].d) * avx2::f16_scalar_to_f32(acts[b].d);
     acc_even = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc_even);
   }

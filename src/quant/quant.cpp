@@ -1,8 +1,8 @@
 // Public quant API: type checks, the scalar reference dispatch (quant::ref) and the fast
 // dispatch, which picks kernels once per process: AVX2 when the CPU has AVX2, FMA, F16C and BMI1
 // (every AVX2 CPU has them; the IQ2_XS kernel uses BMI1's bextr), and on top of that the AVX-512
-// dot kernels (Q4_0, Q4_K, IQ2_XS) when it also has AVX-512 F/BW/VL/VBMI/VNNI/BITALG (Ice Lake, Zen 4 and
-// later). STRATA_QUANT_MAX=scalar|avx2|avx512 caps the level (read once; for tests and A/B
+// dot kernels (Q4_0, Q4_K, IQ2_XS) when it also has AVX-512 F/BW/VL/VBMI/VNNI/BITALG (Ice Lake,
+// Zen 4 and later). STRATA_QUANT_MAX=scalar|avx2|avx512 caps the level (read once; for tests and A/B
 // measurements); STRATA_QUANT_SCALAR=1 is the older spelling of STRATA_QUANT_MAX=scalar.
 #include "quant/quant.h"
 
@@ -161,15 +161,16 @@ bool cpu_has_avx2() {
 
 bool cpu_has_avx512() {
   // __builtin_cpu_supports also checks that the OS saves the ZMM and mask registers (XCR0).
-  static const bool has = cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
-                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512vbmi") &&
-                          __builtin_cpu_supports("avx512vnni") &&
-                          __builtin_cpu_supports("avx512bitalg");
+  static const bool has =
+      cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi") &&
+      __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bitalg");
   return has;
 }
 
-KernelLevel active_kernel_level() { return fast_level(); }
+KernelLevel active_kernel_level() {
+  return fast_level();
+}
 
 std::string_view kernel_level_name(KernelLevel level) {
   switch (level) {

@@ -10,8 +10,8 @@
 //   The reduction order of `dot` depends only on n, never on where the row sits in a matrix; this
 //   is what makes a row's result identical in a 1-row and a T-row window.
 // - Implementations live side by side: `quant::ref` (scalar, the specification), the AVX2 path
-//   (quant/*_avx2.cpp) and AVX-512 dot kernels for Q4_0, Q4_K and IQ2_XS (quant/*_avx512.cpp, bitwise
-//   equal to the AVX2 ones). The public functions dispatch to the best level the CPU has.
+//   (quant/*_avx2.cpp) and AVX-512 dot kernels for Q4_0, Q4_K and IQ2_XS (quant/*_avx512.cpp,
+//   bitwise equal to the AVX2 ones). The public functions dispatch to the best level the CPU has.
 //   Tests compare every path with ref on random inputs and compare ref against hand-computed
 //   blocks.
 // - Thread safety: all functions are pure; call them from any thread. None allocates.
@@ -54,8 +54,8 @@ float dot(GgmlType weight_type, const void* weight_row, const void* activation, 
 using DotKernel = float (*)(const void* weight_row, const void* activation, int64_t n);
 DotKernel dot_kernel(GgmlType weight_type);
 
-// True when the CPU has AVX2, FMA, F16C and BMI1; the dispatched functions then use the AVX2 kernels
-// (unless capped by the environment, see above).
+// True when the CPU has AVX2, FMA, F16C and BMI1; the dispatched functions then use the AVX2
+// kernels (unless capped by the environment, see above).
 bool cpu_has_avx2();
 // True when the CPU (and OS) also has AVX-512 F, BW, VL, VBMI, VNNI and BITALG; the dispatched
 // Q4_0, Q4_K and IQ2_XS dots then use the AVX-512 kernels (unless capped).

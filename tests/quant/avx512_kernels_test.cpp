@@ -1,5 +1,5 @@
-// AVX-512 dot kernels (Q4_0, Q4_K, IQ2_XS) against the scalar reference and the AVX2 kernels, and the
-// kernel-level dispatch (CPU check, STRATA_QUANT_MAX cap).
+// AVX-512 dot kernels (Q4_0, Q4_K, IQ2_XS) against the scalar reference and the AVX2 kernels, and
+// the kernel-level dispatch (CPU check, STRATA_QUANT_MAX cap).
 //
 // The AVX-512 kernels promise bitwise equality with the AVX2 ones (same integer lanes, same f32
 // code), so a CPU with AVX-512 computes the same bits as one without; against the reference they
@@ -42,8 +42,8 @@ const Avx512Kernel kKernels[] = {
     {GgmlType::IQ2_XS, scalar::dot_iq2_xs, avx2::dot_iq2_xs, avx512::dot_iq2_xs},
 };
 
-#define SKIP_WITHOUT_AVX512()                                                                \
-  if (!cpu_has_avx512())                                                                     \
+#define SKIP_WITHOUT_AVX512()                                                                   \
+  if (!cpu_has_avx512())                                                                        \
   GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VBMI/VNNI/BITALG; the AVX-512 kernels cannot run " \
                   "here (the AVX2 and scalar paths are tested in kernels_test.cpp)"
 
@@ -138,9 +138,9 @@ TEST(QuantAvx512, Iq2xsEveryGridPointAndSignPattern) {
     expect_row_matches(kernel, bytes, n, act, "seed=" + std::to_string(seed));
     // One block at a time, so a wrong group cannot hide in the sum of a long row.
     for (int64_t b = 0; b < kBlocks; ++b) {
-      const testing::Activation one = make_activation(
-          kernel.type, std::vector<float>(act.values.begin() + b * kBlockK,
-                                          act.values.begin() + (b + 1) * kBlockK));
+      const testing::Activation one =
+          make_activation(kernel.type, std::vector<float>(act.values.begin() + b * kBlockK,
+                                                          act.values.begin() + (b + 1) * kBlockK));
       expect_row_matches(kernel, bytes + b * int64_t(sizeof(BlockIQ2_XS)), kBlockK, one,
                          "block=" + std::to_string(b));
     }
