@@ -228,6 +228,16 @@ IoPool::TicketPtr ExpertStore::start_read(int layer, int32_t expert, uint8_t* de
   return io_->submit(priority, std::move(jobs));
 }
 
+uint32_t ExpertStore::make_resident(Layer& layer, int layer_index, int32_t expert, IoPool::Priority priority) {
+  if (layer.smap[size_t(expert)] != kMiss) return layer.smap[size_t(expert)];
+  const int victim = evict_victim(layer);
+  if (victim < 0) return kMiss;
+  assign(layer, victim, expert);
+  Slot& s = layer.slots[size_t(victim)];
+  s.load = start_read(layer_index, expert, s.data, priority);
+  return uint32_t(victim);
+}
+
 ExpertMatrices ExpertStore::matrices(const Layer& layer, const uint8_t* data) const {
   const SidecarLayer& sl = sidecar_.layout().layers[size_t(&layer - layers_.data())];
   auto view = [](const ExpertTensor& t, const uint8_t* p) {
@@ -419,16 +429,12 @@ void ExpertStore::fill(const std::vector<std::vector<int32_t>>& ranking, int n_p
       const int32_t e = ranking[b][i];
       if (e < 0 || uint32_t(e) >= sidecar_.layout().n_expert)
         fail("expert store: fill: layer {} expert id {} out of range", b, e);
-      uint32_t slot_index = layer.smap[size_t(e)];
-      if (slot_index == kMiss) {
-        const int victim = evict_victim(layer);
-        if (victim < 0) break;
-        assign(layer, victim, e);
-        slot_index = uint32_t(victim);
-        Slot& s = layer.slots[slot_index];
-        s.load = start_read(int(b), e, s.data, IoPool::Priority::Urgent);
+      const bool was_resident = layer.smap[size_t(e)] != kMiss;
+      const uint32_t slot_index = make_resident(layer, int(b), e, IoPool::Priority::Urgent);
+      if (slot_index == kMiss) break;
+      if (!was_resident) {
         const uint64_t bytes = sidecar_.layout().layers[b].record_bytes;
-        loads.push_back(Load{s.load, bytes});
+        loads.push_back(Load{layer.slots[slot_index].load, bytes});
         total += bytes;
       }
       layer.slots[slot_index].pinned = int(i) < n_pinned;
@@ -533,15 +539,8 @@ int ExpertStore::pin_prompt_hot(const HotPinOptions& o) {
     ++stamp_;
     for (int32_t e : wanted) layer.kept[size_t(e)] = stamp_;
     for (int32_t e : wanted) {
-      uint32_t slot_index = layer.smap[size_t(e)];
-      if (slot_index == kMiss) {
-        const int victim = evict_victim(layer);
-        if (victim < 0) break;
-        assign(layer, victim, e);
-        slot_index = uint32_t(victim);
-        Slot& s = layer.slots[slot_index];
-        s.load = start_read(int(b), e, s.data, IoPool::Priority::ReadAhead);
-      }
+      const uint32_t slot_index = make_resident(layer, int(b), e, IoPool::Priority::ReadAhead);
+      if (slot_index == kMiss) break;
       Slot& s = layer.slots[slot_index];
       if (!s.hot) ++changes;
       s.hot = true;

@@ -187,6 +187,9 @@ class ExpertStore final : public ExpertSource {
   void settle(Slot& slot);  // waits for an in-flight read before a slot is reused
   void assign(Layer& layer, int slot_index, int32_t expert);
   IoPool::TicketPtr start_read(int layer, int32_t expert, uint8_t* dest, IoPool::Priority priority);
+  // The expert's slot, evicting the LRU victim and starting its read when it is not resident;
+  // kMiss when nothing can be evicted.
+  uint32_t make_resident(Layer& layer, int layer_index, int32_t expert, IoPool::Priority priority);
   void read_chunk(int layer, int32_t expert, uint64_t begin, uint64_t end, uint8_t* dest);
   ExpertMatrices matrices(const Layer& layer, const uint8_t* data) const;
   void release_transient();

@@ -15,6 +15,7 @@
 #include <random>
 #include <tuple>
 
+#include "../common/fixture_models.h"
 #include "../common/temp_dir.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/session.h"
@@ -37,7 +38,7 @@ class TempDir : public test_support::ScratchDir {
 };
 
 std::string fixture_gguf(const std::string& arch) {
-  return std::string(STRATA_TEST_DATA_DIR) + "/models/" + arch + "/model-f32.gguf";
+  return test_support::fixture_model_gguf(arch);
 }
 
 Routing routing_of(int k, std::vector<int32_t> experts) {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../common/fixture_models.h"
 #include "../common/temp_dir.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/session.h"
@@ -32,7 +33,7 @@ class TempDir : public test_support::ScratchDir {
 };
 
 std::string fixture_gguf(const std::string& arch) {
-  return std::string(STRATA_TEST_DATA_DIR) + "/models/" + arch + "/model-f32.gguf";
+  return test_support::fixture_model_gguf(arch);
 }
 
 std::string synth_q4k(const TempDir& dir, uint64_t seed = 7) {

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "../common/fixture_models.h"
 #include "../common/temp_dir.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/session.h"
@@ -26,7 +27,7 @@ namespace {
 
 std::string model_path(const test_support::ScratchDir& dir, const std::string& name) {
   if (name != "synth-q4k")
-    return std::string(STRATA_TEST_DATA_DIR) + "/models/" + name + "/model-f32.gguf";
+    return test_support::fixture_model_gguf(name);
   SynthOptions options;
   options.hparams = synth_shape("tiny-qwen4exp");
   options.dense_type = GgmlType::Q8_0;

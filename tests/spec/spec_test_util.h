@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/fixture_models.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
@@ -16,7 +17,7 @@
 namespace strata::spec_test {
 
 inline std::string fixture_path(const std::string& arch) {
-  return std::string(STRATA_TEST_DATA_DIR) + "/models/" + arch + "/model-f32.gguf";
+  return test_support::fixture_model_gguf(arch);
 }
 
 // The plain loop of `strata run`: sample, emit, decode.
