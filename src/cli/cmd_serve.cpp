@@ -71,29 +71,32 @@ void run_serve(const ServeOptions& options) {
   if (options.seed_given) served.default_seed = options.model.sampling.seed;
   served.created = file_mtime_unix(path);
 
-  serve::HttpServer server(served, pool, options.server);
-  const int port = server.bind();
-  fmt::print("strata serve: {} ({}, context {}) on http://{}:{} (queue {}, {} threads)\n",
-             served.id, path, served.n_ctx, options.server.host, port, options.server.max_queue,
-             resolve_threads(options.model));
-  std::fflush(stdout);
+  {  // the server (and its generation thread) ends before the store is touched from this thread
+    serve::HttpServer server(served, pool, options.server);
+    const int port = server.bind();
+    fmt::print("strata serve: {} ({}, context {}) on http://{}:{} (queue {}, {} threads)\n",
+               served.id, path, served.n_ctx, options.server.host, port, options.server.max_queue,
+               resolve_threads(options.model));
+    std::fflush(stdout);
 
-  std::atomic<bool> stopped{false};
-  std::thread signal_waiter([&] {
-    const timespec tick{0, 100'000'000};
-    while (!stopped.load()) {
-      const int sig = sigtimedwait(&stop_signals, nullptr, &tick);
-      if (sig < 0) continue;  // timeout or EINTR
-      fmt::print(
-          stderr,
-          "strata serve: {} received, shutting down (again: cancel the running generation)\n",
-          sig == SIGTERM ? "SIGTERM" : "SIGINT");
-      server.shutdown();
-    }
-  });
-  server.serve();
-  stopped.store(true);
-  signal_waiter.join();
+    std::atomic<bool> stopped{false};
+    std::thread signal_waiter([&] {
+      const timespec tick{0, 100'000'000};
+      while (!stopped.load()) {
+        const int sig = sigtimedwait(&stop_signals, nullptr, &tick);
+        if (sig < 0) continue;  // timeout or EINTR
+        fmt::print(
+            stderr,
+            "strata serve: {} received, shutting down (again: cancel the running generation)\n",
+            sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        server.shutdown();
+      }
+    });
+    server.serve();
+    stopped.store(true);
+    signal_waiter.join();
+  }
+  save_usage(store.get(), options.experts);  // --usage: at exit
   fmt::print(stderr, "strata serve: stopped\n");
 }
 
