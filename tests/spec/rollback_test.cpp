@@ -14,7 +14,8 @@ namespace {
 using spec_test::fixture_path;
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // Empty vectors have no data pointer, and memcmp's arguments must not be null (UBSan).
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 void expect_same_state(const ModelState& a, const ModelState& b, const std::string& label) {
