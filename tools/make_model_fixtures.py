@@ -13,10 +13,12 @@ For each architecture (qwen4exp, qwen3next, qwen3moe) this script
        - per-layer hidden states of prompt 0 (output_hidden_states=True),
        - max |cached token-by-token decode - full prefill| (must be < 1e-4) and
          max |greedy-step logits - full forward over prompt+continuation|;
-  4. qwen4exp only: appends a random MTP head (`mtp.*`, reference qwen4exp.md §11) to the safetensors and
-     computes step-1 draft logits for prompt 0 with a small PyTorch implementation built from HF's own
-     modules (one QSA decoder layer, RMSNorms, a hyper-connection mixer), following vLLM's
-     Qwen4ExpMultiTokenPredictor (see mtp_reference() for the conventions).
+  4. qwen4exp and qwen3next: appends a random MTP head (`mtp.*`; reference qwen4exp.md §11 and
+     qwen3next-qwen3moe.md Part A §6) to the safetensors and computes step-1 draft logits for prompt 0
+     with a small PyTorch implementation built from HF's own modules, following vLLM's
+     Qwen4ExpMultiTokenPredictor (one QSA decoder layer, RMSNorms, a hyper-connection mixer; see
+     mtp_reference()) and Qwen3NextMultiTokenPredictor (fc, RMSNorms, one full-attention MoE decoder
+     layer; see qwen3next_mtp_reference(), which also records one chained draft step).
 
 It runs on CPU (exact, deterministic float32; no TF32) and needs torch, transformers (5.17 was used),
 safetensors and numpy. docs/fixtures.md gives the exact command used to regenerate the committed files.
@@ -270,14 +272,21 @@ def mtp_modules(model, config, seed: int):
         "hyper_connection_mixer": mod.Qwen4ExpTextGatedResidual(config, use_combine=False),
         "layer": mod.Qwen4ExpTextDecoderLayer(config, qsa_index),
     }).float().eval()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in head.named_parameters():
-            if is_norm_name(name):
-                param.copy_(torch.randn(param.shape, generator=gen) * NORM_STD)  # all (1+w) here
-            else:
-                param.copy_(torch.randn(param.shape, generator=gen) * config.initializer_range)
+    randomize_head(head, config, seed)
     return head, qsa_index
+
+
+@torch.no_grad()
+def randomize_head(head, config, seed: int):
+    """Every MTP-head parameter at random: norms (all of the (1+w) kind in both archs) ~ N(0, NORM_STD),
+    everything else ~ N(0, initializer_range) (fresh modules would otherwise hold identities, zeros or
+    uninitialised expert memory)."""
+    gen = torch.Generator().manual_seed(seed)
+    for name, param in head.named_parameters():
+        if is_norm_name(name):
+            param.copy_(torch.randn(param.shape, generator=gen) * NORM_STD)
+        else:
+            param.copy_(torch.randn(param.shape, generator=gen) * config.initializer_range)
 
 
 @torch.no_grad()
@@ -319,9 +328,17 @@ def mtp_state_dict(head, saved_keys: set[str], qsa_index: int) -> dict[str, torc
         out[f"mtp.{name}.weight"] = head[name].weight.detach().clone()
     for key, value in head["hyper_connection_mixer"].state_dict().items():
         out[f"mtp.hyper_connection_mixer.{key}"] = value.detach().clone()
-    trunk_prefix = f"model.layers.{qsa_index}."
+    out.update(mtp_layer_state_dict(head["layer"], saved_keys, qsa_index))
+    return out
+
+
+def mtp_layer_state_dict(layer, saved_keys: set[str], trunk_index: int) -> dict[str, torch.Tensor]:
+    """The MTP decoder layer's tensors as mtp.layers.0.*, in the saved key format of trunk layer trunk_index
+    (save_pretrained writes per-expert keys; the module holds fused expert tensors)."""
+    out = {}
+    trunk_prefix = f"model.layers.{trunk_index}."
     trunk_suffixes = {k[len(trunk_prefix):] for k in saved_keys if k.startswith(trunk_prefix)}
-    layer_sd = {k: v.detach().clone() for k, v in head["layer"].state_dict().items()}
+    layer_sd = {k: v.detach().clone() for k, v in layer.state_dict().items()}
     for suffix in sorted(trunk_suffixes):
         if suffix in layer_sd:
             out[f"mtp.layers.0.{suffix}"] = layer_sd[suffix]
@@ -337,6 +354,85 @@ def mtp_state_dict(head, saved_keys: set[str], qsa_index: int) -> dict[str, torc
             half = gate_up.shape[0] // 2
             out[f"mtp.layers.0.{suffix}"] = (gate_up[:half] if which == "gate" else gate_up[half:]).clone()
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# qwen3next MTP head (transformers has none; reference qwen3next-qwen3moe.md Part A §6, vLLM Qwen3NextMTP)
+
+
+def qwen3next_mtp_modules(model, config, seed: int):
+    """The Qwen3-Next MTP head from HF's own module classes: fc [H, 2H], three (1+w) RMSNorms and one
+    full-attention + MoE decoder layer (built at the index of the trunk's last full-attention layer)."""
+    mod = importlib.import_module(type(model).__module__)
+    index = [i for i, t in enumerate(config.layer_types) if t == "full_attention"][-1]
+    hidden = config.hidden_size
+    head = torch.nn.ModuleDict({
+        "fc": torch.nn.Linear(2 * hidden, hidden, bias=False),
+        "pre_fc_norm_embedding": mod.Qwen3NextRMSNorm(hidden, eps=config.rms_norm_eps),
+        "pre_fc_norm_hidden": mod.Qwen3NextRMSNorm(hidden, eps=config.rms_norm_eps),
+        "norm": mod.Qwen3NextRMSNorm(hidden, eps=config.rms_norm_eps),
+        "layer": mod.Qwen3NextDecoderLayer(config, index),
+    }).float().eval()
+    randomize_head(head, config, seed)
+    return head, index
+
+
+@torch.no_grad()
+def final_hidden_of(model, ids: list[int]) -> torch.Tensor:
+    """The trunk's output after the final model.norm, [T, H] (what vLLM's Qwen3-Next MTP consumes)."""
+    captured = {}
+    hook = model.model.norm.register_forward_hook(
+        lambda module, args, out: captured.__setitem__("h", out.detach().clone()))
+    model(input_ids=torch.tensor([ids]))
+    hook.remove()
+    return captured["h"][0]
+
+
+@torch.no_grad()
+def qwen3next_mtp_reference(model, head, hidden: torch.Tensor, next_tokens: list[int]):
+    """Draft logits for entries 0..n-1 following vLLM's Qwen3NextMultiTokenPredictor.
+
+    Entry t fuses hidden[t] with token next_tokens[t] and runs at position t; the decoder layer attends
+    causally over entries 0..t of the same pass (its own KV):
+        x = fc(cat[N1p(embed(tok); pre_fc_norm_embedding), N1p(h; pre_fc_norm_hidden)])   embedding first
+        y = decoder_layer(x)                      pre-norm attention + MoE, residuals inside
+        out = N1p(y; norm);  logits = lm_head(out)
+    Returns (logits [n, vocab], out [n, H]); `out` is what a chained draft feeds back as its hidden."""
+    seq_len = hidden.shape[0]
+    e = head["pre_fc_norm_embedding"](model.model.embed_tokens(torch.tensor([next_tokens])))
+    h = head["pre_fc_norm_hidden"](hidden[None])
+    x = head["fc"](torch.cat([e, h], dim=-1))
+    positions = torch.arange(seq_len)[None]
+    cos, sin = model.model.rotary_emb(x, positions)
+    mask = torch.full((seq_len, seq_len), torch.finfo(torch.float32).min).triu(1)[None, None]
+    layer_kwargs = {"position_embeddings": (cos, sin), "attention_mask": mask, "position_ids": positions,
+                    "past_key_values": None}
+    accepted = inspect.signature(head["layer"].forward).parameters
+    y = head["layer"](x, **{k: v for k, v in layer_kwargs.items() if k in accepted})
+    if isinstance(y, tuple):
+        y = y[0]
+    out = head["norm"](y)
+    return model.lm_head(out)[0], out[0]
+
+
+def append_mtp_to_checkpoint(hf_dir: Path, mtp: dict[str, torch.Tensor]) -> dict:
+    """Adds the head's tensors to model.safetensors (trunk tensors unchanged, checked) and
+    mtp_num_hidden_layers = 1 to config.json; returns the new config."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(hf_dir / "model.safetensors")
+    clash = set(mtp) & set(tensors)
+    if clash:
+        raise RuntimeError(f"MTP names clash with trunk names: {sorted(clash)}")
+    save_file({**tensors, **mtp}, hf_dir / "model.safetensors", metadata={"format": "pt"})
+    after = load_file(hf_dir / "model.safetensors")
+    for key, value in tensors.items():
+        if not torch.equal(after[key], value):
+            raise RuntimeError(f"rewriting the safetensors changed {key}")
+    config_json = json.loads((hf_dir / "config.json").read_text())
+    config_json["mtp_num_hidden_layers"] = 1
+    (hf_dir / "config.json").write_text(json.dumps(config_json, indent=2, sort_keys=True) + "\n")
+    return config_json
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -460,20 +556,8 @@ def make_fixture(arch: str, out_root: Path) -> dict:
         draft = mtp_reference(model, head, model.config, premixer_of(model, prompts[0]), next_tokens)
         ref.write("mtp_draft_logits_p0", draft,
                   "prompt 0: MTP step-1 draft logits; row t fuses h_t with token next_tokens[t], [T, vocab]")
-        tensors = load_file(hf_dir / "model.safetensors")
-        mtp = mtp_state_dict(head, set(tensors), qsa_index)
-        clash = set(mtp) & set(tensors)
-        if clash:
-            raise RuntimeError(f"MTP names clash with trunk names: {sorted(clash)}")
-        save_file({**tensors, **mtp}, hf_dir / "model.safetensors", metadata={"format": "pt"})
-        after = load_file(hf_dir / "model.safetensors")
-        for key, value in tensors.items():
-            if not torch.equal(after[key], value):
-                raise RuntimeError(f"rewriting the safetensors changed {key}")
-        config_json = json.loads((hf_dir / "config.json").read_text())
-        config_json["mtp_num_hidden_layers"] = 1
-        (hf_dir / "config.json").write_text(json.dumps(config_json, indent=2, sort_keys=True) + "\n")
-        manifest["config"] = config_json
+        mtp = mtp_state_dict(head, set(load_file(hf_dir / "model.safetensors")), qsa_index)
+        manifest["config"] = append_mtp_to_checkpoint(hf_dir, mtp)
         manifest["mtp"] = {
             "tensors": sorted(mtp),
             "built_from_trunk_layer": qsa_index,
@@ -483,6 +567,39 @@ def make_fixture(arch: str, out_root: Path) -> dict:
             "position_convention": "entry t runs at position t with h_t (trunk residual before the final mixer "
                                    "at t) and the token at t+1; causal attention over entries 0..t",
             "attention": "QSA with its indexer active (same HF decoder layer class as the trunk)",
+            "greedy_draft_tokens": [int(t) for t in torch.argmax(draft, dim=-1)],
+        }
+
+    if arch == "qwen3next":
+        head, full_index = qwen3next_mtp_modules(model, model.config, seed + 3)
+        next_tokens = prompts[0][1:] + [manifest_prompts[0]["greedy_tokens"][0]]
+        hidden = final_hidden_of(model, prompts[0])
+        ref.write("trunk_final_hidden_p0", hidden, "prompt 0: trunk output after model.norm, [T, hidden]")
+        draft, out = qwen3next_mtp_reference(model, head, hidden, next_tokens)
+        ref.write("mtp_draft_logits_p0", draft,
+                  "prompt 0: MTP step-1 draft logits; row t fuses h_t with token next_tokens[t], [T, vocab]")
+        # One chained step after the last entry: hidden = the head's own normed output there, token =
+        # its draft, position T; rerunning the whole pass leaves rows 0..T-1 unchanged (causal).
+        chain_token = int(torch.argmax(draft[-1]))
+        chain_draft, _ = qwen3next_mtp_reference(model, head, torch.cat([hidden, out[-1:]]),
+                                                 next_tokens + [chain_token])
+        if float((chain_draft[:-1] - draft).abs().max()) > 1e-5:
+            raise RuntimeError("qwen3next MTP: rerunning with one more entry changed earlier rows")
+        ref.write("mtp_chain_logits_p0", chain_draft[-1:],
+                  "prompt 0: draft logits of one chained step after the last entry, [1, vocab]")
+        mtp = {f"mtp.{name}.weight": head[name].weight.detach().clone()
+               for name in ("fc", "pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm")}
+        mtp.update(mtp_layer_state_dict(head["layer"], set(load_file(hf_dir / "model.safetensors")), full_index))
+        manifest["config"] = append_mtp_to_checkpoint(hf_dir, mtp)
+        manifest["mtp"] = {
+            "tensors": sorted(mtp),
+            "built_from_trunk_layer": full_index,
+            "next_tokens": next_tokens,
+            "follows": "vLLM Qwen3NextMultiTokenPredictor",
+            "position_convention": "entry t runs at position t with h_t (trunk output after model.norm at t) and "
+                                   "the token at t+1; causal attention over entries 0..t",
+            "chain": {"token": chain_token, "position": len(next_tokens),
+                      "hidden": "the head's output after mtp.norm at the last entry"},
             "greedy_draft_tokens": [int(t) for t in torch.argmax(draft, dim=-1)],
         }
 
