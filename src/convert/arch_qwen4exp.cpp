@@ -278,7 +278,7 @@ void plan_qwen4exp(ConversionContext& ctx, const ArchOptions& options) {
   sections.resize(std::max<size_t>(4, sections.size()), 0);
 
   add_common_metadata(ctx, block_count, sections);
-  add_gdn_metadata(ctx, is_linear);
+  add_gdn_metadata(ctx, is_linear, export_mtp ? 1 : 0);
   GgufWriter& w = ctx.writer;
   w.add_u32(ctx.key("hyper_connection.count"), static_cast<uint32_t>(s.streams));
   w.add_u32(ctx.key("hyper_connection.low_rank"), static_cast<uint32_t>(s.low_rank));

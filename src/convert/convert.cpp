@@ -151,7 +151,7 @@ ConvertReport convert_hf_to_gguf(const ConvertOptions& options) {
   ConversionContext ctx(*checkpoint, config, writer, std::string(arch->gguf_arch));
   switch (arch->arch) {
     case Arch::Qwen3Moe: plan_qwen3moe(ctx); break;
-    case Arch::Qwen3Next: plan_qwen3next(ctx); break;
+    case Arch::Qwen3Next: plan_qwen3next(ctx, {options.include_mtp}); break;
     case Arch::Qwen4Exp: plan_qwen4exp(ctx, {options.include_mtp}); break;
   }
   if (const std::vector<std::string> unused = ctx.unused_tensors(); !unused.empty()) {

@@ -33,7 +33,7 @@ struct ConvertOptions {
   std::string out_path;
   GgmlType type = GgmlType::F16;           // f32 f16 bf16 q8_0 q4_K q6_K q2_K
   std::optional<GgmlType> expert_type;     // for *_exps; default: `type`
-  bool include_mtp = true;                 // qwen4exp: export the MTP head as blk.<L>
+  bool include_mtp = true;                 // qwen4exp, qwen3next: export the MTP head as blk.<L>
   bool show_progress = true;               // progress bar on stderr (when it is a terminal)
 };
 

@@ -29,6 +29,16 @@ class MetaReader {
   std::vector<int64_t> ints(const std::string& name) const {
     return required<std::vector<int64_t>>(name);
   }
+  // Per-layer flags: llama.cpp's converter writes them as a BOOL array; integer arrays are taken too.
+  std::vector<int64_t> flags(const std::string& name) const {
+    const GgufValue* value = file_.find(prefix_ + name);
+    if (value) {
+      if (const auto* array = std::get_if<GgufArray>(&value->value);
+          array && array->element_type == GgufValueType::BOOL)
+        return array->ints;
+    }
+    return ints(name);
+  }
   [[noreturn]] void bad(const std::string& name, const std::string& expected,
                         const std::string& found) const {
     fail("{}: metadata key '{}{}': expected {}, found {}", file_.path(), prefix_, name, expected,
@@ -108,7 +118,7 @@ void load_ssm(const MetaReader& meta, HParams& hp) {
 void load_hybrid_pattern(const MetaReader& meta, HParams& hp, LayerKind attention_kind) {
   hp.layer_kinds.assign(hp.n_layer, LayerKind::GatedDeltaNet);
   if (meta.has("attention.recurrent_layers")) {
-    const std::vector<int64_t> recurrent = meta.ints("attention.recurrent_layers");
+    const std::vector<int64_t> recurrent = meta.flags("attention.recurrent_layers");
     if (recurrent.size() < size_t(hp.n_layer))
       meta.bad("attention.recurrent_layers", fmt::format("{} entries", hp.n_layer),
                std::to_string(recurrent.size()));
@@ -281,6 +291,7 @@ void write_hparams(GgufWriter& writer, const HParams& hp) {
   } else {
     std::vector<int64_t> recurrent;
     for (LayerKind kind : hp.layer_kinds) recurrent.push_back(kind == LayerKind::GatedDeltaNet);
+    recurrent.resize(size_t(hp.n_layer + hp.n_nextn), 0);  // MTP blocks attend (llama.cpp reads all)
     writer.add_array(p + "attention.recurrent_layers", GgufValueType::BOOL, recurrent);
   }
   if (hp.arch == Arch::Qwen3Next) return;

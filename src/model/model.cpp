@@ -163,25 +163,37 @@ void Model::run_prenorm_layers(compute::ThreadPool& pool, ModelState& state,
                                std::span<const int32_t> tokens, ExpertSource& experts,
                                std::vector<float>& hidden) const {
   const int64_t H = hp_.n_embd, n_rows = int64_t(tokens.size());
-  std::vector<float> residual(static_cast<size_t>(n_rows * H)), normed(residual.size()), out(residual.size());
+  std::vector<float> residual(static_cast<size_t>(n_rows * H));
   embed(tokens, residual.data());
   for (int l = 0; l < hp_.n_layer; ++l) {
-    const LayerWeights& lw = layers_[size_t(l)];
-    for (int64_t t = 0; t < n_rows; ++t)
-      compute::rms_norm(residual.data() + t * H, lw.attn_norm.data(), H, hp_.rms_eps,
-                        normed.data() + t * H);
-    mixer_forward(pool, state, l, normed.data(), n_rows, out.data());
-    for (size_t i = 0; i < residual.size(); ++i) residual[i] += out[i];
-    for (int64_t t = 0; t < n_rows; ++t)
-      compute::rms_norm(residual.data() + t * H, lw.ffn_norm.data(), H, hp_.rms_eps,
-                        normed.data() + t * H);
-    moe_forward(pool, hp_, lw.moe, experts, l, normed.data(), n_rows, out.data(), next_router(l));
-    for (size_t i = 0; i < residual.size(); ++i) residual[i] += out[i];
+    prenorm_layer(
+        pool, l,
+        [&](const float* x, float* y) { mixer_forward(pool, state, l, x, n_rows, y); },
+        experts, residual, next_router(l));
   }
   hidden.resize(residual.size());
+  rms_norm_rows(residual.data(), output_norm_, n_rows, hidden.data());
+}
+
+void Model::prenorm_layer(compute::ThreadPool& pool, int l, const MixerFn& mixer,
+                          ExpertSource& experts, std::vector<float>& residual,
+                          const MoeWeights* next) const {
+  const LayerWeights& lw = layers_[size_t(l)];
+  const int64_t n_rows = int64_t(residual.size()) / hp_.n_embd;
+  std::vector<float> normed(residual.size()), out(residual.size());
+  rms_norm_rows(residual.data(), lw.attn_norm, n_rows, normed.data());
+  mixer(normed.data(), out.data());
+  for (size_t i = 0; i < residual.size(); ++i) residual[i] += out[i];
+  rms_norm_rows(residual.data(), lw.ffn_norm, n_rows, normed.data());
+  moe_forward(pool, hp_, lw.moe, experts, l, normed.data(), n_rows, out.data(), next);
+  for (size_t i = 0; i < residual.size(); ++i) residual[i] += out[i];
+}
+
+void Model::rms_norm_rows(const float* x, const std::vector<float>& weight, int64_t n_rows,
+                          float* out) const {
+  const int64_t width = int64_t(weight.size());
   for (int64_t t = 0; t < n_rows; ++t)
-    compute::rms_norm(residual.data() + t * H, output_norm_.data(), H, hp_.rms_eps,
-                      hidden.data() + t * H);
+    compute::rms_norm(x + t * width, weight.data(), width, hp_.rms_eps, out + t * width);
 }
 
 void Model::mtp_forward(compute::ThreadPool&, MtpState&, const float*, std::span<const int32_t>,

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -42,8 +43,9 @@ struct ModelState {
   std::vector<GatedDeltaNetState> deltanet;  // [n_layer]; used by GDN layers
   std::vector<KvCache> kv;                   // [n_layer]; used by attention layers
   PleState ple;
-  // qwen4exp: the multi-stream residual of every row of the last window before the final mixer
-  // ([n_rows][S·H]): the MTP head's input.
+  // The MTP head's input for every row of the last window (models with an MTP head only):
+  // qwen4exp the multi-stream residual before the final mixer ([n_rows][S·H]), qwen3next the
+  // trunk output after output_norm ([n_rows][H]).
   std::vector<float> residuals;
   MtpState mtp;
   // Speculative verify: while set, every forward keeps what `Model::rollback` needs to undo the
@@ -92,10 +94,11 @@ class Model {
 
   // The MTP (nextn) draft head, where the file has one.
   virtual bool has_mtp() const { return false; }
-  // Runs the head over n entries: `hidden` [n][S·H] (trunk residuals before the final mixer, or
-  // the head's own output for a chained draft) and `tokens` [n] (the token that follows each
-  // entry's position). Appends n entries to mtp.kv and writes the draft logits [n][n_vocab];
-  // `residual_out` (if given) receives the head's output residuals [n][S·H].
+  // Runs the head over n entries: `hidden` [n][W] (what ModelState::residuals holds for the trunk
+  // rows, or the head's own output for a chained draft; W = S·H for qwen4exp, H for qwen3next) and
+  // `tokens` [n] (the token that follows each entry's position). Appends n entries to mtp.kv and
+  // writes the draft logits [n][n_vocab]; `residual_out` (if given) receives the head's output
+  // [n][W], the `hidden` of a chained next step.
   virtual void mtp_forward(compute::ThreadPool& pool, MtpState& mtp, const float* hidden,
                            std::span<const int32_t> tokens, std::vector<float>& logits,
                            std::vector<float>* residual_out = nullptr,
@@ -125,6 +128,14 @@ class Model {
   void run_prenorm_layers(compute::ThreadPool& pool, ModelState& state,
                           std::span<const int32_t> tokens, ExpertSource& experts,
                           std::vector<float>& hidden) const;
+  // One pre-norm layer l on residual rows [n][H]: h += mixer(attn_norm(h)); h += moe(ffn_norm(h)).
+  // `mixer(x, y)` runs the layer's token mixer on the normed rows (trunk state or the MTP cache).
+  using MixerFn = std::function<void(const float* x, float* y)>;
+  void prenorm_layer(compute::ThreadPool& pool, int l, const MixerFn& mixer, ExpertSource& experts,
+                     std::vector<float>& residual, const MoeWeights* next_router) const;
+  // out[t] = RMSNorm(x[t]) · weight for n_rows rows of weight.size() values.
+  void rms_norm_rows(const float* x, const std::vector<float>& weight, int64_t n_rows,
+                     float* out) const;
 
   std::unique_ptr<GgufFile> file_;
   HParams hp_;

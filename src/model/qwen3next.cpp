@@ -1,9 +1,12 @@
 // qwen3next (Qwen3-Next-80B-A3B): 3 Gated DeltaNet layers (silu output gate, grouped V heads)
 // then 1 gated full-attention layer, repeated; every layer a MoE with a sigmoid-gated shared
 // expert; pre-norm residual with (1+w) norms, stored with the +1 folded in by the converter.
-// Reference: shared/reference/qwen3next-qwen3moe.md Part A.
+// Optional MTP head (blk.<L>: one full-attention + MoE block and nextn.{eh_proj, enorm, hnorm,
+// shared_head_norm}) as llama.cpp loads it; the math follows vLLM's Qwen3NextMultiTokenPredictor.
+// Reference: shared/reference/qwen3next-qwen3moe.md Part A (§6 for the MTP head).
 #include <fmt/format.h>
 
+#include "compute/cpu/ops.h"
 #include "model/model.h"
 #include "model/spec_builder.h"
 #include "util/error.h"
@@ -32,13 +35,76 @@ class Qwen3Next final : public Model {
       }
       load_moe(loader, l, lw);
     }
+    if (hp_.n_nextn > 0) load_mtp(loader);
+  }
+
+  bool has_mtp() const override { return hp_.n_nextn > 0; }
+
+  // x = eh_proj·[N1p(embed(tok); enorm) | N1p(h; hnorm)]; x = pre-norm attention + MoE block(x);
+  // out = N1p(x; shared_head_norm); logits = output·out. Entry t runs at the head's position t.
+  void mtp_forward(compute::ThreadPool& pool, MtpState& mtp, const float* hidden,
+                   std::span<const int32_t> tokens, std::vector<float>& logits,
+                   std::vector<float>* residual_out, ExpertSource* experts) const override {
+    if (!has_mtp()) Model::mtp_forward(pool, mtp, hidden, tokens, logits, residual_out, experts);
+    const int64_t H = hp_.n_embd, n = int64_t(tokens.size());
+    const int l = hp_.n_layer;
+    std::vector<float> embedded(static_cast<size_t>(n * H)), inputs(static_cast<size_t>(n * 2 * H));
+    embed(tokens, embedded.data());
+    for (int64_t t = 0; t < n; ++t) {
+      compute::rms_norm(embedded.data() + t * H, mtp_enorm_.data(), H, hp_.rms_eps,
+                        inputs.data() + t * 2 * H);
+      compute::rms_norm(hidden + t * H, mtp_hnorm_.data(), H, hp_.rms_eps,
+                        inputs.data() + t * 2 * H + H);
+    }
+    std::vector<float> residual(static_cast<size_t>(n * H));
+    compute::matmul(pool, mtp_eh_proj_, inputs.data(), n, residual.data());
+    const AttentionWeights& attention = layers_[size_t(l)].attention;
+    prenorm_layer(
+        pool, l,
+        [&](const float* x, float* y) { attention_forward(pool, hp_, attention, mtp.kv, x, n, y); },
+        experts ? *experts : *mapped_experts_, residual, nullptr);
+    std::vector<float> out(residual.size());
+    rms_norm_rows(residual.data(), mtp_shared_head_norm_, n, out.data());
+    logits.resize(static_cast<size_t>(n * hp_.n_vocab));
+    compute::matmul(pool, output_, out.data(), n, logits.data());
+    if (residual_out) *residual_out = std::move(out);
   }
 
  protected:
   void run_layers(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
                   ExpertSource& experts, std::vector<float>& hidden) const override {
     run_prenorm_layers(pool, state, tokens, experts, hidden);
+    if (has_mtp()) state.residuals = hidden;  // the head consumes the trunk output after output_norm
   }
+
+ private:
+  void load_mtp(const TensorLoader& loader) {
+    if (hp_.n_nextn != 1)
+      fail("{}: qwen3next.nextn_predict_layers = {}: only 1 MTP layer is supported", file_->path(),
+           hp_.n_nextn);
+    const int l = hp_.n_layer;
+    layers_.resize(size_t(l + 1));
+    LayerWeights& lw = layers_[size_t(l)];
+    lw.kind = LayerKind::GatedAttention;
+    lw.attn_norm = loader.floats(fmt::format("blk.{}.attn_norm", l), hp_.n_embd);
+    lw.ffn_norm = loader.floats(fmt::format("blk.{}.post_attention_norm", l), hp_.n_embd);
+    load_attention(loader, l, /*gated=*/true, lw);
+    load_moe(loader, l, lw);
+    mtp_eh_proj_ = loader.matrix(fmt::format("blk.{}.nextn.eh_proj", l), 2 * hp_.n_embd, hp_.n_embd);
+    mtp_enorm_ = loader.floats(fmt::format("blk.{}.nextn.enorm", l), hp_.n_embd);
+    mtp_hnorm_ = loader.floats(fmt::format("blk.{}.nextn.hnorm", l), hp_.n_embd);
+    // llama.cpp falls back to output_norm when a file has no shared_head_norm.
+    const std::string head_norm = fmt::format("blk.{}.nextn.shared_head_norm", l);
+    mtp_shared_head_norm_ = loader.has(head_norm) ? loader.floats(head_norm, hp_.n_embd) : output_norm_;
+    for (const char* name : {"nextn.embed_tokens", "nextn.shared_head_head"})
+      if (loader.has(fmt::format("blk.{}.{}", l, name)))
+        fail("{}: tensor blk.{}.{}: a separate MTP embedding/head is not supported (the head shares "
+             "token_embd and output)",
+             file_->path(), l, name);
+  }
+
+  compute::WeightMatrix mtp_eh_proj_;
+  std::vector<float> mtp_enorm_, mtp_hnorm_, mtp_shared_head_norm_;
 };
 
 }  // namespace
@@ -58,6 +124,16 @@ std::vector<TensorSpec> qwen3next_tensor_specs(const HParams& hp) {
       add_attention_specs(b, hp, l, /*gated=*/true);
     b.layer(l, "post_attention_norm", {H}, TensorRole::Norm);
     add_moe_specs(b, hp, l);
+  }
+  if (hp.n_nextn > 0) {
+    const int l = hp.n_layer;
+    b.layer(l, "attn_norm", {H}, TensorRole::Norm);
+    add_attention_specs(b, hp, l, /*gated=*/true);
+    b.layer(l, "post_attention_norm", {H}, TensorRole::Norm);
+    add_moe_specs(b, hp, l);
+    b.layer(l, "nextn.eh_proj", {2 * H, H}, TensorRole::Matrix);
+    b.layer(l, "nextn.enorm", {H}, TensorRole::Norm);
+    b.layer(l, "nextn.hnorm", {H}, TensorRole::Norm);
   }
   return specs;
 }

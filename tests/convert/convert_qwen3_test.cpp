@@ -38,8 +38,9 @@ std::vector<float> plus_one(std::vector<float> v) {
 
 TEST(Qwen3NextConvert, RegroupsQkvzFoldsNormsAndMatchesTheCommittedFile) {
   const Converted c("qwen3next");
-  // 3 GDN layers x 18 + 1 attention layer x 16 + 3 globals (reference Part A §7 count rule).
-  EXPECT_EQ(c.gguf->tensors().size(), 3u * 18 + 16 + 3);
+  // 3 GDN layers x 18 + 1 attention layer x 16 + 3 globals (reference Part A §7 count rule), and
+  // the MTP head as blk.4: an attention block (16) + nextn.{eh_proj, enorm, hnorm, shared_head_norm}.
+  EXPECT_EQ(c.gguf->tensors().size(), 3u * 18 + 16 + 3 + 16 + 4);
   constexpr int64_t H = 64, NK = 2, DK = 16, R = 2, DV = 16, NV = 4, GROUP = 2 * DK + 2 * R * DV;
   const auto qkvz = c.h("model.layers.0.linear_attn.in_proj_qkvz.weight");
   const auto qkv = c.g("blk.0.attn_qkv.weight"), gate = c.g("blk.0.attn_gate.weight");
@@ -73,7 +74,8 @@ TEST(Qwen3NextConvert, RegroupsQkvzFoldsNormsAndMatchesTheCommittedFile) {
 
   const GgufFile& f = *c.gguf;
   EXPECT_EQ(f.architecture(), "qwen3next");
-  EXPECT_EQ(f.get<uint32_t>("qwen3next.block_count"), 4u);
+  EXPECT_EQ(f.get<uint32_t>("qwen3next.block_count"), 5u);  // 4 + the MTP block
+  EXPECT_EQ(f.get<uint32_t>("qwen3next.nextn_predict_layers"), 1u);
   EXPECT_EQ(f.get<uint32_t>("qwen3next.full_attention_interval"), 4u);
   EXPECT_EQ(f.get<uint32_t>("qwen3next.ssm.conv_kernel"), 4u);
   EXPECT_EQ(f.get<uint32_t>("qwen3next.ssm.state_size"), 16u);
@@ -87,6 +89,33 @@ TEST(Qwen3NextConvert, RegroupsQkvzFoldsNormsAndMatchesTheCommittedFile) {
   EXPECT_EQ(f.get<uint32_t>("qwen3next.expert_feed_forward_length"), 32u);
   EXPECT_EQ(f.get<uint32_t>("qwen3next.expert_shared_feed_forward_length"), 48u);
   EXPECT_EQ(testing::read_text(c.dir.file("m.gguf")), testing::read_text(fixture("qwen3next", "model-f32.gguf")));
+}
+
+TEST(Qwen3NextConvert, WritesTheMtpHeadAsLlamaCppDoes) {
+  const Converted c("qwen3next");
+  // mtp.fc is eh_proj unchanged ([H, 2H], embedding half first); every norm gets the +1.
+  EXPECT_EQ(c.gguf->tensor("blk.4.nextn.eh_proj.weight").ne[0], 128);
+  EXPECT_EQ(c.gguf->tensor("blk.4.nextn.eh_proj.weight").ne[1], 64);
+  EXPECT_EQ(c.g("blk.4.nextn.eh_proj.weight"), c.h("mtp.fc.weight"));
+  EXPECT_EQ(c.g("blk.4.nextn.enorm.weight"), plus_one(c.h("mtp.pre_fc_norm_embedding.weight")));
+  EXPECT_EQ(c.g("blk.4.nextn.hnorm.weight"), plus_one(c.h("mtp.pre_fc_norm_hidden.weight")));
+  EXPECT_EQ(c.g("blk.4.nextn.shared_head_norm.weight"), plus_one(c.h("mtp.norm.weight")));
+  EXPECT_EQ(c.g("blk.4.attn_norm.weight"), plus_one(c.h("mtp.layers.0.input_layernorm.weight")));
+  EXPECT_EQ(c.g("blk.4.attn_k_norm.weight"), plus_one(c.h("mtp.layers.0.self_attn.k_norm.weight")));
+  EXPECT_EQ(c.g("blk.4.attn_q.weight"), c.h("mtp.layers.0.self_attn.q_proj.weight"));
+  const auto down = c.g("blk.4.ffn_down_exps.weight");
+  const auto down5 = c.h("mtp.layers.0.mlp.experts.5.down_proj.weight");
+  EXPECT_TRUE(std::equal(down5.begin(), down5.end(), down.begin() + 5 * ptrdiff_t(down5.size())));
+  EXPECT_EQ(c.g("blk.4.ffn_gate_inp_shexp.weight"), c.h("mtp.layers.0.mlp.shared_expert_gate.weight"));
+
+  // --no-mtp: the trunk alone, as before the head was exported.
+  TempDir dir;
+  testing::convert_dir(fixture("qwen3next", "hf"), dir.file("trunk.gguf"), GgmlType::F32, std::nullopt,
+                       /*include_mtp=*/false);
+  const auto trunk = GgufFile::open(dir.file("trunk.gguf"));
+  EXPECT_EQ(trunk->tensors().size(), 3u * 18 + 16 + 3);
+  EXPECT_EQ(trunk->get<uint32_t>("qwen3next.block_count"), 4u);
+  EXPECT_EQ(trunk->find_tensor("blk.4.nextn.eh_proj.weight"), nullptr);
 }
 
 TEST(Qwen3MoeConvert, CopiesPlainNormsAndStacksExpertsAndMatchesTheCommittedFile) {

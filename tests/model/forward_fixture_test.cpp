@@ -4,7 +4,8 @@
 //   - full-prefill logits of every prompt position, one window;
 //   - the 16-token greedy continuation (prefill + 15 single-token decode steps): tokens equal,
 //     logits within tolerance;
-//   - qwen4exp: the MTP head's step-1 draft logits for every prompt position.
+//   - qwen4exp, qwen3next: the MTP head's step-1 draft logits for every prompt position (and, for
+//     qwen3next, one chained draft step).
 // Tolerance: max |Δlogit| ≤ 1e-4. HF's own prefill-vs-decode disagreement on these models is up to
 // 1.0e-5 (fp32 summation order), our kernels reorder sums the same way, so 1e-4 leaves 10×
 // headroom; the smallest top-2 margin of any greedy step is 2.8e-3, 28× larger, so every argmax
@@ -130,6 +131,7 @@ class MtpFixture : public Fixture {};
 
 TEST_P(MtpFixture, DraftLogitsMatchReference) {
   ASSERT_TRUE(model->has_mtp());
+  const std::string arch = GetParam();
   const int64_t vocab = model->hparams().n_vocab;
   const std::vector<int32_t> ids = prompt(0);
   const auto next = manifest["mtp"]["next_tokens"].get<std::vector<int32_t>>();
@@ -137,14 +139,18 @@ TEST_P(MtpFixture, DraftLogitsMatchReference) {
   ModelState state = model->new_state();
   std::vector<float> logits;
   model->forward(pool, state, ids, LogitRows::None, logits);
+  // The head's input: qwen4exp the multi-stream residual before the final mixer, qwen3next the
+  // trunk output after output_norm.
   const size_t width = size_t(model->hparams().hc_count * model->hparams().n_embd);
-  const std::vector<float> premixer =
-      read_f32(fixture_dir("qwen4exp") + "/ref/trunk_premixer_p0.bin", ids.size() * width);
-  EXPECT_LE(max_abs_diff(state.residuals.data(), premixer.data(), premixer.size()), kTolerance);
+  const char* trunk_file = arch == "qwen4exp" ? "trunk_premixer_p0.bin" : "trunk_final_hidden_p0.bin";
+  const std::vector<float> trunk = read_f32(fixture_dir(arch) + "/ref/" + trunk_file, ids.size() * width);
+  ASSERT_EQ(state.residuals.size(), trunk.size());
+  EXPECT_LE(max_abs_diff(state.residuals.data(), trunk.data(), trunk.size()), kTolerance);
   const std::vector<float> expected =
-      read_f32(fixture_dir("qwen4exp") + "/ref/mtp_draft_logits_p0.bin", ids.size() * size_t(vocab));
-  model->mtp_forward(pool, state.mtp, state.residuals.data(), next, logits);
-  std::printf("qwen4exp MTP draft max |dlogit| = %.3g over %zu positions\n",
+      read_f32(fixture_dir(arch) + "/ref/mtp_draft_logits_p0.bin", ids.size() * size_t(vocab));
+  std::vector<float> head_out;
+  model->mtp_forward(pool, state.mtp, state.residuals.data(), next, logits, &head_out);
+  std::printf("%s MTP draft max |dlogit| = %.3g over %zu positions\n", arch.c_str(),
               max_abs_diff(logits.data(), expected.data(), logits.size()), ids.size());
   for (size_t t = 0; t < ids.size(); ++t) {
     const float* got = logits.data() + t * size_t(vocab);
@@ -152,9 +158,22 @@ TEST_P(MtpFixture, DraftLogitsMatchReference) {
     ASSERT_LE(max_abs_diff(got, want, size_t(vocab)), kTolerance) << "position " << t;
     ASSERT_EQ(compute::argmax(got, vocab), compute::argmax(want, vocab)) << "position " << t;
   }
+  if (!manifest["mtp"].contains("chain")) return;
+  // One chained draft: the head's own output at the last entry and its draft token, one position
+  // later, attending over the head's cache of the whole prompt.
+  const int32_t chain_token = manifest["mtp"]["chain"]["token"].get<int32_t>();
+  ASSERT_EQ(chain_token, int32_t(compute::argmax(logits.data() + (ids.size() - 1) * size_t(vocab), vocab)));
+  const std::vector<float> last(head_out.end() - ptrdiff_t(width), head_out.end());
+  const int32_t chained[1] = {chain_token};
+  model->mtp_forward(pool, state.mtp, last.data(), chained, logits);
+  const std::vector<float> chain_expected = read_f32(fixture_dir(arch) + "/ref/mtp_chain_logits_p0.bin", size_t(vocab));
+  std::printf("%s MTP chained draft max |dlogit| = %.3g\n", arch.c_str(),
+              max_abs_diff(logits.data(), chain_expected.data(), size_t(vocab)));
+  EXPECT_LE(max_abs_diff(logits.data(), chain_expected.data(), size_t(vocab)), kTolerance);
+  EXPECT_EQ(compute::argmax(logits.data(), vocab), compute::argmax(chain_expected.data(), vocab));
 }
 
-INSTANTIATE_TEST_SUITE_P(Qwen4Exp, MtpFixture, testing::Values("qwen4exp"));
+INSTANTIATE_TEST_SUITE_P(Heads, MtpFixture, testing::Values("qwen4exp", "qwen3next"));
 
 }  // namespace
 }  // namespace strata

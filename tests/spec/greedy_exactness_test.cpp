@@ -144,12 +144,17 @@ TEST(SyntheticGreedy, SameTokensAsPlainGreedyOnSkewedSyntheticModels) {
     for (uint64_t seed : {1u, 7u}) {
       SynthOptions options;
       options.hparams = synth_shape(shape);
+      // With a random MTP head (llama.cpp's layout: the trailing block, dense attention for qwen4exp),
+      // so the MTP drafter runs on both architectures.
+      options.hparams.n_nextn = 1;
+      if (options.hparams.arch == Arch::Qwen4Exp) options.hparams.compress_ratios.push_back(0);
       options.seed = seed;
       options.routing.skew = 1.2;
       options.routing.correlation = 0.5;
       const std::string path = dir.file(std::string(shape) + std::to_string(seed) + ".gguf");
       write_synthetic_model(options, path);
       const auto model = Model::load(path);
+      ASSERT_TRUE(model->has_mtp()) << shape;
       const int64_t vocab = model->hparams().n_vocab;
       std::vector<std::vector<int32_t>> prompts;
       for (int p = 0; p < 2; ++p) {
