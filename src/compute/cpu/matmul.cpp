@@ -88,12 +88,12 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_r
       const int64_t o_tile_end = std::min(o_end, o_tile + outputs_per_tile);
       for (int64_t t_tile = 0; t_tile < n_rows; t_tile += rows_per_tile) {
         const int64_t t_tile_end = std::min(n_rows, t_tile + rows_per_tile);
+        // dot_many: outputs bitwise equal to one quant::dot per row (window identity), but
+        // types with a multi-activation kernel decode each weight block once for all rows.
         for (int64_t o = o_tile; o < o_tile_end; ++o) {
-          const std::byte* weight_row = w.row(o);
-          for (int64_t t = t_tile; t < t_tile_end; ++t) {
-            y[t * n_out + o] =
-                quant::dot(type, weight_row, activations + size_t(t) * activation_stride, n_in);
-          }
+          quant::dot_many(type, w.row(o), activations + size_t(t_tile) * activation_stride,
+                          activation_stride, t_tile_end - t_tile, n_in, y + t_tile * n_out + o,
+                          size_t(n_out));
         }
       }
     }
