@@ -1,20 +1,24 @@
-// AVX-512 (F/BW/VL + VBMI, VNNI, BITALG) dot kernel for IQ2_XS weights with Q8_K activations.
+// AVX-512 (F/BW/VL + VBMI, VNNI, BITALG) dot kernels for IQ2_XS weights with Q8_K activations:
+// one weight row against one activation row (dot_iq2_xs) or against up to 8 at once
+// (dot_many_iq2_xs, which decodes each weight block once).
 //
 // The AVX2 kernel spends most of its time on 32 scalar grid loads per block and on assembling
 // them into vectors. Here nothing leaves the vector registers:
 // - Grid: every grid byte is 8, 25 or 43, so a grid point is eight 2-bit codes, a u16. The 512
-//   codes (1 KiB) sit in 16 registers; vpermi2w looks up 64 of them at a time from a word's low 6
-//   bits, and three mask blends on bits 6, 7, 8 pick among the 8 results: the 32 codes of a block
-//   in 15 instructions, no memory access.
-// - Per 8 groups (64 weights) one vpermi2w puts group g's code and sign byte in qword g;
+//   codes (1 KiB) sit in 16 registers as two byte planes; 8 vpermi2b look up a block's 32 codes
+//   from the index bits 0-6, and mask blends on bits 7 and 8 pick the quarter: no memory access.
+// - Per 8 groups (64 weights) one vpermi2b puts group g's code and sign byte in qword g;
 //   vpmultishiftqb cuts the code into bytes and vpermb maps them to 8/25/43; vpshufbitqmb turns
 //   the sign byte into 64 mask bits, and a masked subtract negates those activations.
 // - maddubs(grid, ±a) gives exact i16 pair sums (≤ 2·43·127) and vpdpwssd multiplies by the
 //   integer sub-block scale 2s+1 and accumulates in i32.
+// ~106 instructions per block for one activation (vector-throughput-bound, ~7 ns on Zen 5), ~24
+// more per extra activation in dot_many (docs/bench-matvec.md).
 //
 // Bitwise equal to avx2::dot_iq2_xs: the integer sums are exact, the two 256-bit halves of the
 // 16-lane sum add up to the AVX2 kernel's 8 lanes (bytes 4k..4k+3 of each 32-weight sub-block),
-// and the f32 part is the same code.
+// and the f32 part is the same code. Both entry points run the same per-pair and per-block code,
+// so dot_many's outputs are bitwise those of dot_iq2_xs.
 #include <immintrin.h>
 
 #include <algorithm>
