@@ -182,9 +182,8 @@ BenchMatrix make_matrix(GgmlType type, int64_t n_in, int64_t n_out) {
 
 // Times matmul of an n_in x n_out matrix of `type` with n_rows input rows (1: matvec); counters as
 // described at the top (bytes = weight bytes, counted once per call whatever n_rows is).
-void run_matmul(benchmark::State& state, GgmlType type, int64_t n_in, int64_t n_out,
-                int64_t n_rows, int n_threads,
-                int worker_spin_us = ThreadPool::kDefaultWorkerSpinMicros) {
+void run_matmul(benchmark::State& state, GgmlType type, int64_t n_in, int64_t n_out, int64_t n_rows,
+                int n_threads, int worker_spin_us = ThreadPool::kDefaultWorkerSpinMicros) {
   ThreadPool& pool = pool_with(n_threads, worker_spin_us);
   const double dram_gbps = measure_dram_gbps(n_threads);
   // Keep the last matrix: Google Benchmark calls this function several times per benchmark
@@ -224,8 +223,7 @@ void run_matmul(benchmark::State& state, GgmlType type, int64_t n_in, int64_t n_
   if (n_threads == 1) {
     // Bytes per second of this thread's own CPU time: unlike wall time it does not drop when
     // other processes take the core, so it is the robust compute ceiling on a shared machine.
-    state.counters["GB/s_cpu"] =
-        bytes * double(state.iterations()) / cpu_seconds / 1e9;
+    state.counters["GB/s_cpu"] = bytes * double(state.iterations()) / cpu_seconds / 1e9;
   }
   state.counters["weight_MiB"] = bytes / double(1 << 20);
 }
@@ -248,7 +246,8 @@ void BM_ParallelForWake(benchmark::State& state) {
   ThreadPool& pool = pool_with(int(state.range(0)), int(state.range(1)));
   for (auto _ : state) {
     pool.parallel_for(8, [](int64_t begin, int64_t end, int) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(5 * (end - begin));
+      const auto until =
+          std::chrono::steady_clock::now() + std::chrono::microseconds(5 * (end - begin));
       while (std::chrono::steady_clock::now() < until) {
       }
     });
@@ -283,12 +282,11 @@ int register_benchmarks() {
         ->Unit(benchmark::kMillisecond);
   }
   for (GgmlType type : kTypes) {
-    benchmark::RegisterBenchmark(("BM_MatvecInCache/" + std::string(type_name(type))).c_str(),
-                                 [type](benchmark::State& state) {
-                                   run_matmul(state, type, kInputs,
-                                              outputs_for(type, kInputs, kInCacheWeightBytes), 1,
-                                              1);
-                                 })
+    benchmark::RegisterBenchmark(
+        ("BM_MatvecInCache/" + std::string(type_name(type))).c_str(),
+        [type](benchmark::State& state) {
+          run_matmul(state, type, kInputs, outputs_for(type, kInputs, kInCacheWeightBytes), 1, 1);
+        })
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   }
@@ -308,7 +306,8 @@ int register_benchmarks() {
         ->Unit(benchmark::kMicrosecond);
   }
   // Verify windows: T rows against the streamed matrix, 2 threads. With 1x1 dot kernels the cost
-  // grows with T once the kernel, not DRAM, is the limit (SpecGate's T(n) on the CPU backend).
+  // grows with T once the kernel, not DRAM, is the limit (SpecGate's T(n) on the CPU backend);
+  // IQ2_XS's multi-activation kernel decodes each weight block once for up to 8 rows.
   for (GgmlType type : {GgmlType::Q4_K, GgmlType::IQ2_XS}) {
     benchmark::RegisterBenchmark(("BM_MatmulWindow/" + std::string(type_name(type))).c_str(),
                                  [type](benchmark::State& state) {
@@ -318,13 +317,18 @@ int register_benchmarks() {
                                  })
         ->ArgName("rows")
         ->Arg(1)
+        ->Arg(2)
         ->Arg(4)
+        ->Arg(8)
         ->Arg(16)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
   benchmark::RegisterBenchmark("BM_ParallelForEmpty", BM_ParallelForEmpty)
-      ->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+      ->ArgName("threads")
+      ->Arg(1)
+      ->Arg(2)
+      ->UseRealTime();
   benchmark::RegisterBenchmark("BM_ParallelForWake", BM_ParallelForWake)
       ->ArgNames({"threads", "spin_us"})
       ->Args({1, ThreadPool::kDefaultWorkerSpinMicros})

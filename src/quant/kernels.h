@@ -11,6 +11,7 @@
 // No function allocates; all are pure.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace strata::quant {
@@ -18,6 +19,10 @@ namespace strata::quant {
 using DequantizeFn = void (*)(const void* src, float* dst, int64_t n);
 using QuantizeFn = void (*)(const float* src, void* dst, int64_t n);
 using DotFn = float (*)(const void* weight_row, const void* activation, int64_t n);
+// One weight row against n_acts activation rows (row t at activations + t·act_stride bytes):
+// out[t·out_stride] = the DotFn of the same type on (weight_row, row t), bitwise.
+using DotManyFn = void (*)(const void* weight_row, const void* activations, size_t act_stride,
+                           int64_t n_acts, int64_t n, float* out, size_t out_stride);
 
 namespace scalar {
 void dequantize_f32(const void* src, float* dst, int64_t n);
@@ -39,16 +44,16 @@ void quantize_q2_K(const float* src, void* dst, int64_t n);
 void quantize_q4_K(const float* src, void* dst, int64_t n);
 void quantize_q6_K(const float* src, void* dst, int64_t n);
 void quantize_iq2_xs(const float* src, void* dst, int64_t n);  // no imatrix: lower quality
-void quantize_q8_K(const float* src, void* dst, int64_t n);   // activation only
+void quantize_q8_K(const float* src, void* dst, int64_t n);    // activation only
 
-float dot_f32(const void* w, const void* a, int64_t n);   // a: f32
-float dot_f16(const void* w, const void* a, int64_t n);   // a: f32
-float dot_bf16(const void* w, const void* a, int64_t n);  // a: f32
-float dot_q8_0(const void* w, const void* a, int64_t n);  // a: Q8_0
-float dot_q4_0(const void* w, const void* a, int64_t n);  // a: Q8_0
-float dot_q2_K(const void* w, const void* a, int64_t n);  // a: Q8_K
-float dot_q4_K(const void* w, const void* a, int64_t n);  // a: Q8_K
-float dot_q6_K(const void* w, const void* a, int64_t n);  // a: Q8_K
+float dot_f32(const void* w, const void* a, int64_t n);     // a: f32
+float dot_f16(const void* w, const void* a, int64_t n);     // a: f32
+float dot_bf16(const void* w, const void* a, int64_t n);    // a: f32
+float dot_q8_0(const void* w, const void* a, int64_t n);    // a: Q8_0
+float dot_q4_0(const void* w, const void* a, int64_t n);    // a: Q8_0
+float dot_q2_K(const void* w, const void* a, int64_t n);    // a: Q8_K
+float dot_q4_K(const void* w, const void* a, int64_t n);    // a: Q8_K
+float dot_q6_K(const void* w, const void* a, int64_t n);    // a: Q8_K
 float dot_iq2_xs(const void* w, const void* a, int64_t n);  // a: Q8_K
 }  // namespace scalar
 
@@ -83,6 +88,10 @@ namespace avx512 {
 float dot_q4_0(const void* w, const void* a, int64_t n);
 float dot_q4_K(const void* w, const void* a, int64_t n);
 float dot_iq2_xs(const void* w, const void* a, int64_t n);
+// Decodes each weight block once for up to 8 activation rows (more in further passes); every
+// output is bitwise dot_iq2_xs of its activation row (shared per-block code, kernels_test checks).
+void dot_many_iq2_xs(const void* w, const void* a, size_t act_stride, int64_t n_acts, int64_t n,
+                     float* out, size_t out_stride);
 }  // namespace avx512
 
 // Rounds to nearest, ties to even, for |v| ≤ 2^22: adding 1.5·2^23 leaves no fraction bits, so

@@ -2,14 +2,15 @@
 // dispatch, which picks kernels once per process: AVX2 when the CPU has AVX2, FMA, F16C and BMI1
 // (every AVX2 CPU has them; the IQ2_XS kernel uses BMI1's bextr), and on top of that the AVX-512
 // dot kernels (Q4_0, Q4_K, IQ2_XS) when it also has AVX-512 F/BW/VL/VBMI/VNNI/BITALG (Ice Lake,
-// Zen 4 and later). STRATA_QUANT_MAX=scalar|avx2|avx512 caps the level (read once; for tests and A/B
-// measurements); STRATA_QUANT_SCALAR=1 is the older spelling of STRATA_QUANT_MAX=scalar.
+// Zen 4 and later). STRATA_QUANT_MAX=scalar|avx2|avx512 caps the level (read once; for tests and
+// A/B measurements); STRATA_QUANT_SCALAR=1 is the older spelling of STRATA_QUANT_MAX=scalar.
 #include "quant/quant.h"
 
 #include <cpuid.h>
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
@@ -24,6 +25,7 @@ struct TypeKernels {
   QuantizeFn quantize = nullptr;
   QuantizeFn quantize_activation = nullptr;
   DotFn dot = nullptr;
+  DotManyFn dot_many = nullptr;  // null: dot_many calls `dot` once per activation
 };
 
 constexpr size_t kMaxTypeId = 40;
@@ -36,24 +38,24 @@ void copy_activation_f32(const float* src, void* dst, int64_t n) {
 KernelArray scalar_kernels() {
   KernelArray k{};
   auto set = [&](GgmlType type, TypeKernels kernels) { k[size_t(type)] = kernels; };
-  set(GgmlType::F32, {scalar::dequantize_f32, scalar::quantize_f32, copy_activation_f32,
-                      scalar::dot_f32});
-  set(GgmlType::F16, {scalar::dequantize_f16, scalar::quantize_f16, copy_activation_f32,
-                      scalar::dot_f16});
-  set(GgmlType::BF16, {scalar::dequantize_bf16, scalar::quantize_bf16, copy_activation_f32,
-                       scalar::dot_bf16});
-  set(GgmlType::Q8_0, {scalar::dequantize_q8_0, scalar::quantize_q8_0, scalar::quantize_q8_0,
-                       scalar::dot_q8_0});
-  set(GgmlType::Q4_0, {scalar::dequantize_q4_0, scalar::quantize_q4_0, scalar::quantize_q8_0,
-                       scalar::dot_q4_0});
-  set(GgmlType::Q2_K, {scalar::dequantize_q2_K, scalar::quantize_q2_K, scalar::quantize_q8_K,
-                       scalar::dot_q2_K});
-  set(GgmlType::Q4_K, {scalar::dequantize_q4_K, scalar::quantize_q4_K, scalar::quantize_q8_K,
-                       scalar::dot_q4_K});
-  set(GgmlType::Q6_K, {scalar::dequantize_q6_K, scalar::quantize_q6_K, scalar::quantize_q8_K,
-                       scalar::dot_q6_K});
-  set(GgmlType::IQ2_XS, {scalar::dequantize_iq2_xs, scalar::quantize_iq2_xs,
-                         scalar::quantize_q8_K, scalar::dot_iq2_xs});
+  set(GgmlType::F32,
+      {scalar::dequantize_f32, scalar::quantize_f32, copy_activation_f32, scalar::dot_f32});
+  set(GgmlType::F16,
+      {scalar::dequantize_f16, scalar::quantize_f16, copy_activation_f32, scalar::dot_f16});
+  set(GgmlType::BF16,
+      {scalar::dequantize_bf16, scalar::quantize_bf16, copy_activation_f32, scalar::dot_bf16});
+  set(GgmlType::Q8_0,
+      {scalar::dequantize_q8_0, scalar::quantize_q8_0, scalar::quantize_q8_0, scalar::dot_q8_0});
+  set(GgmlType::Q4_0,
+      {scalar::dequantize_q4_0, scalar::quantize_q4_0, scalar::quantize_q8_0, scalar::dot_q4_0});
+  set(GgmlType::Q2_K,
+      {scalar::dequantize_q2_K, scalar::quantize_q2_K, scalar::quantize_q8_K, scalar::dot_q2_K});
+  set(GgmlType::Q4_K,
+      {scalar::dequantize_q4_K, scalar::quantize_q4_K, scalar::quantize_q8_K, scalar::dot_q4_K});
+  set(GgmlType::Q6_K,
+      {scalar::dequantize_q6_K, scalar::quantize_q6_K, scalar::quantize_q8_K, scalar::dot_q6_K});
+  set(GgmlType::IQ2_XS, {scalar::dequantize_iq2_xs, scalar::quantize_iq2_xs, scalar::quantize_q8_K,
+                         scalar::dot_iq2_xs});
   return k;
 }
 
@@ -104,6 +106,7 @@ KernelArray fast_kernels(KernelLevel level) {
   k[size_t(GgmlType::Q4_0)].dot = avx512::dot_q4_0;
   k[size_t(GgmlType::Q4_K)].dot = avx512::dot_q4_K;
   k[size_t(GgmlType::IQ2_XS)].dot = avx512::dot_iq2_xs;
+  k[size_t(GgmlType::IQ2_XS)].dot_many = avx512::dot_many_iq2_xs;
   return k;
 }
 
@@ -130,9 +133,10 @@ std::string_view printable_name(GgmlType type) {
 const TypeKernels& kernels_for(const KernelArray& table, GgmlType type, const char* operation) {
   const auto id = static_cast<uint32_t>(type);
   if (id >= kMaxTypeId || table[id].dot == nullptr) {
-    fail("quant::{}: type {} (id {}) has no kernels; expected one of f32, f16, bf16, q8_0, q4_0, "
-         "q2_K, q4_K, q6_K, iq2_xs",
-         operation, printable_name(type), id);
+    fail(
+        "quant::{}: type {} (id {}) has no kernels; expected one of f32, f16, bf16, q8_0, q4_0, "
+        "q2_K, q4_K, q6_K, iq2_xs",
+        operation, printable_name(type), id);
   }
   return table[id];
 }
@@ -230,6 +234,22 @@ float dot(GgmlType weight_type, const void* weight_row, const void* activation, 
   const TypeKernels& k = kernels_for(fast_table(), weight_type, "dot");
   check_length(weight_type, n, "dot");
   return k.dot(weight_row, activation, n);
+}
+
+void dot_many(GgmlType weight_type, const void* weight_row, const void* activations,
+              size_t activation_stride, int64_t n_activations, int64_t n, float* out,
+              size_t out_stride) {
+  const TypeKernels& k = kernels_for(fast_table(), weight_type, "dot_many");
+  check_length(weight_type, n, "dot_many");
+  if (n_activations <= 0) return;
+  if (k.dot_many != nullptr) {
+    k.dot_many(weight_row, activations, activation_stride, n_activations, n, out, out_stride);
+    return;
+  }
+  const auto* activation = static_cast<const std::byte*>(activations);
+  for (int64_t t = 0; t < n_activations; ++t) {
+    out[size_t(t) * out_stride] = k.dot(weight_row, activation + size_t(t) * activation_stride, n);
+  }
 }
 
 DotKernel dot_kernel(GgmlType weight_type) {

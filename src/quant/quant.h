@@ -49,6 +49,15 @@ void quantize_activation(GgmlType weight_type, const float* src, void* dst, int6
 // Σ_i w[i]·x[i] over n elements; `activation` is in activation_type(weight_type).
 float dot(GgmlType weight_type, const void* weight_row, const void* activation, int64_t n);
 
+// Dots of one weight row with n_activations activation rows: activation t starts
+// t·activation_stride bytes after `activations` (each 4-byte aligned), and
+// out[t·out_stride] = dot(weight_type, weight_row, activation t, n) bitwise, for every t and every
+// n_activations (what compute::matmul's window identity rests on). IQ2_XS under AVX-512 decodes
+// each weight block once for up to 8 activations; other types call the dot kernel per activation.
+void dot_many(GgmlType weight_type, const void* weight_row, const void* activations,
+              size_t activation_stride, int64_t n_activations, int64_t n, float* out,
+              size_t out_stride);
+
 // The dispatched dot kernel of `weight_type`, for hot loops that call it once per row: same
 // result as dot(), minus the per-call type and length checks (n must be a block multiple).
 using DotKernel = float (*)(const void* weight_row, const void* activation, int64_t n);

@@ -26,8 +26,8 @@ std::vector<GgmlType> types_with_kernels() {
 
 // n_out rows of n_in weights of `type`, each row `row_stride` bytes (padding filled with 0xAB so a
 // kernel reading past a row would change results).
-std::vector<std::byte> random_weights(GgmlType type, int64_t n_in, int64_t n_out,
-                                      size_t row_stride, std::mt19937& rng) {
+std::vector<std::byte> random_weights(GgmlType type, int64_t n_in, int64_t n_out, size_t row_stride,
+                                      std::mt19937& rng) {
   const size_t row_size = row_bytes(type, n_in);
   std::vector<std::byte> data(row_stride * size_t(n_out), std::byte{0xAB});
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -73,11 +73,10 @@ std::vector<float> expected_by_direct_dots(const WeightMatrix& w, const float* x
 
 TEST(Matmul, KernelTypesIncludeTheNineFormats) {
   const std::vector<GgmlType> types = types_with_kernels();
-  for (GgmlType expected : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
-                            GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q2_K,
-                            GgmlType::IQ2_XS}) {
-    EXPECT_NE(std::find(types.begin(), types.end(), expected), types.end())
-        << type_name(expected);
+  for (GgmlType expected :
+       {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+        GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::IQ2_XS}) {
+    EXPECT_NE(std::find(types.begin(), types.end(), expected), types.end()) << type_name(expected);
   }
 }
 
@@ -152,8 +151,8 @@ TEST(Matmul, WindowIdentityIsBitwiseForEverySizeAndThreadCount) {
               const float got = y[size_t(t * n_out + o)];
               const float want = expected[size_t((first_row + t) * n_out + o)];
               ASSERT_EQ(f32_to_bits(got), f32_to_bits(want))
-                  << type_name(type) << " threads " << n_threads << " n_rows " << n_rows
-                  << " row " << first_row + t << " o " << o;
+                  << type_name(type) << " threads " << n_threads << " n_rows " << n_rows << " row "
+                  << first_row + t << " o " << o;
             }
           }
         }
@@ -171,7 +170,7 @@ TEST(Matmul, WindowLargerThanOneRowTileKeepsIdentity) {
   const int64_t n_rows = 70;
   const std::vector<float> x = random_inputs(n_in * n_rows, rng);
   ThreadPool pool(2);
-  for (GgmlType type : {GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K}) {
+  for (GgmlType type : {GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::IQ2_XS}) {
     const std::vector<std::byte> data =
         random_weights(type, n_in, n_out, row_bytes(type, n_in), rng);
     const WeightMatrix w = WeightMatrix::dense(type, n_in, n_out, data.data());
@@ -180,6 +179,39 @@ TEST(Matmul, WindowLargerThanOneRowTileKeepsIdentity) {
     matmul(pool, w, x.data(), n_rows, y.data());
     for (size_t i = 0; i < y.size(); ++i) {
       ASSERT_EQ(f32_to_bits(y[i]), f32_to_bits(expected[i])) << type_name(type) << " at " << i;
+    }
+  }
+}
+
+// The windows speculative verify and prefill use (T = 1 .. 9 rows: one pass of the
+// multi-activation kernels and the pass after it), on the flagship's expert width and on a strided
+// view whose rows start at every 2-byte offset: each output equals a matvec of its row alone.
+TEST(Matmul, WindowEqualsOneMatvecPerRow) {
+  std::mt19937 rng(11);
+  const int64_t n_out = 45;
+  ThreadPool pool(2);
+  for (GgmlType type : {GgmlType::IQ2_XS, GgmlType::Q4_K, GgmlType::Q8_0}) {
+    for (int64_t n_in : {int64_t(2560), int64_t(4096)}) {
+      const std::vector<float> x = random_inputs(n_in * 9, rng);
+      const size_t stride = row_bytes(type, n_in) + 2;
+      const std::vector<std::byte> data = random_weights(type, n_in, n_out, stride, rng);
+      const WeightMatrix w{type, n_in, n_out, data.data(), stride};
+      std::vector<float> single(static_cast<size_t>(9 * n_out));
+      for (int64_t t = 0; t < 9; ++t) {
+        matvec(pool, w, x.data() + t * n_in, single.data() + t * n_out);
+      }
+      for (int64_t n_rows = 1; n_rows <= 9; ++n_rows) {
+        std::vector<float> y(static_cast<size_t>(n_rows * n_out));
+        matmul(pool, w, x.data() + (9 - n_rows) * n_in, n_rows, y.data());
+        for (int64_t t = 0; t < n_rows; ++t) {
+          for (int64_t o = 0; o < n_out; ++o) {
+            ASSERT_EQ(f32_to_bits(y[size_t(t * n_out + o)]),
+                      f32_to_bits(single[size_t((9 - n_rows + t) * n_out + o)]))
+                << type_name(type) << " n_in " << n_in << " n_rows " << n_rows << " t " << t
+                << " o " << o;
+          }
+        }
+      }
     }
   }
 }
@@ -196,8 +228,8 @@ TEST(Matmul, StridedViewEqualsDenseAndMatvecEqualsOneRow) {
     const std::vector<std::byte> padded = random_weights(type, n_in, n_out, padded_stride, rng);
     std::vector<std::byte> dense(dense_stride * size_t(n_out));
     for (int64_t o = 0; o < n_out; ++o) {
-      std::memcpy(dense.data() + size_t(o) * dense_stride, padded.data() + size_t(o) * padded_stride,
-                  dense_stride);
+      std::memcpy(dense.data() + size_t(o) * dense_stride,
+                  padded.data() + size_t(o) * padded_stride, dense_stride);
     }
     const WeightMatrix strided{type, n_in, n_out, padded.data(), padded_stride};
     const WeightMatrix packed = WeightMatrix::dense(type, n_in, n_out, dense.data());
@@ -245,9 +277,11 @@ TEST(Matmul, NestedInsidePoolTaskUsesThatThreadsScratch) {
   std::vector<std::vector<std::byte>> datas;
   std::vector<WeightMatrix> matrices;
   for (int64_t m = 0; m < n_matrices; ++m) {
-    datas.push_back(random_weights(GgmlType::Q2_K, n_in, n_out, row_bytes(GgmlType::Q2_K, n_in), rng));
+    datas.push_back(
+        random_weights(GgmlType::Q2_K, n_in, n_out, row_bytes(GgmlType::Q2_K, n_in), rng));
   }
-  for (auto& data : datas) matrices.push_back(WeightMatrix::dense(GgmlType::Q2_K, n_in, n_out, data.data()));
+  for (auto& data : datas)
+    matrices.push_back(WeightMatrix::dense(GgmlType::Q2_K, n_in, n_out, data.data()));
   ThreadPool pool(3);
   std::vector<float> y(static_cast<size_t>(n_matrices * 2 * n_out));
   // Like an MoE layer parallel over experts: each task runs a whole matmul inline.
@@ -270,17 +304,17 @@ TEST(Matmul, RejectsBadShapes) {
   std::vector<float> x(512);
   std::vector<float> y(16);
   // n_in not a multiple of the block size.
-  EXPECT_THROW(matmul(pool, WeightMatrix{GgmlType::Q4_K, 100, 1, data.data(), 144}, x.data(), 1,
-                      y.data()),
-               Error);
+  EXPECT_THROW(
+      matmul(pool, WeightMatrix{GgmlType::Q4_K, 100, 1, data.data(), 144}, x.data(), 1, y.data()),
+      Error);
   // Stride smaller than a row.
-  EXPECT_THROW(matmul(pool, WeightMatrix{GgmlType::Q8_0, 64, 2, data.data(), 60}, x.data(), 1,
-                      y.data()),
-               Error);
+  EXPECT_THROW(
+      matmul(pool, WeightMatrix{GgmlType::Q8_0, 64, 2, data.data(), 60}, x.data(), 1, y.data()),
+      Error);
   // A type without kernels.
-  EXPECT_THROW(matmul(pool, WeightMatrix::dense(GgmlType::Q5_K, 256, 1, data.data()), x.data(), 1,
-                      y.data()),
-               Error);
+  EXPECT_THROW(
+      matmul(pool, WeightMatrix::dense(GgmlType::Q5_K, 256, 1, data.data()), x.data(), 1, y.data()),
+      Error);
   // Null data with work to do.
   EXPECT_THROW(matmul(pool, WeightMatrix{GgmlType::F32, 4, 2, nullptr, 16}, x.data(), 1, y.data()),
                Error);

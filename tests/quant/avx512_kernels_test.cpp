@@ -147,6 +147,59 @@ TEST(QuantAvx512, Iq2xsEveryGridPointAndSignPattern) {
   }
 }
 
+// One IQ2_XS row against T activation rows at once must give, for every activation, the bits of
+// the single-activation kernel (and so of the AVX2 one): T = 1 .. 19 covers one pass of up to 8
+// rows and the passes after it; weight rows at even and odd 2-byte offsets, activation rows at
+// several strides, outputs at several strides (the gaps between outputs must stay untouched).
+TEST(QuantAvx512, Iq2xsDotManyIsBitwiseTheSingleDot) {
+  SKIP_WITHOUT_AVX512();
+  constexpr int64_t kMaxActs = 19;
+  for (int64_t n : {int64_t(256), int64_t(768), int64_t(2560), int64_t(4352)}) {
+    const size_t act_bytes = activation_row_bytes(GgmlType::IQ2_XS, n);
+    for (size_t weight_offset : {size_t(0), size_t(2), size_t(6)}) {
+      const std::vector<uint8_t> row =
+          random_row(GgmlType::IQ2_XS, n, uint32_t(n * 31 + weight_offset));
+      std::vector<uint8_t> weights(weight_offset + row.size());
+      std::memcpy(weights.data() + weight_offset, row.data(), row.size());
+      const uint8_t* w = weights.data() + weight_offset;
+      for (size_t act_stride : {act_bytes, act_bytes + 4, act_bytes + 64 - act_bytes % 64}) {
+        std::vector<uint8_t> acts(act_stride * kMaxActs);
+        for (int64_t t = 0; t < kMaxActs; ++t) {
+          std::vector<float> x = gaussian(n, uint32_t(t * 101 + n), std::ldexp(1.0f, int(t % 5)));
+          if (t == 3) {  // exact ±127 quants: the largest products
+            for (int64_t i = 0; i < n; ++i) x[size_t(i)] = (i * 5 % 3 == 0) ? -1.0f : 1.0f;
+          }
+          const testing::Activation act = make_activation(GgmlType::IQ2_XS, x);
+          std::memcpy(acts.data() + size_t(t) * act_stride, act.bytes.data(), act_bytes);
+        }
+        std::vector<float> single(kMaxActs);
+        for (int64_t t = 0; t < kMaxActs; ++t) {
+          single[size_t(t)] = avx512::dot_iq2_xs(w, acts.data() + size_t(t) * act_stride, n);
+          ASSERT_EQ(f32_to_bits(single[size_t(t)]),
+                    f32_to_bits(avx2::dot_iq2_xs(w, acts.data() + size_t(t) * act_stride, n)));
+        }
+        for (size_t out_stride : {size_t(1), size_t(3)}) {
+          for (int64_t n_acts = 1; n_acts <= kMaxActs; ++n_acts) {
+            constexpr float kUntouched = -1234.5f;
+            std::vector<float> out(size_t(n_acts) * out_stride, kUntouched);
+            avx512::dot_many_iq2_xs(w, acts.data(), act_stride, n_acts, n, out.data(), out_stride);
+            for (size_t i = 0; i < out.size(); ++i) {
+              const std::string where =
+                  "n=" + std::to_string(n) + " weight_offset=" + std::to_string(weight_offset) +
+                  " act_stride=" + std::to_string(act_stride) +
+                  " out_stride=" + std::to_string(out_stride) +
+                  " n_acts=" + std::to_string(n_acts) + " i=" + std::to_string(i);
+              const float want = i % out_stride == 0 ? single[i / out_stride] : kUntouched;
+              ASSERT_EQ(f32_to_bits(out[i]), f32_to_bits(want))
+                  << where << " got=" << out[i] << " want=" << want;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The level this process should dispatch to, from the CPU and the environment.
 KernelLevel expected_level() {
   KernelLevel level = cpu_has_avx512() ? KernelLevel::Avx512
@@ -183,6 +236,34 @@ TEST(QuantDispatch, DispatchedDotIsTheActiveLevelsKernel) {
     EXPECT_EQ(f32_to_bits(got), f32_to_bits(expected_kernel(row.data(), act.bytes.data(), n)))
         << type_name(kernel.type) << " at level " << kernel_level_name(active_kernel_level());
     EXPECT_EQ(dot_kernel(kernel.type), expected_kernel) << type_name(kernel.type);
+  }
+}
+
+// quant::dot_many is quant::dot per activation, bitwise, for every type at whatever level this
+// process dispatches to (ctest also runs this capped at scalar and avx2).
+TEST(QuantDispatch, DotManyIsBitwiseOneDotPerActivation) {
+  for (uint32_t id = 0; id < 64; ++id) {
+    const TypeTraits* traits = type_traits_or_null(id);
+    if (traits == nullptr || !traits->has_kernels) continue;
+    const GgmlType type = traits->type;
+    const int64_t n = 2560;
+    const std::vector<uint8_t> row = random_row(type, n, id + 40);
+    const size_t act_stride = (activation_row_bytes(type, n) + 63) / 64 * 64;
+    for (int64_t n_acts : {int64_t(1), int64_t(2), int64_t(5), int64_t(8), int64_t(11)}) {
+      std::vector<uint8_t> acts(act_stride * size_t(n_acts));
+      for (int64_t t = 0; t < n_acts; ++t) {
+        const testing::Activation act = make_activation(type, gaussian(n, uint32_t(t + 70)));
+        std::memcpy(acts.data() + size_t(t) * act_stride, act.bytes.data(), act.bytes.size());
+      }
+      std::vector<float> out(static_cast<size_t>(n_acts));
+      dot_many(type, row.data(), acts.data(), act_stride, n_acts, n, out.data(), 1);
+      for (int64_t t = 0; t < n_acts; ++t) {
+        const float want = dot(type, row.data(), acts.data() + size_t(t) * act_stride, n);
+        ASSERT_EQ(f32_to_bits(out[size_t(t)]), f32_to_bits(want))
+            << traits->name << " n_acts=" << n_acts << " t=" << t << " at level "
+            << kernel_level_name(active_kernel_level());
+      }
+    }
   }
 }
 

@@ -8,8 +8,9 @@
 // - Window identity (exact speculative decoding depends on it): every output is computed as
 //     quant::dot(w.type, row o, quantize_activation(w.type, x_t), n_in)
 //   for the one activation row t alone, so y[t, o] is bitwise the same whatever n_rows is, wherever
-//   row t sits in the window, and whatever the thread count. Nothing ever sums across rows or splits
-//   one dot between threads.
+//   row t sits in the window, and whatever the thread count. Nothing ever sums across rows or
+//   splits one dot between threads. (The loop calls quant::dot_many, which decodes a weight row
+//   once for several activation rows and promises exactly those bits.)
 // - Memory traffic: outputs are processed in tiles against all n_rows rows (a tile of weight rows
 //   stays in cache while every activation row passes over it), so each weight byte is read from
 //   DRAM once per call, not once per row. Work is split over outputs between the pool's threads.
