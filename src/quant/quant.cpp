@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "quant/kernels.h"
+#include "quant/kernels_more.h"
 #include "util/error.h"
 
 namespace strata::quant {
@@ -54,6 +55,11 @@ KernelArray scalar_kernels() {
                        scalar::dot_q6_K});
   set(GgmlType::IQ2_XS, {scalar::dequantize_iq2_xs, scalar::quantize_iq2_xs,
                          scalar::quantize_q8_K, scalar::dot_iq2_xs});
+  for (const MoreTypeKernels& more : kMoreTypeKernels) {
+    const bool k_act = more.activation == GgmlType::Q8_K;
+    set(more.type, {more.scalar_dequantize, more.quantize,
+                    k_act ? scalar::quantize_q8_K : scalar::quantize_q8_0, more.scalar_dot});
+  }
   return k;
 }
 
@@ -100,6 +106,11 @@ KernelArray fast_kernels(KernelLevel level) {
   set(GgmlType::Q4_K, avx2::dequantize_q4_K, avx2::quantize_q8_K, avx2::dot_q4_K);
   set(GgmlType::Q6_K, avx2::dequantize_q6_K, avx2::quantize_q8_K, avx2::dot_q6_K);
   set(GgmlType::IQ2_XS, avx2::dequantize_iq2_xs, avx2::quantize_q8_K, avx2::dot_iq2_xs);
+  for (const MoreTypeKernels& more : kMoreTypeKernels) {
+    const bool k_act = more.activation == GgmlType::Q8_K;
+    set(more.type, more.avx2_dequantize, k_act ? avx2::quantize_q8_K : avx2::quantize_q8_0,
+        more.avx2_dot);
+  }
   if (level == KernelLevel::Avx2) return k;
   k[size_t(GgmlType::Q4_0)].dot = avx512::dot_q4_0;
   k[size_t(GgmlType::Q4_K)].dot = avx512::dot_q4_K;
@@ -130,9 +141,10 @@ std::string_view printable_name(GgmlType type) {
 const TypeKernels& kernels_for(const KernelArray& table, GgmlType type, const char* operation) {
   const auto id = static_cast<uint32_t>(type);
   if (id >= kMaxTypeId || table[id].dot == nullptr) {
-    fail("quant::{}: type {} (id {}) has no kernels; expected one of f32, f16, bf16, q8_0, q4_0, "
-         "q2_K, q4_K, q6_K, iq2_xs",
-         operation, printable_name(type), id);
+    fail(
+        "quant::{}: type {} (id {}) has no kernels; expected one of f32, f16, bf16, q8_0, q4_0, "
+        "q2_K, q4_K, q6_K, iq2_xs, q4_1, q5_0, q5_1, iq4_nl, q3_K, q5_K, iq4_xs",
+        operation, printable_name(type), id);
   }
   return table[id];
 }
@@ -199,6 +211,9 @@ GgmlType activation_type(GgmlType weight_type) {
     case GgmlType::IQ2_XS:
       return GgmlType::Q8_K;
     default:
+      for (const MoreTypeKernels& more : kMoreTypeKernels) {
+        if (more.type == weight_type) return more.activation;
+      }
       fail("quant::activation_type: type {} (id {}) has no kernels", printable_name(weight_type),
            static_cast<uint32_t>(weight_type));
   }

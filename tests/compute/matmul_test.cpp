@@ -278,7 +278,7 @@ TEST(Matmul, RejectsBadShapes) {
                       y.data()),
                Error);
   // A type without kernels.
-  EXPECT_THROW(matmul(pool, WeightMatrix::dense(GgmlType::Q5_K, 256, 1, data.data()), x.data(), 1,
+  EXPECT_THROW(matmul(pool, WeightMatrix::dense(GgmlType::TQ2_0, 256, 1, data.data()), x.data(), 1,
                       y.data()),
                Error);
   // Null data with work to do.
