@@ -14,7 +14,7 @@
 //   ".weight" suffix (ssm_a, ssm_dt.bias) stay F32; routed experts (*_exps) use `expert_type` when
 //   given; everything else, token_embd and output included, uses `type`. A block type that does not
 //   divide the row length falls back as llama.cpp's quantizer does (storable_type: Q5_0 for Q4_K,
-//   Q5_1 for Q5_K, IQ4_NL for Q2_K/IQ2_XS, Q8_0 for Q6_K), else Q8_0, else F16.
+//   Q5_1 for Q5_K, Q4_0 for Q2_K, IQ4_NL for IQ2_XS, Q8_0 for Q6_K), else Q8_0, else F16.
 // - Not thread-safe; one conversion per call.
 #pragma once
 

@@ -79,12 +79,17 @@ size_t row_bytes(GgmlType type, int64_t n_elems) {
   return static_cast<size_t>(n_elems / traits.block_elems) * traits.block_bytes;
 }
 
-// llama.cpp's substitute for a type whose block does not divide the row (llama-quant.cpp; table in
-// shared/reference/gguf-and-quants.md §2), or `requested` itself when it has none.
+// llama.cpp's substitute for a type whose block does not divide the row (llama-quant.cpp), or
+// `requested` itself when it has none. shared/reference/gguf-and-quants.md §2 lists IQ4_NL for
+// Q2_K/Q3_K; llama-quant.cpp and the libllama v0.4.0 the parity test drives pick Q4_0 (measured:
+// Q3_K_M of a 64-wide model holds q4_0, tests/llama_cpp/llama_cpp_quantized_parity_test.cpp).
 GgmlType llama_cpp_fallback(GgmlType requested) {
   switch (requested) {
     case GgmlType::Q2_K:
     case GgmlType::Q3_K:
+    case GgmlType::TQ1_0:
+    case GgmlType::TQ2_0:
+      return GgmlType::Q4_0;
     case GgmlType::IQ1_S:
     case GgmlType::IQ1_M:
     case GgmlType::IQ2_XXS:
@@ -100,9 +105,6 @@ GgmlType llama_cpp_fallback(GgmlType requested) {
       return GgmlType::Q5_1;
     case GgmlType::Q6_K:
       return GgmlType::Q8_0;
-    case GgmlType::TQ1_0:
-    case GgmlType::TQ2_0:
-      return GgmlType::Q4_0;
     default:
       return requested;
   }

@@ -67,9 +67,9 @@ TEST(TypePolicy, KeepsNormsRoutersAndVectorsF32AndFallsBackPerRow) {
   EXPECT_EQ(choose_tensor_type("output.weight", {2560, 248320}, GgmlType::Q6_K, {}), GgmlType::Q6_K);
   EXPECT_EQ(choose_tensor_type("blk.0.attn_qkv.weight", {2560, 10240}, GgmlType::F16, {}), GgmlType::F16);
   // --expert-type applies to *_exps only; 640-wide rows cannot hold 256-blocks, so they take
-  // llama.cpp's substitute (reference §2): IQ4_NL for Q2_K, Q5_0 for Q4_K, Q8_0 for Q6_K.
+  // llama.cpp's substitute (llama-quant.cpp): Q4_0 for Q2_K, Q5_0 for Q4_K, Q8_0 for Q6_K.
   EXPECT_EQ(choose_tensor_type("blk.0.ffn_gate_exps.weight", {2560, 640, 512}, q4k, GgmlType::Q2_K), GgmlType::Q2_K);
-  EXPECT_EQ(choose_tensor_type("blk.0.ffn_down_exps.weight", {640, 2560, 512}, q4k, GgmlType::Q2_K), GgmlType::IQ4_NL);
+  EXPECT_EQ(choose_tensor_type("blk.0.ffn_down_exps.weight", {640, 2560, 512}, q4k, GgmlType::Q2_K), GgmlType::Q4_0);
   EXPECT_EQ(choose_tensor_type("blk.0.ffn_down_shexp.weight", {640, 2560}, q4k, GgmlType::Q2_K), GgmlType::Q5_0);
   EXPECT_EQ(choose_tensor_type("blk.0.hc_attn_up.weight", {320, 10240}, GgmlType::Q6_K, {}), GgmlType::Q8_0);
   EXPECT_EQ(choose_tensor_type("per_layer_token_embd.weight", {160, 320001536}, q4k, {}), GgmlType::Q5_0);

@@ -225,18 +225,21 @@ TEST(QuantMoreQuantize, QuantizedDotTracksFloatDot) {
   }
 }
 
-// Rows a requested block does not divide take llama.cpp's substitute (reference §2), now that
+// Rows a requested block does not divide take llama.cpp's substitute (llama-quant.cpp), now that
 // strata has kernels for it; Q8_0 and F16 remain the last resorts.
 TEST(QuantMoreStorableType, FollowsLlamaCppFallbacks) {
   EXPECT_EQ(storable_type(GgmlType::Q4_K, 512), GgmlType::Q4_K);
   EXPECT_EQ(storable_type(GgmlType::Q4_K, 640), GgmlType::Q5_0);
   EXPECT_EQ(storable_type(GgmlType::Q5_K, 640), GgmlType::Q5_1);
   EXPECT_EQ(storable_type(GgmlType::Q6_K, 640), GgmlType::Q8_0);
-  for (GgmlType type : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_XS, GgmlType::IQ2_XS,
-                        GgmlType::IQ1_S, GgmlType::IQ3_XXS}) {
+  for (GgmlType type : {GgmlType::IQ4_XS, GgmlType::IQ2_XS, GgmlType::IQ1_S, GgmlType::IQ3_XXS}) {
     EXPECT_EQ(storable_type(type, 64), GgmlType::IQ4_NL) << type_name(type);
   }
-  EXPECT_EQ(storable_type(GgmlType::TQ1_0, 160), GgmlType::Q4_0);
+  // llama-quant.cpp (and libllama v0.4.0, measured) use Q4_0 here, not the IQ4_NL of the
+  // reference's §2 table.
+  for (GgmlType type : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::TQ1_0}) {
+    EXPECT_EQ(storable_type(type, 160), GgmlType::Q4_0) << type_name(type);
+  }
   // Nothing with 32-blocks fits 48 or 4 columns.
   EXPECT_EQ(storable_type(GgmlType::Q4_K, 48), GgmlType::F16);
   EXPECT_EQ(storable_type(GgmlType::Q4_0, 48), GgmlType::F16);
