@@ -13,8 +13,8 @@
 //   "*_norm.weight", routers (ffn_gate_inp, ffn_gate_inp_shexp), ssm_conv1d and names without a
 //   ".weight" suffix (ssm_a, ssm_dt.bias) stay F32; routed experts (*_exps) use `expert_type` when
 //   given; everything else, token_embd and output included, uses `type`. A block type that does not
-//   divide the row length falls back to Q8_0, else F16 (storable_type; llama.cpp would pick Q5_0 /
-//   IQ4_NL, which strata has no kernels for).
+//   divide the row length falls back as llama.cpp's quantizer does (storable_type: Q5_0 for Q4_K,
+//   Q5_1 for Q5_K, Q4_0 for Q2_K, IQ4_NL for IQ2_XS, Q8_0 for Q6_K), else Q8_0, else F16.
 // - Not thread-safe; one conversion per call.
 #pragma once
 

@@ -107,4 +107,73 @@ inline void pack_q4_K_scales(const uint8_t scales[8], const uint8_t mins[8], uin
   }
 }
 
+// Blocks of the llama-quantize mix types (Q4_1, Q5_0, Q5_1, IQ4_NL; Q3_K, Q5_K, IQ4_XS); kernels in
+// kernels_more.h. Layouts: shared/reference/gguf-and-quants.md §4 and ggml-common.h.
+struct BlockQ4_1 {
+  uint16_t d;
+  uint16_t m;      // y = d·q + m
+  uint8_t qs[16];  // as Q4_0
+};
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];   // bit j (little-endian u32): 5th bit of element j
+  uint8_t qs[16];  // low 4 bits, as Q4_0; y = d·(q − 16)
+};
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[16];  // y = d·q + m, q 5-bit as Q5_0
+};
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[16];  // nibbles index kIq4nlValues, placed as Q4_0's
+};
+struct BlockQ3_K {
+  uint8_t hmask[32];   // 3rd bit of each quant (set: no −4)
+  uint8_t qs[64];      // low 2 bits, placed as Q2_K's
+  uint8_t scales[12];  // sixteen 6-bit scales (biased by 32), packed (see q3_K_scale)
+  uint16_t d;
+};
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];  // as Q4_K
+  uint8_t qh[32];      // 5th bits: bit 2c (low nibbles) and 2c+1 (high) of chunk c
+  uint8_t qs[128];     // low 4 bits, placed as Q4_K's
+};
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;    // top 2 bits of the eight 6-bit sub-block scales
+  uint8_t scales_l[4];  // low 4 bits, two per byte
+  uint8_t qs[128];      // 16 bytes per 32-weight sub-block, nibbles placed as IQ4_NL's
+};
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockQ3_K) == 110);
+static_assert(sizeof(BlockQ5_K) == 176);
+static_assert(sizeof(BlockIQ4_XS) == 136);
+
+// Q3_K's 6-bit scale k (k < 16), still biased by 32: low nibble from byte k (k < 8, bits 0-3) or
+// byte k − 8 (bits 4-7), top two bits from byte 8 + k % 4 at bit 2·(k / 4).
+[[gnu::always_inline]] inline int q3_K_scale(const uint8_t packed[12], int k) {
+  const int low = k < 8 ? (packed[k] & 15) : (packed[k - 8] >> 4);
+  const int high = (packed[8 + k % 4] >> (2 * (k / 4))) & 3;
+  return low | (high << 4);
+}
+
+// IQ4_XS's 6-bit scale of sub-block ib (ib < 8), biased by 32.
+[[gnu::always_inline]] inline int iq4_xs_scale(const BlockIQ4_XS& block, int ib) {
+  const int low = (block.scales_l[ib / 2] >> (4 * (ib % 2))) & 15;
+  const int high = (block.scales_h >> (2 * ib)) & 3;
+  return low | (high << 4);
+}
+
+// IQ4_NL / IQ4_XS codebook: kvalues_iq4nl from ggml-common.h (ggml-org/ggml, MIT licence). It is
+// part of the format: a nibble n decodes to d·kIq4nlValues[n].
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
 }  // namespace strata::quant

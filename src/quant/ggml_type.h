@@ -69,8 +69,12 @@ std::optional<GgmlType> type_from_name(std::string_view name);
 size_t row_bytes(GgmlType type, int64_t n_elems);
 
 // The type a quantizer should store rows of `row_elems` weights in when `requested` was asked
-// for: `requested` when its block size divides the row, else Q8_0 (32-element blocks; llama.cpp
-// would pick Q5_0/IQ4_NL, which strata has no kernels for), else F16.
+// for: `requested` when its block size divides the row, else llama.cpp's substitute
+// (llama_cpp_fallback: IQ4_NL for IQ4_XS and the IQ1-3 types, Q4_0 for Q2_K/Q3_K/TQ1_0/TQ2_0,
+// Q5_0 for Q4_K, Q5_1 for Q5_K, Q8_0 for Q6_K) when strata has kernels for it and it divides the
+// row, else Q8_0, else F16 (llama.cpp goes straight to F16; Q8_0 differs only for types without
+// a substitute, whose 32-blocks then do not divide either).
+GgmlType llama_cpp_fallback(GgmlType requested);
 GgmlType storable_type(GgmlType requested, int64_t row_elems);
 
 }  // namespace strata

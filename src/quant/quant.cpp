@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "quant/kernels.h"
+#include "quant/kernels_more.h"
 #include "util/error.h"
 
 namespace strata::quant {
@@ -38,24 +39,29 @@ void copy_activation_f32(const float* src, void* dst, int64_t n) {
 KernelArray scalar_kernels() {
   KernelArray k{};
   auto set = [&](GgmlType type, TypeKernels kernels) { k[size_t(type)] = kernels; };
-  set(GgmlType::F32,
-      {scalar::dequantize_f32, scalar::quantize_f32, copy_activation_f32, scalar::dot_f32});
-  set(GgmlType::F16,
-      {scalar::dequantize_f16, scalar::quantize_f16, copy_activation_f32, scalar::dot_f16});
-  set(GgmlType::BF16,
-      {scalar::dequantize_bf16, scalar::quantize_bf16, copy_activation_f32, scalar::dot_bf16});
-  set(GgmlType::Q8_0,
-      {scalar::dequantize_q8_0, scalar::quantize_q8_0, scalar::quantize_q8_0, scalar::dot_q8_0});
-  set(GgmlType::Q4_0,
-      {scalar::dequantize_q4_0, scalar::quantize_q4_0, scalar::quantize_q8_0, scalar::dot_q4_0});
-  set(GgmlType::Q2_K,
-      {scalar::dequantize_q2_K, scalar::quantize_q2_K, scalar::quantize_q8_K, scalar::dot_q2_K});
-  set(GgmlType::Q4_K,
-      {scalar::dequantize_q4_K, scalar::quantize_q4_K, scalar::quantize_q8_K, scalar::dot_q4_K});
-  set(GgmlType::Q6_K,
-      {scalar::dequantize_q6_K, scalar::quantize_q6_K, scalar::quantize_q8_K, scalar::dot_q6_K});
-  set(GgmlType::IQ2_XS, {scalar::dequantize_iq2_xs, scalar::quantize_iq2_xs, scalar::quantize_q8_K,
-                         scalar::dot_iq2_xs});
+  set(GgmlType::F32, {scalar::dequantize_f32, scalar::quantize_f32, copy_activation_f32,
+                      scalar::dot_f32});
+  set(GgmlType::F16, {scalar::dequantize_f16, scalar::quantize_f16, copy_activation_f32,
+                      scalar::dot_f16});
+  set(GgmlType::BF16, {scalar::dequantize_bf16, scalar::quantize_bf16, copy_activation_f32,
+                       scalar::dot_bf16});
+  set(GgmlType::Q8_0, {scalar::dequantize_q8_0, scalar::quantize_q8_0, scalar::quantize_q8_0,
+                       scalar::dot_q8_0});
+  set(GgmlType::Q4_0, {scalar::dequantize_q4_0, scalar::quantize_q4_0, scalar::quantize_q8_0,
+                       scalar::dot_q4_0});
+  set(GgmlType::Q2_K, {scalar::dequantize_q2_K, scalar::quantize_q2_K, scalar::quantize_q8_K,
+                       scalar::dot_q2_K});
+  set(GgmlType::Q4_K, {scalar::dequantize_q4_K, scalar::quantize_q4_K, scalar::quantize_q8_K,
+                       scalar::dot_q4_K});
+  set(GgmlType::Q6_K, {scalar::dequantize_q6_K, scalar::quantize_q6_K, scalar::quantize_q8_K,
+                       scalar::dot_q6_K});
+  set(GgmlType::IQ2_XS, {scalar::dequantize_iq2_xs, scalar::quantize_iq2_xs,
+                         scalar::quantize_q8_K, scalar::dot_iq2_xs});
+  for (const MoreTypeKernels& more : kMoreTypeKernels) {
+    const bool k_act = more.activation == GgmlType::Q8_K;
+    set(more.type, {more.scalar_dequantize, more.quantize,
+                    k_act ? scalar::quantize_q8_K : scalar::quantize_q8_0, more.scalar_dot});
+  }
   return k;
 }
 
@@ -102,6 +108,11 @@ KernelArray fast_kernels(KernelLevel level) {
   set(GgmlType::Q4_K, avx2::dequantize_q4_K, avx2::quantize_q8_K, avx2::dot_q4_K);
   set(GgmlType::Q6_K, avx2::dequantize_q6_K, avx2::quantize_q8_K, avx2::dot_q6_K);
   set(GgmlType::IQ2_XS, avx2::dequantize_iq2_xs, avx2::quantize_q8_K, avx2::dot_iq2_xs);
+  for (const MoreTypeKernels& more : kMoreTypeKernels) {
+    const bool k_act = more.activation == GgmlType::Q8_K;
+    set(more.type, more.avx2_dequantize, k_act ? avx2::quantize_q8_K : avx2::quantize_q8_0,
+        more.avx2_dot);
+  }
   if (level == KernelLevel::Avx2) return k;
   k[size_t(GgmlType::Q4_0)].dot = avx512::dot_q4_0;
   k[size_t(GgmlType::Q4_K)].dot = avx512::dot_q4_K;
@@ -135,7 +146,7 @@ const TypeKernels& kernels_for(const KernelArray& table, GgmlType type, const ch
   if (id >= kMaxTypeId || table[id].dot == nullptr) {
     fail(
         "quant::{}: type {} (id {}) has no kernels; expected one of f32, f16, bf16, q8_0, q4_0, "
-        "q2_K, q4_K, q6_K, iq2_xs",
+        "q2_K, q4_K, q6_K, iq2_xs, q4_1, q5_0, q5_1, iq4_nl, q3_K, q5_K, iq4_xs",
         operation, printable_name(type), id);
   }
   return table[id];
@@ -203,6 +214,9 @@ GgmlType activation_type(GgmlType weight_type) {
     case GgmlType::IQ2_XS:
       return GgmlType::Q8_K;
     default:
+      for (const MoreTypeKernels& more : kMoreTypeKernels) {
+        if (more.type == weight_type) return more.activation;
+      }
       fail("quant::activation_type: type {} (id {}) has no kernels", printable_name(weight_type),
            static_cast<uint32_t>(weight_type));
   }

@@ -1,5 +1,6 @@
 // Block quantization formats: dequantize, quantize and dot products for the types with kernels
-// (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q2_K, IQ2_XS).
+// (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q2_K, IQ2_XS; and Q4_1, Q5_0, Q5_1, IQ4_NL with Q8_0
+// activations, Q3_K, Q5_K, IQ4_XS with Q8_K activations: quant/kernels_more.h).
 //
 // Contract
 // - A "row" is n weights of one type, n a multiple of the type's block size (caller checks).

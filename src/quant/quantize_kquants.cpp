@@ -1,5 +1,5 @@
-// Reference quantizers of the K-quants (Q2_K, Q4_K, Q6_K). The byte formats are ggml's; the
-// search is re-derived here:
+// Reference quantizers of the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K). The byte formats are ggml's;
+// the search is re-derived here:
 // - Each sub-block gets its own (scale, offset) or scale by a weighted least-squares fit: for a
 //   grid of candidate step sizes the values are rounded, then the best (scale, offset) for those
 //   integer levels is solved in closed form; the candidate with the smallest weighted squared
@@ -13,6 +13,7 @@
 
 #include "quant/blocks.h"
 #include "quant/kernels.h"
+#include "quant/kernels_more.h"
 #include "util/fp16.h"
 
 namespace strata::quant::scalar {
@@ -262,6 +263,113 @@ void quantize_q6_K(const float* src, void* dst, int64_t n) {
         block.ql[64 * half + 32 + l] = uint8_t((q[32] & 15) | ((q[96] & 15) << 4));
         block.qh[32 * half + l] =
             uint8_t((q[0] >> 4) | ((q[32] >> 4) << 2) | ((q[64] >> 4) << 4) | ((q[96] >> 4) << 6));
+      }
+    }
+  }
+}
+
+// Q5_K: Q4_K's search with 32 levels; the 5th bit of element 64·c + 32·u + l goes to bit 2c + u
+// of qh[l].
+void quantize_q5_K(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ5_K*>(dst);
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const float* x = src + b * kBlockK;
+    BlockQ5_K& block = blocks[b];
+    uint8_t levels[kBlockK];
+    float scales[8];
+    float offsets[8];
+    for (int sub = 0; sub < 8; ++sub) {
+      const float* xs = x + 32 * sub;
+      float sum_sq = 0.0f;
+      for (int l = 0; l < 32; ++l) sum_sq += xs[l] * xs[l];
+      const float rms = std::sqrt(sum_sq / 32.0f);
+      float weight[32];
+      for (int l = 0; l < 32; ++l) weight[l] = rms + std::fabs(xs[l]);
+      const AffineFit fit = fit_affine(xs, weight, 32, 31, -0.5f, 0.1f, 15, levels + 32 * sub);
+      scales[sub] = fit.scale;
+      offsets[sub] = fit.offset;
+    }
+    const float max_scale = *std::max_element(scales, scales + 8);
+    const float max_offset = *std::max_element(offsets, offsets + 8);
+    const float inverse_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+    const float inverse_offset = max_offset > 0.0f ? 63.0f / max_offset : 0.0f;
+    uint8_t scale_codes[8];
+    uint8_t min_codes[8];
+    for (int sub = 0; sub < 8; ++sub) {
+      scale_codes[sub] = static_cast<uint8_t>(round_clamped(inverse_scale * scales[sub], 0, 63));
+      min_codes[sub] = static_cast<uint8_t>(round_clamped(inverse_offset * offsets[sub], 0, 63));
+    }
+    pack_q4_K_scales(scale_codes, min_codes, block.scales);
+    block.d = f32_to_f16(max_scale / 63.0f);
+    block.dmin = f32_to_f16(max_offset / 63.0f);
+    const float d = f16_to_f32(block.d);
+    const float dmin = f16_to_f32(block.dmin);
+    for (int sub = 0; sub < 8; ++sub) {
+      const float step = d * scale_codes[sub];
+      const float offset = dmin * min_codes[sub];
+      for (int l = 0; l < 32; ++l) {
+        levels[32 * sub + l] =
+            step > 0.0f ? uint8_t(round_clamped((x[32 * sub + l] + offset) / step, 0, 31)) : 0;
+      }
+    }
+    std::fill(block.qh, block.qh + 32, uint8_t{0});
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t low = levels[64 * chunk + l];
+        const uint8_t high = levels[64 * chunk + 32 + l];
+        block.qs[32 * chunk + l] = uint8_t((low & 15) | ((high & 15) << 4));
+        block.qh[l] =
+            uint8_t(block.qh[l] | ((low >> 4) << (2 * chunk)) | ((high >> 4) << (2 * chunk + 1)));
+      }
+    }
+  }
+}
+
+// Q3_K: Q6_K's symmetric search with quants in [−4, 3] per 16 weights; the sub-block scale of
+// largest magnitude maps to −32 of the 6-bit signed scales (stored +32).
+void quantize_q3_K(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ3_K*>(dst);
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const float* x = src + b * kBlockK;
+    BlockQ3_K& block = blocks[b];
+    float scales[16];
+    float extreme_scale = 0.0f;
+    for (int sub = 0; sub < 16; ++sub) {
+      scales[sub] = fit_symmetric(x + 16 * sub, 16, 4);
+      if (std::fabs(scales[sub]) > std::fabs(extreme_scale)) extreme_scale = scales[sub];
+    }
+    const float inverse = extreme_scale != 0.0f ? -32.0f / extreme_scale : 0.0f;
+    int codes[16];
+    std::fill(block.scales, block.scales + 12, uint8_t{0});
+    for (int sub = 0; sub < 16; ++sub) {
+      codes[sub] = round_clamped(inverse * scales[sub], -32, 31);
+      const int stored = codes[sub] + 32;
+      if (sub < 8) {
+        block.scales[sub] = uint8_t(block.scales[sub] | (stored & 15));
+      } else {
+        block.scales[sub - 8] = uint8_t(block.scales[sub - 8] | ((stored & 15) << 4));
+      }
+      block.scales[8 + sub % 4] =
+          uint8_t(block.scales[8 + sub % 4] | ((stored >> 4) << (2 * (sub / 4))));
+    }
+    block.d = f32_to_f16(inverse != 0.0f ? 1.0f / inverse : 0.0f);
+    const float d = f16_to_f32(block.d);
+    std::fill(block.qs, block.qs + 64, uint8_t{0});
+    std::fill(block.hmask, block.hmask + 32, uint8_t{0});
+    for (int half = 0; half < 2; ++half) {
+      for (int step = 0; step < 4; ++step) {
+        for (int part = 0; part < 2; ++part) {
+          const int sub = 8 * half + 2 * step + part;
+          const float scale = d * float(codes[sub]);
+          for (int l = 0; l < 16; ++l) {
+            const int q = scale != 0.0f ? round_clamped(x[16 * sub + l] / scale, -4, 3) : 0;
+            const int level = q + 4;  // 0..7: 2 low bits in qs, bit 2 in hmask
+            block.qs[32 * half + 16 * part + l] =
+                uint8_t(block.qs[32 * half + 16 * part + l] | ((level & 3) << (2 * step)));
+            block.hmask[16 * part + l] =
+                uint8_t(block.hmask[16 * part + l] | ((level >> 2) << (4 * half + step)));
+          }
+        }
       }
     }
   }

@@ -312,9 +312,9 @@ TEST(Matmul, RejectsBadShapes) {
       matmul(pool, WeightMatrix{GgmlType::Q8_0, 64, 2, data.data(), 60}, x.data(), 1, y.data()),
       Error);
   // A type without kernels.
-  EXPECT_THROW(
-      matmul(pool, WeightMatrix::dense(GgmlType::Q5_K, 256, 1, data.data()), x.data(), 1, y.data()),
-      Error);
+  EXPECT_THROW(matmul(pool, WeightMatrix::dense(GgmlType::TQ2_0, 256, 1, data.data()), x.data(), 1,
+                      y.data()),
+               Error);
   // Null data with work to do.
   EXPECT_THROW(matmul(pool, WeightMatrix{GgmlType::F32, 4, 2, nullptr, 16}, x.data(), 1, y.data()),
                Error);

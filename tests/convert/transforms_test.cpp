@@ -66,12 +66,13 @@ TEST(TypePolicy, KeepsNormsRoutersAndVectorsF32AndFallsBackPerRow) {
   EXPECT_EQ(choose_tensor_type("token_embd.weight", {2560, 248320}, q4k, {}), GgmlType::Q4_K);
   EXPECT_EQ(choose_tensor_type("output.weight", {2560, 248320}, GgmlType::Q6_K, {}), GgmlType::Q6_K);
   EXPECT_EQ(choose_tensor_type("blk.0.attn_qkv.weight", {2560, 10240}, GgmlType::F16, {}), GgmlType::F16);
-  // --expert-type applies to *_exps only; 640-wide rows cannot hold 256-blocks: Q8_0 instead.
+  // --expert-type applies to *_exps only; 640-wide rows cannot hold 256-blocks, so they take
+  // llama.cpp's substitute (llama-quant.cpp): Q4_0 for Q2_K, Q5_0 for Q4_K, Q8_0 for Q6_K.
   EXPECT_EQ(choose_tensor_type("blk.0.ffn_gate_exps.weight", {2560, 640, 512}, q4k, GgmlType::Q2_K), GgmlType::Q2_K);
-  EXPECT_EQ(choose_tensor_type("blk.0.ffn_down_exps.weight", {640, 2560, 512}, q4k, GgmlType::Q2_K), GgmlType::Q8_0);
-  EXPECT_EQ(choose_tensor_type("blk.0.ffn_down_shexp.weight", {640, 2560}, q4k, GgmlType::Q2_K), GgmlType::Q8_0);
+  EXPECT_EQ(choose_tensor_type("blk.0.ffn_down_exps.weight", {640, 2560, 512}, q4k, GgmlType::Q2_K), GgmlType::Q4_0);
+  EXPECT_EQ(choose_tensor_type("blk.0.ffn_down_shexp.weight", {640, 2560}, q4k, GgmlType::Q2_K), GgmlType::Q5_0);
   EXPECT_EQ(choose_tensor_type("blk.0.hc_attn_up.weight", {320, 10240}, GgmlType::Q6_K, {}), GgmlType::Q8_0);
-  EXPECT_EQ(choose_tensor_type("per_layer_token_embd.weight", {160, 320001536}, q4k, {}), GgmlType::Q8_0);
+  EXPECT_EQ(choose_tensor_type("per_layer_token_embd.weight", {160, 320001536}, q4k, {}), GgmlType::Q5_0);
   // Neither a 256- nor a 32-block fits 4 columns: F16 (llama.cpp's converter does the same).
   EXPECT_EQ(choose_tensor_type("blk.1.ple_conv1d.weight", {4, 10240}, GgmlType::Q8_0, {}), GgmlType::F16);
 }

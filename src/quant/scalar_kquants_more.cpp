@@ -1,0 +1,165 @@
+// Scalar kernels (the specification) of Q3_K, Q5_K and IQ4_XS, 256 weights per block, written from
+// the block definitions (ggml-common.h; element placement as in dequantize_row_q3_K/q5_K/iq4_xs of
+// ggml-quants.c). Dot products take Q8_K activations.
+#include "quant/blocks.h"
+#include "quant/kernels_more.h"
+#include "util/fp16.h"
+
+namespace strata::quant::scalar {
+namespace {
+
+// The signed quant (−4..3) of element 128·half + 32·step + 16·part + l of a Q3_K block: 2 low
+// bits from qs like Q2_K, minus 4 unless bit (4·half + step) of hmask[16·part + l] is set.
+int q3_K_quant(const BlockQ3_K& block, int half, int step, int part, int l) {
+  const int low = (block.qs[32 * half + 16 * part + l] >> (2 * step)) & 3;
+  const bool high = (block.hmask[16 * part + l] >> (4 * half + step)) & 1;
+  return low - (high ? 0 : 4);
+}
+
+// The 5-bit quant of element 64·chunk + 32·upper + l of a Q5_K block.
+int q5_K_quant(const BlockQ5_K& block, int chunk, int upper, int l) {
+  const uint8_t byte = block.qs[32 * chunk + l];
+  const int low = upper ? (byte >> 4) : (byte & 15);
+  return low | ((block.qh[l] >> (2 * chunk + upper)) & 1) << 4;
+}
+
+// Nibble j (j < 32) of IQ4_XS sub-block ib: placed as IQ4_NL's within 16 bytes.
+int iq4_xs_index(const BlockIQ4_XS& block, int ib, int j) {
+  const uint8_t byte = block.qs[16 * ib + (j % 16)];
+  return j < 16 ? (byte & 15) : (byte >> 4);
+}
+
+}  // namespace
+
+void dequantize_q3_K(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ3_K*>(src);
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ3_K& block = blocks[b];
+    const float d = f16_to_f32(block.d);
+    float* y = dst + b * kBlockK;
+    for (int half = 0; half < 2; ++half) {
+      for (int step = 0; step < 4; ++step) {
+        for (int part = 0; part < 2; ++part) {
+          const int sub = 8 * half + 2 * step + part;
+          const float dl = d * float(q3_K_scale(block.scales, sub) - 32);
+          for (int l = 0; l < 16; ++l) {
+            y[16 * sub + l] = dl * float(q3_K_quant(block, half, step, part, l));
+          }
+        }
+      }
+    }
+  }
+}
+
+void dequantize_q5_K(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ5_K*>(src);
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ5_K& block = blocks[b];
+    const float d = f16_to_f32(block.d);
+    const float dmin = f16_to_f32(block.dmin);
+    uint8_t scales[8];
+    uint8_t mins[8];
+    unpack_q4_K_scales(block.scales, scales, mins);
+    float* y = dst + b * kBlockK;
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      for (int upper = 0; upper < 2; ++upper) {
+        const float dl = d * scales[2 * chunk + upper];
+        const float ml = dmin * mins[2 * chunk + upper];
+        for (int l = 0; l < 32; ++l) {
+          y[64 * chunk + 32 * upper + l] = dl * float(q5_K_quant(block, chunk, upper, l)) - ml;
+        }
+      }
+    }
+  }
+}
+
+void dequantize_iq4_xs(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockIQ4_XS*>(src);
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockIQ4_XS& block = blocks[b];
+    const float d = f16_to_f32(block.d);
+    float* y = dst + b * kBlockK;
+    for (int ib = 0; ib < 8; ++ib) {
+      const float dl = d * float(iq4_xs_scale(block, ib) - 32);
+      for (int j = 0; j < 32; ++j) {
+        y[32 * ib + j] = dl * float(kIq4nlValues[iq4_xs_index(block, ib, j)]);
+      }
+    }
+  }
+}
+
+float dot_q3_K(const void* w, const void* a, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ3_K*>(w);
+  const auto* acts = static_cast<const BlockQ8_K*>(a);
+  double sum = 0.0;
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ3_K& block = blocks[b];
+    const BlockQ8_K& act = acts[b];
+    int64_t scaled = 0;
+    for (int half = 0; half < 2; ++half) {
+      for (int step = 0; step < 4; ++step) {
+        for (int part = 0; part < 2; ++part) {
+          const int sub = 8 * half + 2 * step + part;
+          int isum = 0;
+          for (int l = 0; l < 16; ++l) {
+            isum += q3_K_quant(block, half, step, part, l) * act.qs[16 * sub + l];
+          }
+          scaled += int64_t(q3_K_scale(block.scales, sub) - 32) * isum;
+        }
+      }
+    }
+    sum += double(f16_to_f32(block.d)) * act.d * double(scaled);
+  }
+  return static_cast<float>(sum);
+}
+
+float dot_q5_K(const void* w, const void* a, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ5_K*>(w);
+  const auto* acts = static_cast<const BlockQ8_K*>(a);
+  double sum = 0.0;
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockQ5_K& block = blocks[b];
+    const BlockQ8_K& act = acts[b];
+    uint8_t scales[8];
+    uint8_t mins[8];
+    unpack_q4_K_scales(block.scales, scales, mins);
+    int64_t scaled = 0;
+    int64_t min_sum = 0;
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      for (int upper = 0; upper < 2; ++upper) {
+        const int sub = 2 * chunk + upper;
+        int isum = 0;
+        for (int l = 0; l < 32; ++l) {
+          isum += q5_K_quant(block, chunk, upper, l) * act.qs[32 * sub + l];
+        }
+        scaled += int64_t(scales[sub]) * isum;
+        min_sum += int64_t(mins[sub]) * (act.bsums[2 * sub] + act.bsums[2 * sub + 1]);
+      }
+    }
+    sum += double(f16_to_f32(block.d)) * act.d * double(scaled) -
+           double(f16_to_f32(block.dmin)) * act.d * double(min_sum);
+  }
+  return static_cast<float>(sum);
+}
+
+float dot_iq4_xs(const void* w, const void* a, int64_t n) {
+  const auto* blocks = static_cast<const BlockIQ4_XS*>(w);
+  const auto* acts = static_cast<const BlockQ8_K*>(a);
+  double sum = 0.0;
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const BlockIQ4_XS& block = blocks[b];
+    const BlockQ8_K& act = acts[b];
+    int64_t scaled = 0;
+    for (int ib = 0; ib < 8; ++ib) {
+      int isum = 0;
+      for (int j = 0; j < 32; ++j) {
+        isum += kIq4nlValues[iq4_xs_index(block, ib, j)] * act.qs[32 * ib + j];
+      }
+      scaled += int64_t(iq4_xs_scale(block, ib) - 32) * isum;
+    }
+    sum += double(f16_to_f32(block.d)) * act.d * double(scaled);
+  }
+  return static_cast<float>(sum);
+}
+
+}  // namespace strata::quant::scalar
