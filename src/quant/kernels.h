@@ -91,9 +91,17 @@ float dot_iq2_xs(const void* w, const void* a, int64_t n);
 
 // Low-bit IQ types (iq_lowbit_avx2.cpp).
 void dequantize_iq2_xxs(const void* src, float* dst, int64_t n);
+void dequantize_iq2_s(const void* src, float* dst, int64_t n);
 void dequantize_iq3_xxs(const void* src, float* dst, int64_t n);
+void dequantize_iq3_s(const void* src, float* dst, int64_t n);
+void dequantize_iq1_s(const void* src, float* dst, int64_t n);
+void dequantize_iq1_m(const void* src, float* dst, int64_t n);
 float dot_iq2_xxs(const void* w, const void* a, int64_t n);
+float dot_iq2_s(const void* w, const void* a, int64_t n);
 float dot_iq3_xxs(const void* w, const void* a, int64_t n);
+float dot_iq3_s(const void* w, const void* a, int64_t n);
+float dot_iq1_s(const void* w, const void* a, int64_t n);
+float dot_iq1_m(const void* w, const void* a, int64_t n);
 }  // namespace avx2
 
 // AVX-512 kernels (F, BW, VL, VBMI, VNNI, BITALG; *_avx512.cpp): call them only when

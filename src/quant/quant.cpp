@@ -115,9 +115,10 @@ KernelArray fast_kernels(KernelLevel level) {
   set(GgmlType::IQ2_XS, avx2::dequantize_iq2_xs, avx2::quantize_q8_K, avx2::dot_iq2_xs);
   set(GgmlType::IQ2_XXS, avx2::dequantize_iq2_xxs, avx2::quantize_q8_K, avx2::dot_iq2_xxs);
   set(GgmlType::IQ3_XXS, avx2::dequantize_iq3_xxs, avx2::quantize_q8_K, avx2::dot_iq3_xxs);
-  for (GgmlType type : {GgmlType::IQ2_S, GgmlType::IQ3_S, GgmlType::IQ1_S, GgmlType::IQ1_M}) {
-    k[size_t(type)].quantize_activation = avx2::quantize_q8_K;  // same bits as the scalar one
-  }
+  set(GgmlType::IQ2_S, avx2::dequantize_iq2_s, avx2::quantize_q8_K, avx2::dot_iq2_s);
+  set(GgmlType::IQ3_S, avx2::dequantize_iq3_s, avx2::quantize_q8_K, avx2::dot_iq3_s);
+  set(GgmlType::IQ1_S, avx2::dequantize_iq1_s, avx2::quantize_q8_K, avx2::dot_iq1_s);
+  set(GgmlType::IQ1_M, avx2::dequantize_iq1_m, avx2::quantize_q8_K, avx2::dot_iq1_m);
   if (level == KernelLevel::Avx2) return k;
   k[size_t(GgmlType::Q4_0)].dot = avx512::dot_q4_0;
   k[size_t(GgmlType::Q4_K)].dot = avx512::dot_q4_K;

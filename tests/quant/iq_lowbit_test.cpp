@@ -230,8 +230,16 @@ struct Avx2Pair {
 const Avx2Pair kAvx2Pairs[] = {
     {GgmlType::IQ2_XXS, scalar::dequantize_iq2_xxs, avx2::dequantize_iq2_xxs, scalar::dot_iq2_xxs,
      avx2::dot_iq2_xxs},
+    {GgmlType::IQ2_S, scalar::dequantize_iq2_s, avx2::dequantize_iq2_s, scalar::dot_iq2_s,
+     avx2::dot_iq2_s},
     {GgmlType::IQ3_XXS, scalar::dequantize_iq3_xxs, avx2::dequantize_iq3_xxs, scalar::dot_iq3_xxs,
      avx2::dot_iq3_xxs},
+    {GgmlType::IQ3_S, scalar::dequantize_iq3_s, avx2::dequantize_iq3_s, scalar::dot_iq3_s,
+     avx2::dot_iq3_s},
+    {GgmlType::IQ1_S, scalar::dequantize_iq1_s, avx2::dequantize_iq1_s, scalar::dot_iq1_s,
+     avx2::dot_iq1_s},
+    {GgmlType::IQ1_M, scalar::dequantize_iq1_m, avx2::dequantize_iq1_m, scalar::dot_iq1_m,
+     avx2::dot_iq1_m},
 };
 
 #define SKIP_WITHOUT_AVX2()                                                \
@@ -239,9 +247,8 @@ const Avx2Pair kAvx2Pairs[] = {
   GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C/BMI1; AVX2 kernels cannot run " \
                   "here"
 
-// S = Σ |w_i|·|a_i| over the dequantized operands (no term cancels inside these kernels' sums
-// except through the IQ1 delta, whose parts are bounded by |w| ≤ dl·9/8 · 9/7 — covered by the
-// factor 2 in the bounds).
+// S = Σ |w_i|·|a_i| over the dequantized operands. Every kernel sums exact integers per block
+// (for IQ1, (8·g ± 1)·a, whose magnitude is 8·|w|·|a|/dl), so no cancellation hides in S.
 double magnitude_sum(const std::vector<float>& w, const std::vector<float>& a) {
   double sum = 0.0;
   for (size_t i = 0; i < w.size(); ++i) sum += std::fabs(double(w[i])) * std::fabs(double(a[i]));
