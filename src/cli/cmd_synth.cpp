@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "quant/ggml_type.h"
+#include "quant/quant.h"
 #include "synth/synth.h"
 #include "util/error.h"
 #include "util/progress.h"
@@ -27,7 +28,7 @@ struct SynthCommandOptions {
 
 GgmlType parse_type(const std::string& name, const char* flag) {
   const auto type = type_from_name(name);
-  if (!type || !type_traits(*type).has_kernels)
+  if (!type || !type_traits(*type).has_kernels || !quant::has_quantizer(*type))
     fail("{}: expected one of f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q2_k, iq2_xs, found '{}'",
          flag, name);
   return *type;

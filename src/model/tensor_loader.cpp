@@ -14,9 +14,10 @@ std::string shape_string(const int64_t* ne, int n_dims) {
 
 void require_kernels(const GgufFile& file, const TensorInfo& info) {
   if (!type_traits(info.type).has_kernels)
-    fail("{}: tensor {}: type {} is not supported for compute (supported: f32, f16, bf16, q8_0, "
-         "q4_0, q4_K, q6_K, q2_K, iq2_xs)",
-         file.path(), info.name, type_name(info.type));
+    fail(
+        "{}: tensor {}: type {} is not supported for compute (supported: f32, f16, bf16, q8_0, "
+        "q4_0, q4_K, q6_K, q2_K, iq2_xs, iq2_xxs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m)",
+        file.path(), info.name, type_name(info.type));
 }
 
 }  // namespace

@@ -55,6 +55,20 @@ float dot_q2_K(const void* w, const void* a, int64_t n);    // a: Q8_K
 float dot_q4_K(const void* w, const void* a, int64_t n);    // a: Q8_K
 float dot_q6_K(const void* w, const void* a, int64_t n);    // a: Q8_K
 float dot_iq2_xs(const void* w, const void* a, int64_t n);  // a: Q8_K
+
+// Low-bit IQ types (scalar_iq_lowbit.cpp): no quantizers (llama.cpp needs an importance matrix).
+void dequantize_iq2_xxs(const void* src, float* dst, int64_t n);
+void dequantize_iq2_s(const void* src, float* dst, int64_t n);
+void dequantize_iq3_xxs(const void* src, float* dst, int64_t n);
+void dequantize_iq3_s(const void* src, float* dst, int64_t n);
+void dequantize_iq1_s(const void* src, float* dst, int64_t n);
+void dequantize_iq1_m(const void* src, float* dst, int64_t n);
+float dot_iq2_xxs(const void* w, const void* a, int64_t n);  // a: Q8_K (all six)
+float dot_iq2_s(const void* w, const void* a, int64_t n);
+float dot_iq3_xxs(const void* w, const void* a, int64_t n);
+float dot_iq3_s(const void* w, const void* a, int64_t n);
+float dot_iq1_s(const void* w, const void* a, int64_t n);
+float dot_iq1_m(const void* w, const void* a, int64_t n);
 }  // namespace scalar
 
 namespace avx2 {
@@ -79,6 +93,20 @@ float dot_q2_K(const void* w, const void* a, int64_t n);
 float dot_q4_K(const void* w, const void* a, int64_t n);
 float dot_q6_K(const void* w, const void* a, int64_t n);
 float dot_iq2_xs(const void* w, const void* a, int64_t n);
+
+// Low-bit IQ types (iq_lowbit_avx2.cpp).
+void dequantize_iq2_xxs(const void* src, float* dst, int64_t n);
+void dequantize_iq2_s(const void* src, float* dst, int64_t n);
+void dequantize_iq3_xxs(const void* src, float* dst, int64_t n);
+void dequantize_iq3_s(const void* src, float* dst, int64_t n);
+void dequantize_iq1_s(const void* src, float* dst, int64_t n);
+void dequantize_iq1_m(const void* src, float* dst, int64_t n);
+float dot_iq2_xxs(const void* w, const void* a, int64_t n);
+float dot_iq2_s(const void* w, const void* a, int64_t n);
+float dot_iq3_xxs(const void* w, const void* a, int64_t n);
+float dot_iq3_s(const void* w, const void* a, int64_t n);
+float dot_iq1_s(const void* w, const void* a, int64_t n);
+float dot_iq1_m(const void* w, const void* a, int64_t n);
 }  // namespace avx2
 
 // AVX-512 kernels (F, BW, VL, VBMI, VNNI, BITALG; *_avx512.cpp): call them only when

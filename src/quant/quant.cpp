@@ -62,6 +62,19 @@ KernelArray scalar_kernels() {
     set(more.type, {more.scalar_dequantize, more.quantize,
                     k_act ? scalar::quantize_q8_K : scalar::quantize_q8_0, more.scalar_dot});
   }
+  // Low-bit IQ types: read and multiplied, never written (quantize stays null, see quantize_row).
+  set(GgmlType::IQ2_XXS,
+      {scalar::dequantize_iq2_xxs, nullptr, scalar::quantize_q8_K, scalar::dot_iq2_xxs});
+  set(GgmlType::IQ2_S,
+      {scalar::dequantize_iq2_s, nullptr, scalar::quantize_q8_K, scalar::dot_iq2_s});
+  set(GgmlType::IQ3_XXS,
+      {scalar::dequantize_iq3_xxs, nullptr, scalar::quantize_q8_K, scalar::dot_iq3_xxs});
+  set(GgmlType::IQ3_S,
+      {scalar::dequantize_iq3_s, nullptr, scalar::quantize_q8_K, scalar::dot_iq3_s});
+  set(GgmlType::IQ1_S,
+      {scalar::dequantize_iq1_s, nullptr, scalar::quantize_q8_K, scalar::dot_iq1_s});
+  set(GgmlType::IQ1_M,
+      {scalar::dequantize_iq1_m, nullptr, scalar::quantize_q8_K, scalar::dot_iq1_m});
   return k;
 }
 
@@ -113,6 +126,12 @@ KernelArray fast_kernels(KernelLevel level) {
     set(more.type, more.avx2_dequantize, k_act ? avx2::quantize_q8_K : avx2::quantize_q8_0,
         more.avx2_dot);
   }
+  set(GgmlType::IQ2_XXS, avx2::dequantize_iq2_xxs, avx2::quantize_q8_K, avx2::dot_iq2_xxs);
+  set(GgmlType::IQ3_XXS, avx2::dequantize_iq3_xxs, avx2::quantize_q8_K, avx2::dot_iq3_xxs);
+  set(GgmlType::IQ2_S, avx2::dequantize_iq2_s, avx2::quantize_q8_K, avx2::dot_iq2_s);
+  set(GgmlType::IQ3_S, avx2::dequantize_iq3_s, avx2::quantize_q8_K, avx2::dot_iq3_s);
+  set(GgmlType::IQ1_S, avx2::dequantize_iq1_s, avx2::quantize_q8_K, avx2::dot_iq1_s);
+  set(GgmlType::IQ1_M, avx2::dequantize_iq1_m, avx2::quantize_q8_K, avx2::dot_iq1_m);
   if (level == KernelLevel::Avx2) return k;
   k[size_t(GgmlType::Q4_0)].dot = avx512::dot_q4_0;
   k[size_t(GgmlType::Q4_K)].dot = avx512::dot_q4_K;
@@ -146,10 +165,23 @@ const TypeKernels& kernels_for(const KernelArray& table, GgmlType type, const ch
   if (id >= kMaxTypeId || table[id].dot == nullptr) {
     fail(
         "quant::{}: type {} (id {}) has no kernels; expected one of f32, f16, bf16, q8_0, q4_0, "
-        "q2_K, q4_K, q6_K, iq2_xs, q4_1, q5_0, q5_1, iq4_nl, q3_K, q5_K, iq4_xs",
+        "q2_K, q4_K, q6_K, iq2_xs, q4_1, q5_0, q5_1, iq4_nl, q3_K, q5_K, iq4_xs, iq2_xxs, iq2_s, "
+        "iq3_xxs, iq3_s, iq1_s, iq1_m",
         operation, printable_name(type), id);
   }
   return table[id];
+}
+
+// Types strata reads but cannot write: llama.cpp quantizes them only with an importance matrix.
+QuantizeFn quantizer_for(const TypeKernels& kernels, GgmlType type, const char* operation) {
+  if (kernels.quantize == nullptr) {
+    fail(
+        "quant::{}: type {} can be read (dequantized, multiplied) but not written: strata has no "
+        "quantizer for it (llama.cpp's needs an importance matrix); expected one of f32, f16, "
+        "bf16, q8_0, q4_0, q2_K, q4_K, q6_K, iq2_xs",
+        operation, printable_name(type));
+  }
+  return kernels.quantize;
 }
 
 void check_length(GgmlType type, int64_t n, const char* operation) {
@@ -212,6 +244,12 @@ GgmlType activation_type(GgmlType weight_type) {
     case GgmlType::Q4_K:
     case GgmlType::Q6_K:
     case GgmlType::IQ2_XS:
+    case GgmlType::IQ2_XXS:
+    case GgmlType::IQ2_S:
+    case GgmlType::IQ3_XXS:
+    case GgmlType::IQ3_S:
+    case GgmlType::IQ1_S:
+    case GgmlType::IQ1_M:
       return GgmlType::Q8_K;
     default:
       for (const MoreTypeKernels& more : kMoreTypeKernels) {
@@ -234,8 +272,14 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
 
 void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
   const TypeKernels& k = kernels_for(fast_table(), type, "quantize_row");
+  const QuantizeFn quantize = quantizer_for(k, type, "quantize_row");
   check_length(type, n, "quantize_row");
-  k.quantize(src, dst, n);
+  quantize(src, dst, n);
+}
+
+bool has_quantizer(GgmlType type) {
+  const auto id = static_cast<uint32_t>(type);
+  return id < kMaxTypeId && scalar_table()[id].quantize != nullptr;
 }
 
 void quantize_activation(GgmlType weight_type, const float* src, void* dst, int64_t n) {
@@ -280,8 +324,9 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
 
 void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
   const TypeKernels& k = kernels_for(scalar_table(), type, "ref::quantize_row");
+  const QuantizeFn quantize = quantizer_for(k, type, "ref::quantize_row");
   check_length(type, n, "ref::quantize_row");
-  k.quantize(src, dst, n);
+  quantize(src, dst, n);
 }
 
 void quantize_activation(GgmlType weight_type, const float* src, void* dst, int64_t n) {

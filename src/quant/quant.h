@@ -1,12 +1,14 @@
 // Block quantization formats: dequantize, quantize and dot products for the types with kernels
 // (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q2_K, IQ2_XS; and Q4_1, Q5_0, Q5_1, IQ4_NL with Q8_0
-// activations, Q3_K, Q5_K, IQ4_XS with Q8_K activations: quant/kernels_more.h).
+// activations, Q3_K, Q5_K, IQ4_XS with Q8_K activations: quant/kernels_more.h), and dequantize
+// and dot products only for the low-bit IQ types of llama.cpp's importance-matrix files (IQ2_XXS,
+// IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M).
 //
 // Contract
 // - A "row" is n weights of one type, n a multiple of the type's block size (caller checks).
 // - Dot products take the weight row and an *activation row already converted* to the type that
 //   `activation_type(weight_type)` names: F32 for F32/F16/BF16 weights, Q8_0 for Q8_0/Q4_0, Q8_K
-//   for the K-quants and IQ2_XS. `quantize_activation` produces it from f32.
+//   for the K-quants and the IQ types. `quantize_activation` produces it from f32.
 // - Determinism: for given inputs every function returns the same bits on every call and thread.
 //   The reduction order of `dot` depends only on n, never on where the row sits in a matrix; this
 //   is what makes a row's result identical in a 1-row and a T-row window.
@@ -44,7 +46,12 @@ size_t activation_row_bytes(GgmlType weight_type, int64_t n);
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
 // Quantizes n floats into `type` blocks. IQ2_XS is quantized without an importance matrix
 // (llama.cpp insists on one): fine for synthetic/test models, noticeably worse for real ones.
+// IQ2_XXS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M have no quantizer: throws strata::Error
+// naming the type (ref::quantize_row too).
 void quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
+// True when quantize_row can write `type` (false for types without kernels and for the low-bit
+// IQ types above, which strata only reads).
+bool has_quantizer(GgmlType type);
 // Converts an f32 activation row into activation_type(weight_type) at `dst`.
 void quantize_activation(GgmlType weight_type, const float* src, void* dst, int64_t n);
 // Σ_i w[i]·x[i] over n elements; `activation` is in activation_type(weight_type).

@@ -35,13 +35,22 @@ std::vector<std::byte> random_weights(GgmlType type, int64_t n_in, int64_t n_out
   std::vector<float> row(static_cast<size_t>(n_in));
   for (int64_t o = 0; o < n_out; ++o) {
     std::byte* dst = data.data() + size_t(o) * row_stride;
-    if (type == GgmlType::IQ2_XS) {
+    if (type == GgmlType::IQ2_XS || !quant::has_quantizer(type)) {
       // No quantizer without an imatrix: any bit pattern is a valid block; fix d to a sane f16.
       for (size_t i = 0; i < row_size; ++i) dst[i] = std::byte(byte(rng));
       const size_t block_bytes = type_traits(type).block_bytes;
       for (size_t block = 0; block < row_size; block += block_bytes) {
         const uint16_t d = f32_to_f16(0.01f + 0.001f * float(byte(rng)));
-        std::memcpy(dst + block, &d, 2);
+        if (type == GgmlType::IQ1_M) {  // d is the top nibbles of the u16 words at bytes 48-55
+          for (size_t word = 0; word < 4; ++word) {
+            uint16_t v;
+            std::memcpy(&v, dst + block + 48 + 2 * word, 2);
+            v = uint16_t((v & 0x0fff) | (((d >> (4 * word)) & 15) << 12));
+            std::memcpy(dst + block + 48 + 2 * word, &v, 2);
+          }
+        } else {
+          std::memcpy(dst + block, &d, 2);
+        }
       }
     } else {
       for (float& value : row) value = normal(rng);
