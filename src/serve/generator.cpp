@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "serve/stop_matcher.h"
 #include "text/think_filter.h"
+#include "util/error.h"
 
 namespace strata::serve {
 namespace {
@@ -35,7 +36,14 @@ Generator::Generator(const ServedModel& served, compute::ThreadPool& pool, Serve
       spec_(spec),
       log_spec_(log_spec),
       spec_gate_(spec.mode == spec::SpecMode::Off ? nullptr
-                                                  : std::make_unique<spec::SpecGate>(spec.gate)) {}
+                                                  : std::make_unique<spec::SpecGate>(spec.gate)) {
+  // At start, not as a 500 on every request.
+  if ((spec.mode == spec::SpecMode::Mtp || spec.mode == spec::SpecMode::Both) &&
+      !served.model->has_mtp())
+    fail(
+        "{}: --spec mtp/both needs an MTP (nextn) head, and this model has none; use --spec suffix",
+        served.model->file().path());
+}
 
 std::string Generator::spec_summary() const {
   return spec_gate_ ? spec_gate_->summary() : std::string();

@@ -237,7 +237,7 @@ TEST(SpecFlows, SharedGateForcesPlainStepsAcrossShortRequests) {
   options.gate.refresh = 4;  // each request runs 3 windows of 3 rows
   spec::SpecGate shared(options.gate);
   uint64_t own_forced = 0;
-  for (int request = 0; request < 6; ++request) {
+  for (int request = 0; request < 12; ++request) {
     for (bool share : {true, false}) {
       Session session(*model, pool);
       Sampler sampler(greedy);
