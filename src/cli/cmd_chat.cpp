@@ -5,6 +5,9 @@
 // prompt extends the old one; otherwise the session restarts). Replies stream as they are made;
 // thinking is hidden unless --show-thinking. Ctrl-C stops the current reply and returns to the
 // prompt; Ctrl-D or /quit exits. /reset starts over, /stats prints speed and context figures.
+// With --spec, replies go through the SpecDecoder (the same tokens as without, greedy or sampled
+// with the same seed); its drafters follow the session across turns and its gate lives as long as
+// the chat, whose line it prints at exit (and in /stats).
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -18,10 +21,12 @@
 #include "cli/commands.h"
 #include "cli/expert_options.h"
 #include "cli/model_options.h"
+#include "cli/spec_options.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "model/model.h"
+#include "spec/spec_decoder.h"
 #include "text/chat_template.h"
 #include "text/think_filter.h"
 #include "text/tokenizer.h"
@@ -45,6 +50,7 @@ void on_sigint(int) {
 struct ChatOptions {
   ModelOptions model;
   ExpertOptions experts;
+  SpecCliOptions spec;
   std::string system_prompt;
   int max_reply_tokens = 512;
   bool show_thinking = false;
@@ -73,48 +79,65 @@ class ChatLoop {
         sampler_(options.model.sampling) {
     render_.enable_thinking = !options.no_thinking;
     end_of_turn_ = tokenizer.find_token(ChatTemplate::kEndOfTurn);
+    if (const spec::SpecOptions spec = resolve_spec_options(options.spec);
+        spec.mode != spec::SpecMode::Off)
+      speculative_.emplace(session_, sampler_, spec, pool, tracer ? tracer : store);
     reset();
   }
 
   void reset() {
-    session_.reset();
+    reset_session();
     messages_.clear();
-    if (!options_.system_prompt.empty()) messages_.push_back({"system", options_.system_prompt, {}});
+    if (!options_.system_prompt.empty())
+      messages_.push_back({"system", options_.system_prompt, {}});
   }
 
   void stats() {
-    fmt::print("context {} tokens of {}; last turn: prompt {} tokens in {:.2f} s ({:.1f} tok/s), "
-               "reply {} tokens in {:.2f} s ({:.1f} tok/s)\n",
-               session_.n_past(), model_.hparams().n_ctx_train, last_.prompt_tokens, last_.prefill_s,
-               double(last_.prompt_tokens) / std::max(last_.prefill_s, 1e-9), last_.reply_tokens,
-               last_.reply_s, double(last_.reply_tokens) / std::max(last_.reply_s, 1e-9));
+    fmt::print(
+        "context {} tokens of {}; last turn: prompt {} tokens in {:.2f} s ({:.1f} tok/s), "
+        "reply {} tokens in {:.2f} s ({:.1f} tok/s)\n",
+        session_.n_past(), model_.hparams().n_ctx_train, last_.prompt_tokens, last_.prefill_s,
+        double(last_.prompt_tokens) / std::max(last_.prefill_s, 1e-9), last_.reply_tokens,
+        last_.reply_s, double(last_.reply_tokens) / std::max(last_.reply_s, 1e-9));
     if (store_)
-      fmt::print("last reply {}\n", format_expert_stats(last_.experts, double(std::max<size_t>(last_.reply_tokens, 1))));
-    if (const std::string moce = format_moce_stats(store_, double(session_.n_past())); !moce.empty())
+      fmt::print(
+          "last reply {}\n",
+          format_expert_stats(last_.experts, double(std::max<size_t>(last_.reply_tokens, 1))));
+    if (const std::string moce = format_moce_stats(store_, double(session_.n_past()));
+        !moce.empty())
       fmt::print("since start {}\n", moce);
+    if (speculative_) fmt::print("since start {}\n", speculative_->summary());
   }
+
+  // The speculative decoder's line ("spec: T(1) ..."), or "" without --spec.
+  std::string spec_summary() const { return speculative_ ? speculative_->summary() : ""; }
 
   void turn(const std::string& user_text) {
     messages_.push_back({"user", user_text, {}});
-    const std::vector<int32_t> prompt = tokenizer_.encode(chat_template_.render(messages_, render_));
+    const std::vector<int32_t> prompt =
+        tokenizer_.encode(chat_template_.render(messages_, render_));
     // Reuse the session when the new prompt extends what it has seen.
     const std::vector<int32_t>& seen = session_.tokens();
-    const bool extends = seen.size() < prompt.size() &&
-                         std::equal(seen.begin(), seen.end(), prompt.begin());
-    if (!extends) session_.reset();
+    const bool extends =
+        seen.size() < prompt.size() && std::equal(seen.begin(), seen.end(), prompt.begin());
+    if (!extends) reset_session();
     const std::span<const int32_t> fresh = std::span(prompt).subspan(extends ? seen.size() : 0);
     if (int64_t(fresh.size()) >= session_.context_left()) {
       // Leaves the REPL usable: the turn is dropped, the user decides what to do.
       messages_.pop_back();
-      fmt::print("[context full: the conversation needs {} more tokens, {} left; /reset starts over]\n",
-                 fresh.size(), session_.context_left());
+      fmt::print(
+          "[context full: the conversation needs {} more tokens, {} left; /reset starts over]\n",
+          fresh.size(), session_.context_left());
       return;
     }
 
     last_ = TurnStats{};
     const auto start = std::chrono::steady_clock::now();
     begin_prompt(store_);
-    session_.prefill(fresh);
+    if (speculative_)
+      speculative_->prefill(fresh, kPrefillChunk);
+    else
+      session_.prefill(fresh, kPrefillChunk);
     end_prompt(store_, options_.experts);
     last_.prompt_tokens = fresh.size();
     last_.prefill_s = seconds_since(start);
@@ -133,7 +156,28 @@ class ChatLoop {
     const auto reply_start = std::chrono::steady_clock::now();
     const ExpertStoreStats experts_before = store_ ? store_->stats() : ExpertStoreStats{};
     const char* stop_note = "";
-    for (int i = 0; i < options_.max_reply_tokens; ++i) {
+    auto ends_reply = [&](int32_t token) {
+      return !options_.ignore_eos && (token == end_of_turn_ || token == tokenizer_.eos_id());
+    };
+    if (speculative_) {
+      const size_t fed_before = session_.tokens().size();
+      int32_t last = 0;
+      const spec::SpecDecoder::Result result = speculative_->generate_until(
+          session_.logits(), options_.max_reply_tokens, ends_reply, [&](int32_t token) {
+            show(filter.push(decoder.push(token)));
+            ++last_.reply_tokens;
+            last = token;
+            return !g_interrupted.load();
+          });
+      // The plain loop below feeds every token it shows; the decoder leaves the last one out, and
+      // the next turn's prompt must find the session where the plain loop would have left it.
+      if (last_.reply_tokens > 0 && session_.tokens().size() + 1 == fed_before + last_.reply_tokens)
+        speculative_->feed(last);
+      if (result.end == spec::GenerateEnd::Halted) stop_note = " [stopped]";
+      if (result.end == spec::GenerateEnd::ContextFull)
+        stop_note = " [context full: /reset starts over]";
+    }
+    for (int i = 0; !speculative_ && i < options_.max_reply_tokens; ++i) {
       if (g_interrupted.load()) {
         stop_note = " [stopped]";
         break;
@@ -143,7 +187,7 @@ class ChatLoop {
         break;
       }
       const int32_t next = sampler_.sample(session_.logits(), session_.tokens());
-      if (!options_.ignore_eos && (next == end_of_turn_ || next == tokenizer_.eos_id())) break;
+      if (ends_reply(next)) break;
       show(filter.push(decoder.push(next)));
       ++last_.reply_tokens;
       session_.decode(next);
@@ -160,6 +204,15 @@ class ChatLoop {
   }
 
  private:
+  // Prefill window rows (Session::prefill's default), with or without --spec: the same windows
+  // give the same bits.
+  static constexpr int kPrefillChunk = 64;
+
+  void reset_session() {
+    session_.reset();
+    if (speculative_) speculative_->reset();
+  }
+
   static double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
@@ -175,6 +228,7 @@ class ChatLoop {
   std::optional<int32_t> end_of_turn_;
   std::vector<ChatMessage> messages_;
   TurnStats last_;
+  std::optional<spec::SpecDecoder> speculative_;  // after session_ and sampler_, which it uses
 };
 
 void run_chat(const ChatOptions& options) {
@@ -185,7 +239,8 @@ void run_chat(const ChatOptions& options) {
   const Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   compute::ThreadPool pool(resolve_threads(options.model));
   const std::unique_ptr<ExpertStore> store = open_expert_store(*model, path, options.experts);
-  const std::unique_ptr<TracingSource> tracer = open_routing_trace(*model, store.get(), options.experts);
+  const std::unique_ptr<TracingSource> tracer =
+      open_routing_trace(*model, store.get(), options.experts);
   ChatLoop chat(options, *model, tokenizer, pool, store.get(), tracer.get());
 
   struct sigaction action {};
@@ -221,6 +276,8 @@ void run_chat(const ChatOptions& options) {
   }
   save_usage(store.get(), options.experts);
   if (interactive) std::cout << "\n";
+  if (const std::string spec = chat.spec_summary(); !spec.empty())
+    fmt::print(stderr, "strata: {}\n", spec);
 }
 
 }  // namespace
@@ -233,11 +290,13 @@ void register_chat(CLI::App& app) {
   options->model.sampling.top_p = 0.9f;
   add_sampling_options(*cmd, options->model.sampling);
   add_expert_options(*cmd, options->experts);
+  add_spec_options(*cmd, options->spec);
   cmd->add_option("--system", options->system_prompt, "system prompt");
   cmd->add_option("--max-reply", options->max_reply_tokens, "tokens per reply at most")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--show-thinking", options->show_thinking, "print the <think> part of replies");
-  cmd->add_flag("--no-thinking", options->no_thinking, "ask the model not to think (when the template supports it)");
+  cmd->add_flag("--no-thinking", options->no_thinking,
+                "ask the model not to think (when the template supports it)");
   cmd->add_flag("--ignore-eos", options->ignore_eos,
                 "keep replying past the end-of-turn token (only --max-reply or Ctrl-C stop it)");
   cmd->callback([options] { run_chat(*options); });

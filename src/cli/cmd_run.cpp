@@ -5,14 +5,15 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 
 #include "cli/commands.h"
 #include "cli/expert_options.h"
 #include "cli/model_options.h"
+#include "cli/spec_options.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
@@ -29,7 +30,7 @@ namespace {
 struct RunOptions {
   ModelOptions model;
   ExpertOptions experts;
-  std::string telemetry_out;  // one JSON line per generated token
+  std::string telemetry_out;  // one JSON line per decode step (per window with --spec)
   bool profile = false;       // split decode time into phases
   std::string prompt;
   std::string token_ids;
@@ -39,9 +40,7 @@ struct RunOptions {
   bool ignore_eos = false;
   std::string logits_out;  // prompt logits, every position, [T, vocab] f32 LE
   std::string ids_out;     // generated ids, one per line
-  std::string spec = "off";      // speculative decoding: off | mtp | suffix | both
-  int draft_max = 3;
-  std::string spec_gate = "on";  // off = always the full --draft-max depth
+  SpecCliOptions spec;
 };
 
 void write_binary(const std::string& path, const void* data, size_t bytes) {
@@ -66,8 +65,10 @@ double weight_bytes_per_token(const Model& model) {
   double bytes = 0;
   for (const TensorInfo& t : model.file().tensors()) {
     const bool experts = t.name.find("_exps") != std::string::npos;
-    const bool table = t.name.rfind("token_embd", 0) == 0 || t.name.rfind("per_layer_token_embd", 0) == 0;
-    const bool nextn = t.name.rfind("blk." + std::to_string(hp.n_layer) + ".", 0) == 0 && hp.n_nextn > 0;
+    const bool table =
+        t.name.rfind("token_embd", 0) == 0 || t.name.rfind("per_layer_token_embd", 0) == 0;
+    const bool nextn =
+        t.name.rfind("blk." + std::to_string(hp.n_layer) + ".", 0) == 0 && hp.n_nextn > 0;
     if (table || nextn) continue;
     bytes += experts ? double(t.n_bytes) * hp.n_expert_used / hp.n_expert : double(t.n_bytes);
   }
@@ -79,7 +80,8 @@ std::vector<int32_t> parse_token_ids(const std::string& text) {
   size_t pos = 0;
   while (pos < text.size()) {
     const size_t end = text.find_first_of(", ", pos);
-    const std::string part = text.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    const std::string part =
+        text.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
     if (!part.empty()) {
       size_t used = 0;
       long long value = 0;
@@ -99,6 +101,16 @@ std::vector<int32_t> parse_token_ids(const std::string& text) {
   return ids;
 }
 
+// One --telemetry line; `extra` (",\"k\":v..." or "") adds the speculative window's shape.
+void print_telemetry(std::FILE* file, int64_t token, int32_t id, double ms,
+                     const ExpertStoreStats& d, const std::string& extra = "") {
+  fmt::print(file,
+             "{{\"token\":{},\"id\":{},\"ms\":{:.3f},\"hits\":{},\"misses\":{},\"bytes_read\":{},"
+             "\"read_ahead_issued\":{},\"read_ahead_used\":{},\"io_wait_ms\":{:.3f}{}}}\n",
+             token, id, ms, d.hits, d.misses, d.bytes_read, d.read_ahead_issued, d.read_ahead_used,
+             d.io_wait_ms, extra);
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -108,38 +120,40 @@ void run(const RunOptions& options) {
   const auto model = Model::load(path);
   const HParams& hp = model->hparams();
   std::optional<Tokenizer> tokenizer;
-  if (model->file().has("tokenizer.ggml.tokens")) tokenizer.emplace(Tokenizer::from_gguf(model->file()));
+  if (model->file().has("tokenizer.ggml.tokens"))
+    tokenizer.emplace(Tokenizer::from_gguf(model->file()));
 
   std::vector<int32_t> prompt;
   if (!options.token_ids.empty()) {
     prompt = parse_token_ids(options.token_ids);
   } else {
     if (!tokenizer) fail("{}: the file has no tokenizer; give the prompt as --tokens IDS", path);
-    prompt = tokenizer->encode(options.prompt.empty() ? std::string("Once upon a time") : options.prompt);
+    prompt = tokenizer->encode(options.prompt.empty() ? std::string("Once upon a time")
+                                                      : options.prompt);
     if (prompt.empty()) fail("-p: the prompt encodes to no tokens");
   }
   for (int32_t id : prompt)
-    if (id >= hp.n_vocab) fail("--tokens: token id {} is outside the vocabulary (0..{})", id, hp.n_vocab - 1);
+    if (id >= hp.n_vocab)
+      fail("--tokens: token id {} is outside the vocabulary (0..{})", id, hp.n_vocab - 1);
 
   compute::ThreadPool pool(resolve_threads(options.model));
   const std::unique_ptr<ExpertStore> store = open_expert_store(*model, path, options.experts);
-  const std::unique_ptr<TracingSource> tracer = open_routing_trace(*model, store.get(), options.experts);
+  const std::unique_ptr<TracingSource> tracer =
+      open_routing_trace(*model, store.get(), options.experts);
   ExpertSource* experts = tracer ? static_cast<ExpertSource*>(tracer.get()) : store.get();
   Session session(*model, pool, experts);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> telemetry(nullptr, &std::fclose);
   if (!options.telemetry_out.empty()) {
     telemetry.reset(std::fopen(options.telemetry_out.c_str(), "w"));
-    if (!telemetry) fail("{}: cannot open for writing: {}", options.telemetry_out, std::strerror(errno));
+    if (!telemetry)
+      fail("{}: cannot open for writing: {}", options.telemetry_out, std::strerror(errno));
   }
   Sampler sampler(options.model.sampling);
   std::optional<spec::SpecDecoder> speculative;
-  if (spec::parse_spec_mode(options.spec) != spec::SpecMode::Off) {
-    spec::SpecOptions spec_options;
-    spec_options.mode = spec::parse_spec_mode(options.spec);
-    spec_options.gate.max_depth = options.draft_max;
-    spec_options.gate.enabled = options.spec_gate == "on";
-    speculative.emplace(session, sampler, spec_options, pool, experts);  // the MTP head's windows are traced too
-  }
+  if (const spec::SpecOptions spec_options = resolve_spec_options(options.spec);
+      spec_options.mode != spec::SpecMode::Off)
+    speculative.emplace(session, sampler, spec_options, pool,
+                        experts);  // the MTP head's windows are traced too
   fmt::print(stderr, "strata: {} ({}), {} layers, {} experts top-{}, {} threads\n", path,
              arch_name(hp.arch), hp.n_layer, hp.n_expert, hp.n_expert_used, pool.size());
 
@@ -197,7 +211,19 @@ void run(const RunOptions& options) {
     }
   };
   if (speculative) {
-    if (!options.telemetry_out.empty()) fail("--telemetry: not available with --spec yet");
+    // One telemetry line per window: a plain step as without --spec (plus its shape), a verify
+    // with the drafts it carried and kept; "token" is the index of the window's first token, so
+    // consecutive lines differ by "kept" and the kept rows add up to the tokens fed.
+    ExpertStoreStats window_before = store ? store->stats() : ExpertStoreStats{};
+    if (telemetry)
+      speculative->on_window([&](const spec::WindowReport& w) {
+        const ExpertStoreStats now = store ? store->stats() : ExpertStoreStats{};
+        const ExpertStoreStats d = now - window_before;
+        window_before = now;
+        print_telemetry(telemetry.get(), w.first_token, w.token, w.seconds * 1e3, d,
+                        fmt::format(",\"rows\":{},\"drafted\":{},\"accepted\":{},\"kept\":{}",
+                                    w.rows, w.drafted, w.accepted, w.kept));
+      });
     const std::vector<float>& logits = last_logits.empty() ? session.logits() : last_logits;
     generated = speculative->generate(logits, options.n_predict,
                                       options.ignore_eos ? std::nullopt : eos, emit);
@@ -214,11 +240,7 @@ void run(const RunOptions& options) {
       session.decode(next);
       if (telemetry) {
         const ExpertStoreStats d = store ? store->stats() - before : ExpertStoreStats{};
-        fmt::print(telemetry.get(),
-                   "{{\"token\":{},\"id\":{},\"ms\":{:.3f},\"hits\":{},\"misses\":{},\"bytes_read\":{},"
-                   "\"read_ahead_issued\":{},\"read_ahead_used\":{},\"io_wait_ms\":{:.3f}}}\n",
-                   generated, next, seconds_since(step_start) * 1e3, d.hits, d.misses, d.bytes_read,
-                   d.read_ahead_issued, d.read_ahead_used, d.io_wait_ms);
+        print_telemetry(telemetry.get(), generated, next, seconds_since(step_start) * 1e3, d);
       }
     }
   }
@@ -239,14 +261,17 @@ void run(const RunOptions& options) {
              "strata: prompt {} tokens in {:.2f} s ({:.1f} tok/s); generated {} tokens in {:.2f} s "
              "({:.1f} tok/s, {:.2f} GB/s of weights); peak RSS {:.0f} MiB\n",
              prompt.size(), prefill_s, double(prompt.size()) / std::max(prefill_s, 1e-9), generated,
-             decode_s, decode_tps, weight_bytes_per_token(*model) * decode_tps / 1e9, peak_rss_mib());
+             decode_s, decode_tps, weight_bytes_per_token(*model) * decode_tps / 1e9,
+             peak_rss_mib());
   if (speculative) fmt::print(stderr, "strata: {}\n", speculative->summary());
   if (store) {
-    fmt::print(stderr, "strata: prefill {}\n", format_expert_stats(prefill_stats, double(prompt.size())));
+    fmt::print(stderr, "strata: prefill {}\n",
+               format_expert_stats(prefill_stats, double(prompt.size())));
     fmt::print(stderr, "strata: decode {}\n",
                format_expert_stats(store->stats() - prefill_stats, std::max(generated - 1, 1)));
   }
-  if (const std::string moce = format_moce_stats(store.get(), double(prompt.size()) + generated); !moce.empty())
+  if (const std::string moce = format_moce_stats(store.get(), double(prompt.size()) + generated);
+      !moce.empty())
     fmt::print(stderr, "strata: {} (prompt and decode)\n", moce);
   save_usage(store.get(), options.experts);
   if (options.profile) {
@@ -258,7 +283,8 @@ void run(const RunOptions& options) {
     for (size_t p = 0; p < phase_times.ms.size(); ++p) {
       const double ms = phase_times.ms[p] / steps;
       accounted += ms;
-      line += fmt::format(" {} {:.3f} ms ({:.0f}%) +", phase_name(Phase(p)), ms, 100 * ms / total_ms);
+      line +=
+          fmt::format(" {} {:.3f} ms ({:.0f}%) +", phase_name(Phase(p)), ms, 100 * ms / total_ms);
     }
     line += fmt::format(" other {:.3f} ms", total_ms - accounted);
     fmt::print(stderr, "{}\n", line);
@@ -274,24 +300,23 @@ void register_run(CLI::App& app) {
   add_sampling_options(*cmd, options->model.sampling);
   add_expert_options(*cmd, options->experts);
   cmd->add_flag("--profile", options->profile, "split the decode time per token into its parts");
-  cmd->add_option("--telemetry", options->telemetry_out, "write one JSON line of expert/I/O counters per decoded token");
+  cmd->add_option(
+      "--telemetry", options->telemetry_out,
+      "write one JSON line of expert/I/O counters per decode step (per verify window with --spec)");
   auto* prompt = cmd->add_option("-p,--prompt", options->prompt, "prompt text");
-  cmd->add_option("--tokens", options->token_ids, "prompt as comma-separated token ids")->excludes(prompt);
-  cmd->add_option("-n,--n-predict", options->n_predict, "tokens to generate")->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--chunk", options->chunk_rows, "prefill window rows")->check(CLI::Range(1, 4096));
+  cmd->add_option("--tokens", options->token_ids, "prompt as comma-separated token ids")
+      ->excludes(prompt);
+  cmd->add_option("-n,--n-predict", options->n_predict, "tokens to generate")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--chunk", options->chunk_rows, "prefill window rows")
+      ->check(CLI::Range(1, 4096));
   cmd->add_flag("--print-ids", options->print_ids, "print generated token ids instead of text");
   cmd->add_option("--logits-out", options->logits_out,
                   "write the prompt's fp32 logits, every position ([T, vocab], little-endian)");
   cmd->add_option("--ids-out", options->ids_out, "write the generated token ids, one per line");
-  cmd->add_option("--spec", options->spec,
-                  "speculative decoding: off, mtp (the model's MTP head), suffix (prompt lookup) or both")
-      ->check(CLI::IsMember({"off", "mtp", "suffix", "both"}));
-  cmd->add_option("--draft-max", options->draft_max, "most drafts per verify window")
-      ->check(CLI::Range(1, 8));
-  cmd->add_option("--spec-gate", options->spec_gate,
-                  "on: SpecGate picks the depth per window; off: always --draft-max")
-      ->check(CLI::IsMember({"on", "off"}));
-  cmd->add_flag("--ignore-eos", options->ignore_eos, "keep generating past the end-of-sequence token");
+  add_spec_options(*cmd, options->spec);
+  cmd->add_flag("--ignore-eos", options->ignore_eos,
+                "keep generating past the end-of-sequence token");
   cmd->callback([options] { run(*options); });
 }
 

@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "cli/expert_options.h"
 #include "cli/model_options.h"
+#include "cli/spec_options.h"
 #include "compute/cpu/thread_pool.h"
 #include "model/model.h"
 #include "serve/http_server.h"
@@ -33,6 +34,7 @@ struct ServeOptions {
   ModelOptions model;
   ExpertOptions experts;
   serve::ServerOptions server;
+  SpecCliOptions spec;
   std::string alias;
   bool seed_given = false;
 };
@@ -71,8 +73,11 @@ void run_serve(const ServeOptions& options) {
   if (options.seed_given) served.default_seed = options.model.sampling.seed;
   served.created = file_mtime_unix(path);
 
+  std::string spec_summary;
   {  // the server (and its generation thread) ends before the store is touched from this thread
-    serve::HttpServer server(served, pool, options.server);
+    serve::ServerOptions server_options = options.server;
+    server_options.spec = resolve_spec_options(options.spec);
+    serve::HttpServer server(served, pool, server_options);
     const int port = server.bind();
     fmt::print("strata serve: {} ({}, context {}) on http://{}:{} (queue {}, {} threads)\n",
                served.id, path, served.n_ctx, options.server.host, port, options.server.max_queue,
@@ -95,7 +100,9 @@ void run_serve(const ServeOptions& options) {
     server.serve();
     stopped.store(true);
     signal_waiter.join();
+    spec_summary = server.spec_summary();
   }
+  if (!spec_summary.empty()) fmt::print(stderr, "strata serve: {}\n", spec_summary);
   save_usage(store.get(), options.experts);  // --usage: at exit
   fmt::print(stderr, "strata serve: stopped\n");
 }
@@ -107,6 +114,7 @@ void register_serve(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (docs/serve.md)");
   add_model_options(*cmd, options->model);
   add_expert_options(*cmd, options->experts);
+  add_spec_options(*cmd, options->spec);
   // llama.cpp server's defaults for requests that set no sampling fields.
   options->model.sampling.temperature = 0.8f;
   options->model.sampling.top_p = 0.95f;

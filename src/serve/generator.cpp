@@ -1,6 +1,10 @@
 #include "serve/generator.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <climits>
+#include <cstdio>
 #include <optional>
 #include <span>
 
@@ -10,6 +14,7 @@
 #include "model/model.h"
 #include "serve/stop_matcher.h"
 #include "text/think_filter.h"
+#include "util/error.h"
 
 namespace strata::serve {
 namespace {
@@ -23,8 +28,26 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
-Generator::Generator(const ServedModel& served, compute::ThreadPool& pool, ServeMetrics& metrics)
-    : served_(served), pool_(pool), metrics_(metrics) {}
+Generator::Generator(const ServedModel& served, compute::ThreadPool& pool, ServeMetrics& metrics,
+                     const spec::SpecOptions& spec, bool log_spec)
+    : served_(served),
+      pool_(pool),
+      metrics_(metrics),
+      spec_(spec),
+      log_spec_(log_spec),
+      spec_gate_(spec.mode == spec::SpecMode::Off ? nullptr
+                                                  : std::make_unique<spec::SpecGate>(spec.gate)) {
+  // At start, not as a 500 on every request.
+  if ((spec.mode == spec::SpecMode::Mtp || spec.mode == spec::SpecMode::Both) &&
+      !served.model->has_mtp())
+    fail(
+        "{}: --spec mtp/both needs an MTP (nextn) head, and this model has none; use --spec suffix",
+        served.model->file().path());
+}
+
+std::string Generator::spec_summary() const {
+  return spec_gate_ ? spec_gate_->summary() : std::string();
+}
 
 void Generator::run(Job& job) {
   const GenerationPlan& plan = job.plan();
@@ -51,16 +74,67 @@ void Generator::run(Job& job) {
       job.emit({std::move(delta.answer), std::move(delta.thinking)});
     };
 
+    std::optional<spec::SpecDecoder> speculative;
+    if (spec_gate_)
+      speculative.emplace(session, sampler, spec_, pool_, served_.expert_store, spec_gate_.get());
     const std::span<const int32_t> prompt(plan.prompt);
-    for (size_t begin = 0; begin < prompt.size() && !job.cancel_requested(); begin += kPrefillChunk)
-      session.prefill(prompt.subspan(begin, std::min(kPrefillChunk, prompt.size() - begin)),
-                      int(kPrefillChunk));
+    for (size_t begin = 0; begin < prompt.size() && !job.cancel_requested();
+         begin += kPrefillChunk) {
+      const std::span<const int32_t> chunk =
+          prompt.subspan(begin, std::min(kPrefillChunk, prompt.size() - begin));
+      if (speculative)
+        speculative->prefill(chunk, int(kPrefillChunk));
+      else
+        session.prefill(chunk, int(kPrefillChunk));
+    }
     const Clock::time_point prefilled = Clock::now();
     outcome.prefill_s = seconds_between(started, prefilled);
 
     const std::optional<int32_t> eos = served_.tokenizer->eos_id();
+    auto ends_generation = [&](int32_t token) {
+      return !plan.ignore_eos && (token == eos || token == served_.end_of_turn);
+    };
     int64_t generated = 0;
-    while (true) {
+    if (speculative) {
+      const uint64_t proposed_before = spec_gate_->drafts_proposed();
+      const uint64_t accepted_before = spec_gate_->drafts_accepted();
+      const uint64_t verifies_before = spec_gate_->verifies();
+      if (job.cancel_requested()) {
+        outcome.cancelled = true;
+      } else {
+        bool first = true;
+        const int max_tokens = int(std::min<int64_t>(plan.max_new_tokens, INT_MAX));
+        const spec::SpecDecoder::Result result = speculative->generate_until(
+            session.logits(), max_tokens,
+            [&](int32_t token) {
+              if (first)  // the first call sees the first sampled token, as the plain loop does
+                metrics_.observe_time_to_first_token(
+                    seconds_between(job.received_at(), Clock::now()));
+              first = false;
+              return ends_generation(token);
+            },
+            [&](int32_t token) {
+              ++generated;
+              deliver(stops.push(decoder.push(token)));
+              // Like the plain loop: a stop string, then the length limit, then cancellation.
+              if (stops.stopped()) return false;
+              return generated >= plan.max_new_tokens || !job.cancel_requested();
+            });
+        if (result.end == spec::GenerateEnd::StopToken || stops.stopped())
+          outcome.finish = FinishReason::Stop;
+        else if (result.end == spec::GenerateEnd::Halted)
+          outcome.cancelled = true;
+        else
+          outcome.finish = FinishReason::Length;
+      }
+      if (log_spec_)
+        fmt::print(stderr,
+                   "strata serve: spec: {} tokens, {} verifies, drafts proposed {} accepted {}\n",
+                   generated, spec_gate_->verifies() - verifies_before,
+                   spec_gate_->drafts_proposed() - proposed_before,
+                   spec_gate_->drafts_accepted() - accepted_before);
+    }
+    while (!speculative) {
       if (job.cancel_requested()) {
         outcome.cancelled = true;
         break;
@@ -68,7 +142,7 @@ void Generator::run(Job& job) {
       const int32_t next = sampler.sample(session.logits(), session.tokens());
       if (generated == 0)
         metrics_.observe_time_to_first_token(seconds_between(job.received_at(), Clock::now()));
-      if (!plan.ignore_eos && (next == eos || next == served_.end_of_turn)) {
+      if (ends_generation(next)) {
         outcome.finish = FinishReason::Stop;
         break;
       }

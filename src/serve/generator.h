@@ -8,25 +8,43 @@
 // prefill chunk and each token), which ends the job promptly with outcome.cancelled.
 // Reports each generation to ServeMetrics (tokens, times, time to first token).
 //
-// Runs on the scheduler's worker thread only (it drives the shared compute::ThreadPool).
+// Speculative decoding (ServerOptions::spec, `strata serve --spec`): each request gets a
+// SpecDecoder over its session, and the text, stops, limits and cancellation work as on the plain
+// path, token for token the same output (greedy, or sampled with the same seed). One SpecGate
+// lives as long as the Generator, so its timings, calibration and forced plain steps (T(1)
+// refresh) carry across requests; with `log_spec`, one stderr line per request gives its windows
+// and drafts, and `spec_summary` the gate's line (`strata serve` prints it at exit).
+//
+// Runs on the scheduler's worker thread only (it drives the shared compute::ThreadPool);
+// `spec_summary` may be called once that thread has stopped.
 #pragma once
+
+#include <memory>
+#include <string>
 
 #include "compute/cpu/thread_pool.h"
 #include "serve/metrics.h"
 #include "serve/plan.h"
 #include "serve/scheduler.h"
+#include "spec/spec_decoder.h"
 
 namespace strata::serve {
 
 class Generator {
  public:
-  Generator(const ServedModel& served, compute::ThreadPool& pool, ServeMetrics& metrics);
+  Generator(const ServedModel& served, compute::ThreadPool& pool, ServeMetrics& metrics,
+            const spec::SpecOptions& spec = {}, bool log_spec = false);
   void run(Job& job);
+  // "spec: T(1) ..." over every request so far, or "" without speculative decoding.
+  std::string spec_summary() const;
 
  private:
   const ServedModel& served_;
   compute::ThreadPool& pool_;
   ServeMetrics& metrics_;
+  const spec::SpecOptions spec_;
+  const bool log_spec_;
+  std::unique_ptr<spec::SpecGate> spec_gate_;  // null with --spec off
 };
 
 }  // namespace strata::serve

@@ -182,7 +182,7 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
                        const ServerOptions& server_options)
     : served(served_model),
       options(server_options),
-      generator(served_model, pool, metrics),
+      generator(served_model, pool, metrics, server_options.spec, server_options.access_log),
       scheduler(server_options.max_queue, [this](Job& job) { generator.run(job); }) {
   limits.model_id = served.id;
   limits.n_vocab = served.tokenizer->n_tokens();
@@ -503,6 +503,10 @@ void HttpServer::serve() {
   impl_->http.listen_after_bind();
   std::lock_guard lock(impl_->drainer_mutex);
   if (impl_->drainer.joinable()) impl_->drainer.join();
+}
+
+std::string HttpServer::spec_summary() const {
+  return impl_->generator.spec_summary();
 }
 
 void HttpServer::shutdown() {

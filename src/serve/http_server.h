@@ -23,6 +23,7 @@
 
 #include "compute/cpu/thread_pool.h"
 #include "serve/plan.h"
+#include "spec/spec_decoder.h"
 
 namespace strata::serve {
 
@@ -36,6 +37,7 @@ struct ServerOptions {
   int http_threads = 0;              // 0 = max_queue + 16
   int send_buffer_bytes = 0;         // SO_SNDBUF per connection; 0 = the kernel's autotuning
   bool access_log = true;            // one stderr line per response
+  spec::SpecOptions spec;            // speculative decoding for every request (off by default)
 };
 
 class HttpServer {
@@ -51,6 +53,9 @@ class HttpServer {
   // Serves until shutdown has completed. Call after bind().
   void serve();
   void shutdown();
+  // With speculative decoding, the gate's line over all requests ("spec: T(1) ..."), else "".
+  // Call after serve() returned (the generation thread has stopped).
+  std::string spec_summary() const;
 
  private:
   struct Impl;

@@ -2,7 +2,6 @@
 
 #include <chrono>
 
-#include "spec/acceptance.h"
 #include "spec/mtp_drafter.h"
 #include "spec/suffix_drafter.h"
 #include "util/error.h"
@@ -25,12 +24,27 @@ SpecMode parse_spec_mode(const std::string& text) {
 }
 
 SpecDecoder::SpecDecoder(Session& session, Sampler& sampler, const SpecOptions& options,
-                         compute::ThreadPool& pool, ExpertSource* experts)
-    : session_(session), sampler_(sampler), options_(options), gate_(options.gate) {
-  if (options.mode == SpecMode::Mtp || options.mode == SpecMode::Both)
-    drafters_.push_back(std::make_unique<MtpDrafter>(session.model(), pool, experts));
-  if (options.mode == SpecMode::Suffix || options.mode == SpecMode::Both)
+                         compute::ThreadPool& pool, ExpertSource* experts, SpecGate* shared_gate)
+    : session_(session),
+      sampler_(sampler),
+      options_(options),
+      pool_(pool),
+      experts_(experts),
+      own_gate_(shared_gate ? nullptr : std::make_unique<SpecGate>(options.gate)),
+      gate_(shared_gate ? shared_gate : own_gate_.get()) {
+  build_drafters();
+}
+
+void SpecDecoder::build_drafters() {
+  drafters_.clear();
+  if (options_.mode == SpecMode::Mtp || options_.mode == SpecMode::Both)
+    drafters_.push_back(std::make_unique<MtpDrafter>(session_.model(), pool_, experts_));
+  if (options_.mode == SpecMode::Suffix || options_.mode == SpecMode::Both)
     drafters_.push_back(std::make_unique<SuffixDrafter>());
+}
+
+void SpecDecoder::reset() {
+  build_drafters();
 }
 
 void SpecDecoder::add_drafter(std::unique_ptr<Drafter> drafter) {
@@ -53,52 +67,84 @@ void SpecDecoder::committed(int64_t n_rows) {
 
 int SpecDecoder::generate(std::span<const float> first_logits, int max_tokens,
                           std::optional<int32_t> stop_token, const EmitFn& emit) {
-  if (max_tokens <= 0) return 0;
-  int generated = 0;
-  int32_t next = sampler_.sample(first_logits, session_.tokens());
-  std::vector<int32_t> accepted;
-  while (true) {
-    if (stop_token && next == *stop_token) break;
-    emit(next);
-    if (++generated >= max_tokens) break;
-    // A window of k drafts emits up to k + 1 tokens (the drafts that stand, then one more).
-    const int64_t room = std::min<int64_t>(max_tokens - generated, session_.context_left()) - 1;
-    accepted.clear();
-    const int32_t following = step(next, int(std::max<int64_t>(room, 0)), accepted);
-    bool stopped = false;
-    for (int32_t token : accepted) {
-      if (stop_token && token == *stop_token) {
-        stopped = true;
-        break;
-      }
-      emit(token);
-      ++generated;
-    }
-    if (stopped) break;
-    next = following;
-  }
-  return generated;
+  return generate_until(
+             first_logits, max_tokens,
+             [&](int32_t token) { return stop_token && token == *stop_token; },
+             [&](int32_t token) {
+               emit(token);
+               return true;
+             })
+      .generated;
 }
 
-int32_t SpecDecoder::step(int32_t next, int max_drafts, std::vector<int32_t>& accepted) {
-  const int depth_cap = std::min(max_drafts, gate_.config().max_depth);
-  // Proposals: every drafter that is worth asking; the one the gate values most wins.
+SpecDecoder::Result SpecDecoder::generate_until(std::span<const float> first_logits, int max_tokens,
+                                                const StopFn& is_stop, const HaltFn& emit) {
+  Result result;
+  if (max_tokens <= 0) return result;
+  int32_t next = sampler_.sample(first_logits, session_.tokens());
+  while (true) {
+    // Like the plain loop of `strata chat`: a token is only made when it can also be fed.
+    if (session_.context_left() < 1) {
+      result.end = GenerateEnd::ContextFull;
+      break;
+    }
+    if (is_stop && is_stop(next)) {
+      result.end = GenerateEnd::StopToken;
+      break;
+    }
+    ++result.generated;
+    if (!emit(next)) {
+      result.end = GenerateEnd::Halted;
+      break;
+    }
+    if (result.generated >= max_tokens) break;
+    // A window of k drafts emits up to k + 1 tokens (the drafts that stand, then one more).
+    const int64_t room =
+        std::min<int64_t>(max_tokens - result.generated, session_.context_left()) - 1;
+    const std::optional<int32_t> following =
+        step(next, result.generated - 1, int(std::max<int64_t>(room, 0)), is_stop, emit,
+             result.generated);
+    if (!following) {
+      result.end = GenerateEnd::Halted;
+      break;
+    }
+    next = *following;
+  }
+  return result;
+}
+
+void SpecDecoder::feed(int32_t token) {
+  const auto start = std::chrono::steady_clock::now();
+  session_.decode(token);
+  const double seconds = seconds_since(start);
+  gate_->record_window(1, seconds);
+  committed(1);
+  report({.token = token, .seconds = seconds});
+}
+
+std::optional<int32_t> SpecDecoder::step(int32_t next, int64_t index, int max_drafts,
+                                         const StopFn& is_stop, const HaltFn& emit,
+                                         int& generated) {
+  SpecGate& gate = *gate_;
+  const int depth_cap = std::min(max_drafts, gate.config().max_depth);
+  // Proposals: every drafter that is worth asking; the one the gate values most wins. A forced
+  // plain step (T(1) refresh) asks no drafter.
   Draft best;
   std::vector<double> best_a;
   double best_score = -1;
   double best_draft_s = 0;
-  if (depth_cap > 0) {
+  if (depth_cap > 0 && !gate.force_plain()) {
     for (auto& drafter : drafters_) {
       const double draft_s = drafter->seconds_per_draft();
-      if (!gate_.worth_drafting(drafter->source(), draft_s)) continue;
+      if (!gate.worth_drafting(drafter->source(), draft_s)) continue;
       // Chained drafters stop once one more draft could no longer raise the window's value,
       // even if it stood as likely as the last one did.
       auto keep_going = [&](const Draft& so_far) {
-        if (!gate_.config().enabled) return true;
-        std::vector<double> a = gate_.acceptance(so_far);
+        if (!gate.config().enabled) return true;
+        std::vector<double> a = gate.acceptance(so_far);
         const int k = int(a.size());
         a.push_back(a.back());
-        return gate_.value(a, k + 1, draft_s) > std::max(1.0, gate_.value(a, k, draft_s));
+        return gate.value(a, k + 1, draft_s) > std::max(1.0, gate.value(a, k, draft_s));
       };
       Draft draft = drafter->propose(session_, next, depth_cap, keep_going);
       if (draft.tokens.empty()) continue;
@@ -106,10 +152,10 @@ int32_t SpecDecoder::step(int32_t next, int max_drafts, std::vector<int32_t>& ac
         draft.tokens.resize(size_t(depth_cap));
         draft.confidence.resize(size_t(depth_cap));
       }
-      std::vector<double> a = gate_.acceptance(draft);
+      std::vector<double> a = gate.acceptance(draft);
       double score = 0;
-      if (gate_.config().enabled) {
-        gate_.best_depth(a, draft_s, &score);
+      if (gate.config().enabled) {
+        gate.best_depth(a, draft_s, &score);
       } else {  // fixed depth: the proposal expected to emit the most tokens
         double run = 1;
         score = 1;
@@ -124,13 +170,16 @@ int32_t SpecDecoder::step(int32_t next, int max_drafts, std::vector<int32_t>& ac
       }
     }
   }
-  const int k = best.tokens.empty() ? 0 : gate_.pick_depth(best_a, int(best.tokens.size()), best_draft_s);
+  const int k =
+      best.tokens.empty() ? 0 : gate.pick_depth(best_a, int(best.tokens.size()), best_draft_s);
 
-  const auto start = std::chrono::steady_clock::now();
+  auto start = std::chrono::steady_clock::now();
   if (k == 0) {
     session_.decode(next);
-    gate_.record_window(1, seconds_since(start));
+    const double seconds = seconds_since(start);
+    gate.record_window(1, seconds);
     committed(1);
+    report({.first_token = index, .token = next, .seconds = seconds});
     return sampler_.sample(session_.logits(), session_.tokens());
   }
   std::vector<int32_t> window = {next};
@@ -139,33 +188,52 @@ int32_t SpecDecoder::step(int32_t next, int max_drafts, std::vector<int32_t>& ac
   const std::vector<int32_t>& tokens = session_.tokens();
   const size_t vocab = size_t(session_.model().hparams().n_vocab);
   const size_t n_before = tokens.size() - window.size();
-  auto row = [&](int j) { return std::span<const float>(logits).subspan(size_t(j) * vocab, vocab); };
-  auto history = [&](int j) { return std::span<const int32_t>(tokens).first(n_before + size_t(j) + 1); };
+  auto row = [&](int j) {
+    return std::span<const float>(logits).subspan(size_t(j) * vocab, vocab);
+  };
+  auto history = [&](int j) {
+    return std::span<const int32_t>(tokens).first(n_before + size_t(j) + 1);
+  };
+  // Row j is sampled exactly as a plain step after the window's first j + 1 tokens would be (see
+  // the header: the coupled form of the rejection rule for point-mass drafts).
   int n_accepted = 0;
-  std::optional<int32_t> following;
-  for (int j = 0; j < k && !following; ++j) {
-    const int32_t draft = window[size_t(j) + 1];
-    if (sampler_.greedy()) {
-      const int32_t target = sampler_.sample(row(j), history(j));
-      if (target == draft)
-        ++n_accepted;
-      else
-        following = target;
-    } else {
-      const TokenDistribution target = sampler_.distribution(row(j), history(j));
-      const TokenDistribution point{{draft}, {1.0f}};
-      const double u_accept = sampler_.uniform(), u_residual = sampler_.uniform();
-      following = rejection_step(target, point, draft, u_accept, u_residual);
-      if (!following) ++n_accepted;
-    }
+  int32_t following = 0;
+  for (int j = 0; j <= k; ++j) {
+    following = sampler_.sample(row(j), history(j));
+    if (j == k || following != window[size_t(j) + 1]) break;
+    ++n_accepted;
   }
-  if (!following) following = sampler_.sample(row(k), history(k));
-  accepted.assign(window.begin() + 1, window.begin() + 1 + n_accepted);
-  session_.keep_rows(n_accepted + 1);
-  gate_.record_window(k + 1, seconds_since(start));
-  gate_.record_verify(best, k, n_accepted);
-  committed(n_accepted + 1);
-  return *following;
+  double seconds = seconds_since(start);
+  gate.record_verify(best, k, n_accepted);
+  // A stop token among the drafts that stood ends the run there: it becomes the following token
+  // and the rows after it go, so the session holds what plain decoding would have fed.
+  int n_emit = n_accepted;
+  for (int j = 0; j < n_accepted; ++j)
+    if (is_stop && is_stop(window[size_t(j) + 1])) {
+      n_emit = j;
+      following = window[size_t(j) + 1];
+      break;
+    }
+  int emitted = 0;
+  bool halted = false;
+  while (emitted < n_emit && !halted) {
+    ++generated;
+    halted = !emit(window[size_t(++emitted)]);
+  }
+  start = std::chrono::steady_clock::now();
+  session_.keep_rows(1 + emitted);
+  seconds += seconds_since(start);
+  gate.record_window(k + 1, seconds);
+  committed(1 + emitted);
+  report({.first_token = index,
+          .token = next,
+          .rows = k + 1,
+          .drafted = k,
+          .accepted = n_accepted,
+          .kept = 1 + emitted,
+          .seconds = seconds});
+  if (halted) return std::nullopt;
+  return following;
 }
 
 }  // namespace strata::spec

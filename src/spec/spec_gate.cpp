@@ -78,6 +78,12 @@ bool SpecGate::probe_due(int k_best, int max_k) {
   return picks_ % uint64_t(every) == 0;
 }
 
+bool SpecGate::force_plain() {
+  if (!config_.enabled || since_plain_ < config_.refresh) return false;
+  ++picks_, ++forced_plain_, ++declined_;
+  return true;
+}
+
 bool SpecGate::worth_drafting(DraftSource source, double draft_seconds) {
   if (!config_.enabled) return true;
   if (since_plain_ >= config_.refresh) return false;
@@ -156,16 +162,19 @@ std::string SpecGate::summary() const {
     if (st.judged[0] == 0) continue;
     line += fmt::format(" {} accepted by position", draft_source_name(DraftSource(s)));
     for (int j = 0; j < kMaxDepth && st.judged[size_t(j)] > 0; ++j)
-      line += fmt::format(" {:.0f}%", 100.0 * double(st.stood[size_t(j)]) / double(st.judged[size_t(j)]));
+      line += fmt::format(" {:.0f}%",
+                          100.0 * double(st.stood[size_t(j)]) / double(st.judged[size_t(j)]));
     line += ";";
   }
-  line += fmt::format(" drafts proposed {} accepted {} ({:.0f}%) in {} verifies;", drafts_proposed_,
-                      drafts_accepted_,
-                      drafts_proposed_ ? 100.0 * double(drafts_accepted_) / double(drafts_proposed_) : 0.0,
-                      verifies_);
+  line += fmt::format(
+      " drafts proposed {} accepted {} ({:.0f}%) in {} verifies;", drafts_proposed_,
+      drafts_accepted_,
+      drafts_proposed_ ? 100.0 * double(drafts_accepted_) / double(drafts_proposed_) : 0.0,
+      verifies_);
   if (config_.enabled)
-    line += fmt::format(" gate on: {} picks, {} declined ({} forced plain), {} probes, {} drafting skipped",
-                        picks_, declined_, forced_plain_, probes_, skipped_drafting_);
+    line += fmt::format(
+        " gate on: {} picks, {} declined ({} forced plain), {} probes, {} drafting skipped", picks_,
+        declined_, forced_plain_, probes_, skipped_drafting_);
   else
     line += fmt::format(" gate off: fixed depth {}", config_.max_depth);
   return line;

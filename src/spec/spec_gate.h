@@ -64,6 +64,13 @@ class SpecGate {
   bool worth_drafting(DraftSource source, double draft_seconds);
   // The depth for this verify (counts picks, probes and declines). `available` = drafts at hand.
   int pick_depth(std::span<const double> a, int available, double draft_seconds);
+  // Whether this step must be plain so T(1) stays measured (`refresh` windows since the last
+  // plain one); counts it as a pick declined by force. The decoder asks before any drafter, so a
+  // forced step costs no drafting. The count runs across generate calls, turns and requests for
+  // as long as the gate lives. Always false with the gate off.
+  bool force_plain();
+  uint64_t forced_plain() const { return forced_plain_; }
+  uint64_t verifies() const { return verifies_; }
 
   // Measurements.
   void record_window(int n_rows, double seconds);

@@ -73,6 +73,27 @@ TEST(SpecGate, ForcesAPlainStepAfterALongDraftedRun) {
   EXPECT_GT(gate.pick_depth(gate.acceptance(draft_of(2, 0.9f)), 2, 0.0), 0);
 }
 
+TEST(SpecGate, ForcedPlainStepsAreAskedForAndCounted) {
+  SpecGateConfig config;
+  config.max_depth = 2;
+  config.refresh = 3;
+  SpecGate gate(config);
+  train(gate, 0.05, 0.95, 10);
+  for (int i = 0; i < 2; ++i) gate.record_window(3, 0.011);
+  EXPECT_FALSE(gate.force_plain());
+  gate.record_window(3, 0.011);
+  EXPECT_TRUE(gate.force_plain());
+  EXPECT_EQ(gate.forced_plain(), 1u);
+  EXPECT_NE(gate.summary().find("(1 forced plain)"), std::string::npos) << gate.summary();
+  gate.record_window(1, 0.01);  // the plain step
+  EXPECT_FALSE(gate.force_plain());
+  SpecGateConfig off = config;
+  off.enabled = false;
+  SpecGate fixed(off);
+  for (int i = 0; i < 10; ++i) fixed.record_window(3, 0.011);
+  EXPECT_FALSE(fixed.force_plain());
+}
+
 TEST(SpecGate, OffMeansFixedDepth) {
   SpecGateConfig config;
   config.enabled = false;
