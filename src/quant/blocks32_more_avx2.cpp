@@ -15,10 +15,6 @@
 namespace strata::quant::avx2 {
 namespace {
 
-inline __m256i load32(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
 // The 32 nibbles of 16 bytes in element order (low nibbles: elements 0-15, high: 16-31).
 inline __m256i unpack_nibbles(const uint8_t qs[16]) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
@@ -71,37 +67,12 @@ inline void store_affine_u8x32(__m256i q, float d, float m, float* y) {
   }
 }
 
-// Σ w·a of 32 signed int8 pairs (|w| ≤ 127 or −128 never) as 8 i32 lanes.
-inline __m256i dot_signed(__m256i w, __m256i a) {
-  const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-  return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
-}
-
 // Σ q·a of 32 unsigned (q < 128) × signed pairs as 8 i32 lanes.
 inline __m256i dot_unsigned(__m256i q, __m256i a) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), _mm256_set1_epi16(1));
 }
 
-// Two-accumulator block loop of the symmetric types: Σ_b d_w·d_a·(integer block sum).
-template <typename Block, typename Unpack>
-float dot_symmetric(const Block* weights, const BlockQ8_0* acts, int64_t n_blocks, Unpack unpack) {
-  auto block_product = [&](int64_t b, __m256 acc) {
-    const float d = f16_scalar_to_f32(weights[b].d) * f16_scalar_to_f32(acts[b].d);
-    const __m256i sums = dot_signed(unpack(weights[b]), load32(acts[b].qs));
-    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
-  };
-  __m256 acc_even = _mm256_setzero_ps();
-  __m256 acc_odd = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= n_blocks; b += 2) {
-    acc_even = block_product(b, acc_even);
-    acc_odd = block_product(b + 1, acc_odd);
-  }
-  if (b < n_blocks) acc_even = block_product(b, acc_even);
-  return horizontal_sum(_mm256_add_ps(acc_even, acc_odd));
-}
-
-// The same for the affine types (y = d·q + m): Σ_b d_w·d_a·Σq·a + m·d_a·Σa.
+// Two-accumulator block loop of the affine types (y = d·q + m): Σ_b d_w·d_a·Σq·a + m·d_a·Σa.
 template <typename Block, typename Unpack>
 float dot_affine(const Block* weights, const BlockQ8_0* acts, int64_t n_blocks, Unpack unpack) {
   const __m256i ones = _mm256_set1_epi8(1);
@@ -173,8 +144,8 @@ float dot_q4_1(const void* w, const void* a, int64_t n) {
 }
 
 float dot_q5_0(const void* w, const void* a, int64_t n) {
-  return dot_symmetric(static_cast<const BlockQ5_0*>(w), static_cast<const BlockQ8_0*>(a),
-                       n / kBlock32, [](const BlockQ5_0& block) { return unpack_q5_0(block); });
+  return dot_blocks32(static_cast<const BlockQ5_0*>(w), static_cast<const BlockQ8_0*>(a),
+                      n / kBlock32, [](const BlockQ5_0& block) { return unpack_q5_0(block); });
 }
 
 float dot_q5_1(const void* w, const void* a, int64_t n) {
@@ -184,9 +155,9 @@ float dot_q5_1(const void* w, const void* a, int64_t n) {
 
 float dot_iq4_nl(const void* w, const void* a, int64_t n) {
   const __m256i table = iq4nl_table();
-  return dot_symmetric(static_cast<const BlockIQ4_NL*>(w), static_cast<const BlockQ8_0*>(a),
-                       n / kBlock32,
-                       [table](const BlockIQ4_NL& block) { return unpack_iq4_nl(block, table); });
+  return dot_blocks32(static_cast<const BlockIQ4_NL*>(w), static_cast<const BlockQ8_0*>(a),
+                      n / kBlock32,
+                      [table](const BlockIQ4_NL& block) { return unpack_iq4_nl(block, table); });
 }
 
 }  // namespace strata::quant::avx2
