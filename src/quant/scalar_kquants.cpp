@@ -3,6 +3,7 @@
 // shared/reference/gguf-and-quants.md §4. Dot products take Q8_K activations.
 #include "quant/blocks.h"
 #include "quant/kernels.h"
+#include "quant/kquant_scales.h"
 #include "util/fp16.h"
 
 namespace strata::quant::scalar {
@@ -104,8 +105,7 @@ float dot_q2_K(const void* w, const void* a, int64_t n) {
         }
       }
     }
-    sum += double(f16_to_f32(block.d)) * act.d * double(scaled) -
-           double(f16_to_f32(block.dmin)) * act.d * double(mins);
+    sum += k_block_dot(block.d, block.dmin, act.d, scaled, mins);
   }
   return static_cast<float>(sum);
 }
@@ -121,7 +121,6 @@ float dot_q4_K(const void* w, const void* a, int64_t n) {
     uint8_t mins[8];
     unpack_q4_K_scales(block.scales, scales, mins);
     int64_t scaled = 0;
-    int64_t min_sum = 0;
     for (int chunk = 0; chunk < 4; ++chunk) {
       int low = 0;
       int high = 0;
@@ -132,11 +131,7 @@ float dot_q4_K(const void* w, const void* a, int64_t n) {
       }
       scaled += int64_t(scales[2 * chunk]) * low + int64_t(scales[2 * chunk + 1]) * high;
     }
-    for (int sub = 0; sub < 8; ++sub) {
-      min_sum += int64_t(mins[sub]) * (act.bsums[2 * sub] + act.bsums[2 * sub + 1]);
-    }
-    sum += double(f16_to_f32(block.d)) * act.d * double(scaled) -
-           double(f16_to_f32(block.dmin)) * act.d * double(min_sum);
+    sum += k_block_dot(block.d, block.dmin, act.d, scaled, k4_min_sum(mins, act.bsums));
   }
   return static_cast<float>(sum);
 }

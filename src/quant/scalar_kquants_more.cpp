@@ -3,6 +3,7 @@
 // ggml-quants.c). Dot products take Q8_K activations.
 #include "quant/blocks.h"
 #include "quant/kernels_more.h"
+#include "quant/kquant_scales.h"
 #include "util/fp16.h"
 
 namespace strata::quant::scalar {
@@ -124,7 +125,6 @@ float dot_q5_K(const void* w, const void* a, int64_t n) {
     uint8_t mins[8];
     unpack_q4_K_scales(block.scales, scales, mins);
     int64_t scaled = 0;
-    int64_t min_sum = 0;
     for (int chunk = 0; chunk < 4; ++chunk) {
       for (int upper = 0; upper < 2; ++upper) {
         const int sub = 2 * chunk + upper;
@@ -133,11 +133,9 @@ float dot_q5_K(const void* w, const void* a, int64_t n) {
           isum += q5_K_quant(block, chunk, upper, l) * act.qs[32 * sub + l];
         }
         scaled += int64_t(scales[sub]) * isum;
-        min_sum += int64_t(mins[sub]) * (act.bsums[2 * sub] + act.bsums[2 * sub + 1]);
       }
     }
-    sum += double(f16_to_f32(block.d)) * act.d * double(scaled) -
-           double(f16_to_f32(block.dmin)) * act.d * double(min_sum);
+    sum += k_block_dot(block.d, block.dmin, act.d, scaled, k4_min_sum(mins, act.bsums));
   }
   return static_cast<float>(sum);
 }
