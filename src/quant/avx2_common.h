@@ -128,6 +128,25 @@ namespace strata::quant::avx2 {
   return _mm256_add_epi32(_mm256_madd_epi16(p_low, s_low), _mm256_madd_epi16(p_high, s_high));
 }
 
+// The 32 nibbles of 16 bytes in element order (low nibbles: elements 0-15, high: 16-31).
+[[gnu::always_inline]] inline __m256i unpack_nibbles(const uint8_t qs[16]) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
+}
+
+// Stores 32 signed bytes times d as floats (d·q, as the scalar code).
+[[gnu::always_inline]] inline void store_scaled_i8x32(__m256i q, float d, float* y) {
+  const __m256 scale = _mm256_set1_ps(d);
+  const __m128i low = _mm256_castsi256_si128(q);
+  const __m128i high = _mm256_extracti128_si256(q, 1);
+  const __m128i parts[4] = {low, _mm_unpackhi_epi64(low, low), high,
+                            _mm_unpackhi_epi64(high, high)};
+  for (int p = 0; p < 4; ++p) {
+    const __m256 values = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p]));
+    _mm256_storeu_ps(y + 8 * p, _mm256_mul_ps(scale, values));
+  }
+}
+
 // Σ w·a of 32 int8 pairs as 8 int32 lanes (lane k holds elements 4k..4k+3); w ≠ −128.
 [[gnu::always_inline]] inline __m256i dot_i8x32(__m256i w, __m256i a) {
   const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));

@@ -15,12 +15,6 @@
 namespace strata::quant::avx2 {
 namespace {
 
-// The 32 nibbles of 16 bytes in element order (low nibbles: elements 0-15, high: 16-31).
-inline __m256i unpack_nibbles(const uint8_t qs[16]) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
-}
-
 // 0x10 in byte j where bit j of the little-endian u32 at qh is set, else 0.
 inline __m256i q5_high_bits(const uint8_t qh[4]) {
   uint32_t bits;
@@ -38,19 +32,6 @@ inline __m256i q5_high_bits(const uint8_t qh[4]) {
 inline __m256i iq4nl_table() {
   return _mm256_broadcastsi128_si256(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
-}
-
-// Stores 32 signed bytes times d as floats (d·q, as the scalar code).
-inline void store_scaled_i8x32(__m256i q, float d, float* y) {
-  const __m256 scale = _mm256_set1_ps(d);
-  const __m128i low = _mm256_castsi256_si128(q);
-  const __m128i high = _mm256_extracti128_si256(q, 1);
-  const __m128i parts[4] = {low, _mm_unpackhi_epi64(low, low), high,
-                            _mm_unpackhi_epi64(high, high)};
-  for (int p = 0; p < 4; ++p) {
-    const __m256 values = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p]));
-    _mm256_storeu_ps(y + 8 * p, _mm256_mul_ps(scale, values));
-  }
 }
 
 // Stores d·q + m for 32 unsigned bytes q (multiply, then add: the scalar order).

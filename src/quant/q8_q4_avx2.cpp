@@ -11,23 +11,7 @@ namespace {
 
 // 32 signed Q4_0 values (nibble − 8) in element order.
 inline __m256i unpack_q4_0(const BlockQ4_0& block) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.qs));
-  const __m256i nibbles =
-      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
-  return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
-}
-
-// Stores 32 signed bytes times d as floats.
-inline void store_scaled_i8x32(__m256i q, float d, float* y) {
-  const __m256 scale = _mm256_set1_ps(d);
-  const __m128i low = _mm256_castsi256_si128(q);
-  const __m128i high = _mm256_extracti128_si256(q, 1);
-  const __m128i parts[4] = {low, _mm_unpackhi_epi64(low, low), high,
-                            _mm_unpackhi_epi64(high, high)};
-  for (int p = 0; p < 4; ++p) {
-    const __m256 values = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p]));
-    _mm256_storeu_ps(y + 8 * p, _mm256_mul_ps(scale, values));
-  }
+  return _mm256_sub_epi8(unpack_nibbles(block.qs), _mm256_set1_epi8(8));
 }
 
 }  // namespace
