@@ -1,9 +1,11 @@
 // Scalar helpers shared by the K-quant specification kernels (scalar_kquants.cpp,
-// scalar_kquants_more.cpp): the per-block mins term and the f64 block contribution of the dots.
+// scalar_kquants_more.cpp): the block loop of the dots, the per-block mins term and the f64 block
+// contribution.
 #pragma once
 
 #include <cstdint>
 
+#include "quant/blocks.h"
 #include "util/fp16.h"
 
 namespace strata::quant::scalar {
@@ -23,6 +25,18 @@ namespace strata::quant::scalar {
                                                  int64_t scaled, int64_t min_sum) {
   return double(f16_to_f32(d)) * act_d * double(scaled) -
          double(f16_to_f32(dmin)) * act_d * double(min_sum);
+}
+
+// Dot of n weights in 256-weight blocks with Q8_K activations: Σ_b block_dot(block b, act b), the
+// f64 terms added in block order, rounded to f32 once.
+template <typename Block, typename BlockDot>
+[[gnu::always_inline]] inline float dot_k_blocks(const void* w, const void* a, int64_t n,
+                                                 BlockDot block_dot) {
+  const auto* blocks = static_cast<const Block*>(w);
+  const auto* acts = static_cast<const BlockQ8_K*>(a);
+  double sum = 0.0;
+  for (int64_t b = 0; b < n / kBlockK; ++b) sum += block_dot(blocks[b], acts[b]);
+  return static_cast<float>(sum);
 }
 
 }  // namespace strata::quant::scalar

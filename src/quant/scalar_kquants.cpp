@@ -82,12 +82,7 @@ void dequantize_q6_K(const void* src, float* dst, int64_t n) {
 }
 
 float dot_q2_K(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ2_K*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ2_K& block = blocks[b];
-    const BlockQ8_K& act = acts[b];
+  return dot_k_blocks<BlockQ2_K>(w, a, n, [](const BlockQ2_K& block, const BlockQ8_K& act) {
     // Element e lies in sub-block e / 16, whose scale byte is scales[e / 16].
     int64_t scaled = 0;
     int64_t mins = 0;
@@ -105,18 +100,12 @@ float dot_q2_K(const void* w, const void* a, int64_t n) {
         }
       }
     }
-    sum += k_block_dot(block.d, block.dmin, act.d, scaled, mins);
-  }
-  return static_cast<float>(sum);
+    return k_block_dot(block.d, block.dmin, act.d, scaled, mins);
+  });
 }
 
 float dot_q4_K(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ4_K*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ4_K& block = blocks[b];
-    const BlockQ8_K& act = acts[b];
+  return dot_k_blocks<BlockQ4_K>(w, a, n, [](const BlockQ4_K& block, const BlockQ8_K& act) {
     uint8_t scales[8];
     uint8_t mins[8];
     unpack_q4_K_scales(block.scales, scales, mins);
@@ -131,18 +120,12 @@ float dot_q4_K(const void* w, const void* a, int64_t n) {
       }
       scaled += int64_t(scales[2 * chunk]) * low + int64_t(scales[2 * chunk + 1]) * high;
     }
-    sum += k_block_dot(block.d, block.dmin, act.d, scaled, k4_min_sum(mins, act.bsums));
-  }
-  return static_cast<float>(sum);
+    return k_block_dot(block.d, block.dmin, act.d, scaled, k4_min_sum(mins, act.bsums));
+  });
 }
 
 float dot_q6_K(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ6_K*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ6_K& block = blocks[b];
-    const BlockQ8_K& act = acts[b];
+  return dot_k_blocks<BlockQ6_K>(w, a, n, [](const BlockQ6_K& block, const BlockQ8_K& act) {
     int64_t scaled = 0;
     for (int half = 0; half < 2; ++half) {
       for (int quarter = 0; quarter < 4; ++quarter) {
@@ -157,9 +140,8 @@ float dot_q6_K(const void* w, const void* a, int64_t n) {
         }
       }
     }
-    sum += double(f16_to_f32(block.d)) * act.d * double(scaled);
-  }
-  return static_cast<float>(sum);
+    return double(f16_to_f32(block.d)) * act.d * double(scaled);
+  });
 }
 
 }  // namespace strata::quant::scalar

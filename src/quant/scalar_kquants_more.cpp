@@ -90,12 +90,7 @@ void dequantize_iq4_xs(const void* src, float* dst, int64_t n) {
 }
 
 float dot_q3_K(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ3_K*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ3_K& block = blocks[b];
-    const BlockQ8_K& act = acts[b];
+  return dot_k_blocks<BlockQ3_K>(w, a, n, [](const BlockQ3_K& block, const BlockQ8_K& act) {
     int64_t scaled = 0;
     for (int half = 0; half < 2; ++half) {
       for (int step = 0; step < 4; ++step) {
@@ -109,18 +104,12 @@ float dot_q3_K(const void* w, const void* a, int64_t n) {
         }
       }
     }
-    sum += double(f16_to_f32(block.d)) * act.d * double(scaled);
-  }
-  return static_cast<float>(sum);
+    return double(f16_to_f32(block.d)) * act.d * double(scaled);
+  });
 }
 
 float dot_q5_K(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ5_K*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ5_K& block = blocks[b];
-    const BlockQ8_K& act = acts[b];
+  return dot_k_blocks<BlockQ5_K>(w, a, n, [](const BlockQ5_K& block, const BlockQ8_K& act) {
     uint8_t scales[8];
     uint8_t mins[8];
     unpack_q4_K_scales(block.scales, scales, mins);
@@ -135,18 +124,12 @@ float dot_q5_K(const void* w, const void* a, int64_t n) {
         scaled += int64_t(scales[sub]) * isum;
       }
     }
-    sum += k_block_dot(block.d, block.dmin, act.d, scaled, k4_min_sum(mins, act.bsums));
-  }
-  return static_cast<float>(sum);
+    return k_block_dot(block.d, block.dmin, act.d, scaled, k4_min_sum(mins, act.bsums));
+  });
 }
 
 float dot_iq4_xs(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ4_XS*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockIQ4_XS& block = blocks[b];
-    const BlockQ8_K& act = acts[b];
+  return dot_k_blocks<BlockIQ4_XS>(w, a, n, [](const BlockIQ4_XS& block, const BlockQ8_K& act) {
     int64_t scaled = 0;
     for (int ib = 0; ib < 8; ++ib) {
       int isum = 0;
@@ -155,9 +138,8 @@ float dot_iq4_xs(const void* w, const void* a, int64_t n) {
       }
       scaled += int64_t(iq4_xs_scale(block, ib) - 32) * isum;
     }
-    sum += double(f16_to_f32(block.d)) * act.d * double(scaled);
-  }
-  return static_cast<float>(sum);
+    return double(f16_to_f32(block.d)) * act.d * double(scaled);
+  });
 }
 
 }  // namespace strata::quant::scalar
