@@ -1,6 +1,6 @@
 // Scalar helpers shared by the K-quant specification kernels (scalar_kquants.cpp,
-// scalar_kquants_more.cpp): the block loop of the dots, the per-block mins term and the f64 block
-// contribution.
+// scalar_kquants_more.cpp): the block loops of dequantization and dots, the per-block mins term and
+// the f64 block contribution.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,14 @@ namespace strata::quant::scalar {
                                                  int64_t scaled, int64_t min_sum) {
   return double(f16_to_f32(d)) * act_d * double(scaled) -
          double(f16_to_f32(dmin)) * act_d * double(min_sum);
+}
+
+// Dequantizes n weights in 256-weight blocks: dequantize_block(block b, dst + 256·b).
+template <typename Block, typename DequantizeBlock>
+[[gnu::always_inline]] inline void dequantize_k_blocks(const void* src, float* dst, int64_t n,
+                                                       DequantizeBlock dequantize_block) {
+  const auto* blocks = static_cast<const Block*>(src);
+  for (int64_t b = 0; b < n / kBlockK; ++b) dequantize_block(blocks[b], dst + b * kBlockK);
 }
 
 // Dot of n weights in 256-weight blocks with Q8_K activations: Σ_b block_dot(block b, act b), the

@@ -9,12 +9,9 @@
 namespace strata::quant::scalar {
 
 void dequantize_q2_K(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ2_K*>(src);
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ2_K& block = blocks[b];
+  dequantize_k_blocks<BlockQ2_K>(src, dst, n, [](const BlockQ2_K& block, float* y) {
     const float d = f16_to_f32(block.d);
     const float dmin = f16_to_f32(block.dmin);
-    float* y = dst + b * kBlockK;
     for (int half = 0; half < 2; ++half) {
       for (int step = 0; step < 4; ++step) {
         for (int part = 0; part < 2; ++part) {  // part 0: qs[32h + l], part 1: qs[32h + 16 + l]
@@ -28,19 +25,16 @@ void dequantize_q2_K(const void* src, float* dst, int64_t n) {
         }
       }
     }
-  }
+  });
 }
 
 void dequantize_q4_K(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ4_K*>(src);
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ4_K& block = blocks[b];
+  dequantize_k_blocks<BlockQ4_K>(src, dst, n, [](const BlockQ4_K& block, float* y) {
     const float d = f16_to_f32(block.d);
     const float dmin = f16_to_f32(block.dmin);
     uint8_t scales[8];
     uint8_t mins[8];
     unpack_q4_K_scales(block.scales, scales, mins);
-    float* y = dst + b * kBlockK;
     for (int chunk = 0; chunk < 4; ++chunk) {
       const float d_low = d * scales[2 * chunk];
       const float m_low = dmin * mins[2 * chunk];
@@ -52,7 +46,7 @@ void dequantize_q4_K(const void* src, float* dst, int64_t n) {
         y[64 * chunk + 32 + l] = d_high * (byte >> 4) - m_high;
       }
     }
-  }
+  });
 }
 
 // The 6-bit quant of element 128·half + 32·quarter + l (l < 32) of a Q6_K block, in [0, 63].
@@ -64,11 +58,8 @@ static int q6_K_quant(const BlockQ6_K& block, int half, int quarter, int l) {
 }
 
 void dequantize_q6_K(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ6_K*>(src);
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ6_K& block = blocks[b];
+  dequantize_k_blocks<BlockQ6_K>(src, dst, n, [](const BlockQ6_K& block, float* y) {
     const float d = f16_to_f32(block.d);
-    float* y = dst + b * kBlockK;
     for (int half = 0; half < 2; ++half) {
       for (int quarter = 0; quarter < 4; ++quarter) {
         for (int l = 0; l < 32; ++l) {
@@ -78,7 +69,7 @@ void dequantize_q6_K(const void* src, float* dst, int64_t n) {
         }
       }
     }
-  }
+  });
 }
 
 float dot_q2_K(const void* w, const void* a, int64_t n) {

@@ -33,11 +33,8 @@ int iq4_xs_index(const BlockIQ4_XS& block, int ib, int j) {
 }  // namespace
 
 void dequantize_q3_K(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ3_K*>(src);
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ3_K& block = blocks[b];
+  dequantize_k_blocks<BlockQ3_K>(src, dst, n, [](const BlockQ3_K& block, float* y) {
     const float d = f16_to_f32(block.d);
-    float* y = dst + b * kBlockK;
     for (int half = 0; half < 2; ++half) {
       for (int step = 0; step < 4; ++step) {
         for (int part = 0; part < 2; ++part) {
@@ -49,19 +46,16 @@ void dequantize_q3_K(const void* src, float* dst, int64_t n) {
         }
       }
     }
-  }
+  });
 }
 
 void dequantize_q5_K(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ5_K*>(src);
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ5_K& block = blocks[b];
+  dequantize_k_blocks<BlockQ5_K>(src, dst, n, [](const BlockQ5_K& block, float* y) {
     const float d = f16_to_f32(block.d);
     const float dmin = f16_to_f32(block.dmin);
     uint8_t scales[8];
     uint8_t mins[8];
     unpack_q4_K_scales(block.scales, scales, mins);
-    float* y = dst + b * kBlockK;
     for (int chunk = 0; chunk < 4; ++chunk) {
       for (int upper = 0; upper < 2; ++upper) {
         const float dl = d * scales[2 * chunk + upper];
@@ -71,22 +65,19 @@ void dequantize_q5_K(const void* src, float* dst, int64_t n) {
         }
       }
     }
-  }
+  });
 }
 
 void dequantize_iq4_xs(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ4_XS*>(src);
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockIQ4_XS& block = blocks[b];
+  dequantize_k_blocks<BlockIQ4_XS>(src, dst, n, [](const BlockIQ4_XS& block, float* y) {
     const float d = f16_to_f32(block.d);
-    float* y = dst + b * kBlockK;
     for (int ib = 0; ib < 8; ++ib) {
       const float dl = d * float(iq4_xs_scale(block, ib) - 32);
       for (int j = 0; j < 32; ++j) {
         y[32 * ib + j] = dl * float(kIq4nlValues[iq4_xs_index(block, ib, j)]);
       }
     }
-  }
+  });
 }
 
 float dot_q3_K(const void* w, const void* a, int64_t n) {
