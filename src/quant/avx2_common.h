@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "quant/blocks.h"
+
 namespace strata::quant::avx2 {
 
 // Sum of the 8 lanes in a fixed order: (lanes 0-3 + lanes 4-7), then pairs, then the last two.
@@ -60,6 +62,117 @@ namespace strata::quant::avx2 {
   const __m256i cd = _mm256_packs_epi32(c, d);
   const __m256i mixed = _mm256_packs_epi16(ab, cd);
   return _mm256_permutevar8x32_epi32(mixed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+[[gnu::always_inline]] inline __m256i load32(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+[[gnu::always_inline]] inline __m128i load16(const void* p) {
+  return _mm_loadu_si128(static_cast<const __m128i*>(p));
+}
+
+// y[0..16) = scale·q − offset for 16 unsigned bytes q.
+[[gnu::always_inline]] inline void store_affine_u8x16(__m128i q, float scale, float offset,
+                                                      float* y) {
+  const __m256 s = _mm256_set1_ps(scale);
+  const __m256 m = _mm256_set1_ps(offset);
+  const __m256 low = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
+  const __m256 high = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(q, q)));
+  _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(s, low), m));
+  _mm256_storeu_ps(y + 8, _mm256_sub_ps(_mm256_mul_ps(s, high), m));
+}
+
+// y[0..16) = scale·q for 16 signed bytes q.
+[[gnu::always_inline]] inline void store_scaled_i8x16(__m128i q, float scale, float* y) {
+  const __m256 s = _mm256_set1_ps(scale);
+  _mm256_storeu_ps(y, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+  _mm256_storeu_ps(
+      y + 8, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(q, q)))));
+}
+
+// Shuffle mask that broadcasts i16 element `index` of each 128-bit lane to the whole lane.
+[[gnu::always_inline]] inline __m256i broadcast_i16_mask(int low_lane_index, int high_lane_index) {
+  const auto pair = [](int index) { return short((2 * index + 1) << 8 | (2 * index)); };
+  return _mm256_set_m128i(_mm_set1_epi16(pair(high_lane_index)),
+                          _mm_set1_epi16(pair(low_lane_index)));
+}
+
+// Both 128-bit lanes set to lane `half` of v.
+[[gnu::always_inline]] inline __m256i half_lanes(__m256i v, int half) {
+  return half == 0 ? _mm256_permute2x128_si256(v, v, 0x00) : _mm256_permute2x128_si256(v, v, 0x11);
+}
+
+// Q4_K/Q5_K mins term: Σ_j m_j·(bsums[2j] + bsums[2j+1]) via madd with each of the eight 8-bit
+// mins (packed in mins_u64) repeated twice; exact in i32.
+[[gnu::always_inline]] inline __m256i k4_min_sums(const void* bsums, uint64_t mins_u64) {
+  const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(mins_u64)));
+  const __m256i mins_twice =
+      _mm256_set_m128i(_mm_unpackhi_epi16(mins, mins), _mm_unpacklo_epi16(mins, mins));
+  return _mm256_madd_epi16(load32(bsums), mins_twice);
+}
+
+// The eight Q4_K/Q5_K 8-bit scales (packed in scales_u64) as i16, in both 128-bit lanes.
+[[gnu::always_inline]] inline __m256i k4_scales_i16(uint64_t scales_u64) {
+  return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales_u64))));
+}
+
+// Q4_K/Q5_K chunk c: i32 sums of sub-blocks 2c (quants low, activations act_qs[0..32)) and 2c+1
+// (quants high, act_qs[32..64)), each times its scale from k4_scales_i16.
+[[gnu::always_inline]] inline __m256i k4_chunk_sums(__m256i low, __m256i high, const int8_t* act_qs,
+                                                    __m256i scales, int chunk) {
+  const __m256i p_low = _mm256_maddubs_epi16(low, load32(act_qs));
+  const __m256i p_high = _mm256_maddubs_epi16(high, load32(act_qs + 32));
+  const __m256i s_low = _mm256_shuffle_epi8(scales, broadcast_i16_mask(2 * chunk, 2 * chunk));
+  const __m256i s_high =
+      _mm256_shuffle_epi8(scales, broadcast_i16_mask(2 * chunk + 1, 2 * chunk + 1));
+  return _mm256_add_epi32(_mm256_madd_epi16(p_low, s_low), _mm256_madd_epi16(p_high, s_high));
+}
+
+// The 32 nibbles of 16 bytes in element order (low nibbles: elements 0-15, high: 16-31).
+[[gnu::always_inline]] inline __m256i unpack_nibbles(const uint8_t qs[16]) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
+}
+
+// Stores 32 signed bytes times d as floats (d·q, as the scalar code).
+[[gnu::always_inline]] inline void store_scaled_i8x32(__m256i q, float d, float* y) {
+  const __m256 scale = _mm256_set1_ps(d);
+  const __m128i low = _mm256_castsi256_si128(q);
+  const __m128i high = _mm256_extracti128_si256(q, 1);
+  const __m128i parts[4] = {low, _mm_unpackhi_epi64(low, low), high,
+                            _mm_unpackhi_epi64(high, high)};
+  for (int p = 0; p < 4; ++p) {
+    const __m256 values = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p]));
+    _mm256_storeu_ps(y + 8 * p, _mm256_mul_ps(scale, values));
+  }
+}
+
+// Σ w·a of 32 int8 pairs as 8 int32 lanes (lane k holds elements 4k..4k+3); w ≠ −128.
+[[gnu::always_inline]] inline __m256i dot_i8x32(__m256i w, __m256i a) {
+  const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+  return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
+}
+
+// Block-pair loop of the symmetric 32-weight block types (Q8_0, Q4_0, Q5_0, IQ4_NL) with Q8_0
+// activations: Σ_b d_w·d_a·(integer block sum), two accumulators, block b into b % 2. Unpack
+// gives the 32 signed weights of a block (pass a lambda: a function pointer is not inlined).
+template <typename Block, typename Unpack>
+[[gnu::always_inline]] inline float dot_blocks32(const Block* weights, const BlockQ8_0* acts,
+                                                 int64_t n_blocks, Unpack unpack) {
+  auto block_product = [&](int64_t b, __m256 acc) {
+    const float d = f16_scalar_to_f32(weights[b].d) * f16_scalar_to_f32(acts[b].d);
+    const __m256i sums = dot_i8x32(unpack(weights[b]), load32(acts[b].qs));
+    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
+  };
+  __m256 acc_even = _mm256_setzero_ps();
+  __m256 acc_odd = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= n_blocks; b += 2) {
+    acc_even = block_product(b, acc_even);
+    acc_odd = block_product(b + 1, acc_odd);
+  }
+  if (b < n_blocks) acc_even = block_product(b, acc_even);
+  return horizontal_sum(_mm256_add_ps(acc_even, acc_odd));
 }
 
 }  // namespace strata::quant::avx2

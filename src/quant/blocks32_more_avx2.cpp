@@ -15,16 +15,6 @@
 namespace strata::quant::avx2 {
 namespace {
 
-inline __m256i load32(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
-// The 32 nibbles of 16 bytes in element order (low nibbles: elements 0-15, high: 16-31).
-inline __m256i unpack_nibbles(const uint8_t qs[16]) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
-}
-
 // 0x10 in byte j where bit j of the little-endian u32 at qh is set, else 0.
 inline __m256i q5_high_bits(const uint8_t qh[4]) {
   uint32_t bits;
@@ -44,19 +34,6 @@ inline __m256i iq4nl_table() {
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
 }
 
-// Stores 32 signed bytes times d as floats (d·q, as the scalar code).
-inline void store_scaled_i8x32(__m256i q, float d, float* y) {
-  const __m256 scale = _mm256_set1_ps(d);
-  const __m128i low = _mm256_castsi256_si128(q);
-  const __m128i high = _mm256_extracti128_si256(q, 1);
-  const __m128i parts[4] = {low, _mm_unpackhi_epi64(low, low), high,
-                            _mm_unpackhi_epi64(high, high)};
-  for (int p = 0; p < 4; ++p) {
-    const __m256 values = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p]));
-    _mm256_storeu_ps(y + 8 * p, _mm256_mul_ps(scale, values));
-  }
-}
-
 // Stores d·q + m for 32 unsigned bytes q (multiply, then add: the scalar order).
 inline void store_affine_u8x32(__m256i q, float d, float m, float* y) {
   const __m256 scale = _mm256_set1_ps(d);
@@ -71,37 +48,12 @@ inline void store_affine_u8x32(__m256i q, float d, float m, float* y) {
   }
 }
 
-// Σ w·a of 32 signed int8 pairs (|w| ≤ 127 or −128 never) as 8 i32 lanes.
-inline __m256i dot_signed(__m256i w, __m256i a) {
-  const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-  return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
-}
-
 // Σ q·a of 32 unsigned (q < 128) × signed pairs as 8 i32 lanes.
 inline __m256i dot_unsigned(__m256i q, __m256i a) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), _mm256_set1_epi16(1));
 }
 
-// Two-accumulator block loop of the symmetric types: Σ_b d_w·d_a·(integer block sum).
-template <typename Block, typename Unpack>
-float dot_symmetric(const Block* weights, const BlockQ8_0* acts, int64_t n_blocks, Unpack unpack) {
-  auto block_product = [&](int64_t b, __m256 acc) {
-    const float d = f16_scalar_to_f32(weights[b].d) * f16_scalar_to_f32(acts[b].d);
-    const __m256i sums = dot_signed(unpack(weights[b]), load32(acts[b].qs));
-    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
-  };
-  __m256 acc_even = _mm256_setzero_ps();
-  __m256 acc_odd = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= n_blocks; b += 2) {
-    acc_even = block_product(b, acc_even);
-    acc_odd = block_product(b + 1, acc_odd);
-  }
-  if (b < n_blocks) acc_even = block_product(b, acc_even);
-  return horizontal_sum(_mm256_add_ps(acc_even, acc_odd));
-}
-
-// The same for the affine types (y = d·q + m): Σ_b d_w·d_a·Σq·a + m·d_a·Σa.
+// Two-accumulator block loop of the affine types (y = d·q + m): Σ_b d_w·d_a·Σq·a + m·d_a·Σa.
 template <typename Block, typename Unpack>
 float dot_affine(const Block* weights, const BlockQ8_0* acts, int64_t n_blocks, Unpack unpack) {
   const __m256i ones = _mm256_set1_epi8(1);
@@ -173,8 +125,8 @@ float dot_q4_1(const void* w, const void* a, int64_t n) {
 }
 
 float dot_q5_0(const void* w, const void* a, int64_t n) {
-  return dot_symmetric(static_cast<const BlockQ5_0*>(w), static_cast<const BlockQ8_0*>(a),
-                       n / kBlock32, [](const BlockQ5_0& block) { return unpack_q5_0(block); });
+  return dot_blocks32(static_cast<const BlockQ5_0*>(w), static_cast<const BlockQ8_0*>(a),
+                      n / kBlock32, [](const BlockQ5_0& block) { return unpack_q5_0(block); });
 }
 
 float dot_q5_1(const void* w, const void* a, int64_t n) {
@@ -184,9 +136,9 @@ float dot_q5_1(const void* w, const void* a, int64_t n) {
 
 float dot_iq4_nl(const void* w, const void* a, int64_t n) {
   const __m256i table = iq4nl_table();
-  return dot_symmetric(static_cast<const BlockIQ4_NL*>(w), static_cast<const BlockQ8_0*>(a),
-                       n / kBlock32,
-                       [table](const BlockIQ4_NL& block) { return unpack_iq4_nl(block, table); });
+  return dot_blocks32(static_cast<const BlockIQ4_NL*>(w), static_cast<const BlockQ8_0*>(a),
+                      n / kBlock32,
+                      [table](const BlockIQ4_NL& block) { return unpack_iq4_nl(block, table); });
 }
 
 }  // namespace strata::quant::avx2

@@ -14,8 +14,6 @@
 namespace strata::quant::avx2 {
 namespace {
 
-inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-
 // The four grid points of one sub-block. The four words come in one 64-bit load and are split
 // with shifts: the kernel is bound by loads, and the scalar ALUs have room.
 inline __m256i grid_points(const uint16_t* words) {

@@ -15,39 +15,6 @@
 namespace strata::quant::avx2 {
 namespace {
 
-inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-
-// y[0..16) = scale·q − offset for 16 unsigned bytes q.
-inline void store_affine_u8x16(__m128i q, float scale, float offset, float* y) {
-  const __m256 s = _mm256_set1_ps(scale);
-  const __m256 m = _mm256_set1_ps(offset);
-  const __m256 low = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
-  const __m256 high = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(q, q)));
-  _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(s, low), m));
-  _mm256_storeu_ps(y + 8, _mm256_sub_ps(_mm256_mul_ps(s, high), m));
-}
-
-// y[0..16) = scale·q for 16 signed bytes q.
-inline void store_scaled_i8x16(__m128i q, float scale, float* y) {
-  const __m256 s = _mm256_set1_ps(scale);
-  _mm256_storeu_ps(y, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
-  _mm256_storeu_ps(
-      y + 8, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(q, q)))));
-}
-
-// Shuffle mask that broadcasts i16 element `index` of each 128-bit lane to the whole lane.
-inline __m256i broadcast_i16_mask(int low_lane_index, int high_lane_index) {
-  const auto pair = [](int index) { return short((2 * index + 1) << 8 | (2 * index)); };
-  return _mm256_set_m128i(_mm_set1_epi16(pair(high_lane_index)),
-                          _mm_set1_epi16(pair(low_lane_index)));
-}
-
-// Both 128-bit lanes set to lane `half` of v.
-inline __m256i half_lanes(__m256i v, int half) {
-  return half == 0 ? _mm256_permute2x128_si256(v, v, 0x00) : _mm256_permute2x128_si256(v, v, 0x11);
-}
-
 // The four 6-bit quant vectors of one Q6_K half: vector j holds elements 128h + 32j + (0..31).
 inline void unpack_q6_K_half(const BlockQ6_K& block, int half, __m256i q[4]) {
   const __m256i low_mask = _mm256_set1_epi8(0x0f);
@@ -182,25 +149,14 @@ float dot_q4_K(const void* w, const void* a, int64_t n) {
     const BlockQ8_K& act = acts[b];
     uint64_t scales_u64, mins_u64;
     unpack_q4_K_scales_u64(block.scales, &scales_u64, &mins_u64);
-    // Mins: Σ_j m_j·(bsums[2j] + bsums[2j+1]) via madd with each min repeated twice.
-    const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(mins_u64)));
-    const __m256i mins_twice =
-        _mm256_set_m128i(_mm_unpackhi_epi16(mins, mins), _mm_unpacklo_epi16(mins, mins));
-    const __m256i min_sums = _mm256_madd_epi16(load32(act.bsums), mins_twice);
-    const __m256i scales =
-        _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales_u64))));
+    const __m256i min_sums = k4_min_sums(act.bsums, mins_u64);
+    const __m256i scales = k4_scales_i16(scales_u64);
     __m256i sums = _mm256_setzero_si256();
     for (int chunk = 0; chunk < 4; ++chunk) {
       const __m256i bytes = load32(block.qs + 32 * chunk);
       const __m256i low = _mm256_and_si256(bytes, nibble);
       const __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
-      const __m256i p_low = _mm256_maddubs_epi16(low, load32(act.qs + 64 * chunk));
-      const __m256i p_high = _mm256_maddubs_epi16(high, load32(act.qs + 64 * chunk + 32));
-      const __m256i s_low = _mm256_shuffle_epi8(scales, broadcast_i16_mask(2 * chunk, 2 * chunk));
-      const __m256i s_high =
-          _mm256_shuffle_epi8(scales, broadcast_i16_mask(2 * chunk + 1, 2 * chunk + 1));
-      sums = _mm256_add_epi32(sums, _mm256_add_epi32(_mm256_madd_epi16(p_low, s_low),
-                                                     _mm256_madd_epi16(p_high, s_high)));
+      sums = _mm256_add_epi32(sums, k4_chunk_sums(low, high, act.qs + 64 * chunk, scales, chunk));
     }
     const float d = f16_scalar_to_f32(block.d) * act.d;
     const float dmin = f16_scalar_to_f32(block.dmin) * act.d;

@@ -22,10 +22,6 @@ STRATA_AVX512_IGNORE_GCC12_WARNINGS
 namespace strata::quant::avx512 {
 namespace {
 
-inline __m256i load32(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
 // vpermw indices that spread scale 2c over i16 lanes 0-15 and scale 2c+1 over lanes 16-31.
 inline __m512i chunk_scale_index(int chunk) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(short(2 * chunk))),
@@ -47,17 +43,14 @@ float dot_q4_K(const void* w, const void* a, int64_t n) {
     const BlockQ8_K& act = acts[b];
     uint64_t scales_u64, mins_u64;
     unpack_q4_K_scales_u64(block.scales, &scales_u64, &mins_u64);
-    // Mins exactly as avx2::dot_q4_K: Σ_j m_j·(bsums[2j] + bsums[2j+1]) via madd.
-    const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(mins_u64)));
-    const __m256i mins_twice =
-        _mm256_set_m128i(_mm_unpackhi_epi16(mins, mins), _mm_unpacklo_epi16(mins, mins));
-    const __m256i min_sums = _mm256_madd_epi16(load32(act.bsums), mins_twice);
+    // Mins exactly as avx2::dot_q4_K.
+    const __m256i min_sums = avx2::k4_min_sums(act.bsums, mins_u64);
     // The eight scales as i16 in lanes 0-7 (the other lanes are never selected).
     const __m512i scales =
         _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales_u64))));
     __m512i sums = _mm512_setzero_si512();
     for (int chunk = 0; chunk < 4; ++chunk) {
-      const __m256i bytes = load32(block.qs + 32 * chunk);
+      const __m256i bytes = avx2::load32(block.qs + 32 * chunk);
       const __m512i q = _mm512_and_si512(
           _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1),
           nibble);

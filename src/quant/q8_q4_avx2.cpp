@@ -9,52 +9,9 @@
 namespace strata::quant::avx2 {
 namespace {
 
-inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-
 // 32 signed Q4_0 values (nibble − 8) in element order.
 inline __m256i unpack_q4_0(const BlockQ4_0& block) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.qs));
-  const __m256i nibbles =
-      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
-  return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
-}
-
-// Σ w·a of 32 int8 pairs as 8 int32 lanes (lane k holds elements 4k..4k+3).
-inline __m256i dot_i8x32(__m256i w, __m256i a) {
-  const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-  return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
-}
-
-// Stores 32 signed bytes times d as floats.
-inline void store_scaled_i8x32(__m256i q, float d, float* y) {
-  const __m256 scale = _mm256_set1_ps(d);
-  const __m128i low = _mm256_castsi256_si128(q);
-  const __m128i high = _mm256_extracti128_si256(q, 1);
-  const __m128i parts[4] = {low, _mm_unpackhi_epi64(low, low), high,
-                            _mm_unpackhi_epi64(high, high)};
-  for (int p = 0; p < 4; ++p) {
-    const __m256 values = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p]));
-    _mm256_storeu_ps(y + 8 * p, _mm256_mul_ps(scale, values));
-  }
-}
-
-// Block-pair loop shared by the Q8_0 and Q4_0 dots: two accumulators, block b into b % 2.
-template <typename Block, typename Unpack>
-float dot_blocks32(const Block* weights, const BlockQ8_0* acts, int64_t n_blocks, Unpack unpack) {
-  auto block_product = [&](int64_t b, __m256 acc) {
-    const float d = f16_scalar_to_f32(weights[b].d) * f16_scalar_to_f32(acts[b].d);
-    const __m256i sums = dot_i8x32(unpack(weights[b]), load32(acts[b].qs));
-    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
-  };
-  __m256 acc_even = _mm256_setzero_ps();
-  __m256 acc_odd = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= n_blocks; b += 2) {
-    acc_even = block_product(b, acc_even);
-    acc_odd = block_product(b + 1, acc_odd);
-  }
-  if (b < n_blocks) acc_even = block_product(b, acc_even);
-  return horizontal_sum(_mm256_add_ps(acc_even, acc_odd));
+  return _mm256_sub_epi8(unpack_nibbles(block.qs), _mm256_set1_epi8(8));
 }
 
 }  // namespace

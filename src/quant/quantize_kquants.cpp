@@ -126,6 +126,64 @@ float fit_symmetric(const float* x, int n, int q_neg) {
   return best_scale;
 }
 
+// Q6_K and Q3_K: fit_symmetric's scale of each 16-weight sub-block of a 256-weight block into
+// scales; returns the scale of largest magnitude (the first such, 0 if all are 0).
+float fit_symmetric_scales(const float* x, int q_neg, float scales[16]) {
+  float extreme_scale = 0.0f;
+  for (int sub = 0; sub < 16; ++sub) {
+    scales[sub] = fit_symmetric(x + 16 * sub, 16, q_neg);
+    if (std::fabs(scales[sub]) > std::fabs(extreme_scale)) extreme_scale = scales[sub];
+  }
+  return extreme_scale;
+}
+
+// Q4_K and Q5_K levels (0..max_level) of one 256-weight block: a weighted affine fit per 32-weight
+// sub-block (fit_affine's first_shift and n_steps), 6-bit scale and min codes against f16 d and
+// dmin, then every level re-rounded against the codes.
+void fit_k4_block(const float* x, int max_level, float first_shift, int n_steps,
+                  uint8_t levels[kBlockK], uint8_t packed_scales[12], uint16_t& d_bits,
+                  uint16_t& dmin_bits) {
+  float scales[8];
+  float offsets[8];
+  for (int sub = 0; sub < 8; ++sub) {
+    const float* xs = x + 32 * sub;
+    // Weight each value by (rms + |x|): large weights matter more, small ones still count.
+    float sum_sq = 0.0f;
+    for (int l = 0; l < 32; ++l) sum_sq += xs[l] * xs[l];
+    const float rms = std::sqrt(sum_sq / 32.0f);
+    float weight[32];
+    for (int l = 0; l < 32; ++l) weight[l] = rms + std::fabs(xs[l]);
+    const AffineFit fit =
+        fit_affine(xs, weight, 32, max_level, first_shift, 0.1f, n_steps, levels + 32 * sub);
+    scales[sub] = fit.scale;
+    offsets[sub] = fit.offset;
+  }
+  const float max_scale = *std::max_element(scales, scales + 8);
+  const float max_offset = *std::max_element(offsets, offsets + 8);
+  const float inverse_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+  const float inverse_offset = max_offset > 0.0f ? 63.0f / max_offset : 0.0f;
+  uint8_t scale_codes[8];
+  uint8_t min_codes[8];
+  for (int sub = 0; sub < 8; ++sub) {
+    scale_codes[sub] = static_cast<uint8_t>(round_clamped(inverse_scale * scales[sub], 0, 63));
+    min_codes[sub] = static_cast<uint8_t>(round_clamped(inverse_offset * offsets[sub], 0, 63));
+  }
+  pack_q4_K_scales(scale_codes, min_codes, packed_scales);
+  d_bits = f32_to_f16(max_scale / 63.0f);
+  dmin_bits = f32_to_f16(max_offset / 63.0f);
+  // Re-round every weight against the scales exactly as the decoder will see them.
+  const float d = f16_to_f32(d_bits);
+  const float dmin = f16_to_f32(dmin_bits);
+  for (int sub = 0; sub < 8; ++sub) {
+    const float step = d * scale_codes[sub];
+    const float offset = dmin * min_codes[sub];
+    for (int l = 0; l < 32; ++l) {
+      levels[32 * sub + l] =
+          step > 0.0f ? uint8_t(round_clamped((x[32 * sub + l] + offset) / step, 0, max_level)) : 0;
+    }
+  }
+}
+
 }  // namespace
 
 void quantize_q4_K(const float* src, void* dst, int64_t n) {
@@ -134,44 +192,7 @@ void quantize_q4_K(const float* src, void* dst, int64_t n) {
     const float* x = src + b * kBlockK;
     BlockQ4_K& block = blocks[b];
     uint8_t levels[kBlockK];
-    float scales[8];
-    float offsets[8];
-    for (int sub = 0; sub < 8; ++sub) {
-      const float* xs = x + 32 * sub;
-      // Weight each value by (rms + |x|): large weights matter more, small ones still count.
-      float sum_sq = 0.0f;
-      for (int l = 0; l < 32; ++l) sum_sq += xs[l] * xs[l];
-      const float rms = std::sqrt(sum_sq / 32.0f);
-      float weight[32];
-      for (int l = 0; l < 32; ++l) weight[l] = rms + std::fabs(xs[l]);
-      const AffineFit fit = fit_affine(xs, weight, 32, 15, -1.0f, 0.1f, 20, levels + 32 * sub);
-      scales[sub] = fit.scale;
-      offsets[sub] = fit.offset;
-    }
-    const float max_scale = *std::max_element(scales, scales + 8);
-    const float max_offset = *std::max_element(offsets, offsets + 8);
-    const float inverse_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
-    const float inverse_offset = max_offset > 0.0f ? 63.0f / max_offset : 0.0f;
-    uint8_t scale_codes[8];
-    uint8_t min_codes[8];
-    for (int sub = 0; sub < 8; ++sub) {
-      scale_codes[sub] = static_cast<uint8_t>(round_clamped(inverse_scale * scales[sub], 0, 63));
-      min_codes[sub] = static_cast<uint8_t>(round_clamped(inverse_offset * offsets[sub], 0, 63));
-    }
-    pack_q4_K_scales(scale_codes, min_codes, block.scales);
-    block.d = f32_to_f16(max_scale / 63.0f);
-    block.dmin = f32_to_f16(max_offset / 63.0f);
-    // Re-round every weight against the scales exactly as the decoder will see them.
-    const float d = f16_to_f32(block.d);
-    const float dmin = f16_to_f32(block.dmin);
-    for (int sub = 0; sub < 8; ++sub) {
-      const float step = d * scale_codes[sub];
-      const float offset = dmin * min_codes[sub];
-      for (int l = 0; l < 32; ++l) {
-        levels[32 * sub + l] =
-            step > 0.0f ? uint8_t(round_clamped((x[32 * sub + l] + offset) / step, 0, 15)) : 0;
-      }
-    }
+    fit_k4_block(x, 15, -1.0f, 20, levels, block.scales, block.d, block.dmin);
     for (int chunk = 0; chunk < 4; ++chunk) {
       for (int l = 0; l < 32; ++l) {
         block.qs[32 * chunk + l] =
@@ -236,11 +257,7 @@ void quantize_q6_K(const float* src, void* dst, int64_t n) {
     const float* x = src + b * kBlockK;
     BlockQ6_K& block = blocks[b];
     float scales[16];
-    float extreme_scale = 0.0f;
-    for (int sub = 0; sub < 16; ++sub) {
-      scales[sub] = fit_symmetric(x + 16 * sub, 16, 32);
-      if (std::fabs(scales[sub]) > std::fabs(extreme_scale)) extreme_scale = scales[sub];
-    }
+    const float extreme_scale = fit_symmetric_scales(x, 32, scales);
     // The scale of largest magnitude maps to −128, the wider end of int8.
     const float inverse = extreme_scale != 0.0f ? -128.0f / extreme_scale : 0.0f;
     for (int sub = 0; sub < 16; ++sub) {
@@ -276,42 +293,7 @@ void quantize_q5_K(const float* src, void* dst, int64_t n) {
     const float* x = src + b * kBlockK;
     BlockQ5_K& block = blocks[b];
     uint8_t levels[kBlockK];
-    float scales[8];
-    float offsets[8];
-    for (int sub = 0; sub < 8; ++sub) {
-      const float* xs = x + 32 * sub;
-      float sum_sq = 0.0f;
-      for (int l = 0; l < 32; ++l) sum_sq += xs[l] * xs[l];
-      const float rms = std::sqrt(sum_sq / 32.0f);
-      float weight[32];
-      for (int l = 0; l < 32; ++l) weight[l] = rms + std::fabs(xs[l]);
-      const AffineFit fit = fit_affine(xs, weight, 32, 31, -0.5f, 0.1f, 15, levels + 32 * sub);
-      scales[sub] = fit.scale;
-      offsets[sub] = fit.offset;
-    }
-    const float max_scale = *std::max_element(scales, scales + 8);
-    const float max_offset = *std::max_element(offsets, offsets + 8);
-    const float inverse_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
-    const float inverse_offset = max_offset > 0.0f ? 63.0f / max_offset : 0.0f;
-    uint8_t scale_codes[8];
-    uint8_t min_codes[8];
-    for (int sub = 0; sub < 8; ++sub) {
-      scale_codes[sub] = static_cast<uint8_t>(round_clamped(inverse_scale * scales[sub], 0, 63));
-      min_codes[sub] = static_cast<uint8_t>(round_clamped(inverse_offset * offsets[sub], 0, 63));
-    }
-    pack_q4_K_scales(scale_codes, min_codes, block.scales);
-    block.d = f32_to_f16(max_scale / 63.0f);
-    block.dmin = f32_to_f16(max_offset / 63.0f);
-    const float d = f16_to_f32(block.d);
-    const float dmin = f16_to_f32(block.dmin);
-    for (int sub = 0; sub < 8; ++sub) {
-      const float step = d * scale_codes[sub];
-      const float offset = dmin * min_codes[sub];
-      for (int l = 0; l < 32; ++l) {
-        levels[32 * sub + l] =
-            step > 0.0f ? uint8_t(round_clamped((x[32 * sub + l] + offset) / step, 0, 31)) : 0;
-      }
-    }
+    fit_k4_block(x, 31, -0.5f, 15, levels, block.scales, block.d, block.dmin);
     std::fill(block.qh, block.qh + 32, uint8_t{0});
     for (int chunk = 0; chunk < 4; ++chunk) {
       for (int l = 0; l < 32; ++l) {
@@ -333,11 +315,7 @@ void quantize_q3_K(const float* src, void* dst, int64_t n) {
     const float* x = src + b * kBlockK;
     BlockQ3_K& block = blocks[b];
     float scales[16];
-    float extreme_scale = 0.0f;
-    for (int sub = 0; sub < 16; ++sub) {
-      scales[sub] = fit_symmetric(x + 16 * sub, 16, 4);
-      if (std::fabs(scales[sub]) > std::fabs(extreme_scale)) extreme_scale = scales[sub];
-    }
+    const float extreme_scale = fit_symmetric_scales(x, 4, scales);
     const float inverse = extreme_scale != 0.0f ? -32.0f / extreme_scale : 0.0f;
     int codes[16];
     std::fill(block.scales, block.scales + 12, uint8_t{0});

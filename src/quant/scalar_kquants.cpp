@@ -3,17 +3,15 @@
 // shared/reference/gguf-and-quants.md §4. Dot products take Q8_K activations.
 #include "quant/blocks.h"
 #include "quant/kernels.h"
+#include "quant/kquant_scales.h"
 #include "util/fp16.h"
 
 namespace strata::quant::scalar {
 
 void dequantize_q2_K(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ2_K*>(src);
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ2_K& block = blocks[b];
+  dequantize_k_blocks<BlockQ2_K>(src, dst, n, [](const BlockQ2_K& block, float* y) {
     const float d = f16_to_f32(block.d);
     const float dmin = f16_to_f32(block.dmin);
-    float* y = dst + b * kBlockK;
     for (int half = 0; half < 2; ++half) {
       for (int step = 0; step < 4; ++step) {
         for (int part = 0; part < 2; ++part) {  // part 0: qs[32h + l], part 1: qs[32h + 16 + l]
@@ -27,19 +25,16 @@ void dequantize_q2_K(const void* src, float* dst, int64_t n) {
         }
       }
     }
-  }
+  });
 }
 
 void dequantize_q4_K(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ4_K*>(src);
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ4_K& block = blocks[b];
+  dequantize_k_blocks<BlockQ4_K>(src, dst, n, [](const BlockQ4_K& block, float* y) {
     const float d = f16_to_f32(block.d);
     const float dmin = f16_to_f32(block.dmin);
     uint8_t scales[8];
     uint8_t mins[8];
     unpack_q4_K_scales(block.scales, scales, mins);
-    float* y = dst + b * kBlockK;
     for (int chunk = 0; chunk < 4; ++chunk) {
       const float d_low = d * scales[2 * chunk];
       const float m_low = dmin * mins[2 * chunk];
@@ -51,7 +46,7 @@ void dequantize_q4_K(const void* src, float* dst, int64_t n) {
         y[64 * chunk + 32 + l] = d_high * (byte >> 4) - m_high;
       }
     }
-  }
+  });
 }
 
 // The 6-bit quant of element 128·half + 32·quarter + l (l < 32) of a Q6_K block, in [0, 63].
@@ -63,11 +58,8 @@ static int q6_K_quant(const BlockQ6_K& block, int half, int quarter, int l) {
 }
 
 void dequantize_q6_K(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ6_K*>(src);
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ6_K& block = blocks[b];
+  dequantize_k_blocks<BlockQ6_K>(src, dst, n, [](const BlockQ6_K& block, float* y) {
     const float d = f16_to_f32(block.d);
-    float* y = dst + b * kBlockK;
     for (int half = 0; half < 2; ++half) {
       for (int quarter = 0; quarter < 4; ++quarter) {
         for (int l = 0; l < 32; ++l) {
@@ -77,16 +69,11 @@ void dequantize_q6_K(const void* src, float* dst, int64_t n) {
         }
       }
     }
-  }
+  });
 }
 
 float dot_q2_K(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ2_K*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ2_K& block = blocks[b];
-    const BlockQ8_K& act = acts[b];
+  return dot_k_blocks<BlockQ2_K>(w, a, n, [](const BlockQ2_K& block, const BlockQ8_K& act) {
     // Element e lies in sub-block e / 16, whose scale byte is scales[e / 16].
     int64_t scaled = 0;
     int64_t mins = 0;
@@ -104,24 +91,16 @@ float dot_q2_K(const void* w, const void* a, int64_t n) {
         }
       }
     }
-    sum += double(f16_to_f32(block.d)) * act.d * double(scaled) -
-           double(f16_to_f32(block.dmin)) * act.d * double(mins);
-  }
-  return static_cast<float>(sum);
+    return k_block_dot(block.d, block.dmin, act.d, scaled, mins);
+  });
 }
 
 float dot_q4_K(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ4_K*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ4_K& block = blocks[b];
-    const BlockQ8_K& act = acts[b];
+  return dot_k_blocks<BlockQ4_K>(w, a, n, [](const BlockQ4_K& block, const BlockQ8_K& act) {
     uint8_t scales[8];
     uint8_t mins[8];
     unpack_q4_K_scales(block.scales, scales, mins);
     int64_t scaled = 0;
-    int64_t min_sum = 0;
     for (int chunk = 0; chunk < 4; ++chunk) {
       int low = 0;
       int high = 0;
@@ -132,22 +111,12 @@ float dot_q4_K(const void* w, const void* a, int64_t n) {
       }
       scaled += int64_t(scales[2 * chunk]) * low + int64_t(scales[2 * chunk + 1]) * high;
     }
-    for (int sub = 0; sub < 8; ++sub) {
-      min_sum += int64_t(mins[sub]) * (act.bsums[2 * sub] + act.bsums[2 * sub + 1]);
-    }
-    sum += double(f16_to_f32(block.d)) * act.d * double(scaled) -
-           double(f16_to_f32(block.dmin)) * act.d * double(min_sum);
-  }
-  return static_cast<float>(sum);
+    return k_block_dot(block.d, block.dmin, act.d, scaled, k4_min_sum(mins, act.bsums));
+  });
 }
 
 float dot_q6_K(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ6_K*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ6_K& block = blocks[b];
-    const BlockQ8_K& act = acts[b];
+  return dot_k_blocks<BlockQ6_K>(w, a, n, [](const BlockQ6_K& block, const BlockQ8_K& act) {
     int64_t scaled = 0;
     for (int half = 0; half < 2; ++half) {
       for (int quarter = 0; quarter < 4; ++quarter) {
@@ -162,9 +131,8 @@ float dot_q6_K(const void* w, const void* a, int64_t n) {
         }
       }
     }
-    sum += double(f16_to_f32(block.d)) * act.d * double(scaled);
-  }
-  return static_cast<float>(sum);
+    return double(f16_to_f32(block.d)) * act.d * double(scaled);
+  });
 }
 
 }  // namespace strata::quant::scalar

@@ -3,6 +3,7 @@
 // ggml-quants.c). Dot products take Q8_K activations.
 #include "quant/blocks.h"
 #include "quant/kernels_more.h"
+#include "quant/kquant_scales.h"
 #include "util/fp16.h"
 
 namespace strata::quant::scalar {
@@ -32,11 +33,8 @@ int iq4_xs_index(const BlockIQ4_XS& block, int ib, int j) {
 }  // namespace
 
 void dequantize_q3_K(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ3_K*>(src);
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ3_K& block = blocks[b];
+  dequantize_k_blocks<BlockQ3_K>(src, dst, n, [](const BlockQ3_K& block, float* y) {
     const float d = f16_to_f32(block.d);
-    float* y = dst + b * kBlockK;
     for (int half = 0; half < 2; ++half) {
       for (int step = 0; step < 4; ++step) {
         for (int part = 0; part < 2; ++part) {
@@ -48,19 +46,16 @@ void dequantize_q3_K(const void* src, float* dst, int64_t n) {
         }
       }
     }
-  }
+  });
 }
 
 void dequantize_q5_K(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ5_K*>(src);
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ5_K& block = blocks[b];
+  dequantize_k_blocks<BlockQ5_K>(src, dst, n, [](const BlockQ5_K& block, float* y) {
     const float d = f16_to_f32(block.d);
     const float dmin = f16_to_f32(block.dmin);
     uint8_t scales[8];
     uint8_t mins[8];
     unpack_q4_K_scales(block.scales, scales, mins);
-    float* y = dst + b * kBlockK;
     for (int chunk = 0; chunk < 4; ++chunk) {
       for (int upper = 0; upper < 2; ++upper) {
         const float dl = d * scales[2 * chunk + upper];
@@ -70,31 +65,23 @@ void dequantize_q5_K(const void* src, float* dst, int64_t n) {
         }
       }
     }
-  }
+  });
 }
 
 void dequantize_iq4_xs(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ4_XS*>(src);
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockIQ4_XS& block = blocks[b];
+  dequantize_k_blocks<BlockIQ4_XS>(src, dst, n, [](const BlockIQ4_XS& block, float* y) {
     const float d = f16_to_f32(block.d);
-    float* y = dst + b * kBlockK;
     for (int ib = 0; ib < 8; ++ib) {
       const float dl = d * float(iq4_xs_scale(block, ib) - 32);
       for (int j = 0; j < 32; ++j) {
         y[32 * ib + j] = dl * float(kIq4nlValues[iq4_xs_index(block, ib, j)]);
       }
     }
-  }
+  });
 }
 
 float dot_q3_K(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ3_K*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ3_K& block = blocks[b];
-    const BlockQ8_K& act = acts[b];
+  return dot_k_blocks<BlockQ3_K>(w, a, n, [](const BlockQ3_K& block, const BlockQ8_K& act) {
     int64_t scaled = 0;
     for (int half = 0; half < 2; ++half) {
       for (int step = 0; step < 4; ++step) {
@@ -108,23 +95,16 @@ float dot_q3_K(const void* w, const void* a, int64_t n) {
         }
       }
     }
-    sum += double(f16_to_f32(block.d)) * act.d * double(scaled);
-  }
-  return static_cast<float>(sum);
+    return double(f16_to_f32(block.d)) * act.d * double(scaled);
+  });
 }
 
 float dot_q5_K(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ5_K*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ5_K& block = blocks[b];
-    const BlockQ8_K& act = acts[b];
+  return dot_k_blocks<BlockQ5_K>(w, a, n, [](const BlockQ5_K& block, const BlockQ8_K& act) {
     uint8_t scales[8];
     uint8_t mins[8];
     unpack_q4_K_scales(block.scales, scales, mins);
     int64_t scaled = 0;
-    int64_t min_sum = 0;
     for (int chunk = 0; chunk < 4; ++chunk) {
       for (int upper = 0; upper < 2; ++upper) {
         const int sub = 2 * chunk + upper;
@@ -133,22 +113,14 @@ float dot_q5_K(const void* w, const void* a, int64_t n) {
           isum += q5_K_quant(block, chunk, upper, l) * act.qs[32 * sub + l];
         }
         scaled += int64_t(scales[sub]) * isum;
-        min_sum += int64_t(mins[sub]) * (act.bsums[2 * sub] + act.bsums[2 * sub + 1]);
       }
     }
-    sum += double(f16_to_f32(block.d)) * act.d * double(scaled) -
-           double(f16_to_f32(block.dmin)) * act.d * double(min_sum);
-  }
-  return static_cast<float>(sum);
+    return k_block_dot(block.d, block.dmin, act.d, scaled, k4_min_sum(mins, act.bsums));
+  });
 }
 
 float dot_iq4_xs(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ4_XS*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockIQ4_XS& block = blocks[b];
-    const BlockQ8_K& act = acts[b];
+  return dot_k_blocks<BlockIQ4_XS>(w, a, n, [](const BlockIQ4_XS& block, const BlockQ8_K& act) {
     int64_t scaled = 0;
     for (int ib = 0; ib < 8; ++ib) {
       int isum = 0;
@@ -157,9 +129,8 @@ float dot_iq4_xs(const void* w, const void* a, int64_t n) {
       }
       scaled += int64_t(iq4_xs_scale(block, ib) - 32) * isum;
     }
-    sum += double(f16_to_f32(block.d)) * act.d * double(scaled);
-  }
-  return static_cast<float>(sum);
+    return double(f16_to_f32(block.d)) * act.d * double(scaled);
+  });
 }
 
 }  // namespace strata::quant::scalar

@@ -1,0 +1,50 @@
+// Scalar helpers shared by the K-quant specification kernels (scalar_kquants.cpp,
+// scalar_kquants_more.cpp): the block loops of dequantization and dots, the per-block mins term and
+// the f64 block contribution.
+#pragma once
+
+#include <cstdint>
+
+#include "quant/blocks.h"
+#include "util/fp16.h"
+
+namespace strata::quant::scalar {
+
+// Σ_j m_j·(bsums[2j] + bsums[2j+1]) over the eight 32-weight sub-blocks of a Q4_K/Q5_K block:
+// the mins term of the dot with Q8_K activations, exact in i64.
+[[gnu::always_inline]] inline int64_t k4_min_sum(const uint8_t mins[8], const int16_t bsums[16]) {
+  int64_t min_sum = 0;
+  for (int sub = 0; sub < 8; ++sub) {
+    min_sum += int64_t(mins[sub]) * (bsums[2 * sub] + bsums[2 * sub + 1]);
+  }
+  return min_sum;
+}
+
+// One block's share of a K-quant dot: d·d_a·scaled − dmin·d_a·min_sum in f64 (d, dmin as f16).
+[[gnu::always_inline]] inline double k_block_dot(uint16_t d, uint16_t dmin, float act_d,
+                                                 int64_t scaled, int64_t min_sum) {
+  return double(f16_to_f32(d)) * act_d * double(scaled) -
+         double(f16_to_f32(dmin)) * act_d * double(min_sum);
+}
+
+// Dequantizes n weights in 256-weight blocks: dequantize_block(block b, dst + 256·b).
+template <typename Block, typename DequantizeBlock>
+[[gnu::always_inline]] inline void dequantize_k_blocks(const void* src, float* dst, int64_t n,
+                                                       DequantizeBlock dequantize_block) {
+  const auto* blocks = static_cast<const Block*>(src);
+  for (int64_t b = 0; b < n / kBlockK; ++b) dequantize_block(blocks[b], dst + b * kBlockK);
+}
+
+// Dot of n weights in 256-weight blocks with Q8_K activations: Σ_b block_dot(block b, act b), the
+// f64 terms added in block order, rounded to f32 once.
+template <typename Block, typename BlockDot>
+[[gnu::always_inline]] inline float dot_k_blocks(const void* w, const void* a, int64_t n,
+                                                 BlockDot block_dot) {
+  const auto* blocks = static_cast<const Block*>(w);
+  const auto* acts = static_cast<const BlockQ8_K*>(a);
+  double sum = 0.0;
+  for (int64_t b = 0; b < n / kBlockK; ++b) sum += block_dot(blocks[b], acts[b]);
+  return static_cast<float>(sum);
+}
+
+}  // namespace strata::quant::scalar
