@@ -26,7 +26,8 @@ tmux -L "$session" -f /dev/null new-session -d -s "$session" -x 200 -y 50 "exec 
 
 wait_for() {  # wait_for PATTERN SECONDS
   for _ in $(seq 1 $(( $2 * 10 ))); do
-    tmux -L "$session" capture-pane -p -t "$session" 2>/dev/null | grep -q -- "$1" && return 0
+    # -J joins wrapped lines: a marker like "[stopped]" can otherwise be split at the pane's edge.
+    tmux -L "$session" capture-pane -p -J -t "$session" 2>/dev/null | grep -q -- "$1" && return 0
     sleep 0.1
   done
   return 1
