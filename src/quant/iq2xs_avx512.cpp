@@ -3,26 +3,33 @@
 // (dot_many_iq2_xs, which decodes each weight block once).
 //
 // The AVX2 kernel spends most of its time on 32 scalar grid loads per block and on assembling
-// them into vectors. Here nothing leaves the vector registers:
+// them into vectors. Here nothing leaves the vector registers, and blocks are decoded two at a
+// time so that every byte lane of the lookups does work:
 // - Grid: every grid byte is 8, 25 or 43, so a grid point is eight 2-bit codes, a u16. The 512
-//   codes (1 KiB) sit in 16 registers as two byte planes; 8 vpermi2b look up a block's 32 codes
-//   from the index bits 0-6, and mask blends on bits 7 and 8 pick the quarter: no memory access.
-// - Per 8 groups (64 weights) one vpermi2b puts group g's code and sign byte in qword g;
-//   vpmultishiftqb cuts the code into bytes and vpermb maps them to 8/25/43; vpshufbitqmb turns
-//   the sign byte into 64 mask bits, and a masked subtract negates those activations.
+//   codes (1 KiB) sit in 16 registers as two byte planes. Two vpermt2b repack the two blocks' 64
+//   index words into a vector of low bytes and one of high bytes; 8 vpermi2b look up the low and
+//   high code bytes of all 64 groups from index bits 0-6, mask blends on bits 7 and 8 pick the
+//   quarter, and one vpermt2b per block rebuilds its 16-bit codes.
+// - The repacking order puts groups k, k+8, k+16, k+24 in qword k, so for the 64 weights of pair p
+//   (groups 8p..8p+7) vpmultishiftqb cuts field p of every qword into bytes and vpermb maps them
+//   to 8/25/43; vpshufbitqmb turns the sign bytes into 64 mask bits, and a masked subtract
+//   negates those activations. The sub-block scales 2s+1 come from the 8 scale bytes by one
+//   vpermb, a variable shift and a ternary-logic op per pair.
 // - maddubs(grid, ±a) gives exact i16 pair sums (≤ 2·43·127) and vpdpwssd multiplies by the
 //   integer sub-block scale 2s+1 and accumulates in i32.
-// ~106 instructions per block for one activation (vector-throughput-bound, ~7 ns on Zen 5), ~24
-// more per extra activation in dot_many (docs/bench-matvec.md).
+// Measured in docs/bench-matvec.md: ~7.0 ns per block on Zen 5 for one activation (7.75 with one
+// block per decode and a per-pair gather), 2.9 ns per block per activation at 8 activations.
 //
 // Bitwise equal to avx2::dot_iq2_xs: the integer sums are exact, the two 256-bit halves of the
 // 16-lane sum add up to the AVX2 kernel's 8 lanes (bytes 4k..4k+3 of each 32-weight sub-block),
-// and the f32 part is the same code. Both entry points run the same per-pair and per-block code,
-// so dot_many's outputs are bitwise those of dot_iq2_xs.
+// and the f32 part is the same code, block after block. Both entry points run the same per-pair
+// and per-block code, so dot_many's outputs are bitwise those of dot_iq2_xs.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 
 #include "quant/avx2_common.h"
 #include "quant/avx512_common.h"
@@ -60,53 +67,68 @@ const GridCodePlanes& iq2xs_grid_code_planes() {
   return planes;
 }
 
-// vpermi2b indices that put, in qword g, the code of group 8·pair + g (bytes 0-1, from the code
-// vector) and its sign byte (byte 2, from the second table: index bit 6).
-inline __m512i group_gather_index(int pair) {
-  alignas(64) uint8_t index[64] = {};
-  for (int g = 0; g < 8; ++g) {
-    const int word = 8 * pair + g;
-    index[8 * g] = uint8_t(2 * word);
-    index[8 * g + 1] = uint8_t(2 * word + 1);
-    index[8 * g + 2] = uint8_t(64 + 2 * word);
-  }
-  return _mm512_load_si512(index);
+// Two blocks are decoded together so that every byte lane of the lookup does work: their 64 words
+// are repacked into one vector of low bytes (grid index bits 0-7) and one of high bytes (bit 8,
+// then the 7 sign bits), in "packed" order: byte 8k + 4b + i holds group k + 8i of block b. In that
+// order the 4 groups in a block's qword k are k, k + 8, k + 16, k + 24, so pair p (groups 8p ..
+// 8p + 7, one per qword) is field p of every qword: no per-pair gather is needed.
+constexpr int packed_byte(int block, int group) {
+  return 8 * (group % 8) + 4 * block + group / 8;
 }
 
-// The 32 grid codes of one block (as 32 u16 lanes) from its 32 words (low 9 bits = grid index).
-struct GridCodeTable {
-  // Entries 128q + 64h .. 128q + 64h + 63 of each plane in [q][h].
-  __m512i low[4][2];
-  __m512i high[4][2];
+// The permute indices and shift counts of the decode, computed at compile time (building them per
+// call costs more than a short row's decode).
+struct DecodeIndices {
+  // vpermt2b: byte `byte_of_word` (0 low, 1 high) of every word of blocks 0 and 1 (the two table
+  // operands) in packed order.
+  alignas(64) uint8_t pack_words[2][64];
+  // vpermt2b: block b's 16-bit codes from the low-plane and high-plane lookups (packed order):
+  // word 4k + i is the code of group k + 8i.
+  alignas(64) uint8_t block_codes[2][64];
+  // vpermb and vpsrlvw counts that turn a block's 8 scale bytes (broadcast to every qword) into
+  // pair p's 32 i16 sub-block scales: words 0-7 and 16-23 take the low nibble of scale byte 2p
+  // resp. 2p + 1, words 8-15 and 24-31 the high nibble. A word gets its byte in both halves; a
+  // low-nibble word is shifted right by 7 (its high half's bits 0-3 land in bits 1-4), a
+  // high-nibble word by 3 (its low half's bits 4-7 land in bits 1-4), so (word & 0x1e) | 1 is then
+  // 2s + 1.
+  alignas(64) uint8_t scale_bytes[4][64];
+  alignas(64) uint16_t scale_shifts[32];
+};
 
-  explicit GridCodeTable(const GridCodePlanes& planes) {
-    for (int q = 0; q < 4; ++q) {
-      for (int h = 0; h < 2; ++h) {
-        low[q][h] = _mm512_load_si512(planes.low + 128 * q + 64 * h);
-        high[q][h] = _mm512_load_si512(planes.high + 128 * q + 64 * h);
+constexpr DecodeIndices make_decode_indices() {
+  DecodeIndices indices{};
+  for (int byte_of_word = 0; byte_of_word < 2; ++byte_of_word) {
+    for (int block = 0; block < 2; ++block) {
+      for (int group = 0; group < 32; ++group) {
+        indices.pack_words[byte_of_word][packed_byte(block, group)] =
+            uint8_t(64 * block + 2 * group + byte_of_word);
       }
     }
   }
-
-  __m512i lookup(__m512i words) const {
-    // vpermi2b reads the low 7 bits of each byte: the index's bits 0-6 sit in byte 2g of word g
-    // (for the low plane) and, after a shift, in byte 2g+1 (for the high plane). Bits 7 and 8
-    // pick one of the four 128-entry quarters.
-    const __m512i shifted = _mm512_slli_epi16(words, 8);
-    const __mmask64 high_bytes = 0xaaaaaaaaaaaaaaaaull;
-    __m512i quarter[4];
-    for (int q = 0; q < 4; ++q) {
-      const __m512i low_code = _mm512_permutex2var_epi8(low[q][0], words, low[q][1]);
-      const __m512i high_code = _mm512_permutex2var_epi8(high[q][0], shifted, high[q][1]);
-      quarter[q] = _mm512_mask_blend_epi8(high_bytes, low_code, high_code);
+  for (int block = 0; block < 2; ++block) {
+    for (int k = 0; k < 8; ++k) {
+      for (int i = 0; i < 4; ++i) {
+        const int source = packed_byte(block, k + 8 * i);
+        indices.block_codes[block][2 * (4 * k + i)] = uint8_t(source);
+        indices.block_codes[block][2 * (4 * k + i) + 1] = uint8_t(64 + source);
+      }
     }
-    const __mmask32 bit7 = _mm512_test_epi16_mask(words, _mm512_set1_epi16(1 << 7));
-    const __mmask32 bit8 = _mm512_test_epi16_mask(words, _mm512_set1_epi16(1 << 8));
-    const __m512i q01 = _mm512_mask_blend_epi16(bit7, quarter[0], quarter[1]);
-    const __m512i q23 = _mm512_mask_blend_epi16(bit7, quarter[2], quarter[3]);
-    return _mm512_mask_blend_epi16(bit8, q01, q23);
   }
-};
+  for (int pair = 0; pair < 4; ++pair) {
+    for (int word = 0; word < 32; ++word) {
+      indices.scale_bytes[pair][2 * word] = uint8_t(2 * pair + word / 16);
+      indices.scale_bytes[pair][2 * word + 1] = uint8_t(2 * pair + word / 16);
+    }
+  }
+  for (int word = 0; word < 32; ++word) indices.scale_shifts[word] = word % 16 < 8 ? 7 : 3;
+  return indices;
+}
+
+constexpr DecodeIndices kDecodeIndices = make_decode_indices();
+
+inline __m512i load_index(const void* index) {
+  return _mm512_load_si512(index);
+}
 
 // 64 weights (pair p = sub-blocks 2p, 2p+1) of one IQ2_XS block, decoded for any number of
 // activation rows: the grid magnitudes, the activations to negate and the integer scales 2s+1.
@@ -116,55 +138,93 @@ struct DecodedPair {
   __m512i scale;
 };
 
-// Everything a block decode needs in registers: the grid codes, the group gather indices and the
-// constants. Built once per kernel call.
+// Everything a block decode needs in registers or L1: the grid code planes, the repacking indices
+// and the constants. Built once per kernel call.
 class BlockDecoder {
  public:
-  BlockDecoder()
-      : grid_(iq2xs_grid_code_planes()),
-        gather_index_{group_gather_index(0), group_gather_index(1), group_gather_index(2),
-                      group_gather_index(3)} {}
+  BlockDecoder() {
+    const GridCodePlanes& planes = iq2xs_grid_code_planes();
+    for (int q = 0; q < 4; ++q) {
+      for (int h = 0; h < 2; ++h) {
+        low_[q][h] = _mm512_load_si512(planes.low + 128 * q + 64 * h);
+        high_[q][h] = _mm512_load_si512(planes.high + 128 * q + 64 * h);
+      }
+    }
+    for (int p = 0; p < 4; ++p) scale_bytes_index_[p] = load_index(kDecodeIndices.scale_bytes[p]);
+  }
 
-  // The block's 32 grid codes (u16 lanes) and sign bytes (low byte of each u16 lane).
+  // Two blocks' 16-bit grid codes (block b: word 4k + i = group k + 8i) and sign bytes (packed
+  // order).
   struct Codes {
-    __m512i codes;
+    __m512i codes[2];
     __m512i sign_bytes;
   };
 
-  [[gnu::always_inline]] Codes codes(const BlockIQ2_XS& block) const {
-    const __m512i words = _mm512_loadu_si512(block.qs);
-    // Sign byte: the 7 stored bits and their parity in bit 7 (an even count of negatives).
-    const __m512i sign_index = _mm512_srli_epi16(words, 9);
-    const __m512i parity = _mm512_slli_epi16(_mm512_popcnt_epi16(sign_index), 7);
+  [[gnu::always_inline]] Codes codes(const BlockIQ2_XS& block0, const BlockIQ2_XS& block1) const {
+    const __m512i words0 = _mm512_loadu_si512(block0.qs);
+    const __m512i words1 = _mm512_loadu_si512(block1.qs);
+    const __m512i low_bytes = _mm512_permutex2var_epi8(words0, pack_low_, words1);
+    const __m512i high_bytes = _mm512_permutex2var_epi8(words0, pack_high_, words1);
+    // vpermi2b reads index bits 0-6 (bit 6 picks the table register); bits 7 and 8 pick one of
+    // the four 128-entry quarters.
+    __m512i low_quarter[4];
+    __m512i high_quarter[4];
+    for (int q = 0; q < 4; ++q) {
+      low_quarter[q] = _mm512_permutex2var_epi8(low_[q][0], low_bytes, low_[q][1]);
+      high_quarter[q] = _mm512_permutex2var_epi8(high_[q][0], low_bytes, high_[q][1]);
+    }
+    const __mmask64 bit7 = _mm512_movepi8_mask(low_bytes);
+    const __mmask64 bit8 = _mm512_test_epi8_mask(high_bytes, _mm512_set1_epi8(1));
+    const auto select = [&](const __m512i(&quarter)[4]) {
+      return _mm512_mask_blend_epi8(bit8, _mm512_mask_blend_epi8(bit7, quarter[0], quarter[1]),
+                                    _mm512_mask_blend_epi8(bit7, quarter[2], quarter[3]));
+    };
+    const __m512i low_code = select(low_quarter);
+    const __m512i high_code = select(high_quarter);
+    // Sign byte: the 7 stored bits (high byte >> 1; the word shift pulls the next byte's bit 0
+    // into bit 7, hence the mask) and their parity in bit 7 (an even count of negatives).
+    const __m512i sign_index =
+        _mm512_and_si512(_mm512_srli_epi16(high_bytes, 1), _mm512_set1_epi8(0x7f));
+    const __m512i parity = _mm512_slli_epi16(_mm512_popcnt_epi8(sign_index), 7);
     // sign_index | (parity & 0x80)
-    return {grid_.lookup(words),
-            _mm512_ternarylogic_epi32(sign_index, parity, _mm512_set1_epi16(0x80), 0xf8)};
+    return {{_mm512_permutex2var_epi8(low_code, codes_index_[0], high_code),
+             _mm512_permutex2var_epi8(low_code, codes_index_[1], high_code)},
+            _mm512_ternarylogic_epi32(sign_index, parity, _mm512_set1_epi8(char(0x80)), 0xf8)};
   }
 
-  [[gnu::always_inline]] DecodedPair pair(const BlockIQ2_XS& block, const Codes& codes,
+  // Pair p of block b (0 or 1) of the two decoded by codes().
+  [[gnu::always_inline]] DecodedPair pair(const BlockIQ2_XS& block, const Codes& codes, int b,
                                           int pair) const {
-    const __m512i groups =
-        _mm512_permutex2var_epi8(codes.codes, gather_index_[pair], codes.sign_bytes);
-    return {_mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(code_shifts_, groups),
+    // vpmultishiftqb: byte j of qword k takes bits 16p + 2j .. 16p + 2j + 7 of the qword, i.e.
+    // code j of group k + 8p in its low 2 bits; vpermb (low 6 bits, a table of period 4) maps it
+    // to 8, 25 or 43.
+    const __m512i code_shifts = _mm512_set1_epi64(0x0e0c0a0806040200 + 0x1010101010101010 * pair);
+    // vpshufbitqmb: bit j of qword k's mask byte is bit j of its sign byte 4b + p.
+    const __m512i sign_bits =
+        _mm512_set1_epi64(0x0706050403020100 + 0x0808080808080808 * (4 * b + pair));
+    uint64_t scale_bytes;
+    std::memcpy(&scale_bytes, block.scales, sizeof scale_bytes);
+    const __m512i scales = _mm512_srlv_epi16(
+        _mm512_permutexvar_epi8(scale_bytes_index_[pair], _mm512_set1_epi64(int64_t(scale_bytes))),
+        scale_shifts_);
+    return {_mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(code_shifts, codes.codes[b]),
                                     magnitude_of_code_),
-            _mm512_bitshuffle_epi64_mask(groups, sign_bits_),
-            _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_load_si256(
-                    reinterpret_cast<const __m256i*>(iq2xs_scale_vector(block.scales[2 * pair])))),
-                _mm256_load_si256(reinterpret_cast<const __m256i*>(
-                    iq2xs_scale_vector(block.scales[2 * pair + 1]))),
-                1)};
+            _mm512_bitshuffle_epi64_mask(codes.sign_bytes, sign_bits),
+            // (scales & 0x1e) | 1
+            _mm512_ternarylogic_epi32(scales, _mm512_set1_epi16(0x1e), _mm512_set1_epi16(1), 0xea)};
   }
 
  private:
-  GridCodeTable grid_;
-  __m512i gather_index_[4];
-  // vpmultishiftqb: byte j of each qword takes bits 2j .. 2j+7 (code j in its low 2 bits).
-  __m512i code_shifts_ = _mm512_set1_epi64(0x0e0c0a0806040200);
+  __m512i low_[4][2];   // entries 128q + 64h .. 128q + 64h + 63 of the low plane in [q][h]
+  __m512i high_[4][2];  // the same of the high plane
+  __m512i pack_low_ = load_index(kDecodeIndices.pack_words[0]);
+  __m512i pack_high_ = load_index(kDecodeIndices.pack_words[1]);
+  __m512i codes_index_[2] = {load_index(kDecodeIndices.block_codes[0]),
+                             load_index(kDecodeIndices.block_codes[1])};
+  __m512i scale_bytes_index_[4];
+  __m512i scale_shifts_ = load_index(kDecodeIndices.scale_shifts);
   // vpermb reads the low 6 bits of each byte; entry i is the magnitude of code i & 3.
   __m512i magnitude_of_code_ = _mm512_set1_epi32(0x002b1908);
-  // vpshufbitqmb: bit j of a qword's mask byte is bit 16 + j of the qword (the sign byte).
-  __m512i sign_bits_ = _mm512_set1_epi64(0x1716151413121110);
 };
 
 // sum + (64 weights of `pair`)·(the same 64 activations), in the i32 lanes of avx2::dot_iq2_xs
@@ -197,28 +257,39 @@ void dot_rows(const BlockIQ2_XS* blocks, const std::byte* acts, size_t act_strid
   constexpr int kSums = kRows == 1 ? 2 : 1;
   __m256 acc[kRows];
   for (__m256& a : acc) a = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const BlockIQ2_XS& block = blocks[b];
-    const BlockDecoder::Codes codes = decoder.codes(block);
+  // Block b of the pair decoded in `codes`: its integer sums, then the f32 step, row by row.
+  const auto accumulate = [&](const BlockDecoder::Codes& codes, int b, int64_t block_index)
+      __attribute__((always_inline)) {
+    const BlockIQ2_XS& block = blocks[block_index];
     __m512i sums[kRows][kSums];
     for (auto& row_sums : sums) {
       for (__m512i& sum : row_sums) sum = _mm512_setzero_si512();
     }
     for (int p = 0; p < 4; ++p) {
-      const DecodedPair pair = decoder.pair(block, codes, p);
+      const DecodedPair pair = decoder.pair(block, codes, b, p);
       for (int t = 0; t < kRows; ++t) {
-        const auto* act = reinterpret_cast<const BlockQ8_K*>(acts + size_t(t) * act_stride) + b;
+        const auto* act =
+            reinterpret_cast<const BlockQ8_K*>(acts + size_t(t) * act_stride) + block_index;
         sums[t][p % kSums] = accumulate_pair(pair, act->qs + 64 * p, sums[t][p % kSums]);
       }
     }
     const float block_d = avx2::f16_scalar_to_f32(block.d);
     for (int t = 0; t < kRows; ++t) {
-      const auto* act = reinterpret_cast<const BlockQ8_K*>(acts + size_t(t) * act_stride) + b;
+      const auto* act =
+          reinterpret_cast<const BlockQ8_K*>(acts + size_t(t) * act_stride) + block_index;
       const __m512i row_sums =
           kSums == 1 ? sums[t][0] : _mm512_add_epi32(sums[t][0], sums[t][kSums - 1]);
       acc[t] = accumulate_block(block_d, *act, row_sums, acc[t]);
     }
+  };
+  int64_t b = 0;
+  for (; b + 2 <= n_blocks; b += 2) {
+    const BlockDecoder::Codes codes = decoder.codes(blocks[b], blocks[b + 1]);
+    accumulate(codes, 0, b);
+    accumulate(codes, 1, b + 1);
   }
+  // An odd last block is decoded with itself as the (unused) second block: no read past the row.
+  if (b < n_blocks) accumulate(decoder.codes(blocks[b], blocks[b]), 0, b);
   for (int t = 0; t < kRows; ++t) out[size_t(t) * out_stride] = avx2::horizontal_sum(acc[t]);
 }
 
