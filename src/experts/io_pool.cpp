@@ -55,8 +55,13 @@ IoPool::TicketPtr IoPool::submit(Priority priority, std::vector<Job> jobs) {
     auto& queue = priority == Priority::Urgent ? urgent_ : read_ahead_;
     for (Job& fn : jobs) queue.push_back(QueuedJob{ticket, std::move(fn)});
   }
-  if (jobs.size() == 1) work_cv_.notify_one();
-  else work_cv_.notify_all();
+  // One urgent job: any worker may take it, so one wake-up is enough. A read-ahead job wakes
+  // everyone: a single wake-up may land on an urgent-only thread, which goes back to sleep and
+  // leaves the job queued until some later submission (no one waits on read-ahead tickets).
+  if (jobs.size() == 1 && priority == Priority::Urgent)
+    work_cv_.notify_one();
+  else
+    work_cv_.notify_all();
   return ticket;
 }
 
@@ -112,7 +117,8 @@ void IoPool::wait(const TicketPtr& ticket) {
   while (ticket->remaining_ > 0) {
     // Help: run this ticket's queued jobs here rather than sleep while they wait for a worker.
     auto find_own = [&](std::deque<QueuedJob>& queue) {
-      return std::find_if(queue.begin(), queue.end(), [&](const QueuedJob& j) { return j.ticket == ticket; });
+      return std::find_if(queue.begin(), queue.end(),
+                          [&](const QueuedJob& j) { return j.ticket == ticket; });
     };
     auto it = find_own(urgent_);
     std::deque<QueuedJob>* queue = &urgent_;

@@ -89,6 +89,21 @@ TEST(IoPool, ReservedThreadsNeverTakeReadAheadButTakePromotedWork) {
   pool.wait(ra);
 }
 
+// A one-job read-ahead ticket must reach a worker that may take it even when the wake-up lands on
+// an urgent-only thread (which goes back to sleep): nobody waits on these tickets, so a lost
+// wake-up would leave the read queued until some later submission.
+TEST(IoPool, SingleReadAheadJobRunsWithoutAWaiter) {
+  for (int round = 0; round < 200; ++round) {
+    IoPool pool(4, 3);                 // three urgent-only threads, one shared
+    std::this_thread::sleep_for(1ms);  // let every thread reach its wait
+    std::atomic<bool> ran{false};
+    const auto ticket = pool.submit(Priority::ReadAhead, {[&] { ran = true; }});
+    for (int i = 0; i < 2000 && !ran.load(); ++i) std::this_thread::sleep_for(1ms);
+    ASSERT_TRUE(ran.load()) << "round " << round << ": the read-ahead job was never picked up";
+    pool.wait(ticket);
+  }
+}
+
 TEST(IoPool, WaiterRunsItsOwnQueuedJobs) {
   IoPool pool(1, 0);
   Gate gate;
@@ -153,7 +168,8 @@ TEST(IoPool, ManyTicketsFromManyThreads) {
       for (int round = 0; round < 200; ++round) {
         std::vector<IoPool::Job> jobs;
         for (int j = 0; j < 5; ++j) jobs.push_back([&] { sum.fetch_add(1); });
-        const auto t = pool.submit(round % 3 == 0 ? Priority::ReadAhead : Priority::Urgent, std::move(jobs));
+        const auto t =
+            pool.submit(round % 3 == 0 ? Priority::ReadAhead : Priority::Urgent, std::move(jobs));
         if (round % 5 == 0) pool.promote(t);
         pool.wait(t);
       }
@@ -163,7 +179,9 @@ TEST(IoPool, ManyTicketsFromManyThreads) {
   EXPECT_EQ(sum.load(), 4 * 200 * 5);
 }
 
-TEST(IoPool, RejectsZeroThreads) { EXPECT_THROW(IoPool(0, 0), Error); }
+TEST(IoPool, RejectsZeroThreads) {
+  EXPECT_THROW(IoPool(0, 0), Error);
+}
 
 }  // namespace
 }  // namespace strata
