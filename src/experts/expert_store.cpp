@@ -82,6 +82,10 @@ ExpertStore::ExpertStore(const Model& model, Sidecar sidecar, const ExpertStoreO
     fail("expert store: cannot reserve {} for the expert arena: {}", format_bytes(arena_bytes_),
          std::strerror(errno));
   }
+  // Expert matrices are read in ~0.3-1.5 MB pieces scattered over the arena: with 4 KiB pages
+  // every piece costs hundreds of TLB misses (a nested page walk each under a hypervisor).
+  // Transparent huge pages where the system allows them (a hint: failure changes nothing).
+  madvise(arena_, arena_bytes_, MADV_HUGEPAGE);
   auto* cursor = static_cast<uint8_t*>(arena_);
   for (uint32_t b = 0; b < layout.n_block; ++b) {
     Layer& l = layers_[b];
