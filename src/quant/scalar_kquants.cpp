@@ -28,24 +28,17 @@ void dequantize_q2_K(const void* src, float* dst, int64_t n) {
   });
 }
 
+// The 4-bit quant of element 64·chunk + 32·upper + l (l < 32) of a Q4_K block: low nibbles for
+// upper = 0, high nibbles for upper = 1.
+static int q4_K_quant(const BlockQ4_K& block, int chunk, int upper, int l) {
+  const uint8_t byte = block.qs[32 * chunk + l];
+  return upper ? (byte >> 4) : (byte & 15);
+}
+
 void dequantize_q4_K(const void* src, float* dst, int64_t n) {
   dequantize_k_blocks<BlockQ4_K>(src, dst, n, [](const BlockQ4_K& block, float* y) {
-    const float d = f16_to_f32(block.d);
-    const float dmin = f16_to_f32(block.dmin);
-    uint8_t scales[8];
-    uint8_t mins[8];
-    unpack_q4_K_scales(block.scales, scales, mins);
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      const float d_low = d * scales[2 * chunk];
-      const float m_low = dmin * mins[2 * chunk];
-      const float d_high = d * scales[2 * chunk + 1];
-      const float m_high = dmin * mins[2 * chunk + 1];
-      for (int l = 0; l < 32; ++l) {
-        const uint8_t byte = block.qs[32 * chunk + l];
-        y[64 * chunk + l] = d_low * (byte & 15) - m_low;
-        y[64 * chunk + 32 + l] = d_high * (byte >> 4) - m_high;
-      }
-    }
+    dequantize_k4_block(
+        block, y, [&](int chunk, int upper, int l) { return q4_K_quant(block, chunk, upper, l); });
   });
 }
 
@@ -97,21 +90,9 @@ float dot_q2_K(const void* w, const void* a, int64_t n) {
 
 float dot_q4_K(const void* w, const void* a, int64_t n) {
   return dot_k_blocks<BlockQ4_K>(w, a, n, [](const BlockQ4_K& block, const BlockQ8_K& act) {
-    uint8_t scales[8];
-    uint8_t mins[8];
-    unpack_q4_K_scales(block.scales, scales, mins);
-    int64_t scaled = 0;
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      int low = 0;
-      int high = 0;
-      for (int l = 0; l < 32; ++l) {
-        const uint8_t byte = block.qs[32 * chunk + l];
-        low += (byte & 15) * act.qs[64 * chunk + l];
-        high += (byte >> 4) * act.qs[64 * chunk + 32 + l];
-      }
-      scaled += int64_t(scales[2 * chunk]) * low + int64_t(scales[2 * chunk + 1]) * high;
-    }
-    return k_block_dot(block.d, block.dmin, act.d, scaled, k4_min_sum(mins, act.bsums));
+    return dot_k4_block(block, act, [&](int chunk, int upper, int l) {
+      return q4_K_quant(block, chunk, upper, l);
+    });
   });
 }
 
@@ -124,8 +105,8 @@ float dot_q6_K(const void* w, const void* a, int64_t n) {
           const int first = 128 * half + 32 * quarter + 16 * part;
           int isum = 0;
           for (int l = 16 * part; l < 16 * part + 16; ++l) {
-            isum += (q6_K_quant(block, half, quarter, l) - 32) *
-                    act.qs[128 * half + 32 * quarter + l];
+            isum +=
+                (q6_K_quant(block, half, quarter, l) - 32) * act.qs[128 * half + 32 * quarter + l];
           }
           scaled += int64_t(block.scales[first / 16]) * isum;
         }

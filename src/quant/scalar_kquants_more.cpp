@@ -51,20 +51,8 @@ void dequantize_q3_K(const void* src, float* dst, int64_t n) {
 
 void dequantize_q5_K(const void* src, float* dst, int64_t n) {
   dequantize_k_blocks<BlockQ5_K>(src, dst, n, [](const BlockQ5_K& block, float* y) {
-    const float d = f16_to_f32(block.d);
-    const float dmin = f16_to_f32(block.dmin);
-    uint8_t scales[8];
-    uint8_t mins[8];
-    unpack_q4_K_scales(block.scales, scales, mins);
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      for (int upper = 0; upper < 2; ++upper) {
-        const float dl = d * scales[2 * chunk + upper];
-        const float ml = dmin * mins[2 * chunk + upper];
-        for (int l = 0; l < 32; ++l) {
-          y[64 * chunk + 32 * upper + l] = dl * float(q5_K_quant(block, chunk, upper, l)) - ml;
-        }
-      }
-    }
+    dequantize_k4_block(
+        block, y, [&](int chunk, int upper, int l) { return q5_K_quant(block, chunk, upper, l); });
   });
 }
 
@@ -101,21 +89,9 @@ float dot_q3_K(const void* w, const void* a, int64_t n) {
 
 float dot_q5_K(const void* w, const void* a, int64_t n) {
   return dot_k_blocks<BlockQ5_K>(w, a, n, [](const BlockQ5_K& block, const BlockQ8_K& act) {
-    uint8_t scales[8];
-    uint8_t mins[8];
-    unpack_q4_K_scales(block.scales, scales, mins);
-    int64_t scaled = 0;
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      for (int upper = 0; upper < 2; ++upper) {
-        const int sub = 2 * chunk + upper;
-        int isum = 0;
-        for (int l = 0; l < 32; ++l) {
-          isum += q5_K_quant(block, chunk, upper, l) * act.qs[32 * sub + l];
-        }
-        scaled += int64_t(scales[sub]) * isum;
-      }
-    }
-    return k_block_dot(block.d, block.dmin, act.d, scaled, k4_min_sum(mins, act.bsums));
+    return dot_k4_block(block, act, [&](int chunk, int upper, int l) {
+      return q5_K_quant(block, chunk, upper, l);
+    });
   });
 }
 
