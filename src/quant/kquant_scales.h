@@ -27,6 +27,13 @@ namespace strata::quant::scalar {
          double(f16_to_f32(dmin)) * act_d * double(min_sum);
 }
 
+// Q2_K / Q3_K: the two low bits of element 16·sub + l (l < 16). Sub-block sub = 8·half + 2·step +
+// part keeps them in bits 2·step of qs[32·half + 16·part + l].
+[[gnu::always_inline]] inline int k2_low_bits(const uint8_t qs[64], int sub, int l) {
+  const int half = sub / 8, step = (sub % 8) / 2, part = sub % 2;
+  return (qs[32 * half + 16 * part + l] >> (2 * step)) & 3;
+}
+
 // Dequantizes n weights in 256-weight blocks: dequantize_block(block b, dst + 256·b).
 template <typename Block, typename DequantizeBlock>
 [[gnu::always_inline]] inline void dequantize_k_blocks(const void* src, float* dst, int64_t n,

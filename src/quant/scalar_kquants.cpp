@@ -12,18 +12,11 @@ void dequantize_q2_K(const void* src, float* dst, int64_t n) {
   dequantize_k_blocks<BlockQ2_K>(src, dst, n, [](const BlockQ2_K& block, float* y) {
     const float d = f16_to_f32(block.d);
     const float dmin = f16_to_f32(block.dmin);
-    for (int half = 0; half < 2; ++half) {
-      for (int step = 0; step < 4; ++step) {
-        for (int part = 0; part < 2; ++part) {  // part 0: qs[32h + l], part 1: qs[32h + 16 + l]
-          const uint8_t scale = block.scales[8 * half + 2 * step + part];
-          const float dl = d * (scale & 15);
-          const float ml = dmin * (scale >> 4);
-          for (int l = 0; l < 16; ++l) {
-            const int q = (block.qs[32 * half + 16 * part + l] >> (2 * step)) & 3;
-            y[128 * half + 32 * step + 16 * part + l] = dl * q - ml;
-          }
-        }
-      }
+    for (int sub = 0; sub < 16; ++sub) {
+      const uint8_t scale = block.scales[sub];
+      const float dl = d * (scale & 15);
+      const float ml = dmin * (scale >> 4);
+      for (int l = 0; l < 16; ++l) y[16 * sub + l] = dl * k2_low_bits(block.qs, sub, l) - ml;
     }
   });
 }
@@ -70,19 +63,11 @@ float dot_q2_K(const void* w, const void* a, int64_t n) {
     // Element e lies in sub-block e / 16, whose scale byte is scales[e / 16].
     int64_t scaled = 0;
     int64_t mins = 0;
-    for (int half = 0; half < 2; ++half) {
-      for (int step = 0; step < 4; ++step) {
-        for (int part = 0; part < 2; ++part) {
-          const int sub = 8 * half + 2 * step + part;
-          int isum = 0;
-          for (int l = 0; l < 16; ++l) {
-            const int q = (block.qs[32 * half + 16 * part + l] >> (2 * step)) & 3;
-            isum += q * act.qs[16 * sub + l];
-          }
-          scaled += int64_t(block.scales[sub] & 15) * isum;
-          mins += int64_t(block.scales[sub] >> 4) * act.bsums[sub];
-        }
-      }
+    for (int sub = 0; sub < 16; ++sub) {
+      int isum = 0;
+      for (int l = 0; l < 16; ++l) isum += k2_low_bits(block.qs, sub, l) * act.qs[16 * sub + l];
+      scaled += int64_t(block.scales[sub] & 15) * isum;
+      mins += int64_t(block.scales[sub] >> 4) * act.bsums[sub];
     }
     return k_block_dot(block.d, block.dmin, act.d, scaled, mins);
   });
