@@ -128,6 +128,63 @@ namespace strata::quant::avx2 {
   return _mm256_add_epi32(_mm256_madd_epi16(p_low, s_low), _mm256_madd_epi16(p_high, s_high));
 }
 
+// Q4_K/Q5_K dot with Q8_K activations: per block, Σ sc·q·a over the four 64-weight chunks minus
+// the mins term, as two f32 accumulators (d and dmin) summed at the end. chunk_quants(block, c,
+// low, high) sets the unsigned quants of sub-blocks 2c (low) and 2c+1 (high) of chunk c.
+template <typename Block, typename ChunkQuants>
+[[gnu::always_inline]] inline float dot_k4_blocks(const Block* blocks, const BlockQ8_K* acts,
+                                                  int64_t n_blocks, ChunkQuants chunk_quants) {
+  __m256 acc = _mm256_setzero_ps();
+  __m256 acc_mins = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const Block& block = blocks[b];
+    const BlockQ8_K& act = acts[b];
+    uint64_t scales_u64, mins_u64;
+    unpack_q4_K_scales_u64(block.scales, &scales_u64, &mins_u64);
+    const __m256i min_sums = k4_min_sums(act.bsums, mins_u64);
+    const __m256i scales = k4_scales_i16(scales_u64);
+    __m256i sums = _mm256_setzero_si256();
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      __m256i low, high;
+      chunk_quants(block, chunk, low, high);
+      sums = _mm256_add_epi32(sums, k4_chunk_sums(low, high, act.qs + 64 * chunk, scales, chunk));
+    }
+    const float d = f16_scalar_to_f32(block.d) * act.d;
+    const float dmin = f16_scalar_to_f32(block.dmin) * act.d;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
+    acc_mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(min_sums), acc_mins);
+  }
+  return horizontal_sum(acc) - horizontal_sum(acc_mins);
+}
+
+// Q2_K/Q3_K/Q6_K: i32 sums of the 32 weights of step `step` (sub-blocks 2·step, 2·step + 1) of a
+// 128-weight half, each times its i16 scale from half_lanes(scales, half). q holds unsigned quants
+// (≤ 63), so maddubs(q, a) is exact.
+[[gnu::always_inline]] inline __m256i k_step_sums(__m256i q, const int8_t* act_qs,
+                                                  __m256i half_scales, int step) {
+  const __m256i products = _mm256_maddubs_epi16(q, load32(act_qs));
+  const __m256i scale =
+      _mm256_shuffle_epi8(half_scales, broadcast_i16_mask(2 * step, 2 * step + 1));
+  return _mm256_madd_epi16(products, scale);
+}
+
+// Q2_K/Q3_K dequantization order: byte l of qs[32·half ..] holds in bits 2·step the low bits of
+// element 128·half + 32·step + l. levels(bytes, half, step) turns the half's 32 bytes into the
+// step's 32 signed or unsigned quants; store(q16, sub) gets the 16 of sub-block
+// sub = 8·half + 2·step + part (part 0: the low 128-bit lane).
+template <typename Levels, typename Store>
+[[gnu::always_inline]] inline void for_each_k2_sub_block(const uint8_t* qs, Levels levels,
+                                                         Store store) {
+  for (int half = 0; half < 2; ++half) {
+    const __m256i bytes = load32(qs + 32 * half);
+    for (int step = 0; step < 4; ++step) {
+      const __m256i q = levels(bytes, half, step);
+      store(_mm256_castsi256_si128(q), 8 * half + 2 * step);
+      store(_mm256_extracti128_si256(q, 1), 8 * half + 2 * step + 1);
+    }
+  }
+}
+
 // The 32 nibbles of 16 bytes in element order (low nibbles: elements 0-15, high: 16-31).
 [[gnu::always_inline]] inline __m256i unpack_nibbles(const uint8_t qs[16]) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));

@@ -72,6 +72,32 @@ inline void store_group(float* y, float db, uint64_t magnitudes, uint8_t sign_by
   _mm256_storeu_ps(y, _mm256_xor_ps(scaled, _mm256_castsi256_ps(sign_bit)));
 }
 
+// The block loop of every dot here: sub_block_sums(block, act_qs, sub) gives the exact i32 lanes of
+// sub-block sub (32 weights, its integer scale applied), block_d(block) the block's f32 d; each
+// block adds one FMA per lane of (d·d_act·factor) into the accumulator. factor is 1/8, 1/4 or 1,
+// so multiplying by it is exact. Lambdas, not function pointers, so that everything inlines.
+template <typename Block, typename BlockD, typename SubBlockSums>
+[[gnu::always_inline]] inline float dot_iq_blocks(const void* w, const void* a, int64_t n,
+                                                  float factor, BlockD block_d,
+                                                  SubBlockSums sub_block_sums) {
+  const auto* blocks = static_cast<const Block*>(w);
+  const auto* acts = static_cast<const BlockQ8_K*>(a);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const Block& block = blocks[b];
+    __m256i sums = _mm256_setzero_si256();
+    for (int sub = 0; sub < 8; ++sub) {
+      sums = _mm256_add_epi32(sums, sub_block_sums(block, acts[b].qs + 32 * sub, sub));
+    }
+    const float d = block_d(block) * acts[b].d * factor;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
+  }
+  return horizontal_sum(acc);
+}
+
+// f16 d of the block types that store it in `d`.
+const auto stored_d = [](const auto& block) { return f16_scalar_to_f32(block.d); };
+
 }  // namespace
 
 void dequantize_iq2_xxs(const void* src, float* dst, int64_t n) {
@@ -91,26 +117,17 @@ void dequantize_iq2_xxs(const void* src, float* dst, int64_t n) {
 }
 
 float dot_iq2_xxs(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ2_XXS*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const auto* bytes = reinterpret_cast<const uint8_t*>(blocks[b].qs);
-    __m256i sums = _mm256_setzero_si256();
-    for (int sub = 0; sub < 8; ++sub) {
-      const uint8_t* index = bytes + 8 * sub;
-      const uint32_t sign_word = load_u32(index + 4);
-      const __m256i grid = _mm256_set_epi64x(
-          static_cast<int64_t>(kIq2xxsGrid[index[3]]), static_cast<int64_t>(kIq2xxsGrid[index[2]]),
-          static_cast<int64_t>(kIq2xxsGrid[index[1]]), static_cast<int64_t>(kIq2xxsGrid[index[0]]));
-      const int scale = 2 * static_cast<int>(sign_word >> 28) + 1;
-      sums = _mm256_add_epi32(
-          sums, scaled_sub_block_sum(grid, sign_masks(sign_word), acts[b].qs + 32 * sub, scale));
-    }
-    const float d = f16_scalar_to_f32(blocks[b].d) * acts[b].d * 0.125f;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
-  }
-  return horizontal_sum(acc);
+  return dot_iq_blocks<BlockIQ2_XXS>(
+      w, a, n, 0.125f, stored_d, [](const BlockIQ2_XXS& block, const int8_t* act, int sub) {
+        const uint8_t* index = reinterpret_cast<const uint8_t*>(block.qs) + 8 * sub;
+        const uint32_t sign_word = load_u32(index + 4);
+        const __m256i grid = _mm256_set_epi64x(static_cast<int64_t>(kIq2xxsGrid[index[3]]),
+                                               static_cast<int64_t>(kIq2xxsGrid[index[2]]),
+                                               static_cast<int64_t>(kIq2xxsGrid[index[1]]),
+                                               static_cast<int64_t>(kIq2xxsGrid[index[0]]));
+        const int scale = 2 * static_cast<int>(sign_word >> 28) + 1;
+        return scaled_sub_block_sum(grid, sign_masks(sign_word), act, scale);
+      });
 }
 
 void dequantize_iq3_xxs(const void* src, float* dst, int64_t n) {
@@ -133,28 +150,18 @@ void dequantize_iq3_xxs(const void* src, float* dst, int64_t n) {
 }
 
 float dot_iq3_xxs(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ3_XXS*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const uint8_t* qs = blocks[b].qs;
-    __m256i sums = _mm256_setzero_si256();
-    for (int sub = 0; sub < 8; ++sub) {
-      const uint8_t* index = qs + 8 * sub;
-      const uint32_t sign_word = load_u32(qs + 64 + 4 * sub);
-      const __m256i grid = _mm256_set_epi32(
-          static_cast<int>(kIq3xxsGrid[index[7]]), static_cast<int>(kIq3xxsGrid[index[6]]),
-          static_cast<int>(kIq3xxsGrid[index[5]]), static_cast<int>(kIq3xxsGrid[index[4]]),
-          static_cast<int>(kIq3xxsGrid[index[3]]), static_cast<int>(kIq3xxsGrid[index[2]]),
-          static_cast<int>(kIq3xxsGrid[index[1]]), static_cast<int>(kIq3xxsGrid[index[0]]));
-      const int scale = 2 * static_cast<int>(sign_word >> 28) + 1;
-      sums = _mm256_add_epi32(
-          sums, scaled_sub_block_sum(grid, sign_masks(sign_word), acts[b].qs + 32 * sub, scale));
-    }
-    const float d = f16_scalar_to_f32(blocks[b].d) * acts[b].d * 0.25f;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
-  }
-  return horizontal_sum(acc);
+  return dot_iq_blocks<BlockIQ3_XXS>(
+      w, a, n, 0.25f, stored_d, [](const BlockIQ3_XXS& block, const int8_t* act, int sub) {
+        const uint8_t* index = block.qs + 8 * sub;
+        const uint32_t sign_word = load_u32(block.qs + 64 + 4 * sub);
+        const __m256i grid = _mm256_set_epi32(
+            static_cast<int>(kIq3xxsGrid[index[7]]), static_cast<int>(kIq3xxsGrid[index[6]]),
+            static_cast<int>(kIq3xxsGrid[index[5]]), static_cast<int>(kIq3xxsGrid[index[4]]),
+            static_cast<int>(kIq3xxsGrid[index[3]]), static_cast<int>(kIq3xxsGrid[index[2]]),
+            static_cast<int>(kIq3xxsGrid[index[1]]), static_cast<int>(kIq3xxsGrid[index[0]]));
+        const int scale = 2 * static_cast<int>(sign_word >> 28) + 1;
+        return scaled_sub_block_sum(grid, sign_masks(sign_word), act, scale);
+      });
 }
 
 // ---- IQ2_S, IQ3_S: full sign bytes (no parity), 10-/9-bit grid indices.
@@ -198,33 +205,23 @@ void dequantize_iq2_s(const void* src, float* dst, int64_t n) {
 }
 
 float dot_iq2_s(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ2_S*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockIQ2_S& block = blocks[b];
-    __m256i sums = _mm256_setzero_si256();
-    for (int sub = 0; sub < 8; ++sub) {
-      const int g = 4 * sub;
-      const __m256i grid =
-          _mm256_set_epi64x(static_cast<int64_t>(kIq2sGrid[iq2s_index(block, g + 3)]),
-                            static_cast<int64_t>(kIq2sGrid[iq2s_index(block, g + 2)]),
-                            static_cast<int64_t>(kIq2sGrid[iq2s_index(block, g + 1)]),
-                            static_cast<int64_t>(kIq2sGrid[iq2s_index(block, g)]));
-      const __m256i negate = sign_byte_masks(load_u32(block.qs + 32 + g));
-      const __m256i act =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acts[b].qs + 32 * sub));
-      const __m256i products =
-          _mm256_maddubs_epi16(grid, _mm256_sub_epi8(_mm256_xor_si256(act, negate), negate));
-      // Same scale layout as IQ2_XS: 2·nibble + 1, low nibble for i16 lanes 0-7 (weights 0-15).
-      const __m256i scale = _mm256_load_si256(
-          reinterpret_cast<const __m256i*>(iq2xs_scale_vector(block.scales[sub])));
-      sums = _mm256_add_epi32(sums, _mm256_madd_epi16(products, scale));
-    }
-    const float d = f16_scalar_to_f32(block.d) * acts[b].d * 0.125f;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
-  }
-  return horizontal_sum(acc);
+  return dot_iq_blocks<BlockIQ2_S>(
+      w, a, n, 0.125f, stored_d, [](const BlockIQ2_S& block, const int8_t* act_qs, int sub) {
+        const int g = 4 * sub;
+        const __m256i grid =
+            _mm256_set_epi64x(static_cast<int64_t>(kIq2sGrid[iq2s_index(block, g + 3)]),
+                              static_cast<int64_t>(kIq2sGrid[iq2s_index(block, g + 2)]),
+                              static_cast<int64_t>(kIq2sGrid[iq2s_index(block, g + 1)]),
+                              static_cast<int64_t>(kIq2sGrid[iq2s_index(block, g)]));
+        const __m256i negate = sign_byte_masks(load_u32(block.qs + 32 + g));
+        const __m256i act = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act_qs));
+        const __m256i products =
+            _mm256_maddubs_epi16(grid, _mm256_sub_epi8(_mm256_xor_si256(act, negate), negate));
+        // Same scale layout as IQ2_XS: 2·nibble + 1, low nibble for i16 lanes 0-7 (weights 0-15).
+        const __m256i scale = _mm256_load_si256(
+            reinterpret_cast<const __m256i*>(iq2xs_scale_vector(block.scales[sub])));
+        return _mm256_madd_epi16(products, scale);
+      });
 }
 
 void dequantize_iq3_s(const void* src, float* dst, int64_t n) {
@@ -244,31 +241,22 @@ void dequantize_iq3_s(const void* src, float* dst, int64_t n) {
 }
 
 float dot_iq3_s(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ3_S*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockIQ3_S& block = blocks[b];
-    __m256i sums = _mm256_setzero_si256();
-    for (int sub = 0; sub < 8; ++sub) {
-      const int p = 8 * sub;
-      const __m256i grid = _mm256_set_epi32(static_cast<int>(kIq3sGrid[iq3s_index(block, p + 7)]),
-                                            static_cast<int>(kIq3sGrid[iq3s_index(block, p + 6)]),
-                                            static_cast<int>(kIq3sGrid[iq3s_index(block, p + 5)]),
-                                            static_cast<int>(kIq3sGrid[iq3s_index(block, p + 4)]),
-                                            static_cast<int>(kIq3sGrid[iq3s_index(block, p + 3)]),
-                                            static_cast<int>(kIq3sGrid[iq3s_index(block, p + 2)]),
-                                            static_cast<int>(kIq3sGrid[iq3s_index(block, p + 1)]),
-                                            static_cast<int>(kIq3sGrid[iq3s_index(block, p)]));
-      const int nibble = sub % 2 == 0 ? (block.scales[sub / 2] & 15) : (block.scales[sub / 2] >> 4);
-      sums = _mm256_add_epi32(
-          sums, scaled_sub_block_sum(grid, sign_byte_masks(load_u32(block.signs + 4 * sub)),
-                                     acts[b].qs + 32 * sub, 1 + 2 * nibble));
-    }
-    const float d = f16_scalar_to_f32(block.d) * acts[b].d;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
-  }
-  return horizontal_sum(acc);
+  return dot_iq_blocks<BlockIQ3_S>(
+      w, a, n, 1.0f, stored_d, [](const BlockIQ3_S& block, const int8_t* act, int sub) {
+        const int p = 8 * sub;
+        const __m256i grid = _mm256_set_epi32(static_cast<int>(kIq3sGrid[iq3s_index(block, p + 7)]),
+                                              static_cast<int>(kIq3sGrid[iq3s_index(block, p + 6)]),
+                                              static_cast<int>(kIq3sGrid[iq3s_index(block, p + 5)]),
+                                              static_cast<int>(kIq3sGrid[iq3s_index(block, p + 4)]),
+                                              static_cast<int>(kIq3sGrid[iq3s_index(block, p + 3)]),
+                                              static_cast<int>(kIq3sGrid[iq3s_index(block, p + 2)]),
+                                              static_cast<int>(kIq3sGrid[iq3s_index(block, p + 1)]),
+                                              static_cast<int>(kIq3sGrid[iq3s_index(block, p)]));
+        const int nibble =
+            sub % 2 == 0 ? (block.scales[sub / 2] & 15) : (block.scales[sub / 2] >> 4);
+        return scaled_sub_block_sum(grid, sign_byte_masks(load_u32(block.signs + 4 * sub)), act,
+                                    1 + 2 * nibble);
+      });
 }
 
 // ---- IQ1_S, IQ1_M: ternary grid values g plus a delta of ±1/8. The dot multiplies the
@@ -343,30 +331,20 @@ void dequantize_iq1_s(const void* src, float* dst, int64_t n) {
 }
 
 float dot_iq1_s(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ1_S*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockIQ1_S& block = blocks[b];
-    __m256i sums = _mm256_setzero_si256();
-    for (int sub = 0; sub < 8; ++sub) {
-      const int g = 4 * sub;
-      const __m256i grid =
-          _mm256_set_epi64x(static_cast<int64_t>(kIq1sGrid[iq1s_index(block, g + 3)]),
-                            static_cast<int64_t>(kIq1sGrid[iq1s_index(block, g + 2)]),
-                            static_cast<int64_t>(kIq1sGrid[iq1s_index(block, g + 1)]),
-                            static_cast<int64_t>(kIq1sGrid[iq1s_index(block, g)]));
-      const uint16_t high = block.qh[sub];
-      const __m256i products = ternary_products(
-          grid, _mm256_set1_epi64x(delta_bytes((high & 0x8000) != 0)), acts[b].qs + 32 * sub);
-      const int scale = 2 * ((high >> 12) & 7) + 1;
-      sums = _mm256_add_epi32(
-          sums, _mm256_madd_epi16(products, _mm256_set1_epi16(static_cast<int16_t>(scale))));
-    }
-    const float d = f16_scalar_to_f32(block.d) * acts[b].d * 0.125f;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
-  }
-  return horizontal_sum(acc);
+  return dot_iq_blocks<BlockIQ1_S>(
+      w, a, n, 0.125f, stored_d, [](const BlockIQ1_S& block, const int8_t* act, int sub) {
+        const int g = 4 * sub;
+        const __m256i grid =
+            _mm256_set_epi64x(static_cast<int64_t>(kIq1sGrid[iq1s_index(block, g + 3)]),
+                              static_cast<int64_t>(kIq1sGrid[iq1s_index(block, g + 2)]),
+                              static_cast<int64_t>(kIq1sGrid[iq1s_index(block, g + 1)]),
+                              static_cast<int64_t>(kIq1sGrid[iq1s_index(block, g)]));
+        const uint16_t high = block.qh[sub];
+        const __m256i products =
+            ternary_products(grid, _mm256_set1_epi64x(delta_bytes((high & 0x8000) != 0)), act);
+        const int scale = 2 * ((high >> 12) & 7) + 1;
+        return _mm256_madd_epi16(products, _mm256_set1_epi16(static_cast<int16_t>(scale)));
+      });
 }
 
 void dequantize_iq1_m(const void* src, float* dst, int64_t n) {
@@ -385,35 +363,27 @@ void dequantize_iq1_m(const void* src, float* dst, int64_t n) {
 }
 
 float dot_iq1_m(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ1_M*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockIQ1_M& block = blocks[b];
-    __m256i sums = _mm256_setzero_si256();
-    for (int sub = 0; sub < 8; ++sub) {
-      uint64_t grid[4];
-      int64_t delta[4];
-      for (int k = 0; k < 4; ++k) {
-        const int group = 4 * sub + k;
-        const uint8_t nibble = iq1m_nibble(block, group);
-        grid[k] = kIq1sGrid[block.qs[group] | (nibble & 7) << 8];
-        delta[k] = delta_bytes((nibble & 8) != 0);
-      }
-      const __m256i products = ternary_products(
-          _mm256_set_epi64x(static_cast<int64_t>(grid[3]), static_cast<int64_t>(grid[2]),
-                            static_cast<int64_t>(grid[1]), static_cast<int64_t>(grid[0])),
-          _mm256_set_epi64x(delta[3], delta[2], delta[1], delta[0]), acts[b].qs + 32 * sub);
-      // i16 lanes 0-7 hold weights 0-15 (groups 0-1), lanes 8-15 weights 16-31 (groups 2-3).
-      const __m256i scale =
-          _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(2 * iq1m_scale(block, sub, 1) + 1)),
-                           _mm_set1_epi16(static_cast<int16_t>(2 * iq1m_scale(block, sub, 0) + 1)));
-      sums = _mm256_add_epi32(sums, _mm256_madd_epi16(products, scale));
-    }
-    const float d = iq1m_d(block) * acts[b].d * 0.125f;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
-  }
-  return horizontal_sum(acc);
+  const auto block_d = [](const BlockIQ1_M& block) { return iq1m_d(block); };
+  return dot_iq_blocks<BlockIQ1_M>(
+      w, a, n, 0.125f, block_d, [](const BlockIQ1_M& block, const int8_t* act, int sub) {
+        uint64_t grid[4];
+        int64_t delta[4];
+        for (int k = 0; k < 4; ++k) {
+          const int group = 4 * sub + k;
+          const uint8_t nibble = iq1m_nibble(block, group);
+          grid[k] = kIq1sGrid[block.qs[group] | (nibble & 7) << 8];
+          delta[k] = delta_bytes((nibble & 8) != 0);
+        }
+        const __m256i products = ternary_products(
+            _mm256_set_epi64x(static_cast<int64_t>(grid[3]), static_cast<int64_t>(grid[2]),
+                              static_cast<int64_t>(grid[1]), static_cast<int64_t>(grid[0])),
+            _mm256_set_epi64x(delta[3], delta[2], delta[1], delta[0]), act);
+        // i16 lanes 0-7 hold weights 0-15 (groups 0-1), lanes 8-15 weights 16-31 (groups 2-3).
+        const __m256i scale = _mm256_set_m128i(
+            _mm_set1_epi16(static_cast<int16_t>(2 * iq1m_scale(block, sub, 1) + 1)),
+            _mm_set1_epi16(static_cast<int16_t>(2 * iq1m_scale(block, sub, 0) + 1)));
+        return _mm256_madd_epi16(products, scale);
+      });
 }
 
 }  // namespace strata::quant::avx2

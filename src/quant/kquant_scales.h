@@ -1,6 +1,6 @@
 // Scalar helpers shared by the K-quant specification kernels (scalar_kquants.cpp,
-// scalar_kquants_more.cpp): the block loops of dequantization and dots, the per-block mins term and
-// the f64 block contribution.
+// scalar_kquants_more.cpp): the block loops of dequantization and dots, the per-block mins term,
+// the f64 block contribution, and the block bodies Q4_K and Q5_K share.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,13 @@ namespace strata::quant::scalar {
          double(f16_to_f32(dmin)) * act_d * double(min_sum);
 }
 
+// Q2_K / Q3_K: the two low bits of element 16·sub + l (l < 16). Sub-block sub = 8·half + 2·step +
+// part keeps them in bits 2·step of qs[32·half + 16·part + l].
+[[gnu::always_inline]] inline int k2_low_bits(const uint8_t qs[64], int sub, int l) {
+  const int half = sub / 8, step = (sub % 8) / 2, part = sub % 2;
+  return (qs[32 * half + 16 * part + l] >> (2 * step)) & 3;
+}
+
 // Dequantizes n weights in 256-weight blocks: dequantize_block(block b, dst + 256·b).
 template <typename Block, typename DequantizeBlock>
 [[gnu::always_inline]] inline void dequantize_k_blocks(const void* src, float* dst, int64_t n,
@@ -45,6 +52,46 @@ template <typename Block, typename BlockDot>
   double sum = 0.0;
   for (int64_t b = 0; b < n / kBlockK; ++b) sum += block_dot(blocks[b], acts[b]);
   return static_cast<float>(sum);
+}
+
+// Q4_K / Q5_K: eight 32-weight sub-blocks, each with a 6-bit scale and min (unpack_q4_K_scales);
+// quant(chunk, upper, l) is the unsigned quant of element 64·chunk + 32·upper + l, which lies in
+// sub-block 2·chunk + upper. The two types differ only in how they store that quant.
+template <typename Block, typename Quant>
+[[gnu::always_inline]] inline void dequantize_k4_block(const Block& block, float* y, Quant quant) {
+  const float d = f16_to_f32(block.d);
+  const float dmin = f16_to_f32(block.dmin);
+  uint8_t scales[8];
+  uint8_t mins[8];
+  unpack_q4_K_scales(block.scales, scales, mins);
+  for (int chunk = 0; chunk < 4; ++chunk) {
+    for (int upper = 0; upper < 2; ++upper) {
+      const float dl = d * scales[2 * chunk + upper];
+      const float ml = dmin * mins[2 * chunk + upper];
+      for (int l = 0; l < 32; ++l) {
+        y[64 * chunk + 32 * upper + l] = dl * float(quant(chunk, upper, l)) - ml;
+      }
+    }
+  }
+}
+
+// The Q4_K / Q5_K block share of a dot with Q8_K activations (quant as dequantize_k4_block).
+template <typename Block, typename Quant>
+[[gnu::always_inline]] inline double dot_k4_block(const Block& block, const BlockQ8_K& act,
+                                                  Quant quant) {
+  uint8_t scales[8];
+  uint8_t mins[8];
+  unpack_q4_K_scales(block.scales, scales, mins);
+  int64_t scaled = 0;
+  for (int chunk = 0; chunk < 4; ++chunk) {
+    for (int upper = 0; upper < 2; ++upper) {
+      const int sub = 2 * chunk + upper;
+      int isum = 0;
+      for (int l = 0; l < 32; ++l) isum += quant(chunk, upper, l) * act.qs[32 * sub + l];
+      scaled += int64_t(scales[sub]) * isum;
+    }
+  }
+  return k_block_dot(block.d, block.dmin, act.d, scaled, k4_min_sum(mins, act.bsums));
 }
 
 }  // namespace strata::quant::scalar

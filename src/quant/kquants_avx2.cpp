@@ -41,18 +41,16 @@ void dequantize_q2_K(const void* src, float* dst, int64_t n) {
     const float d = f16_scalar_to_f32(block.d);
     const float dmin = f16_scalar_to_f32(block.dmin);
     float* y = dst + b * kBlockK;
-    for (int half = 0; half < 2; ++half) {
-      const __m256i bytes = load32(block.qs + 32 * half);
-      for (int step = 0; step < 4; ++step) {
-        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bytes, 2 * step), _mm256_set1_epi8(3));
-        for (int part = 0; part < 2; ++part) {
-          const int sub = 8 * half + 2 * step + part;
+    const __m256i two_bits = _mm256_set1_epi8(3);
+    for_each_k2_sub_block(
+        block.qs,
+        [&](__m256i bytes, int, int step) {
+          return _mm256_and_si256(_mm256_srli_epi16(bytes, 2 * step), two_bits);
+        },
+        [&](__m128i q16, int sub) {
           const uint8_t scale = block.scales[sub];
-          const __m128i q16 = part == 0 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
           store_affine_u8x16(q16, d * (scale & 15), dmin * (scale >> 4), y + 16 * sub);
-        }
-      }
-    }
+        });
   }
 }
 
@@ -115,7 +113,8 @@ float dot_q2_K(const void* w, const void* a, int64_t n) {
     const BlockQ2_K& block = blocks[b];
     const BlockQ8_K& act = acts[b];
     const __m128i scale_bytes = load16(block.scales);
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scale_bytes, 4), nibble));
+    const __m256i mins =
+        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scale_bytes, 4), nibble));
     const __m256i scales = _mm256_cvtepu8_epi16(_mm_and_si128(scale_bytes, nibble));
     const __m256i min_sums = _mm256_madd_epi16(load32(act.bsums), mins);
     __m256i sums = _mm256_setzero_si256();
@@ -125,9 +124,8 @@ float dot_q2_K(const void* w, const void* a, int64_t n) {
       const __m256i bytes = load32(block.qs + 32 * half);
       for (int step = 0; step < 4; ++step) {
         const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bytes, 2 * step), two_bits);
-        const __m256i products = _mm256_maddubs_epi16(q, load32(act.qs + 128 * half + 32 * step));
-        const __m256i scale = _mm256_shuffle_epi8(half_scales, broadcast_i16_mask(2 * step, 2 * step + 1));
-        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(products, scale));
+        sums = _mm256_add_epi32(sums,
+                                k_step_sums(q, act.qs + 128 * half + 32 * step, half_scales, step));
       }
     }
     const float d = f16_scalar_to_f32(block.d) * act.d;
@@ -139,31 +137,14 @@ float dot_q2_K(const void* w, const void* a, int64_t n) {
 }
 
 float dot_q4_K(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ4_K*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
   const __m256i nibble = _mm256_set1_epi8(15);
-  __m256 acc = _mm256_setzero_ps();
-  __m256 acc_mins = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ4_K& block = blocks[b];
-    const BlockQ8_K& act = acts[b];
-    uint64_t scales_u64, mins_u64;
-    unpack_q4_K_scales_u64(block.scales, &scales_u64, &mins_u64);
-    const __m256i min_sums = k4_min_sums(act.bsums, mins_u64);
-    const __m256i scales = k4_scales_i16(scales_u64);
-    __m256i sums = _mm256_setzero_si256();
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      const __m256i bytes = load32(block.qs + 32 * chunk);
-      const __m256i low = _mm256_and_si256(bytes, nibble);
-      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
-      sums = _mm256_add_epi32(sums, k4_chunk_sums(low, high, act.qs + 64 * chunk, scales, chunk));
-    }
-    const float d = f16_scalar_to_f32(block.d) * act.d;
-    const float dmin = f16_scalar_to_f32(block.dmin) * act.d;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
-    acc_mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(min_sums), acc_mins);
-  }
-  return horizontal_sum(acc) - horizontal_sum(acc_mins);
+  return dot_k4_blocks(static_cast<const BlockQ4_K*>(w), static_cast<const BlockQ8_K*>(a),
+                       n / kBlockK,
+                       [&](const BlockQ4_K& block, int chunk, __m256i& low, __m256i& high) {
+                         const __m256i bytes = load32(block.qs + 32 * chunk);
+                         low = _mm256_and_si256(bytes, nibble);
+                         high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+                       });
 }
 
 float dot_q6_K(const void* w, const void* a, int64_t n) {
@@ -182,11 +163,8 @@ float dot_q6_K(const void* w, const void* a, int64_t n) {
       __m256i q[4];
       unpack_q6_K_half(block, half, q);
       for (int quarter = 0; quarter < 4; ++quarter) {
-        const __m256i products =
-            _mm256_maddubs_epi16(q[quarter], load32(act.qs + 128 * half + 32 * quarter));
-        const __m256i scale =
-            _mm256_shuffle_epi8(half_scales, broadcast_i16_mask(2 * quarter, 2 * quarter + 1));
-        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(products, scale));
+        sums = _mm256_add_epi32(sums, k_step_sums(q[quarter], act.qs + 128 * half + 32 * quarter,
+                                                  half_scales, quarter));
       }
     }
     sums = _mm256_sub_epi32(sums, _mm256_slli_epi32(offsets, 5));

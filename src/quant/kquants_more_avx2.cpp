@@ -62,20 +62,14 @@ void dequantize_q3_K(const void* src, float* dst, int64_t n) {
     const float d = f16_scalar_to_f32(block.d);
     const __m256i hmask = load32(block.hmask);
     float* y = dst + b * kBlockK;
-    for (int half = 0; half < 2; ++half) {
-      const __m256i bytes = load32(block.qs + 32 * half);
-      for (int step = 0; step < 4; ++step) {
-        const __m256i q =
-            _mm256_sub_epi8(q3_K_levels(bytes, hmask, half, step), _mm256_set1_epi8(4));
-        for (int part = 0; part < 2; ++part) {
-          const int sub = 8 * half + 2 * step + part;
-          const float dl = d * float(q3_K_scale(block.scales, sub) - 32);
-          const __m128i q16 =
-              part == 0 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
-          store_scaled_i8x16(q16, dl, y + 16 * sub);
-        }
-      }
-    }
+    for_each_k2_sub_block(
+        block.qs,
+        [&](__m256i bytes, int half, int step) {
+          return _mm256_sub_epi8(q3_K_levels(bytes, hmask, half, step), _mm256_set1_epi8(4));
+        },
+        [&](__m128i q16, int sub) {
+          store_scaled_i8x16(q16, d * float(q3_K_scale(block.scales, sub) - 32), y + 16 * sub);
+        });
   }
 }
 
@@ -136,12 +130,9 @@ float dot_q3_K(const void* w, const void* a, int64_t n) {
       const __m256i half_scales = half_lanes(scales, half);
       const __m256i bytes = load32(block.qs + 32 * half);
       for (int step = 0; step < 4; ++step) {
-        const __m256i levels = q3_K_levels(bytes, hmask, half, step);
-        const __m256i products =
-            _mm256_maddubs_epi16(levels, load32(act.qs + 128 * half + 32 * step));
-        const __m256i scale =
-            _mm256_shuffle_epi8(half_scales, broadcast_i16_mask(2 * step, 2 * step + 1));
-        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(products, scale));
+        sums =
+            _mm256_add_epi32(sums, k_step_sums(q3_K_levels(bytes, hmask, half, step),
+                                               act.qs + 128 * half + 32 * step, half_scales, step));
       }
     }
     sums = _mm256_sub_epi32(sums, _mm256_slli_epi32(offsets, 2));
@@ -152,31 +143,14 @@ float dot_q3_K(const void* w, const void* a, int64_t n) {
 }
 
 float dot_q5_K(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ5_K*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  __m256 acc = _mm256_setzero_ps();
-  __m256 acc_mins = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const BlockQ5_K& block = blocks[b];
-    const BlockQ8_K& act = acts[b];
-    uint64_t scales_u64, mins_u64;
-    unpack_q4_K_scales_u64(block.scales, &scales_u64, &mins_u64);
-    const __m256i min_sums = k4_min_sums(act.bsums, mins_u64);
-    const __m256i scales = k4_scales_i16(scales_u64);
-    const __m256i qh = load32(block.qh);
-    __m256i sums = _mm256_setzero_si256();
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      const __m256i bytes = load32(block.qs + 32 * chunk);
-      sums = _mm256_add_epi32(
-          sums, k4_chunk_sums(q5_K_quants(bytes, qh, chunk, 0), q5_K_quants(bytes, qh, chunk, 1),
-                              act.qs + 64 * chunk, scales, chunk));
-    }
-    const float d = f16_scalar_to_f32(block.d) * act.d;
-    const float dmin = f16_scalar_to_f32(block.dmin) * act.d;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc);
-    acc_mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(min_sums), acc_mins);
-  }
-  return horizontal_sum(acc) - horizontal_sum(acc_mins);
+  return dot_k4_blocks(static_cast<const BlockQ5_K*>(w), static_cast<const BlockQ8_K*>(a),
+                       n / kBlockK,
+                       [](const BlockQ5_K& block, int chunk, __m256i& low, __m256i& high) {
+                         const __m256i bytes = load32(block.qs + 32 * chunk);
+                         const __m256i qh = load32(block.qh);
+                         low = q5_K_quants(bytes, qh, chunk, 0);
+                         high = q5_K_quants(bytes, qh, chunk, 1);
+                       });
 }
 
 float dot_iq4_xs(const void* w, const void* a, int64_t n) {

@@ -137,6 +137,29 @@ float fit_symmetric_scales(const float* x, int q_neg, float scales[16]) {
   return extreme_scale;
 }
 
+// Q6_K and Q3_K: the sub-block scales of fit_symmetric_scales quantized against one f16 d (d_bits)
+// so that the scale of largest magnitude maps to −code_neg (codes in [−code_neg, code_neg − 1]),
+// then every weight re-rounded against d·code as the decoder will see it: quants in
+// [−q_neg, q_neg − 1], 0 in a sub-block whose decoded scale is 0.
+void fit_symmetric_block(const float* x, int q_neg, int code_neg, int codes[16],
+                         int quants[kBlockK], uint16_t& d_bits) {
+  float scales[16];
+  const float extreme_scale = fit_symmetric_scales(x, q_neg, scales);
+  const float inverse = extreme_scale != 0.0f ? -float(code_neg) / extreme_scale : 0.0f;
+  for (int sub = 0; sub < 16; ++sub) {
+    codes[sub] = round_clamped(inverse * scales[sub], -code_neg, code_neg - 1);
+  }
+  d_bits = f32_to_f16(inverse != 0.0f ? 1.0f / inverse : 0.0f);
+  const float d = f16_to_f32(d_bits);
+  for (int sub = 0; sub < 16; ++sub) {
+    const float step = d * float(codes[sub]);
+    for (int l = 0; l < 16; ++l) {
+      quants[16 * sub + l] =
+          step != 0.0f ? round_clamped(x[16 * sub + l] / step, -q_neg, q_neg - 1) : 0;
+    }
+  }
+}
+
 // Q4_K and Q5_K levels (0..max_level) of one 256-weight block: a weighted affine fit per 32-weight
 // sub-block (fit_affine's first_shift and n_steps), 6-bit scale and min codes against f16 d and
 // dmin, then every level re-rounded against the codes.
@@ -256,23 +279,13 @@ void quantize_q6_K(const float* src, void* dst, int64_t n) {
   for (int64_t b = 0; b < n / kBlockK; ++b) {
     const float* x = src + b * kBlockK;
     BlockQ6_K& block = blocks[b];
-    float scales[16];
-    const float extreme_scale = fit_symmetric_scales(x, 32, scales);
     // The scale of largest magnitude maps to −128, the wider end of int8.
-    const float inverse = extreme_scale != 0.0f ? -128.0f / extreme_scale : 0.0f;
-    for (int sub = 0; sub < 16; ++sub) {
-      block.scales[sub] = static_cast<int8_t>(round_clamped(inverse * scales[sub], -128, 127));
-    }
-    block.d = f32_to_f16(inverse != 0.0f ? 1.0f / inverse : 0.0f);
-    const float d = f16_to_f32(block.d);
+    int codes[16];
+    int quants[kBlockK];
+    fit_symmetric_block(x, 32, 128, codes, quants, block.d);
+    for (int sub = 0; sub < 16; ++sub) block.scales[sub] = static_cast<int8_t>(codes[sub]);
     uint8_t levels[kBlockK];
-    for (int sub = 0; sub < 16; ++sub) {
-      const float step = d * block.scales[sub];
-      for (int l = 0; l < 16; ++l) {
-        const int q = step != 0.0f ? round_clamped(x[16 * sub + l] / step, -32, 31) : 0;
-        levels[16 * sub + l] = static_cast<uint8_t>(q + 32);
-      }
-    }
+    for (int e = 0; e < kBlockK; ++e) levels[e] = static_cast<uint8_t>(quants[e] + 32);
     for (int half = 0; half < 2; ++half) {
       for (int l = 0; l < 32; ++l) {
         const uint8_t* q = levels + 128 * half + l;  // q[0], q[32], q[64], q[96]
@@ -314,13 +327,11 @@ void quantize_q3_K(const float* src, void* dst, int64_t n) {
   for (int64_t b = 0; b < n / kBlockK; ++b) {
     const float* x = src + b * kBlockK;
     BlockQ3_K& block = blocks[b];
-    float scales[16];
-    const float extreme_scale = fit_symmetric_scales(x, 4, scales);
-    const float inverse = extreme_scale != 0.0f ? -32.0f / extreme_scale : 0.0f;
     int codes[16];
+    int quants[kBlockK];
+    fit_symmetric_block(x, 4, 32, codes, quants, block.d);
     std::fill(block.scales, block.scales + 12, uint8_t{0});
     for (int sub = 0; sub < 16; ++sub) {
-      codes[sub] = round_clamped(inverse * scales[sub], -32, 31);
       const int stored = codes[sub] + 32;
       if (sub < 8) {
         block.scales[sub] = uint8_t(block.scales[sub] | (stored & 15));
@@ -330,18 +341,14 @@ void quantize_q3_K(const float* src, void* dst, int64_t n) {
       block.scales[8 + sub % 4] =
           uint8_t(block.scales[8 + sub % 4] | ((stored >> 4) << (2 * (sub / 4))));
     }
-    block.d = f32_to_f16(inverse != 0.0f ? 1.0f / inverse : 0.0f);
-    const float d = f16_to_f32(block.d);
     std::fill(block.qs, block.qs + 64, uint8_t{0});
     std::fill(block.hmask, block.hmask + 32, uint8_t{0});
     for (int half = 0; half < 2; ++half) {
       for (int step = 0; step < 4; ++step) {
         for (int part = 0; part < 2; ++part) {
           const int sub = 8 * half + 2 * step + part;
-          const float scale = d * float(codes[sub]);
           for (int l = 0; l < 16; ++l) {
-            const int q = scale != 0.0f ? round_clamped(x[16 * sub + l] / scale, -4, 3) : 0;
-            const int level = q + 4;  // 0..7: 2 low bits in qs, bit 2 in hmask
+            const int level = quants[16 * sub + l] + 4;  // 0..7: 2 low bits in qs, bit 2 in hmask
             block.qs[32 * half + 16 * part + l] =
                 uint8_t(block.qs[32 * half + 16 * part + l] | ((level & 3) << (2 * step)));
             block.hmask[16 * part + l] =

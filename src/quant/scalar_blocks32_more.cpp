@@ -116,51 +116,48 @@ void encode_iq4(const float* x, float step, uint8_t qs[16]) {
   for (int j = 0; j < 16; ++j) qs[j] = uint8_t(q[j] | (q[j + 16] << 4));
 }
 
-}  // namespace
+// The block loops of the four types. Symmetric types (Q5_0, IQ4_NL) decode to d·value(block, j);
+// affine types (Q4_1, Q5_1) to d·quant(block, j) + m, and their dot adds m·d_a·Σ a.
+template <typename Block, typename Value>
+void dequantize_symmetric32(const void* src, float* dst, int64_t n, Value value) {
+  const auto* blocks = static_cast<const Block*>(src);
+  for (int64_t b = 0; b < n / kBlock32; ++b) {
+    const float d = f16_to_f32(blocks[b].d);
+    for (int j = 0; j < 32; ++j) dst[32 * b + j] = d * float(value(blocks[b], j));
+  }
+}
 
-void dequantize_q4_1(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ4_1*>(src);
+template <typename Block, typename Quant>
+void dequantize_affine32(const void* src, float* dst, int64_t n, Quant quant) {
+  const auto* blocks = static_cast<const Block*>(src);
   for (int64_t b = 0; b < n / kBlock32; ++b) {
     const float d = f16_to_f32(blocks[b].d);
     const float m = f16_to_f32(blocks[b].m);
-    for (int j = 0; j < 32; ++j) dst[32 * b + j] = d * float(q4_quant(blocks[b].qs, j)) + m;
+    for (int j = 0; j < 32; ++j) dst[32 * b + j] = d * float(quant(blocks[b], j)) + m;
   }
 }
 
-void dequantize_q5_0(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ5_0*>(src);
-  for (int64_t b = 0; b < n / kBlock32; ++b) {
-    const float d = f16_to_f32(blocks[b].d);
-    for (int j = 0; j < 32; ++j) dst[32 * b + j] = d * float(q5_quant(blocks[b], j) - 16);
-  }
-}
-
-void dequantize_q5_1(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ5_1*>(src);
-  for (int64_t b = 0; b < n / kBlock32; ++b) {
-    const float d = f16_to_f32(blocks[b].d);
-    const float m = f16_to_f32(blocks[b].m);
-    for (int j = 0; j < 32; ++j) dst[32 * b + j] = d * float(q5_quant(blocks[b], j)) + m;
-  }
-}
-
-void dequantize_iq4_nl(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ4_NL*>(src);
-  for (int64_t b = 0; b < n / kBlock32; ++b) {
-    const float d = f16_to_f32(blocks[b].d);
-    for (int j = 0; j < 32; ++j) {
-      dst[32 * b + j] = d * float(kIq4nlValues[q4_quant(blocks[b].qs, j)]);
-    }
-  }
-}
-
-float dot_q4_1(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ4_1*>(w);
+template <typename Block, typename Value>
+float dot_symmetric32(const void* w, const void* a, int64_t n, Value value) {
+  const auto* blocks = static_cast<const Block*>(w);
   const auto* acts = static_cast<const BlockQ8_0*>(a);
   double sum = 0.0;
   for (int64_t b = 0; b < n / kBlock32; ++b) {
     int isum = 0;
-    for (int j = 0; j < 32; ++j) isum += q4_quant(blocks[b].qs, j) * acts[b].qs[j];
+    for (int j = 0; j < 32; ++j) isum += value(blocks[b], j) * acts[b].qs[j];
+    sum += double(f16_to_f32(blocks[b].d)) * double(f16_to_f32(acts[b].d)) * isum;
+  }
+  return static_cast<float>(sum);
+}
+
+template <typename Block, typename Quant>
+float dot_affine32(const void* w, const void* a, int64_t n, Quant quant) {
+  const auto* blocks = static_cast<const Block*>(w);
+  const auto* acts = static_cast<const BlockQ8_0*>(a);
+  double sum = 0.0;
+  for (int64_t b = 0; b < n / kBlock32; ++b) {
+    int isum = 0;
+    for (int j = 0; j < 32; ++j) isum += quant(blocks[b], j) * acts[b].qs[j];
     const double da = f16_to_f32(acts[b].d);
     sum += double(f16_to_f32(blocks[b].d)) * da * isum +
            double(f16_to_f32(blocks[b].m)) * da * activation_sum(acts[b]);
@@ -168,59 +165,70 @@ float dot_q4_1(const void* w, const void* a, int64_t n) {
   return static_cast<float>(sum);
 }
 
-float dot_q5_0(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ5_0*>(w);
-  const auto* acts = static_cast<const BlockQ8_0*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlock32; ++b) {
-    int isum = 0;
-    for (int j = 0; j < 32; ++j) isum += (q5_quant(blocks[b], j) - 16) * acts[b].qs[j];
-    sum += double(f16_to_f32(blocks[b].d)) * double(f16_to_f32(acts[b].d)) * isum;
-  }
-  return static_cast<float>(sum);
-}
-
-float dot_q5_1(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ5_1*>(w);
-  const auto* acts = static_cast<const BlockQ8_0*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlock32; ++b) {
-    int isum = 0;
-    for (int j = 0; j < 32; ++j) isum += q5_quant(blocks[b], j) * acts[b].qs[j];
-    const double da = f16_to_f32(acts[b].d);
-    sum += double(f16_to_f32(blocks[b].d)) * da * isum +
-           double(f16_to_f32(blocks[b].m)) * da * activation_sum(acts[b]);
-  }
-  return static_cast<float>(sum);
-}
-
-float dot_iq4_nl(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ4_NL*>(w);
-  const auto* acts = static_cast<const BlockQ8_0*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlock32; ++b) {
-    int isum = 0;
-    for (int j = 0; j < 32; ++j) isum += kIq4nlValues[q4_quant(blocks[b].qs, j)] * acts[b].qs[j];
-    sum += double(f16_to_f32(blocks[b].d)) * double(f16_to_f32(acts[b].d)) * isum;
-  }
-  return static_cast<float>(sum);
-}
-
-// Q4_1 as ggml's reference: d = (max − min)/15, m = min, q = min(15, trunc((x − min)/d + 0.5)).
-void quantize_q4_1(const float* src, void* dst, int64_t n) {
-  auto* blocks = static_cast<BlockQ4_1*>(dst);
+// The affine quantizers (Q4_1, Q5_1) as ggml's reference: d = (max − min)/max_q, m = min,
+// q = min(max_q, trunc((x − min)/d + 0.5)); pack(q, block) stores the 32 quants.
+template <typename Block, typename Pack>
+void quantize_affine32(const float* src, void* dst, int64_t n, int max_q, Pack pack) {
+  auto* blocks = static_cast<Block*>(dst);
   for (int64_t b = 0; b < n / kBlock32; ++b) {
     const float* x = src + 32 * b;
     float lo, hi;
     min_max(x, &lo, &hi);
-    const float d = (hi - lo) / 15.0f;
+    const float d = (hi - lo) / float(max_q);
     const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
     blocks[b].d = f32_to_f16(d);
     blocks[b].m = f32_to_f16(lo);
     uint8_t q[32];
-    for (int j = 0; j < 32; ++j) q[j] = truncate_clamped((x[j] - lo) * inverse + 0.5f, 15);
-    for (int j = 0; j < 16; ++j) blocks[b].qs[j] = uint8_t(q[j] | (q[j + 16] << 4));
+    for (int j = 0; j < 32; ++j) q[j] = truncate_clamped((x[j] - lo) * inverse + 0.5f, max_q);
+    pack(q, blocks[b]);
   }
+}
+
+const auto q4_1_quant = [](const BlockQ4_1& block, int j) { return q4_quant(block.qs, j); };
+const auto q5_1_quant = [](const BlockQ5_1& block, int j) { return q5_quant(block, j); };
+const auto q5_0_value = [](const BlockQ5_0& block, int j) { return q5_quant(block, j) - 16; };
+const auto iq4_nl_value = [](const BlockIQ4_NL& block, int j) {
+  return int(kIq4nlValues[q4_quant(block.qs, j)]);
+};
+
+}  // namespace
+
+void dequantize_q4_1(const void* src, float* dst, int64_t n) {
+  dequantize_affine32<BlockQ4_1>(src, dst, n, q4_1_quant);
+}
+
+void dequantize_q5_0(const void* src, float* dst, int64_t n) {
+  dequantize_symmetric32<BlockQ5_0>(src, dst, n, q5_0_value);
+}
+
+void dequantize_q5_1(const void* src, float* dst, int64_t n) {
+  dequantize_affine32<BlockQ5_1>(src, dst, n, q5_1_quant);
+}
+
+void dequantize_iq4_nl(const void* src, float* dst, int64_t n) {
+  dequantize_symmetric32<BlockIQ4_NL>(src, dst, n, iq4_nl_value);
+}
+
+float dot_q4_1(const void* w, const void* a, int64_t n) {
+  return dot_affine32<BlockQ4_1>(w, a, n, q4_1_quant);
+}
+
+float dot_q5_0(const void* w, const void* a, int64_t n) {
+  return dot_symmetric32<BlockQ5_0>(w, a, n, q5_0_value);
+}
+
+float dot_q5_1(const void* w, const void* a, int64_t n) {
+  return dot_affine32<BlockQ5_1>(w, a, n, q5_1_quant);
+}
+
+float dot_iq4_nl(const void* w, const void* a, int64_t n) {
+  return dot_symmetric32<BlockIQ4_NL>(w, a, n, iq4_nl_value);
+}
+
+void quantize_q4_1(const float* src, void* dst, int64_t n) {
+  quantize_affine32<BlockQ4_1>(src, dst, n, 15, [](const uint8_t q[32], BlockQ4_1& block) {
+    for (int j = 0; j < 16; ++j) block.qs[j] = uint8_t(q[j] | (q[j + 16] << 4));
+  });
 }
 
 // Q5_0 as ggml's reference: the signed extreme v maps to −16 (d = v/−16),
@@ -238,21 +246,10 @@ void quantize_q5_0(const float* src, void* dst, int64_t n) {
   }
 }
 
-// Q5_1 as ggml's reference: d = (max − min)/31, m = min, q = min(31, trunc((x − min)/d + 0.5)).
 void quantize_q5_1(const float* src, void* dst, int64_t n) {
-  auto* blocks = static_cast<BlockQ5_1*>(dst);
-  for (int64_t b = 0; b < n / kBlock32; ++b) {
-    const float* x = src + 32 * b;
-    float lo, hi;
-    min_max(x, &lo, &hi);
-    const float d = (hi - lo) / 31.0f;
-    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
-    blocks[b].d = f32_to_f16(d);
-    blocks[b].m = f32_to_f16(lo);
-    uint8_t q[32];
-    for (int j = 0; j < 32; ++j) q[j] = truncate_clamped((x[j] - lo) * inverse + 0.5f, 31);
-    pack_q5(q, blocks[b].qs, blocks[b].qh);
-  }
+  quantize_affine32<BlockQ5_1>(src, dst, n, 31, [](const uint8_t q[32], BlockQ5_1& block) {
+    pack_q5(q, block.qs, block.qh);
+  });
 }
 
 // IQ4_NL: scale from fit_iq4, then indices re-picked against the f16-rounded scale the decoder

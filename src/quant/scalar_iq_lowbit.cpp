@@ -145,138 +145,56 @@ int act_sum8(const int8_t* act) {
   return sum;
 }
 
-}  // namespace
-
-void dequantize_iq2_xxs(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ2_XXS*>(src);
+// The block loops shared by the formats. A Format names its Block and gives
+//   group(block, group, values): the group's eight signed grid values,
+//   odd_scale(block, group): the group's integer scale multiplier (2s + 1 or 1 + 2s),
+// and for the signed-grid formats (IQ2_XXS, IQ2_S, IQ3_XXS, IQ3_S)
+//   group_scale(d, block, group): db, in ggml's float expression,
+//   kDotFactor: the constant that turns Σ odd_scale·Σ value·a into the block's f64 dot share;
+// for the ternary formats (IQ1_S, IQ1_M)
+//   d(block), delta_negative(block, group): the block scale and the sign of the group's ±1/8.
+template <typename Format>
+void dequantize_signed_grid(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const typename Format::Block*>(src);
   for (int64_t b = 0; b < n / kBlockK; ++b) {
     const float d = f16_to_f32(blocks[b].d);
     for (int group = 0; group < 32; ++group) {
-      const float db = d * (0.5f + iq2xxs_scale(blocks[b], group / 4)) * 0.25f;
+      const float db = Format::group_scale(d, blocks[b], group);
       int values[8];
-      iq2xxs_group(blocks[b], group, values);
+      Format::group(blocks[b], group, values);
       for (int j = 0; j < 8; ++j) dst[b * kBlockK + 8 * group + j] = db * float(values[j]);
     }
   }
 }
 
-float dot_iq2_xxs(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ2_XXS*>(w);
+template <typename Format>
+float dot_signed_grid(const void* w, const void* a, int64_t n) {
+  const auto* blocks = static_cast<const typename Format::Block*>(w);
   const auto* acts = static_cast<const BlockQ8_K*>(a);
   double sum = 0.0;
   for (int64_t b = 0; b < n / kBlockK; ++b) {
-    int64_t scaled = 0;  // Σ (2s + 1)·Σ value·a
+    int64_t scaled = 0;  // Σ odd_scale·Σ value·a
     for (int group = 0; group < 32; ++group) {
       int values[8];
-      iq2xxs_group(blocks[b], group, values);
-      scaled += int64_t(2 * iq2xxs_scale(blocks[b], group / 4) + 1) *
-                group_dot(values, acts[b].qs + 8 * group);
-    }
-    sum += double(f16_to_f32(blocks[b].d)) * acts[b].d * double(scaled) * 0.125;
-  }
-  return static_cast<float>(sum);
-}
-
-void dequantize_iq2_s(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ2_S*>(src);
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const float d = f16_to_f32(blocks[b].d);
-    for (int group = 0; group < 32; ++group) {
-      const float db = d * (0.5f + iq2s_scale(blocks[b], group)) * 0.25f;
-      int values[8];
-      iq2s_group(blocks[b], group, values);
-      for (int j = 0; j < 8; ++j) dst[b * kBlockK + 8 * group + j] = db * float(values[j]);
-    }
-  }
-}
-
-float dot_iq2_s(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ2_S*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    int64_t scaled = 0;
-    for (int group = 0; group < 32; ++group) {
-      int values[8];
-      iq2s_group(blocks[b], group, values);
+      Format::group(blocks[b], group, values);
       scaled +=
-          int64_t(2 * iq2s_scale(blocks[b], group) + 1) * group_dot(values, acts[b].qs + 8 * group);
+          int64_t(Format::odd_scale(blocks[b], group)) * group_dot(values, acts[b].qs + 8 * group);
     }
-    sum += double(f16_to_f32(blocks[b].d)) * acts[b].d * double(scaled) * 0.125;
+    sum += double(f16_to_f32(blocks[b].d)) * acts[b].d * double(scaled) * Format::kDotFactor;
   }
   return static_cast<float>(sum);
 }
 
-void dequantize_iq3_xxs(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ3_XXS*>(src);
+template <typename Format>
+void dequantize_ternary(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const typename Format::Block*>(src);
   for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const float d = f16_to_f32(blocks[b].d);
+    const float d = Format::d(blocks[b]);
     for (int group = 0; group < 32; ++group) {
-      const float db = d * (0.5f + iq3xxs_scale(blocks[b], group / 4)) * 0.5f;
+      const float dl = d * float(Format::odd_scale(blocks[b], group));
+      const float delta = Format::delta_negative(blocks[b], group) ? -kIq1Delta : kIq1Delta;
       int values[8];
-      iq3xxs_group(blocks[b], group, values);
-      for (int j = 0; j < 8; ++j) dst[b * kBlockK + 8 * group + j] = db * float(values[j]);
-    }
-  }
-}
-
-float dot_iq3_xxs(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ3_XXS*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    int64_t scaled = 0;
-    for (int group = 0; group < 32; ++group) {
-      int values[8];
-      iq3xxs_group(blocks[b], group, values);
-      scaled += int64_t(2 * iq3xxs_scale(blocks[b], group / 4) + 1) *
-                group_dot(values, acts[b].qs + 8 * group);
-    }
-    sum += double(f16_to_f32(blocks[b].d)) * acts[b].d * double(scaled) * 0.25;
-  }
-  return static_cast<float>(sum);
-}
-
-void dequantize_iq3_s(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ3_S*>(src);
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const float d = f16_to_f32(blocks[b].d);
-    for (int group = 0; group < 32; ++group) {
-      const float db = d * float(1 + 2 * iq3s_scale(blocks[b], group / 4));
-      int values[8];
-      iq3s_group(blocks[b], group, values);
-      for (int j = 0; j < 8; ++j) dst[b * kBlockK + 8 * group + j] = db * float(values[j]);
-    }
-  }
-}
-
-float dot_iq3_s(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ3_S*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    int64_t scaled = 0;
-    for (int group = 0; group < 32; ++group) {
-      int values[8];
-      iq3s_group(blocks[b], group, values);
-      scaled += int64_t(1 + 2 * iq3s_scale(blocks[b], group / 4)) *
-                group_dot(values, acts[b].qs + 8 * group);
-    }
-    sum += double(f16_to_f32(blocks[b].d)) * acts[b].d * double(scaled);
-  }
-  return static_cast<float>(sum);
-}
-
-void dequantize_iq1_s(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ1_S*>(src);
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const float d = f16_to_f32(blocks[b].d);
-    for (int group = 0; group < 32; ++group) {
-      const int sub = group / 4;
-      const float dl = d * float(2 * iq1s_scale(blocks[b], sub) + 1);
-      const float delta = iq1s_delta_negative(blocks[b], sub) ? -kIq1Delta : kIq1Delta;
-      int values[8];
-      iq1s_group(blocks[b], group, values);
+      Format::group(blocks[b], group, values);
       for (int j = 0; j < 8; ++j)
         dst[b * kBlockK + 8 * group + j] = dl * (float(values[j]) + delta);
     }
@@ -284,58 +202,149 @@ void dequantize_iq1_s(const void* src, float* dst, int64_t n) {
 }
 
 // dl·(g + delta)·a summed: (2s + 1)·(8·Σ g·a ± Σ a)/8, exact in integers.
-float dot_iq1_s(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ1_S*>(w);
+template <typename Format>
+float dot_ternary(const void* w, const void* a, int64_t n) {
+  const auto* blocks = static_cast<const typename Format::Block*>(w);
   const auto* acts = static_cast<const BlockQ8_K*>(a);
   double sum = 0.0;
   for (int64_t b = 0; b < n / kBlockK; ++b) {
     int64_t scaled = 0;
     for (int group = 0; group < 32; ++group) {
-      const int sub = group / 4;
       int values[8];
-      iq1s_group(blocks[b], group, values);
+      Format::group(blocks[b], group, values);
       const int8_t* act = acts[b].qs + 8 * group;
-      const int delta_sum = iq1s_delta_negative(blocks[b], sub) ? -act_sum8(act) : act_sum8(act);
+      const int delta_sum =
+          Format::delta_negative(blocks[b], group) ? -act_sum8(act) : act_sum8(act);
       scaled +=
-          int64_t(2 * iq1s_scale(blocks[b], sub) + 1) * (8 * group_dot(values, act) + delta_sum);
+          int64_t(Format::odd_scale(blocks[b], group)) * (8 * group_dot(values, act) + delta_sum);
     }
-    sum += double(f16_to_f32(blocks[b].d)) * acts[b].d * double(scaled) * 0.125;
+    sum += double(Format::d(blocks[b])) * acts[b].d * double(scaled) * 0.125;
   }
   return static_cast<float>(sum);
+}
+
+struct Iq2xxs {
+  using Block = BlockIQ2_XXS;
+  static constexpr double kDotFactor = 0.125;
+  static float group_scale(float d, const Block& block, int group) {
+    return d * (0.5f + iq2xxs_scale(block, group / 4)) * 0.25f;
+  }
+  static int odd_scale(const Block& block, int group) {
+    return 2 * iq2xxs_scale(block, group / 4) + 1;
+  }
+  static void group(const Block& block, int group, int values[8]) {
+    iq2xxs_group(block, group, values);
+  }
+};
+
+struct Iq2s {
+  using Block = BlockIQ2_S;
+  static constexpr double kDotFactor = 0.125;
+  static float group_scale(float d, const Block& block, int group) {
+    return d * (0.5f + iq2s_scale(block, group)) * 0.25f;
+  }
+  static int odd_scale(const Block& block, int group) { return 2 * iq2s_scale(block, group) + 1; }
+  static void group(const Block& block, int group, int values[8]) {
+    iq2s_group(block, group, values);
+  }
+};
+
+struct Iq3xxs {
+  using Block = BlockIQ3_XXS;
+  static constexpr double kDotFactor = 0.25;
+  static float group_scale(float d, const Block& block, int group) {
+    return d * (0.5f + iq3xxs_scale(block, group / 4)) * 0.5f;
+  }
+  static int odd_scale(const Block& block, int group) {
+    return 2 * iq3xxs_scale(block, group / 4) + 1;
+  }
+  static void group(const Block& block, int group, int values[8]) {
+    iq3xxs_group(block, group, values);
+  }
+};
+
+struct Iq3s {
+  using Block = BlockIQ3_S;
+  static constexpr double kDotFactor = 1.0;  // x·1.0 is exact: the dot share is d·d_act·scaled
+  static float group_scale(float d, const Block& block, int group) {
+    return d * float(odd_scale(block, group));
+  }
+  static int odd_scale(const Block& block, int group) {
+    return 1 + 2 * iq3s_scale(block, group / 4);
+  }
+  static void group(const Block& block, int group, int values[8]) {
+    iq3s_group(block, group, values);
+  }
+};
+
+struct Iq1s {
+  using Block = BlockIQ1_S;
+  static float d(const Block& block) { return f16_to_f32(block.d); }
+  static int odd_scale(const Block& block, int group) {
+    return 2 * iq1s_scale(block, group / 4) + 1;
+  }
+  static bool delta_negative(const Block& block, int group) {
+    return iq1s_delta_negative(block, group / 4);
+  }
+  static void group(const Block& block, int group, int values[8]) {
+    iq1s_group(block, group, values);
+  }
+};
+
+struct Iq1m {
+  using Block = BlockIQ1_M;
+  static float d(const Block& block) { return f16_to_f32(iq1m_d_bits(block)); }
+  static int odd_scale(const Block& block, int group) { return 2 * iq1m_scale(block, group) + 1; }
+  static bool delta_negative(const Block& block, int group) {
+    return iq1m_delta_negative(block, group);
+  }
+  static void group(const Block& block, int group, int values[8]) {
+    iq1m_group(block, group, values);
+  }
+};
+
+}  // namespace
+
+void dequantize_iq2_xxs(const void* src, float* dst, int64_t n) {
+  dequantize_signed_grid<Iq2xxs>(src, dst, n);
+}
+float dot_iq2_xxs(const void* w, const void* a, int64_t n) {
+  return dot_signed_grid<Iq2xxs>(w, a, n);
+}
+
+void dequantize_iq2_s(const void* src, float* dst, int64_t n) {
+  dequantize_signed_grid<Iq2s>(src, dst, n);
+}
+float dot_iq2_s(const void* w, const void* a, int64_t n) {
+  return dot_signed_grid<Iq2s>(w, a, n);
+}
+
+void dequantize_iq3_xxs(const void* src, float* dst, int64_t n) {
+  dequantize_signed_grid<Iq3xxs>(src, dst, n);
+}
+float dot_iq3_xxs(const void* w, const void* a, int64_t n) {
+  return dot_signed_grid<Iq3xxs>(w, a, n);
+}
+
+void dequantize_iq3_s(const void* src, float* dst, int64_t n) {
+  dequantize_signed_grid<Iq3s>(src, dst, n);
+}
+float dot_iq3_s(const void* w, const void* a, int64_t n) {
+  return dot_signed_grid<Iq3s>(w, a, n);
+}
+
+void dequantize_iq1_s(const void* src, float* dst, int64_t n) {
+  dequantize_ternary<Iq1s>(src, dst, n);
+}
+float dot_iq1_s(const void* w, const void* a, int64_t n) {
+  return dot_ternary<Iq1s>(w, a, n);
 }
 
 void dequantize_iq1_m(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ1_M*>(src);
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    const float d = f16_to_f32(iq1m_d_bits(blocks[b]));
-    for (int group = 0; group < 32; ++group) {
-      const float dl = d * float(2 * iq1m_scale(blocks[b], group) + 1);
-      const float delta = iq1m_delta_negative(blocks[b], group) ? -kIq1Delta : kIq1Delta;
-      int values[8];
-      iq1m_group(blocks[b], group, values);
-      for (int j = 0; j < 8; ++j)
-        dst[b * kBlockK + 8 * group + j] = dl * (float(values[j]) + delta);
-    }
-  }
+  dequantize_ternary<Iq1m>(src, dst, n);
 }
-
 float dot_iq1_m(const void* w, const void* a, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ1_M*>(w);
-  const auto* acts = static_cast<const BlockQ8_K*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlockK; ++b) {
-    int64_t scaled = 0;
-    for (int group = 0; group < 32; ++group) {
-      int values[8];
-      iq1m_group(blocks[b], group, values);
-      const int8_t* act = acts[b].qs + 8 * group;
-      const int delta_sum = iq1m_delta_negative(blocks[b], group) ? -act_sum8(act) : act_sum8(act);
-      scaled +=
-          int64_t(2 * iq1m_scale(blocks[b], group) + 1) * (8 * group_dot(values, act) + delta_sum);
-    }
-    sum += double(f16_to_f32(iq1m_d_bits(blocks[b]))) * acts[b].d * double(scaled) * 0.125;
-  }
-  return static_cast<float>(sum);
+  return dot_ternary<Iq1m>(w, a, n);
 }
 
 }  // namespace strata::quant::scalar

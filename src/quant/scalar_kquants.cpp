@@ -12,40 +12,26 @@ void dequantize_q2_K(const void* src, float* dst, int64_t n) {
   dequantize_k_blocks<BlockQ2_K>(src, dst, n, [](const BlockQ2_K& block, float* y) {
     const float d = f16_to_f32(block.d);
     const float dmin = f16_to_f32(block.dmin);
-    for (int half = 0; half < 2; ++half) {
-      for (int step = 0; step < 4; ++step) {
-        for (int part = 0; part < 2; ++part) {  // part 0: qs[32h + l], part 1: qs[32h + 16 + l]
-          const uint8_t scale = block.scales[8 * half + 2 * step + part];
-          const float dl = d * (scale & 15);
-          const float ml = dmin * (scale >> 4);
-          for (int l = 0; l < 16; ++l) {
-            const int q = (block.qs[32 * half + 16 * part + l] >> (2 * step)) & 3;
-            y[128 * half + 32 * step + 16 * part + l] = dl * q - ml;
-          }
-        }
-      }
+    for (int sub = 0; sub < 16; ++sub) {
+      const uint8_t scale = block.scales[sub];
+      const float dl = d * (scale & 15);
+      const float ml = dmin * (scale >> 4);
+      for (int l = 0; l < 16; ++l) y[16 * sub + l] = dl * k2_low_bits(block.qs, sub, l) - ml;
     }
   });
 }
 
+// The 4-bit quant of element 64·chunk + 32·upper + l (l < 32) of a Q4_K block: low nibbles for
+// upper = 0, high nibbles for upper = 1.
+static int q4_K_quant(const BlockQ4_K& block, int chunk, int upper, int l) {
+  const uint8_t byte = block.qs[32 * chunk + l];
+  return upper ? (byte >> 4) : (byte & 15);
+}
+
 void dequantize_q4_K(const void* src, float* dst, int64_t n) {
   dequantize_k_blocks<BlockQ4_K>(src, dst, n, [](const BlockQ4_K& block, float* y) {
-    const float d = f16_to_f32(block.d);
-    const float dmin = f16_to_f32(block.dmin);
-    uint8_t scales[8];
-    uint8_t mins[8];
-    unpack_q4_K_scales(block.scales, scales, mins);
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      const float d_low = d * scales[2 * chunk];
-      const float m_low = dmin * mins[2 * chunk];
-      const float d_high = d * scales[2 * chunk + 1];
-      const float m_high = dmin * mins[2 * chunk + 1];
-      for (int l = 0; l < 32; ++l) {
-        const uint8_t byte = block.qs[32 * chunk + l];
-        y[64 * chunk + l] = d_low * (byte & 15) - m_low;
-        y[64 * chunk + 32 + l] = d_high * (byte >> 4) - m_high;
-      }
-    }
+    dequantize_k4_block(
+        block, y, [&](int chunk, int upper, int l) { return q4_K_quant(block, chunk, upper, l); });
   });
 }
 
@@ -77,19 +63,11 @@ float dot_q2_K(const void* w, const void* a, int64_t n) {
     // Element e lies in sub-block e / 16, whose scale byte is scales[e / 16].
     int64_t scaled = 0;
     int64_t mins = 0;
-    for (int half = 0; half < 2; ++half) {
-      for (int step = 0; step < 4; ++step) {
-        for (int part = 0; part < 2; ++part) {
-          const int sub = 8 * half + 2 * step + part;
-          int isum = 0;
-          for (int l = 0; l < 16; ++l) {
-            const int q = (block.qs[32 * half + 16 * part + l] >> (2 * step)) & 3;
-            isum += q * act.qs[16 * sub + l];
-          }
-          scaled += int64_t(block.scales[sub] & 15) * isum;
-          mins += int64_t(block.scales[sub] >> 4) * act.bsums[sub];
-        }
-      }
+    for (int sub = 0; sub < 16; ++sub) {
+      int isum = 0;
+      for (int l = 0; l < 16; ++l) isum += k2_low_bits(block.qs, sub, l) * act.qs[16 * sub + l];
+      scaled += int64_t(block.scales[sub] & 15) * isum;
+      mins += int64_t(block.scales[sub] >> 4) * act.bsums[sub];
     }
     return k_block_dot(block.d, block.dmin, act.d, scaled, mins);
   });
@@ -97,21 +75,9 @@ float dot_q2_K(const void* w, const void* a, int64_t n) {
 
 float dot_q4_K(const void* w, const void* a, int64_t n) {
   return dot_k_blocks<BlockQ4_K>(w, a, n, [](const BlockQ4_K& block, const BlockQ8_K& act) {
-    uint8_t scales[8];
-    uint8_t mins[8];
-    unpack_q4_K_scales(block.scales, scales, mins);
-    int64_t scaled = 0;
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      int low = 0;
-      int high = 0;
-      for (int l = 0; l < 32; ++l) {
-        const uint8_t byte = block.qs[32 * chunk + l];
-        low += (byte & 15) * act.qs[64 * chunk + l];
-        high += (byte >> 4) * act.qs[64 * chunk + 32 + l];
-      }
-      scaled += int64_t(scales[2 * chunk]) * low + int64_t(scales[2 * chunk + 1]) * high;
-    }
-    return k_block_dot(block.d, block.dmin, act.d, scaled, k4_min_sum(mins, act.bsums));
+    return dot_k4_block(block, act, [&](int chunk, int upper, int l) {
+      return q4_K_quant(block, chunk, upper, l);
+    });
   });
 }
 
@@ -124,8 +90,8 @@ float dot_q6_K(const void* w, const void* a, int64_t n) {
           const int first = 128 * half + 32 * quarter + 16 * part;
           int isum = 0;
           for (int l = 16 * part; l < 16 * part + 16; ++l) {
-            isum += (q6_K_quant(block, half, quarter, l) - 32) *
-                    act.qs[128 * half + 32 * quarter + l];
+            isum +=
+                (q6_K_quant(block, half, quarter, l) - 32) * act.qs[128 * half + 32 * quarter + l];
           }
           scaled += int64_t(block.scales[first / 16]) * isum;
         }

@@ -9,12 +9,12 @@
 namespace strata::quant::scalar {
 namespace {
 
-// The signed quant (−4..3) of element 128·half + 32·step + 16·part + l of a Q3_K block: 2 low
-// bits from qs like Q2_K, minus 4 unless bit (4·half + step) of hmask[16·part + l] is set.
-int q3_K_quant(const BlockQ3_K& block, int half, int step, int part, int l) {
-  const int low = (block.qs[32 * half + 16 * part + l] >> (2 * step)) & 3;
+// The signed quant (−4..3) of element 16·sub + l of a Q3_K block: the 2 low bits as Q2_K's, minus
+// 4 unless bit (4·half + step) of hmask[16·part + l] is set (sub = 8·half + 2·step + part).
+int q3_K_quant(const BlockQ3_K& block, int sub, int l) {
+  const int half = sub / 8, step = (sub % 8) / 2, part = sub % 2;
   const bool high = (block.hmask[16 * part + l] >> (4 * half + step)) & 1;
-  return low - (high ? 0 : 4);
+  return k2_low_bits(block.qs, sub, l) - (high ? 0 : 4);
 }
 
 // The 5-bit quant of element 64·chunk + 32·upper + l of a Q5_K block.
@@ -35,36 +35,17 @@ int iq4_xs_index(const BlockIQ4_XS& block, int ib, int j) {
 void dequantize_q3_K(const void* src, float* dst, int64_t n) {
   dequantize_k_blocks<BlockQ3_K>(src, dst, n, [](const BlockQ3_K& block, float* y) {
     const float d = f16_to_f32(block.d);
-    for (int half = 0; half < 2; ++half) {
-      for (int step = 0; step < 4; ++step) {
-        for (int part = 0; part < 2; ++part) {
-          const int sub = 8 * half + 2 * step + part;
-          const float dl = d * float(q3_K_scale(block.scales, sub) - 32);
-          for (int l = 0; l < 16; ++l) {
-            y[16 * sub + l] = dl * float(q3_K_quant(block, half, step, part, l));
-          }
-        }
-      }
+    for (int sub = 0; sub < 16; ++sub) {
+      const float dl = d * float(q3_K_scale(block.scales, sub) - 32);
+      for (int l = 0; l < 16; ++l) y[16 * sub + l] = dl * float(q3_K_quant(block, sub, l));
     }
   });
 }
 
 void dequantize_q5_K(const void* src, float* dst, int64_t n) {
   dequantize_k_blocks<BlockQ5_K>(src, dst, n, [](const BlockQ5_K& block, float* y) {
-    const float d = f16_to_f32(block.d);
-    const float dmin = f16_to_f32(block.dmin);
-    uint8_t scales[8];
-    uint8_t mins[8];
-    unpack_q4_K_scales(block.scales, scales, mins);
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      for (int upper = 0; upper < 2; ++upper) {
-        const float dl = d * scales[2 * chunk + upper];
-        const float ml = dmin * mins[2 * chunk + upper];
-        for (int l = 0; l < 32; ++l) {
-          y[64 * chunk + 32 * upper + l] = dl * float(q5_K_quant(block, chunk, upper, l)) - ml;
-        }
-      }
-    }
+    dequantize_k4_block(
+        block, y, [&](int chunk, int upper, int l) { return q5_K_quant(block, chunk, upper, l); });
   });
 }
 
@@ -83,17 +64,10 @@ void dequantize_iq4_xs(const void* src, float* dst, int64_t n) {
 float dot_q3_K(const void* w, const void* a, int64_t n) {
   return dot_k_blocks<BlockQ3_K>(w, a, n, [](const BlockQ3_K& block, const BlockQ8_K& act) {
     int64_t scaled = 0;
-    for (int half = 0; half < 2; ++half) {
-      for (int step = 0; step < 4; ++step) {
-        for (int part = 0; part < 2; ++part) {
-          const int sub = 8 * half + 2 * step + part;
-          int isum = 0;
-          for (int l = 0; l < 16; ++l) {
-            isum += q3_K_quant(block, half, step, part, l) * act.qs[16 * sub + l];
-          }
-          scaled += int64_t(q3_K_scale(block.scales, sub) - 32) * isum;
-        }
-      }
+    for (int sub = 0; sub < 16; ++sub) {
+      int isum = 0;
+      for (int l = 0; l < 16; ++l) isum += q3_K_quant(block, sub, l) * act.qs[16 * sub + l];
+      scaled += int64_t(q3_K_scale(block.scales, sub) - 32) * isum;
     }
     return double(f16_to_f32(block.d)) * act.d * double(scaled);
   });
@@ -101,21 +75,9 @@ float dot_q3_K(const void* w, const void* a, int64_t n) {
 
 float dot_q5_K(const void* w, const void* a, int64_t n) {
   return dot_k_blocks<BlockQ5_K>(w, a, n, [](const BlockQ5_K& block, const BlockQ8_K& act) {
-    uint8_t scales[8];
-    uint8_t mins[8];
-    unpack_q4_K_scales(block.scales, scales, mins);
-    int64_t scaled = 0;
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      for (int upper = 0; upper < 2; ++upper) {
-        const int sub = 2 * chunk + upper;
-        int isum = 0;
-        for (int l = 0; l < 32; ++l) {
-          isum += q5_K_quant(block, chunk, upper, l) * act.qs[32 * sub + l];
-        }
-        scaled += int64_t(scales[sub]) * isum;
-      }
-    }
-    return k_block_dot(block.d, block.dmin, act.d, scaled, k4_min_sum(mins, act.bsums));
+    return dot_k4_block(block, act, [&](int chunk, int upper, int l) {
+      return q5_K_quant(block, chunk, upper, l);
+    });
   });
 }
 

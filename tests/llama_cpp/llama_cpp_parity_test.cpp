@@ -43,12 +43,16 @@
 #include "compute/cpu/thread_pool.h"
 #include "convert/convert.h"
 #include "gguf/gguf.h"
+#include "llama_cpp_driver.h"
 #include "model/model.h"
 
 namespace strata {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_llama_cpp::log_softmax_rows;
+using testing_llama_cpp::read_f32;
+using testing_llama_cpp::read_text;
 
 // Tolerance on |Δ log p| per vocabulary entry. Measured worst case (docs/llama-cpp-parity.md):
 // 2.1e-6 qwen3moe, 5.3e-6 qwen3next, 1.4e-5 qwen4exp (positions 0..10), and transformers vs
@@ -65,33 +69,12 @@ std::string fixture_dir(const std::string& arch) {
   return std::string(STRATA_TEST_DATA_DIR) + "/models/" + arch;
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::vector<float> read_f32(const fs::path& path, size_t expected) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << path;
-  std::vector<float> values(expected);
-  in.read(reinterpret_cast<char*>(values.data()), std::streamsize(expected * sizeof(float)));
-  EXPECT_EQ(size_t(in.gcount()), expected * sizeof(float)) << path;
-  return values;
-}
-
 // Why the llama.cpp side cannot run here, or "" when it can.
 std::string llama_cpp_unavailable_reason() {
-  const fs::path tool_dir(STRATA_LLAMA_CPP_TOOL_DIR);
-  if (std::string(STRATA_NODE_EXECUTABLE).empty()) {
-    return "node was not found when CMake configured (install Node.js >= 20 and re-run cmake)";
-  }
-  if (!fs::is_regular_file(tool_dir / "node_modules/node-llama-cpp/package.json")) {
-    return tool_dir.string() +
-           "/node_modules is not installed: run scripts/install-llama-cpp-peer.sh";
-  }
-  if (!fs::is_directory(tool_dir / "node_modules/@node-llama-cpp/linux-x64/bins")) {
+  const std::string reason = testing_llama_cpp::node_llama_cpp_unavailable_reason();
+  if (!reason.empty()) return reason;
+  if (!fs::is_directory(fs::path(STRATA_LLAMA_CPP_TOOL_DIR) /
+                        "node_modules/@node-llama-cpp/linux-x64/bins")) {
     return "node-llama-cpp's prebuilt CPU binary (@node-llama-cpp/linux-x64) is missing; this "
            "test only uses the prebuilt libllama (never a source build)";
   }
@@ -120,20 +103,6 @@ testing_llama_cpp::ByteBpeStubSummary convert_fixture_with_stub_vocab(const std:
   options.show_progress = false;
   EXPECT_TRUE(convert::convert_hf_to_gguf(options).has_tokenizer) << arch;
   return summary;
-}
-
-// Row-wise log-softmax in double (the reference side of the comparison).
-std::vector<double> log_softmax_rows(const float* logits, size_t n_rows, size_t n_vocab) {
-  std::vector<double> out(n_rows * n_vocab);
-  for (size_t r = 0; r < n_rows; ++r) {
-    const float* row = logits + r * n_vocab;
-    const double max = *std::max_element(row, row + n_vocab);
-    double sum = 0;
-    for (size_t v = 0; v < n_vocab; ++v) sum += std::exp(double(row[v]) - max);
-    const double log_sum = max + std::log(sum);
-    for (size_t v = 0; v < n_vocab; ++v) out[r * n_vocab + v] = double(row[v]) - log_sum;
-  }
-  return out;
 }
 
 struct RowComparison {
@@ -177,36 +146,10 @@ class LlamaCppParity : public testing::TestWithParam<std::string> {
     if (!work_dir.empty()) fs::remove_all(work_dir);
   }
 
-  // llama.cpp's log-probabilities, [prompts[i].size(), n_vocab] per prompt, from one run of the
-  // Node script (each prompt in a fresh context, the whole prompt in one batch).
   std::vector<std::vector<float>> llama_cpp_logprobs(
       const std::vector<std::vector<int32_t>>& prompts, size_t n_vocab) {
-    std::string arguments;
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      std::string tokens;
-      for (int32_t id : prompts[p]) tokens += fmt::format("{}{}", tokens.empty() ? "" : ",", id);
-      arguments += fmt::format(" --tokens {} --out '{}'", tokens,
-                               (work_dir / fmt::format("p{}.bin", p)).string());
-    }
-    const fs::path log = work_dir / "llama.log", info = work_dir / "llama.json";
-    const std::string command =
-        fmt::format("'{}' '{}/dump_logprobs.mjs' --model '{}'{} --threads 2 >'{}' 2>'{}'",
-                    STRATA_NODE_EXECUTABLE, STRATA_LLAMA_CPP_TOOL_DIR, gguf_path, arguments,
-                    info.string(), log.string());
-    const int status = std::system(command.c_str());
-    EXPECT_EQ(status, 0) << "llama.cpp (node-llama-cpp) failed on " << GetParam() << ":\n"
-                         << read_text(log);
-    if (status != 0) return {};
-    const nlohmann::json summary = nlohmann::json::parse(read_text(info));
-    std::printf("%s: llama.cpp run: %s\n", GetParam().c_str(), summary.dump().c_str());
-    EXPECT_EQ(summary["n_vocab"].get<size_t>(), n_vocab);
-    std::vector<std::vector<float>> logprobs;
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      EXPECT_EQ(summary["n_tokens"][p].get<size_t>(), prompts[p].size());
-      logprobs.push_back(
-          read_f32(work_dir / fmt::format("p{}.bin", p), prompts[p].size() * n_vocab));
-    }
-    return logprobs;
+    return testing_llama_cpp::llama_cpp_logprobs(work_dir, gguf_path, prompts, n_vocab, GetParam(),
+                                                 /*print_summary=*/true);
   }
 
   fs::path work_dir;

@@ -43,6 +43,7 @@
 #include "byte_bpe_stub.h"
 #include "compute/cpu/thread_pool.h"
 #include "gguf/gguf.h"
+#include "llama_cpp_driver.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "synth/synth.h"
@@ -51,6 +52,8 @@ namespace strata {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_llama_cpp::log_softmax_rows;
+using testing_llama_cpp::read_text;
 
 struct QuantCase {
   const char* name;
@@ -71,13 +74,6 @@ const std::vector<std::vector<int32_t>> kPrompts = {
     {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18},
     {2, 511, 0, 300, 301, 302}};
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 fs::path libllama_path() {
   const fs::path bins =
       fs::path(STRATA_LLAMA_CPP_TOOL_DIR) / "node_modules/@node-llama-cpp/linux-x64/bins/linux-x64";
@@ -92,32 +88,13 @@ fs::path libllama_path() {
 // Why the llama.cpp side cannot run here, or "" when it can (the f32 parity test's checks, plus
 // the library the quantizer dlopen()s).
 std::string llama_cpp_unavailable_reason() {
-  const fs::path tool_dir(STRATA_LLAMA_CPP_TOOL_DIR);
-  if (std::string(STRATA_NODE_EXECUTABLE).empty()) {
-    return "node was not found when CMake configured (install Node.js >= 20 and re-run cmake)";
-  }
-  if (!fs::is_regular_file(tool_dir / "node_modules/node-llama-cpp/package.json")) {
-    return tool_dir.string() +
-           "/node_modules is not installed: run scripts/install-llama-cpp-peer.sh";
-  }
+  const std::string reason = testing_llama_cpp::node_llama_cpp_unavailable_reason();
+  if (!reason.empty()) return reason;
   if (libllama_path().empty()) {
     return "node-llama-cpp's prebuilt CPU binary (@node-llama-cpp/linux-x64, libllama.*.so) is "
            "missing; this test only uses the prebuilt libllama (never a source build)";
   }
   return "";
-}
-
-std::vector<double> log_softmax_rows(const float* logits, size_t n_rows, size_t n_vocab) {
-  std::vector<double> out(n_rows * n_vocab);
-  for (size_t r = 0; r < n_rows; ++r) {
-    const float* row = logits + r * n_vocab;
-    const double max = *std::max_element(row, row + n_vocab);
-    double sum = 0;
-    for (size_t v = 0; v < n_vocab; ++v) sum += std::exp(double(row[v]) - max);
-    const double log_sum = max + std::log(sum);
-    for (size_t v = 0; v < n_vocab; ++v) out[r * n_vocab + v] = double(row[v]) - log_sum;
-  }
-  return out;
 }
 
 // A qwen3moe of width `width` (n_embd = attention width = expert width), f32, with the stub
@@ -179,32 +156,10 @@ class LlamaCppQuantizedParity : public testing::TestWithParam<std::tuple<QuantCa
   }
 
   std::vector<std::vector<float>> llama_cpp_logprobs(size_t n_vocab) {
-    std::string arguments;
-    for (size_t p = 0; p < kPrompts.size(); ++p) {
-      std::string tokens;
-      for (int32_t id : kPrompts[p]) tokens += fmt::format("{}{}", tokens.empty() ? "" : ",", id);
-      arguments += fmt::format(" --tokens {} --out '{}'", tokens,
-                               (work_dir / fmt::format("p{}.bin", p)).string());
-    }
-    const fs::path log = work_dir / "llama.log", info = work_dir / "llama.json";
-    const std::string command =
-        fmt::format("'{}' '{}/dump_logprobs.mjs' --model '{}'{} --threads 2 >'{}' 2>'{}'",
-                    STRATA_NODE_EXECUTABLE, STRATA_LLAMA_CPP_TOOL_DIR, gguf_path, arguments,
-                    info.string(), log.string());
-    const int status = std::system(command.c_str());
-    EXPECT_EQ(status, 0) << "llama.cpp (node-llama-cpp) failed:\n" << read_text(log);
-    if (status != 0) return {};
-    const nlohmann::json summary = nlohmann::json::parse(read_text(info));
-    EXPECT_EQ(summary["n_vocab"].get<size_t>(), n_vocab);
-    std::vector<std::vector<float>> logprobs;
-    for (size_t p = 0; p < kPrompts.size(); ++p) {
-      std::vector<float> values(kPrompts[p].size() * n_vocab);
-      std::ifstream in(work_dir / fmt::format("p{}.bin", p), std::ios::binary);
-      in.read(reinterpret_cast<char*>(values.data()), std::streamsize(values.size() * 4));
-      EXPECT_EQ(size_t(in.gcount()), values.size() * 4);
-      logprobs.push_back(std::move(values));
-    }
-    return logprobs;
+    const auto& [quant, width] = GetParam();
+    return testing_llama_cpp::llama_cpp_logprobs(work_dir, gguf_path, kPrompts, n_vocab,
+                                                 fmt::format("{} width {}", quant.name, width),
+                                                 /*print_summary=*/false);
   }
 
   fs::path work_dir;
