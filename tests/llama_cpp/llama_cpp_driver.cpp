@@ -1,5 +1,7 @@
 #include "llama_cpp_driver.h"
 
+#include "../common/f32_file.h"
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -20,15 +22,6 @@ std::string read_text(const fs::path& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-std::vector<float> read_f32(const fs::path& path, size_t expected) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << path;
-  std::vector<float> values(expected);
-  in.read(reinterpret_cast<char*>(values.data()), std::streamsize(expected * sizeof(float)));
-  EXPECT_EQ(size_t(in.gcount()), expected * sizeof(float)) << path;
-  return values;
 }
 
 std::string node_llama_cpp_unavailable_reason() {
@@ -82,7 +75,8 @@ std::vector<std::vector<float>> llama_cpp_logprobs(const fs::path& work_dir,
   std::vector<std::vector<float>> logprobs;
   for (size_t p = 0; p < prompts.size(); ++p) {
     EXPECT_EQ(summary["n_tokens"][p].get<size_t>(), prompts[p].size());
-    logprobs.push_back(read_f32(work_dir / fmt::format("p{}.bin", p), prompts[p].size() * n_vocab));
+    logprobs.push_back(test_support::read_f32_file(work_dir / fmt::format("p{}.bin", p),
+                                                   prompts[p].size() * n_vocab));
   }
   return logprobs;
 }

@@ -19,9 +19,6 @@ namespace strata::testing_llama_cpp {
 // The whole file as bytes ("" when it cannot be read).
 std::string read_text(const std::filesystem::path& path);
 
-// `expected` f32 values from a raw little-endian file; EXPECT-fails when it is shorter.
-std::vector<float> read_f32(const std::filesystem::path& path, size_t expected);
-
 // Why node or tools/llama_cpp/node_modules cannot run here, or "" when they can (each test adds
 // its own check of the prebuilt binary it needs).
 std::string node_llama_cpp_unavailable_reason();

@@ -38,6 +38,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "../common/f32_file.h"
 #include "byte_bpe_stub.h"
 #include "compute/cpu/ops.h"
 #include "compute/cpu/thread_pool.h"
@@ -50,8 +51,8 @@ namespace strata {
 namespace {
 
 namespace fs = std::filesystem;
+using test_support::read_f32_file;
 using testing_llama_cpp::log_softmax_rows;
-using testing_llama_cpp::read_f32;
 using testing_llama_cpp::read_text;
 
 // Tolerance on |Δ log p| per vocabulary entry. Measured worst case (docs/llama-cpp-parity.md):
@@ -176,7 +177,7 @@ TEST_P(LlamaCppParity, ConvertedGgufLogitsAgreeWithLlamaCpp) {
     std::vector<float> logits;
     model->forward(pool, state, ids, LogitRows::All, logits);
     const std::vector<double> ours = log_softmax_rows(logits.data(), ids.size(), n_vocab);
-    const std::vector<float> hf_logits = read_f32(
+    const std::vector<float> hf_logits = read_f32_file(
         fmt::format("{}/ref/prefill_logits_p{}.bin", fixture_dir(arch), p), ids.size() * n_vocab);
     const std::vector<double> hf = log_softmax_rows(hf_logits.data(), ids.size(), n_vocab);
 

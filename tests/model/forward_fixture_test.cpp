@@ -19,6 +19,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../common/f32_file.h"
 #include "compute/cpu/ops.h"
 #include "compute/cpu/thread_pool.h"
 #include "convert/convert.h"
@@ -28,19 +29,12 @@
 namespace strata {
 namespace {
 
+using test_support::read_f32_file;
+
 constexpr float kTolerance = 1e-4f;
 
 std::string fixture_dir(const std::string& arch) {
   return std::string(STRATA_TEST_DATA_DIR) + "/models/" + arch;
-}
-
-std::vector<float> read_f32(const std::string& path, size_t expected) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << path;
-  std::vector<float> values(expected);
-  in.read(reinterpret_cast<char*>(values.data()), std::streamsize(expected * sizeof(float)));
-  EXPECT_EQ(size_t(in.gcount()), expected * sizeof(float)) << path;
-  return values;
 }
 
 float max_abs_diff(const float* a, const float* b, size_t n) {
@@ -83,7 +77,7 @@ TEST_P(Fixture, PrefillLogitsMatchTransformers) {
   const int64_t vocab = model->hparams().n_vocab;
   for (size_t p = 0; p < manifest["prompts"].size(); ++p) {
     const std::vector<int32_t> ids = prompt(p);
-    const std::vector<float> expected = read_f32(
+    const std::vector<float> expected = read_f32_file(
         fixture_dir(GetParam()) + "/ref/prefill_logits_p" + std::to_string(p) + ".bin",
         ids.size() * size_t(vocab));
     ModelState state = model->new_state();
@@ -108,9 +102,9 @@ TEST_P(Fixture, GreedyContinuationMatchesTransformers) {
   const int64_t vocab = model->hparams().n_vocab;
   for (size_t p = 0; p < manifest["prompts"].size(); ++p) {
     const auto greedy = manifest["prompts"][p]["greedy_tokens"].get<std::vector<int32_t>>();
-    const std::vector<float> expected = read_f32(
-        fixture_dir(GetParam()) + "/ref/greedy_logits_p" + std::to_string(p) + ".bin",
-        greedy.size() * size_t(vocab));
+    const std::vector<float> expected =
+        read_f32_file(fixture_dir(GetParam()) + "/ref/greedy_logits_p" + std::to_string(p) + ".bin",
+                      greedy.size() * size_t(vocab));
     Session session(*model, pool);
     session.prefill(prompt(p), 16);
     for (size_t k = 0; k < greedy.size(); ++k) {
@@ -142,12 +136,14 @@ TEST_P(MtpFixture, DraftLogitsMatchReference) {
   // The head's input: qwen4exp the multi-stream residual before the final mixer, qwen3next the
   // trunk output after output_norm.
   const size_t width = size_t(model->hparams().hc_count * model->hparams().n_embd);
-  const char* trunk_file = arch == "qwen4exp" ? "trunk_premixer_p0.bin" : "trunk_final_hidden_p0.bin";
-  const std::vector<float> trunk = read_f32(fixture_dir(arch) + "/ref/" + trunk_file, ids.size() * width);
+  const char* trunk_file =
+      arch == "qwen4exp" ? "trunk_premixer_p0.bin" : "trunk_final_hidden_p0.bin";
+  const std::vector<float> trunk =
+      read_f32_file(fixture_dir(arch) + "/ref/" + trunk_file, ids.size() * width);
   ASSERT_EQ(state.residuals.size(), trunk.size());
   EXPECT_LE(max_abs_diff(state.residuals.data(), trunk.data(), trunk.size()), kTolerance);
   const std::vector<float> expected =
-      read_f32(fixture_dir(arch) + "/ref/mtp_draft_logits_p0.bin", ids.size() * size_t(vocab));
+      read_f32_file(fixture_dir(arch) + "/ref/mtp_draft_logits_p0.bin", ids.size() * size_t(vocab));
   std::vector<float> head_out;
   model->mtp_forward(pool, state.mtp, state.residuals.data(), next, logits, &head_out);
   std::printf("%s MTP draft max |dlogit| = %.3g over %zu positions\n", arch.c_str(),
@@ -162,11 +158,13 @@ TEST_P(MtpFixture, DraftLogitsMatchReference) {
   // One chained draft: the head's own output at the last entry and its draft token, one position
   // later, attending over the head's cache of the whole prompt.
   const int32_t chain_token = manifest["mtp"]["chain"]["token"].get<int32_t>();
-  ASSERT_EQ(chain_token, int32_t(compute::argmax(logits.data() + (ids.size() - 1) * size_t(vocab), vocab)));
+  ASSERT_EQ(chain_token,
+            int32_t(compute::argmax(logits.data() + (ids.size() - 1) * size_t(vocab), vocab)));
   const std::vector<float> last(head_out.end() - ptrdiff_t(width), head_out.end());
   const int32_t chained[1] = {chain_token};
   model->mtp_forward(pool, state.mtp, last.data(), chained, logits);
-  const std::vector<float> chain_expected = read_f32(fixture_dir(arch) + "/ref/mtp_chain_logits_p0.bin", size_t(vocab));
+  const std::vector<float> chain_expected =
+      read_f32_file(fixture_dir(arch) + "/ref/mtp_chain_logits_p0.bin", size_t(vocab));
   std::printf("%s MTP chained draft max |dlogit| = %.3g\n", arch.c_str(),
               max_abs_diff(logits.data(), chain_expected.data(), size_t(vocab)));
   EXPECT_LE(max_abs_diff(logits.data(), chain_expected.data(), size_t(vocab)), kTolerance);
