@@ -115,6 +115,10 @@ float dot_iq1_m(const void* w, const void* a, int64_t n);
 namespace avx512 {
 float dot_q4_0(const void* w, const void* a, int64_t n);
 float dot_q4_K(const void* w, const void* a, int64_t n);
+// One Q4_K row against n_acts activation rows (row t at a + t·act_stride bytes) into
+// out[t·out_stride]; each output bitwise dot_q4_K of its activation row.
+void dot_many_q4_K(const void* w, const void* a, size_t act_stride, int64_t n_acts, int64_t n,
+                   float* out, size_t out_stride);
 float dot_iq2_xs(const void* w, const void* a, int64_t n);
 // Decodes each weight block once for up to 8 activation rows (more in further passes); every
 // output is bitwise dot_iq2_xs of its activation row (shared per-block code, kernels_test checks).

@@ -135,6 +135,7 @@ KernelArray fast_kernels(KernelLevel level) {
   if (level == KernelLevel::Avx2) return k;
   k[size_t(GgmlType::Q4_0)].dot = avx512::dot_q4_0;
   k[size_t(GgmlType::Q4_K)].dot = avx512::dot_q4_K;
+  k[size_t(GgmlType::Q4_K)].dot_many = avx512::dot_many_q4_K;
   k[size_t(GgmlType::IQ2_XS)].dot = avx512::dot_iq2_xs;
   k[size_t(GgmlType::IQ2_XS)].dot_many = avx512::dot_many_iq2_xs;
   return k;

@@ -147,18 +147,21 @@ TEST(QuantAvx512, Iq2xsEveryGridPointAndSignPattern) {
   }
 }
 
-// One IQ2_XS row against T activation rows at once must give, for every activation, the bits of
+using DotFn = float (*)(const void*, const void*, int64_t);
+using DotManyFn = void (*)(const void*, const void*, size_t, int64_t, int64_t, float*, size_t);
+
+// One weight row against T activation rows at once must give, for every activation, the bits of
 // the single-activation kernel (and so of the AVX2 one): T = 1 .. 19 covers one pass of up to 8
-// rows and the passes after it; weight rows at even and odd 2-byte offsets, activation rows at
-// several strides, outputs at several strides (the gaps between outputs must stay untouched).
-TEST(QuantAvx512, Iq2xsDotManyIsBitwiseTheSingleDot) {
-  SKIP_WITHOUT_AVX512();
+// (IQ2_XS) or 4 (Q4_K) rows and the passes after it; weight rows at even and odd 2-byte offsets,
+// activation rows at several strides, outputs at several strides (the gaps between outputs must
+// stay untouched).
+void expect_dot_many_is_bitwise_the_single_dot(GgmlType type, DotFn single_dot, DotFn avx2_dot,
+                                               DotManyFn dot_many) {
   constexpr int64_t kMaxActs = 19;
   for (int64_t n : {int64_t(256), int64_t(768), int64_t(2560), int64_t(4352)}) {
-    const size_t act_bytes = activation_row_bytes(GgmlType::IQ2_XS, n);
+    const size_t act_bytes = activation_row_bytes(type, n);
     for (size_t weight_offset : {size_t(0), size_t(2), size_t(6)}) {
-      const std::vector<uint8_t> row =
-          random_row(GgmlType::IQ2_XS, n, uint32_t(n * 31 + weight_offset));
+      const std::vector<uint8_t> row = random_row(type, n, uint32_t(n * 31 + weight_offset));
       std::vector<uint8_t> weights(weight_offset + row.size());
       std::memcpy(weights.data() + weight_offset, row.data(), row.size());
       const uint8_t* w = weights.data() + weight_offset;
@@ -169,26 +172,27 @@ TEST(QuantAvx512, Iq2xsDotManyIsBitwiseTheSingleDot) {
           if (t == 3) {  // exact ±127 quants: the largest products
             for (int64_t i = 0; i < n; ++i) x[size_t(i)] = (i * 5 % 3 == 0) ? -1.0f : 1.0f;
           }
-          const testing::Activation act = make_activation(GgmlType::IQ2_XS, x);
+          const testing::Activation act = make_activation(type, x);
           std::memcpy(acts.data() + size_t(t) * act_stride, act.bytes.data(), act_bytes);
         }
         std::vector<float> single(kMaxActs);
         for (int64_t t = 0; t < kMaxActs; ++t) {
-          single[size_t(t)] = avx512::dot_iq2_xs(w, acts.data() + size_t(t) * act_stride, n);
+          single[size_t(t)] = single_dot(w, acts.data() + size_t(t) * act_stride, n);
           ASSERT_EQ(f32_to_bits(single[size_t(t)]),
-                    f32_to_bits(avx2::dot_iq2_xs(w, acts.data() + size_t(t) * act_stride, n)));
+                    f32_to_bits(avx2_dot(w, acts.data() + size_t(t) * act_stride, n)));
         }
         for (size_t out_stride : {size_t(1), size_t(3)}) {
           for (int64_t n_acts = 1; n_acts <= kMaxActs; ++n_acts) {
             constexpr float kUntouched = -1234.5f;
             std::vector<float> out(size_t(n_acts) * out_stride, kUntouched);
-            avx512::dot_many_iq2_xs(w, acts.data(), act_stride, n_acts, n, out.data(), out_stride);
+            dot_many(w, acts.data(), act_stride, n_acts, n, out.data(), out_stride);
             for (size_t i = 0; i < out.size(); ++i) {
-              const std::string where =
-                  "n=" + std::to_string(n) + " weight_offset=" + std::to_string(weight_offset) +
-                  " act_stride=" + std::to_string(act_stride) +
-                  " out_stride=" + std::to_string(out_stride) +
-                  " n_acts=" + std::to_string(n_acts) + " i=" + std::to_string(i);
+              const std::string where = std::string(type_name(type)) + " n=" + std::to_string(n) +
+                                        " weight_offset=" + std::to_string(weight_offset) +
+                                        " act_stride=" + std::to_string(act_stride) +
+                                        " out_stride=" + std::to_string(out_stride) +
+                                        " n_acts=" + std::to_string(n_acts) +
+                                        " i=" + std::to_string(i);
               const float want = i % out_stride == 0 ? single[i / out_stride] : kUntouched;
               ASSERT_EQ(f32_to_bits(out[i]), f32_to_bits(want))
                   << where << " got=" << out[i] << " want=" << want;
@@ -198,6 +202,18 @@ TEST(QuantAvx512, Iq2xsDotManyIsBitwiseTheSingleDot) {
       }
     }
   }
+}
+
+TEST(QuantAvx512, Iq2xsDotManyIsBitwiseTheSingleDot) {
+  SKIP_WITHOUT_AVX512();
+  expect_dot_many_is_bitwise_the_single_dot(GgmlType::IQ2_XS, avx512::dot_iq2_xs, avx2::dot_iq2_xs,
+                                            avx512::dot_many_iq2_xs);
+}
+
+TEST(QuantAvx512, Q4KDotManyIsBitwiseTheSingleDot) {
+  SKIP_WITHOUT_AVX512();
+  expect_dot_many_is_bitwise_the_single_dot(GgmlType::Q4_K, avx512::dot_q4_K, avx2::dot_q4_K,
+                                            avx512::dot_many_q4_K);
 }
 
 // The level this process should dispatch to, from the CPU and the environment.
