@@ -310,36 +310,10 @@ void dot_many_iq2_xs(const void* w, const void* a, size_t act_stride, int64_t n_
   // Up to kMaxRows activations share one decode; more go in further passes over the row (it
   // stays in L1: a 4096-wide row is 1.2 KiB).
   constexpr int64_t kMaxRows = 8;
-  for (int64_t t = 0; t < n_acts; t += kMaxRows) {
-    const std::byte* chunk = acts + size_t(t) * act_stride;
-    float* chunk_out = out + size_t(t) * out_stride;
-    switch (std::min(kMaxRows, n_acts - t)) {
-      case 1:
-        dot_rows<1>(blocks, chunk, act_stride, n_blocks, chunk_out, out_stride);
-        break;
-      case 2:
-        dot_rows<2>(blocks, chunk, act_stride, n_blocks, chunk_out, out_stride);
-        break;
-      case 3:
-        dot_rows<3>(blocks, chunk, act_stride, n_blocks, chunk_out, out_stride);
-        break;
-      case 4:
-        dot_rows<4>(blocks, chunk, act_stride, n_blocks, chunk_out, out_stride);
-        break;
-      case 5:
-        dot_rows<5>(blocks, chunk, act_stride, n_blocks, chunk_out, out_stride);
-        break;
-      case 6:
-        dot_rows<6>(blocks, chunk, act_stride, n_blocks, chunk_out, out_stride);
-        break;
-      case 7:
-        dot_rows<7>(blocks, chunk, act_stride, n_blocks, chunk_out, out_stride);
-        break;
-      default:
-        dot_rows<8>(blocks, chunk, act_stride, n_blocks, chunk_out, out_stride);
-        break;
-    }
-  }
+  in_row_passes<kMaxRows>(n_acts, [&](auto rows, int64_t first) {
+    dot_rows<decltype(rows)::value>(blocks, acts + size_t(first) * act_stride, act_stride, n_blocks,
+                                    out + size_t(first) * out_stride, out_stride);
+  });
 }
 
 }  // namespace strata::quant::avx512
