@@ -3,6 +3,7 @@
 #   1. Release build + full ctest suite
 #   2. ASan+UBSan build + full ctest suite
 #   3. libFuzzer run of every fuzz target for a bounded time (FUZZ_SECONDS, default 60 in total)
+# The CUDA backend is OFF here (CI has no GPU); scripts/cuda-test.sh builds and runs it on the GPU box.
 # First, where npm exists, it installs the llama.cpp peer the parity test drives
 # (scripts/install-llama-cpp-peer.sh; without npm that test reports itself skipped).
 # Exits non-zero on any failure. Set STRATA_TEST_QUICK=1 to run only step 1.
@@ -17,7 +18,7 @@ if command -v npm >/dev/null; then
 fi
 
 echo "== release build + tests"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=OFF >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs" -LE slow
 
@@ -25,13 +26,13 @@ ctest --test-dir build --output-on-failure -j "$jobs" -LE slow
 
 echo "== ASan+UBSan build + tests"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=ON \
-  -DSTRATA_BUILD_BENCH=OFF >/dev/null
+  -DSTRATA_BUILD_BENCH=OFF -DSTRATA_CUDA=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
 
 echo "== fuzz (${fuzz_seconds}s in total)"
 CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DSTRATA_FUZZ=ON -DSTRATA_WERROR=OFF >/dev/null
+  -DSTRATA_FUZZ=ON -DSTRATA_WERROR=OFF -DSTRATA_CUDA=OFF >/dev/null
 cmake --build build-fuzz -j "$jobs"
 scripts/fuzz.sh "$fuzz_seconds"

@@ -1,0 +1,156 @@
+// bench_cuda_matvec: GB/s of weights streamed by the CUDA quantized matmul (compute/cuda/matmul.h)
+// per type and window size, next to the HBM bandwidth measured in the same run (a read-only
+// kernel over 4 GiB, and cudaMemcpy device-to-device counting read + write). Matrices rotate
+// through ≥ 1 GiB per type so the 60 MB L2 never holds them. Times are medians of CUDA-event
+// timed calls after a warm-up. Prints a table; --json FILE writes the numbers.
+//   bench_cuda_matvec [--types q8_0,q4_K,iq2_xs] [--rows 1,2,4,8] [--n-in 8192 --n-out 8192] [--json out.json]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compute/cuda/matmul.h"
+#include "compute/cuda/runtime.h"
+
+using namespace strata;
+using namespace strata::compute::cuda;
+
+namespace {
+
+__global__ void read_kernel(const uint4* data, size_t n, unsigned* sink) {
+  uint32_t acc = 0;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = data[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;  // keeps the loads alive
+}
+
+__global__ void fill_kernel(uint32_t* data, size_t n, uint32_t seed) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t x = uint32_t(i) * 2654435761u ^ seed;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    data[i] = x;
+  }
+}
+
+template <typename Fn>
+float median_ms(Fn&& fn, int warmup, int reps) {
+  cudaEvent_t start, stop;
+  STRATA_CUDA_CHECK(cudaEventCreate(&start));
+  STRATA_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; ++i) fn(i);
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    STRATA_CUDA_CHECK(cudaEventRecord(start));
+    fn(warmup + i);
+    STRATA_CUDA_CHECK(cudaEventRecord(stop));
+    STRATA_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    STRATA_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t comma = s.find(',', start);
+    out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string types_arg = "f16,bf16,q8_0,q4_0,iq4_nl,q2_K,q4_K,q6_K,iq2_xs", rows_arg = "1,2,4,8", json_path;
+  int64_t n_in = 8192, n_out = 8192;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = argv[i];
+    if (key == "--types") types_arg = argv[i + 1];
+    else if (key == "--rows") rows_arg = argv[i + 1];
+    else if (key == "--n-in") n_in = std::stoll(argv[i + 1]);
+    else if (key == "--n-out") n_out = std::stoll(argv[i + 1]);
+    else if (key == "--json") json_path = argv[i + 1];
+    else { std::fprintf(stderr, "bench_cuda_matvec: unknown option %s\n", key.c_str()); return 2; }
+  }
+  if (!usable_device()) {
+    std::fprintf(stderr, "bench_cuda_matvec: %s\n", describe_device().c_str());
+    return 1;
+  }
+  std::printf("device: %s\n", describe_device().c_str());
+  unsigned* sink;
+  STRATA_CUDA_CHECK(cudaMalloc(&sink, 4));
+  // HBM ceilings, same run.
+  const size_t big = size_t(4) << 30;
+  DeviceBuffer a(big), b(big / 2);
+  fill_kernel<<<4096, 256>>>(a.as<uint32_t>(), big / 4, 1);
+  STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+  const float read_ms = median_ms([&](int) { read_kernel<<<132 * 16, 256>>>(a.as<uint4>(), big / 16, sink); }, 3, 15);
+  const float copy_ms = median_ms([&](int) { STRATA_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), big / 2, cudaMemcpyDeviceToDevice)); }, 3, 15);
+  const double read_gbs = double(big) / read_ms / 1e6, copy_gbs = double(big) / copy_ms / 1e6;  // copy: r + w
+  std::printf("HBM read-only kernel: %.0f GB/s   device-to-device copy (read + write): %.0f GB/s\n", read_gbs, copy_gbs);
+  b = DeviceBuffer();
+
+  std::vector<int64_t> rows;
+  for (const auto& r : split(rows_arg)) rows.push_back(std::stoll(r));
+  const int64_t max_rows = *std::max_element(rows.begin(), rows.end());
+  std::vector<float> x_host(size_t(max_rows * n_in));
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& v : x_host) v = dist(rng);
+  DeviceBuffer x(x_host.size() * 4), y(size_t(max_rows * n_out) * 4);
+  x.upload(x_host.data(), x_host.size() * 4);
+
+  std::string json = "{\"device\": \"" + describe_device() + "\", \"hbm_read_gbs\": " + std::to_string(read_gbs) +
+                     ", \"hbm_copy_gbs\": " + std::to_string(copy_gbs) + ", \"n_in\": " + std::to_string(n_in) +
+                     ", \"n_out\": " + std::to_string(n_out) + ", \"results\": [";
+  std::printf("\n%-8s %10s %6s %10s %10s %8s\n", "type", "MB/matrix", "rows", "us/call", "GB/s", "÷read");
+  bool first = true;
+  for (const auto& name : split(types_arg)) {
+    const auto type = type_from_name(name);
+    if (!type || !has_cuda_kernel(*type)) { std::fprintf(stderr, "skip %s: no CUDA kernel\n", name.c_str()); continue; }
+    const size_t stride = row_bytes(*type, n_in), matrix_bytes = stride * size_t(n_out);
+    const int copies = int(std::max<size_t>(2, (size_t(1) << 30) / matrix_bytes + 1));
+    // The random words make valid blocks of every type except that scale fields may be huge or
+    // NaN: harmless for timing (no data-dependent control flow in the kernels).
+    DeviceBuffer weights(matrix_bytes * size_t(copies));
+    fill_kernel<<<4096, 256>>>(weights.as<uint32_t>(), weights.bytes() / 4, 7);
+    const ActivationLayout layout = activation_layout(*type, n_in, max_rows);
+    DeviceBuffer scratch(layout.total_bytes);
+    quantize_activations(layout, x.as<float>(), scratch.data(), nullptr);
+    STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+    for (const int64_t t : rows) {
+      const float ms = median_ms([&](int i) {
+        const DeviceMatrix m{*type, n_in, n_out, weights.as<uint8_t>() + size_t(i % copies) * matrix_bytes, stride};
+        matmul_quantized(m, layout, scratch.data(), t, y.as<float>(), nullptr);
+      }, 2 * copies, std::max(30, 2 * copies));
+      const double gbs = double(matrix_bytes) / ms / 1e6;
+      std::printf("%-8s %10.1f %6lld %10.1f %10.0f %8.2f\n", name.c_str(), matrix_bytes / 1e6, (long long)t, ms * 1e3, gbs, gbs / read_gbs);
+      json += std::string(first ? "" : ", ") + "{\"type\": \"" + name + "\", \"rows\": " + std::to_string(t) +
+              ", \"us\": " + std::to_string(ms * 1e3) + ", \"gbs\": " + std::to_string(gbs) + "}";
+      first = false;
+    }
+  }
+  json += "]}\n";
+  if (!json_path.empty()) {
+    FILE* f = std::fopen(json_path.c_str(), "w");
+    if (f) { std::fputs(json.c_str(), f); std::fclose(f); }
+  }
+  cudaFree(sink);
+  return 0;
+}

@@ -1,0 +1,384 @@
+// CUDA quantized matmul: activation quantizers (bitwise the CPU's) and one generic warp-per-row
+// kernel instantiated per weight type (compute/cuda/quant/*.cuh). Contract in matmul.h.
+#include "compute/cuda/matmul.h"
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+
+#include "compute/cuda/quant/blocks32.cuh"
+#include "compute/cuda/quant/float.cuh"
+#include "compute/cuda/quant/iq2xs.cuh"
+#include "compute/cuda/quant/kquants.cuh"
+#include "compute/cuda/runtime.h"
+#include "quant/iq2xs_tables.h"
+
+namespace strata::compute::cuda {
+namespace {
+
+using namespace quant_device;
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kMaxRowsPerPass = 8;
+
+void upload_quant_tables() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq2xs_grid, strata::quant::kIq2xsGrid, sizeof(g_iq2xs_grid)));
+  });
+}
+
+size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
+
+// ---- activation quantizers ------------------------------------------------------------------
+
+// Rounds v·inverse as quant::quantize_activation_value: clamp to [-127, 127] (NaN → -127), then
+// round half to even (__float2int_rn is exact round-to-nearest-even for these magnitudes).
+__device__ __forceinline__ int quantize_value(float x, float inverse) {
+  float v = __fmul_rn(x, inverse);
+  v = v > -127.0f ? v : -127.0f;
+  v = v < 127.0f ? v : 127.0f;
+  return __float2int_rn(v);
+}
+
+__device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
+  return uint32_t(uint8_t(a)) | uint32_t(uint8_t(b)) << 8 | uint32_t(uint8_t(c)) << 16 | uint32_t(uint8_t(d)) << 24;
+}
+
+// Q8_K: one warp per 256-value block, 8 values per lane. d = amax/127 (f32), 16-quant sums.
+__global__ void quantize_q8_K_kernel(const float* x, int64_t n_in, int64_t n_blocks_total, ActView act,
+                                     int64_t blocks_per_row) {
+  const int64_t block = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (block >= n_blocks_total) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t row = block / blocks_per_row, b = block % blocks_per_row;
+  const float* src = x + row * n_in + b * 256 + 8 * lane;
+  const float4 x0 = reinterpret_cast<const float4*>(src)[0], x1 = reinterpret_cast<const float4*>(src)[1];
+  const float v[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  const float d = __fdiv_rn(amax, 127.0f);
+  const float inverse = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+  int q[8], sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    q[i] = quantize_value(v[i], inverse);
+    sum += q[i];
+  }
+  int8_t* qs = const_cast<int8_t*>(act.qs(int(row))) + b * 256 + 8 * lane;
+  reinterpret_cast<uint2*>(qs)[0] = make_uint2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
+  const int pair = sum + __shfl_down_sync(0xffffffffu, sum, 1);
+  if ((lane & 1) == 0) const_cast<int32_t*>(act.sums(int(row)))[b * 16 + lane / 2] = pair;
+  if (lane == 0) const_cast<float*>(act.scales(int(row)))[b] = d;
+}
+
+// Q8_0: four lanes per 32-value block. d = amax/127 stored as f16 (kept here as its f32 value),
+// the quants computed with the unrounded d, as quant/scalar_q8_q4.cpp does.
+__global__ void quantize_q8_0_kernel(const float* x, int64_t n_in, int64_t n_blocks_total, ActView act,
+                                     int64_t blocks_per_row) {
+  const int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t block = thread / 4;
+  const int part = int(thread & 3);
+  const bool active = block < n_blocks_total;
+  const int64_t row = active ? block / blocks_per_row : 0, b = active ? block % blocks_per_row : 0;
+  float v[8] = {};
+  if (active) {
+    const float* src = x + row * n_in + b * 32 + 8 * part;
+    const float4 x0 = reinterpret_cast<const float4*>(src)[0], x1 = reinterpret_cast<const float4*>(src)[1];
+    v[0] = x0.x; v[1] = x0.y; v[2] = x0.z; v[3] = x0.w; v[4] = x1.x; v[5] = x1.y; v[6] = x1.z; v[7] = x1.w;
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  const float d = __fdiv_rn(amax, 127.0f);
+  const float inverse = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+  int q[8], sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    q[i] = quantize_value(v[i], inverse);
+    sum += q[i];
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  if (!active) return;
+  int8_t* qs = const_cast<int8_t*>(act.qs(int(row))) + b * 32 + 8 * part;
+  reinterpret_cast<uint2*>(qs)[0] = make_uint2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
+  if (part == 0) {
+    const_cast<float*>(act.scales(int(row)))[b] = __half2float(__float2half_rn(d));
+    const_cast<int32_t*>(act.sums(int(row)))[b] = sum;
+  }
+}
+
+ActView view_of(const ActivationLayout& layout, const void* scratch) {
+  return ActView{static_cast<const uint8_t*>(scratch), layout.qs_offset, layout.qs_row_bytes,
+                 layout.scale_offset, layout.scale_row_count, layout.sum_offset, layout.sum_row_count};
+}
+
+// ---- the matmul kernel -----------------------------------------------------------------------
+
+struct MatmulArgs {
+  const uint8_t* w;  // dense: the matrix; experts: the arena base
+  size_t row_stride;
+  int64_t n_in, n_out;
+  ActView act;
+  float* y;
+  int row_pass;  // first row of this pass (dense: window row; experts: index into each row list)
+  int n_rows;    // dense: rows in the window
+  // experts (expert_ids == nullptr for a dense matrix)
+  size_t slot_bytes, matrix_offset;
+  const uint32_t* smap_layer;
+  const int32_t* expert_ids;
+  const int32_t* row_ids;
+  const int32_t* row_counts;
+  int max_rows;
+};
+
+template <class Q, int NR>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(MatmulArgs p) {
+  extern __shared__ __align__(16) uint8_t table[];
+  if constexpr (Q::kTableBytes > 0) {
+    Q::load_table(table);
+    __syncthreads();
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const uint8_t* w = p.w;
+  int rows[NR];
+  int nr;
+  float* y = p.y;
+  if (p.expert_ids) {
+    const int j = blockIdx.y;
+    nr = min(max(p.row_counts[j] - p.row_pass, 0), NR);
+#pragma unroll
+    for (int r = 0; r < NR; ++r) rows[r] = r < nr ? p.row_ids[size_t(j) * p.max_rows + p.row_pass + r] : 0;
+    y += (size_t(j) * p.max_rows + p.row_pass) * size_t(p.n_out);
+    const uint32_t slot = p.smap_layer[p.expert_ids[j]];
+    if (slot == kSlotMiss) {  // the caller broke the residency promise: make it visible
+      for (int64_t o = int64_t(blockIdx.x) * kWarpsPerBlock + warp; o < p.n_out; o += int64_t(gridDim.x) * kWarpsPerBlock)
+        if (lane < nr) y[size_t(lane) * p.n_out + o] = __int_as_float(0x7fc00000);
+      return;
+    }
+    w += size_t(slot) * p.slot_bytes + p.matrix_offset;
+  } else {
+    nr = min(p.n_rows - p.row_pass, NR);
+#pragma unroll
+    for (int r = 0; r < NR; ++r) rows[r] = p.row_pass + r;
+    y += size_t(p.row_pass) * size_t(p.n_out);
+  }
+  const int n_units = int(p.n_in / Q::kBlockElems) * Q::kUnitsPerBlock;
+  for (int64_t o = int64_t(blockIdx.x) * kWarpsPerBlock + warp; o < p.n_out; o += int64_t(gridDim.x) * kWarpsPerBlock) {
+    const uint8_t* wrow = w + size_t(o) * p.row_stride;
+    float acc[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) acc[r] = 0.0f;
+    for (int u = lane; u < n_units; u += 32) Q::template unit<NR>(wrow, u, p.act, rows, nr, table, acc);
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) acc[r] = __fadd_rn(acc[r], __shfl_xor_sync(0xffffffffu, acc[r], off));
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < NR; ++r)
+        if (r < nr) y[size_t(r) * p.n_out + o] = acc[r];
+    }
+  }
+}
+
+int sm_count() {
+  static int count = [] {
+    int device = 0, value = 0;
+    STRATA_CUDA_CHECK(cudaGetDevice(&device));
+    STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
+    return value;
+  }();
+  return count;
+}
+
+template <class Q, int NR>
+void launch_nr(const MatmulArgs& args, int n_launch, cudaStream_t stream) {
+  const int64_t blocks_needed = (args.n_out + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  // Enough blocks to fill every SM several times; more rows per block amortise the table copy.
+  const int64_t cap = int64_t(sm_count()) * (Q::kTableBytes > 0 ? 4 : 16);
+  const dim3 grid(unsigned(std::min(blocks_needed, std::max<int64_t>(1, cap / std::max(1, n_launch)))), unsigned(n_launch));
+  quant_matmul_kernel<Q, NR><<<grid, kWarpsPerBlock * 32, Q::kTableBytes, stream>>>(args);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class Q>
+void launch(MatmulArgs args, int n_launch, int rows_total, cudaStream_t stream) {
+  if (Q::kTableBytes > 0) upload_quant_tables();
+  for (int pass = 0; pass < rows_total; pass += kMaxRowsPerPass) {
+    args.row_pass = pass;
+    const int rows = std::min(kMaxRowsPerPass, rows_total - pass);
+    if (rows == 1) launch_nr<Q, 1>(args, n_launch, stream);
+    else if (rows == 2) launch_nr<Q, 2>(args, n_launch, stream);
+    else if (rows <= 4) launch_nr<Q, 4>(args, n_launch, stream);
+    else launch_nr<Q, 8>(args, n_launch, stream);
+  }
+}
+
+// Calls fn.template operator()<Q>() with the device description of `type`.
+template <typename Fn>
+void with_weights(GgmlType type, Fn&& fn) {
+  switch (type) {
+    case GgmlType::F32: return fn.template operator()<FloatWeights<GgmlType::F32>>();
+    case GgmlType::F16: return fn.template operator()<FloatWeights<GgmlType::F16>>();
+    case GgmlType::BF16: return fn.template operator()<FloatWeights<GgmlType::BF16>>();
+    case GgmlType::Q8_0: return fn.template operator()<Q8_0Weights>();
+    case GgmlType::Q4_0: return fn.template operator()<Q4_0Weights>();
+    case GgmlType::IQ4_NL: return fn.template operator()<IQ4_NLWeights>();
+    case GgmlType::Q2_K: return fn.template operator()<Q2_KWeights>();
+    case GgmlType::Q4_K: return fn.template operator()<Q4_KWeights>();
+    case GgmlType::Q6_K: return fn.template operator()<Q6_KWeights>();
+    case GgmlType::IQ2_XS: return fn.template operator()<IQ2_XSWeights>();
+    default: cuda_fail("CUDA matmul: weight type " + std::string(type_name(type)) + " has no CUDA kernel");
+  }
+}
+
+void check_matrix(GgmlType type, int64_t n_in, int64_t n_out, size_t row_stride, const void* base) {
+  with_weights(type, [&]<class Q>() {
+    if (n_in <= 0 || n_in % Q::kBlockElems != 0)
+      cuda_fail("CUDA matmul: " + std::string(type_name(type)) + " rows of " + std::to_string(n_in) +
+                " weights: expected a positive multiple of " + std::to_string(Q::kBlockElems));
+    if (n_out <= 0) cuda_fail("CUDA matmul: expected at least one output row, found " + std::to_string(n_out));
+    const size_t row_bytes = size_t(n_in / Q::kBlockElems) * Q::kBlockBytes;
+    if (row_stride < row_bytes)
+      cuda_fail("CUDA matmul: row stride " + std::to_string(row_stride) + " bytes is smaller than a row (" +
+                std::to_string(row_bytes) + ")");
+    if ((reinterpret_cast<uintptr_t>(base) | row_stride) % Q::kRowAlign != 0)
+      cuda_fail("CUDA matmul: " + std::string(type_name(type)) + " weights must be " + std::to_string(Q::kRowAlign) +
+                "-byte aligned, rows a multiple of that apart (base % 16 = " +
+                std::to_string(reinterpret_cast<uintptr_t>(base) % 16) + ", stride " + std::to_string(row_stride) + ")");
+  });
+}
+
+}  // namespace
+
+bool has_cuda_kernel(GgmlType type) {
+  switch (type) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0:
+    case GgmlType::IQ4_NL: case GgmlType::Q2_K: case GgmlType::Q4_K: case GgmlType::Q6_K: case GgmlType::IQ2_XS:
+      return true;
+    default:
+      return false;
+  }
+}
+
+ActivationLayout activation_layout(GgmlType weight_type, int64_t n_in, int64_t n_rows) {
+  ActivationLayout l;
+  with_weights(weight_type, [&]<class Q>() {
+    if (n_in <= 0 || n_in % Q::kBlockElems != 0)
+      cuda_fail("CUDA activations for " + std::string(type_name(weight_type)) + ": width " + std::to_string(n_in) +
+                " is not a positive multiple of " + std::to_string(Q::kBlockElems));
+    l.format = Q::kActivation;
+  });
+  l.n_in = n_in;
+  l.n_rows = n_rows;
+  const size_t rows = size_t(std::max<int64_t>(n_rows, 1));
+  if (l.format == GgmlType::F32) {
+    l.qs_row_bytes = round_up(size_t(n_in) * 4, 16);
+  } else {
+    const int64_t block = l.format == GgmlType::Q8_K ? 256 : 32;
+    l.qs_row_bytes = round_up(size_t(n_in), 16);
+    l.scale_row_count = size_t(n_in / block);
+    l.sum_row_count = l.format == GgmlType::Q8_K ? size_t(n_in / 16) : size_t(n_in / 32);
+  }
+  l.qs_offset = 0;
+  l.scale_offset = round_up(l.qs_row_bytes * rows, 256);
+  l.sum_offset = round_up(l.scale_offset + l.scale_row_count * 4 * rows, 256);
+  l.total_bytes = round_up(l.sum_offset + l.sum_row_count * 4 * rows, 256);
+  return l;
+}
+
+void quantize_activations(const ActivationLayout& layout, const float* x, void* scratch, cudaStream_t stream) {
+  if (layout.n_rows <= 0) return;
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || layout.n_in % 8 != 0)
+    cuda_fail("CUDA quantize_activations: x must be 16-byte aligned and the width a multiple of 8 (width " +
+              std::to_string(layout.n_in) + ")");
+  const ActView act = view_of(layout, scratch);
+  if (layout.format == GgmlType::F32) {
+    STRATA_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(scratch) + layout.qs_offset, layout.qs_row_bytes, x,
+                                        size_t(layout.n_in) * 4, size_t(layout.n_in) * 4, size_t(layout.n_rows),
+                                        cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  if (layout.format == GgmlType::Q8_K) {
+    const int64_t per_row = layout.n_in / 256, total = per_row * layout.n_rows;
+    const int warps = 8;
+    quantize_q8_K_kernel<<<unsigned((total + warps - 1) / warps), warps * 32, 0, stream>>>(x, layout.n_in, total, act, per_row);
+  } else {
+    const int64_t per_row = layout.n_in / 32, total = per_row * layout.n_rows;
+    const int threads = 256;
+    quantize_q8_0_kernel<<<unsigned((total * 4 + threads - 1) / threads), threads, 0, stream>>>(x, layout.n_in, total, act, per_row);
+  }
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+void matmul_quantized(const DeviceMatrix& w, const ActivationLayout& layout, const void* scratch, int64_t n_rows,
+                      float* y, cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  check_matrix(w.type, w.n_in, w.n_out, w.row_stride_bytes, w.data);
+  if (layout.n_in != w.n_in || layout.n_rows < n_rows)
+    cuda_fail("CUDA matmul: activations of width " + std::to_string(layout.n_in) + " x " + std::to_string(layout.n_rows) +
+              " rows do not fit a " + std::to_string(w.n_in) + "-wide matrix over " + std::to_string(n_rows) + " rows");
+  MatmulArgs args{};
+  args.w = static_cast<const uint8_t*>(w.data);
+  args.row_stride = w.row_stride_bytes;
+  args.n_in = w.n_in;
+  args.n_out = w.n_out;
+  args.act = view_of(layout, scratch);
+  args.y = y;
+  args.n_rows = int(n_rows);
+  with_weights(w.type, [&]<class Q>() {
+    if (Q::kActivation != layout.format)
+      cuda_fail("CUDA matmul: activations quantized for another weight type (" + std::string(type_name(layout.format)) + ")");
+    launch<Q>(args, 1, int(n_rows), stream);
+  });
+}
+
+void matmul(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, void* scratch, cudaStream_t stream) {
+  const ActivationLayout layout = activation_layout(w.type, w.n_in, n_rows);
+  quantize_activations(layout, x, scratch, stream);
+  matmul_quantized(w, layout, scratch, n_rows, y, stream);
+}
+
+void expert_matmul_quantized(const ExpertArenaView& arena, int layer, const ExpertMatrixShape& shape,
+                             const int32_t* expert_ids, int n_launch, const int32_t* row_ids,
+                             const int32_t* row_counts, int max_rows, const ActivationLayout& layout,
+                             const void* scratch, float* y, cudaStream_t stream) {
+  if (n_launch <= 0 || max_rows <= 0) return;
+  if (n_launch > 65535) cuda_fail("CUDA expert matmul: " + std::to_string(n_launch) + " experts in one launch (at most 65535)");
+  check_matrix(shape.type, shape.n_in, shape.n_out, shape.row_stride_bytes, arena.base);
+  if ((reinterpret_cast<uintptr_t>(arena.base) | arena.slot_bytes | shape.matrix_offset) % 16 != 0)
+    cuda_fail("CUDA expert matmul: slot size " + std::to_string(arena.slot_bytes) + " and matrix offset " +
+              std::to_string(shape.matrix_offset) + " (and the arena base) must be multiples of 16");
+  if (layout.n_in != shape.n_in)
+    cuda_fail("CUDA expert matmul: activations of width " + std::to_string(layout.n_in) + " for a " +
+              std::to_string(shape.n_in) + "-wide matrix");
+  MatmulArgs args{};
+  args.w = arena.base;
+  args.row_stride = shape.row_stride_bytes;
+  args.n_in = shape.n_in;
+  args.n_out = shape.n_out;
+  args.act = view_of(layout, scratch);
+  args.y = y;
+  args.slot_bytes = arena.slot_bytes;
+  args.matrix_offset = shape.matrix_offset;
+  args.smap_layer = arena.smap + size_t(layer) * size_t(arena.n_expert);
+  args.expert_ids = expert_ids;
+  args.row_ids = row_ids;
+  args.row_counts = row_counts;
+  args.max_rows = max_rows;
+  with_weights(shape.type, [&]<class Q>() {
+    if (Q::kActivation != layout.format)
+      cuda_fail("CUDA matmul: activations quantized for another weight type (" + std::string(type_name(layout.format)) + ")");
+    launch<Q>(args, n_launch, max_rows, stream);
+  });
+}
+
+}  // namespace strata::compute::cuda

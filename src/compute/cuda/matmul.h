@@ -1,0 +1,100 @@
+// CUDA matrix × activations for weights in their GGUF block layout: y = W·x for a window of
+// n_rows activation rows (T = 1 decode, 1+k speculative verify, a prefill chunk), dense weights
+// or routed experts addressed through the slot map. The CUDA twin of compute/cpu/matmul.h.
+//
+// Contract
+// - Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (Q8_0-style activations), Q2_K,
+//   Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (Q8_K-style
+//   activations): has_cuda_kernel() says which. Others throw strata::Error naming the type.
+// - Activations are quantized once per call (quantize_activations) into the format the CPU's
+//   quant::quantize_activation produces: the same quants, scales and block sums, bit for bit
+//   (tests/cuda checks it), stored as separate arrays (ActivationLayout) so kernels load them
+//   16 bytes at a time.
+// - The dot of one weight row with one activation row is an integer dot per block portion
+//   ("unit") scaled in f32, the units of a row summed by the 32 lanes of one warp in a fixed
+//   order (lane l takes units l, l+32, ...; then a fixed xor-butterfly). That order depends only
+//   on n_in and the type, never on n_rows, n_out, the row's place in the window or the expert
+//   list: window identity holds bitwise (y[t] is the same in a T = 1 and a T = k call), and
+//   repeated runs are bitwise equal. No atomics, no split-K.
+// - Against the CPU (quant::ref::dot, exact integer units summed in f64): within the f32
+//   rounding bound of the chain, see tests/cuda/matmul_test.cpp for the bound used.
+// - Alignment: the matrix base and row stride must be multiples of the type's widest aligned load
+//   (16 bytes for F32/F16/BF16/Q4_K, 4 for Q2_K, 2 for the others: GGUF data is 32-byte aligned
+//   and real row sizes satisfy these); arena base, slot size and matrix offsets are multiples of
+//   16. Checked; a violation throws strata::Error naming the type and the values.
+// - All pointers are device pointers; launches go on `stream` and return at once. Errors in the
+//   arguments throw before anything is launched.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/ggml_type.h"
+
+namespace strata::compute::cuda {
+
+// A weight matrix on the device: ne = {n_in, n_out}, row o at data + o·row_stride_bytes.
+struct DeviceMatrix {
+  GgmlType type = GgmlType::F32;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  const void* data = nullptr;
+  size_t row_stride_bytes = 0;
+};
+
+bool has_cuda_kernel(GgmlType type);
+
+// Where the quantized activations of n_rows rows live inside one scratch allocation.
+struct ActivationLayout {
+  GgmlType format = GgmlType::F32;  // F32, Q8_0 or Q8_K (quant::activation_type of the weights)
+  int64_t n_in = 0;
+  int64_t n_rows = 0;
+  size_t qs_offset = 0, qs_row_bytes = 0;        // int8 quants (F32: the floats themselves)
+  size_t scale_offset = 0, scale_row_count = 0;  // f32 scale per block (Q8_0: the f16 value)
+  size_t sum_offset = 0, sum_row_count = 0;      // i32 sum per 16 (Q8_K) or 32 (Q8_0) quants
+  size_t total_bytes = 0;
+};
+ActivationLayout activation_layout(GgmlType weight_type, int64_t n_in, int64_t n_rows);
+
+// x: [n_rows][n_in] f32 (row stride n_in) → the scratch at `scratch` laid out as `layout`.
+void quantize_activations(const ActivationLayout& layout, const float* x, void* scratch,
+                          cudaStream_t stream);
+
+// y[t·n_out + o] = Σ_i W[o,i]·x_t[i] for t < n_rows; activations already quantized into
+// `scratch` (layout from activation_layout(w.type, w.n_in, >= n_rows)).
+void matmul_quantized(const DeviceMatrix& w, const ActivationLayout& layout, const void* scratch,
+                      int64_t n_rows, float* y, cudaStream_t stream);
+// Both steps; `scratch` holds at least activation_layout(w.type, w.n_in, n_rows).total_bytes.
+void matmul(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, void* scratch,
+            cudaStream_t stream);
+
+// Routed experts through the slot map. Expert e of `layer` lives in arena slot
+// smap[layer·n_expert + e] (kSlotMiss: not resident; the caller guarantees residency before the
+// launch, a miss writes NaN so it cannot go unnoticed); its matrix starts `matrix_offset` bytes
+// into the slot, rows row_stride_bytes apart.
+inline constexpr uint32_t kSlotMiss = 0xffffffffu;
+struct ExpertArenaView {
+  const uint8_t* base = nullptr;  // device
+  size_t slot_bytes = 0;
+  const uint32_t* smap = nullptr;  // device, [n_layer][n_expert]
+  int n_expert = 0;
+};
+struct ExpertMatrixShape {
+  GgmlType type = GgmlType::F32;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  size_t matrix_offset = 0;
+  size_t row_stride_bytes = 0;
+};
+// For each j < n_launch: expert expert_ids[j] of `layer` multiplies the activation rows
+// row_ids[j·max_rows + i] (i < row_counts[j] <= max_rows) of the quantized activations, writing
+// y[(j·max_rows + i)·n_out + o]. expert_ids, row_ids, row_counts are device arrays. Each output is
+// bitwise what matmul_quantized gives for that row and matrix alone.
+void expert_matmul_quantized(const ExpertArenaView& arena, int layer, const ExpertMatrixShape& shape,
+                             const int32_t* expert_ids, int n_launch, const int32_t* row_ids,
+                             const int32_t* row_counts, int max_rows, const ActivationLayout& layout,
+                             const void* scratch, float* y, cudaStream_t stream);
+
+}  // namespace strata::compute::cuda

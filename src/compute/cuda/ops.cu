@@ -1,0 +1,289 @@
+// CUDA elementwise and small-reduction ops. Contract in ops.h.
+#include "compute/cuda/ops.h"
+
+#include <string>
+
+#include "compute/cuda/runtime.h"
+
+namespace strata::compute::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Sum over the block in a fixed order: each warp's xor butterfly, then warp sums in warp order.
+__device__ float block_sum(float v, float* shared) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncthreads();  // `shared` may still be read from a previous reduction
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float total = shared[0];
+  for (int w = 1; w < int(blockDim.x >> 5); ++w) total = __fadd_rn(total, shared[w]);
+  return total;
+}
+
+__device__ float block_max(float v, float* shared) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float total = shared[0];
+  for (int w = 1; w < int(blockDim.x >> 5); ++w) total = fmaxf(total, shared[w]);
+  return total;
+}
+
+// One block per (row, group): x rows of group_size values at x + blockIdx.x·group_size.
+__global__ void rms_norm_kernel(const float* x, const float* weight, int64_t group_size, int64_t groups_per_row,
+                                float eps, float* out) {
+  __shared__ float shared[32];
+  const float* row = x + size_t(blockIdx.x) * group_size;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < group_size; i += blockDim.x) sum = __fmaf_rn(row[i], row[i], sum);
+  sum = block_sum(sum, shared);
+  const float mean = __fdiv_rn(sum, float(group_size));
+  const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+  const float* w = weight ? weight + size_t(blockIdx.x % groups_per_row) * group_size : nullptr;
+  float* y = out + size_t(blockIdx.x) * group_size;
+  for (int64_t i = threadIdx.x; i < group_size; i += blockDim.x) {
+    const float v = __fmul_rn(row[i], r);
+    y[i] = w ? __fmul_rn(v, w[i]) : v;
+  }
+}
+
+__global__ void softmax_kernel(float* x, int64_t n) {
+  __shared__ float shared[32];
+  float* row = x + size_t(blockIdx.x) * n;
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, row[i]);
+  m = block_max(m, shared);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float e = expf(__fsub_rn(row[i], m));
+    row[i] = e;
+    sum = __fadd_rn(sum, e);
+  }
+  sum = block_sum(sum, shared);
+  const float inverse = __fdiv_rn(1.0f, sum);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) row[i] = __fmul_rn(row[i], inverse);
+}
+
+__device__ __forceinline__ float silu_value(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+
+__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = __fmul_rn(silu_value(gate[i]), up[i]);
+}
+
+__global__ void activation_kernel(Activation kind, const float* x, int64_t n, float* out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = x[i];
+    switch (kind) {
+      case Activation::Sigmoid: out[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-v))); break;
+      case Activation::Silu: out[i] = silu_value(v); break;
+      case Activation::Softplus: out[i] = v > 20.0f ? v : log1pf(expf(v)); break;
+    }
+  }
+}
+
+// One block per row; thread j < n_rot/2 computes pair j's cos/sin once and rotates every head.
+__global__ void rope_neox_kernel(float* x, int n_heads, int head_dim, int n_rot, const int32_t* positions, float theta) {
+  const int half = n_rot / 2;
+  float* row = x + size_t(blockIdx.x) * n_heads * head_dim;
+  const float pos = float(positions[blockIdx.x]);
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {
+    const float exponent = __fdiv_rn(float(2 * j), float(n_rot));
+    const float base_power = float(pow(double(theta), double(exponent)));
+    const float inv_freq = __fdiv_rn(1.0f, base_power);
+    const float angle = __fmul_rn(pos, inv_freq);
+    const float c = float(cos(double(angle))), s = float(sin(double(angle)));
+    for (int h = 0; h < n_heads; ++h) {
+      float* head = row + size_t(h) * head_dim;
+      const float a = head[j], b = head[j + half];
+      head[j] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+      head[j + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+    }
+  }
+}
+
+// True when (va, a) ranks before (vb, b): NaN first, then larger value, then lower index.
+__device__ __forceinline__ bool ranks_before(float va, int a, float vb, int b) {
+  const bool nan_a = isnan(va), nan_b = isnan(vb);
+  if (nan_a != nan_b) return nan_a;
+  if (!nan_a) {
+    if (va > vb) return true;
+    if (va < vb) return false;
+  }
+  return a < b;
+}
+
+// Block-wide best (value, index) by ranks_before; index -1 = none.
+__device__ void block_best(float& value, int& index, float* shared_v, int* shared_i) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, value, off);
+    const int oi = __shfl_xor_sync(0xffffffffu, index, off);
+    if (oi >= 0 && (index < 0 || ranks_before(ov, oi, value, index))) {
+      value = ov;
+      index = oi;
+    }
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncthreads();
+  if (lane == 0) {
+    shared_v[warp] = value;
+    shared_i[warp] = index;
+  }
+  __syncthreads();
+  value = shared_v[0];
+  index = shared_i[0];
+  for (int w = 1; w < int(blockDim.x >> 5); ++w)
+    if (shared_i[w] >= 0 && (index < 0 || ranks_before(shared_v[w], shared_i[w], value, index))) {
+      value = shared_v[w];
+      index = shared_i[w];
+    }
+}
+
+constexpr int kMaxRouteK = 32;
+
+__global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int32_t* experts_out, float* weights_out) {
+  extern __shared__ float probs[];  // n_expert, then n_expert chosen flags
+  __shared__ float shared_v[32];
+  __shared__ int shared_i[32];
+  __shared__ int picked[kMaxRouteK];
+  auto* chosen = reinterpret_cast<int*>(probs + n_expert);
+  const float* row = logits + size_t(blockIdx.x) * n_expert;
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < n_expert; i += blockDim.x) {
+    m = fmaxf(m, row[i]);
+    chosen[i] = 0;
+  }
+  m = block_max(m, shared_v);
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < n_expert; i += blockDim.x) {
+    const float e = expf(__fsub_rn(row[i], m));
+    probs[i] = e;
+    sum = __fadd_rn(sum, e);
+  }
+  sum = block_sum(sum, shared_v);
+  const float inverse = __fdiv_rn(1.0f, sum);
+  for (int i = threadIdx.x; i < n_expert; i += blockDim.x) probs[i] = __fmul_rn(probs[i], inverse);
+  __syncthreads();
+  for (int j = 0; j < k; ++j) {
+    float best_v = 0.0f;
+    int best_i = -1;
+    for (int i = threadIdx.x; i < n_expert; i += blockDim.x)
+      if (!chosen[i] && (best_i < 0 || ranks_before(probs[i], i, best_v, best_i))) {
+        best_v = probs[i];
+        best_i = i;
+      }
+    block_best(best_v, best_i, shared_v, shared_i);
+    if (threadIdx.x == 0) {
+      picked[j] = best_i;
+      chosen[best_i] = 1;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    float total = 0.0f;
+    for (int j = 0; j < k; ++j) total = __fadd_rn(total, probs[picked[j]]);
+    for (int j = 1; j < k; ++j)  // ascending expert id
+      for (int i = j; i > 0 && picked[i - 1] > picked[i]; --i) {
+        const int t = picked[i];
+        picked[i] = picked[i - 1];
+        picked[i - 1] = t;
+      }
+    for (int j = 0; j < k; ++j) {
+      experts_out[size_t(blockIdx.x) * k + j] = picked[j];
+      weights_out[size_t(blockIdx.x) * k + j] = __fdiv_rn(probs[picked[j]], total);
+    }
+  }
+}
+
+__global__ void argmax_kernel(const float* x, int64_t n, int32_t* out) {
+  __shared__ float shared_v[32];
+  __shared__ int shared_i[32];
+  const float* row = x + size_t(blockIdx.x) * n;
+  float best_v = 0.0f;
+  int best_i = -1;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    if (best_i < 0 || ranks_before(row[i], int(i), best_v, best_i)) {
+      best_v = row[i];
+      best_i = int(i);
+    }
+  block_best(best_v, best_i, shared_v, shared_i);
+  if (threadIdx.x == 0) out[blockIdx.x] = best_i;
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) cuda_fail(message);
+}
+
+unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+
+}  // namespace
+
+void rms_norm_rows(const float* x, const float* weight, int64_t n_rows, int64_t n, float eps, float* out,
+                   cudaStream_t stream) {
+  rms_norm_grouped_rows(x, weight, n_rows, 1, n, eps, out, stream);
+}
+
+void rms_norm_grouped_rows(const float* x, const float* weight, int64_t n_rows, int64_t n_groups,
+                           int64_t group_size, float eps, float* out, cudaStream_t stream) {
+  require(n_groups > 0 && group_size > 0, "CUDA rms_norm: expected groups and group size > 0, found " +
+                                              std::to_string(n_groups) + " x " + std::to_string(group_size));
+  if (n_rows <= 0) return;
+  rms_norm_kernel<<<unsigned(n_rows * n_groups), kThreads, 0, stream>>>(x, weight, group_size, n_groups, eps, out);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+void softmax_rows(float* x, int64_t n_rows, int64_t n, cudaStream_t stream) {
+  require(n > 0, "CUDA softmax: expected n > 0, found " + std::to_string(n));
+  if (n_rows <= 0) return;
+  softmax_kernel<<<unsigned(n_rows), kThreads, 0, stream>>>(x, n);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
+  if (n <= 0) return;
+  silu_mul_kernel<<<grid_for(n), kThreads, 0, stream>>>(gate, up, n, out);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+void activation(Activation kind, const float* x, int64_t n, float* out, cudaStream_t stream) {
+  if (n <= 0) return;
+  activation_kernel<<<grid_for(n), kThreads, 0, stream>>>(kind, x, n, out);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+void rope_neox_rows(float* x, int64_t n_rows, int n_heads, int head_dim, int n_rot, const int32_t* positions,
+                    float theta, cudaStream_t stream) {
+  require(n_rot > 0 && n_rot % 2 == 0 && n_rot <= head_dim && n_heads > 0,
+          "CUDA rope: expected n_rot even, > 0 and <= head_dim " + std::to_string(head_dim) + ", found " +
+              std::to_string(n_rot));
+  if (n_rows <= 0) return;
+  rope_neox_kernel<<<unsigned(n_rows), 128, 0, stream>>>(x, n_heads, head_dim, n_rot, positions, theta);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+void route_top_k(const float* logits, int64_t n_rows, int n_expert, int k, int32_t* experts_out, float* weights_out,
+                 cudaStream_t stream) {
+  require(n_expert > 0 && n_expert <= 4096 && k > 0 && k <= kMaxRouteK && k <= n_expert,
+          "CUDA route_top_k: expected 0 < k <= min(32, n_expert) and n_expert <= 4096, found k = " +
+              std::to_string(k) + ", n_expert = " + std::to_string(n_expert));
+  if (n_rows <= 0) return;
+  const size_t shared = size_t(n_expert) * (sizeof(float) + sizeof(int));
+  route_top_k_kernel<<<unsigned(n_rows), 128, shared, stream>>>(logits, n_expert, k, experts_out, weights_out);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, cudaStream_t stream) {
+  require(n > 0 && n < (int64_t(1) << 31), "CUDA argmax: expected 0 < n < 2^31, found " + std::to_string(n));
+  if (n_rows <= 0) return;
+  argmax_kernel<<<unsigned(n_rows), kThreads, 0, stream>>>(x, n, out);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace strata::compute::cuda

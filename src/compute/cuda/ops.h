@@ -1,0 +1,48 @@
+// CUDA twins of compute/cpu/ops.h and the router step of layers/moe.h, on device rows.
+//
+// Contract
+// - Every function takes device pointers, launches on `stream` and returns at once; argument
+//   errors throw strata::Error before any launch.
+// - Formulas are the CPU functions' (same names without _rows). Which results are bitwise the
+//   CPU's and which only close (tests/cuda/ops_test.cpp bounds each):
+//     rope_neox_rows        bitwise in practice: cos/sin from the same f32 angle evaluated in
+//                           double, rotations in explicitly rounded f32 (no contraction)
+//     top-k selection       bitwise the same experts for the same probabilities (same tie rule)
+//     argmax_rows           bitwise (same tie rule; NaN wins)
+//     rms_norm*, softmax    reductions in a fixed tree order (not the CPU's 8 lanes): a few ulp
+//     silu/sigmoid/softplus CUDA's expf/log1pf (≤ 2 ulp) instead of glibc's: a few ulp
+// - Every reduction order depends only on the row width, never on the number of rows, so a
+//   row's result is bitwise the same in a T = 1 and a T = k window, and repeated runs agree.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace strata::compute::cuda {
+
+// out[r·n + i] = (x[r·n + i]·inv_rms_r)·weight[i] (weight may be null), for n_rows rows of n.
+void rms_norm_rows(const float* x, const float* weight, int64_t n_rows, int64_t n, float eps,
+                   float* out, cudaStream_t stream);
+// Each row is n_groups groups of group_size values, each normalised alone; weight (nullable)
+// spans the whole row (n_groups·group_size values), as compute::rms_norm_grouped.
+void rms_norm_grouped_rows(const float* x, const float* weight, int64_t n_rows, int64_t n_groups,
+                           int64_t group_size, float eps, float* out, cudaStream_t stream);
+// In place, each of n_rows rows of n values.
+void softmax_rows(float* x, int64_t n_rows, int64_t n, cudaStream_t stream);
+// out[i] = silu(gate[i])·up[i] for n values (the SwiGLU middle); out may alias gate or up.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
+enum class Activation { Sigmoid, Silu, Softplus };
+void activation(Activation kind, const float* x, int64_t n, float* out, cudaStream_t stream);
+// NeoX RoPE in place on rows of n_heads·head_dim values; row r uses position positions[r].
+void rope_neox_rows(float* x, int64_t n_rows, int n_heads, int head_dim, int n_rot,
+                    const int32_t* positions, float theta, cudaStream_t stream);
+// Router: per row, p = softmax(logits) (fp32), the k best experts (higher p first, ties by lower
+// id, NaN first), w = p / Σ_picked p (summed best first), written in ascending expert id:
+// experts_out/weights_out [n_rows][k]. n_expert <= 4096, k <= 32.
+void route_top_k(const float* logits, int64_t n_rows, int n_expert, int k, int32_t* experts_out,
+                 float* weights_out, cudaStream_t stream);
+// out[r] = argmax of row r (first index among ties, NaN wins).
+void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, cudaStream_t stream);
+
+}  // namespace strata::compute::cuda

@@ -1,0 +1,175 @@
+// K-quants (256-weight blocks) against Q8_K-style activations (CPU twin: quant/scalar_kquants.cpp,
+// quant/kquant_scales.h): Q2_K, Q4_K, Q6_K here; Q3_K, Q5_K beside them. Each unit's integer
+// sums (scaled quants, and the mins term from the activation's 16-quant sums) are exact; the
+// unit adds d·d_a·scaled − dmin·d_a·mins to the row with two fused multiply-adds.
+#pragma once
+
+#include "compute/cuda/quant/common.cuh"
+
+namespace strata::compute::cuda::quant_device {
+
+// Q4_K: a unit is one 64-weight chunk c (sub-blocks 2c and 2c+1 share the 32 bytes qs[32c..]).
+struct Q4_KWeights {
+  static constexpr int kBlockElems = 256;
+  static constexpr int kBlockBytes = 144;
+  static constexpr int kUnitsPerBlock = 4;
+  static constexpr GgmlType kActivation = GgmlType::Q8_K;
+  static constexpr int kRowAlign = 16;  // bytes: the widest aligned load
+  static constexpr int kTableBytes = 0;
+  __device__ static void load_table(uint8_t*) {}
+
+  // 6-bit scale and min of sub-block `sub` (unpack_q4_K_scales), from the 12 scale bytes as words.
+  __device__ static void scale_min(const uint32_t (&s)[3], int sub, int& scale, int& min) {
+    auto byte = [&](int i) { return int((s[i >> 2] >> (8 * (i & 3))) & 0xffu); };
+    if (sub < 4) {
+      scale = byte(sub) & 63;
+      min = byte(sub + 4) & 63;
+    } else {
+      scale = (byte(sub + 4) & 15) | ((byte(sub - 4) >> 6) << 4);
+      min = (byte(sub + 4) >> 4) | ((byte(sub) >> 6) << 4);
+    }
+  }
+
+  template <int NR>
+  __device__ static void unit(const uint8_t* row, int u, const ActView& act, const int (&rows)[NR],
+                              int nr, const uint8_t*, float (&acc)[NR]) {
+    const int b = u >> 2, chunk = u & 3;
+    const uint8_t* block = row + size_t(b) * kBlockBytes;
+    const uint32_t dd = ld_u32(block);
+    const float d = f16_bits_to_f32(uint16_t(dd & 0xffffu));
+    const float dmin = f16_bits_to_f32(uint16_t(dd >> 16));
+    const uint32_t s[3] = {ld_u32(block + 4), ld_u32(block + 8), ld_u32(block + 12)};
+    int sc0, m0, sc1, m1;
+    scale_min(s, 2 * chunk, sc0, m0);
+    scale_min(s, 2 * chunk + 1, sc1, m1);
+    const uint4* qp = reinterpret_cast<const uint4*>(block + 16 + 32 * chunk);
+    const uint4 qa = qp[0], qb = qp[1];
+    const uint32_t q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      if (r < nr) {
+        const int8_t* a = act.qs(rows[r]) + 256 * b + 64 * chunk;
+        int low = 0, high = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i += 4) {
+          const int4 al = ld_i32x4(a + 4 * i), ah = ld_i32x4(a + 32 + 4 * i);
+          low = __dp4a(int(q[i] & 0x0f0f0f0fu), al.x, low);
+          low = __dp4a(int(q[i + 1] & 0x0f0f0f0fu), al.y, low);
+          low = __dp4a(int(q[i + 2] & 0x0f0f0f0fu), al.z, low);
+          low = __dp4a(int(q[i + 3] & 0x0f0f0f0fu), al.w, low);
+          high = __dp4a(int((q[i] >> 4) & 0x0f0f0f0fu), ah.x, high);
+          high = __dp4a(int((q[i + 1] >> 4) & 0x0f0f0f0fu), ah.y, high);
+          high = __dp4a(int((q[i + 2] >> 4) & 0x0f0f0f0fu), ah.z, high);
+          high = __dp4a(int((q[i + 3] >> 4) & 0x0f0f0f0fu), ah.w, high);
+        }
+        const int32_t* bs = act.sums(rows[r]) + 16 * b + 4 * chunk;
+        const int scaled = sc0 * low + sc1 * high;
+        const int mins = m0 * (bs[0] + bs[1]) + m1 * (bs[2] + bs[3]);
+        const float da = act.scales(rows[r])[b];
+        float t = __fmaf_rn(__fmul_rn(d, da), float(scaled), acc[r]);
+        acc[r] = __fmaf_rn(-__fmul_rn(dmin, da), float(mins), t);
+      }
+    }
+  }
+};
+
+// Q6_K: a unit is one 32-weight quarter q of half h (u = 4h + q): elements 128h + 32q + l.
+struct Q6_KWeights {
+  static constexpr int kBlockElems = 256;
+  static constexpr int kBlockBytes = 210;
+  static constexpr int kUnitsPerBlock = 8;
+  static constexpr GgmlType kActivation = GgmlType::Q8_K;
+  static constexpr int kRowAlign = 2;  // bytes: the widest aligned load
+  static constexpr int kTableBytes = 0;
+  __device__ static void load_table(uint8_t*) {}
+
+  template <int NR>
+  __device__ static void unit(const uint8_t* row, int u, const ActView& act, const int (&rows)[NR],
+                              int nr, const uint8_t*, float (&acc)[NR]) {
+    const int b = u >> 3, half = (u >> 2) & 1, quarter = u & 3;
+    const uint8_t* block = row + size_t(b) * kBlockBytes;
+    uint32_t ql[8], qh[8];
+    ld_words_a2<8>(block + 64 * half + 32 * (quarter & 1), ql);
+    ld_words_a2<8>(block + 128 + 32 * half, qh);
+    const int low_shift = quarter < 2 ? 0 : 4, high_shift = 2 * quarter;
+    int v[8];  // signed 6-bit values q − 32, four per word
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t low = (ql[i] >> low_shift) & 0x0f0f0f0fu;
+      const uint32_t high = ((qh[i] >> high_shift) & 0x03030303u) << 4;
+      v[i] = int(__vsub4(low | high, 0x20202020u));
+    }
+    const uint8_t* sp = block + 192 + 8 * half + 2 * quarter;
+    const uint16_t sw = ld_u16(sp);
+    const int scale0 = int(int8_t(sw & 0xffu)), scale1 = int(int8_t(sw >> 8));
+    const float d = f16_bits_to_f32(ld_u16(block + 208));
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      if (r < nr) {
+        const int8_t* a = act.qs(rows[r]) + 256 * b + 128 * half + 32 * quarter;
+        const int4 a0 = ld_i32x4(a), a1 = ld_i32x4(a + 16);
+        int s0 = __dp4a(v[0], a0.x, 0);
+        s0 = __dp4a(v[1], a0.y, s0);
+        s0 = __dp4a(v[2], a0.z, s0);
+        s0 = __dp4a(v[3], a0.w, s0);
+        int s1 = __dp4a(v[4], a1.x, 0);
+        s1 = __dp4a(v[5], a1.y, s1);
+        s1 = __dp4a(v[6], a1.z, s1);
+        s1 = __dp4a(v[7], a1.w, s1);
+        const int scaled = scale0 * s0 + scale1 * s1;
+        acc[r] = __fmaf_rn(__fmul_rn(d, act.scales(rows[r])[b]), float(scaled), acc[r]);
+      }
+    }
+  }
+};
+
+// Q2_K: a unit is 16 bytes qs[32h + 16p ..] (u = 2h + p), holding sub-blocks 8h + 2s + p
+// (s = 0..3) at bit 2s: 64 weights.
+struct Q2_KWeights {
+  static constexpr int kBlockElems = 256;
+  static constexpr int kBlockBytes = 84;
+  static constexpr int kUnitsPerBlock = 4;
+  static constexpr GgmlType kActivation = GgmlType::Q8_K;
+  static constexpr int kRowAlign = 4;  // bytes: the widest aligned load
+  static constexpr int kTableBytes = 0;
+  __device__ static void load_table(uint8_t*) {}
+
+  template <int NR>
+  __device__ static void unit(const uint8_t* row, int u, const ActView& act, const int (&rows)[NR],
+                              int nr, const uint8_t*, float (&acc)[NR]) {
+    const int b = u >> 2, half = (u >> 1) & 1, part = u & 1;
+    const uint8_t* block = row + size_t(b) * kBlockBytes;
+    const uint32_t q[4] = {ld_u32(block + 16 + 32 * half + 16 * part), ld_u32(block + 20 + 32 * half + 16 * part),
+                           ld_u32(block + 24 + 32 * half + 16 * part), ld_u32(block + 28 + 32 * half + 16 * part)};
+    const uint32_t dd = ld_u32(block + 80);
+    const float d = f16_bits_to_f32(uint16_t(dd & 0xffffu));
+    const float dmin = f16_bits_to_f32(uint16_t(dd >> 16));
+    int scale_byte[4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) scale_byte[s] = block[8 * half + 2 * s + part];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      if (r < nr) {
+        const int8_t* a = act.qs(rows[r]) + 256 * b;
+        const int32_t* bs = act.sums(rows[r]) + 16 * b;
+        int scaled = 0, mins = 0;
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          const int sub = 8 * half + 2 * s + part;
+          const int4 av = ld_i32x4(a + 16 * sub);
+          int isum = __dp4a(int((q[0] >> (2 * s)) & 0x03030303u), av.x, 0);
+          isum = __dp4a(int((q[1] >> (2 * s)) & 0x03030303u), av.y, isum);
+          isum = __dp4a(int((q[2] >> (2 * s)) & 0x03030303u), av.z, isum);
+          isum = __dp4a(int((q[3] >> (2 * s)) & 0x03030303u), av.w, isum);
+          scaled += (scale_byte[s] & 15) * isum;
+          mins += (scale_byte[s] >> 4) * bs[sub];
+        }
+        const float da = act.scales(rows[r])[b];
+        float t = __fmaf_rn(__fmul_rn(d, da), float(scaled), acc[r]);
+        acc[r] = __fmaf_rn(-__fmul_rn(dmin, da), float(mins), t);
+      }
+    }
+  }
+};
+
+}  // namespace strata::compute::cuda::quant_device

@@ -1,0 +1,281 @@
+// CUDA quantized matmul against the CPU specification (quant::ref), on random weights of every
+// type with a CUDA kernel, awkward sizes and window sizes; window identity, determinism, the
+// slot-map expert path and argument errors.
+//
+// Tolerance (MatchesCpuReference): the CPU reference sums exact integer block dots in f64, so it
+// is the exact dot of the dequantized operands up to one final rounding. The kernel rounds each
+// unit's scale product and fused add once or twice (≤ 3u relative to the unit's magnitude), and
+// adds a row's units in a chain of at most n_units/32 per lane plus 5 butterfly steps, each
+// adding at most u times the running magnitude, all bounded by S = Σ_i |w_i·a_i| (dequantized).
+// So |gpu − ref| ≤ (n_in/256 + 5 + 3 + 1)·u·S with u = 2^-24 (n_units ≤ n_in/8 for every type);
+// the test uses that bound, and prints the largest fraction of it seen.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "compute/cuda/matmul.h"
+#include "cuda_test_util.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace strata {
+namespace {
+
+using compute::cuda::ActivationLayout;
+using compute::cuda::DeviceBuffer;
+using compute::cuda::DeviceMatrix;
+using compute::cuda::Stream;
+using namespace test_support;
+
+std::vector<GgmlType> cuda_types() {
+  std::vector<GgmlType> types;
+  for (uint32_t id = 0; id < 64; ++id) {
+    const TypeTraits* traits = type_traits_or_null(id);
+    if (traits && compute::cuda::has_cuda_kernel(traits->type)) types.push_back(traits->type);
+  }
+  return types;
+}
+
+std::vector<int64_t> widths_for(GgmlType type) {
+  const int64_t block = type_traits(type).block_elems;
+  if (block == 256) return {256, 768, 2560};
+  if (block == 32) return {32, 224, 640};
+  return {8, 40, 2560};  // float types
+}
+
+// Dequantized activation row as the CPU dot sees it.
+std::vector<float> dequantized_activation(GgmlType weight_type, const std::vector<uint8_t>& act, const float* x,
+                                          int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  const GgmlType format = quant::activation_type(weight_type);
+  if (format == GgmlType::F32) {
+    std::copy_n(x, n, out.begin());
+  } else if (format == GgmlType::Q8_K) {
+    const auto* blocks = reinterpret_cast<const quant::BlockQ8_K*>(act.data());
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = blocks[i / 256].d * blocks[i / 256].qs[i % 256];
+  } else {
+    const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(act.data());
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = f16_to_f32(blocks[i / 32].d) * blocks[i / 32].qs[i % 32];
+  }
+  return out;
+}
+
+struct GpuMatmul {
+  DeviceBuffer weights, x, y, scratch;
+  DeviceMatrix matrix;
+  ActivationLayout layout;
+};
+
+GpuMatmul upload(GgmlType type, int64_t n_in, int64_t n_out, const std::vector<uint8_t>& w, size_t stride,
+                 const std::vector<float>& x, int64_t n_rows) {
+  GpuMatmul g;
+  g.weights = to_device(w);
+  g.x = to_device(x);
+  g.y = DeviceBuffer(size_t(n_rows * n_out) * 4);
+  g.layout = compute::cuda::activation_layout(type, n_in, n_rows);
+  g.scratch = DeviceBuffer(g.layout.total_bytes);
+  g.matrix = DeviceMatrix{type, n_in, n_out, g.weights.data(), stride};
+  return g;
+}
+
+std::vector<float> run(GpuMatmul& g, const float* x_device, int64_t n_rows, const Stream& stream) {
+  // Poison the output so an unwritten element cannot pass.
+  STRATA_CUDA_CHECK(cudaMemsetAsync(g.y.data(), 0xff, g.y.bytes(), stream.get()));
+  compute::cuda::matmul(g.matrix, x_device, n_rows, g.y.as<float>(), g.scratch.data(), stream.get());
+  stream.synchronize();
+  return from_device<float>(g.y, size_t(n_rows * g.matrix.n_out));
+}
+
+class CudaMatmul : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(CudaMatmul, MatchesCpuReference) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  const GgmlType type = GetParam();
+  std::mt19937 rng(1234 + uint32_t(type));
+  Stream stream;
+  double worst_fraction = 0.0;
+  for (const int64_t n_in : widths_for(type)) {
+    for (const int64_t n_out : {int64_t(37), int64_t(300)}) {
+      for (const int64_t n_rows : {int64_t(1), int64_t(3), int64_t(8), int64_t(11)}) {
+        const size_t stride = row_bytes(type, n_in);
+        const std::vector<uint8_t> w = random_weights(type, n_in, n_out, stride, rng);
+        const std::vector<float> x = random_floats(size_t(n_rows * n_in), rng);
+        GpuMatmul g = upload(type, n_in, n_out, w, stride, x, n_rows);
+        const std::vector<float> y = run(g, g.x.as<float>(), n_rows, stream);
+        std::vector<uint8_t> act(quant::activation_row_bytes(type, n_in));
+        std::vector<float> w_row(static_cast<size_t>(n_in));
+        for (int64_t t = 0; t < n_rows; ++t) {
+          quant::ref::quantize_activation(type, x.data() + t * n_in, act.data(), n_in);
+          const std::vector<float> a = dequantized_activation(type, act, x.data() + t * n_in, n_in);
+          for (int64_t o = 0; o < n_out; ++o) {
+            const uint8_t* row = w.data() + size_t(o) * stride;
+            const float ref = quant::ref::dot(type, row, act.data(), n_in);
+            quant::ref::dequantize_row(type, row, w_row.data(), n_in);
+            double magnitude = 0.0;
+            for (int64_t i = 0; i < n_in; ++i) magnitude += std::fabs(double(w_row[size_t(i)]) * a[size_t(i)]);
+            const double bound = double(n_in / 256 + 9) * std::ldexp(magnitude, -24) + std::ldexp(std::fabs(ref), -24) + 1e-30;
+            const float got = y[size_t(t * n_out + o)];
+            const double error = std::fabs(double(got) - double(ref));
+            worst_fraction = std::max(worst_fraction, error / bound);
+            ASSERT_LE(error, bound) << type_name(type) << " n_in " << n_in << " n_out " << n_out << " rows "
+                                    << n_rows << " at (" << t << ", " << o << "): gpu " << got << " cpu " << ref;
+          }
+        }
+      }
+    }
+  }
+  std::printf("[ cuda ] %-7s worst |gpu - cpu| = %.3f of the bound\n", std::string(type_name(type)).c_str(), worst_fraction);
+}
+
+TEST_P(CudaMatmul, WindowIdentityAndRepeatability) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  const GgmlType type = GetParam();
+  std::mt19937 rng(99 + uint32_t(type));
+  Stream stream;
+  const int64_t n_in = widths_for(type).back(), n_out = 301, n_rows = 13;
+  const size_t stride = row_bytes(type, n_in);
+  const std::vector<uint8_t> w = random_weights(type, n_in, n_out, stride, rng);
+  const std::vector<float> x = random_floats(size_t(n_rows * n_in), rng);
+  GpuMatmul g = upload(type, n_in, n_out, w, stride, x, n_rows);
+  const std::vector<float> window = run(g, g.x.as<float>(), n_rows, stream);
+  EXPECT_EQ(0, std::memcmp(window.data(), run(g, g.x.as<float>(), n_rows, stream).data(), window.size() * 4))
+      << "two runs of the same window differ";
+  // Every row alone (T = 1) and every prefix window (T = 1 .. 13) gives the same bits.
+  for (int64_t t = 0; t < n_rows; ++t) {
+    const std::vector<float> alone = run(g, g.x.as<float>() + t * n_in, 1, stream);
+    ASSERT_EQ(0, std::memcmp(alone.data(), window.data() + t * n_out, size_t(n_out) * 4))
+        << type_name(type) << ": row " << t << " alone differs from the same row in a 13-row window";
+  }
+  for (int64_t rows = 2; rows < n_rows; ++rows) {
+    const std::vector<float> prefix = run(g, g.x.as<float>(), rows, stream);
+    ASSERT_EQ(0, std::memcmp(prefix.data(), window.data(), prefix.size() * 4))
+        << type_name(type) << ": a " << rows << "-row window differs from the 13-row window";
+  }
+}
+
+TEST_P(CudaMatmul, ExpertsThroughTheSlotMap) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  const GgmlType type = GetParam();
+  std::mt19937 rng(7 + uint32_t(type));
+  Stream stream;
+  const int64_t n_in = widths_for(type)[1], n_out = 45, n_rows = 6;
+  const int n_expert = 6, n_layer = 2;
+  const size_t matrix_bytes = row_bytes(type, n_in) * size_t(n_out);
+  const size_t offset = 16 * ((matrix_bytes + 15) / 16);  // a second matrix before ours in each slot
+  const size_t slot_bytes = 16 * ((offset + matrix_bytes + 15) / 16);
+  const int n_slots = 5;
+  std::vector<uint8_t> arena(slot_bytes * n_slots, 0);
+  // layer 1: expert e in slot (e * 3) % 5 for e < 5, expert 5 missing; layer 0 all missing.
+  std::vector<uint32_t> smap(size_t(n_layer * n_expert), compute::cuda::kSlotMiss);
+  std::vector<std::vector<uint8_t>> expert_weights(n_expert);
+  for (int e = 0; e < 5; ++e) {
+    smap[size_t(n_expert + e)] = uint32_t((e * 3) % 5);
+    expert_weights[size_t(e)] = random_weights(type, n_in, n_out, row_bytes(type, n_in), rng);
+    std::memcpy(arena.data() + smap[size_t(n_expert + e)] * slot_bytes + offset, expert_weights[size_t(e)].data(), matrix_bytes);
+  }
+  const std::vector<float> x = random_floats(size_t(n_rows * n_in), rng);
+  const std::vector<int32_t> experts = {3, 0, 5, 4};
+  const int max_rows = 4;
+  const std::vector<int32_t> row_ids = {1, 2, 5, 0, /**/ 0, 0, 0, 0, /**/ 3, 0, 0, 0, /**/ 4, 1, 0, 0};
+  const std::vector<int32_t> counts = {3, 1, 1, 2};
+  DeviceBuffer d_arena = to_device(arena), d_smap = to_device(smap), d_x = to_device(x);
+  DeviceBuffer d_experts = to_device(experts), d_rows = to_device(row_ids), d_counts = to_device(counts);
+  const ActivationLayout layout = compute::cuda::activation_layout(type, n_in, n_rows);
+  DeviceBuffer scratch(layout.total_bytes), y(size_t(experts.size() * max_rows * n_out) * 4);
+  STRATA_CUDA_CHECK(cudaMemset(y.data(), 0, y.bytes()));
+  compute::cuda::quantize_activations(layout, d_x.as<float>(), scratch.data(), stream.get());
+  const compute::cuda::ExpertArenaView view{d_arena.as<uint8_t>(), slot_bytes, d_smap.as<uint32_t>(), n_expert};
+  const compute::cuda::ExpertMatrixShape shape{type, n_in, n_out, offset, row_bytes(type, n_in)};
+  compute::cuda::expert_matmul_quantized(view, 1, shape, d_experts.as<int32_t>(), int(experts.size()),
+                                         d_rows.as<int32_t>(), d_counts.as<int32_t>(), max_rows, layout,
+                                         scratch.data(), y.as<float>(), stream.get());
+  stream.synchronize();
+  const std::vector<float> got = from_device<float>(y, experts.size() * max_rows * size_t(n_out));
+  for (size_t j = 0; j < experts.size(); ++j) {
+    const int e = experts[j];
+    if (e == 5) {  // not resident: NaN, so a broken residency promise cannot pass silently
+      EXPECT_TRUE(std::isnan(got[j * max_rows * size_t(n_out)])) << "a missing expert must produce NaN";
+      continue;
+    }
+    GpuMatmul dense = upload(type, n_in, n_out, expert_weights[size_t(e)], row_bytes(type, n_in), x, n_rows);
+    const std::vector<float> all = run(dense, dense.x.as<float>(), n_rows, stream);
+    for (int i = 0; i < counts[j]; ++i) {
+      const int r = row_ids[j * max_rows + size_t(i)];
+      ASSERT_EQ(0, std::memcmp(got.data() + (j * max_rows + size_t(i)) * size_t(n_out), all.data() + size_t(r) * n_out,
+                               size_t(n_out) * 4))
+          << type_name(type) << ": expert " << e << " row " << r << " differs from the dense matmul";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, CudaMatmul, ::testing::ValuesIn(cuda_types()),
+                         [](const ::testing::TestParamInfo<GgmlType>& info) { return std::string(type_name(info.param)); });
+
+TEST(CudaActivations, QuantizedBitwiseAsTheCpu) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(5);
+  Stream stream;
+  for (const GgmlType weight_type : {GgmlType::Q8_0, GgmlType::Q4_K}) {
+    const int64_t n_in = 768, n_rows = 5;
+    std::vector<float> x = random_floats(size_t(n_rows * n_in), rng, -3.0f, 3.0f);
+    std::fill_n(x.begin() + n_in, n_in, 0.0f);  // an all-zero row: d = 0, inverse 0
+    for (int64_t i = 0; i < n_in; ++i) {        // exact halves after scaling: round-half-even cases
+      x[size_t(2 * n_in + i)] = float(int(i % 255) - 127) * 0.5f;
+    }
+    x[size_t(3 * n_in + 7)] = -0.0f;
+    x[size_t(4 * n_in + 3)] = 1e30f;  // one huge value: everything else rounds to 0
+    const ActivationLayout layout = compute::cuda::activation_layout(weight_type, n_in, n_rows);
+    DeviceBuffer d_x = to_device(x), scratch(layout.total_bytes);
+    compute::cuda::quantize_activations(layout, d_x.as<float>(), scratch.data(), stream.get());
+    stream.synchronize();
+    std::vector<uint8_t> cpu(quant::activation_row_bytes(weight_type, n_in));
+    for (int64_t t = 0; t < n_rows; ++t) {
+      quant::ref::quantize_activation(weight_type, x.data() + t * n_in, cpu.data(), n_in);
+      const auto qs = from_device<int8_t>(scratch, size_t(n_in), layout.qs_offset + size_t(t) * layout.qs_row_bytes);
+      const auto scales = from_device<float>(scratch, layout.scale_row_count, layout.scale_offset + size_t(t) * layout.scale_row_count * 4);
+      const auto sums = from_device<int32_t>(scratch, layout.sum_row_count, layout.sum_offset + size_t(t) * layout.sum_row_count * 4);
+      if (weight_type == GgmlType::Q4_K) {
+        const auto* blocks = reinterpret_cast<const quant::BlockQ8_K*>(cpu.data());
+        for (int64_t b = 0; b < n_in / 256; ++b) {
+          ASSERT_TRUE(same_bits(blocks[b].d, scales[size_t(b)])) << "row " << t << " block " << b;
+          ASSERT_EQ(0, std::memcmp(blocks[b].qs, qs.data() + b * 256, 256)) << "row " << t << " block " << b;
+          for (int g = 0; g < 16; ++g) ASSERT_EQ(blocks[b].bsums[g], sums[size_t(b * 16 + g)]);
+        }
+      } else {
+        const auto* blocks = reinterpret_cast<const quant::BlockQ8_0*>(cpu.data());
+        for (int64_t b = 0; b < n_in / 32; ++b) {
+          ASSERT_TRUE(same_bits(f16_to_f32(blocks[b].d), scales[size_t(b)])) << "row " << t << " block " << b;
+          ASSERT_EQ(0, std::memcmp(blocks[b].qs, qs.data() + b * 32, 32)) << "row " << t << " block " << b;
+          int sum = 0;
+          for (int j = 0; j < 32; ++j) sum += blocks[b].qs[j];
+          ASSERT_EQ(sum, sums[size_t(b)]);
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaMatmulErrors, BadArgumentsThrowBeforeLaunch) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  Stream stream;
+  DeviceBuffer w(1 << 16), x(1 << 16), y(1 << 16), scratch(1 << 20);
+  const auto call = [&](DeviceMatrix m) { compute::cuda::matmul(m, x.as<float>(), 1, y.as<float>(), scratch.data(), stream.get()); };
+  EXPECT_THROW(call(DeviceMatrix{GgmlType::Q4_K, 300, 4, w.data(), 144}), Error);               // width not a block multiple
+  EXPECT_THROW(call(DeviceMatrix{GgmlType::Q4_K, 256, 4, w.data(), 128}), Error);               // stride < row
+  EXPECT_THROW(call(DeviceMatrix{GgmlType::Q4_K, 256, 4, w.as<uint8_t>() + 2, 144}), Error);   // misaligned
+  EXPECT_THROW(call(DeviceMatrix{GgmlType::IQ1_M, 256, 4, w.data(), 64}), Error);               // no kernel (yet)
+  try {
+    call(DeviceMatrix{GgmlType::Q4_K, 300, 4, w.data(), 144});
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q4_K"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("300"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace strata
