@@ -1,9 +1,9 @@
 // bench_cuda_matvec: GB/s of weights streamed by the CUDA quantized matmul (compute/cuda/matmul.h)
 // per type and window size, next to the HBM bandwidth measured in the same run (a read-only
 // kernel over 4 GiB, and cudaMemcpy device-to-device counting read + write). Matrices rotate
-// through ≥ 1 GiB per type so the 60 MB L2 never holds them. Times are medians of CUDA-event
-// timed calls after a warm-up. Prints a table; --json FILE writes the numbers.
-//   bench_cuda_matvec [--types q8_0,q4_K,iq2_xs] [--rows 1,2,4,8] [--n-in 8192 --n-out 8192] [--json out.json]
+// through ≥ 1 GiB per type so the 60 MB L2 never holds them. Times are medians of 9 CUDA-event
+// timed batches (one call per matrix copy, back to back) after a warm-up, divided per call. Prints a table; --json FILE writes the numbers.
+//   bench_cuda_matvec [--types q8_0,q4_K,iq2_xs] [--rows 1,2,4,8] [--n-in 8192 --n-out 16384] [--json out.json]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -78,7 +78,7 @@ std::vector<std::string> split(const std::string& s) {
 
 int main(int argc, char** argv) {
   std::string types_arg = "f16,bf16,q8_0,q4_0,iq4_nl,q2_K,q4_K,q6_K,iq2_xs", rows_arg = "1,2,4,8", json_path;
-  int64_t n_in = 8192, n_out = 8192;
+  int64_t n_in = 8192, n_out = 16384;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
     if (key == "--types") types_arg = argv[i + 1];
@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
   std::string json = "{\"device\": \"" + describe_device() + "\", \"hbm_read_gbs\": " + std::to_string(read_gbs) +
                      ", \"hbm_copy_gbs\": " + std::to_string(copy_gbs) + ", \"n_in\": " + std::to_string(n_in) +
                      ", \"n_out\": " + std::to_string(n_out) + ", \"results\": [";
-  std::printf("\n%-8s %10s %6s %10s %10s %8s\n", "type", "MB/matrix", "rows", "us/call", "GB/s", "÷read");
+  std::printf("\n%-8s %10s %6s %4s %10s %10s %8s\n", "type", "MB/matrix", "rows", "r/w", "us/call", "GB/s", "÷read");
   bool first = true;
   for (const auto& name : split(types_arg)) {
     const auto type = type_from_name(name);
@@ -134,14 +134,22 @@ int main(int argc, char** argv) {
     DeviceBuffer scratch(layout.total_bytes);
     quantize_activations(layout, x.as<float>(), scratch.data(), nullptr);
     STRATA_CUDA_CHECK(cudaDeviceSynchronize());
-    for (const int64_t t : rows) {
-      const float ms = median_ms([&](int i) {
-        const DeviceMatrix m{*type, n_in, n_out, weights.as<uint8_t>() + size_t(i % copies) * matrix_bytes, stride};
-        matmul_quantized(m, layout, scratch.data(), t, y.as<float>(), nullptr);
-      }, 2 * copies, std::max(30, 2 * copies));
+    for (const int64_t t : rows) for (const int rw : {0, 1, 2, 4}) {
+      if (rw > 2 && t > 4) continue;
+      const MatmulTuning tuning{rw};
+      // Each timed sample is a batch of `copies` back-to-back calls, one per matrix copy, so the
+      // few microseconds of launch latency around one event pair do not count as slowness.
+      const float ms = median_ms([&](int) {
+        for (int c = 0; c < copies; ++c) {
+          const DeviceMatrix m{*type, n_in, n_out, weights.as<uint8_t>() + size_t(c) * matrix_bytes, stride};
+          matmul_quantized(m, layout, scratch.data(), t, y.as<float>(), nullptr, &tuning);
+        }
+      }, 2, 9) / float(copies);
       const double gbs = double(matrix_bytes) / ms / 1e6;
-      std::printf("%-8s %10.1f %6lld %10.1f %10.0f %8.2f\n", name.c_str(), matrix_bytes / 1e6, (long long)t, ms * 1e3, gbs, gbs / read_gbs);
+      std::printf("%-8s %10.1f %6lld %4s %10.1f %10.0f %8.2f\n", name.c_str(), matrix_bytes / 1e6, (long long)t,
+                  rw == 0 ? "def" : std::to_string(rw).c_str(), ms * 1e3, gbs, gbs / read_gbs);
       json += std::string(first ? "" : ", ") + "{\"type\": \"" + name + "\", \"rows\": " + std::to_string(t) +
+              ", \"rows_per_warp\": " + std::to_string(rw) +
               ", \"us\": " + std::to_string(ms * 1e3) + ", \"gbs\": " + std::to_string(gbs) + "}";
       first = false;
     }

@@ -138,7 +138,22 @@ struct MatmulArgs {
   int max_rows;
 };
 
-template <class Q, int NR>
+// Types describe a unit as decode / load_act / dot (preferred: activations are loaded once for
+// all the weight rows of a warp) or as one unit<NR>() doing all three.
+template <class Q>
+constexpr bool kHasDecode = requires { typename Q::Decoded; };
+
+// Units per lane per loop trip: the type's kUnroll, else 2.
+template <class Q>
+constexpr int unroll_of() {
+  if constexpr (requires { Q::kUnroll; }) return Q::kUnroll;
+  else return 2;
+}
+
+// One warp computes RW consecutive output rows (their units interleaved in each trip, so the
+// warp has RW rows' loads in flight) for nr <= NR activation rows. Each output's arithmetic is
+// exactly that of RW = 1: the per-row sum order never depends on RW, NR or nr.
+template <class Q, int NR, int RW>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(MatmulArgs p) {
   extern __shared__ __align__(16) uint8_t table[];
   if constexpr (Q::kTableBytes > 0) {
@@ -150,6 +165,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
   int rows[NR];
   int nr;
   float* y = p.y;
+  const int64_t first_row = (int64_t(blockIdx.x) * kWarpsPerBlock + warp) * RW;
+  const int64_t row_step = int64_t(gridDim.x) * kWarpsPerBlock * RW;
   if (p.expert_ids) {
     const int j = blockIdx.y;
     nr = min(max(p.row_counts[j] - p.row_pass, 0), NR);
@@ -158,8 +175,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
     y += (size_t(j) * p.max_rows + p.row_pass) * size_t(p.n_out);
     const uint32_t slot = p.smap_layer[p.expert_ids[j]];
     if (slot == kSlotMiss) {  // the caller broke the residency promise: make it visible
-      for (int64_t o = int64_t(blockIdx.x) * kWarpsPerBlock + warp; o < p.n_out; o += int64_t(gridDim.x) * kWarpsPerBlock)
-        if (lane < nr) y[size_t(lane) * p.n_out + o] = __int_as_float(0x7fc00000);
+      for (int64_t o = first_row; o < p.n_out; o += row_step)
+        for (int i = 0; i < RW; ++i)
+          if (lane < nr && o + i < p.n_out) y[size_t(lane) * p.n_out + o + i] = __int_as_float(0x7fc00000);
       return;
     }
     w += size_t(slot) * p.slot_bytes + p.matrix_offset;
@@ -170,21 +188,58 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
     y += size_t(p.row_pass) * size_t(p.n_out);
   }
   const int n_units = int(p.n_in / Q::kBlockElems) * Q::kUnitsPerBlock;
-  for (int64_t o = int64_t(blockIdx.x) * kWarpsPerBlock + warp; o < p.n_out; o += int64_t(gridDim.x) * kWarpsPerBlock) {
-    const uint8_t* wrow = w + size_t(o) * p.row_stride;
-    float acc[NR];
+  for (int64_t o = first_row; o < p.n_out; o += row_step) {
+    const uint8_t* wrow[RW];
 #pragma unroll
-    for (int r = 0; r < NR; ++r) acc[r] = 0.0f;
-    for (int u = lane; u < n_units; u += 32) Q::template unit<NR>(wrow, u, p.act, rows, nr, table, acc);
+    for (int i = 0; i < RW; ++i) wrow[i] = w + size_t(min(o + i, p.n_out - 1)) * p.row_stride;  // past the end: recompute the last row, never stored
+    float acc[RW][NR];
 #pragma unroll
-    for (int r = 0; r < NR; ++r) {
+    for (int i = 0; i < RW; ++i)
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) acc[r] = __fadd_rn(acc[r], __shfl_xor_sync(0xffffffffu, acc[r], off));
+      for (int r = 0; r < NR; ++r) acc[i][r] = 0.0f;
+    // kUnroll units per lane per trip, their loads issued together: one unit in flight per warp
+    // was latency-bound (in-order issue stalls at the first use). The sum order is unchanged:
+    // units lane, lane+32, lane+64, ... in increasing order.
+    constexpr int kUnroll = unroll_of<Q>();
+    for (int u0 = lane; u0 < n_units; u0 += 32 * kUnroll) {
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int u = u0 + 32 * k;
+        if (u >= n_units) break;
+        if constexpr (kHasDecode<Q>) {
+          // Each weight unit decoded once, each activation unit loaded once per row and used
+          // for all RW weight rows.
+          typename Q::Decoded decoded[RW];
+#pragma unroll
+          for (int i = 0; i < RW; ++i) decoded[i] = Q::decode(wrow[i], u, table);
+#pragma unroll
+          for (int r = 0; r < NR; ++r) {
+            if (r < nr) {
+              const typename Q::Act a = Q::load_act(p.act, rows[r], u);
+#pragma unroll
+              for (int i = 0; i < RW; ++i) acc[i][r] = Q::dot(decoded[i], a, acc[i][r]);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < RW; ++i) Q::template unit<NR>(wrow[i], u, p.act, rows, nr, table, acc[i]);
+        }
+      }
     }
+#pragma unroll
+    for (int i = 0; i < RW; ++i)
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+          acc[i][r] = __fadd_rn(acc[i][r], __shfl_xor_sync(0xffffffffu, acc[i][r], off));
+      }
     if (lane == 0) {
 #pragma unroll
-      for (int r = 0; r < NR; ++r)
-        if (r < nr) y[size_t(r) * p.n_out + o] = acc[r];
+      for (int i = 0; i < RW; ++i)
+#pragma unroll
+        for (int r = 0; r < NR; ++r)
+          if (r < nr && o + i < p.n_out) y[size_t(r) * p.n_out + o + i] = acc[i][r];
     }
   }
 }
@@ -199,26 +254,48 @@ int sm_count() {
   return count;
 }
 
-template <class Q, int NR>
+template <class Q, int NR, int RW>
 void launch_nr(const MatmulArgs& args, int n_launch, cudaStream_t stream) {
-  const int64_t blocks_needed = (args.n_out + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  // Enough blocks to fill every SM several times; more rows per block amortise the table copy.
-  const int64_t cap = int64_t(sm_count()) * (Q::kTableBytes > 0 ? 4 : 16);
+  const int64_t rows_per_block = int64_t(kWarpsPerBlock) * RW;
+  const int64_t blocks_needed = (args.n_out + rows_per_block - 1) / rows_per_block;
+  // Enough blocks to fill every SM several times over (a shared-memory table costs one 4 KiB
+  // copy per block, small next to the rows it serves).
+  const int64_t cap = int64_t(sm_count()) * 16;
   const dim3 grid(unsigned(std::min(blocks_needed, std::max<int64_t>(1, cap / std::max(1, n_launch)))), unsigned(n_launch));
-  quant_matmul_kernel<Q, NR><<<grid, kWarpsPerBlock * 32, Q::kTableBytes, stream>>>(args);
+  quant_matmul_kernel<Q, NR, RW><<<grid, kWarpsPerBlock * 32, Q::kTableBytes, stream>>>(args);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
+template <class Q, int NR>
+void launch_rw(const MatmulArgs& args, int n_launch, cudaStream_t stream, int rows_per_warp) {
+  if (rows_per_warp >= 4) launch_nr<Q, NR, 4>(args, n_launch, stream);
+  else if (rows_per_warp == 2) launch_nr<Q, NR, 2>(args, n_launch, stream);
+  else launch_nr<Q, NR, 1>(args, n_launch, stream);
+}
+
+// Weight rows per warp by window size, from bench_cuda_matvec's sweep on the H200 (8192 x 16384,
+// docs/bench-cuda.md): one row (or the type's kRowsPerWarp) for T = 1; sharing each activation
+// load over 2-4 weight rows pays from T = 2 on (Q4_K T = 2: 0.24 -> 0.39 of HBM with 4).
 template <class Q>
-void launch(MatmulArgs args, int n_launch, int rows_total, cudaStream_t stream) {
+int default_rows_per_warp(int n_rows) {
+  if (n_rows == 1) {
+    if constexpr (requires { Q::kRowsPerWarp; }) return Q::kRowsPerWarp;
+    return 1;
+  }
+  return n_rows <= 4 ? 4 : 2;
+}
+
+template <class Q>
+void launch(MatmulArgs args, int n_launch, int rows_total, cudaStream_t stream, const MatmulTuning* tuning) {
   if (Q::kTableBytes > 0) upload_quant_tables();
   for (int pass = 0; pass < rows_total; pass += kMaxRowsPerPass) {
     args.row_pass = pass;
     const int rows = std::min(kMaxRowsPerPass, rows_total - pass);
-    if (rows == 1) launch_nr<Q, 1>(args, n_launch, stream);
-    else if (rows == 2) launch_nr<Q, 2>(args, n_launch, stream);
-    else if (rows <= 4) launch_nr<Q, 4>(args, n_launch, stream);
-    else launch_nr<Q, 8>(args, n_launch, stream);
+    const int rw = tuning && tuning->rows_per_warp > 0 ? tuning->rows_per_warp : default_rows_per_warp<Q>(rows);
+    if (rows == 1) launch_rw<Q, 1>(args, n_launch, stream, rw);
+    else if (rows == 2) launch_rw<Q, 2>(args, n_launch, stream, rw);
+    else if (rows <= 4) launch_rw<Q, 4>(args, n_launch, stream, rw);
+    else launch_rw<Q, 8>(args, n_launch, stream, std::min(rw, 2));
   }
 }
 
@@ -320,7 +397,7 @@ void quantize_activations(const ActivationLayout& layout, const float* x, void* 
 }
 
 void matmul_quantized(const DeviceMatrix& w, const ActivationLayout& layout, const void* scratch, int64_t n_rows,
-                      float* y, cudaStream_t stream) {
+                      float* y, cudaStream_t stream, const MatmulTuning* tuning) {
   if (n_rows <= 0) return;
   check_matrix(w.type, w.n_in, w.n_out, w.row_stride_bytes, w.data);
   if (layout.n_in != w.n_in || layout.n_rows < n_rows)
@@ -337,7 +414,7 @@ void matmul_quantized(const DeviceMatrix& w, const ActivationLayout& layout, con
   with_weights(w.type, [&]<class Q>() {
     if (Q::kActivation != layout.format)
       cuda_fail("CUDA matmul: activations quantized for another weight type (" + std::string(type_name(layout.format)) + ")");
-    launch<Q>(args, 1, int(n_rows), stream);
+    launch<Q>(args, 1, int(n_rows), stream, tuning);
   });
 }
 
@@ -350,7 +427,7 @@ void matmul(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, voi
 void expert_matmul_quantized(const ExpertArenaView& arena, int layer, const ExpertMatrixShape& shape,
                              const int32_t* expert_ids, int n_launch, const int32_t* row_ids,
                              const int32_t* row_counts, int max_rows, const ActivationLayout& layout,
-                             const void* scratch, float* y, cudaStream_t stream) {
+                             const void* scratch, float* y, cudaStream_t stream, const MatmulTuning* tuning) {
   if (n_launch <= 0 || max_rows <= 0) return;
   if (n_launch > 65535) cuda_fail("CUDA expert matmul: " + std::to_string(n_launch) + " experts in one launch (at most 65535)");
   check_matrix(shape.type, shape.n_in, shape.n_out, shape.row_stride_bytes, arena.base);
@@ -377,7 +454,7 @@ void expert_matmul_quantized(const ExpertArenaView& arena, int layer, const Expe
   with_weights(shape.type, [&]<class Q>() {
     if (Q::kActivation != layout.format)
       cuda_fail("CUDA matmul: activations quantized for another weight type (" + std::string(type_name(layout.format)) + ")");
-    launch<Q>(args, n_launch, max_rows, stream);
+    launch<Q>(args, n_launch, max_rows, stream, tuning);
   });
 }
 

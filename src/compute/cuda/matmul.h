@@ -46,6 +46,12 @@ struct DeviceMatrix {
 
 bool has_cuda_kernel(GgmlType type);
 
+// Launch shape knobs for benchmarks and tests; they never change a result bit (every output's
+// arithmetic is the same whatever the shape). Zero means the default.
+struct MatmulTuning {
+  int rows_per_warp = 0;  // 1, 2 or 4 (4 only for one activation row)
+};
+
 // Where the quantized activations of n_rows rows live inside one scratch allocation.
 struct ActivationLayout {
   GgmlType format = GgmlType::F32;  // F32, Q8_0 or Q8_K (quant::activation_type of the weights)
@@ -65,7 +71,8 @@ void quantize_activations(const ActivationLayout& layout, const float* x, void* 
 // y[t·n_out + o] = Σ_i W[o,i]·x_t[i] for t < n_rows; activations already quantized into
 // `scratch` (layout from activation_layout(w.type, w.n_in, >= n_rows)).
 void matmul_quantized(const DeviceMatrix& w, const ActivationLayout& layout, const void* scratch,
-                      int64_t n_rows, float* y, cudaStream_t stream);
+                      int64_t n_rows, float* y, cudaStream_t stream,
+                      const MatmulTuning* tuning = nullptr);
 // Both steps; `scratch` holds at least activation_layout(w.type, w.n_in, n_rows).total_bytes.
 void matmul(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, void* scratch,
             cudaStream_t stream);
@@ -95,6 +102,7 @@ struct ExpertMatrixShape {
 void expert_matmul_quantized(const ExpertArenaView& arena, int layer, const ExpertMatrixShape& shape,
                              const int32_t* expert_ids, int n_launch, const int32_t* row_ids,
                              const int32_t* row_counts, int max_rows, const ActivationLayout& layout,
-                             const void* scratch, float* y, cudaStream_t stream);
+                             const void* scratch, float* y, cudaStream_t stream,
+                             const MatmulTuning* tuning = nullptr);
 
 }  // namespace strata::compute::cuda

@@ -1,7 +1,8 @@
 // The 32-weight block types against Q8_0-style activations (CPU twins: quant/scalar_q8_q4.cpp,
 // quant/scalar_blocks32_more.cpp): Q8_0, Q4_0, IQ4_NL here; Q4_1, Q5_0, Q5_1 beside them.
-// A unit is a quarter block, 8 weights: for Q8_0 quants 8u..8u+7; for the nibble types the four
-// bytes qs[4u..4u+3], i.e. weights 4u..4u+3 (low nibbles) and 16+4u..16+4u+3 (high nibbles).
+// A unit is one whole block (32 weights, read as aligned words and funnel-shifted: blocks of 34
+// and 18 bytes are only 2-byte aligned); smaller units cost more load instructions per byte than
+// they save in lane balance (bench_cuda_matvec: quarter-block units ran at 0.35 / 0.20 of HBM).
 // Each unit's integer dot is exact (dp4a); the unit adds d_w·d_a·isum to the row (d_w, d_a the
 // f16 scales of the weight and activation blocks, the activation's already widened to f32).
 #pragma once
@@ -11,32 +12,50 @@
 
 namespace strata::compute::cuda::quant_device {
 
+// The activation side of a whole 32-weight block: its 32 quants and its (f16-valued) scale.
+struct Q8Act32 {
+  int4 a0, a1;
+  float d;
+  __device__ static Q8Act32 load(const ActView& act, int row, int block) {
+    const int8_t* a = act.qs(row) + 32 * block;
+    return Q8Act32{ld_i32x4(a), ld_i32x4(a + 16), act.scales(row)[block]};
+  }
+};
+
 struct Q8_0Weights {
   static constexpr int kBlockElems = 32;
   static constexpr int kBlockBytes = 34;
-  static constexpr int kUnitsPerBlock = 4;
+  static constexpr int kUnitsPerBlock = 1;
   static constexpr GgmlType kActivation = GgmlType::Q8_0;
   static constexpr int kRowAlign = 2;  // bytes: the widest aligned load
+  static constexpr int kUnroll = 2;
   static constexpr int kTableBytes = 0;
   __device__ static void load_table(uint8_t*) {}
 
-  template <int NR>
-  __device__ static void unit(const uint8_t* row, int u, const ActView& act, const int (&rows)[NR],
-                              int nr, const uint8_t*, float (&acc)[NR]) {
-    const int b = u >> 2, part = u & 3;
-    const uint8_t* block = row + size_t(b) * kBlockBytes;
-    const float d = f16_bits_to_f32(ld_u16(block));
-    uint32_t q[2];
-    ld_words_a2<2>(block + 2 + 8 * part, q);
-#pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      if (r < nr) {
-        const int8_t* a = act.qs(rows[r]) + 32 * b + 8 * part;
-        const int2 av = *reinterpret_cast<const int2*>(a);
-        const int isum = __dp4a(int(q[1]), av.y, __dp4a(int(q[0]), av.x, 0));
-        acc[r] = __fmaf_rn(__fmul_rn(d, act.scales(rows[r])[b]), float(isum), acc[r]);
-      }
-    }
+  struct Decoded {
+    uint32_t q[8];
+    float d;
+  };
+  using Act = Q8Act32;
+
+  __device__ static Decoded decode(const uint8_t* row, int u, const uint8_t*) {
+    Decoded out;
+    const uint8_t* block = row + size_t(u) * kBlockBytes;
+    out.d = f16_bits_to_f32(ld_u16(block));
+    ld_words_a2<8>(block + 2, out.q);
+    return out;
+  }
+  __device__ static Act load_act(const ActView& act, int row, int u) { return Q8Act32::load(act, row, u); }
+  __device__ static float dot(const Decoded& w, const Act& a, float acc) {
+    int isum = __dp4a(int(w.q[0]), a.a0.x, 0);
+    isum = __dp4a(int(w.q[1]), a.a0.y, isum);
+    isum = __dp4a(int(w.q[2]), a.a0.z, isum);
+    isum = __dp4a(int(w.q[3]), a.a0.w, isum);
+    isum = __dp4a(int(w.q[4]), a.a1.x, isum);
+    isum = __dp4a(int(w.q[5]), a.a1.y, isum);
+    isum = __dp4a(int(w.q[6]), a.a1.z, isum);
+    isum = __dp4a(int(w.q[7]), a.a1.w, isum);
+    return __fmaf_rn(__fmul_rn(w.d, a.d), float(isum), acc);
   }
 };
 
@@ -45,36 +64,49 @@ template <bool kCodebook>
 struct Nibble32Weights {
   static constexpr int kBlockElems = 32;
   static constexpr int kBlockBytes = 18;
-  static constexpr int kUnitsPerBlock = 4;
+  static constexpr int kUnitsPerBlock = 1;
   static constexpr GgmlType kActivation = GgmlType::Q8_0;
   static constexpr int kRowAlign = 2;  // bytes: the widest aligned load
+  static constexpr int kUnroll = 2;
   static constexpr int kTableBytes = 0;
   __device__ static void load_table(uint8_t*) {}
 
-  template <int NR>
-  __device__ static void unit(const uint8_t* row, int u, const ActView& act, const int (&rows)[NR],
-                              int nr, const uint8_t*, float (&acc)[NR]) {
-    const int b = u >> 2, part = u & 3;
-    const uint8_t* block = row + size_t(b) * kBlockBytes;
-    const float d = f16_bits_to_f32(ld_u16(block));
-    const uint32_t q = ld_u32_a2(block + 2 + 4 * part);
-    int low, high;
-    if constexpr (kCodebook) {
-      const uint32_t table[4] = {pack_codebook(0), pack_codebook(4), pack_codebook(8), pack_codebook(12)};
-      low = codebook16_lookup4(table, q & 0x0f0f0f0fu);
-      high = codebook16_lookup4(table, (q >> 4) & 0x0f0f0f0fu);
-    } else {
-      low = int(__vsub4(q & 0x0f0f0f0fu, 0x08080808u));
-      high = int(__vsub4((q >> 4) & 0x0f0f0f0fu, 0x08080808u));
-    }
+  struct Decoded {
+    int low[4], high[4];  // word i: weights 4i..4i+3 (low nibbles) and 16+4i.. (high nibbles)
+    float d;
+  };
+  using Act = Q8Act32;
+
+  __device__ static Decoded decode(const uint8_t* row, int u, const uint8_t*) {
+    Decoded out;
+    const uint8_t* block = row + size_t(u) * kBlockBytes;
+    out.d = f16_bits_to_f32(ld_u16(block));
+    uint32_t q[4];
+    ld_words_a2<4>(block + 2, q);
 #pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      if (r < nr) {
-        const int8_t* a = act.qs(rows[r]) + 32 * b;
-        const int isum = __dp4a(high, ld_i32(a + 16 + 4 * part), __dp4a(low, ld_i32(a + 4 * part), 0));
-        acc[r] = __fmaf_rn(__fmul_rn(d, act.scales(rows[r])[b]), float(isum), acc[r]);
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (kCodebook) {
+        const uint32_t table[4] = {pack_codebook(0), pack_codebook(4), pack_codebook(8), pack_codebook(12)};
+        out.low[i] = codebook16_lookup4(table, q[i] & 0x0f0f0f0fu);
+        out.high[i] = codebook16_lookup4(table, (q[i] >> 4) & 0x0f0f0f0fu);
+      } else {
+        out.low[i] = int(__vsub4(q[i] & 0x0f0f0f0fu, 0x08080808u));
+        out.high[i] = int(__vsub4((q[i] >> 4) & 0x0f0f0f0fu, 0x08080808u));
       }
     }
+    return out;
+  }
+  __device__ static Act load_act(const ActView& act, int row, int u) { return Q8Act32::load(act, row, u); }
+  __device__ static float dot(const Decoded& w, const Act& a, float acc) {
+    int isum = __dp4a(w.low[0], a.a0.x, 0);
+    isum = __dp4a(w.low[1], a.a0.y, isum);
+    isum = __dp4a(w.low[2], a.a0.z, isum);
+    isum = __dp4a(w.low[3], a.a0.w, isum);
+    isum = __dp4a(w.high[0], a.a1.x, isum);
+    isum = __dp4a(w.high[1], a.a1.y, isum);
+    isum = __dp4a(w.high[2], a.a1.z, isum);
+    isum = __dp4a(w.high[3], a.a1.w, isum);
+    return __fmaf_rn(__fmul_rn(w.d, a.d), float(isum), acc);
   }
 
   // Codebook entries i..i+3 of IQ4_NL as one little-endian word (constants: no memory load).

@@ -7,12 +7,18 @@
 //                                lane's loads are contiguous and a warp's loads coalesce)
 //   kActivation                  F32, Q8_0 or Q8_K: the activation format (as quant.h's
 //                                activation_type)
+//   kRowAlign                    the widest aligned load the unit makes (checked on the host)
+//   kUnroll (optional, 2)        units a lane decodes per loop trip, loads issued together
 //   kTableBytes, load_table()    optional lookup table copied into shared memory per block
-//   unit<NR>(...)                adds the unit's contribution for each of nr <= NR activation
-//                                rows to acc[r]; row r's arithmetic must not depend on NR, nr or
-//                                any other row (window identity), and uses only explicitly
-//                                rounded operations (__fmaf_rn, __fmul_rn, ...) so no compiler
-//                                contraction can differ between instantiations.
+//   Decoded decode(row, u, table) the unit's weights in registers (quants as packed signed bytes,
+//                                scales as integers, d as f32)
+//   Act load_act(act, row, u)    the matching activation quants, scale and sums of one row
+//   float dot(Decoded, Act, acc) acc + the unit's contribution: exact integer dot products, then
+//                                explicitly rounded f32 operations (__fmaf_rn, __fmul_rn, ...) so no
+//                                compiler contraction can differ between instantiations
+//   (or, instead of the three, unit<NR>(row, u, act, rows, nr, table, acc) doing all three for
+//   nr <= NR activation rows). A row's arithmetic must never depend on NR, nr, the number of
+//   weight rows a warp takes or any other row: that is window identity.
 // The per-type files (float.cuh, blocks32.cuh, kquants.cuh, iq2xs.cuh, iq_lowbit.cuh, iq4.cuh)
 // pair by name with the CPU kernels in quant/ and follow their block definitions
 // (shared/reference/gguf-and-quants.md §4).

@@ -1,5 +1,5 @@
-// IQ2_XS against Q8_K-style activations (CPU twin: quant/scalar_iq2xs.cpp). A unit is one
-// 32-weight sub-block: four 16-bit words (9-bit grid index | 7-bit sign index << 9) and one
+// IQ2_XS against Q8_K-style activations (CPU twin: quant/scalar_iq2xs.cpp). A sub-block of 32
+// weights is four 16-bit words (9-bit grid index | 7-bit sign index << 9) and one
 // scale nibble per 16 weights, db = d·(2s+1)/8. The 512-point grid (4 KiB) is copied into
 // shared memory per thread block: a warp's 32 random lookups then cost a few bank cycles
 // instead of up to 32 L1 wavefronts. The sign byte is the 7 stored bits plus their parity.
@@ -15,9 +15,10 @@ namespace strata::compute::cuda::quant_device {
 __device__ uint64_t g_iq2xs_grid[512];
 
 struct IQ2_XSWeights {
+  static constexpr int kRowsPerWarp = 4;  // at T = 1 (bench_cuda_matvec: 0.32 -> 0.44 of HBM for Q4_K)
   static constexpr int kBlockElems = 256;
   static constexpr int kBlockBytes = 74;
-  static constexpr int kUnitsPerBlock = 8;
+  static constexpr int kUnitsPerBlock = 4;
   static constexpr GgmlType kActivation = GgmlType::Q8_K;
   static constexpr int kRowAlign = 2;  // bytes: the widest aligned load
   static constexpr int kTableBytes = 512 * 8;
@@ -26,41 +27,65 @@ struct IQ2_XSWeights {
     for (int i = threadIdx.x; i < 512; i += blockDim.x) grid[i] = g_iq2xs_grid[i];
   }
 
-  template <int NR>
-  __device__ static void unit(const uint8_t* row, int u, const ActView& act, const int (&rows)[NR],
-                              int nr, const uint8_t* table, float (&acc)[NR]) {
-    const int b = u >> 3, sub = u & 7;
-    const uint8_t* block = row + size_t(b) * kBlockBytes;
-    const float d = f16_bits_to_f32(ld_u16(block));
-    uint32_t words[2];
-    ld_words_a2<2>(block + 2 + 8 * sub, words);
-    const int scale_byte = block[66 + sub];
-    const int scale_low = 2 * (scale_byte & 15) + 1, scale_high = 2 * (scale_byte >> 4) + 1;
-    const auto* grid = reinterpret_cast<const uint64_t*>(table);
-    int v[8];  // the 32 signed values, four per word
+  // The 32 signed values of one sub-block from its four 16-bit words, four per int.
+  __device__ static void decode_sub_block(const uint32_t w0, const uint32_t w1, const uint64_t* grid, int (&v)[8]) {
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
-      const uint32_t word = (words[g >> 1] >> (16 * (g & 1))) & 0xffffu;
+      const uint32_t word = ((g < 2 ? w0 : w1) >> (16 * (g & 1))) & 0xffffu;
       const uint64_t point = grid[word & 511];
       const uint32_t sign7 = word >> 9;
       const uint32_t signs = sign7 | ((__popc(sign7) & 1) << 7);
       v[2 * g] = apply_signs4(uint32_t(point), sign_mask4(signs & 15));
       v[2 * g + 1] = apply_signs4(uint32_t(point >> 32), sign_mask4(signs >> 4));
     }
-#pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      if (r < nr) {
-        const int8_t* a = act.qs(rows[r]) + 256 * b + 32 * sub;
-        const int4 a0 = ld_i32x4(a), a1 = ld_i32x4(a + 16);
-        const int g0 = __dp4a(v[1], a0.y, __dp4a(v[0], a0.x, 0));
-        const int g1 = __dp4a(v[3], a0.w, __dp4a(v[2], a0.z, 0));
-        const int g2 = __dp4a(v[5], a1.y, __dp4a(v[4], a1.x, 0));
-        const int g3 = __dp4a(v[7], a1.w, __dp4a(v[6], a1.z, 0));
-        const int scaled = scale_low * (g0 + g1) + scale_high * (g2 + g3);
-        // d·d_a·scaled/8: the /8 is exact, folded into the integer's conversion.
-        acc[r] = __fmaf_rn(__fmul_rn(d, act.scales(rows[r])[b]), __fmul_rn(float(scaled), 0.125f), acc[r]);
-      }
-    }
+  }
+
+  // A unit is two sub-blocks (64 weights, 16 bytes of words and 2 scale bytes): fewer, wider loads
+  // than one sub-block per unit.
+  struct Decoded {
+    int v0[8], v1[8];
+    int s0_low, s0_high, s1_low, s1_high;  // 2s + 1 per 16 weights
+    float d;
+  };
+  struct Act {
+    int4 a0, a1, a2, a3;
+    float d;
+  };
+
+  __device__ static Decoded decode(const uint8_t* row, int u, const uint8_t* table) {
+    Decoded out;
+    const int b = u >> 2, pair = u & 3;
+    const uint8_t* block = row + size_t(b) * kBlockBytes;
+    out.d = f16_bits_to_f32(ld_u16(block));
+    uint32_t words[4];
+    ld_words_a2<4>(block + 2 + 16 * pair, words);
+    const uint16_t scale_bytes = ld_u16(block + 66 + 2 * pair);
+    const auto* grid = reinterpret_cast<const uint64_t*>(table);
+    decode_sub_block(words[0], words[1], grid, out.v0);
+    decode_sub_block(words[2], words[3], grid, out.v1);
+    out.s0_low = 2 * (scale_bytes & 15) + 1;
+    out.s0_high = 2 * ((scale_bytes >> 4) & 15) + 1;
+    out.s1_low = 2 * ((scale_bytes >> 8) & 15) + 1;
+    out.s1_high = 2 * (scale_bytes >> 12) + 1;
+    return out;
+  }
+  __device__ static Act load_act(const ActView& act, int row, int u) {
+    const int b = u >> 2;
+    const int8_t* a = act.qs(row) + 256 * b + 64 * (u & 3);
+    return Act{ld_i32x4(a), ld_i32x4(a + 16), ld_i32x4(a + 32), ld_i32x4(a + 48), act.scales(row)[b]};
+  }
+  __device__ static float dot(const Decoded& w, const Act& a, float acc) {
+    const int g0 = __dp4a(w.v0[1], a.a0.y, __dp4a(w.v0[0], a.a0.x, 0));
+    const int g1 = __dp4a(w.v0[3], a.a0.w, __dp4a(w.v0[2], a.a0.z, 0));
+    const int g2 = __dp4a(w.v0[5], a.a1.y, __dp4a(w.v0[4], a.a1.x, 0));
+    const int g3 = __dp4a(w.v0[7], a.a1.w, __dp4a(w.v0[6], a.a1.z, 0));
+    const int h0 = __dp4a(w.v1[1], a.a2.y, __dp4a(w.v1[0], a.a2.x, 0));
+    const int h1 = __dp4a(w.v1[3], a.a2.w, __dp4a(w.v1[2], a.a2.z, 0));
+    const int h2 = __dp4a(w.v1[5], a.a3.y, __dp4a(w.v1[4], a.a3.x, 0));
+    const int h3 = __dp4a(w.v1[7], a.a3.w, __dp4a(w.v1[6], a.a3.z, 0));
+    const int scaled = w.s0_low * (g0 + g1) + w.s0_high * (g2 + g3) + w.s1_low * (h0 + h1) + w.s1_high * (h2 + h3);
+    // d·d_a·scaled/8: the /8 is exact, folded into the integer's conversion.
+    return __fmaf_rn(__fmul_rn(w.d, a.d), __fmul_rn(float(scaled), 0.125f), acc);
   }
 };
 

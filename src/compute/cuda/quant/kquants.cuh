@@ -10,6 +10,7 @@ namespace strata::compute::cuda::quant_device {
 
 // Q4_K: a unit is one 64-weight chunk c (sub-blocks 2c and 2c+1 share the 32 bytes qs[32c..]).
 struct Q4_KWeights {
+  static constexpr int kRowsPerWarp = 4;  // at T = 1 (bench_cuda_matvec: 0.32 -> 0.44 of HBM for Q4_K)
   static constexpr int kBlockElems = 256;
   static constexpr int kBlockBytes = 144;
   static constexpr int kUnitsPerBlock = 4;
@@ -30,46 +31,53 @@ struct Q4_KWeights {
     }
   }
 
-  template <int NR>
-  __device__ static void unit(const uint8_t* row, int u, const ActView& act, const int (&rows)[NR],
-                              int nr, const uint8_t*, float (&acc)[NR]) {
+  struct Decoded {
+    uint32_t q[8];
+    int sc0, m0, sc1, m1;
+    float d, dmin;
+  };
+  struct Act {
+    int4 low0, low1, high0, high1;  // quants of sub-blocks 2c (low nibbles) and 2c+1 (high)
+    int sum_low, sum_high;          // their 32-quant sums
+    float d;
+  };
+
+  __device__ static Decoded decode(const uint8_t* row, int u, const uint8_t*) {
+    Decoded out;
     const int b = u >> 2, chunk = u & 3;
     const uint8_t* block = row + size_t(b) * kBlockBytes;
     const uint32_t dd = ld_u32(block);
-    const float d = f16_bits_to_f32(uint16_t(dd & 0xffffu));
-    const float dmin = f16_bits_to_f32(uint16_t(dd >> 16));
+    out.d = f16_bits_to_f32(uint16_t(dd & 0xffffu));
+    out.dmin = f16_bits_to_f32(uint16_t(dd >> 16));
     const uint32_t s[3] = {ld_u32(block + 4), ld_u32(block + 8), ld_u32(block + 12)};
-    int sc0, m0, sc1, m1;
-    scale_min(s, 2 * chunk, sc0, m0);
-    scale_min(s, 2 * chunk + 1, sc1, m1);
+    scale_min(s, 2 * chunk, out.sc0, out.m0);
+    scale_min(s, 2 * chunk + 1, out.sc1, out.m1);
     const uint4* qp = reinterpret_cast<const uint4*>(block + 16 + 32 * chunk);
     const uint4 qa = qp[0], qb = qp[1];
-    const uint32_t q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
-#pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      if (r < nr) {
-        const int8_t* a = act.qs(rows[r]) + 256 * b + 64 * chunk;
-        int low = 0, high = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i += 4) {
-          const int4 al = ld_i32x4(a + 4 * i), ah = ld_i32x4(a + 32 + 4 * i);
-          low = __dp4a(int(q[i] & 0x0f0f0f0fu), al.x, low);
-          low = __dp4a(int(q[i + 1] & 0x0f0f0f0fu), al.y, low);
-          low = __dp4a(int(q[i + 2] & 0x0f0f0f0fu), al.z, low);
-          low = __dp4a(int(q[i + 3] & 0x0f0f0f0fu), al.w, low);
-          high = __dp4a(int((q[i] >> 4) & 0x0f0f0f0fu), ah.x, high);
-          high = __dp4a(int((q[i + 1] >> 4) & 0x0f0f0f0fu), ah.y, high);
-          high = __dp4a(int((q[i + 2] >> 4) & 0x0f0f0f0fu), ah.z, high);
-          high = __dp4a(int((q[i + 3] >> 4) & 0x0f0f0f0fu), ah.w, high);
-        }
-        const int32_t* bs = act.sums(rows[r]) + 16 * b + 4 * chunk;
-        const int scaled = sc0 * low + sc1 * high;
-        const int mins = m0 * (bs[0] + bs[1]) + m1 * (bs[2] + bs[3]);
-        const float da = act.scales(rows[r])[b];
-        float t = __fmaf_rn(__fmul_rn(d, da), float(scaled), acc[r]);
-        acc[r] = __fmaf_rn(-__fmul_rn(dmin, da), float(mins), t);
-      }
-    }
+    out.q[0] = qa.x; out.q[1] = qa.y; out.q[2] = qa.z; out.q[3] = qa.w;
+    out.q[4] = qb.x; out.q[5] = qb.y; out.q[6] = qb.z; out.q[7] = qb.w;
+    return out;
+  }
+  __device__ static Act load_act(const ActView& act, int row, int u) {
+    const int b = u >> 2, chunk = u & 3;
+    const int8_t* a = act.qs(row) + 256 * b + 64 * chunk;
+    const int32_t* bs = act.sums(row) + 16 * b + 4 * chunk;
+    return Act{ld_i32x4(a), ld_i32x4(a + 16), ld_i32x4(a + 32), ld_i32x4(a + 48), bs[0] + bs[1], bs[2] + bs[3],
+               act.scales(row)[b]};
+  }
+  __device__ static float dot(const Decoded& w, const Act& a, float acc) {
+    const auto nibble_dot = [](const uint32_t* q, int4 a, int shift, int sum) {
+      sum = __dp4a(int((q[0] >> shift) & 0x0f0f0f0fu), a.x, sum);
+      sum = __dp4a(int((q[1] >> shift) & 0x0f0f0f0fu), a.y, sum);
+      sum = __dp4a(int((q[2] >> shift) & 0x0f0f0f0fu), a.z, sum);
+      return __dp4a(int((q[3] >> shift) & 0x0f0f0f0fu), a.w, sum);
+    };
+    const int low = nibble_dot(w.q + 4, a.low1, 0, nibble_dot(w.q, a.low0, 0, 0));
+    const int high = nibble_dot(w.q + 4, a.high1, 4, nibble_dot(w.q, a.high0, 4, 0));
+    const int scaled = w.sc0 * low + w.sc1 * high;
+    const int mins = w.m0 * a.sum_low + w.m1 * a.sum_high;
+    const float t = __fmaf_rn(__fmul_rn(w.d, a.d), float(scaled), acc);
+    return __fmaf_rn(-__fmul_rn(w.dmin, a.d), float(mins), t);
   }
 };
 
@@ -83,43 +91,52 @@ struct Q6_KWeights {
   static constexpr int kTableBytes = 0;
   __device__ static void load_table(uint8_t*) {}
 
-  template <int NR>
-  __device__ static void unit(const uint8_t* row, int u, const ActView& act, const int (&rows)[NR],
-                              int nr, const uint8_t*, float (&acc)[NR]) {
+  struct Decoded {
+    int v[8];  // signed 6-bit values q − 32, four per word
+    int scale0, scale1;
+    float d;
+  };
+  struct Act {
+    int4 a0, a1;
+    float d;
+  };
+
+  __device__ static Decoded decode(const uint8_t* row, int u, const uint8_t*) {
+    Decoded out;
     const int b = u >> 3, half = (u >> 2) & 1, quarter = u & 3;
     const uint8_t* block = row + size_t(b) * kBlockBytes;
     uint32_t ql[8], qh[8];
     ld_words_a2<8>(block + 64 * half + 32 * (quarter & 1), ql);
     ld_words_a2<8>(block + 128 + 32 * half, qh);
     const int low_shift = quarter < 2 ? 0 : 4, high_shift = 2 * quarter;
-    int v[8];  // signed 6-bit values q − 32, four per word
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const uint32_t low = (ql[i] >> low_shift) & 0x0f0f0f0fu;
       const uint32_t high = ((qh[i] >> high_shift) & 0x03030303u) << 4;
-      v[i] = int(__vsub4(low | high, 0x20202020u));
+      out.v[i] = int(__vsub4(low | high, 0x20202020u));
     }
-    const uint8_t* sp = block + 192 + 8 * half + 2 * quarter;
-    const uint16_t sw = ld_u16(sp);
-    const int scale0 = int(int8_t(sw & 0xffu)), scale1 = int(int8_t(sw >> 8));
-    const float d = f16_bits_to_f32(ld_u16(block + 208));
-#pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      if (r < nr) {
-        const int8_t* a = act.qs(rows[r]) + 256 * b + 128 * half + 32 * quarter;
-        const int4 a0 = ld_i32x4(a), a1 = ld_i32x4(a + 16);
-        int s0 = __dp4a(v[0], a0.x, 0);
-        s0 = __dp4a(v[1], a0.y, s0);
-        s0 = __dp4a(v[2], a0.z, s0);
-        s0 = __dp4a(v[3], a0.w, s0);
-        int s1 = __dp4a(v[4], a1.x, 0);
-        s1 = __dp4a(v[5], a1.y, s1);
-        s1 = __dp4a(v[6], a1.z, s1);
-        s1 = __dp4a(v[7], a1.w, s1);
-        const int scaled = scale0 * s0 + scale1 * s1;
-        acc[r] = __fmaf_rn(__fmul_rn(d, act.scales(rows[r])[b]), float(scaled), acc[r]);
-      }
-    }
+    const uint16_t sw = ld_u16(block + 192 + 8 * half + 2 * quarter);
+    out.scale0 = int(int8_t(sw & 0xffu));
+    out.scale1 = int(int8_t(sw >> 8));
+    out.d = f16_bits_to_f32(ld_u16(block + 208));
+    return out;
+  }
+  __device__ static Act load_act(const ActView& act, int row, int u) {
+    const int b = u >> 3;
+    const int8_t* a = act.qs(row) + 256 * b + 32 * (u & 7);
+    return Act{ld_i32x4(a), ld_i32x4(a + 16), act.scales(row)[b]};
+  }
+  __device__ static float dot(const Decoded& w, const Act& a, float acc) {
+    int s0 = __dp4a(w.v[0], a.a0.x, 0);
+    s0 = __dp4a(w.v[1], a.a0.y, s0);
+    s0 = __dp4a(w.v[2], a.a0.z, s0);
+    s0 = __dp4a(w.v[3], a.a0.w, s0);
+    int s1 = __dp4a(w.v[4], a.a1.x, 0);
+    s1 = __dp4a(w.v[5], a.a1.y, s1);
+    s1 = __dp4a(w.v[6], a.a1.z, s1);
+    s1 = __dp4a(w.v[7], a.a1.w, s1);
+    const int scaled = w.scale0 * s0 + w.scale1 * s1;
+    return __fmaf_rn(__fmul_rn(w.d, a.d), float(scaled), acc);
   }
 };
 
@@ -134,41 +151,58 @@ struct Q2_KWeights {
   static constexpr int kTableBytes = 0;
   __device__ static void load_table(uint8_t*) {}
 
-  template <int NR>
-  __device__ static void unit(const uint8_t* row, int u, const ActView& act, const int (&rows)[NR],
-                              int nr, const uint8_t*, float (&acc)[NR]) {
+  struct Decoded {
+    uint32_t q[4];
+    int scale_byte[4];
+    float d, dmin;
+  };
+  struct Act {
+    int4 a[4];   // the quants of sub-blocks 8h + 2s + p, s = 0..3
+    int sum[4];  // their 16-quant sums
+    float d;
+  };
+
+  __device__ static Decoded decode(const uint8_t* row, int u, const uint8_t*) {
+    Decoded out;
     const int b = u >> 2, half = (u >> 1) & 1, part = u & 1;
     const uint8_t* block = row + size_t(b) * kBlockBytes;
-    const uint32_t q[4] = {ld_u32(block + 16 + 32 * half + 16 * part), ld_u32(block + 20 + 32 * half + 16 * part),
-                           ld_u32(block + 24 + 32 * half + 16 * part), ld_u32(block + 28 + 32 * half + 16 * part)};
+    const uint8_t* q = block + 16 + 32 * half + 16 * part;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out.q[i] = ld_u32(q + 4 * i);
     const uint32_t dd = ld_u32(block + 80);
-    const float d = f16_bits_to_f32(uint16_t(dd & 0xffffu));
-    const float dmin = f16_bits_to_f32(uint16_t(dd >> 16));
-    int scale_byte[4];
+    out.d = f16_bits_to_f32(uint16_t(dd & 0xffffu));
+    out.dmin = f16_bits_to_f32(uint16_t(dd >> 16));
 #pragma unroll
-    for (int s = 0; s < 4; ++s) scale_byte[s] = block[8 * half + 2 * s + part];
+    for (int s = 0; s < 4; ++s) out.scale_byte[s] = block[8 * half + 2 * s + part];
+    return out;
+  }
+  __device__ static Act load_act(const ActView& act, int row, int u) {
+    const int b = u >> 2, half = (u >> 1) & 1, part = u & 1;
+    const int8_t* a = act.qs(row) + 256 * b;
+    const int32_t* bs = act.sums(row) + 16 * b;
+    Act out;
 #pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      if (r < nr) {
-        const int8_t* a = act.qs(rows[r]) + 256 * b;
-        const int32_t* bs = act.sums(rows[r]) + 16 * b;
-        int scaled = 0, mins = 0;
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          const int sub = 8 * half + 2 * s + part;
-          const int4 av = ld_i32x4(a + 16 * sub);
-          int isum = __dp4a(int((q[0] >> (2 * s)) & 0x03030303u), av.x, 0);
-          isum = __dp4a(int((q[1] >> (2 * s)) & 0x03030303u), av.y, isum);
-          isum = __dp4a(int((q[2] >> (2 * s)) & 0x03030303u), av.z, isum);
-          isum = __dp4a(int((q[3] >> (2 * s)) & 0x03030303u), av.w, isum);
-          scaled += (scale_byte[s] & 15) * isum;
-          mins += (scale_byte[s] >> 4) * bs[sub];
-        }
-        const float da = act.scales(rows[r])[b];
-        float t = __fmaf_rn(__fmul_rn(d, da), float(scaled), acc[r]);
-        acc[r] = __fmaf_rn(-__fmul_rn(dmin, da), float(mins), t);
-      }
+    for (int s = 0; s < 4; ++s) {
+      const int sub = 8 * half + 2 * s + part;
+      out.a[s] = ld_i32x4(a + 16 * sub);
+      out.sum[s] = bs[sub];
     }
+    out.d = act.scales(row)[b];
+    return out;
+  }
+  __device__ static float dot(const Decoded& w, const Act& a, float acc) {
+    int scaled = 0, mins = 0;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      int isum = __dp4a(int((w.q[0] >> (2 * s)) & 0x03030303u), a.a[s].x, 0);
+      isum = __dp4a(int((w.q[1] >> (2 * s)) & 0x03030303u), a.a[s].y, isum);
+      isum = __dp4a(int((w.q[2] >> (2 * s)) & 0x03030303u), a.a[s].z, isum);
+      isum = __dp4a(int((w.q[3] >> (2 * s)) & 0x03030303u), a.a[s].w, isum);
+      scaled += (w.scale_byte[s] & 15) * isum;
+      mins += (w.scale_byte[s] >> 4) * a.sum[s];
+    }
+    const float t = __fmaf_rn(__fmul_rn(w.d, a.d), float(scaled), acc);
+    return __fmaf_rn(-__fmul_rn(w.dmin, a.d), float(mins), t);
   }
 };
 
