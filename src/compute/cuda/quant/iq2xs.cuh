@@ -15,7 +15,7 @@ namespace strata::compute::cuda::quant_device {
 __device__ uint64_t g_iq2xs_grid[512];
 
 struct IQ2_XSWeights {
-  static constexpr int kRowsPerWarp = 4;  // at T = 1 (bench_cuda_matvec: 0.32 -> 0.44 of HBM for Q4_K)
+  static constexpr int kRowsPerWarp = 4;  // at T = 1 (bench_cuda_matvec: 0.21 -> 0.23 of HBM)
   static constexpr int kBlockElems = 256;
   static constexpr int kBlockBytes = 74;
   static constexpr int kUnitsPerBlock = 4;

@@ -1,0 +1,33 @@
+// CUDA twins of the Gated DeltaNet steps of layers/gated_deltanet.cpp for short windows (decode
+// and speculative verify, T < 32 rows: the recurrent form).
+//
+// Contract
+// - deltanet_conv_silu: causal depthwise conv over [history (K-1 rows) | the window's rows],
+//   then SiLU, row by row; the history is shifted in place exactly as the CPU does (it ends as
+//   the last K-1 input rows). Sums in the CPU's order (taps oldest first) with explicitly rounded
+//   f32 operations, so the pre-SiLU sums are bitwise the CPU's; SiLU uses CUDA's expf (≤ 2 ulp).
+// - delta_rule_recurrent: per V head h (K head kmap(h): h % nk when `tiled`, h / (nv/nk) else),
+//   token by token:  S ← decay·S;  u = β(v − Sᵀk);  S ← S + k uᵀ;  o = Sᵀq.  It takes the decay
+//   itself (e^g, computed by the caller), and performs every multiply and add in the CPU's order
+//   with explicit rounding: for the same inputs, state and outputs are bitwise the CPU's.
+//   One thread block per V head, one thread per state column; the state stays in device memory
+//   ([nv][dk][dv], the CPU layout), read and written once per token per column.
+// - Window identity: each row is processed by the same code whatever the window size; a T-row
+//   call equals T one-row calls bitwise (tested).
+// - Device pointers; launches on `stream`; argument errors throw strata::Error first.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace strata::compute::cuda {
+
+void deltanet_conv_silu(const float* x, int64_t n_rows, int64_t channels, const float* taps, int kernel,
+                        float* history, float* out, cudaStream_t stream);
+
+void delta_rule_recurrent(const float* q, const float* k, const float* v, const float* beta, const float* decay,
+                          int64_t n_rows, int n_k_heads, int n_v_heads, int head_dim, bool tiled, float* state,
+                          float* out, cudaStream_t stream);
+
+}  // namespace strata::compute::cuda
