@@ -19,8 +19,8 @@
 // - Against the CPU (quant::ref::dot, exact integer units summed in f64): within the f32
 //   rounding bound of the chain, see tests/cuda/matmul_test.cpp for the bound used.
 // - Alignment: the matrix base and row stride must be multiples of the type's widest aligned load
-//   (16 bytes for F32/F16/BF16/Q4_K, 4 for Q2_K, 2 for the others: GGUF data is 32-byte aligned
-//   and real row sizes satisfy these); arena base, slot size and matrix offsets are multiples of
+//   (16 bytes for F32/F16/BF16/Q4_K/Q5_K, 8 for IQ4_XS, 4 for Q2_K/Q4_1/Q5_1, 2 for the others:
+//   GGUF data is 32-byte aligned and real row sizes satisfy these); arena base, slot size and matrix offsets are multiples of
 //   16. Checked; a violation throws strata::Error naming the type and the values.
 // - All pointers are device pointers; launches go on `stream` and return at once. Errors in the
 //   arguments throw before anything is launched.
