@@ -77,7 +77,7 @@ std::vector<std::string> split(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string types_arg = "f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,iq4_nl,q2_K,q3_K,q4_K,q5_K,q6_K,iq4_xs,iq2_xxs,iq2_xs,iq2_s,iq3_xxs,iq3_s", rows_arg = "1,2,4,8", json_path;
+  std::string types_arg = "f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,iq4_nl,q2_K,q3_K,q4_K,q5_K,q6_K,iq4_xs,iq2_xxs,iq2_xs,iq2_s,iq3_xxs,iq3_s,iq1_s,iq1_m", rows_arg = "1,2,4,8", json_path;
   int64_t n_in = 8192, n_out = 8192;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i];

@@ -30,12 +30,13 @@ void upload_quant_tables() {
     namespace q = strata::quant;
     static_assert(sizeof(g_iq2xs_grid) == sizeof(q::kIq2xsGrid) && sizeof(g_iq2xxs_grid) == sizeof(q::kIq2xxsGrid) &&
                   sizeof(g_iq2s_grid) == sizeof(q::kIq2sGrid) && sizeof(g_iq3xxs_grid) == sizeof(q::kIq3xxsGrid) &&
-                  sizeof(g_iq3s_grid) == sizeof(q::kIq3sGrid));
+                  sizeof(g_iq3s_grid) == sizeof(q::kIq3sGrid) && sizeof(g_iq1s_grid) == sizeof(q::kIq1sGrid));
     STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq2xs_grid, q::kIq2xsGrid, sizeof(g_iq2xs_grid)));
     STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq2xxs_grid, q::kIq2xxsGrid, sizeof(g_iq2xxs_grid)));
     STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq2s_grid, q::kIq2sGrid, sizeof(g_iq2s_grid)));
     STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq3xxs_grid, q::kIq3xxsGrid, sizeof(g_iq3xxs_grid)));
     STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq3s_grid, q::kIq3sGrid, sizeof(g_iq3s_grid)));
+    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq1s_grid, q::kIq1sGrid, sizeof(g_iq1s_grid)));
   });
 }
 
@@ -257,6 +258,8 @@ void with_weights(GgmlType type, Fn&& fn) {
     case GgmlType::IQ2_S: return fn.template operator()<IQ2_SWeights>();
     case GgmlType::IQ3_XXS: return fn.template operator()<IQ3_XXSWeights>();
     case GgmlType::IQ3_S: return fn.template operator()<IQ3_SWeights>();
+    case GgmlType::IQ1_S: return fn.template operator()<IQ1_SWeights>();
+    case GgmlType::IQ1_M: return fn.template operator()<IQ1_MWeights>();
     default: cuda_fail("CUDA matmul: weight type " + std::string(type_name(type)) + " has no CUDA kernel");
   }
 }
@@ -288,6 +291,7 @@ bool has_cuda_kernel(GgmlType type) {
     case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
     case GgmlType::IQ4_XS:
     case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ3_XXS: case GgmlType::IQ3_S:
+    case GgmlType::IQ1_S: case GgmlType::IQ1_M:
       return true;
     default:
       return false;

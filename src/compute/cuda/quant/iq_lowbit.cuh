@@ -1,14 +1,16 @@
 // The low-bit IQ types against Q8_K-style activations (CPU twin: quant/scalar_iq_lowbit.cpp):
-// IQ2_XXS, IQ2_S, IQ3_XXS, IQ3_S. A unit is one 32-weight sub-block (four 8-weight groups): its
-// index, sign and scale bytes are contiguous or nearly so, and a warp's lanes read neighbouring
-// sub-blocks. Each group becomes two words of four signed bytes (grid magnitudes with the group's
-// signs applied), dotted exactly with dp4a; the sub-block's odd integer scale multiplies the
-// group sums, and d·d_a·scaled·factor (factor 1/8, 1/4 or 1: exact, folded into the integer's
+// IQ2_XXS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M. A unit is one 32-weight sub-block (four 8-weight
+// groups): its index, sign and scale bytes are contiguous or nearly so, and a warp's lanes read
+// neighbouring sub-blocks. Each group becomes two words of four signed bytes (grid magnitudes
+// with the group's signs applied), dotted exactly with dp4a; the sub-block's odd integer scale
+// multiplies the group sums, and d·d_a·scaled·factor (factor 1/8, 1/4 or 1: exact, folded into the integer's
 // conversion) is added to the row with one fused multiply-add. The grids (quant/iq_lowbit_tables)
 // are copied into shared memory per thread block, as IQ2_XS's (iq2xs.cuh). The XXS types' 7-bit
 // sign indices become sign bytes by adding their parity as bit 7, which is kIq2xsSigns.
-// All four blocks are 2-byte aligned at best (66, 82, 98, 110 bytes): words via ld_u32_a2 /
-// ld_words_a2.
+// The IQ1 types' grid values are signed bytes (−1, 0, 1) and every value carries a ±1/8 delta:
+// the unit sums 8·Σ g·a ± Σ a in integers, as the CPU's dot_ternary, and scales by 1/8.
+// IQ2_XXS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S blocks (66, 82, 98, 110, 50 bytes) keep rows only 2-byte
+// aligned: words via ld_u32_a2 / ld_words_a2; IQ1_M's (56) keep them 8-byte aligned.
 #pragma once
 
 #include "compute/cuda/quant/common.cuh"
@@ -22,6 +24,7 @@ __device__ uint64_t g_iq2xxs_grid[256];
 __device__ uint64_t g_iq2s_grid[1024];
 __device__ uint32_t g_iq3xxs_grid[256];
 __device__ uint32_t g_iq3s_grid[512];
+__device__ uint64_t g_iq1s_grid[2048];
 
 template <typename T, int N>
 __device__ __forceinline__ void copy_table(uint8_t* shared, const T (&table)[N]) {
@@ -210,6 +213,112 @@ struct IQ3_SWeights {
         group_dots(v, act.qs(rows[r]) + 256 * b + 32 * sub, g);
         const int scaled = scale * (g[0] + g[1] + g[2] + g[3]);
         acc[r] = __fmaf_rn(__fmul_rn(d, act.scales(rows[r])[b]), float(scaled), acc[r]);
+      }
+    }
+  }
+};
+
+// IQ1_S: sub-block s has four index low bytes qs[4s ..] (at 2 + 4s) and the u16 qh[s] (at 34 + 2s):
+// bits 3g..3g+2 the index's bits 8-10 for group g, bits 12-14 the scale s3 (dl = d·(2·s3 + 1)),
+// bit 15 the sign of the sub-block's delta. The delta term uses the activation's two 16-quant sums
+// of the sub-block. 11-bit indices into the 2048-point ternary grid (16 KiB).
+struct IQ1_SWeights {
+  static constexpr int kBlockElems = 256;
+  static constexpr int kBlockBytes = 50;
+  static constexpr int kUnitsPerBlock = 8;
+  static constexpr GgmlType kActivation = GgmlType::Q8_K;
+  static constexpr int kRowAlign = 2;  // bytes: the widest aligned load
+  static constexpr int kTableBytes = 2048 * 8;
+  __device__ static void load_table(uint8_t* shared) { copy_table(shared, g_iq1s_grid); }
+
+  template <int NR>
+  __device__ static void unit(const uint8_t* row, int u, const ActView& act, const int (&rows)[NR],
+                              int nr, const uint8_t* table, float (&acc)[NR]) {
+    const int b = u >> 3, sub = u & 7;
+    const uint8_t* block = row + size_t(b) * kBlockBytes;
+    const float d = f16_bits_to_f32(ld_u16(block));
+    const uint32_t indices = ld_u32_a2(block + 2 + 4 * sub);
+    const uint32_t high = ld_u16(block + 34 + 2 * sub);
+    const int scale = 2 * int((high >> 12) & 7u) + 1;
+    const bool negative = (high & 0x8000u) != 0;
+    const auto* grid = reinterpret_cast<const uint64_t*>(table);
+    int v[8];
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      const uint64_t point = grid[((indices >> (8 * g)) & 255u) | (((high >> (3 * g)) & 7u) << 8)];
+      v[2 * g] = int(uint32_t(point));
+      v[2 * g + 1] = int(uint32_t(point >> 32));
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      if (r < nr) {
+        int g[4];
+        group_dots(v, act.qs(rows[r]) + 256 * b + 32 * sub, g);
+        const int32_t* bs = act.sums(rows[r]) + 16 * b + 2 * sub;
+        const int delta_sum = negative ? -(bs[0] + bs[1]) : bs[0] + bs[1];
+        const int scaled = scale * (8 * (g[0] + g[1] + g[2] + g[3]) + delta_sum);
+        acc[r] = __fmaf_rn(__fmul_rn(d, act.scales(rows[r])[b]), __fmul_rn(float(scaled), 0.125f), acc[r]);
+      }
+    }
+  }
+};
+
+// IQ1_M: no d field; the f16 super-scale is the top nibbles of the four u16 scale words (at 48).
+// Sub-block s has four index low bytes qs[4s ..] (at 4s) and the bytes qh[2s], qh[2s+1] (one u16
+// at 32 + 2s): group g's nibble is its bits 4g..4g+3 (bits 0-2: the index's bits 8-10, bit 3: the
+// sign of the group's delta). Scale word s/2 holds 3-bit scales at bit 6(s % 2) (groups 0-1) and
+// 6(s % 2) + 3 (groups 2-3): dl = d·(2·s3 + 1). The delta term needs each group's own 8-quant
+// activation sum: dp4a against ones.
+struct IQ1_MWeights {
+  static constexpr int kBlockElems = 256;
+  static constexpr int kBlockBytes = 56;
+  static constexpr int kUnitsPerBlock = 8;
+  static constexpr GgmlType kActivation = GgmlType::Q8_K;
+  static constexpr int kRowAlign = 8;  // bytes: the widest aligned load
+  static constexpr int kTableBytes = 2048 * 8;
+  __device__ static void load_table(uint8_t* shared) { copy_table(shared, g_iq1s_grid); }
+
+  template <int NR>
+  __device__ static void unit(const uint8_t* row, int u, const ActView& act, const int (&rows)[NR],
+                              int nr, const uint8_t* table, float (&acc)[NR]) {
+    const int b = u >> 3, sub = u & 7;
+    const uint8_t* block = row + size_t(b) * kBlockBytes;
+    const uint32_t indices = ld_u32(block + 4 * sub);
+    const uint32_t high = ld_u16(block + 32 + 2 * sub);
+    const uint2 sc = *reinterpret_cast<const uint2*>(block + 48);
+    // words w0..w3 = sc.x low, sc.x high, sc.y low, sc.y high; d = their top nibbles, w0's lowest
+    const uint32_t d_bits =
+        ((sc.x >> 12) & 0xfu) | ((sc.x >> 24) & 0xf0u) | ((sc.y >> 4) & 0xf00u) | ((sc.y >> 16) & 0xf000u);
+    const float d = f16_bits_to_f32(uint16_t(d_bits));
+    const uint32_t word = (sub < 4 ? sc.x : sc.y) >> (16 * ((sub >> 1) & 1));
+    const int shift = 6 * (sub & 1);
+    const int scale_low = 2 * int((word >> shift) & 7u) + 1, scale_high = 2 * int((word >> (shift + 3)) & 7u) + 1;
+    const auto* grid = reinterpret_cast<const uint64_t*>(table);
+    int v[8];
+    bool negative[4];
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      const uint32_t nibble = (high >> (4 * g)) & 15u;
+      const uint64_t point = grid[((indices >> (8 * g)) & 255u) | ((nibble & 7u) << 8)];
+      v[2 * g] = int(uint32_t(point));
+      v[2 * g + 1] = int(uint32_t(point >> 32));
+      negative[g] = (nibble & 8u) != 0;
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      if (r < nr) {
+        const int8_t* a = act.qs(rows[r]) + 256 * b + 32 * sub;
+        const int4 a0 = ld_i32x4(a), a1 = ld_i32x4(a + 16);
+        const int av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        int t[4];  // 8·Σ g·a ± Σ a per group
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+          const int dot = __dp4a(v[2 * g + 1], av[2 * g + 1], __dp4a(v[2 * g], av[2 * g], 0));
+          const int sum = __dp4a(0x01010101, av[2 * g + 1], __dp4a(0x01010101, av[2 * g], 0));
+          t[g] = 8 * dot + (negative[g] ? -sum : sum);
+        }
+        const int scaled = scale_low * (t[0] + t[1]) + scale_high * (t[2] + t[3]);
+        acc[r] = __fmaf_rn(__fmul_rn(d, act.scales(rows[r])[b]), __fmul_rn(float(scaled), 0.125f), acc[r]);
       }
     }
   }
