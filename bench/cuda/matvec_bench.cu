@@ -3,7 +3,7 @@
 // kernel over 4 GiB, and cudaMemcpy device-to-device counting read + write). Matrices rotate
 // through ≥ 1 GiB per type so the 60 MB L2 never holds them. Times are medians of 9 CUDA-event
 // timed batches (one call per matrix copy, back to back) after a warm-up, divided per call. Prints a table; --json FILE writes the numbers.
-//   bench_cuda_matvec [--types q8_0,q4_K,iq2_xs] [--rows 1,2,4,8] [--n-in 8192 --n-out 16384] [--json out.json]
+//   bench_cuda_matvec [--types q8_0,q4_K,iq2_xs] [--rows 1,2,4,8] [--n-in 8192 --n-out 16384] [--sweep] [--json out.json]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -77,15 +77,19 @@ std::vector<std::string> split(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string types_arg = "f16,bf16,q8_0,q4_0,iq4_nl,q2_K,q4_K,q6_K,iq2_xs", rows_arg = "1,2,4,8", json_path;
+  std::string types_arg = "f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,iq4_nl,q2_K,q3_K,q4_K,q5_K,q6_K,iq4_xs,iq2_xxs,iq2_xs,iq2_s,iq3_xxs,iq3_s,iq1_s,iq1_m", rows_arg = "1,2,4,8", json_path;
   int64_t n_in = 8192, n_out = 16384;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool sweep = false;  // --sweep: also every rows-per-warp launch shape, not just the default
+  for (int i = 1; i < argc; ++i) {
     const std::string key = argv[i];
-    if (key == "--types") types_arg = argv[i + 1];
-    else if (key == "--rows") rows_arg = argv[i + 1];
-    else if (key == "--n-in") n_in = std::stoll(argv[i + 1]);
-    else if (key == "--n-out") n_out = std::stoll(argv[i + 1]);
-    else if (key == "--json") json_path = argv[i + 1];
+    if (key == "--sweep") { sweep = true; continue; }
+    if (i + 1 >= argc) { std::fprintf(stderr, "bench_cuda_matvec: %s needs a value\n", key.c_str()); return 2; }
+    const std::string value = argv[++i];
+    if (key == "--types") types_arg = value;
+    else if (key == "--rows") rows_arg = value;
+    else if (key == "--n-in") n_in = std::stoll(value);
+    else if (key == "--n-out") n_out = std::stoll(value);
+    else if (key == "--json") json_path = value;
     else { std::fprintf(stderr, "bench_cuda_matvec: unknown option %s\n", key.c_str()); return 2; }
   }
   if (!usable_device()) {
@@ -136,6 +140,7 @@ int main(int argc, char** argv) {
     STRATA_CUDA_CHECK(cudaDeviceSynchronize());
     for (const int64_t t : rows) for (const int rw : {0, 1, 2, 4}) {
       if (rw > 2 && t > 4) continue;
+      if (rw != 0 && !sweep) continue;
       const MatmulTuning tuning{rw};
       // Each timed sample is a batch of `copies` back-to-back calls, one per matrix copy, so the
       // few microseconds of launch latency around one event pair do not count as slowness.

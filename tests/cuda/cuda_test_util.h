@@ -26,11 +26,29 @@ namespace strata::test_support {
 // get small finite values so sums stay in a realistic range.
 inline std::vector<int> f16_scale_offsets(GgmlType type) {
   switch (type) {
-    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
-    case GgmlType::Q2_K: return {80, 82};
-    case GgmlType::Q3_K: return {108};
-    case GgmlType::Q6_K: return {208};
-    default: return {0};  // Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS, IQ2_*, IQ3_*: d first
+    case GgmlType::Q4_1: case GgmlType::Q5_1: return {0, 2};  // d, m
+    case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};  // d, dmin
+    case GgmlType::Q2_K: return {80, 82};                     // d, dmin after scales and qs
+    case GgmlType::Q3_K: return {108};                        // d after hmask, qs, scales
+    case GgmlType::Q6_K: return {208};                        // d after ql, qh, scales
+    case GgmlType::Q8_0: case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS:  // d, then scales_h (u16 bits, random)
+    case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S:
+    case GgmlType::IQ3_XXS: case GgmlType::IQ3_S: case GgmlType::IQ1_S:
+      return {0};  // d first
+    default: return {};  // float types (not block types), IQ1_M (d split over the scale words:
+                         // random_weights sets it)
+  }
+}
+
+// IQ1_M has no d field: its f16 super-scale is the top nibbles of the four u16 scale words at
+// bytes 48..55 (word w's nibble is bits 4w..4w+3 of d).
+inline void set_iq1_m_scale(uint8_t* block, uint16_t d) {
+  for (int w = 0; w < 4; ++w) {
+    uint16_t word;
+    std::memcpy(&word, block + 48 + 2 * w, 2);
+    word = uint16_t((word & 0x0fffu) | (((d >> (4 * w)) & 15u) << 12));
+    std::memcpy(block + 48 + 2 * w, &word, 2);
   }
 }
 
@@ -60,6 +78,7 @@ inline std::vector<uint8_t> random_weights(GgmlType type, int64_t n_in, int64_t 
         const uint16_t h = f32_to_f16(scale(rng));
         std::memcpy(block + offset, &h, 2);
       }
+      if (type == GgmlType::IQ1_M) set_iq1_m_scale(block, f32_to_f16(scale(rng)));
     }
   }
   return bytes;

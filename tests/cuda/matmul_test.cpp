@@ -281,7 +281,7 @@ TEST(CudaMatmulErrors, BadArgumentsThrowBeforeLaunch) {
   EXPECT_THROW(call(DeviceMatrix{GgmlType::Q4_K, 300, 4, w.data(), 144}), Error);               // width not a block multiple
   EXPECT_THROW(call(DeviceMatrix{GgmlType::Q4_K, 256, 4, w.data(), 128}), Error);               // stride < row
   EXPECT_THROW(call(DeviceMatrix{GgmlType::Q4_K, 256, 4, w.as<uint8_t>() + 2, 144}), Error);   // misaligned
-  EXPECT_THROW(call(DeviceMatrix{GgmlType::IQ1_M, 256, 4, w.data(), 64}), Error);               // no kernel (yet)
+  EXPECT_THROW(call(DeviceMatrix{GgmlType::TQ2_0, 256, 4, w.data(), 66}), Error);               // no kernel
   try {
     call(DeviceMatrix{GgmlType::Q4_K, 300, 4, w.data(), 144});
   } catch (const Error& e) {

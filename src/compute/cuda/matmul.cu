@@ -9,9 +9,12 @@
 #include "compute/cuda/quant/blocks32.cuh"
 #include "compute/cuda/quant/float.cuh"
 #include "compute/cuda/quant/iq2xs.cuh"
+#include "compute/cuda/quant/iq4.cuh"
+#include "compute/cuda/quant/iq_lowbit.cuh"
 #include "compute/cuda/quant/kquants.cuh"
 #include "compute/cuda/runtime.h"
 #include "quant/iq2xs_tables.h"
+#include "quant/iq_lowbit_tables.h"
 
 namespace strata::compute::cuda {
 namespace {
@@ -24,7 +27,16 @@ constexpr int kMaxRowsPerPass = 8;
 void upload_quant_tables() {
   static std::once_flag once;
   std::call_once(once, [] {
-    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq2xs_grid, strata::quant::kIq2xsGrid, sizeof(g_iq2xs_grid)));
+    namespace q = strata::quant;
+    static_assert(sizeof(g_iq2xs_grid) == sizeof(q::kIq2xsGrid) && sizeof(g_iq2xxs_grid) == sizeof(q::kIq2xxsGrid) &&
+                  sizeof(g_iq2s_grid) == sizeof(q::kIq2sGrid) && sizeof(g_iq3xxs_grid) == sizeof(q::kIq3xxsGrid) &&
+                  sizeof(g_iq3s_grid) == sizeof(q::kIq3sGrid) && sizeof(g_iq1s_grid) == sizeof(q::kIq1sGrid));
+    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq2xs_grid, q::kIq2xsGrid, sizeof(g_iq2xs_grid)));
+    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq2xxs_grid, q::kIq2xxsGrid, sizeof(g_iq2xxs_grid)));
+    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq2s_grid, q::kIq2sGrid, sizeof(g_iq2s_grid)));
+    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq3xxs_grid, q::kIq3xxsGrid, sizeof(g_iq3xxs_grid)));
+    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq3s_grid, q::kIq3sGrid, sizeof(g_iq3s_grid)));
+    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq1s_grid, q::kIq1sGrid, sizeof(g_iq1s_grid)));
   });
 }
 
@@ -308,11 +320,23 @@ void with_weights(GgmlType type, Fn&& fn) {
     case GgmlType::BF16: return fn.template operator()<FloatWeights<GgmlType::BF16>>();
     case GgmlType::Q8_0: return fn.template operator()<Q8_0Weights>();
     case GgmlType::Q4_0: return fn.template operator()<Q4_0Weights>();
+    case GgmlType::Q4_1: return fn.template operator()<Q4_1Weights>();
+    case GgmlType::Q5_0: return fn.template operator()<Q5_0Weights>();
+    case GgmlType::Q5_1: return fn.template operator()<Q5_1Weights>();
     case GgmlType::IQ4_NL: return fn.template operator()<IQ4_NLWeights>();
     case GgmlType::Q2_K: return fn.template operator()<Q2_KWeights>();
+    case GgmlType::Q3_K: return fn.template operator()<Q3_KWeights>();
     case GgmlType::Q4_K: return fn.template operator()<Q4_KWeights>();
+    case GgmlType::Q5_K: return fn.template operator()<Q5_KWeights>();
     case GgmlType::Q6_K: return fn.template operator()<Q6_KWeights>();
+    case GgmlType::IQ4_XS: return fn.template operator()<IQ4_XSWeights>();
+    case GgmlType::IQ2_XXS: return fn.template operator()<IQ2_XXSWeights>();
     case GgmlType::IQ2_XS: return fn.template operator()<IQ2_XSWeights>();
+    case GgmlType::IQ2_S: return fn.template operator()<IQ2_SWeights>();
+    case GgmlType::IQ3_XXS: return fn.template operator()<IQ3_XXSWeights>();
+    case GgmlType::IQ3_S: return fn.template operator()<IQ3_SWeights>();
+    case GgmlType::IQ1_S: return fn.template operator()<IQ1_SWeights>();
+    case GgmlType::IQ1_M: return fn.template operator()<IQ1_MWeights>();
     default: cuda_fail("CUDA matmul: weight type " + std::string(type_name(type)) + " has no CUDA kernel");
   }
 }
@@ -338,8 +362,13 @@ void check_matrix(GgmlType type, int64_t n_in, int64_t n_out, size_t row_stride,
 
 bool has_cuda_kernel(GgmlType type) {
   switch (type) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0:
-    case GgmlType::IQ4_NL: case GgmlType::Q2_K: case GgmlType::Q4_K: case GgmlType::Q6_K: case GgmlType::IQ2_XS:
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
+    case GgmlType::Q8_0: case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
+    case GgmlType::IQ4_NL:
+    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+    case GgmlType::IQ4_XS:
+    case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ3_XXS: case GgmlType::IQ3_S:
+    case GgmlType::IQ1_S: case GgmlType::IQ1_M:
       return true;
     default:
       return false;

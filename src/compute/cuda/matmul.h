@@ -4,8 +4,9 @@
 //
 // Contract
 // - Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (Q8_0-style activations), Q2_K,
-//   Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (Q8_K-style
-//   activations): has_cuda_kernel() says which. Others throw strata::Error naming the type.
+//   Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M
+//   (Q8_K-style activations): has_cuda_kernel() says which. Others throw strata::Error naming
+//   the type.
 // - Activations are quantized once per call (quantize_activations) into the format the CPU's
 //   quant::quantize_activation produces: the same quants, scales and block sums, bit for bit
 //   (tests/cuda checks it), stored as separate arrays (ActivationLayout) so kernels load them
@@ -19,9 +20,10 @@
 // - Against the CPU (quant::ref::dot, exact integer units summed in f64): within the f32
 //   rounding bound of the chain, see tests/cuda/matmul_test.cpp for the bound used.
 // - Alignment: the matrix base and row stride must be multiples of the type's widest aligned load
-//   (16 bytes for F32/F16/BF16/Q4_K, 4 for Q2_K, 2 for the others: GGUF data is 32-byte aligned
-//   and real row sizes satisfy these); arena base, slot size and matrix offsets are multiples of
-//   16. Checked; a violation throws strata::Error naming the type and the values.
+//   (16 bytes for F32/F16/BF16/Q4_K/Q5_K, 8 for IQ4_XS/IQ1_M, 4 for Q2_K/Q4_1/Q5_1, 2 for the
+//   others: GGUF data is 32-byte aligned and real row sizes satisfy these); arena base, slot size
+//   and matrix offsets are multiples of 16. Checked; a violation throws strata::Error naming the
+//   type and the values.
 // - All pointers are device pointers; launches go on `stream` and return at once. Errors in the
 //   arguments throw before anything is launched.
 #pragma once

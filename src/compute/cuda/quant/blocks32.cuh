@@ -4,7 +4,8 @@
 // and 18 bytes are only 2-byte aligned); smaller units cost more load instructions per byte than
 // they save in lane balance (bench_cuda_matvec: quarter-block units ran at 0.35 / 0.20 of HBM).
 // Each unit's integer dot is exact (dp4a); the unit adds d_w·d_a·isum to the row (d_w, d_a the
-// f16 scales of the weight and activation blocks, the activation's already widened to f32).
+// f16 scales of the weight and activation blocks, the activation's already widened to f32), and
+// for Q4_1/Q5_1 then m·d_a·Σa over its 8 activations.
 #pragma once
 
 #include "compute/cuda/quant/common.cuh"
@@ -119,5 +120,79 @@ struct Nibble32Weights {
 };
 using Q4_0Weights = Nibble32Weights<false>;
 using IQ4_NLWeights = Nibble32Weights<true>;
+
+// Q4_1, Q5_0, Q5_1 (quant/scalar_blocks32_more.cpp): nibbles placed as Q4_0's; the 5-bit types add
+// bit j of the little-endian word qh as bit 4 of element j; Q5_0 decodes to d·(q − 16), the
+// affine types to d·q + m, whose dot adds m·d_a·Σa (here per unit: the unit's own 8 activation
+// quants, summed exactly by dp4a against ones, so no unit depends on another).
+// Block layouts: Q4_1 {d, m, qs[16]} (20 bytes), Q5_0 {d, qh[4], qs[16]} (22), Q5_1 {d, m, qh[4],
+// qs[16]} (24). Q4_1 and Q5_1 blocks keep a 4-byte-aligned row 4-byte aligned (every field is
+// read with aligned 32-bit loads); Q5_0 rows are only 2-byte aligned (32-bit words read as two
+// halves).
+template <bool kFifthBit, bool kMin>
+struct Affine32Weights {
+  static constexpr int kBlockElems = 32;
+  static constexpr int kQhOffset = kMin ? 4 : 2;  // used only when kFifthBit
+  static constexpr int kQsOffset = (kMin ? 4 : 2) + (kFifthBit ? 4 : 0);
+  static constexpr int kBlockBytes = kQsOffset + 16;
+  static constexpr int kUnitsPerBlock = 4;
+  static constexpr GgmlType kActivation = GgmlType::Q8_0;
+  static constexpr int kRowAlign = kBlockBytes % 4 == 0 ? 4 : 2;  // bytes: the widest aligned load
+  static constexpr int kTableBytes = 0;
+  __device__ static void load_table(uint8_t*) {}
+
+  __device__ static uint32_t load_word(const uint8_t* p) {
+    if constexpr (kRowAlign == 4) return ld_u32(p);
+    else return ld_u32_a2(p);
+  }
+
+  template <int NR>
+  __device__ static void unit(const uint8_t* row, int u, const ActView& act, const int (&rows)[NR],
+                              int nr, const uint8_t*, float (&acc)[NR]) {
+    const int b = u >> 2, part = u & 3;
+    const uint8_t* block = row + size_t(b) * kBlockBytes;
+    float d;
+    [[maybe_unused]] float m = 0.0f;
+    if constexpr (kMin) {
+      const uint32_t dm = ld_u32(block);
+      d = f16_bits_to_f32(uint16_t(dm & 0xffffu));
+      m = f16_bits_to_f32(uint16_t(dm >> 16));
+    } else {
+      d = f16_bits_to_f32(ld_u16(block));
+    }
+    const uint32_t q = load_word(block + kQsOffset + 4 * part);
+    uint32_t low = q & 0x0f0f0f0fu, high = (q >> 4) & 0x0f0f0f0fu;  // elements 4p.., 16+4p..
+    if constexpr (kFifthBit) {
+      const uint32_t qh = load_word(block + kQhOffset);
+      low |= sign_mask4((qh >> (4 * part)) & 15u) & 0x10101010u;
+      high |= sign_mask4((qh >> (16 + 4 * part)) & 15u) & 0x10101010u;
+      if constexpr (!kMin) {  // Q5_0: q − 16
+        low = __vsub4(low, 0x10101010u);
+        high = __vsub4(high, 0x10101010u);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      if (r < nr) {
+        const int8_t* a = act.qs(rows[r]) + 32 * b;
+        const int al = ld_i32(a + 4 * part), ah = ld_i32(a + 16 + 4 * part);
+        const int isum = __dp4a(int(high), ah, __dp4a(int(low), al, 0));
+        const float da = act.scales(rows[r])[b];
+        if constexpr (kMin) {
+          const int asum = __dp4a(0x01010101, ah, __dp4a(0x01010101, al, 0));
+          const float t = __fmaf_rn(__fmul_rn(d, da), float(isum), acc[r]);
+          acc[r] = __fmaf_rn(__fmul_rn(m, da), float(asum), t);
+        } else {
+          acc[r] = __fmaf_rn(__fmul_rn(d, da), float(isum), acc[r]);
+        }
+      }
+    }
+  }
+};
+using Q4_1Weights = Affine32Weights<false, true>;
+using Q5_0Weights = Affine32Weights<true, false>;
+using Q5_1Weights = Affine32Weights<true, true>;
+static_assert(Q4_1Weights::kBlockBytes == 20 && Q5_0Weights::kBlockBytes == 22 && Q5_1Weights::kBlockBytes == 24);
+static_assert(Q4_1Weights::kRowAlign == 4 && Q5_0Weights::kRowAlign == 2 && Q5_1Weights::kRowAlign == 4);
 
 }  // namespace strata::compute::cuda::quant_device

@@ -1,5 +1,5 @@
-// K-quants (256-weight blocks) against Q8_K-style activations (CPU twin: quant/scalar_kquants.cpp,
-// quant/kquant_scales.h): Q2_K, Q4_K, Q6_K here; Q3_K, Q5_K beside them. Each unit's integer
+// K-quants (256-weight blocks) against Q8_K-style activations (CPU twins: quant/scalar_kquants.cpp,
+// quant/scalar_kquants_more.cpp, quant/kquant_scales.h): Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. Each unit's integer
 // sums (scaled quants, and the mins term from the activation's 16-quant sums) are exact; the
 // unit adds d·d_a·scaled − dmin·d_a·mins to the row with two fused multiply-adds.
 #pragma once
@@ -203,6 +203,134 @@ struct Q2_KWeights {
     }
     const float t = __fmaf_rn(__fmul_rn(w.d, a.d), float(scaled), acc);
     return __fmaf_rn(-__fmul_rn(w.dmin, a.d), float(mins), t);
+  }
+};
+
+// Q5_K: as Q4_K (a unit is one 64-weight chunk c: sub-blocks 2c and 2c+1, the 32 bytes
+// qs[32c..]) with the fifth bits from qh: bit 2c of qh[l] tops element 64c + l (low nibble), bit
+// 2c+1 element 64c + 32 + l (high nibble). Block {d, dmin, scales[12], qh[32], qs[128]}: 176
+// bytes, so a 16-byte-aligned row stays 16-byte aligned; every lane reads all 32 qh bytes.
+struct Q5_KWeights {
+  static constexpr int kBlockElems = 256;
+  static constexpr int kBlockBytes = 176;
+  static constexpr int kUnitsPerBlock = 4;
+  static constexpr GgmlType kActivation = GgmlType::Q8_K;
+  static constexpr int kRowAlign = 16;  // bytes: the widest aligned load
+  static constexpr int kTableBytes = 0;
+  __device__ static void load_table(uint8_t*) {}
+
+  template <int NR>
+  __device__ static void unit(const uint8_t* row, int u, const ActView& act, const int (&rows)[NR],
+                              int nr, const uint8_t*, float (&acc)[NR]) {
+    const int b = u >> 2, chunk = u & 3;
+    const uint8_t* block = row + size_t(b) * kBlockBytes;
+    const uint32_t dd = ld_u32(block);
+    const float d = f16_bits_to_f32(uint16_t(dd & 0xffffu));
+    const float dmin = f16_bits_to_f32(uint16_t(dd >> 16));
+    const uint32_t s[3] = {ld_u32(block + 4), ld_u32(block + 8), ld_u32(block + 12)};
+    int sc0, m0, sc1, m1;
+    Q4_KWeights::scale_min(s, 2 * chunk, sc0, m0);
+    Q4_KWeights::scale_min(s, 2 * chunk + 1, sc1, m1);
+    const uint4* hp = reinterpret_cast<const uint4*>(block + 16);
+    const uint4 ha = hp[0], hb = hp[1];
+    const uint32_t qh[8] = {ha.x, ha.y, ha.z, ha.w, hb.x, hb.y, hb.z, hb.w};
+    const uint4* qp = reinterpret_cast<const uint4*>(block + 48 + 32 * chunk);
+    const uint4 qa = qp[0], qb = qp[1];
+    const uint32_t q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+    int lo[8], hi[8];  // the unsigned 5-bit quants of sub-blocks 2c (lo) and 2c+1 (hi), four per word
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      lo[i] = int((q[i] & 0x0f0f0f0fu) | (((qh[i] >> (2 * chunk)) & 0x01010101u) << 4));
+      hi[i] = int(((q[i] >> 4) & 0x0f0f0f0fu) | (((qh[i] >> (2 * chunk + 1)) & 0x01010101u) << 4));
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      if (r < nr) {
+        const int8_t* a = act.qs(rows[r]) + 256 * b + 64 * chunk;
+        int low = 0, high = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i += 4) {
+          const int4 al = ld_i32x4(a + 4 * i), ah = ld_i32x4(a + 32 + 4 * i);
+          low = __dp4a(lo[i], al.x, low);
+          low = __dp4a(lo[i + 1], al.y, low);
+          low = __dp4a(lo[i + 2], al.z, low);
+          low = __dp4a(lo[i + 3], al.w, low);
+          high = __dp4a(hi[i], ah.x, high);
+          high = __dp4a(hi[i + 1], ah.y, high);
+          high = __dp4a(hi[i + 2], ah.z, high);
+          high = __dp4a(hi[i + 3], ah.w, high);
+        }
+        const int32_t* bs = act.sums(rows[r]) + 16 * b + 4 * chunk;
+        const int scaled = sc0 * low + sc1 * high;
+        const int mins = m0 * (bs[0] + bs[1]) + m1 * (bs[2] + bs[3]);
+        const float da = act.scales(rows[r])[b];
+        float t = __fmaf_rn(__fmul_rn(d, da), float(scaled), acc[r]);
+        acc[r] = __fmaf_rn(-__fmul_rn(dmin, da), float(mins), t);
+      }
+    }
+  }
+};
+
+// Q3_K: the unit layout of Q2_K: 16 bytes qs[32h + 16p ..] (u = 2h + p) holding the low two bits
+// of sub-blocks k = 8h + 2s + p (s = 0..3) at bit 2s, with their third bits in hmask[16p ..] at
+// bit 4h + s (set: the quant is low bits, clear: low bits − 4): 64 weights. Signed 6-bit scales
+// biased by 32 (q3_K_scale in quant/blocks.h). Block {hmask[32], qs[64], scales[12], d}: 110
+// bytes, so rows are only 2-byte aligned: 32-bit words through ld_words_a2.
+struct Q3_KWeights {
+  static constexpr int kBlockElems = 256;
+  static constexpr int kBlockBytes = 110;
+  static constexpr int kUnitsPerBlock = 4;
+  static constexpr GgmlType kActivation = GgmlType::Q8_K;
+  static constexpr int kRowAlign = 2;  // bytes: the widest aligned load
+  static constexpr int kTableBytes = 0;
+  __device__ static void load_table(uint8_t*) {}
+
+  template <int NR>
+  __device__ static void unit(const uint8_t* row, int u, const ActView& act, const int (&rows)[NR],
+                              int nr, const uint8_t*, float (&acc)[NR]) {
+    const int b = u >> 2, half = (u >> 1) & 1, part = u & 1;
+    const uint8_t* block = row + size_t(b) * kBlockBytes;
+    uint32_t q[4], hm[4], sc[3];
+    ld_words_a2<4>(block + 32 + 32 * half + 16 * part, q);
+    ld_words_a2<4>(block + 16 * part, hm);
+    ld_words_a2<3>(block + 96, sc);
+    const float d = f16_bits_to_f32(ld_u16(block + 108));
+    auto byte = [&](int i) { return int((sc[i >> 2] >> (8 * (i & 3))) & 0xffu); };
+    int scale[4];  // q3_K_scale(k) − 32 for k = 8h + 2s + p
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const int k = 8 * half + 2 * s + part;
+      const int low = (byte(k & 7) >> (4 * half)) & 15;  // k < 8: byte k bits 0-3; else byte k − 8 bits 4-7
+      const int high = (byte(8 + (k & 3)) >> (2 * (k >> 2))) & 3;
+      scale[s] = (low | (high << 4)) - 32;
+    }
+    int v[4][4];  // v[s][i]: signed quants (−4..3) of sub-block k, elements 4i..4i+3
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t low = (q[i] >> (2 * s)) & 0x03030303u;
+        const uint32_t third = ((hm[i] >> (4 * half + s)) & 0x01010101u) << 2;
+        v[s][i] = int(__vsub4(low | third, 0x04040404u));
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      if (r < nr) {
+        const int8_t* a = act.qs(rows[r]) + 256 * b;
+        int scaled = 0;
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          const int4 av = ld_i32x4(a + 16 * (8 * half + 2 * s + part));
+          int isum = __dp4a(v[s][0], av.x, 0);
+          isum = __dp4a(v[s][1], av.y, isum);
+          isum = __dp4a(v[s][2], av.z, isum);
+          isum = __dp4a(v[s][3], av.w, isum);
+          scaled += scale[s] * isum;
+        }
+        acc[r] = __fmaf_rn(__fmul_rn(d, act.scales(rows[r])[b]), float(scaled), acc[r]);
+      }
+    }
   }
 };
 
