@@ -1,0 +1,102 @@
+// Hyper-connection and MoE-combine elementwise steps on CUDA. Contract in hyper_connection.h.
+#include "compute/cuda/hyper_connection.h"
+
+#include <algorithm>
+
+#include "compute/cuda/runtime.h"
+
+namespace strata::compute::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float sigmoid_value(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+
+unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20)); }
+
+__global__ void scaled_silu_kernel(float* m, int64_t n, float inv_streams) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = __fmul_rn(m[i], inv_streams);
+    m[i] = __fdiv_rn(v, __fadd_rn(1.0f, expf(-v)));
+  }
+}
+
+__global__ void combine_kernel(const float* gates, const float* normed, int64_t n_rows, int n_streams, int64_t n_embd,
+                               float inv_streams, float* x) {
+  const int64_t total = n_rows * n_embd, width = int64_t(n_streams) * n_embd;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = e / n_embd, i = e % n_embd;
+    float sum = 0.0f;
+    for (int s = 0; s < n_streams; ++s)
+      sum = __fadd_rn(sum, __fmul_rn(sigmoid_value(gates[t * width + s * n_embd + i]), normed[t * width + s * n_embd + i]));
+    x[e] = __fmul_rn(sum, inv_streams);
+  }
+}
+
+__global__ void inject_kernel(float* inject, int64_t n, float inv_streams) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    inject[i] = __fmul_rn(2.0f, sigmoid_value(__fmul_rn(inject[i], inv_streams)));
+}
+
+__global__ void out_kernel(const float* y, const float* inject, int64_t n_rows, int n_streams, int64_t n_embd, float* X) {
+  const int64_t width = int64_t(n_streams) * n_embd, total = n_rows * width;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = e / width, s = (e % width) / n_embd, i = e % n_embd;
+    X[e] = __fadd_rn(X[e], __fmul_rn(inject[t * n_streams + s], y[t * n_embd + i]));
+  }
+}
+
+// One block per row: the shared expert's gate logit is a dot over the row (done on the CPU by
+// add_gated_shared; here the caller passes it, computed by a 1-row matvec), then per element
+// the routed sum in ascending expert id and the gated shared term.
+__global__ void moe_combine_kernel(const float* out, const float* weights, int k, int64_t n_embd, const float* shared,
+                                   const float* shared_gate_logit, float* y) {
+  const int64_t t = blockIdx.x;
+  const float gate = shared ? sigmoid_value(shared_gate_logit[t]) : 0.0f;
+  for (int64_t c = threadIdx.x; c < n_embd; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(weights[t * k + j], out[(t * k + j) * n_embd + c]));
+    if (shared) acc = __fadd_rn(acc, __fmul_rn(gate, shared[t * n_embd + c]));
+    y[t * n_embd + c] = acc;
+  }
+}
+
+}  // namespace
+
+void hc_scaled_silu(float* m, int64_t n, float inv_streams, cudaStream_t stream) {
+  if (n <= 0) return;
+  scaled_silu_kernel<<<grid_for(n), kThreads, 0, stream>>>(m, n, inv_streams);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_combine(const float* gates, const float* normed, int64_t n_rows, int n_streams, int64_t n_embd,
+                float inv_streams, float* x, cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  combine_kernel<<<grid_for(n_rows * n_embd), kThreads, 0, stream>>>(gates, normed, n_rows, n_streams, n_embd, inv_streams, x);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_inject(float* inject, int64_t n, float inv_streams, cudaStream_t stream) {
+  if (n <= 0) return;
+  inject_kernel<<<grid_for(n), kThreads, 0, stream>>>(inject, n, inv_streams);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_out(const float* y, const float* inject, int64_t n_rows, int n_streams, int64_t n_embd, float* X,
+            cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  out_kernel<<<grid_for(n_rows * n_streams * n_embd), kThreads, 0, stream>>>(y, inject, n_rows, n_streams, n_embd, X);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+void moe_combine(const float* expert_out, const float* weights, int64_t n_rows, int k, int64_t n_embd,
+                 const float* shared, const float* shared_gate_logit, float* y, cudaStream_t stream) {
+  if (k <= 0 || n_embd <= 0) cuda_fail("CUDA moe_combine: expected k > 0 and n_embd > 0");
+  if ((shared == nullptr) != (shared_gate_logit == nullptr))
+    cuda_fail("CUDA moe_combine: the shared expert's output and gate logit go together");
+  if (n_rows <= 0) return;
+  moe_combine_kernel<<<unsigned(n_rows), kThreads, 0, stream>>>(expert_out, weights, k, n_embd, shared, shared_gate_logit, y);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace strata::compute::cuda
