@@ -8,7 +8,7 @@
 //
 // Dequantization evaluates exactly the scalar expressions (scale·q − min, in that order), so it
 // is bitwise identical to quant::scalar.
-#include "quant/avx2_common.h"
+#include "quant/avx2/common.h"
 #include "quant/blocks.h"
 #include "quant/kernels.h"
 

@@ -1,7 +1,7 @@
 // AVX2 kernels for Q8_0 and Q4_0 weights (Q8_0 activations) and the activation quantizers.
 // Integer products use the sign trick: maddubs(|w|, sign(a, w)) = Σ w·a in i16 pairs without
 // overflow because |w| ≤ 128 and |a| ≤ 127 (2·128·127 < 32768).
-#include "quant/avx2_common.h"
+#include "quant/avx2/common.h"
 #include "quant/blocks.h"
 #include "quant/kernels.h"
 #include "util/fp16.h"

@@ -8,7 +8,7 @@
 //   plus for Q4_1/Q5_1 one FMA of m·d_a times the activation sum into a second pair.
 #include <cstring>
 
-#include "quant/avx2_common.h"
+#include "quant/avx2/common.h"
 #include "quant/blocks.h"
 #include "quant/kernels_more.h"
 

@@ -12,7 +12,7 @@
 #include <array>
 #include <cstring>
 
-#include "quant/avx2_common.h"
+#include "quant/avx2/common.h"
 #include "quant/blocks.h"
 #include "quant/iq2xs_tables.h"
 #include "quant/iq_lowbit_blocks.h"

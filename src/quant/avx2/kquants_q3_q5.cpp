@@ -6,7 +6,7 @@
 //   sub-block scales); Q3_K's −4 and Q5_K's mins go through the activation's bsums. Each block adds
 //   one FMA per lane into an 8-lane accumulator (two for Q5_K: scales and mins), summed in a fixed
 //   order, as kquants_avx2.cpp.
-#include "quant/avx2_common.h"
+#include "quant/avx2/common.h"
 #include "quant/blocks.h"
 #include "quant/kernels_more.h"
 
