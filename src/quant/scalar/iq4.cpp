@@ -1,72 +1,19 @@
-// Scalar kernels (the specification) of Q4_1, Q5_0, Q5_1 and IQ4_NL, 32 weights per block, written
-// from the block definitions (shared/reference/gguf-and-quants.md §4, ggml-common.h), and their
-// reference quantizers. Dots take Q8_0 activations (see kernels_more.h for Q4_1/Q5_1's min term).
+// Scalar kernels (the specification) of the non-linear 4-bit types IQ4_NL (32-weight blocks, Q8_0
+// activations) and IQ4_XS (256-weight blocks of eight IQ4_NL-placed sub-blocks with 6-bit scales,
+// Q8_K activations), written from the block definitions (ggml-common.h; element placement as in
+// dequantize_row_iq4_nl/iq4_xs of ggml-quants.c), and their reference quantizers. Both decode
+// through the kIq4nlValues codebook.
 #include <cmath>
 #include <cstring>
 
 #include "quant/blocks.h"
-#include "quant/kernels_more.h"
+#include "quant/kernels.h"
+#include "quant/scalar/blocks32_loops.h"
+#include "quant/scalar/kquant_scales.h"
 #include "util/fp16.h"
 
 namespace strata::quant::scalar {
 namespace {
-
-// The 5-bit quant of element j (j < 32) of a Q5_0 / Q5_1 block: nibble as Q4_0, bit j of qh on top.
-template <typename Block>
-int q5_quant(const Block& block, int j) {
-  uint32_t qh;
-  std::memcpy(&qh, block.qh, 4);
-  const int nibble = j < 16 ? (block.qs[j] & 15) : (block.qs[j - 16] >> 4);
-  return nibble | int((qh >> j) & 1) << 4;
-}
-
-int q4_quant(const uint8_t qs[16], int j) {
-  return j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4);
-}
-
-// Σ of the 32 activation quants of a Q8_0 block (the min term of Q4_1/Q5_1).
-int activation_sum(const BlockQ8_0& act) {
-  int sum = 0;
-  for (int j = 0; j < 32; ++j) sum += act.qs[j];
-  return sum;
-}
-
-// Clamps v to [0, hi] (NaN → 0) and truncates, as ggml's (int)(x + 0.5) after clamping.
-uint8_t truncate_clamped(float v, int hi) {
-  v = v > 0.0f ? v : 0.0f;
-  v = v < float(hi) ? v : float(hi);
-  return static_cast<uint8_t>(v);
-}
-
-// Packs 32 quants < 32 into Q5's nibbles and high-bit word.
-void pack_q5(const uint8_t q[32], uint8_t qs[16], uint8_t qh_bytes[4]) {
-  uint32_t qh = 0;
-  for (int j = 0; j < 16; ++j) qs[j] = uint8_t((q[j] & 15) | ((q[j + 16] & 15) << 4));
-  for (int j = 0; j < 32; ++j) qh |= uint32_t(q[j] >> 4) << j;
-  std::memcpy(qh_bytes, &qh, 4);
-}
-
-// Min and max of one block, for the affine quantizers (Q4_1, Q5_1), as ggml's reference.
-void min_max(const float* x, float* lo, float* hi) {
-  *lo = x[0];
-  *hi = x[0];
-  for (int j = 1; j < 32; ++j) {
-    *lo = x[j] < *lo ? x[j] : *lo;
-    *hi = x[j] > *hi ? x[j] : *hi;
-  }
-}
-
-// The signed value of largest magnitude (Q4_0/Q5_0's reference picks d from it).
-float extreme_value(const float* x, int n) {
-  float amax = 0.0f, extreme = 0.0f;
-  for (int j = 0; j < n; ++j) {
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
-      extreme = x[j];
-    }
-  }
-  return extreme;
-}
 
 // Index of the codebook value nearest to v (the codebook is sorted; ties go to the lower one).
 int nearest_iq4nl_index(float v) {
@@ -116,139 +63,49 @@ void encode_iq4(const float* x, float step, uint8_t qs[16]) {
   for (int j = 0; j < 16; ++j) qs[j] = uint8_t(q[j] | (q[j + 16] << 4));
 }
 
-// The block loops of the four types. Symmetric types (Q5_0, IQ4_NL) decode to d·value(block, j);
-// affine types (Q4_1, Q5_1) to d·quant(block, j) + m, and their dot adds m·d_a·Σ a.
-template <typename Block, typename Value>
-void dequantize_symmetric32(const void* src, float* dst, int64_t n, Value value) {
-  const auto* blocks = static_cast<const Block*>(src);
-  for (int64_t b = 0; b < n / kBlock32; ++b) {
-    const float d = f16_to_f32(blocks[b].d);
-    for (int j = 0; j < 32; ++j) dst[32 * b + j] = d * float(value(blocks[b], j));
-  }
-}
-
-template <typename Block, typename Quant>
-void dequantize_affine32(const void* src, float* dst, int64_t n, Quant quant) {
-  const auto* blocks = static_cast<const Block*>(src);
-  for (int64_t b = 0; b < n / kBlock32; ++b) {
-    const float d = f16_to_f32(blocks[b].d);
-    const float m = f16_to_f32(blocks[b].m);
-    for (int j = 0; j < 32; ++j) dst[32 * b + j] = d * float(quant(blocks[b], j)) + m;
-  }
-}
-
-template <typename Block, typename Value>
-float dot_symmetric32(const void* w, const void* a, int64_t n, Value value) {
-  const auto* blocks = static_cast<const Block*>(w);
-  const auto* acts = static_cast<const BlockQ8_0*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlock32; ++b) {
-    int isum = 0;
-    for (int j = 0; j < 32; ++j) isum += value(blocks[b], j) * acts[b].qs[j];
-    sum += double(f16_to_f32(blocks[b].d)) * double(f16_to_f32(acts[b].d)) * isum;
-  }
-  return static_cast<float>(sum);
-}
-
-template <typename Block, typename Quant>
-float dot_affine32(const void* w, const void* a, int64_t n, Quant quant) {
-  const auto* blocks = static_cast<const Block*>(w);
-  const auto* acts = static_cast<const BlockQ8_0*>(a);
-  double sum = 0.0;
-  for (int64_t b = 0; b < n / kBlock32; ++b) {
-    int isum = 0;
-    for (int j = 0; j < 32; ++j) isum += quant(blocks[b], j) * acts[b].qs[j];
-    const double da = f16_to_f32(acts[b].d);
-    sum += double(f16_to_f32(blocks[b].d)) * da * isum +
-           double(f16_to_f32(blocks[b].m)) * da * activation_sum(acts[b]);
-  }
-  return static_cast<float>(sum);
-}
-
-// The affine quantizers (Q4_1, Q5_1) as ggml's reference: d = (max − min)/max_q, m = min,
-// q = min(max_q, trunc((x − min)/d + 0.5)); pack(q, block) stores the 32 quants.
-template <typename Block, typename Pack>
-void quantize_affine32(const float* src, void* dst, int64_t n, int max_q, Pack pack) {
-  auto* blocks = static_cast<Block*>(dst);
-  for (int64_t b = 0; b < n / kBlock32; ++b) {
-    const float* x = src + 32 * b;
-    float lo, hi;
-    min_max(x, &lo, &hi);
-    const float d = (hi - lo) / float(max_q);
-    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
-    blocks[b].d = f32_to_f16(d);
-    blocks[b].m = f32_to_f16(lo);
-    uint8_t q[32];
-    for (int j = 0; j < 32; ++j) q[j] = truncate_clamped((x[j] - lo) * inverse + 0.5f, max_q);
-    pack(q, blocks[b]);
-  }
-}
-
-const auto q4_1_quant = [](const BlockQ4_1& block, int j) { return q4_quant(block.qs, j); };
-const auto q5_1_quant = [](const BlockQ5_1& block, int j) { return q5_quant(block, j); };
-const auto q5_0_value = [](const BlockQ5_0& block, int j) { return q5_quant(block, j) - 16; };
 const auto iq4_nl_value = [](const BlockIQ4_NL& block, int j) {
   return int(kIq4nlValues[q4_quant(block.qs, j)]);
 };
 
+// Nibble j (j < 32) of IQ4_XS sub-block ib: placed as IQ4_NL's within 16 bytes.
+int iq4_xs_index(const BlockIQ4_XS& block, int ib, int j) {
+  const uint8_t byte = block.qs[16 * ib + (j % 16)];
+  return j < 16 ? (byte & 15) : (byte >> 4);
+}
+
 }  // namespace
-
-void dequantize_q4_1(const void* src, float* dst, int64_t n) {
-  dequantize_affine32<BlockQ4_1>(src, dst, n, q4_1_quant);
-}
-
-void dequantize_q5_0(const void* src, float* dst, int64_t n) {
-  dequantize_symmetric32<BlockQ5_0>(src, dst, n, q5_0_value);
-}
-
-void dequantize_q5_1(const void* src, float* dst, int64_t n) {
-  dequantize_affine32<BlockQ5_1>(src, dst, n, q5_1_quant);
-}
 
 void dequantize_iq4_nl(const void* src, float* dst, int64_t n) {
   dequantize_symmetric32<BlockIQ4_NL>(src, dst, n, iq4_nl_value);
-}
-
-float dot_q4_1(const void* w, const void* a, int64_t n) {
-  return dot_affine32<BlockQ4_1>(w, a, n, q4_1_quant);
-}
-
-float dot_q5_0(const void* w, const void* a, int64_t n) {
-  return dot_symmetric32<BlockQ5_0>(w, a, n, q5_0_value);
-}
-
-float dot_q5_1(const void* w, const void* a, int64_t n) {
-  return dot_affine32<BlockQ5_1>(w, a, n, q5_1_quant);
 }
 
 float dot_iq4_nl(const void* w, const void* a, int64_t n) {
   return dot_symmetric32<BlockIQ4_NL>(w, a, n, iq4_nl_value);
 }
 
-void quantize_q4_1(const float* src, void* dst, int64_t n) {
-  quantize_affine32<BlockQ4_1>(src, dst, n, 15, [](const uint8_t q[32], BlockQ4_1& block) {
-    for (int j = 0; j < 16; ++j) block.qs[j] = uint8_t(q[j] | (q[j + 16] << 4));
+void dequantize_iq4_xs(const void* src, float* dst, int64_t n) {
+  dequantize_k_blocks<BlockIQ4_XS>(src, dst, n, [](const BlockIQ4_XS& block, float* y) {
+    const float d = f16_to_f32(block.d);
+    for (int ib = 0; ib < 8; ++ib) {
+      const float dl = d * float(iq4_xs_scale(block, ib) - 32);
+      for (int j = 0; j < 32; ++j) {
+        y[32 * ib + j] = dl * float(kIq4nlValues[iq4_xs_index(block, ib, j)]);
+      }
+    }
   });
 }
 
-// Q5_0 as ggml's reference: the signed extreme v maps to −16 (d = v/−16),
-// q = min(31, trunc(x/d + 16.5)).
-void quantize_q5_0(const float* src, void* dst, int64_t n) {
-  auto* blocks = static_cast<BlockQ5_0*>(dst);
-  for (int64_t b = 0; b < n / kBlock32; ++b) {
-    const float* x = src + 32 * b;
-    const float d = extreme_value(x, 32) / -16.0f;
-    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
-    blocks[b].d = f32_to_f16(d);
-    uint8_t q[32];
-    for (int j = 0; j < 32; ++j) q[j] = truncate_clamped(x[j] * inverse + 16.5f, 31);
-    pack_q5(q, blocks[b].qs, blocks[b].qh);
-  }
-}
-
-void quantize_q5_1(const float* src, void* dst, int64_t n) {
-  quantize_affine32<BlockQ5_1>(src, dst, n, 31, [](const uint8_t q[32], BlockQ5_1& block) {
-    pack_q5(q, block.qs, block.qh);
+float dot_iq4_xs(const void* w, const void* a, int64_t n) {
+  return dot_k_blocks<BlockIQ4_XS>(w, a, n, [](const BlockIQ4_XS& block, const BlockQ8_K& act) {
+    int64_t scaled = 0;
+    for (int ib = 0; ib < 8; ++ib) {
+      int isum = 0;
+      for (int j = 0; j < 32; ++j) {
+        isum += kIq4nlValues[iq4_xs_index(block, ib, j)] * act.qs[32 * ib + j];
+      }
+      scaled += int64_t(iq4_xs_scale(block, ib) - 32) * isum;
+    }
+    return double(f16_to_f32(block.d)) * act.d * double(scaled);
   });
 }
 
