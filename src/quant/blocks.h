@@ -108,7 +108,7 @@ inline void pack_q4_K_scales(const uint8_t scales[8], const uint8_t mins[8], uin
 }
 
 // Blocks of the llama-quantize mix types (Q4_1, Q5_0, Q5_1, IQ4_NL; Q3_K, Q5_K, IQ4_XS); kernels in
-// kernels_more.h. Layouts: shared/reference/gguf-and-quants.md §4 and ggml-common.h.
+// kernels.h (kTableKernels). Layouts: shared/reference/gguf-and-quants.md §4 and ggml-common.h.
 struct BlockQ4_1 {
   uint16_t d;
   uint16_t m;      // y = d·q + m

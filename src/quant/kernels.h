@@ -1,8 +1,15 @@
 // Per-type kernels behind quant.h (internal to quant/ and its tests).
 //
 // `scalar::` is the specification: plain loops written from the block definitions. `avx2::` are
-// the fast versions (compiled with AVX2/FMA/F16C/BMI1 in *_avx2.cpp); call them only when
+// the fast versions (compiled with AVX2/FMA/F16C/BMI1 in avx2/*.cpp); call them only when
 // cpu_has_avx2() is true. `avx512::` holds the few kernels that gain from AVX-512 (see below).
+// Files are named by format family, the same name at each instruction level:
+//   float     F32, F16, BF16                         (a: f32)
+//   blocks32  Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, and the Q8_0 / Q8_K activation quantizers (a: Q8_0)
+//   kquants   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K           (a: Q8_K; quantizers in kquants_quantize.cpp)
+//   iq4       IQ4_NL (a: Q8_0), IQ4_XS (a: Q8_K)
+//   iq2xs     IQ2_XS                                 (a: Q8_K)
+//   iq_lowbit IQ2_XXS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (a: Q8_K; no quantizers)
 // Contracts per kind:
 // - dequantize_*: bitwise identical between scalar and avx2.
 // - quantize_activation_* (Q8_0, Q8_K): bitwise identical between scalar and avx2.
@@ -13,6 +20,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "quant/ggml_type.h"
 
 namespace strata::quant {
 
@@ -56,7 +65,7 @@ float dot_q4_K(const void* w, const void* a, int64_t n);    // a: Q8_K
 float dot_q6_K(const void* w, const void* a, int64_t n);    // a: Q8_K
 float dot_iq2_xs(const void* w, const void* a, int64_t n);  // a: Q8_K
 
-// Low-bit IQ types (scalar_iq_lowbit.cpp): no quantizers (llama.cpp needs an importance matrix).
+// Low-bit IQ types (scalar/iq_lowbit.cpp): no quantizers (llama.cpp needs an importance matrix).
 void dequantize_iq2_xxs(const void* src, float* dst, int64_t n);
 void dequantize_iq2_s(const void* src, float* dst, int64_t n);
 void dequantize_iq3_xxs(const void* src, float* dst, int64_t n);
@@ -69,6 +78,36 @@ float dot_iq3_xxs(const void* w, const void* a, int64_t n);
 float dot_iq3_s(const void* w, const void* a, int64_t n);
 float dot_iq1_s(const void* w, const void* a, int64_t n);
 float dot_iq1_m(const void* w, const void* a, int64_t n);
+
+// Q4_1, Q5_0, Q5_1, IQ4_NL (Q8_0 activations) and Q3_K, Q5_K, IQ4_XS (Q8_K activations): the types
+// llama-quantize mixes into Q4_K_M, Q5_K_M, Q3_K_M, IQ4_XS, ... files; dispatched through
+// kTableKernels below. Q4_1/Q5_1 (y = d·q + m): llama.cpp pairs them with Q8_1 activations, whose
+// stored sum s = d·Σq is f16-rounded. strata uses Q8_0 activations and adds m·d_a·Σq_a from the
+// integer quants, which is exact, so the dot is the dot of the dequantized operands (up to the
+// final roundings).
+void dequantize_q4_1(const void* src, float* dst, int64_t n);
+void dequantize_q5_0(const void* src, float* dst, int64_t n);
+void dequantize_q5_1(const void* src, float* dst, int64_t n);
+void dequantize_iq4_nl(const void* src, float* dst, int64_t n);
+void dequantize_q3_K(const void* src, float* dst, int64_t n);
+void dequantize_q5_K(const void* src, float* dst, int64_t n);
+void dequantize_iq4_xs(const void* src, float* dst, int64_t n);
+
+void quantize_q4_1(const float* src, void* dst, int64_t n);
+void quantize_q5_0(const float* src, void* dst, int64_t n);
+void quantize_q5_1(const float* src, void* dst, int64_t n);
+void quantize_iq4_nl(const float* src, void* dst, int64_t n);
+void quantize_q3_K(const float* src, void* dst, int64_t n);
+void quantize_q5_K(const float* src, void* dst, int64_t n);
+void quantize_iq4_xs(const float* src, void* dst, int64_t n);
+
+float dot_q4_1(const void* w, const void* a, int64_t n);    // a: Q8_0
+float dot_q5_0(const void* w, const void* a, int64_t n);    // a: Q8_0
+float dot_q5_1(const void* w, const void* a, int64_t n);    // a: Q8_0
+float dot_iq4_nl(const void* w, const void* a, int64_t n);  // a: Q8_0
+float dot_q3_K(const void* w, const void* a, int64_t n);    // a: Q8_K
+float dot_q5_K(const void* w, const void* a, int64_t n);    // a: Q8_K
+float dot_iq4_xs(const void* w, const void* a, int64_t n);  // a: Q8_K
 }  // namespace scalar
 
 namespace avx2 {
@@ -94,7 +133,7 @@ float dot_q4_K(const void* w, const void* a, int64_t n);
 float dot_q6_K(const void* w, const void* a, int64_t n);
 float dot_iq2_xs(const void* w, const void* a, int64_t n);
 
-// Low-bit IQ types (iq_lowbit_avx2.cpp).
+// Low-bit IQ types (avx2/iq_lowbit.cpp).
 void dequantize_iq2_xxs(const void* src, float* dst, int64_t n);
 void dequantize_iq2_s(const void* src, float* dst, int64_t n);
 void dequantize_iq3_xxs(const void* src, float* dst, int64_t n);
@@ -107,9 +146,26 @@ float dot_iq3_xxs(const void* w, const void* a, int64_t n);
 float dot_iq3_s(const void* w, const void* a, int64_t n);
 float dot_iq1_s(const void* w, const void* a, int64_t n);
 float dot_iq1_m(const void* w, const void* a, int64_t n);
+
+// Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, Q5_K, IQ4_XS (avx2/blocks32.cpp, avx2/kquants.cpp, avx2/iq4.cpp).
+void dequantize_q4_1(const void* src, float* dst, int64_t n);
+void dequantize_q5_0(const void* src, float* dst, int64_t n);
+void dequantize_q5_1(const void* src, float* dst, int64_t n);
+void dequantize_iq4_nl(const void* src, float* dst, int64_t n);
+void dequantize_q3_K(const void* src, float* dst, int64_t n);
+void dequantize_q5_K(const void* src, float* dst, int64_t n);
+void dequantize_iq4_xs(const void* src, float* dst, int64_t n);
+
+float dot_q4_1(const void* w, const void* a, int64_t n);
+float dot_q5_0(const void* w, const void* a, int64_t n);
+float dot_q5_1(const void* w, const void* a, int64_t n);
+float dot_iq4_nl(const void* w, const void* a, int64_t n);
+float dot_q3_K(const void* w, const void* a, int64_t n);
+float dot_q5_K(const void* w, const void* a, int64_t n);
+float dot_iq4_xs(const void* w, const void* a, int64_t n);
 }  // namespace avx2
 
-// AVX-512 kernels (F, BW, VL, VBMI, VNNI, BITALG; *_avx512.cpp): call them only when
+// AVX-512 kernels (F, BW, VL, VBMI, VNNI, BITALG; avx512/*.cpp): call them only when
 // cpu_has_avx512() is true. Bitwise equal to their avx2:: counterparts (same integer lanes, same
 // f32 code), so the result does not depend on which of the two a CPU runs.
 namespace avx512 {
@@ -140,5 +196,32 @@ inline int quantize_activation_value(float v) {
   v = v < 127.0f ? v : 127.0f;
   return static_cast<int>(round_half_even(v));
 }
+
+// One row per type, read by quant.cpp's dispatch tables and activation_type, and by the tests.
+struct TableKernels {
+  GgmlType type;
+  GgmlType activation;  // Q8_0 or Q8_K
+  DequantizeFn scalar_dequantize;
+  QuantizeFn quantize;
+  DotFn scalar_dot;
+  DequantizeFn avx2_dequantize;
+  DotFn avx2_dot;
+};
+inline constexpr TableKernels kTableKernels[] = {
+    {GgmlType::Q4_1, GgmlType::Q8_0, scalar::dequantize_q4_1, scalar::quantize_q4_1,
+     scalar::dot_q4_1, avx2::dequantize_q4_1, avx2::dot_q4_1},
+    {GgmlType::Q5_0, GgmlType::Q8_0, scalar::dequantize_q5_0, scalar::quantize_q5_0,
+     scalar::dot_q5_0, avx2::dequantize_q5_0, avx2::dot_q5_0},
+    {GgmlType::Q5_1, GgmlType::Q8_0, scalar::dequantize_q5_1, scalar::quantize_q5_1,
+     scalar::dot_q5_1, avx2::dequantize_q5_1, avx2::dot_q5_1},
+    {GgmlType::IQ4_NL, GgmlType::Q8_0, scalar::dequantize_iq4_nl, scalar::quantize_iq4_nl,
+     scalar::dot_iq4_nl, avx2::dequantize_iq4_nl, avx2::dot_iq4_nl},
+    {GgmlType::Q3_K, GgmlType::Q8_K, scalar::dequantize_q3_K, scalar::quantize_q3_K,
+     scalar::dot_q3_K, avx2::dequantize_q3_K, avx2::dot_q3_K},
+    {GgmlType::Q5_K, GgmlType::Q8_K, scalar::dequantize_q5_K, scalar::quantize_q5_K,
+     scalar::dot_q5_K, avx2::dequantize_q5_K, avx2::dot_q5_K},
+    {GgmlType::IQ4_XS, GgmlType::Q8_K, scalar::dequantize_iq4_xs, scalar::quantize_iq4_xs,
+     scalar::dot_iq4_xs, avx2::dequantize_iq4_xs, avx2::dot_iq4_xs},
+};
 
 }  // namespace strata::quant

@@ -15,7 +15,6 @@
 #include <cstring>
 
 #include "quant/kernels.h"
-#include "quant/kernels_more.h"
 #include "util/error.h"
 
 namespace strata::quant {
@@ -57,7 +56,7 @@ KernelArray scalar_kernels() {
                        scalar::dot_q6_K});
   set(GgmlType::IQ2_XS, {scalar::dequantize_iq2_xs, scalar::quantize_iq2_xs,
                          scalar::quantize_q8_K, scalar::dot_iq2_xs});
-  for (const MoreTypeKernels& more : kMoreTypeKernels) {
+  for (const TableKernels& more : kTableKernels) {
     const bool k_act = more.activation == GgmlType::Q8_K;
     set(more.type, {more.scalar_dequantize, more.quantize,
                     k_act ? scalar::quantize_q8_K : scalar::quantize_q8_0, more.scalar_dot});
@@ -121,7 +120,7 @@ KernelArray fast_kernels(KernelLevel level) {
   set(GgmlType::Q4_K, avx2::dequantize_q4_K, avx2::quantize_q8_K, avx2::dot_q4_K);
   set(GgmlType::Q6_K, avx2::dequantize_q6_K, avx2::quantize_q8_K, avx2::dot_q6_K);
   set(GgmlType::IQ2_XS, avx2::dequantize_iq2_xs, avx2::quantize_q8_K, avx2::dot_iq2_xs);
-  for (const MoreTypeKernels& more : kMoreTypeKernels) {
+  for (const TableKernels& more : kTableKernels) {
     const bool k_act = more.activation == GgmlType::Q8_K;
     set(more.type, more.avx2_dequantize, k_act ? avx2::quantize_q8_K : avx2::quantize_q8_0,
         more.avx2_dot);
@@ -253,7 +252,7 @@ GgmlType activation_type(GgmlType weight_type) {
     case GgmlType::IQ1_M:
       return GgmlType::Q8_K;
     default:
-      for (const MoreTypeKernels& more : kMoreTypeKernels) {
+      for (const TableKernels& more : kTableKernels) {
         if (more.type == weight_type) return more.activation;
       }
       fail("quant::activation_type: type {} (id {}) has no kernels", printable_name(weight_type),

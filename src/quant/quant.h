@@ -1,6 +1,6 @@
 // Block quantization formats: dequantize, quantize and dot products for the types with kernels
 // (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q2_K, IQ2_XS; and Q4_1, Q5_0, Q5_1, IQ4_NL with Q8_0
-// activations, Q3_K, Q5_K, IQ4_XS with Q8_K activations: quant/kernels_more.h), and dequantize
+// activations, Q3_K, Q5_K, IQ4_XS with Q8_K activations: kTableKernels in quant/kernels.h), and dequantize
 // and dot products only for the low-bit IQ types of llama.cpp's importance-matrix files (IQ2_XXS,
 // IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M).
 //
@@ -13,7 +13,7 @@
 //   The reduction order of `dot` depends only on n, never on where the row sits in a matrix; this
 //   is what makes a row's result identical in a 1-row and a T-row window.
 // - Implementations live side by side: `quant::ref` (scalar, the specification), the AVX2 path
-//   (quant/*_avx2.cpp) and AVX-512 dot kernels for Q4_0, Q4_K and IQ2_XS (quant/*_avx512.cpp,
+//   (quant/avx2/*.cpp) and AVX-512 dot kernels for Q4_0, Q4_K and IQ2_XS (quant/avx512/*.cpp,
 //   bitwise equal to the AVX2 ones). The public functions dispatch to the best level the CPU has.
 //   Tests compare every path with ref on random inputs and compare ref against hand-computed
 //   blocks.

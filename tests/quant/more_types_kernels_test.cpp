@@ -1,4 +1,4 @@
-// Kernels of Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, Q5_K, IQ4_XS (kernels_more.h): AVX2 against the scalar
+// Kernels of Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, Q5_K, IQ4_XS (kernels.h: kTableKernels): AVX2 against the scalar
 // specification on random rows (many seeds, 1..N blocks, every even byte offset of the row),
 // the reference dot against a double dot of the dequantized operands, quantize → dequantize
 // error, and dispatch. Tolerances as kernels_test.cpp (u = 2^-24, S = Σ m_i·|a_i|).
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "more_types_util.h"
-#include "quant/kernels_more.h"
+#include "quant/kernels.h"
 #include "quant/quant.h"
 #include "util/fp16.h"
 

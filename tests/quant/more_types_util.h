@@ -1,4 +1,4 @@
-// Test helpers for the types of kernels_more.h (Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, Q5_K, IQ4_XS):
+// Test helpers for the types of kernels.h kTableKernels (Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, Q5_K, IQ4_XS):
 // random valid rows and per-element weight magnitudes for error bounds. Kept apart from
 // quant_test_util.h so the two type lists grow independently.
 #pragma once
@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "quant/kernels_more.h"
+#include "quant/kernels.h"
 #include "quant_test_util.h"
 
 namespace strata::quant::testing {
@@ -76,11 +76,11 @@ inline std::vector<double> more_weight_magnitudes(GgmlType type, const std::vect
   return magnitude;
 }
 
-inline const MoreTypeKernels& more_kernels(GgmlType type) {
-  for (const MoreTypeKernels& k : kMoreTypeKernels) {
+inline const TableKernels& more_kernels(GgmlType type) {
+  for (const TableKernels& k : kTableKernels) {
     if (k.type == type) return k;
   }
-  return kMoreTypeKernels[0];  // unreachable for kMoreTypes
+  return kTableKernels[0];  // unreachable for kMoreTypes
 }
 
 }  // namespace strata::quant::testing

@@ -1,5 +1,5 @@
-// Scalar helpers shared by the K-quant specification kernels (scalar_kquants.cpp,
-// scalar_kquants_more.cpp): the block loops of dequantization and dots, the per-block mins term,
+// Scalar helpers shared by the K-quant specification kernels (scalar/kquants.cpp,
+// scalar/iq4.cpp): the block loops of dequantization and dots, the per-block mins term,
 // the f64 block contribution, and the block bodies Q4_K and Q5_K share.
 #pragma once
 

@@ -6,7 +6,7 @@
 // (≤ 2·43·127). The sub-block scale enters as the integer 2s+1 (db = d·(2s+1)/8).
 #include <cstring>
 
-#include "quant/avx2_common.h"
+#include "quant/avx2/common.h"
 #include "quant/blocks.h"
 #include "quant/iq2xs_tables.h"
 #include "quant/kernels.h"

@@ -31,8 +31,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "quant/avx2_common.h"
-#include "quant/avx512_common.h"
+#include "quant/avx2/common.h"
+#include "quant/avx512/common.h"
 #include "quant/blocks.h"
 #include "quant/iq2xs_tables.h"
 #include "quant/kernels.h"

@@ -1,7 +1,7 @@
 // AVX2/FMA/F16C kernels for the float weight types (F32, F16, BF16) with f32 activations.
 // Reduction order: four 8-lane FMA accumulators over 32-element steps, then one 8-lane step
 // for the remaining multiples of 8, then a scalar tail; fixed by n alone.
-#include "quant/avx2_common.h"
+#include "quant/avx2/common.h"
 #include "quant/kernels.h"
 #include "util/fp16.h"
 

@@ -1,4 +1,4 @@
-// Small AVX2 helpers shared by the *_avx2.cpp and *_avx512.cpp kernels. Include only from files
+// Small AVX2 helpers shared by the avx2/*.cpp and avx512/*.cpp kernels. Include only from files
 // compiled with STRATA_AVX2_FLAGS.
 //
 // Every helper is always_inline: a plain inline function is also emitted out of line where it is

@@ -1,4 +1,4 @@
-// Small AVX-512 helpers shared by the *_avx512.cpp kernels. Include only from files compiled with
+// Small AVX-512 helpers shared by the avx512/*.cpp kernels. Include only from files compiled with
 // the AVX-512 flags (src/quant/CMakeLists.txt); always_inline for the reason in avx2_common.h.
 //
 // g++ 12 warns (-Wuninitialized, -Wmaybe-uninitialized) inside its own AVX-512 intrinsics:

@@ -1,19 +1,26 @@
-// AVX2 kernels of Q4_1, Q5_0, Q5_1 and IQ4_NL with Q8_0 activations (scalar specification:
-// scalar_blocks32_more.cpp).
-// - Dequantization evaluates the scalar expressions lane by lane (d·q, d·q + m, d·K[q]), so it is
-//   bitwise identical to quant::scalar.
-// - Dots: signed weights (Q5_0: q − 16, IQ4_NL: codebook values, |w| ≤ 127) use the sign trick of
-//   q8_q4_avx2.cpp; unsigned ones (Q4_1, Q5_1: 0..31) go straight into maddubs. Integer block sums
-//   are exact; each block adds one FMA per lane into one of two accumulators (block b into b % 2),
-//   plus for Q4_1/Q5_1 one FMA of m·d_a times the activation sum into a second pair.
+// AVX2 kernels of the 32-weight block types Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 (Q8_0 activations) and
+// the activation quantizers (scalar specification: scalar/blocks32.cpp).
+// - Dequantization evaluates the scalar expressions lane by lane (d·q, d·q + m), so it is bitwise
+//   identical to quant::scalar.
+// - Dots: signed weights (Q8_0, Q4_0: nibble − 8, Q5_0: q − 16) use the sign trick:
+//   maddubs(|w|, sign(a, w)) = Σ w·a in i16 pairs without overflow because |w| ≤ 128 and |a| ≤ 127
+//   (2·128·127 < 32768); unsigned ones (Q4_1, Q5_1: 0..31) go straight into maddubs. Integer block
+//   sums are exact; for Q4_1/Q5_1 each block adds one FMA per lane into one of two accumulators
+//   (block b into b % 2), plus one FMA of m·d_a times the activation sum into a second pair.
 #include <cstring>
 
-#include "quant/avx2_common.h"
+#include "quant/avx2/common.h"
 #include "quant/blocks.h"
-#include "quant/kernels_more.h"
+#include "quant/kernels.h"
+#include "util/fp16.h"
 
 namespace strata::quant::avx2 {
 namespace {
+
+// 32 signed Q4_0 values (nibble − 8) in element order.
+inline __m256i unpack_q4_0(const BlockQ4_0& block) {
+  return _mm256_sub_epi8(unpack_nibbles(block.qs), _mm256_set1_epi8(8));
+}
 
 // 0x10 in byte j where bit j of the little-endian u32 at qh is set, else 0.
 inline __m256i q5_high_bits(const uint8_t qh[4]) {
@@ -27,11 +34,6 @@ inline __m256i q5_high_bits(const uint8_t qh[4]) {
   const __m256i all_but_own = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
   const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, all_but_own), _mm256_set1_epi8(-1));
   return _mm256_and_si256(set, _mm256_set1_epi8(16));
-}
-
-inline __m256i iq4nl_table() {
-  return _mm256_broadcastsi128_si256(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
 }
 
 // Stores d·q + m for 32 unsigned bytes q (multiply, then add: the scalar order).
@@ -81,11 +83,70 @@ inline __m256i unpack_q5_0(const BlockQ5_0& block) {
 inline __m256i unpack_q5_1(const BlockQ5_1& block) {
   return _mm256_or_si256(unpack_nibbles(block.qs), q5_high_bits(block.qh));
 }
-inline __m256i unpack_iq4_nl(const BlockIQ4_NL& block, __m256i table) {
-  return _mm256_shuffle_epi8(table, unpack_nibbles(block.qs));
-}
 
 }  // namespace
+
+void dequantize_q8_0(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ8_0*>(src);
+  for (int64_t b = 0; b < n / kBlock32; ++b) {
+    store_scaled_i8x32(load32(blocks[b].qs), f16_scalar_to_f32(blocks[b].d), dst + 32 * b);
+  }
+}
+
+void dequantize_q4_0(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ4_0*>(src);
+  for (int64_t b = 0; b < n / kBlock32; ++b) {
+    store_scaled_i8x32(unpack_q4_0(blocks[b]), f16_scalar_to_f32(blocks[b].d), dst + 32 * b);
+  }
+}
+
+void quantize_q8_0(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ8_0*>(dst);
+  for (int64_t b = 0; b < n / kBlock32; ++b) {
+    const float* x = src + 32 * b;
+    const float d = max_abs(x, 32) / 127.0f;
+    const __m256 inverse = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    blocks[b].d = f32_to_f16(d);
+    const __m256i q = pack_i32x32_to_i8(
+        quantize_activation_8(x, inverse), quantize_activation_8(x + 8, inverse),
+        quantize_activation_8(x + 16, inverse), quantize_activation_8(x + 24, inverse));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(blocks[b].qs), q);
+  }
+}
+
+void quantize_q8_K(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ8_K*>(dst);
+  for (int64_t b = 0; b < n / kBlockK; ++b) {
+    const float* x = src + kBlockK * b;
+    const float d = max_abs(x, kBlockK) / 127.0f;
+    const __m256 inverse = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    blocks[b].d = d;
+    for (int chunk = 0; chunk < 8; ++chunk) {
+      const float* xc = x + 32 * chunk;
+      const __m256i q0 = quantize_activation_8(xc, inverse);
+      const __m256i q1 = quantize_activation_8(xc + 8, inverse);
+      const __m256i q2 = quantize_activation_8(xc + 16, inverse);
+      const __m256i q3 = quantize_activation_8(xc + 24, inverse);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(blocks[b].qs + 32 * chunk),
+                          pack_i32x32_to_i8(q0, q1, q2, q3));
+      blocks[b].bsums[2 * chunk] = static_cast<int16_t>(horizontal_sum_i32(_mm256_add_epi32(q0, q1)));
+      blocks[b].bsums[2 * chunk + 1] =
+          static_cast<int16_t>(horizontal_sum_i32(_mm256_add_epi32(q2, q3)));
+    }
+  }
+}
+
+float dot_q8_0(const void* w, const void* a, int64_t n) {
+  return dot_blocks32(static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(a),
+                      n / kBlock32, [](const BlockQ8_0& block) { return load32(block.qs); });
+}
+
+float dot_q4_0(const void* w, const void* a, int64_t n) {
+  // A lambda, not the function name: GCC kept a function pointer argument as an out-of-line call
+  // per 32-weight block (3.5x slower than Q8_0); a lambda's type names the callee, so it inlines.
+  return dot_blocks32(static_cast<const BlockQ4_0*>(w), static_cast<const BlockQ8_0*>(a),
+                      n / kBlock32, [](const BlockQ4_0& block) { return unpack_q4_0(block); });
+}
 
 void dequantize_q4_1(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ4_1*>(src);
@@ -110,15 +171,6 @@ void dequantize_q5_1(const void* src, float* dst, int64_t n) {
   }
 }
 
-void dequantize_iq4_nl(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockIQ4_NL*>(src);
-  const __m256i table = iq4nl_table();
-  for (int64_t b = 0; b < n / kBlock32; ++b) {
-    store_scaled_i8x32(unpack_iq4_nl(blocks[b], table), f16_scalar_to_f32(blocks[b].d),
-                       dst + 32 * b);
-  }
-}
-
 float dot_q4_1(const void* w, const void* a, int64_t n) {
   return dot_affine(static_cast<const BlockQ4_1*>(w), static_cast<const BlockQ8_0*>(a),
                     n / kBlock32, [](const BlockQ4_1& block) { return unpack_nibbles(block.qs); });
@@ -132,13 +184,6 @@ float dot_q5_0(const void* w, const void* a, int64_t n) {
 float dot_q5_1(const void* w, const void* a, int64_t n) {
   return dot_affine(static_cast<const BlockQ5_1*>(w), static_cast<const BlockQ8_0*>(a),
                     n / kBlock32, [](const BlockQ5_1& block) { return unpack_q5_1(block); });
-}
-
-float dot_iq4_nl(const void* w, const void* a, int64_t n) {
-  const __m256i table = iq4nl_table();
-  return dot_blocks32(static_cast<const BlockIQ4_NL*>(w), static_cast<const BlockQ8_0*>(a),
-                      n / kBlock32,
-                      [table](const BlockIQ4_NL& block) { return unpack_iq4_nl(block, table); });
 }
 
 }  // namespace strata::quant::avx2

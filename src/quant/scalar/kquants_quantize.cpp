@@ -13,7 +13,6 @@
 
 #include "quant/blocks.h"
 #include "quant/kernels.h"
-#include "quant/kernels_more.h"
 #include "util/fp16.h"
 
 namespace strata::quant::scalar {

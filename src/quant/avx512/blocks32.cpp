@@ -10,8 +10,8 @@
 // in the same order; the tail block (odd count) and the final sum are the AVX2 code.
 #include <immintrin.h>
 
-#include "quant/avx2_common.h"
-#include "quant/avx512_common.h"
+#include "quant/avx2/common.h"
+#include "quant/avx512/common.h"
 #include "quant/blocks.h"
 #include "quant/kernels.h"
 

@@ -18,8 +18,8 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "quant/avx2_common.h"
-#include "quant/avx512_common.h"
+#include "quant/avx2/common.h"
+#include "quant/avx512/common.h"
 #include "quant/blocks.h"
 #include "quant/kernels.h"
 

@@ -1,6 +1,6 @@
 // AVX2 kernels for the low-bit IQ weights (Q8_K activations): IQ2_XXS and IQ3_XXS (the most
 // common expert types of llama.cpp's low-bit files), IQ2_S, IQ3_S, IQ1_S and IQ1_M.
-// Reference: scalar_iq_lowbit.cpp.
+// Reference: scalar/iq_lowbit.cpp.
 //
 // Dot: per 32-weight sub-block the grid points (unsigned bytes ≤ 62) are gathered from the table
 // into one vector; the four 7-bit sign indices become a byte mask (0xFF = negative) through a
@@ -12,7 +12,7 @@
 #include <array>
 #include <cstring>
 
-#include "quant/avx2_common.h"
+#include "quant/avx2/common.h"
 #include "quant/blocks.h"
 #include "quant/iq2xs_tables.h"
 #include "quant/iq_lowbit_blocks.h"
