@@ -88,7 +88,7 @@ __global__ void quantize_q8_K_kernel(const float* x, int64_t n_in, int64_t n_blo
 }
 
 // Q8_0: four lanes per 32-value block. d = amax/127 stored as f16 (kept here as its f32 value),
-// the quants computed with the unrounded d, as quant/scalar_q8_q4.cpp does.
+// the quants computed with the unrounded d, as quant/scalar/blocks32.cpp does.
 __global__ void quantize_q8_0_kernel(const float* x, int64_t n_in, int64_t n_blocks_total, ActView act,
                                      int64_t blocks_per_row) {
   const int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

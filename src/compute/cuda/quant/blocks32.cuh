@@ -1,5 +1,5 @@
-// The 32-weight block types against Q8_0-style activations (CPU twins: quant/scalar_q8_q4.cpp,
-// quant/scalar_blocks32_more.cpp): Q8_0, Q4_0, IQ4_NL here; Q4_1, Q5_0, Q5_1 beside them.
+// The 32-weight block types against Q8_0-style activations (CPU twin: quant/scalar/blocks32.cpp):
+// Q8_0, Q4_0, IQ4_NL, and Q4_1, Q5_0, Q5_1 below them.
 // A unit is one whole block (32 weights, read as aligned words and funnel-shifted: blocks of 34
 // and 18 bytes are only 2-byte aligned); smaller units cost more load instructions per byte than
 // they save in lane balance (bench_cuda_matvec: quarter-block units ran at 0.35 / 0.20 of HBM).
@@ -121,7 +121,7 @@ struct Nibble32Weights {
 using Q4_0Weights = Nibble32Weights<false>;
 using IQ4_NLWeights = Nibble32Weights<true>;
 
-// Q4_1, Q5_0, Q5_1 (quant/scalar_blocks32_more.cpp): nibbles placed as Q4_0's; the 5-bit types add
+// Q4_1, Q5_0, Q5_1 (quant/scalar/blocks32.cpp): nibbles placed as Q4_0's; the 5-bit types add
 // bit j of the little-endian word qh as bit 4 of element j; Q5_0 decodes to d·(q − 16), the
 // affine types to d·q + m, whose dot adds m·d_a·Σa (here per unit: the unit's own 8 activation
 // quants, summed exactly by dp4a against ones, so no unit depends on another).

@@ -1,4 +1,4 @@
-// F32, F16 and BF16 weights against f32 activations (CPU twin: quant/scalar_float.cpp).
+// F32, F16 and BF16 weights against f32 activations (CPU twin: quant/scalar/float.cpp).
 // A unit is 8 consecutive weights: one 16-byte load (two for F32); its products are chained
 // with fused multiply-adds in index order, then added to the row's accumulator.
 #pragma once

@@ -1,4 +1,4 @@
-// IQ2_XS against Q8_K-style activations (CPU twin: quant/scalar_iq2xs.cpp). A sub-block of 32
+// IQ2_XS against Q8_K-style activations (CPU twin: quant/scalar/iq2xs.cpp). A sub-block of 32
 // weights is four 16-bit words (9-bit grid index | 7-bit sign index << 9) and one
 // scale nibble per 16 weights, db = d·(2s+1)/8. The 512-point grid (4 KiB) is copied into
 // shared memory per thread block: a warp's 32 random lookups then cost a few bank cycles

@@ -1,4 +1,4 @@
-// IQ4_XS against Q8_K-style activations (CPU twin: quant/scalar_kquants_more.cpp; IQ4_NL, its
+// IQ4_XS against Q8_K-style activations (CPU twin: quant/scalar/iq4.cpp; IQ4_NL, its
 // 32-weight sibling, stays with the Q8_0-activation types in blocks32.cuh). A unit is one 32-weight
 // sub-block ib: the 16 bytes qs[16ib ..] with nibbles placed as IQ4_NL's (low nibble of byte j:
 // element j, high nibble: element 16 + j), decoded through the IQ4_NL codebook, and a signed 6-bit

@@ -1,4 +1,4 @@
-// The low-bit IQ types against Q8_K-style activations (CPU twin: quant/scalar_iq_lowbit.cpp):
+// The low-bit IQ types against Q8_K-style activations (CPU twin: quant/scalar/iq_lowbit.cpp):
 // IQ2_XXS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M. A unit is one 32-weight sub-block (four 8-weight
 // groups): its index, sign and scale bytes are contiguous or nearly so, and a warp's lanes read
 // neighbouring sub-blocks. Each group becomes two words of four signed bytes (grid magnitudes

@@ -1,5 +1,5 @@
-// K-quants (256-weight blocks) against Q8_K-style activations (CPU twins: quant/scalar_kquants.cpp,
-// quant/scalar_kquants_more.cpp, quant/kquant_scales.h): Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. Each unit's integer
+// K-quants (256-weight blocks) against Q8_K-style activations (CPU twins: quant/scalar/kquants.cpp,
+// quant/scalar/kquant_scales.h): Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. Each unit's integer
 // sums (scaled quants, and the mins term from the activation's 16-quant sums) are exact; the
 // unit adds d·d_a·scaled − dmin·d_a·mins to the row with two fused multiply-adds.
 #pragma once
