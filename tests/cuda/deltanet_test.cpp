@@ -132,5 +132,45 @@ TEST(CudaDeltaNet, ConvSiluMatchesCpu) {
   }
 }
 
+TEST(CudaDeltaNet, PrepareMatchesCpu) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(13);
+  Stream stream;
+  const int nk = 2, nv = 6, d = 128;
+  const int64_t rows = 3, key_dim = nk * d, value_dim = nv * d, conv_dim = 2 * key_dim + value_dim;
+  const auto conv = random_floats(size_t(rows * conv_dim), rng, -1.0f, 1.0f);
+  const auto braw = random_floats(size_t(rows * nv), rng, -4.0f, 4.0f), araw = random_floats(size_t(rows * nv), rng, -4.0f, 30.0f);
+  const auto a = random_floats(size_t(nv), rng, -2.0f, -0.1f), dt = random_floats(size_t(nv), rng, -1.0f, 1.0f);
+  DeviceBuffer dc = to_device(conv), db = to_device(braw), da = to_device(araw), dA = to_device(a), ddt = to_device(dt);
+  DeviceBuffer q(size_t(rows * key_dim) * 4), k(size_t(rows * key_dim) * 4), v(size_t(rows * value_dim) * 4);
+  DeviceBuffer beta(size_t(rows * nv) * 4), decay(size_t(rows * nv) * 4);
+  compute::cuda::deltanet_prepare(dc.as<float>(), db.as<float>(), da.as<float>(), dA.as<float>(), ddt.as<float>(), rows, nk, nv,
+                                  d, q.as<float>(), k.as<float>(), v.as<float>(), beta.as<float>(), decay.as<float>(), stream.get());
+  stream.synchronize();
+  const auto gq = from_device<float>(q, size_t(rows * key_dim)), gk = from_device<float>(k, size_t(rows * key_dim));
+  const auto gb = from_device<float>(beta, size_t(rows * nv)), gd = from_device<float>(decay, size_t(rows * nv));
+  const float q_scale = 1.0f / std::sqrt(float(d));
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int h = 0; h < 2 * nk; ++h) {  // the CPU's l2_normalize, transcribed
+      const float* src = conv.data() + t * conv_dim + (h < nk ? 0 : key_dim) + (h % nk) * d;
+      float sum = 0.0f;
+      for (int i = 0; i < d; ++i) sum += src[i] * src[i];
+      const float scale = (h < nk ? q_scale : 1.0f) / std::sqrt(sum + 1e-6f);
+      const float* got = (h < nk ? gq : gk).data() + t * key_dim + (h % nk) * d;
+      for (int i = 0; i < d; ++i) ASSERT_TRUE(same_bits(got[i], src[i] * scale)) << "row " << t << " head " << h << " i " << i;
+    }
+    for (int h = 0; h < nv; ++h) {
+      const float cpu_beta = compute::sigmoid(braw[size_t(t * nv + h)]);
+      const float cpu_decay = std::exp(a[size_t(h)] * compute::softplus(araw[size_t(t * nv + h)] + dt[size_t(h)]));
+      EXPECT_LE(std::fabs(double(gb[size_t(t * nv + h)]) - cpu_beta), 6.0 * std::ldexp(double(cpu_beta), -24));
+      // decay = e^(a·softplus): softplus within 4 ulp, times |a·softplus| ≤ 60 in the exponent.
+      EXPECT_LE(std::fabs(double(gd[size_t(t * nv + h)]) - cpu_decay), std::ldexp(double(cpu_decay), -24) * (4.0 + 4.0 * 64.0));
+    }
+  }
+  const auto gv = from_device<float>(v, size_t(rows * value_dim));
+  for (int64_t t = 0; t < rows; ++t)
+    EXPECT_EQ(0, std::memcmp(gv.data() + t * value_dim, conv.data() + t * conv_dim + 2 * key_dim, size_t(value_dim) * 4)) << "v of row " << t;
+}
+
 }  // namespace
 }  // namespace strata

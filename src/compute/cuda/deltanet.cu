@@ -68,7 +68,46 @@ __global__ void delta_rule_kernel(const float* q, const float* k, const float* v
   }
 }
 
+// Block t = row. Threads first normalise the q and k heads (one thread per head, sequential Σ as
+// the CPU), then copy v and compute the gates.
+__global__ void prepare_kernel(const float* conv_out, const float* beta_raw, const float* alpha_raw, const float* a,
+                               const float* dt_bias, int nk, int nv, int d, float* q, float* k, float* v, float* beta,
+                               float* decay) {
+  const int64_t t = blockIdx.x;
+  const int64_t key_dim = int64_t(nk) * d, value_dim = int64_t(nv) * d, conv_dim = 2 * key_dim + value_dim;
+  const float* row = conv_out + t * conv_dim;
+  const float q_scale = __fdiv_rn(1.0f, __fsqrt_rn(float(d)));
+  for (int head = threadIdx.x; head < 2 * nk; head += blockDim.x) {
+    const bool is_q = head < nk;
+    const float* src = row + (is_q ? 0 : key_dim) + int64_t(head % nk) * d;
+    float* dst = (is_q ? q : k) + t * key_dim + int64_t(head % nk) * d;
+    float sum = 0.0f;
+    for (int i = 0; i < d; ++i) sum = __fadd_rn(sum, __fmul_rn(src[i], src[i]));
+    const float scale = __fdiv_rn(is_q ? q_scale : 1.0f, __fsqrt_rn(__fadd_rn(sum, 1e-6f)));
+    for (int i = 0; i < d; ++i) dst[i] = __fmul_rn(src[i], scale);
+  }
+  for (int64_t i = threadIdx.x; i < value_dim; i += blockDim.x) v[t * value_dim + i] = row[2 * key_dim + i];
+  for (int h = threadIdx.x; h < nv; h += blockDim.x) {
+    const float b = beta_raw[t * nv + h];
+    beta[t * nv + h] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-b)));
+    const float x = __fadd_rn(alpha_raw[t * nv + h], dt_bias[h]);
+    const float softplus = x > 20.0f ? x : log1pf(expf(x));
+    decay[t * nv + h] = expf(__fmul_rn(a[h], softplus));
+  }
+}
+
 }  // namespace
+
+void deltanet_prepare(const float* conv_out, const float* beta_raw, const float* alpha_raw, const float* a,
+                      const float* dt_bias, int64_t n_rows, int n_k_heads, int n_v_heads, int head_dim, float* q,
+                      float* k, float* v, float* beta, float* decay, cudaStream_t stream) {
+  if (n_k_heads <= 0 || n_v_heads <= 0 || head_dim <= 0)
+    cuda_fail("CUDA deltanet prepare: expected positive head counts and head_dim");
+  if (n_rows <= 0) return;
+  prepare_kernel<<<unsigned(n_rows), 128, 0, stream>>>(conv_out, beta_raw, alpha_raw, a, dt_bias, n_k_heads, n_v_heads,
+                                                       head_dim, q, k, v, beta, decay);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
 
 void deltanet_conv_silu(const float* x, int64_t n_rows, int64_t channels, const float* taps, int kernel,
                         float* history, float* out, cudaStream_t stream) {

@@ -26,6 +26,14 @@ namespace strata::compute::cuda {
 void deltanet_conv_silu(const float* x, int64_t n_rows, int64_t channels, const float* taps, int kernel,
                         float* history, float* out, cudaStream_t stream);
 
+// Splits each conv output row [q (nk·d) | k (nk·d) | v (nv·d)] into q, k, v; L2-normalises each
+// q and k head as the CPU's l2_normalize (sequential Σ, v·(extra/√(Σ+1e-6)), extra = 1/√d for q,
+// 1 for k: bitwise the CPU's); beta = σ(beta_raw); decay = e^(a·softplus(alpha_raw + dt_bias)).
+// beta and decay use CUDA's expf/log1pf: a few ulp from the CPU's.
+void deltanet_prepare(const float* conv_out, const float* beta_raw, const float* alpha_raw, const float* a,
+                      const float* dt_bias, int64_t n_rows, int n_k_heads, int n_v_heads, int head_dim, float* q,
+                      float* k, float* v, float* beta, float* decay, cudaStream_t stream);
+
 void delta_rule_recurrent(const float* q, const float* k, const float* v, const float* beta, const float* decay,
                           int64_t n_rows, int n_k_heads, int n_v_heads, int head_dim, bool tiled, float* state,
                           float* out, cudaStream_t stream);

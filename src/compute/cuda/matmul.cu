@@ -28,10 +28,13 @@ void upload_quant_tables() {
   static std::once_flag once;
   std::call_once(once, [] {
     namespace q = strata::quant;
-    static_assert(sizeof(g_iq2xs_grid) == sizeof(q::kIq2xsGrid) && sizeof(g_iq2xxs_grid) == sizeof(q::kIq2xxsGrid) &&
+    static_assert(sizeof(g_iq2xxs_grid) == sizeof(q::kIq2xxsGrid) &&
                   sizeof(g_iq2s_grid) == sizeof(q::kIq2sGrid) && sizeof(g_iq3xxs_grid) == sizeof(q::kIq3xxsGrid) &&
                   sizeof(g_iq3s_grid) == sizeof(q::kIq3sGrid) && sizeof(g_iq1s_grid) == sizeof(q::kIq1sGrid));
-    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq2xs_grid, q::kIq2xsGrid, sizeof(g_iq2xs_grid)));
+    static_assert(sizeof(g_iq2xs_codes) / 4 == q::kIq2xsGridSize);
+    uint32_t iq2xs[q::kIq2xsGridSize];
+    for (int i = 0; i < q::kIq2xsGridSize; ++i) iq2xs[i] = iq2xs_codes(q::kIq2xsGrid[i]);
+    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq2xs_codes, iq2xs, sizeof(iq2xs)));
     STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq2xxs_grid, q::kIq2xxsGrid, sizeof(g_iq2xxs_grid)));
     STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq2s_grid, q::kIq2sGrid, sizeof(g_iq2s_grid)));
     STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq3xxs_grid, q::kIq3xxsGrid, sizeof(g_iq3xxs_grid)));

@@ -1,18 +1,34 @@
 // IQ2_XS against Q8_K-style activations (CPU twin: quant/scalar/iq2xs.cpp). A sub-block of 32
 // weights is four 16-bit words (9-bit grid index | 7-bit sign index << 9) and one
-// scale nibble per 16 weights, db = d·(2s+1)/8. The 512-point grid (4 KiB) is copied into
-// shared memory per thread block: a warp's 32 random lookups then cost a few bank cycles
-// instead of up to 32 L1 wavefronts. The sign byte is the 7 stored bits plus their parity.
+// scale nibble per 16 weights, db = d·(2s+1)/8. Every grid byte is 8, 25 or 43, so a point is
+// kept as eight 4-bit codes (0, 1, 2) in one 32-bit word, expanded to bytes by two __byte_perm
+// from the word 0x002B1908: a 2 KiB table in shared memory, one 4-byte lookup per 8 weights
+// instead of an 8-byte one from 4 KiB (the kernel is bound by shared-memory/L1 wavefronts, and
+// random 8-byte lookups conflict about twice as much; docs/bench-cuda.md). The sign byte is the
+// 7 stored bits plus their parity.
 #pragma once
 
 #include "compute/cuda/quant/common.cuh"
 
 namespace strata::compute::cuda::quant_device {
 
-// Filled once from quant/iq2xs_tables.cpp's kIq2xsGrid (upload_quant_tables in matmul.cu). Defined
-// here, not declared: without relocatable device code a __device__ variable lives in the one
-// translation unit that uses it, and only matmul.cu includes this header.
-__device__ uint64_t g_iq2xs_grid[512];
+// Filled once from quant/iq2xs_tables.cpp's kIq2xsGrid, converted to codes by iq2xs_codes() below
+// (upload_quant_tables in matmul.cu). Defined here, not declared: without relocatable device code
+// a __device__ variable lives in the one translation unit that uses it, and only matmul.cu
+// includes this header.
+__device__ uint32_t g_iq2xs_codes[512];
+
+// The code word of one grid point: nibble j = 0, 1, 2 for byte j = 8, 25, 43 (host side).
+inline uint32_t iq2xs_codes(uint64_t point) {
+  uint32_t codes = 0;
+  for (int j = 0; j < 8; ++j) {
+    const auto byte = uint8_t(point >> (8 * j));
+    codes |= uint32_t(byte == 8 ? 0 : byte == 25 ? 1 : 2) << (4 * j);
+  }
+  return codes;
+}
+// The byte magnitudes, from the code nibbles as __byte_perm selectors.
+inline constexpr uint32_t kIq2xsMagnitudes = 0x002b1908u;
 
 struct IQ2_XSWeights {
   static constexpr int kRowsPerWarp = 4;  // at T = 1 (bench_cuda_matvec: 0.21 -> 0.23 of HBM)
@@ -21,22 +37,24 @@ struct IQ2_XSWeights {
   static constexpr int kUnitsPerBlock = 4;
   static constexpr GgmlType kActivation = GgmlType::Q8_K;
   static constexpr int kRowAlign = 2;  // bytes: the widest aligned load
-  static constexpr int kTableBytes = 512 * 8;
+  static constexpr int kTableBytes = 512 * 4;
   __device__ static void load_table(uint8_t* shared) {
-    auto* grid = reinterpret_cast<uint64_t*>(shared);
-    for (int i = threadIdx.x; i < 512; i += blockDim.x) grid[i] = g_iq2xs_grid[i];
+    auto* codes = reinterpret_cast<uint32_t*>(shared);
+    for (int i = threadIdx.x; i < 512; i += blockDim.x) codes[i] = g_iq2xs_codes[i];
   }
 
   // The 32 signed values of one sub-block from its four 16-bit words, four per int.
-  __device__ static void decode_sub_block(const uint32_t w0, const uint32_t w1, const uint64_t* grid, int (&v)[8]) {
+  __device__ static void decode_sub_block(const uint32_t w0, const uint32_t w1, const uint32_t* codes, int (&v)[8]) {
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
       const uint32_t word = ((g < 2 ? w0 : w1) >> (16 * (g & 1))) & 0xffffu;
-      const uint64_t point = grid[word & 511];
+      const uint32_t code = codes[word & 511];
+      const uint32_t low = __byte_perm(kIq2xsMagnitudes, 0, code & 0xffffu);
+      const uint32_t high = __byte_perm(kIq2xsMagnitudes, 0, code >> 16);
       const uint32_t sign7 = word >> 9;
       const uint32_t signs = sign7 | ((__popc(sign7) & 1) << 7);
-      v[2 * g] = apply_signs4(uint32_t(point), sign_mask4(signs & 15));
-      v[2 * g + 1] = apply_signs4(uint32_t(point >> 32), sign_mask4(signs >> 4));
+      v[2 * g] = apply_signs4(low, sign_mask4(signs & 15));
+      v[2 * g + 1] = apply_signs4(high, sign_mask4(signs >> 4));
     }
   }
 
@@ -60,9 +78,9 @@ struct IQ2_XSWeights {
     uint32_t words[4];
     ld_words_a2<4>(block + 2 + 16 * pair, words);
     const uint16_t scale_bytes = ld_u16(block + 66 + 2 * pair);
-    const auto* grid = reinterpret_cast<const uint64_t*>(table);
-    decode_sub_block(words[0], words[1], grid, out.v0);
-    decode_sub_block(words[2], words[3], grid, out.v1);
+    const auto* codes = reinterpret_cast<const uint32_t*>(table);
+    decode_sub_block(words[0], words[1], codes, out.v0);
+    decode_sub_block(words[2], words[3], codes, out.v1);
     out.s0_low = 2 * (scale_bytes & 15) + 1;
     out.s0_high = 2 * ((scale_bytes >> 4) & 15) + 1;
     out.s1_low = 2 * ((scale_bytes >> 8) & 15) + 1;
