@@ -1,5 +1,7 @@
 // Deterministic random numbers for `strata synth`: a splitmix64 stream per tensor, seeded from
 // the file seed and the tensor name, so a tensor's values never depend on which others exist.
+// The stream is counter-based (value i is splitmix64(seed + i)), so any part of it can be
+// produced on its own: what lets synth fill row blocks on several threads with the same bytes.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,9 @@ class Random {
  public:
   explicit Random(uint64_t seed) : state_(seed) {}
   uint64_t next() { return splitmix64(state_++); }
+  // Moves the stream forward by n values, as n calls of next() would: the stream is a counter,
+  // so a row block can start at its own position without drawing the rows before it.
+  void skip(uint64_t n) { state_ += n; }
   // Uniform in [0, 1).
   float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }
   // Approximately standard normal (Irwin–Hall with 4 uniforms, rescaled): cheap, bounded tails,
