@@ -20,14 +20,15 @@
 #include "synth/routing_shape.h"
 #include "synth/synth_random.h"
 #include "util/error.h"
-#include "util/fp16.h"
 
 namespace strata {
 namespace {
 
 using synth_detail::BlockPool;
+using synth_detail::kGridCodeDraws;
 using synth_detail::name_hash;
 using synth_detail::Random;
+using synth_detail::random_iq2xs_block;
 using synth_detail::splitmix64;
 
 bool is_prime(uint64_t n) {
@@ -62,20 +63,6 @@ float sample_value(const TensorSpec& spec, Random& rng, float matrix_scale) {
     case TensorRole::PleTable: return rng.normal();
     default: return matrix_scale * rng.normal();
   }
-}
-
-// A random but valid IQ2_XS block: small f16 scale, random grid/sign codes and sub-scales.
-// Consumes kGridCodeDraws values of the stream.
-constexpr uint64_t kGridCodeDraws = 10;
-void random_iq2xs_block(Random& rng, uint8_t* block) {
-  const uint16_t d = f32_to_f16(0.002f + 0.004f * rng.uniform());
-  std::memcpy(block, &d, 2);
-  for (int i = 0; i < 64; i += 8) {
-    const uint64_t bits = rng.next();
-    std::memcpy(block + 2 + i, &bits, 8);
-  }
-  const uint64_t scales = rng.next();
-  std::memcpy(block + 66, &scales, 8);
 }
 
 // Where a tensor's rows come from.

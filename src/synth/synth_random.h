@@ -5,7 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string_view>
+
+#include "util/fp16.h"
 
 namespace strata::synth_detail {
 
@@ -36,6 +39,20 @@ class Random {
  private:
   uint64_t state_;
 };
+
+// A random but valid IQ2_XS block (74 bytes): small f16 scale, random grid/sign codes and
+// sub-scales. Consumes kGridCodeDraws values of the stream.
+inline constexpr uint64_t kGridCodeDraws = 10;
+inline void random_iq2xs_block(Random& rng, uint8_t* block) {
+  const uint16_t d = f32_to_f16(0.002f + 0.004f * rng.uniform());
+  std::memcpy(block, &d, 2);
+  for (int i = 0; i < 64; i += 8) {
+    const uint64_t bits = rng.next();
+    std::memcpy(block + 2 + i, &bits, 8);
+  }
+  const uint64_t scales = rng.next();
+  std::memcpy(block + 66, &scales, 8);
+}
 
 inline uint64_t name_hash(std::string_view name) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
