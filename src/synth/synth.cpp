@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <thread>
 
 #include "convert/hf_config.h"
@@ -55,19 +56,55 @@ GgmlType tensor_type(const SynthOptions& options, const TensorSpec& spec) {
   return GgmlType::F32;
 }
 
-float sample_value(const TensorSpec& spec, Random& rng, float matrix_scale) {
-  const bool is_ssm_a = spec.name.size() >= 5 && spec.name.compare(spec.name.size() - 5, 5, "ssm_a") == 0;
+// How a tensor's floats are drawn, one normal() each: the distribution of its role.
+enum class ValueDraw {
+  Norm,    // 1 + N(0, 0.1²)
+  Decay,   // ssm_a: −exp(N(0, 0.5²))
+  Vector,  // taps, biases: N(0, 0.5²)
+  Unit,    // PLE table: N(0, 1)
+  Matrix,  // N(0, scale²)
+};
+
+ValueDraw value_draw(const TensorSpec& spec) {
+  const bool is_ssm_a =
+      spec.name.size() >= 5 && spec.name.compare(spec.name.size() - 5, 5, "ssm_a") == 0;
   switch (spec.role) {
-    case TensorRole::Norm: return 1.0f + 0.1f * rng.normal();
-    case TensorRole::Vector: return is_ssm_a ? -std::exp(0.5f * rng.normal()) : 0.5f * rng.normal();
-    case TensorRole::PleTable: return rng.normal();
-    default: return matrix_scale * rng.normal();
+    case TensorRole::Norm:
+      return ValueDraw::Norm;
+    case TensorRole::Vector:
+      return is_ssm_a ? ValueDraw::Decay : ValueDraw::Vector;
+    case TensorRole::PleTable:
+      return ValueDraw::Unit;
+    default:
+      return ValueDraw::Matrix;
+  }
+}
+
+// One row of floats; the loop per kind keeps the per-value work to the draw itself (the
+// matrices' loop is most of synth's time with the default codes).
+void draw_row(ValueDraw draw, float matrix_scale, Random& rng, std::span<float> values) {
+  switch (draw) {
+    case ValueDraw::Norm:
+      for (float& v : values) v = 1.0f + 0.1f * rng.normal();
+      break;
+    case ValueDraw::Decay:
+      for (float& v : values) v = -std::exp(0.5f * rng.normal());
+      break;
+    case ValueDraw::Vector:
+      for (float& v : values) v = 0.5f * rng.normal();
+      break;
+    case ValueDraw::Unit:
+      for (float& v : values) v = rng.normal();
+      break;
+    case ValueDraw::Matrix:
+      for (float& v : values) v = matrix_scale * rng.normal();
+      break;
   }
 }
 
 // Where a tensor's rows come from.
 enum class RowSource {
-  Floats,     // random floats (sample_value), shaped, then quantize_row
+  Floats,     // random floats (draw_row), shaped, then quantize_row
   GridCodes,  // IQ2_XS random grid codes (random_iq2xs_block); shaped rows can only be Zero
   Pool,       // blocks drawn from a BlockPool; shaped rows can only be Zero
 };
@@ -82,7 +119,8 @@ struct TensorPlan {
   const BlockPool* pool = nullptr;  // RowSource::Pool only
   int64_t row = 0, n_rows = 0;
   size_t row_bytes = 0;
-  float scale = 1.0f;  // matrix_scale of sample_value
+  ValueDraw draw = ValueDraw::Matrix;
+  float scale = 1.0f;  // matrix_scale of draw_row
   uint64_t seed = 0;
 };
 
@@ -154,7 +192,7 @@ void produce_job(const TensorPlan& t, const Job& job, std::vector<uint8_t>& out)
         t.pool->fill_row(rng, dst, t.row);
         break;
       case RowSource::Floats:
-        for (float& v : values) v = sample_value(*t.spec, rng, t.scale);
+        draw_row(t.draw, t.scale, rng, values);
         if (t.shaping) t.shaping->shape_row(row, values);
         quant::quantize_row(t.type, values.data(), dst, t.row);
         break;
@@ -365,6 +403,7 @@ void write_synthetic_model(const SynthOptions& options, const std::string& path,
     t.row_bytes = row_bytes(t.type, t.row);
     // Weight scale: 1/sqrt(n_in) keeps activations O(1) through random layers.
     t.scale = 1.0f / std::sqrt(float(t.row));
+    t.draw = value_draw(spec);
     t.seed = options.seed ^ name_hash(spec.name);
     total_bytes += writer.add_tensor(spec.name, t.type, spec.ne).n_bytes;
     plans.push_back(t);
@@ -372,12 +411,12 @@ void write_synthetic_model(const SynthOptions& options, const std::string& path,
   const int n_threads = options.n_threads > 0
                             ? options.n_threads
                             : int(std::max(1u, std::thread::hardware_concurrency()));
-  // One pool per (type, value scale), sized to the blocks drawn from it; sample_value draws PLE
-  // table rows at scale 1.
+  // One pool per (type, value scale), sized to the blocks drawn from it; PLE table rows are drawn
+  // at scale 1.
   std::map<std::pair<GgmlType, float>, uint64_t> pool_blocks;
   for (TensorPlan& t : plans) {
     if (t.source != RowSource::Pool) continue;
-    if (t.spec->role == TensorRole::PleTable) t.scale = 1.0f;
+    if (t.draw == ValueDraw::Unit) t.scale = 1.0f;
     pool_blocks[{t.type, t.scale}] +=
         uint64_t(t.n_rows) * uint64_t(t.row / type_traits(t.type).block_elems);
   }
