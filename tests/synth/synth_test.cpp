@@ -165,10 +165,17 @@ TEST(Synth, PooledBlocksDecodeAtTheMatrixScale) {
   const std::string path = dir.file("pooled.gguf");
   write_synthetic_model(options, path);
   const auto file = GgufFile::open(path);
-  for (const char* name : {"blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"}) {
+  // Pooled IQ4_NL experts, and pooled dense Q4_K and Q5_0 (the fallback of 64-wide rows).
+  const std::pair<const char*, GgmlType> tensors[] = {
+      {"blk.0.ffn_up_exps.weight", GgmlType::IQ4_NL},
+      {"blk.0.ffn_down_exps.weight", GgmlType::IQ4_NL},
+      {"blk.0.hc_attn_down.weight", GgmlType::Q4_K},
+      {"blk.0.attn_qkv.weight", GgmlType::Q5_0},
+  };
+  for (const auto& [name, type] : tensors) {
     const TensorInfo* info = file->find_tensor(name);
     ASSERT_NE(info, nullptr) << name;
-    EXPECT_EQ(info->type, GgmlType::IQ4_NL) << name;
+    EXPECT_EQ(info->type, type) << name;
     std::vector<float> values(size_t(info->n_elements()));
     quant::dequantize_row(info->type, file->tensor_data(*info), values.data(), info->n_elements());
     double sum_squares = 0.0;
