@@ -1,6 +1,8 @@
 // `strata synth` — write a GGUF of any supported architecture and shape with random weights.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 
 #include "cli/commands.h"
@@ -24,6 +26,8 @@ struct SynthCommandOptions {
   std::string tokenizer_dir;
   double routing_skew = 0.0;
   double routing_correlation = 0.0;
+  std::string codes = "auto";
+  int threads = 0;
 };
 
 GgmlType parse_type(const std::string& name, const char* flag) {
@@ -54,6 +58,15 @@ void register_synth(CLI::App& app) {
   cmd->add_option("--routing-correlation", o->routing_correlation,
                   "correlation of consecutive tokens' router logits, in [0, 1) (0 = independent; "
                   "needs a Gated DeltaNet layer 0: qwen3next, qwen4exp shapes)");
+  cmd->add_option("--codes", o->codes,
+                  "how block-type rows are made: auto (IQ2_XS random grid codes, IQ4_NL blocks "
+                  "drawn from a pool of quantized blocks, other types quantized from floats), "
+                  "pool (every block type from a pool: fastest), quantize (every type from its "
+                  "floats, IQ2_XS included: slow)")
+      ->check(CLI::IsMember({"auto", "pool", "quantize"}));
+  cmd->add_option("--threads", o->threads,
+                  "threads generating data (default: all cores); the file does not depend on it")
+      ->check(CLI::Range(0, 4096));
   cmd->add_option("output", o->output, "output GGUF path")->required();
   cmd->callback([o] {
     SynthOptions options;
@@ -85,20 +98,30 @@ void register_synth(CLI::App& app) {
       options.tokenizer_dir = o->tokenizer_dir;
       hp.n_vocab = hf_tokenizer_vocab_size(o->tokenizer_dir);
     }
-    ProgressBar bar("synth", 0, 0);
+    options.codes = o->codes == "pool"       ? SynthCodes::Pool
+                    : o->codes == "quantize" ? SynthCodes::Quantize
+                                             : SynthCodes::Auto;
+    options.n_threads = o->threads;
+    std::unique_ptr<ProgressBar> bar;  // made at the first report, when the total is known
     uint64_t reported = 0;
+    const auto start = std::chrono::steady_clock::now();
     write_synthetic_model(options, o->output, [&](uint64_t done, uint64_t total) {
-      static_cast<void>(total);
-      bar.advance(0, done - reported);
+      if (!bar) bar = std::make_unique<ProgressBar>("synth", 0, total);
+      bar->advance(0, done - reported);
       reported = done;
     });
-    bar.finish();
+    if (bar) bar->finish();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::string routing =
         options.routing.enabled()
             ? fmt::format(", routing skew {} correlation {}", o->routing_skew, o->routing_correlation)
             : std::string();
-    fmt::print(stderr, "strata synth: wrote {} ({}, {} layers, {} experts, {:.2f} GiB{})\n",
-               o->output, o->shape, hp.n_layer, hp.n_expert, double(reported) / (1 << 30), routing);
+    fmt::print(stderr,
+               "strata synth: wrote {} ({}, {} layers, {} experts, {:.2f} GiB{}) in {:.1f} s "
+               "({:.0f} MiB/s)\n",
+               o->output, o->shape, hp.n_layer, hp.n_expert, double(reported) / (1 << 30), routing,
+               seconds, double(reported) / (1 << 20) / std::max(seconds, 1e-9));
   });
 }
 

@@ -3,25 +3,33 @@
 #include <cmath>
 #include <cstring>
 
+#include <algorithm>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
+#include <thread>
 
 #include "convert/hf_config.h"
 #include "convert/tokenizer_hf.h"
 #include "gguf/gguf_writer.h"
 #include "model/tensor_specs.h"
 #include "quant/quant.h"
+#include "synth/block_pool.h"
+#include "synth/chunk_pipeline.h"
 #include "synth/routing_shape.h"
 #include "synth/synth_random.h"
 #include "util/error.h"
-#include "util/fp16.h"
 
 namespace strata {
 namespace {
 
+using synth_detail::BlockPool;
+using synth_detail::kGridCodeDraws;
 using synth_detail::name_hash;
 using synth_detail::Random;
+using synth_detail::random_iq2xs_block;
 using synth_detail::splitmix64;
 
 bool is_prime(uint64_t n) {
@@ -48,62 +56,165 @@ GgmlType tensor_type(const SynthOptions& options, const TensorSpec& spec) {
   return GgmlType::F32;
 }
 
-float sample_value(const TensorSpec& spec, Random& rng, float matrix_scale) {
-  const bool is_ssm_a = spec.name.size() >= 5 && spec.name.compare(spec.name.size() - 5, 5, "ssm_a") == 0;
+// How a tensor's floats are drawn, one normal() each: the distribution of its role.
+enum class ValueDraw {
+  Norm,    // 1 + N(0, 0.1²)
+  Decay,   // ssm_a: −exp(N(0, 0.5²))
+  Vector,  // taps, biases: N(0, 0.5²)
+  Unit,    // PLE table: N(0, 1)
+  Matrix,  // N(0, scale²)
+};
+
+ValueDraw value_draw(const TensorSpec& spec) {
+  const bool is_ssm_a =
+      spec.name.size() >= 5 && spec.name.compare(spec.name.size() - 5, 5, "ssm_a") == 0;
   switch (spec.role) {
-    case TensorRole::Norm: return 1.0f + 0.1f * rng.normal();
-    case TensorRole::Vector: return is_ssm_a ? -std::exp(0.5f * rng.normal()) : 0.5f * rng.normal();
-    case TensorRole::PleTable: return rng.normal();
-    default: return matrix_scale * rng.normal();
+    case TensorRole::Norm:
+      return ValueDraw::Norm;
+    case TensorRole::Vector:
+      return is_ssm_a ? ValueDraw::Decay : ValueDraw::Vector;
+    case TensorRole::PleTable:
+      return ValueDraw::Unit;
+    default:
+      return ValueDraw::Matrix;
   }
 }
 
-// A random but valid IQ2_XS block: small f16 scale, random grid/sign codes and sub-scales.
-void random_iq2xs_block(Random& rng, uint8_t* block) {
-  const uint16_t d = f32_to_f16(0.002f + 0.004f * rng.uniform());
-  std::memcpy(block, &d, 2);
-  for (int i = 0; i < 64; i += 8) {
-    const uint64_t bits = rng.next();
-    std::memcpy(block + 2 + i, &bits, 8);
+// One row of floats; the loop per kind keeps the per-value work to the draw itself (the
+// matrices' loop is most of synth's time with the default codes).
+void draw_row(ValueDraw draw, float matrix_scale, Random& rng, std::span<float> values) {
+  switch (draw) {
+    case ValueDraw::Norm:
+      for (float& v : values) v = 1.0f + 0.1f * rng.normal();
+      break;
+    case ValueDraw::Decay:
+      for (float& v : values) v = -std::exp(0.5f * rng.normal());
+      break;
+    case ValueDraw::Vector:
+      for (float& v : values) v = 0.5f * rng.normal();
+      break;
+    case ValueDraw::Unit:
+      for (float& v : values) v = rng.normal();
+      break;
+    case ValueDraw::Matrix:
+      for (float& v : values) v = matrix_scale * rng.normal();
+      break;
   }
-  const uint64_t scales = rng.next();
-  std::memcpy(block + 66, &scales, 8);
 }
 
-// Writes one tensor; `shaping` (routing shapes, may be null) rewrites some rows after the draw.
-// A random-code IQ2_XS tensor can only take Zero rows from it (an all-zero block: scale 0).
-void produce_tensor(const SynthOptions& options, const TensorSpec& spec, GgmlType type,
-                    const TensorShaping* shaping, GgufTensorSink& sink,
-                    const std::function<void(uint64_t)>& advanced) {
-  Random rng(options.seed ^ name_hash(spec.name));
-  const int64_t row = spec.ne[0];
-  const int64_t n_rows = spec.n_elements() / row;
-  const size_t row_size = row_bytes(type, row);
-  // Weight scale: 1/sqrt(n_in) keeps activations O(1) through random layers.
-  const float matrix_scale = 1.0f / std::sqrt(float(row));
-  const int64_t rows_per_chunk = std::max<int64_t>(1, int64_t((8u << 20) / std::max<size_t>(row_size, 1)));
-  std::vector<uint8_t> chunk;
-  std::vector<float> values(static_cast<size_t>(row));
-  for (int64_t r0 = 0; r0 < n_rows; r0 += rows_per_chunk) {
-    const int64_t n = std::min(rows_per_chunk, n_rows - r0);
-    chunk.resize(static_cast<size_t>(n) * row_size);
-    for (int64_t r = 0; r < n; ++r) {
-      uint8_t* dst = chunk.data() + size_t(r) * row_size;
-      if (type == GgmlType::IQ2_XS) {
-        if (shaping && shaping->shape_row(r0 + r, values) == TensorShaping::Row::Zero) {
-          std::memset(dst, 0, row_size);
-          continue;
-        }
-        for (int64_t b = 0; b < row / 256; ++b) random_iq2xs_block(rng, dst + b * 74);
-        continue;
-      }
-      for (float& v : values) v = sample_value(spec, rng, matrix_scale);
-      if (shaping) shaping->shape_row(r0 + r, values);
-      quant::quantize_row(type, values.data(), dst, row);
+// Where a tensor's rows come from.
+enum class RowSource {
+  Floats,     // random floats (draw_row), shaped, then quantize_row
+  GridCodes,  // IQ2_XS random grid codes (random_iq2xs_block); shaped rows can only be Zero
+  Pool,       // blocks drawn from a BlockPool; shaped rows can only be Zero
+};
+
+// One tensor's recipe. Row r's values start at a fixed position of the tensor's stream
+// (first_draw), which is what makes any row block computable on its own.
+struct TensorPlan {
+  const TensorSpec* spec = nullptr;
+  GgmlType type = GgmlType::F32;
+  const TensorShaping* shaping = nullptr;  // may be null
+  RowSource source = RowSource::Floats;
+  const BlockPool* pool = nullptr;  // RowSource::Pool only
+  int64_t row = 0, n_rows = 0;
+  size_t row_bytes = 0;
+  ValueDraw draw = ValueDraw::Matrix;
+  float scale = 1.0f;  // matrix_scale of draw_row
+  uint64_t seed = 0;
+};
+
+// A block of consecutive rows of one tensor, produced by one worker.
+struct Job {
+  size_t tensor = 0;
+  int64_t first_row = 0, n_rows = 0;
+  uint64_t first_draw = 0;  // stream position of first_row
+};
+
+// About 4 MiB per job: large enough that the per-job overhead vanishes, small enough that
+// 2·threads jobs in flight stay a few hundred MiB at 16 threads.
+constexpr size_t kJobBytes = size_t(4) << 20;
+
+// Appends the jobs of one tensor. Streams: a float row takes 4·row values (normal() draws four),
+// a pool row draws_per_row values; a grid-code row 10 per block but none when the shaping zeroes
+// it (as earlier single-threaded builds drew them, which keeps those files byte-identical), so
+// for shaped grid-code tensors the rows before each job are counted here.
+void plan_jobs(const TensorPlan& t, size_t index, size_t job_bytes, std::vector<Job>& jobs) {
+  const int64_t rows_per_job =
+      std::max<int64_t>(1, int64_t(job_bytes / std::max<size_t>(t.row_bytes, 1)));
+  const uint64_t grid_draws_per_row = kGridCodeDraws * uint64_t(t.row / 256);
+  uint64_t grid_draw = 0;
+  std::vector<float> scratch;
+  if (t.source == RowSource::GridCodes && t.shaping) scratch.resize(size_t(t.row));
+  for (int64_t r0 = 0; r0 < t.n_rows; r0 += rows_per_job) {
+    Job job{index, r0, std::min(rows_per_job, t.n_rows - r0), 0};
+    switch (t.source) {
+      case RowSource::Floats:
+        job.first_draw = 4 * uint64_t(t.row) * uint64_t(r0);
+        break;
+      case RowSource::Pool:
+        job.first_draw = BlockPool::draws_per_row(t.type, t.row) * uint64_t(r0);
+        break;
+      case RowSource::GridCodes:
+        job.first_draw = grid_draw;
+        for (int64_t r = r0; r < r0 + job.n_rows; ++r)
+          if (!t.shaping || t.shaping->shape_row(r, scratch) != TensorShaping::Row::Zero)
+            grid_draw += grid_draws_per_row;
+        break;
     }
-    sink.write(chunk);
-    advanced(chunk.size());
+    jobs.push_back(job);
   }
+}
+
+// Fills `out` with the job's rows. Reads only immutable state: runs on any worker thread.
+void produce_job(const TensorPlan& t, const Job& job, std::vector<uint8_t>& out) {
+  out.resize(size_t(job.n_rows) * t.row_bytes);
+  Random rng(t.seed);
+  rng.skip(job.first_draw);
+  std::vector<float> values(t.source == RowSource::Floats || t.shaping ? size_t(t.row) : 0);
+  for (int64_t r = 0; r < job.n_rows; ++r) {
+    const int64_t row = job.first_row + r;
+    uint8_t* dst = out.data() + size_t(r) * t.row_bytes;
+    switch (t.source) {
+      case RowSource::GridCodes:
+        if (t.shaping && t.shaping->shape_row(row, values) == TensorShaping::Row::Zero) {
+          std::memset(dst, 0, t.row_bytes);
+          break;
+        }
+        for (int64_t b = 0; b < t.row / 256; ++b) random_iq2xs_block(rng, dst + b * 74);
+        break;
+      case RowSource::Pool:
+        if (t.shaping && t.shaping->shape_row(row, values) == TensorShaping::Row::Zero) {
+          std::memset(dst, 0, t.row_bytes);
+          rng.skip(BlockPool::draws_per_row(t.type, t.row));
+          break;
+        }
+        t.pool->fill_row(rng, dst, t.row);
+        break;
+      case RowSource::Floats:
+        draw_row(t.draw, t.scale, rng, values);
+        if (t.shaping) t.shaping->shape_row(row, values);
+        quant::quantize_row(t.type, values.data(), dst, t.row);
+        break;
+    }
+  }
+}
+
+// Where the rows of a tensor of `type` come from under `codes`; `shaped` when some row needs
+// exact values (those are always quantized from floats).
+RowSource row_source(SynthCodes codes, GgmlType type, bool shaped) {
+  const bool block_type = type_traits(type).block_elems > 1;
+  if (!block_type || shaped) return RowSource::Floats;
+  switch (codes) {
+    case SynthCodes::Auto:
+      if (type == GgmlType::IQ2_XS) return RowSource::GridCodes;
+      return type == GgmlType::IQ4_NL ? RowSource::Pool : RowSource::Floats;
+    case SynthCodes::Pool:
+      return type == GgmlType::IQ2_XS ? RowSource::GridCodes : RowSource::Pool;
+    case SynthCodes::Quantize:
+      return RowSource::Floats;
+  }
+  return RowSource::Floats;
 }
 
 HParams tiny_base() {
@@ -273,26 +384,63 @@ void write_synthetic_model(const SynthOptions& options, const std::string& path,
     convert::add_hf_tokenizer(options.tokenizer_dir, config, hp.n_vocab, "qwen2", writer);
   }
   const std::vector<TensorSpec> specs = tensor_specs(hp);
-  std::vector<GgmlType> types;
   std::vector<std::unique_ptr<TensorShaping>> shapings;
+  std::vector<TensorPlan> plans;
   uint64_t total_bytes = 0;
   for (const TensorSpec& spec : specs) {
     shapings.push_back(shaper ? shaper->plan(spec) : nullptr);
-    GgmlType type = tensor_type(options, spec);
-    // Shaped rows need real values: IQ2_XS has no quantizer from floats here.
-    if (type == GgmlType::IQ2_XS && shapings.back() && shapings.back()->has_shaped_rows())
-      type = storable_type(GgmlType::Q8_0, spec.ne[0]);
-    types.push_back(type);
-    total_bytes += writer.add_tensor(spec.name, types.back(), spec.ne).n_bytes;
+    TensorPlan t;
+    t.spec = &spec;
+    t.shaping = shapings.back().get();
+    t.type = tensor_type(options, spec);
+    const bool shaped = t.shaping && t.shaping->has_shaped_rows();
+    // Shaped rows need exact values, which IQ2_XS codes (random or quantized without an
+    // importance matrix) do not give.
+    if (t.type == GgmlType::IQ2_XS && shaped) t.type = storable_type(GgmlType::Q8_0, spec.ne[0]);
+    t.source = row_source(options.codes, t.type, shaped);
+    t.row = spec.ne[0];
+    t.n_rows = spec.n_elements() / t.row;
+    t.row_bytes = row_bytes(t.type, t.row);
+    // Weight scale: 1/sqrt(n_in) keeps activations O(1) through random layers.
+    t.scale = 1.0f / std::sqrt(float(t.row));
+    t.draw = value_draw(spec);
+    t.seed = options.seed ^ name_hash(spec.name);
+    total_bytes += writer.add_tensor(spec.name, t.type, spec.ne).n_bytes;
+    plans.push_back(t);
   }
+  const int n_threads = options.n_threads > 0
+                            ? options.n_threads
+                            : int(std::max(1u, std::thread::hardware_concurrency()));
+  // One pool per (type, value scale), sized to the blocks drawn from it; PLE table rows are drawn
+  // at scale 1.
+  std::map<std::pair<GgmlType, float>, uint64_t> pool_blocks;
+  for (TensorPlan& t : plans) {
+    if (t.source != RowSource::Pool) continue;
+    if (t.draw == ValueDraw::Unit) t.scale = 1.0f;
+    pool_blocks[{t.type, t.scale}] +=
+        uint64_t(t.n_rows) * uint64_t(t.row / type_traits(t.type).block_elems);
+  }
+  std::map<std::pair<GgmlType, float>, std::unique_ptr<BlockPool>> pools;
+  for (const auto& [key, blocks] : pool_blocks)
+    pools[key] = std::make_unique<BlockPool>(key.first, key.second, options.seed,
+                                             BlockPool::size_for(blocks), n_threads);
+  for (TensorPlan& t : plans)
+    if (t.source == RowSource::Pool) t.pool = pools.at({t.type, t.scale}).get();
+  std::vector<Job> jobs;
+  for (size_t i = 0; i < plans.size(); ++i)
+    plan_jobs(plans[i], i, options.job_bytes > 0 ? options.job_bytes : kJobBytes, jobs);
+  ChunkPipeline pipeline(jobs.size(), n_threads, [&](size_t j, std::vector<uint8_t>& out) {
+    produce_job(plans[jobs[j].tensor], jobs[j], out);
+  });
   uint64_t done = 0;
-  size_t index = 0;
+  size_t index = 0, next_job = 0;
   writer.write_file(path, [&](const GgufTensorDecl&, GgufTensorSink& sink) {
-    const TensorSpec& spec = specs[index];
-    produce_tensor(options, spec, types[index], shapings[index].get(), sink, [&](uint64_t bytes) {
-      done += bytes;
+    for (; next_job < jobs.size() && jobs[next_job].tensor == index; ++next_job) {
+      const std::span<const uint8_t> bytes = pipeline.next();
+      sink.write(bytes);
+      done += bytes.size();
       if (progress) progress(done, total_bytes);
-    });
+    }
     ++index;
   });
 }

@@ -6,9 +6,11 @@
 // a synthetic file loads exactly like a converted one. Values are deterministic in the seed:
 //   matrices N(0, 1/n_in), norms 1 + N(0, 0.1²), ssm_a −exp(N(0, 0.5²)), taps/biases N(0, 0.5²),
 //   PLE table N(0, 1). 1-D tensors and routers stay F32; rows a requested block type does not
-//   divide fall back via storable_type. IQ2_XS blocks are random grid/sign codes with small
-//   scales (a valid encoding; IQ2_XS has no quantizer from floats). Data is generated and written
-//   one chunk at a time, so memory stays small for any size.
+//   divide fall back via storable_type. How block-type rows are made is SynthCodes below (by
+//   default IQ2_XS blocks are random grid/sign codes with small scales, IQ4_NL blocks are drawn
+//   from a pool of quantized blocks, synth/block_pool.h, and the other types are quantized from
+//   the floats). Data is generated in row blocks of ≈4 MiB on `n_threads` threads and written in
+//   order, so memory stays small for any size and the bytes do not depend on the thread count.
 // Optional routing shapes (Zipf-skewed, temporally correlated expert routing, for cache
 // experiments) rewrite a few weights: synth/routing_shape.h, docs/synth.md.
 #pragma once
@@ -25,6 +27,20 @@
 
 namespace strata {
 
+// How rows of block types are made (1-D tensors, routers and F32/F16/BF16 tensors always come
+// from floats, and so do tensors with shaped rows, which need exact values).
+enum class SynthCodes {
+  // IQ2_XS: random grid/sign codes; IQ4_NL: pooled blocks (its quantizer's scale search is what
+  // made the full flagship shape take over an hour); every other type: quantized floats, the
+  // same bytes as earlier builds.
+  Auto,
+  // Every block type from a pool of quantized blocks (IQ2_XS keeps its random grid codes): the
+  // fastest, bounded by memory and disk.
+  Pool,
+  // Every block type quantized from its floats, IQ2_XS included (its quantizer is slow).
+  Quantize,
+};
+
 struct SynthOptions {
   HParams hparams;                        // n_vocab included
   GgmlType dense_type = GgmlType::F32;    // matrices, embedding, head
@@ -37,6 +53,12 @@ struct SynthOptions {
   // Skewed / temporally correlated routing (synth/routing_shape.h); off by default, which keeps
   // the file byte-identical to one written without it.
   RoutingShape routing;
+  SynthCodes codes = SynthCodes::Auto;
+  // Threads that generate data (0: all cores). The file's bytes do not depend on it.
+  int n_threads = 1;
+  // Bytes per row block, the unit of work (0: about 4 MiB); tests use small ones to check that
+  // the bytes do not depend on it either.
+  size_t job_bytes = 0;
 };
 
 // Number of ids in DIR/tokenizer.json (the model vocabulary plus added tokens).
@@ -52,6 +74,7 @@ std::vector<std::string> synth_shape_names();
 // `vocab_base`, their offsets, and the splitmix64 hash multipliers. Fills hp.ple_*.
 void fill_ple_constants(HParams& hp, uint64_t vocab_base, uint64_t seed);
 
+// Called on the calling thread after every written row block.
 using SynthProgress = std::function<void(uint64_t bytes_done, uint64_t bytes_total)>;
 void write_synthetic_model(const SynthOptions& options, const std::string& path,
                            const SynthProgress& progress = nullptr);

@@ -15,8 +15,9 @@
 namespace strata::quant::scalar {
 namespace {
 
-// Index of the codebook value nearest to v (the codebook is sorted; ties go to the lower one).
-int nearest_iq4nl_index(float v) {
+// Index of the codebook value nearest to v (the codebook is sorted; ties go to the lower one),
+// by scanning the errors |v − K[k]| in float: the definition.
+int nearest_iq4nl_index_scan(float v) {
   int best = 0;
   float best_error = std::fabs(v - float(kIq4nlValues[0]));
   for (int k = 1; k < 16; ++k) {
@@ -29,6 +30,45 @@ int nearest_iq4nl_index(float v) {
   return best;
 }
 
+// The index as the number of codebook midpoints m_k = (K[k] + K[k+1])/2 strictly below v, read
+// from tables over f = ⌊2v⌋ (the doubled midpoints are integers): #{k : 2m_k ≤ f}, less one when
+// 2v is itself a doubled midpoint (then v = m_k is not above it). Equal to the scan for
+// |v| < 2^20: there the float errors of two neighbours a < b near their midpoint m are exact (v
+// lies in m's binade or a coarser one, and the errors are ≤ 12 with ulp ≤ ulp(v)), so the scan's
+// strict comparison picks b exactly when v > m; away from m, rounding cannot reorder errors that
+// differ by more than an ulp. Beyond (huge or non-finite v) float rounding can tie neighbours, and
+// the scan decides. This is the quantizer's hot spot: 16·32 calls per block.
+constexpr int kMidpointTableHalf = 240;  // |2m_k| ≤ 231
+struct Iq4nlMidpointTables {
+  uint8_t at_or_below[2 * kMidpointTableHalf + 1] = {};  // #{k : 2m_k ≤ f}
+  uint8_t is_midpoint[2 * kMidpointTableHalf + 1] = {};  // f = 2m_k for some k
+};
+constexpr Iq4nlMidpointTables make_iq4nl_midpoint_tables() {
+  Iq4nlMidpointTables tables;
+  for (int f = -kMidpointTableHalf; f <= kMidpointTableHalf; ++f) {
+    for (int k = 0; k < 15; ++k) {
+      const int doubled = kIq4nlValues[k] + kIq4nlValues[k + 1];
+      if (doubled <= f) ++tables.at_or_below[f + kMidpointTableHalf];
+      if (doubled == f) tables.is_midpoint[f + kMidpointTableHalf] = 1;
+    }
+  }
+  return tables;
+}
+constexpr Iq4nlMidpointTables kIq4nlMidpointTables = make_iq4nl_midpoint_tables();
+
+int nearest_iq4nl_index(float v) {
+  if (!(std::fabs(v) < 1048576.0f)) return nearest_iq4nl_index_scan(v);
+  const float doubled = 2.0f * v;  // exact
+  int f = static_cast<int>(doubled);
+  f -= float(f) > doubled ? 1 : 0;  // ⌊2v⌋
+  const bool on_integer = float(f) == doubled;
+  f = f < -kMidpointTableHalf ? -kMidpointTableHalf
+                              : (f > kMidpointTableHalf ? kMidpointTableHalf : f);
+  const int i = f + kMidpointTableHalf;
+  return kIq4nlMidpointTables.at_or_below[i] -
+         (on_integer ? kIq4nlMidpointTables.is_midpoint[i] : 0);
+}
+
 // Fits x[0..n) ≈ s·K[idx] (K the IQ4_NL codebook), minimising Σ x²·err² (ggml's weighting when
 // there is no importance matrix). As ggml's reference: the extreme value maps to K[0] + t for
 // t = −7..7 candidate stretches; for each, indices are the nearest codebook entries and s the
@@ -36,20 +76,27 @@ int nearest_iq4nl_index(float v) {
 float fit_iq4(const float* x, int n) {
   const float extreme = extreme_value(x, n);
   if (extreme == 0.0f) return 0.0f;
+  // All candidates advance together over j (each one's sums still accumulate in j order, so the
+  // bits are those of one candidate at a time): independent chains instead of one long one.
+  constexpr int kCandidates = 15;  // t = −7..7
+  float inverse[kCandidates];
+  double sum_qx[kCandidates] = {}, sum_qq[kCandidates] = {};
+  for (int c = 0; c < kCandidates; ++c)
+    inverse[c] = (float(kIq4nlValues[0]) + float(c - 7)) / extreme;
+  for (int j = 0; j < n; ++j) {
+    const double weight = double(x[j]) * x[j];
+    for (int c = 0; c < kCandidates; ++c) {
+      const double q = kIq4nlValues[nearest_iq4nl_index(inverse[c] * x[j])];
+      sum_qx[c] += weight * q * x[j];
+      sum_qq[c] += weight * q * q;
+    }
+  }
   float best_scale = extreme / float(kIq4nlValues[0]);
   double best_gain = -1.0;
-  for (int t = -7; t <= 7; ++t) {
-    const float inverse = (float(kIq4nlValues[0]) + float(t)) / extreme;
-    double sum_qx = 0.0, sum_qq = 0.0;
-    for (int j = 0; j < n; ++j) {
-      const double weight = double(x[j]) * x[j];
-      const double q = kIq4nlValues[nearest_iq4nl_index(inverse * x[j])];
-      sum_qx += weight * q * x[j];
-      sum_qq += weight * q * q;
-    }
-    if (sum_qq > 0.0 && sum_qx * sum_qx / sum_qq > best_gain) {
-      best_gain = sum_qx * sum_qx / sum_qq;
-      best_scale = float(sum_qx / sum_qq);
+  for (int c = 0; c < kCandidates; ++c) {
+    if (sum_qq[c] > 0.0 && sum_qx[c] * sum_qx[c] / sum_qq[c] > best_gain) {
+      best_gain = sum_qx[c] * sum_qx[c] / sum_qq[c];
+      best_scale = float(sum_qx[c] / sum_qq[c]);
     }
   }
   return best_scale;

@@ -58,38 +58,58 @@ AffineFit fit_affine(const float* x, const float* weight, int n, int q_max, floa
   }
   double sum_wxx = 0.0;
   for (int i = 0; i < n; ++i) sum_wxx += double(weight[i]) * x[i] * x[i];
-  uint8_t q[256];
-  for (int step = 0; step <= n_steps; ++step) {
-    const float inverse = (float(q_max) + first_shift + shift_step * float(step)) / (hi - lo);
-    double sum_w = 0, sum_wq = 0, sum_wqq = 0, sum_wx = 0, sum_wqx = 0;
+  // Σw and Σwx do not depend on the candidate; the other sums are gathered for a batch of
+  // candidates in one pass over i (each candidate's sums still accumulate in i order, so the
+  // bits are those of one candidate at a time, but the batch's chains run side by side).
+  double sum_w = 0, sum_wx = 0;
+  for (int i = 0; i < n; ++i) {
+    sum_w += weight[i];
+    sum_wx += double(weight[i]) * x[i];
+  }
+  constexpr int kBatch = 24;
+  int best_step = -1;
+  float best_inverse = 0.0f;
+  for (int first = 0; first <= n_steps; first += kBatch) {
+    const int n_batch = std::min(kBatch, n_steps + 1 - first);
+    float inverse[kBatch];
+    double sum_wq[kBatch] = {}, sum_wqq[kBatch] = {}, sum_wqx[kBatch] = {};
+    for (int c = 0; c < n_batch; ++c)
+      inverse[c] = (float(q_max) + first_shift + shift_step * float(first + c)) / (hi - lo);
     for (int i = 0; i < n; ++i) {
-      q[i] = static_cast<uint8_t>(round_clamped(inverse * (x[i] - lo), 0, q_max));
       const double w = weight[i];
-      sum_w += w;
-      sum_wq += w * q[i];
-      sum_wqq += w * q[i] * q[i];
-      sum_wx += w * x[i];
-      sum_wqx += w * q[i] * x[i];
+      const float shifted = x[i] - lo;
+      for (int c = 0; c < n_batch; ++c) {
+        const uint8_t q = static_cast<uint8_t>(round_clamped(inverse[c] * shifted, 0, q_max));
+        sum_wq[c] += w * q;
+        sum_wqq[c] += w * q * q;
+        sum_wqx[c] += w * q * x[i];
+      }
     }
-    // Normal equations of min Σ w (a·q + b − x)² over (a, b); b ≤ 0 is enforced afterwards.
-    const double det = sum_w * sum_wqq - sum_wq * sum_wq;
-    if (!(det > 0.0)) continue;
-    double a = (sum_w * sum_wqx - sum_wq * sum_wx) / det;
-    double b = (sum_wqq * sum_wx - sum_wq * sum_wqx) / det;
-    if (b > 0.0) {
-      b = 0.0;
-      a = sum_wqx / sum_wqq;
-    }
-    if (!(a > 0.0)) continue;
-    // Σ w (a·q + b − x)² expanded in the sums above (double keeps the cancellation harmless).
-    const double error = a * a * sum_wqq + 2 * a * b * sum_wq + b * b * sum_w - 2 * a * sum_wqx -
-                         2 * b * sum_wx + sum_wxx;
-    if (error < best_error) {
-      best_error = error;
-      best = {float(a), float(-b)};
-      std::copy(q, q + n, q_out);
+    for (int c = 0; c < n_batch; ++c) {
+      // Normal equations of min Σ w (a·q + b − x)² over (a, b); b ≤ 0 is enforced afterwards.
+      const double det = sum_w * sum_wqq[c] - sum_wq[c] * sum_wq[c];
+      if (!(det > 0.0)) continue;
+      double a = (sum_w * sum_wqx[c] - sum_wq[c] * sum_wx) / det;
+      double b = (sum_wqq[c] * sum_wx - sum_wq[c] * sum_wqx[c]) / det;
+      if (b > 0.0) {
+        b = 0.0;
+        a = sum_wqx[c] / sum_wqq[c];
+      }
+      if (!(a > 0.0)) continue;
+      // Σ w (a·q + b − x)² expanded in the sums above (double keeps the cancellation harmless).
+      const double error = a * a * sum_wqq[c] + 2 * a * b * sum_wq[c] + b * b * sum_w -
+                           2 * a * sum_wqx[c] - 2 * b * sum_wx + sum_wxx;
+      if (error < best_error) {
+        best_error = error;
+        best = {float(a), float(-b)};
+        best_step = first + c;
+        best_inverse = inverse[c];
+      }
     }
   }
+  if (best_step >= 0)
+    for (int i = 0; i < n; ++i)
+      q_out[i] = static_cast<uint8_t>(round_clamped(best_inverse * (x[i] - lo), 0, q_max));
   return best;
 }
 
@@ -107,19 +127,25 @@ float fit_symmetric(const float* x, int n, int q_neg) {
   if (amax == 0.0f) return 0.0f;
   float best_scale = -extreme / float(q_neg);
   float best_gain = -1.0f;
-  for (int step = -9; step <= 9; ++step) {
-    const float inverse = -(float(q_neg) + 0.1f * float(step)) / extreme;
-    float sum_qx = 0.0f;
-    float sum_qq = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      const int q = round_clamped(inverse * x[i], -q_neg, q_neg - 1);
-      sum_qx += float(q) * x[i];
-      sum_qq += float(q * q);
+  // All 19 candidates advance together over i (each one's sums still accumulate in i order, so
+  // the bits are those of one candidate at a time): independent chains instead of one long one.
+  constexpr int kCandidates = 19;  // step = −9..9
+  float inverse[kCandidates];
+  float sum_qx[kCandidates] = {}, sum_qq[kCandidates] = {};
+  for (int c = 0; c < kCandidates; ++c)
+    inverse[c] = -(float(q_neg) + 0.1f * float(c - 9)) / extreme;
+  for (int i = 0; i < n; ++i) {
+    for (int c = 0; c < kCandidates; ++c) {
+      const int q = round_clamped(inverse[c] * x[i], -q_neg, q_neg - 1);
+      sum_qx[c] += float(q) * x[i];
+      sum_qq[c] += float(q * q);
     }
+  }
+  for (int c = 0; c < kCandidates; ++c) {
     // For fixed q the best scale is Σqx/Σqq and the error drops by (Σqx)²/Σqq.
-    if (sum_qq > 0.0f && sum_qx * sum_qx / sum_qq > best_gain) {
-      best_gain = sum_qx * sum_qx / sum_qq;
-      best_scale = sum_qx / sum_qq;
+    if (sum_qq[c] > 0.0f && sum_qx[c] * sum_qx[c] / sum_qq[c] > best_gain) {
+      best_gain = sum_qx[c] * sum_qx[c] / sum_qq[c];
+      best_scale = sum_qx[c] / sum_qq[c];
     }
   }
   return best_scale;
