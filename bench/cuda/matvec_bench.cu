@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
   std::string json = "{\"device\": \"" + describe_device() + "\", \"hbm_read_gbs\": " + std::to_string(read_gbs) +
                      ", \"hbm_copy_gbs\": " + std::to_string(copy_gbs) + ", \"n_in\": " + std::to_string(n_in) +
                      ", \"n_out\": " + std::to_string(n_out) + ", \"results\": [";
-  std::printf("\n%-8s %10s %6s %4s %10s %10s %8s\n", "type", "MB/matrix", "rows", "r/w", "us/call", "GB/s", "÷read");
+  std::printf("\n%-8s %10s %6s %4s %5s %10s %10s %8s\n", "type", "MB/matrix", "rows", "r/w", "stage", "us/call", "GB/s", "÷read");
   bool first = true;
   for (const auto& name : split(types_arg)) {
     const auto type = type_from_name(name);
@@ -138,10 +138,10 @@ int main(int argc, char** argv) {
     DeviceBuffer scratch(layout.total_bytes);
     quantize_activations(layout, x.as<float>(), scratch.data(), nullptr);
     STRATA_CUDA_CHECK(cudaDeviceSynchronize());
-    for (const int64_t t : rows) for (const int rw : {0, 1, 2, 4}) {
+    for (const int64_t t : rows) for (const int rw : {0, 1, 2, 4}) for (const int staging : {0, 1, 2}) {
       if (rw > 2 && t > 4) continue;
-      if (rw != 0 && !sweep) continue;
-      const MatmulTuning tuning{rw};
+      if ((rw != 0 || staging != 0) && !sweep) continue;
+      const MatmulTuning tuning{rw, staging};
       // Each timed sample is a batch of `copies` back-to-back calls, one per matrix copy, so the
       // few microseconds of launch latency around one event pair do not count as slowness.
       const float ms = median_ms([&](int) {
@@ -151,10 +151,11 @@ int main(int argc, char** argv) {
         }
       }, 2, 9) / float(copies);
       const double gbs = double(matrix_bytes) / ms / 1e6;
-      std::printf("%-8s %10.1f %6lld %4s %10.1f %10.0f %8.2f\n", name.c_str(), matrix_bytes / 1e6, (long long)t,
-                  rw == 0 ? "def" : std::to_string(rw).c_str(), ms * 1e3, gbs, gbs / read_gbs);
+      std::printf("%-8s %10.1f %6lld %4s %5s %10.1f %10.0f %8.2f\n", name.c_str(), matrix_bytes / 1e6, (long long)t,
+                  rw == 0 ? "def" : std::to_string(rw).c_str(), staging == 0 ? "def" : staging == 1 ? "on" : "off",
+                  ms * 1e3, gbs, gbs / read_gbs);
       json += std::string(first ? "" : ", ") + "{\"type\": \"" + name + "\", \"rows\": " + std::to_string(t) +
-              ", \"rows_per_warp\": " + std::to_string(rw) +
+              ", \"rows_per_warp\": " + std::to_string(rw) + ", \"staging\": " + std::to_string(staging) +
               ", \"us\": " + std::to_string(ms * 1e3) + ", \"gbs\": " + std::to_string(gbs) + "}";
       first = false;
     }

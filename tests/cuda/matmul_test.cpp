@@ -152,16 +152,17 @@ TEST_P(CudaMatmul, WindowIdentityAndRepeatability) {
         << type_name(type) << ": row " << t << " alone differs from the same row in a 13-row window";
   }
   // Every launch shape (weight rows per warp) gives the same bits.
-  for (const int rows_per_warp : {1, 2, 4}) {
+  for (const int rows_per_warp : {1, 2, 4}) for (const int staging : {1, 2}) {
     for (const int64_t rows : {int64_t(1), int64_t(2)}) {
       const ActivationLayout layout = compute::cuda::activation_layout(type, n_in, rows);
       compute::cuda::quantize_activations(layout, g.x.as<float>(), g.scratch.data(), stream.get());
-      const compute::cuda::MatmulTuning tuning{rows_per_warp};
+      const compute::cuda::MatmulTuning tuning{rows_per_warp, staging};
       compute::cuda::matmul_quantized(g.matrix, layout, g.scratch.data(), rows, g.y.as<float>(), stream.get(), &tuning);
       stream.synchronize();
       const auto shaped = from_device<float>(g.y, size_t(rows * n_out));
       ASSERT_EQ(0, std::memcmp(shaped.data(), window.data(), shaped.size() * 4))
-          << type_name(type) << ": " << rows_per_warp << " weight rows per warp change the result (" << rows << " rows)";
+          << type_name(type) << ": " << rows_per_warp << " weight rows per warp, staging " << staging
+          << " change the result (" << rows << " rows)";
     }
   }
   for (int64_t rows = 2; rows < n_rows; ++rows) {

@@ -22,6 +22,8 @@ namespace {
 using namespace quant_device;
 
 constexpr int kWarpsPerBlock = 8;
+// Staging buffers stay within the default 48 KiB per block, so 4 blocks (32 warps) still fit an SM.
+constexpr size_t kMaxStagedSharedBytes = 48 * 1024;
 constexpr int kMaxRowsPerPass = 8;
 
 void upload_quant_tables() {
@@ -151,6 +153,10 @@ struct MatmulArgs {
   const int32_t* row_ids;
   const int32_t* row_counts;
   int max_rows;
+  // Staging: each warp first copies its rows' bytes into shared memory with coalesced 16-byte
+  // loads (stage_bytes per row, 0 = off) and decodes from there, where any alignment is free.
+  int stage_bytes;
+  int table_bytes;  // the dynamic shared memory before the staging buffers (Q::kTableBytes, rounded)
 };
 
 // Types describe a unit as decode / load_act / dot (preferred: activations are loaded once for
@@ -203,10 +209,25 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
     y += size_t(p.row_pass) * size_t(p.n_out);
   }
   const int n_units = int(p.n_in / Q::kBlockElems) * Q::kUnitsPerBlock;
+  const size_t row_bytes = size_t(p.n_in / Q::kBlockElems) * Q::kBlockBytes;
+  uint8_t* stage = table + p.table_bytes + size_t(warp) * RW * p.stage_bytes;
   for (int64_t o = first_row; o < p.n_out; o += row_step) {
     const uint8_t* wrow[RW];
 #pragma unroll
     for (int i = 0; i < RW; ++i) wrow[i] = w + size_t(min(o + i, p.n_out - 1)) * p.row_stride;  // past the end: recompute the last row, never stored
+    if (p.stage_bytes > 0) {
+      __syncwarp();  // the previous rows' units are all decoded
+#pragma unroll
+      for (int i = 0; i < RW; ++i) {
+        const uintptr_t address = reinterpret_cast<uintptr_t>(wrow[i]);
+        const auto* from = reinterpret_cast<const uint4*>(address & ~uintptr_t(15));
+        auto* to = reinterpret_cast<uint4*>(stage + size_t(i) * p.stage_bytes);
+        const int n_vectors = int(((address & 15) + row_bytes + 15) / 16);
+        for (int v = lane; v < n_vectors; v += 32) to[v] = from[v];
+        wrow[i] = stage + size_t(i) * p.stage_bytes + (address & 15);  // same alignment mod 16
+      }
+      __syncwarp();
+    }
     float acc[RW][NR];
 #pragma unroll
     for (int i = 0; i < RW; ++i)
@@ -277,7 +298,14 @@ void launch_nr(const MatmulArgs& args, int n_launch, cudaStream_t stream) {
   // copy per block, small next to the rows it serves).
   const int64_t cap = int64_t(sm_count()) * 16;
   const dim3 grid(unsigned(std::min(blocks_needed, std::max<int64_t>(1, cap / std::max(1, n_launch)))), unsigned(n_launch));
-  quant_matmul_kernel<Q, NR, RW><<<grid, kWarpsPerBlock * 32, Q::kTableBytes, stream>>>(args);
+  MatmulArgs a = args;
+  a.table_bytes = int((Q::kTableBytes + 15) / 16 * 16);
+  const size_t row_bytes = size_t(a.n_in / Q::kBlockElems) * Q::kBlockBytes;
+  // One row plus its alignment offset and the funnel-shift over-read, in 16-byte vectors.
+  const size_t stage_bytes = (row_bytes + 15 + 16 + 15) / 16 * 16;
+  const size_t shared = size_t(a.table_bytes) + (a.stage_bytes ? size_t(kWarpsPerBlock) * RW * stage_bytes : 0);
+  if (a.stage_bytes) a.stage_bytes = int(stage_bytes);
+  quant_matmul_kernel<Q, NR, RW><<<grid, kWarpsPerBlock * 32, shared, stream>>>(a);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -307,6 +335,14 @@ void launch(MatmulArgs args, int n_launch, int rows_total, cudaStream_t stream, 
     args.row_pass = pass;
     const int rows = std::min(kMaxRowsPerPass, rows_total - pass);
     const int rw = tuning && tuning->rows_per_warp > 0 ? tuning->rows_per_warp : default_rows_per_warp<Q>(rows);
+    // Staging pays for blocks that are not 16-byte aligned (their per-lane loads span many
+    // blocks per warp instruction); it needs the warp's rows to fit the shared memory.
+    const size_t row_bytes = size_t(args.n_in / Q::kBlockElems) * Q::kBlockBytes;
+    const size_t staged = (size_t(Q::kTableBytes) + 15) / 16 * 16 +
+                          size_t(kWarpsPerBlock) * size_t(std::min(rw, 4)) * ((row_bytes + 46) / 16 * 16);
+    const bool fits = staged <= kMaxStagedSharedBytes;
+    const int choice = tuning ? tuning->staging : 0;
+    args.stage_bytes = fits && (choice == 1 || (choice == 0 && Q::kRowAlign < 16)) ? 1 : 0;
     if (rows == 1) launch_rw<Q, 1>(args, n_launch, stream, rw);
     else if (rows == 2) launch_rw<Q, 2>(args, n_launch, stream, rw);
     else if (rows <= 4) launch_rw<Q, 4>(args, n_launch, stream, rw);

@@ -51,7 +51,8 @@ bool has_cuda_kernel(GgmlType type);
 // Launch shape knobs for benchmarks and tests; they never change a result bit (every output's
 // arithmetic is the same whatever the shape). Zero means the default.
 struct MatmulTuning {
-  int rows_per_warp = 0;  // 1, 2 or 4 (4 only for one activation row)
+  int rows_per_warp = 0;  // 1, 2 or 4
+  int staging = 0;        // 1: stage weight rows in shared memory, 2: never (0: by type and size)
 };
 
 // Where the quantized activations of n_rows rows live inside one scratch allocation.
