@@ -2,7 +2,10 @@
 # Builds strata and runs every test, the way CI does:
 #   1. Release build + full ctest suite
 #   2. ASan+UBSan build + full ctest suite
-#   3. libFuzzer run of every fuzz target for a bounded time (FUZZ_SECONDS, default 60 in total)
+#   3. clang-14 build of everything (library, binary, tests, fuzz targets) with warnings as errors
+#      (the second compiler: g++ 12 builds steps 1 and 2), then a libFuzzer run of every fuzz target
+#      from that build for a bounded time (FUZZ_SECONDS, default 60 in total); its tests are
+#      compiled only (they run in steps 1 and 2)
 # The CUDA backend is OFF here (CI has no GPU); scripts/cuda-test.sh builds and runs it on the GPU box.
 # First, where npm exists, it installs the llama.cpp peer the parity test drives
 # (scripts/install-llama-cpp-peer.sh; without npm that test reports itself skipped).
@@ -31,8 +34,10 @@ cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
 
-echo "== fuzz (${fuzz_seconds}s in total)"
+echo "== clang-14 build, warnings as errors (library, binary, tests, fuzz targets)"
 CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DSTRATA_FUZZ=ON -DSTRATA_WERROR=OFF -DSTRATA_CUDA=OFF >/dev/null
+  -DSTRATA_FUZZ=ON -DSTRATA_FUZZ_BUILD_TESTS=ON -DSTRATA_WERROR=ON -DSTRATA_CUDA=OFF >/dev/null
 cmake --build build-fuzz -j "$jobs"
+
+echo "== fuzz (${fuzz_seconds}s in total)"
 scripts/fuzz.sh "$fuzz_seconds"

@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
 """Exactness fixtures: tiny random HF transformers models and their reference outputs.
 
-For each architecture (qwen4exp, qwen3next, qwen3moe) this script
+For each fixture (qwen4exp, qwen3next, qwen3moe, and the unseen-shape variants qwen4exp_dkdv, qwen3next_dkdv,
+qwen4exp_dense: see ARCHS) this script
   1. builds a tiny model from a fixed seed in float32 with eager attention, randomising every norm weight
      (both the (1+w) kind and the plain kind), A_log, dt_bias, the zero-initialised PLE conv and any other
      all-zero parameter, so that no term of the forward pass is an identity or a zero;
-  2. save_pretrained()s it (safetensors) into <out>/<arch>/hf/ and checks that a reload gives bit-identical
+  2. save_pretrained()s it (safetensors) into <out>/<fixture>/hf/ and checks that a reload gives bit-identical
      logits;
-  3. records, under <out>/<arch>/ref/ (little-endian float32 .bin files + manifest.json):
+  3. records, under <out>/<fixture>/ref/ (little-endian float32 .bin files + manifest.json):
        - full-prefill logits for every position of every prompt,
        - 16 greedy tokens per prompt from a plain loop over the HF cache, and the logits of every step,
        - per-layer hidden states of prompt 0 (output_hidden_states=True),
        - max |cached token-by-token decode - full prefill| (must be < 1e-4) and
          max |greedy-step logits - full forward over prompt+continuation|;
-  4. qwen4exp and qwen3next: appends a random MTP head (`mtp.*`; reference qwen4exp.md §11 and
+  4. qwen4exp and qwen3next (not the variants): appends a random MTP head (`mtp.*`; reference qwen4exp.md §11 and
      qwen3next-qwen3moe.md Part A §6) to the safetensors and computes step-1 draft logits for prompt 0
      with a small PyTorch implementation built from HF's own modules, following vLLM's
      Qwen4ExpMultiTokenPredictor (one QSA decoder layer, RMSNorms, a hyper-connection mixer; see
@@ -47,13 +48,13 @@ NORM_STD = 0.3  # spread of randomised norm weights: (1+w) norms get w ~ N(0, 0.
 # Configurations
 
 
-def qwen4exp_config():
+def qwen4exp_config(**overrides):
     from transformers.models.qwen4_exp.configuration_qwen4_exp import Qwen4ExpTextConfig
 
     # The reference §14 "parity config" with two deliberate changes, both to keep the fixture small and
     # useful: moe_intermediate_size 16 (instead of 32) keeps the checkpoint under 5 MB with 32 experts,
     # split_ngram_parts 2 (instead of 1) makes the converter concatenate PLE shards.
-    return Qwen4ExpTextConfig(
+    return Qwen4ExpTextConfig(**{**dict(
         vocab_size=512, hidden_size=64, num_hidden_layers=4,
         num_attention_heads=4, num_key_value_heads=2, head_dim=32,
         rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
@@ -67,14 +68,14 @@ def qwen4exp_config():
         indexer_budget=8, indexer_compress_ratio=4, eos_token_id=2, bos_token_id=1, pad_token_id=0,
         rms_norm_eps=1e-6, tie_word_embeddings=False, max_position_embeddings=4096,
         initializer_range=0.1,
-    )
+    ), **overrides})
 
 
-def qwen3next_config():
+def qwen3next_config(**overrides):
     from transformers import Qwen3NextConfig
 
     # Reference qwen3next-qwen3moe.md Part A §10.
-    return Qwen3NextConfig(
+    return Qwen3NextConfig(**{**dict(
         vocab_size=256, hidden_size=64, num_hidden_layers=4,
         num_attention_heads=4, num_key_value_heads=2, head_dim=32,
         linear_num_key_heads=2, linear_num_value_heads=4,
@@ -83,7 +84,7 @@ def qwen3next_config():
         shared_expert_intermediate_size=48, max_position_embeddings=512,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
         eos_token_id=2, bos_token_id=1, pad_token_id=0, tie_word_embeddings=False, initializer_range=0.1,
-    )
+    ), **overrides})
 
 
 def qwen3moe_config():
@@ -99,11 +100,32 @@ def qwen3moe_config():
     )
 
 
+def qwen4exp_dkdv_config():
+    # Key head dim != value head dim (dk 16, dv 24): transformers accepts it, the GGUF carries it as
+    # ssm.state_size = dk and ssm.inner_size = nv·dv. 16 experts and no MTP head keep the fixture small.
+    return qwen4exp_config(linear_key_head_dim=16, linear_value_head_dim=24, num_experts=16)
+
+
+def qwen3next_dkdv_config():
+    # dk 24 > dv 16 (the other direction from qwen4exp_dkdv), no MTP head.
+    return qwen3next_config(linear_key_head_dim=24, linear_value_head_dim=16)
+
+
+def qwen4exp_dense_config():
+    # QSA whose budget (128 tokens) covers every prompt + continuation (<= 88 tokens): transformers selects
+    # every block, so its attention is dense. This is the reference for a GGUF whose
+    # attention.compress_ratios holds 0 at the QSA blocks (llama.cpp then attends densely). No MTP head.
+    return qwen4exp_config(indexer_budget=128, num_experts=16)
+
+
 ARCHS = {
-    # arch: (config factory, seed)
-    "qwen4exp": (qwen4exp_config, 4001),
-    "qwen3next": (qwen3next_config, 3001),
-    "qwen3moe": (qwen3moe_config, 2001),
+    # fixture: (arch, config factory, seed, with MTP head)
+    "qwen4exp": ("qwen4exp", qwen4exp_config, 4001, True),
+    "qwen3next": ("qwen3next", qwen3next_config, 3001, True),
+    "qwen3moe": ("qwen3moe", qwen3moe_config, 2001, False),
+    "qwen4exp_dkdv": ("qwen4exp", qwen4exp_dkdv_config, 4101, False),
+    "qwen3next_dkdv": ("qwen3next", qwen3next_dkdv_config, 3101, False),
+    "qwen4exp_dense": ("qwen4exp", qwen4exp_dense_config, 4201, False),
 }
 
 
@@ -446,11 +468,11 @@ def versions() -> dict:
             "safetensors": safetensors.__version__, "numpy": np.__version__, "python": sys.version.split()[0]}
 
 
-def make_fixture(arch: str, out_root: Path) -> dict:
+def make_fixture(fixture: str, out_root: Path) -> dict:
     from safetensors.torch import load_file, save_file
 
-    factory, seed = ARCHS[arch]
-    print(f"== {arch}")
+    arch, factory, seed, with_mtp = ARCHS[fixture]
+    print(f"== {fixture}" + (f" ({arch})" if fixture != arch else ""))
     torch.manual_seed(seed)
     config = factory()
     model = build_model(arch, config)
@@ -460,7 +482,7 @@ def make_fixture(arch: str, out_root: Path) -> dict:
           f"{len(report['one_plus_w_norms'])} (1+w) norms, {len(report['plain_norms'])} plain norms, "
           f"{len(report['other'])} others")
 
-    arch_dir = out_root / arch
+    arch_dir = out_root / fixture
     hf_dir = arch_dir / "hf"
     if arch_dir.exists():
         shutil.rmtree(arch_dir)
@@ -501,7 +523,7 @@ def make_fixture(arch: str, out_root: Path) -> dict:
     for index, ids in enumerate(prompts):
         prefill = logits_of(model, ids).logits[0]
         ref.write(f"prefill_logits_p{index}", prefill, f"full-prefill logits of prompt {index}, [T, vocab]")
-        if index == 0 and arch == "qwen4exp":
+        if index == 0 and arch == "qwen4exp" and with_mtp:
             ref.write("trunk_premixer_p0", premixer_of(model, ids),
                       "prompt 0: multi-stream residual before the final mixer, [T, hc_count*hidden]")
         stepwise = token_by_token(model, ids)
@@ -530,7 +552,7 @@ def make_fixture(arch: str, out_root: Path) -> dict:
         hidden_info.append(list(h.shape))
 
     manifest = {
-        "arch": arch,
+        "arch": fixture,  # the fixture's name: the architecture itself for the three base fixtures
         "hf_class": type(model).__name__,
         "versions": versions(),
         "dtype": "float32",
@@ -549,7 +571,7 @@ def make_fixture(arch: str, out_root: Path) -> dict:
         "hidden_states_p0_shapes": hidden_info,
     }
 
-    if arch == "qwen4exp":
+    if arch == "qwen4exp" and with_mtp:
         # model.config carries the eager attention / experts implementations the trunk ran with.
         head, qsa_index = mtp_modules(model, model.config, seed + 3)
         next_tokens = prompts[0][1:] + [manifest_prompts[0]["greedy_tokens"][0]]
@@ -570,7 +592,7 @@ def make_fixture(arch: str, out_root: Path) -> dict:
             "greedy_draft_tokens": [int(t) for t in torch.argmax(draft, dim=-1)],
         }
 
-    if arch == "qwen3next":
+    if arch == "qwen3next" and with_mtp:
         head, full_index = qwen3next_mtp_modules(model, model.config, seed + 3)
         next_tokens = prompts[0][1:] + [manifest_prompts[0]["greedy_tokens"][0]]
         hidden = final_hidden_of(model, prompts[0])
@@ -609,7 +631,7 @@ def make_fixture(arch: str, out_root: Path) -> dict:
     print(f"  files: {sum(sizes.values()) / 1e6:.2f} MB total; hf: "
           f"{sum(p.stat().st_size for p in hf_dir.iterdir()) / 1e6:.2f} MB")
     if max(decode_diffs) >= DECODE_TOLERANCE or max(continuation_diffs) >= DECODE_TOLERANCE:
-        print(f"  FAIL: {arch} cached decode differs from prefill by more than {DECODE_TOLERANCE}")
+        print(f"  FAIL: {fixture} cached decode differs from prefill by more than {DECODE_TOLERANCE}")
         manifest["failed"] = True
     return manifest
 
@@ -655,10 +677,10 @@ def main() -> int:
     if args.dump_sources:
         dump_sources(args.dump_sources)
     failed = []
-    for arch in args.archs:
-        manifest = make_fixture(arch, args.out)
+    for fixture in args.archs:
+        manifest = make_fixture(fixture, args.out)
         if manifest.get("failed"):
-            failed.append(arch)
+            failed.append(fixture)
         print(f"  max decode-vs-prefill {manifest['max_decode_vs_prefill']:.3g}, "
               f"max greedy-vs-full {manifest['max_greedy_vs_full']:.3g}")
     if failed:

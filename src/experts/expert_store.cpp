@@ -41,7 +41,7 @@ ExpertStoreStats ExpertStoreStats::operator-(const ExpertStoreStats& o) const {
 }
 
 ExpertStore::ExpertStore(const Model& model, Sidecar sidecar, const ExpertStoreOptions& options)
-    : model_(model), sidecar_(std::move(sidecar)), options_(options) {
+    : sidecar_(std::move(sidecar)), options_(options) {
   const SidecarLayout& layout = sidecar_.layout();
   const auto& model_layers = model.layers();
   if (options_.io_threads < 1) fail("expert store: --io-threads must be >= 1, got {}", options_.io_threads);

@@ -194,7 +194,6 @@ class ExpertStore final : public ExpertSource {
   ExpertMatrices matrices(const Layer& layer, const uint8_t* data) const;
   void release_transient();
 
-  const Model& model_;
   Sidecar sidecar_;
   ExpertStoreOptions options_;
   int slots_per_layer_ = 0;

@@ -31,12 +31,13 @@ struct AttentionWeights {
   compute::WeightMatrix o;  // [H x n_head·head_dim]
   std::vector<float> q_norm, k_norm;  // [head_dim]; empty = no per-head norm
   bool gated = false;
-  // QSA indexer (sparse when index_q.data != nullptr).
+  // QSA indexer: sparse when loaded and compress_ratio > 0; ratio 0 (llama.cpp's "no ratio")
+  // attends densely with the indexer unused.
   compute::WeightMatrix index_q;  // [n_idx_head·di x H]
   compute::WeightMatrix index_k;  // [di x H]
   std::vector<float> index_q_norm, index_k_norm;  // [di]
   int compress_ratio = 0;
-  bool sparse() const { return index_q.data != nullptr; }
+  bool sparse() const { return index_q.data != nullptr && compress_ratio > 0; }
 };
 
 // Per-layer cache. Keys are stored after norm + RoPE; raw indexer keys are kept per token and

@@ -24,31 +24,31 @@ void l2_normalize(float* v, int n, float extra) {
 using DeltaInputs = GatedDeltaNetInputs;
 
 // Recurrent form, token by token, over the first n_rows rows. state: [dk][dv] of V head h;
-// out: core [n_rows][nv·d], or nullptr to advance the state only (rollback replay; the state
+// out: core [n_rows][nv·dv], or nullptr to advance the state only (rollback replay; the state
 // update is the same code either way, so the same bits).
 //   S ← e^g·S;  u = β(v − Sᵀk);  S ← S + k uᵀ;  o = Sᵀq
 void delta_rule_recurrent(const DeltaInputs& in, int64_t n_rows, const HParams& hp, int h, int kh,
                           float* state, float* out) {
-  const int d = hp.ssm_d_state, nv = hp.ssm_n_v_heads;
+  const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim(), nv = hp.ssm_n_v_heads;
   const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim();
   for (int64_t t = 0; t < n_rows; ++t) {
-    const float* k = in.k.data() + t * key_dim + kh * d;
-    const float* q = in.q.data() + t * key_dim + kh * d;
-    const float* v = in.v.data() + t * value_dim + h * d;
+    const float* k = in.k.data() + t * key_dim + kh * dk;
+    const float* q = in.q.data() + t * key_dim + kh * dk;
+    const float* v = in.v.data() + t * value_dim + h * dv;
     const float beta = in.beta[size_t(t * nv + h)];
     const float decay = std::exp(in.decay_log[size_t(t * nv + h)]);
-    for (int i = 0; i < d * d; ++i) state[i] *= decay;
-    for (int j = 0; j < d; ++j) {
+    for (int i = 0; i < dk * dv; ++i) state[i] *= decay;
+    for (int j = 0; j < dv; ++j) {
       float recalled = 0.0f;  // (Sᵀk)_j
-      for (int i = 0; i < d; ++i) recalled += state[i * d + j] * k[i];
+      for (int i = 0; i < dk; ++i) recalled += state[i * dv + j] * k[i];
       const float u = (v[j] - recalled) * beta;
-      for (int i = 0; i < d; ++i) state[i * d + j] += k[i] * u;
+      for (int i = 0; i < dk; ++i) state[i * dv + j] += k[i] * u;
     }
     if (!out) continue;
-    float* o = out + t * value_dim + h * d;
-    for (int j = 0; j < d; ++j) {
+    float* o = out + t * value_dim + h * dv;
+    for (int j = 0; j < dv; ++j) {
       float acc = 0.0f;
-      for (int i = 0; i < d; ++i) acc += state[i * d + j] * q[i];
+      for (int i = 0; i < dk; ++i) acc += state[i * dv + j] * q[i];
       o[j] = acc;
     }
   }
@@ -62,21 +62,23 @@ void delta_rule_recurrent(const DeltaInputs& in, int64_t n_rows, const HParams& 
 // The triangular systems are solved by forward substitution, as HF does.
 void delta_rule_chunked(const DeltaInputs& in, const HParams& hp, int h, int kh, float* state,
                         float* out) {
-  const int d = hp.ssm_d_state, nv = hp.ssm_n_v_heads;
+  const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim(), nv = hp.ssm_n_v_heads;
   const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim();
   std::vector<float> gamma(kChunkRows), L(size_t(kChunkRows) * kChunkRows);
-  std::vector<float> U(size_t(kChunkRows) * d), W(size_t(kChunkRows) * d), Vp(size_t(kChunkRows) * d);
+  // U, V' are value rows [n][dv]; W is a key row combination [n][dk].
+  std::vector<float> U(size_t(kChunkRows) * dv), W(size_t(kChunkRows) * dk),
+      Vp(size_t(kChunkRows) * dv);
   for (int64_t c0 = 0; c0 < in.n_rows; c0 += kChunkRows) {
     const int n = int(std::min<int64_t>(kChunkRows, in.n_rows - c0));
-    auto k_row = [&](int i) { return in.k.data() + (c0 + i) * key_dim + kh * d; };
-    auto q_row = [&](int i) { return in.q.data() + (c0 + i) * key_dim + kh * d; };
-    auto v_row = [&](int i) { return in.v.data() + (c0 + i) * value_dim + h * d; };
+    auto k_row = [&](int i) { return in.k.data() + (c0 + i) * key_dim + kh * dk; };
+    auto q_row = [&](int i) { return in.q.data() + (c0 + i) * key_dim + kh * dk; };
+    auto v_row = [&](int i) { return in.v.data() + (c0 + i) * value_dim + h * dv; };
     auto beta = [&](int i) { return in.beta[size_t((c0 + i) * nv + h)]; };
     float acc_gamma = 0.0f;
     for (int i = 0; i < n; ++i) gamma[size_t(i)] = acc_gamma += in.decay_log[size_t((c0 + i) * nv + h)];
-    auto dot = [d](const float* a, const float* b) {
+    auto dot = [dk](const float* a, const float* b) {  // of two key-space rows
       float s = 0.0f;
-      for (int i = 0; i < d; ++i) s += a[i] * b[i];
+      for (int i = 0; i < dk; ++i) s += a[i] * b[i];
       return s;
     };
     for (int i = 0; i < n; ++i)
@@ -84,56 +86,53 @@ void delta_rule_chunked(const DeltaInputs& in, const HParams& hp, int h, int kh,
         L[size_t(i * kChunkRows + j)] =
             beta(i) * dot(k_row(i), k_row(j)) * std::exp(gamma[size_t(i)] - gamma[size_t(j)]);
     // Forward substitution for U and W.
+    // The two substitutions share L but not their widths: U rows have dv entries, W rows dk.
     for (int i = 0; i < n; ++i) {
-      float* u = U.data() + size_t(i) * d;
-      float* wv = W.data() + size_t(i) * d;
+      float* u = U.data() + size_t(i) * dv;
+      float* wv = W.data() + size_t(i) * dk;
       const float scale_w = beta(i) * std::exp(gamma[size_t(i)]);
-      for (int c = 0; c < d; ++c) {
-        u[c] = beta(i) * v_row(i)[c];
-        wv[c] = scale_w * k_row(i)[c];
-      }
+      for (int c = 0; c < dv; ++c) u[c] = beta(i) * v_row(i)[c];
+      for (int c = 0; c < dk; ++c) wv[c] = scale_w * k_row(i)[c];
       for (int j = 0; j < i; ++j) {
         const float l = L[size_t(i * kChunkRows + j)];
-        const float* uj = U.data() + size_t(j) * d;
-        const float* wj = W.data() + size_t(j) * d;
-        for (int c = 0; c < d; ++c) {
-          u[c] -= l * uj[c];
-          wv[c] -= l * wj[c];
-        }
+        const float* uj = U.data() + size_t(j) * dv;
+        const float* wj = W.data() + size_t(j) * dk;
+        for (int c = 0; c < dv; ++c) u[c] -= l * uj[c];
+        for (int c = 0; c < dk; ++c) wv[c] -= l * wj[c];
       }
     }
     // V' = U − W·S  (S is [dk][dv]).
     for (int i = 0; i < n; ++i)
-      for (int c = 0; c < d; ++c) {
+      for (int c = 0; c < dv; ++c) {
         float ws = 0.0f;
-        for (int r = 0; r < d; ++r) ws += W[size_t(i) * d + r] * state[r * d + c];
-        Vp[size_t(i) * d + c] = U[size_t(i) * d + c] - ws;
+        for (int r = 0; r < dk; ++r) ws += W[size_t(i) * dk + r] * state[r * dv + c];
+        Vp[size_t(i) * dv + c] = U[size_t(i) * dv + c] - ws;
       }
     // O = diag(e^γ)·Q·S + (Q Kᵀ ⊙ Γ)·V'.
     for (int i = 0; i < n; ++i) {
-      float* o = out + (c0 + i) * value_dim + h * d;
+      float* o = out + (c0 + i) * value_dim + h * dv;
       const float eg = std::exp(gamma[size_t(i)]);
-      for (int c = 0; c < d; ++c) {
+      for (int c = 0; c < dv; ++c) {
         float qs = 0.0f;
-        for (int r = 0; r < d; ++r) qs += q_row(i)[r] * state[r * d + c];
+        for (int r = 0; r < dk; ++r) qs += q_row(i)[r] * state[r * dv + c];
         o[c] = eg * qs;
       }
       for (int j = 0; j <= i; ++j) {
         const float a = dot(q_row(i), k_row(j)) * std::exp(gamma[size_t(i)] - gamma[size_t(j)]);
-        for (int c = 0; c < d; ++c) o[c] += a * Vp[size_t(j) * d + c];
+        for (int c = 0; c < dv; ++c) o[c] += a * Vp[size_t(j) * dv + c];
       }
     }
     // S ← e^{γ_C}·S + Σ_i e^{γ_C−γ_i} k_i V'_iᵀ.
     const float g_last = gamma[size_t(n - 1)];
     const float e_last = std::exp(g_last);
-    for (int i = 0; i < d * d; ++i) state[i] *= e_last;
+    for (int i = 0; i < dk * dv; ++i) state[i] *= e_last;
     for (int i = 0; i < n; ++i) {
       const float scale = std::exp(g_last - gamma[size_t(i)]);
       const float* k = k_row(i);
-      const float* vp = Vp.data() + size_t(i) * d;
-      for (int r = 0; r < d; ++r) {
+      const float* vp = Vp.data() + size_t(i) * dv;
+      for (int r = 0; r < dk; ++r) {
         const float kr = scale * k[r];
-        for (int c = 0; c < d; ++c) state[r * d + c] += kr * vp[c];
+        for (int c = 0; c < dv; ++c) state[r * dv + c] += kr * vp[c];
       }
     }
   }
@@ -143,13 +142,15 @@ void delta_rule_chunked(const DeltaInputs& in, const HParams& hp, int h, int kh,
 
 void GatedDeltaNetState::reset(const HParams& hp) {
   conv.assign(static_cast<size_t>((hp.ssm_conv_kernel - 1) * hp.ssm_conv_dim()), 0.0f);
-  ssm.assign(static_cast<size_t>(hp.ssm_n_v_heads) * hp.ssm_d_state * hp.ssm_d_state, 0.0f);
+  ssm.assign(static_cast<size_t>(hp.ssm_n_v_heads) * hp.ssm_head_k_dim() * hp.ssm_head_v_dim(),
+             0.0f);
 }
 
 void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
                             const GatedDeltaNetWeights& w, GatedDeltaNetState& state,
                             const float* x, int64_t n_rows, float* y, bool record_window) {
-  const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads, d = hp.ssm_d_state;
+  const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
+  const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim();
   const int kernel = hp.ssm_conv_kernel;
   const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim();
   const int64_t conv_dim = hp.ssm_conv_dim();
@@ -194,7 +195,7 @@ void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
     log.ssm_before = state.ssm;
     log.conv_before = state.conv;
   }
-  const float q_scale = 1.0f / std::sqrt(float(d));
+  const float q_scale = 1.0f / std::sqrt(float(dk));  // HF: query.shape[-1] ** -0.5
   for (int64_t t = 0; t < n_rows; ++t) {
     const float* row = mixed.data() + t * conv_dim;
     // Causal depthwise conv over [history (K-1 rows) | current row], then SiLU.
@@ -217,8 +218,8 @@ void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
     std::copy_n(conv_out.data() + key_dim, key_dim, k);
     std::copy_n(conv_out.data() + 2 * key_dim, value_dim, in.v.data() + t * value_dim);
     for (int h = 0; h < nk; ++h) {
-      l2_normalize(q + h * d, d, q_scale);
-      l2_normalize(k + h * d, d, 1.0f);
+      l2_normalize(q + h * dk, dk, q_scale);
+      l2_normalize(k + h * dk, dk, 1.0f);
     }
     for (int h = 0; h < nv; ++h) {
       in.beta[size_t(t * nv + h)] = compute::sigmoid(beta[size_t(t * nv + h)]);
@@ -236,7 +237,7 @@ void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
   pool.parallel_for(nv, [&](int64_t begin, int64_t end, int) {
     for (int64_t h = begin; h < end; ++h) {
       const int kh = hp.ssm_v_heads_tiled ? int(h) % nk : int(h) / v_per_k;
-      float* head_state = state.ssm.data() + size_t(h) * d * d;
+      float* head_state = state.ssm.data() + size_t(h) * dk * dv;
       if (chunked)
         delta_rule_chunked(in, hp, int(h), kh, head_state, core.data());
       else
@@ -252,10 +253,10 @@ void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
   // Phase 3: gated RMS norm per V head.
   for (int64_t t = 0; t < n_rows; ++t)
     for (int h = 0; h < nv; ++h) {
-      float* o = core.data() + t * value_dim + h * d;
-      const float* zh = z.data() + t * value_dim + h * d;
-      compute::rms_norm(o, w.norm.data(), d, hp.rms_eps, o);
-      for (int j = 0; j < d; ++j)
+      float* o = core.data() + t * value_dim + h * dv;
+      const float* zh = z.data() + t * value_dim + h * dv;
+      compute::rms_norm(o, w.norm.data(), dv, hp.rms_eps, o);
+      for (int j = 0; j < dv; ++j)
         o[j] *= hp.ssm_gate_sigmoid ? compute::sigmoid(zh[j]) : compute::silu(zh[j]);
     }
   compute::matmul(pool, w.out, core.data(), n_rows, y);
@@ -270,7 +271,8 @@ void gated_deltanet_rollback(compute::ThreadPool& pool, const HParams& hp,
     fail("gated deltanet rollback: cannot keep {} rows of a {}-row window", keep_rows, n_rows);
   log.valid = false;
   if (keep_rows == n_rows) return;
-  const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads, d = hp.ssm_d_state;
+  const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
+  const size_t head_state = size_t(hp.ssm_head_k_dim()) * size_t(hp.ssm_head_v_dim());
   const int v_per_k = nv / nk;
   const int64_t conv_dim = hp.ssm_conv_dim();
   const int64_t history_rows = hp.ssm_conv_kernel - 1;
@@ -288,7 +290,7 @@ void gated_deltanet_rollback(compute::ThreadPool& pool, const HParams& hp,
     for (int64_t h = begin; h < end; ++h) {
       const int kh = hp.ssm_v_heads_tiled ? int(h) % nk : int(h) / v_per_k;
       delta_rule_recurrent(log.inputs, keep_rows, hp, int(h), kh,
-                           state.ssm.data() + size_t(h) * d * d, nullptr);
+                           state.ssm.data() + size_t(h) * head_state, nullptr);
     }
   });
 }

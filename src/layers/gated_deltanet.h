@@ -7,6 +7,8 @@
 //   S ← e^g·S;  u = v − Sᵀk̂;  S ← S + β·k̂uᵀ;  o = Sᵀq̂
 //   y = W_out·concat_h( w_norm ⊙ rmsnorm(o_h) ⊙ gate(z_h) ),  gate = σ (qwen4exp) or silu
 // kmap is tiled (h % nk) in qwen4exp GGUF order and grouped (h / (nv/nk)) in qwen3next.
+// q, k have the key head dim dk (ssm.state_size), v, z, o and the norm the value head dim dv
+// (ssm.inner_size / time_step_rank); dk ≠ dv is allowed (transformers accepts it), S is dk × dv.
 // Windows shorter than 32 rows (decode, speculative verify) run the recurrent form token by
 // token, so a row's result is the same bits whether its window holds 1 or T < 32 rows (window
 // identity). Longer windows (prefill) run the chunked WY form (64-token chunks), equal to the
@@ -42,8 +44,8 @@ struct GatedDeltaNetWeights {
 // Per-token inputs of the delta rule, after conv, split and normalisation.
 struct GatedDeltaNetInputs {
   int64_t n_rows = 0;
-  std::vector<float> q, k;        // [n_rows][nk·d], q̂ already scaled by 1/√d
-  std::vector<float> v;           // [n_rows][nv·d]
+  std::vector<float> q, k;        // [n_rows][nk·dk], q̂ already scaled by 1/√dk
+  std::vector<float> v;           // [n_rows][nv·dv]
   std::vector<float> beta;        // [n_rows][nv], σ(b)
   std::vector<float> decay_log;   // [n_rows][nv], g ≤ 0 (the decay is e^g)
 };

@@ -108,10 +108,14 @@ void load_ssm(const MetaReader& meta, HParams& hp) {
   if (hp.ssm_n_v_heads % hp.ssm_n_k_heads != 0)
     meta.bad("ssm.time_step_rank", fmt::format("a multiple of ssm.group_count ({})", hp.ssm_n_k_heads),
              std::to_string(hp.ssm_n_v_heads));
+  // The value head dim is inner_size / time_step_rank (llama.cpp's converter writes inner_size =
+  // nv·dv and state_size = dk); absent, dv = dk.
   const int64_t inner = meta.optional<int64_t>("ssm.inner_size", hp.ssm_value_dim());
-  if (inner != hp.ssm_value_dim())
-    meta.bad("ssm.inner_size", fmt::format("time_step_rank x state_size = {}", hp.ssm_value_dim()),
+  if (inner <= 0 || inner % hp.ssm_n_v_heads != 0)
+    meta.bad("ssm.inner_size",
+             fmt::format("a positive multiple of ssm.time_step_rank ({})", hp.ssm_n_v_heads),
              std::to_string(inner));
+  hp.ssm_d_value = int(inner / hp.ssm_n_v_heads);
 }
 
 // Hybrid layer pattern: an explicit per-layer recurrent flag array wins over the interval.
@@ -154,14 +158,17 @@ void load_qwen4exp_extras(const MetaReader& meta, HParams& hp) {
   if (hp.compress_ratios.size() < size_t(hp.n_layer + hp.n_nextn))
     meta.bad("attention.compress_ratios", fmt::format("{} entries", hp.n_layer + hp.n_nextn),
              std::to_string(hp.compress_ratios.size()));
-  // The MTP blocks carry ratio 0 in llama.cpp's files (it attends densely there); strata runs
-  // them as QSA with the trunk's ratio (vLLM's behaviour), see Model::mtp_compress_ratio.
+  // Ratio 0 means dense attention, as llama.cpp reads it (src/models/qwen4exp.cpp: "no ratio
+  // means dense"): its converter writes 0 on GDN blocks, on the MTP blocks, and on QSA blocks
+  // whose config.json layer type is not "full_attention" (transformers 5.17 checkpoints say
+  // "qwen_sparse_attention"). A QSA block with ratio 0 runs gated attention over every visible
+  // token, its indexer tensors loaded but unused. The MTP block runs as QSA with the trunk's
+  // ratio (vLLM's behaviour), see Qwen4Exp::mtp_compress_ratio.
   for (int i = 0; i < hp.n_layer + hp.n_nextn; ++i) {
-    const bool sparse = i < hp.n_layer && hp.layer_kinds[i] == LayerKind::SparseAttention;
     const int ratio = hp.compress_ratios[i];
-    if ((sparse || ratio != 0) && (ratio <= 0 || hp.indexer_top_k % ratio != 0))
+    if (ratio < 0 || (ratio > 0 && hp.indexer_top_k % ratio != 0))
       meta.bad("attention.compress_ratios",
-               fmt::format("a positive divisor of indexer.top_k ({}) at QSA block {}",
+               fmt::format("0 (dense) or a positive divisor of indexer.top_k ({}) at block {}",
                            hp.indexer_top_k, i),
                std::to_string(ratio));
   }

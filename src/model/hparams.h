@@ -49,7 +49,8 @@ struct HParams {
 
   // Gated DeltaNet.
   int ssm_conv_kernel = 0;
-  int ssm_d_state = 0;      // dk = dv
+  int ssm_d_state = 0;      // dk: key head dim, also the rows of each V head's state
+  int ssm_d_value = 0;      // dv: value head dim (ssm.inner_size / time_step_rank); 0 = dk
   int ssm_n_k_heads = 0;    // nk (group_count)
   int ssm_n_v_heads = 0;    // nv (time_step_rank)
   bool ssm_v_heads_tiled = false;  // qwen4exp GGUF: V head p uses K head p % nk; else p / (nv/nk)
@@ -80,8 +81,12 @@ struct HParams {
   int ple_n_heads() const { return (ple_ngram_size - 1) * ple_heads_per_ngram; }
   bool has_ple() const { return !ple_layers.empty(); }
   int ple_layer() const { return ple_layers.empty() ? -1 : ple_layers[0]; }
-  int64_t ssm_key_dim() const { return int64_t(ssm_n_k_heads) * ssm_d_state; }
-  int64_t ssm_value_dim() const { return int64_t(ssm_n_v_heads) * ssm_d_state; }
+  // dk and dv may differ (transformers accepts linear_key_head_dim != linear_value_head_dim);
+  // each V head's recurrent state is [dk][dv].
+  int ssm_head_k_dim() const { return ssm_d_state; }
+  int ssm_head_v_dim() const { return ssm_d_value > 0 ? ssm_d_value : ssm_d_state; }
+  int64_t ssm_key_dim() const { return int64_t(ssm_n_k_heads) * ssm_head_k_dim(); }
+  int64_t ssm_value_dim() const { return int64_t(ssm_n_v_heads) * ssm_head_v_dim(); }
   int64_t ssm_conv_dim() const { return 2 * ssm_key_dim() + ssm_value_dim(); }
 };
 

@@ -134,7 +134,7 @@ void Model::load_deltanet(const TensorLoader& loader, int l, LayerWeights& out) 
   g.conv = loader.floats(blk(l, "ssm_conv1d"), hp_.ssm_conv_dim() * hp_.ssm_conv_kernel);
   g.dt_bias = loader.floats(blk(l, "ssm_dt.bias"), nv);
   g.a = loader.floats(blk(l, "ssm_a"), nv);
-  g.norm = loader.floats(blk(l, "ssm_norm"), hp_.ssm_d_state);
+  g.norm = loader.floats(blk(l, "ssm_norm"), hp_.ssm_head_v_dim());
   g.out = loader.matrix(blk(l, "ssm_out"), hp_.ssm_value_dim(), H);
 }
 

@@ -181,13 +181,16 @@ class Qwen4Exp final : public Model {
   }
 
   // llama.cpp's files give the MTP block ratio 0 (it attends densely); like vLLM, strata runs
-  // the head's attention as QSA with the trunk's block size.
+  // the head's attention as QSA with the trunk's block size. A trunk whose QSA blocks all carry
+  // ratio 0 (dense, see load_qwen4exp_extras) has no block size to lend: the head is dense too.
   int mtp_compress_ratio() const {
     const int stored = hp_.compress_ratios[size_t(hp_.n_layer)];
     if (stored > 0) return stored;
     for (int l = 0; l < hp_.n_layer; ++l)
-      if (hp_.layer_kinds[size_t(l)] == LayerKind::SparseAttention) return hp_.compress_ratios[size_t(l)];
-    fail("{}: cannot run the MTP block as QSA: the trunk has no QSA layer", file_->path());
+      if (hp_.layer_kinds[size_t(l)] == LayerKind::SparseAttention &&
+          hp_.compress_ratios[size_t(l)] > 0)
+        return hp_.compress_ratios[size_t(l)];
+    return 0;
   }
 
   HyperConnectionWeights output_hc_;

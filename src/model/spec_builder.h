@@ -72,7 +72,7 @@ inline void add_deltanet_specs(SpecBuilder& b, const HParams& hp, int l, bool fu
   b.layer(l, "ssm_conv1d", {hp.ssm_conv_kernel, hp.ssm_conv_dim()}, TensorRole::Vector);
   b.layer(l, "ssm_dt.bias", {nv}, TensorRole::Vector);
   b.layer_bare(l, "ssm_a", {nv}, TensorRole::Vector);
-  b.layer(l, "ssm_norm", {hp.ssm_d_state}, TensorRole::Norm);
+  b.layer(l, "ssm_norm", {hp.ssm_head_v_dim()}, TensorRole::Norm);
   b.layer(l, "ssm_out", {hp.ssm_value_dim(), H}, TensorRole::Matrix);
 }
 

@@ -339,6 +339,10 @@ RoutingShaper::RoutingShaper(const HParams& hp, const RoutingShape& shape, uint6
           "synth: --routing-correlation needs a Gated DeltaNet layer 0 (qwen3next, qwen4exp); "
           "this {} shape has none",
           arch_name(hp.arch));
+    // The shaping below indexes key and value channels with one head width.
+    if (hp.ssm_head_v_dim() != hp.ssm_head_k_dim())
+      fail("synth: --routing-correlation: expected equal key and value head dims, found {} and {}",
+           hp.ssm_head_k_dim(), hp.ssm_head_v_dim());
     if (hp.ssm_d_state < 8)
       fail("synth: --routing-correlation: expected ssm_d_state >= 8, found {}", hp.ssm_d_state);
     l.pairs_per_head = 3 * int64_t(hp.ssm_d_state) / 8;  // the rest of a head is ballast

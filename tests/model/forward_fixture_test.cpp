@@ -6,6 +6,12 @@
 //     logits within tolerance;
 //   - qwen4exp, qwen3next: the MTP head's step-1 draft logits for every prompt position (and, for
 //     qwen3next, one chained draft step).
+// Unseen shapes (suite Unseen): key head dim != value head dim (qwen4exp_dkdv: dk 16, dv 24;
+// qwen3next_dkdv: dk 24, dv 16), and a QSA model whose budget covers every prompt, so
+// transformers attends densely (qwen4exp_dense), run as converted (ratio 4: every block
+// selected) and as llama.cpp's converter writes it for a "qwen_sparse_attention" layer type
+// ("@ratio0": attention.compress_ratios 0 at the QSA block, which llama.cpp runs dense).
+// A fixture directory that is not committed yet is reported as a skipped (pending) test.
 // Tolerance: max |Δlogit| ≤ 1e-4. HF's own prefill-vs-decode disagreement on these models is up to
 // 1.0e-5 (fp32 summation order), our kernels reorder sums the same way, so 1e-4 leaves 10×
 // headroom; the smallest top-2 margin of any greedy step is 2.8e-3, 28× larger, so every argmax
@@ -24,6 +30,8 @@
 #include "compute/cpu/thread_pool.h"
 #include "convert/convert.h"
 #include "engine/session.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
 #include "model/model.h"
 
 namespace strata {
@@ -43,15 +51,51 @@ float max_abs_diff(const float* a, const float* b, size_t n) {
   return worst;
 }
 
+// Rewrites `path` in place with every attention.compress_ratios entry 0: the form llama.cpp's
+// converter gives a qwen4exp checkpoint whose config.json layer types are not "full_attention".
+void zero_compress_ratios(const std::string& path) {
+  const std::string key = "qwen4exp.attention.compress_ratios";
+  const std::string rewritten = path + ".ratio0";
+  {
+    const auto source = GgufFile::open(path);
+    GgufWriter writer;
+    for (const std::string& k : source->keys()) {
+      if (k != key) {
+        writer.add(k, *source->find(k));
+        continue;
+      }
+      const std::vector<int32_t> zeros(source->get<std::vector<int64_t>>(key).size(), 0);
+      writer.add_array_i32(key, zeros);
+    }
+    for (const TensorInfo& t : source->tensors())
+      writer.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims));
+    writer.write_file(rewritten, [&](const GgufTensorDecl& t, GgufTensorSink& sink) {
+      sink.write(std::span<const uint8_t>(source->tensor_data(source->tensor(t.name)), t.n_bytes));
+    });
+  }
+  std::filesystem::rename(rewritten, path);
+}
+
+// GetParam(): a fixture directory name, optionally followed by "@ratio0" (see the file comment).
 class Fixture : public testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const std::string arch = GetParam();
+    const std::string param = GetParam();
+    const size_t at = param.find('@');
+    const std::string arch = param.substr(0, at);
+    const bool ratio0 = at != std::string::npos && param.substr(at + 1) == "ratio0";
+    ASSERT_TRUE(at == std::string::npos || ratio0) << param;
+    fixture = arch;
+    if (!std::filesystem::exists(fixture_dir(arch)))
+      GTEST_SKIP() << "PENDING: fixture tests/data/models/" << arch
+                   << " is not committed yet (make it with tools/make_model_fixtures.py --archs "
+                   << arch << " on a machine with transformers 5.17; docs/fixtures.md)";
     std::ifstream manifest_file(fixture_dir(arch) + "/ref/manifest.json");
     ASSERT_TRUE(manifest_file);
     manifest = nlohmann::json::parse(manifest_file);
     gguf_path = (std::filesystem::temp_directory_path() /
-                 ("strata-fixture-" + arch + "-" + std::to_string(getpid()) + ".gguf"))
+                 ("strata-fixture-" + arch + (ratio0 ? "-ratio0-" : "-") +
+                  std::to_string(getpid()) + ".gguf"))
                     .string();
     convert::ConvertOptions options;
     options.hf_dir = fixture_dir(arch) + "/hf";
@@ -59,14 +103,28 @@ class Fixture : public testing::TestWithParam<std::string> {
     options.type = GgmlType::F32;
     options.show_progress = false;
     convert::convert_hf_to_gguf(options);
+    if (ratio0) zero_compress_ratios(gguf_path);
     model = Model::load(gguf_path);
+    const HParams& hp = model->hparams();
+    const nlohmann::json& config = manifest["config"];
+    if (config.contains("linear_key_head_dim")) {
+      // The converted file carries dk as ssm.state_size and nv·dv as ssm.inner_size.
+      ASSERT_EQ(hp.ssm_head_k_dim(), config["linear_key_head_dim"].get<int>());
+      ASSERT_EQ(hp.ssm_head_v_dim(), config["linear_value_head_dim"].get<int>());
+    }
+    if (ratio0) {
+      for (int l = 0; l < hp.n_layer; ++l) ASSERT_EQ(hp.compress_ratios[size_t(l)], 0) << l;
+    }
   }
-  void TearDown() override { std::filesystem::remove(gguf_path); }
+  void TearDown() override {
+    if (!gguf_path.empty()) std::filesystem::remove(gguf_path);
+  }
 
   std::vector<int32_t> prompt(size_t p) const {
     return manifest["prompts"][p]["ids"].get<std::vector<int32_t>>();
   }
 
+  std::string fixture;  // the directory under tests/data/models
   nlohmann::json manifest;
   std::string gguf_path;
   std::unique_ptr<Model> model;
@@ -78,7 +136,7 @@ TEST_P(Fixture, PrefillLogitsMatchTransformers) {
   for (size_t p = 0; p < manifest["prompts"].size(); ++p) {
     const std::vector<int32_t> ids = prompt(p);
     const std::vector<float> expected = read_f32_file(
-        fixture_dir(GetParam()) + "/ref/prefill_logits_p" + std::to_string(p) + ".bin",
+        fixture_dir(fixture) + "/ref/prefill_logits_p" + std::to_string(p) + ".bin",
         ids.size() * size_t(vocab));
     ModelState state = model->new_state();
     std::vector<float> logits;
@@ -103,7 +161,7 @@ TEST_P(Fixture, GreedyContinuationMatchesTransformers) {
   for (size_t p = 0; p < manifest["prompts"].size(); ++p) {
     const auto greedy = manifest["prompts"][p]["greedy_tokens"].get<std::vector<int32_t>>();
     const std::vector<float> expected =
-        read_f32_file(fixture_dir(GetParam()) + "/ref/greedy_logits_p" + std::to_string(p) + ".bin",
+        read_f32_file(fixture_dir(fixture) + "/ref/greedy_logits_p" + std::to_string(p) + ".bin",
                       greedy.size() * size_t(vocab));
     Session session(*model, pool);
     session.prefill(prompt(p), 16);
@@ -120,6 +178,56 @@ TEST_P(Fixture, GreedyContinuationMatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, Fixture, testing::Values("qwen3moe", "qwen3next", "qwen4exp"));
+INSTANTIATE_TEST_SUITE_P(Unseen, Fixture,
+                         testing::Values("qwen4exp_dkdv", "qwen3next_dkdv", "qwen4exp_dense",
+                                         "qwen4exp_dense@ratio0"));
+
+// The ratio-0 form of the base qwen4exp fixture (QSA budget 8, ratio 4): llama.cpp's dense reading.
+// While a query sees at most budget/ratio complete blocks (positions 0..10) QSA selects everything
+// and transformers' logits are dense ones, so they must match; later, transformers attends
+// sparsely, so a dense forward must differ somewhere (else ratio 0 did not mean dense).
+TEST(QsaRatioZero, AttendsDenselyWhereTransformersAttendsSparsely) {
+  const std::string dir = fixture_dir("qwen4exp");
+  std::ifstream manifest_file(dir + "/ref/manifest.json");
+  ASSERT_TRUE(manifest_file);
+  const nlohmann::json manifest = nlohmann::json::parse(manifest_file);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("strata-qsa-ratio0-" + std::to_string(getpid()) + ".gguf"))
+                               .string();
+  convert::ConvertOptions options;
+  options.hf_dir = dir + "/hf";
+  options.out_path = path;
+  options.type = GgmlType::F32;
+  options.show_progress = false;
+  convert::convert_hf_to_gguf(options);
+  zero_compress_ratios(path);
+  const auto model = Model::load(path);
+  std::filesystem::remove(path);
+  const HParams& hp = model->hparams();
+  const int64_t vocab = hp.n_vocab;
+  const int ratio = manifest["config"]["indexer_compress_ratio"].get<int>();
+  const int budget = manifest["config"]["indexer_budget"].get<int>();
+  const auto ids = manifest["prompts"][0]["ids"].get<std::vector<int32_t>>();
+  const std::vector<float> expected =
+      read_f32_file(dir + "/ref/prefill_logits_p0.bin", ids.size() * size_t(vocab));
+  compute::ThreadPool pool{2};
+  ModelState state = model->new_state();
+  std::vector<float> logits;
+  model->forward(pool, state, ids, LogitRows::All, logits);
+  float worst_late = 0;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    const float diff = max_abs_diff(logits.data() + t * size_t(vocab),
+                                    expected.data() + t * size_t(vocab), size_t(vocab));
+    const bool all_blocks_selected = int64_t(t + 1) / ratio <= budget / ratio;
+    if (all_blocks_selected)
+      EXPECT_LE(diff, kTolerance) << "position " << t;
+    else
+      worst_late = std::max(worst_late, diff);
+  }
+  std::printf("qwen4exp@ratio0: max |dlogit| where transformers attends sparsely = %.3g\n",
+              worst_late);
+  EXPECT_GT(worst_late, 100 * kTolerance);
+}
 
 class MtpFixture : public Fixture {};
 

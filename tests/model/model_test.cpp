@@ -14,6 +14,7 @@
 #include "compute/cpu/ops.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/session.h"
+#include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
 #include "model/model.h"
 #include "model/tensor_specs.h"
@@ -29,12 +30,22 @@ std::string temp_path(const std::string& name) {
       .string();
 }
 
+// A named synth shape; "<shape>-dkdv" is that shape with a value head dim 8 wider than its key
+// head dim (transformers accepts linear_value_head_dim != linear_key_head_dim).
+HParams test_shape(const std::string& name) {
+  const std::string suffix = "-dkdv";
+  const bool dkdv = name.size() > suffix.size() && name.ends_with(suffix);
+  HParams hp = synth_shape(dkdv ? name.substr(0, name.size() - suffix.size()) : name);
+  if (dkdv) hp.ssm_d_value = hp.ssm_d_state + 8;
+  return hp;
+}
+
 struct SynthFile {
   explicit SynthFile(const std::string& shape, GgmlType dense = GgmlType::F32,
                      GgmlType experts = GgmlType::F32) {
     path = temp_path("strata-" + shape);
     SynthOptions options;
-    options.hparams = synth_shape(shape);
+    options.hparams = test_shape(shape);
     options.dense_type = dense;
     options.expert_type = experts;
     options.seed = 7;
@@ -121,7 +132,75 @@ TEST_P(ForwardInvariance, ChunkedPrefillAgreesWithRecurrent) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ForwardInvariance,
-                         testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen4exp"));
+                         testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen4exp",
+                                         "tiny-qwen3next-dkdv", "tiny-qwen4exp-dkdv"));
+
+TEST(ModelLoad, ValueHeadDimComesFromInnerSize) {
+  const SynthFile file("tiny-qwen4exp-dkdv");
+  const auto model = Model::load(file.path);
+  const HParams& hp = model->hparams();
+  EXPECT_EQ(hp.ssm_head_k_dim(), 16);
+  EXPECT_EQ(hp.ssm_head_v_dim(), 24);
+  EXPECT_EQ(hp.ssm_value_dim(), int64_t(hp.ssm_n_v_heads) * 24);
+  EXPECT_EQ(hp.ssm_conv_dim(), 2 * int64_t(hp.ssm_n_k_heads) * 16 + int64_t(hp.ssm_n_v_heads) * 24);
+}
+
+// attention.compress_ratios: 0 at a QSA block is llama.cpp's "dense" (its converter writes it for
+// transformers-5.17 configs) and loads; a ratio that does not divide the budget is named.
+TEST(ModelLoad, CompressRatioZeroLoadsAndABadRatioIsNamed) {
+  HParams hp = synth_shape("tiny-qwen4exp");
+  auto hparams_with_ratio = [&](int ratio) {
+    HParams edited = hp;
+    for (size_t l = 0; l < edited.layer_kinds.size(); ++l)
+      if (edited.layer_kinds[l] == LayerKind::SparseAttention) edited.compress_ratios[l] = ratio;
+    GgufWriter writer;
+    write_hparams(writer, edited);
+    return load_hparams(*GgufFile::open_from_memory(writer.write_memory(), "ratio.gguf"));
+  };
+  const HParams dense = hparams_with_ratio(0);
+  for (size_t l = 0; l < dense.layer_kinds.size(); ++l) EXPECT_EQ(dense.compress_ratios[l], 0);
+  ASSERT_NE(hp.indexer_top_k % 3, 0);
+  try {
+    hparams_with_ratio(3);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("ratio.gguf: metadata key 'qwen4exp.attention.compress_ratios'"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("0 (dense) or a positive divisor of indexer.top_k"), std::string::npos)
+        << message;
+  }
+}
+
+TEST(ModelLoad, InnerSizeNotAMultipleOfTheValueHeadsIsNamed) {
+  const HParams hp = synth_shape("tiny-qwen3next");
+  GgufWriter writer;
+  write_hparams(writer, hp);
+  const auto parsed = GgufFile::open_from_memory(writer.write_memory(), "meta.gguf");
+  // The same metadata with an inner_size that no V head count divides.
+  GgufWriter edited;
+  for (const std::string& key : parsed->keys()) {
+    if (key == "qwen3next.ssm.inner_size")
+      edited.add_u32(key, uint32_t(hp.ssm_n_v_heads * hp.ssm_d_state + 1));
+    else
+      edited.add(key, *parsed->find(key));
+  }
+  EXPECT_EQ(load_hparams(*parsed).ssm_head_v_dim(), hp.ssm_d_state);
+  try {
+    load_hparams(*GgufFile::open_from_memory(edited.write_memory(), "bad-inner.gguf"));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("bad-inner.gguf: metadata key 'qwen3next.ssm.inner_size'"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("a positive multiple of ssm.time_step_rank (" +
+                           std::to_string(hp.ssm_n_v_heads) + ")"),
+              std::string::npos)
+        << message;
+  }
+}
 
 TEST(ForwardInvariance, QuantizedModelsKeepWindowIdentity) {
   const SynthFile file("tiny-qwen4exp", GgmlType::Q8_0, GgmlType::Q8_0);

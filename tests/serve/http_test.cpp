@@ -188,7 +188,8 @@ TEST(ServeHttp, ChatStreamHasOpenAiChunksAndMatchesWholeResponse) {
     }
     EXPECT_EQ(chunks.back()["choices"][0]["delta"], json::object());
     EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], finish);
-    EXPECT_EQ(content, message["content"]);
+    // get<>: `std::string == json` is ambiguous in C++20 with g++ 13 (nlohmann/json#4165).
+    EXPECT_EQ(content, message["content"].get<std::string>());
     EXPECT_EQ(reasoning, message.value("reasoning_content", ""));
     if (!thinking) {
       EXPECT_TRUE(reasoning.empty());
