@@ -4,9 +4,15 @@
 # the project root, carrying .device/build (../shared/device/make-kit.sh), where the Debian
 # dependencies are unpacked by .device/build/env.sh; elsewhere it uses the system's.
 # Outputs: build-cuda/, and with OUT set, $OUT/cuda-test.log and $OUT/matvec.json.
+# The CUDA targets link nothing of ICU (the linker drops it), so a slimmer kit without ICU's 31 MB
+# data library fits the device's 64 MiB transfer next to the tracked files: .device/cuda-kit/
+# (make-kit.sh's deps.tar.xz minus usr/lib/x86_64-linux-gnu/libicudata.so*, recompressed; its
+# env.sh unpacks .device/cuda-kit/deps.tar.xz). It is used when present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -f .device/build/env.sh ] && source .device/build/env.sh
+for kit in .device/cuda-kit .device/build; do
+  if [ -f "$kit/env.sh" ]; then source "$kit/env.sh"; break; fi
+done
 out=${OUT:-build-cuda}
 mkdir -p "$out"
 jobs=$(nproc)
