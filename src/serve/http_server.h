@@ -1,7 +1,8 @@
 // HttpServer — the OpenAI-compatible HTTP API on top of cpp-httplib.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions (JSON or server-sent events),
-// GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text).
+// GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text), and the web
+// page with its dashboard data (serve/web_routes.h: GET /, /api/dashboard[/events], /plots/).
 // Every error, including httplib's own (unknown route 404, body over --max-body 413, malformed
 // HTTP 400), is answered with an OpenAI-style JSON error body.
 //
@@ -38,6 +39,8 @@ struct ServerOptions {
   int send_buffer_bytes = 0;         // SO_SNDBUF per connection; 0 = the kernel's autotuning
   bool access_log = true;            // one stderr line per response
   spec::SpecOptions spec;            // speculative decoding for every request (off by default)
+  bool profile = true;               // time the forward's phases for the dashboard
+  std::string plots_dir;             // SVGs served at /plots/ (strata bench --svg); "" = none
 };
 
 class HttpServer {
