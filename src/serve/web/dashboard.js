@@ -20,15 +20,25 @@
     return 'rgb(' + c.join(',') + ')';
   }
 
+  // Sizes a canvas to its on-screen width in device pixels (so the map stays sharp at any width)
+  // and returns a context drawing in CSS pixels, and that width.
+  function fitCanvas(canvas, cssHeight) {
+    const dpr = window.devicePixelRatio || 1;
+    const cssWidth = Math.max(200, canvas.clientWidth || canvas.parentNode.clientWidth || 600);
+    const w = Math.round(cssWidth * dpr), h = Math.round(cssHeight * dpr);
+    if (canvas.width !== w || canvas.height !== h) { canvas.width = w; canvas.height = h; }
+    const ctx = canvas.getContext('2d');
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    return { ctx, width: cssWidth };
+  }
+
   function drawHeat(s) {
     const canvas = document.getElementById('heat');
     const blocks = s.blocks.filter(b => b.present);
     const nExpert = s.model.n_expert || 1;
-    const labelW = 40, cellH = 12, stripH = 3, gap = 2, rowH = cellH + stripH + gap;
-    const width = Math.max(480, Math.min(1400, labelW + nExpert * Math.max(2, Math.floor(900 / nExpert))));
-    const height = Math.max(rowH, blocks.length * rowH) + 16;
-    if (canvas.width !== width || canvas.height !== height) { canvas.width = width; canvas.height = height; }
-    const ctx = canvas.getContext('2d');
+    const labelW = 32, cellH = 12, stripH = 3, gap = 2, rowH = cellH + stripH + gap;
+    const height = Math.max(rowH, blocks.length * rowH) + 14;
+    const { ctx, width } = fitCanvas(canvas, height);
     ctx.fillStyle = '#0f1419';
     ctx.fillRect(0, 0, width, height);
     const cellW = (width - labelW) / nExpert;
@@ -112,7 +122,7 @@
     const table = document.getElementById('tiers');
     const total = s.blocks.filter(b => b.present).length * s.model.n_expert;
     table.replaceChildren(head,
-      tr('GPU', S.bytes(s.placement.gpu.arena_bytes) + ' (no CUDA backend yet)', '0', '–', '–', '–'),
+      tr('GPU', '0 B: empty until the CUDA backend lands', '0', '–', '–', '–'),
       tr(store ? 'RAM arena' : 'RAM (mapped)', store ? S.bytes(s.placement.ram.arena_bytes) : 'page cache',
          store ? s.placement.ram.resident_experts + ' / ' + total : 'all ' + total,
          needed ? S.pct(ramHits / needed) : '–', '–', S.bytes(per(ramBytes))),
@@ -225,9 +235,9 @@
     const g = s.generation;
     speed.push(g.running ? g.decode_tokens_per_second || 0 : 0);
     if (speed.length > 240) speed.shift();
-    const canvas = document.getElementById('speed');
-    const ctx = canvas.getContext('2d');
-    const w = canvas.width, h = canvas.height, max = Math.max(1, ...speed);
+    const h = 60;
+    const { ctx, width: w } = fitCanvas(document.getElementById('speed'), h);
+    const max = Math.max(1, ...speed);
     ctx.fillStyle = '#0f1419';
     ctx.fillRect(0, 0, w, h);
     ctx.strokeStyle = '#4aa3ff';
