@@ -79,10 +79,11 @@ void run_serve(const ServeOptions& options) {
     server_options.spec = resolve_spec_options(options.spec);
     serve::HttpServer server(served, pool, server_options);
     const int port = server.bind();
-    fmt::print("strata serve: {} ({}, context {}) on http://{}:{} (queue {}, {} threads); "
-               "web page and dashboard at /\n",
-               served.id, path, served.n_ctx, options.server.host, port, options.server.max_queue,
-               resolve_threads(options.model));
+    fmt::print(
+        "strata serve: {} ({}, context {}) on http://{}:{} (queue {}, {} threads); "
+        "web page and dashboard at /\n",
+        served.id, path, served.n_ctx, options.server.host, port, options.server.max_queue,
+        resolve_threads(options.model));
     std::fflush(stdout);
 
     std::atomic<bool> stopped{false};

@@ -97,34 +97,31 @@ json build_json(const DashboardSnapshot& s) {
   // layer asked (hits) and the record bytes they saved reading; through the mapping every expert
   // counts as RAM (the page cache decides). SSD: the sidecar reads.
   const uint64_t ram_hits = s.experts ? s.experts->hits : s.ram_hit_count;
-  json tiers = json{
-      {"gpu", json{{"available", false}, {"hits", 0}, {"bytes_served", 0}}},
-      {"ram", json{{"hits", ram_hits}, {"bytes_served", s.ram_hit_bytes}}},
-      {"ssd",
-       json{{"misses", s.experts ? s.experts->misses : 0},
-            {"read_ahead_issued", s.experts ? s.experts->read_ahead_issued : 0},
-            {"bytes_read", s.experts ? s.experts->bytes_read : 0},
-            {"miss_bytes", s.experts ? s.experts->miss_bytes : 0},
-            {"io_wait_ms", s.experts ? finite(s.experts->io_wait_ms) : 0.0}}}};
+  json tiers =
+      json{{"gpu", json{{"available", false}, {"hits", 0}, {"bytes_served", 0}}},
+           {"ram", json{{"hits", ram_hits}, {"bytes_served", s.ram_hit_bytes}}},
+           {"ssd", json{{"misses", s.experts ? s.experts->misses : 0},
+                        {"read_ahead_issued", s.experts ? s.experts->read_ahead_issued : 0},
+                        {"bytes_read", s.experts ? s.experts->bytes_read : 0},
+                        {"miss_bytes", s.experts ? s.experts->miss_bytes : 0},
+                        {"io_wait_ms", s.experts ? finite(s.experts->io_wait_ms) : 0.0}}}};
 
   const DashboardGeneration& g = s.generation;
-  json generation = json{{"id", g.id},
-                         {"running", g.running},
-                         {"prompt_tokens", g.prompt_tokens},
-                         {"completion_tokens", g.completion_tokens},
-                         {"queue_wait_ms", finite(g.queue_wait_ms)},
-                         {"ttft_ms", g.ttft_ms < 0 ? json(nullptr) : json(finite(g.ttft_ms))},
-                         {"prefill_ms", finite(g.prefill_ms)},
-                         {"decode_ms", finite(g.decode_ms)},
-                         {"prompt_tokens_per_second",
-                          g.prefill_ms > 0 ? finite(1e3 * double(g.prompt_tokens) / g.prefill_ms)
-                                           : 0.0},
-                         {"decode_tokens_per_second",
-                          g.decode_ms > 0 && g.completion_tokens > 1
-                              ? finite(1e3 * double(g.completion_tokens - 1) / g.decode_ms)
-                              : 0.0},
-                         {"finish_reason", g.finish_reason.empty() ? json(nullptr)
-                                                                   : json(g.finish_reason)}};
+  json generation = json{
+      {"id", g.id},
+      {"running", g.running},
+      {"prompt_tokens", g.prompt_tokens},
+      {"completion_tokens", g.completion_tokens},
+      {"queue_wait_ms", finite(g.queue_wait_ms)},
+      {"ttft_ms", g.ttft_ms < 0 ? json(nullptr) : json(finite(g.ttft_ms))},
+      {"prefill_ms", finite(g.prefill_ms)},
+      {"decode_ms", finite(g.decode_ms)},
+      {"prompt_tokens_per_second",
+       g.prefill_ms > 0 ? finite(1e3 * double(g.prompt_tokens) / g.prefill_ms) : 0.0},
+      {"decode_tokens_per_second", g.decode_ms > 0 && g.completion_tokens > 1
+                                       ? finite(1e3 * double(g.completion_tokens - 1) / g.decode_ms)
+                                       : 0.0},
+      {"finish_reason", g.finish_reason.empty() ? json(nullptr) : json(g.finish_reason)}};
 
   json spec = nullptr;
   if (s.spec) {
@@ -143,62 +140,65 @@ json build_json(const DashboardSnapshot& s) {
   json moce = nullptr;
   if (s.moce) {
     const MoceStats& m = *s.moce;
-    moce = json{{"lambda", finite(f.moce_lambda)},      {"rows", m.rows},
-                {"swaps", m.swaps},                     {"agreement", finite(m.agreement())},
-                {"kl", finite(m.kl())},                 {"relmse", finite(m.relmse())},
+    moce = json{{"lambda", finite(f.moce_lambda)},
+                {"rows", m.rows},
+                {"swaps", m.swaps},
+                {"agreement", finite(m.agreement())},
+                {"kl", finite(m.kl())},
+                {"relmse", finite(m.relmse())},
                 {"mse_samples", m.mse_samples}};
   }
 
-  json out = json{
-      {"version", s.version},
-      {"time_unix_ms", s.time_unix_ms},
-      {"uptime_s", finite(s.uptime_s)},
-      {"model",
-       json{{"id", f.model_id},
-            {"path", f.model_path},
-            {"arch", f.arch},
-            {"n_layer", f.n_layer},
-            {"n_nextn", f.n_nextn},
-            {"n_embd", f.n_embd},
-            {"n_vocab", f.n_vocab},
-            {"n_ctx", f.n_ctx},
-            {"n_expert", f.n_expert},
-            {"n_expert_used", f.n_expert_used},
-            {"n_ff_exp", f.n_ff_exp},
-            {"n_ff_shexp", f.n_ff_shexp}}},
-      {"bytes", json{{"file", f.file_bytes}, {"dense", f.dense_bytes}, {"experts", f.expert_bytes}}},
-      {"placement",
-       json{{"source", f.store ? "store" : "mapped"},
-            {"gpu", json{{"available", false},
-                         {"arena_bytes", f.gpu_arena_bytes},
-                         {"resident_experts", gpu},
-                         {"note", "no CUDA backend yet: the GPU tier is empty"}}},
-            {"ram", json{{"arena_bytes", f.ram_arena_bytes},
-                         {"slots_per_layer", f.slots_per_layer},
-                         {"resident_experts", resident},
-                         {"pinned_experts", pinned},
-                         {"dense_bytes", f.dense_bytes}}},
-            {"ssd", json{{"sidecar_path", f.store ? json(f.sidecar_path) : json(nullptr)},
-                         {"sidecar_bytes", f.sidecar_bytes},
-                         {"direct_io", f.direct_io},
-                         {"io_uring", f.io_uring},
-                         {"read_ahead", f.read_ahead}}}}},
-      {"blocks", std::move(blocks)},
-      {"heat", json{{"decay_per_row", finite(f.heat_decay_per_row)},
-                    {"max", finite(heat_max)},
-                    {"scale", kHeatScale},
-                    {"rows", std::move(heat_rows)}}},
-      {"residency", json{{"rows", std::move(residency_rows)}}},
-      {"experts", std::move(experts)},
-      {"tiers", std::move(tiers)},
-      {"engine", json{{"rows_routed", s.rows_routed},
-                      {"expert_bytes_computed", s.expert_bytes_computed},
-                      {"busy_ms", finite(s.busy_ms)},
-                      {"profile", f.profile},
-                      {"phases_ms", std::move(phases)}}},
-      {"generation", std::move(generation)},
-      {"spec", std::move(spec)},
-      {"moce", std::move(moce)}};
+  json out =
+      json{{"version", s.version},
+           {"time_unix_ms", s.time_unix_ms},
+           {"uptime_s", finite(s.uptime_s)},
+           {"model", json{{"id", f.model_id},
+                          {"path", f.model_path},
+                          {"arch", f.arch},
+                          {"n_layer", f.n_layer},
+                          {"n_nextn", f.n_nextn},
+                          {"n_embd", f.n_embd},
+                          {"n_vocab", f.n_vocab},
+                          {"n_ctx", f.n_ctx},
+                          {"n_expert", f.n_expert},
+                          {"n_expert_used", f.n_expert_used},
+                          {"n_ff_exp", f.n_ff_exp},
+                          {"n_ff_shexp", f.n_ff_shexp}}},
+           {"bytes",
+            json{{"file", f.file_bytes}, {"dense", f.dense_bytes}, {"experts", f.expert_bytes}}},
+           {"placement",
+            json{{"source", f.store ? "store" : "mapped"},
+                 {"gpu", json{{"available", false},
+                              {"arena_bytes", f.gpu_arena_bytes},
+                              {"resident_experts", gpu},
+                              {"note", "no CUDA backend yet: the GPU tier is empty"}}},
+                 {"ram", json{{"arena_bytes", f.ram_arena_bytes},
+                              {"slots_per_layer", f.slots_per_layer},
+                              {"resident_experts", resident},
+                              {"pinned_experts", pinned},
+                              {"dense_bytes", f.dense_bytes}}},
+                 {"ssd", json{{"sidecar_path", f.store ? json(f.sidecar_path) : json(nullptr)},
+                              {"sidecar_bytes", f.sidecar_bytes},
+                              {"direct_io", f.direct_io},
+                              {"io_uring", f.io_uring},
+                              {"read_ahead", f.read_ahead}}}}},
+           {"blocks", std::move(blocks)},
+           {"heat", json{{"decay_per_row", finite(f.heat_decay_per_row)},
+                         {"max", finite(heat_max)},
+                         {"scale", kHeatScale},
+                         {"rows", std::move(heat_rows)}}},
+           {"residency", json{{"rows", std::move(residency_rows)}}},
+           {"experts", std::move(experts)},
+           {"tiers", std::move(tiers)},
+           {"engine", json{{"rows_routed", s.rows_routed},
+                           {"expert_bytes_computed", s.expert_bytes_computed},
+                           {"busy_ms", finite(s.busy_ms)},
+                           {"profile", f.profile},
+                           {"phases_ms", std::move(phases)}}},
+           {"generation", std::move(generation)},
+           {"spec", std::move(spec)},
+           {"moce", std::move(moce)}};
   return out;
 }
 

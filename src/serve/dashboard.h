@@ -64,7 +64,7 @@ struct DashboardStatic {
   // The GPU tier waits for the CUDA backend; its budget is 0 until then.
   uint64_t gpu_arena_bytes = 0;
   double heat_decay_per_row = 0;
-  bool profile = false;  // phases measured (strata serve --profile, on by default)
+  bool profile = false;   // phases measured (strata serve --profile, on by default)
   std::string spec_mode;  // "off", "mtp", "suffix", "both"
   double moce_lambda = 0;
 };
@@ -77,7 +77,7 @@ struct DashboardGeneration {
   double queue_wait_ms = 0;
   double ttft_ms = -1;  // request received -> first token sampled; -1 before it
   double prefill_ms = 0;
-  double decode_ms = 0;  // after the first token
+  double decode_ms = 0;       // after the first token
   std::string finish_reason;  // "" while running; stop, length, cancelled, error
 };
 
@@ -85,7 +85,7 @@ struct DashboardSpec {
   uint64_t windows = 0;   // decode windows: plain steps and verifies
   uint64_t verifies = 0;  // windows that carried drafts
   uint64_t drafted = 0, accepted = 0;
-  int last_depth = 0;  // drafts in the last window (SpecGate's pick)
+  int last_depth = 0;                  // drafts in the last window (SpecGate's pick)
   std::vector<uint64_t> depth_counts;  // [k]: windows with k drafts
   uint64_t forced_plain = 0, declined = 0;
 };
@@ -95,15 +95,15 @@ struct DashboardSnapshot {
   int64_t time_unix_ms = 0;
   double uptime_s = 0;
   std::shared_ptr<const DashboardStatic> fixed;
-  std::vector<float> heat;  // [n_block * n_expert], decayed routing counts
-  std::string residency;    // [n_block * n_expert], kResidency* codes
-  uint64_t rows_routed = 0;  // window rows through the trunk (prefill, decode, verify)
+  std::vector<float> heat;             // [n_block * n_expert], decayed routing counts
+  std::string residency;               // [n_block * n_expert], kResidency* codes
+  uint64_t rows_routed = 0;            // window rows through the trunk (prefill, decode, verify)
   uint64_t expert_bytes_computed = 0;  // Σ record bytes of every expert a layer used
   // Of those, the ones already in RAM when the layer asked (the store's hits; through the mapping
   // every expert counts) and their record bytes.
   uint64_t ram_hit_count = 0, ram_hit_bytes = 0;
-  double busy_ms = 0;                  // engine time inside generations
-  PhaseTimes phases;                   // cumulative (when fixed->profile)
+  double busy_ms = 0;                       // engine time inside generations
+  PhaseTimes phases;                        // cumulative (when fixed->profile)
   std::optional<ExpertStoreStats> experts;  // with a store
   std::optional<MoceStats> moce;            // with --moce
   DashboardGeneration generation;           // the running or the last generation

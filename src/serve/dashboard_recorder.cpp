@@ -17,10 +17,14 @@ double ms_between(SteadyClock::time_point a, SteadyClock::time_point b) {
 
 const char* spec_mode_name(spec::SpecMode mode) {
   switch (mode) {
-    case spec::SpecMode::Off: return "off";
-    case spec::SpecMode::Mtp: return "mtp";
-    case spec::SpecMode::Suffix: return "suffix";
-    case spec::SpecMode::Both: return "both";
+    case spec::SpecMode::Off:
+      return "off";
+    case spec::SpecMode::Mtp:
+      return "mtp";
+    case spec::SpecMode::Suffix:
+      return "suffix";
+    case spec::SpecMode::Both:
+      return "both";
   }
   return "off";
 }
@@ -69,7 +73,8 @@ std::shared_ptr<DashboardStatic> describe(const ServedModel& served, const spec:
       block.mtp = int(b) >= hp.n_layer;
       block.record_bytes = l.record_bytes;
       f->blocks.push_back(block);
-      if (l.present) expert_tensor_bytes += (l.gate_bytes + l.up_bytes + l.down_bytes) * layout->n_expert;
+      if (l.present)
+        expert_tensor_bytes += (l.gate_bytes + l.up_bytes + l.down_bytes) * layout->n_expert;
     }
   }
   f->dense_bytes = f->file_bytes > expert_tensor_bytes ? f->file_bytes - expert_tensor_bytes : 0;
@@ -130,9 +135,7 @@ class DashboardRecorder::Monitor final : public ExpertSource {
     inner_.predict(layer, experts);
   }
   MocePolicy* moce() override { return inner_.moce(); }
-  bool resident(int layer, int32_t expert) const override {
-    return inner_.resident(layer, expert);
-  }
+  bool resident(int layer, int32_t expert) const override { return inner_.resident(layer, expert); }
 
   void fill(DashboardSnapshot& s) const {
     s.heat = heat_;
@@ -187,7 +190,9 @@ DashboardRecorder::~DashboardRecorder() {
   if (active_phase_times() == &phases_) active_phase_times() = nullptr;
 }
 
-ExpertSource* DashboardRecorder::source() { return monitor_.get(); }
+ExpertSource* DashboardRecorder::source() {
+  return monitor_.get();
+}
 
 void DashboardRecorder::begin_generation(int64_t prompt_tokens, double queue_wait_s) {
   generation_ = DashboardGeneration{};
@@ -200,7 +205,9 @@ void DashboardRecorder::begin_generation(int64_t prompt_tokens, double queue_wai
   publish(true);
 }
 
-void DashboardRecorder::prefill_progress() { publish(false); }
+void DashboardRecorder::prefill_progress() {
+  publish(false);
+}
 
 void DashboardRecorder::prefilled(double prefill_s) {
   generation_.prefill_ms = prefill_s * 1e3;
@@ -208,7 +215,9 @@ void DashboardRecorder::prefilled(double prefill_s) {
   publish(false);
 }
 
-void DashboardRecorder::first_token(double ttft_s) { generation_.ttft_ms = ttft_s * 1e3; }
+void DashboardRecorder::first_token(double ttft_s) {
+  generation_.ttft_ms = ttft_s * 1e3;
+}
 
 void DashboardRecorder::token() {
   ++generation_.completion_tokens;
@@ -227,8 +236,7 @@ void DashboardRecorder::window(const spec::WindowReport& report) {
   ++spec_->depth_counts[size_t(report.drafted)];
 }
 
-void DashboardRecorder::end_generation(std::string_view finish_reason,
-                                       const spec::SpecGate* gate) {
+void DashboardRecorder::end_generation(std::string_view finish_reason, const spec::SpecGate* gate) {
   const SteadyClock::time_point now = SteadyClock::now();
   generation_.running = false;
   generation_.finish_reason = std::string(finish_reason);

@@ -48,10 +48,10 @@ class DashboardRecorder {
   ExpertSource* source();
 
   void begin_generation(int64_t prompt_tokens, double queue_wait_s);
-  void prefill_progress();                 // after a prefill chunk (throttled publish)
-  void prefilled(double prefill_s);        // the prompt is in; decode starts
-  void first_token(double ttft_s);         // request received -> first token sampled
-  void token();                            // a token was generated (throttled publish)
+  void prefill_progress();                        // after a prefill chunk (throttled publish)
+  void prefilled(double prefill_s);               // the prompt is in; decode starts
+  void first_token(double ttft_s);                // request received -> first token sampled
+  void token();                                   // a token was generated (throttled publish)
   void window(const spec::WindowReport& report);  // a speculative decode window
   // Always publishes. `gate`: the shared SpecGate (its forced/declined counts), or null.
   void end_generation(std::string_view finish_reason, const spec::SpecGate* gate);

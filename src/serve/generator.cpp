@@ -79,8 +79,7 @@ void Generator::run(Job& job) {
     };
 
     std::optional<spec::SpecDecoder> speculative;
-    if (spec_gate_)
-      speculative.emplace(session, sampler, spec_, pool_, experts, spec_gate_.get());
+    if (spec_gate_) speculative.emplace(session, sampler, spec_, pool_, experts, spec_gate_.get());
     if (speculative)
       speculative->on_window([&](const spec::WindowReport& w) { recorder_.window(w); });
     const std::span<const int32_t> prompt(plan.prompt);

@@ -45,13 +45,16 @@ std::string regex_escape(std::string_view text) {
   return out;
 }
 
-std::string json_quoted(std::string_view text) { return dump_json(json(std::string(text))); }
+std::string json_quoted(std::string_view text) {
+  return dump_json(json(std::string(text)));
+}
 
 ApiError method_not_allowed(const httplib::Request& req) {
   ApiError error;
   error.status = 405;
   error.code = "method_not_allowed";
-  error.message = fmt::format("{} {}: this route answers GET (and HEAD) only", req.method, req.path);
+  error.message =
+      fmt::format("{} {}: this route answers GET (and HEAD) only", req.method, req.path);
   return error;
 }
 
@@ -91,8 +94,8 @@ bool valid_plot_name(std::string_view name) {
   if (name.size() < 5 || name.size() > 128 || name.front() == '.' || !name.ends_with(".svg"))
     return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
   });
 }
 
@@ -175,8 +178,9 @@ std::variant<EventOptions, ApiError> parse_event_options(const QueryParams& para
   bool have_interval = false;
   for (const auto& [name, value] : params) {
     if (name != "interval_ms")
-      return invalid_field(name, "unknown query parameter of /api/dashboard/events (known: "
-                                 "interval_ms)");
+      return invalid_field(name,
+                           "unknown query parameter of /api/dashboard/events (known: "
+                           "interval_ms)");
     if (have_interval) return invalid_field(name, "given more than once");
     have_interval = true;
     uint64_t ms = 0;
@@ -236,14 +240,14 @@ void add_web_routes(httplib::Server& http, const WebRoutes& routes) {
     auto stream = std::make_shared<EventStream>(routes, std::get<EventOptions>(parsed));
     res.set_header("Cache-Control", "no-store");
     res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
-        "text/event-stream", [stream](size_t, httplib::DataSink& sink) {
-          try {
-            return stream->pump(sink);
-          } catch (...) {
-            return false;
-          }
-        });
+    res.set_chunked_content_provider("text/event-stream",
+                                     [stream](size_t, httplib::DataSink& sink) {
+                                       try {
+                                         return stream->pump(sink);
+                                       } catch (...) {
+                                         return false;
+                                       }
+                                     });
   });
 
   http.Get("/api/plots", [routes](const httplib::Request& req, httplib::Response& res) {

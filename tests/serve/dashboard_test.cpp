@@ -22,11 +22,14 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-const std::string kSchemaPath = std::string(STRATA_TEST_DATA_DIR) + "/../../docs/serve-dashboard.schema.json";
-const std::string kDefaultModel = std::string(STRATA_TEST_DATA_DIR) + "/../../models/strata-default.gguf";
+const std::string kSchemaPath =
+    std::string(STRATA_TEST_DATA_DIR) + "/../../docs/serve-dashboard.schema.json";
+const std::string kDefaultModel =
+    std::string(STRATA_TEST_DATA_DIR) + "/../../models/strata-default.gguf";
 
 // A generation longer than any test waits for (cancelled when its curl is killed).
-const std::string kEndless = R"({"prompt":"And God said","max_tokens":4000,"ignore_eos":true,"stream":true})";
+const std::string kEndless =
+    R"({"prompt":"And God said","max_tokens":4000,"ignore_eos":true,"stream":true})";
 
 // The subset of JSON Schema the dashboard schema uses: type (one or a list), enum, required,
 // properties, additionalProperties: false, items, minimum, pattern. Failures name the JSON path.
@@ -35,7 +38,8 @@ void validate(const json& schema, const json& value, const std::string& path,
   if (schema.contains("enum")) {
     bool found = false;
     for (const json& option : schema["enum"]) found |= option == value;
-    if (!found) errors.push_back(path + ": " + value.dump() + " is not one of " + schema["enum"].dump());
+    if (!found)
+      errors.push_back(path + ": " + value.dump() + " is not one of " + schema["enum"].dump());
     return;
   }
   if (schema.contains("type")) {
@@ -49,13 +53,15 @@ void validate(const json& schema, const json& value, const std::string& path,
             (t == "integer" && value.is_number_integer());
     }
     if (!ok) {
-      errors.push_back(path + ": expected " + types.dump() + ", found " + value.dump().substr(0, 80));
+      errors.push_back(path + ": expected " + types.dump() + ", found " +
+                       value.dump().substr(0, 80));
       return;
     }
   }
   if (value.is_object()) {
     for (const json& key : schema.value("required", json::array()))
-      if (!value.contains(key.get<std::string>())) errors.push_back(path + ": missing " + key.dump());
+      if (!value.contains(key.get<std::string>()))
+        errors.push_back(path + ": missing " + key.dump());
     const json properties = schema.value("properties", json::object());
     for (const auto& [key, member] : value.items()) {
       if (properties.contains(key))
@@ -67,7 +73,8 @@ void validate(const json& schema, const json& value, const std::string& path,
   if (value.is_array() && schema.contains("items"))
     for (size_t i = 0; i < value.size(); ++i)
       validate(schema["items"], value[i], fmt::format("{}[{}]", path, i), errors);
-  if (value.is_number() && schema.contains("minimum") && value.get<double>() < schema["minimum"].get<double>())
+  if (value.is_number() && schema.contains("minimum") &&
+      value.get<double>() < schema["minimum"].get<double>())
     errors.push_back(path + ": below the minimum");
   if (value.is_string() && schema.contains("pattern") &&
       !std::regex_match(value.get<std::string>(), std::regex(schema["pattern"].get<std::string>())))
@@ -92,7 +99,8 @@ json dashboard(const ServeProcess& server) {
   return reply.json();
 }
 
-void expect_error(const HttpReply& reply, int status, const std::string& param, const std::string& in_message) {
+void expect_error(const HttpReply& reply, int status, const std::string& param,
+                  const std::string& in_message) {
   EXPECT_EQ(reply.status, status) << reply.body;
   const json body = reply.json();
   ASSERT_TRUE(body.contains("error")) << reply.body;
@@ -100,7 +108,8 @@ void expect_error(const HttpReply& reply, int status, const std::string& param, 
     EXPECT_TRUE(body["error"]["param"].is_null()) << reply.body;
   else
     EXPECT_EQ(body["error"]["param"], param) << reply.body;
-  EXPECT_NE(body["error"]["message"].get<std::string>().find(in_message), std::string::npos) << reply.body;
+  EXPECT_NE(body["error"]["message"].get<std::string>().find(in_message), std::string::npos)
+      << reply.body;
 }
 
 struct Event {
@@ -151,7 +160,9 @@ class PackedModel {
   std::string path_;
 };
 
-uint64_t u(const json& value) { return value.get<uint64_t>(); }
+uint64_t u(const json& value) {
+  return value.get<uint64_t>();
+}
 
 TEST(ServeDashboard, PageIsEmbeddedAndLoadsNothingFromElsewhere) {
   ServeProcess server;
@@ -166,7 +177,7 @@ TEST(ServeDashboard, PageIsEmbeddedAndLoadsNothingFromElsewhere) {
   // Every file the page names is served, and none names another host.
   size_t total = page.body.size();
   std::set<std::string> files;
-  const std::regex reference(R"((?:src|href)="(/[^"]*)")");
+  const std::regex reference(R"re((?:src|href)="(/[^"]*)")re");
   for (std::sregex_iterator it(page.body.begin(), page.body.end(), reference), end; it != end; ++it)
     files.insert((*it)[1]);
   EXPECT_TRUE(files.count("/app.js") && files.count("/chat.js") && files.count("/dashboard.js") &&
@@ -192,8 +203,9 @@ TEST(ServeDashboard, SnapshotFollowsTheSchemaAndAgreesWithMetrics) {
   EXPECT_EQ(idle["generation"]["id"], 0);
   EXPECT_FALSE(idle["placement"]["gpu"]["available"].get<bool>());
 
-  const HttpReply done = post(server, "/v1/completions",
-                              R"({"prompt":"And the LORD spake unto Moses","max_tokens":24,"temperature":0})");
+  const HttpReply done =
+      post(server, "/v1/completions",
+           R"({"prompt":"And the LORD spake unto Moses","max_tokens":24,"temperature":0})");
   ASSERT_EQ(done.status, 200) << done.body;
   const json usage = done.json()["usage"];
   const json s = dashboard(server);
@@ -214,11 +226,13 @@ TEST(ServeDashboard, SnapshotFollowsTheSchemaAndAgreesWithMetrics) {
   EXPECT_EQ(u(e["bytes_read"]), m("strata_expert_bytes_read_total"));
   EXPECT_EQ(u(e["read_ahead_issued"]), m("strata_expert_read_ahead_issued_total"));
   EXPECT_EQ(u(e["read_ahead_used"]), m("strata_expert_read_ahead_used_total"));
-  EXPECT_NEAR(e["io_wait_ms"].get<double>() / 1000, *metric(metrics, "strata_expert_io_wait_seconds_total"), 1e-5);
+  EXPECT_NEAR(e["io_wait_ms"].get<double>() / 1000,
+              *metric(metrics, "strata_expert_io_wait_seconds_total"), 1e-5);
   const json& srv = s["server"];
   EXPECT_EQ(u(srv["completion_tokens_total"]), m("strata_completion_tokens_total"));
   EXPECT_EQ(u(srv["prompt_tokens_total"]), m("strata_prompt_tokens_total"));
-  EXPECT_EQ(u(srv["generations"]["length"]), m("strata_generations_total{finish_reason=\"length\"}"));
+  EXPECT_EQ(u(srv["generations"]["length"]),
+            m("strata_generations_total{finish_reason=\"length\"}"));
   EXPECT_EQ(u(srv["completion_tokens_total"]), u(usage["completion_tokens"]));
 
   // The recorder watched the same expert stream the store served.
@@ -232,7 +246,8 @@ TEST(ServeDashboard, SnapshotFollowsTheSchemaAndAgreesWithMetrics) {
   EXPECT_EQ(g["prompt_tokens"], usage["prompt_tokens"]);
   EXPECT_GT(g["ttft_ms"].get<double>(), 0);
   // Prefill rows + one decode row per token after the first (which comes from the prefill).
-  EXPECT_EQ(u(s["engine"]["rows_routed"]), u(usage["prompt_tokens"]) + u(usage["completion_tokens"]) - 1);
+  EXPECT_EQ(u(s["engine"]["rows_routed"]),
+            u(usage["prompt_tokens"]) + u(usage["completion_tokens"]) - 1);
   EXPECT_GT(s["engine"]["phases_ms"]["routed_experts"].get<double>(), 0);
 
   // Residency: the arena holds at most its slots, the map shows exactly those.
@@ -263,13 +278,15 @@ TEST(ServeDashboard, SnapshotFollowsTheSchemaAndAgreesWithMetrics) {
 
 TEST(ServeDashboard, EventStreamShowsTheHeatMapMovingDuringAReply) {
   ServeProcess server;
-  auto endless = std::make_unique<ChildProcess>(std::vector<std::string>{
-      "curl", "-s", "-N", "-H", "Content-Type: application/json", "--data-binary", kEndless,
-      server.url("/v1/completions")});
+  auto endless = std::make_unique<ChildProcess>(
+      std::vector<std::string>{"curl", "-s", "-N", "-H", "Content-Type: application/json",
+                               "--data-binary", kEndless, server.url("/v1/completions")});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!dashboard(server)["generation"]["running"].get<bool>() && std::chrono::steady_clock::now() < deadline)
+  while (!dashboard(server)["generation"]["running"].get<bool>() &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  const HttpReply stream = curl("GET", server.url("/api/dashboard/events?interval_ms=100"), {}, {"--max-time", "2"});
+  const HttpReply stream =
+      curl("GET", server.url("/api/dashboard/events?interval_ms=100"), {}, {"--max-time", "2"});
   endless.reset();
   EXPECT_EQ(stream.status, 200);
   EXPECT_EQ(stream.header("Content-Type"), "text/event-stream");
@@ -294,19 +311,22 @@ TEST(ServeDashboard, EventStreamShowsTheHeatMapMovingDuringAReply) {
   EXPECT_GE(heat_maps.size(), 3u) << "the heat map should change from snapshot to snapshot";
 
   // Reconnecting with Last-Event-ID gets only newer snapshots.
-  const HttpReply again = curl("GET", server.url("/api/dashboard/events"), {},
-                               {"--max-time", "1", "-H", "Last-Event-ID: " + std::to_string(last_id)});
-  for (const Event& event : parse_events(again.body))
-    EXPECT_GT(std::stoull(event.id), last_id);
+  const HttpReply again =
+      curl("GET", server.url("/api/dashboard/events"), {},
+           {"--max-time", "1", "-H", "Last-Event-ID: " + std::to_string(last_id)});
+  for (const Event& event : parse_events(again.body)) EXPECT_GT(std::stoull(event.id), last_id);
 }
 
 TEST(ServeDashboard, SpeculativeAndMoceSectionsWhenOn) {
   PackedModel model;
-  ServeProcess server({"-m", model.path(), "--ram-budget", "25%", "--spec", "mtp", "--moce", "0.5"});
+  ServeProcess server(
+      {"-m", model.path(), "--ram-budget", "25%", "--spec", "mtp", "--moce", "0.5"});
   const json before = dashboard(server);
   EXPECT_TRUE(before["spec"].is_object());
   EXPECT_EQ(before["spec"]["windows"], 0);
-  ASSERT_EQ(post(server, "/v1/completions", R"({"prompt":"And God said","max_tokens":32,"temperature":0})").status,
+  ASSERT_EQ(post(server, "/v1/completions",
+                 R"({"prompt":"And God said","max_tokens":32,"temperature":0})")
+                .status,
             200);
   const json s = dashboard(server);
   expect_valid(s);
@@ -329,7 +349,8 @@ TEST(ServeDashboard, SpeculativeAndMoceSectionsWhenOn) {
 TEST(ServeDashboard, PlotsFolderServesOnlyItsSvgFiles) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("strata-plots-{}", ::getpid());
   fs::create_directories(dir / "sub");
-  std::ofstream(dir / "mid.svg") << "<svg xmlns='http://www.w3.org/2000/svg' width='10' height='10'/>\n";
+  std::ofstream(dir / "mid.svg")
+      << "<svg xmlns='http://www.w3.org/2000/svg' width='10' height='10'/>\n";
   std::ofstream(dir / ".hidden.svg") << "<svg/>";
   std::ofstream(dir / "notes.txt") << "not a plot";
   std::ofstream(dir / "sub" / "deep.svg") << "<svg/>";
@@ -360,14 +381,18 @@ TEST(ServeDashboard, PlotsFolderServesOnlyItsSvgFiles) {
 TEST(ServeDashboard, BadRequestsGetClearErrors) {
   ServeProcess server;
   const std::string events = "/api/dashboard/events";
-  expect_error(get(server, events + "?interval_ms=abc"), 400, "interval_ms",
-               "interval_ms: expected an integer between 50 and 10000 (milliseconds), found \"abc\"");
+  expect_error(
+      get(server, events + "?interval_ms=abc"), 400, "interval_ms",
+      "interval_ms: expected an integer between 50 and 10000 (milliseconds), found \"abc\"");
   expect_error(get(server, events + "?interval_ms=10"), 400, "interval_ms", "found \"10\"");
   expect_error(get(server, events + "?interval_ms=-5"), 400, "interval_ms", "found \"-5\"");
-  expect_error(get(server, events + "?interval_ms=99999999999999999999999"), 400, "interval_ms", "expected an integer");
-  expect_error(get(server, events + "?interval_ms=100&interval_ms=200"), 400, "interval_ms", "more than once");
+  expect_error(get(server, events + "?interval_ms=99999999999999999999999"), 400, "interval_ms",
+               "expected an integer");
+  expect_error(get(server, events + "?interval_ms=100&interval_ms=200"), 400, "interval_ms",
+               "more than once");
   expect_error(get(server, events + "?every=1"), 400, "every", "unknown query parameter");
-  expect_error(curl("GET", server.url(events), {}, {"-H", "Last-Event-ID: yesterday"}), 400, "Last-Event-ID",
+  expect_error(curl("GET", server.url(events), {}, {"-H", "Last-Event-ID: yesterday"}), 400,
+               "Last-Event-ID",
                "expected a snapshot version (a non-negative integer), found \"yesterday\"");
   expect_error(get(server, "/api/dashboard?heat=0"), 400, "heat", "takes no query parameters");
   for (const char* method : {"POST", "PUT", "DELETE", "PATCH"}) {
@@ -383,8 +408,8 @@ TEST(ServeDashboard, BadRequestsGetClearErrors) {
 
 TEST(ServeDashboard, EventStreamEndsOnShutdown) {
   ServeProcess server;
-  auto stream = std::make_unique<ChildProcess>(std::vector<std::string>{
-      "curl", "-s", "-N", server.url("/api/dashboard/events")});
+  auto stream = std::make_unique<ChildProcess>(
+      std::vector<std::string>{"curl", "-s", "-N", server.url("/api/dashboard/events")});
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const auto started = std::chrono::steady_clock::now();
   EXPECT_EQ(server.terminate(20).value_or(-1), 0);

@@ -22,8 +22,10 @@ TEST(WebEventOptions, AcceptsIntervalAndLastEventId) {
   const auto defaults = parse_event_options({}, "");
   EXPECT_EQ(std::get<EventOptions>(defaults).interval_ms, 250);
   EXPECT_EQ(std::get<EventOptions>(defaults).last_event_id, 0u);
-  EXPECT_EQ(std::get<EventOptions>(parse_event_options({{"interval_ms", "50"}}, "")).interval_ms, 50);
-  EXPECT_EQ(std::get<EventOptions>(parse_event_options({{"interval_ms", "10000"}}, "")).interval_ms, 10000);
+  EXPECT_EQ(std::get<EventOptions>(parse_event_options({{"interval_ms", "50"}}, "")).interval_ms,
+            50);
+  EXPECT_EQ(std::get<EventOptions>(parse_event_options({{"interval_ms", "10000"}}, "")).interval_ms,
+            10000);
 }
 
 TEST(WebEventOptions, RefusesWhatItDoesNotUnderstand) {
@@ -32,15 +34,23 @@ TEST(WebEventOptions, RefusesWhatItDoesNotUnderstand) {
     std::string last_event_id, param, message;
   };
   const std::vector<Case> cases = {
-      {{{"interval_ms", "49"}}, "", "interval_ms",
+      {{{"interval_ms", "49"}},
+       "",
+       "interval_ms",
        "interval_ms: expected an integer between 50 and 10000 (milliseconds), found \"49\""},
       {{{"interval_ms", "10001"}}, "", "interval_ms", "found \"10001\""},
       {{{"interval_ms", ""}}, "", "interval_ms", "found \"\""},
       {{{"interval_ms", "1e3"}}, "", "interval_ms", "found \"1e3\""},
       {{{"interval_ms", " 100"}}, "", "interval_ms", "found \" 100\""},
-      {{{"interval_ms", "100"}, {"interval_ms", "100"}}, "", "interval_ms", "interval_ms: given more than once"},
+      {{{"interval_ms", "100"}, {"interval_ms", "100"}},
+       "",
+       "interval_ms",
+       "interval_ms: given more than once"},
       {{{"fields", "heat"}}, "", "fields", "fields: unknown query parameter"},
-      {{}, "-1", "Last-Event-ID", "Last-Event-ID: expected a snapshot version (a non-negative integer), found \"-1\""},
+      {{},
+       "-1",
+       "Last-Event-ID",
+       "Last-Event-ID: expected a snapshot version (a non-negative integer), found \"-1\""},
       {{}, "12a", "Last-Event-ID", "found \"12a\""},
       {{}, "123456789012345678901234", "Last-Event-ID", "found \"123456789012345678901234\""},
   };
