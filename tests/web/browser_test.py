@@ -6,8 +6,9 @@ downloads at test time).
 Against `strata serve` on the embedded default model it checks:
   1. the page loads with no console errors or CSP violations and requests nothing from another
      origin (it works with no network);
-  2. a chat round trip: type, send, the reply streams into the conversation, the conversation is
-     kept in localStorage and is still listed after a reload;
+  2. a chat round trip: type, send, the reply streams into the conversation, copy works, a reply
+     with thinking on shows its thinking folded, the conversation is kept in localStorage and is
+     still listed after a reload;
   3. while a long reply streams, the heat map canvas changes (its pixels, read back from the
      canvas), the dashboard shows the running generation; a screenshot is saved; the stop button
      ends the reply and the server reports the generation cancelled.
@@ -188,6 +189,8 @@ def main():
         driver.click("#settings summary")
         driver.clear("#set-max-tokens")
         driver.type("#set-max-tokens", "12")
+        driver.clear("#set-temperature")
+        driver.type("#set-temperature", "0")  # greedy: the same replies every run
         driver.type("#prompt", "And God said")
         driver.click("#send")
         driver.wait("return !strata.chat.busy() && document.querySelector('#messages .msg.assistant .meta')", 60,
@@ -201,9 +204,24 @@ def main():
         assert len(stored) == 1 and [m["role"] for m in stored[0]["messages"]] == ["user", "assistant"], stored
         assert stored[0]["messages"][1]["content"] == reply
         print(f"chat round trip: {reply!r} ({meta})")
+        driver.click("#messages .msg.assistant .meta button")
+        driver.wait("return document.querySelector('#messages .msg.assistant .meta button').textContent === 'copied'",
+                    5, "the copy button to copy")
+
+        # Thinking on: the default model's reply lands in reasoning_content, shown folded.
+        driver.click("#set-thinking")  # the settings are still unfolded
+        driver.type("#prompt", "Why")
+        driver.click("#send")
+        driver.wait("return !strata.chat.busy() && document.querySelectorAll('#messages .msg.assistant').length === 2",
+                    60, "the thinking reply")
+        folded = driver.js("const m = document.querySelectorAll('#messages .msg.assistant')[1];"
+                           "const d = m.querySelector('details.thinking');"
+                           "return d ? {open: d.open, text: d.querySelector('.reasoning').textContent} : null")
+        assert folded and not folded["open"] and folded["text"].strip(), f"thinking not shown folded: {folded}"
+        print(f"thinking shown folded ({len(folded['text'])} chars)")
         driver.go(origin + "/")
         driver.wait("return document.querySelectorAll('#conversation-list li').length === 1 && "
-                    "document.querySelectorAll('#messages .msg').length === 2", 10, "the conversation after a reload")
+                    "document.querySelectorAll('#messages .msg').length === 4", 10, "the conversation after a reload")
         assert driver.js("return document.querySelector('#conversation-list li span').textContent") == "And God said"
 
         # 3. A long reply: the heat map moves while it streams; then stop.
