@@ -224,8 +224,18 @@ def main():
                     "document.querySelectorAll('#messages .msg').length === 4", 10, "the conversation after a reload")
         assert driver.js("return document.querySelector('#conversation-list li span').textContent") == "And God said"
 
-        # 3. A long reply: the heat map moves while it streams; then stop.
+        # A request the server refuses: its message is shown, the chat goes on.
         driver.click("#settings summary")
+        driver.clear("#set-max-tokens")
+        driver.type("#set-max-tokens", "5000")
+        driver.type("#prompt", "too long")
+        driver.click("#send")
+        error = driver.wait("const e = document.querySelector('#messages .msg.error');"
+                            "return !strata.chat.busy() && e && e.textContent", 30, "the error message")
+        assert "max_tokens" in error, error
+        print(f"refused request shown: {error!r}")
+
+        # 3. A long reply: the heat map moves while it streams; then stop.
         driver.clear("#set-max-tokens")
         driver.type("#set-max-tokens", "3000")
         driver.click("#set-ignore-eos")

@@ -76,7 +76,7 @@
     for (const call of m.tool_calls || []) {
       node.append(el('div', { class: 'tool', text: 'tool call ' + (call.function?.name || '?') + '(' + (call.function?.arguments || '') + ')' }));
     }
-    if (m.role === 'assistant' && !streaming) {
+    if (m.role === 'assistant' && !streaming && !m.error) {
       const copy = el('button', { text: 'copy', title: 'copy the reply' });
       copy.addEventListener('click', () => copyText(m.content || m.reasoning || '', copy));
       node.append(el('div', { class: 'meta' }, copy, el('span', { text: m.meta || '' })));
