@@ -12,4 +12,6 @@ $SUDO apt-get install -y --no-install-recommends \
   libgtest-dev libgmock-dev libbenchmark-dev \
   clang-14 libclang-rt-14-dev clang-format-14 \
   libicu-dev \
-  python3 tmux curl
+  python3 tmux curl \
+  chromium chromium-driver
+# chromium + chromium-driver: the web page's browser test (tests/web/), headless.

@@ -79,9 +79,11 @@ void run_serve(const ServeOptions& options) {
     server_options.spec = resolve_spec_options(options.spec);
     serve::HttpServer server(served, pool, server_options);
     const int port = server.bind();
-    fmt::print("strata serve: {} ({}, context {}) on http://{}:{} (queue {}, {} threads)\n",
-               served.id, path, served.n_ctx, options.server.host, port, options.server.max_queue,
-               resolve_threads(options.model));
+    fmt::print(
+        "strata serve: {} ({}, context {}) on http://{}:{} (queue {}, {} threads); "
+        "web page and dashboard at /\n",
+        served.id, path, served.n_ctx, options.server.host, port, options.server.max_queue,
+        resolve_threads(options.model));
     std::fflush(stdout);
 
     std::atomic<bool> stopped{false};
@@ -147,6 +149,11 @@ void register_serve(CLI::App& app) {
                   "what a client "
                   "that stops reading pins in the kernel, the rest waits in the server")
       ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--plots", server.plots_dir,
+                  "serve the SVG plots in this folder (strata bench --svg) on the web page")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_flag("!--no-profile", server.profile,
+                "do not time the forward's phases (the dashboard's time split)");
   cmd->add_option("--alias", options->alias,
                   "model id clients use (default: the file name without .gguf)");
   cmd->add_flag(

@@ -29,14 +29,16 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 Generator::Generator(const ServedModel& served, compute::ThreadPool& pool, ServeMetrics& metrics,
-                     const spec::SpecOptions& spec, bool log_spec)
+                     DashboardHub& dashboard, const spec::SpecOptions& spec, bool log_spec,
+                     bool profile)
     : served_(served),
       pool_(pool),
       metrics_(metrics),
       spec_(spec),
       log_spec_(log_spec),
       spec_gate_(spec.mode == spec::SpecMode::Off ? nullptr
-                                                  : std::make_unique<spec::SpecGate>(spec.gate)) {
+                                                  : std::make_unique<spec::SpecGate>(spec.gate)),
+      recorder_(served, dashboard, spec, profile) {
   // At start, not as a 500 on every request.
   if ((spec.mode == spec::SpecMode::Mtp || spec.mode == spec::SpecMode::Both) &&
       !served.model->has_mtp())
@@ -57,8 +59,10 @@ void Generator::run(Job& job) {
   report.prompt_tokens = int64_t(plan.prompt.size());
   GenerationOutcome outcome;
   outcome.usage.prompt_tokens = report.prompt_tokens;
+  recorder_.begin_generation(report.prompt_tokens, report.queue_wait_s);
   try {
-    Session session(*served_.model, pool_, served_.expert_store);
+    ExpertSource* experts = recorder_.source();
+    Session session(*served_.model, pool_, experts);
     Sampler sampler(plan.sampling);
     StreamingDecoder decoder(*served_.tokenizer, DecodeOptions{.render_control = false});
     StopMatcher stops(plan.stop);
@@ -75,8 +79,9 @@ void Generator::run(Job& job) {
     };
 
     std::optional<spec::SpecDecoder> speculative;
-    if (spec_gate_)
-      speculative.emplace(session, sampler, spec_, pool_, served_.expert_store, spec_gate_.get());
+    if (spec_gate_) speculative.emplace(session, sampler, spec_, pool_, experts, spec_gate_.get());
+    if (speculative)
+      speculative->on_window([&](const spec::WindowReport& w) { recorder_.window(w); });
     const std::span<const int32_t> prompt(plan.prompt);
     for (size_t begin = 0; begin < prompt.size() && !job.cancel_requested();
          begin += kPrefillChunk) {
@@ -86,9 +91,16 @@ void Generator::run(Job& job) {
         speculative->prefill(chunk, int(kPrefillChunk));
       else
         session.prefill(chunk, int(kPrefillChunk));
+      recorder_.prefill_progress();
     }
     const Clock::time_point prefilled = Clock::now();
     outcome.prefill_s = seconds_between(started, prefilled);
+    recorder_.prefilled(outcome.prefill_s);
+    auto first_token = [&] {
+      const double ttft_s = seconds_between(job.received_at(), Clock::now());
+      metrics_.observe_time_to_first_token(ttft_s);
+      recorder_.first_token(ttft_s);
+    };
 
     const std::optional<int32_t> eos = served_.tokenizer->eos_id();
     auto ends_generation = [&](int32_t token) {
@@ -107,14 +119,13 @@ void Generator::run(Job& job) {
         const spec::SpecDecoder::Result result = speculative->generate_until(
             session.logits(), max_tokens,
             [&](int32_t token) {
-              if (first)  // the first call sees the first sampled token, as the plain loop does
-                metrics_.observe_time_to_first_token(
-                    seconds_between(job.received_at(), Clock::now()));
+              if (first) first_token();  // the first sampled token, as in the plain loop
               first = false;
               return ends_generation(token);
             },
             [&](int32_t token) {
               ++generated;
+              recorder_.token();
               deliver(stops.push(decoder.push(token)));
               // Like the plain loop: a stop string, then the length limit, then cancellation.
               if (stops.stopped()) return false;
@@ -140,13 +151,13 @@ void Generator::run(Job& job) {
         break;
       }
       const int32_t next = sampler.sample(session.logits(), session.tokens());
-      if (generated == 0)
-        metrics_.observe_time_to_first_token(seconds_between(job.received_at(), Clock::now()));
+      if (generated == 0) first_token();
       if (ends_generation(next)) {
         outcome.finish = FinishReason::Stop;
         break;
       }
       ++generated;
+      recorder_.token();
       deliver(stops.push(decoder.push(next)));
       if (stops.stopped()) {
         outcome.finish = FinishReason::Stop;
@@ -175,12 +186,13 @@ void Generator::run(Job& job) {
     report.decode_s = outcome.decode_s;
     report.total_s = seconds_between(job.received_at(), ended);
     metrics_.record_generation(report);
-    if (served_.expert_store) metrics_.set_expert_stats(served_.expert_store->stats());
+    recorder_.end_generation(report.finish_reason, spec_gate_.get());
     job.finish(outcome);
   } catch (...) {
     report.finish_reason = "error";
     report.total_s = seconds_between(job.received_at(), Clock::now());
     metrics_.record_generation(report);
+    recorder_.end_generation(report.finish_reason, spec_gate_.get());
     throw;
   }
 }

@@ -15,14 +15,21 @@
 // refresh) carry across requests; with `log_spec`, one stderr line per request gives its windows
 // and drafts, and `spec_summary` the gate's line (`strata serve` prints it at exit).
 //
+// Dashboard: every window fetches its experts through a DashboardRecorder, which publishes
+// snapshots of the engine (heat, residency, counters, this generation's progress) to the hub
+// (serve/dashboard.h); with `profile` the forward's phases are timed for it.
+//
 // Runs on the scheduler's worker thread only (it drives the shared compute::ThreadPool);
-// `spec_summary` may be called once that thread has stopped.
+// the constructor runs before that thread starts; `spec_summary` may be called once that thread
+// has stopped.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "compute/cpu/thread_pool.h"
+#include "serve/dashboard.h"
+#include "serve/dashboard_recorder.h"
 #include "serve/metrics.h"
 #include "serve/plan.h"
 #include "serve/scheduler.h"
@@ -33,7 +40,8 @@ namespace strata::serve {
 class Generator {
  public:
   Generator(const ServedModel& served, compute::ThreadPool& pool, ServeMetrics& metrics,
-            const spec::SpecOptions& spec = {}, bool log_spec = false);
+            DashboardHub& dashboard, const spec::SpecOptions& spec = {}, bool log_spec = false,
+            bool profile = true);
   void run(Job& job);
   // "spec: T(1) ..." over every request so far, or "" without speculative decoding.
   std::string spec_summary() const;
@@ -45,6 +53,7 @@ class Generator {
   const spec::SpecOptions spec_;
   const bool log_spec_;
   std::unique_ptr<spec::SpecGate> spec_gate_;  // null with --spec off
+  DashboardRecorder recorder_;
 };
 
 }  // namespace strata::serve

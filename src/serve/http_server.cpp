@@ -15,10 +15,13 @@
 
 #include "serve/connection_probe.h"
 #include "serve/generator.h"
+#include "serve/http_reply.h"
 #include "serve/metrics.h"
 #include "serve/openai_format.h"
 #include "serve/request.h"
 #include "serve/scheduler.h"
+#include "serve/web_assets.h"
+#include "serve/web_routes.h"
 #include "util/error.h"
 
 namespace strata::serve {
@@ -35,16 +38,6 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-void send_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(dump_json(body), "application/json");
-}
-
-void send_error(httplib::Response& res, const ApiError& error) {
-  send_json(res, error.status, error_json(error));
-  if (error.status == 429 || error.status == 503) res.set_header("Retry-After", "1");
 }
 
 ApiError server_error(int status, std::string type, std::string code, std::string message) {
@@ -67,10 +60,12 @@ ApiError shut_down_mid_generation() {
 
 // Metric label for a request path: the known routes, everything else "other" (bounded labels).
 std::string path_label(const std::string& path) {
-  for (const char* known :
-       {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
+  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
+                            "/metrics", "/api/dashboard", "/api/dashboard/events", "/api/plots"})
     if (path == known) return path;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  if (path.rfind("/plots/", 0) == 0) return "/plots/{name}";
+  if (find_web_asset(path)) return "page";
   return "other";
 }
 
@@ -162,6 +157,7 @@ struct HttpServer::Impl {
   const ServerOptions options;
   RequestLimits limits;
   ServeMetrics metrics;
+  DashboardHub dashboard;  // before generator, which publishes the first snapshot
   Generator generator;
   Scheduler scheduler;  // after generator: its worker runs generator.run
   ListeningServer http;
@@ -182,7 +178,8 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
                        const ServerOptions& server_options)
     : served(served_model),
       options(server_options),
-      generator(served_model, pool, metrics, server_options.spec, server_options.access_log),
+      generator(served_model, pool, metrics, dashboard, server_options.spec,
+                server_options.access_log, server_options.profile),
       scheduler(server_options.max_queue, [this](Job& job) { generator.run(job); }) {
   limits.model_id = served.id;
   limits.n_vocab = served.tokenizer->n_tokens();
@@ -259,8 +256,18 @@ void HttpServer::Impl::add_routes() {
                    {"generation_running", gauges.running}});
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.render(live()), "text/plain; version=0.0.4; charset=utf-8");
+    // The expert counters from the same snapshot /api/dashboard reports.
+    const std::shared_ptr<const DashboardSnapshot> snapshot = dashboard.latest();
+    const ExpertStoreStats* experts = snapshot->experts ? &*snapshot->experts : nullptr;
+    res.set_content(metrics.render(live(), experts), "text/plain; version=0.0.4; charset=utf-8");
   });
+  WebRoutes web;
+  web.hub = &dashboard;
+  web.metrics = &metrics;
+  web.live = [this] { return live(); };
+  web.draining = [this] { return draining.load(); };
+  web.plots_dir = options.plots_dir;
+  add_web_routes(http, web);
 
   // httplib's own errors (no route, body over --max-body, malformed HTTP) get JSON bodies too.
   http.set_error_handler(httplib::Server::HandlerWithResponse(
@@ -464,6 +471,7 @@ bool HttpServer::Impl::SseStream::pump(httplib::DataSink& sink) noexcept {
 }
 
 void HttpServer::Impl::drain() {
+  dashboard.close();  // dashboard event streams end now; their pages reconnect to a 503
   scheduler.shutdown(std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::duration<double>(options.shutdown_grace_s)));
   {

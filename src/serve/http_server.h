@@ -1,14 +1,16 @@
 // HttpServer — the OpenAI-compatible HTTP API on top of cpp-httplib.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions (JSON or server-sent events),
-// GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text).
+// GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text), and the web
+// page with its dashboard data (serve/web_routes.h: GET /, /api/dashboard[/events], /plots/).
 // Every error, including httplib's own (unknown route 404, body over --max-body 413, malformed
 // HTTP 400), is answered with an OpenAI-style JSON error body.
 //
 // Threads: httplib serves each connection on a thread of its pool (sized so that a full queue
 // still leaves threads to answer 429s and /metrics); generations run on the scheduler's single
 // worker (serve/scheduler.h). A request's thread waits for its job, watching the client with a
-// ConnectionProbe; a client that goes away cancels its job, queued or running.
+// ConnectionProbe; a client that goes away cancels its job, queued or running. The dashboard's
+// routes read only the snapshots the worker publishes (serve/dashboard.h), never the ExpertStore.
 //
 // Shutdown (`shutdown`, e.g. on SIGTERM): new generation requests get 503 and /health turns 503;
 // queued jobs fail with 503; the running generation may finish for `shutdown_grace_s`, then it is
@@ -38,6 +40,8 @@ struct ServerOptions {
   int send_buffer_bytes = 0;         // SO_SNDBUF per connection; 0 = the kernel's autotuning
   bool access_log = true;            // one stderr line per response
   spec::SpecOptions spec;            // speculative decoding for every request (off by default)
+  bool profile = true;               // time the forward's phases for the dashboard
+  std::string plots_dir;             // SVGs served at /plots/ (strata bench --svg); "" = none
 };
 
 class HttpServer {

@@ -83,12 +83,23 @@ void ServeMetrics::record_generation(const Generation& g) {
     last_decode_tps_ = double(g.completion_tokens - 1) / g.decode_s;
 }
 
-void ServeMetrics::set_expert_stats(const ExpertStoreStats& stats) {
+ServeMetrics::Totals ServeMetrics::totals() const {
+  Totals t;
   std::lock_guard lock(mutex_);
-  experts_ = stats;
+  for (const char* reason : {"stop", "length", "cancelled", "error"}) {
+    const auto it = generations_.find(reason);
+    t.generations[reason] = it == generations_.end() ? 0 : it->second;
+  }
+  t.prompt_tokens = prompt_tokens_;
+  t.completion_tokens = completion_tokens_;
+  t.prefill_s = prefill_s_;
+  t.decode_s = decode_s_;
+  t.last_prompt_tps = last_prompt_tps_;
+  t.last_decode_tps = last_decode_tps_;
+  return t;
 }
 
-std::string ServeMetrics::render(const LiveGauges& live) const {
+std::string ServeMetrics::render(const LiveGauges& live, const ExpertStoreStats* experts) const {
   std::string out;
   std::lock_guard lock(mutex_);
   header(out, "strata_http_requests_total", "counter", "HTTP responses by path and status code");
@@ -127,8 +138,8 @@ std::string ServeMetrics::render(const LiveGauges& live) const {
   out += fmt::format("strata_queue_capacity {}\n", live.queue_capacity);
   header(out, "strata_generation_running", "gauge", "1 while a generation runs");
   out += fmt::format("strata_generation_running {}\n", live.running ? 1 : 0);
-  if (experts_) {
-    const ExpertStoreStats& e = *experts_;
+  if (experts) {
+    const ExpertStoreStats& e = *experts;
     struct Counter {
       const char* name;
       uint64_t value;

@@ -13,10 +13,11 @@
 //   strata_request_duration_seconds              histogram: received -> generation ended
 //   strata_queue_depth, strata_queue_capacity, strata_generation_running   (live gauges)
 //   strata_expert_*                              the ExpertStore's counters (hits, misses, hit
-//                                                ratio, bytes read, I/O wait, read-ahead), as of
-//                                                the end of the last generation; absent when
+//                                                ratio, bytes read, I/O wait, read-ahead), from
+//                                                the latest dashboard snapshot (serve/dashboard.h,
+//                                                published by the engine thread while it runs), so
+//                                                they agree with GET /api/dashboard; absent when
 //                                                experts are read through the GGUF mapping
-// Speculative acceptance joins this list when speculative decoding exists.
 // Thread safety: all methods may be called from any thread.
 #pragma once
 
@@ -73,10 +74,18 @@ class ServeMetrics {
   };
   void record_generation(const Generation& generation);
   void observe_time_to_first_token(double seconds) { ttft_.observe(seconds); }
-  // A snapshot of the store's counters (the store itself is read on the worker thread only).
-  void set_expert_stats(const ExpertStoreStats& stats);
+  // The totals /metrics reports, for the dashboard's "server" member.
+  struct Totals {
+    std::map<std::string, uint64_t> generations;  // by finish reason (all four present)
+    uint64_t prompt_tokens = 0, completion_tokens = 0;
+    double prefill_s = 0, decode_s = 0;
+    double last_prompt_tps = 0, last_decode_tps = 0;
+  };
+  Totals totals() const;
 
-  std::string render(const LiveGauges& live) const;
+  // `experts`: the store's counters from the latest dashboard snapshot (null: no store). The store
+  // itself is only ever read on the engine thread.
+  std::string render(const LiveGauges& live, const ExpertStoreStats* experts = nullptr) const;
 
  private:
   mutable std::mutex mutex_;  // guards the maps and the plain numbers below
@@ -85,7 +94,6 @@ class ServeMetrics {
   uint64_t prompt_tokens_ = 0, completion_tokens_ = 0;
   double prefill_s_ = 0, decode_s_ = 0;
   double last_prompt_tps_ = 0, last_decode_tps_ = 0;
-  std::optional<ExpertStoreStats> experts_;
   Histogram ttft_, queue_wait_, duration_;
 };
 
