@@ -81,13 +81,21 @@ const MoeWeights* Model::next_router(int layer) const {
   return layer + 1 < hp_.n_layer ? &layers_[size_t(layer + 1)].moe : nullptr;
 }
 
-ModelState Model::new_state() const {
+ModelState Model::new_state(int64_t n_ctx) const {
   ModelState state;
   state.deltanet.resize(static_cast<size_t>(hp_.n_layer));
   state.kv.resize(static_cast<size_t>(hp_.n_layer));
-  for (int l = 0; l < hp_.n_layer; ++l)
-    if (hp_.layer_kinds[size_t(l)] == LayerKind::GatedDeltaNet) state.deltanet[size_t(l)].reset(hp_);
-  if (hp_.has_ple()) state.ple.reset(hp_);
+  for (int l = 0; l < hp_.n_layer; ++l) {
+    if (hp_.layer_kinds[size_t(l)] == LayerKind::GatedDeltaNet)
+      state.deltanet[size_t(l)].reset(hp_);
+    else if (n_ctx > 0)
+      state.kv[size_t(l)].reserve(n_ctx, hp_.kv_dim(), hp_.indexer_head_dim,
+                                  layers_[size_t(l)].attention.compress_ratio);
+  }
+  if (hp_.has_ple()) {
+    state.ple.reset(hp_);
+    state.ple_reader = std::make_unique<PleRowReader>();
+  }
   return state;
 }
 
@@ -153,21 +161,22 @@ void Model::mixer_forward(compute::ThreadPool& pool, ModelState& state, int l, c
   const LayerWeights& lw = layers_[size_t(l)];
   ScopedPhase phase(Phase::Mixer);
   if (lw.kind == LayerKind::GatedDeltaNet)
-    gated_deltanet_forward(pool, hp_, lw.deltanet, state.deltanet[size_t(l)], x, n_rows, y,
+    gated_deltanet_forward(pool, state.ws, hp_, lw.deltanet, state.deltanet[size_t(l)], x, n_rows, y,
                            state.record_windows);
   else
-    attention_forward(pool, hp_, lw.attention, state.kv[size_t(l)], x, n_rows, y);
+    attention_forward(pool, state.ws, hp_, lw.attention, state.kv[size_t(l)], x, n_rows, y);
 }
 
 void Model::run_prenorm_layers(compute::ThreadPool& pool, ModelState& state,
                                std::span<const int32_t> tokens, ExpertSource& experts,
                                std::vector<float>& hidden) const {
   const int64_t H = hp_.n_embd, n_rows = int64_t(tokens.size());
-  std::vector<float> residual(static_cast<size_t>(n_rows * H));
+  compute::Workspace::Frame frame(state.ws);
+  std::vector<float>& residual = state.ws.floats(static_cast<size_t>(n_rows * H));
   embed(tokens, residual.data());
   for (int l = 0; l < hp_.n_layer; ++l) {
     prenorm_layer(
-        pool, l,
+        pool, state.ws, l,
         [&](const float* x, float* y) { mixer_forward(pool, state, l, x, n_rows, y); },
         experts, residual, next_router(l));
   }
@@ -175,17 +184,19 @@ void Model::run_prenorm_layers(compute::ThreadPool& pool, ModelState& state,
   rms_norm_rows(residual.data(), output_norm_, n_rows, hidden.data());
 }
 
-void Model::prenorm_layer(compute::ThreadPool& pool, int l, const MixerFn& mixer,
+void Model::prenorm_layer(compute::ThreadPool& pool, compute::Workspace& ws, int l, MixerFn mixer,
                           ExpertSource& experts, std::vector<float>& residual,
                           const MoeWeights* next) const {
   const LayerWeights& lw = layers_[size_t(l)];
   const int64_t n_rows = int64_t(residual.size()) / hp_.n_embd;
-  std::vector<float> normed(residual.size()), out(residual.size());
+  compute::Workspace::Frame frame(ws);
+  std::vector<float>& normed = ws.floats(residual.size());
+  std::vector<float>& out = ws.floats(residual.size());
   rms_norm_rows(residual.data(), lw.attn_norm, n_rows, normed.data());
   mixer(normed.data(), out.data());
   for (size_t i = 0; i < residual.size(); ++i) residual[i] += out[i];
   rms_norm_rows(residual.data(), lw.ffn_norm, n_rows, normed.data());
-  moe_forward(pool, hp_, lw.moe, experts, l, normed.data(), n_rows, out.data(), next);
+  moe_forward(pool, ws, hp_, lw.moe, experts, l, normed.data(), n_rows, out.data(), next);
   for (size_t i = 0; i < residual.size(); ++i) residual[i] += out[i];
 }
 
@@ -209,7 +220,8 @@ void Model::forward(compute::ThreadPool& pool, ModelState& state, std::span<cons
     state.window_log.n_past_before = state.n_past;
     state.window_log.tokens.assign(tokens.begin(), tokens.end());
   }
-  std::vector<float> hidden;
+  compute::Workspace::Frame frame(state.ws);
+  std::vector<float>& hidden = state.ws.floats(0);
   run_layers(pool, state, tokens, experts ? *experts : *mapped_experts_, hidden);
   state.n_past += int64_t(tokens.size());
   const int64_t n_rows = int64_t(tokens.size());

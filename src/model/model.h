@@ -10,6 +10,9 @@
 // - Routed experts are fetched through the ExpertSource passed in (default: the file mapping).
 // - A Model is immutable after load; one forward runs at a time per ModelState. The thread pool
 //   is the caller's.
+// - Allocation: a ModelState carries the window scratch (a Workspace, the PLE reader and its
+//   buffers) and `new_state(n_ctx)` reserves the KV caches for n_ctx tokens, so once a window
+//   shape has run, running it again allocates nothing (tests/engine/zero_alloc_test.cpp).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "compute/cpu/thread_pool.h"
+#include "compute/cpu/workspace.h"
 #include "experts/expert_source.h"
 #include "gguf/gguf.h"
 #include "layers/attention.h"
@@ -29,12 +33,14 @@
 #include "layers/ple.h"
 #include "model/hparams.h"
 #include "model/tensor_loader.h"
+#include "util/function_ref.h"
 
 namespace strata {
 
 // The MTP (nextn) head's own cache: entry t holds what the head computed for trunk position t.
 struct MtpState {
   KvCache kv;
+  compute::Workspace ws;  // the head's window scratch
 };
 
 // Everything a sequence carries between windows.
@@ -48,6 +54,10 @@ struct ModelState {
   // trunk output after output_norm ([n_rows][H]).
   std::vector<float> residuals;
   MtpState mtp;
+  // Window scratch, reused from window to window (no meaning between windows).
+  compute::Workspace ws;
+  std::unique_ptr<PleRowReader> ple_reader;  // models with PLE
+  std::vector<uint64_t> ple_rows;
   // Speculative verify: while set, every forward keeps what `Model::rollback` needs to undo the
   // window's last rows (KV needs nothing; DeltaNet/conv and PLE keep a log, see their headers).
   // Off by default, and when off the forward is unchanged.
@@ -80,7 +90,8 @@ class Model {
   const GgufFile& file() const { return *file_; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
 
-  ModelState new_state() const;
+  // A fresh sequence; the KV caches are reserved for n_ctx tokens (0: none reserved; they grow).
+  ModelState new_state(int64_t n_ctx = 0) const;
   // Runs tokens through the model. logits receives [rows][n_vocab] for the rows asked for.
   void forward(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
                LogitRows rows, std::vector<float>& logits, ExpertSource* experts = nullptr) const;
@@ -130,9 +141,10 @@ class Model {
                           std::vector<float>& hidden) const;
   // One pre-norm layer l on residual rows [n][H]: h += mixer(attn_norm(h)); h += moe(ffn_norm(h)).
   // `mixer(x, y)` runs the layer's token mixer on the normed rows (trunk state or the MTP cache).
-  using MixerFn = std::function<void(const float* x, float* y)>;
-  void prenorm_layer(compute::ThreadPool& pool, int l, const MixerFn& mixer, ExpertSource& experts,
-                     std::vector<float>& residual, const MoeWeights* next_router) const;
+  using MixerFn = FunctionRef<void(const float* x, float* y)>;
+  void prenorm_layer(compute::ThreadPool& pool, compute::Workspace& ws, int l, MixerFn mixer,
+                     ExpertSource& experts, std::vector<float>& residual,
+                     const MoeWeights* next_router) const;
   // out[t] = RMSNorm(x[t]) · weight for n_rows rows of weight.size() values.
   void rms_norm_rows(const float* x, const std::vector<float>& weight, int64_t n_rows,
                      float* out) const;

@@ -60,8 +60,10 @@ class Qwen3Next final : public Model {
     compute::matmul(pool, mtp_eh_proj_, inputs.data(), n, residual.data());
     const AttentionWeights& attention = layers_[size_t(l)].attention;
     prenorm_layer(
-        pool, l,
-        [&](const float* x, float* y) { attention_forward(pool, hp_, attention, mtp.kv, x, n, y); },
+        pool, mtp.ws, l,
+        [&](const float* x, float* y) {
+          attention_forward(pool, mtp.ws, hp_, attention, mtp.kv, x, n, y);
+        },
         experts ? *experts : *mapped_experts_, residual, nullptr);
     std::vector<float> out(residual.size());
     rms_norm_rows(residual.data(), mtp_shared_head_norm_, n, out.data());

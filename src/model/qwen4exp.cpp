@@ -64,15 +64,19 @@ class Qwen4Exp final : public Model {
     std::vector<float> y(static_cast<size_t>(n * H)), inject(static_cast<size_t>(n * S));
     compute::matmul(pool, mtp_eh_proj_, inputs.data(), n * S, X.data());
 
-    hyper_connection_in(pool, lw.hc_attn, S, H, hp_.rms_eps, X.data(), n, x.data(), inject.data());
-    attention_forward(pool, hp_, lw.attention, mtp.kv, x.data(), n, y.data());
+    compute::Workspace& ws = mtp.ws;
+    hyper_connection_in(pool, ws, lw.hc_attn, S, H, hp_.rms_eps, X.data(), n, x.data(),
+                        inject.data());
+    attention_forward(pool, ws, hp_, lw.attention, mtp.kv, x.data(), n, y.data());
     hyper_connection_out(S, H, y.data(), inject.data(), n, X.data());
-    hyper_connection_in(pool, lw.hc_ffn, S, H, hp_.rms_eps, X.data(), n, x.data(), inject.data());
-    moe_forward(pool, hp_, lw.moe, experts ? *experts : *mapped_experts_, hp_.n_layer, x.data(), n,
-                y.data());
+    hyper_connection_in(pool, ws, lw.hc_ffn, S, H, hp_.rms_eps, X.data(), n, x.data(),
+                        inject.data());
+    moe_forward(pool, ws, hp_, lw.moe, experts ? *experts : *mapped_experts_, hp_.n_layer,
+                x.data(), n, y.data());
     hyper_connection_out(S, H, y.data(), inject.data(), n, X.data());
 
-    hyper_connection_in(pool, mtp_hc_head_, S, H, hp_.rms_eps, X.data(), n, x.data(), nullptr);
+    hyper_connection_in(pool, ws, mtp_hc_head_, S, H, hp_.rms_eps, X.data(), n, x.data(),
+                        nullptr);
     logits.resize(static_cast<size_t>(n * hp_.n_vocab));
     compute::matmul(pool, output_, x.data(), n, logits.data());
     if (residual_out) *residual_out = std::move(X);
@@ -85,11 +89,17 @@ class Qwen4Exp final : public Model {
     const int64_t H = hp_.n_embd, width = S * H, n_rows = int64_t(tokens.size());
 
     // PLE rows depend only on the tokens: issue their reads before any layer runs.
-    PleRowReader ple_reader;
-    if (hp_.has_ple()) ple_reader.start(hp_, ple_, ple_row_ids(hp_, state.ple.context, tokens));
+    if (hp_.has_ple()) {
+      ple_row_ids(hp_, state.ple.context, tokens, state.ple_rows);
+      state.ple_reader->start(hp_, ple_, state.ple_rows);
+    }
 
-    std::vector<float> X(static_cast<size_t>(n_rows * width)), x(static_cast<size_t>(n_rows * H)), y(static_cast<size_t>(n_rows * H));
-    std::vector<float> inject(static_cast<size_t>(n_rows * S));
+    compute::Workspace& ws = state.ws;
+    compute::Workspace::Frame frame(ws);
+    std::vector<float>& X = ws.floats(static_cast<size_t>(n_rows * width));
+    std::vector<float>& x = ws.floats(static_cast<size_t>(n_rows * H));
+    std::vector<float>& y = ws.floats(static_cast<size_t>(n_rows * H));
+    std::vector<float>& inject = ws.floats(static_cast<size_t>(n_rows * S));
     embed(tokens, x.data());
     for (int64_t t = 0; t < n_rows; ++t)
       for (int s = 0; s < S; ++s) std::copy_n(x.data() + t * H, H, X.data() + t * width + s * H);
@@ -97,24 +107,24 @@ class Qwen4Exp final : public Model {
     for (int l = 0; l < hp_.n_layer; ++l) {
       const LayerWeights& lw = layers_[size_t(l)];
       if (l == hp_.ple_layer()) {
-        const std::vector<float> embeddings = ple_reader.collect();
-        ple_forward(pool, hp_, ple_, state.ple, embeddings.data(), n_rows, X.data(),
+        const std::vector<float>& embeddings = state.ple_reader->collect();
+        ple_forward(pool, ws, hp_, ple_, state.ple, embeddings.data(), n_rows, X.data(),
                     state.record_windows);
         state.ple.context = ple_advance(hp_, state.ple.context, tokens);
       }
-      hyper_connection_in(pool, lw.hc_attn, S, H, hp_.rms_eps, X.data(), n_rows, x.data(),
+      hyper_connection_in(pool, ws, lw.hc_attn, S, H, hp_.rms_eps, X.data(), n_rows, x.data(),
                           inject.data());
       mixer_forward(pool, state, l, x.data(), n_rows, y.data());
       hyper_connection_out(S, H, y.data(), inject.data(), n_rows, X.data());
 
-      hyper_connection_in(pool, lw.hc_ffn, S, H, hp_.rms_eps, X.data(), n_rows, x.data(),
+      hyper_connection_in(pool, ws, lw.hc_ffn, S, H, hp_.rms_eps, X.data(), n_rows, x.data(),
                           inject.data());
-      moe_forward(pool, hp_, lw.moe, experts, l, x.data(), n_rows, y.data(), next_router(l));
+      moe_forward(pool, ws, hp_, lw.moe, experts, l, x.data(), n_rows, y.data(), next_router(l));
       hyper_connection_out(S, H, y.data(), inject.data(), n_rows, X.data());
     }
     state.residuals = X;
     hidden.resize(static_cast<size_t>(n_rows * H));
-    hyper_connection_in(pool, output_hc_, S, H, hp_.rms_eps, X.data(), n_rows, hidden.data(),
+    hyper_connection_in(pool, ws, output_hc_, S, H, hp_.rms_eps, X.data(), n_rows, hidden.data(),
                         nullptr);
   }
 
