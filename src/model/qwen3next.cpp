@@ -73,10 +73,14 @@ class Qwen3Next final : public Model {
   }
 
  protected:
-  void run_layers(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
-                  ExpertSource& experts, std::vector<float>& hidden) const override {
-    run_prenorm_layers(pool, state, tokens, experts, hidden);
-    if (has_mtp()) state.residuals = hidden;  // the head consumes the trunk output after output_norm
+  void run_layers(compute::Backend& be, ModelState& state, std::span<const int32_t> tokens,
+                  ExpertSource& experts) const override {
+    run_prenorm_layers(be, state, tokens, experts);
+    if (has_mtp()) {  // the head consumes the trunk output after output_norm
+      const int64_t n_rows = int64_t(tokens.size());
+      state.residuals.resize(static_cast<size_t>(n_rows * hp_.n_embd));
+      be.read(state.tensors.hidden, 0, n_rows, state.residuals.data());
+    }
   }
 
  private:
