@@ -7,8 +7,23 @@
 
 namespace strata {
 
+namespace {
+
+int64_t tokens_to_reserve(const HParams& hp) {
+  return hp.n_ctx_train > 0 ? std::min(hp.n_ctx_train, Session::kMaxReservedTokens)
+                            : Session::kMaxReservedTokens;
+}
+
+}  // namespace
+
 Session::Session(const Model& model, compute::ThreadPool& pool, ExpertSource* experts)
-    : model_(model), pool_(pool), experts_(experts), state_(model.new_state()) {}
+    : model_(model),
+      pool_(pool),
+      experts_(experts),
+      reserved_tokens_(tokens_to_reserve(model.hparams())),
+      state_(model.new_state(reserved_tokens_)) {
+  tokens_.reserve(size_t(reserved_tokens_));
+}
 
 void Session::check_context(size_t more) const {
   const int64_t limit = model_.hparams().n_ctx_train;
@@ -81,7 +96,7 @@ void Session::keep_rows(int64_t n_rows) {
 }
 
 void Session::reset() {
-  state_ = model_.new_state();
+  state_ = model_.new_state(reserved_tokens_);
   tokens_.clear();
   logits_.clear();
 }

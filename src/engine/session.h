@@ -7,6 +7,11 @@
 //   longer ones run Gated DeltaNet in its chunked form, equal up to fp32 rounding (~1e-6).
 // - `decode(token)` feeds one token and returns its logits.
 // - `reset` returns to an empty sequence without reallocating the model.
+// - Allocation: the KV caches and the token list are reserved at construction for
+//   `reserved_tokens()` (the model's context length, at most kMaxReservedTokens: reserving is
+//   virtual memory only, but a 262k-token reservation of a large model's KV is more than some
+//   machines allow), and the window scratch lives in the state, so a steady decode step
+//   allocates nothing (tests/engine/zero_alloc_test.cpp). Past the reservation the caches grow.
 // - Not thread-safe; the thread pool is shared with the caller and used inside calls only.
 #pragma once
 
@@ -23,6 +28,9 @@ namespace strata {
 class Session {
  public:
   Session(const Model& model, compute::ThreadPool& pool, ExpertSource* experts = nullptr);
+
+  static constexpr int64_t kMaxReservedTokens = 32768;
+  int64_t reserved_tokens() const { return reserved_tokens_; }
 
   using ProgressFn = std::function<void(int64_t done, int64_t total)>;
   const std::vector<float>& prefill(std::span<const int32_t> tokens, int chunk_rows = 64,
@@ -52,6 +60,7 @@ class Session {
   const Model& model_;
   compute::ThreadPool& pool_;
   ExpertSource* experts_;
+  int64_t reserved_tokens_;
   ModelState state_;
   std::vector<int32_t> tokens_;
   std::vector<float> logits_;

@@ -21,24 +21,49 @@ struct Dims {
 // (value, index) pairs compared by value only. libstdc++'s algorithms are deterministic, so making
 // the same calls on the same sequence reproduces the same set (verified on the fixtures, where a
 // plain "lower index wins" rule picks a different zero block at position 15 of prompt 0).
-std::vector<int64_t> torch_cpu_top_k_set(const std::vector<float>& values, int64_t k) {
-  using Entry = std::pair<float, int64_t>;
-  std::vector<Entry> queue(values.size());
-  for (size_t i = 0; i < values.size(); ++i) queue[i] = {values[i], int64_t(i)};
-  auto larger = [](const Entry& a, const Entry& b) { return a.first > b.first; };
-  if (k * 64 <= int64_t(queue.size()))
-    std::partial_sort(queue.begin(), queue.begin() + k, queue.end(), larger);
+void torch_cpu_top_k_set(const std::vector<float>& values, int64_t k, std::vector<int64_t>& set) {
+  // The queue holds indices compared by their value only: the algorithms make the same
+  // comparisons and moves as on (value, index) pairs compared by value, so the same set results.
+  set.resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i) set[i] = int64_t(i);
+  auto larger = [&values](int64_t a, int64_t b) { return values[size_t(a)] > values[size_t(b)]; };
+  if (k * 64 <= int64_t(set.size()))
+    std::partial_sort(set.begin(), set.begin() + k, set.end(), larger);
   else
-    std::nth_element(queue.begin(), queue.begin() + (k - 1), queue.end(), larger);
-  std::vector<int64_t> set(static_cast<size_t>(k));
-  for (int64_t i = 0; i < k; ++i) set[size_t(i)] = queue[size_t(i)].second;
-  return set;
+    std::nth_element(set.begin(), set.begin() + (k - 1), set.end(), larger);
+  set.resize(size_t(k));
+}
+
+// A row's scratch inside the attention task of one thread, reserved for the whole context the
+// caches are reserved for (so a growing context does not reallocate it step by step). Taken in
+// the same order by the task and by `reserve_row_scratch`, which the window thread runs for every
+// thread before the parallel_for: which thread runs which rows is not deterministic, so each
+// thread's scratch must be ready before the first task.
+struct RowScratch {
+  std::vector<int64_t>& tokens;
+  std::vector<float>& weights;
+  std::vector<float>& scores;      // QSA: one per complete block
+  std::vector<int32_t>& selected;  // QSA
+  std::vector<int64_t>& top;       // QSA
+};
+
+RowScratch take_row_scratch(compute::Workspace& tw, int64_t capacity_tokens, int ratio) {
+  RowScratch r{tw.ints(0), tw.floats(0), tw.floats(0), tw.ids(0), tw.ints(0)};
+  r.tokens.reserve(size_t(capacity_tokens));
+  r.weights.reserve(size_t(capacity_tokens));
+  if (ratio > 0) {
+    const size_t blocks = size_t(capacity_tokens / ratio + 1);
+    r.scores.reserve(blocks);
+    r.selected.reserve(blocks);
+    r.top.reserve(blocks);
+  }
+  return r;
 }
 
 // Chooses the tokens a QSA query at position `pos` attends to (ascending).
-void select_tokens(const AttentionWeights& w, const HParams& hp, const Dims& dims,
-                   const KvCache& cache, const float* index_q, int64_t pos,
-                   std::vector<int64_t>& tokens) {
+void select_tokens(RowScratch& scratch, const AttentionWeights& w, const HParams& hp,
+                   const Dims& dims, const KvCache& cache, const float* index_q, int64_t pos) {
+  std::vector<int64_t>& tokens = scratch.tokens;
   tokens.clear();
   const int ratio = w.compress_ratio;
   const int64_t n_visible = pos + 1;
@@ -49,7 +74,8 @@ void select_tokens(const AttentionWeights& w, const HParams& hp, const Dims& dim
     return;
   }
   const float scale = 1.0f / std::sqrt(float(dims.idx_dim));
-  std::vector<float> scores(static_cast<size_t>(n_blocks));
+  std::vector<float>& scores = scratch.scores;
+  scores.assign(static_cast<size_t>(n_blocks), 0.0f);
   for (int64_t b = 0; b < n_blocks; ++b) {
     const float* key = cache.block_keys.data() + b * dims.idx_dim;
     float sum = 0.0f;
@@ -61,8 +87,11 @@ void select_tokens(const AttentionWeights& w, const HParams& hp, const Dims& dim
     }
     scores[size_t(b)] = sum * scale;
   }
-  std::vector<char> selected(static_cast<size_t>(n_blocks), 0);
-  for (int64_t b : torch_cpu_top_k_set(scores, budget_blocks)) selected[size_t(b)] = 1;
+  std::vector<int32_t>& selected = scratch.selected;
+  selected.assign(static_cast<size_t>(n_blocks), 0);
+  std::vector<int64_t>& top = scratch.top;
+  torch_cpu_top_k_set(scores, budget_blocks, top);
+  for (int64_t b : top) selected[size_t(b)] = 1;
   for (int64_t b = 0; b < n_blocks; ++b)
     if (selected[size_t(b)])
       for (int64_t t = b * ratio; t < (b + 1) * ratio; ++t) tokens.push_back(t);
@@ -70,16 +99,17 @@ void select_tokens(const AttentionWeights& w, const HParams& hp, const Dims& dim
 }
 
 // Appends raw indexer keys and computes the keys of blocks completed by them.
-void extend_index(const AttentionWeights& w, const HParams& hp, const Dims& dims, KvCache& cache,
-                  const float* raw_keys, int64_t n_rows) {
+void extend_index(compute::Workspace& ws, const AttentionWeights& w, const HParams& hp,
+                  const Dims& dims, KvCache& cache, const float* raw_keys, int64_t n_rows) {
+  compute::Workspace::Frame frame(ws);
   const int di = dims.idx_dim;
   const int ratio = w.compress_ratio;
   const int64_t first = cache.n_tokens;
   cache.index_k_raw.insert(cache.index_k_raw.end(), raw_keys, raw_keys + n_rows * di);
   const int64_t done_blocks = int64_t(cache.block_keys.size()) / di;
   const int64_t total_blocks = (first + n_rows) / ratio;
+  std::vector<float>& key = ws.floats(static_cast<size_t>(di));
   for (int64_t b = done_blocks; b < total_blocks; ++b) {
-    std::vector<float> key(static_cast<size_t>(di), 0.0f);
     for (int i = 0; i < di; ++i) {
       float acc = 0.0f;
       for (int j = 0; j < ratio; ++j) acc += cache.index_k_raw[size_t((b * ratio + j) * di + i)];
@@ -101,6 +131,15 @@ void KvCache::clear() {
   block_keys.clear();
 }
 
+void KvCache::reserve(int64_t n, int64_t kv_dim, int index_dim, int compress_ratio) {
+  k.reserve(static_cast<size_t>(n * kv_dim));
+  v.reserve(static_cast<size_t>(n * kv_dim));
+  if (compress_ratio > 0) {
+    index_k_raw.reserve(static_cast<size_t>(n * index_dim));
+    block_keys.reserve(static_cast<size_t>(n / compress_ratio * index_dim));
+  }
+}
+
 void KvCache::truncate(int64_t n, int64_t kv_dim, int index_dim, int compress_ratio) {
   if (n >= n_tokens) return;
   n_tokens = n;
@@ -112,16 +151,19 @@ void KvCache::truncate(int64_t n, int64_t kv_dim, int index_dim, int compress_ra
   }
 }
 
-void attention_forward(compute::ThreadPool& pool, const HParams& hp, const AttentionWeights& w,
-                       KvCache& cache, const float* x, int64_t n_rows, float* y) {
+void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                       const AttentionWeights& w, KvCache& cache, const float* x, int64_t n_rows,
+                       float* y) {
+  compute::Workspace::Frame frame(ws);
   Dims dims{hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_rot,
             int64_t(hp.n_head) * hp.head_dim * (w.gated ? 2 : 1), hp.kv_dim(),
             hp.indexer_n_head, hp.indexer_head_dim};
   const int hd = dims.head_dim;
   const int64_t first_pos = cache.n_tokens;
 
-  std::vector<float> q(static_cast<size_t>(n_rows * dims.q_row));
-  std::vector<float> k(static_cast<size_t>(n_rows * dims.kv_dim)), v(static_cast<size_t>(n_rows * dims.kv_dim));
+  std::vector<float>& q = ws.floats(static_cast<size_t>(n_rows * dims.q_row));
+  std::vector<float>& k = ws.floats(static_cast<size_t>(n_rows * dims.kv_dim));
+  std::vector<float>& v = ws.floats(static_cast<size_t>(n_rows * dims.kv_dim));
   compute::matmul(pool, w.q, x, n_rows, q.data());
   compute::matmul(pool, w.k, x, n_rows, k.data());
   compute::matmul(pool, w.v, x, n_rows, v.data());
@@ -143,11 +185,11 @@ void attention_forward(compute::ThreadPool& pool, const HParams& hp, const Atten
   cache.k.insert(cache.k.end(), k.begin(), k.end());
   cache.v.insert(cache.v.end(), v.begin(), v.end());
 
-  std::vector<float> index_q;
+  std::vector<float>& index_q = ws.floats(0);
   if (w.sparse()) {
     const int di = dims.idx_dim;
     index_q.resize(static_cast<size_t>(n_rows * dims.idx_heads * di));
-    std::vector<float> raw(static_cast<size_t>(n_rows * di));
+    std::vector<float>& raw = ws.floats(static_cast<size_t>(n_rows * di));
     compute::matmul(pool, w.index_q, x, n_rows, index_q.data());
     compute::matmul(pool, w.index_k, x, n_rows, raw.data());
     for (int64_t t = 0; t < n_rows; ++t)
@@ -156,24 +198,35 @@ void attention_forward(compute::ThreadPool& pool, const HParams& hp, const Atten
         compute::rms_norm(qh, w.index_q_norm.data(), di, hp.rms_eps, qh);
         compute::rope_neox(qh, di, dims.n_rot, first_pos + t, hp.rope_theta);
       }
-    extend_index(w, hp, dims, cache, raw.data(), n_rows);
+    extend_index(ws, w, hp, dims, cache, raw.data(), n_rows);
   }
   cache.n_tokens += n_rows;
 
   // Attention per (row, head); every pair is independent, so the split across threads cannot
   // change any result.
   const int64_t attn_width = int64_t(dims.n_head) * hd;
-  std::vector<float> attn(static_cast<size_t>(n_rows * attn_width));
+  std::vector<float>& attn = ws.floats(static_cast<size_t>(n_rows * attn_width));
   const float scale = 1.0f / std::sqrt(float(hd));
   const int heads_per_kv = dims.n_head / dims.n_head_kv;
-  pool.parallel_for(n_rows, [&](int64_t begin, int64_t end, int) {
-    std::vector<int64_t> tokens;
-    std::vector<float> weights;
+  const int64_t capacity_tokens =
+      std::max(int64_t(cache.k.capacity()) / dims.kv_dim, first_pos + n_rows);
+  const int ratio = w.sparse() ? w.compress_ratio : 0;
+  ws.reserve_threads(pool.size());
+  for (int i = 0; i < pool.size(); ++i) {
+    compute::Workspace::Frame reserve_frame(ws.for_thread(i));
+    take_row_scratch(ws.for_thread(i), capacity_tokens, ratio);
+  }
+  pool.parallel_for(n_rows, [&](int64_t begin, int64_t end, int thread_index) {
+    compute::Workspace& tw = ws.for_thread(thread_index);
+    compute::Workspace::Frame task_frame(tw);
+    RowScratch scratch = take_row_scratch(tw, capacity_tokens, ratio);
+    std::vector<int64_t>& tokens = scratch.tokens;
+    std::vector<float>& weights = scratch.weights;
     for (int64_t t = begin; t < end; ++t) {
       const int64_t pos = first_pos + t;
       if (w.sparse()) {
-        select_tokens(w, hp, dims, cache,
-                      index_q.data() + t * dims.idx_heads * dims.idx_dim, pos, tokens);
+        select_tokens(scratch, w, hp, dims, cache,
+                      index_q.data() + t * dims.idx_heads * dims.idx_dim, pos);
       } else {
         tokens.resize(static_cast<size_t>(pos + 1));
         std::iota(tokens.begin(), tokens.end(), int64_t{0});

@@ -20,6 +20,7 @@
 
 #include "compute/cpu/matmul.h"
 #include "compute/cpu/thread_pool.h"
+#include "compute/cpu/workspace.h"
 #include "model/hparams.h"
 
 namespace strata {
@@ -48,12 +49,17 @@ struct KvCache {
   std::vector<float> index_k_raw;     // [n_tokens][di]
   std::vector<float> block_keys;      // [n_complete_blocks][di]
   void clear();
+  // Reserves room for n tokens so that appending up to n never allocates (session start).
+  void reserve(int64_t n, int64_t kv_dim, int index_dim, int compress_ratio);
   // Drops everything after the first n tokens (speculative rollback).
   void truncate(int64_t n, int64_t kv_dim, int index_dim, int compress_ratio);
 };
 
 // Row t sits at absolute position cache.n_tokens + t; the cache grows by n_rows.
-void attention_forward(compute::ThreadPool& pool, const HParams& hp, const AttentionWeights& w,
-                       KvCache& cache, const float* x, int64_t n_rows, float* y);
+// Scratch comes from `ws` (nothing is allocated once the window shape has run and the cache was
+// reserved).
+void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                       const AttentionWeights& w, KvCache& cache, const float* x, int64_t n_rows,
+                       float* y);
 
 }  // namespace strata

@@ -146,9 +146,10 @@ void GatedDeltaNetState::reset(const HParams& hp) {
              0.0f);
 }
 
-void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
+void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
                             const GatedDeltaNetWeights& w, GatedDeltaNetState& state,
                             const float* x, int64_t n_rows, float* y, bool record_window) {
+  compute::Workspace::Frame frame(ws);
   const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
   const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim();
   const int kernel = hp.ssm_conv_kernel;
@@ -156,13 +157,14 @@ void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
   const int64_t conv_dim = hp.ssm_conv_dim();
   const int v_per_k = nv / nk;
 
-  std::vector<float> mixed(static_cast<size_t>(n_rows * conv_dim));
-  std::vector<float> z(static_cast<size_t>(n_rows * value_dim));
-  std::vector<float> beta(static_cast<size_t>(n_rows * nv)), alpha(static_cast<size_t>(n_rows * nv));
+  std::vector<float>& mixed = ws.floats(static_cast<size_t>(n_rows * conv_dim));
+  std::vector<float>& z = ws.floats(static_cast<size_t>(n_rows * value_dim));
+  std::vector<float>& beta = ws.floats(static_cast<size_t>(n_rows * nv));
+  std::vector<float>& alpha = ws.floats(static_cast<size_t>(n_rows * nv));
   compute::matmul(pool, w.qkv, x, n_rows, mixed.data());
   compute::matmul(pool, w.z, x, n_rows, z.data());
   if (w.fused_beta_alpha()) {
-    std::vector<float> ba(static_cast<size_t>(n_rows * 2 * nv));
+    std::vector<float>& ba = ws.floats(static_cast<size_t>(n_rows * 2 * nv));
     compute::matmul(pool, w.beta_alpha, x, n_rows, ba.data());
     // Group g holds b for V heads g·r .. g·r+r-1, then a for the same heads.
     for (int64_t t = 0; t < n_rows; ++t)
@@ -177,14 +179,28 @@ void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
   }
 
   // Phase 1 (sequential in t: the conv history): conv + SiLU, split, normalise, gates.
+  // The inputs' buffers: the workspace's, lent to `in` for the window and given back after it;
+  // for a recorded window the state's spare set, which then trades places with the log's.
+  std::vector<float>* const lent[5] = {
+      &ws.floats(static_cast<size_t>(n_rows * key_dim)),
+      &ws.floats(static_cast<size_t>(n_rows * key_dim)),
+      &ws.floats(static_cast<size_t>(n_rows * value_dim)),
+      &ws.floats(static_cast<size_t>(n_rows * nv)), &ws.floats(static_cast<size_t>(n_rows * nv))};
   DeltaInputs in;
   in.n_rows = n_rows;
-  in.q.resize(static_cast<size_t>(n_rows * key_dim));
-  in.k.resize(static_cast<size_t>(n_rows * key_dim));
-  in.v.resize(static_cast<size_t>(n_rows * value_dim));
-  in.beta.resize(static_cast<size_t>(n_rows * nv));
-  in.decay_log.resize(static_cast<size_t>(n_rows * nv));
-  std::vector<float> conv_out(static_cast<size_t>(conv_dim));
+  std::vector<float>* const parts[5] = {&in.q, &in.k, &in.v, &in.beta, &in.decay_log};
+  std::vector<float>* const spare[5] = {&state.spare_inputs.q, &state.spare_inputs.k,
+                                        &state.spare_inputs.v, &state.spare_inputs.beta,
+                                        &state.spare_inputs.decay_log};
+  for (int i = 0; i < 5; ++i) {
+    if (record_window) {
+      spare[i]->assign(lent[i]->size(), 0.0f);
+      parts[i]->swap(*spare[i]);
+    } else {
+      parts[i]->swap(*lent[i]);
+    }
+  }
+  std::vector<float>& conv_out = ws.floats(static_cast<size_t>(conv_dim));
   GatedDeltaNetWindowLog& log = state.window_log;
   log.valid = false;
   if (record_window) {
@@ -232,7 +248,7 @@ void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
   // cannot change a bit). Short windows (decode, speculative verify) use the recurrent form,
   // which is what makes a row's result independent of the window size; long prefill windows use
   // the chunked form, which touches the state once per chunk instead of once per token.
-  std::vector<float> core(static_cast<size_t>(n_rows * value_dim));
+  std::vector<float>& core = ws.floats(static_cast<size_t>(n_rows * value_dim));
   const bool chunked = n_rows >= kChunkedMinRows;
   pool.parallel_for(nv, [&](int64_t begin, int64_t end, int) {
     for (int64_t h = begin; h < end; ++h) {
@@ -245,9 +261,19 @@ void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
     }
   });
   if (record_window) {
-    log.conv_inputs = std::move(mixed);
-    log.inputs = std::move(in);
+    // The log takes this window's buffers; its old ones become the spares.
+    state.spare_conv_inputs.assign(mixed.begin(), mixed.end());
+    log.conv_inputs.swap(state.spare_conv_inputs);
+    log.inputs.n_rows = in.n_rows;
+    std::vector<float>* const logged[5] = {&log.inputs.q, &log.inputs.k, &log.inputs.v,
+                                           &log.inputs.beta, &log.inputs.decay_log};
+    for (int i = 0; i < 5; ++i) {
+      logged[i]->swap(*parts[i]);
+      spare[i]->swap(*parts[i]);
+    }
     log.valid = true;
+  } else {
+    for (int i = 0; i < 5; ++i) lent[i]->swap(*parts[i]);
   }
 
   // Phase 3: gated RMS norm per V head.

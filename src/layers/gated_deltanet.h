@@ -21,6 +21,7 @@
 
 #include "compute/cpu/matmul.h"
 #include "compute/cpu/thread_pool.h"
+#include "compute/cpu/workspace.h"
 #include "model/hparams.h"
 
 namespace strata {
@@ -54,10 +55,10 @@ struct GatedDeltaNetInputs {
 // (speculative verify). Rollback strategy, chosen for exactness at the lowest copy cost:
 // - conv history: folded, no copy per row. The history after m rows is the last K-1 rows of
 //   [history before | the window's m conv input rows], so the log keeps the pre-window history
-//   (K-1 rows) and the window's conv inputs (moved, not copied, out of the forward).
+//   (K-1 rows) and the window's conv inputs (one copy of the window's rows).
 // - recurrent state S: the delta rule is not invertible in floating point (undoing e^g·S and the
 //   rank-1 update does not give back the same bits), so the log keeps ONE snapshot of S from
-//   before the window plus the window's delta-rule inputs (moved, not copied). Rollback restores
+//   before the window plus the window's delta-rule inputs (swapped in, not copied). Rollback restores
 //   the snapshot and replays the state update of the kept rows only: no matmul, no expert, the
 //   same code and float order as the forward, hence bitwise the state a plain run would have.
 //   Versus a copy of S after every row (colibri: 113 MiB per row on Qwen3.8), this is one copy
@@ -74,12 +75,17 @@ struct GatedDeltaNetState {
   std::vector<float> conv;  // [K-1][conv_dim], oldest first; zeros at sequence start
   std::vector<float> ssm;   // [nv][dk][dv]
   GatedDeltaNetWindowLog window_log;  // the last recorded window (speculative verify only)
+  // A recorded window computes into these and swaps them with the log's (which become the next
+  // recorded window's), so recording allocates nothing once warm: buffers never change role.
+  std::vector<float> spare_conv_inputs;
+  GatedDeltaNetInputs spare_inputs;
   void reset(const HParams& hp);
 };
 
 // record_window: keep state.window_log for a later rollback (only windows under 32 rows, the
 // recurrent form; longer windows fail). Without it nothing is kept and nothing changes.
-void gated_deltanet_forward(compute::ThreadPool& pool, const HParams& hp,
+// Scratch comes from `ws`; the log's buffers are swapped with it, so neither allocates once warm.
+void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
                             const GatedDeltaNetWeights& w, GatedDeltaNetState& state,
                             const float* x, int64_t n_rows, float* y, bool record_window = false);
 

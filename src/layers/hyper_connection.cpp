@@ -4,21 +4,23 @@
 
 namespace strata {
 
-void hyper_connection_in(compute::ThreadPool& pool, const HyperConnectionWeights& w, int n_streams,
+void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
+                         const HyperConnectionWeights& w, int n_streams,
                          int64_t n_embd, float eps, const float* X, int64_t n_rows, float* x,
                          float* inject) {
   const int64_t width = n_streams * n_embd;
   const int64_t rank = w.down.n_out;
   const float inv_streams = 1.0f / float(n_streams);
-  std::vector<float> normed(static_cast<size_t>(n_rows * width));
+  compute::Workspace::Frame frame(ws);
+  std::vector<float>& normed = ws.floats(static_cast<size_t>(n_rows * width));
   for (int64_t t = 0; t < n_rows; ++t)
     compute::rms_norm_grouped(X + t * width, w.norm.data(), n_streams, n_embd, eps,
                               normed.data() + t * width);
 
-  std::vector<float> mix(static_cast<size_t>(n_rows * rank));
+  std::vector<float>& mix = ws.floats(static_cast<size_t>(n_rows * rank));
   compute::matmul(pool, w.down, normed.data(), n_rows, mix.data());
   for (float& m : mix) m = compute::silu(m * inv_streams);
-  std::vector<float> gates(static_cast<size_t>(n_rows * width));
+  std::vector<float>& gates = ws.floats(static_cast<size_t>(n_rows * width));
   compute::matmul(pool, w.up, mix.data(), n_rows, gates.data());
 
   for (int64_t t = 0; t < n_rows; ++t) {

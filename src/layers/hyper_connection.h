@@ -13,6 +13,7 @@
 
 #include "compute/cpu/matmul.h"
 #include "compute/cpu/thread_pool.h"
+#include "compute/cpu/workspace.h"
 
 namespace strata {
 
@@ -25,7 +26,8 @@ struct HyperConnectionWeights {
 };
 
 // X: [n_rows][S·H]. Writes x: [n_rows][H] and, when the weights have an inject, inject: [n_rows][S].
-void hyper_connection_in(compute::ThreadPool& pool, const HyperConnectionWeights& w, int n_streams,
+void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
+                         const HyperConnectionWeights& w, int n_streams,
                          int64_t n_embd, float eps, const float* X, int64_t n_rows, float* x,
                          float* inject);
 

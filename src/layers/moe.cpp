@@ -11,27 +11,53 @@
 namespace strata {
 namespace {
 
-// y[rows x n_out] = down(silu(gate·x) ⊙ up·x) for a SwiGLU over n_rows rows of x.
-void swiglu(compute::ThreadPool& pool, const compute::WeightMatrix& gate,
+// y[rows x n_out] = down(silu(gate·x) ⊙ up·x) for a SwiGLU over n_rows rows of x. The scratch is
+// reserved for max_rows (>= n_rows): routed experts get a varying share of the window's rows.
+void swiglu(compute::ThreadPool& pool, compute::Workspace& ws, const compute::WeightMatrix& gate,
             const compute::WeightMatrix& up, const compute::WeightMatrix& down, const float* x,
-            int64_t n_rows, float* y) {
+            int64_t n_rows, int64_t max_rows, float* y) {
+  compute::Workspace::Frame frame(ws);
   const int64_t n_ff = gate.n_out;
-  std::vector<float> g(static_cast<size_t>(n_rows * n_ff)), u(static_cast<size_t>(n_rows * n_ff));
+  std::vector<float>& g = ws.floats(static_cast<size_t>(n_rows * n_ff));
+  std::vector<float>& u = ws.floats(static_cast<size_t>(n_rows * n_ff));
+  g.reserve(static_cast<size_t>(max_rows * n_ff));
+  u.reserve(static_cast<size_t>(max_rows * n_ff));
   compute::matmul(pool, gate, x, n_rows, g.data());
   compute::matmul(pool, up, x, n_rows, u.data());
   for (size_t i = 0; i < g.size(); ++i) g[i] = compute::silu(g[i]) * u[i];
   compute::matmul(pool, down, g.data(), n_rows, y);
 }
 
+// A Routing whose vectors are the workspace's for the scope (so building one allocates nothing).
+class LentRouting {
+ public:
+  explicit LentRouting(compute::Workspace& ws) : experts_(ws.ids(0)), weights_(ws.floats(0)) {
+    routing.experts.swap(experts_);
+    routing.weights.swap(weights_);
+  }
+  ~LentRouting() {
+    routing.experts.swap(experts_);
+    routing.weights.swap(weights_);
+  }
+  LentRouting(const LentRouting&) = delete;
+  LentRouting& operator=(const LentRouting&) = delete;
+  Routing routing;
+
+ private:
+  std::vector<int32_t>& experts_;
+  std::vector<float>& weights_;
+};
+
 }  // namespace
 
-void moe_route(compute::ThreadPool& pool, const HParams& hp, const MoeWeights& w, const float* x,
-               int64_t n_rows, Routing& routing, ExpertSource* cache_aware, int layer, Routing* exact,
-               bool count_stats) {
+void moe_route(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+               const MoeWeights& w, const float* x, int64_t n_rows, Routing& routing,
+               ExpertSource* cache_aware, int layer, Routing* exact, bool count_stats) {
+  compute::Workspace::Frame frame(ws);
   const int n_expert = hp.n_expert, k = hp.n_expert_used;
   MocePolicy* moce = cache_aware ? cache_aware->moce() : nullptr;
   if (moce && !moce->options.enabled()) moce = nullptr;
-  std::vector<float> probs(static_cast<size_t>(n_rows * n_expert));
+  std::vector<float>& probs = ws.floats(static_cast<size_t>(n_rows * n_expert));
   compute::matmul(pool, w.router, x, n_rows, probs.data());
   auto shape = [&](Routing& r) {
     r.k = k;
@@ -40,7 +66,9 @@ void moe_route(compute::ThreadPool& pool, const HParams& hp, const MoeWeights& w
   };
   shape(routing);
   if (exact) shape(*exact);
-  std::vector<int32_t> picked(static_cast<size_t>(k)), scratch;
+  std::vector<int32_t>& picked = ws.ids(static_cast<size_t>(k));
+  std::vector<int32_t>& scratch = ws.ids(0);
+  // Two references: small enough for std::function's inline storage (no allocation).
   const std::function<bool(int32_t)> resident = [&](int32_t e) { return cache_aware->resident(layer, e); };
   for (int64_t t = 0; t < n_rows; ++t) {
     float* p = probs.data() + t * n_expert;
@@ -63,58 +91,84 @@ void moe_route(compute::ThreadPool& pool, const HParams& hp, const MoeWeights& w
   if (exact && !moce) *exact = routing;
 }
 
-std::vector<int32_t> moe_predict(compute::ThreadPool& pool, const HParams& hp,
-                                 const MoeWeights& next_router, const float* x, int64_t n_rows,
-                                 ExpertSource* source, int next_layer) {
-  Routing guess;
-  moe_route(pool, hp, next_router, x, n_rows, guess, source, next_layer);
+void moe_predict(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                 const MoeWeights& next_router, const float* x, int64_t n_rows,
+                 std::vector<int32_t>& ids, ExpertSource* source, int next_layer) {
+  compute::Workspace::Frame frame(ws);
+  LentRouting lent(ws);
+  Routing& guess = lent.routing;
+  moe_route(pool, ws, hp, next_router, x, n_rows, guess, source, next_layer);
   // Best routing weight per expert over the rows (renormalised weights rank like probabilities
   // within a row; across rows they are comparable enough for an ordering hint). Indexed by expert
   // id: this runs every layer, so no search per entry.
-  std::vector<float> best(static_cast<size_t>(hp.n_expert), -1.0f);
+  std::vector<float>& best = ws.floats(static_cast<size_t>(hp.n_expert));
+  std::fill(best.begin(), best.end(), -1.0f);
   for (size_t i = 0; i < guess.experts.size(); ++i)
     best[size_t(guess.experts[i])] = std::max(best[size_t(guess.experts[i])], guess.weights[i]);
-  std::vector<int32_t> ids;
+  ids.clear();
   for (int32_t e = 0; e < hp.n_expert; ++e)
     if (best[size_t(e)] >= 0.0f) ids.push_back(e);
-  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return best[size_t(a)] > best[size_t(b)]; });
-  return ids;
+  // Descending weight, ties by lower id: the order a stable sort of the ascending ids gives, with
+  // no temporary buffer (std::stable_sort allocates one).
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+    return best[size_t(a)] > best[size_t(b)] || (best[size_t(a)] == best[size_t(b)] && a < b);
+  });
 }
 
 namespace {
 
 // A window's routing grouped by expert: the sorted union, and per expert its rows and weights in
-// row order.
+// row order (expert i's entries are [offsets[i], offsets[i+1]) of rows/weights). All four are
+// workspace vectors.
 struct ExpertRows {
-  std::vector<int32_t> used;
-  std::vector<std::vector<int64_t>> row_ids;
-  std::vector<std::vector<float>> row_weights;
+  std::vector<int32_t>* used;
+  std::vector<int64_t>* offsets;  // [used + 1]
+  std::vector<int64_t>* rows;
+  std::vector<float>* weights;
+  int64_t count(size_t e) const { return (*offsets)[e + 1] - (*offsets)[e]; }
 };
 
-ExpertRows group_by_expert(const Routing& routing) {
-  ExpertRows g;
-  g.used = routing.experts;
-  std::sort(g.used.begin(), g.used.end());
-  g.used.erase(std::unique(g.used.begin(), g.used.end()), g.used.end());
-  g.row_ids.resize(g.used.size());
-  g.row_weights.resize(g.used.size());
+ExpertRows group_by_expert(compute::Workspace& ws, const Routing& routing) {
+  ExpertRows g{&ws.ids(0), nullptr, nullptr, nullptr};
+  std::vector<int32_t>& used = *g.used;
+  used.assign(routing.experts.begin(), routing.experts.end());
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  g.offsets = &ws.ints(used.size() + 1);
+  g.rows = &ws.ints(routing.experts.size());
+  g.weights = &ws.floats(routing.experts.size());
+  std::vector<int64_t>& cursor = ws.ints(used.size());
   const int k = routing.k;
+  auto index_of = [&](int32_t expert) {
+    return size_t(std::lower_bound(used.begin(), used.end(), expert) - used.begin());
+  };
+  for (int32_t expert : routing.experts) ++(*g.offsets)[index_of(expert) + 1];
+  for (size_t e = 0; e < used.size(); ++e) {
+    (*g.offsets)[e + 1] += (*g.offsets)[e];
+    cursor[e] = (*g.offsets)[e];
+  }
   for (int64_t t = 0; t < routing.n_rows(); ++t)
     for (int j = 0; j < k; ++j) {
-      const size_t e = size_t(std::lower_bound(g.used.begin(), g.used.end(), routing.experts[size_t(t * k + j)]) -
-                              g.used.begin());
-      g.row_ids[e].push_back(t);
-      g.row_weights[e].push_back(routing.weights[size_t(t * k + j)]);
+      const size_t e = index_of(routing.experts[size_t(t * k + j)]);
+      const size_t at = size_t(cursor[e]++);
+      (*g.rows)[at] = t;
+      (*g.weights)[at] = routing.weights[size_t(t * k + j)];
     }
   return g;
 }
 
 // Runs every expert of the union as the source hands them out (after its begin_layer) and writes
 // y = Σ over experts in ascending id of weight·output, so the hand-out order never matters.
-void run_routed(compute::ThreadPool& pool, int64_t n_embd, ExpertSource& experts, int layer, const ExpertRows& g,
-                const float* x, int64_t n_rows, float* y) {
-  std::vector<std::vector<float>> outputs(g.used.size());
-  std::vector<float> rows_in;
+void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_embd,
+                ExpertSource& experts, int layer, const ExpertRows& g, const float* x,
+                int64_t n_rows, float* y) {
+  compute::Workspace::Frame frame(ws);
+  const std::vector<int32_t>& used = *g.used;
+  // Expert e's output rows sit at rows [offsets[e], offsets[e+1]) of `outputs`.
+  std::vector<float>& outputs = ws.floats(g.rows->size() * size_t(n_embd));
+  std::vector<int32_t>& handed = ws.ids(used.size());
+  std::vector<float>& rows_in = ws.floats(0);
+  rows_in.reserve(static_cast<size_t>(n_rows * n_embd));
   int index = -1;
   ExpertMatrices matrices;
   while (true) {
@@ -123,22 +177,25 @@ void run_routed(compute::ThreadPool& pool, int64_t n_embd, ExpertSource& experts
       if (!experts.next(index, matrices)) break;
     }
     const size_t e = size_t(index);
-    const int64_t n = int64_t(g.row_ids[e].size());
+    const int64_t n = g.count(e);
+    const int64_t first = (*g.offsets)[e];
     rows_in.resize(static_cast<size_t>(n * n_embd));
     for (int64_t i = 0; i < n; ++i)
-      std::copy_n(x + g.row_ids[e][size_t(i)] * n_embd, n_embd, rows_in.data() + i * n_embd);
-    outputs[e].resize(static_cast<size_t>(n * n_embd));
+      std::copy_n(x + (*g.rows)[size_t(first + i)] * n_embd, n_embd, rows_in.data() + i * n_embd);
+    handed[e] = 1;
     ScopedPhase phase(Phase::RoutedExperts);
-    swiglu(pool, matrices.gate, matrices.up, matrices.down, rows_in.data(), n, outputs[e].data());
+    swiglu(pool, ws, matrices.gate, matrices.up, matrices.down, rows_in.data(), n, n_rows,
+           outputs.data() + first * n_embd);
   }
   std::fill_n(y, n_rows * n_embd, 0.0f);
-  for (size_t e = 0; e < g.used.size(); ++e) {
-    if (outputs[e].empty() && !g.row_ids[e].empty())
-      fail("expert source did not hand out layer {} expert {}", layer, g.used[e]);
-    for (size_t i = 0; i < g.row_ids[e].size(); ++i) {
-      float* out = y + g.row_ids[e][i] * n_embd;
-      const float* src = outputs[e].data() + i * size_t(n_embd);
-      for (int64_t c = 0; c < n_embd; ++c) out[c] += g.row_weights[e][i] * src[c];
+  for (size_t e = 0; e < used.size(); ++e) {
+    if (!handed[e] && g.count(e) > 0)
+      fail("expert source did not hand out layer {} expert {}", layer, used[e]);
+    for (int64_t i = (*g.offsets)[e]; i < (*g.offsets)[e + 1]; ++i) {
+      float* out = y + (*g.rows)[size_t(i)] * n_embd;
+      const float* src = outputs.data() + i * n_embd;
+      const float weight = (*g.weights)[size_t(i)];
+      for (int64_t c = 0; c < n_embd; ++c) out[c] += weight * src[c];
     }
   }
 }
@@ -157,38 +214,41 @@ void add_gated_shared(const MoeWeights& w, int64_t n_embd, const float* x, int64
 
 }  // namespace
 
-void moe_forward(compute::ThreadPool& pool, const HParams& hp, const MoeWeights& w,
-                 ExpertSource& experts, int layer, const float* x, int64_t n_rows, float* y,
-                 const MoeWeights* next_router) {
+void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                 const MoeWeights& w, ExpertSource& experts, int layer, const float* x,
+                 int64_t n_rows, float* y, const MoeWeights* next_router) {
+  compute::Workspace::Frame frame(ws);
   const int64_t n_embd = hp.n_embd;
   MocePolicy* moce = experts.moce();
   if (moce && !moce->options.enabled()) moce = nullptr;
   // relMSE samples: every sample_every-th routed window of each layer, exact source permitting.
   const bool sample = moce && moce->exact_source && moce->options.sample_every > 0 &&
                       moce->stats.windows++ % uint64_t(moce->options.sample_every) == 0;
-  Routing routing, exact;
+  LentRouting lent_routing(ws), lent_exact(ws);
+  Routing &routing = lent_routing.routing, &exact = lent_exact.routing;
   {
     ScopedPhase phase(Phase::Router);
-    moe_route(pool, hp, w, x, n_rows, routing, moce ? &experts : nullptr, layer, sample ? &exact : nullptr,
-              /*count_stats=*/true);
+    moe_route(pool, ws, hp, w, x, n_rows, routing, moce ? &experts : nullptr, layer,
+              sample ? &exact : nullptr, /*count_stats=*/true);
   }
   experts.observe_routing(layer, routing);
 
-  const ExpertRows g = group_by_expert(routing);
-  experts.begin_layer(layer, g.used);
+  const ExpertRows g = group_by_expert(ws, routing);
+  experts.begin_layer(layer, *g.used);
   if (next_router && experts.wants_prediction()) {
     ScopedPhase phase(Phase::Router);
-    experts.predict(layer + 1, moe_predict(pool, hp, *next_router, x, n_rows, &experts, layer + 1));
+    std::vector<int32_t>& predicted = ws.ids(0);
+    moe_predict(pool, ws, hp, *next_router, x, n_rows, predicted, &experts, layer + 1);
+    experts.predict(layer + 1, predicted);
   }
 
   // The shared expert first: it needs no routed bytes, so it overlaps the misses' reads.
-  std::vector<float> shared;
+  std::vector<float>& shared = ws.floats(w.has_shared() ? static_cast<size_t>(n_rows * n_embd) : 0);
   if (w.has_shared()) {
-    shared.resize(static_cast<size_t>(n_rows * n_embd));
     ScopedPhase phase(Phase::SharedExpert);
-    swiglu(pool, w.shared_gate, w.shared_up, w.shared_down, x, n_rows, shared.data());
+    swiglu(pool, ws, w.shared_gate, w.shared_up, w.shared_down, x, n_rows, n_rows, shared.data());
   }
-  run_routed(pool, n_embd, experts, layer, g, x, n_rows, y);
+  run_routed(pool, ws, n_embd, experts, layer, g, x, n_rows, y);
   if (w.has_shared()) add_gated_shared(w, n_embd, x, n_rows, shared.data(), y);
 
   if (sample) {
@@ -197,9 +257,9 @@ void moe_forward(compute::ThreadPool& pool, const HParams& hp, const MoeWeights&
     if (exact.experts == routing.experts) {
       std::copy_n(y, n_rows * n_embd, y_exact.data());
     } else {
-      const ExpertRows ge = group_by_expert(exact);
-      moce->exact_source->begin_layer(layer, ge.used);
-      run_routed(pool, n_embd, *moce->exact_source, layer, ge, x, n_rows, y_exact.data());
+      const ExpertRows ge = group_by_expert(ws, exact);
+      moce->exact_source->begin_layer(layer, *ge.used);
+      run_routed(pool, ws, n_embd, *moce->exact_source, layer, ge, x, n_rows, y_exact.data());
       if (w.has_shared()) add_gated_shared(w, n_embd, x, n_rows, shared.data(), y_exact.data());
     }
     for (size_t i = 0; i < y_exact.size(); ++i) {

@@ -22,6 +22,7 @@
 
 #include "compute/cpu/matmul.h"
 #include "compute/cpu/thread_pool.h"
+#include "compute/cpu/workspace.h"
 #include "experts/expert_source.h"
 #include "model/hparams.h"
 
@@ -39,19 +40,23 @@ struct MoeWeights {
 // Router only: fills `routing` for n_rows rows of x. With `cache_aware` (a source whose moce() is
 // enabled) rows are routed by MoCE over its residency of `layer`, counting telemetry when
 // `count_stats`; `exact` (optional) receives the true top-k routing too.
-void moe_route(compute::ThreadPool& pool, const HParams& hp, const MoeWeights& w, const float* x,
-               int64_t n_rows, Routing& routing, ExpertSource* cache_aware = nullptr, int layer = -1,
-               Routing* exact = nullptr, bool count_stats = false);
+// Scratch comes from `ws` throughout (no allocation once the window shape has run, except on the
+// opt-in MoCE relMSE sample windows).
+void moe_route(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+               const MoeWeights& w, const float* x, int64_t n_rows, Routing& routing,
+               ExpertSource* cache_aware = nullptr, int layer = -1, Routing* exact = nullptr,
+               bool count_stats = false);
 
-void moe_forward(compute::ThreadPool& pool, const HParams& hp, const MoeWeights& w,
-                 ExpertSource& experts, int layer, const float* x, int64_t n_rows, float* y,
-                 const MoeWeights* next_router = nullptr);
+void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                 const MoeWeights& w, ExpertSource& experts, int layer, const float* x,
+                 int64_t n_rows, float* y, const MoeWeights* next_router = nullptr);
 
 // The read-ahead guess for layer `layer`+1: the union over rows of top-k(router_next · x) (or of
 // MoCE's choice when `source` has it on), ordered by the best weight any row gives the expert
 // (descending; ties by lower id).
-std::vector<int32_t> moe_predict(compute::ThreadPool& pool, const HParams& hp,
-                                 const MoeWeights& next_router, const float* x, int64_t n_rows,
-                                 ExpertSource* source = nullptr, int next_layer = -1);
+// The ids are written to `ids` (cleared first).
+void moe_predict(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                 const MoeWeights& next_router, const float* x, int64_t n_rows,
+                 std::vector<int32_t>& ids, ExpertSource* source = nullptr, int next_layer = -1);
 
 }  // namespace strata

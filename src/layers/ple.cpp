@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "compute/cpu/ops.h"
 #include "quant/quant.h"
@@ -14,21 +15,27 @@ namespace strata {
 
 std::vector<uint64_t> ple_row_ids(const HParams& hp, const PleContext& context,
                                   std::span<const int32_t> tokens) {
+  std::vector<uint64_t> rows;
+  ple_row_ids(hp, context, tokens, rows);
+  return rows;
+}
+
+void ple_row_ids(const HParams& hp, const PleContext& context, std::span<const int32_t> tokens,
+                 std::vector<uint64_t>& rows) {
   const int n_heads = hp.ple_n_heads();
   const int per_ngram = hp.ple_heads_per_ngram;
   const uint64_t eos = uint64_t(hp.ple_eos_token);
   const uint64_t* m = hp.ple_multipliers.data();
-  std::vector<uint64_t> rows(tokens.size() * size_t(n_heads));
-  // history[i] = token i-2 relative to the window; -1 means "before the sequence".
-  std::vector<int64_t> history = {context.prev[0], context.prev[1]};
-  for (int32_t token : tokens) history.push_back(token);
+  rows.resize(tokens.size() * size_t(n_heads));
+  // history(i) = token i-2 relative to the window; -1 means "before the sequence".
+  auto history = [&](size_t i) -> int64_t { return i < 2 ? context.prev[i] : tokens[i - 2]; };
   auto is_cut = [&](int64_t id) { return id < 0 || uint64_t(id) == eos; };
   for (size_t t = 0; t < tokens.size(); ++t) {
     const size_t i = t + 2;
-    const uint64_t c0 = uint64_t(history[i]);
-    const uint64_t c1 = is_cut(history[i - 1]) ? eos : uint64_t(history[i - 1]);
-    const uint64_t c2 = is_cut(history[i - 1]) || is_cut(history[i - 2]) ? eos
-                                                                          : uint64_t(history[i - 2]);
+    const uint64_t c0 = uint64_t(history(i));
+    const uint64_t c1 = is_cut(history(i - 1)) ? eos : uint64_t(history(i - 1));
+    const uint64_t c2 = is_cut(history(i - 1)) || is_cut(history(i - 2)) ? eos
+                                                                          : uint64_t(history(i - 2));
     const uint64_t mix2 = (c0 * m[0]) ^ (c1 * m[1]);
     const uint64_t mix3 = mix2 ^ (c2 * m[2]);
     for (int h = 0; h < n_heads; ++h) {
@@ -37,7 +44,6 @@ std::vector<uint64_t> ple_row_ids(const HParams& hp, const PleContext& context,
           mix % hp.ple_head_vocab_sizes[size_t(h)] + hp.ple_head_offsets[size_t(h)];
     }
   }
-  return rows;
 }
 
 PleContext ple_advance(const HParams&, PleContext context, std::span<const int32_t> tokens) {
@@ -48,35 +54,82 @@ PleContext ple_advance(const HParams&, PleContext context, std::span<const int32
   return context;
 }
 
-void PleRowReader::start(const HParams& hp, const PleWeights& w, std::vector<uint64_t> row_ids) {
-  const int64_t width = hp.ple_row_width;
-  pending_ = std::async(std::launch::async, [&w, width, rows = std::move(row_ids)] {
-    const TensorInfo& table = w.table;
-    const size_t row_bytes = table.row_bytes();
-    std::vector<uint8_t> raw(row_bytes);
-    std::vector<float> out(rows.size() * size_t(width));
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (rows[i] >= uint64_t(table.ne[1]))
-        fail("{}: tensor {}: n-gram row {} is outside the table ({} rows)", w.file->path(),
-             table.name, rows[i], table.ne[1]);
-      const uint64_t offset = table.file_offset + rows[i] * row_bytes;
-      size_t done = 0;
-      while (done < row_bytes) {
-        const ssize_t got = pread(w.file->fd(), raw.data() + done, row_bytes - done,
-                                  off_t(offset + done));
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0)
-          fail("{}: reading n-gram row {} of {}: {}", w.file->path(), rows[i], table.name,
-               got < 0 ? std::strerror(errno) : "unexpected end of file");
-        done += size_t(got);
-      }
-      quant::dequantize_row(table.type, raw.data(), out.data() + i * size_t(width), width);
-    }
-    return out;
-  });
+PleRowReader::~PleRowReader() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
 }
 
-std::vector<float> PleRowReader::collect() { return pending_.get(); }
+void PleRowReader::start(const HParams& hp, const PleWeights& w,
+                         std::span<const uint64_t> row_ids) {
+  {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [this] { return done_; });
+    weights_ = &w;
+    width_ = hp.ple_row_width;
+    rows_.assign(row_ids.begin(), row_ids.end());
+    raw_.resize(w.table.row_bytes());
+    out_.resize(rows_.size() * size_t(width_));
+    error_ = nullptr;
+    done_ = false;
+    has_job_ = true;
+  }
+  cv_.notify_all();
+  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+}
+
+const std::vector<float>& PleRowReader::collect() {
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [this] { return done_; });
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  return out_;
+}
+
+void PleRowReader::run() {
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [this] { return has_job_ || stop_; });
+      if (stop_) return;
+      has_job_ = false;
+    }
+    // The job's buffers belong to this thread until done_ is set.
+    try {
+      const PleWeights& w = *weights_;
+      const TensorInfo& table = w.table;
+      const size_t row_bytes = table.row_bytes();
+      for (size_t i = 0; i < rows_.size(); ++i) {
+        if (rows_[i] >= uint64_t(table.ne[1]))
+          fail("{}: tensor {}: n-gram row {} is outside the table ({} rows)", w.file->path(),
+               table.name, rows_[i], table.ne[1]);
+        const uint64_t offset = table.file_offset + rows_[i] * row_bytes;
+        size_t done = 0;
+        while (done < row_bytes) {
+          const ssize_t got = pread(w.file->fd(), raw_.data() + done, row_bytes - done,
+                                    off_t(offset + done));
+          if (got < 0 && errno == EINTR) continue;
+          if (got <= 0)
+            fail("{}: reading n-gram row {} of {}: {}", w.file->path(), rows_[i], table.name,
+                 got < 0 ? std::strerror(errno) : "unexpected end of file");
+          done += size_t(got);
+        }
+        quant::dequantize_row(table.type, raw_.data(), out_.data() + i * size_t(width_), width_);
+      }
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      error_ = std::current_exception();
+    }
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    cv_.notify_all();
+  }
+}
 
 void PleState::reset(const HParams& hp) {
   context = PleContext{};
@@ -84,20 +137,25 @@ void PleState::reset(const HParams& hp) {
   conv_history.assign(static_cast<size_t>((hp.ple_conv_kernel - 1) * hp.ple_ngram_size * width), 0.0f);
 }
 
-void ple_forward(compute::ThreadPool& pool, const HParams& hp, const PleWeights& w,
-                 PleState& state, const float* embeddings, int64_t n_rows, float* X,
-                 bool record_window) {
+void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                 const PleWeights& w, PleState& state, const float* embeddings, int64_t n_rows,
+                 float* X, bool record_window) {
+  compute::Workspace::Frame frame(ws);
   const int S = hp.hc_count;
   const int64_t H = hp.n_embd, width = S * H;
   const int kernel = hp.ple_conv_kernel, dilation = hp.ple_ngram_size;
   const int64_t history_steps = int64_t(kernel - 1) * dilation;
 
-  std::vector<float> keys(static_cast<size_t>(n_rows * width)), values(static_cast<size_t>(n_rows * H));
+  std::vector<float>& keys = ws.floats(static_cast<size_t>(n_rows * width));
+  std::vector<float>& values = ws.floats(static_cast<size_t>(n_rows * H));
   compute::matmul(pool, w.key, embeddings, n_rows, keys.data());
   compute::matmul(pool, w.value, embeddings, n_rows, values.data());
 
-  std::vector<float> query(static_cast<size_t>(width)), gated(static_cast<size_t>(n_rows * width));
-  std::vector<float> normed(static_cast<size_t>(n_rows * width));
+  std::vector<float>& query = ws.floats(static_cast<size_t>(width));
+  std::vector<float>& gated = ws.floats(static_cast<size_t>(n_rows * width));
+  std::vector<float>& window_normed = ws.floats(static_cast<size_t>(n_rows * width));
+  if (record_window) state.spare_normed.assign(static_cast<size_t>(n_rows * width), 0.0f);
+  std::vector<float>& normed = record_window ? state.spare_normed : window_normed;
   const float inv_sqrt_h = 1.0f / std::sqrt(float(H));
   for (int64_t t = 0; t < n_rows; ++t) {
     float* key = keys.data() + t * width;
@@ -132,7 +190,8 @@ void ple_forward(compute::ThreadPool& pool, const HParams& hp, const PleWeights&
     }
   }
   // Keep the last history_steps rows of N.
-  std::vector<float> next(state.conv_history.size());
+  std::vector<float>& next = state.next_history;
+  next.resize(state.conv_history.size());
   for (int64_t i = 0; i < history_steps; ++i) {
     const int64_t idx = n_rows - history_steps + i;  // window-relative
     const float* src = idx >= 0 ? normed.data() + idx * width
@@ -143,12 +202,12 @@ void ple_forward(compute::ThreadPool& pool, const HParams& hp, const PleWeights&
   if (record_window) {
     PleWindowLog& log = state.window_log;
     log.context_before = state.context;
-    log.history_before = std::move(state.conv_history);
-    log.normed = std::move(normed);
+    log.history_before.swap(state.conv_history);
+    log.normed.swap(state.spare_normed);
     log.n_rows = n_rows;
     log.valid = true;
   }
-  state.conv_history = std::move(next);
+  state.conv_history.swap(next);  // next_history takes the old buffer
 }
 
 void ple_rollback(const HParams& hp, PleState& state, std::span<const int32_t> kept_tokens) {

@@ -12,13 +12,17 @@
 //   N = G1p(Gv; nc);  C_t = silu(Σ_i w_i·N_{t-(K-1-i)·n});  X ← X + Gv + C
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
-#include <future>
+#include <exception>
+#include <mutex>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "compute/cpu/matmul.h"
 #include "compute/cpu/thread_pool.h"
+#include "compute/cpu/workspace.h"
 #include "gguf/gguf.h"
 #include "model/hparams.h"
 
@@ -41,18 +45,41 @@ struct PleContext {
 // Row ids [n_tokens][n_heads] for tokens following `context`; advances nothing.
 std::vector<uint64_t> ple_row_ids(const HParams& hp, const PleContext& context,
                                   std::span<const int32_t> tokens);
+// The same into `rows` (resized; no allocation once it has the capacity).
+void ple_row_ids(const HParams& hp, const PleContext& context, std::span<const int32_t> tokens,
+                 std::vector<uint64_t>& rows);
 // Context after consuming tokens.
 PleContext ple_advance(const HParams& hp, PleContext context, std::span<const int32_t> tokens);
 
-// Reads the table rows for one window in the background.
+// Reads the table rows of one window at a time on its own background thread (started by the
+// first `start`, joined by the destructor), into buffers it keeps, so a steady decode step
+// allocates nothing. Owned by one sequence; start/collect from that sequence's window thread.
 class PleRowReader {
  public:
-  // Issues the reads at once; the returned embeddings are [n_tokens][n_heads·row_width].
-  void start(const HParams& hp, const PleWeights& w, std::vector<uint64_t> row_ids);
-  std::vector<float> collect();
+  PleRowReader() = default;
+  ~PleRowReader();
+  PleRowReader(const PleRowReader&) = delete;
+  PleRowReader& operator=(const PleRowReader&) = delete;
+
+  // Issues the reads at once (after waiting for a previous window's reads that were never
+  // collected). `w` must outlive the reads.
+  void start(const HParams& hp, const PleWeights& w, std::span<const uint64_t> row_ids);
+  // Waits for the reads; the embeddings [n_tokens][n_heads·row_width], valid until the next
+  // start. Rethrows a read error (naming the file and row).
+  const std::vector<float>& collect();
 
  private:
-  std::future<std::vector<float>> pending_;
+  void run();
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable cv_;  // guards the flags below and hands jobs/results over
+  bool has_job_ = false, done_ = true, stop_ = false;
+  const PleWeights* weights_ = nullptr;
+  int64_t width_ = 0;
+  std::vector<uint64_t> rows_;
+  std::vector<uint8_t> raw_;
+  std::vector<float> out_;
+  std::exception_ptr error_;
 };
 
 // What a recorded window keeps for `ple_rollback` (speculative verify). Both parts fold without
@@ -71,12 +98,18 @@ struct PleState {
   PleContext context;
   std::vector<float> conv_history;  // [(K-1)·n][S·H], oldest first; zeros at sequence start
   PleWindowLog window_log;          // the last recorded window (speculative verify only)
+  // The next history is computed into next_history, then swapped in; a recorded window keeps its
+  // N rows in spare_normed, swapped with the log's. The buffers never change role, so nothing
+  // allocates once warm.
+  std::vector<float> next_history, spare_normed;
   void reset(const HParams& hp);
 };
 
 // X: [n_rows][S·H] updated in place; embeddings from PleRowReader::collect. record_window:
-// keep state.window_log for ple_rollback (nothing else changes).
-void ple_forward(compute::ThreadPool& pool, const HParams& hp, const PleWeights& w,
+// keep state.window_log for ple_rollback (nothing else changes). Scratch comes from `ws` (the
+// log's and the history's buffers are swapped with it, so nothing allocates once warm).
+void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                 const PleWeights& w,
                  PleState& state, const float* embeddings, int64_t n_rows, float* X,
                  bool record_window = false);
 

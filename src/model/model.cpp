@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "compute/cpu/cpu_backend.h"
 #include "compute/cpu/ops.h"
 #include "model/tensor_specs.h"
 #include "quant/quant.h"
@@ -81,13 +82,22 @@ const MoeWeights* Model::next_router(int layer) const {
   return layer + 1 < hp_.n_layer ? &layers_[size_t(layer + 1)].moe : nullptr;
 }
 
-ModelState Model::new_state() const {
+ModelState Model::new_state(int64_t n_ctx) const {
   ModelState state;
+  state.backend = std::make_unique<compute::CpuBackend>();
   state.deltanet.resize(static_cast<size_t>(hp_.n_layer));
   state.kv.resize(static_cast<size_t>(hp_.n_layer));
-  for (int l = 0; l < hp_.n_layer; ++l)
-    if (hp_.layer_kinds[size_t(l)] == LayerKind::GatedDeltaNet) state.deltanet[size_t(l)].reset(hp_);
-  if (hp_.has_ple()) state.ple.reset(hp_);
+  for (int l = 0; l < hp_.n_layer; ++l) {
+    if (hp_.layer_kinds[size_t(l)] == LayerKind::GatedDeltaNet)
+      state.deltanet[size_t(l)].reset(hp_);
+    else if (n_ctx > 0)
+      state.kv[size_t(l)].reserve(n_ctx, hp_.kv_dim(), hp_.indexer_head_dim,
+                                  layers_[size_t(l)].attention.compress_ratio);
+  }
+  if (hp_.has_ple()) {
+    state.ple.reset(hp_);
+    state.ple_reader = std::make_unique<PleRowReader>();
+  }
   return state;
 }
 
@@ -138,54 +148,88 @@ void Model::load_deltanet(const TensorLoader& loader, int l, LayerWeights& out) 
   g.out = loader.matrix(blk(l, "ssm_out"), hp_.ssm_value_dim(), H);
 }
 
-void Model::embed(std::span<const int32_t> tokens, float* out) const {
-  for (size_t t = 0; t < tokens.size(); ++t) {
-    if (tokens[t] < 0 || tokens[t] >= hp_.n_vocab)
-      fail("{}: token id {} is outside the vocabulary (0..{})", file_->path(), tokens[t],
+void Model::check_tokens(std::span<const int32_t> tokens) const {
+  for (const int32_t token : tokens)
+    if (token < 0 || token >= hp_.n_vocab)
+      fail("{}: token id {} is outside the vocabulary (0..{})", file_->path(), token,
            hp_.n_vocab - 1);
+}
+
+void Model::embed(std::span<const int32_t> tokens, float* out) const {
+  check_tokens(tokens);
+  for (size_t t = 0; t < tokens.size(); ++t) {
     quant::dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), out + t * hp_.n_embd,
                           hp_.n_embd);
   }
 }
 
-void Model::mixer_forward(compute::ThreadPool& pool, ModelState& state, int l, const float* x,
-                          int64_t n_rows, float* y) const {
+void Model::mixer_forward(compute::Backend& be, ModelState& state, int l, compute::Tensor x,
+                          int64_t n_rows, compute::Tensor y) const {
   const LayerWeights& lw = layers_[size_t(l)];
-  ScopedPhase phase(Phase::Mixer);
   if (lw.kind == LayerKind::GatedDeltaNet)
-    gated_deltanet_forward(pool, hp_, lw.deltanet, state.deltanet[size_t(l)], x, n_rows, y,
-                           state.record_windows);
+    be.gated_deltanet(hp_, lw.deltanet, state.deltanet[size_t(l)], x, y, n_rows,
+                      state.record_windows);
   else
-    attention_forward(pool, hp_, lw.attention, state.kv[size_t(l)], x, n_rows, y);
+    be.attention(hp_, lw.attention, state.kv[size_t(l)], x, y, n_rows);
 }
 
-void Model::run_prenorm_layers(compute::ThreadPool& pool, ModelState& state,
-                               std::span<const int32_t> tokens, ExpertSource& experts,
-                               std::vector<float>& hidden) const {
-  const int64_t H = hp_.n_embd, n_rows = int64_t(tokens.size());
-  std::vector<float> residual(static_cast<size_t>(n_rows * H));
-  embed(tokens, residual.data());
+void Model::run_prenorm_layers(compute::Backend& be, ModelState& state,
+                               std::span<const int32_t> tokens, ExpertSource& experts) const {
+  const int64_t n_rows = int64_t(tokens.size());
+  const float eps = hp_.rms_eps;
+  WindowTensors& t = state.tensors;
+  be.embed(token_embd_, tokens, t.residual);
   for (int l = 0; l < hp_.n_layer; ++l) {
-    prenorm_layer(
-        pool, l,
-        [&](const float* x, float* y) { mixer_forward(pool, state, l, x, n_rows, y); },
-        experts, residual, next_router(l));
+    const LayerWeights& lw = layers_[size_t(l)];
+    be.rms_norm(t.residual, lw.attn_norm, eps, t.normed, n_rows);
+    mixer_forward(be, state, l, t.normed, n_rows, t.y);
+    be.add(t.residual, t.y, n_rows);
+    be.rms_norm(t.residual, lw.ffn_norm, eps, t.normed, n_rows);
+    be.moe(hp_, lw.moe, experts, l, t.normed, t.y, n_rows, next_router(l));
+    be.add(t.residual, t.y, n_rows);
   }
-  hidden.resize(residual.size());
-  rms_norm_rows(residual.data(), output_norm_, n_rows, hidden.data());
+  be.rms_norm(t.residual, output_norm_, eps, t.hidden, n_rows);
 }
 
-void Model::prenorm_layer(compute::ThreadPool& pool, int l, const MixerFn& mixer,
+void Model::ensure_tensors(ModelState& state, int64_t n_rows) const {
+  WindowTensors& t = state.tensors;
+  compute::Backend& be = *state.backend;
+  if (t.owner == &be && t.max_rows >= n_rows) return;
+  if (t.owner == &be)
+    for (compute::Tensor* tensor : {&t.X, &t.x, &t.y, &t.inject, &t.residual, &t.normed, &t.hidden,
+                                    &t.logits})
+      if (tensor->valid()) be.release(*tensor);
+  t = WindowTensors{};
+  t.owner = &be;
+  t.max_rows = n_rows;
+  const int64_t H = hp_.n_embd;
+  auto f32 = [&](int64_t width) { return be.alloc(compute::DType::F32, n_rows, width); };
+  t.x = f32(H);
+  t.y = f32(H);
+  t.hidden = f32(H);
+  t.logits = f32(hp_.n_vocab);
+  if (hp_.arch == Arch::Qwen4Exp) {
+    t.X = f32(int64_t(hp_.hc_count) * H);
+    t.inject = f32(hp_.hc_count);
+  } else {
+    t.residual = f32(H);
+    t.normed = f32(H);
+  }
+}
+
+void Model::prenorm_layer(compute::ThreadPool& pool, compute::Workspace& ws, int l, MixerFn mixer,
                           ExpertSource& experts, std::vector<float>& residual,
                           const MoeWeights* next) const {
   const LayerWeights& lw = layers_[size_t(l)];
   const int64_t n_rows = int64_t(residual.size()) / hp_.n_embd;
-  std::vector<float> normed(residual.size()), out(residual.size());
+  compute::Workspace::Frame frame(ws);
+  std::vector<float>& normed = ws.floats(residual.size());
+  std::vector<float>& out = ws.floats(residual.size());
   rms_norm_rows(residual.data(), lw.attn_norm, n_rows, normed.data());
   mixer(normed.data(), out.data());
   for (size_t i = 0; i < residual.size(); ++i) residual[i] += out[i];
   rms_norm_rows(residual.data(), lw.ffn_norm, n_rows, normed.data());
-  moe_forward(pool, hp_, lw.moe, experts, l, normed.data(), n_rows, out.data(), next);
+  moe_forward(pool, ws, hp_, lw.moe, experts, l, normed.data(), n_rows, out.data(), next);
   for (size_t i = 0; i < residual.size(); ++i) residual[i] += out[i];
 }
 
@@ -204,27 +248,33 @@ void Model::mtp_forward(compute::ThreadPool&, MtpState&, const float*, std::span
 void Model::forward(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
                     LogitRows rows, std::vector<float>& logits, ExpertSource* experts) const {
   if (tokens.empty()) fail("forward: empty window");
+  check_tokens(tokens);
   state.window_log.valid = state.record_windows;
   if (state.record_windows) {
     state.window_log.n_past_before = state.n_past;
     state.window_log.tokens.assign(tokens.begin(), tokens.end());
   }
-  std::vector<float> hidden;
-  run_layers(pool, state, tokens, experts ? *experts : *mapped_experts_, hidden);
-  state.n_past += int64_t(tokens.size());
   const int64_t n_rows = int64_t(tokens.size());
+  compute::Backend& be = *state.backend;
+  be.begin_window(pool);
+  ensure_tensors(state, n_rows);
+  run_layers(be, state, tokens, experts ? *experts : *mapped_experts_);
+  state.n_past += n_rows;
   ScopedPhase phase(Phase::Head);
+  const WindowTensors& t = state.tensors;
   switch (rows) {
     case LogitRows::None:
       logits.clear();
       break;
     case LogitRows::Last:
+      be.matmul(output_, t.hidden, n_rows - 1, 1, t.logits);
       logits.resize(static_cast<size_t>(hp_.n_vocab));
-      compute::matmul(pool, output_, hidden.data() + (n_rows - 1) * hp_.n_embd, 1, logits.data());
+      be.read(t.logits, 0, 1, logits.data());
       break;
     case LogitRows::All:
+      be.matmul(output_, t.hidden, 0, n_rows, t.logits);
       logits.resize(static_cast<size_t>(n_rows * hp_.n_vocab));
-      compute::matmul(pool, output_, hidden.data(), n_rows, logits.data());
+      be.read(t.logits, 0, n_rows, logits.data());
       break;
   }
 }

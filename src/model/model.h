@@ -5,11 +5,17 @@
 // - `Model::load` opens the GGUF, reads the hyper-parameters, checks every tensor's shape and type
 //   (errors name the file, tensor, expected and found) and picks the architecture class.
 // - `forward` advances `state` by tokens.size() positions and writes the logits of the rows
-//   requested. A row's logits are bitwise identical whether it is computed alone or inside a
-//   window of T rows (window identity; tested), so speculative verify can be exact.
+//   requested. It runs only through the state's compute::Backend (compute/backend.h): the
+//   architecture files describe the window as backend ops; the logits are read back at the end.
+//   A row's logits are bitwise identical whether it is computed alone or inside a window of T
+//   rows (window identity; tested), so speculative verify can be exact.
 // - Routed experts are fetched through the ExpertSource passed in (default: the file mapping).
 // - A Model is immutable after load; one forward runs at a time per ModelState. The thread pool
 //   is the caller's.
+// - Allocation: a ModelState carries its backend (whose buffers and scratch are reused), the PLE
+//   reader and its buffers, and `new_state(n_ctx)` reserves the KV caches for n_ctx tokens, so
+//   once a window shape has run, running it again allocates nothing
+//   (tests/engine/zero_alloc_test.cpp).
 #pragma once
 
 #include <cstdint>
@@ -19,7 +25,9 @@
 #include <string>
 #include <vector>
 
+#include "compute/backend.h"
 #include "compute/cpu/thread_pool.h"
+#include "compute/cpu/workspace.h"
 #include "experts/expert_source.h"
 #include "gguf/gguf.h"
 #include "layers/attention.h"
@@ -29,12 +37,24 @@
 #include "layers/ple.h"
 #include "model/hparams.h"
 #include "model/tensor_loader.h"
+#include "util/function_ref.h"
 
 namespace strata {
 
 // The MTP (nextn) head's own cache: entry t holds what the head computed for trunk position t.
 struct MtpState {
   KvCache kv;
+  compute::Workspace ws;  // the head's window scratch
+};
+
+// A window's activations: buffers of the state's backend, sized for the largest window so far
+// (allocated by the first window of that size, then reused).
+struct WindowTensors {
+  const compute::Backend* owner = nullptr;
+  int64_t max_rows = 0;
+  compute::Tensor X, x, y, inject;  // qwen4exp streams [S·H], block in/out [H], [S]
+  compute::Tensor residual, normed;  // pre-norm archs [H]
+  compute::Tensor hidden, logits;    // final hidden [H], head output [n_vocab]
 };
 
 // Everything a sequence carries between windows.
@@ -48,6 +68,12 @@ struct ModelState {
   // trunk output after output_norm ([n_rows][H]).
   std::vector<float> residuals;
   MtpState mtp;
+  // The backend that runs this sequence's windows (new_state: the CPU backend; a test may put
+  // another one here before the first window) and the window's tensors on it.
+  std::unique_ptr<compute::Backend> backend;
+  WindowTensors tensors;
+  std::unique_ptr<PleRowReader> ple_reader;  // models with PLE
+  std::vector<uint64_t> ple_rows;
   // Speculative verify: while set, every forward keeps what `Model::rollback` needs to undo the
   // window's last rows (KV needs nothing; DeltaNet/conv and PLE keep a log, see their headers).
   // Off by default, and when off the forward is unchanged.
@@ -80,7 +106,8 @@ class Model {
   const GgufFile& file() const { return *file_; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
 
-  ModelState new_state() const;
+  // A fresh sequence; the KV caches are reserved for n_ctx tokens (0: none reserved; they grow).
+  ModelState new_state(int64_t n_ctx = 0) const;
   // Runs tokens through the model. logits receives [rows][n_vocab] for the rows asked for.
   void forward(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
                LogitRows rows, std::vector<float>& logits, ExpertSource* experts = nullptr) const;
@@ -109,30 +136,34 @@ class Model {
 
  protected:
   Model(std::unique_ptr<GgufFile> file, HParams hp);
-  // Runs the layers on the embedded rows; returns the final hidden rows [n_rows][H] in `hidden`.
-  virtual void run_layers(compute::ThreadPool& pool, ModelState& state,
-                          std::span<const int32_t> tokens, ExpertSource& experts,
-                          std::vector<float>& hidden) const = 0;
+  // Runs the layers of one window on `be` (the state's backend, window begun, tensors sized);
+  // leaves the final hidden rows [n_rows][H] in state.tensors.hidden.
+  virtual void run_layers(compute::Backend& be, ModelState& state,
+                          std::span<const int32_t> tokens, ExpertSource& experts) const = 0;
 
   // Shared building blocks for the architecture files.
   void load_moe(const TensorLoader& loader, int layer, LayerWeights& out) const;
   void load_attention(const TensorLoader& loader, int layer, bool gated, LayerWeights& out) const;
   void load_deltanet(const TensorLoader& loader, int layer, LayerWeights& out) const;
-  void embed(std::span<const int32_t> tokens, float* out) const;  // [n][H]
+  void embed(std::span<const int32_t> tokens, float* out) const;  // [n][H] (host; MTP head)
+  void check_tokens(std::span<const int32_t> tokens) const;
   // The router of the trunk layer after `layer` (read-ahead hint), or nullptr for the last one.
   const MoeWeights* next_router(int layer) const;
-  void mixer_forward(compute::ThreadPool& pool, ModelState& state, int layer, const float* x,
-                     int64_t n_rows, float* y) const;
-  // The classic pre-norm residual stack (qwen3moe, qwen3next):
+  void mixer_forward(compute::Backend& be, ModelState& state, int layer, compute::Tensor x,
+                     int64_t n_rows, compute::Tensor y) const;
+  // The classic pre-norm residual stack (qwen3moe, qwen3next) on the backend:
   //   h += mixer(norm(h)); h += moe(norm(h)); hidden = norm_out(h)
-  void run_prenorm_layers(compute::ThreadPool& pool, ModelState& state,
-                          std::span<const int32_t> tokens, ExpertSource& experts,
-                          std::vector<float>& hidden) const;
-  // One pre-norm layer l on residual rows [n][H]: h += mixer(attn_norm(h)); h += moe(ffn_norm(h)).
-  // `mixer(x, y)` runs the layer's token mixer on the normed rows (trunk state or the MTP cache).
-  using MixerFn = std::function<void(const float* x, float* y)>;
-  void prenorm_layer(compute::ThreadPool& pool, int l, const MixerFn& mixer, ExpertSource& experts,
-                     std::vector<float>& residual, const MoeWeights* next_router) const;
+  void run_prenorm_layers(compute::Backend& be, ModelState& state,
+                          std::span<const int32_t> tokens, ExpertSource& experts) const;
+  // (Re)allocates state.tensors on the state's backend for windows of n_rows.
+  void ensure_tensors(ModelState& state, int64_t n_rows) const;
+  // One pre-norm layer l on host residual rows [n][H] (the qwen3next MTP head; the trunk runs
+  // the same sequence of ops through the backend in run_prenorm_layers):
+  // h += mixer(attn_norm(h)); h += moe(ffn_norm(h)). `mixer(x, y)` runs the layer's token mixer.
+  using MixerFn = FunctionRef<void(const float* x, float* y)>;
+  void prenorm_layer(compute::ThreadPool& pool, compute::Workspace& ws, int l, MixerFn mixer,
+                     ExpertSource& experts, std::vector<float>& residual,
+                     const MoeWeights* next_router) const;
   // out[t] = RMSNorm(x[t]) · weight for n_rows rows of weight.size() values.
   void rms_norm_rows(const float* x, const std::vector<float>& weight, int64_t n_rows,
                      float* out) const;

@@ -26,9 +26,9 @@ class Qwen3Moe final : public Model {
   }
 
  protected:
-  void run_layers(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
-                  ExpertSource& experts, std::vector<float>& hidden) const override {
-    run_prenorm_layers(pool, state, tokens, experts, hidden);
+  void run_layers(compute::Backend& be, ModelState& state, std::span<const int32_t> tokens,
+                  ExpertSource& experts) const override {
+    run_prenorm_layers(be, state, tokens, experts);
   }
 };
 

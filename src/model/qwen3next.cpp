@@ -60,8 +60,10 @@ class Qwen3Next final : public Model {
     compute::matmul(pool, mtp_eh_proj_, inputs.data(), n, residual.data());
     const AttentionWeights& attention = layers_[size_t(l)].attention;
     prenorm_layer(
-        pool, l,
-        [&](const float* x, float* y) { attention_forward(pool, hp_, attention, mtp.kv, x, n, y); },
+        pool, mtp.ws, l,
+        [&](const float* x, float* y) {
+          attention_forward(pool, mtp.ws, hp_, attention, mtp.kv, x, n, y);
+        },
         experts ? *experts : *mapped_experts_, residual, nullptr);
     std::vector<float> out(residual.size());
     rms_norm_rows(residual.data(), mtp_shared_head_norm_, n, out.data());
@@ -71,10 +73,14 @@ class Qwen3Next final : public Model {
   }
 
  protected:
-  void run_layers(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
-                  ExpertSource& experts, std::vector<float>& hidden) const override {
-    run_prenorm_layers(pool, state, tokens, experts, hidden);
-    if (has_mtp()) state.residuals = hidden;  // the head consumes the trunk output after output_norm
+  void run_layers(compute::Backend& be, ModelState& state, std::span<const int32_t> tokens,
+                  ExpertSource& experts) const override {
+    run_prenorm_layers(be, state, tokens, experts);
+    if (has_mtp()) {  // the head consumes the trunk output after output_norm
+      const int64_t n_rows = int64_t(tokens.size());
+      state.residuals.resize(static_cast<size_t>(n_rows * hp_.n_embd));
+      be.read(state.tensors.hidden, 0, n_rows, state.residuals.data());
+    }
   }
 
  private:

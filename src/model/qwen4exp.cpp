@@ -64,58 +64,57 @@ class Qwen4Exp final : public Model {
     std::vector<float> y(static_cast<size_t>(n * H)), inject(static_cast<size_t>(n * S));
     compute::matmul(pool, mtp_eh_proj_, inputs.data(), n * S, X.data());
 
-    hyper_connection_in(pool, lw.hc_attn, S, H, hp_.rms_eps, X.data(), n, x.data(), inject.data());
-    attention_forward(pool, hp_, lw.attention, mtp.kv, x.data(), n, y.data());
+    compute::Workspace& ws = mtp.ws;
+    hyper_connection_in(pool, ws, lw.hc_attn, S, H, hp_.rms_eps, X.data(), n, x.data(),
+                        inject.data());
+    attention_forward(pool, ws, hp_, lw.attention, mtp.kv, x.data(), n, y.data());
     hyper_connection_out(S, H, y.data(), inject.data(), n, X.data());
-    hyper_connection_in(pool, lw.hc_ffn, S, H, hp_.rms_eps, X.data(), n, x.data(), inject.data());
-    moe_forward(pool, hp_, lw.moe, experts ? *experts : *mapped_experts_, hp_.n_layer, x.data(), n,
-                y.data());
+    hyper_connection_in(pool, ws, lw.hc_ffn, S, H, hp_.rms_eps, X.data(), n, x.data(),
+                        inject.data());
+    moe_forward(pool, ws, hp_, lw.moe, experts ? *experts : *mapped_experts_, hp_.n_layer,
+                x.data(), n, y.data());
     hyper_connection_out(S, H, y.data(), inject.data(), n, X.data());
 
-    hyper_connection_in(pool, mtp_hc_head_, S, H, hp_.rms_eps, X.data(), n, x.data(), nullptr);
+    hyper_connection_in(pool, ws, mtp_hc_head_, S, H, hp_.rms_eps, X.data(), n, x.data(),
+                        nullptr);
     logits.resize(static_cast<size_t>(n * hp_.n_vocab));
     compute::matmul(pool, output_, x.data(), n, logits.data());
     if (residual_out) *residual_out = std::move(X);
   }
 
  protected:
-  void run_layers(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
-                  ExpertSource& experts, std::vector<float>& hidden) const override {
+  void run_layers(compute::Backend& be, ModelState& state, std::span<const int32_t> tokens,
+                  ExpertSource& experts) const override {
     const int S = hp_.hc_count;
-    const int64_t H = hp_.n_embd, width = S * H, n_rows = int64_t(tokens.size());
+    const int64_t width = S * hp_.n_embd, n_rows = int64_t(tokens.size());
+    const float eps = hp_.rms_eps;
 
     // PLE rows depend only on the tokens: issue their reads before any layer runs.
-    PleRowReader ple_reader;
-    if (hp_.has_ple()) ple_reader.start(hp_, ple_, ple_row_ids(hp_, state.ple.context, tokens));
+    if (hp_.has_ple()) {
+      ple_row_ids(hp_, state.ple.context, tokens, state.ple_rows);
+      state.ple_reader->start(hp_, ple_, state.ple_rows);
+    }
 
-    std::vector<float> X(static_cast<size_t>(n_rows * width)), x(static_cast<size_t>(n_rows * H)), y(static_cast<size_t>(n_rows * H));
-    std::vector<float> inject(static_cast<size_t>(n_rows * S));
-    embed(tokens, x.data());
-    for (int64_t t = 0; t < n_rows; ++t)
-      for (int s = 0; s < S; ++s) std::copy_n(x.data() + t * H, H, X.data() + t * width + s * H);
-
+    const WindowTensors& t = state.tensors;
+    be.embed(token_embd_, tokens, t.x);
+    be.repeat(t.x, S, t.X, n_rows);
     for (int l = 0; l < hp_.n_layer; ++l) {
       const LayerWeights& lw = layers_[size_t(l)];
       if (l == hp_.ple_layer()) {
-        const std::vector<float> embeddings = ple_reader.collect();
-        ple_forward(pool, hp_, ple_, state.ple, embeddings.data(), n_rows, X.data(),
-                    state.record_windows);
+        be.ple(hp_, ple_, state.ple, *state.ple_reader, t.X, n_rows, state.record_windows);
         state.ple.context = ple_advance(hp_, state.ple.context, tokens);
       }
-      hyper_connection_in(pool, lw.hc_attn, S, H, hp_.rms_eps, X.data(), n_rows, x.data(),
-                          inject.data());
-      mixer_forward(pool, state, l, x.data(), n_rows, y.data());
-      hyper_connection_out(S, H, y.data(), inject.data(), n_rows, X.data());
+      be.hyper_connection_in(lw.hc_attn, S, eps, t.X, t.x, t.inject, n_rows);
+      mixer_forward(be, state, l, t.x, n_rows, t.y);
+      be.hyper_connection_out(S, t.y, t.inject, t.X, n_rows);
 
-      hyper_connection_in(pool, lw.hc_ffn, S, H, hp_.rms_eps, X.data(), n_rows, x.data(),
-                          inject.data());
-      moe_forward(pool, hp_, lw.moe, experts, l, x.data(), n_rows, y.data(), next_router(l));
-      hyper_connection_out(S, H, y.data(), inject.data(), n_rows, X.data());
+      be.hyper_connection_in(lw.hc_ffn, S, eps, t.X, t.x, t.inject, n_rows);
+      be.moe(hp_, lw.moe, experts, l, t.x, t.y, n_rows, next_router(l));
+      be.hyper_connection_out(S, t.y, t.inject, t.X, n_rows);
     }
-    state.residuals = X;
-    hidden.resize(static_cast<size_t>(n_rows * H));
-    hyper_connection_in(pool, output_hc_, S, H, hp_.rms_eps, X.data(), n_rows, hidden.data(),
-                        nullptr);
+    state.residuals.resize(static_cast<size_t>(n_rows * width));
+    be.read(t.X, 0, n_rows, state.residuals.data());
+    be.hyper_connection_in(output_hc_, S, eps, t.X, t.hidden, compute::Tensor{}, n_rows);
   }
 
  private:

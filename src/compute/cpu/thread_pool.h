@@ -43,6 +43,8 @@
 #include <thread>
 #include <vector>
 
+#include "util/function_ref.h"
+
 namespace strata::compute {
 
 // A growable byte buffer reused across calls; grows (never shrinks) to the largest size asked for,
@@ -63,7 +65,8 @@ class ScratchBuffer {
 
 class ThreadPool {
  public:
-  using TaskFn = std::function<void(int64_t begin, int64_t end, int thread_index)>;
+  // Non-owning (parallel_for is synchronous): no allocation per call, whatever fn captures.
+  using TaskFn = FunctionRef<void(int64_t begin, int64_t end, int thread_index)>;
 
   // Measured on the 2-vCPU build VM (docs/bench-matvec.md): with workers that go straight to
   // sleep, a 2560x640 Q4_K matvec takes ~60-70 µs on 2 threads vs ~46-58 µs on 1 (the futex

@@ -1,0 +1,129 @@
+// Backend — the seam between the forward pass (written once per architecture, in src/model/) and
+// the hardware that runs it. In the style of ggml's backend interface: a small table of virtual
+// functions; the forward never calls a kernel directly.
+//
+// What a backend is
+// - An owner of buffers: `alloc` returns a Tensor handle (shape, dtype, an id into the backend's
+//   storage). The caller never sees the storage; the CPU backend keeps host vectors, a GPU backend
+//   would keep device memory. Buffers are allocated when a session starts (sized for the largest
+//   window it will run) and reused by every window.
+// - Weights are the GGUF views (compute::WeightMatrix and the layer weight structs of
+//   src/layers/), mapped once at load. The CPU backend reads them in place; a GPU backend uploads
+//   each once, keyed by the view's address, before the first window.
+// - A set of ops on handles. Ops never return data to the caller; granularity is chosen so that a
+//   GPU can run each as one or a few kernels (the coarse ones — gated_deltanet, attention, ple,
+//   moe — are one function on the CPU today and one fused kernel sequence on a GPU).
+// - Host-facing points: reading back a tensor at the end of a window (`read`, the window
+//   runner's), the routed experts of a layer (inside `moe` today: the ExpertSource handshake; see
+//   docs/architecture.md for the planned publish/wait split) and the PLE rows (`ple` waits on the
+//   PleRowReader the window runner started).
+//
+// Contract (every backend)
+// - Results: the CPU backend is the reference; any backend that claims exactness must give
+//   bitwise the CPU backend's logits (tests/compute/recording_backend_test.cpp checks a
+//   pass-through backend on every fixture). Row independence (window identity) is each op's
+//   promise: row t's outputs never depend on the other rows of the window.
+// - n_rows: every op works on rows [0, n_rows) of its tensors; n_rows <= each tensor's max_rows,
+//   widths as documented per op (checked by the CPU backend; a mismatch throws strata::Error).
+// - Threads: a backend is used by one window thread at a time (`begin_window` binds the host
+//   thread pool for the window). Not thread-safe.
+// - Errors: strata::Error naming the op and the sizes.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace strata {
+struct HParams;
+struct HyperConnectionWeights;
+struct GatedDeltaNetWeights;
+struct GatedDeltaNetState;
+struct AttentionWeights;
+struct KvCache;
+struct MoeWeights;
+struct PleWeights;
+struct PleState;
+class PleRowReader;
+class ExpertSource;
+}  // namespace strata
+
+namespace strata::compute {
+
+struct WeightMatrix;
+class ThreadPool;
+
+enum class DType : uint8_t { F32, I32 };
+
+// A handle to a backend buffer of max_rows x width elements (row-major, rows = window rows).
+struct Tensor {
+  static constexpr uint32_t kNone = UINT32_MAX;
+  uint32_t id = kNone;
+  DType type = DType::F32;
+  int64_t max_rows = 0;
+  int64_t width = 0;
+  bool valid() const { return id != kNone; }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // --- buffers ---
+  // A new buffer of zeros. REQUIRES max_rows >= 1, width >= 1.
+  virtual Tensor alloc(DType type, int64_t max_rows, int64_t width) = 0;
+  virtual void release(Tensor t) = 0;
+  // Copies rows [first_row, first_row + n_rows) of t to out (n_rows x t.width floats). The only
+  // path from a backend buffer to the host; used by the window runner at the end of a window.
+  virtual void read(Tensor t, int64_t first_row, int64_t n_rows, float* out) = 0;
+
+  // --- window ---
+  // Binds the host threads the backend may use for the next ops (the CPU backend computes on
+  // them; a GPU backend may use them for the host side of the handshake).
+  virtual void begin_window(ThreadPool& host_pool) = 0;
+
+  // --- ops (rows [0, n_rows) unless stated) ---
+  // out[t] = dequantized row tokens[t] of table. out.width = table.n_in; n_rows = tokens.size().
+  virtual void embed(const WeightMatrix& table, std::span<const int32_t> tokens, Tensor out) = 0;
+  // out[t] = x[t] repeated n_copies times (out.width = n_copies * x.width).
+  virtual void repeat(Tensor x, int n_copies, Tensor out, int64_t n_rows) = 0;
+  // out[t] = RMSNorm(x[t]) * weight (compute::rms_norm); out may be x.
+  virtual void rms_norm(Tensor x, std::span<const float> weight, float eps, Tensor out,
+                        int64_t n_rows) = 0;
+  // acc[t] += y[t].
+  virtual void add(Tensor acc, Tensor y, int64_t n_rows) = 0;
+  // y[t] = W x[first_row + t] for t < n_rows (compute::matmul); y.width = w.n_out.
+  virtual void matmul(const WeightMatrix& w, Tensor x, int64_t first_row, int64_t n_rows,
+                      Tensor y) = 0;
+  // Index of the largest value of each row of x (compute::argmax) into ids (I32, width 1).
+  virtual void argmax(Tensor x, int64_t n_rows, Tensor ids) = 0;
+
+  // Hyper-connections (layers/hyper_connection.h): x = mix(X), inject (when valid) the
+  // per-stream injection weights; then X += inject * y.
+  virtual void hyper_connection_in(const HyperConnectionWeights& w, int n_streams, float eps,
+                                   Tensor X, Tensor x, Tensor inject, int64_t n_rows) = 0;
+  virtual void hyper_connection_out(int n_streams, Tensor y, Tensor inject, Tensor X,
+                                    int64_t n_rows) = 0;
+
+  // Token mixers; they advance their state (KV append, DeltaNet/conv recurrence) by n_rows.
+  // record_window keeps what a rollback of the window needs (layers/gated_deltanet.h).
+  virtual void gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w,
+                              GatedDeltaNetState& state, Tensor x, Tensor y, int64_t n_rows,
+                              bool record_window) = 0;
+  virtual void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, Tensor x,
+                         Tensor y, int64_t n_rows) = 0;
+
+  // PLE (layers/ple.h): waits for the window's rows from `rows` (started by the window runner
+  // before the first layer), then X += the PLE layer's output.
+  virtual void ple(const HParams& hp, const PleWeights& w, PleState& state, PleRowReader& rows,
+                   Tensor X, int64_t n_rows, bool record_window) = 0;
+
+  // MoE (layers/moe.h): router, top-k, the routed experts as `experts` delivers them (resident
+  // first), the shared expert, the combine. next_router (optional) feeds read-ahead.
+  virtual void moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer,
+                   Tensor x, Tensor y, int64_t n_rows, const MoeWeights* next_router) = 0;
+};
+
+}  // namespace strata::compute

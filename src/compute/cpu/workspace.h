@@ -1,0 +1,79 @@
+// Workspace — the per-window scratch vectors of the CPU forward, reused from window to window so
+// that a steady decode step allocates nothing.
+//
+// Contract
+// - `floats(n)`, `ints(n)`, `ids(n)` hand out a vector of exactly n zeros (what a local
+//   `std::vector<T> v(n)` gives), taken from a pool of vectors kept between calls: once a window
+//   shape has run, running it again allocates nothing (the vectors keep their capacity).
+// - A vector stays valid and is not handed out again until the `Frame` that was innermost when it
+//   was handed out ends; then the next request of the same type reuses it. Open a Frame at the
+//   top of every function that takes vectors, so nested calls reuse the same slots in the same
+//   order every window (the order, not the sizes, decides which vector a call gets).
+// - A caller may `swap` a handed-out vector with one it owns (e.g. move a window's buffer into a
+//   rollback log): the workspace then keeps the other buffer for the next window.
+// - `for_thread(i)` is a separate Workspace for the pool's thread i, for scratch inside
+//   parallel_for tasks; create them with `reserve_threads(pool.size())` before the parallel_for.
+// - Not thread-safe: one owner thread (the window's thread) per Workspace; thread i owns
+//   for_thread(i) inside a task.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace strata::compute {
+
+class Workspace {
+ public:
+  std::vector<float>& floats(size_t n) { return take(floats_, n); }
+  std::vector<int64_t>& ints(size_t n) { return take(ints_, n); }
+  std::vector<int32_t>& ids(size_t n) { return take(ids_, n); }
+
+  // Restores the hand-out positions on destruction (RAII scope for nested calls).
+  class Frame {
+   public:
+    explicit Frame(Workspace& ws)
+        : ws_(ws), floats_(ws.floats_.next), ints_(ws.ints_.next), ids_(ws.ids_.next) {}
+    ~Frame() {
+      ws_.floats_.next = floats_;
+      ws_.ints_.next = ints_;
+      ws_.ids_.next = ids_;
+    }
+    Frame(const Frame&) = delete;
+    Frame& operator=(const Frame&) = delete;
+
+   private:
+    Workspace& ws_;
+    size_t floats_, ints_, ids_;
+  };
+
+  void reserve_threads(int n_threads) {
+    while (int(threads_.size()) < n_threads) threads_.push_back(std::make_unique<Workspace>());
+  }
+  Workspace& for_thread(int thread_index) { return *threads_[size_t(thread_index)]; }
+
+ private:
+  template <class T>
+  struct Pool {
+    // unique_ptr: growing `slots` must not move the vectors callers hold references to.
+    std::vector<std::unique_ptr<std::vector<T>>> slots;
+    size_t next = 0;
+  };
+  template <class T>
+  static std::vector<T>& take(Pool<T>& pool, size_t n) {
+    if (pool.next == pool.slots.size()) pool.slots.push_back(std::make_unique<std::vector<T>>());
+    std::vector<T>& v = *pool.slots[pool.next++];
+    if (n > v.capacity()) v.reserve(std::max(n, 2 * v.capacity()));  // amortised growth
+    v.assign(n, T{});
+    return v;
+  }
+
+  Pool<float> floats_;
+  Pool<int64_t> ints_;
+  Pool<int32_t> ids_;
+  std::vector<std::unique_ptr<Workspace>> threads_;
+};
+
+}  // namespace strata::compute

@@ -1,0 +1,206 @@
+// The forward goes only through the Backend interface (issue 19): a pass-through backend that
+// records every op and forwards it to the CPU backend runs every fixture — the three
+// architectures' transformers fixtures and the embedded default model — through prefill, decode
+// and a speculative verify + rollback, and must give bitwise the CPU backend's logits. The op log
+// also shows the forward's shape (one moe per layer and window, one ple per window, ...).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "../common/fixture_models.h"
+#include "compute/backend.h"
+#include "compute/cpu/cpu_backend.h"
+#include "compute/cpu/ops.h"
+#include "compute/cpu/thread_pool.h"
+#include "model/model.h"
+
+namespace strata {
+namespace {
+
+using compute::Backend;
+using compute::Tensor;
+
+class RecordingBackend final : public Backend {
+ public:
+  explicit RecordingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  std::vector<std::string> log;
+  std::map<std::string, int> count;
+
+  std::string_view name() const override { return "recording"; }
+  Tensor alloc(compute::DType type, int64_t max_rows, int64_t width) override {
+    note("alloc");
+    return inner_->alloc(type, max_rows, width);
+  }
+  void release(Tensor t) override {
+    note("release");
+    inner_->release(t);
+  }
+  void read(Tensor t, int64_t first_row, int64_t n_rows, float* out) override {
+    note("read");
+    inner_->read(t, first_row, n_rows, out);
+  }
+  void begin_window(compute::ThreadPool& pool) override {
+    note("begin_window");
+    inner_->begin_window(pool);
+  }
+  void embed(const compute::WeightMatrix& table, std::span<const int32_t> tokens,
+             Tensor out) override {
+    note("embed");
+    inner_->embed(table, tokens, out);
+  }
+  void repeat(Tensor x, int n, Tensor out, int64_t n_rows) override {
+    note("repeat");
+    inner_->repeat(x, n, out, n_rows);
+  }
+  void rms_norm(Tensor x, std::span<const float> w, float eps, Tensor out,
+                int64_t n_rows) override {
+    note("rms_norm");
+    inner_->rms_norm(x, w, eps, out, n_rows);
+  }
+  void add(Tensor acc, Tensor y, int64_t n_rows) override {
+    note("add");
+    inner_->add(acc, y, n_rows);
+  }
+  void matmul(const compute::WeightMatrix& w, Tensor x, int64_t first_row, int64_t n_rows,
+              Tensor y) override {
+    note("matmul");
+    inner_->matmul(w, x, first_row, n_rows, y);
+  }
+  void argmax(Tensor x, int64_t n_rows, Tensor ids) override {
+    note("argmax");
+    inner_->argmax(x, n_rows, ids);
+  }
+  void hyper_connection_in(const HyperConnectionWeights& w, int s, float eps, Tensor X, Tensor x,
+                           Tensor inject, int64_t n_rows) override {
+    note("hyper_connection_in");
+    inner_->hyper_connection_in(w, s, eps, X, x, inject, n_rows);
+  }
+  void hyper_connection_out(int s, Tensor y, Tensor inject, Tensor X, int64_t n_rows) override {
+    note("hyper_connection_out");
+    inner_->hyper_connection_out(s, y, inject, X, n_rows);
+  }
+  void gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w, GatedDeltaNetState& st,
+                      Tensor x, Tensor y, int64_t n_rows, bool record) override {
+    note("gated_deltanet");
+    inner_->gated_deltanet(hp, w, st, x, y, n_rows, record);
+  }
+  void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, Tensor x, Tensor y,
+                 int64_t n_rows) override {
+    note("attention");
+    inner_->attention(hp, w, cache, x, y, n_rows);
+  }
+  void ple(const HParams& hp, const PleWeights& w, PleState& st, PleRowReader& rows, Tensor X,
+           int64_t n_rows, bool record) override {
+    note("ple");
+    inner_->ple(hp, w, st, rows, X, n_rows, record);
+  }
+  void moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x,
+           Tensor y, int64_t n_rows, const MoeWeights* next) override {
+    note("moe");
+    inner_->moe(hp, w, experts, layer, x, y, n_rows, next);
+  }
+
+ private:
+  void note(const char* op) {
+    log.emplace_back(op);
+    ++count[op];
+  }
+  std::unique_ptr<Backend> inner_;
+};
+
+std::vector<std::vector<int32_t>> fixture_prompts(const std::string& arch, int vocab) {
+  std::vector<std::vector<int32_t>> prompts;
+  if (!arch.empty()) {
+    std::ifstream file(std::string(STRATA_TEST_DATA_DIR) + "/models/" + arch +
+                       "/ref/manifest.json");
+    const nlohmann::json manifest = nlohmann::json::parse(file);
+    for (const auto& p : manifest["prompts"]) prompts.push_back(p["ids"].get<std::vector<int32_t>>());
+  } else {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 40; ++i) ids.push_back(int32_t((i * 53 + 7) % vocab));
+    prompts.push_back(ids);
+  }
+  return prompts;
+}
+
+// Logits of: the prompt's prefill (all rows, in windows of 5), 6 greedy decode steps, a 3-row
+// verify window kept to 2 rows and one more decode step.
+std::vector<float> run(const Model& model, compute::ThreadPool& pool, ModelState& state,
+                       const std::vector<int32_t>& prompt) {
+  std::vector<float> all, logits;
+  for (size_t begin = 0; begin < prompt.size(); begin += 5) {
+    const size_t n = std::min<size_t>(5, prompt.size() - begin);
+    model.forward(pool, state, std::span(prompt).subspan(begin, n), LogitRows::All, logits);
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  const int64_t vocab = model.hparams().n_vocab;
+  auto last_argmax = [&] {
+    return int32_t(compute::argmax(logits.data() + logits.size() - size_t(vocab), vocab));
+  };
+  int32_t token = last_argmax();
+  for (int i = 0; i < 6; ++i) {
+    const int32_t one[1] = {token};
+    model.forward(pool, state, one, LogitRows::Last, logits);
+    all.insert(all.end(), logits.begin(), logits.end());
+    token = last_argmax();
+  }
+  const int32_t window[3] = {token, int32_t((token + 1) % vocab), int32_t((token + 2) % vocab)};
+  state.record_windows = true;
+  model.forward(pool, state, window, LogitRows::All, logits);
+  state.record_windows = false;
+  all.insert(all.end(), logits.begin(), logits.end());
+  model.rollback(pool, state, 2);
+  const int32_t next[1] = {int32_t((token + 5) % vocab)};
+  model.forward(pool, state, next, LogitRows::Last, logits);
+  all.insert(all.end(), logits.begin(), logits.end());
+  return all;
+}
+
+TEST(RecordingBackend, EveryFixtureGivesTheCpuBackendsLogitsBitwise) {
+  struct Case {
+    std::string arch, path;
+  };
+  std::vector<Case> cases;
+  for (const char* arch : {"qwen3moe", "qwen3next", "qwen4exp"})
+    cases.push_back({arch, test_support::fixture_model_gguf(arch)});
+  cases.push_back({"", std::string(STRATA_TEST_DATA_DIR) + "/../../models/strata-default.gguf"});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.path);
+    auto model = Model::load(c.path);
+    compute::ThreadPool pool(2);
+    for (const std::vector<int32_t>& prompt : fixture_prompts(c.arch, int(model->hparams().n_vocab))) {
+      ModelState plain = model->new_state();
+      const std::vector<float> want = run(*model, pool, plain, prompt);
+
+      ModelState recorded = model->new_state();
+      auto recording = std::make_unique<RecordingBackend>(std::make_unique<compute::CpuBackend>());
+      RecordingBackend* log = recording.get();
+      recorded.backend = std::move(recording);
+      const std::vector<float> got = run(*model, pool, recorded, prompt);
+
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << "logits through the recording backend differ from the CPU backend's";
+      const size_t n_windows = (prompt.size() + 4) / 5 + 6 + 1 + 1;
+      const HParams& hp = model->hparams();
+      EXPECT_EQ(log->count["begin_window"], int(n_windows));
+      EXPECT_EQ(log->count["moe"], int(n_windows) * hp.n_layer);
+      EXPECT_EQ(log->count["embed"], int(n_windows));
+      EXPECT_EQ(log->count["ple"], hp.has_ple() ? int(n_windows) : 0);
+      int n_gdn = 0;
+      for (LayerKind kind : hp.layer_kinds) n_gdn += kind == LayerKind::GatedDeltaNet;
+      EXPECT_EQ(log->count["gated_deltanet"], int(n_windows) * n_gdn);
+      EXPECT_EQ(log->count["attention"], int(n_windows) * (hp.n_layer - n_gdn));
+      EXPECT_GE(log->count["read"], int(n_windows));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata
