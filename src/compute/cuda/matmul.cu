@@ -153,8 +153,8 @@ struct MatmulArgs {
   const int32_t* row_ids;
   const int32_t* row_counts;
   int max_rows;
-  // Staging: each warp first copies its rows' bytes into shared memory with coalesced 16-byte
-  // loads (stage_bytes per row, 0 = off) and decodes from there, where any alignment is free.
+  // Staging (opt-in, MatmulTuning::staging): each warp first copies its rows' bytes into shared
+  // memory with coalesced 16-byte loads (stage_bytes per row, 0 = off) and decodes from there.
   int stage_bytes;
   int table_bytes;  // the dynamic shared memory before the staging buffers (Q::kTableBytes, rounded)
 };
@@ -335,14 +335,16 @@ void launch(MatmulArgs args, int n_launch, int rows_total, cudaStream_t stream, 
     args.row_pass = pass;
     const int rows = std::min(kMaxRowsPerPass, rows_total - pass);
     const int rw = tuning && tuning->rows_per_warp > 0 ? tuning->rows_per_warp : default_rows_per_warp<Q>(rows);
-    // Staging pays for blocks that are not 16-byte aligned (their per-lane loads span many
-    // blocks per warp instruction); it needs the warp's rows to fit the shared memory.
+    // Staging is off unless asked for: measured on 2560-wide rows (bench_cuda_matvec --n-in 2560
+    // --sweep, docs/bench-cuda.md) it cost 15-25 % (Q8_0 T=1 0.61 -> 0.46 of HBM, IQ2_XS 0.12 ->
+    // 0.10): the copy and the decode of a warp's rows do not overlap without double buffering.
+    // It needs the warp's rows to fit the shared memory.
     const size_t row_bytes = size_t(args.n_in / Q::kBlockElems) * Q::kBlockBytes;
     const size_t staged = (size_t(Q::kTableBytes) + 15) / 16 * 16 +
                           size_t(kWarpsPerBlock) * size_t(std::min(rw, 4)) * ((row_bytes + 46) / 16 * 16);
     const bool fits = staged <= kMaxStagedSharedBytes;
     const int choice = tuning ? tuning->staging : 0;
-    args.stage_bytes = fits && (choice == 1 || (choice == 0 && Q::kRowAlign < 16)) ? 1 : 0;
+    args.stage_bytes = fits && choice == 1 ? 1 : 0;
     if (rows == 1) launch_rw<Q, 1>(args, n_launch, stream, rw);
     else if (rows == 2) launch_rw<Q, 2>(args, n_launch, stream, rw);
     else if (rows <= 4) launch_rw<Q, 4>(args, n_launch, stream, rw);

@@ -52,7 +52,7 @@ bool has_cuda_kernel(GgmlType type);
 // arithmetic is the same whatever the shape). Zero means the default.
 struct MatmulTuning {
   int rows_per_warp = 0;  // 1, 2 or 4
-  int staging = 0;        // 1: stage weight rows in shared memory, 2: never (0: by type and size)
+  int staging = 0;        // 1: stage weight rows in shared memory when they fit; 0 or 2: never
 };
 
 // Where the quantized activations of n_rows rows live inside one scratch allocation.
