@@ -75,7 +75,7 @@ class ChatLoop {
         tokenizer_(tokenizer),
         chat_template_(ChatTemplate::from_gguf(model.file())),
         store_(store),
-        session_(model, pool, tracer ? tracer : store),
+        session_(model, pool, tracer ? tracer : store, resolve_backend(options.model, store != nullptr)),
         sampler_(options.model.sampling) {
     render_.enable_thinking = !options.no_thinking;
     end_of_turn_ = tokenizer.find_token(ChatTemplate::kEndOfTurn);

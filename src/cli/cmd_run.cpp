@@ -141,7 +141,8 @@ void run(const RunOptions& options) {
   const std::unique_ptr<TracingSource> tracer =
       open_routing_trace(*model, store.get(), options.experts);
   ExpertSource* experts = tracer ? static_cast<ExpertSource*>(tracer.get()) : store.get();
-  Session session(*model, pool, experts);
+  const std::string backend = resolve_backend(options.model, store != nullptr);
+  Session session(*model, pool, experts, backend);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> telemetry(nullptr, &std::fclose);
   if (!options.telemetry_out.empty()) {
     telemetry.reset(std::fopen(options.telemetry_out.c_str(), "w"));
@@ -154,8 +155,8 @@ void run(const RunOptions& options) {
       spec_options.mode != spec::SpecMode::Off)
     speculative.emplace(session, sampler, spec_options, pool,
                         experts);  // the MTP head's windows are traced too
-  fmt::print(stderr, "strata: {} ({}), {} layers, {} experts top-{}, {} threads\n", path,
-             arch_name(hp.arch), hp.n_layer, hp.n_expert, hp.n_expert_used, pool.size());
+  fmt::print(stderr, "strata: {} ({}), {} layers, {} experts top-{}, {} threads, backend {}\n", path,
+             arch_name(hp.arch), hp.n_layer, hp.n_expert, hp.n_expert_used, pool.size(), backend);
 
   const auto prefill_start = std::chrono::steady_clock::now();
   begin_prompt(store.get());

@@ -7,8 +7,14 @@
 
 #include "cli/commands.h"
 #include "util/error.h"
+#ifdef STRATA_HAVE_CUDA
+#include "compute/cuda/cuda_backend.h"
+#endif
 
 int main(int argc, char** argv) {
+#ifdef STRATA_HAVE_CUDA
+  strata::compute::cuda::register_cuda_backend();
+#endif
   CLI::App app{"strata: sparse MoE inference with experts streamed from RAM and SSD", "strata"};
   app.require_subcommand(1);
   strata::cli::register_inspect(app);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "compute/backend_registry.h"
 #include "util/error.h"
 
 namespace strata::cli {
@@ -25,6 +26,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& options) {
                  "GGUF model (default: the embedded model, models/strata-default.gguf)");
   cmd.add_option("-t,--threads", options.threads, "CPU threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
+  cmd.add_option("--backend", options.backend,
+                 "compute backend: cpu, cuda (all experts in GPU memory), or auto (cuda when a GPU "
+                 "is usable and no --ram-budget is set, else cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
 }
 
 void add_sampling_options(CLI::App& cmd, SamplerConfig& sampling) {
@@ -47,6 +52,11 @@ std::string resolve_model_path(const ModelOptions& options) {
   fail("no -m MODEL given and the embedded default model {} was not found (looked next to the "
        "executable and in the current directory)",
        kDefaultModel);
+}
+
+std::string resolve_backend(const ModelOptions& options, bool streams_experts) {
+  if (options.backend == "auto" && streams_experts) return "cpu";
+  return compute::resolve_backend(options.backend);
 }
 
 int resolve_threads(const ModelOptions& options) {

@@ -12,6 +12,7 @@ namespace strata::cli {
 struct ModelOptions {
   std::string model_path;  // empty = the embedded default
   int threads = 0;         // 0 = hardware concurrency
+  std::string backend = "auto";  // --backend: cpu, cuda, auto
   SamplerConfig sampling;
 };
 
@@ -21,5 +22,9 @@ void add_sampling_options(CLI::App& cmd, SamplerConfig& sampling);
 // executable and in the current directory). Throws naming the paths tried.
 std::string resolve_model_path(const ModelOptions& options);
 int resolve_threads(const ModelOptions& options);
+// The compute backend to run on: --backend as given, or for "auto" the GPU when one is usable and
+// every expert can live in it (no --ram-budget expert store: GPU tiers are not built yet), else
+// the CPU. Throws naming the backend when an explicit one is missing or unusable.
+std::string resolve_backend(const ModelOptions& options, bool streams_experts);
 
 }  // namespace strata::cli

@@ -109,11 +109,14 @@ class Backend {
 
   // Token mixers; they advance their state (KV append, DeltaNet/conv recurrence) by n_rows.
   // record_window keeps what a rollback of the window needs (layers/gated_deltanet.h).
+  // `layer` names the state: a backend that keeps states in its own memory (a GPU) keeps layer
+  // l's there, and the host struct then holds only the bookkeeping (KvCache::n_tokens); the CPU
+  // backend reads and writes the host struct itself.
   virtual void gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w,
-                              GatedDeltaNetState& state, Tensor x, Tensor y, int64_t n_rows,
-                              bool record_window) = 0;
-  virtual void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, Tensor x,
-                         Tensor y, int64_t n_rows) = 0;
+                              GatedDeltaNetState& state, int layer, Tensor x, Tensor y,
+                              int64_t n_rows, bool record_window) = 0;
+  virtual void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer,
+                         Tensor x, Tensor y, int64_t n_rows) = 0;
 
   // PLE (layers/ple.h): waits for the window's rows from `rows` (started by the window runner
   // before the first layer), then X += the PLE layer's output.
@@ -124,6 +127,16 @@ class Backend {
   // first), the shared expert, the combine. next_router (optional) feeds read-ahead.
   virtual void moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer,
                    Tensor x, Tensor y, int64_t n_rows, const MoeWeights* next_router) = 0;
+
+  // --- speculative rollback ---
+  // Keeps only the first keep_rows rows of the last window (run with record_window) in the states
+  // this backend keeps in its own memory, and returns true; the caller then only fixes the host
+  // bookkeeping (n_past, the PLE n-gram context). Returns false when the states are the host
+  // structs (the CPU backend): the caller rolls those back itself (Model::rollback).
+  virtual bool rollback_window(int64_t keep_rows) {
+    (void)keep_rows;
+    return false;
+  }
 };
 
 }  // namespace strata::compute

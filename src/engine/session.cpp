@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "compute/backend_registry.h"
 #include "util/error.h"
 
 namespace strata {
@@ -16,12 +17,14 @@ int64_t tokens_to_reserve(const HParams& hp) {
 
 }  // namespace
 
-Session::Session(const Model& model, compute::ThreadPool& pool, ExpertSource* experts)
+Session::Session(const Model& model, compute::ThreadPool& pool, ExpertSource* experts,
+                 std::string backend)
     : model_(model),
       pool_(pool),
       experts_(experts),
+      backend_(std::move(backend)),
       reserved_tokens_(tokens_to_reserve(model.hparams())),
-      state_(model.new_state(reserved_tokens_)) {
+      state_(model.new_state(reserved_tokens_, compute::make_backend(backend_))) {
   tokens_.reserve(size_t(reserved_tokens_));
 }
 
@@ -96,7 +99,8 @@ void Session::keep_rows(int64_t n_rows) {
 }
 
 void Session::reset() {
-  state_ = model_.new_state(reserved_tokens_);
+  state_ = ModelState{};  // the old backend's device memory goes first
+  state_ = model_.new_state(reserved_tokens_, compute::make_backend(backend_));
   tokens_.clear();
   logits_.clear();
 }

@@ -12,12 +12,15 @@
 //   virtual memory only, but a 262k-token reservation of a large model's KV is more than some
 //   machines allow), and the window scratch lives in the state, so a steady decode step
 //   allocates nothing (tests/engine/zero_alloc_test.cpp). Past the reservation the caches grow.
+// - `backend` names the compute backend of the sequence (compute/backend_registry.h: "cpu",
+//   "cuda"; already resolved, not "auto"); reset() makes a fresh one of the same kind.
 // - Not thread-safe; the thread pool is shared with the caller and used inside calls only.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "compute/cpu/thread_pool.h"
@@ -27,7 +30,8 @@ namespace strata {
 
 class Session {
  public:
-  Session(const Model& model, compute::ThreadPool& pool, ExpertSource* experts = nullptr);
+  Session(const Model& model, compute::ThreadPool& pool, ExpertSource* experts = nullptr,
+          std::string backend = "cpu");
 
   static constexpr int64_t kMaxReservedTokens = 32768;
   int64_t reserved_tokens() const { return reserved_tokens_; }
@@ -52,6 +56,7 @@ class Session {
   const std::vector<int32_t>& tokens() const { return tokens_; }
   const std::vector<float>& logits() const { return logits_; }
   const Model& model() const { return model_; }
+  const std::string& backend() const { return backend_; }
   ModelState& state() { return state_; }
   const ModelState& state() const { return state_; }
 
@@ -60,6 +65,7 @@ class Session {
   const Model& model_;
   compute::ThreadPool& pool_;
   ExpertSource* experts_;
+  std::string backend_;
   int64_t reserved_tokens_;
   ModelState state_;
   std::vector<int32_t> tokens_;

@@ -7,13 +7,6 @@
 #include "compute/cpu/ops.h"
 
 namespace strata {
-namespace {
-
-struct Dims {
-  int n_head, n_head_kv, head_dim, n_rot;
-  int64_t q_row, kv_dim;
-  int idx_heads, idx_dim;
-};
 
 // The index set torch.topk selects on the CPU, ties included. relu makes exact-zero block scores
 // common, so which zero-score blocks fill the budget is decided by the tie rule, and the reference
@@ -33,6 +26,14 @@ void torch_cpu_top_k_set(const std::vector<float>& values, int64_t k, std::vecto
     std::nth_element(set.begin(), set.begin() + (k - 1), set.end(), larger);
   set.resize(size_t(k));
 }
+
+namespace {
+
+struct Dims {
+  int n_head, n_head_kv, head_dim, n_rot;
+  int64_t q_row, kv_dim;
+  int idx_heads, idx_dim;
+};
 
 // A row's scratch inside the attention task of one thread, reserved for the whole context the
 // caches are reserved for (so a growing context does not reallocate it step by step). Taken in

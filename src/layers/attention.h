@@ -55,6 +55,10 @@ struct KvCache {
   void truncate(int64_t n, int64_t kv_dim, int index_dim, int compress_ratio);
 };
 
+// The QSA block selection's tie rule: the k indices of `values` torch.topk picks on the CPU
+// (ties included; see attention.cpp). `set` receives them in no particular order.
+void torch_cpu_top_k_set(const std::vector<float>& values, int64_t k, std::vector<int64_t>& set);
+
 // Row t sits at absolute position cache.n_tokens + t; the cache grows by n_rows.
 // Scratch comes from `ws` (nothing is allocated once the window shape has run and the cache was
 // reserved).

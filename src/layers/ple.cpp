@@ -229,4 +229,13 @@ void ple_rollback(const HParams& hp, PleState& state, std::span<const int32_t> k
   state.context = ple_advance(hp, log.context_before, kept_tokens);
 }
 
+void ple_rollback_context(const HParams& hp, PleState& state, std::span<const int32_t> kept_tokens) {
+  PleWindowLog& log = state.window_log;
+  if (!log.valid) fail("ple rollback: the last window was not recorded");
+  if (int64_t(kept_tokens.size()) > log.n_rows)
+    fail("ple rollback: cannot keep {} rows of a {}-row window", kept_tokens.size(), log.n_rows);
+  log.valid = false;
+  state.context = ple_advance(hp, log.context_before, kept_tokens);
+}
+
 }  // namespace strata

@@ -117,5 +117,8 @@ void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParam
 // window been fed (kept_tokens: those rows' tokens). The context must have been advanced over the
 // whole window by the caller after ple_forward, as the architecture does.
 void ple_rollback(const HParams& hp, PleState& state, std::span<const int32_t> kept_tokens);
+// The n-gram context part of ple_rollback alone, for a backend that keeps the conv history in its
+// own memory (it fills window_log.valid, context_before and n_rows when it records a window).
+void ple_rollback_context(const HParams& hp, PleState& state, std::span<const int32_t> kept_tokens);
 
 }  // namespace strata

@@ -82,9 +82,12 @@ const MoeWeights* Model::next_router(int layer) const {
   return layer + 1 < hp_.n_layer ? &layers_[size_t(layer + 1)].moe : nullptr;
 }
 
-ModelState Model::new_state(int64_t n_ctx) const {
+ModelState Model::new_state(int64_t n_ctx, std::unique_ptr<compute::Backend> backend) const {
   ModelState state;
-  state.backend = std::make_unique<compute::CpuBackend>();
+  if (!backend) backend = std::make_unique<compute::CpuBackend>();
+  // The host KV caches are the CPU backend's storage; other backends keep their own.
+  if (backend->name() != "cpu") n_ctx = 0;
+  state.backend = std::move(backend);
   state.deltanet.resize(static_cast<size_t>(hp_.n_layer));
   state.kv.resize(static_cast<size_t>(hp_.n_layer));
   for (int l = 0; l < hp_.n_layer; ++l) {
@@ -167,10 +170,10 @@ void Model::mixer_forward(compute::Backend& be, ModelState& state, int l, comput
                           int64_t n_rows, compute::Tensor y) const {
   const LayerWeights& lw = layers_[size_t(l)];
   if (lw.kind == LayerKind::GatedDeltaNet)
-    be.gated_deltanet(hp_, lw.deltanet, state.deltanet[size_t(l)], x, y, n_rows,
+    be.gated_deltanet(hp_, lw.deltanet, state.deltanet[size_t(l)], l, x, y, n_rows,
                       state.record_windows);
   else
-    be.attention(hp_, lw.attention, state.kv[size_t(l)], x, y, n_rows);
+    be.attention(hp_, lw.attention, state.kv[size_t(l)], l, x, y, n_rows);
 }
 
 void Model::run_prenorm_layers(compute::Backend& be, ModelState& state,
@@ -291,16 +294,22 @@ void Model::rollback(compute::ThreadPool& pool, ModelState& state, int64_t keep_
     fail("rollback: cannot keep {} rows of a {}-row window", keep_rows, n_rows);
   log.valid = false;
   const int64_t n_keep = log.n_past_before + keep_rows;
-  for (int l = 0; l < hp_.n_layer; ++l) {
-    const LayerWeights& lw = layers_[size_t(l)];
-    if (lw.kind == LayerKind::GatedDeltaNet)
-      gated_deltanet_rollback(pool, hp_, state.deltanet[size_t(l)], keep_rows);
-    else
-      state.kv[size_t(l)].truncate(n_keep, hp_.kv_dim(), hp_.indexer_head_dim,
-                                   lw.attention.compress_ratio);
+  const std::span<const int32_t> kept = std::span<const int32_t>(log.tokens).first(size_t(keep_rows));
+  if (state.backend->rollback_window(keep_rows)) {
+    // The backend rolled its own states back; the host structs carry bookkeeping only.
+    for (KvCache& cache : state.kv) cache.n_tokens = std::min(cache.n_tokens, n_keep);
+    if (hp_.has_ple()) ple_rollback_context(hp_, state.ple, kept);
+  } else {
+    for (int l = 0; l < hp_.n_layer; ++l) {
+      const LayerWeights& lw = layers_[size_t(l)];
+      if (lw.kind == LayerKind::GatedDeltaNet)
+        gated_deltanet_rollback(pool, hp_, state.deltanet[size_t(l)], keep_rows);
+      else
+        state.kv[size_t(l)].truncate(n_keep, hp_.kv_dim(), hp_.indexer_head_dim,
+                                     lw.attention.compress_ratio);
+    }
+    if (hp_.has_ple()) ple_rollback(hp_, state.ple, kept);
   }
-  if (hp_.has_ple())
-    ple_rollback(hp_, state.ple, std::span<const int32_t>(log.tokens).first(size_t(keep_rows)));
   if (!state.residuals.empty()) {
     const size_t row = state.residuals.size() / size_t(n_rows);
     state.residuals.resize(row * size_t(keep_rows));

@@ -107,7 +107,9 @@ class Model {
   const std::vector<LayerWeights>& layers() const { return layers_; }
 
   // A fresh sequence; the KV caches are reserved for n_ctx tokens (0: none reserved; they grow).
-  ModelState new_state(int64_t n_ctx = 0) const;
+  // `backend` runs its windows (null: the CPU backend; compute/backend_registry.h makes others).
+  // A backend that keeps states in its own memory (CUDA) gets host structs with no reservation.
+  ModelState new_state(int64_t n_ctx = 0, std::unique_ptr<compute::Backend> backend = nullptr) const;
   // Runs tokens through the model. logits receives [rows][n_vocab] for the rows asked for.
   void forward(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
                LogitRows rows, std::vector<float>& logits, ExpertSource* experts = nullptr) const;

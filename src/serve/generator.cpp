@@ -62,7 +62,7 @@ void Generator::run(Job& job) {
   recorder_.begin_generation(report.prompt_tokens, report.queue_wait_s);
   try {
     ExpertSource* experts = recorder_.source();
-    Session session(*served_.model, pool_, experts);
+    Session session(*served_.model, pool_, experts, served_.backend);
     Sampler sampler(plan.sampling);
     StreamingDecoder decoder(*served_.tokenizer, DecodeOptions{.render_control = false});
     StopMatcher stops(plan.stop);

@@ -33,6 +33,7 @@ struct ServedModel {
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;
   ExpertStore* expert_store = nullptr;   // nullptr: experts read through the GGUF mapping
+  std::string backend = "cpu";           // compute backend of every request's Session (resolved)
   std::string id;                        // the name clients use ("strata-default")
   int64_t n_ctx = 0;                     // 0 = the file sets no limit
   std::optional<int32_t> end_of_turn;    // <|im_end|>, when the vocabulary has it

@@ -86,14 +86,14 @@ class RecordingBackend final : public Backend {
     inner_->hyper_connection_out(s, y, inject, X, n_rows);
   }
   void gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w, GatedDeltaNetState& st,
-                      Tensor x, Tensor y, int64_t n_rows, bool record) override {
+                      int layer, Tensor x, Tensor y, int64_t n_rows, bool record) override {
     note("gated_deltanet");
-    inner_->gated_deltanet(hp, w, st, x, y, n_rows, record);
+    inner_->gated_deltanet(hp, w, st, layer, x, y, n_rows, record);
   }
-  void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, Tensor x, Tensor y,
-                 int64_t n_rows) override {
+  void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer, Tensor x,
+                 Tensor y, int64_t n_rows) override {
     note("attention");
-    inner_->attention(hp, w, cache, x, y, n_rows);
+    inner_->attention(hp, w, cache, layer, x, y, n_rows);
   }
   void ple(const HParams& hp, const PleWeights& w, PleState& st, PleRowReader& rows, Tensor X,
            int64_t n_rows, bool record) override {

@@ -22,27 +22,27 @@ using namespace test_support;
 
 void cpu_delta_rule(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
                     const std::vector<float>& beta, const std::vector<float>& decay, int64_t n_rows, int nk, int nv,
-                    int d, bool tiled, std::vector<float>& state, std::vector<float>& out) {
-  const int64_t key_dim = int64_t(nk) * d, value_dim = int64_t(nv) * d;
+                    int dk, int dv, bool tiled, std::vector<float>& state, std::vector<float>& out) {
+  const int64_t key_dim = int64_t(nk) * dk, value_dim = int64_t(nv) * dv;
   for (int h = 0; h < nv; ++h) {
     const int kh = tiled ? h % nk : h / (nv / nk);
-    float* S = state.data() + size_t(h) * d * d;
+    float* S = state.data() + size_t(h) * dk * dv;
     for (int64_t t = 0; t < n_rows; ++t) {
-      const float* kt = k.data() + t * key_dim + kh * d;
-      const float* qt = q.data() + t * key_dim + kh * d;
-      const float* vt = v.data() + t * value_dim + h * d;
+      const float* kt = k.data() + t * key_dim + kh * dk;
+      const float* qt = q.data() + t * key_dim + kh * dk;
+      const float* vt = v.data() + t * value_dim + h * dv;
       const float b = beta[size_t(t * nv + h)], g = decay[size_t(t * nv + h)];
-      for (int i = 0; i < d * d; ++i) S[i] *= g;
-      for (int j = 0; j < d; ++j) {
+      for (int i = 0; i < dk * dv; ++i) S[i] *= g;
+      for (int j = 0; j < dv; ++j) {
         float recalled = 0.0f;
-        for (int i = 0; i < d; ++i) recalled += S[i * d + j] * kt[i];
+        for (int i = 0; i < dk; ++i) recalled += S[i * dv + j] * kt[i];
         const float u = (vt[j] - recalled) * b;
-        for (int i = 0; i < d; ++i) S[i * d + j] += kt[i] * u;
+        for (int i = 0; i < dk; ++i) S[i * dv + j] += kt[i] * u;
       }
-      for (int j = 0; j < d; ++j) {
+      for (int j = 0; j < dv; ++j) {
         float acc = 0.0f;
-        for (int i = 0; i < d; ++i) acc += S[i * d + j] * qt[i];
-        out[size_t(t * value_dim + h * d + j)] = acc;
+        for (int i = 0; i < dk; ++i) acc += S[i * dv + j] * qt[i];
+        out[size_t(t * value_dim + h * dv + j)] = acc;
       }
     }
   }
@@ -62,27 +62,31 @@ TEST(CudaDeltaNet, RecurrentRuleBitwiseAsCpu) {
   STRATA_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(11);
   Stream stream;
-  for (const auto& [nk, nv, d, tiled] : {std::tuple{2, 6, 128, true}, std::tuple{2, 6, 128, false}, std::tuple{3, 3, 72, true}}) {
+  // {nk, nv, dk, dv, tiled}: equal head dims, and dk != dv both ways (transformers allows it).
+  for (const auto& [nk, nv, d, dvh, tiled] :
+       {std::tuple{2, 6, 128, 128, true}, std::tuple{2, 6, 128, 128, false}, std::tuple{3, 3, 72, 72, true},
+        std::tuple{2, 4, 48, 80, false}, std::tuple{2, 4, 96, 40, true}}) {
     for (const int64_t n_rows : {int64_t(1), int64_t(4), int64_t(7)}) {
       const auto q = unit_rows(rng, n_rows, nk, d), k = unit_rows(rng, n_rows, nk, d);
-      const auto v = random_floats(size_t(n_rows * nv * d), rng);
+      const auto v = random_floats(size_t(n_rows * nv * dvh), rng);
       const auto beta = random_floats(size_t(n_rows * nv), rng, 0.05f, 0.95f);
       const auto decay = random_floats(size_t(n_rows * nv), rng, 0.5f, 1.0f);
-      std::vector<float> state = random_floats(size_t(nv) * d * d, rng, -0.5f, 0.5f);
+      std::vector<float> state = random_floats(size_t(nv) * d * dvh, rng, -0.5f, 0.5f);
       DeviceBuffer dq = to_device(q), dk = to_device(k), dv = to_device(v), db = to_device(beta), dg = to_device(decay);
-      DeviceBuffer ds = to_device(state), dout(size_t(n_rows * nv * d) * 4);
+      DeviceBuffer ds = to_device(state), dout(size_t(n_rows * nv * dvh) * 4);
       compute::cuda::delta_rule_recurrent(dq.as<float>(), dk.as<float>(), dv.as<float>(), db.as<float>(), dg.as<float>(),
-                                          n_rows, nk, nv, d, tiled, ds.as<float>(), dout.as<float>(), stream.get());
+                                          n_rows, nk, nv, d, dvh, tiled, ds.as<float>(), dout.as<float>(), stream.get());
       stream.synchronize();
       // The same window fed one row at a time from the same start state (window identity).
-      DeviceBuffer ds1 = to_device(state), dout1(size_t(n_rows * nv * d) * 4);
+      DeviceBuffer ds1 = to_device(state), dout1(size_t(n_rows * nv * dvh) * 4);
       for (int64_t t = 0; t < n_rows; ++t)
         compute::cuda::delta_rule_recurrent(dq.as<float>() + t * nk * d, dk.as<float>() + t * nk * d,
-                                            dv.as<float>() + t * nv * d, db.as<float>() + t * nv, dg.as<float>() + t * nv, 1,
-                                            nk, nv, d, tiled, ds1.as<float>(), dout1.as<float>() + t * nv * d, stream.get());
+                                            dv.as<float>() + t * nv * dvh, db.as<float>() + t * nv, dg.as<float>() + t * nv,
+                                            1, nk, nv, d, dvh, tiled, ds1.as<float>(), dout1.as<float>() + t * nv * dvh,
+                                            stream.get());
       stream.synchronize();
-      std::vector<float> out(size_t(n_rows * nv * d));
-      cpu_delta_rule(q, k, v, beta, decay, n_rows, nk, nv, d, tiled, state, out);
+      std::vector<float> out(size_t(n_rows * nv * dvh));
+      cpu_delta_rule(q, k, v, beta, decay, n_rows, nk, nv, d, dvh, tiled, state, out);
       const auto gpu_out = from_device<float>(dout, out.size()), gpu_state = from_device<float>(ds, state.size());
       ASSERT_EQ(0, std::memcmp(gpu_out.data(), out.data(), out.size() * 4)) << "outputs differ from the CPU (d " << d << ")";
       ASSERT_EQ(0, std::memcmp(gpu_state.data(), state.data(), state.size() * 4)) << "state differs from the CPU";
@@ -145,7 +149,7 @@ TEST(CudaDeltaNet, PrepareMatchesCpu) {
   DeviceBuffer q(size_t(rows * key_dim) * 4), k(size_t(rows * key_dim) * 4), v(size_t(rows * value_dim) * 4);
   DeviceBuffer beta(size_t(rows * nv) * 4), decay(size_t(rows * nv) * 4);
   compute::cuda::deltanet_prepare(dc.as<float>(), db.as<float>(), da.as<float>(), dA.as<float>(), ddt.as<float>(), rows, nk, nv,
-                                  d, q.as<float>(), k.as<float>(), v.as<float>(), beta.as<float>(), decay.as<float>(), stream.get());
+                                  d, d, q.as<float>(), k.as<float>(), v.as<float>(), beta.as<float>(), decay.as<float>(), stream.get());
   stream.synchronize();
   const auto gq = from_device<float>(q, size_t(rows * key_dim)), gk = from_device<float>(k, size_t(rows * key_dim));
   const auto gb = from_device<float>(beta, size_t(rows * nv)), gd = from_device<float>(decay, size_t(rows * nv));

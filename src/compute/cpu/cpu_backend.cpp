@@ -128,8 +128,8 @@ void CpuBackend::hyper_connection_out(int n_streams, Tensor y, Tensor inject, Te
 }
 
 void CpuBackend::gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w,
-                                GatedDeltaNetState& state, Tensor x, Tensor y, int64_t n_rows,
-                                bool record_window) {
+                                GatedDeltaNetState& state, int /*layer*/, Tensor x, Tensor y,
+                                int64_t n_rows, bool record_window) {
   const float* xd = rows(x, n_rows, "gated_deltanet");
   float* yd = rows(y, n_rows, "gated_deltanet", x.width);
   ScopedPhase phase(Phase::Mixer);
@@ -137,8 +137,8 @@ void CpuBackend::gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w
                          record_window);
 }
 
-void CpuBackend::attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, Tensor x,
-                           Tensor y, int64_t n_rows) {
+void CpuBackend::attention(const HParams& hp, const AttentionWeights& w, KvCache& cache,
+                           int /*layer*/, Tensor x, Tensor y, int64_t n_rows) {
   const float* xd = rows(x, n_rows, "attention");
   float* yd = rows(y, n_rows, "attention", x.width);
   ScopedPhase phase(Phase::Mixer);

@@ -41,9 +41,9 @@ class CpuBackend final : public Backend {
   void hyper_connection_out(int n_streams, Tensor y, Tensor inject, Tensor X,
                             int64_t n_rows) override;
   void gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w, GatedDeltaNetState& state,
-                      Tensor x, Tensor y, int64_t n_rows, bool record_window) override;
-  void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, Tensor x, Tensor y,
-                 int64_t n_rows) override;
+                      int layer, Tensor x, Tensor y, int64_t n_rows, bool record_window) override;
+  void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer, Tensor x,
+                 Tensor y, int64_t n_rows) override;
   void ple(const HParams& hp, const PleWeights& w, PleState& state, PleRowReader& rows, Tensor X,
            int64_t n_rows, bool record_window) override;
   void moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x,

@@ -30,61 +30,62 @@ __global__ void conv_silu_kernel(const float* x, int64_t n_rows, int64_t channel
   for (int j = 0; j + 1 < kernel; ++j) history[j * channels + ch] = hist[j];
 }
 
-// Block h = V head; thread j = state column j. k̂ and q̂ of the token are staged in shared memory.
+// Block h = V head; thread j = state column j (of dv). k̂ and q̂ of the token (dk values each)
+// are staged in shared memory. The state of head h is [dk][dv], the CPU layout.
 __global__ void delta_rule_kernel(const float* q, const float* k, const float* v, const float* beta,
-                                  const float* decay, int64_t n_rows, int nk, int nv, int d, bool tiled,
+                                  const float* decay, int64_t n_rows, int nk, int nv, int dk, int dv, bool tiled,
                                   float* state, float* out) {
-  extern __shared__ float shared[];  // k[d], q[d]
+  extern __shared__ float shared[];  // k[dk], q[dk]
   float* ks = shared;
-  float* qs = shared + d;
+  float* qs = shared + dk;
   const int h = blockIdx.x, j = threadIdx.x;
   const int kh = tiled ? h % nk : h / (nv / nk);
-  const int64_t key_dim = int64_t(nk) * d, value_dim = int64_t(nv) * d;
-  float* S = state + size_t(h) * d * d;
+  const int64_t key_dim = int64_t(nk) * dk, value_dim = int64_t(nv) * dv;
+  float* S = state + size_t(h) * dk * dv;
   for (int64_t t = 0; t < n_rows; ++t) {
     __syncthreads();  // the previous token's k/q are no longer read
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
-      ks[i] = k[t * key_dim + kh * d + i];
-      qs[i] = q[t * key_dim + kh * d + i];
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+      ks[i] = k[t * key_dim + kh * dk + i];
+      qs[i] = q[t * key_dim + kh * dk + i];
     }
     __syncthreads();
-    if (j >= d) continue;
+    if (j >= dv) continue;
     const float g = decay[t * nv + h], b = beta[t * nv + h];
     // S ← g·S and (Sᵀk)_j, both in increasing i as the CPU's two loops give them.
     float recalled = 0.0f;
-    for (int i = 0; i < d; ++i) {
-      const float s = __fmul_rn(S[i * d + j], g);
-      S[i * d + j] = s;
+    for (int i = 0; i < dk; ++i) {
+      const float s = __fmul_rn(S[i * dv + j], g);
+      S[i * dv + j] = s;
       recalled = __fadd_rn(recalled, __fmul_rn(s, ks[i]));
     }
-    const float u = __fmul_rn(__fsub_rn(v[t * value_dim + h * d + j], recalled), b);
+    const float u = __fmul_rn(__fsub_rn(v[t * value_dim + h * dv + j], recalled), b);
     float o = 0.0f;
-    for (int i = 0; i < d; ++i) {
-      const float s = __fadd_rn(S[i * d + j], __fmul_rn(ks[i], u));
-      S[i * d + j] = s;
+    for (int i = 0; i < dk; ++i) {
+      const float s = __fadd_rn(S[i * dv + j], __fmul_rn(ks[i], u));
+      S[i * dv + j] = s;
       o = __fadd_rn(o, __fmul_rn(s, qs[i]));
     }
-    if (out) out[t * value_dim + h * d + j] = o;
+    if (out) out[t * value_dim + h * dv + j] = o;
   }
 }
 
 // Block t = row. Threads first normalise the q and k heads (one thread per head, sequential Σ as
 // the CPU), then copy v and compute the gates.
 __global__ void prepare_kernel(const float* conv_out, const float* beta_raw, const float* alpha_raw, const float* a,
-                               const float* dt_bias, int nk, int nv, int d, float* q, float* k, float* v, float* beta,
-                               float* decay) {
+                               const float* dt_bias, int nk, int nv, int dk, int dv, float* q, float* k, float* v,
+                               float* beta, float* decay) {
   const int64_t t = blockIdx.x;
-  const int64_t key_dim = int64_t(nk) * d, value_dim = int64_t(nv) * d, conv_dim = 2 * key_dim + value_dim;
+  const int64_t key_dim = int64_t(nk) * dk, value_dim = int64_t(nv) * dv, conv_dim = 2 * key_dim + value_dim;
   const float* row = conv_out + t * conv_dim;
-  const float q_scale = __fdiv_rn(1.0f, __fsqrt_rn(float(d)));
+  const float q_scale = __fdiv_rn(1.0f, __fsqrt_rn(float(dk)));
   for (int head = threadIdx.x; head < 2 * nk; head += blockDim.x) {
     const bool is_q = head < nk;
-    const float* src = row + (is_q ? 0 : key_dim) + int64_t(head % nk) * d;
-    float* dst = (is_q ? q : k) + t * key_dim + int64_t(head % nk) * d;
+    const float* src = row + (is_q ? 0 : key_dim) + int64_t(head % nk) * dk;
+    float* dst = (is_q ? q : k) + t * key_dim + int64_t(head % nk) * dk;
     float sum = 0.0f;
-    for (int i = 0; i < d; ++i) sum = __fadd_rn(sum, __fmul_rn(src[i], src[i]));
+    for (int i = 0; i < dk; ++i) sum = __fadd_rn(sum, __fmul_rn(src[i], src[i]));
     const float scale = __fdiv_rn(is_q ? q_scale : 1.0f, __fsqrt_rn(__fadd_rn(sum, 1e-6f)));
-    for (int i = 0; i < d; ++i) dst[i] = __fmul_rn(src[i], scale);
+    for (int i = 0; i < dk; ++i) dst[i] = __fmul_rn(src[i], scale);
   }
   for (int64_t i = threadIdx.x; i < value_dim; i += blockDim.x) v[t * value_dim + i] = row[2 * key_dim + i];
   for (int h = threadIdx.x; h < nv; h += blockDim.x) {
@@ -99,13 +100,14 @@ __global__ void prepare_kernel(const float* conv_out, const float* beta_raw, con
 }  // namespace
 
 void deltanet_prepare(const float* conv_out, const float* beta_raw, const float* alpha_raw, const float* a,
-                      const float* dt_bias, int64_t n_rows, int n_k_heads, int n_v_heads, int head_dim, float* q,
-                      float* k, float* v, float* beta, float* decay, cudaStream_t stream) {
-  if (n_k_heads <= 0 || n_v_heads <= 0 || head_dim <= 0)
-    cuda_fail("CUDA deltanet prepare: expected positive head counts and head_dim");
+                      const float* dt_bias, int64_t n_rows, int n_k_heads, int n_v_heads, int key_head_dim,
+                      int value_head_dim, float* q, float* k, float* v, float* beta, float* decay,
+                      cudaStream_t stream) {
+  if (n_k_heads <= 0 || n_v_heads <= 0 || key_head_dim <= 0 || value_head_dim <= 0)
+    cuda_fail("CUDA deltanet prepare: expected positive head counts and head dims");
   if (n_rows <= 0) return;
   prepare_kernel<<<unsigned(n_rows), 128, 0, stream>>>(conv_out, beta_raw, alpha_raw, a, dt_bias, n_k_heads, n_v_heads,
-                                                       head_dim, q, k, v, beta, decay);
+                                                       key_head_dim, value_head_dim, q, k, v, beta, decay);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -120,16 +122,18 @@ void deltanet_conv_silu(const float* x, int64_t n_rows, int64_t channels, const 
 }
 
 void delta_rule_recurrent(const float* q, const float* k, const float* v, const float* beta, const float* decay,
-                          int64_t n_rows, int n_k_heads, int n_v_heads, int head_dim, bool tiled, float* state,
-                          float* out, cudaStream_t stream) {
-  if (n_k_heads <= 0 || n_v_heads <= 0 || n_v_heads % n_k_heads != 0 || head_dim <= 0 || head_dim > 1024)
-    cuda_fail("CUDA delta rule: expected n_v_heads a multiple of n_k_heads and 0 < head_dim <= 1024, found " +
-              std::to_string(n_k_heads) + " K heads, " + std::to_string(n_v_heads) + " V heads, head_dim " +
-              std::to_string(head_dim));
+                          int64_t n_rows, int n_k_heads, int n_v_heads, int key_head_dim, int value_head_dim,
+                          bool tiled, float* state, float* out, cudaStream_t stream) {
+  if (n_k_heads <= 0 || n_v_heads <= 0 || n_v_heads % n_k_heads != 0 || key_head_dim <= 0 ||
+      value_head_dim <= 0 || value_head_dim > 1024)
+    cuda_fail("CUDA delta rule: expected n_v_heads a multiple of n_k_heads, key_head_dim > 0 and "
+              "0 < value_head_dim <= 1024, found " + std::to_string(n_k_heads) + " K heads, " +
+              std::to_string(n_v_heads) + " V heads, head dims " + std::to_string(key_head_dim) + " x " +
+              std::to_string(value_head_dim));
   if (n_rows <= 0) return;
-  const int threads = (head_dim + 31) / 32 * 32;
-  delta_rule_kernel<<<unsigned(n_v_heads), threads, size_t(2 * head_dim) * sizeof(float), stream>>>(
-      q, k, v, beta, decay, n_rows, n_k_heads, n_v_heads, head_dim, tiled, state, out);
+  const int threads = (value_head_dim + 31) / 32 * 32;
+  delta_rule_kernel<<<unsigned(n_v_heads), threads, size_t(2 * key_head_dim) * sizeof(float), stream>>>(
+      q, k, v, beta, decay, n_rows, n_k_heads, n_v_heads, key_head_dim, value_head_dim, tiled, state, out);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -10,8 +10,9 @@
 //   token by token:  S ← decay·S;  u = β(v − Sᵀk);  S ← S + k uᵀ;  o = Sᵀq.  It takes the decay
 //   itself (e^g, computed by the caller), and performs every multiply and add in the CPU's order
 //   with explicit rounding: for the same inputs, state and outputs are bitwise the CPU's.
-//   One thread block per V head, one thread per state column; the state stays in device memory
-//   ([nv][dk][dv], the CPU layout), read and written once per token per column.
+//   One thread block per V head, one thread per state column (dv of them); the state stays in
+//   device memory ([nv][dk][dv], the CPU layout), read and written once per token per column.
+//   The key head dim dk (q, k) may differ from the value head dim dv (v, the output).
 // - Window identity: each row is processed by the same code whatever the window size; a T-row
 //   call equals T one-row calls bitwise (tested).
 // - Device pointers; launches on `stream`; argument errors throw strata::Error first.
@@ -26,16 +27,17 @@ namespace strata::compute::cuda {
 void deltanet_conv_silu(const float* x, int64_t n_rows, int64_t channels, const float* taps, int kernel,
                         float* history, float* out, cudaStream_t stream);
 
-// Splits each conv output row [q (nk·d) | k (nk·d) | v (nv·d)] into q, k, v; L2-normalises each
+// Splits each conv output row [q (nk·dk) | k (nk·dk) | v (nv·dv)] into q, k, v; L2-normalises each
 // q and k head as the CPU's l2_normalize (sequential Σ, v·(extra/√(Σ+1e-6)), extra = 1/√d for q,
 // 1 for k: bitwise the CPU's); beta = σ(beta_raw); decay = e^(a·softplus(alpha_raw + dt_bias)).
 // beta and decay use CUDA's expf/log1pf: a few ulp from the CPU's.
 void deltanet_prepare(const float* conv_out, const float* beta_raw, const float* alpha_raw, const float* a,
-                      const float* dt_bias, int64_t n_rows, int n_k_heads, int n_v_heads, int head_dim, float* q,
-                      float* k, float* v, float* beta, float* decay, cudaStream_t stream);
+                      const float* dt_bias, int64_t n_rows, int n_k_heads, int n_v_heads, int key_head_dim,
+                      int value_head_dim, float* q, float* k, float* v, float* beta, float* decay,
+                      cudaStream_t stream);
 
 void delta_rule_recurrent(const float* q, const float* k, const float* v, const float* beta, const float* decay,
-                          int64_t n_rows, int n_k_heads, int n_v_heads, int head_dim, bool tiled, float* state,
-                          float* out, cudaStream_t stream);
+                          int64_t n_rows, int n_k_heads, int n_v_heads, int key_head_dim, int value_head_dim,
+                          bool tiled, float* state, float* out, cudaStream_t stream);
 
 }  // namespace strata::compute::cuda

@@ -35,18 +35,19 @@ __device__ float block_max(float v, float* shared) {
   return total;
 }
 
-// One block per (row, group): x rows of group_size values at x + blockIdx.x·group_size.
+// One block per (row, group): group i of group_size values at x + i·stride (stride = group_size
+// for contiguous groups), its weight at weight + (i % groups_per_row)·group_size.
 __global__ void rms_norm_kernel(const float* x, const float* weight, int64_t group_size, int64_t groups_per_row,
-                                float eps, float* out) {
+                                int64_t stride, float eps, float* out) {
   __shared__ float shared[32];
-  const float* row = x + size_t(blockIdx.x) * group_size;
+  const float* row = x + size_t(blockIdx.x) * stride;
   float sum = 0.0f;
   for (int64_t i = threadIdx.x; i < group_size; i += blockDim.x) sum = __fmaf_rn(row[i], row[i], sum);
   sum = block_sum(sum, shared);
   const float mean = __fdiv_rn(sum, float(group_size));
   const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
   const float* w = weight ? weight + size_t(blockIdx.x % groups_per_row) * group_size : nullptr;
-  float* y = out + size_t(blockIdx.x) * group_size;
+  float* y = out + size_t(blockIdx.x) * stride;
   for (int64_t i = threadIdx.x; i < group_size; i += blockDim.x) {
     const float v = __fmul_rn(row[i], r);
     y[i] = w ? __fmul_rn(v, w[i]) : v;
@@ -89,9 +90,11 @@ __global__ void activation_kernel(Activation kind, const float* x, int64_t n, fl
 }
 
 // One block per row; thread j < n_rot/2 computes pair j's cos/sin once and rotates every head.
-__global__ void rope_neox_kernel(float* x, int n_heads, int head_dim, int n_rot, const int32_t* positions, float theta) {
+// Row r starts at x + r·row_stride, its heads head_stride apart.
+__global__ void rope_neox_kernel(float* x, int64_t row_stride, int n_heads, int64_t head_stride, int n_rot,
+                                 const int32_t* positions, float theta) {
   const int half = n_rot / 2;
-  float* row = x + size_t(blockIdx.x) * n_heads * head_dim;
+  float* row = x + size_t(blockIdx.x) * row_stride;
   const float pos = float(positions[blockIdx.x]);
   for (int j = threadIdx.x; j < half; j += blockDim.x) {
     const float exponent = __fdiv_rn(float(2 * j), float(n_rot));
@@ -100,7 +103,7 @@ __global__ void rope_neox_kernel(float* x, int n_heads, int head_dim, int n_rot,
     const float angle = __fmul_rn(pos, inv_freq);
     const float c = float(cos(double(angle))), s = float(sin(double(angle)));
     for (int h = 0; h < n_heads; ++h) {
-      float* head = row + size_t(h) * head_dim;
+      float* head = row + size_t(h) * head_stride;
       const float a = head[j], b = head[j + half];
       head[j] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
       head[j + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
@@ -235,7 +238,17 @@ void rms_norm_grouped_rows(const float* x, const float* weight, int64_t n_rows, 
   require(n_groups > 0 && group_size > 0, "CUDA rms_norm: expected groups and group size > 0, found " +
                                               std::to_string(n_groups) + " x " + std::to_string(group_size));
   if (n_rows <= 0) return;
-  rms_norm_kernel<<<unsigned(n_rows * n_groups), kThreads, 0, stream>>>(x, weight, group_size, n_groups, eps, out);
+  rms_norm_kernel<<<unsigned(n_rows * n_groups), kThreads, 0, stream>>>(x, weight, group_size, n_groups, group_size,
+                                                                        eps, out);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+void rms_norm_strided(const float* x, const float* weight, int64_t n_vectors, int64_t n, int64_t stride, float eps,
+                      float* out, cudaStream_t stream) {
+  require(n > 0 && stride >= n, "CUDA rms_norm_strided: expected 0 < n <= stride, found n = " + std::to_string(n) +
+                                    ", stride = " + std::to_string(stride));
+  if (n_vectors <= 0) return;
+  rms_norm_kernel<<<unsigned(n_vectors), kThreads, 0, stream>>>(x, weight, n, 1, stride, eps, out);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -260,11 +273,18 @@ void activation(Activation kind, const float* x, int64_t n, float* out, cudaStre
 
 void rope_neox_rows(float* x, int64_t n_rows, int n_heads, int head_dim, int n_rot, const int32_t* positions,
                     float theta, cudaStream_t stream) {
+  rope_neox_strided(x, n_rows, int64_t(n_heads) * head_dim, n_heads, head_dim, head_dim, n_rot, positions, theta,
+                    stream);
+}
+
+void rope_neox_strided(float* x, int64_t n_rows, int64_t row_stride, int n_heads, int64_t head_stride, int head_dim,
+                       int n_rot, const int32_t* positions, float theta, cudaStream_t stream) {
   require(n_rot > 0 && n_rot % 2 == 0 && n_rot <= head_dim && n_heads > 0,
           "CUDA rope: expected n_rot even, > 0 and <= head_dim " + std::to_string(head_dim) + ", found " +
               std::to_string(n_rot));
   if (n_rows <= 0) return;
-  rope_neox_kernel<<<unsigned(n_rows), 128, 0, stream>>>(x, n_heads, head_dim, n_rot, positions, theta);
+  rope_neox_kernel<<<unsigned(n_rows), 128, 0, stream>>>(x, row_stride, n_heads, head_stride, n_rot, positions,
+                                                         theta);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 

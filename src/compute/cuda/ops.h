@@ -28,6 +28,10 @@ void rms_norm_rows(const float* x, const float* weight, int64_t n_rows, int64_t 
 // spans the whole row (n_groups·group_size values), as compute::rms_norm_grouped.
 void rms_norm_grouped_rows(const float* x, const float* weight, int64_t n_rows, int64_t n_groups,
                            int64_t group_size, float eps, float* out, cudaStream_t stream);
+// The same norm on n_vectors vectors of n values, vector i at x + i·stride (out likewise), one
+// weight of n values for all (per-head norms of interleaved [q | gate] heads: stride 2·head_dim).
+void rms_norm_strided(const float* x, const float* weight, int64_t n_vectors, int64_t n, int64_t stride, float eps,
+                      float* out, cudaStream_t stream);
 // In place, each of n_rows rows of n values.
 void softmax_rows(float* x, int64_t n_rows, int64_t n, cudaStream_t stream);
 // out[i] = silu(gate[i])·up[i] for n values (the SwiGLU middle); out may alias gate or up.
@@ -37,6 +41,9 @@ void activation(Activation kind, const float* x, int64_t n, float* out, cudaStre
 // NeoX RoPE in place on rows of n_heads·head_dim values; row r uses position positions[r].
 void rope_neox_rows(float* x, int64_t n_rows, int n_heads, int head_dim, int n_rot,
                     const int32_t* positions, float theta, cudaStream_t stream);
+// The same with row r at x + r·row_stride and its heads head_stride apart (same arithmetic).
+void rope_neox_strided(float* x, int64_t n_rows, int64_t row_stride, int n_heads, int64_t head_stride, int head_dim,
+                       int n_rot, const int32_t* positions, float theta, cudaStream_t stream);
 // Router: per row, p = softmax(logits) (fp32), the k best experts (higher p first, ties by lower
 // id, NaN first), w = p / Σ_picked p (summed best first), written in ascending expert id:
 // experts_out/weights_out [n_rows][k]. n_expert <= 4096, k <= 32.

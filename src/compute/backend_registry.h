@@ -1,0 +1,37 @@
+// Backend registry — which compute backends this build has, and making one by name.
+//
+// Contract
+// - "cpu" is always registered. Others register themselves once at start-up, from the executable
+//   that links them (the CUDA backend: compute::cuda::register_cuda_backend(), called by main
+//   where STRATA_HAVE_CUDA is defined), so strata_core never depends on a GPU library.
+// - resolve_backend("auto") is the first registered non-CPU backend whose `usable()` says yes
+//   (a device is present), else "cpu". A name that is not registered, or a registered one whose
+//   device is missing, throws strata::Error naming it and what this build has.
+// - Thread safety: register at start-up, before any other thread asks.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "compute/backend.h"
+
+namespace strata::compute {
+
+struct BackendEntry {
+  std::string name;
+  std::function<bool()> usable;                   // a device is present and works
+  std::function<std::string()> describe;          // "NVIDIA H200 (sm_90, ...)" or why not usable
+  std::function<std::unique_ptr<Backend>()> make;
+};
+
+void register_backend(BackendEntry entry);
+std::vector<std::string> backend_names();
+// "cpu", a registered name, or "auto" → the name to use (see the contract).
+std::string resolve_backend(std::string_view requested);
+// A new backend of that (resolved) name.
+std::unique_ptr<Backend> make_backend(std::string_view name);
+
+}  // namespace strata::compute

@@ -1,0 +1,754 @@
+// The CUDA backend. Contract in cuda_backend.h.
+#include "compute/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <unordered_map>
+#include <vector>
+
+#include "compute/backend_registry.h"
+#include "compute/cpu/matmul.h"
+#include "compute/cuda/attention.h"
+#include "compute/cuda/deltanet.h"
+#include "compute/cuda/hyper_connection.h"
+#include "compute/cuda/matmul.h"
+#include "compute/cuda/ops.h"
+#include "compute/cuda/runtime.h"
+#include "compute/cuda/window_ops.h"
+#include "experts/expert_source.h"
+#include "layers/attention.h"
+#include "layers/gated_deltanet.h"
+#include "layers/hyper_connection.h"
+#include "layers/moe.h"
+#include "layers/ple.h"
+#include "model/hparams.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace strata::compute::cuda {
+namespace {
+
+constexpr size_t kAlign = 256;
+constexpr size_t kScratchChunk = size_t(64) << 20;
+
+size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+// Per-op device scratch: a bump allocator over chunks that are kept for the next op (so a warm
+// window allocates nothing). Reset at the start of every op; ops on one stream run in order, so
+// reusing the memory of the previous op is safe.
+class DeviceArena {
+ public:
+  void reset() {
+    chunk_ = 0;
+    offset_ = 0;
+  }
+  void* take(size_t bytes) {
+    bytes = align_up(std::max<size_t>(bytes, 1), kAlign);
+    while (chunk_ < chunks_.size() && offset_ + bytes > chunks_[chunk_].bytes()) {
+      ++chunk_;
+      offset_ = 0;
+    }
+    if (chunk_ == chunks_.size()) chunks_.emplace_back(std::max(bytes, kScratchChunk));
+    void* p = static_cast<uint8_t*>(chunks_[chunk_].data()) + offset_;
+    offset_ += bytes;
+    return p;
+  }
+  float* floats(int64_t n) { return static_cast<float*>(take(size_t(n) * sizeof(float))); }
+  int32_t* ints(int64_t n) { return static_cast<int32_t*>(take(size_t(n) * sizeof(int32_t))); }
+
+ private:
+  std::vector<DeviceBuffer> chunks_;
+  size_t chunk_ = 0, offset_ = 0;
+};
+
+// Grows `buffer` to at least `bytes`, keeping its first `keep` bytes.
+void grow(DeviceBuffer& buffer, size_t bytes, size_t keep, cudaStream_t stream) {
+  if (buffer.bytes() >= bytes) return;
+  DeviceBuffer bigger(std::max(bytes, buffer.bytes() * 2));
+  STRATA_CUDA_CHECK(cudaMemsetAsync(bigger.data(), 0, bigger.bytes(), stream));
+  if (keep > 0)
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(bigger.data(), buffer.data(), keep, cudaMemcpyDeviceToDevice, stream));
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  buffer = std::move(bigger);
+}
+
+DeviceBuffer zeros(size_t bytes, cudaStream_t stream) {
+  DeviceBuffer b(bytes);
+  STRATA_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, b.bytes(), stream));
+  return b;
+}
+
+void copy_d2d(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (bytes > 0) STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
+// Every expert of one layer, slots of [gate | up | down] in expert-id order.
+struct LayerExperts {
+  DeviceBuffer arena, smap;
+  ExpertArenaView view;
+  ExpertMatrixShape gate, up, down;
+};
+
+struct DeltaNetMirror {
+  DeviceBuffer conv, ssm;  // [K-1][conv_dim], [nv][dk][dv]
+  // The last recorded window: the state before it and its inputs, for rollback.
+  DeviceBuffer ssm_before, conv_before, conv_inputs, q, k, v, beta, decay;
+  int64_t log_capacity = 0, log_rows = 0;
+};
+
+struct KvMirror {
+  DeviceBuffer k, v, index_raw, block_keys;
+  int64_t capacity = 0;     // tokens
+  int64_t blocks_done = 0;  // QSA block keys computed
+  int64_t first_in_window = -1;
+};
+
+struct PleMirror {
+  DeviceBuffer history, next, before, normed;  // [(K-1)·dilation][S·H] x 3, [rows][S·H]
+  int64_t normed_capacity = 0, log_rows = 0;
+  bool recorded = false;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() {
+    if (!usable_device()) fail("cuda backend: no usable CUDA device ({})", describe_device());
+  }
+  ~CudaBackend() override {
+    // Pending work must finish before the buffers it uses go away.
+    cudaStreamSynchronize(stream_.get());
+  }
+
+  std::string_view name() const override { return "cuda"; }
+
+  Tensor alloc(DType type, int64_t max_rows, int64_t width) override {
+    if (max_rows < 1 || width < 1)
+      fail("cuda backend: alloc: expected max_rows >= 1 and width >= 1, found {} x {}", max_rows, width);
+    uint32_t id;
+    if (!free_ids_.empty()) {
+      id = free_ids_.back();
+      free_ids_.pop_back();
+    } else {
+      id = uint32_t(buffers_.size());
+      buffers_.emplace_back();
+    }
+    buffers_[id] = zeros(size_t(max_rows * width) * 4, s());
+    return Tensor{id, type, max_rows, width};
+  }
+
+  void release(Tensor t) override {
+    if (!t.valid() || t.id >= buffers_.size()) return;
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(s()));
+    buffers_[t.id] = DeviceBuffer();
+    free_ids_.push_back(t.id);
+  }
+
+  void read(Tensor t, int64_t first_row, int64_t n_rows, float* out) override {
+    const float* data = rows(t, first_row + n_rows, "read");
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(out, data + first_row * t.width, size_t(n_rows * t.width) * 4,
+                                      cudaMemcpyDeviceToHost, s()));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(s()));
+  }
+
+  void begin_window(ThreadPool&) override {
+    recorded_deltanet_.clear();
+    for (auto& [layer, kv] : kv_) kv.first_in_window = -1;
+    ple_.recorded = false;
+  }
+
+  void embed(const WeightMatrix& table, std::span<const int32_t> tokens, Tensor out) override {
+    const int64_t n_rows = int64_t(tokens.size());
+    float* y = rows(out, n_rows, "embed", table.n_in);
+    // Dequantized on the host (n_rows rows), then uploaded: the table can be the largest tensor
+    // of a small model and is read a few rows per window.
+    host_floats_.resize(size_t(n_rows * table.n_in));
+    for (int64_t t = 0; t < n_rows; ++t)
+      quant::dequantize_row(table.type, table.row(tokens[size_t(t)]), host_floats_.data() + t * table.n_in,
+                            table.n_in);
+    upload(y, host_floats_.data(), host_floats_.size() * 4);
+  }
+
+  void repeat(Tensor x, int n_copies, Tensor out, int64_t n_rows) override {
+    const float* src = rows(x, n_rows, "repeat");
+    float* dst = rows(out, n_rows, "repeat", x.width * n_copies);
+    if (n_rows == 0) return;
+    for (int c = 0; c < n_copies; ++c)
+      STRATA_CUDA_CHECK(cudaMemcpy2DAsync(dst + c * x.width, size_t(out.width) * 4, src, size_t(x.width) * 4,
+                                          size_t(x.width) * 4, size_t(n_rows), cudaMemcpyDeviceToDevice, s()));
+  }
+
+  void rms_norm(Tensor x, std::span<const float> weight, float eps, Tensor out, int64_t n_rows) override {
+    const int64_t width = int64_t(weight.size());
+    const float* src = rows(x, n_rows, "rms_norm", width);
+    float* dst = rows(out, n_rows, "rms_norm", width);
+    rms_norm_rows(src, vec(weight), n_rows, width, eps, dst, s());
+  }
+
+  void add(Tensor acc, Tensor y, int64_t n_rows) override {
+    float* a = rows(acc, n_rows, "add");
+    const float* b = rows(y, n_rows, "add", acc.width);
+    add_rows(a, b, n_rows * acc.width, s());
+  }
+
+  void matmul(const WeightMatrix& w, Tensor x, int64_t first_row, int64_t n_rows, Tensor y) override {
+    const float* src = rows(x, first_row + n_rows, "matmul", w.n_in);
+    float* dst = rows(y, n_rows, "matmul", w.n_out);
+    scratch_.reset();
+    mm(w, src + first_row * w.n_in, n_rows, dst);
+  }
+
+  void argmax(Tensor x, int64_t n_rows, Tensor ids) override {
+    const float* src = rows(x, n_rows, "argmax");
+    float* dst = rows(ids, n_rows, "argmax", 1);
+    argmax_rows(src, n_rows, x.width, reinterpret_cast<int32_t*>(dst), s());
+  }
+
+  void hyper_connection_in(const HyperConnectionWeights& w, int n_streams, float eps, Tensor X, Tensor x,
+                           Tensor inject, int64_t n_rows) override {
+    const float* Xd = rows(X, n_rows, "hyper_connection_in");
+    const int64_t n_embd = X.width / n_streams, width = X.width, rank = w.down.n_out;
+    float* xd = rows(x, n_rows, "hyper_connection_in", n_embd);
+    float* inj = inject.valid() ? rows(inject, n_rows, "hyper_connection_in", n_streams) : nullptr;
+    const float inv_streams = 1.0f / float(n_streams);
+    scratch_.reset();
+    float* normed = scratch_.floats(n_rows * width);
+    rms_norm_grouped_rows(Xd, vec(w.norm), n_rows, n_streams, n_embd, eps, normed, s());
+    float* mix = scratch_.floats(n_rows * rank);
+    mm(w.down, normed, n_rows, mix);
+    hc_scaled_silu(mix, n_rows * rank, inv_streams, s());
+    float* gates = scratch_.floats(n_rows * width);
+    mm(w.up, mix, n_rows, gates);
+    hc_combine(gates, normed, n_rows, n_streams, n_embd, inv_streams, xd, s());
+    if (w.has_inject() && inj) {
+      mm(w.inject, normed, n_rows, inj);
+      hc_inject(inj, n_rows * n_streams, inv_streams, s());
+    }
+  }
+
+  void hyper_connection_out(int n_streams, Tensor y, Tensor inject, Tensor X, int64_t n_rows) override {
+    float* Xd = rows(X, n_rows, "hyper_connection_out");
+    const int64_t n_embd = X.width / n_streams;
+    const float* yd = rows(y, n_rows, "hyper_connection_out", n_embd);
+    const float* inj = rows(inject, n_rows, "hyper_connection_out", n_streams);
+    hc_out(yd, inj, n_rows, n_streams, n_embd, Xd, s());
+  }
+
+  void gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w, GatedDeltaNetState&, int layer, Tensor x,
+                      Tensor y, int64_t n_rows, bool record_window) override;
+  void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer, Tensor x, Tensor y,
+                 int64_t n_rows) override;
+  void ple(const HParams& hp, const PleWeights& w, PleState& state, PleRowReader& reader, Tensor X, int64_t n_rows,
+           bool record_window) override;
+  void moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x, Tensor y,
+           int64_t n_rows, const MoeWeights* next_router) override;
+  bool rollback_window(int64_t keep_rows) override;
+
+ private:
+  cudaStream_t s() const { return stream_.get(); }
+
+  float* rows(Tensor t, int64_t n_rows, const char* op, int64_t width = -1) {
+    if (!t.valid() || t.id >= buffers_.size() || !buffers_[t.id].data())
+      fail("cuda backend: {}: invalid tensor handle", op);
+    if (n_rows < 0 || n_rows > t.max_rows)
+      fail("cuda backend: {}: {} rows asked of a tensor of {} rows", op, n_rows, t.max_rows);
+    if (width >= 0 && width != t.width)
+      fail("cuda backend: {}: expected a tensor of width {}, found {}", op, width, t.width);
+    return buffers_[t.id].as<float>();
+  }
+
+  // Pageable host → device: returns once the source has been staged, so it may be reused.
+  void upload(void* dst, const void* src, size_t bytes) {
+    if (bytes > 0) STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s()));
+  }
+  int32_t* upload_ints(const std::vector<int32_t>& values) {
+    int32_t* d = scratch_.ints(int64_t(values.size()));
+    upload(d, values.data(), values.size() * 4);
+    return d;
+  }
+
+  // The device copy of a weight view (uploaded the first time it is seen).
+  DeviceMatrix matrix(const WeightMatrix& w) {
+    if (!w.data) fail("cuda backend: a weight matrix {} x {} has no data", w.n_out, w.n_in);
+    const size_t bytes = size_t(w.n_out) * w.row_stride_bytes;
+    auto it = weights_.find(w.data);
+    if (it == weights_.end() || it->second.bytes() < bytes) {  // new, or a longer view of the same bytes
+      DeviceBuffer b(bytes);
+      b.upload(w.data, bytes);
+      it = weights_.insert_or_assign(w.data, std::move(b)).first;
+    }
+    return DeviceMatrix{w.type, w.n_in, w.n_out, it->second.data(), w.row_stride_bytes};
+  }
+  const float* vec(std::span<const float> v) {
+    if (v.empty()) return nullptr;
+    auto it = weights_.find(v.data());
+    if (it == weights_.end() || it->second.bytes() < v.size_bytes()) {
+      DeviceBuffer b(v.size_bytes());
+      b.upload(v.data(), v.size_bytes());
+      it = weights_.insert_or_assign(v.data(), std::move(b)).first;
+    }
+    return it->second.as<float>();
+  }
+
+  // y = W·x for n_rows rows (activation scratch from the op arena).
+  void mm(const WeightMatrix& w, const float* x, int64_t n_rows, float* y) {
+    if (n_rows == 0) return;
+    const DeviceMatrix dm = matrix(w);
+    const ActivationLayout layout = activation_layout(w.type, w.n_in, n_rows);
+    void* act = scratch_.take(layout.total_bytes);
+    cuda::matmul(dm, x, n_rows, y, act, s());
+  }
+
+  const int32_t* positions(int64_t first, int64_t n, int64_t step = 1) {
+    host_ints_.resize(size_t(n));
+    for (int64_t t = 0; t < n; ++t) host_ints_[size_t(t)] = int32_t((first + t) * step);
+    return upload_ints(host_ints_);
+  }
+
+  LayerExperts& layer_experts(const HParams& hp, ExpertSource& source, int layer);
+  KvMirror& kv_mirror(const HParams& hp, const AttentionWeights& w, int layer, int64_t n_tokens);
+
+  Stream stream_;
+  std::vector<DeviceBuffer> buffers_;
+  std::vector<uint32_t> free_ids_;
+  DeviceArena scratch_;
+  std::unordered_map<const void*, DeviceBuffer> weights_;
+  std::unordered_map<int, LayerExperts> experts_;
+  std::unordered_map<int, DeltaNetMirror> deltanet_;
+  std::unordered_map<int, KvMirror> kv_;
+  PleMirror ple_;
+  const HParams* hp_ = nullptr;  // the model's, for rollback
+  std::vector<int> recorded_deltanet_;
+  // Expert launch tables: pair i = (row i / k, its j-th expert); row_of_pair[i] = i / k, identity[i] = i.
+  DeviceBuffer row_of_pair_, identity_, ones_;
+  int64_t pair_capacity_ = 0;
+  int pair_k_ = 0;
+  std::vector<float> host_floats_;
+  std::vector<int32_t> host_ints_;
+  std::vector<float> host_scores_, row_scores_;
+  std::vector<int64_t> top_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Gated DeltaNet
+
+void CudaBackend::gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w, GatedDeltaNetState&, int layer,
+                                 Tensor x, Tensor y, int64_t n_rows, bool record_window) {
+  const float* xd = rows(x, n_rows, "gated_deltanet");
+  float* yd = rows(y, n_rows, "gated_deltanet", x.width);
+  hp_ = &hp;
+  scratch_.reset();
+  const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
+  const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim(), kernel = hp.ssm_conv_kernel;
+  const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim(), conv_dim = hp.ssm_conv_dim();
+  const size_t conv_bytes = size_t((kernel - 1) * conv_dim) * 4, ssm_bytes = size_t(nv) * dk * dv * 4;
+  DeltaNetMirror& m = deltanet_[layer];
+  if (!m.ssm.data()) {
+    m.conv = zeros(conv_bytes, s());
+    m.ssm = zeros(ssm_bytes, s());
+  }
+
+  float* mixed = scratch_.floats(n_rows * conv_dim);
+  float* z = scratch_.floats(n_rows * value_dim);
+  float* beta_raw = scratch_.floats(n_rows * nv);
+  float* alpha_raw = scratch_.floats(n_rows * nv);
+  mm(w.qkv, xd, n_rows, mixed);
+  mm(w.z, xd, n_rows, z);
+  if (w.fused_beta_alpha()) {
+    float* ba = scratch_.floats(n_rows * 2 * nv);
+    mm(w.beta_alpha, xd, n_rows, ba);
+    split_beta_alpha(ba, n_rows, nk, nv / nk, beta_raw, alpha_raw, s());
+  } else {
+    mm(w.beta, xd, n_rows, beta_raw);
+    mm(w.alpha, xd, n_rows, alpha_raw);
+  }
+
+  float *q, *k, *v, *beta, *decay;
+  if (record_window) {
+    if (m.log_capacity < n_rows) {
+      m.log_capacity = n_rows;
+      m.ssm_before = DeviceBuffer(ssm_bytes);
+      m.conv_before = DeviceBuffer(std::max<size_t>(conv_bytes, 4));
+      m.conv_inputs = DeviceBuffer(size_t(n_rows * conv_dim) * 4);
+      m.q = DeviceBuffer(size_t(n_rows * key_dim) * 4);
+      m.k = DeviceBuffer(size_t(n_rows * key_dim) * 4);
+      m.v = DeviceBuffer(size_t(n_rows * value_dim) * 4);
+      m.beta = DeviceBuffer(size_t(n_rows * nv) * 4);
+      m.decay = DeviceBuffer(size_t(n_rows * nv) * 4);
+    }
+    copy_d2d(m.ssm_before.data(), m.ssm.data(), ssm_bytes, s());
+    copy_d2d(m.conv_before.data(), m.conv.data(), conv_bytes, s());
+    copy_d2d(m.conv_inputs.data(), mixed, size_t(n_rows * conv_dim) * 4, s());
+    m.log_rows = n_rows;
+    recorded_deltanet_.push_back(layer);
+    q = m.q.as<float>(), k = m.k.as<float>(), v = m.v.as<float>();
+    beta = m.beta.as<float>(), decay = m.decay.as<float>();
+  } else {
+    q = scratch_.floats(n_rows * key_dim), k = scratch_.floats(n_rows * key_dim);
+    v = scratch_.floats(n_rows * value_dim);
+    beta = scratch_.floats(n_rows * nv), decay = scratch_.floats(n_rows * nv);
+  }
+  float* conv_out = scratch_.floats(n_rows * conv_dim);
+  deltanet_conv_silu(mixed, n_rows, conv_dim, vec(w.conv), kernel, m.conv.as<float>(), conv_out, s());
+  deltanet_prepare(conv_out, beta_raw, alpha_raw, vec(w.a), vec(w.dt_bias), n_rows, nk, nv, dk, dv, q, k, v, beta,
+                   decay, s());
+  float* core = scratch_.floats(n_rows * value_dim);
+  delta_rule_recurrent(q, k, v, beta, decay, n_rows, nk, nv, dk, dv, hp.ssm_v_heads_tiled, m.ssm.as<float>(), core,
+                       s());
+  rms_norm_rows(core, vec(w.norm), n_rows * nv, dv, hp.rms_eps, core, s());
+  gate_rows(core, z, n_rows * value_dim, hp.ssm_gate_sigmoid, s());
+  mm(w.out, core, n_rows, yd);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention (plain, gated, QSA)
+
+KvMirror& CudaBackend::kv_mirror(const HParams& hp, const AttentionWeights& w, int layer, int64_t n_tokens) {
+  KvMirror& kv = kv_[layer];
+  if (kv.capacity >= n_tokens) return kv;
+  const int64_t kv_dim = hp.kv_dim(), di = hp.indexer_head_dim;
+  const int64_t capacity = std::max<int64_t>({n_tokens, 2 * kv.capacity, 256});
+  const size_t keep_tokens = size_t(kv.capacity);
+  grow(kv.k, size_t(capacity * kv_dim) * 4, keep_tokens * kv_dim * 4, s());
+  grow(kv.v, size_t(capacity * kv_dim) * 4, keep_tokens * kv_dim * 4, s());
+  if (w.sparse()) {
+    grow(kv.index_raw, size_t(capacity * di) * 4, keep_tokens * di * 4, s());
+    grow(kv.block_keys, size_t(capacity / w.compress_ratio + 1) * di * 4,
+         size_t(kv.blocks_done * di) * 4, s());
+  }
+  kv.capacity = capacity;
+  return kv;
+}
+
+void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer, Tensor x,
+                            Tensor y, int64_t n_rows) {
+  const float* xd = rows(x, n_rows, "attention");
+  float* yd = rows(y, n_rows, "attention", x.width);
+  hp_ = &hp;
+  scratch_.reset();
+  const int hd = hp.head_dim, n_head = hp.n_head, n_head_kv = hp.n_head_kv;
+  const int64_t q_row = int64_t(n_head) * hd * (w.gated ? 2 : 1), kv_dim = hp.kv_dim();
+  const int64_t first = cache.n_tokens;
+  if (first + n_rows > kMaxAttentionTokens)
+    fail("cuda backend: attention: {} tokens exceed the CUDA attention's limit of {} for now", first + n_rows,
+         kMaxAttentionTokens);
+  KvMirror& kv = kv_mirror(hp, w, layer, first + n_rows);
+  if (kv.first_in_window < 0) kv.first_in_window = first;
+
+  float* q = scratch_.floats(n_rows * q_row);
+  float* k = scratch_.floats(n_rows * kv_dim);
+  float* v = scratch_.floats(n_rows * kv_dim);
+  mm(w.q, xd, n_rows, q);
+  mm(w.k, xd, n_rows, k);
+  mm(w.v, xd, n_rows, v);
+  const int32_t* pos = positions(first, n_rows);
+  const int q_stride = w.gated ? 2 * hd : hd;
+  if (!w.q_norm.empty()) rms_norm_strided(q, vec(w.q_norm), n_rows * n_head, hd, q_stride, hp.rms_eps, q, s());
+  rope_neox_strided(q, n_rows, q_row, n_head, q_stride, hd, hp.n_rot, pos, hp.rope_theta, s());
+  if (!w.k_norm.empty()) rms_norm_strided(k, vec(w.k_norm), n_rows * n_head_kv, hd, hd, hp.rms_eps, k, s());
+  rope_neox_rows(k, n_rows, n_head_kv, hd, hp.n_rot, pos, hp.rope_theta, s());
+  kv_append(k, v, n_rows, kv_dim, first, kv.k.as<float>(), kv.v.as<float>(), s());
+
+  const int32_t* token_lists = nullptr;
+  const int32_t* token_counts = nullptr;
+  int max_tokens = 0;
+  if (w.sparse()) {
+    const int di = hp.indexer_head_dim, n_idx = hp.indexer_n_head, ratio = w.compress_ratio;
+    float* index_q = scratch_.floats(n_rows * n_idx * di);
+    float* raw = scratch_.floats(n_rows * di);
+    mm(w.index_q, xd, n_rows, index_q);
+    mm(w.index_k, xd, n_rows, raw);
+    rms_norm_strided(index_q, vec(w.index_q_norm), n_rows * n_idx, di, di, hp.rms_eps, index_q, s());
+    rope_neox_rows(index_q, n_rows, n_idx, di, hp.n_rot, pos, hp.rope_theta, s());
+    copy_d2d(kv.index_raw.as<float>() + first * di, raw, size_t(n_rows * di) * 4, s());
+    // Blocks completed by this window: κ_b = RoPE_{ratio·b}(N1p(mean of the block's raw keys)).
+    const int64_t total_blocks = (first + n_rows) / ratio;
+    const int64_t new_blocks = total_blocks - kv.blocks_done;
+    if (new_blocks > 0) {
+      float* keys = kv.block_keys.as<float>() + kv.blocks_done * di;
+      qsa_block_means(kv.index_raw.as<float>(), kv.blocks_done, new_blocks, ratio, di, keys, s());
+      rms_norm_strided(keys, vec(w.index_k_norm), new_blocks, di, di, hp.rms_eps, keys, s());
+      rope_neox_rows(keys, new_blocks, 1, di, hp.n_rot, positions(kv.blocks_done, new_blocks, ratio), hp.rope_theta,
+                     s());
+      kv.blocks_done = total_blocks;
+    }
+    // The last row has the most blocks: when it is within budget, every row attends densely.
+    const int64_t budget_blocks = hp.indexer_top_k / ratio;
+    if (total_blocks > budget_blocks) {
+      float* scores = scratch_.floats(n_rows * total_blocks);
+      const float scale = 1.0f / std::sqrt(float(di));
+      qsa_block_scores(index_q, n_rows, n_idx, di, kv.block_keys.as<float>(), first, ratio, total_blocks, scale,
+                       scores, s());
+      host_scores_.resize(size_t(n_rows * total_blocks));
+      STRATA_CUDA_CHECK(cudaMemcpyAsync(host_scores_.data(), scores, host_scores_.size() * 4,
+                                        cudaMemcpyDeviceToHost, s()));
+      STRATA_CUDA_CHECK(cudaStreamSynchronize(s()));
+      // Token lists as the CPU's select_tokens builds them (ascending positions).
+      std::vector<int32_t> counts(static_cast<size_t>(n_rows));
+      std::vector<std::vector<int32_t>> lists(static_cast<size_t>(n_rows));
+      for (int64_t t = 0; t < n_rows; ++t) {
+        const int64_t pos_t = first + t, n_visible = pos_t + 1, n_blocks = n_visible / ratio;
+        std::vector<int32_t>& list = lists[size_t(t)];
+        if (n_blocks <= budget_blocks) {
+          for (int64_t i = 0; i < n_visible; ++i) list.push_back(int32_t(i));
+        } else {
+          row_scores_.assign(host_scores_.begin() + t * total_blocks,
+                             host_scores_.begin() + t * total_blocks + n_blocks);
+          torch_cpu_top_k_set(row_scores_, budget_blocks, top_);
+          std::vector<char> selected(static_cast<size_t>(n_blocks), 0);
+          for (int64_t b : top_) selected[size_t(b)] = 1;
+          for (int64_t b = 0; b < n_blocks; ++b)
+            if (selected[size_t(b)])
+              for (int64_t i = b * ratio; i < (b + 1) * ratio; ++i) list.push_back(int32_t(i));
+          for (int64_t i = n_blocks * ratio; i < n_visible; ++i) list.push_back(int32_t(i));
+        }
+        counts[size_t(t)] = int32_t(list.size());
+        max_tokens = std::max(max_tokens, int(list.size()));
+      }
+      host_ints_.assign(size_t(n_rows) * size_t(max_tokens), 0);
+      for (int64_t t = 0; t < n_rows; ++t)
+        std::copy(lists[size_t(t)].begin(), lists[size_t(t)].end(), host_ints_.begin() + t * max_tokens);
+      token_lists = upload_ints(host_ints_);
+      token_counts = upload_ints(counts);
+    }
+  }
+
+  float* attn = scratch_.floats(n_rows * n_head * hd);
+  const AttentionShape shape{n_head, n_head_kv, hd, w.gated, q_row, kv_dim};
+  attention_rows(shape, q, n_rows, kv.k.as<float>(), kv.v.as<float>(), first, token_lists, token_counts, max_tokens,
+                 attn, s());
+  mm(w.o, attn, n_rows, yd);
+  cache.n_tokens += n_rows;
+}
+
+// ---------------------------------------------------------------------------------------------
+// PLE
+
+void CudaBackend::ple(const HParams& hp, const PleWeights& w, PleState& state, PleRowReader& reader, Tensor X,
+                      int64_t n_rows, bool record_window) {
+  float* Xd = rows(X, n_rows, "ple");
+  hp_ = &hp;
+  scratch_.reset();
+  const int S = hp.hc_count, kernel = hp.ple_conv_kernel, dilation = hp.ple_ngram_size;
+  const int64_t H = hp.n_embd, width = S * H, history_steps = int64_t(kernel - 1) * dilation;
+  const size_t history_bytes = size_t(std::max<int64_t>(history_steps, 1) * width) * 4;
+  if (!ple_.history.data()) {
+    ple_.history = zeros(history_bytes, s());
+    ple_.next = zeros(history_bytes, s());
+    ple_.before = zeros(history_bytes, s());
+  }
+  const std::vector<float>& embeddings = reader.collect();
+  const int64_t e_width = int64_t(embeddings.size()) / std::max<int64_t>(n_rows, 1);
+  float* E = scratch_.floats(n_rows * e_width);
+  upload(E, embeddings.data(), size_t(n_rows * e_width) * 4);
+
+  float* keys = scratch_.floats(n_rows * width);
+  float* values = scratch_.floats(n_rows * H);
+  mm(w.key, E, n_rows, keys);
+  mm(w.value, E, n_rows, values);
+  rms_norm_grouped_rows(keys, vec(w.norm_key), n_rows, S, H, hp.rms_eps, keys, s());
+  float* query = scratch_.floats(n_rows * width);
+  rms_norm_grouped_rows(Xd, vec(w.norm_query), n_rows, S, H, hp.rms_eps, query, s());
+  float* gated = scratch_.floats(n_rows * width);
+  ple_gate(keys, query, values, n_rows, S, H, gated, s());
+  float* normed;
+  if (record_window) {
+    if (ple_.normed_capacity < n_rows) {
+      ple_.normed = DeviceBuffer(size_t(n_rows * width) * 4);
+      ple_.normed_capacity = n_rows;
+    }
+    normed = ple_.normed.as<float>();
+  } else {
+    normed = scratch_.floats(n_rows * width);
+  }
+  rms_norm_grouped_rows(gated, vec(w.norm_conv), n_rows, S, H, hp.rms_eps, normed, s());
+  ple_conv(normed, ple_.history.as<float>(), vec(w.conv), gated, n_rows, width, kernel, dilation, Xd, s());
+  history_tail(ple_.history.as<float>(), normed, n_rows, history_steps, width, ple_.next.as<float>(), s());
+  PleWindowLog& log = state.window_log;
+  log.valid = false;
+  if (record_window) {
+    std::swap(ple_.before, ple_.history);  // the log keeps the history from before the window
+    ple_.log_rows = n_rows;
+    ple_.recorded = true;
+    log.valid = true;
+    log.context_before = state.context;
+    log.n_rows = n_rows;
+  }
+  std::swap(ple_.history, ple_.next);
+}
+
+// ---------------------------------------------------------------------------------------------
+// MoE
+
+LayerExperts& CudaBackend::layer_experts(const HParams& hp, ExpertSource& source, int layer) {
+  auto it = experts_.find(layer);
+  if (it != experts_.end()) return it->second;
+  const int n_expert = hp.n_expert;
+  std::vector<int32_t> all(static_cast<size_t>(n_expert));
+  std::iota(all.begin(), all.end(), 0);
+  source.begin_layer(layer, all);
+  LayerExperts le;
+  std::vector<char> seen(static_cast<size_t>(n_expert), 0);
+  int index = -1, handed = 0;
+  ExpertMatrices m;
+  size_t gate_bytes = 0, up_bytes = 0, down_bytes = 0;
+  while (source.next(index, m)) {
+    if (index < 0 || index >= n_expert || seen[size_t(index)])
+      fail("cuda backend: layer {}: the expert source handed out index {} (of {}) twice or out of range", layer,
+           index, n_expert);
+    seen[size_t(index)] = 1;
+    if (handed == 0) {
+      gate_bytes = size_t(m.gate.n_out) * m.gate.row_stride_bytes;
+      up_bytes = size_t(m.up.n_out) * m.up.row_stride_bytes;
+      down_bytes = size_t(m.down.n_out) * m.down.row_stride_bytes;
+      const size_t up_offset = align_up(gate_bytes, 16), down_offset = up_offset + align_up(up_bytes, 16);
+      const size_t slot = align_up(down_offset + down_bytes, 256);
+      le.gate = {m.gate.type, m.gate.n_in, m.gate.n_out, 0, m.gate.row_stride_bytes};
+      le.up = {m.up.type, m.up.n_in, m.up.n_out, up_offset, m.up.row_stride_bytes};
+      le.down = {m.down.type, m.down.n_in, m.down.n_out, down_offset, m.down.row_stride_bytes};
+      le.arena = DeviceBuffer(slot * size_t(n_expert));
+      le.view.slot_bytes = slot;
+    }
+    uint8_t* dst = le.arena.as<uint8_t>() + size_t(index) * le.view.slot_bytes;
+    STRATA_CUDA_CHECK(cudaMemcpy(dst, m.gate.data, gate_bytes, cudaMemcpyHostToDevice));
+    STRATA_CUDA_CHECK(cudaMemcpy(dst + le.up.matrix_offset, m.up.data, up_bytes, cudaMemcpyHostToDevice));
+    STRATA_CUDA_CHECK(cudaMemcpy(dst + le.down.matrix_offset, m.down.data, down_bytes, cudaMemcpyHostToDevice));
+    ++handed;
+  }
+  if (handed != n_expert)
+    fail("cuda backend: layer {}: the expert source handed out {} of {} experts", layer, handed, n_expert);
+  std::vector<uint32_t> identity(static_cast<size_t>(n_expert));
+  std::iota(identity.begin(), identity.end(), 0u);
+  le.smap = DeviceBuffer(identity.size() * 4);
+  le.smap.upload(identity.data(), identity.size() * 4);
+  le.view.base = le.arena.as<uint8_t>();
+  le.view.smap = le.smap.as<uint32_t>();
+  le.view.n_expert = n_expert;
+  return experts_.emplace(layer, std::move(le)).first->second;
+}
+
+void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x, Tensor y,
+                      int64_t n_rows, const MoeWeights*) {
+  const float* xd = rows(x, n_rows, "moe");
+  float* yd = rows(y, n_rows, "moe", x.width);
+  const int k = hp.n_expert_used, n_expert = hp.n_expert;
+  const int64_t H = hp.n_embd, pairs = n_rows * k;
+  LayerExperts& le = layer_experts(hp, experts, layer);
+  scratch_.reset();
+  if (pair_capacity_ < pairs || pair_k_ != k) {
+    // Launch tables for up to `pairs` (row, expert) entries: entry i reads row i / k (gate, up)
+    // or row i (down, whose inputs are the pairs themselves), one row per entry.
+    const int64_t capacity = std::max<int64_t>(pairs, 64 * k);
+    std::vector<int32_t> row_of_pair(static_cast<size_t>(capacity)), identity(static_cast<size_t>(capacity)),
+        ones(static_cast<size_t>(capacity), 1);
+    for (int64_t i = 0; i < capacity; ++i) {
+      row_of_pair[size_t(i)] = int32_t(i / k);
+      identity[size_t(i)] = int32_t(i);
+    }
+    row_of_pair_ = DeviceBuffer(size_t(capacity) * 4);
+    identity_ = DeviceBuffer(size_t(capacity) * 4);
+    ones_ = DeviceBuffer(size_t(capacity) * 4);
+    row_of_pair_.upload(row_of_pair.data(), size_t(capacity) * 4);
+    identity_.upload(identity.data(), size_t(capacity) * 4);
+    ones_.upload(ones.data(), size_t(capacity) * 4);
+    pair_capacity_ = capacity;
+    pair_k_ = k;
+  }
+  float* logits = scratch_.floats(n_rows * n_expert);
+  mm(w.router, xd, n_rows, logits);
+  int32_t* ids = scratch_.ints(pairs);
+  float* weights = scratch_.floats(pairs);
+  route_top_k(logits, n_rows, n_expert, k, ids, weights, s());
+
+  const int64_t n_ff = le.gate.n_out;
+  const ActivationLayout in_gate = activation_layout(le.gate.type, H, n_rows);
+  void* act_gate = scratch_.take(in_gate.total_bytes);
+  quantize_activations(in_gate, xd, act_gate, s());
+  ActivationLayout in_up = in_gate;
+  void* act_up = act_gate;
+  if (le.up.type != le.gate.type) {
+    in_up = activation_layout(le.up.type, H, n_rows);
+    act_up = scratch_.take(in_up.total_bytes);
+    quantize_activations(in_up, xd, act_up, s());
+  }
+  float* g = scratch_.floats(pairs * n_ff);
+  float* u = scratch_.floats(pairs * n_ff);
+  const int32_t* by_pair = row_of_pair_.as<int32_t>();
+  const int32_t* ones = ones_.as<int32_t>();
+  expert_matmul_quantized(le.view, 0, le.gate, ids, int(pairs), by_pair, ones, 1, in_gate, act_gate, g, s());
+  expert_matmul_quantized(le.view, 0, le.up, ids, int(pairs), by_pair, ones, 1, in_up, act_up, u, s());
+  silu_mul(g, u, pairs * n_ff, g, s());
+  const ActivationLayout in_down = activation_layout(le.down.type, n_ff, pairs);
+  void* act_down = scratch_.take(in_down.total_bytes);
+  quantize_activations(in_down, g, act_down, s());
+  float* out = scratch_.floats(pairs * H);
+  expert_matmul_quantized(le.view, 0, le.down, ids, int(pairs), identity_.as<int32_t>(), ones, 1, in_down, act_down,
+                          out, s());
+
+  float* shared = nullptr;
+  float* gate_logit = nullptr;
+  if (w.has_shared()) {
+    const int64_t n_sh = w.shared_gate.n_out;
+    float* sg = scratch_.floats(n_rows * n_sh);
+    float* su = scratch_.floats(n_rows * n_sh);
+    mm(w.shared_gate, xd, n_rows, sg);
+    mm(w.shared_up, xd, n_rows, su);
+    silu_mul(sg, su, n_rows * n_sh, sg, s());
+    shared = scratch_.floats(n_rows * H);
+    mm(w.shared_down, sg, n_rows, shared);
+    gate_logit = scratch_.floats(n_rows);
+    mm(WeightMatrix::dense(GgmlType::F32, H, 1, w.shared_gate_inp.data()), xd, n_rows, gate_logit);
+  }
+  moe_combine(out, weights, n_rows, k, H, shared, gate_logit, yd, s());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rollback
+
+bool CudaBackend::rollback_window(int64_t keep_rows) {
+  if (!hp_) return true;  // nothing ran yet
+  const HParams& hp = *hp_;
+  for (const int layer : recorded_deltanet_) {
+    DeltaNetMirror& m = deltanet_.at(layer);
+    if (keep_rows < 0 || keep_rows > m.log_rows)
+      fail("cuda backend: rollback: cannot keep {} rows of a {}-row window", keep_rows, m.log_rows);
+    if (keep_rows == m.log_rows) continue;
+    const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
+    const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim();
+    const int64_t conv_dim = hp.ssm_conv_dim();
+    history_tail(m.conv_before.as<float>(), m.conv_inputs.as<float>(), keep_rows, hp.ssm_conv_kernel - 1, conv_dim,
+                 m.conv.as<float>(), s());
+    copy_d2d(m.ssm.data(), m.ssm_before.data(), size_t(nv) * dk * dv * 4, s());
+    if (keep_rows > 0)
+      delta_rule_recurrent(m.q.as<float>(), m.k.as<float>(), m.v.as<float>(), m.beta.as<float>(),
+                           m.decay.as<float>(), keep_rows, nk, nv, dk, dv, hp.ssm_v_heads_tiled, m.ssm.as<float>(),
+                           nullptr, s());
+  }
+  recorded_deltanet_.clear();
+  for (auto& [layer, kv] : kv_) {
+    if (kv.first_in_window < 0) continue;
+    const int ratio = hp.compress_ratios.empty() ? 0 : hp.compress_ratios[size_t(layer)];
+    if (ratio > 0) kv.blocks_done = std::min(kv.blocks_done, (kv.first_in_window + keep_rows) / ratio);
+    kv.first_in_window = -1;
+  }
+  if (ple_.recorded && keep_rows < ple_.log_rows) {
+    const int64_t width = int64_t(hp.hc_count) * hp.n_embd;
+    const int64_t history_steps = int64_t(hp.ple_conv_kernel - 1) * hp.ple_ngram_size;
+    history_tail(ple_.before.as<float>(), ple_.normed.as<float>(), keep_rows, history_steps, width,
+                 ple_.history.as<float>(), s());
+  }
+  ple_.recorded = false;
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+void register_cuda_backend() {
+  register_backend(BackendEntry{"cuda", [] { return usable_device(); }, [] { return describe_device(); },
+                                [] { return make_cuda_backend(); }});
+}
+
+}  // namespace strata::compute::cuda

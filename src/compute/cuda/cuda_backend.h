@@ -1,0 +1,43 @@
+// CudaBackend — the Backend of compute/backend.h on one CUDA device, eager: each op is a few
+// kernel launches on one stream, in the order the forward calls them; nothing returns to the host
+// inside a window except QSA's block selection (below) and `read`.
+//
+// What lives where
+// - Window tensors, per-op scratch (a bump arena reset at every op), the uploaded weights (keyed
+//   by the host address of the GGUF view, uploaded on first use) and the sequence's states are
+//   device memory. The states are keyed by layer: this backend keeps layer l's KV cache, DeltaNet
+//   conv + recurrent state and the PLE conv history; the host structs keep only the bookkeeping
+//   (KvCache::n_tokens, the PLE n-gram context). One backend = one sequence (ModelState owns it).
+// - Routed experts: all of a layer's experts are fetched once through the ExpertSource (a
+//   begin_layer with every id) into a device arena of slots [gate | up | down] with an identity
+//   slot map, the first time the layer runs (issue 15: all experts in VRAM; GPU tiers under a
+//   budget are the GPU-window issue's). Each (row, expert) pair is one entry of one grouped
+//   launch, so a row's result never depends on the other rows.
+// - QSA: block keys and block scores run on the device; when a row has more complete blocks
+//   than its budget, the scores come back to the host, which picks the blocks with the CPU's
+//   torch tie rule (layers/attention.h torch_cpu_top_k_set) and uploads the token lists. Short
+//   contexts (every row within budget) stay on the device.
+// - The MTP head runs on the host (Model::mtp_forward) on the trunk rows read back by the model.
+//
+// Exactness (tests/cuda/backend_test.cpp): rows are independent, and every reduction's order is
+// fixed by widths, so a row's logits are bitwise the same in a T = 1 and a T = k window and run
+// to run; against the CPU backend within the per-op tolerances of docs/bench-cuda.md.
+// Speculative rollback: recorded windows keep a snapshot of each DeltaNet state and the
+// window's delta-rule inputs on the device; rollback restores and replays the kept rows, the
+// same kernels in the same order, so it is bitwise the state a plain run of the kept rows gives.
+//
+// Errors: strata::Error naming the op and the sizes (CUDA errors: the call, file:line, CUDA's text).
+#pragma once
+
+#include <memory>
+
+#include "compute/backend.h"
+
+namespace strata::compute::cuda {
+
+// A CUDA backend on device 0. Throws when no device is usable.
+std::unique_ptr<Backend> make_cuda_backend();
+// Registers "cuda" in compute/backend_registry.h (idempotent).
+void register_cuda_backend();
+
+}  // namespace strata::compute::cuda
