@@ -13,7 +13,7 @@ std::vector<BackendEntry>& entries() {
   static std::vector<BackendEntry> list = [] {
     std::vector<BackendEntry> initial;
     initial.push_back(BackendEntry{"cpu", [] { return true; }, [] { return std::string("host CPU"); },
-                                   [] { return std::make_unique<CpuBackend>(); }});
+                                   [](BackendShared&) { return std::make_unique<CpuBackend>(); }});
     return initial;
   }();
   return list;
@@ -58,10 +58,10 @@ std::string resolve_backend(std::string_view requested) {
   return e->name;
 }
 
-std::unique_ptr<Backend> make_backend(std::string_view name) {
+std::unique_ptr<Backend> make_backend(std::string_view name, BackendShared& shared) {
   const BackendEntry* e = find(name);
   if (!e) fail("no backend named '{}' (this build has: {})", name, fmt::join(backend_names(), ", "));
-  return e->make();
+  return e->make(shared);
 }
 
 }  // namespace strata::compute

@@ -11,7 +11,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,18 +22,27 @@
 
 namespace strata::compute {
 
+// What the backends of one model share (its uploaded weights, on a GPU): one per Model, kept as
+// long as the model (Model::backend_shared), so that every sequence of a model (each serve
+// request, each Session::reset) reuses one device copy of the weights. Each backend keeps its own
+// entry, created on first use under `mutex`.
+struct BackendShared {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<void>> by_backend;
+};
+
 struct BackendEntry {
   std::string name;
   std::function<bool()> usable;                   // a device is present and works
   std::function<std::string()> describe;          // "NVIDIA H200 (sm_90, ...)" or why not usable
-  std::function<std::unique_ptr<Backend>()> make;
+  std::function<std::unique_ptr<Backend>(BackendShared&)> make;
 };
 
 void register_backend(BackendEntry entry);
 std::vector<std::string> backend_names();
 // "cpu", a registered name, or "auto" → the name to use (see the contract).
 std::string resolve_backend(std::string_view requested);
-// A new backend of that (resolved) name.
-std::unique_ptr<Backend> make_backend(std::string_view name);
+// A new backend of that (resolved) name, sharing `shared` with the model's other backends.
+std::unique_ptr<Backend> make_backend(std::string_view name, BackendShared& shared);
 
 }  // namespace strata::compute

@@ -24,7 +24,7 @@ Session::Session(const Model& model, compute::ThreadPool& pool, ExpertSource* ex
       experts_(experts),
       backend_(std::move(backend)),
       reserved_tokens_(tokens_to_reserve(model.hparams())),
-      state_(model.new_state(reserved_tokens_, compute::make_backend(backend_))) {
+      state_(model.new_state(reserved_tokens_, compute::make_backend(backend_, model.backend_shared()))) {
   tokens_.reserve(size_t(reserved_tokens_));
 }
 
@@ -100,7 +100,7 @@ void Session::keep_rows(int64_t n_rows) {
 
 void Session::reset() {
   state_ = ModelState{};  // the old backend's device memory goes first
-  state_ = model_.new_state(reserved_tokens_, compute::make_backend(backend_));
+  state_ = model_.new_state(reserved_tokens_, compute::make_backend(backend_, model_.backend_shared()));
   tokens_.clear();
   logits_.clear();
 }

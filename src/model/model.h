@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "compute/backend.h"
+#include "compute/backend_registry.h"
 #include "compute/cpu/thread_pool.h"
 #include "compute/cpu/workspace.h"
 #include "experts/expert_source.h"
@@ -135,6 +136,9 @@ class Model {
 
   // The default expert source: views straight into the file mapping.
   ExpertSource& mapped_experts() const { return *mapped_experts_; }
+  // What the compute backends of this model's sequences share (a GPU's copy of the weights); lives
+  // as long as the model. compute::make_backend(name, model.backend_shared()).
+  compute::BackendShared& backend_shared() const { return *backend_shared_; }
 
  protected:
   Model(std::unique_ptr<GgufFile> file, HParams hp);
@@ -177,6 +181,7 @@ class Model {
   compute::WeightMatrix output_;
   std::vector<float> output_norm_;  // pre-norm archs
   std::unique_ptr<ExpertSource> mapped_experts_;
+  std::unique_ptr<compute::BackendShared> backend_shared_ = std::make_unique<compute::BackendShared>();
 };
 
 std::unique_ptr<Model> make_qwen4exp(std::unique_ptr<GgufFile> file, HParams hp);

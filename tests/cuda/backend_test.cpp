@@ -15,14 +15,17 @@
 // blocks), so results agree to f32 rounding, not bit for bit; the chain over a tiny model's layers
 // amplifies a few ulp into ~1e-6 of a logit. kHfTolerance = 1e-4 is the CPU's own bound against
 // transformers (tests/model/forward_fixture_test.cpp: 10x HF's own prefill-vs-decode spread), and
-// kCpuTolerance = 5e-5 half of it. On quantized models an activation that lands within rounding of
-// a quantization step boundary can round to the neighbouring int8 on one side, which moves that
-// block's dot by one step: logits then move by up to ~1e-2 (measured and printed below), hence
-// kQuantTolerance = 5e-2.
+// kCpuTolerance = 5e-5 half of it. On quantized models the activations are quantized to int8 per
+// block (bitwise as the CPU for the same floats), so an activation within f32 rounding of a
+// rounding boundary lands on the neighbouring step on one side: that block's dot moves by one
+// quantization step instead of an ulp, and the change propagates through the layers. Measured on
+// the H200 (printed below): up to ~1 % of the logit range on the trained default model, far less
+// on random synthetic ones; kQuantTolerance bounds it at 2 % of the range.
 // Near-tie rule: a greedy step may pick a different token only where the CPU's top-2 margin is
-// below 2·kQuantTolerance (both logits can move by kQuantTolerance); the comparison stops at the
-// first such step (the sequences legitimately diverge after it), and the test requires at least
-// 8 compared steps per model so that the rule cannot hide a real bug.
+// below 2·max|dlogit| of that step (both top logits moved by at most that much: the difference
+// is then explained by the logits); the comparison stops at the first such step (the sequences
+// legitimately diverge after it), and the test requires at least 8 compared steps per model so
+// the rule cannot hide a real bug.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -49,7 +52,7 @@ namespace {
 
 constexpr float kHfTolerance = 1e-4f;
 constexpr float kCpuTolerance = 5e-5f;
-constexpr float kQuantTolerance = 5e-2f;
+constexpr float kQuantTolerance = 2e-2f;  // of the CPU's logit range (max − min) at that step
 
 std::string fixture_dir(const std::string& name) { return std::string(STRATA_TEST_DATA_DIR) + "/models/" + name; }
 
@@ -124,7 +127,7 @@ TEST_P(CudaFixture, PrefillLogitsMatchTransformersAndCpu) {
     const std::vector<float> expected = test_support::read_f32_file(
         fixture_dir(GetParam()) + "/ref/prefill_logits_p" + std::to_string(p) + ".bin", ids.size() * size_t(vocab));
     ModelState cpu_state = model->new_state();
-    ModelState gpu_state = model->new_state(0, compute::make_backend("cuda"));
+    ModelState gpu_state = model->new_state(0, compute::make_backend("cuda", model->backend_shared()));
     std::vector<float> cpu, gpu;
     model->forward(pool, cpu_state, ids, LogitRows::All, cpu);
     model->forward(pool, gpu_state, ids, LogitRows::All, gpu);
@@ -212,20 +215,24 @@ TEST(CudaBackend, QuantizedGreedyTokensMatchCpu) {
     Session cpu(*model, pool, nullptr, "cpu"), gpu(*model, pool, nullptr, "cuda");
     cpu.prefill(prompt, 16);
     gpu.prefill(prompt, 16);
-    float worst = 0;
+    float worst = 0, worst_relative = 0;
     int compared = 0;
     const char* stopped = "";
     for (int step = 0; step < 32; ++step) {
       const std::vector<float>& a = cpu.logits();
       const std::vector<float>& b = gpu.logits();
-      worst = std::max(worst, max_abs_diff(a.data(), b.data(), a.size()));
-      ASSERT_LE(max_abs_diff(a.data(), b.data(), a.size()), kQuantTolerance) << qm.name << " step " << step;
+      const float diff = max_abs_diff(a.data(), b.data(), a.size());
+      const float range = *std::max_element(a.begin(), a.end()) - *std::min_element(a.begin(), a.end());
+      worst = std::max(worst, diff);
+      worst_relative = std::max(worst_relative, diff / range);
+      ASSERT_LE(diff, kQuantTolerance * range) << qm.name << " step " << step << " (logit range " << range << ")";
       const int32_t ta = argmax(a), tb = argmax(b);
       if (ta != tb) {
+        // Near-tie rule: both top logits moved by at most `diff`, so the argmax can differ only
+        // where the CPU's margin is below 2·diff.
         const float margin = top2_margin(a.data(), int64_t(a.size()));
-        ASSERT_LT(margin, 2 * kQuantTolerance)
-            << qm.name << " step " << step << ": tokens " << ta << " (cpu) and " << tb << " (cuda) with margin "
-            << margin;
+        ASSERT_LT(margin, 2 * diff) << qm.name << " step " << step << ": tokens " << ta << " (cpu) and " << tb
+                                    << " (cuda) with margin " << margin << ", max |dlogit| " << diff;
         stopped = " (stopped at a near-tie)";
         break;
       }
@@ -233,8 +240,8 @@ TEST(CudaBackend, QuantizedGreedyTokensMatchCpu) {
       cpu.decode(ta);
       gpu.decode(ta);
     }
-    std::printf("[ cuda ] %s: %d greedy steps equal to the cpu%s, max |dlogit| %.3g\n", qm.name.c_str(), compared,
-                stopped, worst);
+    std::printf("[ cuda ] %s: %d greedy steps equal to the cpu%s, max |dlogit| %.3g (%.3g of the logit range)\n",
+                qm.name.c_str(), compared, stopped, worst, worst_relative);
     EXPECT_GE(compared, 8) << qm.name;
     if (qm.remove) std::filesystem::remove(qm.path);
   }

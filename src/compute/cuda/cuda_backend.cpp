@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <unordered_map>
 #include <vector>
@@ -91,6 +92,16 @@ struct LayerExperts {
   ExpertMatrixShape gate, up, down;
 };
 
+// A model's weights on the device, shared by every CudaBackend of that model (one per sequence)
+// through compute::BackendShared, so a new sequence never uploads them again. Entries are keyed by
+// the host address of the view (the GGUF mapping, stable for the model's life) and never change
+// once made; `mutex` guards the maps (node-based: references stay valid).
+struct DeviceWeights {
+  std::mutex mutex;
+  std::unordered_map<const void*, DeviceBuffer> buffers;
+  std::unordered_map<int, LayerExperts> experts;
+};
+
 struct DeltaNetMirror {
   DeviceBuffer conv, ssm;  // [K-1][conv_dim], [nv][dk][dv]
   // The last recorded window: the state before it and its inputs, for rollback.
@@ -113,8 +124,12 @@ struct PleMirror {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend() {
+  explicit CudaBackend(BackendShared& shared) {
     if (!usable_device()) fail("cuda backend: no usable CUDA device ({})", describe_device());
+    std::lock_guard lock(shared.mutex);
+    std::shared_ptr<void>& entry = shared.by_backend["cuda"];
+    if (!entry) entry = std::make_shared<DeviceWeights>();
+    weights_ = std::static_pointer_cast<DeviceWeights>(entry);
   }
   ~CudaBackend() override {
     // Pending work must finish before the buffers it uses go away.
@@ -271,24 +286,25 @@ class CudaBackend final : public Backend {
   // The device copy of a weight view (uploaded the first time it is seen).
   DeviceMatrix matrix(const WeightMatrix& w) {
     if (!w.data) fail("cuda backend: a weight matrix {} x {} has no data", w.n_out, w.n_in);
-    const size_t bytes = size_t(w.n_out) * w.row_stride_bytes;
-    auto it = weights_.find(w.data);
-    if (it == weights_.end() || it->second.bytes() < bytes) {  // new, or a longer view of the same bytes
-      DeviceBuffer b(bytes);
-      b.upload(w.data, bytes);
-      it = weights_.insert_or_assign(w.data, std::move(b)).first;
-    }
-    return DeviceMatrix{w.type, w.n_in, w.n_out, it->second.data(), w.row_stride_bytes};
+    const void* device = upload_once(w.data, size_t(w.n_out) * w.row_stride_bytes);
+    return DeviceMatrix{w.type, w.n_in, w.n_out, device, w.row_stride_bytes};
   }
   const float* vec(std::span<const float> v) {
     if (v.empty()) return nullptr;
-    auto it = weights_.find(v.data());
-    if (it == weights_.end() || it->second.bytes() < v.size_bytes()) {
-      DeviceBuffer b(v.size_bytes());
-      b.upload(v.data(), v.size_bytes());
-      it = weights_.insert_or_assign(v.data(), std::move(b)).first;
+    return static_cast<const float*>(upload_once(v.data(), v.size_bytes()));
+  }
+  // The device copy of `bytes` host bytes at `host` (a longer view of the same start replaces it;
+  // nothing else is ever replaced, so device pointers handed out stay valid).
+  const void* upload_once(const void* host, size_t bytes) {
+    std::lock_guard lock(weights_->mutex);
+    auto it = weights_->buffers.find(host);
+    if (it == weights_->buffers.end() || it->second.bytes() < bytes) {
+      if (it != weights_->buffers.end()) STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+      DeviceBuffer b(bytes);
+      b.upload(host, bytes);
+      it = weights_->buffers.insert_or_assign(host, std::move(b)).first;
     }
-    return it->second.as<float>();
+    return it->second.data();
   }
 
   // y = W·x for n_rows rows (activation scratch from the op arena).
@@ -313,8 +329,7 @@ class CudaBackend final : public Backend {
   std::vector<DeviceBuffer> buffers_;
   std::vector<uint32_t> free_ids_;
   DeviceArena scratch_;
-  std::unordered_map<const void*, DeviceBuffer> weights_;
-  std::unordered_map<int, LayerExperts> experts_;
+  std::shared_ptr<DeviceWeights> weights_;
   std::unordered_map<int, DeltaNetMirror> deltanet_;
   std::unordered_map<int, KvMirror> kv_;
   PleMirror ple_;
@@ -582,8 +597,9 @@ void CudaBackend::ple(const HParams& hp, const PleWeights& w, PleState& state, P
 // MoE
 
 LayerExperts& CudaBackend::layer_experts(const HParams& hp, ExpertSource& source, int layer) {
-  auto it = experts_.find(layer);
-  if (it != experts_.end()) return it->second;
+  std::lock_guard lock(weights_->mutex);
+  auto it = weights_->experts.find(layer);
+  if (it != weights_->experts.end()) return it->second;
   const int n_expert = hp.n_expert;
   std::vector<int32_t> all(static_cast<size_t>(n_expert));
   std::iota(all.begin(), all.end(), 0);
@@ -625,7 +641,7 @@ LayerExperts& CudaBackend::layer_experts(const HParams& hp, ExpertSource& source
   le.view.base = le.arena.as<uint8_t>();
   le.view.smap = le.smap.as<uint32_t>();
   le.view.n_expert = n_expert;
-  return experts_.emplace(layer, std::move(le)).first->second;
+  return weights_->experts.emplace(layer, std::move(le)).first->second;
 }
 
 void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x, Tensor y,
@@ -744,11 +760,11 @@ bool CudaBackend::rollback_window(int64_t keep_rows) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+std::unique_ptr<Backend> make_cuda_backend(BackendShared& shared) { return std::make_unique<CudaBackend>(shared); }
 
 void register_cuda_backend() {
   register_backend(BackendEntry{"cuda", [] { return usable_device(); }, [] { return describe_device(); },
-                                [] { return make_cuda_backend(); }});
+                                [](BackendShared& shared) { return make_cuda_backend(shared); }});
 }
 
 }  // namespace strata::compute::cuda

@@ -4,8 +4,8 @@
 //
 // What lives where
 // - Window tensors, per-op scratch (a bump arena reset at every op), the uploaded weights (keyed
-//   by the host address of the GGUF view, uploaded on first use) and the sequence's states are
-//   device memory. The states are keyed by layer: this backend keeps layer l's KV cache, DeltaNet
+//   by the host address of the GGUF view, uploaded on first use, shared by all the backends of
+//   one model through compute::BackendShared) and the sequence's states are device memory. The states are keyed by layer: this backend keeps layer l's KV cache, DeltaNet
 //   conv + recurrent state and the PLE conv history; the host structs keep only the bookkeeping
 //   (KvCache::n_tokens, the PLE n-gram context). One backend = one sequence (ModelState owns it).
 // - Routed experts: all of a layer's experts are fetched once through the ExpertSource (a
@@ -32,11 +32,13 @@
 #include <memory>
 
 #include "compute/backend.h"
+#include "compute/backend_registry.h"
 
 namespace strata::compute::cuda {
 
-// A CUDA backend on device 0. Throws when no device is usable.
-std::unique_ptr<Backend> make_cuda_backend();
+// A CUDA backend on device 0, keeping the model's device weights in `shared` (one per model).
+// Throws when no device is usable.
+std::unique_ptr<Backend> make_cuda_backend(BackendShared& shared);
 // Registers "cuda" in compute/backend_registry.h (idempotent).
 void register_cuda_backend();
 

@@ -1,0 +1,194 @@
+// Decode (and prefill) speed of one GGUF on each compute backend, side by side in one run:
+// `repeats` rounds, each running every backend once (interleaved, so drift hits all alike), a
+// fresh sequence per run: prefill `prompt` synthetic tokens in windows of `chunk` rows, then
+// `tokens` greedy decode steps. Reports the median tok/s per backend, whether the backends'
+// greedy tokens agree (and where they first part), and for CUDA the ceiling: the weight bytes
+// one decode step must read (dense weights + n_layer · k routed experts) over the device's
+// measured copy bandwidth. The first run of each backend is a warm-up (page cache, weight upload)
+// and is not counted. No tokenizer is needed (so the binary links no ICU).
+//   bench_cuda_decode -m FILE [--backends cpu,cuda] [--prompt 64] [--tokens 128] [--chunk 64]
+//                     [--repeats 3] [--threads N] [--json out.json]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compute/backend_registry.h"
+#include "compute/cpu/thread_pool.h"
+#include "compute/cuda/cuda_backend.h"
+#include "compute/cuda/runtime.h"
+#include "engine/session.h"
+#include "model/model.h"
+#include "quant/ggml_type.h"
+#include "util/error.h"
+
+namespace {
+
+using namespace strata;
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+struct Run {
+  double prefill_tps = 0, decode_tps = 0;
+  std::vector<int32_t> tokens;
+};
+
+Run run_once(const Model& model, compute::ThreadPool& pool, const std::string& backend, const std::vector<int32_t>& prompt,
+             int n_tokens, int chunk) {
+  Run r;
+  Session session(model, pool, nullptr, backend);
+  auto start = std::chrono::steady_clock::now();
+  session.prefill(prompt, chunk);
+  r.prefill_tps = double(prompt.size()) / seconds_since(start);
+  start = std::chrono::steady_clock::now();
+  for (int i = 0; i < n_tokens; ++i) {
+    const std::vector<float>& logits = session.logits();
+    const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    r.tokens.push_back(next);
+    session.decode(next);
+  }
+  r.decode_tps = n_tokens / seconds_since(start);
+  return r;
+}
+
+// Bytes of weights one decode token reads: every tensor except the routed experts, plus k experts
+// per layer (their three matrices). The embedding reads one row; the PLE table a few rows.
+double bytes_per_token(const Model& model) {
+  const HParams& hp = model.hparams();
+  double dense = 0, per_expert = 0;
+  for (const TensorInfo& t : model.file().tensors()) {
+    const std::string name = t.name;
+    const double bytes = double(t.n_bytes);
+    if (name.find("_exps") != std::string::npos) {
+      per_expert += bytes / double(hp.n_expert) / double(hp.n_layer + hp.n_nextn);
+    } else if (name.rfind("token_embd", 0) == 0 || name.rfind("per_layer_token_embd", 0) == 0) {
+      continue;
+    } else if (name.find("nextn") != std::string::npos || name.rfind("blk." + std::to_string(hp.n_layer) + ".", 0) == 0) {
+      continue;  // the MTP head does not run in plain decode
+    } else {
+      dense += bytes;
+    }
+  }
+  return dense + double(hp.n_layer) * hp.n_expert_used * per_expert;
+}
+
+double device_copy_gbs() {
+  using compute::cuda::DeviceBuffer;
+  const size_t bytes = size_t(2) << 30;
+  DeviceBuffer a(bytes), b(bytes);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> gbs;
+  for (int i = 0; i < 6; ++i) {
+    cudaEventRecord(e0);
+    cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i > 0) gbs.push_back(2.0 * double(bytes) / (ms * 1e-3) / 1e9);  // read + write
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return median(gbs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    compute::cuda::register_cuda_backend();
+    std::string path, backends_arg = "cpu,cuda", json_path;
+    int prompt_n = 64, n_tokens = 128, chunk = 64, repeats = 3, threads = 0;
+    for (int i = 1; i + 1 < argc; i += 2) {
+      const std::string key = argv[i], value = argv[i + 1];
+      if (key == "-m") path = value;
+      else if (key == "--backends") backends_arg = value;
+      else if (key == "--prompt") prompt_n = std::stoi(value);
+      else if (key == "--tokens") n_tokens = std::stoi(value);
+      else if (key == "--chunk") chunk = std::stoi(value);
+      else if (key == "--repeats") repeats = std::stoi(value);
+      else if (key == "--threads") threads = std::stoi(value);
+      else if (key == "--json") json_path = value;
+      else fail("bench_cuda_decode: unknown option {}", key);
+    }
+    if (path.empty()) fail("bench_cuda_decode: -m FILE is required");
+    std::vector<std::string> backends;
+    for (size_t pos = 0; pos <= backends_arg.size();) {
+      const size_t comma = std::min(backends_arg.find(',', pos), backends_arg.size());
+      if (comma > pos) backends.push_back(compute::resolve_backend(backends_arg.substr(pos, comma - pos)));
+      pos = comma + 1;
+    }
+    const auto model = Model::load(path);
+    const HParams& hp = model->hparams();
+    compute::ThreadPool pool(threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency())));
+    std::vector<int32_t> prompt(static_cast<size_t>(prompt_n));
+    for (int i = 0; i < prompt_n; ++i) prompt[size_t(i)] = int32_t((uint64_t(i) * 7919 + 13) % uint64_t(hp.n_vocab));
+
+    std::map<std::string, std::vector<double>> decode, prefill;
+    std::map<std::string, std::vector<int32_t>> tokens;
+    for (const std::string& b : backends) tokens[b] = run_once(*model, pool, b, prompt, std::min(n_tokens, 8), chunk).tokens;
+    for (int rep = 0; rep < repeats; ++rep)
+      for (const std::string& b : backends) {
+        const Run r = run_once(*model, pool, b, prompt, n_tokens, chunk);
+        decode[b].push_back(r.decode_tps);
+        prefill[b].push_back(r.prefill_tps);
+        tokens[b] = r.tokens;
+        std::fprintf(stderr, "  run %d %-5s prefill %8.1f tok/s  decode %8.2f tok/s\n", rep, b.c_str(), r.prefill_tps,
+                     r.decode_tps);
+      }
+    const double bytes = bytes_per_token(*model);
+    const bool have_cuda = std::find(backends.begin(), backends.end(), "cuda") != backends.end();
+    const double bw = have_cuda ? device_copy_gbs() : 0.0;
+    fmt::print("model {}: {} layers, {} experts top-{}; {} threads; prompt {} (chunks of {}), {} decode tokens, {} "
+               "repeats\n",
+               path, hp.n_layer, hp.n_expert, hp.n_expert_used, pool.size(), prompt_n, chunk, n_tokens, repeats);
+    fmt::print("weights read per decode token: {:.1f} MiB\n", bytes / (1 << 20));
+    std::string json = fmt::format("{{\"model\": \"{}\", \"bytes_per_token\": {:.0f}", path, bytes);
+    for (const std::string& b : backends) {
+      const double d = median(decode[b]), p = median(prefill[b]);
+      fmt::print("{:5s}  decode {:8.2f} tok/s (median)   prefill {:8.1f} tok/s   {:.1f} GB/s of weights\n", b, d, p,
+                 d * bytes / 1e9);
+      json += fmt::format(", \"{}\": {{\"decode_tps\": {:.3f}, \"prefill_tps\": {:.2f}}}", b, d, p);
+    }
+    if (have_cuda) {
+      fmt::print("cuda device {}; device copy bandwidth {:.0f} GB/s (r+w) -> ceiling {:.0f} tok/s; cuda reaches {:.2f} of "
+                 "it\n",
+                 compute::cuda::describe_device(), bw, bw * 1e9 / bytes, median(decode["cuda"]) / (bw * 1e9 / bytes));
+      json += fmt::format(", \"copy_gbs\": {:.1f}, \"ceiling_tps\": {:.2f}", bw, bw * 1e9 / bytes);
+    }
+    if (backends.size() == 2) {
+      const auto& a = tokens[backends[0]];
+      const auto& b = tokens[backends[1]];
+      size_t same = 0;
+      while (same < a.size() && same < b.size() && a[same] == b[same]) ++same;
+      fmt::print("greedy tokens: {} and {} agree on the first {} of {}\n", backends[0], backends[1], same, a.size());
+      json += fmt::format(", \"tokens_agree\": {}", same);
+    }
+    json += "}\n";
+    if (!json_path.empty()) {
+      std::FILE* f = std::fopen(json_path.c_str(), "w");
+      if (!f) fail("{}: cannot open for writing", json_path);
+      std::fputs(json.c_str(), f);
+      std::fclose(f);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cuda_decode: %s\n", e.what());
+    return 1;
+  }
+}
