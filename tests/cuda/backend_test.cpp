@@ -200,6 +200,26 @@ std::vector<QuantModel> quant_models() {
     write_synthetic_model(options, m.path);
     models.push_back(m);
   }
+  {
+    // The mid shape's widths (head dim 256, 64 rotary dims, 128-wide DeltaNet heads, 1024-wide
+    // residual, 32k vocabulary) cut to 4 layers (3 DeltaNet + 1 QSA, as `strata synth --layers 4`)
+    // and 32 experts, Q8_0 dense and IQ2_XS experts: the types of the 48-layer benchmark file.
+    QuantModel m{"mid-qwen4exp-4L", temp_path("strata-cuda-mid"), true};
+    SynthOptions options;
+    options.hparams = synth_shape("mid-qwen4exp");
+    HParams& hp = options.hparams;
+    hp.n_layer = 4;
+    hp.layer_kinds.assign(4, LayerKind::GatedDeltaNet);
+    hp.layer_kinds[3] = LayerKind::SparseAttention;
+    hp.compress_ratios.assign(4, 0);
+    hp.compress_ratios[3] = 4;
+    hp.n_expert = 32;
+    options.dense_type = GgmlType::Q8_0;
+    options.expert_type = GgmlType::IQ2_XS;
+    options.seed = 7;
+    write_synthetic_model(options, m.path);
+    models.push_back(m);
+  }
   return models;
 }
 
