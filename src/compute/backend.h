@@ -78,6 +78,8 @@ class Backend {
   // Copies rows [first_row, first_row + n_rows) of t to out (n_rows x t.width floats). The only
   // path from a backend buffer to the host; used by the window runner at the end of a window.
   virtual void read(Tensor t, int64_t first_row, int64_t n_rows, float* out) = 0;
+  // The other way: rows [first_row, first_row + n_rows) of t from `in` (n_rows x t.width floats).
+  virtual void write(Tensor t, int64_t first_row, int64_t n_rows, const float* in) = 0;
 
   // --- window ---
   // Binds the host threads the backend may use for the next ops (the CPU backend computes on

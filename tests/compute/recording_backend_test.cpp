@@ -45,6 +45,10 @@ class RecordingBackend final : public Backend {
     note("read");
     inner_->read(t, first_row, n_rows, out);
   }
+  void write(Tensor t, int64_t first_row, int64_t n_rows, const float* in) override {
+    note("write");
+    inner_->write(t, first_row, n_rows, in);
+  }
   void begin_window(compute::ThreadPool& pool) override {
     note("begin_window");
     inner_->begin_window(pool);

@@ -60,6 +60,11 @@ void CpuBackend::read(Tensor t, int64_t first_row, int64_t n_rows, float* out) {
   std::copy_n(data + first_row * t.width, n_rows * t.width, out);
 }
 
+void CpuBackend::write(Tensor t, int64_t first_row, int64_t n_rows, const float* in) {
+  float* data = rows(t, first_row + n_rows, "write");
+  std::copy_n(in, n_rows * t.width, data + first_row * t.width);
+}
+
 void CpuBackend::embed(const WeightMatrix& table, std::span<const int32_t> tokens, Tensor out) {
   const int64_t n_rows = int64_t(tokens.size());
   float* y = rows(out, n_rows, "embed", table.n_in);

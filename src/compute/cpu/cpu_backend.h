@@ -26,6 +26,7 @@ class CpuBackend final : public Backend {
   Tensor alloc(DType type, int64_t max_rows, int64_t width) override;
   void release(Tensor t) override;
   void read(Tensor t, int64_t first_row, int64_t n_rows, float* out) override;
+  void write(Tensor t, int64_t first_row, int64_t n_rows, const float* in) override;
   void begin_window(ThreadPool& host_pool) override { pool_ = &host_pool; }
 
   void embed(const WeightMatrix& table, std::span<const int32_t> tokens, Tensor out) override;

@@ -167,6 +167,11 @@ class CudaBackend final : public Backend {
     STRATA_CUDA_CHECK(cudaStreamSynchronize(s()));
   }
 
+  void write(Tensor t, int64_t first_row, int64_t n_rows, const float* in) override {
+    float* data = rows(t, first_row + n_rows, "write");
+    upload(data + first_row * t.width, in, size_t(n_rows * t.width) * 4);
+  }
+
   void begin_window(ThreadPool&) override {
     recorded_deltanet_.clear();
     for (auto& [layer, kv] : kv_) kv.first_in_window = -1;
