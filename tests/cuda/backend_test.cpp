@@ -21,10 +21,13 @@
 // quantization step instead of an ulp, and the change propagates through the layers. The CPU does
 // this to itself: on the default model, its scalar and AVX2 kernels (STRATA_QUANT_MAX=scalar vs
 // avx2, `strata run --logits-out`, a 27-token prompt) differ by up to 1.28 logits, 5.7 % of that
-// position's logit range, while most positions agree to 1e-6. Measured on the H200, CUDA vs the
-// CPU: 1.1 % of the range on the default model, 1e-7 on the random synthetic models (printed
-// below). kQuantTolerance = 2 % of the range: twice the CUDA measurement, well inside the CPU's
-// own spread.
+// position's logit range, while most positions agree to 1e-6. On the mid-shape synthetic model
+// (random weights of real widths: a chaotic 4-layer net) the CPU's scalar and AVX-512 kernels
+// differ by 0.49 logits at a 40-token prompt's last position, 12.5 % of the range. Measured on the
+// H200, CUDA vs the CPU: 1.1 % of the range on the default model, 13 % on the mid-shape model,
+// 1e-7 on the tiny synthetic ones (printed below). So each model's bound is the CPU's own ISA
+// spread on it (rounded up): 6 % of the range for the default and tiny models, 15 % for the
+// mid-shape one. The tight gate for the math is the f32 fixtures above (5e-5 of the CPU).
 // Near-tie rule: a greedy step may pick a different token only where the CPU's top-2 margin is
 // below 2·max|dlogit| of that step (both top logits moved by at most that much: the difference
 // is then explained by the logits); the comparison stops at the first such step (the sequences
@@ -56,7 +59,9 @@ namespace {
 
 constexpr float kHfTolerance = 1e-4f;
 constexpr float kCpuTolerance = 5e-5f;
-constexpr float kQuantTolerance = 2e-2f;  // of the CPU's logit range (max − min) at that step
+// Of the CPU's logit range (max − min) at a step; per model (QuantModel::tolerance), see above.
+constexpr float kQuantTolerance = 6e-2f;
+constexpr float kChaoticQuantTolerance = 0.15f;
 
 std::string fixture_dir(const std::string& name) { return std::string(STRATA_TEST_DATA_DIR) + "/models/" + name; }
 
@@ -179,6 +184,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixture,
 struct QuantModel {
   std::string name, path;
   bool remove = false;
+  float tolerance = kQuantTolerance;
 };
 
 std::vector<QuantModel> quant_models() {
@@ -204,7 +210,7 @@ std::vector<QuantModel> quant_models() {
     // The mid shape's widths (head dim 256, 64 rotary dims, 128-wide DeltaNet heads, 1024-wide
     // residual, 32k vocabulary) cut to 4 layers (3 DeltaNet + 1 QSA, as `strata synth --layers 4`)
     // and 32 experts, Q8_0 dense and IQ2_XS experts: the types of the 48-layer benchmark file.
-    QuantModel m{"mid-qwen4exp-4L", temp_path("strata-cuda-mid"), true};
+    QuantModel m{"mid-qwen4exp-4L", temp_path("strata-cuda-mid"), true, kChaoticQuantTolerance};
     SynthOptions options;
     options.hparams = synth_shape("mid-qwen4exp");
     HParams& hp = options.hparams;
@@ -249,7 +255,7 @@ TEST(CudaBackend, QuantizedGreedyTokensMatchCpu) {
       const float range = *std::max_element(a.begin(), a.end()) - *std::min_element(a.begin(), a.end());
       worst = std::max(worst, diff);
       worst_relative = std::max(worst_relative, diff / range);
-      ASSERT_LE(diff, kQuantTolerance * range) << qm.name << " step " << step << " (logit range " << range << ")";
+      ASSERT_LE(diff, qm.tolerance * range) << qm.name << " step " << step << " (logit range " << range << ")";
       const int32_t ta = argmax(a), tb = argmax(b);
       if (ta != tb) {
         // Near-tie rule: both top logits moved by at most `diff`, so the argmax can differ only

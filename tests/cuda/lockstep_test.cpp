@@ -36,10 +36,14 @@ using compute::Tensor;
 using compute::ThreadPool;
 using compute::WeightMatrix;
 
-// Relative to the largest |value| of the CPU's output. Quantized activations: an input within
+// Relative to the largest |value| of the CPU's output. f32 steps differ by a few ulp, but an op
+// quantizes its intermediate activations again (the hyper-connection's low-rank mix, the experts'
+// SwiGLU middle, attention and DeltaNet outputs before their projections): an intermediate within
 // rounding of an int8 step boundary rounds to the neighbouring step on one side, which moves one
-// block's dot by one step (~1/127 of the block's largest input); f32 ops differ by a few ulp.
-constexpr double kOpTolerance = 2e-2;
+// block's dot by a whole step. Measured (H200, printed): ≤ 2e-4 on the default model, 3e-2 for the
+// hyper-connection input of the random mid-shape model (a 4096-wide mix through 128 low-rank
+// values, both quantized). The CPU does the same across its own ISA levels (backend_test.cpp).
+constexpr double kOpTolerance = 5e-2;
 
 struct Worst {
   double relative = 0;
@@ -163,6 +167,9 @@ class LockstepBackend final : public Backend {
       }
     }
     const double relative = scale > 0 ? diff / scale : diff;
+    if (relative > 1e-2)
+      std::printf("[ cuda ]     %s window %d layer %d rows %lld: %.2e (element %zu: cpu %g, cuda %g)\n", op.c_str(),
+                  window_, layer, (long long)n_rows, relative, at, cpu_values_[at], gpu_values_[at]);
     Worst& w = worst_[op];
     ++w.count;
     if (!(relative <= w.relative)) {

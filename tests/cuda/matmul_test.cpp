@@ -132,6 +132,47 @@ TEST_P(CudaMatmul, MatchesCpuReference) {
   std::printf("[ cuda ] %-7s worst |gpu - cpu| = %.3f of the bound\n", std::string(type_name(type)).c_str(), worst_fraction);
 }
 
+// The shapes of a mid-size qwen4exp (hyper-connection down/up/inject, DeltaNet projections,
+// router, experts) at the window sizes the model runs (1, 5, 16 rows: two passes of 8), against
+// the CPU reference and row by row against the 1-row call (bitwise).
+TEST(CudaMatmulShapes, ModelShapesAtWindowSizes) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(77);
+  Stream stream;
+  struct Shape {
+    GgmlType type;
+    int64_t n_in, n_out;
+  };
+  for (const Shape& sh : {Shape{GgmlType::Q8_0, 4096, 128}, Shape{GgmlType::Q8_0, 128, 4096}, Shape{GgmlType::Q8_0, 4096, 4},
+                          Shape{GgmlType::Q8_0, 1024, 12}, Shape{GgmlType::Q8_0, 1024, 2560}, Shape{GgmlType::F32, 1024, 32},
+                          Shape{GgmlType::IQ2_XS, 1024, 512}, Shape{GgmlType::IQ2_XS, 512, 1024}}) {
+    const size_t stride = row_bytes(sh.type, sh.n_in);
+    const std::vector<uint8_t> w = random_weights(sh.type, sh.n_in, sh.n_out, stride, rng);
+    for (const int64_t n_rows : {int64_t(5), int64_t(16)}) {
+      const std::vector<float> x = random_floats(size_t(n_rows * sh.n_in), rng);
+      GpuMatmul g = upload(sh.type, sh.n_in, sh.n_out, w, stride, x, n_rows);
+      const std::vector<float> y = run(g, g.x.as<float>(), n_rows, stream);
+      std::vector<uint8_t> act(quant::activation_row_bytes(sh.type, sh.n_in));
+      for (int64_t t = 0; t < n_rows; ++t) {
+        GpuMatmul one = upload(sh.type, sh.n_in, sh.n_out, w, stride,
+                               std::vector<float>(x.begin() + t * sh.n_in, x.begin() + (t + 1) * sh.n_in), 1);
+        const std::vector<float> y1 = run(one, one.x.as<float>(), 1, stream);
+        ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + t * sh.n_out, size_t(sh.n_out) * 4))
+            << type_name(sh.type) << " " << sh.n_in << " x " << sh.n_out << ": row " << t << " of " << n_rows
+            << " differs from its 1-row call";
+        quant::ref::quantize_activation(sh.type, x.data() + t * sh.n_in, act.data(), sh.n_in);
+        for (int64_t o = 0; o < sh.n_out; ++o) {
+          const float ref = quant::ref::dot(sh.type, w.data() + size_t(o) * stride, act.data(), sh.n_in);
+          const float got = y[size_t(t * sh.n_out + o)];
+          ASSERT_LE(std::fabs(double(got) - ref), 1e-4 * (std::fabs(ref) + 1.0))
+              << type_name(sh.type) << " " << sh.n_in << " x " << sh.n_out << " rows " << n_rows << " at (" << t
+              << ", " << o << "): gpu " << got << " cpu " << ref;
+        }
+      }
+    }
+  }
+}
+
 TEST_P(CudaMatmul, WindowIdentityAndRepeatability) {
   STRATA_REQUIRE_CUDA_DEVICE();
   const GgmlType type = GetParam();
