@@ -21,6 +21,7 @@
 //   Single-threaded (used during Model::load).
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <unordered_map>
 #include <vector>
