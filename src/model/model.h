@@ -185,8 +185,11 @@ class Model {
   std::vector<std::string> loaded_tensors_;
 };
 
-std::unique_ptr<Model> make_qwen4exp(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors);
-std::unique_ptr<Model> make_qwen3next(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors);
-std::unique_ptr<Model> make_qwen3moe(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors);
+std::unique_ptr<Model> make_qwen4exp(std::unique_ptr<GgufFile> file, HParams hp,
+                                     TensorTable& tensors);
+std::unique_ptr<Model> make_qwen3next(std::unique_ptr<GgufFile> file, HParams hp,
+                                      TensorTable& tensors);
+std::unique_ptr<Model> make_qwen3moe(std::unique_ptr<GgufFile> file, HParams hp,
+                                     TensorTable& tensors);
 
 }  // namespace strata

@@ -50,7 +50,8 @@ std::vector<TensorSpec> qwen3moe_tensor_specs(const HParams& hp) {
   return specs;
 }
 
-std::unique_ptr<Model> make_qwen3moe(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors) {
+std::unique_ptr<Model> make_qwen3moe(std::unique_ptr<GgufFile> file, HParams hp,
+                                     TensorTable& tensors) {
   return std::make_unique<Qwen3Moe>(std::move(file), std::move(hp), tensors);
 }
 

@@ -136,7 +136,9 @@ std::vector<TensorSpec> qwen3next_tensor_specs(const HParams& hp) {
     b.layer(l, "nextn.hnorm", {H}, TensorRole::Norm);
     // Written by strata convert (from mtp.norm); synth leaves it out, so its files run the
     // fallback (output_norm, as llama.cpp does).
-    b.layer(l, "nextn.shared_head_norm", {H}, TensorRole::Norm, Presence::Optional).synthesized = false;
+    TensorSpec& head_norm =
+        b.layer(l, "nextn.shared_head_norm", {H}, TensorRole::Norm, Presence::Optional);
+    head_norm.synthesized = false;
     for (const char* name : {"nextn.embed_tokens", "nextn.shared_head_head"})
       b.refused_layer(l, name,
                       "a separate MTP embedding/head is not supported (the head shares token_embd "
@@ -145,7 +147,8 @@ std::vector<TensorSpec> qwen3next_tensor_specs(const HParams& hp) {
   return specs;
 }
 
-std::unique_ptr<Model> make_qwen3next(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors) {
+std::unique_ptr<Model> make_qwen3next(std::unique_ptr<GgufFile> file, HParams hp,
+                                      TensorTable& tensors) {
   return std::make_unique<Qwen3Next>(std::move(file), std::move(hp), tensors);
 }
 

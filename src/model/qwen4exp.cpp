@@ -260,7 +260,8 @@ std::vector<TensorSpec> qwen4exp_tensor_specs(const HParams& hp) {
   return specs;
 }
 
-std::unique_ptr<Model> make_qwen4exp(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors) {
+std::unique_ptr<Model> make_qwen4exp(std::unique_ptr<GgufFile> file, HParams hp,
+                                     TensorTable& tensors) {
   return std::make_unique<Qwen4Exp>(std::move(file), std::move(hp), tensors);
 }
 

@@ -22,17 +22,18 @@ namespace strata {
 
 // What a tensor is for. The role is also the type rule: the loader accepts any type with CPU
 // kernels for every role (norms and vectors are dequantized to f32 at load); writers choose by
-// role (synth: Router, Norm, Vector stay f32, Expert gets the expert type, the rest the dense type).
+// role (synth: Router, Norm, Vector stay f32, Expert gets the expert type, the rest the dense
+// type).
 enum class TensorRole {
-  Embedding,   // token_embd
-  Output,      // lm head
-  Matrix,      // dense 2-D weight, quantizable
-  Router,      // ffn_gate_inp: kept F32 by quantizers
-  Expert,      // *_exps stacks: streamed, quantized with the expert type
-  Norm,        // 1-D norm weight (+1 folded where HF uses (1+w))
-  Vector,      // other small f32 tensors: biases, conv taps, A
-  PleTable,    // per_layer_token_embd: read row by row, never loaded whole; ne[1] is a minimum
-               // (the converter pads the row count)
+  Embedding,  // token_embd
+  Output,     // lm head
+  Matrix,     // dense 2-D weight, quantizable
+  Router,     // ffn_gate_inp: kept F32 by quantizers
+  Expert,     // *_exps stacks: streamed, quantized with the expert type
+  Norm,       // 1-D norm weight (+1 folded where HF uses (1+w))
+  Vector,     // other small f32 tensors: biases, conv taps, A
+  PleTable,   // per_layer_token_embd: read row by row, never loaded whole; ne[1] is a minimum
+              // (the converter pads the row count)
 };
 
 enum class Presence {

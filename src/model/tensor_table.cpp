@@ -7,14 +7,22 @@ namespace {
 
 const char* role_name(TensorRole role) {
   switch (role) {
-    case TensorRole::Embedding: return "an embedding";
-    case TensorRole::Output: return "an output head";
-    case TensorRole::Matrix: return "a matrix";
-    case TensorRole::Router: return "a router";
-    case TensorRole::Expert: return "an expert stack";
-    case TensorRole::Norm: return "a norm";
-    case TensorRole::Vector: return "a vector";
-    case TensorRole::PleTable: return "a PLE table";
+    case TensorRole::Embedding:
+      return "an embedding";
+    case TensorRole::Output:
+      return "an output head";
+    case TensorRole::Matrix:
+      return "a matrix";
+    case TensorRole::Router:
+      return "a router";
+    case TensorRole::Expert:
+      return "an expert stack";
+    case TensorRole::Norm:
+      return "a norm";
+    case TensorRole::Vector:
+      return "a vector";
+    case TensorRole::PleTable:
+      return "a PLE table";
   }
   return "?";
 }
@@ -37,15 +45,17 @@ void TensorTable::check() const {
     if (spec.presence == Presence::Refused) continue;
     const TensorInfo* info = file_.find_tensor(spec.name);
     if (!info) {
-      if (spec.presence == Presence::Required) fail("{}: missing tensor {}", file_.path(), spec.name);
+      if (spec.presence == Presence::Required)
+        fail("{}: missing tensor {}", file_.path(), spec.name);
       continue;
     }
     if (spec.role == TensorRole::PleTable) {
       // The converter pads the n-gram table's rows; the row ids index below the declared count.
       if (info->n_dims != 2 || info->ne[0] != spec.ne[0] || info->ne[1] < spec.ne[1])
-        fail("{}: tensor {}: expected shape [{}, at least {}] (rows: ple.head_offsets + "
-             "ple.head_vocab_sizes), found {}",
-             file_.path(), spec.name, spec.ne[0], spec.ne[1], shape_string(info->ne, info->n_dims));
+        fail(
+            "{}: tensor {}: expected shape [{}, at least {}] (rows: ple.head_offsets + "
+            "ple.head_vocab_sizes), found {}",
+            file_.path(), spec.name, spec.ne[0], spec.ne[1], shape_string(info->ne, info->n_dims));
     } else {
       checker_.check_shape(*info, spec.ne);
     }

@@ -115,8 +115,8 @@ void expect_agreement(const Model& model, const std::string& what) {
     if (spec.presence == Presence::Refused) {
       EXPECT_FALSE(in_file) << what << ": " << spec.name;
     } else if (in_file) {
-      EXPECT_EQ(loaded.count(spec.name), 1u) << what << ": declared " << spec.name
-                                             << " is in the file but was not loaded";
+      EXPECT_EQ(loaded.count(spec.name), 1u)
+          << what << ": declared " << spec.name << " is in the file but was not loaded";
     } else {
       EXPECT_EQ(spec.presence, Presence::Optional)
           << what << ": required " << spec.name << " is absent, yet the model loaded";
@@ -124,7 +124,8 @@ void expect_agreement(const Model& model, const std::string& what) {
     }
   }
   for (const TensorInfo& t : file.tensors())
-    EXPECT_EQ(declared.count(t.name), 1u) << what << ": the file's " << t.name << " is not declared";
+    EXPECT_EQ(declared.count(t.name), 1u)
+        << what << ": the file's " << t.name << " is not declared";
 }
 
 class TableAgreement : public testing::TestWithParam<std::string> {};
@@ -204,8 +205,8 @@ TEST(TensorTableCheck, OptionalTensorWithTheWrongShapeIsNamed) {
                  {{"output.weight", {hp.n_embd, hp.n_vocab + 1}}});
     const std::string message = load_error(bad);
     EXPECT_NE(message.find(bad + ": tensor output.weight: expected shape " +
-                           fmt::format("[{}, {}], found [{}, {}]", hp.n_embd, hp.n_vocab,
-                                       hp.n_embd, hp.n_vocab + 1)),
+                           fmt::format("[{}, {}], found [{}, {}]", hp.n_embd, hp.n_vocab, hp.n_embd,
+                                       hp.n_vocab + 1)),
               std::string::npos)
         << message;
   }
@@ -231,9 +232,10 @@ TEST(TensorTableCheck, RequiredTensorMissingIsNamed) {
     std::string drop;
   };
   const int attention_layer = 3;  // tiny-qwen3next: GDN, GDN, GDN, attention
-  for (const Case& c : {Case{"tiny-qwen3moe", "blk.1.attn_q_norm.weight"},
-                        Case{"tiny-qwen3next", fmt::format("blk.{}.attn_k_norm.weight", attention_layer)},
-                        Case{"tiny-qwen4exp", "blk.1.ple_key.weight"}}) {
+  for (const Case& c :
+       {Case{"tiny-qwen3moe", "blk.1.attn_q_norm.weight"},
+        Case{"tiny-qwen3next", fmt::format("blk.{}.attn_k_norm.weight", attention_layer)},
+        Case{"tiny-qwen4exp", "blk.1.ple_key.weight"}}) {
     const std::string bad = dir.file(std::string("missing-") + c.shape + ".gguf");
     write_edited(write_synth(dir, c.shape), bad, {c.drop}, {});
     const std::string message = load_error(bad);
@@ -294,11 +296,13 @@ TEST(TensorTable, UndeclaredNamesAndWrongAccessorsAreErrors) {
     }
     return "no error";
   };
-  EXPECT_NE(error([&] { table.matrix("blk.0.attn_qq"); })
-                .find("tensor blk.0.attn_qq is not declared in the tensor table"),
+  EXPECT_NE(error([&] {
+              table.matrix("blk.0.attn_qq");
+            }).find("tensor blk.0.attn_qq is not declared in the tensor table"),
             std::string::npos);
-  EXPECT_NE(error([&] { table.floats("blk.0.attn_q"); })
-                .find("tensor blk.0.attn_q.weight is declared as a matrix but loaded as floats"),
+  EXPECT_NE(error([&] {
+              table.floats("blk.0.attn_q");
+            }).find("tensor blk.0.attn_q.weight is declared as a matrix but loaded as floats"),
             std::string::npos);
   EXPECT_FALSE(table.present("output"));
   EXPECT_TRUE(table.declares("output"));
