@@ -39,18 +39,6 @@ class MappedExpertSource final : public ExpertSource {
   size_t next_ = 0;
 };
 
-// Checks every tensor of the architecture's list up front (presence, shape, supported type), so
-// a broken file fails at load with one clear line rather than midway through a forward.
-void check_tensors(const GgufFile& file, const HParams& hp) {
-  const TensorLoader loader(file);
-  for (const TensorSpec& spec : tensor_specs(hp)) {
-    if (spec.role == TensorRole::Output && !loader.has(spec.name)) continue;  // tied embeddings
-    // The n-gram table's row count is padded by the converter; the arch file checks its bounds.
-    if (spec.role == TensorRole::PleTable) continue;
-    loader.checked(spec.name, spec.ne);
-  }
-}
-
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& path) {
@@ -59,21 +47,26 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   const TensorInfo* embd = TensorLoader(*file).find("token_embd");
   if (!embd) fail("{}: missing tensor token_embd.weight", path);
   hp.n_vocab = embd->ne[1];
-  check_tensors(*file, hp);
+  // The whole file is checked against the table up front, so a broken file fails at load with
+  // one clear line rather than midway through building weights or a forward.
+  TensorTable tensors(*file, tensor_specs(hp));
+  tensors.check();
+  std::unique_ptr<Model> model;
   switch (hp.arch) {
-    case Arch::Qwen4Exp: return make_qwen4exp(std::move(file), std::move(hp));
-    case Arch::Qwen3Next: return make_qwen3next(std::move(file), std::move(hp));
-    case Arch::Qwen3Moe: return make_qwen3moe(std::move(file), std::move(hp));
+    case Arch::Qwen4Exp: model = make_qwen4exp(std::move(file), std::move(hp), tensors); break;
+    case Arch::Qwen3Next: model = make_qwen3next(std::move(file), std::move(hp), tensors); break;
+    case Arch::Qwen3Moe: model = make_qwen3moe(std::move(file), std::move(hp), tensors); break;
   }
-  fail("{}: unsupported architecture", path);
+  if (!model) fail("{}: unsupported architecture", path);
+  model->loaded_tensors_ = tensors.loaded();
+  return model;
 }
 
-Model::Model(std::unique_ptr<GgufFile> file, HParams hp)
+Model::Model(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors)
     : file_(std::move(file)), hp_(std::move(hp)) {
-  const TensorLoader loader(*file_);
-  token_embd_ = loader.matrix("token_embd", hp_.n_embd, hp_.n_vocab);
+  token_embd_ = tensors.matrix("token_embd");
   // Untied models carry `output`; tied ones reuse the embedding (llama.cpp does the same).
-  output_ = loader.has("output") ? loader.matrix("output", hp_.n_embd, hp_.n_vocab) : token_embd_;
+  output_ = tensors.present("output") ? tensors.matrix("output") : token_embd_;
   layers_.resize(static_cast<size_t>(hp_.n_layer));
   mapped_experts_ = std::make_unique<MappedExpertSource>(layers_);
 }
@@ -104,51 +97,45 @@ ModelState Model::new_state(int64_t n_ctx, std::unique_ptr<compute::Backend> bac
   return state;
 }
 
-void Model::load_moe(const TensorLoader& loader, int l, LayerWeights& out) const {
-  const int64_t H = hp_.n_embd;
-  out.moe.router = loader.matrix(blk(l, "ffn_gate_inp"), H, hp_.n_expert);
-  out.gate_exps = loader.experts(blk(l, "ffn_gate_exps"), H, hp_.n_ff_exp, hp_.n_expert);
-  out.up_exps = loader.experts(blk(l, "ffn_up_exps"), H, hp_.n_ff_exp, hp_.n_expert);
-  out.down_exps = loader.experts(blk(l, "ffn_down_exps"), hp_.n_ff_exp, H, hp_.n_expert);
-  if (hp_.n_ff_shexp > 0) {
-    out.moe.shared_gate = loader.matrix(blk(l, "ffn_gate_shexp"), H, hp_.n_ff_shexp);
-    out.moe.shared_up = loader.matrix(blk(l, "ffn_up_shexp"), H, hp_.n_ff_shexp);
-    out.moe.shared_down = loader.matrix(blk(l, "ffn_down_shexp"), hp_.n_ff_shexp, H);
-    out.moe.shared_gate_inp = loader.floats(blk(l, "ffn_gate_inp_shexp"), H);
+void Model::load_moe(TensorTable& tensors, int l, LayerWeights& out) const {
+  out.moe.router = tensors.matrix(blk(l, "ffn_gate_inp"));
+  out.gate_exps = tensors.experts(blk(l, "ffn_gate_exps"));
+  out.up_exps = tensors.experts(blk(l, "ffn_up_exps"));
+  out.down_exps = tensors.experts(blk(l, "ffn_down_exps"));
+  if (tensors.declares(blk(l, "ffn_gate_shexp"))) {  // the table declares it when n_ff_shexp > 0
+    out.moe.shared_gate = tensors.matrix(blk(l, "ffn_gate_shexp"));
+    out.moe.shared_up = tensors.matrix(blk(l, "ffn_up_shexp"));
+    out.moe.shared_down = tensors.matrix(blk(l, "ffn_down_shexp"));
+    out.moe.shared_gate_inp = tensors.floats(blk(l, "ffn_gate_inp_shexp"));
   }
 }
 
-void Model::load_attention(const TensorLoader& loader, int l, bool gated, LayerWeights& out) const {
-  const int64_t H = hp_.n_embd, q_dim = int64_t(hp_.n_head) * hp_.head_dim;
+void Model::load_attention(TensorTable& tensors, int l, bool gated, LayerWeights& out) const {
   AttentionWeights& a = out.attention;
   a.gated = gated;
-  a.q = loader.matrix(blk(l, "attn_q"), H, gated ? 2 * q_dim : q_dim);
-  a.k = loader.matrix(blk(l, "attn_k"), H, hp_.kv_dim());
-  a.v = loader.matrix(blk(l, "attn_v"), H, hp_.kv_dim());
-  a.o = loader.matrix(blk(l, "attn_output"), q_dim, H);
-  if (loader.has(blk(l, "attn_q_norm"))) {
-    a.q_norm = loader.floats(blk(l, "attn_q_norm"), hp_.head_dim);
-    a.k_norm = loader.floats(blk(l, "attn_k_norm"), hp_.head_dim);
-  }
+  a.q = tensors.matrix(blk(l, "attn_q"));
+  a.k = tensors.matrix(blk(l, "attn_k"));
+  a.v = tensors.matrix(blk(l, "attn_v"));
+  a.o = tensors.matrix(blk(l, "attn_output"));
+  a.q_norm = tensors.floats(blk(l, "attn_q_norm"));
+  a.k_norm = tensors.floats(blk(l, "attn_k_norm"));
 }
 
-void Model::load_deltanet(const TensorLoader& loader, int l, LayerWeights& out) const {
-  const int64_t H = hp_.n_embd;
-  const int nv = hp_.ssm_n_v_heads;
+void Model::load_deltanet(TensorTable& tensors, int l, LayerWeights& out) const {
   GatedDeltaNetWeights& g = out.deltanet;
-  g.qkv = loader.matrix(blk(l, "attn_qkv"), H, hp_.ssm_conv_dim());
-  g.z = loader.matrix(blk(l, "attn_gate"), H, hp_.ssm_value_dim());
-  if (loader.has(blk(l, "ssm_ba"))) {
-    g.beta_alpha = loader.matrix(blk(l, "ssm_ba"), H, 2 * nv);
+  g.qkv = tensors.matrix(blk(l, "attn_qkv"));
+  g.z = tensors.matrix(blk(l, "attn_gate"));
+  if (tensors.declares(blk(l, "ssm_ba"))) {  // qwen3next: fused [beta | alpha] per K group
+    g.beta_alpha = tensors.matrix(blk(l, "ssm_ba"));
   } else {
-    g.beta = loader.matrix(blk(l, "ssm_beta"), H, nv);
-    g.alpha = loader.matrix(blk(l, "ssm_alpha"), H, nv);
+    g.beta = tensors.matrix(blk(l, "ssm_beta"));
+    g.alpha = tensors.matrix(blk(l, "ssm_alpha"));
   }
-  g.conv = loader.floats(blk(l, "ssm_conv1d"), hp_.ssm_conv_dim() * hp_.ssm_conv_kernel);
-  g.dt_bias = loader.floats(blk(l, "ssm_dt.bias"), nv);
-  g.a = loader.floats(blk(l, "ssm_a"), nv);
-  g.norm = loader.floats(blk(l, "ssm_norm"), hp_.ssm_head_v_dim());
-  g.out = loader.matrix(blk(l, "ssm_out"), hp_.ssm_value_dim(), H);
+  g.conv = tensors.floats(blk(l, "ssm_conv1d"));
+  g.dt_bias = tensors.floats(blk(l, "ssm_dt.bias"));
+  g.a = tensors.floats(blk(l, "ssm_a"));
+  g.norm = tensors.floats(blk(l, "ssm_norm"));
+  g.out = tensors.matrix(blk(l, "ssm_out"));
 }
 
 void Model::check_tokens(std::span<const int32_t> tokens) const {

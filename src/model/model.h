@@ -2,8 +2,10 @@
 // forward pass of a window of T tokens (T = 1 decode, 1+k speculative verify, chunk prefill).
 //
 // Contract
-// - `Model::load` opens the GGUF, reads the hyper-parameters, checks every tensor's shape and type
-//   (errors name the file, tensor, expected and found) and picks the architecture class.
+// - `Model::load` opens the GGUF, reads the hyper-parameters, checks the file against the
+//   architecture's tensor table (model/tensor_specs.h: presence, shape, type; errors name the
+//   file, tensor, expected and found) and picks the architecture class, which takes its weights
+//   from that same table.
 // - `forward` advances `state` by tokens.size() positions and writes the logits of the rows
 //   requested. It runs only through the state's compute::Backend (compute/backend.h): the
 //   architecture files describe the window as backend ops; the logits are read back at the end.
@@ -38,6 +40,7 @@
 #include "layers/ple.h"
 #include "model/hparams.h"
 #include "model/tensor_loader.h"
+#include "model/tensor_table.h"
 #include "util/function_ref.h"
 
 namespace strata {
@@ -106,6 +109,9 @@ class Model {
   const HParams& hparams() const { return hp_; }
   const GgufFile& file() const { return *file_; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
+  // The file's tensors the model took its weights from (each once, in load order): every
+  // declared tensor the file holds, nothing else (tests/model/tensor_table_test.cpp).
+  const std::vector<std::string>& loaded_tensors() const { return loaded_tensors_; }
 
   // A fresh sequence; the KV caches are reserved for n_ctx tokens (0: none reserved; they grow).
   // `backend` runs its windows (null: the CPU backend; compute/backend_registry.h makes others).
@@ -141,16 +147,17 @@ class Model {
   compute::BackendShared& backend_shared() const { return *backend_shared_; }
 
  protected:
-  Model(std::unique_ptr<GgufFile> file, HParams hp);
+  // Loads token_embd and output from `tensors` (the checked table of *file).
+  Model(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors);
   // Runs the layers of one window on `be` (the state's backend, window begun, tensors sized);
   // leaves the final hidden rows [n_rows][H] in state.tensors.hidden.
   virtual void run_layers(compute::Backend& be, ModelState& state,
                           std::span<const int32_t> tokens, ExpertSource& experts) const = 0;
 
   // Shared building blocks for the architecture files.
-  void load_moe(const TensorLoader& loader, int layer, LayerWeights& out) const;
-  void load_attention(const TensorLoader& loader, int layer, bool gated, LayerWeights& out) const;
-  void load_deltanet(const TensorLoader& loader, int layer, LayerWeights& out) const;
+  void load_moe(TensorTable& tensors, int layer, LayerWeights& out) const;
+  void load_attention(TensorTable& tensors, int layer, bool gated, LayerWeights& out) const;
+  void load_deltanet(TensorTable& tensors, int layer, LayerWeights& out) const;
   void embed(std::span<const int32_t> tokens, float* out) const;  // [n][H] (host; MTP head)
   void check_tokens(std::span<const int32_t> tokens) const;
   // The router of the trunk layer after `layer` (read-ahead hint), or nullptr for the last one.
@@ -181,11 +188,15 @@ class Model {
   compute::WeightMatrix output_;
   std::vector<float> output_norm_;  // pre-norm archs
   std::unique_ptr<ExpertSource> mapped_experts_;
+  std::vector<std::string> loaded_tensors_;
   std::unique_ptr<compute::BackendShared> backend_shared_ = std::make_unique<compute::BackendShared>();
 };
 
-std::unique_ptr<Model> make_qwen4exp(std::unique_ptr<GgufFile> file, HParams hp);
-std::unique_ptr<Model> make_qwen3next(std::unique_ptr<GgufFile> file, HParams hp);
-std::unique_ptr<Model> make_qwen3moe(std::unique_ptr<GgufFile> file, HParams hp);
+std::unique_ptr<Model> make_qwen4exp(std::unique_ptr<GgufFile> file, HParams hp,
+                                     TensorTable& tensors);
+std::unique_ptr<Model> make_qwen3next(std::unique_ptr<GgufFile> file, HParams hp,
+                                      TensorTable& tensors);
+std::unique_ptr<Model> make_qwen3moe(std::unique_ptr<GgufFile> file, HParams hp,
+                                     TensorTable& tensors);
 
 }  // namespace strata

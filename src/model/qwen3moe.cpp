@@ -12,16 +12,16 @@ namespace {
 
 class Qwen3Moe final : public Model {
  public:
-  Qwen3Moe(std::unique_ptr<GgufFile> file, HParams hp) : Model(std::move(file), std::move(hp)) {
-    const TensorLoader loader(*file_);
-    output_norm_ = loader.floats("output_norm", hp_.n_embd);
+  Qwen3Moe(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors)
+      : Model(std::move(file), std::move(hp), tensors) {
+    output_norm_ = tensors.floats("output_norm");
     for (int l = 0; l < hp_.n_layer; ++l) {
       LayerWeights& lw = layers_[size_t(l)];
       lw.kind = LayerKind::Attention;
-      lw.attn_norm = loader.floats(fmt::format("blk.{}.attn_norm", l), hp_.n_embd);
-      lw.ffn_norm = loader.floats(fmt::format("blk.{}.ffn_norm", l), hp_.n_embd);
-      load_attention(loader, l, /*gated=*/false, lw);
-      load_moe(loader, l, lw);
+      lw.attn_norm = tensors.floats(fmt::format("blk.{}.attn_norm", l));
+      lw.ffn_norm = tensors.floats(fmt::format("blk.{}.ffn_norm", l));
+      load_attention(tensors, l, /*gated=*/false, lw);
+      load_moe(tensors, l, lw);
     }
   }
 
@@ -40,7 +40,7 @@ std::vector<TensorSpec> qwen3moe_tensor_specs(const HParams& hp) {
   const int64_t H = hp.n_embd;
   b.global("token_embd", {H, hp.n_vocab}, TensorRole::Embedding);
   b.global("output_norm", {H}, TensorRole::Norm);
-  b.global("output", {H, hp.n_vocab}, TensorRole::Output);
+  b.global("output", {H, hp.n_vocab}, TensorRole::Output, Presence::Optional);  // tied: token_embd
   for (int l = 0; l < hp.n_layer; ++l) {
     b.layer(l, "attn_norm", {H}, TensorRole::Norm);
     add_attention_specs(b, hp, l, /*gated=*/false);
@@ -50,8 +50,9 @@ std::vector<TensorSpec> qwen3moe_tensor_specs(const HParams& hp) {
   return specs;
 }
 
-std::unique_ptr<Model> make_qwen3moe(std::unique_ptr<GgufFile> file, HParams hp) {
-  return std::make_unique<Qwen3Moe>(std::move(file), std::move(hp));
+std::unique_ptr<Model> make_qwen3moe(std::unique_ptr<GgufFile> file, HParams hp,
+                                     TensorTable& tensors) {
+  return std::make_unique<Qwen3Moe>(std::move(file), std::move(hp), tensors);
 }
 
 }  // namespace strata

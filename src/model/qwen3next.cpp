@@ -16,26 +16,21 @@ namespace {
 
 class Qwen3Next final : public Model {
  public:
-  Qwen3Next(std::unique_ptr<GgufFile> file, HParams hp) : Model(std::move(file), std::move(hp)) {
-    const TensorLoader loader(*file_);
-    output_norm_ = loader.floats("output_norm", hp_.n_embd);
+  Qwen3Next(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors)
+      : Model(std::move(file), std::move(hp), tensors) {
+    output_norm_ = tensors.floats("output_norm");
     for (int l = 0; l < hp_.n_layer; ++l) {
       LayerWeights& lw = layers_[size_t(l)];
       lw.kind = hp_.layer_kinds[size_t(l)];
-      lw.attn_norm = loader.floats(fmt::format("blk.{}.attn_norm", l), hp_.n_embd);
-      lw.ffn_norm = loader.floats(fmt::format("blk.{}.post_attention_norm", l), hp_.n_embd);
-      if (lw.kind == LayerKind::GatedDeltaNet) {
-        if (loader.has(fmt::format("blk.{}.ssm_in", l)))
-          fail("{}: blk.{}.ssm_in: the legacy fused qkvz layout is not supported; re-convert "
-               "with a current converter (split attn_qkv + attn_gate)",
-               file_->path(), l);
-        load_deltanet(loader, l, lw);
-      } else {
-        load_attention(loader, l, /*gated=*/true, lw);
-      }
-      load_moe(loader, l, lw);
+      lw.attn_norm = tensors.floats(fmt::format("blk.{}.attn_norm", l));
+      lw.ffn_norm = tensors.floats(fmt::format("blk.{}.post_attention_norm", l));
+      if (lw.kind == LayerKind::GatedDeltaNet)
+        load_deltanet(tensors, l, lw);
+      else
+        load_attention(tensors, l, /*gated=*/true, lw);
+      load_moe(tensors, l, lw);
     }
-    if (hp_.n_nextn > 0) load_mtp(loader);
+    if (hp_.n_nextn > 0) load_mtp(tensors);
   }
 
   bool has_mtp() const override { return hp_.n_nextn > 0; }
@@ -84,7 +79,7 @@ class Qwen3Next final : public Model {
   }
 
  private:
-  void load_mtp(const TensorLoader& loader) {
+  void load_mtp(TensorTable& tensors) {
     if (hp_.n_nextn != 1)
       fail("{}: qwen3next.nextn_predict_layers = {}: only 1 MTP layer is supported", file_->path(),
            hp_.n_nextn);
@@ -92,21 +87,16 @@ class Qwen3Next final : public Model {
     layers_.resize(size_t(l + 1));
     LayerWeights& lw = layers_[size_t(l)];
     lw.kind = LayerKind::GatedAttention;
-    lw.attn_norm = loader.floats(fmt::format("blk.{}.attn_norm", l), hp_.n_embd);
-    lw.ffn_norm = loader.floats(fmt::format("blk.{}.post_attention_norm", l), hp_.n_embd);
-    load_attention(loader, l, /*gated=*/true, lw);
-    load_moe(loader, l, lw);
-    mtp_eh_proj_ = loader.matrix(fmt::format("blk.{}.nextn.eh_proj", l), 2 * hp_.n_embd, hp_.n_embd);
-    mtp_enorm_ = loader.floats(fmt::format("blk.{}.nextn.enorm", l), hp_.n_embd);
-    mtp_hnorm_ = loader.floats(fmt::format("blk.{}.nextn.hnorm", l), hp_.n_embd);
+    lw.attn_norm = tensors.floats(fmt::format("blk.{}.attn_norm", l));
+    lw.ffn_norm = tensors.floats(fmt::format("blk.{}.post_attention_norm", l));
+    load_attention(tensors, l, /*gated=*/true, lw);
+    load_moe(tensors, l, lw);
+    mtp_eh_proj_ = tensors.matrix(fmt::format("blk.{}.nextn.eh_proj", l));
+    mtp_enorm_ = tensors.floats(fmt::format("blk.{}.nextn.enorm", l));
+    mtp_hnorm_ = tensors.floats(fmt::format("blk.{}.nextn.hnorm", l));
     // llama.cpp falls back to output_norm when a file has no shared_head_norm.
     const std::string head_norm = fmt::format("blk.{}.nextn.shared_head_norm", l);
-    mtp_shared_head_norm_ = loader.has(head_norm) ? loader.floats(head_norm, hp_.n_embd) : output_norm_;
-    for (const char* name : {"nextn.embed_tokens", "nextn.shared_head_head"})
-      if (loader.has(fmt::format("blk.{}.{}", l, name)))
-        fail("{}: tensor blk.{}.{}: a separate MTP embedding/head is not supported (the head shares "
-             "token_embd and output)",
-             file_->path(), l, name);
+    mtp_shared_head_norm_ = tensors.present(head_norm) ? tensors.floats(head_norm) : output_norm_;
   }
 
   compute::WeightMatrix mtp_eh_proj_;
@@ -121,13 +111,17 @@ std::vector<TensorSpec> qwen3next_tensor_specs(const HParams& hp) {
   const int64_t H = hp.n_embd;
   b.global("token_embd", {H, hp.n_vocab}, TensorRole::Embedding);
   b.global("output_norm", {H}, TensorRole::Norm);
-  b.global("output", {H, hp.n_vocab}, TensorRole::Output);
+  b.global("output", {H, hp.n_vocab}, TensorRole::Output, Presence::Optional);  // tied: token_embd
   for (int l = 0; l < hp.n_layer; ++l) {
     b.layer(l, "attn_norm", {H}, TensorRole::Norm);
-    if (hp.layer_kinds[size_t(l)] == LayerKind::GatedDeltaNet)
+    if (hp.layer_kinds[size_t(l)] == LayerKind::GatedDeltaNet) {
+      b.refused_layer(l, "ssm_in",
+                      "the legacy fused qkvz layout is not supported; re-convert with a current "
+                      "converter (split attn_qkv + attn_gate)");
       add_deltanet_specs(b, hp, l, /*fused_beta_alpha=*/true);
-    else
+    } else {
       add_attention_specs(b, hp, l, /*gated=*/true);
+    }
     b.layer(l, "post_attention_norm", {H}, TensorRole::Norm);
     add_moe_specs(b, hp, l);
   }
@@ -140,12 +134,22 @@ std::vector<TensorSpec> qwen3next_tensor_specs(const HParams& hp) {
     b.layer(l, "nextn.eh_proj", {2 * H, H}, TensorRole::Matrix);
     b.layer(l, "nextn.enorm", {H}, TensorRole::Norm);
     b.layer(l, "nextn.hnorm", {H}, TensorRole::Norm);
+    // Written by strata convert (from mtp.norm); synth leaves it out, so its files run the
+    // fallback (output_norm, as llama.cpp does).
+    TensorSpec& head_norm =
+        b.layer(l, "nextn.shared_head_norm", {H}, TensorRole::Norm, Presence::Optional);
+    head_norm.synthesized = false;
+    for (const char* name : {"nextn.embed_tokens", "nextn.shared_head_head"})
+      b.refused_layer(l, name,
+                      "a separate MTP embedding/head is not supported (the head shares token_embd "
+                      "and output)");
   }
   return specs;
 }
 
-std::unique_ptr<Model> make_qwen3next(std::unique_ptr<GgufFile> file, HParams hp) {
-  return std::make_unique<Qwen3Next>(std::move(file), std::move(hp));
+std::unique_ptr<Model> make_qwen3next(std::unique_ptr<GgufFile> file, HParams hp,
+                                      TensorTable& tensors) {
+  return std::make_unique<Qwen3Next>(std::move(file), std::move(hp), tensors);
 }
 
 }  // namespace strata

@@ -16,24 +16,24 @@ std::string blk(int layer, const char* name) { return fmt::format("blk.{}.{}", l
 
 class Qwen4Exp final : public Model {
  public:
-  Qwen4Exp(std::unique_ptr<GgufFile> file, HParams hp) : Model(std::move(file), std::move(hp)) {
-    const TensorLoader loader(*file_);
-    output_hc_ = load_hc(loader, "output_hc", /*with_inject=*/false);
+  Qwen4Exp(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors)
+      : Model(std::move(file), std::move(hp), tensors) {
+    output_hc_ = load_hc(tensors, "output_hc");
     for (int l = 0; l < hp_.n_layer; ++l) {
       LayerWeights& lw = layers_[size_t(l)];
       lw.kind = hp_.layer_kinds[size_t(l)];
-      lw.hc_attn = load_hc(loader, blk(l, "hc_attn"), true);
-      lw.hc_ffn = load_hc(loader, blk(l, "hc_ffn"), true);
+      lw.hc_attn = load_hc(tensors, blk(l, "hc_attn"));
+      lw.hc_ffn = load_hc(tensors, blk(l, "hc_ffn"));
       if (lw.kind == LayerKind::GatedDeltaNet) {
-        load_deltanet(loader, l, lw);
+        load_deltanet(tensors, l, lw);
       } else {
-        load_attention(loader, l, /*gated=*/true, lw);
-        load_indexer(loader, l, lw.attention);
+        load_attention(tensors, l, /*gated=*/true, lw);
+        load_indexer(tensors, l, lw.attention);
       }
-      load_moe(loader, l, lw);
+      load_moe(tensors, l, lw);
     }
-    if (hp_.has_ple()) load_ple(loader);
-    if (hp_.n_nextn > 0) load_mtp(loader);
+    if (hp_.has_ple()) load_ple(tensors);
+    if (hp_.n_nextn > 0) load_mtp(tensors);
   }
 
   bool has_mtp() const override { return hp_.n_nextn > 0; }
@@ -118,65 +118,51 @@ class Qwen4Exp final : public Model {
   }
 
  private:
-  HyperConnectionWeights load_hc(const TensorLoader& loader, const std::string& prefix,
-                                 bool with_inject) const {
-    const int64_t width = hp_.hc_count * hp_.n_embd;
+  // A hyper-connection mixer: norm, down, up, and (block mixers, not the final ones) inject.
+  HyperConnectionWeights load_hc(TensorTable& tensors, const std::string& prefix) const {
     HyperConnectionWeights hc;
-    hc.norm = loader.floats(prefix + "_norm", width);
-    hc.down = loader.matrix(prefix + "_down", width, hp_.hc_low_rank);
-    hc.up = loader.matrix(prefix + "_up", hp_.hc_low_rank, width);
-    if (with_inject) hc.inject = loader.matrix(prefix + "_inject", width, hp_.hc_count);
+    hc.norm = tensors.floats(prefix + "_norm");
+    hc.down = tensors.matrix(prefix + "_down");
+    hc.up = tensors.matrix(prefix + "_up");
+    if (tensors.declares(prefix + "_inject")) hc.inject = tensors.matrix(prefix + "_inject");
     return hc;
   }
 
-  void load_indexer(const TensorLoader& loader, int l, AttentionWeights& a) const {
-    const int di = hp_.indexer_head_dim;
-    a.index_q = loader.matrix(blk(l, "indexer.q_proj"), hp_.n_embd, int64_t(hp_.indexer_n_head) * di);
-    a.index_k = loader.matrix(blk(l, "indexer.k_proj"), hp_.n_embd, di);
-    a.index_q_norm = loader.floats(blk(l, "indexer.q_norm"), di);
-    a.index_k_norm = loader.floats(blk(l, "indexer.k_norm"), di);
+  void load_indexer(TensorTable& tensors, int l, AttentionWeights& a) const {
+    a.index_q = tensors.matrix(blk(l, "indexer.q_proj"));
+    a.index_k = tensors.matrix(blk(l, "indexer.k_proj"));
+    a.index_q_norm = tensors.floats(blk(l, "indexer.q_norm"));
+    a.index_k_norm = tensors.floats(blk(l, "indexer.k_norm"));
     a.compress_ratio = hp_.compress_ratios[size_t(l)];
   }
 
-  void load_ple(const TensorLoader& loader) {
+  void load_ple(TensorTable& tensors) {
     const int l = hp_.ple_layer();
-    const int64_t width = hp_.hc_count * hp_.n_embd;
-    const int64_t ple_dim = hp_.ple_row_width * hp_.ple_n_heads();
-    const TensorInfo* table = loader.find("per_layer_token_embd");
-    if (!table) fail("{}: missing tensor per_layer_token_embd", file_->path());
-    if (table->ne[0] != hp_.ple_row_width || table->n_dims != 2)
-      fail("{}: tensor per_layer_token_embd: expected shape [{}, rows], found ne0 = {}",
-           file_->path(), hp_.ple_row_width, table->ne[0]);
-    const uint64_t last = hp_.ple_head_offsets.back() + hp_.ple_head_vocab_sizes.back();
-    if (uint64_t(table->ne[1]) < last)
-      fail("{}: tensor per_layer_token_embd: expected at least {} rows (ple.head_offsets + sizes), "
-           "found {}",
-           file_->path(), last, table->ne[1]);
     ple_.file = file_.get();
-    ple_.table = *table;
-    ple_.key = loader.matrix(blk(l, "ple_key"), ple_dim, width);
-    ple_.value = loader.matrix(blk(l, "ple_value"), ple_dim, hp_.n_embd);
-    ple_.norm_key = loader.floats(blk(l, "ple_norm_key"), width);
-    ple_.norm_query = loader.floats(blk(l, "ple_norm_query"), width);
-    ple_.norm_conv = loader.floats(blk(l, "ple_norm_conv"), width);
-    ple_.conv = loader.floats(blk(l, "ple_conv1d"), width * hp_.ple_conv_kernel);
+    ple_.table = tensors.table("per_layer_token_embd");
+    ple_.key = tensors.matrix(blk(l, "ple_key"));
+    ple_.value = tensors.matrix(blk(l, "ple_value"));
+    ple_.norm_key = tensors.floats(blk(l, "ple_norm_key"));
+    ple_.norm_query = tensors.floats(blk(l, "ple_norm_query"));
+    ple_.norm_conv = tensors.floats(blk(l, "ple_norm_conv"));
+    ple_.conv = tensors.floats(blk(l, "ple_conv1d"));
   }
 
-  void load_mtp(const TensorLoader& loader) {
+  void load_mtp(TensorTable& tensors) {
     const int l = hp_.n_layer;
     layers_.resize(size_t(hp_.n_layer + 1));
     LayerWeights& lw = layers_[size_t(l)];
     lw.kind = LayerKind::SparseAttention;
-    lw.hc_attn = load_hc(loader, blk(l, "hc_attn"), true);
-    lw.hc_ffn = load_hc(loader, blk(l, "hc_ffn"), true);
-    load_attention(loader, l, /*gated=*/true, lw);
-    load_indexer(loader, l, lw.attention);
+    lw.hc_attn = load_hc(tensors, blk(l, "hc_attn"));
+    lw.hc_ffn = load_hc(tensors, blk(l, "hc_ffn"));
+    load_attention(tensors, l, /*gated=*/true, lw);
+    load_indexer(tensors, l, lw.attention);
     lw.attention.compress_ratio = mtp_compress_ratio();
-    load_moe(loader, l, lw);
-    mtp_eh_proj_ = loader.matrix(blk(l, "nextn.eh_proj"), 2 * hp_.n_embd, hp_.n_embd);
-    mtp_enorm_ = loader.floats(blk(l, "nextn.enorm"), hp_.n_embd);
-    mtp_hnorm_ = loader.floats(blk(l, "nextn.hnorm"), hp_.hc_count * hp_.n_embd);
-    mtp_hc_head_ = load_hc(loader, blk(l, "nextn.hc_head"), false);
+    load_moe(tensors, l, lw);
+    mtp_eh_proj_ = tensors.matrix(blk(l, "nextn.eh_proj"));
+    mtp_enorm_ = tensors.floats(blk(l, "nextn.enorm"));
+    mtp_hnorm_ = tensors.floats(blk(l, "nextn.hnorm"));
+    mtp_hc_head_ = load_hc(tensors, blk(l, "nextn.hc_head"));
   }
 
   // llama.cpp's files give the MTP block ratio 0 (it attends densely); like vLLM, strata runs
@@ -235,7 +221,7 @@ std::vector<TensorSpec> qwen4exp_tensor_specs(const HParams& hp) {
   SpecBuilder b(specs);
   const int64_t H = hp.n_embd, width = hp.hc_count * hp.n_embd;
   b.global("token_embd", {H, hp.n_vocab}, TensorRole::Embedding);
-  b.global("output", {H, hp.n_vocab}, TensorRole::Output);
+  b.global("output", {H, hp.n_vocab}, TensorRole::Output, Presence::Optional);  // tied: token_embd
   add_hc_specs(b, hp, "output_hc", -1, false);
   if (hp.has_ple()) {
     const uint64_t rows = hp.ple_head_offsets.back() + hp.ple_head_vocab_sizes.back();
@@ -274,8 +260,9 @@ std::vector<TensorSpec> qwen4exp_tensor_specs(const HParams& hp) {
   return specs;
 }
 
-std::unique_ptr<Model> make_qwen4exp(std::unique_ptr<GgufFile> file, HParams hp) {
-  return std::make_unique<Qwen4Exp>(std::move(file), std::move(hp));
+std::unique_ptr<Model> make_qwen4exp(std::unique_ptr<GgufFile> file, HParams hp,
+                                     TensorTable& tensors) {
+  return std::make_unique<Qwen4Exp>(std::move(file), std::move(hp), tensors);
 }
 
 }  // namespace strata

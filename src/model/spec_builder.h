@@ -1,6 +1,8 @@
-// Small helper the architecture files use to write their tensor lists compactly: names get the
+// Small helper the architecture files use to write their tensor tables compactly: names get the
 // "blk.<l>." prefix and the ".weight" suffix llama.cpp's converter appends (pass a name that
-// already ends in ".bias", or mark `bare`, to keep it as is, e.g. "ssm_a").
+// already ends in ".bias", or use `layer_bare`, to keep it as is, e.g. "ssm_a"). Each call
+// returns the new entry so a caller can adjust it (e.g. `.synthesized = false`) on the spot.
+// The blocks shared by the architectures (MoE, attention, Gated DeltaNet) are declared here once.
 #pragma once
 
 #include <fmt/format.h>
@@ -15,17 +17,30 @@ namespace strata {
 class SpecBuilder {
  public:
   explicit SpecBuilder(std::vector<TensorSpec>& out) : out_(out) {}
-  void global(const std::string& name, std::vector<int64_t> ne, TensorRole role) {
-    out_.push_back({with_suffix(name), std::move(ne), role});
+  TensorSpec& global(const std::string& name, std::vector<int64_t> ne, TensorRole role,
+                     Presence presence = Presence::Required) {
+    return add(with_suffix(name), std::move(ne), role, presence);
   }
-  void layer(int l, const std::string& name, std::vector<int64_t> ne, TensorRole role) {
-    out_.push_back({with_suffix(fmt::format("blk.{}.{}", l, name)), std::move(ne), role});
+  TensorSpec& layer(int l, const std::string& name, std::vector<int64_t> ne, TensorRole role,
+                    Presence presence = Presence::Required) {
+    return add(with_suffix(fmt::format("blk.{}.{}", l, name)), std::move(ne), role, presence);
   }
-  void layer_bare(int l, const std::string& name, std::vector<int64_t> ne, TensorRole role) {
-    out_.push_back({fmt::format("blk.{}.{}", l, name), std::move(ne), role});
+  TensorSpec& layer_bare(int l, const std::string& name, std::vector<int64_t> ne, TensorRole role) {
+    return add(fmt::format("blk.{}.{}", l, name), std::move(ne), role, Presence::Required);
+  }
+  // A tensor of layer l whose presence means a layout strata does not run.
+  void refused_layer(int l, const std::string& name, std::string reason) {
+    TensorSpec& spec = add(with_suffix(fmt::format("blk.{}.{}", l, name)), {}, TensorRole::Matrix,
+                           Presence::Refused);
+    spec.synthesized = false;
+    spec.refusal = std::move(reason);
   }
 
  private:
+  TensorSpec& add(std::string name, std::vector<int64_t> ne, TensorRole role, Presence presence) {
+    out_.push_back({std::move(name), std::move(ne), role, presence});
+    return out_.back();
+  }
   static std::string with_suffix(const std::string& name) {
     const bool has_suffix = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
     return has_suffix ? name : name + ".weight";
@@ -48,6 +63,9 @@ inline void add_moe_specs(SpecBuilder& b, const HParams& hp, int l) {
   }
 }
 
+// The per-head q/k norms are required: llama.cpp's loader requires them for qwen3moe and
+// qwen3next (create_tensor flags 0), and both references list them (qwen3next-qwen3moe.md §7 and
+// Part B, qwen4exp.md §12).
 inline void add_attention_specs(SpecBuilder& b, const HParams& hp, int l, bool gated) {
   const int64_t H = hp.n_embd, q_dim = int64_t(hp.n_head) * hp.head_dim;
   b.layer(l, "attn_q", {H, gated ? 2 * q_dim : q_dim}, TensorRole::Matrix);

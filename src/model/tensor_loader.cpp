@@ -4,7 +4,6 @@
 #include "util/error.h"
 
 namespace strata {
-namespace {
 
 std::string shape_string(const int64_t* ne, int n_dims) {
   std::string out = "[";
@@ -12,15 +11,24 @@ std::string shape_string(const int64_t* ne, int n_dims) {
   return out + "]";
 }
 
-void require_kernels(const GgufFile& file, const TensorInfo& info) {
+void TensorLoader::check_type(const TensorInfo& info) const {
   if (!type_traits(info.type).has_kernels)
     fail(
         "{}: tensor {}: type {} is not supported for compute (supported: f32, f16, bf16, q8_0, "
         "q4_0, q4_K, q6_K, q2_K, iq2_xs, iq2_xxs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m)",
-        file.path(), info.name, type_name(info.type));
+        file_.path(), info.name, type_name(info.type));
 }
 
-}  // namespace
+void TensorLoader::check_shape(const TensorInfo& info, const std::vector<int64_t>& shape) const {
+  bool same = true;
+  for (int i = 0; same && i < 4; ++i) {
+    const int64_t want = i < int(shape.size()) ? shape[i] : 1;
+    if (info.ne[i] != want) same = false;
+  }
+  if (!same)
+    fail("{}: tensor {}: expected shape {}, found {}", file_.path(), info.name,
+         shape_string(shape.data(), int(shape.size())), shape_string(info.ne, info.n_dims));
+}
 
 compute::WeightMatrix ExpertTensor::expert(int64_t e) const {
   return compute::WeightMatrix{type, n_in, n_out, mapped + size_t(e) * expert_bytes, row_bytes(type, n_in)};
@@ -35,17 +43,8 @@ const TensorInfo& TensorLoader::checked(const std::string& name,
                                          const std::vector<int64_t>& shape) const {
   const TensorInfo* info = find(name);
   if (!info) fail("{}: missing tensor {}", file_.path(), name);
-  // Trailing dimensions of 1 are equal to absent ones (HF [1, H] stores as ne {H, 1}), as in
-  // llama.cpp's loader.
-  bool same = true;
-  for (int i = 0; same && i < 4; ++i) {
-    const int64_t want = i < int(shape.size()) ? shape[i] : 1;
-    if (info->ne[i] != want) same = false;
-  }
-  if (!same)
-    fail("{}: tensor {}: expected shape {}, found {}", file_.path(), name,
-         shape_string(shape.data(), int(shape.size())), shape_string(info->ne, info->n_dims));
-  require_kernels(file_, *info);
+  check_shape(*info, shape);
+  check_type(*info);
   return *info;
 }
 
@@ -60,7 +59,7 @@ std::vector<float> TensorLoader::floats(const std::string& name, int64_t n) cons
   if (info->n_elements() != n)
     fail("{}: tensor {}: expected {} elements, found {} (shape {})", file_.path(), name, n,
          info->n_elements(), shape_string(info->ne, info->n_dims));
-  require_kernels(file_, *info);
+  check_type(*info);
   std::vector<float> out(static_cast<size_t>(n));
   const int64_t row = info->ne[0];
   const uint8_t* data = file_.tensor_data(*info);

@@ -1,5 +1,7 @@
-// TensorLoader — typed, shape-checked access to a GGUF file's tensors for the architecture files.
+// TensorLoader — typed, shape-checked access to a GGUF file's tensors by name and explicit shape.
 //
+// The architecture files do not use it directly: they reach their weights through their tensor
+// table (model/tensor_table.h), which declares each shape once and checks with this class.
 // Every accessor checks the tensor exists, has exactly the expected ggml shape, and a type the
 // kernels support; a mismatch throws strata::Error naming the file, the tensor, expected and found
 // (e.g. "m.gguf: tensor blk.3.ffn_up_exps: expected shape [64, 32, 16], found [64, 16, 16]").
@@ -16,6 +18,9 @@
 #include "gguf/gguf.h"
 
 namespace strata {
+
+// "[64, 32, 16]"
+std::string shape_string(const int64_t* ne, int n_dims);
 
 // One [n_expert] stack of [n_out x n_in] matrices (ggml ne = {n_in, n_out, n_expert}).
 struct ExpertTensor {
@@ -47,6 +52,10 @@ class TensorLoader {
   const GgufFile& file() const { return file_; }
   // The tensor, after checking it exists, has exactly this ggml shape and a type with kernels.
   const TensorInfo& checked(const std::string& name, const std::vector<int64_t>& shape) const;
+  // The two checks of `checked` on a tensor already found. Trailing dimensions of 1 are equal
+  // to absent ones (HF [1, H] stores as ne {H, 1}), as in llama.cpp's loader.
+  void check_shape(const TensorInfo& info, const std::vector<int64_t>& shape) const;
+  void check_type(const TensorInfo& info) const;
 
  private:
   const GgufFile& file_;

@@ -388,6 +388,7 @@ void write_synthetic_model(const SynthOptions& options, const std::string& path,
   std::vector<TensorPlan> plans;
   uint64_t total_bytes = 0;
   for (const TensorSpec& spec : specs) {
+    if (!spec.synthesized) continue;  // refused layouts, and optional tensors synth leaves out
     shapings.push_back(shaper ? shaper->plan(spec) : nullptr);
     TensorPlan t;
     t.spec = &spec;
