@@ -138,11 +138,14 @@ void register_serve(CLI::App& app) {
                   "seconds the running generation may take to finish after SIGTERM")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
-  cmd->add_option("--timeout", server.io_timeout_s, "socket read/write timeout in seconds")
+  cmd->add_option("--timeout", server.io_timeout_s,
+                  "seconds a request (line, headers and body) may take to arrive, and a blocked "
+                  "write may wait; slower clients are answered 408 or dropped")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
-  cmd->add_option("--http-threads", server.http_threads,
-                  "connection threads (default: max-queue + 16)")
+  cmd->add_option("--max-connections,--http-threads", server.max_connections,
+                  "connections served at once, each on its own thread; one more is answered 503 "
+                  "and closed (default: max-queue + 16)")
       ->check(CLI::Range(0, 100000));
   cmd->add_option("--send-buffer", server.send_buffer_bytes,
                   "kernel send buffer per connection in bytes (0 = autotuned, up to MiBs); caps "

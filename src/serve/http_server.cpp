@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "serve/connection_guard.h"
 #include "serve/connection_probe.h"
 #include "serve/generator.h"
 #include "serve/http_reply.h"
@@ -49,6 +50,32 @@ ApiError server_error(int status, std::string type, std::string code, std::strin
   return error;
 }
 
+ApiError request_timeout(int timeout_s) {
+  return server_error(408, "invalid_request_error", "request_timeout",
+                      fmt::format("the request did not arrive completely within {} s (--timeout)",
+                                  timeout_s));
+}
+
+ApiError too_many_connections(size_t max_connections) {
+  return server_error(503, "server_error", "too_many_connections",
+                      fmt::format("the server is serving its limit of {} connections "
+                                  "(--max-connections); retry later",
+                                  max_connections));
+}
+
+size_t max_connections(const ServerOptions& options) {
+  return options.max_connections > 0 ? options.max_connections : options.max_queue + 16;
+}
+
+// The complete response a connection over --max-connections gets before it is closed.
+std::string refusal_response(size_t limit) {
+  const std::string body = dump_json(error_json(too_many_connections(limit)));
+  return fmt::format(
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+      "Content-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n{}",
+      body.size(), body);
+}
+
 ApiError shutting_down() {
   return server_error(503, "server_error", "server_shutting_down", "the server is shutting down");
 }
@@ -71,13 +98,7 @@ std::string path_label(const std::string& path) {
 
 // Debian's httplib 0.11 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into the
 // library). A burst of new connections (32 load-test clients on a busy 2-core box) overflowed that
-// accept queue and clients saw their requests reset after the 1 s SYN-ACK retransmit. Calling
-// listen() again on the bound socket raises the backlog (Linux updates a listening socket's).
-class ListeningServer : public httplib::Server {
- public:
-  bool raise_backlog(int backlog) { return ::listen(svr_sock_, backlog) == 0; }
-};
-
+// accept queue and clients saw their requests reset after the 1 s SYN-ACK retransmit.
 constexpr int kListenBacklog = 1024;
 
 }  // namespace
@@ -160,7 +181,7 @@ struct HttpServer::Impl {
   DashboardHub dashboard;  // before generator, which publishes the first snapshot
   Generator generator;
   Scheduler scheduler;  // after generator: its worker runs generator.run
-  ListeningServer http;
+  GuardedHttpServer http;
   std::atomic<bool> draining{false};
 
   std::mutex active_mutex;  // guards active
@@ -180,17 +201,20 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
       options(server_options),
       generator(served_model, pool, metrics, dashboard, server_options.spec,
                 server_options.access_log, server_options.profile),
-      scheduler(server_options.max_queue, [this](Job& job) { generator.run(job); }) {
+      scheduler(server_options.max_queue, [this](Job& job) { generator.run(job); }),
+      http(ConnectionLimits{server_options.io_timeout_s, server_options.io_timeout_s,
+                            max_connections(server_options),
+                            refusal_response(max_connections(server_options)),
+                            [this] { metrics.count_response("other", 503); }}) {
   limits.model_id = served.id;
   limits.n_vocab = served.tokenizer->n_tokens();
   limits.n_ctx = served.n_ctx;
 
-  const size_t threads =
-      options.http_threads > 0 ? size_t(options.http_threads) : options.max_queue + 16;
+  const size_t threads = http.threads_needed();
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(options.max_body_bytes);
-  http.set_read_timeout(options.io_timeout_s, 0);
-  http.set_write_timeout(options.io_timeout_s, 0);
+  // Read and write timeouts are the GuardedHttpServer's (a deadline per request, a timeout per
+  // write); httplib's own apply only to sockets it would read itself, and it reads none.
   http.set_tcp_nodelay(true);
   // httplib's default sets SO_REUSEPORT, which lets a second server bind the same port and take
   // half of the connections; SO_REUSEADDR alone still allows a quick restart.
@@ -275,7 +299,10 @@ void HttpServer::Impl::add_routes() {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
         ApiError error;
         error.status = res.status;
-        if (res.status == 404) {
+        if (http.request_timed_out()) {
+          error = request_timeout(options.io_timeout_s);
+          res.set_header("Connection", "close");
+        } else if (res.status == 404) {
           error.code = "not_found";
           error.message = fmt::format("no route for {} {}", req.method, req.path);
         } else if (res.status == 413) {
@@ -346,6 +373,7 @@ bool HttpServer::Impl::read_body(const httplib::Request& req,
                     options.max_body_bytes);
     return refuse(error);
   }
+  if (!complete && http.request_timed_out()) return refuse(request_timeout(options.io_timeout_s));
   if (!complete) {
     ApiError error;
     error.message = "request body: could not be read completely";

@@ -35,8 +35,8 @@ struct ServerOptions {
   size_t max_queue = 64;             // waiting generations before 429
   size_t max_body_bytes = 4u << 20;  // larger request bodies get 413
   double shutdown_grace_s = 10;      // time the running generation gets to finish on shutdown
-  int io_timeout_s = 10;             // socket read/write timeout (a stalled client is dropped)
-  int http_threads = 0;              // 0 = max_queue + 16
+  int io_timeout_s = 10;             // a request must arrive within it; a write may block as long
+  size_t max_connections = 0;        // served at once (more get 503); 0 = max_queue + 16
   int send_buffer_bytes = 0;         // SO_SNDBUF per connection; 0 = the kernel's autotuning
   bool access_log = true;            // one stderr line per response
   spec::SpecOptions spec;            // speculative decoding for every request (off by default)

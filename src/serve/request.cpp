@@ -154,6 +154,8 @@ class FieldTracker : public json::json_sax_t {
     return out;
   }
   const std::string& error() const { return error_; }
+  // True once the top-level value was complete: an error after that is trailing data.
+  bool value_complete() const { return value_complete_; }
 
  private:
   struct Frame {
@@ -163,6 +165,7 @@ class FieldTracker : public json::json_sax_t {
     bool has_key;
   };
   bool value_done() {
+    if (frames_.empty()) value_complete_ = true;
     if (!frames_.empty()) {
       if (frames_.back().is_array) {
         ++frames_.back().index;
@@ -174,6 +177,7 @@ class FieldTracker : public json::json_sax_t {
   }
   std::vector<Frame> frames_;
   std::string error_;
+  bool value_complete_ = false;
 };
 
 std::string where(const std::string& path) {
@@ -236,11 +240,17 @@ json parse_body(std::string_view body, int max_depth) {
   check_depth(body, max_depth);
   json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) {
+    // Strict, like json::parse: trailing data after the value is an error here too (a lenient
+    // walk would find none and leave the message empty).
     FieldTracker tracker;
-    json::sax_parse(body, &tracker, json::input_format_t::json, false);
-    reject_body(
-        fmt::format("request body is not valid JSON{}: {}", where(tracker.path()), tracker.error()),
-        tracker.path());
+    json::sax_parse(body, &tracker, json::input_format_t::json, /*strict=*/true);
+    const std::string what = tracker.error().empty() ? "the parser stopped" : tracker.error();
+    if (tracker.value_complete())
+      reject_body(fmt::format("request body is not valid JSON: unexpected data after the JSON "
+                              "object ended (one object per request): {}",
+                              what));
+    reject_body(fmt::format("request body is not valid JSON{}: {}", where(tracker.path()), what),
+                tracker.path());
   }
   if (!parsed.is_object())
     reject_body(fmt::format("request body: expected a JSON object, found {}", parsed.type_name()));

@@ -216,6 +216,19 @@ TEST(ServeRequest, MalformedJsonReportsWhere) {
   EXPECT_NE(error.message.find("column"), std::string::npos) << error.message;
 }
 
+TEST(ServeRequest, TrailingDataAfterTheBodyIsNamed) {
+  // Two JSON values back to back: the message must say what is wrong and where, never end in an
+  // empty explanation ("request body is not valid JSON: ").
+  for (const std::string& body : {std::string(R"({"a":1} {"b":2})"), chat("") + " x", chat("") + "}"}) {
+    SCOPED_TRACE(body);
+    const ApiError error = reject(body);
+    EXPECT_EQ(error.status, 400);
+    EXPECT_NE(error.message.find("after the JSON object"), std::string::npos) << error.message;
+    EXPECT_NE(error.message.find("end of input"), std::string::npos) << error.message;
+    EXPECT_NE(error.message.find("column"), std::string::npos) << error.message;
+  }
+}
+
 TEST(ServeRequest, UnknownFieldsAreIgnored) {
   EXPECT_EQ(accept(chat(R"("some_future_field":{"x":[1,2,3]})")).messages.size(), 1u);
 }
