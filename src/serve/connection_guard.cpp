@@ -56,6 +56,8 @@ class GuardedHttpServer::DeadlineStream : public httplib::Stream {
 
   void start_request(Clock::time_point deadline) { deadline_ = deadline; }
   bool timed_out() const { return timed_out_.load(); }
+  void request_close() const { close_requested_ = true; }
+  bool close_requested() const { return close_requested_.load(); }
   bool has_buffered() const { return buffer_begin_ < buffer_end_; }
 
   bool is_readable() const override {
@@ -109,6 +111,7 @@ class GuardedHttpServer::DeadlineStream : public httplib::Stream {
   const int write_timeout_s_;
   Clock::time_point deadline_ = Clock::now();
   std::atomic<bool> timed_out_{false};  // read by request_timed_out() under the server's mutex
+  mutable std::atomic<bool> close_requested_{false};
   std::array<char, 4096> buffer_{};
   size_t buffer_begin_ = 0, buffer_end_ = 0;
   std::string remote_addr_, local_addr_;
@@ -125,6 +128,12 @@ bool GuardedHttpServer::request_timed_out() const {
   std::lock_guard lock(streams_mutex_);
   const auto it = streams_.find(std::this_thread::get_id());
   return it != streams_.end() && it->second->timed_out();
+}
+
+void GuardedHttpServer::close_after_response() {
+  std::lock_guard lock(streams_mutex_);
+  const auto it = streams_.find(std::this_thread::get_id());
+  if (it != streams_.end()) it->second->request_close();
 }
 
 bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
@@ -154,7 +163,7 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
     if (!readable || svr_sock_ == INVALID_SOCKET) break;
     bool connection_closed = false;
     ok = process_request(stream, /*close_connection=*/remaining == 1, connection_closed, nullptr);
-    if (!ok || connection_closed || stream.timed_out()) break;
+    if (!ok || connection_closed || stream.timed_out() || stream.close_requested()) break;
   }
   {
     std::lock_guard lock(streams_mutex_);

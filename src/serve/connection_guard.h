@@ -57,6 +57,9 @@ class GuardedHttpServer : public httplib::Server {
   // On a handler's thread: whether the request being read on this connection ran past its
   // deadline (so a failed read is a timeout, not a malformed or truncated request).
   bool request_timed_out() const;
+  // On a handler's thread: close this connection after the response (e.g. its request body was
+  // left unread, so what follows on the connection is not a request).
+  void close_after_response();
   // Debian's httplib listens with a backlog of 5 (compiled in); a burst of connections overflowed
   // it and clients saw resets. Calling listen() again on the bound socket raises the backlog.
   bool raise_backlog(int backlog);

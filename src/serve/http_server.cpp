@@ -17,6 +17,7 @@
 #include "serve/connection_probe.h"
 #include "serve/generator.h"
 #include "serve/http_reply.h"
+#include "serve/llama_endpoints.h"
 #include "serve/metrics.h"
 #include "serve/openai_format.h"
 #include "serve/request.h"
@@ -63,6 +64,16 @@ ApiError too_many_connections(size_t max_connections) {
                                   max_connections));
 }
 
+std::string spec_mode_name(spec::SpecMode mode) {
+  switch (mode) {
+    case spec::SpecMode::Off: return "off";
+    case spec::SpecMode::Mtp: return "mtp";
+    case spec::SpecMode::Suffix: return "suffix";
+    case spec::SpecMode::Both: return "both";
+  }
+  return "off";
+}
+
 size_t max_connections(const ServerOptions& options) {
   return options.max_connections > 0 ? options.max_connections : options.max_queue + 16;
 }
@@ -88,7 +99,8 @@ ApiError shut_down_mid_generation() {
 // Metric label for a request path: the known routes, everything else "other" (bounded labels).
 std::string path_label(const std::string& path) {
   for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
-                            "/metrics", "/api/dashboard", "/api/dashboard/events", "/api/plots"})
+                            "/metrics", "/api/dashboard", "/api/dashboard/events", "/api/plots",
+                            "/tokenize", "/detokenize", "/props"})
     if (path == known) return path;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   if (path.rfind("/plots/", 0) == 0) return "/plots/{name}";
@@ -258,6 +270,36 @@ void HttpServer::Impl::add_routes() {
                   handle_generation(endpoint, req, body, res);
               });
   }
+  // llama-server's tokenizer endpoints and /props (serve/llama_endpoints.h).
+  http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res,
+                                const httplib::ContentReader& content_reader) {
+    std::string body;
+    if (!read_body(req, content_reader, res, body)) return;
+    auto parsed = parse_tokenize_request(body, limits);
+    if (const ApiError* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
+    send_json(res, 200, tokenize_response(*served.tokenizer, std::get<TokenizeRequest>(parsed)));
+  });
+  http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res,
+                                  const httplib::ContentReader& content_reader) {
+    std::string body;
+    if (!read_body(req, content_reader, res, body)) return;
+    auto parsed = parse_detokenize_request(body, limits);
+    if (const ApiError* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
+    send_json(res, 200,
+              detokenize_response(*served.tokenizer, std::get<DetokenizeRequest>(parsed)));
+  });
+  http.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+    PropsLimits props;
+    props.max_queue = options.max_queue;
+    props.max_connections = max_connections(options);
+    props.max_body_bytes = options.max_body_bytes;
+    props.timeout_s = options.io_timeout_s;
+    props.speculative = spec_mode_name(options.spec.mode);
+    props.build_info = options.build_info;
+    Json answer = props_json(served, props);
+    answer["default_generation_settings"]["is_processing"] = live().running;
+    send_json(res, 200, answer);
+  });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, json{{"object", "list"}, {"data", json::array({model_object()})}});
   });
@@ -285,6 +327,8 @@ void HttpServer::Impl::add_routes() {
     const ExpertStoreStats* experts = snapshot->experts ? &*snapshot->experts : nullptr;
     res.set_content(metrics.render(live(), experts), "text/plain; version=0.0.4; charset=utf-8");
   });
+  install_access_control(http, options.access,
+                         [](const std::string& path) { return find_web_asset(path) != nullptr; });
   WebRoutes web;
   web.hub = &dashboard;
   web.metrics = &metrics;
@@ -344,6 +388,7 @@ bool HttpServer::Impl::read_body(const httplib::Request& req,
   const auto refuse = [&](const ApiError& error) {
     send_error(res, error);
     res.set_header("Connection", "close");  // the rest of the body may be unread
+    http.close_after_response();
     return false;
   };
   if (req.is_multipart_form_data()) {

@@ -1,8 +1,10 @@
 // HttpServer — the OpenAI-compatible HTTP API on top of cpp-httplib.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions (JSON or server-sent events),
-// GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text), and the web
-// page with its dashboard data (serve/web_routes.h: GET /, /api/dashboard[/events], /plots/).
+// GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text), llama-server's
+// POST /tokenize, POST /detokenize and GET /props (serve/llama_endpoints.h), and the web page with
+// its dashboard data (serve/web_routes.h: GET /, /api/dashboard[/events], /plots/). API keys and
+// CORS: serve/access_control.h. Slow or too many connections: serve/connection_guard.h.
 // Every error, including httplib's own (unknown route 404, body over --max-body 413, malformed
 // HTTP 400), is answered with an OpenAI-style JSON error body.
 //
@@ -24,6 +26,7 @@
 #include <string>
 
 #include "compute/cpu/thread_pool.h"
+#include "serve/access_control.h"
 #include "serve/plan.h"
 #include "spec/spec_decoder.h"
 
@@ -42,6 +45,8 @@ struct ServerOptions {
   spec::SpecOptions spec;            // speculative decoding for every request (off by default)
   bool profile = true;               // time the forward's phases for the dashboard
   std::string plots_dir;             // SVGs served at /plots/ (strata bench --svg); "" = none
+  AccessOptions access;              // API keys and CORS origins (serve/access_control.h)
+  std::string build_info;            // reported by /props (`strata --version`'s text)
 };
 
 class HttpServer {

@@ -517,11 +517,16 @@ std::string_view endpoint_path(Endpoint endpoint) {
   return endpoint == Endpoint::ChatCompletions ? "/v1/chat/completions" : "/v1/completions";
 }
 
-ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
-                                     const RequestLimits& limits) {
+namespace {
+
+// Parses `body` and runs `read` on the object; a rejection or an allocation failure becomes the
+// ApiError of the result.
+template <typename Result, typename Read>
+std::variant<Result, ApiError> parse_with(std::string_view body, const RequestLimits& limits,
+                                          Read read) {
   try {
     const json parsed = parse_body(body, limits.max_json_depth);
-    return parse_fields(parsed, endpoint, limits);
+    return read(parsed);
   } catch (Rejection& rejection) {
     return std::move(rejection.error);
   } catch (const std::bad_alloc&) {
@@ -530,6 +535,50 @@ ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
     error.message = "request body: too large to parse";
     return error;
   }
+}
+
+}  // namespace
+
+ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
+                                     const RequestLimits& limits) {
+  return parse_with<GenerationRequest>(
+      body, limits, [&](const json& parsed) { return parse_fields(parsed, endpoint, limits); });
+}
+
+std::variant<TokenizeRequest, ApiError> parse_tokenize_request(std::string_view body,
+                                                               const RequestLimits& limits) {
+  return parse_with<TokenizeRequest>(body, limits, [](const json& parsed) {
+    TokenizeRequest out;
+    const std::string* content = read_string(parsed, "content", "content");
+    if (!content) reject("content", "missing: expected the text to tokenize as a string");
+    out.content = *content;
+    out.add_special = read_bool(parsed, "add_special", "add_special").value_or(false);
+    out.parse_special = read_bool(parsed, "parse_special", "parse_special").value_or(true);
+    out.with_pieces = read_bool(parsed, "with_pieces", "with_pieces").value_or(false);
+    return out;
+  });
+}
+
+std::variant<DetokenizeRequest, ApiError> parse_detokenize_request(std::string_view body,
+                                                                   const RequestLimits& limits) {
+  return parse_with<DetokenizeRequest>(body, limits, [&](const json& parsed) {
+    const json* tokens = field(parsed, "tokens");
+    if (!tokens) reject("tokens", "missing: expected an array of token ids");
+    if (!tokens->is_array()) reject("tokens", "expected an array of token ids, found {}",
+                                    describe(*tokens));
+    DetokenizeRequest out;
+    out.tokens.reserve(tokens->size());
+    for (size_t i = 0; i < tokens->size(); ++i) {
+      const json& id = (*tokens)[i];
+      const int64_t max_id = limits.n_vocab > 0 ? limits.n_vocab - 1 : INT32_MAX;
+      if (!id.is_number_integer() || (id.is_number_unsigned() && id.get<uint64_t>() > uint64_t(max_id)) ||
+          id.get<int64_t>() < 0 || id.get<int64_t>() > max_id)
+        reject(element("tokens", i), "expected a token id between 0 and {}, found {}", max_id,
+               describe(id));
+      out.tokens.push_back(int32_t(id.get<int64_t>()));
+    }
+    return out;
+  });
 }
 
 }  // namespace strata::serve

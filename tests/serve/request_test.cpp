@@ -229,6 +229,42 @@ TEST(ServeRequest, TrailingDataAfterTheBodyIsNamed) {
   }
 }
 
+TEST(ServeRequest, TokenizerBodiesHaveLlamaServerDefaults) {
+  const auto tokenize = parse_tokenize_request(R"({"content":"hi"})", limits());
+  ASSERT_TRUE(std::holds_alternative<TokenizeRequest>(tokenize));
+  const TokenizeRequest& t = std::get<TokenizeRequest>(tokenize);
+  EXPECT_EQ(t.content, "hi");
+  EXPECT_FALSE(t.add_special);
+  EXPECT_TRUE(t.parse_special);
+  EXPECT_FALSE(t.with_pieces);
+  const auto detokenize = parse_detokenize_request(R"({"tokens":[0,5,999]})", limits());
+  ASSERT_TRUE(std::holds_alternative<DetokenizeRequest>(detokenize));
+  EXPECT_EQ(std::get<DetokenizeRequest>(detokenize).tokens, (std::vector<int32_t>{0, 5, 999}));
+
+  const struct {
+    std::string body, param, in_message;
+    bool tokenize;
+  } bad[] = {
+      {R"({"content":null})", "content", "missing", true},
+      {R"({"content":"x","with_pieces":1})", "with_pieces", "true or false", true},
+      {R"({"tokens":"1,2"})", "tokens", "array", false},
+      {R"({"tokens":[1000]})", "tokens[0]", "between 0 and 999", false},
+      {R"({"tokens":[-1]})", "tokens[0]", "-1", false},
+      {R"({"tokens":[1.5]})", "tokens[0]", "1.5", false},
+      {R"({"tokens":[18446744073709551615]})", "tokens[0]", "between", false},
+      {"[1]", "", "expected a JSON object", false},
+  };
+  for (const auto& c : bad) {
+    SCOPED_TRACE(c.body);
+    const ApiError error = c.tokenize
+                               ? std::get<ApiError>(parse_tokenize_request(c.body, limits()))
+                               : std::get<ApiError>(parse_detokenize_request(c.body, limits()));
+    EXPECT_EQ(error.status, 400);
+    EXPECT_EQ(error.param, c.param);
+    EXPECT_NE(error.message.find(c.in_message), std::string::npos) << error.message;
+  }
+}
+
 TEST(ServeRequest, UnknownFieldsAreIgnored) {
   EXPECT_EQ(accept(chat(R"("some_future_field":{"x":[1,2,3]})")).messages.size(), 1u);
 }
