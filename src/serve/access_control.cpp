@@ -49,7 +49,10 @@ std::string presented_api_key(const httplib::Request& req) {
   constexpr std::string_view kBearer = "Bearer ";
   if (authorization.size() > kBearer.size() &&
       std::equal(kBearer.begin(), kBearer.end(), authorization.begin(),
-                 [](char a, char b) { return std::tolower(a) == std::tolower(b); }))
+                 [](char a, char b) {
+                   return std::tolower(static_cast<unsigned char>(a)) ==
+                          std::tolower(static_cast<unsigned char>(b));
+                 }))
     return authorization.substr(kBearer.size());
   return req.get_header_value("X-Api-Key");
 }
