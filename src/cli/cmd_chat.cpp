@@ -3,13 +3,13 @@
 // Each turn renders the whole conversation with the model's chat template and feeds only the
 // tokens the session has not seen (the KV/recurrent state of earlier turns is reused when the new
 // prompt extends the old one; otherwise the session restarts). Replies stream as they are made;
-// thinking is hidden behind a "[thinking… 143 tokens]" indicator unless --show-thinking (cli/reply_view.h).
-// After each reply one line on stderr gives its tokens and tok/s (--no-speed turns it off).
-// Ctrl-C stops the current reply and returns to the prompt; Ctrl-D or /quit exits. /reset starts
-// over, /stats prints speed and context figures, /help lists the commands.
-// With --spec, replies go through the SpecDecoder (the same tokens as without, greedy or sampled
-// with the same seed); its drafters follow the session across turns and its gate lives as long as
-// the chat, whose line it prints at exit (and in /stats).
+// thinking is hidden behind a "[thinking… 143 tokens]" indicator unless --show-thinking
+// (cli/reply_view.h). After each reply one line on stderr gives its tokens and tok/s (--no-speed
+// turns it off). Ctrl-C stops the current reply and returns to the prompt; Ctrl-D or /quit exits.
+// /reset starts over, /stats prints speed and context figures, /help lists the commands. With
+// --spec, replies go through the SpecDecoder (the same tokens as without, greedy or sampled with
+// the same seed); its drafters follow the session across turns and its gate lives as long as the
+// chat, whose line it prints at exit (and in /stats).
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>

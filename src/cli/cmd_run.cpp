@@ -138,8 +138,8 @@ std::string resolve_prompt_text(const RunOptions& options) {
     source = "-p";
   } else if (!options.prompt_file.empty() && options.prompt_file != "-") {
     source = "-f " + options.prompt_file;
-    std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(options.prompt_file.c_str(), "rb"),
-                                                         &std::fclose);
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(
+        std::fopen(options.prompt_file.c_str(), "rb"), &std::fclose);
     if (!file) fail("{}: cannot open the prompt file: {}", source, std::strerror(errno));
     text = read_all(file.get(), source);
   } else if (!options.prompt_file.empty() || !isatty(STDIN_FILENO)) {
@@ -155,9 +155,10 @@ std::string resolve_prompt_text(const RunOptions& options) {
     if (!text.empty() && text.back() == '\r') text.pop_back();
   }
   if (text.empty())
-    fail("{}: the prompt is empty; give the text with -p TEXT, -f FILE or on stdin (the model "
-         "adds no beginning-of-sequence token, so there is nothing to generate from)",
-         source);
+    fail(
+        "{}: the prompt is empty; give the text with -p TEXT, -f FILE or on stdin (the model "
+        "adds no beginning-of-sequence token, so there is nothing to generate from)",
+        source);
   return text;
 }
 

@@ -4,9 +4,10 @@
 //
 // Hidden thinking prints "[thinking…" when the first thinking text arrives and closes it with
 // the tokens it took (" 143 tokens]" and a newline) when the answer starts. Tokens, not seconds:
-// the output stays a function of the tokens (tests compare chat transcripts byte for byte). A reply that ends while still
-// thinking closes it with the reason the caller gives ("the reply limit (--max-reply 512) ended
-// it") and a hint how to see or skip the thinking. A reply with neither answer nor thinking says
+// the output stays a function of the tokens (tests compare chat transcripts byte for byte). A reply
+// that ends while still thinking closes it with the reason the caller gives ("the reply limit
+// (--max-reply 512) ended it") and a hint how to see or skip the thinking. A reply with neither
+// answer nor thinking says
 // "[empty reply]". With `color` the indicator and shown thinking are dim (ANSI SGR 2), else
 // plain text (a pipe, a file). Not thread-safe; one per reply.
 #pragma once

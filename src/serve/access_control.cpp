@@ -48,11 +48,10 @@ std::string presented_api_key(const httplib::Request& req) {
   const std::string authorization = req.get_header_value("Authorization");
   constexpr std::string_view kBearer = "Bearer ";
   if (authorization.size() > kBearer.size() &&
-      std::equal(kBearer.begin(), kBearer.end(), authorization.begin(),
-                 [](char a, char b) {
-                   return std::tolower(static_cast<unsigned char>(a)) ==
-                          std::tolower(static_cast<unsigned char>(b));
-                 }))
+      std::equal(kBearer.begin(), kBearer.end(), authorization.begin(), [](char a, char b) {
+        return std::tolower(static_cast<unsigned char>(a)) ==
+               std::tolower(static_cast<unsigned char>(b));
+      }))
     return authorization.substr(kBearer.size());
   return req.get_header_value("X-Api-Key");
 }
@@ -77,12 +76,13 @@ void install_access_control(GuardedHttpServer& http, AccessOptions options,
         ApiError error;
         error.status = 403;
         error.code = "cors_origin_not_allowed";
-        error.message = options.cors_origins.empty()
-                            ? fmt::format("Origin {}: cross-origin requests are not enabled on "
-                                          "this server (--cors-origin)",
-                                          origin)
-                            : fmt::format("Origin {}: not among the allowed origins (--cors-origin)",
-                                          origin);
+        error.message =
+            options.cors_origins.empty()
+                ? fmt::format(
+                      "Origin {}: cross-origin requests are not enabled on "
+                      "this server (--cors-origin)",
+                      origin)
+                : fmt::format("Origin {}: not among the allowed origins (--cors-origin)", origin);
         send_error(res, error);
         return httplib::Server::HandlerResponse::Handled;
       }
@@ -91,7 +91,8 @@ void install_access_control(GuardedHttpServer& http, AccessOptions options,
       if (!origin.empty()) {
         res.set_header("Access-Control-Allow-Methods", kAllowedMethods);
         const std::string asked = req.get_header_value("Access-Control-Request-Headers");
-        res.set_header("Access-Control-Allow-Headers", asked.empty() ? kDefaultAllowedHeaders : asked);
+        res.set_header("Access-Control-Allow-Headers",
+                       asked.empty() ? kDefaultAllowedHeaders : asked);
         res.set_header("Access-Control-Max-Age", "600");
       }
       return httplib::Server::HandlerResponse::Handled;  // CORS origin added after routing
@@ -108,13 +109,14 @@ void install_access_control(GuardedHttpServer& http, AccessOptions options,
     return httplib::Server::HandlerResponse::Handled;
   });
   if (options.cors_origins.empty()) return;
-  http.set_post_routing_handler([allowed = options.cors_origins](const httplib::Request& req,
-                                                                 httplib::Response& res) {
-    const std::optional<std::string> value = allowed_origin(req.get_header_value("Origin"), allowed);
-    if (!value) return;
-    res.set_header("Access-Control-Allow-Origin", *value);
-    if (*value != "*") res.set_header("Vary", "Origin");
-  });
+  http.set_post_routing_handler(
+      [allowed = options.cors_origins](const httplib::Request& req, httplib::Response& res) {
+        const std::optional<std::string> value =
+            allowed_origin(req.get_header_value("Origin"), allowed);
+        if (!value) return;
+        res.set_header("Access-Control-Allow-Origin", *value);
+        if (*value != "*") res.set_header("Vary", "Origin");
+      });
 }
 
 }  // namespace strata::serve

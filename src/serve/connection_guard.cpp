@@ -60,9 +60,7 @@ class GuardedHttpServer::DeadlineStream : public httplib::Stream {
   bool close_requested() const { return close_requested_.load(); }
   bool has_buffered() const { return buffer_begin_ < buffer_end_; }
 
-  bool is_readable() const override {
-    return has_buffered() || wait_for(sock_, POLLIN, deadline_);
-  }
+  bool is_readable() const override { return has_buffered() || wait_for(sock_, POLLIN, deadline_); }
   bool is_writable() const override {
     return wait_for(sock_, POLLOUT, Clock::now() + std::chrono::seconds(write_timeout_s_));
   }

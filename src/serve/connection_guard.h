@@ -42,7 +42,7 @@ struct ConnectionLimits {
   int request_timeout_s = 10;  // request line + headers + body, per request
   int write_timeout_s = 10;    // per blocked write
   size_t max_connections = 80;
-  std::string refusal;            // the raw HTTP response sent to a connection over the bound
+  std::string refusal;               // the raw HTTP response sent to a connection over the bound
   std::function<void()> on_refused;  // e.g. counts the refusal in the metrics
 };
 

@@ -10,9 +10,11 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
+#include "serve/anthropic_format.h"
 #include "serve/connection_guard.h"
 #include "serve/connection_probe.h"
 #include "serve/generator.h"
@@ -52,9 +54,9 @@ ApiError server_error(int status, std::string type, std::string code, std::strin
 }
 
 ApiError request_timeout(int timeout_s) {
-  return server_error(408, "invalid_request_error", "request_timeout",
-                      fmt::format("the request did not arrive completely within {} s (--timeout)",
-                                  timeout_s));
+  return server_error(
+      408, "invalid_request_error", "request_timeout",
+      fmt::format("the request did not arrive completely within {} s (--timeout)", timeout_s));
 }
 
 ApiError too_many_connections(size_t max_connections) {
@@ -66,10 +68,14 @@ ApiError too_many_connections(size_t max_connections) {
 
 std::string spec_mode_name(spec::SpecMode mode) {
   switch (mode) {
-    case spec::SpecMode::Off: return "off";
-    case spec::SpecMode::Mtp: return "mtp";
-    case spec::SpecMode::Suffix: return "suffix";
-    case spec::SpecMode::Both: return "both";
+    case spec::SpecMode::Off:
+      return "off";
+    case spec::SpecMode::Mtp:
+      return "mtp";
+    case spec::SpecMode::Suffix:
+      return "suffix";
+    case spec::SpecMode::Both:
+      return "both";
   }
   return "off";
 }
@@ -100,7 +106,7 @@ ApiError shut_down_mid_generation() {
 std::string path_label(const std::string& path) {
   for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
                             "/metrics", "/api/dashboard", "/api/dashboard/events", "/api/plots",
-                            "/tokenize", "/detokenize", "/props"})
+                            "/tokenize", "/detokenize", "/props", "/v1/messages"})
     if (path == known) return path;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   if (path.rfind("/plots/", 0) == 0) return "/plots/{name}";
@@ -112,6 +118,17 @@ std::string path_label(const std::string& path) {
 // library). A burst of new connections (32 load-test clients on a busy 2-core box) overflowed that
 // accept queue and clients saw their requests reset after the 1 s SYN-ACK retransmit.
 constexpr int kListenBacklog = 1024;
+
+// The API a generation request came through: OpenAI's (/v1/chat/completions, /v1/completions)
+// or Anthropic's Messages API (/v1/messages). They differ in request fields and in every reply's
+// shape (serve/anthropic_format.h), not in what is generated.
+enum class Wire { OpenAi, Anthropic };
+
+void send_wire_error(httplib::Response& res, Wire wire, const ApiError& error) {
+  if (wire == Wire::OpenAi) return send_error(res, error);
+  send_json(res, error.status, anthropic_error_json(error));
+  if (error.status == 429 || error.status == 503) res.set_header("Retry-After", "1");
+}
 
 }  // namespace
 
@@ -144,14 +161,17 @@ struct HttpServer::Impl {
   // the response) cancels a job the client did not wait for.
   class SseStream {
    public:
-    SseStream(Impl& impl, std::shared_ptr<Job> job, CompletionIdentity identity, bool include_usage,
-              ConnectionProbe probe, std::unique_ptr<ActiveRequest> active)
+    SseStream(Impl& impl, std::shared_ptr<Job> job, CompletionIdentity identity, Wire wire,
+              bool include_usage, ConnectionProbe probe, std::unique_ptr<ActiveRequest> active)
         : impl_(impl),
           job_(std::move(job)),
           identity_(std::move(identity)),
           include_usage_(include_usage),
           probe_(probe),
-          active_(std::move(active)) {}
+          active_(std::move(active)) {
+      if (wire == Wire::Anthropic)
+        anthropic_.emplace(identity_.id, identity_.model, int64_t(job_->plan().prompt.size()));
+    }
     ~SseStream() {
       if (job_->state() != JobState::Finished)
         impl_.scheduler.cancel(job_, CancelReason::ClientGone);
@@ -165,21 +185,26 @@ struct HttpServer::Impl {
     }
     Impl& impl_;
     std::shared_ptr<Job> job_;
+    // The OpenAI stream's events; the Anthropic one's come from anthropic_.
+    bool pump_openai(httplib::DataSink& sink);
+    bool pump_anthropic(httplib::DataSink& sink);
+
     CompletionIdentity identity_;
     bool include_usage_;
     ConnectionProbe probe_;
     std::unique_ptr<ActiveRequest> active_;
+    std::optional<AnthropicStream> anthropic_;
   };
 
   void add_routes();
   // Reads a POST body (at most --max-body bytes); false when it answered with an error.
   bool read_body(const httplib::Request& req, const httplib::ContentReader& content_reader,
                  httplib::Response& res, std::string& body);
-  void handle_generation(Endpoint endpoint, const httplib::Request& req, const std::string& body,
-                         httplib::Response& res);
+  void handle_generation(Endpoint endpoint, Wire wire, const httplib::Request& req,
+                         const std::string& body, httplib::Response& res);
   // Waits until the job leaves the queue; false (job cancelled) when the client went away first.
   bool wait_for_start(const std::shared_ptr<Job>& job, const ConnectionProbe& probe);
-  void respond_whole(const std::shared_ptr<Job>& job, const CompletionIdentity& identity,
+  void respond_whole(const std::shared_ptr<Job>& job, const CompletionIdentity& identity, Wire wire,
                      const ConnectionProbe& probe, httplib::Response& res);
   json model_object() const;
   uint64_t fresh_seed();
@@ -267,9 +292,15 @@ void HttpServer::Impl::add_routes() {
                                const httplib::ContentReader& content_reader) {
                 std::string body;
                 if (read_body(req, content_reader, res, body))
-                  handle_generation(endpoint, req, body, res);
+                  handle_generation(endpoint, Wire::OpenAi, req, body, res);
               });
   }
+  http.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res,
+                                   const httplib::ContentReader& content_reader) {
+    std::string body;
+    if (read_body(req, content_reader, res, body))
+      handle_generation(Endpoint::ChatCompletions, Wire::Anthropic, req, body, res);
+  });
   // llama-server's tokenizer endpoints and /props (serve/llama_endpoints.h).
   http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res,
                                 const httplib::ContentReader& content_reader) {
@@ -438,15 +469,19 @@ bool HttpServer::Impl::wait_for_start(const std::shared_ptr<Job>& job,
   return true;
 }
 
-void HttpServer::Impl::handle_generation(Endpoint endpoint, const httplib::Request& req,
+void HttpServer::Impl::handle_generation(Endpoint endpoint, Wire wire, const httplib::Request& req,
                                          const std::string& body, httplib::Response& res) {
   const Clock::time_point received = Clock::now();
-  if (draining) return send_error(res, shutting_down());
-  ParseResult parsed = parse_generation_request(body, endpoint, limits);
-  if (const ApiError* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
+  const auto reply_error = [&res, wire](const ApiError& error) {
+    send_wire_error(res, wire, error);
+  };
+  if (draining) return reply_error(shutting_down());
+  ParseResult parsed = wire == Wire::Anthropic ? parse_anthropic_messages_request(body, limits)
+                                               : parse_generation_request(body, endpoint, limits);
+  if (const ApiError* error = std::get_if<ApiError>(&parsed)) return reply_error(*error);
   const GenerationRequest& request = std::get<GenerationRequest>(parsed);
   PlanResult planned = plan_generation(request, served, fresh_seed());
-  if (const ApiError* error = std::get_if<ApiError>(&planned)) return send_error(res, *error);
+  if (const ApiError* error = std::get_if<ApiError>(&planned)) return reply_error(*error);
 
   auto active_request = std::make_unique<ActiveRequest>(*this);
   auto job = std::make_shared<Job>(std::move(std::get<GenerationPlan>(planned)), received);
@@ -454,32 +489,34 @@ void HttpServer::Impl::handle_generation(Endpoint endpoint, const httplib::Reque
     case Scheduler::Admission::Accepted:
       break;
     case Scheduler::Admission::QueueFull:
-      return send_error(
-          res, server_error(429, "rate_limit_error", "queue_full",
-                            fmt::format("the server is busy: {} requests are already waiting "
-                                        "(--max-queue {}); retry later",
-                                        scheduler.max_queue(), scheduler.max_queue())));
+      return reply_error(
+          server_error(429, "rate_limit_error", "queue_full",
+                       fmt::format("the server is busy: {} requests are already waiting "
+                                   "(--max-queue {}); retry later",
+                                   scheduler.max_queue(), scheduler.max_queue())));
     case Scheduler::Admission::ShuttingDown:
-      return send_error(res, shutting_down());
+      return reply_error(shutting_down());
   }
 
   const ConnectionProbe probe =
       ConnectionProbe::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   const ApiError gone =
       server_error(499, "invalid_request_error", "client_closed_request", "client went away");
-  if (!wait_for_start(job, probe)) return send_error(res, gone);
-  const CompletionIdentity identity{endpoint, new_completion_id(endpoint), unix_now(), served.id};
-  if (!request.stream) return respond_whole(job, identity, probe, res);
+  if (!wait_for_start(job, probe)) return reply_error(gone);
+  const CompletionIdentity identity{
+      endpoint, wire == Wire::Anthropic ? new_random_id("msg_") : new_completion_id(endpoint),
+      unix_now(), served.id};
+  if (!request.stream) return respond_whole(job, identity, wire, probe, res);
 
   // A job that ended before it started (shutdown) is answered with its error status.
   if (job->state() == JobState::Finished) {
     Job::Update update = job->wait_update(0ms);
-    if (update.error) return send_error(res, *update.error);
+    if (update.error) return reply_error(*update.error);
     // Finished with a result already: stream it all.
     for (TextDelta& delta : update.deltas) job->emit(std::move(delta));
   }
-  auto stream = std::make_shared<SseStream>(*this, job, identity, request.include_usage, probe,
-                                            std::move(active_request));
+  auto stream = std::make_shared<SseStream>(*this, job, identity, wire, request.include_usage,
+                                            probe, std::move(active_request));
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider("text/event-stream", [stream](size_t, httplib::DataSink& sink) {
@@ -488,8 +525,11 @@ void HttpServer::Impl::handle_generation(Endpoint endpoint, const httplib::Reque
 }
 
 void HttpServer::Impl::respond_whole(const std::shared_ptr<Job>& job,
-                                     const CompletionIdentity& identity,
+                                     const CompletionIdentity& identity, Wire wire,
                                      const ConnectionProbe& probe, httplib::Response& res) {
+  const auto reply_error = [&res, wire](const ApiError& error) {
+    send_wire_error(res, wire, error);
+  };
   TextDelta text;
   while (true) {
     Job::Update update = job->wait_update(kPollInterval);
@@ -498,48 +538,78 @@ void HttpServer::Impl::respond_whole(const std::shared_ptr<Job>& job,
       text.reasoning += delta.reasoning;
     }
     if (update.state == JobState::Finished) {
-      if (update.error) return send_error(res, *update.error);
-      if (update.outcome->cancelled) return send_error(res, shut_down_mid_generation());
-      return send_json(
-          res, 200, completion_json(identity, text, update.outcome->finish, update.outcome->usage));
+      if (update.error) return reply_error(*update.error);
+      if (update.outcome->cancelled) return reply_error(shut_down_mid_generation());
+      const GenerationOutcome& outcome = *update.outcome;
+      return send_json(res, 200,
+                       wire == Wire::Anthropic
+                           ? anthropic_message_json(identity.id, identity.model, text,
+                                                    outcome.finish, outcome.usage)
+                           : completion_json(identity, text, outcome.finish, outcome.usage));
     }
     if (probe.peer_closed()) {
       scheduler.cancel(job, CancelReason::ClientGone);
-      return send_error(res, server_error(499, "invalid_request_error", "client_closed_request",
-                                          "client went away"));
+      return reply_error(
+          server_error(499, "invalid_request_error", "client_closed_request", "client went away"));
     }
   }
 }
 
 bool HttpServer::Impl::SseStream::pump(httplib::DataSink& sink) noexcept {
   try {
-    auto write = [&](const std::string& event) { return sink.write(event.data(), event.size()); };
-    if (identity_.endpoint == Endpoint::ChatCompletions &&
-        !write(sse_event(chat_role_chunk(identity_, include_usage_))))
-      return client_gone();
-    while (true) {
-      Job::Update update = job_->wait_update(kPollInterval);
-      for (const TextDelta& delta : update.deltas)
-        if (!write(sse_event(delta_chunk(identity_, delta, include_usage_)))) return client_gone();
-      if (update.state == JobState::Finished) {
-        // Headers (200) are out: failures end the stream with an OpenAI error event, no [DONE].
-        if (update.error || update.outcome->cancelled) {
-          write(sse_event(error_json(update.error ? *update.error : shut_down_mid_generation())));
-        } else {
-          const GenerationOutcome& outcome = *update.outcome;
-          if (!write(sse_event(finish_chunk(identity_, outcome.finish, include_usage_))))
-            return false;
-          if (include_usage_ && !write(sse_event(usage_chunk(identity_, outcome.usage))))
-            return false;
-          if (!write(std::string(kSseDone))) return false;
-        }
-        sink.done();
-        return true;
-      }
-      if (probe_.peer_closed()) return client_gone();
-    }
+    return anthropic_ ? pump_anthropic(sink) : pump_openai(sink);
   } catch (...) {
     return client_gone();
+  }
+}
+
+bool HttpServer::Impl::SseStream::pump_openai(httplib::DataSink& sink) {
+  auto write = [&](const std::string& event) { return sink.write(event.data(), event.size()); };
+  if (identity_.endpoint == Endpoint::ChatCompletions &&
+      !write(sse_event(chat_role_chunk(identity_, include_usage_))))
+    return client_gone();
+  while (true) {
+    Job::Update update = job_->wait_update(kPollInterval);
+    for (const TextDelta& delta : update.deltas)
+      if (!write(sse_event(delta_chunk(identity_, delta, include_usage_)))) return client_gone();
+    if (update.state == JobState::Finished) {
+      // Headers (200) are out: failures end the stream with an OpenAI error event, no [DONE].
+      if (update.error || update.outcome->cancelled) {
+        write(sse_event(error_json(update.error ? *update.error : shut_down_mid_generation())));
+      } else {
+        const GenerationOutcome& outcome = *update.outcome;
+        if (!write(sse_event(finish_chunk(identity_, outcome.finish, include_usage_))))
+          return false;
+        if (include_usage_ && !write(sse_event(usage_chunk(identity_, outcome.usage))))
+          return false;
+        if (!write(std::string(kSseDone))) return false;
+      }
+      sink.done();
+      return true;
+    }
+    if (probe_.peer_closed()) return client_gone();
+  }
+}
+
+bool HttpServer::Impl::SseStream::pump_anthropic(httplib::DataSink& sink) {
+  auto write = [&](const std::string& events) {
+    return events.empty() || sink.write(events.data(), events.size());
+  };
+  if (!write(anthropic_->start())) return client_gone();
+  while (true) {
+    Job::Update update = job_->wait_update(kPollInterval);
+    for (const TextDelta& delta : update.deltas)
+      if (!write(anthropic_->delta(delta))) return client_gone();
+    if (update.state == JobState::Finished) {
+      if (update.error || update.outcome->cancelled) {
+        write(AnthropicStream::error(update.error ? *update.error : shut_down_mid_generation()));
+      } else if (!write(anthropic_->finish(update.outcome->finish, update.outcome->usage))) {
+        return false;
+      }
+      sink.done();
+      return true;
+    }
+    if (probe_.peer_closed()) return client_gone();
   }
 }
 

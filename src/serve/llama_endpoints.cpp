@@ -58,9 +58,8 @@ Json props_json(const ServedModel& served, const PropsLimits& limits) {
                     {"repeat_last_n", s.repeat_last_n},
                     // -1: each request without a seed gets a fresh one
                     {"seed", served.default_seed ? Json(*served.default_seed) : Json(-1)}};
-  Json experts{{"n_layer", hp.n_layer},
-               {"n_expert", hp.n_expert},
-               {"n_expert_used", hp.n_expert_used}};
+  Json experts{
+      {"n_layer", hp.n_layer}, {"n_expert", hp.n_expert}, {"n_expert_used", hp.n_expert_used}};
   if (const ExpertStore* store = served.expert_store) {
     experts["source"] = "store";
     experts["slots_per_layer"] = store->slots_per_layer();
@@ -84,8 +83,8 @@ Json props_json(const ServedModel& served, const PropsLimits& limits) {
       {"build_info", limits.build_info},
       {"strata",
        {{"model", served.id},
-        {"chat_format", served.chat_template ? std::string(served.chat_template->format_name())
-                                             : std::string()},
+        {"chat_format",
+         served.chat_template ? std::string(served.chat_template->format_name()) : std::string()},
         {"speculative", limits.speculative},
         {"max_queue", limits.max_queue},
         {"max_connections", limits.max_connections},

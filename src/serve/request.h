@@ -79,6 +79,14 @@ using ParseResult = std::variant<GenerationRequest, ApiError>;
 ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
                                      const RequestLimits& limits);
 
+// Anthropic's Messages API (POST /v1/messages) through the same validation: the body is
+// translated to the OpenAI chat shape (`system`, a string or text blocks, becomes a first system
+// message; `stop_sequences` becomes `stop`; `thinking.type` "enabled"/"disabled" becomes
+// chat_template_kwargs.enable_thinking) and parsed as a chat request. `max_tokens` is required,
+// as Anthropic requires it. Errors name the Anthropic field (system, stop_sequences[1],
+// thinking.type); the shared fields keep their names (messages[0].content, max_tokens).
+ParseResult parse_anthropic_messages_request(std::string_view body, const RequestLimits& limits);
+
 // llama-server's tokenizer endpoints, same JSON shapes and defaults:
 //   POST /tokenize   {"content": "text", "add_special": false, "parse_special": true,
 //                     "with_pieces": false}

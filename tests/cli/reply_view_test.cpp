@@ -22,8 +22,8 @@ std::string view(const std::vector<std::string>& tokens, bool show_thinking, boo
   return out.str();
 }
 
-const std::vector<std::string> kThinkThenAnswer = {"Let", " me", " think", ".\n", "</think>",
-                                                   "\n\n", "Hello", "!"};
+const std::vector<std::string> kThinkThenAnswer = {"Let",      " me",  " think", ".\n",
+                                                   "</think>", "\n\n", "Hello",  "!"};
 
 TEST(ReplyView, HiddenThinkingShowsAnIndicatorWithItsTokens) {
   EXPECT_EQ(view(kThinkThenAnswer, false, false), "[thinking… 6 tokens]\nHello!\n");
@@ -32,7 +32,8 @@ TEST(ReplyView, HiddenThinkingShowsAnIndicatorWithItsTokens) {
 }
 
 TEST(ReplyView, AReplyCutOffWhileThinkingSaysSo) {
-  const std::string out = view({"Let", " me", " think"}, false, false, "reply limit: --max-reply 3");
+  const std::string out =
+      view({"Let", " me", " think"}, false, false, "reply limit: --max-reply 3");
   EXPECT_EQ(out.rfind("[thinking… 3 tokens, no answer yet: the reply ended while the model was "
                       "thinking (--show-thinking shows the thinking, --no-thinking asks for none)]",
                       0),

@@ -16,9 +16,8 @@ namespace {
 const std::string kRun = "run -n 2 --temp 0 -t 1";
 
 std::string temp_file(const std::string& name, const std::string& text) {
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            (name + "-" + std::to_string(getpid())))
-                               .string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(getpid()))).string();
   std::ofstream(path, std::ios::binary) << text;
   return path;
 }
@@ -47,7 +46,8 @@ TEST(CliRunPrompt, ReadsAFileWithDashF) {
   const CommandResult from_file = run_strata(kRun + " -f " + path, "</dev/null");
   ASSERT_EQ(from_file.exit_code, 0) << from_file.err;
   EXPECT_EQ(from_file.out.rfind("From a file", 0), 0u) << from_file.out;
-  EXPECT_EQ(run_strata(kRun + " -f -", stdin_from("From a file\n")).out, from_file.out);  // - = stdin
+  EXPECT_EQ(run_strata(kRun + " -f -", stdin_from("From a file\n")).out,
+            from_file.out);  // - = stdin
   std::filesystem::remove(path);
 
   const CommandResult missing = run_strata(kRun + " -f /nonexistent/prompt.txt", "</dev/null");

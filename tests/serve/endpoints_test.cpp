@@ -1,5 +1,6 @@
-// llama-server's utility endpoints (/tokenize, /detokenize, /props), CORS (--cors-origin) and the
-// API key (--api-key, --api-key-file) through the real binary and curl.
+// llama-server's utility endpoints (/tokenize, /detokenize, /props), Anthropic's /v1/messages,
+// CORS (--cors-origin) and the API key (--api-key, --api-key-file) through the real binary and
+// curl.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -97,7 +98,8 @@ TEST(ServeEndpoints, PropsReportContextModelAndBudgets) {
 }
 
 TEST(ServeEndpoints, CorsOriginsPreflightAndHeaders) {
-  ServeProcess server({"--cors-origin", "http://a.example", "--cors-origin", "http://b.example:3000"});
+  ServeProcess server(
+      {"--cors-origin", "http://a.example", "--cors-origin", "http://b.example:3000"});
   const HttpReply preflight =
       curl("OPTIONS", server.url("/v1/chat/completions"), std::nullopt,
            {"-H", "Origin: http://a.example", "-H", "Access-Control-Request-Method: POST", "-H",
@@ -130,9 +132,9 @@ TEST(ServeEndpoints, CorsOriginsPreflightAndHeaders) {
   EXPECT_EQ(curl("GET", closed.url("/v1/models"), std::nullopt, {"-H", "Origin: http://a.example"})
                 .header("Access-Control-Allow-Origin"),
             "");
-  expect_error(curl("OPTIONS", closed.url("/v1/models"), std::nullopt,
-                    {"-H", "Origin: http://a.example"}),
-               403, "", "--cors-origin");
+  expect_error(
+      curl("OPTIONS", closed.url("/v1/models"), std::nullopt, {"-H", "Origin: http://a.example"}),
+      403, "", "--cors-origin");
 }
 
 TEST(ServeEndpoints, ApiKeyIsRequiredExceptForHealthAndThePage) {
@@ -172,6 +174,106 @@ TEST(ServeEndpoints, ApiKeyIsRequiredExceptForHealthAndThePage) {
   // The refused body was not read: the connection is closed, and the server carries on.
   EXPECT_EQ(post(server, "/v1/completions", std::string(100000, ' ')).status, 401);
   EXPECT_EQ(get(server, "/health").status, 200);
+}
+
+// The `event:` names and `data:` objects of an Anthropic stream, in order.
+std::vector<std::pair<std::string, json>> anthropic_events(const std::string& body) {
+  std::vector<std::pair<std::string, json>> events;
+  size_t start = 0;
+  while (start < body.size()) {
+    const size_t end = body.find("\n\n", start);
+    const std::string event = body.substr(start, end == std::string::npos ? end : end - start);
+    const size_t data = event.find("\ndata: ");
+    EXPECT_EQ(event.rfind("event: ", 0), 0u) << event;
+    EXPECT_NE(data, std::string::npos) << event;
+    if (event.rfind("event: ", 0) != 0 || data == std::string::npos) break;
+    events.emplace_back(event.substr(7, data - 7), json::parse(event.substr(data + 7)));
+    if (end == std::string::npos) break;
+    start = end + 2;
+  }
+  return events;
+}
+
+TEST(ServeEndpoints, AnthropicMessagesWholeAndStreamed) {
+  ServeProcess server;
+  for (const bool thinking : {false, true}) {
+    SCOPED_TRACE(thinking ? "thinking" : "no thinking");
+    json request = {
+        {"model", "strata-default"}, {"max_tokens", 12},
+        {"system", "Be brief."},     {"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+        {"temperature", 0},          {"thinking", {{"type", thinking ? "enabled" : "disabled"}}}};
+    const HttpReply whole = post(server, "/v1/messages", request.dump());
+    ASSERT_EQ(whole.status, 200) << whole.body;
+    const json message = whole.json();
+    EXPECT_EQ(message["id"].get<std::string>().rfind("msg_", 0), 0u);
+    EXPECT_EQ(message["type"], "message");
+    EXPECT_EQ(message["role"], "assistant");
+    EXPECT_EQ(message["model"], "strata-default");
+    EXPECT_EQ(message["stop_reason"], "max_tokens");
+    EXPECT_TRUE(message["stop_sequence"].is_null());
+    EXPECT_EQ(message["usage"]["output_tokens"], 12);
+    EXPECT_GT(message["usage"]["input_tokens"].get<int>(), 0);
+    std::string text, reasoning;
+    for (const json& block : message["content"]) {
+      if (block["type"] == "thinking") reasoning += block["thinking"].get<std::string>();
+      if (block["type"] == "text") text += block["text"].get<std::string>();
+    }
+    ASSERT_EQ(message["content"].back()["type"], "text");
+    if (!thinking) {
+      EXPECT_TRUE(reasoning.empty());
+    }
+
+    request["stream"] = true;
+    const HttpReply streamed = post(server, "/v1/messages", request.dump());
+    ASSERT_EQ(streamed.status, 200) << streamed.body;
+    EXPECT_EQ(streamed.header("Content-Type"), "text/event-stream");
+    const auto events = anthropic_events(streamed.body);
+    ASSERT_GE(events.size(), 5u);
+    EXPECT_EQ(events.front().first, "message_start");
+    EXPECT_EQ(events.front().second["message"]["usage"]["input_tokens"],
+              message["usage"]["input_tokens"]);
+    EXPECT_EQ(events.back().first, "message_stop");
+    const json& last_delta = events[events.size() - 2].second;
+    EXPECT_EQ(last_delta["type"], "message_delta");
+    EXPECT_EQ(last_delta["delta"]["stop_reason"], "max_tokens");
+    EXPECT_EQ(last_delta["usage"]["output_tokens"], 12);
+    // Blocks open, take deltas of their kind and close in order, numbered from 0.
+    std::string streamed_text, streamed_reasoning, open_kind;
+    int index = -1;
+    for (const auto& [name, data] : events) {
+      EXPECT_EQ(data["type"], name);
+      if (name == "content_block_start") {
+        EXPECT_TRUE(open_kind.empty());
+        EXPECT_EQ(data["index"], ++index);
+        open_kind = data["content_block"]["type"];
+      } else if (name == "content_block_delta") {
+        EXPECT_EQ(data["index"], index);
+        if (open_kind == "thinking")
+          streamed_reasoning += data["delta"]["thinking"].get<std::string>();
+        if (open_kind == "text") streamed_text += data["delta"]["text"].get<std::string>();
+        EXPECT_EQ(data["delta"]["type"], open_kind + "_delta");
+      } else if (name == "content_block_stop") {
+        EXPECT_EQ(data["index"], index);
+        open_kind.clear();
+      }
+    }
+    EXPECT_EQ(streamed_text, text);
+    EXPECT_EQ(streamed_reasoning, reasoning);
+  }
+
+  // Anthropic's error shape, with its type from the status.
+  const HttpReply missing =
+      post(server, "/v1/messages", R"({"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(missing.status, 400);
+  EXPECT_EQ(missing.json()["type"], "error");
+  EXPECT_EQ(missing.json()["error"]["type"], "invalid_request_error");
+  EXPECT_NE(missing.json()["error"]["message"].get<std::string>().find("max_tokens: required"),
+            std::string::npos);
+  const HttpReply unknown =
+      post(server, "/v1/messages",
+           R"({"model":"claude-x","max_tokens":4,"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(unknown.json()["error"]["type"], "not_found_error");
 }
 
 }  // namespace

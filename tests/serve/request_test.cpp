@@ -219,7 +219,8 @@ TEST(ServeRequest, MalformedJsonReportsWhere) {
 TEST(ServeRequest, TrailingDataAfterTheBodyIsNamed) {
   // Two JSON values back to back: the message must say what is wrong and where, never end in an
   // empty explanation ("request body is not valid JSON: ").
-  for (const std::string& body : {std::string(R"({"a":1} {"b":2})"), chat("") + " x", chat("") + "}"}) {
+  for (const std::string& body :
+       {std::string(R"({"a":1} {"b":2})"), chat("") + " x", chat("") + "}"}) {
     SCOPED_TRACE(body);
     const ApiError error = reject(body);
     EXPECT_EQ(error.status, 400);
@@ -261,6 +262,55 @@ TEST(ServeRequest, TokenizerBodiesHaveLlamaServerDefaults) {
                                : std::get<ApiError>(parse_detokenize_request(c.body, limits()));
     EXPECT_EQ(error.status, 400);
     EXPECT_EQ(error.param, c.param);
+    EXPECT_NE(error.message.find(c.in_message), std::string::npos) << error.message;
+  }
+}
+
+TEST(ServeRequest, AnthropicMessagesBecomeAChatRequest) {
+  const ParseResult parsed = parse_anthropic_messages_request(
+      R"({"model":"strata-default","max_tokens":9,"system":[{"type":"text","text":"be brief"}],
+          "messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"},
+                      {"role":"user","content":[{"type":"text","text":"more"}]}],
+          "stop_sequences":["END"],"temperature":0.5,"top_k":5,"stream":true,
+          "thinking":{"type":"disabled"},"metadata":{"user_id":"u"}})",
+      limits());
+  ASSERT_TRUE(std::holds_alternative<GenerationRequest>(parsed))
+      << std::get<ApiError>(parsed).message;
+  const GenerationRequest& r = std::get<GenerationRequest>(parsed);
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[0].content, "be brief");
+  EXPECT_EQ(r.messages[3].content, "more");
+  EXPECT_EQ(r.max_tokens, 9);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"END"}));
+  EXPECT_FLOAT_EQ(*r.sampling.temperature, 0.5f);
+  EXPECT_EQ(r.sampling.top_k, 5);
+  EXPECT_TRUE(r.stream);
+  EXPECT_EQ(r.enable_thinking, false);
+
+  const struct {
+    std::string body, param, in_message;
+  } bad[] = {
+      {R"({"messages":[{"role":"user","content":"x"}]})", "max_tokens", "required"},
+      {R"({"max_tokens":4,"messages":[]})", "messages", "empty"},
+      {R"({"max_tokens":4,"system":5,"messages":[{"role":"user","content":"x"}]})", "system",
+       "string"},
+      // With `system` first, the messages keep their own indices in errors.
+      {R"({"max_tokens":4,"system":"s","messages":[{"role":"user","content":"x"},{"role":"user","content":7}]})",
+       "messages[1].content", "messages[1].content"},
+      {R"({"max_tokens":4,"stop_sequences":["a",1],"messages":[{"role":"user","content":"x"}]})",
+       "stop_sequences[1]", "string"},
+      {R"({"max_tokens":4,"thinking":{"type":"maybe"},"messages":[{"role":"user","content":"x"}]})",
+       "thinking.type", "\"maybe\""},
+      {R"({"max_tokens":4,"tools":[{"name":"t"}],"messages":[{"role":"user","content":"x"}]})",
+       "tools", "tools"},
+  };
+  for (const auto& c : bad) {
+    SCOPED_TRACE(c.body);
+    const ParseResult result = parse_anthropic_messages_request(c.body, limits());
+    ASSERT_TRUE(std::holds_alternative<ApiError>(result));
+    const ApiError& error = std::get<ApiError>(result);
+    EXPECT_EQ(error.param, c.param) << error.message;
     EXPECT_NE(error.message.find(c.in_message), std::string::npos) << error.message;
   }
 }
