@@ -250,8 +250,10 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
   const size_t threads = http.threads_needed();
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(options.max_body_bytes);
-  // Read and write timeouts are the GuardedHttpServer's (a deadline per request, a timeout per
-  // write); httplib's own apply only to sockets it would read itself, and it reads none.
+  // The read deadline and write timeout are the GuardedHttpServer's; httplib also sets them as
+  // SO_RCVTIMEO/SO_SNDTIMEO on accepted sockets, which bounds a blocking send() the same way.
+  http.set_read_timeout(options.io_timeout_s, 0);
+  http.set_write_timeout(options.io_timeout_s, 0);
   http.set_tcp_nodelay(true);
   // httplib's default sets SO_REUSEPORT, which lets a second server bind the same port and take
   // half of the connections; SO_REUSEADDR alone still allows a quick restart.
