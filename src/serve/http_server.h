@@ -1,6 +1,7 @@
 // HttpServer — the OpenAI-compatible HTTP API on top of cpp-httplib.
 //
-// Routes: POST /v1/chat/completions, POST /v1/completions (JSON or server-sent events),
+// Routes: POST /v1/chat/completions, POST /v1/completions (JSON or server-sent events), Anthropic's
+// POST /v1/messages (the same generation, its wire format: serve/anthropic_format.h),
 // GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text), llama-server's
 // POST /tokenize, POST /detokenize and GET /props (serve/llama_endpoints.h), and the web page with
 // its dashboard data (serve/web_routes.h: GET /, /api/dashboard[/events], /plots/). API keys and
