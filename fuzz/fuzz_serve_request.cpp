@@ -8,6 +8,9 @@
 //             built from its text parse back.
 //   mode 2:   StopMatcher: "stop1\x1fstop2...\x1etext"; the text cut after each stop-string search
 //             is the same fed whole or byte by byte.
+//   mode 3/4: the payload is a /tokenize or /detokenize body (llama-server's); a rejection is a
+//             4xx with a message and a JSON body that parses back; accepted token ids are in the
+//             vocabulary.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -92,20 +95,50 @@ void fuzz_stop(std::string_view payload) {
     if (!stop.empty()) check(a.find(stop) == std::string::npos);
 }
 
+RequestLimits tokenizer_limits() {
+  RequestLimits limits;
+  limits.model_id = "strata-default";
+  limits.n_vocab = 6144;
+  limits.n_ctx = 4096;
+  return limits;
+}
+
+void check_rejection(const ApiError& error) {
+  check(error.status >= 400 && error.status < 500);
+  check(!error.message.empty());
+  check(parses_back(dump_json(error_json(error))));
+}
+
+void fuzz_tokenizer_body(std::string_view body, bool tokenize) {
+  const RequestLimits limits = tokenizer_limits();
+  if (tokenize) {
+    const auto result = parse_tokenize_request(body, limits);
+    if (const ApiError* error = std::get_if<ApiError>(&result)) check_rejection(*error);
+    return;
+  }
+  const auto result = parse_detokenize_request(body, limits);
+  if (const ApiError* error = std::get_if<ApiError>(&result)) return check_rejection(*error);
+  for (const int32_t id : std::get<DetokenizeRequest>(result).tokens)
+    check(id >= 0 && id < limits.n_vocab);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view payload(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 3) {
+  switch (data[0] % 5) {
     case 0:
       fuzz_parse(payload, Endpoint::ChatCompletions);
       break;
     case 1:
       fuzz_parse(payload, Endpoint::Completions);
       break;
-    default:
+    case 2:
       fuzz_stop(payload);
+      break;
+    default:
+      fuzz_tokenizer_body(payload, data[0] % 5 == 3);
       break;
   }
   return 0;

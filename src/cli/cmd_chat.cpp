@@ -3,11 +3,13 @@
 // Each turn renders the whole conversation with the model's chat template and feeds only the
 // tokens the session has not seen (the KV/recurrent state of earlier turns is reused when the new
 // prompt extends the old one; otherwise the session restarts). Replies stream as they are made;
-// thinking is hidden unless --show-thinking. Ctrl-C stops the current reply and returns to the
-// prompt; Ctrl-D or /quit exits. /reset starts over, /stats prints speed and context figures.
-// With --spec, replies go through the SpecDecoder (the same tokens as without, greedy or sampled
-// with the same seed); its drafters follow the session across turns and its gate lives as long as
-// the chat, whose line it prints at exit (and in /stats).
+// thinking is hidden behind a "[thinking… 143 tokens]" indicator unless --show-thinking
+// (cli/reply_view.h). After each reply one line on stderr gives its tokens and tok/s (--no-speed
+// turns it off). Ctrl-C stops the current reply and returns to the prompt; Ctrl-D or /quit exits.
+// /reset starts over, /stats prints speed and context figures, /help lists the commands. With
+// --spec, replies go through the SpecDecoder (the same tokens as without, greedy or sampled with
+// the same seed); its drafters follow the session across turns and its gate lives as long as the
+// chat, whose line it prints at exit (and in /stats).
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -21,6 +23,7 @@
 #include "cli/commands.h"
 #include "cli/expert_options.h"
 #include "cli/model_options.h"
+#include "cli/reply_view.h"
 #include "cli/spec_options.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/sampler.h"
@@ -56,7 +59,16 @@ struct ChatOptions {
   bool show_thinking = false;
   bool no_thinking = false;
   bool ignore_eos = false;
+  bool speed_line = true;  // tokens and tok/s after each reply
 };
+
+constexpr const char* kHelp =
+    "commands:\n"
+    "  /help   this list\n"
+    "  /stats  context used, last turn's prompt and reply speed, expert cache figures\n"
+    "  /reset  forget the conversation (the system prompt stays)\n"
+    "  /quit   exit (also /exit, Ctrl-D)\n"
+    "Ctrl-C stops the reply being written. Anything else is sent to the model.\n";
 
 struct TurnStats {
   size_t prompt_tokens = 0;
@@ -145,9 +157,10 @@ class ChatLoop {
     StreamingDecoder decoder(tokenizer_);
     ThinkFilter filter(options_.show_thinking ? ThinkFilter::Mode::Show : ThinkFilter::Mode::Hide,
                        chat_template_.prompt_opens_thinking(render_));
+    ReplyView view(std::cout, options_.show_thinking, isatty(STDOUT_FILENO));
     std::string answer, thinking;
-    auto show = [&](const ThinkFilter::ReplyDelta& delta) {
-      std::cout << delta.visible << std::flush;
+    auto show = [&](const ThinkFilter::ReplyDelta& delta, bool one_token = true) {
+      view.show(delta, one_token);
       answer += delta.answer;
       thinking += delta.thinking;
     };
@@ -155,7 +168,7 @@ class ChatLoop {
     g_generating.store(true);
     const auto reply_start = std::chrono::steady_clock::now();
     const ExpertStoreStats experts_before = store_ ? store_->stats() : ExpertStoreStats{};
-    const char* stop_note = "";
+    std::string stop_note;
     auto ends_reply = [&](int32_t token) {
       return !options_.ignore_eos && (token == end_of_turn_ || token == tokenizer_.eos_id());
     };
@@ -173,17 +186,16 @@ class ChatLoop {
       // the next turn's prompt must find the session where the plain loop would have left it.
       if (last_.reply_tokens > 0 && session_.tokens().size() + 1 == fed_before + last_.reply_tokens)
         speculative_->feed(last);
-      if (result.end == spec::GenerateEnd::Halted) stop_note = " [stopped]";
-      if (result.end == spec::GenerateEnd::ContextFull)
-        stop_note = " [context full: /reset starts over]";
+      if (result.end == spec::GenerateEnd::Halted) stop_note = kStopped;
+      if (result.end == spec::GenerateEnd::ContextFull) stop_note = kContextFull;
     }
     for (int i = 0; !speculative_ && i < options_.max_reply_tokens; ++i) {
       if (g_interrupted.load()) {
-        stop_note = " [stopped]";
+        stop_note = kStopped;
         break;
       }
       if (session_.context_left() < 1) {
-        stop_note = " [context full: /reset starts over]";
+        stop_note = kContextFull;
         break;
       }
       const int32_t next = sampler_.sample(session_.logits(), session_.tokens());
@@ -193,17 +205,34 @@ class ChatLoop {
       session_.decode(next);
     }
     g_generating.store(false);
-    show(filter.push(decoder.finish()));
-    show(filter.finish());
+    show(filter.push(decoder.finish()), false);
+    show(filter.finish(), false);
     last_.reply_s = seconds_since(reply_start);
     if (store_) last_.experts = store_->stats() - experts_before;
-    std::cout << stop_note << "\n" << std::flush;
+    if (stop_note.empty() && last_.reply_tokens >= size_t(options_.max_reply_tokens))
+      stop_note = fmt::format("reply limit: --max-reply {}", options_.max_reply_tokens);
+    view.finish(stop_note);
+    if (options_.speed_line) print_speed_line();
     ChatMessage reply{"assistant", answer, {}};
     if (!thinking.empty()) reply.reasoning_content = thinking;
     messages_.push_back(std::move(reply));
   }
 
  private:
+  static constexpr const char* kStopped = "stopped";
+  static constexpr const char* kContextFull = "context full: /reset starts over";
+
+  // "[24 tokens in 0.78 s, 30.8 tok/s; prompt 37 tokens, 412.0 tok/s]" on stderr, dim on a
+  // terminal: the figures people look at after a reply, without asking /stats.
+  void print_speed_line() const {
+    const std::string line = fmt::format(
+        "[{} tokens in {:.2f} s, {:.1f} tok/s; prompt {} tokens, {:.1f} tok/s]", last_.reply_tokens,
+        last_.reply_s, double(last_.reply_tokens) / std::max(last_.reply_s, 1e-9),
+        last_.prompt_tokens, double(last_.prompt_tokens) / std::max(last_.prefill_s, 1e-9));
+    const bool color = isatty(STDERR_FILENO);
+    fmt::print(stderr, "{}{}{}\n", color ? "\033[2m" : "", line, color ? "\033[0m" : "");
+  }
+
   // Prefill window rows (Session::prefill's default), with or without --spec: the same windows
   // give the same bits.
   static constexpr int kPrefillChunk = 64;
@@ -250,7 +279,7 @@ void run_chat(const ChatOptions& options) {
   sigaction(SIGINT, &action, nullptr);
 
   const bool interactive = isatty(STDIN_FILENO);
-  fmt::print("strata chat: {} ({}). /reset, /stats, /quit; Ctrl-C stops a reply.\n", path,
+  fmt::print("strata chat: {} ({}). /help lists the commands; Ctrl-C stops a reply.\n", path,
              arch_name(model->hparams().arch));
   std::string line;
   while (true) {
@@ -268,8 +297,12 @@ void run_chat(const ChatOptions& options) {
       chat.stats();
       continue;
     }
+    if (line == "/help" || line == "/?") {
+      std::cout << kHelp;
+      continue;
+    }
     if (line[0] == '/') {
-      std::cout << "unknown command " << line << " (known: /reset, /stats, /quit)\n";
+      std::cout << "unknown command " << line << " (/help lists the commands)\n";
       continue;
     }
     chat.turn(line);
@@ -299,6 +332,8 @@ void register_chat(CLI::App& app) {
                 "ask the model not to think (when the template supports it)");
   cmd->add_flag("--ignore-eos", options->ignore_eos,
                 "keep replying past the end-of-turn token (only --max-reply or Ctrl-C stop it)");
+  cmd->add_flag("!--no-speed", options->speed_line,
+                "no tokens and tok/s line on stderr after each reply");
   cmd->callback([options] { run_chat(*options); });
 }
 

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -27,12 +28,16 @@
 namespace strata::cli {
 namespace {
 
+constexpr const char* kDemoPrompt = "Once upon a time";
+
 struct RunOptions {
   ModelOptions model;
   ExpertOptions experts;
   std::string telemetry_out;  // one JSON line per decode step (per window with --spec)
   bool profile = false;       // split decode time into phases
   std::string prompt;
+  bool prompt_given = false;  // -p was on the command line (possibly "")
+  std::string prompt_file;    // -f FILE ("-" = stdin)
   std::string token_ids;
   int n_predict = 64;
   int chunk_rows = 64;
@@ -111,6 +116,52 @@ void print_telemetry(std::FILE* file, int64_t token, int32_t id, double ms,
              d.io_wait_ms, extra);
 }
 
+// The whole of `file` (stdin included), or an error naming `source`.
+std::string read_all(std::FILE* file, const std::string& source) {
+  std::string text;
+  char buffer[65536];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
+  if (std::ferror(file)) fail("{}: cannot read the prompt: {}", source, std::strerror(errno));
+  return text;
+}
+
+// The prompt text and where it came from, in llama-cli's order: -p TEXT, -f FILE, else stdin when
+// it is not a terminal (a pipe or a file), else the demo prompt (said on stderr). Like llama-cli's
+// -f, one trailing newline of a file or of stdin is dropped (`echo hi | strata run` prompts "hi").
+// An empty prompt is an error, as in llama-cli for models that add no BOS token (strata's
+// tokenizers add none): there is nothing to condition the first token on.
+std::string resolve_prompt_text(const RunOptions& options) {
+  std::string text, source;
+  if (options.prompt_given) {
+    text = options.prompt;
+    source = "-p";
+  } else if (!options.prompt_file.empty() && options.prompt_file != "-") {
+    source = "-f " + options.prompt_file;
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(
+        std::fopen(options.prompt_file.c_str(), "rb"), &std::fclose);
+    if (!file) fail("{}: cannot open the prompt file: {}", source, std::strerror(errno));
+    text = read_all(file.get(), source);
+  } else if (!options.prompt_file.empty() || !isatty(STDIN_FILENO)) {
+    source = "stdin";
+    text = read_all(stdin, source);
+  } else {
+    fmt::print(stderr, "strata: no prompt given (-p TEXT, -f FILE or stdin); using \"{}\"\n",
+               kDemoPrompt);
+    return kDemoPrompt;
+  }
+  if (source != "-p" && !text.empty() && text.back() == '\n') {
+    text.pop_back();
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+  }
+  if (text.empty())
+    fail(
+        "{}: the prompt is empty; give the text with -p TEXT, -f FILE or on stdin (the model "
+        "adds no beginning-of-sequence token, so there is nothing to generate from)",
+        source);
+  return text;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -128,9 +179,8 @@ void run(const RunOptions& options) {
     prompt = parse_token_ids(options.token_ids);
   } else {
     if (!tokenizer) fail("{}: the file has no tokenizer; give the prompt as --tokens IDS", path);
-    prompt = tokenizer->encode(options.prompt.empty() ? std::string("Once upon a time")
-                                                      : options.prompt);
-    if (prompt.empty()) fail("-p: the prompt encodes to no tokens");
+    prompt = tokenizer->encode(resolve_prompt_text(options));
+    if (prompt.empty()) fail("the prompt encodes to no tokens");
   }
   for (int32_t id : prompt)
     if (id >= hp.n_vocab)
@@ -304,9 +354,14 @@ void register_run(CLI::App& app) {
   cmd->add_option(
       "--telemetry", options->telemetry_out,
       "write one JSON line of expert/I/O counters per decode step (per verify window with --spec)");
-  auto* prompt = cmd->add_option("-p,--prompt", options->prompt, "prompt text");
+  auto* prompt = cmd->add_option("-p,--prompt", options->prompt,
+                                 "prompt text (default: stdin when it is not a terminal)");
+  auto* prompt_file =
+      cmd->add_option("-f,--file", options->prompt_file, "read the prompt from FILE (- = stdin)")
+          ->excludes(prompt);
   cmd->add_option("--tokens", options->token_ids, "prompt as comma-separated token ids")
-      ->excludes(prompt);
+      ->excludes(prompt)
+      ->excludes(prompt_file);
   cmd->add_option("-n,--n-predict", options->n_predict, "tokens to generate")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--chunk", options->chunk_rows, "prefill window rows")
@@ -318,7 +373,10 @@ void register_run(CLI::App& app) {
   add_spec_options(*cmd, options->spec);
   cmd->add_flag("--ignore-eos", options->ignore_eos,
                 "keep generating past the end-of-sequence token");
-  cmd->callback([options] { run(*options); });
+  cmd->callback([options, cmd] {
+    options->prompt_given = cmd->count("--prompt") > 0;
+    run(*options);
+  });
 }
 
 }  // namespace strata::cli

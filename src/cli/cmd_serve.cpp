@@ -13,9 +13,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
 
+#include "cli/build_info.h"
 #include "cli/commands.h"
 #include "cli/expert_options.h"
 #include "cli/model_options.h"
@@ -36,12 +38,29 @@ struct ServeOptions {
   serve::ServerOptions server;
   SpecCliOptions spec;
   std::string alias;
+  std::string api_key_file;
   bool seed_given = false;
 };
 
 int64_t file_mtime_unix(const std::string& path) {
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0 ? int64_t(info.st_mtime) : 0;
+}
+
+// --api-key-file: one key per line; blank lines and surrounding whitespace are ignored.
+std::vector<std::string> read_api_keys(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) fail("--api-key-file {}: cannot open: {}", path, std::strerror(errno));
+  std::vector<std::string> keys;
+  std::string line;
+  while (std::getline(file, line)) {
+    const size_t begin = line.find_first_not_of(" \t\r");
+    if (begin == std::string::npos) continue;
+    const size_t end = line.find_last_not_of(" \t\r");
+    keys.push_back(line.substr(begin, end - begin + 1));
+  }
+  if (keys.empty()) fail("--api-key-file {}: no key in the file (expected one per line)", path);
+  return keys;
 }
 
 void run_serve(const ServeOptions& options) {
@@ -78,6 +97,12 @@ void run_serve(const ServeOptions& options) {
   {  // the server (and its generation thread) ends before the store is touched from this thread
     serve::ServerOptions server_options = options.server;
     server_options.spec = resolve_spec_options(options.spec);
+    server_options.build_info = version_text().substr(0, version_text().find('\n'));
+    for (const std::string& key : server_options.access.api_keys)
+      if (key.empty()) fail("--api-key: an empty key would let every client in; give a key");
+    if (!options.api_key_file.empty())
+      for (std::string& key : read_api_keys(options.api_key_file))
+        server_options.access.api_keys.push_back(std::move(key));
     serve::HttpServer server(served, pool, server_options);
     const int port = server.bind();
     fmt::print(
@@ -139,11 +164,14 @@ void register_serve(CLI::App& app) {
                   "seconds the running generation may take to finish after SIGTERM")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
-  cmd->add_option("--timeout", server.io_timeout_s, "socket read/write timeout in seconds")
+  cmd->add_option("--timeout", server.io_timeout_s,
+                  "seconds a request (line, headers and body) may take to arrive, and a blocked "
+                  "write may wait; slower clients are answered 408 or dropped")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
-  cmd->add_option("--http-threads", server.http_threads,
-                  "connection threads (default: max-queue + 16)")
+  cmd->add_option("--max-connections,--http-threads", server.max_connections,
+                  "connections served at once, each on its own thread; one more is answered 503 "
+                  "and closed (default: max-queue + 16)")
       ->check(CLI::Range(0, 100000));
   cmd->add_option("--send-buffer", server.send_buffer_bytes,
                   "kernel send buffer per connection in bytes (0 = autotuned, up to MiBs); caps "
@@ -155,6 +183,15 @@ void register_serve(CLI::App& app) {
       ->check(CLI::ExistingDirectory);
   cmd->add_flag("!--no-profile", server.profile,
                 "do not time the forward's phases (the dashboard's time split)");
+  cmd->add_option("--api-key", server.access.api_keys,
+                  "require this key (Authorization: Bearer KEY) on every route but /health and "
+                  "the web page's files; repeat for several keys");
+  cmd->add_option("--api-key-file", options->api_key_file,
+                  "read the keys from FILE, one per line (keeps them out of the process list)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--cors-origin", server.access.cors_origins,
+                  "let web pages from ORIGIN (e.g. http://localhost:3000, or * for any) call the "
+                  "API; repeat for several");
   cmd->add_option("--alias", options->alias,
                   "model id clients use (default: the file name without .gguf)");
   cmd->add_flag(

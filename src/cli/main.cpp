@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "cli/build_info.h"
 #include "cli/commands.h"
 #include "util/error.h"
 #ifdef STRATA_HAVE_CUDA
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   strata::cli::register_profile(app);
   strata::cli::register_bench(app);
   strata::cli::register_replay(app);
+  strata::cli::add_version_flags(app);  // after the subcommands: each gets --version too
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

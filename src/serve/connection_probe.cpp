@@ -18,19 +18,27 @@ struct SocketEndpoint {
   int port = -1;
 };
 
-// The numeric host and port of a socket address, as httplib renders them (getnameinfo).
-bool endpoint_of(const sockaddr_storage& address, socklen_t length, SocketEndpoint& out) {
-  if (address.ss_family != AF_INET && address.ss_family != AF_INET6) return false;
-  char host[NI_MAXHOST], service[NI_MAXSERV];
-  if (getnameinfo(reinterpret_cast<const sockaddr*>(&address), length, host, sizeof(host), service,
-                  sizeof(service), NI_NUMERICHOST | NI_NUMERICSERV) != 0)
-    return false;
-  out.addr = host;
-  out.port = std::atoi(service);
-  return true;
+bool endpoint_of(int fd, SocketEnd end, SocketEndpoint& out) {
+  return socket_address(fd, end, out.addr, out.port);
 }
 
 }  // namespace
+
+bool socket_address(int fd, SocketEnd end, std::string& addr, int& port) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  auto* raw = reinterpret_cast<sockaddr*>(&address);
+  if ((end == SocketEnd::Peer ? getpeername(fd, raw, &length) : getsockname(fd, raw, &length)) != 0)
+    return false;
+  if (address.ss_family != AF_INET && address.ss_family != AF_INET6) return false;
+  char host[NI_MAXHOST], service[NI_MAXSERV];
+  if (getnameinfo(raw, length, host, sizeof(host), service, sizeof(service),
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return false;
+  addr = host;
+  port = std::atoi(service);
+  return true;
+}
 
 ConnectionProbe ConnectionProbe::find(std::string_view local_addr, int local_port,
                                       std::string_view remote_addr, int remote_port) {
@@ -43,15 +51,11 @@ ConnectionProbe ConnectionProbe::find(std::string_view local_addr, int local_por
     if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc() ||
         fd == dirfd(dir))
       continue;
-    sockaddr_storage address{};
-    socklen_t length = sizeof(address);
     SocketEndpoint peer, local;
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) continue;
-    if (!endpoint_of(address, length, peer) || peer.port != remote_port || peer.addr != remote_addr)
+    if (!endpoint_of(fd, SocketEnd::Peer, peer) || peer.port != remote_port ||
+        peer.addr != remote_addr)
       continue;
-    length = sizeof(address);
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) continue;
-    if (!endpoint_of(address, length, local)) continue;
+    if (!endpoint_of(fd, SocketEnd::Local, local)) continue;
     // httplib 0.11 fills local_addr/local_port; older builds leave -1 (then the peer decides).
     if (local_port >= 0 && (local.port != local_port || local.addr != local_addr)) continue;
     probe.fd_ = fd;

@@ -16,9 +16,15 @@
 // Thread-safe for concurrent calls (poll and recv with MSG_PEEK only).
 #pragma once
 
+#include <string>
 #include <string_view>
 
 namespace strata::serve {
+
+// The numeric address and port of a socket's peer (or its own end), as httplib renders them
+// (getnameinfo, NI_NUMERICHOST): "127.0.0.1", "::1". False for other address families.
+enum class SocketEnd { Peer, Local };
+bool socket_address(int fd, SocketEnd end, std::string& addr, int& port);
 
 class ConnectionProbe {
  public:

@@ -10,12 +10,16 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
+#include "serve/anthropic_format.h"
+#include "serve/connection_guard.h"
 #include "serve/connection_probe.h"
 #include "serve/generator.h"
 #include "serve/http_reply.h"
+#include "serve/llama_endpoints.h"
 #include "serve/metrics.h"
 #include "serve/openai_format.h"
 #include "serve/request.h"
@@ -49,6 +53,46 @@ ApiError server_error(int status, std::string type, std::string code, std::strin
   return error;
 }
 
+ApiError request_timeout(int timeout_s) {
+  return server_error(
+      408, "invalid_request_error", "request_timeout",
+      fmt::format("the request did not arrive completely within {} s (--timeout)", timeout_s));
+}
+
+ApiError too_many_connections(size_t max_connections) {
+  return server_error(503, "server_error", "too_many_connections",
+                      fmt::format("the server is serving its limit of {} connections "
+                                  "(--max-connections); retry later",
+                                  max_connections));
+}
+
+std::string spec_mode_name(spec::SpecMode mode) {
+  switch (mode) {
+    case spec::SpecMode::Off:
+      return "off";
+    case spec::SpecMode::Mtp:
+      return "mtp";
+    case spec::SpecMode::Suffix:
+      return "suffix";
+    case spec::SpecMode::Both:
+      return "both";
+  }
+  return "off";
+}
+
+size_t max_connections(const ServerOptions& options) {
+  return options.max_connections > 0 ? options.max_connections : options.max_queue + 16;
+}
+
+// The complete response a connection over --max-connections gets before it is closed.
+std::string refusal_response(size_t limit) {
+  const std::string body = dump_json(error_json(too_many_connections(limit)));
+  return fmt::format(
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+      "Content-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n{}",
+      body.size(), body);
+}
+
 ApiError shutting_down() {
   return server_error(503, "server_error", "server_shutting_down", "the server is shutting down");
 }
@@ -61,7 +105,8 @@ ApiError shut_down_mid_generation() {
 // Metric label for a request path: the known routes, everything else "other" (bounded labels).
 std::string path_label(const std::string& path) {
   for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
-                            "/metrics", "/api/dashboard", "/api/dashboard/events", "/api/plots"})
+                            "/metrics", "/api/dashboard", "/api/dashboard/events", "/api/plots",
+                            "/tokenize", "/detokenize", "/props", "/v1/messages"})
     if (path == known) return path;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   if (path.rfind("/plots/", 0) == 0) return "/plots/{name}";
@@ -71,14 +116,19 @@ std::string path_label(const std::string& path) {
 
 // Debian's httplib 0.11 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into the
 // library). A burst of new connections (32 load-test clients on a busy 2-core box) overflowed that
-// accept queue and clients saw their requests reset after the 1 s SYN-ACK retransmit. Calling
-// listen() again on the bound socket raises the backlog (Linux updates a listening socket's).
-class ListeningServer : public httplib::Server {
- public:
-  bool raise_backlog(int backlog) { return ::listen(svr_sock_, backlog) == 0; }
-};
-
+// accept queue and clients saw their requests reset after the 1 s SYN-ACK retransmit.
 constexpr int kListenBacklog = 1024;
+
+// The API a generation request came through: OpenAI's (/v1/chat/completions, /v1/completions)
+// or Anthropic's Messages API (/v1/messages). They differ in request fields and in every reply's
+// shape (serve/anthropic_format.h), not in what is generated.
+enum class Wire { OpenAi, Anthropic };
+
+void send_wire_error(httplib::Response& res, Wire wire, const ApiError& error) {
+  if (wire == Wire::OpenAi) return send_error(res, error);
+  send_json(res, error.status, anthropic_error_json(error));
+  if (error.status == 429 || error.status == 503) res.set_header("Retry-After", "1");
+}
 
 }  // namespace
 
@@ -111,14 +161,17 @@ struct HttpServer::Impl {
   // the response) cancels a job the client did not wait for.
   class SseStream {
    public:
-    SseStream(Impl& impl, std::shared_ptr<Job> job, CompletionIdentity identity, bool include_usage,
-              ConnectionProbe probe, std::unique_ptr<ActiveRequest> active)
+    SseStream(Impl& impl, std::shared_ptr<Job> job, CompletionIdentity identity, Wire wire,
+              bool include_usage, ConnectionProbe probe, std::unique_ptr<ActiveRequest> active)
         : impl_(impl),
           job_(std::move(job)),
           identity_(std::move(identity)),
           include_usage_(include_usage),
           probe_(probe),
-          active_(std::move(active)) {}
+          active_(std::move(active)) {
+      if (wire == Wire::Anthropic)
+        anthropic_.emplace(identity_.id, identity_.model, int64_t(job_->plan().prompt.size()));
+    }
     ~SseStream() {
       if (job_->state() != JobState::Finished)
         impl_.scheduler.cancel(job_, CancelReason::ClientGone);
@@ -132,21 +185,26 @@ struct HttpServer::Impl {
     }
     Impl& impl_;
     std::shared_ptr<Job> job_;
+    // The OpenAI stream's events; the Anthropic one's come from anthropic_.
+    bool pump_openai(httplib::DataSink& sink);
+    bool pump_anthropic(httplib::DataSink& sink);
+
     CompletionIdentity identity_;
     bool include_usage_;
     ConnectionProbe probe_;
     std::unique_ptr<ActiveRequest> active_;
+    std::optional<AnthropicStream> anthropic_;
   };
 
   void add_routes();
   // Reads a POST body (at most --max-body bytes); false when it answered with an error.
   bool read_body(const httplib::Request& req, const httplib::ContentReader& content_reader,
                  httplib::Response& res, std::string& body);
-  void handle_generation(Endpoint endpoint, const httplib::Request& req, const std::string& body,
-                         httplib::Response& res);
+  void handle_generation(Endpoint endpoint, Wire wire, const httplib::Request& req,
+                         const std::string& body, httplib::Response& res);
   // Waits until the job leaves the queue; false (job cancelled) when the client went away first.
   bool wait_for_start(const std::shared_ptr<Job>& job, const ConnectionProbe& probe);
-  void respond_whole(const std::shared_ptr<Job>& job, const CompletionIdentity& identity,
+  void respond_whole(const std::shared_ptr<Job>& job, const CompletionIdentity& identity, Wire wire,
                      const ConnectionProbe& probe, httplib::Response& res);
   json model_object() const;
   uint64_t fresh_seed();
@@ -160,7 +218,7 @@ struct HttpServer::Impl {
   DashboardHub dashboard;  // before generator, which publishes the first snapshot
   Generator generator;
   Scheduler scheduler;  // after generator: its worker runs generator.run
-  ListeningServer http;
+  GuardedHttpServer http;
   std::atomic<bool> draining{false};
 
   std::mutex active_mutex;  // guards active
@@ -180,15 +238,20 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
       options(server_options),
       generator(served_model, pool, metrics, dashboard, server_options.spec,
                 server_options.access_log, server_options.profile),
-      scheduler(server_options.max_queue, [this](Job& job) { generator.run(job); }) {
+      scheduler(server_options.max_queue, [this](Job& job) { generator.run(job); }),
+      http(ConnectionLimits{server_options.io_timeout_s, server_options.io_timeout_s,
+                            max_connections(server_options),
+                            refusal_response(max_connections(server_options)),
+                            [this] { metrics.count_response("other", 503); }}) {
   limits.model_id = served.id;
   limits.n_vocab = served.tokenizer->n_tokens();
   limits.n_ctx = served.n_ctx;
 
-  const size_t threads =
-      options.http_threads > 0 ? size_t(options.http_threads) : options.max_queue + 16;
+  const size_t threads = http.threads_needed();
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(options.max_body_bytes);
+  // The read deadline and write timeout are the GuardedHttpServer's; httplib also sets them as
+  // SO_RCVTIMEO/SO_SNDTIMEO on accepted sockets, which bounds a blocking send() the same way.
   http.set_read_timeout(options.io_timeout_s, 0);
   http.set_write_timeout(options.io_timeout_s, 0);
   http.set_tcp_nodelay(true);
@@ -231,9 +294,45 @@ void HttpServer::Impl::add_routes() {
                                const httplib::ContentReader& content_reader) {
                 std::string body;
                 if (read_body(req, content_reader, res, body))
-                  handle_generation(endpoint, req, body, res);
+                  handle_generation(endpoint, Wire::OpenAi, req, body, res);
               });
   }
+  http.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res,
+                                   const httplib::ContentReader& content_reader) {
+    std::string body;
+    if (read_body(req, content_reader, res, body))
+      handle_generation(Endpoint::ChatCompletions, Wire::Anthropic, req, body, res);
+  });
+  // llama-server's tokenizer endpoints and /props (serve/llama_endpoints.h).
+  http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res,
+                                const httplib::ContentReader& content_reader) {
+    std::string body;
+    if (!read_body(req, content_reader, res, body)) return;
+    auto parsed = parse_tokenize_request(body, limits);
+    if (const ApiError* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
+    send_json(res, 200, tokenize_response(*served.tokenizer, std::get<TokenizeRequest>(parsed)));
+  });
+  http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res,
+                                  const httplib::ContentReader& content_reader) {
+    std::string body;
+    if (!read_body(req, content_reader, res, body)) return;
+    auto parsed = parse_detokenize_request(body, limits);
+    if (const ApiError* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
+    send_json(res, 200,
+              detokenize_response(*served.tokenizer, std::get<DetokenizeRequest>(parsed)));
+  });
+  http.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+    PropsLimits props;
+    props.max_queue = options.max_queue;
+    props.max_connections = max_connections(options);
+    props.max_body_bytes = options.max_body_bytes;
+    props.timeout_s = options.io_timeout_s;
+    props.speculative = spec_mode_name(options.spec.mode);
+    props.build_info = options.build_info;
+    Json answer = props_json(served, props);
+    answer["default_generation_settings"]["is_processing"] = live().running;
+    send_json(res, 200, answer);
+  });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, json{{"object", "list"}, {"data", json::array({model_object()})}});
   });
@@ -261,6 +360,8 @@ void HttpServer::Impl::add_routes() {
     const ExpertStoreStats* experts = snapshot->experts ? &*snapshot->experts : nullptr;
     res.set_content(metrics.render(live(), experts), "text/plain; version=0.0.4; charset=utf-8");
   });
+  install_access_control(http, options.access,
+                         [](const std::string& path) { return find_web_asset(path) != nullptr; });
   WebRoutes web;
   web.hub = &dashboard;
   web.metrics = &metrics;
@@ -275,7 +376,10 @@ void HttpServer::Impl::add_routes() {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
         ApiError error;
         error.status = res.status;
-        if (res.status == 404) {
+        if (http.request_timed_out()) {
+          error = request_timeout(options.io_timeout_s);
+          res.set_header("Connection", "close");
+        } else if (res.status == 404) {
           error.code = "not_found";
           error.message = fmt::format("no route for {} {}", req.method, req.path);
         } else if (res.status == 413) {
@@ -317,6 +421,7 @@ bool HttpServer::Impl::read_body(const httplib::Request& req,
   const auto refuse = [&](const ApiError& error) {
     send_error(res, error);
     res.set_header("Connection", "close");  // the rest of the body may be unread
+    http.close_after_response();
     return false;
   };
   if (req.is_multipart_form_data()) {
@@ -346,6 +451,7 @@ bool HttpServer::Impl::read_body(const httplib::Request& req,
                     options.max_body_bytes);
     return refuse(error);
   }
+  if (!complete && http.request_timed_out()) return refuse(request_timeout(options.io_timeout_s));
   if (!complete) {
     ApiError error;
     error.message = "request body: could not be read completely";
@@ -365,15 +471,19 @@ bool HttpServer::Impl::wait_for_start(const std::shared_ptr<Job>& job,
   return true;
 }
 
-void HttpServer::Impl::handle_generation(Endpoint endpoint, const httplib::Request& req,
+void HttpServer::Impl::handle_generation(Endpoint endpoint, Wire wire, const httplib::Request& req,
                                          const std::string& body, httplib::Response& res) {
   const Clock::time_point received = Clock::now();
-  if (draining) return send_error(res, shutting_down());
-  ParseResult parsed = parse_generation_request(body, endpoint, limits);
-  if (const ApiError* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
+  const auto reply_error = [&res, wire](const ApiError& error) {
+    send_wire_error(res, wire, error);
+  };
+  if (draining) return reply_error(shutting_down());
+  ParseResult parsed = wire == Wire::Anthropic ? parse_anthropic_messages_request(body, limits)
+                                               : parse_generation_request(body, endpoint, limits);
+  if (const ApiError* error = std::get_if<ApiError>(&parsed)) return reply_error(*error);
   const GenerationRequest& request = std::get<GenerationRequest>(parsed);
   PlanResult planned = plan_generation(request, served, fresh_seed());
-  if (const ApiError* error = std::get_if<ApiError>(&planned)) return send_error(res, *error);
+  if (const ApiError* error = std::get_if<ApiError>(&planned)) return reply_error(*error);
 
   auto active_request = std::make_unique<ActiveRequest>(*this);
   auto job = std::make_shared<Job>(std::move(std::get<GenerationPlan>(planned)), received);
@@ -381,32 +491,34 @@ void HttpServer::Impl::handle_generation(Endpoint endpoint, const httplib::Reque
     case Scheduler::Admission::Accepted:
       break;
     case Scheduler::Admission::QueueFull:
-      return send_error(
-          res, server_error(429, "rate_limit_error", "queue_full",
-                            fmt::format("the server is busy: {} requests are already waiting "
-                                        "(--max-queue {}); retry later",
-                                        scheduler.max_queue(), scheduler.max_queue())));
+      return reply_error(
+          server_error(429, "rate_limit_error", "queue_full",
+                       fmt::format("the server is busy: {} requests are already waiting "
+                                   "(--max-queue {}); retry later",
+                                   scheduler.max_queue(), scheduler.max_queue())));
     case Scheduler::Admission::ShuttingDown:
-      return send_error(res, shutting_down());
+      return reply_error(shutting_down());
   }
 
   const ConnectionProbe probe =
       ConnectionProbe::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   const ApiError gone =
       server_error(499, "invalid_request_error", "client_closed_request", "client went away");
-  if (!wait_for_start(job, probe)) return send_error(res, gone);
-  const CompletionIdentity identity{endpoint, new_completion_id(endpoint), unix_now(), served.id};
-  if (!request.stream) return respond_whole(job, identity, probe, res);
+  if (!wait_for_start(job, probe)) return reply_error(gone);
+  const CompletionIdentity identity{
+      endpoint, wire == Wire::Anthropic ? new_random_id("msg_") : new_completion_id(endpoint),
+      unix_now(), served.id};
+  if (!request.stream) return respond_whole(job, identity, wire, probe, res);
 
   // A job that ended before it started (shutdown) is answered with its error status.
   if (job->state() == JobState::Finished) {
     Job::Update update = job->wait_update(0ms);
-    if (update.error) return send_error(res, *update.error);
+    if (update.error) return reply_error(*update.error);
     // Finished with a result already: stream it all.
     for (TextDelta& delta : update.deltas) job->emit(std::move(delta));
   }
-  auto stream = std::make_shared<SseStream>(*this, job, identity, request.include_usage, probe,
-                                            std::move(active_request));
+  auto stream = std::make_shared<SseStream>(*this, job, identity, wire, request.include_usage,
+                                            probe, std::move(active_request));
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider("text/event-stream", [stream](size_t, httplib::DataSink& sink) {
@@ -415,8 +527,11 @@ void HttpServer::Impl::handle_generation(Endpoint endpoint, const httplib::Reque
 }
 
 void HttpServer::Impl::respond_whole(const std::shared_ptr<Job>& job,
-                                     const CompletionIdentity& identity,
+                                     const CompletionIdentity& identity, Wire wire,
                                      const ConnectionProbe& probe, httplib::Response& res) {
+  const auto reply_error = [&res, wire](const ApiError& error) {
+    send_wire_error(res, wire, error);
+  };
   TextDelta text;
   while (true) {
     Job::Update update = job->wait_update(kPollInterval);
@@ -425,48 +540,78 @@ void HttpServer::Impl::respond_whole(const std::shared_ptr<Job>& job,
       text.reasoning += delta.reasoning;
     }
     if (update.state == JobState::Finished) {
-      if (update.error) return send_error(res, *update.error);
-      if (update.outcome->cancelled) return send_error(res, shut_down_mid_generation());
-      return send_json(
-          res, 200, completion_json(identity, text, update.outcome->finish, update.outcome->usage));
+      if (update.error) return reply_error(*update.error);
+      if (update.outcome->cancelled) return reply_error(shut_down_mid_generation());
+      const GenerationOutcome& outcome = *update.outcome;
+      return send_json(res, 200,
+                       wire == Wire::Anthropic
+                           ? anthropic_message_json(identity.id, identity.model, text,
+                                                    outcome.finish, outcome.usage)
+                           : completion_json(identity, text, outcome.finish, outcome.usage));
     }
     if (probe.peer_closed()) {
       scheduler.cancel(job, CancelReason::ClientGone);
-      return send_error(res, server_error(499, "invalid_request_error", "client_closed_request",
-                                          "client went away"));
+      return reply_error(
+          server_error(499, "invalid_request_error", "client_closed_request", "client went away"));
     }
   }
 }
 
 bool HttpServer::Impl::SseStream::pump(httplib::DataSink& sink) noexcept {
   try {
-    auto write = [&](const std::string& event) { return sink.write(event.data(), event.size()); };
-    if (identity_.endpoint == Endpoint::ChatCompletions &&
-        !write(sse_event(chat_role_chunk(identity_, include_usage_))))
-      return client_gone();
-    while (true) {
-      Job::Update update = job_->wait_update(kPollInterval);
-      for (const TextDelta& delta : update.deltas)
-        if (!write(sse_event(delta_chunk(identity_, delta, include_usage_)))) return client_gone();
-      if (update.state == JobState::Finished) {
-        // Headers (200) are out: failures end the stream with an OpenAI error event, no [DONE].
-        if (update.error || update.outcome->cancelled) {
-          write(sse_event(error_json(update.error ? *update.error : shut_down_mid_generation())));
-        } else {
-          const GenerationOutcome& outcome = *update.outcome;
-          if (!write(sse_event(finish_chunk(identity_, outcome.finish, include_usage_))))
-            return false;
-          if (include_usage_ && !write(sse_event(usage_chunk(identity_, outcome.usage))))
-            return false;
-          if (!write(std::string(kSseDone))) return false;
-        }
-        sink.done();
-        return true;
-      }
-      if (probe_.peer_closed()) return client_gone();
-    }
+    return anthropic_ ? pump_anthropic(sink) : pump_openai(sink);
   } catch (...) {
     return client_gone();
+  }
+}
+
+bool HttpServer::Impl::SseStream::pump_openai(httplib::DataSink& sink) {
+  auto write = [&](const std::string& event) { return sink.write(event.data(), event.size()); };
+  if (identity_.endpoint == Endpoint::ChatCompletions &&
+      !write(sse_event(chat_role_chunk(identity_, include_usage_))))
+    return client_gone();
+  while (true) {
+    Job::Update update = job_->wait_update(kPollInterval);
+    for (const TextDelta& delta : update.deltas)
+      if (!write(sse_event(delta_chunk(identity_, delta, include_usage_)))) return client_gone();
+    if (update.state == JobState::Finished) {
+      // Headers (200) are out: failures end the stream with an OpenAI error event, no [DONE].
+      if (update.error || update.outcome->cancelled) {
+        write(sse_event(error_json(update.error ? *update.error : shut_down_mid_generation())));
+      } else {
+        const GenerationOutcome& outcome = *update.outcome;
+        if (!write(sse_event(finish_chunk(identity_, outcome.finish, include_usage_))))
+          return false;
+        if (include_usage_ && !write(sse_event(usage_chunk(identity_, outcome.usage))))
+          return false;
+        if (!write(std::string(kSseDone))) return false;
+      }
+      sink.done();
+      return true;
+    }
+    if (probe_.peer_closed()) return client_gone();
+  }
+}
+
+bool HttpServer::Impl::SseStream::pump_anthropic(httplib::DataSink& sink) {
+  auto write = [&](const std::string& events) {
+    return events.empty() || sink.write(events.data(), events.size());
+  };
+  if (!write(anthropic_->start())) return client_gone();
+  while (true) {
+    Job::Update update = job_->wait_update(kPollInterval);
+    for (const TextDelta& delta : update.deltas)
+      if (!write(anthropic_->delta(delta))) return client_gone();
+    if (update.state == JobState::Finished) {
+      if (update.error || update.outcome->cancelled) {
+        write(AnthropicStream::error(update.error ? *update.error : shut_down_mid_generation()));
+      } else if (!write(anthropic_->finish(update.outcome->finish, update.outcome->usage))) {
+        return false;
+      }
+      sink.done();
+      return true;
+    }
+    if (probe_.peer_closed()) return client_gone();
   }
 }
 

@@ -1,8 +1,11 @@
 // HttpServer — the OpenAI-compatible HTTP API on top of cpp-httplib.
 //
-// Routes: POST /v1/chat/completions, POST /v1/completions (JSON or server-sent events),
-// GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text), and the web
-// page with its dashboard data (serve/web_routes.h: GET /, /api/dashboard[/events], /plots/).
+// Routes: POST /v1/chat/completions, POST /v1/completions (JSON or server-sent events), Anthropic's
+// POST /v1/messages (the same generation, its wire format: serve/anthropic_format.h),
+// GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text), llama-server's
+// POST /tokenize, POST /detokenize and GET /props (serve/llama_endpoints.h), and the web page with
+// its dashboard data (serve/web_routes.h: GET /, /api/dashboard[/events], /plots/). API keys and
+// CORS: serve/access_control.h. Slow or too many connections: serve/connection_guard.h.
 // Every error, including httplib's own (unknown route 404, body over --max-body 413, malformed
 // HTTP 400), is answered with an OpenAI-style JSON error body.
 //
@@ -24,6 +27,7 @@
 #include <string>
 
 #include "compute/cpu/thread_pool.h"
+#include "serve/access_control.h"
 #include "serve/plan.h"
 #include "spec/spec_decoder.h"
 
@@ -35,13 +39,15 @@ struct ServerOptions {
   size_t max_queue = 64;             // waiting generations before 429
   size_t max_body_bytes = 4u << 20;  // larger request bodies get 413
   double shutdown_grace_s = 10;      // time the running generation gets to finish on shutdown
-  int io_timeout_s = 10;             // socket read/write timeout (a stalled client is dropped)
-  int http_threads = 0;              // 0 = max_queue + 16
+  int io_timeout_s = 10;             // a request must arrive within it; a write may block as long
+  size_t max_connections = 0;        // served at once (more get 503); 0 = max_queue + 16
   int send_buffer_bytes = 0;         // SO_SNDBUF per connection; 0 = the kernel's autotuning
   bool access_log = true;            // one stderr line per response
   spec::SpecOptions spec;            // speculative decoding for every request (off by default)
   bool profile = true;               // time the forward's phases for the dashboard
   std::string plots_dir;             // SVGs served at /plots/ (strata bench --svg); "" = none
+  AccessOptions access;              // API keys and CORS origins (serve/access_control.h)
+  std::string build_info;            // reported by /props (`strata --version`'s text)
 };
 
 class HttpServer {

@@ -59,15 +59,19 @@ std::string_view finish_reason_name(FinishReason reason) {
   return reason == FinishReason::Stop ? "stop" : "length";
 }
 
-std::string new_completion_id(Endpoint endpoint) {
+std::string new_random_id(std::string_view prefix) {
   static std::mutex mutex;
   static std::mt19937_64 rng{std::random_device{}()};
   static constexpr std::string_view alphabet =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  std::string id = endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-";
+  std::string id(prefix);
   std::lock_guard lock(mutex);
   for (int i = 0; i < 24; ++i) id += alphabet[rng() % alphabet.size()];
   return id;
+}
+
+std::string new_completion_id(Endpoint endpoint) {
+  return new_random_id(endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-");
 }
 
 json usage_json(const Usage& usage) {

@@ -49,6 +49,8 @@ struct CompletionIdentity {
 
 // A new id for `endpoint` with 24 random alphanumerics (thread-safe).
 std::string new_completion_id(Endpoint endpoint);
+// `prefix` followed by 24 random alphanumerics (thread-safe): "msg_…" for Anthropic's messages.
+std::string new_random_id(std::string_view prefix);
 
 // One piece of generated text.
 struct TextDelta {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -154,6 +155,8 @@ class FieldTracker : public json::json_sax_t {
     return out;
   }
   const std::string& error() const { return error_; }
+  // True once the top-level value was complete: an error after that is trailing data.
+  bool value_complete() const { return value_complete_; }
 
  private:
   struct Frame {
@@ -163,6 +166,7 @@ class FieldTracker : public json::json_sax_t {
     bool has_key;
   };
   bool value_done() {
+    if (frames_.empty()) value_complete_ = true;
     if (!frames_.empty()) {
       if (frames_.back().is_array) {
         ++frames_.back().index;
@@ -174,6 +178,7 @@ class FieldTracker : public json::json_sax_t {
   }
   std::vector<Frame> frames_;
   std::string error_;
+  bool value_complete_ = false;
 };
 
 std::string where(const std::string& path) {
@@ -236,11 +241,18 @@ json parse_body(std::string_view body, int max_depth) {
   check_depth(body, max_depth);
   json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) {
+    // Strict, like json::parse: trailing data after the value is an error here too (a lenient
+    // walk would find none and leave the message empty).
     FieldTracker tracker;
-    json::sax_parse(body, &tracker, json::input_format_t::json, false);
-    reject_body(
-        fmt::format("request body is not valid JSON{}: {}", where(tracker.path()), tracker.error()),
-        tracker.path());
+    json::sax_parse(body, &tracker, json::input_format_t::json, /*strict=*/true);
+    const std::string what = tracker.error().empty() ? "the parser stopped" : tracker.error();
+    if (tracker.value_complete())
+      reject_body(
+          fmt::format("request body is not valid JSON: unexpected data after the JSON "
+                      "object ended (one object per request): {}",
+                      what));
+    reject_body(fmt::format("request body is not valid JSON{}: {}", where(tracker.path()), what),
+                tracker.path());
   }
   if (!parsed.is_object())
     reject_body(fmt::format("request body: expected a JSON object, found {}", parsed.type_name()));
@@ -507,11 +519,16 @@ std::string_view endpoint_path(Endpoint endpoint) {
   return endpoint == Endpoint::ChatCompletions ? "/v1/chat/completions" : "/v1/completions";
 }
 
-ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
-                                     const RequestLimits& limits) {
+namespace {
+
+// Parses `body` and runs `read` on the object; a rejection or an allocation failure becomes the
+// ApiError of the result.
+template <typename Result, typename Read>
+std::variant<Result, ApiError> parse_with(std::string_view body, const RequestLimits& limits,
+                                          Read read) {
   try {
     const json parsed = parse_body(body, limits.max_json_depth);
-    return parse_fields(parsed, endpoint, limits);
+    return read(parsed);
   } catch (Rejection& rejection) {
     return std::move(rejection.error);
   } catch (const std::bad_alloc&) {
@@ -520,6 +537,119 @@ ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
     error.message = "request body: too large to parse";
     return error;
   }
+}
+
+}  // namespace
+
+ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
+                                     const RequestLimits& limits) {
+  return parse_with<GenerationRequest>(
+      body, limits, [&](const json& parsed) { return parse_fields(parsed, endpoint, limits); });
+}
+
+namespace {
+
+// The Anthropic fields with another name or shape in the OpenAI chat body; see request.h.
+json anthropic_to_chat(const json& body) {
+  if (!field(body, "max_tokens")) reject("max_tokens", "required by the Messages API");
+  json chat = json::object();
+  for (const auto& [key, value] : body.items())
+    if (key != "system" && key != "stop_sequences" && key != "thinking" && key != "messages" &&
+        key != "metadata")
+      chat[key] = value;
+  json messages = json::array();
+  if (const json* system = field(body, "system")) {
+    if (!system->is_string() && !system->is_array())
+      reject("system", "expected a string or an array of text blocks, found {}", describe(*system));
+    messages.push_back(json{{"role", "system"}, {"content", *system}});
+  }
+  const json* turns = field(body, "messages");
+  if (!turns || !turns->is_array() || turns->empty())
+    reject("messages", "expected a non-empty array of messages, found {}",
+           turns ? (turns->is_array() ? std::string("an empty array") : describe(*turns))
+                 : std::string("nothing"));
+  for (const json& turn : *turns) messages.push_back(turn);
+  chat["messages"] = std::move(messages);
+  if (const json* stops = field(body, "stop_sequences")) {
+    if (!stops->is_array())
+      reject("stop_sequences", "expected an array of strings, found {}", describe(*stops));
+    for (size_t i = 0; i < stops->size(); ++i)
+      if (!(*stops)[i].is_string())
+        reject(element("stop_sequences", i), "expected a string, found {}", describe((*stops)[i]));
+    chat["stop"] = *stops;
+  }
+  if (const json* thinking = field(body, "thinking")) {
+    if (!thinking->is_object())
+      reject("thinking", "expected an object, found {}", describe(*thinking));
+    const std::string* type = read_string(*thinking, "type", "thinking.type");
+    if (!type || (*type != "enabled" && *type != "disabled"))
+      reject("thinking.type", "expected \"enabled\" or \"disabled\", found {}",
+             type ? describe(json(*type)) : std::string("nothing"));
+    chat["chat_template_kwargs"] = json{{"enable_thinking", *type == "enabled"}};
+  }
+  return chat;
+}
+
+}  // namespace
+
+ParseResult parse_anthropic_messages_request(std::string_view body, const RequestLimits& limits) {
+  return parse_with<GenerationRequest>(body, limits, [&](const json& parsed) {
+    const json chat = anthropic_to_chat(parsed);
+    // A system message from `system` shifts the indices of the others: name them as sent.
+    const size_t shift = field(parsed, "system") ? 1 : 0;
+    try {
+      return parse_fields(chat, Endpoint::ChatCompletions, limits);
+    } catch (Rejection& rejection) {
+      std::string& param = rejection.error.param;
+      if (shift && param.rfind("messages[", 0) == 0) {
+        const size_t index = std::strtoul(param.c_str() + 9, nullptr, 10);
+        const std::string renamed =
+            index == 0 ? std::string("system")
+                       : element("messages", index - 1) + param.substr(param.find(']') + 1);
+        const size_t at = rejection.error.message.find(param);
+        if (at != std::string::npos) rejection.error.message.replace(at, param.size(), renamed);
+        param = renamed;
+      }
+      throw;
+    }
+  });
+}
+
+std::variant<TokenizeRequest, ApiError> parse_tokenize_request(std::string_view body,
+                                                               const RequestLimits& limits) {
+  return parse_with<TokenizeRequest>(body, limits, [](const json& parsed) {
+    TokenizeRequest out;
+    const std::string* content = read_string(parsed, "content", "content");
+    if (!content) reject("content", "missing: expected the text to tokenize as a string");
+    out.content = *content;
+    out.add_special = read_bool(parsed, "add_special", "add_special").value_or(false);
+    out.parse_special = read_bool(parsed, "parse_special", "parse_special").value_or(true);
+    out.with_pieces = read_bool(parsed, "with_pieces", "with_pieces").value_or(false);
+    return out;
+  });
+}
+
+std::variant<DetokenizeRequest, ApiError> parse_detokenize_request(std::string_view body,
+                                                                   const RequestLimits& limits) {
+  return parse_with<DetokenizeRequest>(body, limits, [&](const json& parsed) {
+    const json* tokens = field(parsed, "tokens");
+    if (!tokens) reject("tokens", "missing: expected an array of token ids");
+    if (!tokens->is_array())
+      reject("tokens", "expected an array of token ids, found {}", describe(*tokens));
+    DetokenizeRequest out;
+    out.tokens.reserve(tokens->size());
+    for (size_t i = 0; i < tokens->size(); ++i) {
+      const json& id = (*tokens)[i];
+      const int64_t max_id = limits.n_vocab > 0 ? limits.n_vocab - 1 : INT32_MAX;
+      if (!id.is_number_integer() ||
+          (id.is_number_unsigned() && id.get<uint64_t>() > uint64_t(max_id)) ||
+          id.get<int64_t>() < 0 || id.get<int64_t>() > max_id)
+        reject(element("tokens", i), "expected a token id between 0 and {}, found {}", max_id,
+               describe(id));
+      out.tokens.push_back(int32_t(id.get<int64_t>()));
+    }
+    return out;
+  });
 }
 
 }  // namespace strata::serve

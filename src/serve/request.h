@@ -1,4 +1,5 @@
-// OpenAI request parsing and validation for /v1/chat/completions and /v1/completions.
+// OpenAI request parsing and validation for /v1/chat/completions and /v1/completions (and the
+// llama-server /tokenize and /detokenize bodies).
 //
 // Pure: a request body (bytes) and the server's limits in, a validated GenerationRequest or an
 // ApiError out. No sockets, no model; unit-tested (tests/serve/request_test.cpp) and fuzzed
@@ -77,6 +78,34 @@ using ParseResult = std::variant<GenerationRequest, ApiError>;
 
 ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
                                      const RequestLimits& limits);
+
+// Anthropic's Messages API (POST /v1/messages) through the same validation: the body is
+// translated to the OpenAI chat shape (`system`, a string or text blocks, becomes a first system
+// message; `stop_sequences` becomes `stop`; `thinking.type` "enabled"/"disabled" becomes
+// chat_template_kwargs.enable_thinking) and parsed as a chat request. `max_tokens` is required,
+// as Anthropic requires it. Errors name the Anthropic field (system, stop_sequences[1],
+// thinking.type); the shared fields keep their names (messages[0].content, max_tokens).
+ParseResult parse_anthropic_messages_request(std::string_view body, const RequestLimits& limits);
+
+// llama-server's tokenizer endpoints, same JSON shapes and defaults:
+//   POST /tokenize   {"content": "text", "add_special": false, "parse_special": true,
+//                     "with_pieces": false}
+//   POST /detokenize {"tokens": [1, 2, 3]}
+// The same contract as parse_generation_request: bad JSON, a missing or mistyped field, a token id
+// outside [0, n_vocab) is an ApiError naming the field ("tokens[2]").
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = false;   // BOS/EOS as the model adds them (strata's tokenizers add none)
+  bool parse_special = true;  // control-token text such as <|im_start|> becomes that token
+  bool with_pieces = false;   // answer [{"id", "piece"}] instead of bare ids
+};
+struct DetokenizeRequest {
+  std::vector<int32_t> tokens;
+};
+std::variant<TokenizeRequest, ApiError> parse_tokenize_request(std::string_view body,
+                                                               const RequestLimits& limits);
+std::variant<DetokenizeRequest, ApiError> parse_detokenize_request(std::string_view body,
+                                                                   const RequestLimits& limits);
 
 // The path of the endpoint ("/v1/chat/completions"), for messages and metrics labels.
 std::string_view endpoint_path(Endpoint endpoint);

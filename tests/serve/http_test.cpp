@@ -264,6 +264,7 @@ TEST(ServeHttp, BadInputGetsOpenAiJsonErrors) {
   };
   const Case cases[] = {
       {&kChat, "{\"messages\": [", 400, "messages[0]", "not valid JSON"},
+      {&kChat, R"({"a":1} {"b":2})", 400, "", "unexpected data after the JSON object"},
       {&kChat, "{" + user + R"(,"max_tokens":"ten"})", 400, "max_tokens", "\"ten\""},
       {&kChat, "{" + user + R"(,"temperature":[1]})", 400, "temperature", "array"},
       {&kChat, R"({"messages":"hi"})", 400, "messages", ""},
@@ -393,6 +394,67 @@ TEST(ServeHttp, SlowClientDoesNotStallOthers) {
     return metric_now(server,
                       R"(strata_http_requests_total{path="/v1/completions",status="200"})") == 2;
   }));
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+TEST(ServeHttp, TrickledHeadersAreCutOffAtTheTimeout) {
+  // One header byte per second never trips a per-recv timeout of 3 s; the deadline covers the
+  // whole request, so the connection ends after 3 s with a 408.
+  ServeProcess server({"--timeout", "3"});
+  const Clock::time_point start = Clock::now();
+  RawClient slow(server.port(), "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+  const std::string header = "X-Slow: " + std::string(30, 'a');
+  std::string received;
+  for (size_t i = 0; i < header.size() && !slow.peer_closed(); ++i) {
+    if (!slow.send_more(header.substr(i, 1))) break;
+    received = slow.read_until("\r\n\r\n", 1.0);
+  }
+  received = slow.read_until("request_timeout", 2);
+  const double closed_after = seconds_since(start);
+  EXPECT_NE(received.find("HTTP/1.1 408"), std::string::npos) << received;
+  EXPECT_NE(received.find("request_timeout"), std::string::npos) << received;
+  EXPECT_GT(closed_after, 2.5);
+  EXPECT_LT(closed_after, 5.5);
+  EXPECT_EQ(get(server, "/health").status, 200);  // the server is unharmed
+}
+
+TEST(ServeHttp, HalfSentBodyIsAnswered408AtTheTimeout) {
+  ServeProcess server({"--timeout", "2"});
+  const std::string body = R"({"prompt":"x","max_tokens":2})";
+  const std::string request = http_post_request(kCompletions, body);
+  const Clock::time_point start = Clock::now();
+  RawClient half(server.port(), request.substr(0, request.size() - body.size() / 2));
+  const std::string received = half.read_until("never sent by the server", 10);
+  const double closed_after = seconds_since(start);
+  EXPECT_TRUE(half.peer_closed());
+  EXPECT_GT(closed_after, 1.5);
+  EXPECT_LT(closed_after, 3.5);  // not the 2 s timeout plus httplib's 5 s keep-alive wait
+  EXPECT_NE(received.find("HTTP/1.1 408"), std::string::npos) << received;
+  EXPECT_NE(received.find("within 2 s (--timeout)"), std::string::npos) << received;
+  EXPECT_NE(received.find("Connection: close"), std::string::npos) << received;
+  EXPECT_EQ(
+      metric_now(server, R"(strata_http_requests_total{path="/v1/completions",status="408"})"), 1);
+}
+
+TEST(ServeHttp, ConnectionsOverTheLimitAreRefusedWith503) {
+  ServeProcess server({"--max-connections", "2", "--timeout", "60"});
+  // Two clients that never finish their requests hold both connections.
+  std::vector<std::unique_ptr<RawClient>> holders;
+  for (int i = 0; i < 2; ++i)
+    holders.push_back(std::make_unique<RawClient>(server.port(), "GET /health HTTP/1.1\r\n"));
+  HttpReply refused;
+  EXPECT_TRUE(eventually([&] { return (refused = get(server, "/health")).status == 503; }, 5));
+  expect_error(refused, 503, "", "--max-connections");
+  EXPECT_EQ(refused.json()["error"]["code"], "too_many_connections");
+  EXPECT_EQ(refused.header("Retry-After"), "1");
+  EXPECT_EQ(refused.header("Connection"), "close");
+  // A held connection closes: a new client is served again.
+  holders[0]->close();
+  EXPECT_TRUE(eventually([&] { return get(server, "/health").status == 200; }, 5));
+  EXPECT_GE(metric_now(server, R"(strata_http_requests_total{path="other",status="503"})"), 1);
 }
 
 TEST(ServeHttp, SigtermFinishesTheRunningStreamFailsQueuedAndExitsZero) {

@@ -28,7 +28,10 @@ if ! cmp -s "$source_dir/package-lock.json" "$work/installed.lock" || [ ! -d "$w
 fi
 
 log=$(mktemp)
-"$strata" serve --port 0 --quiet >"$log" 2>&1 &
+# With an API key: the SDK sends it on every call (Authorization: Bearer), and a wrong one is
+# checked to come back as the SDK's AuthenticationError.
+key="strata-test-key-$$"
+"$strata" serve --port 0 --quiet --api-key "$key" >"$log" 2>&1 &
 server=$!
 cleanup() { kill "$server" 2>/dev/null || true; rm -f "$log"; }
 trap cleanup EXIT
@@ -41,7 +44,7 @@ for _ in $(seq 1 600); do
 done
 [ -n "$port" ] || { cat "$log"; echo "FAIL: strata serve did not start"; exit 1; }
 
-node "$work/client.mjs" "http://127.0.0.1:$port/v1"
+node "$work/client.mjs" "http://127.0.0.1:$port/v1" "$key"
 
 kill -TERM "$server"
 status=0

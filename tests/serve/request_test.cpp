@@ -216,6 +216,105 @@ TEST(ServeRequest, MalformedJsonReportsWhere) {
   EXPECT_NE(error.message.find("column"), std::string::npos) << error.message;
 }
 
+TEST(ServeRequest, TrailingDataAfterTheBodyIsNamed) {
+  // Two JSON values back to back: the message must say what is wrong and where, never end in an
+  // empty explanation ("request body is not valid JSON: ").
+  for (const std::string& body :
+       {std::string(R"({"a":1} {"b":2})"), chat("") + " x", chat("") + "}"}) {
+    SCOPED_TRACE(body);
+    const ApiError error = reject(body);
+    EXPECT_EQ(error.status, 400);
+    EXPECT_NE(error.message.find("after the JSON object"), std::string::npos) << error.message;
+    EXPECT_NE(error.message.find("end of input"), std::string::npos) << error.message;
+    EXPECT_NE(error.message.find("column"), std::string::npos) << error.message;
+  }
+}
+
+TEST(ServeRequest, TokenizerBodiesHaveLlamaServerDefaults) {
+  const auto tokenize = parse_tokenize_request(R"({"content":"hi"})", limits());
+  ASSERT_TRUE(std::holds_alternative<TokenizeRequest>(tokenize));
+  const TokenizeRequest& t = std::get<TokenizeRequest>(tokenize);
+  EXPECT_EQ(t.content, "hi");
+  EXPECT_FALSE(t.add_special);
+  EXPECT_TRUE(t.parse_special);
+  EXPECT_FALSE(t.with_pieces);
+  const auto detokenize = parse_detokenize_request(R"({"tokens":[0,5,999]})", limits());
+  ASSERT_TRUE(std::holds_alternative<DetokenizeRequest>(detokenize));
+  EXPECT_EQ(std::get<DetokenizeRequest>(detokenize).tokens, (std::vector<int32_t>{0, 5, 999}));
+
+  const struct {
+    std::string body, param, in_message;
+    bool tokenize;
+  } bad[] = {
+      {R"({"content":null})", "content", "missing", true},
+      {R"({"content":"x","with_pieces":1})", "with_pieces", "true or false", true},
+      {R"({"tokens":"1,2"})", "tokens", "array", false},
+      {R"({"tokens":[1000]})", "tokens[0]", "between 0 and 999", false},
+      {R"({"tokens":[-1]})", "tokens[0]", "-1", false},
+      {R"({"tokens":[1.5]})", "tokens[0]", "1.5", false},
+      {R"({"tokens":[18446744073709551615]})", "tokens[0]", "between", false},
+      {"[1]", "", "expected a JSON object", false},
+  };
+  for (const auto& c : bad) {
+    SCOPED_TRACE(c.body);
+    const ApiError error = c.tokenize
+                               ? std::get<ApiError>(parse_tokenize_request(c.body, limits()))
+                               : std::get<ApiError>(parse_detokenize_request(c.body, limits()));
+    EXPECT_EQ(error.status, 400);
+    EXPECT_EQ(error.param, c.param);
+    EXPECT_NE(error.message.find(c.in_message), std::string::npos) << error.message;
+  }
+}
+
+TEST(ServeRequest, AnthropicMessagesBecomeAChatRequest) {
+  const ParseResult parsed = parse_anthropic_messages_request(
+      R"({"model":"strata-default","max_tokens":9,"system":[{"type":"text","text":"be brief"}],
+          "messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"},
+                      {"role":"user","content":[{"type":"text","text":"more"}]}],
+          "stop_sequences":["END"],"temperature":0.5,"top_k":5,"stream":true,
+          "thinking":{"type":"disabled"},"metadata":{"user_id":"u"}})",
+      limits());
+  ASSERT_TRUE(std::holds_alternative<GenerationRequest>(parsed))
+      << std::get<ApiError>(parsed).message;
+  const GenerationRequest& r = std::get<GenerationRequest>(parsed);
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[0].content, "be brief");
+  EXPECT_EQ(r.messages[3].content, "more");
+  EXPECT_EQ(r.max_tokens, 9);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"END"}));
+  EXPECT_FLOAT_EQ(*r.sampling.temperature, 0.5f);
+  EXPECT_EQ(r.sampling.top_k, 5);
+  EXPECT_TRUE(r.stream);
+  EXPECT_EQ(r.enable_thinking, false);
+
+  const struct {
+    std::string body, param, in_message;
+  } bad[] = {
+      {R"({"messages":[{"role":"user","content":"x"}]})", "max_tokens", "required"},
+      {R"({"max_tokens":4,"messages":[]})", "messages", "empty"},
+      {R"({"max_tokens":4,"system":5,"messages":[{"role":"user","content":"x"}]})", "system",
+       "string"},
+      // With `system` first, the messages keep their own indices in errors.
+      {R"({"max_tokens":4,"system":"s","messages":[{"role":"user","content":"x"},{"role":"user","content":7}]})",
+       "messages[1].content", "messages[1].content"},
+      {R"({"max_tokens":4,"stop_sequences":["a",1],"messages":[{"role":"user","content":"x"}]})",
+       "stop_sequences[1]", "string"},
+      {R"({"max_tokens":4,"thinking":{"type":"maybe"},"messages":[{"role":"user","content":"x"}]})",
+       "thinking.type", "\"maybe\""},
+      {R"({"max_tokens":4,"tools":[{"name":"t"}],"messages":[{"role":"user","content":"x"}]})",
+       "tools", "tools"},
+  };
+  for (const auto& c : bad) {
+    SCOPED_TRACE(c.body);
+    const ParseResult result = parse_anthropic_messages_request(c.body, limits());
+    ASSERT_TRUE(std::holds_alternative<ApiError>(result));
+    const ApiError& error = std::get<ApiError>(result);
+    EXPECT_EQ(error.param, c.param) << error.message;
+    EXPECT_NE(error.message.find(c.in_message), std::string::npos) << error.message;
+  }
+}
+
 TEST(ServeRequest, UnknownFieldsAreIgnored) {
   EXPECT_EQ(accept(chat(R"("some_future_field":{"x":[1,2,3]})")).messages.size(), 1u);
 }

@@ -237,12 +237,17 @@ RawClient::RawClient(int port, const std::string& request, int receive_buffer_by
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0)
     throw std::runtime_error("RawClient: connect failed");
+  if (!send_more(request)) throw std::runtime_error("RawClient: send failed");
+}
+
+bool RawClient::send_more(const std::string& bytes) {
   size_t sent = 0;
-  while (sent < request.size()) {
-    const ssize_t n = send(fd_, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) throw std::runtime_error("RawClient: send failed");
+  while (sent < bytes.size()) {
+    const ssize_t n = send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return false;
     sent += size_t(n);
   }
+  return true;
 }
 
 RawClient::~RawClient() {
@@ -261,7 +266,10 @@ std::string RawClient::read_until(const std::string& needle, double timeout_s) {
     pollfd p{fd_, POLLIN, 0};
     if (poll(&p, 1, 50) <= 0) continue;
     const ssize_t n = recv(fd_, buffer, sizeof(buffer), 0);
-    if (n <= 0) break;
+    if (n <= 0) {
+      peer_closed_ = true;
+      break;
+    }
     received_.append(buffer, size_t(n));
   }
   return received_;

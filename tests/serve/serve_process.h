@@ -83,10 +83,15 @@ class RawClient {
   ~RawClient();
   // Reads until `needle` appears or the peer closes or `timeout_s` passes; returns all bytes read.
   std::string read_until(const std::string& needle, double timeout_s);
+  // Sends more bytes; false when the connection is gone.
+  bool send_more(const std::string& bytes);
+  // Whether the server closed the connection (seen by a read_until).
+  bool peer_closed() const { return peer_closed_; }
   void close();
 
  private:
   int fd_ = -1;
+  bool peer_closed_ = false;
   std::string received_;
 };
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "serve/access_control.h"
 #include "serve/metrics.h"
 #include "serve/openai_format.h"
 #include "serve/scheduler.h"
@@ -295,6 +296,24 @@ TEST(ServeMetrics, PrometheusTextIsWellFormed) {
         "strata_generations_total{finish_reason=\"stop\"} 1\n", "strata_prompt_tokens_total 10\n",
         "strata_completion_tokens_total 5\n", "strata_decode_tokens_per_second 40\n"})
     EXPECT_NE(text.find(expected), std::string::npos) << expected;
+}
+
+TEST(ServeAccess, ApiKeysMatchExactlyAndOriginsAsListed) {
+  const std::vector<std::string> keys = {"alpha-key", "beta"};
+  EXPECT_TRUE(api_key_matches("alpha-key", keys));
+  EXPECT_TRUE(api_key_matches("beta", keys));
+  for (const char* wrong : {"", "alpha", "alpha-keyy", "Alpha-key", "bet", "betaa", "alpha-kex"})
+    EXPECT_FALSE(api_key_matches(wrong, keys)) << wrong;
+  EXPECT_FALSE(api_key_matches("", {}));
+
+  const std::vector<std::string> origins = {"http://a.example", "https://b.example:8443"};
+  EXPECT_EQ(allowed_origin("http://a.example", origins), "http://a.example");
+  EXPECT_EQ(allowed_origin("https://b.example:8443", origins), "https://b.example:8443");
+  EXPECT_EQ(allowed_origin("https://a.example", origins), std::nullopt);
+  EXPECT_EQ(allowed_origin("http://a.example.evil", origins), std::nullopt);
+  EXPECT_EQ(allowed_origin("", origins), std::nullopt);
+  EXPECT_EQ(allowed_origin("http://anything", {"*"}), "*");
+  EXPECT_EQ(allowed_origin("http://a.example", {}), std::nullopt);
 }
 
 }  // namespace

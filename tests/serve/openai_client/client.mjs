@@ -1,13 +1,15 @@
 // The official openai npm client against `strata serve`: models, chat and completions, streamed
 // and whole, usage in streams, and the SDK's typed errors for bad requests.
-// Usage: node client.mjs BASE_URL (e.g. http://127.0.0.1:8080/v1). Exits non-zero on a failure.
+// Usage: node client.mjs BASE_URL [API_KEY] (e.g. http://127.0.0.1:8080/v1; the key the server was
+// started with, --api-key). Exits non-zero on a failure.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import OpenAI from "openai";
 
 const sdkVersion = JSON.parse(readFileSync(new URL("./node_modules/openai/package.json", import.meta.url))).version;
 
-const client = new OpenAI({ baseURL: process.argv[2], apiKey: "not-needed", maxRetries: 0, timeout: 120_000 });
+const apiKey = process.argv[3] ?? "not-needed";
+const client = new OpenAI({ baseURL: process.argv[2], apiKey, maxRetries: 0, timeout: 120_000 });
 let checks = 0;
 async function check(name, fn) {
   await fn();
@@ -111,5 +113,17 @@ await check("typed errors", async () => {
     return true;
   });
 });
+
+if (process.argv[3]) {
+  await check("a wrong API key is an AuthenticationError", async () => {
+    const stranger = new OpenAI({ baseURL: process.argv[2], apiKey: apiKey + "x", maxRetries: 0 });
+    await assert.rejects(stranger.models.list(), (error) => {
+      assert.ok(error instanceof OpenAI.AuthenticationError, String(error));
+      assert.equal(error.status, 401);
+      assert.equal(error.code, "invalid_api_key");
+      return true;
+    });
+  });
+}
 
 console.log(`openai ${sdkVersion} (npm): ${checks} checks passed`);
