@@ -99,7 +99,7 @@ double measure_read_bandwidth(const Model& model, const std::string& sidecar_pat
   s.stream_slots = 4 * o.experts.io_threads;  // enough records in flight to keep every thread busy
   ExpertStore store(model, Sidecar::open(sidecar_path, model.file()), s);
   direct = store.direct_io();
-  const SidecarLayout& layout = store.sidecar().layout();
+  const SidecarLayout& layout = store.layout();
   std::vector<int> blocks;
   for (uint32_t b = 0; b < layout.n_block; ++b)
     if (layout.layers[b].present) blocks.push_back(int(b));

@@ -143,7 +143,7 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
   for (const TensorInfo& t : gguf.tensors())
     if (t.name.find("_exps") == std::string::npos && t.name.rfind("per_layer_token_embd", 0) != 0)
       gguf.advise(t.file_offset, t.n_bytes, MADV_WILLNEED);
-  const SidecarLayout& sl = store->sidecar().layout();
+  const SidecarLayout& sl = store->layout();
   std::unique_ptr<UsageHistory> history;
   if (!o.usage.empty()) {
     const std::string usage_path = o.usage == "auto" ? usage_path_for(model_path) : o.usage;

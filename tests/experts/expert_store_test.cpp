@@ -90,7 +90,7 @@ GreedyRun greedy(const Model& model, ExpertSource* source, int n, int threads = 
 // Every (layer, expert)'s slot: the residency state, to compare runs.
 std::vector<uint32_t> residency(const ExpertStore& store, const Model& model) {
   std::vector<uint32_t> map;
-  const SidecarLayout& layout = store.sidecar().layout();
+  const SidecarLayout& layout = store.layout();
   for (uint32_t b = 0; b < layout.n_block; ++b)
     if (layout.layers[b].present)
       for (int e = 0; e < model.hparams().n_expert; ++e) map.push_back(store.slot_of(int(b), e));
