@@ -119,17 +119,17 @@ void GgufExpertReader::read(int block, int32_t expert, uint8_t* slot, int first_
       break;
     } catch (const ReadError& e) {
       const bool failed_direct = pieces.reads[e.piece].fd == file_.direct_fd();
-      if (e.error_number == EINVAL && failed_direct && file_.refuse_direct(std::strerror(EINVAL))) continue;
       const Matrix& m = b.matrices[size_t(pieces.matrix[e.piece])];
       const Slice s = slice(m, expert);
       const uint64_t size_now = file_.size_now();
-      const uint64_t tensor_end = m.tensor->file_offset + m.tensor->n_bytes;
       // A direct read at or past the end of a shortened file can fail with EINVAL as well as
-      // return 0: the size it has now tells truncation from a failing disk.
+      // return 0: the size the file has now tells truncation from a refused O_DIRECT.
       if (e.error_number == 0 || size_now < s.end)
         fail("{}: tensor {}: layer {} expert {} (file bytes {}..{}): the file ends early: it is {} bytes now, "
              "the tensor ends at {} (truncated after it was opened?)",
-             file_.path(), m.tensor->name, block, expert, s.begin, s.end, size_now, tensor_end);
+             file_.path(), m.tensor->name, block, expert, s.begin, s.end, size_now,
+             m.tensor->file_offset + m.tensor->n_bytes);
+      if (e.error_number == EINVAL && failed_direct && file_.refuse_direct(std::strerror(EINVAL))) continue;
       fail("{}: tensor {}: reading layer {} expert {} (file bytes {}..{}, {} read at offset {}): {}", file_.path(),
            m.tensor->name, block, expert, s.begin, s.end, failed_direct ? "O_DIRECT" : "buffered", e.offset,
            std::strerror(e.error_number));

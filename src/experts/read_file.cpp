@@ -12,17 +12,22 @@
 
 namespace strata {
 
-ReadFile::ReadFile(std::string path, bool want_direct) : path_(std::move(path)) {
-  buffered_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+int open_read_only(const char* path, int flags) { return ::open(path, flags); }
+}  // namespace
+
+ReadFile::ReadFile(std::string path, bool want_direct, Opener opener) : path_(std::move(path)) {
+  if (!opener) opener = open_read_only;
+  buffered_fd_ = opener(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (buffered_fd_ < 0) fail("{}: cannot open: {}", path_, std::strerror(errno));
   if (!want_direct) return;
-  direct_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+  direct_fd_ = opener(path_.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
   if (direct_fd_ < 0) {
     const int error = errno;
     refused_ = true;
     fmt::print(stderr,
-               "strata: warning: {}: O_DIRECT refused at open ({}; tmpfs and some network/FUSE "
-               "filesystems do this); reading experts through the page cache\n",
+               "strata: warning: {}: O_DIRECT refused at open ({}; tmpfs before Linux 6.6 and some "
+               "network/FUSE filesystems do this); reading experts through the page cache\n",
                path_, std::strerror(error));
   }
 }

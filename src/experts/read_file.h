@@ -19,8 +19,11 @@ namespace strata {
 
 class ReadFile {
  public:
+  // How a descriptor is opened: ::open by default; tests pass one that refuses O_DIRECT the way
+  // tmpfs did before Linux 6.6 (this kernel's tmpfs accepts it).
+  using Opener = int (*)(const char* path, int flags);
   // Throws strata::Error naming `path` when it cannot be opened at all.
-  ReadFile(std::string path, bool want_direct);
+  ReadFile(std::string path, bool want_direct, Opener opener = nullptr);
   ~ReadFile();
   ReadFile(const ReadFile&) = delete;
   ReadFile& operator=(const ReadFile&) = delete;
