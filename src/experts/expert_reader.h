@@ -50,6 +50,14 @@ class ExpertReader {
   virtual uint64_t bytes_read() const = 0;
   virtual bool direct_io() const = 0;
   virtual bool io_uring() const = 0;
+
+  // The arena bytes that hold every expert: what a budget of 100% means for this reader (the
+  // GGUF's slots are slightly larger than sidecar records, so a share buys the same slots either way).
+  uint64_t all_experts_bytes() const {
+    uint64_t per_expert = 0;
+    for (uint32_t b = 0; b < layout().n_block; ++b) per_expert += slot_bytes(int(b));
+    return per_expert * layout().n_expert;
+  }
 };
 
 }  // namespace strata
