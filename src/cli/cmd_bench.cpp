@@ -98,13 +98,13 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 // Bytes/s reading random whole experts through the store's miss path (checksums included for the
 // sidecar, no compute), with 4 experts per I/O thread in flight, for `seconds`.
-double measure_read_bandwidth(const Model& model, const std::string& path, const BenchOptions& o,
+double measure_read_bandwidth(const Model& model, const std::string& path, const ExpertOptions& experts,
                               const std::string& source, double seconds, uint64_t seed, bool& direct) {
-  ExpertStoreOptions s = store_options(o.experts);
+  ExpertStoreOptions s = store_options(experts);
   s.slots_per_layer = 1;
   s.read_ahead = false;
-  s.stream_slots = 4 * o.experts.io_threads;  // enough experts in flight to keep every thread busy
-  ExpertStore store(model, open_expert_reader(model, path, o.experts, source), s);
+  s.stream_slots = 4 * experts.io_threads;  // enough experts in flight to keep every thread busy
+  ExpertStore store(model, open_expert_reader(model, path, experts, source), s);
   direct = store.direct_io();
   const SidecarLayout& layout = store.layout();
   std::vector<int> blocks;
@@ -192,6 +192,8 @@ void bench_experts(const BenchOptions& o) {
     if (std::find(sources.begin(), sources.end(), kind) == sources.end()) sources.push_back(kind);
   }
   if (sources.empty()) fail("--sources: expected at least one of gguf, sidecar, auto");
+  ExpertOptions experts = o.experts;  // the notes were printed once above
+  experts.quiet = true;
   const SidecarLayout layout = SidecarLayout::for_gguf(model->file());
   const uint64_t expert_bytes = layout.total_expert_bytes();
   compute::ThreadPool pool(resolve_threads(o.model));
@@ -202,7 +204,7 @@ void bench_experts(const BenchOptions& o) {
   const int rounds = std::max(1, o.repeats);
   for (int round = 0; round < rounds; ++round)
     for (const std::string& source : sources)
-      bandwidths[source].push_back(measure_read_bandwidth(*model, path, o, source, o.disk_seconds / rounds,
+      bandwidths[source].push_back(measure_read_bandwidth(*model, path, experts, source, o.disk_seconds / rounds,
                                                           1234 + uint64_t(round), direct[source]));
   fmt::print("model {} ({}), experts {} in {} layers, {} threads, {} I/O threads ({})\n", path,
              arch_name(model->hparams().arch), format_bytes(expert_bytes), layout.n_block, pool.size(),
@@ -227,7 +229,7 @@ void bench_experts(const BenchOptions& o) {
       r.label = label;
       r.source = source;
       // A share is of this source's all-resident arena, so both sources get the same slots.
-      r.budget_bytes = parse_byte_size(label, open_expert_reader(*model, path, o.experts, source)->all_experts_bytes(),
+      r.budget_bytes = parse_byte_size(label, open_expert_reader(*model, path, experts, source)->all_experts_bytes(),
                                        "--budgets");
       results.push_back(r);
     }
@@ -236,10 +238,10 @@ void bench_experts(const BenchOptions& o) {
     for (int rep = 0; rep < o.repeats; ++rep) {
       for (size_t i = 0; i < sources.size(); ++i) {  // interleaved: each repeat runs every source
         BudgetResult& r = results[first + i];
-        ExpertStoreOptions s = store_options(o.experts);
+        ExpertStoreOptions s = store_options(experts);
         s.slots_per_layer = 0;
         s.budget_bytes = r.budget_bytes;
-        ExpertStore store(*model, open_expert_reader(*model, path, o.experts, sources[i]), s);
+        ExpertStore store(*model, open_expert_reader(*model, path, experts, sources[i]), s);
         r.slots = store.slots_per_layer();
         Session session(*model, pool, &store);
         session.prefill(prompt);

@@ -55,8 +55,8 @@ void add_expert_options(CLI::App& cmd, ExpertOptions& o) {
   cmd.add_option("--io-backend", o.io_backend, "expert reads: uring (io_uring when available) or pread")
       ->check(CLI::IsMember({"uring", "pread"}));
   cmd.add_option("--experts-from", o.experts_from,
-                 "where streamed experts are read: auto (the sidecar MODEL.experts when it exists, else the "
-                 "GGUF), gguf (the model file itself, no second copy), sidecar")
+                 "where streamed experts are read: auto (the GGUF, or the sidecar with --pack), gguf (the model "
+                 "file itself, no second copy), sidecar (MODEL.experts, `strata pack`)")
       ->check(CLI::IsMember({"auto", "gguf", "sidecar"}));
   cmd.add_flag("--pack", o.pack, "build MODEL.experts first when it is missing or stale (and stream from it)");
   cmd.add_flag("--mapped-experts", o.mapped, "read experts through the GGUF mapping (no store)");
@@ -108,8 +108,16 @@ std::unique_ptr<ExpertReader> open_expert_reader(const Model& model, const std::
   const ReadOptions read{so.direct_io, so.io_uring, so.split_bytes};
   const std::string sidecar_path = sidecar_path_for(model_path);
   const bool exists = std::filesystem::exists(sidecar_path);
-  if (source == "gguf" || (source == "auto" && !exists && !o.pack))
+  // auto = the GGUF: the sidecar measured no faster on this project's disk (docs/expert-store.md),
+  // so it is read only when asked for (--experts-from sidecar, or --pack).
+  if (source == "gguf" || (source == "auto" && !o.pack)) {
+    if (exists && source == "auto" && !o.quiet)
+      fmt::print(stderr,
+                 "strata: note: {} is not used: experts stream from the GGUF itself (--experts-from sidecar "
+                 "reads it; deleting it frees {})\n",
+                 sidecar_path, format_bytes(std::filesystem::file_size(sidecar_path)));
     return std::make_unique<GgufExpertReader>(model.file(), read);
+  }
   if (!exists && !o.pack)
     fail("{} is missing (--experts-from sidecar). Build it with `strata pack {}` (or add --pack), or stream "
          "from the GGUF itself with --experts-from gguf",
@@ -140,15 +148,13 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
     if (store_only) fail("--usage, --pin-hot and --moce need the expert store; drop --mapped-experts");
     return nullptr;
   }
-  const bool sidecar_exists = std::filesystem::exists(sidecar_path_for(model_path));
   const SidecarLayout layout = SidecarLayout::for_gguf(model.file());
   const uint64_t expert_bytes = layout.total_expert_bytes();
   const uint64_t available = mem_available_bytes();
   const bool exceed_half_ram = available > 0 && expert_bytes > available / 2;
   // Through the mapping (like llama.cpp's mmap) only when nothing asks for a store and the experts
   // fit comfortably: then the page cache holds them all and reads cost nothing after the first.
-  if (!budget_given && !store_only && !o.pack && !sidecar_exists && o.experts_from == "auto" && !exceed_half_ram)
-    return nullptr;
+  if (!budget_given && !store_only && !o.pack && o.experts_from == "auto" && !exceed_half_ram) return nullptr;
 
   std::unique_ptr<ExpertReader> reader = open_expert_reader(model, model_path, o, o.experts_from);
   const uint64_t all_bytes = reader->all_experts_bytes();  // what 100% means

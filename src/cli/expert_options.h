@@ -1,12 +1,15 @@
 // Options shared by the commands that stream experts (run, chat, serve, bench, profile): where
 // routed experts come from and how much RAM they may use, and the helper that builds the store.
 //
-// Where streamed experts are read (--experts-from): auto = the sidecar MODEL.gguf.experts when it
-// exists (or --pack builds it), else straight from the GGUF; gguf; sidecar (required then).
-// Without --ram-budget/--slots-per-layer: with a sidecar, or with experts larger than half the
-// available RAM, experts stream with a budget of all expert bytes if they fit in half the
-// available RAM, else that half (a note says so); otherwise they are read through the GGUF
-// mapping (like llama.cpp's mmap). With a budget (or --usage/--pin-hot/--moce) they always stream.
+// Where streamed experts are read (--experts-from): auto = straight from the GGUF, or from the
+// sidecar MODEL.gguf.experts with --pack (which builds it when missing or stale); gguf; sidecar
+// (required then). An existing sidecar that auto does not use gets a note (the sidecar measured no
+// faster here: docs/expert-store.md).
+// Without --ram-budget/--slots-per-layer: with --pack or --experts-from, or with experts larger
+// than half the available RAM, experts stream with a budget of all expert bytes if they fit in
+// half the available RAM, else that half (a note says so); otherwise they are read through the
+// GGUF mapping (like llama.cpp's mmap). With a budget (or --usage/--pin-hot/--moce) they always
+// stream.
 #pragma once
 
 #include <CLI/CLI.hpp>

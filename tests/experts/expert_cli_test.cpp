@@ -138,15 +138,18 @@ TEST_F(ExpertCli, BudgetBoundsPeakRssAndKeepsTheTokens) {
   const double expert_mib = double(layout.total_expert_bytes()) / (1 << 20);
   const double dense_mib = double(gguf->file_size()) / (1 << 20) - expert_mib;
 
-  const Result streamed = run(fmt::format("run -m {} {} --ram-budget 10% --io-threads 2", model, tokens));
+  const Result streamed =
+      run(fmt::format("run -m {} {} --ram-budget 10% --io-threads 2 --experts-from sidecar", model, tokens));
   ASSERT_EQ(streamed.status, 0) << streamed.output;
   EXPECT_NE(streamed.output.find("experts from " + model + ".experts (sidecar)"), std::string::npos)
-      << "auto prefers an existing sidecar: " << streamed.output;
+      << streamed.output;
   EXPECT_EQ(last_line_of_ids(streamed.output), last_line_of_ids(mapped.output)) << streamed.output;
-  const Result forced = run(fmt::format("run -m {} {} --ram-budget 10% --io-threads 2 --experts-from gguf", model, tokens));
-  ASSERT_EQ(forced.status, 0) << forced.output;
-  EXPECT_NE(forced.output.find("(gguf)"), std::string::npos) << forced.output;
-  EXPECT_EQ(last_line_of_ids(forced.output), last_line_of_ids(mapped.output)) << forced.output;
+  // auto reads the GGUF even with a sidecar there, and says the sidecar is unused.
+  const Result automatic = run(fmt::format("run -m {} {} --ram-budget 10% --io-threads 2", model, tokens));
+  ASSERT_EQ(automatic.status, 0) << automatic.output;
+  EXPECT_NE(automatic.output.find("experts from " + model + " (gguf)"), std::string::npos) << automatic.output;
+  EXPECT_NE(automatic.output.find(model + ".experts is not used"), std::string::npos) << automatic.output;
+  EXPECT_EQ(last_line_of_ids(automatic.output), last_line_of_ids(mapped.output)) << automatic.output;
 
   // Peak RSS ≤ what a tiny model's run needs (binary, libraries, threads) + dense bytes + the
   // arena (10% of experts + transient slots) + 16 MiB for activations and allocator slack, for
@@ -206,9 +209,12 @@ TEST_F(ExpertCli, StaleSidecarIsNamedAndPackRebuildsIt) {
   ASSERT_EQ(run("pack " + model).status, 0);
   streaming_model("m.gguf", 4);  // same shapes, other weights
   const std::string tokens = "--tokens 1,2,3 -n 4 --temp 0 --print-ids -t 1";
-  const Result stale = run(fmt::format("run -m {} {} --slots-per-layer 4", model, tokens));
+  const Result stale = run(fmt::format("run -m {} {} --slots-per-layer 4 --experts-from sidecar", model, tokens));
   EXPECT_EQ(stale.status, 1) << stale.output;
   EXPECT_NE(stale.output.find("stale"), std::string::npos) << stale.output;
+  EXPECT_NE(stale.output.find("--experts-from gguf"), std::string::npos) << stale.output;
+  const Result from_gguf = run(fmt::format("run -m {} {} --slots-per-layer 4", model, tokens));
+  EXPECT_EQ(from_gguf.status, 0) << "the GGUF needs no sidecar, stale or not: " << from_gguf.output;
   const Result rebuilt = run(fmt::format("run -m {} {} --slots-per-layer 4 --pack", model, tokens));
   EXPECT_EQ(rebuilt.status, 0) << rebuilt.output;
   EXPECT_NE(rebuilt.output.find("rebuilding"), std::string::npos) << rebuilt.output;
