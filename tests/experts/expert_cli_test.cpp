@@ -202,6 +202,11 @@ TEST_F(ExpertCli, BenchComparesSources) {
   EXPECT_EQ(slots["sidecar"], 16);
   EXPECT_GT(j["read_bandwidth_bytes_per_s"]["gguf"].get<double>(), 0);
   EXPECT_GT(j["read_bandwidth_bytes_per_s"]["sidecar"].get<double>(), 0);
+  // `pack --help` states the measured result and how to measure on another disk.
+  const Result help = run("pack --help");
+  EXPECT_NE(help.output.find("The sidecar is optional"), std::string::npos) << help.output;
+  EXPECT_NE(help.output.find("not faster"), std::string::npos) << help.output;
+  EXPECT_NE(help.output.find("--sources gguf,sidecar"), std::string::npos) << help.output;
 }
 
 TEST_F(ExpertCli, StaleSidecarIsNamedAndPackRebuildsIt) {
