@@ -55,8 +55,10 @@ void read_batch(Ring& owner, std::span<const ReadPiece> pieces, size_t first_ind
   int submitted = 0;
   for (int attempt = 0; attempt < 4 && size_t(submitted) < pieces.size(); ++attempt) {
     const int rc = io_uring_submit(ring);
-    if (rc > 0) submitted += rc;
-    else if (rc != -EINTR && rc != -EAGAIN) break;
+    if (rc > 0)
+      submitted += rc;
+    else if (rc != -EINTR && rc != -EAGAIN)
+      break;
   }
   if (size_t(submitted) != pieces.size()) {
     // The ring failed: reap what went in, retire the ring for this thread, read everything the
@@ -69,7 +71,8 @@ void read_batch(Ring& owner, std::span<const ReadPiece> pieces, size_t first_ind
       if (cqe) io_uring_cqe_seen(ring, cqe);
     }
     for (size_t i = 0; i < pieces.size(); ++i)
-      pread_exact(pieces[i].fd, pieces[i].offset, pieces[i].length, pieces[i].dest, first_index + i);
+      pread_exact(pieces[i].fd, pieces[i].offset, pieces[i].length, pieces[i].dest,
+                  first_index + i);
     return;
   }
   int error = 0;
@@ -82,7 +85,8 @@ void read_batch(Ring& owner, std::span<const ReadPiece> pieces, size_t first_ind
     do {
       rc = io_uring_wait_cqe(ring, &cqe);
     } while (rc == -EINTR);
-    if (rc < 0) throw ReadError(-rc, pieces[0].offset, first_index);  // cannot happen once submitted
+    if (rc < 0)
+      throw ReadError(-rc, pieces[0].offset, first_index);  // cannot happen once submitted
     const size_t i = size_t(io_uring_cqe_get_data64(cqe));
     const int res = cqe->res;
     io_uring_cqe_seen(ring, cqe);
@@ -92,7 +96,8 @@ void read_batch(Ring& owner, std::span<const ReadPiece> pieces, size_t first_ind
       error = -res, error_at = p.offset, error_piece = first_index + i, have_error = true;
     } else if (uint64_t(res) < p.length) {
       try {  // a short read: finish the piece the plain way
-        pread_exact(p.fd, p.offset + uint64_t(res), p.length - uint64_t(res), p.dest + res, first_index + i);
+        pread_exact(p.fd, p.offset + uint64_t(res), p.length - uint64_t(res), p.dest + res,
+                    first_index + i);
       } catch (const ReadError& e) {
         error = e.error_number, error_at = e.offset, error_piece = e.piece, have_error = true;
       }
@@ -121,7 +126,8 @@ bool io_uring_available() {
 
 void read_pieces(ReadBackend backend, std::span<const ReadPiece> pieces) {
   Ring* ring = backend == ReadBackend::IoUring ? &thread_ring() : nullptr;
-  if (!ring || !ring->usable || pieces.size() == 1) {  // one piece: a plain pread costs one system call too
+  if (!ring || !ring->usable ||
+      pieces.size() == 1) {  // one piece: a plain pread costs one system call too
     for (size_t i = 0; i < pieces.size(); ++i)
       pread_exact(pieces[i].fd, pieces[i].offset, pieces[i].length, pieces[i].dest, i);
     return;
@@ -146,7 +152,8 @@ void read_exact(ReadBackend backend, int fd, uint64_t offset, uint64_t length, u
   std::vector<ReadPiece> pieces;
   pieces.reserve(size_t((length + piece_bytes - 1) / piece_bytes));
   for (uint64_t begin = 0; begin < length; begin += piece_bytes)
-    pieces.push_back(ReadPiece{fd, offset + begin, std::min(piece_bytes, length - begin), dest + begin});
+    pieces.push_back(
+        ReadPiece{fd, offset + begin, std::min(piece_bytes, length - begin), dest + begin});
   read_pieces(backend, pieces);
 }
 

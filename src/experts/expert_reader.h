@@ -45,14 +45,16 @@ class ExpertReader {
   virtual const SidecarLayout& layout() const = 0;
   virtual uint64_t slot_bytes(int block) const = 0;
   virtual ExpertPlacement place(int block, int32_t expert) const = 0;
-  virtual void read_jobs(int block, int32_t expert, uint8_t* slot, std::vector<IoPool::Job>& jobs) = 0;
+  virtual void read_jobs(int block, int32_t expert, uint8_t* slot,
+                         std::vector<IoPool::Job>& jobs) = 0;
   virtual uint64_t read_bytes(int block, int32_t expert) const = 0;
   virtual uint64_t bytes_read() const = 0;
   virtual bool direct_io() const = 0;
   virtual bool io_uring() const = 0;
 
   // The arena bytes that hold every expert: what a budget of 100% means for this reader (the
-  // GGUF's slots are slightly larger than sidecar records, so a share buys the same slots either way).
+  // GGUF's slots are slightly larger than sidecar records, so a share buys the same slots either
+  // way).
   uint64_t all_experts_bytes() const {
     uint64_t per_expert = 0;
     for (uint32_t b = 0; b < layout().n_block; ++b) per_expert += slot_bytes(int(b));

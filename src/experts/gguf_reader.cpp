@@ -9,8 +9,12 @@
 namespace strata {
 namespace {
 
-uint64_t align_down(uint64_t value, uint64_t alignment) { return value / alignment * alignment; }
-uint64_t align_up(uint64_t value, uint64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
+uint64_t align_down(uint64_t value, uint64_t alignment) {
+  return value / alignment * alignment;
+}
+uint64_t align_up(uint64_t value, uint64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
 
 const std::string& path_on_disk(const GgufFile& gguf) {
   if (gguf.fd() < 0) fail("{}: streaming experts from the GGUF needs a file on disk", gguf.path());
@@ -36,7 +40,8 @@ GgufExpertReader::GgufExpertReader(const GgufFile& gguf, const ReadOptions& opti
       matrix.tensor = tensors[m];
       matrix.expert_bytes = tensors[m]->n_bytes / layout_.n_expert;
       matrix.region = block.slot_bytes;
-      // The widest aligned span any expert's slice needs (slices start at varying offsets mod 4096).
+      // The widest aligned span any expert's slice needs (slices start at varying offsets mod
+      // 4096).
       uint64_t widest = 0;
       for (uint32_t e = 0; e < layout_.n_expert; ++e) {
         const Slice s = slice(matrix, int32_t(e));
@@ -55,12 +60,13 @@ GgufExpertReader::Slice GgufExpertReader::slice(const Matrix& m, int32_t expert)
 ExpertPlacement GgufExpertReader::place(int block, int32_t expert) const {
   const Block& b = blocks_[size_t(block)];
   uint64_t at[3];
-  for (size_t m = 0; m < 3; ++m) at[m] = b.matrices[m].region + slice(b.matrices[m], expert).begin % kAlign;
+  for (size_t m = 0; m < 3; ++m)
+    at[m] = b.matrices[m].region + slice(b.matrices[m], expert).begin % kAlign;
   return ExpertPlacement{at[0], at[1], at[2]};
 }
 
-void GgufExpertReader::add_pieces(int matrix, const Matrix& m, int32_t expert, uint8_t* slot, bool direct,
-                                  Pieces& pieces) const {
+void GgufExpertReader::add_pieces(int matrix, const Matrix& m, int32_t expert, uint8_t* slot,
+                                  bool direct, Pieces& pieces) const {
   const Slice s = slice(m, expert);
   const uint64_t span_begin = align_down(s.begin, kAlign);
   uint8_t* region = slot + m.region;  // file byte span_begin lands here
@@ -92,21 +98,25 @@ uint64_t GgufExpertReader::read_bytes(int block, int32_t expert) const {
     }
     const uint64_t span_begin = align_down(s.begin, kAlign);
     const uint64_t span_end = std::min(align_up(s.end, kAlign), direct_end_);
-    total += span_end > span_begin ? (span_end - span_begin) + (s.end > span_end ? s.end - span_end : 0)
-                                   : s.end - s.begin;
+    total += span_end > span_begin
+                 ? (span_end - span_begin) + (s.end > span_end ? s.end - span_end : 0)
+                 : s.end - s.begin;
   }
   return total;
 }
 
-void GgufExpertReader::read_jobs(int block, int32_t expert, uint8_t* slot, std::vector<IoPool::Job>& jobs) {
+void GgufExpertReader::read_jobs(int block, int32_t expert, uint8_t* slot,
+                                 std::vector<IoPool::Job>& jobs) {
   if (io_uring_) {  // one submission for the whole expert
     jobs.push_back([this, block, expert, slot] { read(block, expert, slot, 0, 3); });
     return;
   }
-  for (int m = 0; m < 3; ++m) jobs.push_back([this, block, expert, slot, m] { read(block, expert, slot, m, 1); });
+  for (int m = 0; m < 3; ++m)
+    jobs.push_back([this, block, expert, slot, m] { read(block, expert, slot, m, 1); });
 }
 
-void GgufExpertReader::read(int block, int32_t expert, uint8_t* slot, int first_matrix, int n_matrices) {
+void GgufExpertReader::read(int block, int32_t expert, uint8_t* slot, int first_matrix,
+                            int n_matrices) {
   const Block& b = blocks_[size_t(block)];
   Pieces pieces;
   while (true) {
@@ -115,7 +125,8 @@ void GgufExpertReader::read(int block, int32_t expert, uint8_t* slot, int first_
     for (int m = first_matrix; m < first_matrix + n_matrices; ++m)
       add_pieces(m, b.matrices[size_t(m)], expert, slot, direct, pieces);
     try {
-      read_pieces(io_uring_ ? ReadBackend::IoUring : ReadBackend::Pread, std::span(pieces.reads.data(), pieces.n));
+      read_pieces(io_uring_ ? ReadBackend::IoUring : ReadBackend::Pread,
+                  std::span(pieces.reads.data(), pieces.n));
       break;
     } catch (const ReadError& e) {
       const bool failed_direct = pieces.reads[e.piece].fd == file_.direct_fd();
@@ -125,14 +136,18 @@ void GgufExpertReader::read(int block, int32_t expert, uint8_t* slot, int first_
       // A direct read at or past the end of a shortened file can fail with EINVAL as well as
       // return 0: the size the file has now tells truncation from a refused O_DIRECT.
       if (e.error_number == 0 || size_now < s.end)
-        fail("{}: tensor {}: layer {} expert {} (file bytes {}..{}): the file ends early: it is {} bytes now, "
-             "the tensor ends at {} (truncated after it was opened?)",
-             file_.path(), m.tensor->name, block, expert, s.begin, s.end, size_now,
-             m.tensor->file_offset + m.tensor->n_bytes);
-      if (e.error_number == EINVAL && failed_direct && file_.refuse_direct(std::strerror(EINVAL))) continue;
-      fail("{}: tensor {}: reading layer {} expert {} (file bytes {}..{}, {} read at offset {}): {}", file_.path(),
-           m.tensor->name, block, expert, s.begin, s.end, failed_direct ? "O_DIRECT" : "buffered", e.offset,
-           std::strerror(e.error_number));
+        fail(
+            "{}: tensor {}: layer {} expert {} (file bytes {}..{}): the file ends early: it is {} "
+            "bytes now, "
+            "the tensor ends at {} (truncated after it was opened?)",
+            file_.path(), m.tensor->name, block, expert, s.begin, s.end, size_now,
+            m.tensor->file_offset + m.tensor->n_bytes);
+      if (e.error_number == EINVAL && failed_direct && file_.refuse_direct(std::strerror(EINVAL)))
+        continue;
+      fail(
+          "{}: tensor {}: reading layer {} expert {} (file bytes {}..{}, {} read at offset {}): {}",
+          file_.path(), m.tensor->name, block, expert, s.begin, s.end,
+          failed_direct ? "O_DIRECT" : "buffered", e.offset, std::strerror(e.error_number));
     }
   }
   uint64_t bytes = 0;

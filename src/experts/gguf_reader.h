@@ -70,7 +70,8 @@ class GgufExpertReader final : public ExpertReader {
   };
   // The reads that bring one matrix's slice into its region: an aligned direct span, and the
   // buffered tail of the file's last partial block when the slice reaches into it.
-  void add_pieces(int matrix, const Matrix& m, int32_t expert, uint8_t* slot, bool direct, Pieces& pieces) const;
+  void add_pieces(int matrix, const Matrix& m, int32_t expert, uint8_t* slot, bool direct,
+                  Pieces& pieces) const;
   void read(int block, int32_t expert, uint8_t* slot, int first_matrix, int n_matrices);
 
   SidecarLayout layout_;

@@ -13,7 +13,9 @@
 namespace strata {
 
 namespace {
-int open_read_only(const char* path, int flags) { return ::open(path, flags); }
+int open_read_only(const char* path, int flags) {
+  return ::open(path, flags);
+}
 }  // namespace
 
 ReadFile::ReadFile(std::string path, bool want_direct, Opener opener) : path_(std::move(path)) {
@@ -40,7 +42,9 @@ ReadFile::~ReadFile() {
 bool ReadFile::refuse_direct(const char* why) {
   if (direct_fd_ < 0) return false;
   if (!refused_.exchange(true))
-    fmt::print(stderr, "strata: warning: {}: O_DIRECT reads refused ({}); reading experts through the page cache\n",
+    fmt::print(stderr,
+               "strata: warning: {}: O_DIRECT reads refused ({}); reading experts through the page "
+               "cache\n",
                path_, why);
   return true;
 }

@@ -27,29 +27,35 @@ ExpertPlacement SidecarReader::place(int block, int32_t) const {
   return ExpertPlacement{0, l.up_offset, l.down_offset};
 }
 
-void SidecarReader::read_jobs(int block, int32_t expert, uint8_t* slot, std::vector<IoPool::Job>& jobs) {
+void SidecarReader::read_jobs(int block, int32_t expert, uint8_t* slot,
+                              std::vector<IoPool::Job>& jobs) {
   const uint64_t record = slot_bytes(block);
   for (uint64_t begin = 0; begin < record; begin += split_bytes_) {
     const uint64_t end = std::min(record, begin + split_bytes_);
-    jobs.push_back([this, block, expert, begin, end, slot] { read_chunk(block, expert, begin, end, slot + begin); });
+    jobs.push_back([this, block, expert, begin, end, slot] {
+      read_chunk(block, expert, begin, end, slot + begin);
+    });
   }
 }
 
-void SidecarReader::read_chunk(int block, int32_t expert, uint64_t begin, uint64_t end, uint8_t* dest) {
+void SidecarReader::read_chunk(int block, int32_t expert, uint64_t begin, uint64_t end,
+                               uint8_t* dest) {
   const SidecarLayout& layout = sidecar_.layout();
   const uint64_t base = layout.record_offset(block, expert);
   const ReadBackend backend = io_uring_ ? ReadBackend::IoUring : ReadBackend::Pread;
   while (true) {
     const bool direct = file_.direct();
     try {
-      read_exact(backend, direct ? file_.direct_fd() : file_.buffered_fd(), base + begin, end - begin, dest,
-                 layout.chunk_bytes);
+      read_exact(backend, direct ? file_.direct_fd() : file_.buffered_fd(), base + begin,
+                 end - begin, dest, layout.chunk_bytes);
       break;
     } catch (const ReadError& e) {
-      if (e.error_number == EINVAL && direct && file_.refuse_direct(std::strerror(EINVAL))) continue;
-      fail("{}: reading layer {} expert {} (bytes {}..{} of its record, file offset {}): {}", sidecar_.path(),
-           block, expert, begin, end, e.offset,
-           e.error_number ? std::strerror(e.error_number) : "the file ends early (truncated after it was opened?)");
+      if (e.error_number == EINVAL && direct && file_.refuse_direct(std::strerror(EINVAL)))
+        continue;
+      fail("{}: reading layer {} expert {} (bytes {}..{} of its record, file offset {}): {}",
+           sidecar_.path(), block, expert, begin, end, e.offset,
+           e.error_number ? std::strerror(e.error_number)
+                          : "the file ends early (truncated after it was opened?)");
     }
   }
   bytes_read_.fetch_add(end - begin, std::memory_order_relaxed);

@@ -55,14 +55,16 @@ void write_experts_gguf(const std::string& path) {
   };
   write(8);
   const uint64_t size = fs::file_size(path);
-  const uint64_t shift = (2000 + 4096 - size % 4096) % 4096 / 32 * 32;  // keeps the 32-byte alignment
+  const uint64_t shift =
+      (2000 + 4096 - size % 4096) % 4096 / 32 * 32;  // keeps the 32-byte alignment
   write(8 + int64_t(shift / 4));
 }
 
 // A page-aligned buffer (O_DIRECT needs aligned destinations), like an arena slot.
 struct AlignedSlot {
   explicit AlignedSlot(uint64_t n) : bytes(n) {
-    data = static_cast<uint8_t*>(mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    data = static_cast<uint8_t*>(
+        mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   }
   ~AlignedSlot() { munmap(data, bytes); }
   uint64_t bytes;
@@ -86,7 +88,8 @@ std::string error_of(const std::function<void()>& fn) {
 }
 
 // Reads every expert of every block and compares its three matrices with the mapping's bytes.
-void expect_every_expert_verbatim(const GgufFile& gguf, GgufExpertReader& reader, const std::string& label) {
+void expect_every_expert_verbatim(const GgufFile& gguf, GgufExpertReader& reader,
+                                  const std::string& label) {
   for (int b = 0; b < 2; ++b) {
     const ExpertTensorInfos t = find_expert_tensors(gguf, b);
     const TensorInfo* tensors[3] = {t.gate, t.up, t.down};
@@ -121,7 +124,8 @@ TEST(GgufExpertReader, EverySliceVerbatimWithAnyAlignmentAndBackend) {
   const TensorInfo& up1 = gguf->tensor("blk.1.ffn_up_exps.weight");
   const TensorInfo& down1 = gguf->tensor("blk.1.ffn_down_exps.weight");
   ASSERT_LT(up1.file_offset, direct_end);
-  ASSERT_GT(up1.file_offset + up1.n_bytes, direct_end) << "blk.1 up must straddle the last full block";
+  ASSERT_GT(up1.file_offset + up1.n_bytes, direct_end)
+      << "blk.1 up must straddle the last full block";
   ASSERT_GE(down1.file_offset, direct_end) << "blk.1 down must lie in the last partial block";
 
   for (bool direct : {true, false})
@@ -131,7 +135,8 @@ TEST(GgufExpertReader, EverySliceVerbatimWithAnyAlignmentAndBackend) {
       EXPECT_EQ(reader.direct_io(), direct) << label << " (/tmp is expected to allow O_DIRECT)";
       EXPECT_EQ(reader.io_uring(), uring && io_uring_available()) << label;
       expect_every_expert_verbatim(*gguf, reader, label);
-      // What was requested: slices exactly when buffered; aligned spans (never past the end) when direct.
+      // What was requested: slices exactly when buffered; aligned spans (never past the end) when
+      // direct.
       uint64_t expected = 0, payload = 0;
       for (int b = 0; b < 2; ++b)
         for (int32_t e = 0; e < kExperts; ++e) expected += reader.read_bytes(b, e);
@@ -139,8 +144,10 @@ TEST(GgufExpertReader, EverySliceVerbatimWithAnyAlignmentAndBackend) {
         for (int b = 0; b < 2; ++b)
           payload += gguf->tensor(fmt::format("blk.{}.ffn_{}_exps.weight", b, n)).n_bytes;
       EXPECT_EQ(reader.bytes_read(), expected) << label;
-      if (direct) EXPECT_GT(expected, payload) << label;
-      else EXPECT_EQ(expected, payload) << label;
+      if (direct)
+        EXPECT_GT(expected, payload) << label;
+      else
+        EXPECT_EQ(expected, payload) << label;
     }
 }
 
@@ -174,14 +181,16 @@ TEST(ReadFile, RefusedODirectFallsBackWithOneWarning) {
     ASSERT_TRUE(file.direct()) << "/tmp is expected to allow O_DIRECT";
     std::vector<std::thread> threads;
     std::atomic<int> retries{0};
-    for (int i = 0; i < 4; ++i) threads.emplace_back([&] { retries += file.refuse_direct("Invalid argument"); });
+    for (int i = 0; i < 4; ++i)
+      threads.emplace_back([&] { retries += file.refuse_direct("Invalid argument"); });
     for (auto& t : threads) t.join();
     EXPECT_EQ(retries.load(), 4) << "every thread whose direct read failed retries buffered";
     EXPECT_FALSE(file.direct());
   }
   log = testing::internal::GetCapturedStderr();
   EXPECT_NE(log.find("O_DIRECT reads refused"), std::string::npos) << log;
-  EXPECT_EQ(log.find("O_DIRECT reads refused"), log.rfind("O_DIRECT reads refused")) << "said once: " << log;
+  EXPECT_EQ(log.find("O_DIRECT reads refused"), log.rfind("O_DIRECT reads refused"))
+      << "said once: " << log;
 }
 
 TEST(GgufExpertReader, FileTruncatedAfterOpenNamesFileAndTensor) {
@@ -219,8 +228,9 @@ TEST(GgufExpertReader, RefusesAnInMemoryGguf) {
   ASSERT_EQ(std::fread(bytes.data(), 1, bytes.size(), f), bytes.size());
   std::fclose(f);
   const auto gguf = GgufFile::open_from_memory(bytes, "memory.gguf");
-  EXPECT_NE(error_of([&] { GgufExpertReader reader(*gguf, ReadOptions{}); }).find("needs a file on disk"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { GgufExpertReader reader(*gguf, ReadOptions{}); }).find("needs a file on disk"),
+      std::string::npos);
 }
 
 }  // namespace
