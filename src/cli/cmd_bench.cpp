@@ -1,13 +1,15 @@
 // `strata bench experts` — decode speed against the expert RAM budget, each next to its ceiling.
 //
-// One run measures, side by side on the same machine state:
-//   1. the sidecar's read bandwidth with the miss access pattern (random whole records, O_DIRECT,
-//      the store's own I/O pool), for --disk-seconds;
+// One run measures, side by side on the same machine state, for each expert source of --sources
+// (gguf: the three slices of each expert straight from the model file; sidecar: one record each):
+//   1. the source's read bandwidth with the miss access pattern (random whole experts, O_DIRECT,
+//      the store's own I/O pool), --disk-seconds in all, in --repeats rounds interleaved across
+//      the sources (median of the rounds);
 //   2. for every budget (default 100%, 50%, 25%, 10% of the expert bytes), --repeats cold runs of
-//      a fixed prompt then -n greedy decode steps: tok/s (median, min, max), misses and bytes read
-//      per token, I/O wait per token, the arena size and the process's RSS with the store alive
-//      (budgets run in the order given, default largest first, so a smaller budget's RSS shows
-//      the memory really came back);
+//      a fixed prompt then -n greedy decode steps, interleaved across the sources: tok/s (median,
+//      min, max), misses and bytes read per token, I/O wait per token, the arena size and the
+//      process's RSS with the store alive (budgets run in the order given, default largest first,
+//      so a smaller budget's RSS shows the memory really came back);
 //   3. the I/O ceiling of each budget: measured bandwidth ÷ miss bytes per token (the reads a
 //      token must wait for; read-ahead reads are shown too but can overlap compute).
 // Prints a Markdown table; --svg draws tok/s and ceilings per budget; --json keeps the numbers.
@@ -19,12 +21,14 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <random>
 
 #include "cli/commands.h"
 #include "cli/expert_options.h"
 #include "cli/model_options.h"
 #include "engine/session.h"
+#include "experts/block_reader.h"
 #include "util/atomic_file.h"
 #include "util/byte_size.h"
 #include "util/error.h"
@@ -37,6 +41,7 @@ struct BenchOptions {
   ModelOptions model;
   ExpertOptions experts;
   std::string budgets = "100%,50%,25%,10%";
+  std::string sources = "auto";  // comma-separated: auto | gguf | sidecar
   int n_decode = 32;
   int n_prompt = 16;
   int repeats = 3;
@@ -45,19 +50,31 @@ struct BenchOptions {
   std::string json;
 };
 
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> items;
+  for (size_t pos = 0; pos <= list.size();) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    if (comma > pos) items.push_back(list.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return items;
+}
+
 struct BudgetResult {
   std::string label;
+  std::string source;  // gguf | sidecar
   uint64_t budget_bytes = 0;
   int slots = 0;
   std::vector<double> tps;
   double misses_per_token = 0, mb_per_token = 0, miss_mb_per_token = 0, io_wait_ms_per_token = 0, hit_rate = 0;
   double rss_mib = 0, arena_mib = 0;  // after the last run, store alive
   double ceiling = 0;                 // I/O ceiling tok/s (0: no misses)
-  double median() const {
-    std::vector<double> v = tps;
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  }
+  double median() const { return median_of(tps); }
 };
 
 // Resident set of this process now (VmRSS), in MiB.
@@ -79,34 +96,24 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-ExpertStoreOptions store_options(const BenchOptions& o) {
-  ExpertStoreOptions s;
-  s.io_threads = o.experts.io_threads;
-  s.urgent_only_threads = o.experts.io_threads > 1 ? 1 : 0;
-  s.read_ahead = !o.experts.no_read_ahead;
-  s.direct_io = !o.experts.no_direct_io;
-  s.io_uring = o.experts.io_backend == "uring";
-  return s;
-}
-
-// Bytes/s reading random whole records through the store's miss path (checksums included, no
-// compute), with 4 records per I/O thread in flight.
-double measure_read_bandwidth(const Model& model, const std::string& sidecar_path, const BenchOptions& o,
-                              bool& direct) {
-  ExpertStoreOptions s = store_options(o);
+// Bytes/s reading random whole experts through the store's miss path (checksums included for the
+// sidecar, no compute), with 4 experts per I/O thread in flight, for `seconds`.
+double measure_read_bandwidth(const Model& model, const std::string& path, const ExpertOptions& experts,
+                              const std::string& source, double seconds, uint64_t seed, bool& direct) {
+  ExpertStoreOptions s = store_options(experts);
   s.slots_per_layer = 1;
   s.read_ahead = false;
-  s.stream_slots = 4 * o.experts.io_threads;  // enough records in flight to keep every thread busy
-  ExpertStore store(model, Sidecar::open(sidecar_path, model.file()), s);
+  s.stream_slots = 4 * experts.io_threads;  // enough experts in flight to keep every thread busy
+  ExpertStore store(model, open_expert_reader(model, path, experts, source), s);
   direct = store.direct_io();
-  const SidecarLayout& layout = store.sidecar().layout();
+  const SidecarLayout& layout = store.layout();
   std::vector<int> blocks;
   for (uint32_t b = 0; b < layout.n_block; ++b)
     if (layout.layers[b].present) blocks.push_back(int(b));
-  std::mt19937_64 rng(1234);
+  std::mt19937_64 rng(seed);
   const int k = std::min<int>(int(layout.n_expert), s.stream_slots + 1);
   const auto start = std::chrono::steady_clock::now();
-  while (seconds_since(start) < o.disk_seconds) {
+  while (seconds_since(start) < seconds) {
     const int b = blocks[rng() % blocks.size()];
     std::vector<int32_t> ids;
     while (int(ids.size()) < k) {
@@ -153,7 +160,7 @@ std::string svg_plot(const std::vector<BudgetResult>& results, const std::string
     svg += fmt::format("<text x='{:.1f}' y='{:.1f}' text-anchor='middle'>{:.1f}</text>\n", x + w / 2,
                        top + plot_h - h - 6, r.median());
     svg += fmt::format("<text x='{:.1f}' y='{:.1f}' text-anchor='middle'>{}</text>\n", x + w / 2,
-                       height - bottom + 18, r.label);
+                       height - bottom + 18, r.label + " " + r.source);
     if (r.ceiling > 0) {  // the I/O ceiling: a red tick, clipped to the top with its value written
       const double cy = top + plot_h * (1 - std::min(r.ceiling, max_y) / max_y);
       svg += fmt::format("<line x1='{:.1f}' x2='{:.1f}' y1='{:.1f}' y2='{:.1f}' stroke='#d04a4a' stroke-width='3'/>"
@@ -175,80 +182,109 @@ void write_text(const std::string& path, const std::string& text) {
 void bench_experts(const BenchOptions& o) {
   const std::string path = resolve_model_path(o.model);
   const auto model = Model::load(path);
-  const std::string sidecar_path = sidecar_path_for(path);
-  {
-    ExpertOptions probe = o.experts;  // builds the sidecar with --pack, validates it otherwise
-    probe.slots_per_layer = 1;
-    probe.quiet = true;
-    open_expert_store(*model, path, probe);
+  // The sources, resolved ("auto" is what `run` would use) and opened once: builds the sidecar
+  // with --pack, validates it otherwise.
+  std::vector<std::string> sources;
+  for (const std::string& name : split_list(o.sources)) {
+    if (name != "auto" && name != "gguf" && name != "sidecar")
+      fail("--sources: expected gguf, sidecar or auto, found '{}'", name);
+    const std::string kind = open_expert_reader(*model, path, o.experts, name)->kind();
+    if (std::find(sources.begin(), sources.end(), kind) == sources.end()) sources.push_back(kind);
   }
-  const SidecarLayout layout = Sidecar::open(sidecar_path, model->file()).layout();
+  if (sources.empty()) fail("--sources: expected at least one of gguf, sidecar, auto");
+  ExpertOptions experts = o.experts;  // the notes were printed once above
+  experts.quiet = true;
+  const SidecarLayout layout = SidecarLayout::for_gguf(model->file());
   const uint64_t expert_bytes = layout.total_expert_bytes();
   compute::ThreadPool pool(resolve_threads(o.model));
 
-  bool direct = false;
-  const double bandwidth = measure_read_bandwidth(*model, sidecar_path, o, direct);
-  fmt::print("model {} ({}), experts {} in {} layers, {} threads, {} I/O threads\n", path,
+  // Read bandwidth: rounds interleaved across the sources, so drift in the disk hits all alike.
+  std::map<std::string, std::vector<double>> bandwidths;
+  std::map<std::string, bool> direct;
+  const int rounds = std::max(1, o.repeats);
+  for (int round = 0; round < rounds; ++round)
+    for (const std::string& source : sources)
+      bandwidths[source].push_back(measure_read_bandwidth(*model, path, experts, source, o.disk_seconds / rounds,
+                                                          1234 + uint64_t(round), direct[source]));
+  fmt::print("model {} ({}), experts {} in {} layers, {} threads, {} I/O threads ({})\n", path,
              arch_name(model->hparams().arch), format_bytes(expert_bytes), layout.n_block, pool.size(),
-             o.experts.io_threads);
-  fmt::print("sidecar read bandwidth (random records, {}): {:.2f} GB/s\n\n",
-             direct ? "O_DIRECT" : "page cache", bandwidth / 1e9);
+             o.experts.io_threads, o.experts.io_backend == "uring" && io_uring_available() ? "io_uring" : "pread");
+  std::map<std::string, double> bandwidth;
+  for (const std::string& source : sources) {
+    bandwidth[source] = median_of(bandwidths[source]);
+    std::string rounds_text;
+    for (double b : bandwidths[source]) rounds_text += fmt::format("{}{:.2f}", rounds_text.empty() ? "" : " ", b / 1e9);
+    fmt::print("{} read bandwidth (random experts, {}): {:.2f} GB/s median of {} rounds ({})\n", source,
+               direct[source] ? "O_DIRECT" : "page cache", bandwidth[source] / 1e9, rounds, rounds_text);
+  }
+  fmt::print("\n");
 
   std::vector<int32_t> prompt(size_t(o.n_prompt));
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919 + 13) % uint64_t(model->hparams().n_vocab));
   std::vector<BudgetResult> results;
-  std::string budgets = o.budgets;
-  for (size_t pos = 0; pos <= budgets.size();) {
-    const size_t comma = std::min(budgets.find(',', pos), budgets.size());
-    BudgetResult r;
-    r.label = budgets.substr(pos, comma - pos);
-    pos = comma + 1;
-    if (r.label.empty()) continue;
-    r.budget_bytes = parse_byte_size(r.label, expert_bytes, "--budgets");
-    ExpertStoreStats total;
+  for (const std::string& label : split_list(o.budgets)) {
+    const size_t first = results.size();
+    for (const std::string& source : sources) {
+      BudgetResult r;
+      r.label = label;
+      r.source = source;
+      // A share is of this source's all-resident arena, so both sources get the same slots.
+      r.budget_bytes = parse_byte_size(label, open_expert_reader(*model, path, experts, source)->all_experts_bytes(),
+                                       "--budgets");
+      results.push_back(r);
+    }
+    std::vector<ExpertStoreStats> totals(sources.size());
     int steps = 0;
     for (int rep = 0; rep < o.repeats; ++rep) {
-      ExpertStoreOptions s = store_options(o);
-      s.budget_bytes = r.budget_bytes;
-      ExpertStore store(*model, Sidecar::open(sidecar_path, model->file()), s);
-      r.slots = store.slots_per_layer();
-      Session session(*model, pool, &store);
-      session.prefill(prompt);
-      const ExpertStoreStats before = store.stats();
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < o.n_decode; ++i) {
-        const std::vector<float>& logits = session.logits();
-        session.decode(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+      for (size_t i = 0; i < sources.size(); ++i) {  // interleaved: each repeat runs every source
+        BudgetResult& r = results[first + i];
+        ExpertStoreOptions s = store_options(experts);
+        s.slots_per_layer = 0;
+        s.budget_bytes = r.budget_bytes;
+        ExpertStore store(*model, open_expert_reader(*model, path, experts, sources[i]), s);
+        r.slots = store.slots_per_layer();
+        Session session(*model, pool, &store);
+        session.prefill(prompt);
+        const ExpertStoreStats before = store.stats();
+        const auto start = std::chrono::steady_clock::now();
+        for (int t = 0; t < o.n_decode; ++t) {
+          const std::vector<float>& logits = session.logits();
+          session.decode(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+        }
+        r.tps.push_back(o.n_decode / seconds_since(start));
+        r.rss_mib = std::max(r.rss_mib, rss_mib());
+        r.arena_mib = double(store.arena_bytes()) / (1 << 20);
+        const ExpertStoreStats d = store.stats() - before;
+        ExpertStoreStats& total = totals[i];
+        total.misses += d.misses;
+        total.hits += d.hits;
+        total.needed += d.needed;
+        total.bytes_read += d.bytes_read;
+        total.miss_bytes += d.miss_bytes;
+        total.io_wait_ms += d.io_wait_ms;
       }
-      r.tps.push_back(o.n_decode / seconds_since(start));
-      r.rss_mib = std::max(r.rss_mib, rss_mib());
-      r.arena_mib = double(store.arena_bytes()) / (1 << 20);
-      const ExpertStoreStats d = store.stats() - before;
-      total.misses += d.misses;
-      total.hits += d.hits;
-      total.needed += d.needed;
-      total.bytes_read += d.bytes_read;
-      total.miss_bytes += d.miss_bytes;
-      total.io_wait_ms += d.io_wait_ms;
       steps += o.n_decode;
     }
-    r.misses_per_token = double(total.misses) / steps;
-    r.mb_per_token = double(total.bytes_read) / steps / 1e6;
-    r.miss_mb_per_token = double(total.miss_bytes) / steps / 1e6;
-    r.ceiling = r.miss_mb_per_token > 0 ? bandwidth / (r.miss_mb_per_token * 1e6) : 0;
-    r.io_wait_ms_per_token = total.io_wait_ms / steps;
-    r.hit_rate = total.hit_rate();
-    results.push_back(r);
+    for (size_t i = 0; i < sources.size(); ++i) {
+      BudgetResult& r = results[first + i];
+      const ExpertStoreStats& total = totals[i];
+      r.misses_per_token = double(total.misses) / steps;
+      r.mb_per_token = double(total.bytes_read) / steps / 1e6;
+      r.miss_mb_per_token = double(total.miss_bytes) / steps / 1e6;
+      r.ceiling = r.miss_mb_per_token > 0 ? bandwidth[r.source] / (r.miss_mb_per_token * 1e6) : 0;
+      r.io_wait_ms_per_token = total.io_wait_ms / steps;
+      r.hit_rate = total.hit_rate();
+    }
   }
 
-  fmt::print("| budget | slots/layer | tok/s median (min-max) | hit rate | misses/token | MB/token: misses (all reads) | I/O wait ms/token | I/O ceiling tok/s | of ceiling | arena MiB | RSS MiB |\n");
-  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  fmt::print("| budget | source | slots/layer | tok/s median (min-max) | hit rate | misses/token | MB/token: misses (all reads) | I/O wait ms/token | I/O ceiling tok/s | of ceiling | arena MiB | RSS MiB |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const BudgetResult& r : results) {
     const double lo = *std::min_element(r.tps.begin(), r.tps.end());
     const double hi = *std::max_element(r.tps.begin(), r.tps.end());
     const double ceiling = r.ceiling;
-    fmt::print("| {} ({}) | {} | {:.2f} ({:.2f}-{:.2f}) | {:.1f}% | {:.2f} | {:.2f} ({:.2f}) | {:.2f} | {} | {} | {:.0f} | {:.0f} |\n", r.label,
-               format_bytes(r.budget_bytes), r.slots, r.median(), lo, hi, 100 * r.hit_rate, r.misses_per_token,
+    fmt::print("| {} ({}) | {} | {} | {:.2f} ({:.2f}-{:.2f}) | {:.1f}% | {:.2f} | {:.2f} ({:.2f}) | {:.2f} | {} | {} | {:.0f} | {:.0f} |\n", r.label,
+               format_bytes(r.budget_bytes), r.source, r.slots, r.median(), lo, hi, 100 * r.hit_rate, r.misses_per_token,
                r.miss_mb_per_token, r.mb_per_token, r.io_wait_ms_per_token, ceiling > 0 ? fmt::format("{:.2f}", ceiling) : "-",
                ceiling > 0 ? fmt::format("{:.0f}%", 100 * r.median() / ceiling) : "-", r.arena_mib, r.rss_mib);
   }
@@ -260,10 +296,13 @@ void bench_experts(const BenchOptions& o) {
     nlohmann::json j;
     j["model"] = path;
     j["expert_bytes"] = expert_bytes;
-    j["read_bandwidth_bytes_per_s"] = bandwidth;
-    j["direct_io"] = direct;
+    for (const std::string& source : sources) {
+      j["read_bandwidth_bytes_per_s"][source] = bandwidth[source];
+      j["read_bandwidth_rounds"][source] = bandwidths[source];
+      j["direct_io"][source] = direct[source];
+    }
     for (const BudgetResult& r : results)
-      j["budgets"].push_back({{"budget", r.label}, {"budget_bytes", r.budget_bytes}, {"slots_per_layer", r.slots},
+      j["budgets"].push_back({{"budget", r.label}, {"source", r.source}, {"budget_bytes", r.budget_bytes}, {"slots_per_layer", r.slots},
                               {"tok_s", r.tps}, {"median_tok_s", r.median()}, {"hit_rate", r.hit_rate},
                               {"misses_per_token", r.misses_per_token}, {"mb_per_token", r.mb_per_token},
                               {"miss_mb_per_token", r.miss_mb_per_token}, {"rss_mib", r.rss_mib}, {"arena_mib", r.arena_mib},
@@ -282,6 +321,8 @@ void register_bench(CLI::App& app) {
   add_model_options(*cmd, o->model);
   add_expert_options(*cmd, o->experts);
   cmd->add_option("--budgets", o->budgets, "comma-separated budgets (bytes or % of expert bytes)");
+  cmd->add_option("--sources", o->sources,
+                  "comma-separated expert sources to compare, runs interleaved: gguf, sidecar, auto (what run uses)");
   cmd->add_option("-n,--n-decode", o->n_decode, "decode steps per run")->check(CLI::Range(1, 100000));
   cmd->add_option("--prompt-tokens", o->n_prompt, "prompt length")->check(CLI::Range(1, 100000));
   cmd->add_option("--repeats", o->repeats, "cold runs per budget")->check(CLI::Range(1, 1000));

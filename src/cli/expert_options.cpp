@@ -7,7 +7,9 @@
 #include <fstream>
 #include <optional>
 
+#include "experts/gguf_reader.h"
 #include "experts/profile.h"
+#include "experts/sidecar_reader.h"
 #include "experts/usage_history.h"
 #include "route/moce.h"
 #include "util/byte_size.h"
@@ -49,11 +51,15 @@ void add_expert_options(CLI::App& cmd, ExpertOptions& o) {
       ->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--io-threads", o.io_threads, "expert reader threads")->check(CLI::Range(1, 256));
   cmd.add_flag("--no-read-ahead", o.no_read_ahead, "do not predict and prefetch the next layer's experts");
-  cmd.add_flag("--no-direct-io", o.no_direct_io, "read the sidecar through the page cache");
+  cmd.add_flag("--no-direct-io", o.no_direct_io, "read experts through the page cache");
   cmd.add_option("--io-backend", o.io_backend, "expert reads: uring (io_uring when available) or pread")
       ->check(CLI::IsMember({"uring", "pread"}));
-  cmd.add_flag("--pack", o.pack, "build MODEL.experts first when it is missing or stale");
-  cmd.add_flag("--mapped-experts", o.mapped, "read experts through the GGUF mapping (no sidecar)");
+  cmd.add_option("--experts-from", o.experts_from,
+                 "where streamed experts are read: auto (the GGUF, or the sidecar with --pack), gguf (the model "
+                 "file itself, no second copy), sidecar (MODEL.experts, `strata pack`)")
+      ->check(CLI::IsMember({"auto", "gguf", "sidecar"}));
+  cmd.add_flag("--pack", o.pack, "build MODEL.experts first when it is missing or stale (and stream from it)");
+  cmd.add_flag("--mapped-experts", o.mapped, "read experts through the GGUF mapping (no store)");
   cmd.add_option("--fill", o.fill_profile, "expert profile (strata profile) to fill the cache from at start");
   cmd.add_option("--pin", o.pin, "with --fill or --usage: pin this many top experts per layer")
       ->check(CLI::NonNegativeNumber);
@@ -85,6 +91,54 @@ void add_expert_options(CLI::App& cmd, ExpertOptions& o) {
                  "record each layer's routing and read-ahead predictions to FILE (for strata replay)");
 }
 
+ExpertStoreOptions store_options(const ExpertOptions& o) {
+  ExpertStoreOptions so;
+  so.slots_per_layer = o.slots_per_layer;
+  so.io_threads = o.io_threads;
+  so.urgent_only_threads = o.io_threads > 1 ? 1 : 0;
+  so.read_ahead = !o.no_read_ahead;
+  so.direct_io = !o.no_direct_io;
+  so.io_uring = o.io_backend == "uring";
+  return so;
+}
+
+std::unique_ptr<ExpertReader> open_expert_reader(const Model& model, const std::string& model_path,
+                                                 const ExpertOptions& o, const std::string& source) {
+  const ExpertStoreOptions so = store_options(o);
+  const ReadOptions read{so.direct_io, so.io_uring, so.split_bytes};
+  const std::string sidecar_path = sidecar_path_for(model_path);
+  const bool exists = std::filesystem::exists(sidecar_path);
+  // auto = the GGUF: the sidecar measured no faster on this project's disk (docs/expert-store.md),
+  // so it is read only when asked for (--experts-from sidecar, or --pack).
+  if (source == "gguf" || (source == "auto" && !o.pack)) {
+    if (exists && source == "auto" && !o.quiet)
+      fmt::print(stderr,
+                 "strata: note: {} is not used: experts stream from the GGUF itself (--experts-from sidecar "
+                 "reads it; deleting it frees {})\n",
+                 sidecar_path, format_bytes(std::filesystem::file_size(sidecar_path)));
+    return std::make_unique<GgufExpertReader>(model.file(), read);
+  }
+  if (!exists && !o.pack)
+    fail("{} is missing (--experts-from sidecar). Build it with `strata pack {}` (or add --pack), or stream "
+         "from the GGUF itself with --experts-from gguf",
+         sidecar_path, model_path);
+  std::optional<Sidecar> sidecar;
+  if (exists) {
+    try {
+      sidecar.emplace(Sidecar::open(sidecar_path, model.file()));
+    } catch (const Error& e) {
+      if (!o.pack)
+        fail("{}\n(or delete it, or add --experts-from gguf, to stream experts from the GGUF itself)", e.what());
+      fmt::print(stderr, "strata: {}\nstrata: rebuilding it (--pack)\n", e.what());
+    }
+  }
+  if (!sidecar) {
+    pack_with_progress(model.file(), sidecar_path);
+    sidecar.emplace(Sidecar::open(sidecar_path, model.file()));
+  }
+  return std::make_unique<SidecarReader>(std::move(*sidecar), read);
+}
+
 std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::string& model_path,
                                                const ExpertOptions& o) {
   const bool budget_given = !o.ram_budget.empty() || o.slots_per_layer > 0;
@@ -94,56 +148,33 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
     if (store_only) fail("--usage, --pin-hot and --moce need the expert store; drop --mapped-experts");
     return nullptr;
   }
-  const std::string sidecar_path = sidecar_path_for(model_path);
-  const bool exists = std::filesystem::exists(sidecar_path);
   const SidecarLayout layout = SidecarLayout::for_gguf(model.file());
   const uint64_t expert_bytes = layout.total_expert_bytes();
   const uint64_t available = mem_available_bytes();
-  if (!exists && !o.pack) {
-    if (budget_given || store_only)
-      fail("{} is missing: a RAM budget, --usage, --pin-hot and --moce stream experts from it. Build it with "
-           "`strata pack {}` (or add --pack)",
-           sidecar_path, model_path);
-    if (available > 0 && expert_bytes > available / 2 && !o.quiet)
-      fmt::print(stderr,
-                 "strata: note: the routed experts ({}) exceed half the available RAM ({}); reading "
-                 "them through the file mapping will thrash. `strata pack {}` once, then run with "
-                 "--ram-budget.\n",
-                 format_bytes(expert_bytes), format_bytes(available), model_path);
-    return nullptr;
-  }
-  std::optional<Sidecar> sidecar;
-  if (exists) {
-    try {
-      sidecar.emplace(Sidecar::open(sidecar_path, model.file()));
-    } catch (const Error& e) {
-      if (!o.pack) throw;
-      fmt::print(stderr, "strata: {}\nstrata: rebuilding it (--pack)\n", e.what());
-    }
-  }
-  if (!sidecar) {
-    pack_with_progress(model.file(), sidecar_path);
-    sidecar.emplace(Sidecar::open(sidecar_path, model.file()));
-  }
+  const bool exceed_half_ram = available > 0 && expert_bytes > available / 2;
+  // Through the mapping (like llama.cpp's mmap) only when nothing asks for a store and the experts
+  // fit comfortably: then the page cache holds them all and reads cost nothing after the first.
+  if (!budget_given && !store_only && !o.pack && o.experts_from == "auto" && !exceed_half_ram) return nullptr;
 
-  ExpertStoreOptions so;
-  so.slots_per_layer = o.slots_per_layer;
-  so.io_threads = o.io_threads;
-  so.urgent_only_threads = o.io_threads > 1 ? 1 : 0;
-  so.read_ahead = !o.no_read_ahead;
-  so.direct_io = !o.no_direct_io;
-  so.io_uring = o.io_backend == "uring";
-  if (!o.ram_budget.empty()) so.budget_bytes = parse_byte_size(o.ram_budget, expert_bytes, "--ram-budget");
+  std::unique_ptr<ExpertReader> reader = open_expert_reader(model, model_path, o, o.experts_from);
+  const uint64_t all_bytes = reader->all_experts_bytes();  // what 100% means
+  ExpertStoreOptions so = store_options(o);
+  if (!o.ram_budget.empty()) so.budget_bytes = parse_byte_size(o.ram_budget, all_bytes, "--ram-budget");
   else if (o.slots_per_layer == 0)
-    so.budget_bytes = available > 0 ? std::min(expert_bytes, available / 2) : expert_bytes;
-  auto store = std::make_unique<ExpertStore>(model, std::move(*sidecar), so);
-  // Experts now come from the sidecar: keep the mapping's page cache to the dense tensors.
+    so.budget_bytes = available > 0 ? std::min(all_bytes, available / 2) : all_bytes;
+  auto store = std::make_unique<ExpertStore>(model, std::move(reader), so);
+  if (!budget_given && exceed_half_ram && !o.quiet)
+    fmt::print(stderr,
+               "strata: note: the routed experts ({}) exceed half the available RAM ({}): streaming them "
+               "with a budget of that half (set it with --ram-budget)\n",
+               format_bytes(expert_bytes), format_bytes(available));
+  // Experts now come from reads, never the mapping: keep the mapping's page cache to the dense tensors.
   const GgufFile& gguf = model.file();
   gguf.advise(0, gguf.file_size(), MADV_RANDOM);
   for (const TensorInfo& t : gguf.tensors())
     if (t.name.find("_exps") == std::string::npos && t.name.rfind("per_layer_token_embd", 0) != 0)
       gguf.advise(t.file_offset, t.n_bytes, MADV_WILLNEED);
-  const SidecarLayout& sl = store->sidecar().layout();
+  const SidecarLayout& sl = store->layout();
   std::unique_ptr<UsageHistory> history;
   if (!o.usage.empty()) {
     const std::string usage_path = o.usage == "auto" ? usage_path_for(model_path) : o.usage;
@@ -200,9 +231,9 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
   }
   if (!o.quiet)
     fmt::print(stderr,
-               "strata: experts from {}: {} slots/layer of {} ({} arena, {:.0f}% of {} expert bytes), "
+               "strata: experts from {} ({}): {} slots/layer of {} ({} arena, {:.0f}% of {} expert bytes), "
                "{} I/O threads ({}), O_DIRECT {}, read-ahead {}\n",
-               sidecar_path, store->slots_per_layer(), layout.n_expert, format_bytes(store->arena_bytes()),
+               store->reader().path(), store->reader().kind(), store->slots_per_layer(), layout.n_expert, format_bytes(store->arena_bytes()),
                100.0 * double(store->slots_per_layer()) / layout.n_expert, format_bytes(expert_bytes),
                o.io_threads, store->io_uring() ? "io_uring" : "pread", store->direct_io() ? "on" : "off", store->read_ahead_enabled() ? "on" : "off");
   return store;

@@ -1,11 +1,15 @@
 // Options shared by the commands that stream experts (run, chat, serve, bench, profile): where
 // routed experts come from and how much RAM they may use, and the helper that builds the store.
 //
-// Without --ram-budget/--slots-per-layer: when MODEL.gguf.experts exists, experts stream from it
-// with a budget of all expert bytes if they fit in half the available RAM, else that half; when it
-// does not, experts are read through the GGUF mapping (like llama.cpp's mmap) and a note says how
-// to pack if the experts are larger than RAM. With a budget, the sidecar is required (--pack
-// builds it when missing or stale).
+// Where streamed experts are read (--experts-from): auto = straight from the GGUF, or from the
+// sidecar MODEL.gguf.experts with --pack (which builds it when missing or stale); gguf; sidecar
+// (required then). An existing sidecar that auto does not use gets a note (the sidecar measured no
+// faster here: docs/expert-store.md).
+// Without --ram-budget/--slots-per-layer: with --pack or --experts-from, or with experts larger
+// than half the available RAM, experts stream with a budget of all expert bytes if they fit in
+// half the available RAM, else that half (a note says so); otherwise they are read through the
+// GGUF mapping (like llama.cpp's mmap). With a budget (or --usage/--pin-hot/--moce) they always
+// stream.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -25,6 +29,7 @@ struct ExpertOptions {
   bool no_read_ahead = false;
   bool no_direct_io = false;
   std::string io_backend = "uring";  // uring (when the kernel allows) | pread
+  std::string experts_from = "auto";  // auto | gguf | sidecar
   bool pack = false;       // build/rebuild the sidecar when missing or stale
   bool mapped = false;     // force the GGUF mapping (no store)
   std::string fill_profile;
@@ -48,6 +53,12 @@ struct ExpertOptions {
 
 void add_expert_options(CLI::App& cmd, ExpertOptions& options);
 
+// The store's settings the options ask for (threads, read-ahead, O_DIRECT, io_uring, slots).
+ExpertStoreOptions store_options(const ExpertOptions& options);
+// The reader for `source` (auto | gguf | sidecar, as --experts-from): validates the sidecar, or
+// builds it with --pack. Throws strata::Error naming the sidecar when it is missing or stale.
+std::unique_ptr<ExpertReader> open_expert_reader(const Model& model, const std::string& model_path,
+                                                 const ExpertOptions& options, const std::string& source);
 // The store the options ask for, or nullptr for the GGUF mapping. Prints one line describing it.
 std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::string& model_path,
                                                const ExpertOptions& options);

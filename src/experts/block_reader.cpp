@@ -3,6 +3,7 @@
 #include <liburing.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -13,36 +14,105 @@ namespace {
 
 constexpr unsigned kRingEntries = 64;
 
-void pread_exact(int fd, uint64_t offset, uint64_t length, uint8_t* dest) {
+void pread_exact(int fd, uint64_t offset, uint64_t length, uint8_t* dest, size_t piece) {
   uint64_t done = 0;
   while (done < length) {
     const ssize_t n = pread(fd, dest + done, length - done, off_t(offset + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw ReadError(errno, offset + done);
-    if (n == 0) throw ReadError(0, offset + done);
+    if (n < 0) throw ReadError(errno, offset + done, piece);
+    if (n == 0) throw ReadError(0, offset + done, piece);
     done += uint64_t(n);
   }
 }
 
-// This thread's ring, set up on first use; nullptr when io_uring is refused here.
+// This thread's ring, set up on first use. `usable` turns false for good when the kernel refuses
+// io_uring here, or when a submit failed: entries left unsubmitted in a broken ring must never be
+// submitted later (they would read into buffers long since reused).
 struct Ring {
   io_uring ring{};
-  bool ok = false;
-  Ring() { ok = io_uring_queue_init(kRingEntries, &ring, 0) == 0; }
+  bool initialized = false;
+  bool usable = false;
+  Ring() { initialized = usable = io_uring_queue_init(kRingEntries, &ring, 0) == 0; }
   ~Ring() {
-    if (ok) io_uring_queue_exit(&ring);
+    if (initialized) io_uring_queue_exit(&ring);
   }
 };
 
-io_uring* thread_ring() {
+Ring& thread_ring() {
   thread_local Ring ring;
-  return ring.ok ? &ring.ring : nullptr;
+  return ring;
+}
+
+// One batch (at most kRingEntries pieces) through the ring: one submit, then every completion.
+void read_batch(Ring& owner, std::span<const ReadPiece> pieces, size_t first_index) {
+  io_uring* ring = &owner.ring;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const ReadPiece& p = pieces[i];
+    io_uring_sqe* sqe = io_uring_get_sqe(ring);
+    io_uring_prep_read(sqe, p.fd, p.dest, unsigned(p.length), p.offset);
+    io_uring_sqe_set_data64(sqe, i);
+  }
+  int submitted = 0;
+  for (int attempt = 0; attempt < 4 && size_t(submitted) < pieces.size(); ++attempt) {
+    const int rc = io_uring_submit(ring);
+    if (rc > 0)
+      submitted += rc;
+    else if (rc != -EINTR && rc != -EAGAIN)
+      break;
+  }
+  if (size_t(submitted) != pieces.size()) {
+    // The ring failed: reap what went in, retire the ring for this thread, read everything the
+    // plain way (the reaped pieces redundantly, which is harmless).
+    owner.usable = false;
+    for (int i = 0; i < submitted; ++i) {
+      io_uring_cqe* cqe = nullptr;
+      while (io_uring_wait_cqe(ring, &cqe) == -EINTR) {
+      }
+      if (cqe) io_uring_cqe_seen(ring, cqe);
+    }
+    for (size_t i = 0; i < pieces.size(); ++i)
+      pread_exact(pieces[i].fd, pieces[i].offset, pieces[i].length, pieces[i].dest,
+                  first_index + i);
+    return;
+  }
+  int error = 0;
+  uint64_t error_at = 0;
+  size_t error_piece = 0;
+  bool have_error = false;
+  for (size_t done = 0; done < pieces.size(); ++done) {
+    io_uring_cqe* cqe = nullptr;
+    int rc;
+    do {
+      rc = io_uring_wait_cqe(ring, &cqe);
+    } while (rc == -EINTR);
+    if (rc < 0)
+      throw ReadError(-rc, pieces[0].offset, first_index);  // cannot happen once submitted
+    const size_t i = size_t(io_uring_cqe_get_data64(cqe));
+    const int res = cqe->res;
+    io_uring_cqe_seen(ring, cqe);
+    const ReadPiece& p = pieces[i];
+    if (have_error) continue;
+    if (res < 0) {
+      error = -res, error_at = p.offset, error_piece = first_index + i, have_error = true;
+    } else if (uint64_t(res) < p.length) {
+      try {  // a short read: finish the piece the plain way
+        pread_exact(p.fd, p.offset + uint64_t(res), p.length - uint64_t(res), p.dest + res,
+                    first_index + i);
+      } catch (const ReadError& e) {
+        error = e.error_number, error_at = e.offset, error_piece = e.piece, have_error = true;
+      }
+    }
+  }
+  if (have_error) throw ReadError(error, error_at, error_piece);
 }
 
 }  // namespace
 
-ReadError::ReadError(int e, uint64_t at)
-    : std::runtime_error(e ? std::strerror(e) : "unexpected end of file"), error_number(e), offset(at) {}
+ReadError::ReadError(int e, uint64_t at, size_t piece_index)
+    : std::runtime_error(e ? std::strerror(e) : "unexpected end of file"),
+      error_number(e),
+      offset(at),
+      piece(piece_index) {}
 
 bool io_uring_available() {
   static const bool available = [] {
@@ -54,56 +124,37 @@ bool io_uring_available() {
   return available;
 }
 
-void read_exact(ReadBackend backend, int fd, uint64_t offset, uint64_t length, uint8_t* dest,
-                uint64_t piece_bytes) {
-  io_uring* ring = backend == ReadBackend::IoUring ? thread_ring() : nullptr;
-  if (!ring || length <= piece_bytes) return pread_exact(fd, offset, length, dest);
-
-  const uint64_t n_pieces = (length + piece_bytes - 1) / piece_bytes;
-  for (uint64_t first = 0; first < n_pieces; first += kRingEntries) {
-    const uint64_t batch = std::min<uint64_t>(kRingEntries, n_pieces - first);
-    for (uint64_t i = 0; i < batch; ++i) {
-      const uint64_t begin = (first + i) * piece_bytes, n = std::min(piece_bytes, length - begin);
-      io_uring_sqe* sqe = io_uring_get_sqe(ring);
-      io_uring_prep_read(sqe, fd, dest + begin, unsigned(n), offset + begin);
-      io_uring_sqe_set_data64(sqe, first + i);
-    }
-    int submitted = io_uring_submit(ring);
-    if (submitted < 0) {  // ring unusable right now: read this batch with pread
-      for (uint64_t i = 0; i < batch; ++i) {
-        const uint64_t begin = (first + i) * piece_bytes;
-        pread_exact(fd, offset + begin, std::min(piece_bytes, length - begin), dest + begin);
-      }
+void read_pieces(ReadBackend backend, std::span<const ReadPiece> pieces) {
+  Ring* ring = backend == ReadBackend::IoUring ? &thread_ring() : nullptr;
+  if (!ring || !ring->usable ||
+      pieces.size() == 1) {  // one piece: a plain pread costs one system call too
+    for (size_t i = 0; i < pieces.size(); ++i)
+      pread_exact(pieces[i].fd, pieces[i].offset, pieces[i].length, pieces[i].dest, i);
+    return;
+  }
+  for (size_t first = 0; first < pieces.size(); first += kRingEntries) {
+    const auto batch = pieces.subspan(first, std::min<size_t>(kRingEntries, pieces.size() - first));
+    if (ring->usable) {
+      read_batch(*ring, batch, first);
       continue;
     }
-    // Reap every completion of the batch before reporting any error, so no read into `dest`
-    // is still in flight when we return or throw.
-    int error = 0;
-    uint64_t error_at = 0;
-    bool have_error = false;
-    for (uint64_t i = 0; i < batch; ++i) {
-      io_uring_cqe* cqe = nullptr;
-      int rc;
-      do {
-        rc = io_uring_wait_cqe(ring, &cqe);
-      } while (rc == -EINTR);
-      if (rc < 0) throw ReadError(-rc, offset);  // cannot happen with submitted requests
-      const uint64_t piece = io_uring_cqe_get_data64(cqe);
-      const int res = cqe->res;
-      io_uring_cqe_seen(ring, cqe);
-      const uint64_t begin = piece * piece_bytes, n = std::min(piece_bytes, length - begin);
-      if (res < 0) {
-        if (!have_error) error = -res, error_at = offset + begin, have_error = true;
-      } else if (uint64_t(res) < n && !have_error) {
-        try {  // a short read: finish the piece the plain way
-          pread_exact(fd, offset + begin + uint64_t(res), n - uint64_t(res), dest + begin + res);
-        } catch (const ReadError& e) {
-          error = e.error_number, error_at = e.offset, have_error = true;
-        }
-      }
-    }
-    if (have_error) throw ReadError(error, error_at);
+    for (size_t i = 0; i < batch.size(); ++i)
+      pread_exact(batch[i].fd, batch[i].offset, batch[i].length, batch[i].dest, first + i);
   }
+}
+
+void read_exact(ReadBackend backend, int fd, uint64_t offset, uint64_t length, uint8_t* dest,
+                uint64_t piece_bytes) {
+  if (backend == ReadBackend::Pread || length <= piece_bytes) {
+    const ReadPiece whole{fd, offset, length, dest};
+    return read_pieces(ReadBackend::Pread, std::span(&whole, 1));
+  }
+  std::vector<ReadPiece> pieces;
+  pieces.reserve(size_t((length + piece_bytes - 1) / piece_bytes));
+  for (uint64_t begin = 0; begin < length; begin += piece_bytes)
+    pieces.push_back(
+        ReadPiece{fd, offset + begin, std::min(piece_bytes, length - begin), dest + begin});
+  read_pieces(backend, pieces);
 }
 
 }  // namespace strata

@@ -12,7 +12,7 @@
 //                                    in the order they arrive — as its index in `experts` and its
 //                                    matrices, valid until the following next()/begin_layer call
 //
-// A source decides where bytes come from (the file mapping, an arena filled by pread from the
+// A source decides where bytes come from (the file mapping, an arena read from the GGUF or the
 // sidecar, a GPU arena) and in which order experts are handed out; it must never change which
 // experts are used or their values — except through an opt-in MoCE policy (moce()), which the
 // router applies, never the source itself. The MoE layer makes its result independent of the hand-out

@@ -1,16 +1,15 @@
 #include "experts/expert_store.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <numeric>
 
-#include "experts/block_reader.h"
+#include "experts/gguf_reader.h"
+#include "experts/sidecar_reader.h"
 #include "experts/usage_history.h"
 #include "route/moce.h"
 #include "util/error.h"
@@ -40,18 +39,28 @@ ExpertStoreStats ExpertStoreStats::operator-(const ExpertStoreStats& o) const {
   return d;
 }
 
+ReadOptions ExpertStore::read_options(const ExpertStoreOptions& options) {
+  return ReadOptions{options.direct_io, options.io_uring, options.split_bytes};
+}
+
 ExpertStore::ExpertStore(const Model& model, Sidecar sidecar, const ExpertStoreOptions& options)
-    : sidecar_(std::move(sidecar)), options_(options) {
-  const SidecarLayout& layout = sidecar_.layout();
+    : ExpertStore(model, std::make_unique<SidecarReader>(std::move(sidecar), read_options(options)), options) {}
+
+ExpertStore::ExpertStore(const Model& model, const ExpertStoreOptions& options)
+    : ExpertStore(model, std::make_unique<GgufExpertReader>(model.file(), read_options(options)), options) {}
+
+ExpertStore::ExpertStore(const Model& model, std::unique_ptr<ExpertReader> reader, const ExpertStoreOptions& options)
+    : reader_(std::move(reader)), options_(options) {
+  const SidecarLayout& layout = reader_->layout();
   const auto& model_layers = model.layers();
   if (options_.io_threads < 1) fail("expert store: --io-threads must be >= 1, got {}", options_.io_threads);
   layers_.resize(layout.n_block);
-  uint64_t record_sum = 0;
+  uint64_t slot_sum = 0, largest_slot = 0;
   for (uint32_t b = 0; b < layout.n_block; ++b) {
     const SidecarLayer& sl = layout.layers[b];
     if (!sl.present) continue;
     if (b >= model_layers.size() || model_layers[b].gate_exps.n_expert != layout.n_expert)
-      fail("{}: block {} has routed experts the model does not use", sidecar_.path(), b);
+      fail("{}: block {} has routed experts the model does not use", reader_->path(), b);
     Layer& l = layers_[b];
     l.present = true;
     l.gate = &model_layers[b].gate_exps;
@@ -59,23 +68,21 @@ ExpertStore::ExpertStore(const Model& model, Sidecar sidecar, const ExpertStoreO
     l.down = &model_layers[b].down_exps;
     if (l.gate->expert_bytes != sl.gate_bytes || l.up->expert_bytes != sl.up_bytes ||
         l.down->expert_bytes != sl.down_bytes)
-      fail("{}: block {}: record sizes differ from the model's expert tensors", sidecar_.path(), b);
-    record_sum += sl.record_bytes;
+      fail("{}: block {}: record sizes differ from the model's expert tensors", reader_->path(), b);
+    slot_sum += reader_->slot_bytes(int(b));
+    largest_slot = std::max(largest_slot, reader_->slot_bytes(int(b)));
   }
   const int n_expert = int(layout.n_expert);
   if (options_.slots_per_layer > 0) {
     slots_per_layer_ = std::min(options_.slots_per_layer, n_expert);
   } else {
-    slots_per_layer_ = int(std::clamp<uint64_t>(options_.budget_bytes / std::max<uint64_t>(record_sum, 1), 1,
+    slots_per_layer_ = int(std::clamp<uint64_t>(options_.budget_bytes / std::max<uint64_t>(slot_sum, 1), 1,
                                                 uint64_t(n_expert)));
   }
   all_resident_ = slots_per_layer_ == n_expert;
   const int n_stream = options_.stream_slots > 0 ? options_.stream_slots : std::max(4, options_.io_threads);
-  options_.split_bytes = std::max<uint64_t>(
-      (options_.split_bytes + layout.chunk_bytes - 1) / layout.chunk_bytes * layout.chunk_bytes,
-      layout.chunk_bytes);
 
-  arena_bytes_ = record_sum * uint64_t(slots_per_layer_) + uint64_t(n_stream) * layout.largest_record();
+  arena_bytes_ = slot_sum * uint64_t(slots_per_layer_) + uint64_t(n_stream) * largest_slot;
   arena_ = mmap(nullptr, arena_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (arena_ == MAP_FAILED) {
     arena_ = nullptr;
@@ -98,48 +105,36 @@ ExpertStore::ExpertStore(const Model& model, Sidecar sidecar, const ExpertStoreO
     total_slots_ += uint64_t(slots_per_layer_);
     for (Slot& s : l.slots) {
       s.data = cursor;
-      cursor += layout.layers[b].record_bytes;
+      cursor += reader_->slot_bytes(int(b));
     }
   }
   for (int i = 0; i < n_stream; ++i) {
     transient_slots_.push_back(cursor);
-    cursor += layout.largest_record();
+    cursor += largest_slot;
     free_transient_.push_back(n_stream - 1 - i);  // handed out lowest index first
   }
-
-  fd_buffered_ = ::open(sidecar_.path().c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_buffered_ < 0) fail("{}: cannot open: {}", sidecar_.path(), std::strerror(errno));
-  if (options_.direct_io) {
-    fd_direct_ = ::open(sidecar_.path().c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-    if (fd_direct_ < 0)
-      fmt::print(stderr, "strata: warning: {}: O_DIRECT refused ({}); reading through the page cache\n",
-                 sidecar_.path(), std::strerror(errno));
-  }
-  options_.io_uring = options_.io_uring && io_uring_available();
   io_ = std::make_unique<IoPool>(options_.io_threads, options_.urgent_only_threads);
 }
 
 ExpertStore::~ExpertStore() {
   io_.reset();  // cancels queued reads and joins the threads before the arena goes away
   if (arena_) munmap(arena_, arena_bytes_);
-  if (fd_direct_ >= 0) ::close(fd_direct_);
-  if (fd_buffered_ >= 0) ::close(fd_buffered_);
 }
 
 ExpertStoreStats ExpertStore::stats() const {
   ExpertStoreStats s = stats_;
-  s.bytes_read = bytes_read_.load();
+  s.bytes_read = reader_->bytes_read() - bytes_read_base_;
   return s;
 }
 
 void ExpertStore::reset_stats() {
   stats_ = ExpertStoreStats{};
-  bytes_read_.store(0);
+  bytes_read_base_ = reader_->bytes_read();
 }
 
 ExpertStore::Layer& ExpertStore::layer_at(int layer) {
   if (layer < 0 || size_t(layer) >= layers_.size() || !layers_[size_t(layer)].present)
-    fail("{}: no routed experts for block {} in the sidecar", sidecar_.path(), layer);
+    fail("{}: no routed experts for block {}", reader_->path(), layer);
   return layers_[size_t(layer)];
 }
 
@@ -190,45 +185,10 @@ void ExpertStore::assign(Layer& layer, int slot_index, int32_t expert) {
   layer.smap[size_t(expert)] = uint32_t(slot_index);
 }
 
-void ExpertStore::read_chunk(int layer, int32_t expert, uint64_t begin, uint64_t end, uint8_t* dest) {
-  const SidecarLayout& layout = sidecar_.layout();
-  const uint64_t base = layout.record_offset(layer, expert);
-  const ReadBackend backend = options_.io_uring ? ReadBackend::IoUring : ReadBackend::Pread;
-  while (true) {
-    const bool direct = fd_direct_ >= 0 && !buffered_fallback_.load(std::memory_order_relaxed);
-    try {
-      read_exact(backend, direct ? fd_direct_ : fd_buffered_, base + begin, end - begin, dest,
-                 layout.chunk_bytes);
-      break;
-    } catch (const ReadError& e) {
-      if (e.error_number == EINVAL && direct) {
-        if (!buffered_fallback_.exchange(true))
-          fmt::print(stderr, "strata: warning: {}: O_DIRECT reads refused; reading through the page cache\n",
-                     sidecar_.path());
-        continue;
-      }
-      fail("{}: reading layer {} expert {} (bytes {}..{} of its record, file offset {}): {}", sidecar_.path(),
-           layer, expert, begin, end, e.offset,
-           e.error_number ? std::strerror(e.error_number) : "the file ends early (truncated after it was opened?)");
-    }
-  }
-  bytes_read_.fetch_add(end - begin, std::memory_order_relaxed);
-  const uint64_t chunk = layout.chunk_bytes;
-  for (uint64_t c = begin; c < end; c += chunk)
-    sidecar_.verify_chunk(layer, expert, uint32_t(c / chunk),
-                          std::span<const uint8_t>(dest + (c - begin), std::min(chunk, end - c)));
-}
-
 IoPool::TicketPtr ExpertStore::start_read(int layer, int32_t expert, uint8_t* dest,
                                           IoPool::Priority priority) {
-  const uint64_t record = sidecar_.layout().layers[size_t(layer)].record_bytes;
   std::vector<IoPool::Job> jobs;
-  for (uint64_t begin = 0; begin < record; begin += options_.split_bytes) {
-    const uint64_t end = std::min(record, begin + options_.split_bytes);
-    jobs.push_back([this, layer, expert, begin, end, dest] {
-      read_chunk(layer, expert, begin, end, dest + begin);
-    });
-  }
+  reader_->read_jobs(layer, expert, dest, jobs);
   return io_->submit(priority, std::move(jobs));
 }
 
@@ -242,13 +202,13 @@ uint32_t ExpertStore::make_resident(Layer& layer, int layer_index, int32_t exper
   return uint32_t(victim);
 }
 
-ExpertMatrices ExpertStore::matrices(const Layer& layer, const uint8_t* data) const {
-  const SidecarLayer& sl = sidecar_.layout().layers[size_t(&layer - layers_.data())];
+ExpertMatrices ExpertStore::matrices(const Layer& layer, const uint8_t* data, int32_t expert) const {
+  const ExpertPlacement at = reader_->place(int(&layer - layers_.data()), expert);
   auto view = [](const ExpertTensor& t, const uint8_t* p) {
     return compute::WeightMatrix::dense(t.type, t.n_in, t.n_out, p);
   };
-  return ExpertMatrices{view(*layer.gate, data), view(*layer.up, data + sl.up_offset),
-                        view(*layer.down, data + sl.down_offset)};
+  return ExpertMatrices{view(*layer.gate, data + at.gate), view(*layer.up, data + at.up),
+                        view(*layer.down, data + at.down)};
 }
 
 void ExpertStore::begin_layer(int layer_index, std::span<const int32_t> experts) {
@@ -274,7 +234,7 @@ void ExpertStore::begin_layer(int layer_index, std::span<const int32_t> experts)
   ++stats_.layer_visits;
   stats_.needed += experts.size();
   for (int32_t e : experts) {
-    if (e < 0 || uint32_t(e) >= sidecar_.layout().n_expert)
+    if (e < 0 || uint32_t(e) >= reader_->layout().n_expert)
       fail("expert store: layer {} expert id {} out of range", layer_index, e);
     layer.kept[size_t(e)] = stamp_;
   }
@@ -309,7 +269,7 @@ void ExpertStore::begin_layer(int layer_index, std::span<const int32_t> experts)
   for (int i : missing) {
     const int32_t e = experts[size_t(i)];
     ++stats_.misses;
-    stats_.miss_bytes += sidecar_.layout().layers[size_t(layer_index)].record_bytes;
+    stats_.miss_bytes += reader_->read_bytes(layer_index, e);
     const int victim = evict_victim(layer);
     if (victim >= 0) {
       assign(layer, victim, e);
@@ -384,7 +344,7 @@ bool ExpertStore::next(int& index, ExpertMatrices& out) {
   }
   if (p.transient >= 0) handed_transient_ = p.transient;
   index = p.index;
-  out = matrices(layer, p.data);
+  out = matrices(layer, p.data, p.expert);
   return true;
 }
 
@@ -431,13 +391,13 @@ void ExpertStore::fill(const std::vector<std::vector<int32_t>>& ranking, int n_p
     for (size_t i = 0; i < n; ++i) layer.kept[size_t(ranking[b][i])] = stamp_;
     for (size_t i = 0; i < n; ++i) {
       const int32_t e = ranking[b][i];
-      if (e < 0 || uint32_t(e) >= sidecar_.layout().n_expert)
+      if (e < 0 || uint32_t(e) >= reader_->layout().n_expert)
         fail("expert store: fill: layer {} expert id {} out of range", b, e);
       const bool was_resident = layer.smap[size_t(e)] != kMiss;
       const uint32_t slot_index = make_resident(layer, int(b), e, IoPool::Priority::Urgent);
       if (slot_index == kMiss) break;
       if (!was_resident) {
-        const uint64_t bytes = sidecar_.layout().layers[b].record_bytes;
+        const uint64_t bytes = reader_->read_bytes(int(b), e);
         loads.push_back(Load{layer.slots[slot_index].load, bytes});
         total += bytes;
       }
@@ -509,7 +469,7 @@ void ExpertStore::set_moce(std::unique_ptr<MocePolicy> policy) { moce_ = std::mo
 
 int ExpertStore::pin_prompt_hot(const HotPinOptions& o) {
   int changes = 0;
-  const int n_expert = int(sidecar_.layout().n_expert);
+  const int n_expert = int(reader_->layout().n_expert);
   const bool use_history = history_ && history_->tokens() >= o.min_history_tokens;
   const double alpha = use_history ? std::clamp(o.alpha, 0.0, 1.0) : 0.0;
   std::vector<double> score(static_cast<size_t>(n_expert));

@@ -1,11 +1,12 @@
-// ExpertStore — routed experts staged in a RAM arena of fixed slots, read from the sidecar on demand.
+// ExpertStore — routed experts staged in a RAM arena of fixed slots, read on demand from the sidecar
+// or straight from the GGUF (an ExpertReader: experts/sidecar_reader.h, experts/gguf_reader.h).
 //
 // What it promises
 // - Memory: one anonymous mapping made at construction and never grown: `slots_per_layer` cache
-//   slots for every block with routed experts (each the size of that block's record: the size
-//   classes) plus `stream_slots` transient slots of the largest record. A budget in bytes buys
-//   slots_per_layer = budget / Σ_layers record_bytes (at least 1). Nothing else grows with the model:
-//   the GGUF mapping is never touched for routed experts (pread from the sidecar only).
+//   slots for every block with routed experts (each the reader's slot_bytes for that block: the
+//   size classes) plus `stream_slots` transient slots of the largest. A budget in bytes buys
+//   slots_per_layer = budget / Σ_layers slot_bytes (at least 1). Nothing else grows with the model:
+//   the GGUF mapping is never touched for routed experts (pread / io_uring reads only).
 // - smap[layer][expert] holds the cache slot of every resident expert (or kMiss). Eviction is LRU
 //   per layer over unpinned slots not used by the current window. A miss takes a cache slot when
 //   one can be evicted, else a transient slot that is recycled as soon as that expert is computed
@@ -17,12 +18,11 @@
 //   resident after any window therefore depends only on the tokens, never on I/O timing, which is
 //   what lets MoCE-style routing read residency without making tokens depend on the disk.
 // - Reads: misses go to the I/O pool's urgent queue, read-ahead to its read-ahead queue (a
-//   read-ahead target that the layer then needs is promoted). A record larger than `split_bytes`
-//   is split into chunk-aligned pieces read in parallel by several threads; inside a piece, with
-//   io_uring, every 256 KiB checksum chunk is in flight at once (block_reader.h). Every chunk is checked against the
-//   sidecar's checksum; a failed/short read or a checksum mismatch throws strata::Error from
-//   next() naming the file, layer and expert. O_DIRECT is used when the filesystem allows it
-//   (otherwise a one-time warning and buffered reads).
+//   read-ahead target that the layer then needs is promoted). The reader cuts an expert into
+//   jobs (sidecar: chunk-aligned pieces of `split_bytes`, checksummed; GGUF: one io_uring
+//   submission of the three slices, or one pread job per slice). A failed/short read or a checksum
+//   mismatch throws strata::Error from next() naming the file, layer and expert. O_DIRECT is used
+//   when the filesystem allows it (otherwise a one-time warning and buffered reads).
 // - Resident-first: next() hands out ready experts first, then misses as their reads finish.
 // - Startup fill: `fill` loads the given experts per layer (a profile's or usage history's ranking)
 //   and pins the first `n_pinned` of each layer; pinned slots are never evicted.
@@ -33,8 +33,9 @@
 //   candidate (hysteresis). Like everything above it depends only on the tokens.
 // - Usage history: with attach_history, observe_routing also counts into it; export_lru fills in
 //   each layer's LRU order before it is saved.
-// - Values: a slot holds the exact bytes of the GGUF tensors (pack copies them verbatim), so
-//   results are bitwise those of the mapped source for every budget, thread count and setting.
+// - Values: a slot holds the exact bytes of the GGUF tensors (pack copies them verbatim; the GGUF
+//   reader reads them in place), so results are bitwise those of the mapped source for every
+//   budget, thread count, reader and setting.
 // - Single window thread: begin_layer/next/predict/fill and the stats are not thread-safe; the
 //   I/O pool's threads only write slot bytes and completion flags.
 #pragma once
@@ -47,6 +48,7 @@
 #include <vector>
 
 #include "experts/expert_source.h"
+#include "experts/expert_reader.h"
 #include "experts/io_pool.h"
 #include "experts/sidecar.h"
 #include "model/model.h"
@@ -61,7 +63,7 @@ struct ExpertStoreOptions {
   bool read_ahead = true;
   bool direct_io = true;
   bool io_uring = true;               // when the kernel allows it; else pread
-  uint64_t split_bytes = 512 * 1024;  // rounded up to the sidecar's checksum chunk
+  uint64_t split_bytes = 512 * 1024;  // sidecar: rounded up to its checksum chunk
   int stream_slots = 0;               // 0: max(4, io_threads)
 };
 
@@ -105,7 +107,12 @@ class ExpertStore final : public ExpertSource {
  public:
   static constexpr uint32_t kMiss = UINT32_MAX;
 
+  // Reads from the sidecar (validated by Sidecar::open).
   ExpertStore(const Model& model, Sidecar sidecar, const ExpertStoreOptions& options);
+  // Reads straight from the model's GGUF (no sidecar needed).
+  ExpertStore(const Model& model, const ExpertStoreOptions& options);
+  // REQUIRES: `reader` describes this model's experts (its layout matches model.layers()).
+  ExpertStore(const Model& model, std::unique_ptr<ExpertReader> reader, const ExpertStoreOptions& options);
   ~ExpertStore() override;
 
   // ExpertSource
@@ -145,9 +152,10 @@ class ExpertStore final : public ExpertSource {
 
   int slots_per_layer() const { return slots_per_layer_; }
   uint64_t arena_bytes() const { return arena_bytes_; }
-  bool direct_io() const { return fd_direct_ >= 0 && !buffered_fallback_.load(); }
-  bool io_uring() const { return options_.io_uring; }
-  const Sidecar& sidecar() const { return sidecar_; }
+  bool direct_io() const { return reader_->direct_io(); }
+  bool io_uring() const { return reader_->io_uring(); }
+  const ExpertReader& reader() const { return *reader_; }
+  const SidecarLayout& layout() const { return reader_->layout(); }
   ExpertStoreStats stats() const;
   void reset_stats();
   // smap view for tests and tools: the slot of (layer, expert), or kMiss.
@@ -186,15 +194,15 @@ class ExpertStore final : public ExpertSource {
   int evict_victim(Layer& layer) const;
   void settle(Slot& slot);  // waits for an in-flight read before a slot is reused
   void assign(Layer& layer, int slot_index, int32_t expert);
+  static ReadOptions read_options(const ExpertStoreOptions& options);
   IoPool::TicketPtr start_read(int layer, int32_t expert, uint8_t* dest, IoPool::Priority priority);
   // The expert's slot, evicting the LRU victim and starting its read when it is not resident;
   // kMiss when nothing can be evicted.
   uint32_t make_resident(Layer& layer, int layer_index, int32_t expert, IoPool::Priority priority);
-  void read_chunk(int layer, int32_t expert, uint64_t begin, uint64_t end, uint8_t* dest);
-  ExpertMatrices matrices(const Layer& layer, const uint8_t* data) const;
+  ExpertMatrices matrices(const Layer& layer, const uint8_t* data, int32_t expert) const;
   void release_transient();
 
-  Sidecar sidecar_;
+  std::unique_ptr<ExpertReader> reader_;
   ExpertStoreOptions options_;
   int slots_per_layer_ = 0;
   bool all_resident_ = false;
@@ -209,9 +217,7 @@ class ExpertStore final : public ExpertSource {
   std::unique_ptr<MocePolicy> moce_;
   std::vector<uint8_t*> transient_slots_;
   std::vector<int> free_transient_;
-  int fd_direct_ = -1, fd_buffered_ = -1;
-  std::atomic<bool> buffered_fallback_{false};
-  std::atomic<uint64_t> bytes_read_{0};
+  uint64_t bytes_read_base_ = 0;  // reader_->bytes_read() at the last reset_stats
   std::unique_ptr<IoPool> io_;
   uint64_t clock_ = 0;  // LRU time: one tick per begin_layer / predict / fill
   uint64_t stamp_ = 0;  // marks the experts a call protects from eviction

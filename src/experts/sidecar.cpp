@@ -73,11 +73,6 @@ int block_of(std::string_view name, std::string_view suffix) {
   return ec == std::errc() && end == name.data() + dot ? block : -1;
 }
 
-const TensorInfo* find_weight(const GgufFile& gguf, int block, const char* name) {
-  const std::string base = fmt::format("blk.{}.{}", block, name);
-  if (const TensorInfo* t = gguf.find_tensor(base + ".weight")) return t;
-  return gguf.find_tensor(base);
-}
 
 std::vector<uint8_t> header_bytes(const SidecarLayout& layout) {
   std::vector<uint8_t> bytes;
@@ -121,6 +116,15 @@ std::vector<uint8_t> layer_entries(const SidecarLayout& layout) {
 }
 
 }  // namespace
+
+ExpertTensorInfos find_expert_tensors(const GgufFile& gguf, int block) {
+  auto find = [&](const char* name) {
+    const std::string base = fmt::format("blk.{}.{}", block, name);
+    if (const TensorInfo* t = gguf.find_tensor(base + ".weight")) return t;
+    return gguf.find_tensor(base);
+  };
+  return ExpertTensorInfos{find("ffn_gate_exps"), find("ffn_up_exps"), find("ffn_down_exps")};
+}
 
 uint64_t gguf_identity(const GgufFile& gguf) {
   XXH3_state_t* state = XXH3_createState();
@@ -175,9 +179,7 @@ SidecarLayout SidecarLayout::for_gguf(const GgufFile& gguf) {
   uint64_t offset = kHeaderBytes;
   layout.data_offset = offset;
   for (int b = 0; b < n_block; ++b) {
-    const TensorInfo* gate = find_weight(gguf, b, "ffn_gate_exps");
-    const TensorInfo* up = find_weight(gguf, b, "ffn_up_exps");
-    const TensorInfo* down = find_weight(gguf, b, "ffn_down_exps");
+    const auto [gate, up, down] = find_expert_tensors(gguf, b);
     if (!gate && !up && !down) continue;
     if (!gate || !up || !down)
       fail("{}: block {} has only some of ffn_gate_exps/ffn_up_exps/ffn_down_exps", gguf.path(), b);
@@ -251,9 +253,8 @@ void pack_sidecar(const GgufFile& gguf, const std::string& out_path, const PackP
   for (uint32_t b = 0; b < layout.n_block; ++b) {
     const SidecarLayer& l = layout.layers[b];
     if (!l.present) continue;
-    const TensorInfo& gate = *find_weight(gguf, int(b), "ffn_gate_exps");
-    const TensorInfo& up = *find_weight(gguf, int(b), "ffn_up_exps");
-    const TensorInfo& down = *find_weight(gguf, int(b), "ffn_down_exps");
+    const ExpertTensorInfos tensors = find_expert_tensors(gguf, int(b));
+    const TensorInfo &gate = *tensors.gate, &up = *tensors.up, &down = *tensors.down;
     for (uint32_t e = 0; e < layout.n_expert; ++e) {
       record.assign(l.record_bytes, 0);
       read_exact(gate, l.gate_bytes, int(e), record.data());

@@ -73,6 +73,14 @@ struct SidecarLayout {
   uint64_t largest_record() const;
 };
 
+// A block's routed-expert tensors (blk.N.ffn_{gate,up,down}_exps[.weight]); null when absent.
+struct ExpertTensorInfos {
+  const TensorInfo* gate = nullptr;
+  const TensorInfo* up = nullptr;
+  const TensorInfo* down = nullptr;
+};
+ExpertTensorInfos find_expert_tensors(const GgufFile& gguf, int block);
+
 // What binds a sidecar (and profiles, usage files) to a model: XXH3-64 over the file size, every
 // tensor's name, type, shape, offset and size, and the first and last 4 KiB of its data (read with
 // pread; about two small reads per tensor, so opening stays fast for a 35 GB file).

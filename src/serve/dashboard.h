@@ -58,7 +58,7 @@ struct DashboardStatic {
   bool store = false;  // true: the ExpertStore (RAM arena <- SSD sidecar); false: the mapping
   uint64_t ram_arena_bytes = 0;
   int slots_per_layer = 0;
-  std::string sidecar_path;
+  std::string sidecar_path;  // the file routed experts stream from (the sidecar or the GGUF)
   uint64_t sidecar_bytes = 0;
   bool direct_io = false, io_uring = false, read_ahead = false;
   // The GPU tier waits for the CUDA backend; its budget is 0 until then.

@@ -1,6 +1,7 @@
 #include "serve/dashboard_recorder.h"
 
 #include <cmath>
+#include <string_view>
 
 #include "experts/expert_store.h"
 #include "experts/sidecar.h"
@@ -55,7 +56,7 @@ std::shared_ptr<DashboardStatic> describe(const ServedModel& served, const spec:
   // (a model without routed experts has none: an empty map).
   std::optional<SidecarLayout> layout;
   if (const ExpertStore* store = served.expert_store) {
-    layout = store->sidecar().layout();
+    layout = store->layout();
   } else {
     try {
       layout = SidecarLayout::for_gguf(model.file());
@@ -82,8 +83,10 @@ std::shared_ptr<DashboardStatic> describe(const ServedModel& served, const spec:
     f->store = true;
     f->ram_arena_bytes = store->arena_bytes();
     f->slots_per_layer = store->slots_per_layer();
-    f->sidecar_path = store->sidecar().path();
-    f->sidecar_bytes = store->sidecar().layout().file_size;
+    // The file experts stream from: the sidecar, or the GGUF itself (its expert tensors).
+    f->sidecar_path = store->reader().path();
+    f->sidecar_bytes = std::string_view(store->reader().kind()) == "sidecar" ? store->layout().file_size
+                                                                             : expert_tensor_bytes;
     f->direct_io = store->direct_io();
     f->io_uring = store->io_uring();
     f->read_ahead = store->read_ahead_enabled();

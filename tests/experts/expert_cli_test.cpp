@@ -1,6 +1,7 @@
 // The expert hierarchy through the `strata` binary: pack/--check, budgets with bounded peak RSS on
-// a model whose experts are 10x the budget, same tokens as the mapped path, and the messages for
-// a missing or stale sidecar, a bad budget and profiles.
+// a model whose experts are 10x the budget (from the sidecar and straight from the GGUF), same
+// tokens as the mapped path, `bench experts` over both sources, and the messages for a missing or
+// stale sidecar, a bad budget and profiles.
 #include <gtest/gtest.h>
 #include <fmt/format.h>
 #include <sys/wait.h>
@@ -9,7 +10,10 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <cctype>
+#include <nlohmann/json.hpp>
 
 #include "experts/sidecar.h"
 #include "gguf/gguf.h"
@@ -108,10 +112,20 @@ TEST_F(ExpertCli, BudgetBoundsPeakRssAndKeepsTheTokens) {
   const std::string model = streaming_model("m.gguf", 3);
   const std::string tokens = "--tokens 1,2,3,4,5 -n 24 --temp 0 --print-ids -t 2";
 
-  const Result missing = run(fmt::format("run -m {} {} --ram-budget 10%", model, tokens));
+  const Result mapped = run(fmt::format("run -m {} {} --mapped-experts", model, tokens));
+  ASSERT_EQ(mapped.status, 0) << mapped.output;
+  EXPECT_FALSE(last_line_of_ids(mapped.output).empty()) << mapped.output;
+
+  // No sidecar: a budget streams experts straight from the GGUF.
+  const Result missing = run(fmt::format("run -m {} {} --ram-budget 10% --experts-from sidecar", model, tokens));
   EXPECT_EQ(missing.status, 1) << missing.output;
   EXPECT_NE(missing.output.find("is missing"), std::string::npos) << missing.output;
   EXPECT_NE(missing.output.find("strata pack"), std::string::npos) << missing.output;
+  const Result from_gguf = run(fmt::format("run -m {} {} --ram-budget 10% --io-threads 2", model, tokens));
+  ASSERT_EQ(from_gguf.status, 0) << from_gguf.output;
+  EXPECT_NE(from_gguf.output.find("experts from " + model + " (gguf)"), std::string::npos) << from_gguf.output;
+  EXPECT_EQ(last_line_of_ids(from_gguf.output), last_line_of_ids(mapped.output)) << from_gguf.output;
+  EXPECT_FALSE(fs::exists(model + ".experts")) << "streaming from the GGUF writes no sidecar";
 
   const Result pack = run("pack " + model);
   ASSERT_EQ(pack.status, 0) << pack.output;
@@ -124,30 +138,75 @@ TEST_F(ExpertCli, BudgetBoundsPeakRssAndKeepsTheTokens) {
   const double expert_mib = double(layout.total_expert_bytes()) / (1 << 20);
   const double dense_mib = double(gguf->file_size()) / (1 << 20) - expert_mib;
 
-  const Result mapped = run(fmt::format("run -m {} {} --mapped-experts", model, tokens));
-  ASSERT_EQ(mapped.status, 0) << mapped.output;
-  const Result streamed = run(fmt::format("run -m {} {} --ram-budget 10% --io-threads 2", model, tokens));
+  const Result streamed =
+      run(fmt::format("run -m {} {} --ram-budget 10% --io-threads 2 --experts-from sidecar", model, tokens));
   ASSERT_EQ(streamed.status, 0) << streamed.output;
+  EXPECT_NE(streamed.output.find("experts from " + model + ".experts (sidecar)"), std::string::npos)
+      << streamed.output;
   EXPECT_EQ(last_line_of_ids(streamed.output), last_line_of_ids(mapped.output)) << streamed.output;
-  EXPECT_FALSE(last_line_of_ids(mapped.output).empty()) << mapped.output;
+  // auto reads the GGUF even with a sidecar there, and says the sidecar is unused.
+  const Result automatic = run(fmt::format("run -m {} {} --ram-budget 10% --io-threads 2", model, tokens));
+  ASSERT_EQ(automatic.status, 0) << automatic.output;
+  EXPECT_NE(automatic.output.find("experts from " + model + " (gguf)"), std::string::npos) << automatic.output;
+  EXPECT_NE(automatic.output.find(model + ".experts is not used"), std::string::npos) << automatic.output;
+  EXPECT_EQ(last_line_of_ids(automatic.output), last_line_of_ids(mapped.output)) << automatic.output;
 
   // Peak RSS ≤ what a tiny model's run needs (binary, libraries, threads) + dense bytes + the
-  // arena (10% of experts + transient slots) + 16 MiB for activations and allocator slack.
+  // arena (10% of experts + transient slots) + 16 MiB for activations and allocator slack, for
+  // both sources.
   const std::string tiny = file("tiny.gguf");
   ASSERT_EQ(run("synth --shape tiny-qwen3moe " + tiny).status, 0);
   const Result base = run(fmt::format("run -m {} {}", tiny, tokens));
   ASSERT_EQ(base.status, 0) << base.output;
-  const double arena_mib = number_before(streamed.output, " MiB arena");
-  ASSERT_GT(arena_mib, 0) << streamed.output;
-  const double bound = peak_rss_mib(base.output) + dense_mib + arena_mib + 16;
-  const double peak = peak_rss_mib(streamed.output);
-  EXPECT_GT(peak, 0) << streamed.output;
-  EXPECT_LE(peak, bound) << streamed.output;
-  EXPECT_LT(peak, peak_rss_mib(base.output) + expert_mib / 2) << "experts must not all be resident";
-  EXPECT_NE(streamed.output.find("misses/token"), std::string::npos) << streamed.output;
-  RecordProperty("peak_rss_streamed_mib", std::to_string(peak));
+  for (const Result* r : {&streamed, &from_gguf}) {
+    const double arena_mib = number_before(r->output, " MiB arena");
+    ASSERT_GT(arena_mib, 0) << r->output;
+    const double bound = peak_rss_mib(base.output) + dense_mib + arena_mib + 16;
+    const double peak = peak_rss_mib(r->output);
+    EXPECT_GT(peak, 0) << r->output;
+    EXPECT_LE(peak, bound) << r->output;
+    EXPECT_LT(peak, peak_rss_mib(base.output) + expert_mib / 2) << "experts must not all be resident";
+    EXPECT_NE(r->output.find("misses/token"), std::string::npos) << r->output;
+  }
+  RecordProperty("peak_rss_streamed_mib", std::to_string(peak_rss_mib(streamed.output)));
+  RecordProperty("peak_rss_from_gguf_mib", std::to_string(peak_rss_mib(from_gguf.output)));
   RecordProperty("peak_rss_mapped_mib", std::to_string(peak_rss_mib(mapped.output)));
   RecordProperty("expert_mib", std::to_string(expert_mib));
+}
+
+// `bench experts` without a sidecar measures the GGUF; with both it interleaves them.
+TEST_F(ExpertCli, BenchComparesSources) {
+  const std::string model = streaming_model("b.gguf", 5);
+  const std::string args = fmt::format("bench experts -m {} --budgets 25% -n 2 --prompt-tokens 2 --repeats 2 "
+                                       "--disk-seconds 0.2 -t 1 --json {}", model, file("b.json"));
+  const Result gguf_only = run(args);
+  ASSERT_EQ(gguf_only.status, 0) << gguf_only.output;
+  EXPECT_NE(gguf_only.output.find("gguf read bandwidth"), std::string::npos) << gguf_only.output;
+  EXPECT_NE(gguf_only.output.find("| gguf |"), std::string::npos) << gguf_only.output;
+  const Result both = run(args + " --sources gguf,sidecar --pack");
+  ASSERT_EQ(both.status, 0) << both.output;
+  EXPECT_NE(both.output.find("sidecar read bandwidth"), std::string::npos) << both.output;
+  EXPECT_NE(both.output.find("| sidecar |"), std::string::npos) << both.output;
+  EXPECT_NE(both.output.find("| gguf |"), std::string::npos) << both.output;
+  // A share of the expert bytes is a share of each source's all-resident arena: the same slots
+  // (a GGUF slot, holding the slices' aligned spans, is slightly larger than a sidecar record).
+  std::ifstream json_file(file("b.json"));
+  const nlohmann::json j = nlohmann::json::parse(json_file);
+  ASSERT_EQ(j["budgets"].size(), 2u) << j.dump();
+  std::map<std::string, int> slots;
+  for (const auto& row : j["budgets"]) {
+    slots[row["source"].get<std::string>()] = row["slots_per_layer"].get<int>();
+    EXPECT_EQ(row["tok_s"].size(), 2u) << "two interleaved repeats per source";
+  }
+  EXPECT_EQ(slots["gguf"], 16) << "25% of 64 experts";
+  EXPECT_EQ(slots["sidecar"], 16);
+  EXPECT_GT(j["read_bandwidth_bytes_per_s"]["gguf"].get<double>(), 0);
+  EXPECT_GT(j["read_bandwidth_bytes_per_s"]["sidecar"].get<double>(), 0);
+  // `pack --help` states the measured result and how to measure on another disk.
+  const Result help = run("pack --help");
+  EXPECT_NE(help.output.find("The sidecar is optional"), std::string::npos) << help.output;
+  EXPECT_NE(help.output.find("not faster"), std::string::npos) << help.output;
+  EXPECT_NE(help.output.find("--sources gguf,sidecar"), std::string::npos) << help.output;
 }
 
 TEST_F(ExpertCli, StaleSidecarIsNamedAndPackRebuildsIt) {
@@ -155,9 +214,12 @@ TEST_F(ExpertCli, StaleSidecarIsNamedAndPackRebuildsIt) {
   ASSERT_EQ(run("pack " + model).status, 0);
   streaming_model("m.gguf", 4);  // same shapes, other weights
   const std::string tokens = "--tokens 1,2,3 -n 4 --temp 0 --print-ids -t 1";
-  const Result stale = run(fmt::format("run -m {} {} --slots-per-layer 4", model, tokens));
+  const Result stale = run(fmt::format("run -m {} {} --slots-per-layer 4 --experts-from sidecar", model, tokens));
   EXPECT_EQ(stale.status, 1) << stale.output;
   EXPECT_NE(stale.output.find("stale"), std::string::npos) << stale.output;
+  EXPECT_NE(stale.output.find("--experts-from gguf"), std::string::npos) << stale.output;
+  const Result from_gguf = run(fmt::format("run -m {} {} --slots-per-layer 4", model, tokens));
+  EXPECT_EQ(from_gguf.status, 0) << "the GGUF needs no sidecar, stale or not: " << from_gguf.output;
   const Result rebuilt = run(fmt::format("run -m {} {} --slots-per-layer 4 --pack", model, tokens));
   EXPECT_EQ(rebuilt.status, 0) << rebuilt.output;
   EXPECT_NE(rebuilt.output.find("rebuilding"), std::string::npos) << rebuilt.output;

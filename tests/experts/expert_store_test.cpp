@@ -1,6 +1,7 @@
 // The expert hierarchy on the CPU: sidecar format and validation, and the ExpertStore's promise
 // that placement never changes a token (every budget, read-ahead on/off, I/O thread counts, O_DIRECT
-// on/off) while residency stays a pure function of the tokens. Models: the three transformers
+// on/off, reading the sidecar or the GGUF itself) while residency stays a pure function of the
+// tokens. Models: the three transformers
 // fixtures (tests/data/models, f32) and a synthetic qwen4exp with Q4_K experts.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include "../common/fixture_models.h"
 #include "../common/temp_dir.h"
@@ -90,7 +92,7 @@ GreedyRun greedy(const Model& model, ExpertSource* source, int n, int threads = 
 // Every (layer, expert)'s slot: the residency state, to compare runs.
 std::vector<uint32_t> residency(const ExpertStore& store, const Model& model) {
   std::vector<uint32_t> map;
-  const SidecarLayout& layout = store.sidecar().layout();
+  const SidecarLayout& layout = store.layout();
   for (uint32_t b = 0; b < layout.n_block; ++b)
     if (layout.layers[b].present)
       for (int e = 0; e < model.hparams().n_expert; ++e) map.push_back(store.slot_of(int(b), e));
@@ -220,6 +222,38 @@ TEST(ExpertStore, FileTruncatedAfterOpenIsAClearError) {
   EXPECT_NE(message.find(path), std::string::npos) << message;
 }
 
+// Without a sidecar the store reads the GGUF itself; a GGUF cut short after open is an error naming
+// the file and the tensor (driven through begin_layer/next: the forward would touch the mapping).
+TEST(ExpertStore, GgufTruncatedAfterOpenNamesFileAndTensor) {
+  TempDir dir;
+  const std::string model_path = synth_q4k(dir);
+  const auto model = Model::load(model_path);
+  const ExpertTensorInfos last = find_expert_tensors(model->file(), int(model->layers().size()) - 1);
+  const TensorInfo* cut_in = last.down ? last.down : find_expert_tensors(model->file(), 0).down;
+  ASSERT_NE(cut_in, nullptr);
+  const int block = std::stoi(cut_in->name.substr(4));
+  for (const bool direct : {true, false}) {
+    ExpertStoreOptions options;
+    options.slots_per_layer = 2;
+    options.direct_io = direct;
+    ExpertStore store(*model, options);
+    fs::resize_file(model_path, cut_in->file_offset + cut_in->n_bytes / 2);
+    std::vector<int32_t> all(size_t(model->hparams().n_expert));
+    std::iota(all.begin(), all.end(), 0);
+    store.begin_layer(block, all);
+    const std::string message = expect_error([&] {
+      int index;
+      ExpertMatrices m;
+      while (store.next(index, m)) {
+      }
+    });
+    EXPECT_NE(message.find(model_path), std::string::npos) << message;
+    EXPECT_NE(message.find(cut_in->name), std::string::npos) << message;
+    EXPECT_NE(message.find("ends early"), std::string::npos) << message;
+    fs::resize_file(model_path, model->file().file_size());  // whole again (zeros: not read)
+  }
+}
+
 struct Setting {
   int slots;  // 0 = all resident
   bool read_ahead;
@@ -252,27 +286,45 @@ TEST_P(Invariance, SameTokensAndBitwiseLogitsForEveryPlacement) {
     options.direct_io = s.direct_io;
     options.io_uring = s.io_uring;
     options.split_bytes = s.io_uring ? 1 << 20 : 4096;  // pread: spread every record over threads
-    ExpertStore store(*model, Sidecar::open(path, model->file()), options);
-    const GreedyRun run = greedy(*model, &store, 12);
-    const std::string label = fmt::format("slots {} read-ahead {} io {} direct {} uring {}", options.slots_per_layer,
-                                          s.read_ahead, s.io_threads, s.direct_io, s.io_uring);
-    EXPECT_EQ(run.tokens, reference.tokens) << label;
-    ASSERT_EQ(run.logits.size(), reference.logits.size()) << label;
-    EXPECT_EQ(std::memcmp(run.logits.data(), reference.logits.data(), run.logits.size() * sizeof(float)), 0)
-        << label << ": logits differ";
-    EXPECT_EQ(run.mtp, reference.mtp) << label << ": MTP draft logits differ";
-    const ExpertStoreStats stats = store.stats();
-    EXPECT_EQ(stats.hits + stats.misses, stats.needed) << label;
-    if (s.slots == 0) {
-      // All resident: read-ahead stops once every expert has been loaded.
-      std::vector<std::vector<int32_t>> everything(model->layers().size());
-      for (auto& ids : everything)
-        for (int e = 0; e < n_expert; ++e) ids.push_back(e);
-      store.fill(everything, 0);
-      EXPECT_FALSE(store.wants_prediction()) << label;
-    }
-    if (s.slots == 1) {
-      EXPECT_GT(stats.misses, 0u) << label;
+    // The same setting reading from the sidecar and straight from the GGUF: both must give the
+    // mapped source's bits, and the same residency and counters (the source changes timing only).
+    std::vector<uint32_t> sidecar_residency;
+    ExpertStoreStats sidecar_stats;
+    for (const bool from_gguf : {false, true}) {
+      ExpertStore store = from_gguf ? ExpertStore(*model, options)
+                                    : ExpertStore(*model, Sidecar::open(path, model->file()), options);
+      const GreedyRun run = greedy(*model, &store, 12);
+      const std::string label =
+          fmt::format("{}: slots {} read-ahead {} io {} direct {} uring {}", store.reader().kind(),
+                      options.slots_per_layer, s.read_ahead, s.io_threads, s.direct_io, s.io_uring);
+      EXPECT_EQ(run.tokens, reference.tokens) << label;
+      ASSERT_EQ(run.logits.size(), reference.logits.size()) << label;
+      EXPECT_EQ(std::memcmp(run.logits.data(), reference.logits.data(), run.logits.size() * sizeof(float)), 0)
+          << label << ": logits differ";
+      EXPECT_EQ(run.mtp, reference.mtp) << label << ": MTP draft logits differ";
+      const ExpertStoreStats stats = store.stats();
+      EXPECT_EQ(stats.hits + stats.misses, stats.needed) << label;
+      if (!from_gguf) {
+        sidecar_residency = residency(store, *model);
+        sidecar_stats = stats;
+      } else {
+        EXPECT_EQ(residency(store, *model), sidecar_residency) << label;
+        EXPECT_EQ(stats.hits, sidecar_stats.hits) << label;
+        EXPECT_EQ(stats.misses, sidecar_stats.misses) << label;
+        EXPECT_EQ(stats.read_ahead_issued, sidecar_stats.read_ahead_issued) << label;
+        EXPECT_EQ(stats.read_ahead_used, sidecar_stats.read_ahead_used) << label;
+      }
+      if (s.slots == 0) {
+        // All resident: read-ahead stops once every expert has been loaded.
+        std::vector<std::vector<int32_t>> everything(model->layers().size());
+        for (auto& ids : everything)
+          for (int e = 0; e < n_expert; ++e) ids.push_back(e);
+        store.fill(everything, 0);
+        EXPECT_FALSE(store.wants_prediction()) << label;
+      }
+      if (s.slots == 1) {
+        EXPECT_GT(stats.misses, 0u) << label;
+      }
     }
   }
 }

@@ -126,7 +126,7 @@
       tr(store ? 'RAM arena' : 'RAM (mapped)', store ? S.bytes(s.placement.ram.arena_bytes) : 'page cache',
          store ? s.placement.ram.resident_experts + ' / ' + total : 'all ' + total,
          needed ? S.pct(ramHits / needed) : '–', '–', S.bytes(per(ramBytes))),
-      tr('SSD sidecar', store ? S.bytes(s.placement.ssd.sidecar_bytes) : '–', store ? String(total) : '–', '–',
+      tr('SSD', store ? S.bytes(s.placement.ssd.sidecar_bytes) : '–', store ? String(total) : '–', '–',
          store ? S.num(per(misses), 2) : '–', store ? S.bytes(per(ssdBytes)) : '–'));
     const io = document.getElementById('io');
     if (e) {
