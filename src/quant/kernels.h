@@ -32,6 +32,13 @@ using DotFn = float (*)(const void* weight_row, const void* activation, int64_t 
 // out[t·out_stride] = the DotFn of the same type on (weight_row, row t), bitwise.
 using DotManyFn = void (*)(const void* weight_row, const void* activations, size_t act_stride,
                            int64_t n_acts, int64_t n, float* out, size_t out_stride);
+// n_w weight rows (row r at weights + r·weight_stride bytes) against n_acts activation rows (row t
+// at activations + t·act_stride bytes): out[r·out_w_stride + t·out_act_stride] = the DotFn of the
+// same type on (row r, activation t), bitwise. Kernels decode each weight block once for a tile of
+// activation rows and load each activation once for a tile of weight rows (quant/tiles.h).
+using DotTileFn = void (*)(const void* weights, size_t weight_stride, int64_t n_w,
+                           const void* activations, size_t act_stride, int64_t n_acts, int64_t n,
+                           float* out, size_t out_w_stride, size_t out_act_stride);
 
 namespace scalar {
 void dequantize_f32(const void* src, float* dst, int64_t n);
@@ -170,16 +177,28 @@ float dot_iq4_xs(const void* w, const void* a, int64_t n);
 // f32 code), so the result does not depend on which of the two a CPU runs.
 namespace avx512 {
 float dot_q4_0(const void* w, const void* a, int64_t n);
+float dot_q8_0(const void* w, const void* a, int64_t n);
+void dot_tile_q8_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride);
 float dot_q4_K(const void* w, const void* a, int64_t n);
 // One Q4_K row against n_acts activation rows (row t at a + t·act_stride bytes) into
 // out[t·out_stride]; each output bitwise dot_q4_K of its activation row.
 void dot_many_q4_K(const void* w, const void* a, size_t act_stride, int64_t n_acts, int64_t n,
                    float* out, size_t out_stride);
+// Tiles of up to 2 weight rows × 4 activation rows; each output bitwise dot_q4_K of its pair.
+void dot_tile_q4_K(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride);
 float dot_iq2_xs(const void* w, const void* a, int64_t n);
 // Decodes each weight block once for up to 8 activation rows (more in further passes); every
 // output is bitwise dot_iq2_xs of its activation row (shared per-block code, kernels_test checks).
 void dot_many_iq2_xs(const void* w, const void* a, size_t act_stride, int64_t n_acts, int64_t n,
                      float* out, size_t out_stride);
+// dot_many_iq2_xs for n_w weight rows, activation groups of 8 outer (they stay in L1).
+void dot_tile_iq2_xs(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                     int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                     size_t out_a_stride);
 }  // namespace avx512
 
 // Rounds to nearest, ties to even, for |v| ≤ 2^22: adding 1.5·2^23 leaves no fraction bits, so

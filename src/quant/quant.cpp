@@ -25,7 +25,8 @@ struct TypeKernels {
   QuantizeFn quantize = nullptr;
   QuantizeFn quantize_activation = nullptr;
   DotFn dot = nullptr;
-  DotManyFn dot_many = nullptr;  // null: dot_many calls `dot` once per activation
+  DotManyFn dot_many = nullptr;  // null: dot_many calls `dot_tile` or `dot` per activation
+  DotTileFn dot_tile = nullptr;  // null: dot_tile calls dot_many per weight row (or `dot`)
 };
 
 constexpr size_t kMaxTypeId = 40;
@@ -133,10 +134,14 @@ KernelArray fast_kernels(KernelLevel level) {
   set(GgmlType::IQ1_M, avx2::dequantize_iq1_m, avx2::quantize_q8_K, avx2::dot_iq1_m);
   if (level == KernelLevel::Avx2) return k;
   k[size_t(GgmlType::Q4_0)].dot = avx512::dot_q4_0;
+  k[size_t(GgmlType::Q8_0)].dot = avx512::dot_q8_0;
+  k[size_t(GgmlType::Q8_0)].dot_tile = avx512::dot_tile_q8_0;
   k[size_t(GgmlType::Q4_K)].dot = avx512::dot_q4_K;
   k[size_t(GgmlType::Q4_K)].dot_many = avx512::dot_many_q4_K;
+  k[size_t(GgmlType::Q4_K)].dot_tile = avx512::dot_tile_q4_K;
   k[size_t(GgmlType::IQ2_XS)].dot = avx512::dot_iq2_xs;
   k[size_t(GgmlType::IQ2_XS)].dot_many = avx512::dot_many_iq2_xs;
+  k[size_t(GgmlType::IQ2_XS)].dot_tile = avx512::dot_tile_iq2_xs;
   return k;
 }
 
@@ -189,6 +194,25 @@ void check_length(GgmlType type, int64_t n, const char* operation) {
   if (n < 0 || n % block != 0) {
     fail("quant::{}: row of {} elements of type {}: expected a multiple of the block size {}",
          operation, n, printable_name(type), block);
+  }
+}
+
+// dot_many on a type's kernels: its own kernel, else a one-row tile, else one dot per activation.
+void dot_many_with(const TypeKernels& k, const void* weight_row, const void* activations,
+                   size_t activation_stride, int64_t n_activations, int64_t n, float* out,
+                   size_t out_stride) {
+  if (k.dot_many != nullptr) {
+    k.dot_many(weight_row, activations, activation_stride, n_activations, n, out, out_stride);
+    return;
+  }
+  if (k.dot_tile != nullptr) {
+    k.dot_tile(weight_row, 0, 1, activations, activation_stride, n_activations, n, out, 0,
+               out_stride);
+    return;
+  }
+  const auto* activation = static_cast<const std::byte*>(activations);
+  for (int64_t t = 0; t < n_activations; ++t) {
+    out[size_t(t) * out_stride] = k.dot(weight_row, activation + size_t(t) * activation_stride, n);
   }
 }
 
@@ -300,13 +324,24 @@ void dot_many(GgmlType weight_type, const void* weight_row, const void* activati
   const TypeKernels& k = kernels_for(fast_table(), weight_type, "dot_many");
   check_length(weight_type, n, "dot_many");
   if (n_activations <= 0) return;
-  if (k.dot_many != nullptr) {
-    k.dot_many(weight_row, activations, activation_stride, n_activations, n, out, out_stride);
+  dot_many_with(k, weight_row, activations, activation_stride, n_activations, n, out, out_stride);
+}
+
+void dot_tile(GgmlType weight_type, const void* weights, size_t weight_stride, int64_t n_weights,
+              const void* activations, size_t activation_stride, int64_t n_activations, int64_t n,
+              float* out, size_t out_weight_stride, size_t out_activation_stride) {
+  const TypeKernels& k = kernels_for(fast_table(), weight_type, "dot_tile");
+  check_length(weight_type, n, "dot_tile");
+  if (n_weights <= 0 || n_activations <= 0) return;
+  if (k.dot_tile != nullptr) {
+    k.dot_tile(weights, weight_stride, n_weights, activations, activation_stride, n_activations, n,
+               out, out_weight_stride, out_activation_stride);
     return;
   }
-  const auto* activation = static_cast<const std::byte*>(activations);
-  for (int64_t t = 0; t < n_activations; ++t) {
-    out[size_t(t) * out_stride] = k.dot(weight_row, activation + size_t(t) * activation_stride, n);
+  const auto* weight = static_cast<const std::byte*>(weights);
+  for (int64_t r = 0; r < n_weights; ++r) {
+    dot_many_with(k, weight + size_t(r) * weight_stride, activations, activation_stride,
+                  n_activations, n, out + size_t(r) * out_weight_stride, out_activation_stride);
   }
 }
 

@@ -1,4 +1,5 @@
-// AVX-512 (F/BW/VL + VNNI) dot kernel for Q4_0 weights with Q8_0 activations.
+// AVX-512 (F/BW/VL + VNNI) dot kernels for Q4_0 and Q8_0 weights with Q8_0 activations (Q8_0
+// also as tiles of several weight rows × several activation rows, dot_tile_q8_0).
 //
 // Two 32-weight blocks per 512-bit step: the even block in the lower half, the odd block in the
 // upper half, which are exactly the AVX2 kernel's two accumulators (acc_even, acc_odd). The
@@ -14,6 +15,7 @@
 #include "quant/avx512/common.h"
 #include "quant/blocks.h"
 #include "quant/kernels.h"
+#include "quant/tiles.h"
 
 STRATA_AVX512_IGNORE_GCC12_WARNINGS
 
@@ -27,7 +29,98 @@ inline __m256i load32(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
+// Q8_0: two 32-weight blocks per 512-bit step, the even block in the lower half and the odd one in
+// the upper half (avx2::dot_q8_0's acc_even and acc_odd). The activations become the unsigned
+// operand of vpdpbusd: Σ (a + 128)·w − 128·Σ w = Σ a·w, exact in i32, where 128·Σ w is one more
+// vpdpbusd per weight block shared by every activation row; lane k holds bytes 4k..4k+3 of its
+// block, as avx2::dot_i8x32's lane k. The block scale is the same f32 product (the f16 → f32
+// conversions are exact) and each half gets avx2's FMA in avx2's order; an odd last block and the
+// final sum are avx2's code. So every output is bitwise avx2::dot_q8_0.
+//
+// One tile: kW weight rows × kA activation rows. Weight quants, their 128·Σ w and scales are
+// loaded once per tile for all kA activations, an activation's biased quants and scales once for
+// all kW weight rows.
+template <int kW, int kA>
+void q8_0_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a_stride,
+               int64_t n_blocks, float* out, size_t out_w_stride, size_t out_a_stride) {
+  const auto weight = [&](int r) { return reinterpret_cast<const BlockQ8_0*>(w + r * w_stride); };
+  const auto act = [&](int t) { return reinterpret_cast<const BlockQ8_0*>(a + t * a_stride); };
+  const auto both_blocks = [](const BlockQ8_0* blocks, int64_t b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(load32(blocks[b].qs)), load32(blocks[b + 1].qs),
+                              1);
+  };
+  // Scales of blocks b (lanes 0-7) and b + 1 (lanes 8-15) as f32.
+  const auto both_scales = [](const BlockQ8_0* blocks, int64_t b) {
+    const __m256i halves = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_set1_epi16(short(blocks[b].d))), _mm_set1_epi16(short(blocks[b + 1].d)), 1);
+    return _mm512_cvtph_ps(halves);
+  };
+  const __m512i bias = _mm512_set1_epi8(char(0x80));
+  __m512 acc[kW][kA];
+  for (auto& row : acc) {
+    for (__m512& v : row) v = _mm512_setzero_ps();
+  }
+  int64_t b = 0;
+  for (; b + 2 <= n_blocks; b += 2) {
+    __m512i quants[kW], offsets[kW];
+    __m512 scales[kW];
+    for (int r = 0; r < kW; ++r) {
+      quants[r] = both_blocks(weight(r), b);
+      offsets[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, quants[r]);
+      scales[r] = both_scales(weight(r), b);
+    }
+    for (int t = 0; t < kA; ++t) {
+      const __m512i biased = _mm512_xor_si512(both_blocks(act(t), b), bias);
+      const __m512 act_scales = both_scales(act(t), b);
+      for (int r = 0; r < kW; ++r) {
+        const __m512i sums =
+            _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), biased, quants[r]), offsets[r]);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(scales[r], act_scales), _mm512_cvtepi32_ps(sums),
+                                    acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < kW; ++r) {
+    for (int t = 0; t < kA; ++t) {
+      __m256 acc_even = _mm512_castps512_ps256(acc[r][t]);
+      const __m256 acc_odd =
+          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][t]), 1));
+      if (b < n_blocks) {
+        // The last, even-numbered block exactly as avx2::dot_q8_0 computes it.
+        const BlockQ8_0& wb = weight(r)[b];
+        const BlockQ8_0& ab = act(t)[b];
+        const float d = avx2::f16_scalar_to_f32(wb.d) * avx2::f16_scalar_to_f32(ab.d);
+        const __m256i sums = avx2::dot_i8x32(load32(wb.qs), load32(ab.qs));
+        acc_even = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc_even);
+      }
+      out[r * out_w_stride + t * out_a_stride] = avx2::horizontal_sum(_mm256_add_ps(acc_even, acc_odd));
+    }
+  }
+}
+
 }  // namespace
+
+float dot_q8_0(const void* w, const void* a, int64_t n) {
+  float result = 0.0f;
+  q8_0_tile<1, 1>(static_cast<const std::byte*>(w), 0, static_cast<const std::byte*>(a), 0,
+                  n / kBlock32, &result, 0, 0);
+  return result;
+}
+
+void dot_tile_q8_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride) {
+  const auto* weights = static_cast<const std::byte*>(w);
+  const auto* acts = static_cast<const std::byte*>(a);
+  // 2 × 4: 8 accumulators + 2 × 3 weight registers + 2 per activation fit the 32 registers.
+  tiles::for_each_tile<2, 4>(n_w, n_acts, [&](auto w_rows, auto a_rows, int64_t w_first,
+                                              int64_t a_first) {
+    q8_0_tile<decltype(w_rows)::value, decltype(a_rows)::value>(
+        weights + size_t(w_first) * w_stride, w_stride, acts + size_t(a_first) * a_stride, a_stride,
+        n / kBlock32, out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride,
+        out_w_stride, out_a_stride);
+  });
+}
 
 float dot_q4_0(const void* w, const void* a, int64_t n) {
   const auto* blocks = static_cast<const BlockQ4_0*>(w);

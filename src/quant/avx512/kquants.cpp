@@ -1,6 +1,7 @@
 // AVX-512 (F/BW/VL + VNNI) dot kernels for Q4_K weights with Q8_K activations: one weight row
-// against one activation row (dot_q4_K) or against several at once (dot_many_q4_K, which unpacks
-// each block's nibbles and scales once for up to 4 activation rows).
+// against one activation row (dot_q4_K) or a tile of weight rows against a tile of activation rows
+// (dot_tile_q4_K: each block's nibbles and scales unpacked once for up to kQ4KTileActs activation
+// rows, each activation vector loaded once for up to kQ4KTileWeights weight rows).
 //
 // One 512-bit step covers 64 weights: the 32 bytes of a Q4_K chunk, low nibbles in the lower
 // half and high nibbles in the upper half, which is exactly the layout of the 64 activations of
@@ -11,8 +12,8 @@
 // Bitwise equal to avx2::dot_q4_K: integer sums are exact, and adding the two 256-bit halves of the
 // 16-lane sum gives each of the 8 lanes exactly the elements the AVX2 kernel puts there (bytes
 // 4k..4k+3 of every 32-byte activation vector); the f32 part is the same code. So a CPU with or
-// without AVX-512 computes the same bits. Both entry points run the same per-row code, so
-// dot_many's outputs are bitwise those of dot_q4_K.
+// without AVX-512 computes the same bits. All entry points run the same per-pair code, so
+// dot_tile's outputs are bitwise those of dot_q4_K.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -22,11 +23,21 @@
 #include "quant/avx512/common.h"
 #include "quant/blocks.h"
 #include "quant/kernels.h"
+#include "quant/tiles.h"
 
 STRATA_AVX512_IGNORE_GCC12_WARNINGS
 
 namespace strata::quant::avx512 {
 namespace {
+
+#ifndef STRATA_Q4K_TILE_W
+#define STRATA_Q4K_TILE_W 2
+#endif
+#ifndef STRATA_Q4K_TILE_A
+#define STRATA_Q4K_TILE_A 4
+#endif
+constexpr int kQ4KTileWeights = STRATA_Q4K_TILE_W;
+constexpr int kQ4KTileActs = STRATA_Q4K_TILE_A;
 
 // vpermw indices that spread scale 2c over i16 lanes 0-15 and scale 2c+1 over lanes 16-31.
 inline __m512i chunk_scale_index(int chunk) {
@@ -34,57 +45,83 @@ inline __m512i chunk_scale_index(int chunk) {
                             _mm256_set1_epi16(short(2 * chunk + 1)), 1);
 }
 
-// One weight row against kRows activation rows (row t at acts + t·act_stride bytes); each block's
-// nibbles and scales are unpacked once. Every row runs exactly the single-row arithmetic, so
-// out[t·out_stride] is bitwise dot_q4_K of the row with activation t.
-template <int kRows>
-void dot_rows(const BlockQ4_K* blocks, const std::byte* acts, size_t act_stride, int64_t n_blocks,
-              float* out, size_t out_stride) {
+// One tile: kW weight rows (row r at w + r·w_stride bytes) × kA activation rows (row t at
+// a + t·a_stride); each weight block's nibbles and scales are unpacked once for all kA rows and
+// each activation vector is loaded once for all kW weight rows. Every pair runs exactly the
+// single-row arithmetic, so out[r·out_w_stride + t·out_a_stride] is bitwise dot_q4_K of the pair.
+// avx2::dot_q4_K's two f32 accumulators (acc, acc_mins) share one register here: acc in lanes 0-7,
+// acc_mins in lanes 8-15, each lane getting the same FMA as there.
+template <int kW, int kA>
+void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a_stride,
+               int64_t n_blocks, float* out, size_t out_w_stride, size_t out_a_stride) {
   const __m512i nibble = _mm512_set1_epi8(15);
-  const __m512i scale_index[4] = {chunk_scale_index(0), chunk_scale_index(1), chunk_scale_index(2),
-                                  chunk_scale_index(3)};
-  const auto activation = [&](int t, int64_t b) -> const BlockQ8_K& {
-    return reinterpret_cast<const BlockQ8_K*>(acts + size_t(t) * act_stride)[b];
+  const auto block_of = [&](int r, int64_t b) -> const BlockQ4_K& {
+    return reinterpret_cast<const BlockQ4_K*>(w + size_t(r) * w_stride)[b];
   };
-  __m256 acc[kRows];
-  __m256 acc_mins[kRows];
-  for (int t = 0; t < kRows; ++t) acc[t] = acc_mins[t] = _mm256_setzero_ps();
+  const auto activation = [&](int t, int64_t b) -> const BlockQ8_K& {
+    return reinterpret_cast<const BlockQ8_K*>(a + size_t(t) * a_stride)[b];
+  };
+  __m512 acc[kW][kA];
+  for (auto& row : acc) {
+    for (__m512& v : row) v = _mm512_setzero_ps();
+  }
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const BlockQ4_K& block = blocks[b];
-    uint64_t scales_u64, mins_u64;
-    unpack_q4_K_scales_u64(block.scales, &scales_u64, &mins_u64);
-    // The eight scales as i16 in lanes 0-7 (the other lanes are never selected).
-    const __m512i scales =
-        _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales_u64))));
-    __m512i sums[kRows];
-    for (__m512i& sum : sums) sum = _mm512_setzero_si512();
+    __m512i scales[kW];
+    __m256i mins_twice[kW];
+    __m512 block_scales[kW];  // d in lanes 0-7, dmin in lanes 8-15
+    for (int r = 0; r < kW; ++r) {
+      const BlockQ4_K& block = block_of(r, b);
+      uint64_t scales_u64, mins_u64;
+      unpack_q4_K_scales_u64(block.scales, &scales_u64, &mins_u64);
+      // The eight scales as i16 in lanes 0-7 (the other lanes are never selected).
+      scales[r] = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales_u64))));
+      // Each 8-bit min twice, as avx2::k4_min_sums pairs them with the bsums.
+      const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(mins_u64)));
+      mins_twice[r] = _mm256_set_m128i(_mm_unpackhi_epi16(mins, mins), _mm_unpacklo_epi16(mins, mins));
+      block_scales[r] = _mm512_castpd_ps(
+          _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(avx2::f16_scalar_to_f32(block.d))),
+                             _mm256_castps_pd(_mm256_set1_ps(avx2::f16_scalar_to_f32(block.dmin))), 1));
+    }
+    __m512i sums[kW][kA];
+    for (auto& row : sums) {
+      for (__m512i& v : row) v = _mm512_setzero_si512();
+    }
     for (int chunk = 0; chunk < 4; ++chunk) {
-      const __m256i bytes = avx2::load32(block.qs + 32 * chunk);
-      const __m512i q = _mm512_and_si512(
-          _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1),
-          nibble);
-      const __m512i chunk_scales = _mm512_permutexvar_epi16(scale_index[chunk], scales);
-      for (int t = 0; t < kRows; ++t) {
-        const __m512i products =
-            _mm512_maddubs_epi16(q, _mm512_loadu_si512(activation(t, b).qs + 64 * chunk));
-        sums[t] = _mm512_dpwssd_epi32(sums[t], products, chunk_scales);
+      __m512i q[kW], chunk_scales[kW];
+      for (int r = 0; r < kW; ++r) {
+        const __m256i bytes = avx2::load32(block_of(r, b).qs + 32 * chunk);
+        q[r] = _mm512_and_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1),
+            nibble);
+        chunk_scales[r] = _mm512_permutexvar_epi16(chunk_scale_index(chunk), scales[r]);
+      }
+      for (int t = 0; t < kA; ++t) {
+        const __m512i x = _mm512_loadu_si512(activation(t, b).qs + 64 * chunk);
+        for (int r = 0; r < kW; ++r) {
+          sums[r][t] = _mm512_dpwssd_epi32(sums[r][t], _mm512_maddubs_epi16(q[r], x), chunk_scales[r]);
+        }
       }
     }
-    const float block_d = avx2::f16_scalar_to_f32(block.d);
-    const float block_dmin = avx2::f16_scalar_to_f32(block.dmin);
-    for (int t = 0; t < kRows; ++t) {
+    for (int t = 0; t < kA; ++t) {
       const BlockQ8_K& act = activation(t, b);
-      // Mins exactly as avx2::dot_q4_K.
-      const __m256i min_sums = avx2::k4_min_sums(act.bsums, mins_u64);
-      const float d = block_d * act.d;
-      const float dmin = block_dmin * act.d;
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(add_halves(sums[t])), acc[t]);
-      acc_mins[t] =
-          _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(min_sums), acc_mins[t]);
+      const __m256i bsums = avx2::load32(act.bsums);
+      const __m512 act_d = _mm512_set1_ps(act.d);
+      for (int r = 0; r < kW; ++r) {
+        // Mins exactly as avx2::dot_q4_K (avx2::k4_min_sums).
+        const __m256i min_sums = _mm256_madd_epi16(bsums, mins_twice[r]);
+        const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(add_halves(sums[r][t])), min_sums, 1);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(block_scales[r], act_d), _mm512_cvtepi32_ps(both),
+                                    acc[r][t]);
+      }
     }
   }
-  for (int t = 0; t < kRows; ++t) {
-    out[size_t(t) * out_stride] = avx2::horizontal_sum(acc[t]) - avx2::horizontal_sum(acc_mins[t]);
+  for (int r = 0; r < kW; ++r) {
+    for (int t = 0; t < kA; ++t) {
+      const __m256 sum = _mm512_castps512_ps256(acc[r][t]);
+      const __m256 mins = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][t]), 1));
+      out[size_t(r) * out_w_stride + size_t(t) * out_a_stride] =
+          avx2::horizontal_sum(sum) - avx2::horizontal_sum(mins);
+    }
   }
 }
 
@@ -92,23 +129,29 @@ void dot_rows(const BlockQ4_K* blocks, const std::byte* acts, size_t act_stride,
 
 float dot_q4_K(const void* w, const void* a, int64_t n) {
   float result = 0.0f;
-  dot_rows<1>(static_cast<const BlockQ4_K*>(w), static_cast<const std::byte*>(a), 0, n / kBlockK,
-              &result, 0);
+  q4_K_tile<1, 1>(static_cast<const std::byte*>(w), 0, static_cast<const std::byte*>(a), 0,
+                  n / kBlockK, &result, 0, 0);
   return result;
+}
+
+void dot_tile_q4_K(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride) {
+  const auto* weights = static_cast<const std::byte*>(w);
+  const auto* acts = static_cast<const std::byte*>(a);
+  tiles::for_each_tile<kQ4KTileWeights, kQ4KTileActs>(
+      n_w, n_acts, [&](auto w_rows, auto a_rows, int64_t w_first, int64_t a_first) {
+        q4_K_tile<decltype(w_rows)::value, decltype(a_rows)::value>(
+            weights + size_t(w_first) * w_stride, w_stride, acts + size_t(a_first) * a_stride,
+            a_stride, n / kBlockK,
+            out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride, out_w_stride,
+            out_a_stride);
+      });
 }
 
 void dot_many_q4_K(const void* w, const void* a, size_t act_stride, int64_t n_acts, int64_t n,
                    float* out, size_t out_stride) {
-  const auto* blocks = static_cast<const BlockQ4_K*>(w);
-  const auto* acts = static_cast<const std::byte*>(a);
-  const int64_t n_blocks = n / kBlockK;
-  // Up to kMaxRows activations share one unpack; more go in further passes over the row (it stays
-  // in L1: a 4096-wide row is 2.3 KiB).
-  constexpr int64_t kMaxRows = 4;
-  in_row_passes<kMaxRows>(n_acts, [&](auto rows, int64_t first) {
-    dot_rows<decltype(rows)::value>(blocks, acts + size_t(first) * act_stride, act_stride, n_blocks,
-                                    out + size_t(first) * out_stride, out_stride);
-  });
+  dot_tile_q4_K(w, 0, 1, a, act_stride, n_acts, n, out, 0, out_stride);
 }
 
 }  // namespace strata::quant::avx512
