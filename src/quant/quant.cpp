@@ -1,8 +1,8 @@
 // Public quant API: type checks, the scalar reference dispatch (quant::ref) and the fast
 // dispatch, which picks kernels once per process: AVX2 when the CPU has AVX2, FMA, F16C and BMI1
 // (every AVX2 CPU has them; the IQ2_XS kernel uses BMI1's bextr), and on top of that the AVX-512
-// dot kernels (Q4_0, Q4_K, IQ2_XS) when it also has AVX-512 F/BW/VL/VBMI/VNNI/BITALG (Ice Lake,
-// Zen 4 and later). STRATA_QUANT_MAX=scalar|avx2|avx512 caps the level (read once; for tests and
+// dot and tile kernels (Q8_0, Q4_0, IQ4_NL, Q4_K, Q6_K, IQ4_XS, IQ2_XS) when it also has AVX-512
+// F/BW/VL/VBMI/VNNI/BITALG (Ice Lake, Zen 4 and later). STRATA_QUANT_MAX=scalar|avx2|avx512 caps the level (read once; for tests and
 // A/B measurements); STRATA_QUANT_SCALAR=1 is the older spelling of STRATA_QUANT_MAX=scalar.
 #include "quant/quant.h"
 
@@ -134,11 +134,18 @@ KernelArray fast_kernels(KernelLevel level) {
   set(GgmlType::IQ1_M, avx2::dequantize_iq1_m, avx2::quantize_q8_K, avx2::dot_iq1_m);
   if (level == KernelLevel::Avx2) return k;
   k[size_t(GgmlType::Q4_0)].dot = avx512::dot_q4_0;
+  k[size_t(GgmlType::Q4_0)].dot_tile = avx512::dot_tile_q4_0;
+  k[size_t(GgmlType::IQ4_NL)].dot = avx512::dot_iq4_nl;
+  k[size_t(GgmlType::IQ4_NL)].dot_tile = avx512::dot_tile_iq4_nl;
   k[size_t(GgmlType::Q8_0)].dot = avx512::dot_q8_0;
   k[size_t(GgmlType::Q8_0)].dot_tile = avx512::dot_tile_q8_0;
   k[size_t(GgmlType::Q4_K)].dot = avx512::dot_q4_K;
   k[size_t(GgmlType::Q4_K)].dot_many = avx512::dot_many_q4_K;
   k[size_t(GgmlType::Q4_K)].dot_tile = avx512::dot_tile_q4_K;
+  k[size_t(GgmlType::Q6_K)].dot = avx512::dot_q6_K;
+  k[size_t(GgmlType::IQ4_XS)].dot = avx512::dot_iq4_xs;
+  k[size_t(GgmlType::IQ4_XS)].dot_tile = avx512::dot_tile_iq4_xs;
+  k[size_t(GgmlType::Q6_K)].dot_tile = avx512::dot_tile_q6_K;
   k[size_t(GgmlType::IQ2_XS)].dot = avx512::dot_iq2_xs;
   k[size_t(GgmlType::IQ2_XS)].dot_many = avx512::dot_many_iq2_xs;
   k[size_t(GgmlType::IQ2_XS)].dot_tile = avx512::dot_tile_iq2_xs;

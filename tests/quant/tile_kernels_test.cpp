@@ -19,6 +19,7 @@
 
 #include "quant/kernels.h"
 #include "quant/quant.h"
+#include "more_types_util.h"
 #include "quant_test_util.h"
 
 namespace strata::quant {
@@ -44,11 +45,36 @@ struct TileKernel {
 const TileKernel kTileKernels[] = {
     {"avx512", GgmlType::Q8_0, scalar::dot_q8_0, avx2::dot_q8_0, avx512::dot_tile_q8_0,
      cpu_has_avx512},
+    {"avx512", GgmlType::Q4_0, scalar::dot_q4_0, avx2::dot_q4_0, avx512::dot_tile_q4_0,
+     cpu_has_avx512},
+    {"avx512", GgmlType::IQ4_NL, scalar::dot_iq4_nl, avx2::dot_iq4_nl, avx512::dot_tile_iq4_nl,
+     cpu_has_avx512},
     {"avx512", GgmlType::Q4_K, scalar::dot_q4_K, avx2::dot_q4_K, avx512::dot_tile_q4_K,
+     cpu_has_avx512},
+    {"avx512", GgmlType::Q6_K, scalar::dot_q6_K, avx2::dot_q6_K, avx512::dot_tile_q6_K,
+     cpu_has_avx512},
+    {"avx512", GgmlType::IQ4_XS, scalar::dot_iq4_xs, avx2::dot_iq4_xs, avx512::dot_tile_iq4_xs,
      cpu_has_avx512},
     {"avx512", GgmlType::IQ2_XS, scalar::dot_iq2_xs, avx2::dot_iq2_xs, avx512::dot_tile_iq2_xs,
      cpu_has_avx512},
 };
+
+bool is_more_type(GgmlType type) {
+  for (GgmlType more : testing::kMoreTypes) {
+    if (more == type) return true;
+  }
+  return false;
+}
+
+// A random row with finite scales (the two test helpers cover different type lists).
+std::vector<uint8_t> valid_row(GgmlType type, int64_t n, uint32_t seed) {
+  return is_more_type(type) ? testing::random_more_row(type, n, seed) : random_row(type, n, seed);
+}
+
+std::vector<double> magnitudes_of(GgmlType type, const std::vector<uint8_t>& row, int64_t n) {
+  return is_more_type(type) ? testing::more_weight_magnitudes(type, row, n)
+                            : weight_magnitudes(type, row, n);
+}
 
 std::vector<int64_t> lengths_for(GgmlType type) {
   if (type_traits(type).block_elems == 32) return {32, 64, 96, 160, 1024, 2592, 4128};
@@ -71,7 +97,8 @@ void expect_tile_is_bitwise_the_single_dot(const TileKernel& k) {
       // strides, which the loads must not care about.
       std::vector<uint8_t> weights(2 + w_stride * kMaxWeights, 0xAB);
       for (int64_t r = 0; r < kMaxWeights; ++r) {
-        const std::vector<uint8_t> row = random_row(k.type, n, uint32_t(n * 131 + r * 7 + weight_pad));
+        const std::vector<uint8_t> row =
+            valid_row(k.type, n, uint32_t(n * 131 + r * 7 + weight_pad));
         std::memcpy(weights.data() + 2 + size_t(r) * w_stride, row.data(), row_size);
       }
       const uint8_t* w = weights.data() + 2;
@@ -91,7 +118,7 @@ void expect_tile_is_bitwise_the_single_dot(const TileKernel& k) {
       for (int64_t r = 0; r < kMaxWeights; ++r) {
         const uint8_t* row = w + size_t(r) * w_stride;
         const std::vector<uint8_t> row_copy(row, row + row_size);
-        const std::vector<double> magnitudes = weight_magnitudes(k.type, row_copy, n);
+        const std::vector<double> magnitudes = magnitudes_of(k.type, row_copy, n);
         for (int64_t t = 0; t < kMaxActs; ++t) {
           const float got = k.single_dot(row, acts.data() + size_t(t) * a_stride, n);
           single[size_t(r * kMaxActs + t)] = got;
@@ -162,7 +189,7 @@ TEST(QuantDispatch, DotTileIsBitwiseOneDotPerPair) {
     constexpr int64_t kActs = 9;
     std::vector<uint8_t> weights(w_stride * kRows);
     for (int64_t r = 0; r < kRows; ++r) {
-      const std::vector<uint8_t> row = random_row(type, n, id * 13 + uint32_t(r));
+      const std::vector<uint8_t> row = valid_row(type, n, id * 13 + uint32_t(r));
       std::memcpy(weights.data() + size_t(r) * w_stride, row.data(), row.size());
     }
     const size_t a_stride = (activation_row_bytes(type, n) + 63) / 64 * 64;

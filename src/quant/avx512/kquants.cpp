@@ -1,4 +1,4 @@
-// AVX-512 (F/BW/VL + VNNI) dot kernels for Q4_K weights with Q8_K activations: one weight row
+// AVX-512 (F/BW/VL + VNNI) dot kernels for Q4_K and Q6_K weights with Q8_K activations: one weight row
 // against one activation row (dot_q4_K) or a tile of weight rows against a tile of activation rows
 // (dot_tile_q4_K: each block's nibbles and scales unpacked once for up to kQ4KTileActs activation
 // rows, each activation vector loaded once for up to kQ4KTileWeights weight rows).
@@ -125,6 +125,101 @@ void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
   }
 }
 
+// Q6_K: one 512-bit step covers two 32-weight quarters of a 128-weight half (quarters 2p and
+// 2p + 1 of half h: ql bytes and qh bits exactly as avx2's unpack_q6_K_half, two at a time), which
+// are the 64 activations 128h + 64p .. + 63; its 32 i16 pair sums belong to sub-blocks
+// 8h + 4p + (word / 8), whose scales one vpermw spreads. Adding the two 256-bit halves of the
+// 16-lane sum gives avx2::dot_q6_K's 8 lanes (bytes 4k..4k+3 of every quarter), the −32 offset goes
+// through the bsums exactly as there, and the f32 step is avx2's: bitwise avx2::dot_q6_K.
+// One tile: kW weight rows × kA activation rows; quants and scales unpacked once per weight row,
+// activation vectors loaded once per activation row.
+constexpr uint16_t q6_K_step_scale_index(int half, int pair, int word) {
+  return uint16_t(8 * half + 4 * pair + word / 8);
+}
+struct Q6KScaleIndices {
+  alignas(64) uint16_t words[4][32];  // [2·half + pair][word]
+};
+constexpr Q6KScaleIndices make_q6_K_scale_indices() {
+  Q6KScaleIndices indices{};
+  for (int step = 0; step < 4; ++step) {
+    for (int word = 0; word < 32; ++word) {
+      indices.words[step][word] = q6_K_step_scale_index(step / 2, step % 2, word);
+    }
+  }
+  return indices;
+}
+constexpr Q6KScaleIndices kQ6KScaleIndices = make_q6_K_scale_indices();
+
+template <int kW, int kA>
+void q6_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a_stride,
+               int64_t n_blocks, float* out, size_t out_w_stride, size_t out_a_stride) {
+  const auto block_of = [&](int r, int64_t b) -> const BlockQ6_K& {
+    return reinterpret_cast<const BlockQ6_K*>(w + size_t(r) * w_stride)[b];
+  };
+  const auto activation = [&](int t, int64_t b) -> const BlockQ8_K& {
+    return reinterpret_cast<const BlockQ8_K*>(a + size_t(t) * a_stride)[b];
+  };
+  const __m512i low_mask = _mm512_set1_epi8(0x0f);
+  const __m512i high_mask = _mm512_set1_epi8(0x30);
+  __m256 acc[kW][kA];
+  for (auto& row : acc) {
+    for (__m256& v : row) v = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    __m256i scales[kW];
+    for (int r = 0; r < kW; ++r) scales[r] = _mm256_cvtepi8_epi16(avx2::load16(block_of(r, b).scales));
+    __m512i sums[kW][kA];
+    for (auto& row : sums) {
+      for (__m512i& v : row) v = _mm512_setzero_si512();
+    }
+    for (int half = 0; half < 2; ++half) {
+      __m512i q[kW][2], step_scales[kW][2];
+      for (int r = 0; r < kW; ++r) {
+        const BlockQ6_K& block = block_of(r, b);
+        const __m512i ql = _mm512_loadu_si512(block.ql + 64 * half);
+        const __m256i qh = avx2::load32(block.qh + 32 * half);
+        const __m512i qh_01 = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_slli_epi16(qh, 4)), _mm256_slli_epi16(qh, 2), 1);
+        const __m512i qh_23 =
+            _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+        q[r][0] = _mm512_or_si512(_mm512_and_si512(ql, low_mask), _mm512_and_si512(qh_01, high_mask));
+        q[r][1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low_mask),
+                                  _mm512_and_si512(qh_23, high_mask));
+        for (int pair = 0; pair < 2; ++pair) {
+          step_scales[r][pair] = _mm512_permutexvar_epi16(
+              _mm512_load_si512(kQ6KScaleIndices.words[2 * half + pair]),
+              _mm512_castsi256_si512(scales[r]));
+        }
+      }
+      for (int t = 0; t < kA; ++t) {
+        for (int pair = 0; pair < 2; ++pair) {
+          const __m512i x = _mm512_loadu_si512(activation(t, b).qs + 128 * half + 64 * pair);
+          for (int r = 0; r < kW; ++r) {
+            sums[r][t] = _mm512_dpwssd_epi32(sums[r][t], _mm512_maddubs_epi16(q[r][pair], x),
+                                             step_scales[r][pair]);
+          }
+        }
+      }
+    }
+    for (int t = 0; t < kA; ++t) {
+      const BlockQ8_K& act = activation(t, b);
+      const __m256i bsums = avx2::load32(act.bsums);
+      for (int r = 0; r < kW; ++r) {
+        // Σ sc·(q − 32)·a = Σ sc·q·a − 32·Σ sc·bsum, as avx2::dot_q6_K.
+        const __m256i offsets = _mm256_madd_epi16(bsums, scales[r]);
+        const __m256i total = _mm256_sub_epi32(add_halves(sums[r][t]), _mm256_slli_epi32(offsets, 5));
+        const float d = avx2::f16_scalar_to_f32(block_of(r, b).d) * act.d;
+        acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(total), acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < kW; ++r) {
+    for (int t = 0; t < kA; ++t) {
+      out[size_t(r) * out_w_stride + size_t(t) * out_a_stride] = avx2::horizontal_sum(acc[r][t]);
+    }
+  }
+}
+
 }  // namespace
 
 float dot_q4_K(const void* w, const void* a, int64_t n) {
@@ -152,6 +247,28 @@ void dot_tile_q4_K(const void* w, size_t w_stride, int64_t n_w, const void* a, s
 void dot_many_q4_K(const void* w, const void* a, size_t act_stride, int64_t n_acts, int64_t n,
                    float* out, size_t out_stride) {
   dot_tile_q4_K(w, 0, 1, a, act_stride, n_acts, n, out, 0, out_stride);
+}
+
+float dot_q6_K(const void* w, const void* a, int64_t n) {
+  float result = 0.0f;
+  q6_K_tile<1, 1>(static_cast<const std::byte*>(w), 0, static_cast<const std::byte*>(a), 0,
+                  n / kBlockK, &result, 0, 0);
+  return result;
+}
+
+void dot_tile_q6_K(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride) {
+  const auto* weights = static_cast<const std::byte*>(w);
+  const auto* acts = static_cast<const std::byte*>(a);
+  tiles::for_each_tile<2, 4>(
+      n_w, n_acts, [&](auto w_rows, auto a_rows, int64_t w_first, int64_t a_first) {
+        q6_K_tile<decltype(w_rows)::value, decltype(a_rows)::value>(
+            weights + size_t(w_first) * w_stride, w_stride, acts + size_t(a_first) * a_stride,
+            a_stride, n / kBlockK,
+            out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride, out_w_stride,
+            out_a_stride);
+      });
 }
 
 }  // namespace strata::quant::avx512
