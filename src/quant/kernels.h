@@ -193,6 +193,10 @@ void dot_tile_q4_0(const void* w, size_t w_stride, int64_t n_w, const void* a, s
 void dot_tile_iq4_nl(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                      int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
                      size_t out_a_stride);
+float dot_q5_0(const void* w, const void* a, int64_t n);
+void dot_tile_q5_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride);
 float dot_q4_K(const void* w, const void* a, int64_t n);
 // One Q4_K row against n_acts activation rows (row t at a + t·act_stride bytes) into
 // out[t·out_stride]; each output bitwise dot_q4_K of its activation row.

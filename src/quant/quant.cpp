@@ -136,6 +136,8 @@ KernelArray fast_kernels(KernelLevel level) {
   k[size_t(GgmlType::Q4_0)].dot = avx512::dot_q4_0;
   k[size_t(GgmlType::Q4_0)].dot_tile = avx512::dot_tile_q4_0;
   k[size_t(GgmlType::IQ4_NL)].dot = avx512::dot_iq4_nl;
+  k[size_t(GgmlType::Q5_0)].dot = avx512::dot_q5_0;
+  k[size_t(GgmlType::Q5_0)].dot_tile = avx512::dot_tile_q5_0;
   k[size_t(GgmlType::IQ4_NL)].dot_tile = avx512::dot_tile_iq4_nl;
   k[size_t(GgmlType::Q8_0)].dot = avx512::dot_q8_0;
   k[size_t(GgmlType::Q8_0)].dot_tile = avx512::dot_tile_q8_0;

@@ -1,4 +1,4 @@
-// AVX-512 (F/BW/VL + VNNI) dot kernels for Q4_0, Q8_0 and IQ4_NL weights with Q8_0 activations:
+// AVX-512 (F/BW/VL + VNNI) dot kernels for Q4_0, Q8_0, Q5_0 and IQ4_NL weights with Q8_0 activations:
 // one weight row against one activation row, and tiles of several weight rows × several
 // activation rows (dot_tile_*).
 //
@@ -11,6 +11,8 @@
 // AVX2 kernel's lane, the block scale is the same f32 product, and every lane gets the same FMA
 // in the same order; the tail block (odd count) and the final sum are the AVX2 code.
 #include <immintrin.h>
+
+#include <cstring>
 
 #include "quant/avx2/common.h"
 #include "quant/avx512/common.h"
@@ -30,7 +32,7 @@ inline __m256i load32(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
-// Tiles of the symmetric 32-weight block types (Q8_0, Q4_0, IQ4_NL: y = d·w with signed w) with
+// Tiles of the symmetric 32-weight block types (Q8_0, Q4_0, Q5_0, IQ4_NL: y = d·w, w signed) with
 // Q8_0 activations: two blocks per 512-bit step, the even block in the lower half and the odd one
 // in the upper half (avx2::dot_blocks32's acc_even and acc_odd). The activations become the
 // unsigned operand of vpdpbusd: Σ (a + 128)·w − 128·Σ w = Σ a·w, exact in i32, where 128·Σ w is one
@@ -98,7 +100,7 @@ void blocks32_tile(const std::byte* w, size_t w_stride, const std::byte* a, size
         acc_even = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc_even);
       }
       out[r * out_w_stride + t * out_a_stride] =
-          avx2::horizontal_sum(_mm256_add_ps(acc_even, acc_odd));
+          canonical_result(avx2::horizontal_sum(_mm256_add_ps(acc_even, acc_odd)));
     }
   }
 }
@@ -153,11 +155,35 @@ struct NibbleWeights {
   }
 };
 
+// Q5_0: Q4_0's nibbles plus a fifth bit per element from the u32 qh (bit j: element j), minus 16.
+struct Q5_0Weights {
+  NibbleWeights<BlockQ5_0> nibbles;
+  [[gnu::always_inline]] static uint32_t high_bits(const BlockQ5_0& block) {
+    uint32_t bits;
+    std::memcpy(&bits, block.qh, sizeof bits);
+    return bits;
+  }
+  [[gnu::always_inline]] __m512i pair(const BlockQ5_0* blocks, int64_t b) const {
+    const __mmask64 high =
+        _cvtu64_mask64(uint64_t(high_bits(blocks[b])) | uint64_t(high_bits(blocks[b + 1])) << 32);
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    const __m512i low = nibbles.pair(blocks, b);
+    return _mm512_sub_epi8(_mm512_mask_add_epi8(low, high, low, sixteen), sixteen);
+  }
+  [[gnu::always_inline]] __m256i tail(const BlockQ5_0& block) const {
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    const __m256i low = nibbles.tail(block);
+    return _mm256_sub_epi8(
+        _mm256_mask_add_epi8(low, _cvtu32_mask32(high_bits(block)), low, sixteen), sixteen);
+  }
+};
+
 __m512i table_of(const int8_t (&values)[16]) {
   return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values)));
 }
 
 constexpr int8_t kQ4_0Values[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+constexpr int8_t kNibbleValues[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
 }  // namespace
 
@@ -181,6 +207,21 @@ void dot_tile_q4_0(const void* w, size_t w_stride, int64_t n_w, const void* a, s
                    size_t out_a_stride) {
   blocks32_tiles<BlockQ4_0>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
                             out_a_stride, NibbleWeights<BlockQ4_0>{table_of(kQ4_0Values)});
+}
+
+float dot_q5_0(const void* w, const void* a, int64_t n) {
+  float result = 0.0f;
+  blocks32_tile<BlockQ5_0, Q5_0Weights, 1, 1>(
+      static_cast<const std::byte*>(w), 0, static_cast<const std::byte*>(a), 0, n / kBlock32,
+      &result, 0, 0, Q5_0Weights{{table_of(kNibbleValues)}});
+  return result;
+}
+
+void dot_tile_q5_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride) {
+  blocks32_tiles<BlockQ5_0>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
+                            out_a_stride, Q5_0Weights{{table_of(kNibbleValues)}});
 }
 
 float dot_iq4_nl(const void* w, const void* a, int64_t n) {

@@ -106,7 +106,8 @@ void iq4_xs_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t
   }
   for (int r = 0; r < kW; ++r) {
     for (int t = 0; t < kA; ++t) {
-      out[size_t(r) * out_w_stride + size_t(t) * out_a_stride] = avx2::horizontal_sum(acc[r][t]);
+      out[size_t(r) * out_w_stride + size_t(t) * out_a_stride] =
+          canonical_result(avx2::horizontal_sum(acc[r][t]));
     }
   }
 }

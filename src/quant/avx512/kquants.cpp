@@ -3,11 +3,12 @@
 // (dot_tile_q4_K: each block's nibbles and scales unpacked once for up to kQ4KTileActs activation
 // rows, each activation vector loaded once for up to kQ4KTileWeights weight rows).
 //
-// One 512-bit step covers 64 weights: the 32 bytes of a Q4_K chunk, low nibbles in the lower
+// One 512-bit vector covers 64 weights: the 32 bytes of a Q4_K chunk, low nibbles in the lower
 // half and high nibbles in the upper half, which is exactly the layout of the 64 activations of
-// sub-blocks 2c and 2c+1. maddubs forms exact i16 pair sums (≤ 2·15·127) and vpdpwssd multiplies
-// them by the sub-block scale and accumulates in i32, where AVX2 needs maddubs, two shuffles, two
-// madds and two adds per 32 weights.
+// sub-blocks 2c and 2c+1. vpdpbusd forms exact sums of 4 products per i32 lane, two chunks' sums
+// share one i32 as two i16 words, and one vpdpwssd multiplies both by their sub-block scales and
+// accumulates (3 multiplies per 128 weights; AVX2 needs maddubs, two shuffles, two madds and two
+// adds per 32 weights).
 //
 // Bitwise equal to avx2::dot_q4_K: integer sums are exact, and adding the two 256-bit halves of the
 // 16-lane sum gives each of the 8 lanes exactly the elements the AVX2 kernel puts there (bytes
@@ -39,10 +40,18 @@ namespace {
 constexpr int kQ4KTileWeights = STRATA_Q4K_TILE_W;
 constexpr int kQ4KTileActs = STRATA_Q4K_TILE_A;
 
-// vpermw indices that spread scale 2c over i16 lanes 0-15 and scale 2c+1 over lanes 16-31.
-inline __m512i chunk_scale_index(int chunk) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(short(2 * chunk))),
-                            _mm256_set1_epi16(short(2 * chunk + 1)), 1);
+// vpshufb indices: the low word of every i32 lane into its high word, zeros below.
+inline __m512i low_word_to_high_word() {
+  return _mm512_broadcast_i32x4(
+      _mm_setr_epi32(int(0x01008080), int(0x05048080), int(0x09088080), int(0x0d0c8080)));
+}
+
+// vpermw indices for the chunk pair (c, c + 1): i32 lane j < 8 holds sub-blocks 2c (low word) and
+// 2c + 2 (high word), lane j ≥ 8 sub-blocks 2c + 1 and 2c + 3.
+inline __m512i chunk_pair_scale_index(int chunk) {
+  const __m256i low_lanes = _mm256_set1_epi32(int(2 * chunk) | int(2 * chunk + 2) << 16);
+  const __m256i high_lanes = _mm256_set1_epi32(int(2 * chunk + 1) | int(2 * chunk + 3) << 16);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(low_lanes), high_lanes, 1);
 }
 
 // One tile: kW weight rows (row r at w + r·w_stride bytes) × kA activation rows (row t at
@@ -55,6 +64,7 @@ template <int kW, int kA>
 void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a_stride,
                int64_t n_blocks, float* out, size_t out_w_stride, size_t out_a_stride) {
   const __m512i nibble = _mm512_set1_epi8(15);
+  const __m512i low_word_up = low_word_to_high_word();
   const auto block_of = [&](int r, int64_t b) -> const BlockQ4_K& {
     return reinterpret_cast<const BlockQ4_K*>(w + size_t(r) * w_stride)[b];
   };
@@ -86,19 +96,33 @@ void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
     for (auto& row : sums) {
       for (__m512i& v : row) v = _mm512_setzero_si512();
     }
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      __m512i q[kW], chunk_scales[kW];
+    // Chunks in pairs (c, c + 1): vpdpbusd forms each chunk's exact 4-product sums P (|P| ≤
+    // 4·15·127, so P fits in i16), the pair's two P of a lane become one i32 of two i16 words, and
+    // one vpdpwssd multiplies both by their sub-block scales: 3 multiplies per 128 weights where
+    // maddubs + vpdpwssd per chunk take 4 (the multiplier is what bounds this kernel). Lane j gets
+    // P_c[j]·scale + P_{c+1}[j]·scale', the integers of the one-chunk-at-a-time form.
+    for (int chunk = 0; chunk < 4; chunk += 2) {
+      __m512i q[kW][2], pair_scales[kW];
       for (int r = 0; r < kW; ++r) {
-        const __m256i bytes = avx2::load32(block_of(r, b).qs + 32 * chunk);
-        q[r] = _mm512_and_si512(
-            _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1),
-            nibble);
-        chunk_scales[r] = _mm512_permutexvar_epi16(chunk_scale_index(chunk), scales[r]);
+        for (int i = 0; i < 2; ++i) {
+          const __m256i bytes = avx2::load32(block_of(r, b).qs + 32 * (chunk + i));
+          q[r][i] = _mm512_and_si512(
+              _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1),
+              nibble);
+        }
+        pair_scales[r] = _mm512_permutexvar_epi16(chunk_pair_scale_index(chunk), scales[r]);
       }
       for (int t = 0; t < kA; ++t) {
-        const __m512i x = _mm512_loadu_si512(activation(t, b).qs + 64 * chunk);
+        const int8_t* x = activation(t, b).qs + 64 * chunk;
+        const __m512i x0 = _mm512_loadu_si512(x);
+        const __m512i x1 = _mm512_loadu_si512(x + 64);
         for (int r = 0; r < kW; ++r) {
-          sums[r][t] = _mm512_dpwssd_epi32(sums[r][t], _mm512_maddubs_epi16(q[r], x), chunk_scales[r]);
+          const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r][0], x0);
+          const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r][1], x1);
+          // Even words: P_c; odd words: P_{c+1} (its low word moved up by a byte shuffle).
+          const __m512i words =
+              _mm512_mask_blend_epi16(0xAAAAAAAA, p0, _mm512_shuffle_epi8(p1, low_word_up));
+          sums[r][t] = _mm512_dpwssd_epi32(sums[r][t], words, pair_scales[r]);
         }
       }
     }
@@ -120,30 +144,30 @@ void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
       const __m256 sum = _mm512_castps512_ps256(acc[r][t]);
       const __m256 mins = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][t]), 1));
       out[size_t(r) * out_w_stride + size_t(t) * out_a_stride] =
-          avx2::horizontal_sum(sum) - avx2::horizontal_sum(mins);
+          canonical_result(avx2::horizontal_sum(sum) - avx2::horizontal_sum(mins));
     }
   }
 }
 
-// Q6_K: one 512-bit step covers two 32-weight quarters of a 128-weight half (quarters 2p and
+// Q6_K: one 512-bit vector covers two 32-weight quarters of a 128-weight half (quarters 2p and
 // 2p + 1 of half h: ql bytes and qh bits exactly as avx2's unpack_q6_K_half, two at a time), which
-// are the 64 activations 128h + 64p .. + 63; its 32 i16 pair sums belong to sub-blocks
-// 8h + 4p + (word / 8), whose scales one vpermw spreads. Adding the two 256-bit halves of the
+// are the 64 activations 128h + 64p .. + 63; i32 lane j of its 4-product sums belongs to sub-block
+// 8h + 4p + j/4, and one vpermw spreads the scales of both vectors of a half. Adding the two 256-bit halves of the
 // 16-lane sum gives avx2::dot_q6_K's 8 lanes (bytes 4k..4k+3 of every quarter), the −32 offset goes
 // through the bsums exactly as there, and the f32 step is avx2's: bitwise avx2::dot_q6_K.
 // One tile: kW weight rows × kA activation rows; quants and scales unpacked once per weight row,
 // activation vectors loaded once per activation row.
-constexpr uint16_t q6_K_step_scale_index(int half, int pair, int word) {
-  return uint16_t(8 * half + 4 * pair + word / 8);
-}
+// vpermw indices of half h: i32 lane j covers bytes 4j..4j+3 of the quarter pair (0, 1) in its low
+// word and of (2, 3) in its high word, i.e. sub-blocks 8h + j/4 and 8h + 4 + j/4.
 struct Q6KScaleIndices {
-  alignas(64) uint16_t words[4][32];  // [2·half + pair][word]
+  alignas(64) uint16_t words[2][32];  // [half][word]
 };
 constexpr Q6KScaleIndices make_q6_K_scale_indices() {
   Q6KScaleIndices indices{};
-  for (int step = 0; step < 4; ++step) {
-    for (int word = 0; word < 32; ++word) {
-      indices.words[step][word] = q6_K_step_scale_index(step / 2, step % 2, word);
+  for (int half = 0; half < 2; ++half) {
+    for (int lane = 0; lane < 16; ++lane) {
+      indices.words[half][2 * lane] = uint16_t(8 * half + lane / 4);
+      indices.words[half][2 * lane + 1] = uint16_t(8 * half + 4 + lane / 4);
     }
   }
   return indices;
@@ -161,6 +185,7 @@ void q6_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
   };
   const __m512i low_mask = _mm512_set1_epi8(0x0f);
   const __m512i high_mask = _mm512_set1_epi8(0x30);
+  const __m512i low_word_up = low_word_to_high_word();
   __m256 acc[kW][kA];
   for (auto& row : acc) {
     for (__m256& v : row) v = _mm256_setzero_ps();
@@ -173,7 +198,7 @@ void q6_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
       for (__m512i& v : row) v = _mm512_setzero_si512();
     }
     for (int half = 0; half < 2; ++half) {
-      __m512i q[kW][2], step_scales[kW][2];
+      __m512i q[kW][2], half_scales[kW];
       for (int r = 0; r < kW; ++r) {
         const BlockQ6_K& block = block_of(r, b);
         const __m512i ql = _mm512_loadu_si512(block.ql + 64 * half);
@@ -185,19 +210,22 @@ void q6_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
         q[r][0] = _mm512_or_si512(_mm512_and_si512(ql, low_mask), _mm512_and_si512(qh_01, high_mask));
         q[r][1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low_mask),
                                   _mm512_and_si512(qh_23, high_mask));
-        for (int pair = 0; pair < 2; ++pair) {
-          step_scales[r][pair] = _mm512_permutexvar_epi16(
-              _mm512_load_si512(kQ6KScaleIndices.words[2 * half + pair]),
-              _mm512_castsi256_si512(scales[r]));
-        }
+        half_scales[r] = _mm512_permutexvar_epi16(
+            _mm512_load_si512(kQ6KScaleIndices.words[half]), _mm512_castsi256_si512(scales[r]));
       }
+      // As Q4_K's chunk pairs: vpdpbusd gives each step's exact 4-product sums (|P| ≤ 4·63·127
+      // fits in i16), the two steps' sums of a lane share one i32 as two words, and one vpdpwssd
+      // applies both sub-block scales.
       for (int t = 0; t < kA; ++t) {
-        for (int pair = 0; pair < 2; ++pair) {
-          const __m512i x = _mm512_loadu_si512(activation(t, b).qs + 128 * half + 64 * pair);
-          for (int r = 0; r < kW; ++r) {
-            sums[r][t] = _mm512_dpwssd_epi32(sums[r][t], _mm512_maddubs_epi16(q[r][pair], x),
-                                             step_scales[r][pair]);
-          }
+        const int8_t* x = activation(t, b).qs + 128 * half;
+        const __m512i x0 = _mm512_loadu_si512(x);
+        const __m512i x1 = _mm512_loadu_si512(x + 64);
+        for (int r = 0; r < kW; ++r) {
+          const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r][0], x0);
+          const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r][1], x1);
+          const __m512i words =
+              _mm512_mask_blend_epi16(0xAAAAAAAA, p0, _mm512_shuffle_epi8(p1, low_word_up));
+          sums[r][t] = _mm512_dpwssd_epi32(sums[r][t], words, half_scales[r]);
         }
       }
     }
@@ -215,7 +243,8 @@ void q6_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
   }
   for (int r = 0; r < kW; ++r) {
     for (int t = 0; t < kA; ++t) {
-      out[size_t(r) * out_w_stride + size_t(t) * out_a_stride] = avx2::horizontal_sum(acc[r][t]);
+      out[size_t(r) * out_w_stride + size_t(t) * out_a_stride] =
+          canonical_result(avx2::horizontal_sum(acc[r][t]));
     }
   }
 }
