@@ -86,7 +86,7 @@ void BM_ExpertRowByRow(benchmark::State& state, GgmlType type) {
 
 int register_all() {
   for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::IQ2_XS, GgmlType::Q6_K,
-                        GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
+                        GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
     const std::string name(type_name(type));
     using Bench = void (*)(benchmark::State&, GgmlType);
     const std::pair<std::string, Bench> benches[] = {{"BM_ExpertWindow/", BM_ExpertWindow},

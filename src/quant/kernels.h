@@ -180,8 +180,6 @@ float dot_iq4_xs(const void* w, const void* a, int64_t n);
 // bitwise the single-row dot of its pair (tests/quant/tile_kernels_test.cpp).
 namespace avx512 {
 float dot_q4_0(const void* w, const void* a, int64_t n);
-float dot_q8_0(const void* w, const void* a, int64_t n);
-float dot_iq4_nl(const void* w, const void* a, int64_t n);
 // Tiles of up to 2 weight rows × 4 activation rows of the 32-weight symmetric types (Q8_0 acts):
 // each output bitwise the single-row dot of its pair (avx2:: and avx512:: alike).
 void dot_tile_q8_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
@@ -193,7 +191,6 @@ void dot_tile_q4_0(const void* w, size_t w_stride, int64_t n_w, const void* a, s
 void dot_tile_iq4_nl(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                      int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
                      size_t out_a_stride);
-float dot_q5_0(const void* w, const void* a, int64_t n);
 void dot_tile_q5_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                    int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
                    size_t out_a_stride);
@@ -211,8 +208,8 @@ float dot_q6_K(const void* w, const void* a, int64_t n);
 void dot_tile_q6_K(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                    int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
                    size_t out_a_stride);
-float dot_iq4_xs(const void* w, const void* a, int64_t n);
-// Tiles of up to 2 weight rows × 4 activation rows; each output bitwise dot_iq4_xs of its pair.
+// Tiles of up to 2 weight rows × 4 activation rows; each output bitwise avx2::dot_iq4_xs of its
+// pair.
 void dot_tile_iq4_xs(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                      int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
                      size_t out_a_stride);

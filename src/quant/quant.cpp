@@ -1,8 +1,8 @@
 // Public quant API: type checks, the scalar reference dispatch (quant::ref) and the fast
 // dispatch, which picks kernels once per process: AVX2 when the CPU has AVX2, FMA, F16C and BMI1
 // (every AVX2 CPU has them; the IQ2_XS kernel uses BMI1's bextr), and on top of that the AVX-512
-// dot and tile kernels (Q8_0, Q4_0, IQ4_NL, Q4_K, Q6_K, IQ4_XS, IQ2_XS) when it also has AVX-512
-// F/BW/VL/VBMI/VNNI/BITALG (Ice Lake, Zen 4 and later). STRATA_QUANT_MAX=scalar|avx2|avx512 caps the level (read once; for tests and
+// dot kernels (Q4_0, Q4_K, Q6_K, IQ2_XS) and tile kernels (Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K, Q6_K,
+// IQ4_XS, IQ2_XS) when it also has AVX-512 F/BW/VL/VBMI/VNNI/BITALG (Ice Lake, Zen 4 and later). STRATA_QUANT_MAX=scalar|avx2|avx512 caps the level (read once; for tests and
 // A/B measurements); STRATA_QUANT_SCALAR=1 is the older spelling of STRATA_QUANT_MAX=scalar.
 #include "quant/quant.h"
 
@@ -133,19 +133,17 @@ KernelArray fast_kernels(KernelLevel level) {
   set(GgmlType::IQ1_S, avx2::dequantize_iq1_s, avx2::quantize_q8_K, avx2::dot_iq1_s);
   set(GgmlType::IQ1_M, avx2::dequantize_iq1_m, avx2::quantize_q8_K, avx2::dot_iq1_m);
   if (level == KernelLevel::Avx2) return k;
+  // One-row dots (decode) stay AVX2 where the AVX-512 form measured no faster on the Xeon
+  // (bench_matmul_tile rows:1: Q8_0, Q5_0, IQ4_NL, IQ4_XS); their tiles are bitwise those AVX2 dots.
   k[size_t(GgmlType::Q4_0)].dot = avx512::dot_q4_0;
   k[size_t(GgmlType::Q4_0)].dot_tile = avx512::dot_tile_q4_0;
-  k[size_t(GgmlType::IQ4_NL)].dot = avx512::dot_iq4_nl;
-  k[size_t(GgmlType::Q5_0)].dot = avx512::dot_q5_0;
   k[size_t(GgmlType::Q5_0)].dot_tile = avx512::dot_tile_q5_0;
   k[size_t(GgmlType::IQ4_NL)].dot_tile = avx512::dot_tile_iq4_nl;
-  k[size_t(GgmlType::Q8_0)].dot = avx512::dot_q8_0;
   k[size_t(GgmlType::Q8_0)].dot_tile = avx512::dot_tile_q8_0;
   k[size_t(GgmlType::Q4_K)].dot = avx512::dot_q4_K;
   k[size_t(GgmlType::Q4_K)].dot_many = avx512::dot_many_q4_K;
   k[size_t(GgmlType::Q4_K)].dot_tile = avx512::dot_tile_q4_K;
   k[size_t(GgmlType::Q6_K)].dot = avx512::dot_q6_K;
-  k[size_t(GgmlType::IQ4_XS)].dot = avx512::dot_iq4_xs;
   k[size_t(GgmlType::IQ4_XS)].dot_tile = avx512::dot_tile_iq4_xs;
   k[size_t(GgmlType::Q6_K)].dot_tile = avx512::dot_tile_q6_K;
   k[size_t(GgmlType::IQ2_XS)].dot = avx512::dot_iq2_xs;
@@ -221,7 +219,8 @@ void dot_many_with(const TypeKernels& k, const void* weight_row, const void* act
   }
   const auto* activation = static_cast<const std::byte*>(activations);
   for (int64_t t = 0; t < n_activations; ++t) {
-    out[size_t(t) * out_stride] = k.dot(weight_row, activation + size_t(t) * activation_stride, n);
+    out[size_t(t) * out_stride] =
+        canonical_nan(k.dot(weight_row, activation + size_t(t) * activation_stride, n));
   }
 }
 
@@ -324,7 +323,7 @@ void quantize_activation(GgmlType weight_type, const float* src, void* dst, int6
 float dot(GgmlType weight_type, const void* weight_row, const void* activation, int64_t n) {
   const TypeKernels& k = kernels_for(fast_table(), weight_type, "dot");
   check_length(weight_type, n, "dot");
-  return k.dot(weight_row, activation, n);
+  return canonical_nan(k.dot(weight_row, activation, n));
 }
 
 void dot_many(GgmlType weight_type, const void* weight_row, const void* activations,

@@ -98,7 +98,7 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_r
         const std::byte* tile_activations = activations + size_t(t_tile) * activation_stride;
         if (n_tile_rows == 1) {
           for (int64_t o = o_tile; o < o_tile_end; ++o) {
-            y[t_tile * n_out + o] = dot(w.row(o), tile_activations, n_in);
+            y[t_tile * n_out + o] = quant::canonical_nan(dot(w.row(o), tile_activations, n_in));
           }
         } else {
           quant::dot_tile(type, w.row(o_tile), w.row_stride_bytes, o_tile_end - o_tile,

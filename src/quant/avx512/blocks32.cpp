@@ -100,7 +100,7 @@ void blocks32_tile(const std::byte* w, size_t w_stride, const std::byte* a, size
         acc_even = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc_even);
       }
       out[r * out_w_stride + t * out_a_stride] =
-          canonical_result(avx2::horizontal_sum(_mm256_add_ps(acc_even, acc_odd)));
+          canonical_nan(avx2::horizontal_sum(_mm256_add_ps(acc_even, acc_odd)));
     }
   }
 }
@@ -187,14 +187,6 @@ constexpr int8_t kNibbleValues[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 
 
 }  // namespace
 
-float dot_q8_0(const void* w, const void* a, int64_t n) {
-  float result = 0.0f;
-  blocks32_tile<BlockQ8_0, Q8_0Weights, 1, 1>(static_cast<const std::byte*>(w), 0,
-                                              static_cast<const std::byte*>(a), 0, n / kBlock32,
-                                              &result, 0, 0, Q8_0Weights{});
-  return result;
-}
-
 void dot_tile_q8_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                    int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
                    size_t out_a_stride) {
@@ -209,27 +201,11 @@ void dot_tile_q4_0(const void* w, size_t w_stride, int64_t n_w, const void* a, s
                             out_a_stride, NibbleWeights<BlockQ4_0>{table_of(kQ4_0Values)});
 }
 
-float dot_q5_0(const void* w, const void* a, int64_t n) {
-  float result = 0.0f;
-  blocks32_tile<BlockQ5_0, Q5_0Weights, 1, 1>(
-      static_cast<const std::byte*>(w), 0, static_cast<const std::byte*>(a), 0, n / kBlock32,
-      &result, 0, 0, Q5_0Weights{{table_of(kNibbleValues)}});
-  return result;
-}
-
 void dot_tile_q5_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                    int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
                    size_t out_a_stride) {
   blocks32_tiles<BlockQ5_0>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
                             out_a_stride, Q5_0Weights{{table_of(kNibbleValues)}});
-}
-
-float dot_iq4_nl(const void* w, const void* a, int64_t n) {
-  float result = 0.0f;
-  blocks32_tile<BlockIQ4_NL, NibbleWeights<BlockIQ4_NL>, 1, 1>(
-      static_cast<const std::byte*>(w), 0, static_cast<const std::byte*>(a), 0, n / kBlock32,
-      &result, 0, 0, NibbleWeights<BlockIQ4_NL>{table_of(kIq4nlValues)});
-  return result;
 }
 
 void dot_tile_iq4_nl(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "quant/quant.h"
+
 // clang has neither the bug nor -Wmaybe-uninitialized (it would warn about the unknown group).
 #if defined(__clang__)
 #define STRATA_AVX512_IGNORE_GCC12_WARNINGS
@@ -23,15 +25,6 @@
 #endif
 
 namespace strata::quant::avx512 {
-
-// What every one-row and tile kernel stores: the result, except that any NaN becomes the one
-// canonical quiet NaN. The sums are bitwise fixed for finite inputs, but which NaN payload survives
-// an add or FMA with two NaN operands depends on the instruction form the compiler picked, which
-// can differ between tile shapes; a weight row with NaN scales must still give the same bits in
-// a one-row and a T-row window.
-[[gnu::always_inline]] inline float canonical_result(float v) {
-  return v == v ? v : __builtin_nanf("");
-}
 
 // Lane k + lane 8 + k of 16 i32 lanes.
 [[gnu::always_inline]] inline __m256i add_halves(__m512i v) {

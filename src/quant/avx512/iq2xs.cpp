@@ -292,7 +292,7 @@ void dot_rows(const BlockIQ2_XS* blocks, const std::byte* acts, size_t act_strid
   // An odd last block is decoded with itself as the (unused) second block: no read past the row.
   if (b < n_blocks) accumulate(decoder.codes(blocks[b], blocks[b]), 0, b);
   for (int t = 0; t < kRows; ++t) {
-    out[size_t(t) * out_stride] = canonical_result(avx2::horizontal_sum(acc[t]));
+    out[size_t(t) * out_stride] = canonical_nan(avx2::horizontal_sum(acc[t]));
   }
 }
 

@@ -1,6 +1,5 @@
-// AVX-512 (F/BW/VL + VNNI) dot kernels for IQ4_XS weights with Q8_K activations: one weight row
-// against one activation row (dot_iq4_xs) or tiles of weight rows × activation rows
-// (dot_tile_iq4_xs). (IQ4_NL, with Q8_0 activations, shares the 32-weight block tiles of
+// AVX-512 (F/BW/VL + VNNI) tiles of IQ4_XS weight rows × Q8_K activation rows (dot_tile_iq4_xs;
+// one-row dots stay avx2::dot_iq4_xs, which measured as fast). (IQ4_NL, with Q8_0 activations, shares the 32-weight block tiles of
 // avx512/blocks32.cpp.)
 //
 // One 512-bit step covers two 32-weight sub-blocks (ib, ib + 1): their nibbles, placed as IQ4_NL's,
@@ -11,8 +10,7 @@
 //
 // Bitwise equal to avx2::dot_iq4_xs: lanes 0-7 of the 16-lane sum hold sub-block ib's bytes
 // 4k..4k+3 and lanes 8-15 those of ib + 1, so adding the two 256-bit halves gives each of avx2's
-// 8 lanes exactly its integer; the f32 step is avx2's code, block after block. All entry points
-// run the same per-pair code.
+// 8 lanes exactly its integer; the f32 step is avx2's code, block after block.
 #include <immintrin.h>
 
 #include <cstddef>
@@ -107,19 +105,12 @@ void iq4_xs_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t
   for (int r = 0; r < kW; ++r) {
     for (int t = 0; t < kA; ++t) {
       out[size_t(r) * out_w_stride + size_t(t) * out_a_stride] =
-          canonical_result(avx2::horizontal_sum(acc[r][t]));
+          canonical_nan(avx2::horizontal_sum(acc[r][t]));
     }
   }
 }
 
 }  // namespace
-
-float dot_iq4_xs(const void* w, const void* a, int64_t n) {
-  float result = 0.0f;
-  iq4_xs_tile<1, 1>(static_cast<const std::byte*>(w), 0, static_cast<const std::byte*>(a), 0,
-                    n / kBlockK, &result, 0, 0);
-  return result;
-}
 
 void dot_tile_iq4_xs(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                      int64_t n_acts, int64_t n, float* out, size_t out_w_stride,

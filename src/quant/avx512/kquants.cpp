@@ -46,6 +46,12 @@ inline __m512i low_word_to_high_word() {
       _mm_setr_epi32(int(0x01008080), int(0x05048080), int(0x09088080), int(0x0d0c8080)));
 }
 
+// vpermw indices that spread scale 2c over i16 lanes 0-15 and scale 2c+1 over lanes 16-31.
+inline __m512i chunk_scale_index(int chunk) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(short(2 * chunk))),
+                            _mm256_set1_epi16(short(2 * chunk + 1)), 1);
+}
+
 // vpermw indices for the chunk pair (c, c + 1): i32 lane j < 8 holds sub-blocks 2c (low word) and
 // 2c + 2 (high word), lane j ≥ 8 sub-blocks 2c + 1 and 2c + 3.
 inline __m512i chunk_pair_scale_index(int chunk) {
@@ -96,33 +102,47 @@ void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
     for (auto& row : sums) {
       for (__m512i& v : row) v = _mm512_setzero_si512();
     }
-    // Chunks in pairs (c, c + 1): vpdpbusd forms each chunk's exact 4-product sums P (|P| ≤
-    // 4·15·127, so P fits in i16), the pair's two P of a lane become one i32 of two i16 words, and
-    // one vpdpwssd multiplies both by their sub-block scales: 3 multiplies per 128 weights where
-    // maddubs + vpdpwssd per chunk take 4 (the multiplier is what bounds this kernel). Lane j gets
-    // P_c[j]·scale + P_{c+1}[j]·scale', the integers of the one-chunk-at-a-time form.
-    for (int chunk = 0; chunk < 4; chunk += 2) {
-      __m512i q[kW][2], pair_scales[kW];
-      for (int r = 0; r < kW; ++r) {
-        for (int i = 0; i < 2; ++i) {
-          const __m256i bytes = avx2::load32(block_of(r, b).qs + 32 * (chunk + i));
-          q[r][i] = _mm512_and_si512(
-              _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1),
-              nibble);
-        }
-        pair_scales[r] = _mm512_permutexvar_epi16(chunk_pair_scale_index(chunk), scales[r]);
+    // One row × one activation (decode) keeps the maddubs + vpdpwssd form per chunk that
+    // decode was measured with. Tiles take the chunks in pairs (c, c + 1): vpdpbusd forms each
+    // chunk's exact 4-product sums P (|P| ≤ 4·15·127, so P fits in i16), the pair's two P of a lane
+    // become one i32 of two i16 words, and one vpdpwssd multiplies both by their sub-block scales:
+    // 3 multiplies per 128 weights where maddubs + vpdpwssd per chunk take 4 (the multiplier is
+    // what bounds this kernel on a Xeon). Either way lane j gets P_c[j]·scale + P_{c+1}[j]·scale'.
+    if constexpr (kW == 1 && kA == 1) {
+      for (int chunk = 0; chunk < 4; ++chunk) {
+        const __m256i bytes = avx2::load32(block_of(0, b).qs + 32 * chunk);
+        const __m512i q = _mm512_and_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1),
+            nibble);
+        const __m512i products =
+            _mm512_maddubs_epi16(q, _mm512_loadu_si512(activation(0, b).qs + 64 * chunk));
+        sums[0][0] = _mm512_dpwssd_epi32(
+            sums[0][0], products, _mm512_permutexvar_epi16(chunk_scale_index(chunk), scales[0]));
       }
-      for (int t = 0; t < kA; ++t) {
-        const int8_t* x = activation(t, b).qs + 64 * chunk;
-        const __m512i x0 = _mm512_loadu_si512(x);
-        const __m512i x1 = _mm512_loadu_si512(x + 64);
+    } else {
+      for (int chunk = 0; chunk < 4; chunk += 2) {
+        __m512i q[kW][2], pair_scales[kW];
         for (int r = 0; r < kW; ++r) {
-          const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r][0], x0);
-          const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r][1], x1);
-          // Even words: P_c; odd words: P_{c+1} (its low word moved up by a byte shuffle).
-          const __m512i words =
-              _mm512_mask_blend_epi16(0xAAAAAAAA, p0, _mm512_shuffle_epi8(p1, low_word_up));
-          sums[r][t] = _mm512_dpwssd_epi32(sums[r][t], words, pair_scales[r]);
+          for (int i = 0; i < 2; ++i) {
+            const __m256i bytes = avx2::load32(block_of(r, b).qs + 32 * (chunk + i));
+            q[r][i] = _mm512_and_si512(
+                _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1),
+                nibble);
+          }
+          pair_scales[r] = _mm512_permutexvar_epi16(chunk_pair_scale_index(chunk), scales[r]);
+        }
+        for (int t = 0; t < kA; ++t) {
+          const int8_t* x = activation(t, b).qs + 64 * chunk;
+          const __m512i x0 = _mm512_loadu_si512(x);
+          const __m512i x1 = _mm512_loadu_si512(x + 64);
+          for (int r = 0; r < kW; ++r) {
+            const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r][0], x0);
+            const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r][1], x1);
+            // Even words: P_c; odd words: P_{c+1} (its low word moved up by a byte shuffle).
+            const __m512i words =
+                _mm512_mask_blend_epi16(0xAAAAAAAA, p0, _mm512_shuffle_epi8(p1, low_word_up));
+            sums[r][t] = _mm512_dpwssd_epi32(sums[r][t], words, pair_scales[r]);
+          }
         }
       }
     }
@@ -144,7 +164,7 @@ void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
       const __m256 sum = _mm512_castps512_ps256(acc[r][t]);
       const __m256 mins = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][t]), 1));
       out[size_t(r) * out_w_stride + size_t(t) * out_a_stride] =
-          canonical_result(avx2::horizontal_sum(sum) - avx2::horizontal_sum(mins));
+          canonical_nan(avx2::horizontal_sum(sum) - avx2::horizontal_sum(mins));
     }
   }
 }
@@ -244,7 +264,7 @@ void q6_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
   for (int r = 0; r < kW; ++r) {
     for (int t = 0; t < kA; ++t) {
       out[size_t(r) * out_w_stride + size_t(t) * out_a_stride] =
-          canonical_result(avx2::horizontal_sum(acc[r][t]));
+          canonical_nan(avx2::horizontal_sum(acc[r][t]));
     }
   }
 }
