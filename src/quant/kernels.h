@@ -199,7 +199,7 @@ float dot_q4_K(const void* w, const void* a, int64_t n);
 // out[t·out_stride]; each output bitwise dot_q4_K of its activation row.
 void dot_many_q4_K(const void* w, const void* a, size_t act_stride, int64_t n_acts, int64_t n,
                    float* out, size_t out_stride);
-// Tiles of up to 2 weight rows × 4 activation rows; each output bitwise dot_q4_K of its pair.
+// Tiles of one weight row × up to 12 activation rows; each output bitwise dot_q4_K of its pair.
 void dot_tile_q4_K(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                    int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
                    size_t out_a_stride);
