@@ -47,6 +47,8 @@ const TileKernel kTileKernels[] = {
      cpu_has_avx512},
     {"avx512", GgmlType::Q4_0, scalar::dot_q4_0, avx2::dot_q4_0, avx512::dot_tile_q4_0,
      cpu_has_avx512},
+    {"avx512", GgmlType::Q5_0, scalar::dot_q5_0, avx2::dot_q5_0, avx512::dot_tile_q5_0,
+     cpu_has_avx512},
     {"avx512", GgmlType::IQ4_NL, scalar::dot_iq4_nl, avx2::dot_iq4_nl, avx512::dot_tile_iq4_nl,
      cpu_has_avx512},
     {"avx512", GgmlType::Q4_K, scalar::dot_q4_K, avx2::dot_q4_K, avx512::dot_tile_q4_K,
