@@ -2,7 +2,9 @@
 //
 // `scalar::` is the specification: plain loops written from the block definitions. `avx2::` are
 // the fast versions (compiled with AVX2/FMA/F16C/BMI1 in avx2/*.cpp); call them only when
-// cpu_has_avx2() is true. `avx512::` holds the few kernels that gain from AVX-512 (see below).
+// cpu_has_avx2() is true. `avx512::` holds the kernels that gain from AVX-512, among them the
+// tile kernels (DotTileFn: many weight rows × many activation rows, quant/tiles.h) that prompt
+// windows run (see below).
 // Files are named by format family, the same name at each instruction level:
 //   float     F32, F16, BF16                         (a: f32)
 //   blocks32  Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, and the Q8_0 / Q8_K activation quantizers (a: Q8_0)
@@ -32,6 +34,13 @@ using DotFn = float (*)(const void* weight_row, const void* activation, int64_t 
 // out[t·out_stride] = the DotFn of the same type on (weight_row, row t), bitwise.
 using DotManyFn = void (*)(const void* weight_row, const void* activations, size_t act_stride,
                            int64_t n_acts, int64_t n, float* out, size_t out_stride);
+// n_w weight rows (row r at weights + r·weight_stride bytes) against n_acts activation rows (row t
+// at activations + t·act_stride bytes): out[r·out_w_stride + t·out_act_stride] = the DotFn of the
+// same type on (row r, activation t), bitwise. Kernels decode each weight block once for a tile of
+// activation rows and load each activation once for a tile of weight rows (quant/tiles.h).
+using DotTileFn = void (*)(const void* weights, size_t weight_stride, int64_t n_w,
+                           const void* activations, size_t act_stride, int64_t n_acts, int64_t n,
+                           float* out, size_t out_w_stride, size_t out_act_stride);
 
 namespace scalar {
 void dequantize_f32(const void* src, float* dst, int64_t n);
@@ -167,19 +176,52 @@ float dot_iq4_xs(const void* w, const void* a, int64_t n);
 
 // AVX-512 kernels (F, BW, VL, VBMI, VNNI, BITALG; avx512/*.cpp): call them only when
 // cpu_has_avx512() is true. Bitwise equal to their avx2:: counterparts (same integer lanes, same
-// f32 code), so the result does not depend on which of the two a CPU runs.
+// f32 code), so the result does not depend on which of the two a CPU runs; every tile output is
+// bitwise the single-row dot of its pair (tests/quant/tile_kernels_test.cpp).
 namespace avx512 {
 float dot_q4_0(const void* w, const void* a, int64_t n);
+// Tiles of up to 2 weight rows × 4 activation rows of the 32-weight symmetric types (Q8_0 acts):
+// each output bitwise the single-row dot of its pair (avx2:: and avx512:: alike).
+void dot_tile_q8_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride);
+void dot_tile_q4_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride);
+void dot_tile_iq4_nl(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                     int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                     size_t out_a_stride);
+void dot_tile_q5_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride);
 float dot_q4_K(const void* w, const void* a, int64_t n);
 // One Q4_K row against n_acts activation rows (row t at a + t·act_stride bytes) into
 // out[t·out_stride]; each output bitwise dot_q4_K of its activation row.
 void dot_many_q4_K(const void* w, const void* a, size_t act_stride, int64_t n_acts, int64_t n,
                    float* out, size_t out_stride);
+// Tiles of one weight row × up to 12 activation rows; each output bitwise dot_q4_K of its pair.
+void dot_tile_q4_K(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride);
+float dot_q6_K(const void* w, const void* a, int64_t n);
+// Tiles of up to 2 weight rows × 4 activation rows; each output bitwise dot_q6_K of its pair.
+void dot_tile_q6_K(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride);
+// Tiles of up to 2 weight rows × 4 activation rows; each output bitwise avx2::dot_iq4_xs of its
+// pair.
+void dot_tile_iq4_xs(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                     int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                     size_t out_a_stride);
 float dot_iq2_xs(const void* w, const void* a, int64_t n);
 // Decodes each weight block once for up to 8 activation rows (more in further passes); every
 // output is bitwise dot_iq2_xs of its activation row (shared per-block code, kernels_test checks).
 void dot_many_iq2_xs(const void* w, const void* a, size_t act_stride, int64_t n_acts, int64_t n,
                      float* out, size_t out_stride);
+// dot_many_iq2_xs for n_w weight rows, activation groups of 8 outer (they stay in L1).
+void dot_tile_iq2_xs(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                     int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                     size_t out_a_stride);
 }  // namespace avx512
 
 // Rounds to nearest, ties to even, for |v| ≤ 2^22: adding 1.5·2^23 leaves no fraction bits, so

@@ -1,8 +1,8 @@
 // Public quant API: type checks, the scalar reference dispatch (quant::ref) and the fast
 // dispatch, which picks kernels once per process: AVX2 when the CPU has AVX2, FMA, F16C and BMI1
 // (every AVX2 CPU has them; the IQ2_XS kernel uses BMI1's bextr), and on top of that the AVX-512
-// dot kernels (Q4_0, Q4_K, IQ2_XS) when it also has AVX-512 F/BW/VL/VBMI/VNNI/BITALG (Ice Lake,
-// Zen 4 and later). STRATA_QUANT_MAX=scalar|avx2|avx512 caps the level (read once; for tests and
+// dot kernels (Q4_0, Q4_K, Q6_K, IQ2_XS) and tile kernels (Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K, Q6_K,
+// IQ4_XS, IQ2_XS) when it also has AVX-512 F/BW/VL/VBMI/VNNI/BITALG (Ice Lake, Zen 4 and later). STRATA_QUANT_MAX=scalar|avx2|avx512 caps the level (read once; for tests and
 // A/B measurements); STRATA_QUANT_SCALAR=1 is the older spelling of STRATA_QUANT_MAX=scalar.
 #include "quant/quant.h"
 
@@ -25,7 +25,8 @@ struct TypeKernels {
   QuantizeFn quantize = nullptr;
   QuantizeFn quantize_activation = nullptr;
   DotFn dot = nullptr;
-  DotManyFn dot_many = nullptr;  // null: dot_many calls `dot` once per activation
+  DotManyFn dot_many = nullptr;  // null: dot_many calls `dot_tile` or `dot` per activation
+  DotTileFn dot_tile = nullptr;  // null: dot_tile calls dot_many per weight row (or `dot`)
 };
 
 constexpr size_t kMaxTypeId = 40;
@@ -132,11 +133,22 @@ KernelArray fast_kernels(KernelLevel level) {
   set(GgmlType::IQ1_S, avx2::dequantize_iq1_s, avx2::quantize_q8_K, avx2::dot_iq1_s);
   set(GgmlType::IQ1_M, avx2::dequantize_iq1_m, avx2::quantize_q8_K, avx2::dot_iq1_m);
   if (level == KernelLevel::Avx2) return k;
+  // One-row dots (decode) stay AVX2 where the AVX-512 form measured no faster on the Xeon
+  // (bench_matmul_tile rows:1: Q8_0, Q5_0, IQ4_NL, IQ4_XS); their tiles are bitwise those AVX2 dots.
   k[size_t(GgmlType::Q4_0)].dot = avx512::dot_q4_0;
+  k[size_t(GgmlType::Q4_0)].dot_tile = avx512::dot_tile_q4_0;
+  k[size_t(GgmlType::Q5_0)].dot_tile = avx512::dot_tile_q5_0;
+  k[size_t(GgmlType::IQ4_NL)].dot_tile = avx512::dot_tile_iq4_nl;
+  k[size_t(GgmlType::Q8_0)].dot_tile = avx512::dot_tile_q8_0;
   k[size_t(GgmlType::Q4_K)].dot = avx512::dot_q4_K;
   k[size_t(GgmlType::Q4_K)].dot_many = avx512::dot_many_q4_K;
+  k[size_t(GgmlType::Q4_K)].dot_tile = avx512::dot_tile_q4_K;
+  k[size_t(GgmlType::Q6_K)].dot = avx512::dot_q6_K;
+  k[size_t(GgmlType::IQ4_XS)].dot_tile = avx512::dot_tile_iq4_xs;
+  k[size_t(GgmlType::Q6_K)].dot_tile = avx512::dot_tile_q6_K;
   k[size_t(GgmlType::IQ2_XS)].dot = avx512::dot_iq2_xs;
   k[size_t(GgmlType::IQ2_XS)].dot_many = avx512::dot_many_iq2_xs;
+  k[size_t(GgmlType::IQ2_XS)].dot_tile = avx512::dot_tile_iq2_xs;
   return k;
 }
 
@@ -189,6 +201,26 @@ void check_length(GgmlType type, int64_t n, const char* operation) {
   if (n < 0 || n % block != 0) {
     fail("quant::{}: row of {} elements of type {}: expected a multiple of the block size {}",
          operation, n, printable_name(type), block);
+  }
+}
+
+// dot_many on a type's kernels: its own kernel, else a one-row tile, else one dot per activation.
+void dot_many_with(const TypeKernels& k, const void* weight_row, const void* activations,
+                   size_t activation_stride, int64_t n_activations, int64_t n, float* out,
+                   size_t out_stride) {
+  if (k.dot_many != nullptr) {
+    k.dot_many(weight_row, activations, activation_stride, n_activations, n, out, out_stride);
+    return;
+  }
+  if (k.dot_tile != nullptr) {
+    k.dot_tile(weight_row, 0, 1, activations, activation_stride, n_activations, n, out, 0,
+               out_stride);
+    return;
+  }
+  const auto* activation = static_cast<const std::byte*>(activations);
+  for (int64_t t = 0; t < n_activations; ++t) {
+    out[size_t(t) * out_stride] =
+        canonical_nan(k.dot(weight_row, activation + size_t(t) * activation_stride, n));
   }
 }
 
@@ -291,7 +323,7 @@ void quantize_activation(GgmlType weight_type, const float* src, void* dst, int6
 float dot(GgmlType weight_type, const void* weight_row, const void* activation, int64_t n) {
   const TypeKernels& k = kernels_for(fast_table(), weight_type, "dot");
   check_length(weight_type, n, "dot");
-  return k.dot(weight_row, activation, n);
+  return canonical_nan(k.dot(weight_row, activation, n));
 }
 
 void dot_many(GgmlType weight_type, const void* weight_row, const void* activations,
@@ -300,13 +332,24 @@ void dot_many(GgmlType weight_type, const void* weight_row, const void* activati
   const TypeKernels& k = kernels_for(fast_table(), weight_type, "dot_many");
   check_length(weight_type, n, "dot_many");
   if (n_activations <= 0) return;
-  if (k.dot_many != nullptr) {
-    k.dot_many(weight_row, activations, activation_stride, n_activations, n, out, out_stride);
+  dot_many_with(k, weight_row, activations, activation_stride, n_activations, n, out, out_stride);
+}
+
+void dot_tile(GgmlType weight_type, const void* weights, size_t weight_stride, int64_t n_weights,
+              const void* activations, size_t activation_stride, int64_t n_activations, int64_t n,
+              float* out, size_t out_weight_stride, size_t out_activation_stride) {
+  const TypeKernels& k = kernels_for(fast_table(), weight_type, "dot_tile");
+  check_length(weight_type, n, "dot_tile");
+  if (n_weights <= 0 || n_activations <= 0) return;
+  if (k.dot_tile != nullptr) {
+    k.dot_tile(weights, weight_stride, n_weights, activations, activation_stride, n_activations, n,
+               out, out_weight_stride, out_activation_stride);
     return;
   }
-  const auto* activation = static_cast<const std::byte*>(activations);
-  for (int64_t t = 0; t < n_activations; ++t) {
-    out[size_t(t) * out_stride] = k.dot(weight_row, activation + size_t(t) * activation_stride, n);
+  const auto* weight = static_cast<const std::byte*>(weights);
+  for (int64_t r = 0; r < n_weights; ++r) {
+    dot_many_with(k, weight + size_t(r) * weight_stride, activations, activation_stride,
+                  n_activations, n, out + size_t(r) * out_weight_stride, out_activation_stride);
   }
 }
 

@@ -13,8 +13,9 @@
 //   The reduction order of `dot` depends only on n, never on where the row sits in a matrix; this
 //   is what makes a row's result identical in a 1-row and a T-row window.
 // - Implementations live side by side: `quant::ref` (scalar, the specification), the AVX2 path
-//   (quant/avx2/*.cpp) and AVX-512 dot kernels for Q4_0, Q4_K and IQ2_XS (quant/avx512/*.cpp,
-//   bitwise equal to the AVX2 ones). The public functions dispatch to the best level the CPU has.
+//   (quant/avx2/*.cpp) and AVX-512 dot kernels for Q4_0, Q4_K, Q6_K and IQ2_XS and tile kernels
+//   (many weight rows × many activation rows) for Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K, Q6_K, IQ4_XS and
+//   IQ2_XS (quant/avx512/*.cpp, bitwise equal to the AVX2 dots; a NaN result is the canonical NaN). The public functions dispatch to the best level the CPU has.
 //   Tests compare every path with ref on random inputs and compare ref against hand-computed
 //   blocks.
 // - Thread safety: all functions are pure; call them from any thread. None allocates.
@@ -60,14 +61,34 @@ float dot(GgmlType weight_type, const void* weight_row, const void* activation, 
 // Dots of one weight row with n_activations activation rows: activation t starts
 // t·activation_stride bytes after `activations` (each 4-byte aligned), and
 // out[t·out_stride] = dot(weight_type, weight_row, activation t, n) bitwise, for every t and every
-// n_activations (what compute::matmul's window identity rests on). IQ2_XS under AVX-512 decodes
-// each weight block once for up to 8 activations; other types call the dot kernel per activation.
+// n_activations (what compute::matmul's window identity rests on). Types with a tile kernel (see
+// dot_tile) decode each weight block once for several activations; the others call the dot kernel
+// per activation.
 void dot_many(GgmlType weight_type, const void* weight_row, const void* activations,
               size_t activation_stride, int64_t n_activations, int64_t n, float* out,
               size_t out_stride);
 
+// Dots of n_weights weight rows (row r at weights + r·weight_stride bytes) with n_activations
+// activation rows (as dot_many): out[r·out_weight_stride + t·out_activation_stride] =
+// dot(weight_type, row r, activation t, n) bitwise, for every r, t and tile shape. Types with a tile
+// kernel (Q8_0 under AVX-512, ...) decode each weight block once for several activations and load
+// each activation block once for several weight rows (under AVX-512: Q8_0, Q4_0, Q5_0, IQ4_NL,
+// Q4_K, Q6_K, IQ4_XS, IQ2_XS); the others run dot_many per weight row.
+void dot_tile(GgmlType weight_type, const void* weights, size_t weight_stride, int64_t n_weights,
+              const void* activations, size_t activation_stride, int64_t n_activations, int64_t n,
+              float* out, size_t out_weight_stride, size_t out_activation_stride);
+
+// NaN results: every dispatched dot, dot_many and dot_tile result that is a NaN is this one quiet
+// NaN. Which NaN payload survives an add or FMA of two NaNs depends on the instruction form the
+// compiler picked, and that differs between a one-row kernel and a tile; a weight row with NaN
+// scales must still give the same bits in a one-row and a T-row window.
+[[gnu::always_inline]] inline float canonical_nan(float v) {
+  return v == v ? v : __builtin_nanf("");
+}
+
 // The dispatched dot kernel of `weight_type`, for hot loops that call it once per row: same
-// result as dot(), minus the per-call type and length checks (n must be a block multiple).
+// result as dot(), minus the per-call type and length checks (n must be a block multiple) and
+// the NaN canonicalisation (apply canonical_nan to its result).
 using DotKernel = float (*)(const void* weight_row, const void* activation, int64_t n);
 DotKernel dot_kernel(GgmlType weight_type);
 
@@ -75,7 +96,7 @@ DotKernel dot_kernel(GgmlType weight_type);
 // kernels (unless capped by the environment, see above).
 bool cpu_has_avx2();
 // True when the CPU (and OS) also has AVX-512 F, BW, VL, VBMI, VNNI and BITALG; the dispatched
-// Q4_0, Q4_K and IQ2_XS dots then use the AVX-512 kernels (unless capped).
+// functions then use the AVX-512 kernels listed above (unless capped).
 bool cpu_has_avx512();
 
 enum class KernelLevel { Scalar, Avx2, Avx512 };

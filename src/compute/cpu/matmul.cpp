@@ -89,19 +89,21 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_r
       const int64_t o_tile_end = std::min(o_end, o_tile + outputs_per_tile);
       for (int64_t t_tile = 0; t_tile < n_rows; t_tile += rows_per_tile) {
         const int64_t t_tile_end = std::min(n_rows, t_tile + rows_per_tile);
-        // dot_many: outputs bitwise equal to one quant::dot per row (window identity), but
-        // types with a multi-activation kernel decode each weight block once for all rows. One
-        // row (decode) calls the kernel pointer: validate() already did the checks quant::dot
-        // repeats (0-10 ns per weight row, up to ~5 % of an IQ2_XS row of 4096).
+        // One row (decode) calls the kernel pointer: validate() already did the checks
+        // quant::dot repeats (0-10 ns per weight row, up to ~5 % of an IQ2_XS row of 4096).
+        // More rows go to dot_tile: outputs bitwise one quant::dot each (window identity), but
+        // types with a tile kernel decode each weight block once for several rows and load each
+        // activation block once for several weight rows.
         const int64_t n_tile_rows = t_tile_end - t_tile;
         const std::byte* tile_activations = activations + size_t(t_tile) * activation_stride;
-        for (int64_t o = o_tile; o < o_tile_end; ++o) {
-          if (n_tile_rows == 1) {
-            y[t_tile * n_out + o] = dot(w.row(o), tile_activations, n_in);
-          } else {
-            quant::dot_many(type, w.row(o), tile_activations, activation_stride, n_tile_rows, n_in,
-                            y + t_tile * n_out + o, size_t(n_out));
+        if (n_tile_rows == 1) {
+          for (int64_t o = o_tile; o < o_tile_end; ++o) {
+            y[t_tile * n_out + o] = quant::canonical_nan(dot(w.row(o), tile_activations, n_in));
           }
+        } else {
+          quant::dot_tile(type, w.row(o_tile), w.row_stride_bytes, o_tile_end - o_tile,
+                          tile_activations, activation_stride, n_tile_rows, n_in,
+                          y + t_tile * n_out + o_tile, 1, size_t(n_out));
         }
       }
     }

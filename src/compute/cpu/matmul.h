@@ -9,8 +9,9 @@
 //     quant::dot(w.type, row o, quantize_activation(w.type, x_t), n_in)
 //   for the one activation row t alone, so y[t, o] is bitwise the same whatever n_rows is, wherever
 //   row t sits in the window, and whatever the thread count. Nothing ever sums across rows or
-//   splits one dot between threads. (The loop calls quant::dot_many, which decodes a weight row
-//   once for several activation rows and promises exactly those bits.)
+//   splits one dot between threads. (Windows of several rows go through quant::dot_tile, whose
+//   kernels decode each weight block once for a register tile of activation rows and load each
+//   activation block once for a tile of weight rows, and promise exactly those bits.)
 // - Memory traffic: outputs are processed in tiles against all n_rows rows (a tile of weight rows
 //   stays in cache while every activation row passes over it), so each weight byte is read from
 //   DRAM once per call, not once per row. Work is split over outputs between the pool's threads.

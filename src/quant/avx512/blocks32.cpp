@@ -1,4 +1,6 @@
-// AVX-512 (F/BW/VL + VNNI) dot kernel for Q4_0 weights with Q8_0 activations.
+// AVX-512 (F/BW/VL + VNNI) dot kernels for Q4_0, Q8_0, Q5_0 and IQ4_NL weights with Q8_0 activations:
+// one weight row against one activation row, and tiles of several weight rows × several
+// activation rows (dot_tile_*).
 //
 // Two 32-weight blocks per 512-bit step: the even block in the lower half, the odd block in the
 // upper half, which are exactly the AVX2 kernel's two accumulators (acc_even, acc_odd). The
@@ -10,10 +12,13 @@
 // in the same order; the tail block (odd count) and the final sum are the AVX2 code.
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "quant/avx2/common.h"
 #include "quant/avx512/common.h"
 #include "quant/blocks.h"
 #include "quant/kernels.h"
+#include "quant/tiles.h"
 
 STRATA_AVX512_IGNORE_GCC12_WARNINGS
 
@@ -27,7 +32,188 @@ inline __m256i load32(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
+// Tiles of the symmetric 32-weight block types (Q8_0, Q4_0, Q5_0, IQ4_NL: y = d·w, w signed) with
+// Q8_0 activations: two blocks per 512-bit step, the even block in the lower half and the odd one
+// in the upper half (avx2::dot_blocks32's acc_even and acc_odd). The activations become the
+// unsigned operand of vpdpbusd: Σ (a + 128)·w − 128·Σ w = Σ a·w, exact in i32, where 128·Σ w is one
+// more vpdpbusd per weight block pair shared by every activation row; lane k holds bytes
+// 4k..4k+3 of its block, as avx2::dot_i8x32's lane k. The block scale is the same f32 product
+// (the f16 → f32 conversions are exact) and each half gets avx2's FMA in avx2's order; an odd last
+// block and the final sum are avx2's code. So every output is bitwise the avx2 dot of its pair.
+//
+// One tile: kW weight rows × kA activation rows. Weight values, their 128·Σ w and scales are
+// decoded once per tile for all kA activations, an activation's biased quants and scales once for
+// all kW weight rows. Weights(block, b) gives the signed values of blocks b and b + 1 (64 bytes,
+// in element order), Weights::tail(block) those of one block (32 bytes).
+template <typename Block, typename Weights, int kW, int kA>
+void blocks32_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a_stride,
+                   int64_t n_blocks, float* out, size_t out_w_stride, size_t out_a_stride,
+                   const Weights& weights) {
+  const auto weight = [&](int r) { return reinterpret_cast<const Block*>(w + r * w_stride); };
+  const auto act = [&](int t) { return reinterpret_cast<const BlockQ8_0*>(a + t * a_stride); };
+  // Scales of blocks b (lanes 0-7) and b + 1 (lanes 8-15) as f32.
+  const auto both_scales = [](const auto* blocks, int64_t b) {
+    const __m256i halves =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(short(blocks[b].d))),
+                                _mm_set1_epi16(short(blocks[b + 1].d)), 1);
+    return _mm512_cvtph_ps(halves);
+  };
+  const __m512i bias = _mm512_set1_epi8(char(0x80));
+  __m512 acc[kW][kA];
+  for (auto& row : acc) {
+    for (__m512& v : row) v = _mm512_setzero_ps();
+  }
+  int64_t b = 0;
+  for (; b + 2 <= n_blocks; b += 2) {
+    __m512i values[kW], offsets[kW];
+    __m512 scales[kW];
+    for (int r = 0; r < kW; ++r) {
+      values[r] = weights.pair(weight(r), b);
+      offsets[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, values[r]);
+      scales[r] = both_scales(weight(r), b);
+    }
+    for (int t = 0; t < kA; ++t) {
+      const BlockQ8_0* x = act(t);
+      const __m512i quants =
+          _mm512_inserti64x4(_mm512_castsi256_si512(load32(x[b].qs)), load32(x[b + 1].qs), 1);
+      const __m512i biased = _mm512_xor_si512(quants, bias);
+      const __m512 act_scales = both_scales(x, b);
+      for (int r = 0; r < kW; ++r) {
+        const __m512i sums = _mm512_sub_epi32(
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), biased, values[r]), offsets[r]);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(scales[r], act_scales),
+                                    _mm512_cvtepi32_ps(sums), acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < kW; ++r) {
+    for (int t = 0; t < kA; ++t) {
+      __m256 acc_even = _mm512_castps512_ps256(acc[r][t]);
+      const __m256 acc_odd =
+          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][t]), 1));
+      if (b < n_blocks) {
+        // The last, even-numbered block exactly as avx2::dot_blocks32 computes it.
+        const Block& wb = weight(r)[b];
+        const BlockQ8_0& ab = act(t)[b];
+        const float d = avx2::f16_scalar_to_f32(wb.d) * avx2::f16_scalar_to_f32(ab.d);
+        const __m256i sums = avx2::dot_i8x32(weights.tail(wb), load32(ab.qs));
+        acc_even = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc_even);
+      }
+      out[r * out_w_stride + t * out_a_stride] =
+          canonical_nan(avx2::horizontal_sum(_mm256_add_ps(acc_even, acc_odd)));
+    }
+  }
+}
+
+// The driver: register tiles of 2 × 4 (8 accumulators, 3 registers per weight row and 2 per
+// activation fit the 32 registers).
+template <typename Block, typename Weights>
+void blocks32_tiles(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                    int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                    size_t out_a_stride, const Weights& weights) {
+  const auto* weight_bytes = static_cast<const std::byte*>(w);
+  const auto* act_bytes = static_cast<const std::byte*>(a);
+  tiles::for_each_tile<2, 4>(
+      n_w, n_acts, [&](auto w_rows, auto a_rows, int64_t w_first, int64_t a_first) {
+        blocks32_tile<Block, Weights, decltype(w_rows)::value, decltype(a_rows)::value>(
+            weight_bytes + size_t(w_first) * w_stride, w_stride,
+            act_bytes + size_t(a_first) * a_stride, a_stride, n / kBlock32,
+            out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride, out_w_stride,
+            out_a_stride, weights);
+      });
+}
+
+struct Q8_0Weights {
+  [[gnu::always_inline]] __m512i pair(const BlockQ8_0* blocks, int64_t b) const {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(load32(blocks[b].qs)),
+                              load32(blocks[b + 1].qs), 1);
+  }
+  [[gnu::always_inline]] __m256i tail(const BlockQ8_0& block) const { return load32(block.qs); }
+};
+
+// Q4_0 and IQ4_NL: nibbles placed as Q4_0's (low nibbles elements 0-15, high ones 16-31), as
+// indices into a 16-entry byte table (Q4_0: n − 8, IQ4_NL: kIq4nlValues).
+template <typename Block>
+struct NibbleWeights {
+  __m512i table;  // the 16 values in every 128-bit lane
+  [[gnu::always_inline]] __m512i pair(const Block* blocks, int64_t b) const {
+    // 128-bit lanes (b0 raw, b1 raw, b0 >> 4, b1 >> 4) -> (b0 low, b0 high, b1 low, b1 high).
+    const __m256i raw = _mm256_inserti128_si256(_mm256_castsi128_si256(load16(blocks[b].qs)),
+                                                load16(blocks[b + 1].qs), 1);
+    const __m512i both =
+        _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1);
+    const __m512i nibbles = _mm512_and_si512(
+        _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 4, 5, 2, 3, 6, 7), both),
+        _mm512_set1_epi8(15));
+    return _mm512_shuffle_epi8(table, nibbles);
+  }
+  [[gnu::always_inline]] __m256i tail(const Block& block) const {
+    const __m128i raw = load16(block.qs);
+    const __m256i nibbles =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
+    return _mm256_shuffle_epi8(_mm512_castsi512_si256(table), nibbles);
+  }
+};
+
+// Q5_0: Q4_0's nibbles plus a fifth bit per element from the u32 qh (bit j: element j), minus 16.
+struct Q5_0Weights {
+  NibbleWeights<BlockQ5_0> nibbles;
+  [[gnu::always_inline]] static uint32_t high_bits(const BlockQ5_0& block) {
+    uint32_t bits;
+    std::memcpy(&bits, block.qh, sizeof bits);
+    return bits;
+  }
+  [[gnu::always_inline]] __m512i pair(const BlockQ5_0* blocks, int64_t b) const {
+    const __mmask64 high =
+        _cvtu64_mask64(uint64_t(high_bits(blocks[b])) | uint64_t(high_bits(blocks[b + 1])) << 32);
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    const __m512i low = nibbles.pair(blocks, b);
+    return _mm512_sub_epi8(_mm512_mask_add_epi8(low, high, low, sixteen), sixteen);
+  }
+  [[gnu::always_inline]] __m256i tail(const BlockQ5_0& block) const {
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    const __m256i low = nibbles.tail(block);
+    return _mm256_sub_epi8(
+        _mm256_mask_add_epi8(low, _cvtu32_mask32(high_bits(block)), low, sixteen), sixteen);
+  }
+};
+
+__m512i table_of(const int8_t (&values)[16]) {
+  return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values)));
+}
+
+constexpr int8_t kQ4_0Values[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+constexpr int8_t kNibbleValues[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
 }  // namespace
+
+void dot_tile_q8_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride) {
+  blocks32_tiles<BlockQ8_0>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
+                            out_a_stride, Q8_0Weights{});
+}
+
+void dot_tile_q4_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride) {
+  blocks32_tiles<BlockQ4_0>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
+                            out_a_stride, NibbleWeights<BlockQ4_0>{table_of(kQ4_0Values)});
+}
+
+void dot_tile_q5_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride) {
+  blocks32_tiles<BlockQ5_0>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
+                            out_a_stride, Q5_0Weights{{table_of(kNibbleValues)}});
+}
+
+void dot_tile_iq4_nl(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                     int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                     size_t out_a_stride) {
+  blocks32_tiles<BlockIQ4_NL>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
+                              out_a_stride, NibbleWeights<BlockIQ4_NL>{table_of(kIq4nlValues)});
+}
 
 float dot_q4_0(const void* w, const void* a, int64_t n) {
   const auto* blocks = static_cast<const BlockQ4_0*>(w);

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "quant/quant.h"
+
 // clang has neither the bug nor -Wmaybe-uninitialized (it would warn about the unknown group).
 #if defined(__clang__)
 #define STRATA_AVX512_IGNORE_GCC12_WARNINGS

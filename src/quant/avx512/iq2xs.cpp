@@ -36,6 +36,7 @@
 #include "quant/blocks.h"
 #include "quant/iq2xs_tables.h"
 #include "quant/kernels.h"
+#include "quant/tiles.h"
 
 STRATA_AVX512_IGNORE_GCC12_WARNINGS
 
@@ -290,7 +291,9 @@ void dot_rows(const BlockIQ2_XS* blocks, const std::byte* acts, size_t act_strid
   }
   // An odd last block is decoded with itself as the (unused) second block: no read past the row.
   if (b < n_blocks) accumulate(decoder.codes(blocks[b], blocks[b]), 0, b);
-  for (int t = 0; t < kRows; ++t) out[size_t(t) * out_stride] = avx2::horizontal_sum(acc[t]);
+  for (int t = 0; t < kRows; ++t) {
+    out[size_t(t) * out_stride] = canonical_nan(avx2::horizontal_sum(acc[t]));
+  }
 }
 
 }  // namespace
@@ -300,6 +303,22 @@ float dot_iq2_xs(const void* w, const void* a, int64_t n) {
   dot_rows<1>(static_cast<const BlockIQ2_XS*>(w), static_cast<const std::byte*>(a), 0, n / kBlockK,
               &result, 0);
   return result;
+}
+
+void dot_tile_iq2_xs(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                     int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                     size_t out_a_stride) {
+  const auto* weights = static_cast<const std::byte*>(w);
+  const auto* acts = static_cast<const std::byte*>(a);
+  // One weight row per tile: the decoder's tables and the 8 rows' accumulators fill the registers.
+  // The driver's order (activation groups outer) keeps a group of 8 activation rows in L1 while
+  // the weight rows pass.
+  tiles::for_each_tile<1, 8>(n_w, n_acts, [&](auto, auto a_rows, int64_t w_first, int64_t a_first) {
+    dot_rows<decltype(a_rows)::value>(
+        reinterpret_cast<const BlockIQ2_XS*>(weights + size_t(w_first) * w_stride),
+        acts + size_t(a_first) * a_stride, a_stride, n / kBlockK,
+        out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride, out_a_stride);
+  });
 }
 
 void dot_many_iq2_xs(const void* w, const void* a, size_t act_stride, int64_t n_acts, int64_t n,

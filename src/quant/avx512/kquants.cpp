@@ -1,18 +1,20 @@
-// AVX-512 (F/BW/VL + VNNI) dot kernels for Q4_K weights with Q8_K activations: one weight row
-// against one activation row (dot_q4_K) or against several at once (dot_many_q4_K, which unpacks
-// each block's nibbles and scales once for up to 4 activation rows).
+// AVX-512 (F/BW/VL + VNNI) dot kernels for Q4_K and Q6_K weights with Q8_K activations: one weight row
+// against one activation row (dot_q4_K) or a tile of weight rows against a tile of activation rows
+// (dot_tile_q4_K: each block's nibbles and scales unpacked once for up to kQ4KTileActs activation
+// rows, each activation vector loaded once for up to kQ4KTileWeights weight rows).
 //
-// One 512-bit step covers 64 weights: the 32 bytes of a Q4_K chunk, low nibbles in the lower
+// One 512-bit vector covers 64 weights: the 32 bytes of a Q4_K chunk, low nibbles in the lower
 // half and high nibbles in the upper half, which is exactly the layout of the 64 activations of
-// sub-blocks 2c and 2c+1. maddubs forms exact i16 pair sums (≤ 2·15·127) and vpdpwssd multiplies
-// them by the sub-block scale and accumulates in i32, where AVX2 needs maddubs, two shuffles, two
-// madds and two adds per 32 weights.
+// sub-blocks 2c and 2c+1. vpdpbusd forms exact sums of 4 products per i32 lane, two chunks' sums
+// share one i32 as two i16 words, and one vpdpwssd multiplies both by their sub-block scales and
+// accumulates (3 multiplies per 128 weights; AVX2 needs maddubs, two shuffles, two madds and two
+// adds per 32 weights).
 //
 // Bitwise equal to avx2::dot_q4_K: integer sums are exact, and adding the two 256-bit halves of the
 // 16-lane sum gives each of the 8 lanes exactly the elements the AVX2 kernel puts there (bytes
 // 4k..4k+3 of every 32-byte activation vector); the f32 part is the same code. So a CPU with or
-// without AVX-512 computes the same bits. Both entry points run the same per-row code, so
-// dot_many's outputs are bitwise those of dot_q4_K.
+// without AVX-512 computes the same bits. All entry points run the same per-pair code, so
+// dot_tile's outputs are bitwise those of dot_q4_K.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -22,11 +24,26 @@
 #include "quant/avx512/common.h"
 #include "quant/blocks.h"
 #include "quant/kernels.h"
+#include "quant/tiles.h"
 
 STRATA_AVX512_IGNORE_GCC12_WARNINGS
 
 namespace strata::quant::avx512 {
 namespace {
+
+// Q4_K tile shape: one weight row × 12 activation rows. Measured on the Xeon (56 rows × 1024, 32
+// activations, in cache, best of 15, 3 interleaved runs; ns per block per activation): 1 × 12
+// 4.4–4.6, 1 × 16 4.5–4.9, 1 × 8 4.7–5.3, 1 × 4 5.6–6.6, 2 × 4 5.6–6.5, 2 × 3 6.3–7.1, and the
+// maddubs 1 × 4 kernel this replaced 5.4–5.6. More weight rows per tile cost more than the
+// activation loads they save: the multiplier, not the loads, is the limit.
+constexpr int kQ4KTileWeights = 1;
+constexpr int kQ4KTileActs = 12;
+
+// vpshufb indices: the low word of every i32 lane into its high word, zeros below.
+inline __m512i low_word_to_high_word() {
+  return _mm512_broadcast_i32x4(
+      _mm_setr_epi32(int(0x01008080), int(0x05048080), int(0x09088080), int(0x0d0c8080)));
+}
 
 // vpermw indices that spread scale 2c over i16 lanes 0-15 and scale 2c+1 over lanes 16-31.
 inline __m512i chunk_scale_index(int chunk) {
@@ -34,57 +51,220 @@ inline __m512i chunk_scale_index(int chunk) {
                             _mm256_set1_epi16(short(2 * chunk + 1)), 1);
 }
 
-// One weight row against kRows activation rows (row t at acts + t·act_stride bytes); each block's
-// nibbles and scales are unpacked once. Every row runs exactly the single-row arithmetic, so
-// out[t·out_stride] is bitwise dot_q4_K of the row with activation t.
-template <int kRows>
-void dot_rows(const BlockQ4_K* blocks, const std::byte* acts, size_t act_stride, int64_t n_blocks,
-              float* out, size_t out_stride) {
+// vpermw indices for the chunk pair (c, c + 1): i32 lane j < 8 holds sub-blocks 2c (low word) and
+// 2c + 2 (high word), lane j ≥ 8 sub-blocks 2c + 1 and 2c + 3.
+inline __m512i chunk_pair_scale_index(int chunk) {
+  const __m256i low_lanes = _mm256_set1_epi32(int(2 * chunk) | int(2 * chunk + 2) << 16);
+  const __m256i high_lanes = _mm256_set1_epi32(int(2 * chunk + 1) | int(2 * chunk + 3) << 16);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(low_lanes), high_lanes, 1);
+}
+
+// One tile: kW weight rows (row r at w + r·w_stride bytes) × kA activation rows (row t at
+// a + t·a_stride); each weight block's nibbles and scales are unpacked once for all kA rows and
+// each activation vector is loaded once for all kW weight rows. Every pair runs exactly the
+// single-row arithmetic, so out[r·out_w_stride + t·out_a_stride] is bitwise dot_q4_K of the pair.
+// avx2::dot_q4_K's two f32 accumulators (acc, acc_mins) share one register here: acc in lanes 0-7,
+// acc_mins in lanes 8-15, each lane getting the same FMA as there.
+template <int kW, int kA>
+void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a_stride,
+               int64_t n_blocks, float* out, size_t out_w_stride, size_t out_a_stride) {
   const __m512i nibble = _mm512_set1_epi8(15);
-  const __m512i scale_index[4] = {chunk_scale_index(0), chunk_scale_index(1), chunk_scale_index(2),
-                                  chunk_scale_index(3)};
-  const auto activation = [&](int t, int64_t b) -> const BlockQ8_K& {
-    return reinterpret_cast<const BlockQ8_K*>(acts + size_t(t) * act_stride)[b];
+  const __m512i low_word_up = low_word_to_high_word();
+  const auto block_of = [&](int r, int64_t b) -> const BlockQ4_K& {
+    return reinterpret_cast<const BlockQ4_K*>(w + size_t(r) * w_stride)[b];
   };
-  __m256 acc[kRows];
-  __m256 acc_mins[kRows];
-  for (int t = 0; t < kRows; ++t) acc[t] = acc_mins[t] = _mm256_setzero_ps();
+  const auto activation = [&](int t, int64_t b) -> const BlockQ8_K& {
+    return reinterpret_cast<const BlockQ8_K*>(a + size_t(t) * a_stride)[b];
+  };
+  __m512 acc[kW][kA];
+  for (auto& row : acc) {
+    for (__m512& v : row) v = _mm512_setzero_ps();
+  }
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const BlockQ4_K& block = blocks[b];
-    uint64_t scales_u64, mins_u64;
-    unpack_q4_K_scales_u64(block.scales, &scales_u64, &mins_u64);
-    // The eight scales as i16 in lanes 0-7 (the other lanes are never selected).
-    const __m512i scales =
-        _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales_u64))));
-    __m512i sums[kRows];
-    for (__m512i& sum : sums) sum = _mm512_setzero_si512();
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      const __m256i bytes = avx2::load32(block.qs + 32 * chunk);
-      const __m512i q = _mm512_and_si512(
-          _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1),
-          nibble);
-      const __m512i chunk_scales = _mm512_permutexvar_epi16(scale_index[chunk], scales);
-      for (int t = 0; t < kRows; ++t) {
+    __m512i scales[kW];
+    __m256i mins_twice[kW];
+    __m512 block_scales[kW];  // d in lanes 0-7, dmin in lanes 8-15
+    for (int r = 0; r < kW; ++r) {
+      const BlockQ4_K& block = block_of(r, b);
+      uint64_t scales_u64, mins_u64;
+      unpack_q4_K_scales_u64(block.scales, &scales_u64, &mins_u64);
+      // The eight scales as i16 in lanes 0-7 (the other lanes are never selected).
+      scales[r] = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales_u64))));
+      // Each 8-bit min twice, as avx2::k4_min_sums pairs them with the bsums.
+      const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(mins_u64)));
+      mins_twice[r] = _mm256_set_m128i(_mm_unpackhi_epi16(mins, mins), _mm_unpacklo_epi16(mins, mins));
+      block_scales[r] = _mm512_castpd_ps(
+          _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(avx2::f16_scalar_to_f32(block.d))),
+                             _mm256_castps_pd(_mm256_set1_ps(avx2::f16_scalar_to_f32(block.dmin))), 1));
+    }
+    __m512i sums[kW][kA];
+    for (auto& row : sums) {
+      for (__m512i& v : row) v = _mm512_setzero_si512();
+    }
+    // One row × one activation (decode) keeps the maddubs + vpdpwssd form per chunk that
+    // decode was measured with. Tiles take the chunks in pairs (c, c + 1): vpdpbusd forms each
+    // chunk's exact 4-product sums P (|P| ≤ 4·15·127, so P fits in i16), the pair's two P of a lane
+    // become one i32 of two i16 words, and one vpdpwssd multiplies both by their sub-block scales:
+    // 3 multiplies per 128 weights where maddubs + vpdpwssd per chunk take 4 (the multiplier is
+    // what bounds this kernel on a Xeon). Either way lane j gets P_c[j]·scale + P_{c+1}[j]·scale'.
+    if constexpr (kW == 1 && kA == 1) {
+      for (int chunk = 0; chunk < 4; ++chunk) {
+        const __m256i bytes = avx2::load32(block_of(0, b).qs + 32 * chunk);
+        const __m512i q = _mm512_and_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1),
+            nibble);
         const __m512i products =
-            _mm512_maddubs_epi16(q, _mm512_loadu_si512(activation(t, b).qs + 64 * chunk));
-        sums[t] = _mm512_dpwssd_epi32(sums[t], products, chunk_scales);
+            _mm512_maddubs_epi16(q, _mm512_loadu_si512(activation(0, b).qs + 64 * chunk));
+        sums[0][0] = _mm512_dpwssd_epi32(
+            sums[0][0], products, _mm512_permutexvar_epi16(chunk_scale_index(chunk), scales[0]));
+      }
+    } else {
+      for (int chunk = 0; chunk < 4; chunk += 2) {
+        __m512i q[kW][2], pair_scales[kW];
+        for (int r = 0; r < kW; ++r) {
+          for (int i = 0; i < 2; ++i) {
+            const __m256i bytes = avx2::load32(block_of(r, b).qs + 32 * (chunk + i));
+            q[r][i] = _mm512_and_si512(
+                _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1),
+                nibble);
+          }
+          pair_scales[r] = _mm512_permutexvar_epi16(chunk_pair_scale_index(chunk), scales[r]);
+        }
+        for (int t = 0; t < kA; ++t) {
+          const int8_t* x = activation(t, b).qs + 64 * chunk;
+          const __m512i x0 = _mm512_loadu_si512(x);
+          const __m512i x1 = _mm512_loadu_si512(x + 64);
+          for (int r = 0; r < kW; ++r) {
+            const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r][0], x0);
+            const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r][1], x1);
+            // Even words: P_c; odd words: P_{c+1} (its low word moved up by a byte shuffle).
+            const __m512i words =
+                _mm512_mask_blend_epi16(0xAAAAAAAA, p0, _mm512_shuffle_epi8(p1, low_word_up));
+            sums[r][t] = _mm512_dpwssd_epi32(sums[r][t], words, pair_scales[r]);
+          }
+        }
       }
     }
-    const float block_d = avx2::f16_scalar_to_f32(block.d);
-    const float block_dmin = avx2::f16_scalar_to_f32(block.dmin);
-    for (int t = 0; t < kRows; ++t) {
+    for (int t = 0; t < kA; ++t) {
       const BlockQ8_K& act = activation(t, b);
-      // Mins exactly as avx2::dot_q4_K.
-      const __m256i min_sums = avx2::k4_min_sums(act.bsums, mins_u64);
-      const float d = block_d * act.d;
-      const float dmin = block_dmin * act.d;
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(add_halves(sums[t])), acc[t]);
-      acc_mins[t] =
-          _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(min_sums), acc_mins[t]);
+      const __m256i bsums = avx2::load32(act.bsums);
+      const __m512 act_d = _mm512_set1_ps(act.d);
+      for (int r = 0; r < kW; ++r) {
+        // Mins exactly as avx2::dot_q4_K (avx2::k4_min_sums).
+        const __m256i min_sums = _mm256_madd_epi16(bsums, mins_twice[r]);
+        const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(add_halves(sums[r][t])), min_sums, 1);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(block_scales[r], act_d), _mm512_cvtepi32_ps(both),
+                                    acc[r][t]);
+      }
     }
   }
-  for (int t = 0; t < kRows; ++t) {
-    out[size_t(t) * out_stride] = avx2::horizontal_sum(acc[t]) - avx2::horizontal_sum(acc_mins[t]);
+  for (int r = 0; r < kW; ++r) {
+    for (int t = 0; t < kA; ++t) {
+      const __m256 sum = _mm512_castps512_ps256(acc[r][t]);
+      const __m256 mins = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][t]), 1));
+      out[size_t(r) * out_w_stride + size_t(t) * out_a_stride] =
+          canonical_nan(avx2::horizontal_sum(sum) - avx2::horizontal_sum(mins));
+    }
+  }
+}
+
+// Q6_K: one 512-bit vector covers two 32-weight quarters of a 128-weight half (quarters 2p and
+// 2p + 1 of half h: ql bytes and qh bits exactly as avx2's unpack_q6_K_half, two at a time), which
+// are the 64 activations 128h + 64p .. + 63; i32 lane j of its 4-product sums belongs to sub-block
+// 8h + 4p + j/4, and one vpermw spreads the scales of both vectors of a half. Adding the two 256-bit halves of the
+// 16-lane sum gives avx2::dot_q6_K's 8 lanes (bytes 4k..4k+3 of every quarter), the −32 offset goes
+// through the bsums exactly as there, and the f32 step is avx2's: bitwise avx2::dot_q6_K.
+// One tile: kW weight rows × kA activation rows; quants and scales unpacked once per weight row,
+// activation vectors loaded once per activation row.
+// vpermw indices of half h: i32 lane j covers bytes 4j..4j+3 of the quarter pair (0, 1) in its low
+// word and of (2, 3) in its high word, i.e. sub-blocks 8h + j/4 and 8h + 4 + j/4.
+struct Q6KScaleIndices {
+  alignas(64) uint16_t words[2][32];  // [half][word]
+};
+constexpr Q6KScaleIndices make_q6_K_scale_indices() {
+  Q6KScaleIndices indices{};
+  for (int half = 0; half < 2; ++half) {
+    for (int lane = 0; lane < 16; ++lane) {
+      indices.words[half][2 * lane] = uint16_t(8 * half + lane / 4);
+      indices.words[half][2 * lane + 1] = uint16_t(8 * half + 4 + lane / 4);
+    }
+  }
+  return indices;
+}
+constexpr Q6KScaleIndices kQ6KScaleIndices = make_q6_K_scale_indices();
+
+template <int kW, int kA>
+void q6_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a_stride,
+               int64_t n_blocks, float* out, size_t out_w_stride, size_t out_a_stride) {
+  const auto block_of = [&](int r, int64_t b) -> const BlockQ6_K& {
+    return reinterpret_cast<const BlockQ6_K*>(w + size_t(r) * w_stride)[b];
+  };
+  const auto activation = [&](int t, int64_t b) -> const BlockQ8_K& {
+    return reinterpret_cast<const BlockQ8_K*>(a + size_t(t) * a_stride)[b];
+  };
+  const __m512i low_mask = _mm512_set1_epi8(0x0f);
+  const __m512i high_mask = _mm512_set1_epi8(0x30);
+  const __m512i low_word_up = low_word_to_high_word();
+  __m256 acc[kW][kA];
+  for (auto& row : acc) {
+    for (__m256& v : row) v = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    __m256i scales[kW];
+    for (int r = 0; r < kW; ++r) scales[r] = _mm256_cvtepi8_epi16(avx2::load16(block_of(r, b).scales));
+    __m512i sums[kW][kA];
+    for (auto& row : sums) {
+      for (__m512i& v : row) v = _mm512_setzero_si512();
+    }
+    for (int half = 0; half < 2; ++half) {
+      __m512i q[kW][2], half_scales[kW];
+      for (int r = 0; r < kW; ++r) {
+        const BlockQ6_K& block = block_of(r, b);
+        const __m512i ql = _mm512_loadu_si512(block.ql + 64 * half);
+        const __m256i qh = avx2::load32(block.qh + 32 * half);
+        const __m512i qh_01 = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_slli_epi16(qh, 4)), _mm256_slli_epi16(qh, 2), 1);
+        const __m512i qh_23 =
+            _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+        q[r][0] = _mm512_or_si512(_mm512_and_si512(ql, low_mask), _mm512_and_si512(qh_01, high_mask));
+        q[r][1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low_mask),
+                                  _mm512_and_si512(qh_23, high_mask));
+        half_scales[r] = _mm512_permutexvar_epi16(
+            _mm512_load_si512(kQ6KScaleIndices.words[half]), _mm512_castsi256_si512(scales[r]));
+      }
+      // As Q4_K's chunk pairs: vpdpbusd gives each step's exact 4-product sums (|P| ≤ 4·63·127
+      // fits in i16), the two steps' sums of a lane share one i32 as two words, and one vpdpwssd
+      // applies both sub-block scales.
+      for (int t = 0; t < kA; ++t) {
+        const int8_t* x = activation(t, b).qs + 128 * half;
+        const __m512i x0 = _mm512_loadu_si512(x);
+        const __m512i x1 = _mm512_loadu_si512(x + 64);
+        for (int r = 0; r < kW; ++r) {
+          const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r][0], x0);
+          const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r][1], x1);
+          const __m512i words =
+              _mm512_mask_blend_epi16(0xAAAAAAAA, p0, _mm512_shuffle_epi8(p1, low_word_up));
+          sums[r][t] = _mm512_dpwssd_epi32(sums[r][t], words, half_scales[r]);
+        }
+      }
+    }
+    for (int t = 0; t < kA; ++t) {
+      const BlockQ8_K& act = activation(t, b);
+      const __m256i bsums = avx2::load32(act.bsums);
+      for (int r = 0; r < kW; ++r) {
+        // Σ sc·(q − 32)·a = Σ sc·q·a − 32·Σ sc·bsum, as avx2::dot_q6_K.
+        const __m256i offsets = _mm256_madd_epi16(bsums, scales[r]);
+        const __m256i total = _mm256_sub_epi32(add_halves(sums[r][t]), _mm256_slli_epi32(offsets, 5));
+        const float d = avx2::f16_scalar_to_f32(block_of(r, b).d) * act.d;
+        acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(total), acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < kW; ++r) {
+    for (int t = 0; t < kA; ++t) {
+      out[size_t(r) * out_w_stride + size_t(t) * out_a_stride] =
+          canonical_nan(avx2::horizontal_sum(acc[r][t]));
+    }
   }
 }
 
@@ -92,23 +272,51 @@ void dot_rows(const BlockQ4_K* blocks, const std::byte* acts, size_t act_stride,
 
 float dot_q4_K(const void* w, const void* a, int64_t n) {
   float result = 0.0f;
-  dot_rows<1>(static_cast<const BlockQ4_K*>(w), static_cast<const std::byte*>(a), 0, n / kBlockK,
-              &result, 0);
+  q4_K_tile<1, 1>(static_cast<const std::byte*>(w), 0, static_cast<const std::byte*>(a), 0,
+                  n / kBlockK, &result, 0, 0);
   return result;
+}
+
+void dot_tile_q4_K(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride) {
+  const auto* weights = static_cast<const std::byte*>(w);
+  const auto* acts = static_cast<const std::byte*>(a);
+  tiles::for_each_tile<kQ4KTileWeights, kQ4KTileActs>(
+      n_w, n_acts, [&](auto w_rows, auto a_rows, int64_t w_first, int64_t a_first) {
+        q4_K_tile<decltype(w_rows)::value, decltype(a_rows)::value>(
+            weights + size_t(w_first) * w_stride, w_stride, acts + size_t(a_first) * a_stride,
+            a_stride, n / kBlockK,
+            out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride, out_w_stride,
+            out_a_stride);
+      });
 }
 
 void dot_many_q4_K(const void* w, const void* a, size_t act_stride, int64_t n_acts, int64_t n,
                    float* out, size_t out_stride) {
-  const auto* blocks = static_cast<const BlockQ4_K*>(w);
+  dot_tile_q4_K(w, 0, 1, a, act_stride, n_acts, n, out, 0, out_stride);
+}
+
+float dot_q6_K(const void* w, const void* a, int64_t n) {
+  float result = 0.0f;
+  q6_K_tile<1, 1>(static_cast<const std::byte*>(w), 0, static_cast<const std::byte*>(a), 0,
+                  n / kBlockK, &result, 0, 0);
+  return result;
+}
+
+void dot_tile_q6_K(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride) {
+  const auto* weights = static_cast<const std::byte*>(w);
   const auto* acts = static_cast<const std::byte*>(a);
-  const int64_t n_blocks = n / kBlockK;
-  // Up to kMaxRows activations share one unpack; more go in further passes over the row (it stays
-  // in L1: a 4096-wide row is 2.3 KiB).
-  constexpr int64_t kMaxRows = 4;
-  in_row_passes<kMaxRows>(n_acts, [&](auto rows, int64_t first) {
-    dot_rows<decltype(rows)::value>(blocks, acts + size_t(first) * act_stride, act_stride, n_blocks,
-                                    out + size_t(first) * out_stride, out_stride);
-  });
+  tiles::for_each_tile<2, 4>(
+      n_w, n_acts, [&](auto w_rows, auto a_rows, int64_t w_first, int64_t a_first) {
+        q6_K_tile<decltype(w_rows)::value, decltype(a_rows)::value>(
+            weights + size_t(w_first) * w_stride, w_stride, acts + size_t(a_first) * a_stride,
+            a_stride, n / kBlockK,
+            out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride, out_w_stride,
+            out_a_stride);
+      });
 }
 
 }  // namespace strata::quant::avx512

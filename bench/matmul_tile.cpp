@@ -1,0 +1,112 @@
+// Prompt-window matmul in cache: what the tile kernels (quant::dot_tile) cost per weight block and
+// activation row, against the one-row kernel in the same run.
+//
+//   BM_ExpertWindow/<type>/rows:T   compute::matmul of T rows through one routed-expert projection
+//                                   of mid-qwen4exp (1024 -> 512, cache-resident), 1 thread.
+//                                   T = 1 is the decode path (one dot per weight row).
+//   BM_ExpertRowByRow/<type>/rows:T the same T rows as T separate one-row matmuls: the
+//                                   matrix-vector way a window used to be computed.
+// Counter ns/block/row: wall ns per (weight block × activation row); lower is better. The ratio of
+// the two benchmarks at the same T is the gain of decoding a block once for several rows.
+//
+//   build/bench/bench_matmul_tile --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compute/cpu/matmul.h"
+#include "compute/cpu/thread_pool.h"
+#include "quant/quant.h"
+
+namespace strata::compute {
+namespace {
+
+constexpr int64_t kInputs = 1024;
+constexpr int64_t kOutputs = 512;
+
+struct Problem {
+  std::vector<std::byte> weights;
+  std::vector<float> x;
+  std::vector<float> y;
+  WeightMatrix matrix;
+};
+
+Problem make_problem(GgmlType type, int64_t n_rows) {
+  Problem p;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  p.weights.resize(row_bytes(type, kInputs) * size_t(kOutputs));
+  std::vector<float> row(static_cast<size_t>(kInputs));
+  for (int64_t o = 0; o < kOutputs; ++o) {
+    for (float& v : row) v = normal(rng);
+    quant::quantize_row(type, row.data(), p.weights.data() + size_t(o) * row_bytes(type, kInputs),
+                        kInputs);
+  }
+  p.x.resize(size_t(n_rows * kInputs));
+  for (float& v : p.x) v = normal(rng);
+  p.y.resize(size_t(n_rows * kOutputs));
+  p.matrix = WeightMatrix::dense(type, kInputs, kOutputs, p.weights.data());
+  return p;
+}
+
+void set_counters(benchmark::State& state, GgmlType type, int64_t n_rows) {
+  const double blocks = double(kInputs / type_traits(type).block_elems) * double(kOutputs);
+  state.counters["ns/block/row"] = benchmark::Counter(
+      blocks * double(n_rows) * 1e-9, benchmark::Counter::kIsIterationInvariantRate |
+                                          benchmark::Counter::kInvert);
+  state.SetLabel(std::string(quant::kernel_level_name(quant::active_kernel_level())));
+}
+
+void BM_ExpertWindow(benchmark::State& state, GgmlType type) {
+  const int64_t n_rows = state.range(0);
+  Problem p = make_problem(type, n_rows);
+  ThreadPool pool(1);
+  for (auto _ : state) {
+    matmul(pool, p.matrix, p.x.data(), n_rows, p.y.data());
+    benchmark::DoNotOptimize(p.y.data());
+  }
+  set_counters(state, type, n_rows);
+}
+
+void BM_ExpertRowByRow(benchmark::State& state, GgmlType type) {
+  const int64_t n_rows = state.range(0);
+  Problem p = make_problem(type, n_rows);
+  ThreadPool pool(1);
+  for (auto _ : state) {
+    for (int64_t t = 0; t < n_rows; ++t) {
+      matmul(pool, p.matrix, p.x.data() + t * kInputs, 1, p.y.data() + t * kOutputs);
+    }
+    benchmark::DoNotOptimize(p.y.data());
+  }
+  set_counters(state, type, n_rows);
+}
+
+int register_all() {
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::IQ2_XS, GgmlType::Q6_K,
+                        GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
+    const std::string name(type_name(type));
+    using Bench = void (*)(benchmark::State&, GgmlType);
+    const std::pair<std::string, Bench> benches[] = {{"BM_ExpertWindow/", BM_ExpertWindow},
+                                                     {"BM_ExpertRowByRow/", BM_ExpertRowByRow}};
+    for (const auto& [label, fn] : benches) {
+      benchmark::RegisterBenchmark((label + name).c_str(), fn, type)
+          ->ArgName("rows")
+          ->Arg(1)
+          ->Arg(4)
+          ->Arg(8)
+          ->Arg(32)
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  return 0;
+}
+
+[[maybe_unused]] const int kRegistered = register_all();
+
+}  // namespace
+}  // namespace strata::compute
+
+BENCHMARK_MAIN();

@@ -1,0 +1,219 @@
+// The multi-row (tile) dot kernels against the single-row kernels and the scalar reference.
+//
+// A tile kernel computes n_w weight rows × n_acts activation rows at once (quant/tiles.h); the
+// promise compute::matmul's window identity rests on is that each output is bitwise the
+// single-row kernel's dot of its pair (the existing decode path, so a row's logits do not depend
+// on the window it is in). The scalar reference accumulates in double, so against it each output
+// gets the SIMD error bound of kernels_test.cpp instead.
+//
+// Awkward sizes: odd and even block counts (Q8_0's kernels take blocks in pairs), every register
+// tile shape and the partial tiles after it (n_w 1..7, n_acts 1..13), weight rows at odd 2-byte
+// offsets and with padded strides, activation strides that are not multiples of 64, outputs in
+// both layouts with gaps that must stay untouched.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "quant/kernels.h"
+#include "quant/quant.h"
+#include "more_types_util.h"
+#include "quant_test_util.h"
+
+namespace strata::quant {
+namespace {
+
+using testing::accumulation_chain;
+using testing::gaussian;
+using testing::kUnitRoundoff;
+using testing::magnitude_sum;
+using testing::make_activation;
+using testing::random_row;
+using testing::weight_magnitudes;
+
+struct TileKernel {
+  const char* level;
+  GgmlType type;
+  DotFn scalar_dot;
+  DotFn single_dot;  // the level's one-row kernel: the bits every tile output must have
+  DotTileFn tile;
+  bool (*available)();
+};
+
+const TileKernel kTileKernels[] = {
+    {"avx512", GgmlType::Q8_0, scalar::dot_q8_0, avx2::dot_q8_0, avx512::dot_tile_q8_0,
+     cpu_has_avx512},
+    {"avx512", GgmlType::Q4_0, scalar::dot_q4_0, avx2::dot_q4_0, avx512::dot_tile_q4_0,
+     cpu_has_avx512},
+    {"avx512", GgmlType::Q5_0, scalar::dot_q5_0, avx2::dot_q5_0, avx512::dot_tile_q5_0,
+     cpu_has_avx512},
+    {"avx512", GgmlType::IQ4_NL, scalar::dot_iq4_nl, avx2::dot_iq4_nl, avx512::dot_tile_iq4_nl,
+     cpu_has_avx512},
+    {"avx512", GgmlType::Q4_K, scalar::dot_q4_K, avx2::dot_q4_K, avx512::dot_tile_q4_K,
+     cpu_has_avx512},
+    {"avx512", GgmlType::Q6_K, scalar::dot_q6_K, avx2::dot_q6_K, avx512::dot_tile_q6_K,
+     cpu_has_avx512},
+    {"avx512", GgmlType::IQ4_XS, scalar::dot_iq4_xs, avx2::dot_iq4_xs, avx512::dot_tile_iq4_xs,
+     cpu_has_avx512},
+    {"avx512", GgmlType::IQ2_XS, scalar::dot_iq2_xs, avx2::dot_iq2_xs, avx512::dot_tile_iq2_xs,
+     cpu_has_avx512},
+};
+
+bool is_more_type(GgmlType type) {
+  for (GgmlType more : testing::kMoreTypes) {
+    if (more == type) return true;
+  }
+  return false;
+}
+
+// A random row with finite scales (the two test helpers cover different type lists).
+std::vector<uint8_t> valid_row(GgmlType type, int64_t n, uint32_t seed) {
+  return is_more_type(type) ? testing::random_more_row(type, n, seed) : random_row(type, n, seed);
+}
+
+std::vector<double> magnitudes_of(GgmlType type, const std::vector<uint8_t>& row, int64_t n) {
+  return is_more_type(type) ? testing::more_weight_magnitudes(type, row, n)
+                            : weight_magnitudes(type, row, n);
+}
+
+std::vector<int64_t> lengths_for(GgmlType type) {
+  if (type_traits(type).block_elems == 32) return {32, 64, 96, 160, 1024, 2592, 4128};
+  return {256, 512, 768, 2560, 4352};
+}
+
+std::string describe(const TileKernel& k) {
+  return std::string(k.level) + " " + std::string(type_name(k.type));
+}
+
+void expect_tile_is_bitwise_the_single_dot(const TileKernel& k) {
+  constexpr int64_t kMaxWeights = 7;
+  constexpr int64_t kMaxActs = 13;
+  for (int64_t n : lengths_for(k.type)) {
+    const size_t row_size = row_bytes(k.type, n);
+    const size_t act_bytes = activation_row_bytes(k.type, n);
+    for (size_t weight_pad : {size_t(0), size_t(2), size_t(38)}) {
+      const size_t w_stride = row_size + weight_pad;
+      // Rows start 2 bytes into the buffer: every row sits at an odd multiple of 2 for some
+      // strides, which the loads must not care about.
+      std::vector<uint8_t> weights(2 + w_stride * kMaxWeights, 0xAB);
+      for (int64_t r = 0; r < kMaxWeights; ++r) {
+        const std::vector<uint8_t> row =
+            valid_row(k.type, n, uint32_t(n * 131 + r * 7 + weight_pad));
+        std::memcpy(weights.data() + 2 + size_t(r) * w_stride, row.data(), row_size);
+      }
+      const uint8_t* w = weights.data() + 2;
+      const size_t a_stride = act_bytes + (n % 512 == 0 ? 4 : 64 - act_bytes % 64);
+      std::vector<uint8_t> acts(a_stride * kMaxActs);
+      std::vector<testing::Activation> act_rows;
+      for (int64_t t = 0; t < kMaxActs; ++t) {
+        std::vector<float> x = gaussian(n, uint32_t(t * 101 + n), std::ldexp(1.0f, int(t % 5) - 2));
+        if (t == 3) {  // exact ±127 quants: the largest products
+          for (int64_t i = 0; i < n; ++i) x[size_t(i)] = (i * 5 % 3 == 0) ? -1.0f : 1.0f;
+        }
+        act_rows.push_back(make_activation(k.type, x));
+        std::memcpy(acts.data() + size_t(t) * a_stride, act_rows.back().bytes.data(), act_bytes);
+      }
+      // The single-row bits, and those against the reference once per pair.
+      std::vector<float> single(size_t(kMaxWeights * kMaxActs));
+      for (int64_t r = 0; r < kMaxWeights; ++r) {
+        const uint8_t* row = w + size_t(r) * w_stride;
+        const std::vector<uint8_t> row_copy(row, row + row_size);
+        const std::vector<double> magnitudes = magnitudes_of(k.type, row_copy, n);
+        for (int64_t t = 0; t < kMaxActs; ++t) {
+          const float got = k.single_dot(row, acts.data() + size_t(t) * a_stride, n);
+          single[size_t(r * kMaxActs + t)] = got;
+          const double bound = double(accumulation_chain(k.type, n) + 16) * 2 * kUnitRoundoff *
+                               magnitude_sum(magnitudes, act_rows[size_t(t)].values);
+          const float expected = k.scalar_dot(row, act_rows[size_t(t)].bytes.data(), n);
+          ASSERT_LE(std::fabs(double(expected) - double(got)), bound)
+              << describe(k) << " n=" << n << " r=" << r << " t=" << t;
+        }
+      }
+      for (bool weight_major : {false, true}) {
+        for (int64_t n_w = 1; n_w <= kMaxWeights; ++n_w) {
+          for (int64_t n_acts = 1; n_acts <= kMaxActs; ++n_acts) {
+            // Outputs with a gap of one float between neighbours in both directions.
+            const size_t out_w_stride = weight_major ? size_t(2 * n_acts + 1) : 2;
+            const size_t out_a_stride = weight_major ? 2 : size_t(2 * n_w + 1);
+            constexpr float kUntouched = -1234.5f;
+            std::vector<float> out(size_t(n_w) * out_w_stride + size_t(n_acts) * out_a_stride,
+                                   kUntouched);
+            k.tile(w, w_stride, n_w, acts.data(), a_stride, n_acts, n, out.data(), out_w_stride,
+                   out_a_stride);
+            std::vector<bool> written(out.size(), false);
+            for (int64_t r = 0; r < n_w; ++r) {
+              for (int64_t t = 0; t < n_acts; ++t) {
+                const size_t i = size_t(r) * out_w_stride + size_t(t) * out_a_stride;
+                written[i] = true;
+                ASSERT_EQ(f32_to_bits(out[i]), f32_to_bits(single[size_t(r * kMaxActs + t)]))
+                    << describe(k) << " n=" << n << " weight_pad=" << weight_pad
+                    << " n_w=" << n_w << " n_acts=" << n_acts << " r=" << r << " t=" << t
+                    << " got=" << out[i] << " want=" << single[size_t(r * kMaxActs + t)];
+              }
+            }
+            for (size_t i = 0; i < out.size(); ++i) {
+              if (!written[i]) {
+                ASSERT_EQ(out[i], kUntouched) << describe(k) << " wrote outside the tile at " << i;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantTiles, EveryTileKernelIsBitwiseTheSingleRowDot) {
+  int ran = 0;
+  for (const TileKernel& k : kTileKernels) {
+    if (!k.available()) continue;
+    SCOPED_TRACE(describe(k));
+    expect_tile_is_bitwise_the_single_dot(k);
+    if (::testing::Test::HasFatalFailure()) return;
+    ++ran;
+  }
+  if (ran == 0) GTEST_SKIP() << "this CPU runs none of the tile kernels' levels";
+}
+
+// quant::dot_tile (the dispatched entry compute::matmul calls) is quant::dot per pair, bitwise,
+// for every type with kernels at whatever level this process runs (ctest also runs it capped at
+// scalar and avx2).
+TEST(QuantDispatch, DotTileIsBitwiseOneDotPerPair) {
+  for (uint32_t id = 0; id < 64; ++id) {
+    const TypeTraits* traits = type_traits_or_null(id);
+    if (traits == nullptr || !traits->has_kernels) continue;
+    const GgmlType type = traits->type;
+    const int64_t n = traits->block_elems == 32 ? 2592 : 2560;
+    const size_t w_stride = row_bytes(type, n) + 2;
+    constexpr int64_t kRows = 5;
+    constexpr int64_t kActs = 9;
+    std::vector<uint8_t> weights(w_stride * kRows);
+    for (int64_t r = 0; r < kRows; ++r) {
+      const std::vector<uint8_t> row = valid_row(type, n, id * 13 + uint32_t(r));
+      std::memcpy(weights.data() + size_t(r) * w_stride, row.data(), row.size());
+    }
+    const size_t a_stride = (activation_row_bytes(type, n) + 63) / 64 * 64;
+    std::vector<uint8_t> acts(a_stride * kActs);
+    for (int64_t t = 0; t < kActs; ++t) {
+      const testing::Activation act = make_activation(type, gaussian(n, uint32_t(t + 90)));
+      std::memcpy(acts.data() + size_t(t) * a_stride, act.bytes.data(), act.bytes.size());
+    }
+    std::vector<float> out(size_t(kRows * kActs));
+    dot_tile(type, weights.data(), w_stride, kRows, acts.data(), a_stride, kActs, n, out.data(), 1,
+             kRows);
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t t = 0; t < kActs; ++t) {
+        const float want = dot(type, weights.data() + size_t(r) * w_stride,
+                               acts.data() + size_t(t) * a_stride, n);
+        ASSERT_EQ(f32_to_bits(out[size_t(t * kRows + r)]), f32_to_bits(want))
+            << traits->name << " r=" << r << " t=" << t << " at level "
+            << kernel_level_name(active_kernel_level());
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::quant
