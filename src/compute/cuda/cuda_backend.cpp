@@ -637,6 +637,9 @@ LayerExperts& CudaBackend::layer_experts(const HParams& hp, ExpertSource& source
     STRATA_CUDA_CHECK(cudaMemcpy(dst + le.down.matrix_offset, m.down.data, down_bytes, cudaMemcpyHostToDevice));
     ++handed;
   }
+  // The copies above are on the legacy stream and may return before their DMA ends (see
+  // DeviceBuffer::upload); this backend's stream is non-blocking: wait for them.
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
   if (handed != n_expert)
     fail("cuda backend: layer {}: the expert source handed out {} of {} experts", layer, handed, n_expert);
   std::vector<uint32_t> identity(static_cast<size_t>(n_expert));

@@ -59,6 +59,10 @@ void DeviceBuffer::upload(const void* host, size_t bytes, size_t offset) {
   if (offset + bytes > bytes_)
     fail("DeviceBuffer::upload: {} bytes at offset {} exceed the buffer's {}", bytes, offset, bytes_);
   STRATA_CUDA_CHECK(cudaMemcpy(static_cast<char*>(data_) + offset, host, bytes, cudaMemcpyHostToDevice));
+  // From pageable memory cudaMemcpy may return once the bytes are staged, before the DMA into
+  // the buffer is done (CUDA's "API synchronization behavior"), and the backend's streams are
+  // non-blocking, so nothing orders their kernels after that DMA: wait for it here.
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 void DeviceBuffer::download(void* host, size_t bytes, size_t offset) const {

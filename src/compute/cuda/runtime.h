@@ -57,7 +57,8 @@ class DeviceBuffer {
     return static_cast<T*>(data_);
   }
   size_t bytes() const { return bytes_; }
-  // Synchronous copies (tests, set-up); the hot path uses the async copies of its stream.
+  // Synchronous copies (tests, set-up): upload returns once the bytes are in the buffer, so any
+  // stream may use them next; the hot path uses the async copies of its stream.
   void upload(const void* host, size_t bytes, size_t offset = 0);
   void download(void* host, size_t bytes, size_t offset = 0) const;
 
