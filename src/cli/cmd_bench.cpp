@@ -318,7 +318,7 @@ void register_bench(CLI::App& app) {
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = bench->add_subcommand("experts", "Decode tok/s vs expert RAM budget, next to the I/O ceiling");
-  add_model_options(*cmd, o->model);
+  add_model_options(*cmd, o->model, /*with_backend=*/false);
   add_expert_options(*cmd, o->experts);
   cmd->add_option("--budgets", o->budgets, "comma-separated budgets (bytes or % of expert bytes)");
   cmd->add_option("--sources", o->sources,

@@ -69,7 +69,7 @@ void profile(const ProfileOptions& o) {
 void register_profile(CLI::App& app) {
   auto o = std::make_shared<ProfileOptions>();
   CLI::App* cmd = app.add_subcommand("profile", "Count expert routing over a calibration text (for --fill)");
-  add_model_options(*cmd, o->model);
+  add_model_options(*cmd, o->model, /*with_backend=*/false);
   auto* file = cmd->add_option("-f,--file", o->text_file, "calibration text file");
   cmd->add_option("-p,--prompt", o->text, "calibration text")->excludes(file);
   cmd->add_option("-o,--output", o->output, "profile path (default: MODEL.profile)");

@@ -21,11 +21,12 @@ std::filesystem::path executable_dir() {
 
 }  // namespace
 
-void add_model_options(CLI::App& cmd, ModelOptions& options) {
+void add_model_options(CLI::App& cmd, ModelOptions& options, bool with_backend) {
   cmd.add_option("-m,--model", options.model_path,
                  "GGUF model (default: the embedded model, models/strata-default.gguf)");
   cmd.add_option("-t,--threads", options.threads, "CPU threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
+  if (!with_backend) return;
   cmd.add_option("--backend", options.backend,
                  "compute backend: cpu, cuda (all experts in GPU memory), or auto (cuda when a GPU "
                  "is usable and no --ram-budget is set, else cpu)")

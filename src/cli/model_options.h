@@ -16,7 +16,9 @@ struct ModelOptions {
   SamplerConfig sampling;
 };
 
-void add_model_options(CLI::App& cmd, ModelOptions& options);
+// with_backend: also --backend (the commands whose sessions run on a chosen backend: run, chat,
+// serve; bench and profile measure the CPU expert store and leave it out).
+void add_model_options(CLI::App& cmd, ModelOptions& options, bool with_backend = true);
 void add_sampling_options(CLI::App& cmd, SamplerConfig& sampling);
 // The model to load: -m, else the embedded default shipped in models/ (searched next to the
 // executable and in the current directory). Throws naming the paths tried.
