@@ -53,6 +53,7 @@
 #include "model/model.h"
 #include "spec/spec_decoder.h"
 #include "synth/synth.h"
+#include "synthetic_models.h"
 
 namespace strata {
 namespace {
@@ -208,25 +209,10 @@ std::vector<QuantModel> quant_models() {
     models.push_back(m);
   }
   {
-    // The mid shape's widths (head dim 256, 64 rotary dims, 128-wide DeltaNet heads, 1024-wide
-    // residual, 32k vocabulary) cut to 4 layers (3 DeltaNet + 1 QSA, as `strata synth --layers 4`)
-    // and 32 experts, Q8_0 dense and IQ2_XS experts: the types of the 48-layer benchmark file.
     // Random weights of real widths make a chaotic net: its first near-tie (margin below twice the
     // step's |dlogit|) came at step 7 on the H200; 4 equal steps are required.
     QuantModel m{"mid-qwen4exp-4L", temp_path("strata-cuda-mid"), true, kChaoticQuantTolerance, 4};
-    SynthOptions options;
-    options.hparams = synth_shape("mid-qwen4exp");
-    HParams& hp = options.hparams;
-    hp.n_layer = 4;
-    hp.layer_kinds.assign(4, LayerKind::GatedDeltaNet);
-    hp.layer_kinds[3] = LayerKind::SparseAttention;
-    hp.compress_ratios.assign(4, 0);
-    hp.compress_ratios[3] = 4;
-    hp.n_expert = 32;
-    options.dense_type = GgmlType::Q8_0;
-    options.expert_type = GgmlType::IQ2_XS;
-    options.seed = 7;
-    write_synthetic_model(options, m.path);
+    test_support::write_mid_qwen4exp_4_layers(m.path);
     models.push_back(m);
   }
   return models;

@@ -26,6 +26,7 @@
 #include "model/model.h"
 #include "quant/ggml_type.h"
 #include "synth/synth.h"
+#include "synthetic_models.h"
 
 namespace strata {
 namespace {
@@ -203,19 +204,7 @@ std::vector<Case> cases() {
   out.push_back({"default", std::string(STRATA_SOURCE_DIR) + "/models/strata-default.gguf", false});
   {
     Case m{"mid-qwen4exp-4L", temp_path("strata-lockstep-mid"), true};
-    SynthOptions options;
-    options.hparams = synth_shape("mid-qwen4exp");
-    HParams& hp = options.hparams;
-    hp.n_layer = 4;
-    hp.layer_kinds.assign(4, LayerKind::GatedDeltaNet);
-    hp.layer_kinds[3] = LayerKind::SparseAttention;
-    hp.compress_ratios.assign(4, 0);
-    hp.compress_ratios[3] = 4;
-    hp.n_expert = 32;
-    options.dense_type = GgmlType::Q8_0;
-    options.expert_type = GgmlType::IQ2_XS;
-    options.seed = 7;
-    write_synthetic_model(options, m.path);
+    test_support::write_mid_qwen4exp_4_layers(m.path);
     out.push_back(m);
   }
   for (const char* shape : {"tiny-qwen3next", "tiny-qwen3moe"}) {
