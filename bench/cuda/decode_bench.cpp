@@ -6,14 +6,22 @@
 // one decode step must read (dense weights + n_layer · k routed experts) over the device's
 // measured copy bandwidth. The first run of each backend is a warm-up (page cache, weight upload)
 // and is not counted. No tokenizer is needed (so the binary links no ICU).
-//   bench_cuda_decode -m FILE [--backends cpu,cuda] [--prompt 64] [--tokens 128] [--chunk 64]
-//                     [--repeats 3] [--threads N] [--json out.json]
+// Backend "cuda-graph" is the CUDA backend with window graphs on (STRATA_CUDA_GRAPH=1,
+// compute/cuda/window_graph.h), so graph launches and the eager path are compared in one run;
+// STRATA_CUDA_PROFILE=1 prints the GPU time per op of the graphs. --synth LAYERS:EXPERTS first writes FILE (if
+// it does not exist) as the mid-qwen4exp shape with that many layers and experts, Q8_0 dense and
+// IQ2_XS experts (issue 15's 48:512 file), with --synth-tokenizer DIR's vocabulary if given.
+//   bench_cuda_decode -m FILE [--backends cpu,cuda,cuda-graph] [--prompt 64] [--tokens 128]
+//                     [--chunk 64] [--repeats 3] [--threads N] [--json out.json]
+//                     [--synth LAYERS:EXPERTS [--synth-tokenizer DIR]]
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <thread>
@@ -26,6 +34,7 @@
 #include "engine/session.h"
 #include "model/model.h"
 #include "quant/ggml_type.h"
+#include "synth/synth.h"
 #include "util/error.h"
 
 namespace {
@@ -49,7 +58,10 @@ struct Run {
 Run run_once(const Model& model, compute::ThreadPool& pool, const std::string& backend, const std::vector<int32_t>& prompt,
              int n_tokens, int chunk) {
   Run r;
-  Session session(model, pool, nullptr, backend);
+  const bool graph = backend == "cuda-graph";
+  if (graph) setenv("STRATA_CUDA_GRAPH", "1", 1);
+  Session session(model, pool, nullptr, graph ? "cuda" : backend);
+  if (graph) unsetenv("STRATA_CUDA_GRAPH");
   auto start = std::chrono::steady_clock::now();
   session.prefill(prompt, chunk);
   r.prefill_tps = double(prompt.size()) / seconds_since(start);
@@ -112,7 +124,7 @@ double device_copy_gbs() {
 int main(int argc, char** argv) {
   try {
     compute::cuda::register_cuda_backend();
-    std::string path, backends_arg = "cpu,cuda", json_path;
+    std::string path, backends_arg = "cpu,cuda", json_path, synth, synth_tokenizer;
     int prompt_n = 64, n_tokens = 128, chunk = 64, repeats = 3, threads = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
       const std::string key = argv[i], value = argv[i + 1];
@@ -124,14 +136,34 @@ int main(int argc, char** argv) {
       else if (key == "--repeats") repeats = std::stoi(value);
       else if (key == "--threads") threads = std::stoi(value);
       else if (key == "--json") json_path = value;
+      else if (key == "--synth") synth = value;
+      else if (key == "--synth-tokenizer") synth_tokenizer = value;
       else fail("bench_cuda_decode: unknown option {}", key);
     }
     if (path.empty()) fail("bench_cuda_decode: -m FILE is required");
     std::vector<std::string> backends;
     for (size_t pos = 0; pos <= backends_arg.size();) {
       const size_t comma = std::min(backends_arg.find(',', pos), backends_arg.size());
-      if (comma > pos) backends.push_back(compute::resolve_backend(backends_arg.substr(pos, comma - pos)));
+      const std::string name = backends_arg.substr(pos, comma - pos);
+      if (comma > pos) backends.push_back(name == "cuda-graph" ? name : compute::resolve_backend(name));
       pos = comma + 1;
+    }
+    if (!synth.empty() && !std::filesystem::exists(path)) {
+      const size_t colon = synth.find(':');
+      if (colon == std::string::npos) fail("bench_cuda_decode: --synth expects LAYERS:EXPERTS, found {}", synth);
+      SynthOptions options;
+      options.hparams = synth_shape("mid-qwen4exp");
+      resize_synth_shape(options.hparams, std::stoi(synth.substr(0, colon)), std::stoi(synth.substr(colon + 1)));
+      options.dense_type = GgmlType::Q8_0;
+      options.expert_type = GgmlType::IQ2_XS;
+      options.n_threads = 0;
+      if (!synth_tokenizer.empty()) {
+        options.tokenizer_dir = synth_tokenizer;
+        options.hparams.n_vocab = hf_tokenizer_vocab_size(synth_tokenizer);
+      }
+      const auto start = std::chrono::steady_clock::now();
+      write_synthetic_model(options, path);
+      std::fprintf(stderr, "wrote %s (%s) in %.1f s\n", path.c_str(), synth.c_str(), seconds_since(start));
     }
     const auto model = Model::load(path);
     const HParams& hp = model->hparams();
@@ -171,13 +203,13 @@ int main(int argc, char** argv) {
                  compute::cuda::describe_device(), bw, bw * 1e9 / bytes, median(decode["cuda"]) / (bw * 1e9 / bytes));
       json += fmt::format(", \"copy_gbs\": {:.1f}, \"ceiling_tps\": {:.2f}", bw, bw * 1e9 / bytes);
     }
-    if (backends.size() == 2) {
+    for (size_t i = 1; i < backends.size(); ++i) {
       const auto& a = tokens[backends[0]];
-      const auto& b = tokens[backends[1]];
+      const auto& b = tokens[backends[i]];
       size_t same = 0;
       while (same < a.size() && same < b.size() && a[same] == b[same]) ++same;
-      fmt::print("greedy tokens: {} and {} agree on the first {} of {}\n", backends[0], backends[1], same, a.size());
-      json += fmt::format(", \"tokens_agree\": {}", same);
+      fmt::print("greedy tokens: {} and {} agree on the first {} of {}\n", backends[0], backends[i], same, a.size());
+      json += fmt::format(", \"tokens_agree_{}\": {}", backends[i], same);
     }
     json += "}\n";
     if (!json_path.empty()) {

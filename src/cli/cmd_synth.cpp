@@ -72,22 +72,7 @@ void register_synth(CLI::App& app) {
     SynthOptions options;
     options.hparams = synth_shape(o->shape);
     HParams& hp = options.hparams;
-    if (o->layers > 0) {
-      hp.n_layer = o->layers;
-      hp.layer_kinds.resize(size_t(hp.n_layer), hp.layer_kinds.back());
-      if (!hp.compress_ratios.empty()) hp.compress_ratios.resize(size_t(hp.n_layer), 0);
-      for (int i = 0; i < hp.n_layer && hp.arch != Arch::Qwen3Moe; ++i) {
-        const bool attention = (i + 1) % 4 == 0;
-        hp.layer_kinds[size_t(i)] = attention ? (hp.arch == Arch::Qwen4Exp ? LayerKind::SparseAttention
-                                                                           : LayerKind::GatedAttention)
-                                              : LayerKind::GatedDeltaNet;
-        if (!hp.compress_ratios.empty()) hp.compress_ratios[size_t(i)] = attention ? 4 : 0;
-      }
-    }
-    if (o->experts > 0) {
-      hp.n_expert = o->experts;
-      if (hp.n_expert_used > hp.n_expert) hp.n_expert_used = hp.n_expert;
-    }
+    resize_synth_shape(hp, o->layers, o->experts);
     options.dense_type = parse_type(o->type, "--type");
     options.expert_type = o->expert_type.empty() ? options.dense_type
                                                  : parse_type(o->expert_type, "--expert-type");

@@ -283,6 +283,25 @@ void fill_ple_constants(HParams& hp, uint64_t vocab_base, uint64_t seed) {
     hp.ple_multipliers.push_back(2 * (splitmix64(base + 0x9E3779B97F4A7C15ull * uint64_t(i + 1)) % half) + 1);
 }
 
+void resize_synth_shape(HParams& hp, int n_layer, int n_expert) {
+  if (n_layer > 0) {
+    hp.n_layer = n_layer;
+    hp.layer_kinds.resize(size_t(hp.n_layer), hp.layer_kinds.back());
+    if (!hp.compress_ratios.empty()) hp.compress_ratios.resize(size_t(hp.n_layer), 0);
+    for (int i = 0; i < hp.n_layer && hp.arch != Arch::Qwen3Moe; ++i) {
+      const bool attention = (i + 1) % 4 == 0;
+      hp.layer_kinds[size_t(i)] = attention ? (hp.arch == Arch::Qwen4Exp ? LayerKind::SparseAttention
+                                                                         : LayerKind::GatedAttention)
+                                            : LayerKind::GatedDeltaNet;
+      if (!hp.compress_ratios.empty()) hp.compress_ratios[size_t(i)] = attention ? 4 : 0;
+    }
+  }
+  if (n_expert > 0) {
+    hp.n_expert = n_expert;
+    if (hp.n_expert_used > hp.n_expert) hp.n_expert_used = hp.n_expert;
+  }
+}
+
 std::vector<std::string> synth_shape_names() {
   return {"tiny-qwen4exp", "tiny-qwen3next", "tiny-qwen3moe", "mid-qwen4exp", "qwen3.8-flash-next"};
 }

@@ -68,6 +68,11 @@ int64_t hf_tokenizer_vocab_size(const std::string& tokenizer_dir);
 // "mid-qwen4exp" (a few GB at Q4_K), "qwen3.8-flash-next" (the full flagship shape; its PLE
 // table is cut to 3.2M rows so the file fits a workstation disk — the real one is 320M rows).
 HParams synth_shape(std::string_view name);
+// Changes a shape's layer count (the hybrid pattern: every 4th layer attention — QSA with
+// compress ratio 4 on qwen4exp — the rest Gated DeltaNet; qwen3moe: all attention) and expert
+// count (top-k capped at it); 0 keeps a count. Used by `strata synth --layers/--experts` and the
+// benches that write their own files.
+void resize_synth_shape(HParams& hp, int n_layer, int n_expert);
 std::vector<std::string> synth_shape_names();
 
 // PLE constants as the reference derives them (qwen4exp.md §9): per-head prime vocab sizes above

@@ -38,6 +38,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -308,6 +310,44 @@ TEST(CudaBackend, WindowIdentityRepeatAndRollbackAreBitwise) {
       const std::vector<float> a = spec.decode(token);
       const std::vector<float>& b = plain.decode(token);
       ASSERT_EQ(0, std::memcmp(a.data(), b.data(), vocab * 4)) << qm.name << ": after rollback, token " << token;
+    }
+    if (qm.remove) std::filesystem::remove(qm.path);
+  }
+}
+
+// Graph replay (compute/cuda/window_graph.h) against the eager path: the same kernels in the same
+// order, so every logit is bitwise equal across prefill chunks, T = 1 steps, a 5-row verify window,
+// its rollback and the steps after it (and QSA's over-budget selection on the tiny qwen4exp, which
+// cuts its windows into segments).
+std::vector<std::vector<float>> run_script(const Model& model, compute::ThreadPool& pool, bool graphs) {
+  setenv("STRATA_CUDA_GRAPH", graphs ? "1" : "0", 1);
+  Session session(model, pool, nullptr, "cuda");
+  unsetenv("STRATA_CUDA_GRAPH");
+  const HParams& hp = model.hparams();
+  std::vector<std::vector<float>> out;
+  session.prefill(test_prompt(hp, 37), 8);
+  out.push_back(session.logits());
+  for (int step = 0; step < 12; ++step) out.push_back(session.decode(argmax(out.back())));
+  const std::vector<int32_t> drafts = {5, 17, 3, 11, 2};
+  out.push_back(session.verify(drafts));
+  session.keep_rows(2);
+  out.push_back(session.logits());
+  for (int step = 0; step < 6; ++step) out.push_back(session.decode(argmax(out.back())));
+  return out;
+}
+
+TEST(CudaBackend, GraphReplayIsBitwiseTheEagerPath) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  compute::ThreadPool pool(2);
+  for (const QuantModel& qm : quant_models()) {
+    auto model = Model::load(qm.path);
+    const auto eager = run_script(*model, pool, false);
+    const auto graph = run_script(*model, pool, true);
+    ASSERT_EQ(eager.size(), graph.size());
+    for (size_t i = 0; i < eager.size(); ++i) {
+      ASSERT_EQ(eager[i].size(), graph[i].size()) << qm.name << " window " << i;
+      ASSERT_EQ(0, std::memcmp(eager[i].data(), graph[i].data(), eager[i].size() * 4))
+          << qm.name << ": window " << i << " differs between graph replay and the eager path";
     }
     if (qm.remove) std::filesystem::remove(qm.path);
   }

@@ -65,7 +65,8 @@ TEST(CudaDeltaNet, RecurrentRuleBitwiseAsCpu) {
   // {nk, nv, dk, dv, tiled}: equal head dims, and dk != dv both ways (transformers allows it).
   for (const auto& [nk, nv, d, dvh, tiled] :
        {std::tuple{2, 6, 128, 128, true}, std::tuple{2, 6, 128, 128, false}, std::tuple{3, 3, 72, 72, true},
-        std::tuple{2, 4, 48, 80, false}, std::tuple{2, 4, 96, 40, true}}) {
+        std::tuple{2, 4, 48, 80, false}, std::tuple{2, 4, 96, 40, true},
+        std::tuple{2, 4, 16, 24, false}, std::tuple{1, 2, 64, 200, true}, std::tuple{1, 2, 128, 300, false}}) {
     for (const int64_t n_rows : {int64_t(1), int64_t(4), int64_t(7)}) {
       const auto q = unit_rows(rng, n_rows, nk, d), k = unit_rows(rng, n_rows, nk, d);
       const auto v = random_floats(size_t(n_rows * nv * dvh), rng);

@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <numeric>
 #include <unordered_map>
@@ -17,6 +20,7 @@
 #include "compute/cuda/matmul.h"
 #include "compute/cuda/ops.h"
 #include "compute/cuda/runtime.h"
+#include "compute/cuda/window_graph.h"
 #include "compute/cuda/window_ops.h"
 #include "experts/expert_source.h"
 #include "layers/attention.h"
@@ -41,6 +45,8 @@ size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 // reusing the memory of the previous op is safe.
 class DeviceArena {
  public:
+  // before_alloc runs before a new chunk is allocated (the backend pauses its graph capture).
+  explicit DeviceArena(std::function<void()> before_alloc) : before_alloc_(std::move(before_alloc)) {}
   void reset() {
     chunk_ = 0;
     offset_ = 0;
@@ -51,7 +57,10 @@ class DeviceArena {
       ++chunk_;
       offset_ = 0;
     }
-    if (chunk_ == chunks_.size()) chunks_.emplace_back(std::max(bytes, kScratchChunk));
+    if (chunk_ == chunks_.size()) {
+      if (before_alloc_) before_alloc_();
+      chunks_.emplace_back(std::max(bytes, kScratchChunk));
+    }
     void* p = static_cast<uint8_t*>(chunks_[chunk_].data()) + offset_;
     offset_ += bytes;
     return p;
@@ -60,9 +69,15 @@ class DeviceArena {
   int32_t* ints(int64_t n) { return static_cast<int32_t*>(take(size_t(n) * sizeof(int32_t))); }
 
  private:
+  std::function<void()> before_alloc_;
   std::vector<DeviceBuffer> chunks_;
   size_t chunk_ = 0, offset_ = 0;
 };
+
+bool graphs_enabled() {
+  const char* v = std::getenv("STRATA_CUDA_GRAPH");
+  return v && std::strcmp(v, "1") == 0;
+}
 
 // Grows `buffer` to at least `bytes`, keeping its first `keep` bytes.
 void grow(DeviceBuffer& buffer, size_t bytes, size_t keep, cudaStream_t stream) {
@@ -124,7 +139,9 @@ struct PleMirror {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(BackendShared& shared) {
+  explicit CudaBackend(BackendShared& shared)
+      : graph_(stream_.get(), graphs_enabled()), scratch_([this] { graph_.pause(); }),
+        staging_([this] { graph_.pause(); }) {
     if (!usable_device()) fail("cuda backend: no usable CUDA device ({})", describe_device());
     std::lock_guard lock(shared.mutex);
     std::shared_ptr<void>& entry = shared.by_backend["cuda"];
@@ -133,7 +150,22 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     // Pending work must finish before the buffers it uses go away.
+    try {
+      graph_.pause();
+    } catch (...) {
+      graph_.abandon();
+    }
     cudaStreamSynchronize(stream_.get());
+    if (const char* v = std::getenv("STRATA_CUDA_GRAPH_STATS"); v && std::strcmp(v, "1") == 0) {
+      const WindowGraphStats& g = graph_.stats();
+      const double w = double(std::max<int64_t>(g.windows, 1));
+      std::fprintf(stderr,
+                   "cuda backend graphs: %lld windows, %.2f segments and %.0f nodes per window, %lld instantiations, "
+                   "%lld updates; host per window: capture %.1f us, update/instantiate %.1f us, launch %.1f us\n",
+                   (long long)g.windows, double(g.segments) / w, double(g.nodes) / w, (long long)g.instantiations,
+                   (long long)g.updates, g.capture_s / w * 1e6, g.update_s / w * 1e6, g.launch_s / w * 1e6);
+    }
+    if (graph_.profiling()) std::fputs(graph_.profile_table().c_str(), stderr);
   }
 
   std::string_view name() const override { return "cuda"; }
@@ -149,19 +181,22 @@ class CudaBackend final : public Backend {
       id = uint32_t(buffers_.size());
       buffers_.emplace_back();
     }
+    EagerScope eager(*this);
     buffers_[id] = zeros(size_t(max_rows * width) * 4, s());
     return Tensor{id, type, max_rows, width};
   }
 
   void release(Tensor t) override {
     if (!t.valid() || t.id >= buffers_.size()) return;
+    EagerScope eager(*this);
     STRATA_CUDA_CHECK(cudaStreamSynchronize(s()));
     buffers_[t.id] = DeviceBuffer();
     free_ids_.push_back(t.id);
   }
 
   void read(Tensor t, int64_t first_row, int64_t n_rows, float* out) override {
-    const float* data = rows(t, first_row + n_rows, "read");
+    const float* data = tensor_data(t, first_row + n_rows, "read");
+    graph_.pause();  // the window so far runs; the next op starts a new segment
     STRATA_CUDA_CHECK(cudaMemcpyAsync(out, data + first_row * t.width, size_t(n_rows * t.width) * 4,
                                       cudaMemcpyDeviceToHost, s()));
     STRATA_CUDA_CHECK(cudaStreamSynchronize(s()));
@@ -173,6 +208,11 @@ class CudaBackend final : public Backend {
   }
 
   void begin_window(ThreadPool&) override {
+    // What an earlier window left captured (a window without a read) runs first; then the
+    // stream is idle, so the staging memory its copies read can be reused.
+    graph_.begin_window();
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(s()));
+    staging_.reset();
     recorded_deltanet_.clear();
     for (auto& [layer, kv] : kv_) kv.first_in_window = -1;
     ple_.recorded = false;
@@ -180,7 +220,9 @@ class CudaBackend final : public Backend {
 
   void embed(const WeightMatrix& table, std::span<const int32_t> tokens, Tensor out) override {
     const int64_t n_rows = int64_t(tokens.size());
+    graph_.set_rows(n_rows);
     float* y = rows(out, n_rows, "embed", table.n_in);
+    mark("embed");
     // Dequantized on the host (n_rows rows), then uploaded: the table can be the largest tensor
     // of a small model and is read a few rows per window.
     host_floats_.resize(size_t(n_rows * table.n_in));
@@ -193,6 +235,7 @@ class CudaBackend final : public Backend {
   void repeat(Tensor x, int n_copies, Tensor out, int64_t n_rows) override {
     const float* src = rows(x, n_rows, "repeat");
     float* dst = rows(out, n_rows, "repeat", x.width * n_copies);
+    mark("repeat");
     if (n_rows == 0) return;
     for (int c = 0; c < n_copies; ++c)
       STRATA_CUDA_CHECK(cudaMemcpy2DAsync(dst + c * x.width, size_t(out.width) * 4, src, size_t(x.width) * 4,
@@ -203,18 +246,21 @@ class CudaBackend final : public Backend {
     const int64_t width = int64_t(weight.size());
     const float* src = rows(x, n_rows, "rms_norm", width);
     float* dst = rows(out, n_rows, "rms_norm", width);
+    mark("rms_norm");
     rms_norm_rows(src, vec(weight), n_rows, width, eps, dst, s());
   }
 
   void add(Tensor acc, Tensor y, int64_t n_rows) override {
     float* a = rows(acc, n_rows, "add");
     const float* b = rows(y, n_rows, "add", acc.width);
+    mark("add");
     add_rows(a, b, n_rows * acc.width, s());
   }
 
   void matmul(const WeightMatrix& w, Tensor x, int64_t first_row, int64_t n_rows, Tensor y) override {
     const float* src = rows(x, first_row + n_rows, "matmul", w.n_in);
     float* dst = rows(y, n_rows, "matmul", w.n_out);
+    mark("matmul (head)");
     scratch_.reset();
     mm(w, src + first_row * w.n_in, n_rows, dst);
   }
@@ -222,6 +268,7 @@ class CudaBackend final : public Backend {
   void argmax(Tensor x, int64_t n_rows, Tensor ids) override {
     const float* src = rows(x, n_rows, "argmax");
     float* dst = rows(ids, n_rows, "argmax", 1);
+    mark("argmax");
     argmax_rows(src, n_rows, x.width, reinterpret_cast<int32_t*>(dst), s());
   }
 
@@ -231,6 +278,7 @@ class CudaBackend final : public Backend {
     const int64_t n_embd = X.width / n_streams, width = X.width, rank = w.down.n_out;
     float* xd = rows(x, n_rows, "hyper_connection_in", n_embd);
     float* inj = inject.valid() ? rows(inject, n_rows, "hyper_connection_in", n_streams) : nullptr;
+    mark("hc_in");
     const float inv_streams = 1.0f / float(n_streams);
     scratch_.reset();
     float* normed = scratch_.floats(n_rows * width);
@@ -252,6 +300,7 @@ class CudaBackend final : public Backend {
     const int64_t n_embd = X.width / n_streams;
     const float* yd = rows(y, n_rows, "hyper_connection_out", n_embd);
     const float* inj = rows(inject, n_rows, "hyper_connection_out", n_streams);
+    mark("hc_out");
     hc_out(yd, inj, n_rows, n_streams, n_embd, Xd, s());
   }
 
@@ -267,8 +316,14 @@ class CudaBackend final : public Backend {
 
  private:
   cudaStream_t s() const { return stream_.get(); }
+  void mark(const char* label) { graph_.mark(label); }
 
+  // An op's tensor: its device rows, after starting a capture segment if none is running.
   float* rows(Tensor t, int64_t n_rows, const char* op, int64_t width = -1) {
+    graph_.ensure_capturing();
+    return tensor_data(t, n_rows, op, width);
+  }
+  float* tensor_data(Tensor t, int64_t n_rows, const char* op, int64_t width = -1) {
     if (!t.valid() || t.id >= buffers_.size() || !buffers_[t.id].data())
       fail("cuda backend: {}: invalid tensor handle", op);
     if (n_rows < 0 || n_rows > t.max_rows)
@@ -278,10 +333,19 @@ class CudaBackend final : public Backend {
     return buffers_[t.id].as<float>();
   }
 
-  // Pageable host → device: returns once the source has been staged, so it may be reused.
+  // Host → device through the window's pinned staging: the source may be reused at once, and
+  // a captured copy reads the staged bytes when its graph runs.
   void upload(void* dst, const void* src, size_t bytes) {
-    if (bytes > 0) STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s()));
+    if (bytes == 0) return;
+    const void* staged = staging_.stage(src, bytes);
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, s()));
   }
+
+  // Runs its scope outside graph capture (allocations, frees, synchronisation): the segment
+  // captured so far is launched first, and capture resumes at the next op.
+  struct EagerScope {
+    explicit EagerScope(CudaBackend& b) { b.graph_.pause(); }
+  };
   int32_t* upload_ints(const std::vector<int32_t>& values) {
     int32_t* d = scratch_.ints(int64_t(values.size()));
     upload(d, values.data(), values.size() * 4);
@@ -304,6 +368,7 @@ class CudaBackend final : public Backend {
     std::lock_guard lock(weights_->mutex);
     auto it = weights_->buffers.find(host);
     if (it == weights_->buffers.end() || it->second.bytes() < bytes) {
+      EagerScope eager(*this);
       if (it != weights_->buffers.end()) STRATA_CUDA_CHECK(cudaDeviceSynchronize());
       DeviceBuffer b(bytes);
       b.upload(host, bytes);
@@ -331,9 +396,11 @@ class CudaBackend final : public Backend {
   KvMirror& kv_mirror(const HParams& hp, const AttentionWeights& w, int layer, int64_t n_tokens);
 
   Stream stream_;
+  WindowGraph graph_;  // captures each window's launches (window_graph.h)
   std::vector<DeviceBuffer> buffers_;
   std::vector<uint32_t> free_ids_;
   DeviceArena scratch_;
+  PinnedStaging staging_;
   std::shared_ptr<DeviceWeights> weights_;
   std::unordered_map<int, DeltaNetMirror> deltanet_;
   std::unordered_map<int, KvMirror> kv_;
@@ -365,10 +432,12 @@ void CudaBackend::gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& 
   const size_t conv_bytes = size_t((kernel - 1) * conv_dim) * 4, ssm_bytes = size_t(nv) * dk * dv * 4;
   DeltaNetMirror& m = deltanet_[layer];
   if (!m.ssm.data()) {
+    EagerScope eager(*this);
     m.conv = zeros(conv_bytes, s());
     m.ssm = zeros(ssm_bytes, s());
   }
 
+  mark("dn.projections");
   float* mixed = scratch_.floats(n_rows * conv_dim);
   float* z = scratch_.floats(n_rows * value_dim);
   float* beta_raw = scratch_.floats(n_rows * nv);
@@ -387,6 +456,7 @@ void CudaBackend::gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& 
   float *q, *k, *v, *beta, *decay;
   if (record_window) {
     if (m.log_capacity < n_rows) {
+      EagerScope eager(*this);
       m.log_capacity = n_rows;
       m.ssm_before = DeviceBuffer(ssm_bytes);
       m.conv_before = DeviceBuffer(std::max<size_t>(conv_bytes, 4));
@@ -409,13 +479,16 @@ void CudaBackend::gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& 
     v = scratch_.floats(n_rows * value_dim);
     beta = scratch_.floats(n_rows * nv), decay = scratch_.floats(n_rows * nv);
   }
+  mark("dn.conv+prepare");
   float* conv_out = scratch_.floats(n_rows * conv_dim);
   deltanet_conv_silu(mixed, n_rows, conv_dim, vec(w.conv), kernel, m.conv.as<float>(), conv_out, s());
   deltanet_prepare(conv_out, beta_raw, alpha_raw, vec(w.a), vec(w.dt_bias), n_rows, nk, nv, dk, dv, q, k, v, beta,
                    decay, s());
   float* core = scratch_.floats(n_rows * value_dim);
+  mark("dn.recurrent");
   delta_rule_recurrent(q, k, v, beta, decay, n_rows, nk, nv, dk, dv, hp.ssm_v_heads_tiled, m.ssm.as<float>(), core,
                        s());
+  mark("dn.norm+gate+out");
   rms_norm_rows(core, vec(w.norm), n_rows * nv, dv, hp.rms_eps, core, s());
   gate_rows(core, z, n_rows * value_dim, hp.ssm_gate_sigmoid, s());
   mm(w.out, core, n_rows, yd);
@@ -427,6 +500,7 @@ void CudaBackend::gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& 
 KvMirror& CudaBackend::kv_mirror(const HParams& hp, const AttentionWeights& w, int layer, int64_t n_tokens) {
   KvMirror& kv = kv_[layer];
   if (kv.capacity >= n_tokens) return kv;
+  EagerScope eager(*this);
   const int64_t kv_dim = hp.kv_dim(), di = hp.indexer_head_dim;
   const int64_t capacity = std::max<int64_t>({n_tokens, 2 * kv.capacity, 256});
   const size_t keep_tokens = size_t(kv.capacity);
@@ -456,12 +530,14 @@ void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCach
   KvMirror& kv = kv_mirror(hp, w, layer, first + n_rows);
   if (kv.first_in_window < 0) kv.first_in_window = first;
 
+  mark("attn.projections");
   float* q = scratch_.floats(n_rows * q_row);
   float* k = scratch_.floats(n_rows * kv_dim);
   float* v = scratch_.floats(n_rows * kv_dim);
   mm(w.q, xd, n_rows, q);
   mm(w.k, xd, n_rows, k);
   mm(w.v, xd, n_rows, v);
+  mark("attn.norm+rope+append");
   const int32_t* pos = positions(first, n_rows);
   const int q_stride = w.gated ? 2 * hd : hd;
   if (!w.q_norm.empty()) rms_norm_strided(q, vec(w.q_norm), n_rows * n_head, hd, q_stride, hp.rms_eps, q, s());
@@ -474,6 +550,7 @@ void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCach
   const int32_t* token_counts = nullptr;
   int max_tokens = 0;
   if (w.sparse()) {
+    mark("attn.qsa");
     const int di = hp.indexer_head_dim, n_idx = hp.indexer_n_head, ratio = w.compress_ratio;
     float* index_q = scratch_.floats(n_rows * n_idx * di);
     float* raw = scratch_.floats(n_rows * di);
@@ -501,6 +578,7 @@ void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCach
       qsa_block_scores(index_q, n_rows, n_idx, di, kv.block_keys.as<float>(), first, ratio, total_blocks, scale,
                        scores, s());
       host_scores_.resize(size_t(n_rows * total_blocks));
+      EagerScope eager(*this);  // the scores come to the host: this window runs in segments
       STRATA_CUDA_CHECK(cudaMemcpyAsync(host_scores_.data(), scores, host_scores_.size() * 4,
                                         cudaMemcpyDeviceToHost, s()));
       STRATA_CUDA_CHECK(cudaStreamSynchronize(s()));
@@ -534,10 +612,12 @@ void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCach
     }
   }
 
+  mark("attn.core");
   float* attn = scratch_.floats(n_rows * n_head * hd);
   const AttentionShape shape{n_head, n_head_kv, hd, w.gated, q_row, kv_dim};
   attention_rows(shape, q, n_rows, kv.k.as<float>(), kv.v.as<float>(), first, token_lists, token_counts, max_tokens,
                  attn, s());
+  mark("attn.out");
   mm(w.o, attn, n_rows, yd);
   cache.n_tokens += n_rows;
 }
@@ -548,12 +628,14 @@ void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCach
 void CudaBackend::ple(const HParams& hp, const PleWeights& w, PleState& state, PleRowReader& reader, Tensor X,
                       int64_t n_rows, bool record_window) {
   float* Xd = rows(X, n_rows, "ple");
+  mark("ple");
   hp_ = &hp;
   scratch_.reset();
   const int S = hp.hc_count, kernel = hp.ple_conv_kernel, dilation = hp.ple_ngram_size;
   const int64_t H = hp.n_embd, width = S * H, history_steps = int64_t(kernel - 1) * dilation;
   const size_t history_bytes = size_t(std::max<int64_t>(history_steps, 1) * width) * 4;
   if (!ple_.history.data()) {
+    EagerScope eager(*this);
     ple_.history = zeros(history_bytes, s());
     ple_.next = zeros(history_bytes, s());
     ple_.before = zeros(history_bytes, s());
@@ -575,6 +657,7 @@ void CudaBackend::ple(const HParams& hp, const PleWeights& w, PleState& state, P
   float* normed;
   if (record_window) {
     if (ple_.normed_capacity < n_rows) {
+      EagerScope eager(*this);
       ple_.normed = DeviceBuffer(size_t(n_rows * width) * 4);
       ple_.normed_capacity = n_rows;
     }
@@ -605,6 +688,7 @@ LayerExperts& CudaBackend::layer_experts(const HParams& hp, ExpertSource& source
   std::lock_guard lock(weights_->mutex);
   auto it = weights_->experts.find(layer);
   if (it != weights_->experts.end()) return it->second;
+  EagerScope eager(*this);
   const int n_expert = hp.n_expert;
   std::vector<int32_t> all(static_cast<size_t>(n_expert));
   std::iota(all.begin(), all.end(), 0);
@@ -661,6 +745,7 @@ void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& expe
   LayerExperts& le = layer_experts(hp, experts, layer);
   scratch_.reset();
   if (pair_capacity_ < pairs || pair_k_ != k) {
+    EagerScope eager(*this);
     // Launch tables for up to `pairs` (row, expert) entries: entry i reads row i / k (gate, up)
     // or row i (down, whose inputs are the pairs themselves), one row per entry.
     const int64_t capacity = std::max<int64_t>(pairs, 64 * k);
@@ -679,12 +764,14 @@ void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& expe
     pair_capacity_ = capacity;
     pair_k_ = k;
   }
+  mark("moe.router");
   float* logits = scratch_.floats(n_rows * n_expert);
   mm(w.router, xd, n_rows, logits);
   int32_t* ids = scratch_.ints(pairs);
   float* weights = scratch_.floats(pairs);
   route_top_k(logits, n_rows, n_expert, k, ids, weights, s());
 
+  mark("moe.experts.gate_up");
   const int64_t n_ff = le.gate.n_out;
   const ActivationLayout in_gate = activation_layout(le.gate.type, H, n_rows);
   void* act_gate = scratch_.take(in_gate.total_bytes);
@@ -702,6 +789,7 @@ void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& expe
   const int32_t* ones = ones_.as<int32_t>();
   expert_matmul_quantized(le.view, 0, le.gate, ids, int(pairs), by_pair, ones, 1, in_gate, act_gate, g, s());
   expert_matmul_quantized(le.view, 0, le.up, ids, int(pairs), by_pair, ones, 1, in_up, act_up, u, s());
+  mark("moe.experts.down");
   silu_mul(g, u, pairs * n_ff, g, s());
   const ActivationLayout in_down = activation_layout(le.down.type, n_ff, pairs);
   void* act_down = scratch_.take(in_down.total_bytes);
@@ -713,6 +801,7 @@ void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& expe
   float* shared = nullptr;
   float* gate_logit = nullptr;
   if (w.has_shared()) {
+    mark("moe.shared");
     const int64_t n_sh = w.shared_gate.n_out;
     float* sg = scratch_.floats(n_rows * n_sh);
     float* su = scratch_.floats(n_rows * n_sh);
@@ -724,6 +813,7 @@ void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& expe
     gate_logit = scratch_.floats(n_rows);
     mm(WeightMatrix::dense(GgmlType::F32, H, 1, w.shared_gate_inp.data()), xd, n_rows, gate_logit);
   }
+  mark("moe.combine");
   moe_combine(out, weights, n_rows, k, H, shared, gate_logit, yd, s());
 }
 

@@ -69,6 +69,72 @@ __global__ void delta_rule_kernel(const float* q, const float* k, const float* v
   }
 }
 
+// The same rule with each thread's state column held in registers for the whole window: one
+// coalesced load and one store per state value instead of two of each per token, and the loads
+// all in flight at once (the kernel above waits on each). Same operations in the same order, so
+// bitwise the kernel above (tests/cuda/deltanet_test.cpp checks both against the CPU). DK is the
+// key head dim (the column length); dv <= kRegisterMaxDv threads per block fit the registers.
+constexpr int kRegisterMaxDv = 256;
+
+template <int DK>
+__global__ void __launch_bounds__(kRegisterMaxDv)
+    delta_rule_registers_kernel(const float* q, const float* k, const float* v, const float* beta,
+                                const float* decay, int64_t n_rows, int nk, int nv, int dv, bool tiled,
+                                float* state, float* out) {
+  __shared__ float ks[DK], qs[DK];
+  const int h = blockIdx.x, j = threadIdx.x;
+  const int kh = tiled ? h % nk : h / (nv / nk);
+  const int64_t key_dim = int64_t(nk) * DK, value_dim = int64_t(nv) * dv;
+  float* S = state + size_t(h) * DK * dv;
+  const bool active = j < dv;
+  float column[DK];
+  if (active) {
+#pragma unroll
+    for (int i = 0; i < DK; ++i) column[i] = S[i * dv + j];
+  }
+  for (int64_t t = 0; t < n_rows; ++t) {
+    __syncthreads();  // the previous token's k/q are no longer read
+    for (int i = threadIdx.x; i < DK; i += blockDim.x) {
+      ks[i] = k[t * key_dim + kh * DK + i];
+      qs[i] = q[t * key_dim + kh * DK + i];
+    }
+    __syncthreads();
+    if (!active) continue;
+    const float g = decay[t * nv + h], b = beta[t * nv + h];
+    float recalled = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DK; ++i) {
+      const float s = __fmul_rn(column[i], g);
+      column[i] = s;
+      recalled = __fadd_rn(recalled, __fmul_rn(s, ks[i]));
+    }
+    const float u = __fmul_rn(__fsub_rn(v[t * value_dim + h * dv + j], recalled), b);
+    float o = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DK; ++i) {
+      const float s = __fadd_rn(column[i], __fmul_rn(ks[i], u));
+      column[i] = s;
+      o = __fadd_rn(o, __fmul_rn(s, qs[i]));
+    }
+    if (out) out[t * value_dim + h * dv + j] = o;
+  }
+  if (active) {
+#pragma unroll
+    for (int i = 0; i < DK; ++i) S[i * dv + j] = column[i];
+  }
+}
+
+template <int DK>
+bool launch_registers(const float* q, const float* k, const float* v, const float* beta, const float* decay,
+                      int64_t n_rows, int nk, int nv, int dk, int dv, bool tiled, float* state, float* out,
+                      cudaStream_t stream) {
+  if (dk != DK || dv > kRegisterMaxDv) return false;
+  const int threads = (dv + 31) / 32 * 32;
+  delta_rule_registers_kernel<DK><<<unsigned(nv), threads, 0, stream>>>(q, k, v, beta, decay, n_rows, nk, nv, dv,
+                                                                        tiled, state, out);
+  return true;
+}
+
 // Block t = row. Threads first normalise the q and k heads (one thread per head, sequential Σ as
 // the CPU), then copy v and compute the gates.
 __global__ void prepare_kernel(const float* conv_out, const float* beta_raw, const float* alpha_raw, const float* a,
@@ -131,6 +197,19 @@ void delta_rule_recurrent(const float* q, const float* k, const float* v, const 
               std::to_string(n_v_heads) + " V heads, head dims " + std::to_string(key_head_dim) + " x " +
               std::to_string(value_head_dim));
   if (n_rows <= 0) return;
+  const bool registers =
+      launch_registers<16>(q, k, v, beta, decay, n_rows, n_k_heads, n_v_heads, key_head_dim, value_head_dim, tiled,
+                           state, out, stream) ||
+      launch_registers<32>(q, k, v, beta, decay, n_rows, n_k_heads, n_v_heads, key_head_dim, value_head_dim, tiled,
+                           state, out, stream) ||
+      launch_registers<64>(q, k, v, beta, decay, n_rows, n_k_heads, n_v_heads, key_head_dim, value_head_dim, tiled,
+                           state, out, stream) ||
+      launch_registers<128>(q, k, v, beta, decay, n_rows, n_k_heads, n_v_heads, key_head_dim, value_head_dim, tiled,
+                            state, out, stream);
+  if (registers) {
+    STRATA_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   const int threads = (value_head_dim + 31) / 32 * 32;
   delta_rule_kernel<<<unsigned(n_v_heads), threads, size_t(2 * key_head_dim) * sizeof(float), stream>>>(
       q, k, v, beta, decay, n_rows, n_k_heads, n_v_heads, key_head_dim, value_head_dim, tiled, state, out);
