@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <mutex>
 #include <numeric>
 #include <unordered_map>
@@ -284,15 +285,16 @@ class CudaBackend final : public Backend {
     float* normed = scratch_.floats(n_rows * width);
     rms_norm_grouped_rows(Xd, vec(w.norm), n_rows, n_streams, n_embd, eps, normed, s());
     float* mix = scratch_.floats(n_rows * rank);
-    mm(w.down, normed, n_rows, mix);
+    const bool inject_here = w.has_inject() && inj;
+    if (inject_here)
+      mm_shared(normed, n_rows, {{&w.down, mix}, {&w.inject, inj}});
+    else
+      mm(w.down, normed, n_rows, mix);
     hc_scaled_silu(mix, n_rows * rank, inv_streams, s());
     float* gates = scratch_.floats(n_rows * width);
     mm(w.up, mix, n_rows, gates);
     hc_combine(gates, normed, n_rows, n_streams, n_embd, inv_streams, xd, s());
-    if (w.has_inject() && inj) {
-      mm(w.inject, normed, n_rows, inj);
-      hc_inject(inj, n_rows * n_streams, inv_streams, s());
-    }
+    if (inject_here) hc_inject(inj, n_rows * n_streams, inv_streams, s());
   }
 
   void hyper_connection_out(int n_streams, Tensor y, Tensor inject, Tensor X, int64_t n_rows) override {
@@ -378,12 +380,30 @@ class CudaBackend final : public Backend {
   }
 
   // y = W·x for n_rows rows (activation scratch from the op arena).
-  void mm(const WeightMatrix& w, const float* x, int64_t n_rows, float* y) {
+  void mm(const WeightMatrix& w, const float* x, int64_t n_rows, float* y) { mm_shared(x, n_rows, {{&w, y}}); }
+  // y_i = W_i·x for matrices that read the same input: x is quantized once per activation format
+  // (the same bits each matmul would make alone), saving a launch per extra matrix.
+  void mm_shared(const float* x, int64_t n_rows, std::initializer_list<std::pair<const WeightMatrix*, float*>> outputs) {
     if (n_rows == 0) return;
-    const DeviceMatrix dm = matrix(w);
-    const ActivationLayout layout = activation_layout(w.type, w.n_in, n_rows);
-    void* act = scratch_.take(layout.total_bytes);
-    cuda::matmul(dm, x, n_rows, y, act, s());
+    struct Prepared {
+      GgmlType format;
+      int64_t n_in;
+      const void* act;
+    };
+    Prepared prepared[8];
+    int n_prepared = 0;
+    for (const auto& [w, y] : outputs) {
+      const DeviceMatrix dm = matrix(*w);
+      const ActivationLayout layout = activation_layout(w->type, w->n_in, n_rows);
+      const void* act = nullptr;
+      for (int i = 0; i < n_prepared; ++i)
+        if (prepared[i].format == layout.format && prepared[i].n_in == layout.n_in) act = prepared[i].act;
+      if (!act) {
+        act = prepare_activations(layout, x, scratch_.take(layout.total_bytes), s());
+        if (n_prepared < 8) prepared[n_prepared++] = {layout.format, layout.n_in, act};
+      }
+      matmul_quantized(dm, layout, act, n_rows, y, s());
+    }
   }
 
   const int32_t* positions(int64_t first, int64_t n, int64_t step = 1) {
@@ -442,15 +462,12 @@ void CudaBackend::gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& 
   float* z = scratch_.floats(n_rows * value_dim);
   float* beta_raw = scratch_.floats(n_rows * nv);
   float* alpha_raw = scratch_.floats(n_rows * nv);
-  mm(w.qkv, xd, n_rows, mixed);
-  mm(w.z, xd, n_rows, z);
   if (w.fused_beta_alpha()) {
     float* ba = scratch_.floats(n_rows * 2 * nv);
-    mm(w.beta_alpha, xd, n_rows, ba);
+    mm_shared(xd, n_rows, {{&w.qkv, mixed}, {&w.z, z}, {&w.beta_alpha, ba}});
     split_beta_alpha(ba, n_rows, nk, nv / nk, beta_raw, alpha_raw, s());
   } else {
-    mm(w.beta, xd, n_rows, beta_raw);
-    mm(w.alpha, xd, n_rows, alpha_raw);
+    mm_shared(xd, n_rows, {{&w.qkv, mixed}, {&w.z, z}, {&w.beta, beta_raw}, {&w.alpha, alpha_raw}});
   }
 
   float *q, *k, *v, *beta, *decay;
@@ -534,9 +551,7 @@ void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCach
   float* q = scratch_.floats(n_rows * q_row);
   float* k = scratch_.floats(n_rows * kv_dim);
   float* v = scratch_.floats(n_rows * kv_dim);
-  mm(w.q, xd, n_rows, q);
-  mm(w.k, xd, n_rows, k);
-  mm(w.v, xd, n_rows, v);
+  mm_shared(xd, n_rows, {{&w.q, q}, {&w.k, k}, {&w.v, v}});
   mark("attn.norm+rope+append");
   const int32_t* pos = positions(first, n_rows);
   const int q_stride = w.gated ? 2 * hd : hd;
@@ -554,8 +569,7 @@ void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCach
     const int di = hp.indexer_head_dim, n_idx = hp.indexer_n_head, ratio = w.compress_ratio;
     float* index_q = scratch_.floats(n_rows * n_idx * di);
     float* raw = scratch_.floats(n_rows * di);
-    mm(w.index_q, xd, n_rows, index_q);
-    mm(w.index_k, xd, n_rows, raw);
+    mm_shared(xd, n_rows, {{&w.index_q, index_q}, {&w.index_k, raw}});
     rms_norm_strided(index_q, vec(w.index_q_norm), n_rows * n_idx, di, di, hp.rms_eps, index_q, s());
     rope_neox_rows(index_q, n_rows, n_idx, di, hp.n_rot, pos, hp.rope_theta, s());
     copy_d2d(kv.index_raw.as<float>() + first * di, raw, size_t(n_rows * di) * 4, s());
@@ -805,8 +819,7 @@ void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& expe
     const int64_t n_sh = w.shared_gate.n_out;
     float* sg = scratch_.floats(n_rows * n_sh);
     float* su = scratch_.floats(n_rows * n_sh);
-    mm(w.shared_gate, xd, n_rows, sg);
-    mm(w.shared_up, xd, n_rows, su);
+    mm_shared(xd, n_rows, {{&w.shared_gate, sg}, {&w.shared_up, su}});
     silu_mul(sg, su, n_rows * n_sh, sg, s());
     shared = scratch_.floats(n_rows * H);
     mm(w.shared_down, sg, n_rows, shared);

@@ -488,10 +488,17 @@ void matmul_quantized(const DeviceMatrix& w, const ActivationLayout& layout, con
   });
 }
 
+const void* prepare_activations(const ActivationLayout& layout, const float* x, void* scratch, cudaStream_t stream) {
+  if (layout.format == GgmlType::F32 && layout.qs_offset == 0 && layout.qs_row_bytes == size_t(layout.n_in) * 4 &&
+      reinterpret_cast<uintptr_t>(x) % 16 == 0)
+    return x;
+  quantize_activations(layout, x, scratch, stream);
+  return scratch;
+}
+
 void matmul(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, void* scratch, cudaStream_t stream) {
   const ActivationLayout layout = activation_layout(w.type, w.n_in, n_rows);
-  quantize_activations(layout, x, scratch, stream);
-  matmul_quantized(w, layout, scratch, n_rows, y, stream);
+  matmul_quantized(w, layout, prepare_activations(layout, x, scratch, stream), n_rows, y, stream);
 }
 
 void expert_matmul_quantized(const ExpertArenaView& arena, int layer, const ExpertMatrixShape& shape,

@@ -71,6 +71,12 @@ ActivationLayout activation_layout(GgmlType weight_type, int64_t n_in, int64_t n
 void quantize_activations(const ActivationLayout& layout, const float* x, void* scratch,
                           cudaStream_t stream);
 
+// The activations matmul_quantized reads for `layout`: x itself when its floats already are the
+// layout (F32 activations, x 16-byte aligned, rows contiguous: no copy, no launch), else `scratch`
+// after quantize_activations into it.
+const void* prepare_activations(const ActivationLayout& layout, const float* x, void* scratch,
+                                cudaStream_t stream);
+
 // y[t·n_out + o] = Σ_i W[o,i]·x_t[i] for t < n_rows; activations already quantized into
 // `scratch` (layout from activation_layout(w.type, w.n_in, >= n_rows)).
 void matmul_quantized(const DeviceMatrix& w, const ActivationLayout& layout, const void* scratch,
