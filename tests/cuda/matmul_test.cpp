@@ -17,7 +17,9 @@
 #include <random>
 #include <vector>
 
+#include "compute/cuda/hyper_connection.h"
 #include "compute/cuda/matmul.h"
+#include "compute/cuda/ops.h"
 #include "cuda_test_util.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
@@ -310,6 +312,44 @@ TEST(CudaActivations, QuantizedBitwiseAsTheCpu) {
           for (int j = 0; j < 32; ++j) sum += blocks[b].qs[j];
           ASSERT_EQ(sum, sums[size_t(b)]);
         }
+      }
+    }
+  }
+}
+
+// The fused prologues against their two launches (the elementwise kernel, then the quantizer):
+// every byte of the activation scratch equal, for each activation format (F32 via F16 weights,
+// Q8_0, Q8_K) and window size.
+TEST(CudaActivations, FusedProloguesBitwiseAsTheTwoSteps) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  using compute::cuda::ActivationPrologue;
+  std::mt19937 rng(9);
+  Stream stream;
+  for (const GgmlType weight_type : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K}) {
+    for (const int64_t n_rows : {int64_t(1), int64_t(3), int64_t(8)}) {
+      const int64_t n_in = 768;
+      const size_t n = size_t(n_rows * n_in);
+      const std::vector<float> a = random_floats(n, rng, -6.0f, 6.0f), b = random_floats(n, rng, -2.0f, 2.0f);
+      const ActivationLayout layout = compute::cuda::activation_layout(weight_type, n_in, n_rows);
+      for (const ActivationPrologue prologue : {ActivationPrologue::SiluMul, ActivationPrologue::ScaledSilu}) {
+        const float scale = 0.25f;
+        DeviceBuffer d_a = to_device(a), d_b = to_device(b), step(n * 4);
+        DeviceBuffer fused(layout.total_bytes), two_step(layout.total_bytes);
+        STRATA_CUDA_CHECK(cudaMemsetAsync(fused.data(), 0, layout.total_bytes, stream.get()));
+        STRATA_CUDA_CHECK(cudaMemsetAsync(two_step.data(), 0, layout.total_bytes, stream.get()));
+        compute::cuda::quantize_activations_fused(layout, prologue, d_a.as<float>(), d_b.as<float>(), scale,
+                                                  fused.data(), stream.get());
+        if (prologue == ActivationPrologue::SiluMul) {
+          compute::cuda::silu_mul(d_a.as<float>(), d_b.as<float>(), int64_t(n), step.as<float>(), stream.get());
+        } else {
+          STRATA_CUDA_CHECK(cudaMemcpyAsync(step.data(), d_a.data(), n * 4, cudaMemcpyDeviceToDevice, stream.get()));
+          compute::cuda::hc_scaled_silu(step.as<float>(), int64_t(n), scale, stream.get());
+        }
+        compute::cuda::quantize_activations(layout, step.as<float>(), two_step.data(), stream.get());
+        stream.synchronize();
+        const auto x = from_device<uint8_t>(fused, layout.total_bytes), y = from_device<uint8_t>(two_step, layout.total_bytes);
+        ASSERT_EQ(0, std::memcmp(x.data(), y.data(), x.size()))
+            << type_name(weight_type) << ", " << n_rows << " rows, prologue " << int(prologue);
       }
     }
   }

@@ -290,9 +290,8 @@ class CudaBackend final : public Backend {
       mm_shared(normed, n_rows, {{&w.down, mix}, {&w.inject, inj}});
     else
       mm(w.down, normed, n_rows, mix);
-    hc_scaled_silu(mix, n_rows * rank, inv_streams, s());
     float* gates = scratch_.floats(n_rows * width);
-    mm(w.up, mix, n_rows, gates);
+    mm_prologue(w.up, ActivationPrologue::ScaledSilu, mix, nullptr, inv_streams, n_rows, gates);
     hc_combine(gates, normed, n_rows, n_streams, n_embd, inv_streams, xd, s());
     if (inject_here) hc_inject(inj, n_rows * n_streams, inv_streams, s());
   }
@@ -381,6 +380,17 @@ class CudaBackend final : public Backend {
 
   // y = W·x for n_rows rows (activation scratch from the op arena).
   void mm(const WeightMatrix& w, const float* x, int64_t n_rows, float* y) { mm_shared(x, n_rows, {{&w, y}}); }
+  // y = W·f(a, b) with the elementwise step f run inside the activation quantizer (matmul.h
+  // quantize_activations_fused): one launch fewer, the same bits.
+  void mm_prologue(const WeightMatrix& w, ActivationPrologue prologue, const float* a, const float* b, float scale,
+                   int64_t n_rows, float* y) {
+    if (n_rows == 0) return;
+    const DeviceMatrix dm = matrix(w);
+    const ActivationLayout layout = activation_layout(w.type, w.n_in, n_rows);
+    void* act = scratch_.take(layout.total_bytes);
+    quantize_activations_fused(layout, prologue, a, b, scale, act, s());
+    matmul_quantized(dm, layout, act, n_rows, y, s());
+  }
   // y_i = W_i·x for matrices that read the same input: x is quantized once per activation format
   // (the same bits each matmul would make alone), saving a launch per extra matrix.
   void mm_shared(const float* x, int64_t n_rows, std::initializer_list<std::pair<const WeightMatrix*, float*>> outputs) {
@@ -804,10 +814,9 @@ void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& expe
   expert_matmul_quantized(le.view, 0, le.gate, ids, int(pairs), by_pair, ones, 1, in_gate, act_gate, g, s());
   expert_matmul_quantized(le.view, 0, le.up, ids, int(pairs), by_pair, ones, 1, in_up, act_up, u, s());
   mark("moe.experts.down");
-  silu_mul(g, u, pairs * n_ff, g, s());
   const ActivationLayout in_down = activation_layout(le.down.type, n_ff, pairs);
   void* act_down = scratch_.take(in_down.total_bytes);
-  quantize_activations(in_down, g, act_down, s());
+  quantize_activations_fused(in_down, ActivationPrologue::SiluMul, g, u, 0.0f, act_down, s());
   float* out = scratch_.floats(pairs * H);
   expert_matmul_quantized(le.view, 0, le.down, ids, int(pairs), identity_.as<int32_t>(), ones, 1, in_down, act_down,
                           out, s());
@@ -820,9 +829,8 @@ void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& expe
     float* sg = scratch_.floats(n_rows * n_sh);
     float* su = scratch_.floats(n_rows * n_sh);
     mm_shared(xd, n_rows, {{&w.shared_gate, sg}, {&w.shared_up, su}});
-    silu_mul(sg, su, n_rows * n_sh, sg, s());
     shared = scratch_.floats(n_rows * H);
-    mm(w.shared_down, sg, n_rows, shared);
+    mm_prologue(w.shared_down, ActivationPrologue::SiluMul, sg, su, 0.0f, n_rows, shared);
     gate_logit = scratch_.floats(n_rows);
     mm(WeightMatrix::dense(GgmlType::F32, H, 1, w.shared_gate_inp.data()), xd, n_rows, gate_logit);
   }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "compute/cuda/activation_math.cuh"
 #include "compute/cuda/runtime.h"
 
 namespace strata::compute::cuda {
@@ -10,14 +11,11 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float sigmoid_value(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
-
 unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20)); }
 
 __global__ void scaled_silu_kernel(float* m, int64_t n, float inv_streams) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float v = __fmul_rn(m[i], inv_streams);
-    m[i] = __fdiv_rn(v, __fadd_rn(1.0f, expf(-v)));
+    m[i] = scaled_silu_value(m[i], inv_streams);
   }
 }
 

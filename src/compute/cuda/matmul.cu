@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "compute/cuda/activation_math.cuh"
 #include "compute/cuda/quant/blocks32.cuh"
 #include "compute/cuda/quant/float.cuh"
 #include "compute/cuda/quant/iq2xs.cuh"
@@ -62,16 +63,52 @@ __device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
   return uint32_t(uint8_t(a)) | uint32_t(uint8_t(b)) << 8 | uint32_t(uint8_t(c)) << 16 | uint32_t(uint8_t(d)) << 24;
 }
 
+// The 8 floats at x + offset (16-byte aligned) the quantizers read, after the optional
+// elementwise prologue (activation_math.cuh): the floats themselves, silu(a)·b, or silu(a·scale).
+struct Inputs {
+  ActivationPrologue prologue;
+  const float* a;  // x
+  const float* b;  // SiluMul's up
+  float scale;     // ScaledSilu's
+};
+
+__device__ __forceinline__ void load8(const Inputs& in, int64_t offset, float v[8]) {
+  const float4 a0 = reinterpret_cast<const float4*>(in.a + offset)[0], a1 = reinterpret_cast<const float4*>(in.a + offset)[1];
+  v[0] = a0.x; v[1] = a0.y; v[2] = a0.z; v[3] = a0.w; v[4] = a1.x; v[5] = a1.y; v[6] = a1.z; v[7] = a1.w;
+  if (in.prologue == ActivationPrologue::SiluMul) {
+    const float4 b0 = reinterpret_cast<const float4*>(in.b + offset)[0], b1 = reinterpret_cast<const float4*>(in.b + offset)[1];
+    const float u[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = silu_mul_value(v[i], u[i]);
+  } else if (in.prologue == ActivationPrologue::ScaledSilu) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = scaled_silu_value(v[i], in.scale);
+  }
+}
+
+// F32 activations through a prologue: the floats into the layout's rows.
+__global__ void prologue_f32_kernel(Inputs in, int64_t n_in, int64_t n_rows, ActView act) {
+  const int64_t groups_per_row = n_in / 8;
+  for (int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups_per_row * n_rows;
+       g += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = g / groups_per_row, i = (g % groups_per_row) * 8;
+    float v[8];
+    load8(in, row * n_in + i, v);
+    auto* dst = reinterpret_cast<float4*>(const_cast<int8_t*>(act.qs(int(row)))) + i / 4;
+    dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+    dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+}
+
 // Q8_K: one warp per 256-value block, 8 values per lane. d = amax/127 (f32), 16-quant sums.
-__global__ void quantize_q8_K_kernel(const float* x, int64_t n_in, int64_t n_blocks_total, ActView act,
+__global__ void quantize_q8_K_kernel(Inputs in, int64_t n_in, int64_t n_blocks_total, ActView act,
                                      int64_t blocks_per_row) {
   const int64_t block = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (block >= n_blocks_total) return;
   const int lane = threadIdx.x & 31;
   const int64_t row = block / blocks_per_row, b = block % blocks_per_row;
-  const float* src = x + row * n_in + b * 256 + 8 * lane;
-  const float4 x0 = reinterpret_cast<const float4*>(src)[0], x1 = reinterpret_cast<const float4*>(src)[1];
-  const float v[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+  float v[8];
+  load8(in, row * n_in + b * 256 + 8 * lane, v);
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
@@ -94,7 +131,7 @@ __global__ void quantize_q8_K_kernel(const float* x, int64_t n_in, int64_t n_blo
 
 // Q8_0: four lanes per 32-value block. d = amax/127 stored as f16 (kept here as its f32 value),
 // the quants computed with the unrounded d, as quant/scalar/blocks32.cpp does.
-__global__ void quantize_q8_0_kernel(const float* x, int64_t n_in, int64_t n_blocks_total, ActView act,
+__global__ void quantize_q8_0_kernel(Inputs in, int64_t n_in, int64_t n_blocks_total, ActView act,
                                      int64_t blocks_per_row) {
   const int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t block = thread / 4;
@@ -102,11 +139,7 @@ __global__ void quantize_q8_0_kernel(const float* x, int64_t n_in, int64_t n_blo
   const bool active = block < n_blocks_total;
   const int64_t row = active ? block / blocks_per_row : 0, b = active ? block % blocks_per_row : 0;
   float v[8] = {};
-  if (active) {
-    const float* src = x + row * n_in + b * 32 + 8 * part;
-    const float4 x0 = reinterpret_cast<const float4*>(src)[0], x1 = reinterpret_cast<const float4*>(src)[1];
-    v[0] = x0.x; v[1] = x0.y; v[2] = x0.z; v[3] = x0.w; v[4] = x1.x; v[5] = x1.y; v[6] = x1.z; v[7] = x1.w;
-  }
+  if (active) load8(in, row * n_in + b * 32 + 8 * part, v);
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
@@ -442,28 +475,40 @@ ActivationLayout activation_layout(GgmlType weight_type, int64_t n_in, int64_t n
   return l;
 }
 
-void quantize_activations(const ActivationLayout& layout, const float* x, void* scratch, cudaStream_t stream) {
+void quantize_activations_fused(const ActivationLayout& layout, ActivationPrologue prologue, const float* a,
+                                const float* b, float scale, void* scratch, cudaStream_t stream) {
   if (layout.n_rows <= 0) return;
-  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || layout.n_in % 8 != 0)
-    cuda_fail("CUDA quantize_activations: x must be 16-byte aligned and the width a multiple of 8 (width " +
+  if ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) % 16 != 0 || layout.n_in % 8 != 0)
+    cuda_fail("CUDA quantize_activations: inputs must be 16-byte aligned and the width a multiple of 8 (width " +
               std::to_string(layout.n_in) + ")");
+  if (prologue == ActivationPrologue::SiluMul && !b)
+    cuda_fail("CUDA quantize_activations: the silu-mul prologue needs its second input");
   const ActView act = view_of(layout, scratch);
+  const Inputs in{prologue, a, b, scale};
   if (layout.format == GgmlType::F32) {
-    STRATA_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(scratch) + layout.qs_offset, layout.qs_row_bytes, x,
-                                        size_t(layout.n_in) * 4, size_t(layout.n_in) * 4, size_t(layout.n_rows),
-                                        cudaMemcpyDeviceToDevice, stream));
-    return;
-  }
-  if (layout.format == GgmlType::Q8_K) {
+    if (prologue == ActivationPrologue::None) {
+      STRATA_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(scratch) + layout.qs_offset, layout.qs_row_bytes, a,
+                                          size_t(layout.n_in) * 4, size_t(layout.n_in) * 4, size_t(layout.n_rows),
+                                          cudaMemcpyDeviceToDevice, stream));
+      return;
+    }
+    const int64_t groups = layout.n_in / 8 * layout.n_rows;
+    prologue_f32_kernel<<<unsigned(std::min<int64_t>((groups + 255) / 256, 4096)), 256, 0, stream>>>(
+        in, layout.n_in, layout.n_rows, act);
+  } else if (layout.format == GgmlType::Q8_K) {
     const int64_t per_row = layout.n_in / 256, total = per_row * layout.n_rows;
     const int warps = 8;
-    quantize_q8_K_kernel<<<unsigned((total + warps - 1) / warps), warps * 32, 0, stream>>>(x, layout.n_in, total, act, per_row);
+    quantize_q8_K_kernel<<<unsigned((total + warps - 1) / warps), warps * 32, 0, stream>>>(in, layout.n_in, total, act, per_row);
   } else {
     const int64_t per_row = layout.n_in / 32, total = per_row * layout.n_rows;
     const int threads = 256;
-    quantize_q8_0_kernel<<<unsigned((total * 4 + threads - 1) / threads), threads, 0, stream>>>(x, layout.n_in, total, act, per_row);
+    quantize_q8_0_kernel<<<unsigned((total * 4 + threads - 1) / threads), threads, 0, stream>>>(in, layout.n_in, total, act, per_row);
   }
   STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+void quantize_activations(const ActivationLayout& layout, const float* x, void* scratch, cudaStream_t stream) {
+  quantize_activations_fused(layout, ActivationPrologue::None, x, nullptr, 0.0f, scratch, stream);
 }
 
 void matmul_quantized(const DeviceMatrix& w, const ActivationLayout& layout, const void* scratch, int64_t n_rows,

@@ -70,6 +70,14 @@ ActivationLayout activation_layout(GgmlType weight_type, int64_t n_in, int64_t n
 // x: [n_rows][n_in] f32 (row stride n_in) → the scratch at `scratch` laid out as `layout`.
 void quantize_activations(const ActivationLayout& layout, const float* x, void* scratch,
                           cudaStream_t stream);
+// The same with an elementwise step applied to the inputs first, in the quantizer's launch (one
+// launch instead of two): x_i = silu(a_i)·b_i (SwiGLU's middle) or silu(a_i·scale) (the
+// hyper-connection's mixing activation), with the f32 operations of compute/cuda/ops.h silu_mul
+// and hyper_connection.h hc_scaled_silu (activation_math.cuh): bitwise the two steps
+// (tests/cuda/matmul_test.cpp). a and b are [n_rows][n_in], 16-byte aligned.
+enum class ActivationPrologue { None, SiluMul, ScaledSilu };
+void quantize_activations_fused(const ActivationLayout& layout, ActivationPrologue prologue, const float* a,
+                                const float* b, float scale, void* scratch, cudaStream_t stream);
 
 // The activations matmul_quantized reads for `layout`: x itself when its floats already are the
 // layout (F32 activations, x 16-byte aligned, rows contiguous: no copy, no launch), else `scratch`

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "compute/cuda/activation_math.cuh"
 #include "compute/cuda/runtime.h"
 
 namespace strata::compute::cuda {
@@ -71,11 +72,9 @@ __global__ void softmax_kernel(float* x, int64_t n) {
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) row[i] = __fmul_rn(row[i], inverse);
 }
 
-__device__ __forceinline__ float silu_value(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
-
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = __fmul_rn(silu_value(gate[i]), up[i]);
+    out[i] = silu_mul_value(gate[i], up[i]);
 }
 
 __global__ void activation_kernel(Activation kind, const float* x, int64_t n, float* out) {

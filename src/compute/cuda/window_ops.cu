@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "compute/cuda/activation_math.cuh"
 #include "compute/cuda/runtime.h"
 
 namespace strata::compute::cuda {
@@ -12,8 +13,6 @@ constexpr int kThreads = 256;
 
 unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
 
-__device__ __forceinline__ float sigmoid_value(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
-__device__ __forceinline__ float silu_value(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
 
 __global__ void add_kernel(float* acc, const float* y, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
