@@ -1,6 +1,10 @@
-// CudaBackend — the Backend of compute/backend.h on one CUDA device, eager: each op is a few
-// kernel launches on one stream, in the order the forward calls them; nothing returns to the host
-// inside a window except QSA's block selection (below) and `read`.
+// CudaBackend — the Backend of compute/backend.h on one CUDA device: each op is a few kernel
+// launches on one stream, in the order the forward calls them; nothing returns to the host inside
+// a window except QSA's block selection (below) and `read`. Eager by default; with
+// STRATA_CUDA_GRAPH=1 each window's launches are captured and launched as CUDA graphs
+// (compute/cuda/window_graph.h, bitwise the eager path), and STRATA_CUDA_PROFILE=1 prints the GPU
+// time per op. Host → device copies of a window (token rows, positions, PLE rows, QSA lists) go
+// through pinned staging reused per window.
 //
 // What lives where
 // - Window tensors, per-op scratch (a bump arena reset at every op), the uploaded weights (keyed
