@@ -142,8 +142,9 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(BackendShared& shared)
       : graph_(stream_.get(), graphs_enabled()), scratch_([this] { graph_.pause(); }),
-        staging_([this] { graph_.pause(); }) {
+        staging_{PinnedStaging([this] { graph_.pause(); }), PinnedStaging([this] { graph_.pause(); })} {
     if (!usable_device()) fail("cuda backend: no usable CUDA device ({})", describe_device());
+    for (cudaEvent_t& e : staging_done_) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     std::lock_guard lock(shared.mutex);
     std::shared_ptr<void>& entry = shared.by_backend["cuda"];
     if (!entry) entry = std::make_shared<DeviceWeights>();
@@ -157,6 +158,8 @@ class CudaBackend final : public Backend {
       graph_.abandon();
     }
     cudaStreamSynchronize(stream_.get());
+    for (cudaEvent_t e : staging_done_)
+      if (e) cudaEventDestroy(e);
     if (const char* v = std::getenv("STRATA_CUDA_GRAPH_STATS"); v && std::strcmp(v, "1") == 0) {
       const WindowGraphStats& g = graph_.stats();
       const double w = double(std::max<int64_t>(g.windows, 1));
@@ -209,11 +212,16 @@ class CudaBackend final : public Backend {
   }
 
   void begin_window(ThreadPool&) override {
-    // What an earlier window left captured (a window without a read) runs first; then the
-    // stream is idle, so the staging memory its copies read can be reused.
+    // What an earlier window left captured (a window without a read) is launched first.
     graph_.begin_window();
-    STRATA_CUDA_CHECK(cudaStreamSynchronize(s()));
-    staging_.reset();
+    // Staging alternates between two buffers: this window reuses the one of the window before
+    // the previous one, once the work enqueued up to the end of that window is done (normally
+    // long since). The previous window may still run (prefill chunks have no read), so host
+    // launches keep overlapping GPU work.
+    STRATA_CUDA_CHECK(cudaEventRecord(staging_done_[current_staging_], s()));
+    current_staging_ ^= 1;
+    STRATA_CUDA_CHECK(cudaEventSynchronize(staging_done_[current_staging_]));
+    staging_[current_staging_].reset();
     recorded_deltanet_.clear();
     for (auto& [layer, kv] : kv_) kv.first_in_window = -1;
     ple_.recorded = false;
@@ -338,7 +346,7 @@ class CudaBackend final : public Backend {
   // a captured copy reads the staged bytes when its graph runs.
   void upload(void* dst, const void* src, size_t bytes) {
     if (bytes == 0) return;
-    const void* staged = staging_.stage(src, bytes);
+    const void* staged = staging_[current_staging_].stage(src, bytes);
     STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, s()));
   }
 
@@ -430,7 +438,9 @@ class CudaBackend final : public Backend {
   std::vector<DeviceBuffer> buffers_;
   std::vector<uint32_t> free_ids_;
   DeviceArena scratch_;
-  PinnedStaging staging_;
+  PinnedStaging staging_[2];  // alternating per window (begin_window)
+  cudaEvent_t staging_done_[2] = {nullptr, nullptr};
+  int current_staging_ = 0;
   std::shared_ptr<DeviceWeights> weights_;
   std::unordered_map<int, DeltaNetMirror> deltanet_;
   std::unordered_map<int, KvMirror> kv_;

@@ -31,7 +31,8 @@
 //   label, measured on the graph running back to back (no host launch gaps). The table is
 //   printed with the stats.
 // - Host memory a captured copy reads must be pinned and stay unchanged until the segment has
-//   run (PinnedStaging below, reset only at begin_window after the stream is idle).
+//   run (PinnedStaging below: the backend alternates two per window and resets one only after
+//   an event says the work that read it is done).
 // - No allocation or free of device memory, and no synchronisation of this stream, while
 //   capturing: callers pause() first (the backend's EagerScope).
 // - Stats (STRATA_CUDA_GRAPH_STATS=1): printed to stderr when the backend is destroyed.
@@ -112,7 +113,7 @@ class PinnedStaging {
   ~PinnedStaging();
   PinnedStaging(const PinnedStaging&) = delete;
   PinnedStaging& operator=(const PinnedStaging&) = delete;
-  // REQUIRES: nothing enqueued earlier still reads the staged bytes (the stream is idle).
+  // REQUIRES: no enqueued work still reads the staged bytes.
   void reset() {
     chunk_ = 0;
     offset_ = 0;
