@@ -86,6 +86,21 @@ class Backend {
   // them; a GPU backend may use them for the host side of the handshake).
   virtual void begin_window(ThreadPool& host_pool) = 0;
 
+  // What the window runner knows of the window before its first op (called right after
+  // begin_window): a backend may prepare for it, e.g. replay the CUDA graphs recorded for an
+  // earlier window of the same shape (compute/cuda/window_graph.h). logit_rows: 0 none, 1 the
+  // last row, 2 every row (model/model.h LogitRows).
+  struct WindowShape {
+    int64_t n_rows = 0;
+    int64_t n_past = 0;  // tokens before the window
+    bool record = false;  // the mixers keep what a rollback needs (record_window)
+    int logit_rows = 0;
+  };
+  virtual void describe_window(const HParams& hp, const WindowShape& shape) {
+    (void)hp;
+    (void)shape;
+  }
+
   // --- ops (rows [0, n_rows) unless stated) ---
   // out[t] = dequantized row tokens[t] of table. out.width = table.n_in; n_rows = tokens.size().
   virtual void embed(const WeightMatrix& table, std::span<const int32_t> tokens, Tensor out) = 0;

@@ -247,6 +247,7 @@ void Model::forward(compute::ThreadPool& pool, ModelState& state, std::span<cons
   const int64_t n_rows = int64_t(tokens.size());
   compute::Backend& be = *state.backend;
   be.begin_window(pool);
+  be.describe_window(hp_, compute::Backend::WindowShape{n_rows, state.n_past, state.record_windows, int(rows)});
   ensure_tensors(state, n_rows);
   run_layers(be, state, tokens, experts ? *experts : *mapped_experts_);
   state.n_past += n_rows;

@@ -315,11 +315,12 @@ TEST(CudaBackend, WindowIdentityRepeatAndRollbackAreBitwise) {
   }
 }
 
-// Graph replay (compute/cuda/window_graph.h) against the eager path: the same kernels in the same
-// order, so every logit is bitwise equal across prefill chunks, T = 1 steps, a 5-row verify window,
-// its rollback and the steps after it (and QSA's over-budget selection on the tiny qwen4exp, which
-// cuts its windows into segments).
-std::vector<std::vector<float>> run_script(const Model& model, compute::ThreadPool& pool, bool graphs) {
+// Window graphs (compute/cuda/window_graph.h) against the eager path: the same kernels in the same
+// order, so every logit is bitwise equal across prefill chunks (eager: first windows, QSA blocks
+// completing), T = 1 steps (recorded once per staging buffer, then replayed), two verify windows
+// and their rollbacks, and QSA's over-budget selection on the tiny qwen4exp (eager windows).
+std::vector<std::vector<float>> run_script(const Model& model, compute::ThreadPool& pool, bool graphs,
+                                           compute::cuda::GraphCounters* counters = nullptr) {
   setenv("STRATA_CUDA_GRAPH", graphs ? "1" : "0", 1);
   Session session(model, pool, nullptr, "cuda");
   unsetenv("STRATA_CUDA_GRAPH");
@@ -328,11 +329,14 @@ std::vector<std::vector<float>> run_script(const Model& model, compute::ThreadPo
   session.prefill(test_prompt(hp, 37), 8);
   out.push_back(session.logits());
   for (int step = 0; step < 12; ++step) out.push_back(session.decode(argmax(out.back())));
-  const std::vector<int32_t> drafts = {5, 17, 3, 11, 2};
-  out.push_back(session.verify(drafts));
-  session.keep_rows(2);
-  out.push_back(session.logits());
-  for (int step = 0; step < 6; ++step) out.push_back(session.decode(argmax(out.back())));
+  for (const int64_t keep : {int64_t(2), int64_t(3)}) {
+    const std::vector<int32_t> drafts = {5, 17, 3, 11, 2};
+    out.push_back(session.verify(drafts));
+    session.keep_rows(keep);
+    out.push_back(session.logits());
+    for (int step = 0; step < 6; ++step) out.push_back(session.decode(argmax(out.back())));
+  }
+  if (counters) *counters = compute::cuda::graph_counters(*session.state().backend);
   return out;
 }
 
@@ -342,13 +346,17 @@ TEST(CudaBackend, GraphReplayIsBitwiseTheEagerPath) {
   for (const QuantModel& qm : quant_models()) {
     auto model = Model::load(qm.path);
     const auto eager = run_script(*model, pool, false);
-    const auto graph = run_script(*model, pool, true);
+    compute::cuda::GraphCounters counters;
+    const auto graph = run_script(*model, pool, true, &counters);
     ASSERT_EQ(eager.size(), graph.size());
     for (size_t i = 0; i < eager.size(); ++i) {
       ASSERT_EQ(eager[i].size(), graph[i].size()) << qm.name << " window " << i;
       ASSERT_EQ(0, std::memcmp(eager[i].data(), graph[i].data(), eager[i].size() * 4))
-          << qm.name << ": window " << i << " differs between graph replay and the eager path";
+          << qm.name << ": window " << i << " differs between window graphs and the eager path";
     }
+    std::printf("[ cuda ] %s: %lld windows, %lld replayed, %lld recordings\n", qm.name.c_str(),
+                (long long)counters.windows, (long long)counters.replays, (long long)counters.records);
+    EXPECT_GT(counters.replays, 0) << qm.name << ": no window was replayed: the test did not reach replay";
     if (qm.remove) std::filesystem::remove(qm.path);
   }
 }

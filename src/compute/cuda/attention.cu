@@ -1,6 +1,7 @@
 // Attention core on CUDA. Contract in attention.h.
 #include "compute/cuda/attention.h"
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 
@@ -35,8 +36,8 @@ __device__ float reduce_sum(float v, float* shared) {
 
 // Block (t, h): shared = q_h [hd] | weights [n_tok].
 __global__ void attention_kernel(AttentionShape s, const float* q, const float* k_cache, const float* v_cache,
-                                 int64_t first_pos, const int32_t* token_lists, const int32_t* token_counts,
-                                 int max_tokens, float* out) {
+                                 int64_t first_pos, const int32_t* first_pos_device, const int32_t* token_lists,
+                                 const int32_t* token_counts, int max_tokens, float* out) {
   extern __shared__ float shared[];
   __shared__ float reduce[32];
   const int t = blockIdx.x, h = blockIdx.y, hd = s.head_dim;
@@ -46,6 +47,7 @@ __global__ void attention_kernel(AttentionShape s, const float* q, const float* 
   float* qs = shared;
   float* weights = shared + hd;
   const bool dense = token_lists == nullptr;
+  if (first_pos_device) first_pos = *first_pos_device;
   const int n_tok = dense ? int(first_pos + t + 1) : token_counts[t];
   const int32_t* list = dense ? nullptr : token_lists + size_t(t) * max_tokens;
   for (int j = threadIdx.x; j < hd; j += blockDim.x) qs[j] = qh[j];
@@ -89,15 +91,17 @@ __global__ void attention_kernel(AttentionShape s, const float* q, const float* 
 
 }  // namespace
 
-void attention_rows(const AttentionShape& shape, const float* q, int64_t n_rows, const float* k_cache,
-                    const float* v_cache, int64_t first_pos, const int32_t* token_lists,
-                    const int32_t* token_counts, int max_tokens, float* out, cudaStream_t stream) {
+namespace {
+
+void launch_attention(const AttentionShape& shape, const float* q, int64_t n_rows, const float* k_cache,
+                      const float* v_cache, int64_t first_pos, const int32_t* first_pos_device, int64_t most,
+                      const int32_t* token_lists, const int32_t* token_counts, int max_tokens, float* out,
+                      cudaStream_t stream) {
   if (shape.n_head <= 0 || shape.n_head_kv <= 0 || shape.n_head % shape.n_head_kv != 0 || shape.head_dim <= 0)
     cuda_fail("CUDA attention: expected n_head a multiple of n_head_kv and head_dim > 0, found " +
               std::to_string(shape.n_head) + " / " + std::to_string(shape.n_head_kv) + " heads, head_dim " +
               std::to_string(shape.head_dim));
   if (n_rows <= 0) return;
-  const int64_t most = token_lists ? max_tokens : first_pos + n_rows;
   if (most > kMaxAttentionTokens)
     cuda_fail("CUDA attention: " + std::to_string(most) + " tokens per row exceed the supported " +
               std::to_string(kMaxAttentionTokens));
@@ -108,9 +112,28 @@ void attention_rows(const AttentionShape& shape, const float* q, int64_t n_rows,
                                            int((kMaxAttentionTokens + 1024) * sizeof(float))));
   });
   const dim3 grid(unsigned(n_rows), unsigned(shape.n_head));
-  attention_kernel<<<grid, kThreads, shared, stream>>>(shape, q, k_cache, v_cache, first_pos, token_lists,
-                                                       token_counts, max_tokens, out);
+  attention_kernel<<<grid, kThreads, shared, stream>>>(shape, q, k_cache, v_cache, first_pos, first_pos_device,
+                                                       token_lists, token_counts, max_tokens, out);
   STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void attention_rows(const AttentionShape& shape, const float* q, int64_t n_rows, const float* k_cache,
+                    const float* v_cache, int64_t first_pos, const int32_t* token_lists,
+                    const int32_t* token_counts, int max_tokens, float* out, cudaStream_t stream) {
+  launch_attention(shape, q, n_rows, k_cache, v_cache, first_pos, nullptr,
+                   token_lists ? max_tokens : first_pos + n_rows, token_lists, token_counts, max_tokens, out, stream);
+}
+
+void attention_rows_at(const AttentionShape& shape, const float* q, int64_t n_rows, const float* k_cache,
+                       const float* v_cache, const int32_t* first_pos_device, int64_t tokens_bound,
+                       const int32_t* token_lists, const int32_t* token_counts, int max_tokens, float* out,
+                       cudaStream_t stream) {
+  if (!first_pos_device) cuda_fail("CUDA attention_rows_at: the first position's device word is missing");
+  launch_attention(shape, q, n_rows, k_cache, v_cache, 0, first_pos_device,
+                   token_lists ? std::max<int64_t>(max_tokens, tokens_bound) : tokens_bound, token_lists,
+                   token_counts, max_tokens, out, stream);
 }
 
 void kv_append(const float* k, const float* v, int64_t n_rows, int64_t kv_dim, int64_t n_tokens, float* k_cache,

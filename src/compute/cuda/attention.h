@@ -37,6 +37,14 @@ void attention_rows(const AttentionShape& shape, const float* q, int64_t n_rows,
                     const float* v_cache, int64_t first_pos, const int32_t* token_lists,
                     const int32_t* token_counts, int max_tokens, float* out, cudaStream_t stream);
 
+// The same with the window's first position read from device memory when the kernel runs, so
+// one captured launch serves every n_past: tokens_bound (>= the most tokens any row attends,
+// rounded up by the caller so windows of a range share a launch shape) sizes the shared memory.
+void attention_rows_at(const AttentionShape& shape, const float* q, int64_t n_rows, const float* k_cache,
+                       const float* v_cache, const int32_t* first_pos_device, int64_t tokens_bound,
+                       const int32_t* token_lists, const int32_t* token_counts, int max_tokens, float* out,
+                       cudaStream_t stream);
+
 void kv_append(const float* k, const float* v, int64_t n_rows, int64_t kv_dim, int64_t n_tokens, float* k_cache,
                float* v_cache, cudaStream_t stream);
 

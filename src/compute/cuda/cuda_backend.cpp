@@ -141,8 +141,8 @@ struct PleMirror {
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(BackendShared& shared)
-      : graph_(stream_.get(), graphs_enabled()), scratch_([this] { graph_.pause(); }),
-        staging_{PinnedStaging([this] { graph_.pause(); }), PinnedStaging([this] { graph_.pause(); })} {
+      : graph_(stream_.get(), graphs_enabled()), scratch_([this] { graph_.pause(false); }),
+        staging_{PinnedStaging([this] { graph_.pause(false); }), PinnedStaging([this] { graph_.pause(false); })} {
     if (!usable_device()) fail("cuda backend: no usable CUDA device ({})", describe_device());
     for (cudaEvent_t& e : staging_done_) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     std::lock_guard lock(shared.mutex);
@@ -153,7 +153,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     // Pending work must finish before the buffers it uses go away.
     try {
-      graph_.pause();
+      graph_.finish_window();
     } catch (...) {
       graph_.abandon();
     }
@@ -164,15 +164,18 @@ class CudaBackend final : public Backend {
       const WindowGraphStats& g = graph_.stats();
       const double w = double(std::max<int64_t>(g.windows, 1));
       std::fprintf(stderr,
-                   "cuda backend graphs: %lld windows, %.2f segments and %.0f nodes per window, %lld instantiations, "
-                   "%lld updates; host per window: capture %.1f us, update/instantiate %.1f us, launch %.1f us\n",
-                   (long long)g.windows, double(g.segments) / w, double(g.nodes) / w, (long long)g.instantiations,
-                   (long long)g.updates, g.capture_s / w * 1e6, g.update_s / w * 1e6, g.launch_s / w * 1e6);
+                   "cuda backend graphs: %lld windows (%lld replayed, %lld recordings kept), %.2f segments launched and "
+                   "%.0f nodes captured per window, %lld instantiations, %lld updates; host per window: capture %.1f "
+                   "us, instantiate/update %.1f us, launch %.1f us\n",
+                   (long long)g.windows, (long long)g.replays, (long long)g.records, double(g.segments) / w,
+                   double(g.nodes) / w, (long long)g.instantiations, (long long)g.updates, g.capture_s / w * 1e6,
+                   g.update_s / w * 1e6, g.launch_s / w * 1e6);
     }
     if (graph_.profiling()) std::fputs(graph_.profile_table().c_str(), stderr);
   }
 
   std::string_view name() const override { return "cuda"; }
+  const WindowGraphStats& graph_stats() const { return graph_.stats(); }
 
   Tensor alloc(DType type, int64_t max_rows, int64_t width) override {
     if (max_rows < 1 || width < 1)
@@ -200,14 +203,15 @@ class CudaBackend final : public Backend {
 
   void read(Tensor t, int64_t first_row, int64_t n_rows, float* out) override {
     const float* data = tensor_data(t, first_row + n_rows, "read");
-    graph_.pause();  // the window so far runs; the next op starts a new segment
+    graph_.pause(true);  // the window so far runs (replay: its next recorded segment)
     STRATA_CUDA_CHECK(cudaMemcpyAsync(out, data + first_row * t.width, size_t(n_rows * t.width) * 4,
                                       cudaMemcpyDeviceToHost, s()));
     STRATA_CUDA_CHECK(cudaStreamSynchronize(s()));
   }
 
   void write(Tensor t, int64_t first_row, int64_t n_rows, const float* in) override {
-    float* data = rows(t, first_row + n_rows, "write");
+    sign(Op::Write, t, first_row, n_rows);
+    float* data = replaying() ? tensor_data(t, first_row + n_rows, "write") : rows(t, first_row + n_rows, "write");
     upload(data + first_row * t.width, in, size_t(n_rows * t.width) * 4);
   }
 
@@ -227,10 +231,47 @@ class CudaBackend final : public Backend {
     ple_.recorded = false;
   }
 
+  // Replayable: the launches depend only on the key — KV capacity for the window, no QSA block
+  // completing in it and no row over its selection budget (those change the kernels or their
+  // arguments from one token to the next), and the states seen before (first windows allocate).
+  void describe_window(const HParams& hp, const WindowShape& shape) override {
+    if (!graph_.enabled()) return;
+    hp_ = &hp;
+    const int64_t end = shape.n_past + shape.n_rows;
+    bool replayable = !kv_.empty() || !deltanet_.empty();
+    for (int l = 0; l < hp.n_layer && replayable; ++l) {
+      const LayerKind kind = hp.layer_kinds.empty() ? LayerKind::Attention : hp.layer_kinds[size_t(l)];
+      if (kind == LayerKind::GatedDeltaNet) {
+        auto it = deltanet_.find(l);
+        replayable = it != deltanet_.end() && (!shape.record || it->second.log_capacity >= shape.n_rows);
+        continue;
+      }
+      auto it = kv_.find(l);
+      if (it == kv_.end() || it->second.capacity < end) {
+        replayable = false;
+        break;
+      }
+      const int ratio = hp.compress_ratios.empty() ? 0 : hp.compress_ratios[size_t(l)];
+      if (ratio > 0) {
+        const int64_t total_blocks = end / ratio;
+        replayable = total_blocks == it->second.blocks_done && total_blocks <= hp.indexer_top_k / ratio;
+      }
+    }
+    if (hp.has_ple() && shape.record && ple_.normed_capacity < shape.n_rows) replayable = false;
+    WindowKey key;
+    key.rows = shape.n_rows;
+    key.record = shape.record;
+    key.logit_rows = shape.logit_rows;
+    key.tokens_bound = attention_bound(end);
+    key.staging = current_staging_;
+    graph_.plan(key, replayable);
+  }
+
   void embed(const WeightMatrix& table, std::span<const int32_t> tokens, Tensor out) override {
     const int64_t n_rows = int64_t(tokens.size());
     graph_.set_rows(n_rows);
-    float* y = rows(out, n_rows, "embed", table.n_in);
+    sign(Op::Embed, out, n_rows, reinterpret_cast<uintptr_t>(table.data));
+    float* y = replaying() ? tensor_data(out, n_rows, "embed", table.n_in) : rows(out, n_rows, "embed", table.n_in);
     mark("embed");
     // Dequantized on the host (n_rows rows), then uploaded: the table can be the largest tensor
     // of a small model and is read a few rows per window.
@@ -242,6 +283,8 @@ class CudaBackend final : public Backend {
   }
 
   void repeat(Tensor x, int n_copies, Tensor out, int64_t n_rows) override {
+    sign(Op::Repeat, x, out, n_copies, n_rows);
+    if (replaying()) return;
     const float* src = rows(x, n_rows, "repeat");
     float* dst = rows(out, n_rows, "repeat", x.width * n_copies);
     mark("repeat");
@@ -253,6 +296,8 @@ class CudaBackend final : public Backend {
 
   void rms_norm(Tensor x, std::span<const float> weight, float eps, Tensor out, int64_t n_rows) override {
     const int64_t width = int64_t(weight.size());
+    sign(Op::RmsNorm, x, out, n_rows, reinterpret_cast<uintptr_t>(weight.data()));
+    if (replaying()) return;
     const float* src = rows(x, n_rows, "rms_norm", width);
     float* dst = rows(out, n_rows, "rms_norm", width);
     mark("rms_norm");
@@ -260,6 +305,8 @@ class CudaBackend final : public Backend {
   }
 
   void add(Tensor acc, Tensor y, int64_t n_rows) override {
+    sign(Op::Add, acc, y, n_rows);
+    if (replaying()) return;
     float* a = rows(acc, n_rows, "add");
     const float* b = rows(y, n_rows, "add", acc.width);
     mark("add");
@@ -267,6 +314,8 @@ class CudaBackend final : public Backend {
   }
 
   void matmul(const WeightMatrix& w, Tensor x, int64_t first_row, int64_t n_rows, Tensor y) override {
+    sign(Op::Matmul, x, y, first_row, n_rows, reinterpret_cast<uintptr_t>(w.data));
+    if (replaying()) return;
     const float* src = rows(x, first_row + n_rows, "matmul", w.n_in);
     float* dst = rows(y, n_rows, "matmul", w.n_out);
     mark("matmul (head)");
@@ -275,6 +324,8 @@ class CudaBackend final : public Backend {
   }
 
   void argmax(Tensor x, int64_t n_rows, Tensor ids) override {
+    sign(Op::Argmax, x, ids, n_rows);
+    if (replaying()) return;
     const float* src = rows(x, n_rows, "argmax");
     float* dst = rows(ids, n_rows, "argmax", 1);
     mark("argmax");
@@ -283,6 +334,8 @@ class CudaBackend final : public Backend {
 
   void hyper_connection_in(const HyperConnectionWeights& w, int n_streams, float eps, Tensor X, Tensor x,
                            Tensor inject, int64_t n_rows) override {
+    sign(Op::HcIn, X, x, inject, n_streams, n_rows, reinterpret_cast<uintptr_t>(w.down.data));
+    if (replaying()) return;
     const float* Xd = rows(X, n_rows, "hyper_connection_in");
     const int64_t n_embd = X.width / n_streams, width = X.width, rank = w.down.n_out;
     float* xd = rows(x, n_rows, "hyper_connection_in", n_embd);
@@ -305,6 +358,8 @@ class CudaBackend final : public Backend {
   }
 
   void hyper_connection_out(int n_streams, Tensor y, Tensor inject, Tensor X, int64_t n_rows) override {
+    sign(Op::HcOut, y, inject, X, n_streams, n_rows);
+    if (replaying()) return;
     float* Xd = rows(X, n_rows, "hyper_connection_out");
     const int64_t n_embd = X.width / n_streams;
     const float* yd = rows(y, n_rows, "hyper_connection_out", n_embd);
@@ -326,9 +381,30 @@ class CudaBackend final : public Backend {
  private:
   cudaStream_t s() const { return stream_.get(); }
   void mark(const char* label) { graph_.mark(label); }
+  bool replaying() const { return graph_.replaying(); }
+
+  // The op's host arguments, mixed into the window's signature (window_graph.h: replay checks
+  // them against the recorded window's).
+  enum class Op : uint64_t { Write = 1, Embed, Repeat, RmsNorm, Add, Matmul, Argmax, HcIn, HcOut, DeltaNet, Attention,
+                             Ple, Moe };
+  static uint64_t word(Tensor t) { return uint64_t(t.id) << 32 | uint64_t(uint32_t(t.width)); }
+  static uint64_t word(int64_t v) { return uint64_t(v); }
+  static uint64_t word(int v) { return uint64_t(int64_t(v)); }
+  static uint64_t word(bool v) { return v ? 1 : 0; }
+  static uint64_t word(uintptr_t v) { return uint64_t(v); }
+  template <class... Args>
+  void sign(Op op, Args... args) {
+    if (!graph_.enabled()) return;
+    graph_.sign(uint64_t(op));
+    (graph_.sign(word(args)), ...);
+  }
+  // The attention kernels' shared-memory bound for a window ending at `end` tokens: rounded up
+  // so that windows of a 1024-token range launch identically (and replay one recording).
+  static int64_t attention_bound(int64_t end) { return (end + 1023) / 1024 * 1024; }
 
   // An op's tensor: its device rows, after starting a capture segment if none is running.
   float* rows(Tensor t, int64_t n_rows, const char* op, int64_t width = -1) {
+    if (replaying()) fail("cuda backend: {}: launched inside a replayed window (a bug: ops return before)", op);
     graph_.ensure_capturing();
     return tensor_data(t, n_rows, op, width);
   }
@@ -344,19 +420,20 @@ class CudaBackend final : public Backend {
 
   // Host → device through the window's pinned staging: the source may be reused at once, and
   // a captured copy reads the staged bytes when its graph runs.
+  // In replay only the staging happens: the recorded copy reads the same pinned address.
   void upload(void* dst, const void* src, size_t bytes) {
     if (bytes == 0) return;
     const void* staged = staging_[current_staging_].stage(src, bytes);
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, s()));
+    if (!replaying()) STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, s()));
   }
 
   // Runs its scope outside graph capture (allocations, frees, synchronisation): the segment
   // captured so far is launched first, and capture resumes at the next op.
   struct EagerScope {
-    explicit EagerScope(CudaBackend& b) { b.graph_.pause(); }
+    explicit EagerScope(CudaBackend& b) { b.graph_.pause(false); }
   };
   int32_t* upload_ints(const std::vector<int32_t>& values) {
-    int32_t* d = scratch_.ints(int64_t(values.size()));
+    int32_t* d = replaying() ? nullptr : scratch_.ints(int64_t(values.size()));
     upload(d, values.data(), values.size() * 4);
     return d;
   }
@@ -462,9 +539,17 @@ class CudaBackend final : public Backend {
 
 void CudaBackend::gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w, GatedDeltaNetState&, int layer,
                                  Tensor x, Tensor y, int64_t n_rows, bool record_window) {
+  sign(Op::DeltaNet, x, y, layer, n_rows, record_window);
+  hp_ = &hp;
+  if (replaying()) {  // the recorded graphs run the kernels; keep the rollback bookkeeping
+    if (record_window) {
+      deltanet_.at(layer).log_rows = n_rows;
+      recorded_deltanet_.push_back(layer);
+    }
+    return;
+  }
   const float* xd = rows(x, n_rows, "gated_deltanet");
   float* yd = rows(y, n_rows, "gated_deltanet", x.width);
-  hp_ = &hp;
   scratch_.reset();
   const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
   const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim(), kernel = hp.ssm_conv_kernel;
@@ -554,13 +639,24 @@ KvMirror& CudaBackend::kv_mirror(const HParams& hp, const AttentionWeights& w, i
 
 void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer, Tensor x,
                             Tensor y, int64_t n_rows) {
+  sign(Op::Attention, x, y, layer, n_rows);
+  hp_ = &hp;
+  const int64_t first = cache.n_tokens;
+  if (replaying()) {
+    // describe_window checked capacity, blocks and budget; stage the inputs in the recorded
+    // order (the window's first position, then its positions).
+    KvMirror& kv = kv_.at(layer);
+    if (kv.first_in_window < 0) kv.first_in_window = first;
+    upload_ints({int32_t(first)});
+    positions(first, n_rows);
+    cache.n_tokens += n_rows;
+    return;
+  }
   const float* xd = rows(x, n_rows, "attention");
   float* yd = rows(y, n_rows, "attention", x.width);
-  hp_ = &hp;
   scratch_.reset();
   const int hd = hp.head_dim, n_head = hp.n_head, n_head_kv = hp.n_head_kv;
   const int64_t q_row = int64_t(n_head) * hd * (w.gated ? 2 : 1), kv_dim = hp.kv_dim();
-  const int64_t first = cache.n_tokens;
   if (first + n_rows > kMaxAttentionTokens)
     fail("cuda backend: attention: {} tokens exceed the CUDA attention's limit of {} for now", first + n_rows,
          kMaxAttentionTokens);
@@ -573,13 +669,17 @@ void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCach
   float* v = scratch_.floats(n_rows * kv_dim);
   mm_shared(xd, n_rows, {{&w.q, q}, {&w.k, k}, {&w.v, v}});
   mark("attn.norm+rope+append");
+  // The window's first position as a device word, so a replayed graph appends and attends at
+  // this window's n_past (the kernels read it when they run).
+  const int32_t* first_device = upload_ints({int32_t(first)});
   const int32_t* pos = positions(first, n_rows);
   const int q_stride = w.gated ? 2 * hd : hd;
   if (!w.q_norm.empty()) rms_norm_strided(q, vec(w.q_norm), n_rows * n_head, hd, q_stride, hp.rms_eps, q, s());
   rope_neox_strided(q, n_rows, q_row, n_head, q_stride, hd, hp.n_rot, pos, hp.rope_theta, s());
   if (!w.k_norm.empty()) rms_norm_strided(k, vec(w.k_norm), n_rows * n_head_kv, hd, hd, hp.rms_eps, k, s());
   rope_neox_rows(k, n_rows, n_head_kv, hd, hp.n_rot, pos, hp.rope_theta, s());
-  kv_append(k, v, n_rows, kv_dim, first, kv.k.as<float>(), kv.v.as<float>(), s());
+  append_rows_at(k, n_rows, kv_dim, first_device, kv.k.as<float>(), s());
+  append_rows_at(v, n_rows, kv_dim, first_device, kv.v.as<float>(), s());
 
   const int32_t* token_lists = nullptr;
   const int32_t* token_counts = nullptr;
@@ -592,7 +692,7 @@ void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCach
     mm_shared(xd, n_rows, {{&w.index_q, index_q}, {&w.index_k, raw}});
     rms_norm_strided(index_q, vec(w.index_q_norm), n_rows * n_idx, di, di, hp.rms_eps, index_q, s());
     rope_neox_rows(index_q, n_rows, n_idx, di, hp.n_rot, pos, hp.rope_theta, s());
-    copy_d2d(kv.index_raw.as<float>() + first * di, raw, size_t(n_rows * di) * 4, s());
+    append_rows_at(raw, n_rows, di, first_device, kv.index_raw.as<float>(), s());
     // Blocks completed by this window: κ_b = RoPE_{ratio·b}(N1p(mean of the block's raw keys)).
     const int64_t total_blocks = (first + n_rows) / ratio;
     const int64_t new_blocks = total_blocks - kv.blocks_done;
@@ -649,8 +749,8 @@ void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCach
   mark("attn.core");
   float* attn = scratch_.floats(n_rows * n_head * hd);
   const AttentionShape shape{n_head, n_head_kv, hd, w.gated, q_row, kv_dim};
-  attention_rows(shape, q, n_rows, kv.k.as<float>(), kv.v.as<float>(), first, token_lists, token_counts, max_tokens,
-                 attn, s());
+  attention_rows_at(shape, q, n_rows, kv.k.as<float>(), kv.v.as<float>(), first_device, attention_bound(first + n_rows),
+                    token_lists, token_counts, max_tokens, attn, s());
   mark("attn.out");
   mm(w.o, attn, n_rows, yd);
   cache.n_tokens += n_rows;
@@ -661,9 +761,24 @@ void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCach
 
 void CudaBackend::ple(const HParams& hp, const PleWeights& w, PleState& state, PleRowReader& reader, Tensor X,
                       int64_t n_rows, bool record_window) {
+  sign(Op::Ple, X, n_rows, record_window);
+  hp_ = &hp;
+  PleWindowLog& log = state.window_log;
+  log.valid = false;
+  if (record_window) {
+    ple_.log_rows = n_rows;
+    ple_.recorded = true;
+    log.valid = true;
+    log.context_before = state.context;
+    log.n_rows = n_rows;
+  }
+  if (replaying()) {  // stage this window's rows where the recorded copy reads them
+    const std::vector<float>& embeddings = reader.collect();
+    upload(nullptr, embeddings.data(), embeddings.size() * 4);
+    return;
+  }
   float* Xd = rows(X, n_rows, "ple");
   mark("ple");
-  hp_ = &hp;
   scratch_.reset();
   const int S = hp.hc_count, kernel = hp.ple_conv_kernel, dilation = hp.ple_ngram_size;
   const int64_t H = hp.n_embd, width = S * H, history_steps = int64_t(kernel - 1) * dilation;
@@ -677,7 +792,7 @@ void CudaBackend::ple(const HParams& hp, const PleWeights& w, PleState& state, P
   const std::vector<float>& embeddings = reader.collect();
   const int64_t e_width = int64_t(embeddings.size()) / std::max<int64_t>(n_rows, 1);
   float* E = scratch_.floats(n_rows * e_width);
-  upload(E, embeddings.data(), size_t(n_rows * e_width) * 4);
+  upload(E, embeddings.data(), embeddings.size() * 4);
 
   float* keys = scratch_.floats(n_rows * width);
   float* values = scratch_.floats(n_rows * H);
@@ -702,17 +817,10 @@ void CudaBackend::ple(const HParams& hp, const PleWeights& w, PleState& state, P
   rms_norm_grouped_rows(gated, vec(w.norm_conv), n_rows, S, H, hp.rms_eps, normed, s());
   ple_conv(normed, ple_.history.as<float>(), vec(w.conv), gated, n_rows, width, kernel, dilation, Xd, s());
   history_tail(ple_.history.as<float>(), normed, n_rows, history_steps, width, ple_.next.as<float>(), s());
-  PleWindowLog& log = state.window_log;
-  log.valid = false;
-  if (record_window) {
-    std::swap(ple_.before, ple_.history);  // the log keeps the history from before the window
-    ple_.log_rows = n_rows;
-    ple_.recorded = true;
-    log.valid = true;
-    log.context_before = state.context;
-    log.n_rows = n_rows;
-  }
-  std::swap(ple_.history, ple_.next);
+  // Copied, not swapped, so the buffers a recorded graph names stay the same from window to
+  // window: the log keeps the history from before the window, then the new one takes its place.
+  if (record_window) copy_d2d(ple_.before.data(), ple_.history.data(), history_bytes, s());
+  copy_d2d(ple_.history.data(), ple_.next.data(), history_bytes, s());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -772,6 +880,8 @@ LayerExperts& CudaBackend::layer_experts(const HParams& hp, ExpertSource& source
 
 void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x, Tensor y,
                       int64_t n_rows, const MoeWeights*) {
+  sign(Op::Moe, x, y, layer, n_rows);
+  if (replaying()) return;
   const float* xd = rows(x, n_rows, "moe");
   float* yd = rows(y, n_rows, "moe", x.width);
   const int k = hp.n_expert_used, n_expert = hp.n_expert;
@@ -890,6 +1000,13 @@ bool CudaBackend::rollback_window(int64_t keep_rows) {
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(BackendShared& shared) { return std::make_unique<CudaBackend>(shared); }
+
+GraphCounters graph_counters(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  if (!cuda) return {};
+  const WindowGraphStats& g = cuda->graph_stats();
+  return GraphCounters{g.windows, g.replays, g.records};
+}
 
 void register_cuda_backend() {
   register_backend(BackendEntry{"cuda", [] { return usable_device(); }, [] { return describe_device(); },

@@ -46,4 +46,11 @@ std::unique_ptr<Backend> make_cuda_backend(BackendShared& shared);
 // Registers "cuda" in compute/backend_registry.h (idempotent).
 void register_cuda_backend();
 
+// Window-graph counters of a CUDA backend (window_graph.h; zeros for any other backend), for
+// tests and benches: windows run, windows replayed from a recording, recordings kept.
+struct GraphCounters {
+  int64_t windows = 0, replays = 0, records = 0;
+};
+GraphCounters graph_counters(const Backend& backend);
+
 }  // namespace strata::compute::cuda

@@ -24,41 +24,118 @@ WindowGraph::WindowGraph(cudaStream_t stream, bool enabled) : stream_(stream), e
   const char* v = std::getenv("STRATA_CUDA_PROFILE");
   profiling_ = v && std::strcmp(v, "1") == 0;
   if (profiling_) enabled_ = true;
+  mode_ = enabled_ ? Mode::Eager : Mode::Off;
 }
 
 WindowGraph::~WindowGraph() {
-  if (capturing_) {
-    cudaGraph_t graph = nullptr;
-    cudaStreamEndCapture(stream_, &graph);
-    if (graph) cudaGraphDestroy(graph);
-    capturing_ = false;
-  }
+  abandon();
+  destroy(recording_);
+  for (auto& [key, program] : programs_) destroy(program);
   for (auto& [key, exec] : execs_) cudaGraphExecDestroy(exec);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
 }
 
+void WindowGraph::destroy(Program& program) {
+  for (Segment& s : program.segments)
+    if (s.exec) cudaGraphExecDestroy(s.exec);
+  program.segments.clear();
+}
+
 void WindowGraph::begin_window() {
   if (!enabled_) return;
-  pause();
+  finish_window();
   if (profiling_) {
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     collect_profile();
   }
-  window_open_ = true;
+  mode_ = profiling_ ? Mode::Capture : Mode::Eager;
   segment_ = 0;
   rows_ = 0;
+  signature_ = 0xcbf29ce484222325ull;
   ++stats_.windows;
 }
 
+void WindowGraph::finish_window() {
+  if (!enabled_) return;
+  switch (mode_) {
+    case Mode::Record:
+      end_segment(false);  // the window's end (a clean cut, like a read)
+      if (recording_.clean) {
+        auto it = programs_.find(key_);
+        if (it != programs_.end()) destroy(it->second);
+        programs_[key_] = std::move(recording_);
+        ++stats_.records;
+      } else {
+        destroy(recording_);
+      }
+      recording_ = Program{};
+      break;
+    case Mode::Replay:
+      while (replay_next_ < replay_->segments.size()) replay_segment();
+      replay_ = nullptr;
+      ++stats_.replays;
+      break;
+    case Mode::Capture:
+      end_segment(false);
+      break;
+    case Mode::Off:
+    case Mode::Eager:
+      break;
+  }
+  mode_ = enabled_ ? Mode::Eager : Mode::Off;
+}
+
+void WindowGraph::plan(const WindowKey& key, bool replayable) {
+  if (!enabled_ || profiling_) return;
+  if (!replayable) {
+    mode_ = Mode::Eager;
+    return;
+  }
+  key_ = key;
+  auto it = programs_.find(key);
+  if (it != programs_.end()) {
+    mode_ = Mode::Replay;
+    replay_ = &it->second;
+    replay_next_ = 0;
+  } else {
+    mode_ = Mode::Record;
+    recording_ = Program{};
+  }
+}
+
 void WindowGraph::ensure_capturing() {
-  if (!enabled_ || !window_open_ || capturing_) return;
+  if ((mode_ != Mode::Record && mode_ != Mode::Capture) || capturing_) return;
   STRATA_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
   capturing_ = true;
   capture_started_ = now_s();
 }
 
-void WindowGraph::pause() {
-  if (!capturing_) return;
+void WindowGraph::pause(bool read) {
+  switch (mode_) {
+    case Mode::Replay:
+      if (!read) cuda_fail("cuda backend: graph replay: a host sync point inside a replayed window (a bug)");
+      replay_segment();
+      return;
+    case Mode::Record:
+      if (!read) recording_.clean = false;  // eager work between segments: not replayable
+      end_segment(read);
+      return;
+    case Mode::Capture:
+      end_segment(read);
+      return;
+    case Mode::Off:
+    case Mode::Eager:
+      return;
+  }
+}
+
+void WindowGraph::end_segment(bool) {
+  if (!capturing_) {
+    // Record: a cut with nothing captured since the last one still marks a segment boundary,
+    // so replay launches the same number of segments at the same reads.
+    if (mode_ == Mode::Record) recording_.segments.push_back(Segment{nullptr, signature_});
+    return;
+  }
   if (profiling_) mark(nullptr);  // closes the segment's last interval
   capturing_ = false;
   cudaGraph_t graph = nullptr;
@@ -69,7 +146,19 @@ void WindowGraph::pause() {
     STRATA_CUDA_CHECK(code);
   }
   try {
-    launch_segment(graph);
+    size_t n_nodes = 0;
+    STRATA_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n_nodes));
+    if (mode_ == Mode::Capture) {
+      if (n_nodes > 0) launch_profiled(graph);
+    } else {
+      Segment segment{nullptr, signature_};
+      if (n_nodes > 0) {
+        segment.exec = instantiate(graph);
+        stats_.nodes += int64_t(n_nodes);
+        launch(segment.exec);
+      }
+      recording_.segments.push_back(segment);
+    }
   } catch (...) {
     cudaGraphDestroy(graph);
     throw;
@@ -78,28 +167,40 @@ void WindowGraph::pause() {
   ++segment_;
 }
 
-void WindowGraph::abandon() {
-  if (capturing_) {
-    cudaGraph_t graph = nullptr;
-    cudaStreamEndCapture(stream_, &graph);
-    if (graph) cudaGraphDestroy(graph);
-    cudaGetLastError();
-    capturing_ = false;
-  }
-  window_open_ = false;
+void WindowGraph::replay_segment() {
+  if (replay_next_ >= replay_->segments.size())
+    cuda_fail("cuda backend: graph replay: more reads than the recorded window had (a bug)");
+  const Segment& segment = replay_->segments[replay_next_++];
+  if (segment.signature != signature_)
+    cuda_fail("cuda backend: graph replay: the window's ops differ from the recorded window's (a bug in the "
+              "replay key)");
+  if (segment.exec) launch(segment.exec);
 }
 
-void WindowGraph::launch_segment(cudaGraph_t graph) {
+cudaGraphExec_t WindowGraph::instantiate(cudaGraph_t graph) {
+  const double t0 = now_s();
+  cudaGraphExec_t exec = nullptr;
+  STRATA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  ++stats_.instantiations;
+  stats_.update_s += now_s() - t0;
+  return exec;
+}
+
+void WindowGraph::launch(cudaGraphExec_t exec) {
+  const double t0 = now_s();
+  STRATA_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+  ++stats_.segments;
+  stats_.launch_s += now_s() - t0;
+}
+
+void WindowGraph::launch_profiled(cudaGraph_t graph) {
   size_t n_nodes = 0;
   STRATA_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n_nodes));
-  if (n_nodes == 0) return;
-  ++stats_.segments;
   stats_.nodes += int64_t(n_nodes);
   const double t0 = now_s();
   cudaGraphExec_t& exec = execs_[{rows_, segment_}];
   if (exec) {
-    // Same window shape as before: the kernels are the same, their arguments (positions, KV
-    // lengths) may differ. Updating in place is much cheaper than instantiating.
+    // Same window shape as before: the kernels are the same, their arguments may differ.
     cudaGraphExecUpdateResultInfo info{};
     if (cudaGraphExecUpdate(exec, graph, &info) == cudaSuccess) {
       ++stats_.updates;
@@ -113,10 +214,21 @@ void WindowGraph::launch_segment(cudaGraph_t graph) {
     STRATA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     ++stats_.instantiations;
   }
-  const double t1 = now_s();
-  STRATA_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-  stats_.update_s += t1 - t0;
-  stats_.launch_s += now_s() - t1;
+  stats_.update_s += now_s() - t0;
+  launch(exec);
+}
+
+void WindowGraph::abandon() {
+  if (capturing_) {
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    capturing_ = false;
+  }
+  if (mode_ == Mode::Record) destroy(recording_);
+  replay_ = nullptr;
+  mode_ = enabled_ ? Mode::Eager : Mode::Off;
 }
 
 void WindowGraph::mark(const char* label) {
@@ -148,6 +260,7 @@ void WindowGraph::collect_profile() {
 
 std::string WindowGraph::profile_table() {
   if (!profiling_) return {};
+  finish_window();
   cudaStreamSynchronize(stream_);
   collect_profile();
   std::vector<std::pair<double, std::string>> order;

@@ -1,46 +1,47 @@
-// WindowGraph — turns the eager launches of one decode window into CUDA graph launches.
+// WindowGraph — runs a decode window as CUDA graph launches instead of eager kernel launches.
 //
 // Why: the eager backend issues ≈ 60 launches per layer (≈ 2900 per token on the 48-layer
-// model), and each costs the host a few µs and the GPU a launch gap; a graph of the same kernels
-// replays with ≈ 0.7 µs per kernel (../shared/device/README.md). The backend's ops keep launching
-// on their stream exactly as before; this class captures those launches (stream capture, relaxed
-// mode) and launches them as one graph when the window reaches a host sync point.
+// model); each costs the host ≈ 4 µs, more than the GPU spends on most of them, so eager decode
+// is host-bound. A window of the same shape as an earlier one — same rows, same recorded flag,
+// same logit rows, same attention bound, no state growth, no QSA block completing or selection
+// over budget — launches the same kernels with the same arguments: everything that changes from
+// token to token (token rows, positions, n_past, PLE rows) is read from device memory that a
+// captured copy fills from pinned staging. Such a window is recorded once as graphs and then
+// replayed: the ops only do their host bookkeeping and stage their inputs, and each `read`
+// launches the next recorded graph.
 //
-// How a window runs
-// - begin_window() opens the window: the next op calls ensure_capturing(), which begins a
-//   capture on the stream. Everything the ops enqueue (kernels, device copies, memsets, copies
-//   from pinned host memory) becomes a node of the current segment's graph.
-// - pause() ends the current segment: the captured graph is launched on the stream (updating
-//   the executable graph kept for this (window rows, segment) in place when its topology is the
-//   same, instantiating otherwise). The stream then runs eagerly: the caller may synchronize,
-//   read back, allocate. The next op's ensure_capturing() starts the next segment.
-//   Host sync points inside a window (first-time weight uploads, growth of state buffers, QSA's
-//   over-budget block selection) are pauses; a steady decode step is one or two segments (the
-//   window runner reads the trunk rows before the head on models with an MTP head).
-// - Stream order is kept across segments and eager work, so a window's results do not depend on
-//   where it was cut: graph replay is bitwise the eager path (tests/cuda/backend_test.cpp).
+// Modes of a window (plan(), called by the backend's describe_window before the first op)
+// - Off (STRATA_CUDA_GRAPH unset or 0): every call is a no-op; the backend is eager.
+// - Eager: graphs on, but this window is not replayable (state growth, a QSA block completes,
+//   selection over budget, first windows): it runs eagerly.
+// - Record: replayable and no program for its key yet: the ops' launches are captured (stream
+//   capture, relaxed mode) into segments cut at each `read` (and at the window's end); each
+//   segment is instantiated and launched at once. A program is kept only if no other host sync
+//   point (the backend's EagerScope: an allocation, a first upload) cut the window.
+// - Replay: a program exists: ops skip their launches, and pause(read) launches the next segment.
+// - Capture (STRATA_CUDA_PROFILE=1): every window captured, launched as graphs updated in place,
+//   with event nodes between ops (mark()): the GPU time per op of kernels running back to back.
+//
+// Guarding replay: every op mixes its host arguments (op, rows, layer, tensor handles, flags)
+// into a signature (sign()); a program stores the signature at each segment's end, and replay
+// compares before launching a segment. A mismatch means the key missed something that changes
+// the launches: the window's ops have already been skipped, so it is reported as a bug
+// (strata::Error) rather than silently computing something else.
+// Exactness: the same kernels with the same arguments in the same order, so replay, recording
+// and eager give bitwise the same results (tests/cuda/backend_test.cpp).
 //
 // Contract
-// - Off unless STRATA_CUDA_GRAPH=1 (enabled = false): every call is a no-op and the backend runs
-//   eagerly, as issue 15 built it. Off by default because capturing every window costs the host
-//   about as much as launching eagerly (1.9 µs per node on the H200 box, plus the update; see
-//   docs/bench-cuda.md): the payoff needs replay without re-capture (device-side n_past), the
-//   next step of issue 20.
-// - Profiling (STRATA_CUDA_PROFILE=1, implies capture): mark(label) records an event node in the
-//   graph; the GPU time between consecutive marks of a segment is charged to the earlier mark's
-//   label, measured on the graph running back to back (no host launch gaps). The table is
-//   printed with the stats.
-// - Host memory a captured copy reads must be pinned and stay unchanged until the segment has
-//   run (PinnedStaging below: the backend alternates two per window and resets one only after
-//   an event says the work that read it is done).
-// - No allocation or free of device memory, and no synchronisation of this stream, while
-//   capturing: callers pause() first (the backend's EagerScope).
+// - Host memory a captured copy reads must be pinned and unchanged until the segment has run
+//   (PinnedStaging below: the backend alternates two per window, a replayed window uses the one
+//   its program was recorded with, each reset only after an event says its readers are done).
+// - No device allocation, free or stream synchronisation while capturing: callers pause() first.
 // - Stats (STRATA_CUDA_GRAPH_STATS=1): printed to stderr when the backend is destroyed.
 // - Not thread-safe; one per backend (one stream).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -52,8 +53,18 @@
 namespace strata::compute::cuda {
 
 struct WindowGraphStats {
-  int64_t windows = 0, segments = 0, instantiations = 0, updates = 0, nodes = 0;
+  int64_t windows = 0, replays = 0, records = 0, segments = 0, instantiations = 0, updates = 0, nodes = 0;
   double capture_s = 0, update_s = 0, launch_s = 0;  // host time
+};
+
+// What makes two windows launch the same kernels with the same arguments.
+struct WindowKey {
+  int64_t rows = 0;
+  bool record = false;
+  int logit_rows = 0;
+  int64_t tokens_bound = 0;  // the attention kernels' shared-memory bound
+  int staging = 0;           // the pinned staging buffer its copies read
+  auto operator<=>(const WindowKey&) const = default;
 };
 
 class WindowGraph {
@@ -65,33 +76,72 @@ class WindowGraph {
 
   bool enabled() const { return enabled_; }
   bool capturing() const { return capturing_; }
-  // Launches what an earlier window left captured, then opens a new window.
+  bool replaying() const { return mode_ == Mode::Replay; }
+  bool profiling() const { return profiling_; }
+
+  // Finishes the previous window (launches what it left captured, or the rest of its replayed
+  // program; keeps a recorded program that completed cleanly) and opens a new one, eager until
+  // plan() says otherwise (profiling: captured).
   void begin_window();
-  // The window's row count, part of the key of its executable graphs (set by the first op).
+  // How this window runs (see the modes above). A program recorded for `key` is replayed when
+  // `replayable`; without one, the window records it.
+  void plan(const WindowKey& key, bool replayable);
+  // Whether a program for `key` exists (the backend picks the staging buffer by it).
+  bool has_program(const WindowKey& key) const { return programs_.count(key) > 0; }
+  // The window's row count, part of the profiling capture's key (set by the first op).
   void set_rows(int64_t rows) { rows_ = rows; }
-  // Begins a capture segment if a window is open and none is being captured.
+  // Begins a capture segment if this window captures and none is being captured.
   void ensure_capturing();
-  // Ends the current segment (if any) and launches it; the stream then runs eagerly.
-  void pause();
+  // A host sync point. `read`: the window's results are read next (in replay, the next recorded
+  // segment is launched); otherwise an eager section inside an op (a recording is then dropped;
+  // in replay this is a bug and throws).
+  void pause(bool read);
+  // Mixes one host argument of an op into the window's signature.
+  void sign(uint64_t value) { signature_ = (signature_ ^ value) * 0x100000001b3ull; }
+  // Launches what the window left captured (or the rest of its replayed program) and keeps a
+  // clean recording; the stream then runs eagerly until the next begin_window.
+  void finish_window();
   // Drops a broken capture (after an exception inside an op) without launching it.
   void abandon();
   const WindowGraphStats& stats() const { return stats_; }
   // Profiling only: the GPU time from here to the next mark goes to `label` (a string literal).
   void mark(const char* label);
-  bool profiling() const { return profiling_; }
-  // "label  calls  total ms  us/call  share" rows, largest first (profiling only).
+  // "label  calls  ms/window  us/call  share" rows, largest first (profiling only).
   std::string profile_table();
 
  private:
-  void launch_segment(cudaGraph_t graph);
+  enum class Mode { Off, Eager, Record, Replay, Capture };
+  struct Segment {
+    cudaGraphExec_t exec = nullptr;  // null: nothing was captured
+    uint64_t signature = 0;          // the window's signature at the segment's end
+  };
+  struct Program {
+    std::vector<Segment> segments;
+    bool clean = true;
+  };
+
+  void end_segment(bool read);
+  cudaGraphExec_t instantiate(cudaGraph_t graph);
+  void launch(cudaGraphExec_t exec);
+  void launch_profiled(cudaGraph_t graph);
+  void replay_segment();
   void collect_profile();  // REQUIRES: the stream is idle
+  static void destroy(Program& program);
 
   cudaStream_t stream_;
   bool enabled_;
-  bool window_open_ = false, capturing_ = false;
+  Mode mode_ = Mode::Off;
+  bool capturing_ = false;
   int64_t rows_ = 0;
   int segment_ = 0;
+  uint64_t signature_ = 0;
   double capture_started_ = 0;
+  WindowKey key_;
+  Program recording_;
+  std::map<WindowKey, Program> programs_;
+  const Program* replay_ = nullptr;
+  size_t replay_next_ = 0;
+  // Capture mode (profiling): executable graphs per (rows, segment), updated in place.
   std::map<std::pair<int64_t, int>, cudaGraphExec_t> execs_;
   WindowGraphStats stats_;
   // Profiling: events recorded this window, with their labels and segments.
@@ -104,8 +154,10 @@ class WindowGraph {
 };
 
 // Page-locked host memory for the host → device copies a window makes (token embeddings,
-// positions, PLE rows, QSA token lists): a bump allocator over chunks that are kept, reset per
-// window. Captured copies read it when the graph runs, so it must not be reused before then.
+// positions, n_past, PLE rows, QSA token lists): a bump allocator over chunks that are kept,
+// reset per window. Captured copies read it when the graph runs, so it must not be reused before
+// then; the same sequence of stage() calls after a reset returns the same addresses, which is
+// what lets a replayed graph's copies find this window's inputs.
 class PinnedStaging {
  public:
   // before_alloc runs before a new chunk is allocated (the backend pauses its capture there).

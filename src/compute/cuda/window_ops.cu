@@ -19,6 +19,12 @@ __global__ void add_kernel(float* acc, const float* y, int64_t n) {
     acc[i] = __fadd_rn(acc[i], y[i]);
 }
 
+__global__ void append_rows_kernel(const float* src, int64_t n, int64_t width, const int32_t* first_row, float* dst) {
+  float* to = dst + int64_t(*first_row) * width;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    to[i] = src[i];
+}
+
 __global__ void split_beta_alpha_kernel(const float* ba, int64_t n_rows, int nk, int r, float* beta, float* alpha) {
   const int64_t nv = int64_t(nk) * r, n = n_rows * nv;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -123,6 +129,14 @@ void check_launch() { STRATA_CUDA_CHECK(cudaGetLastError()); }
 void add_rows(float* acc, const float* y, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   add_kernel<<<grid_for(n), kThreads, 0, stream>>>(acc, y, n);
+  check_launch();
+}
+
+void append_rows_at(const float* src, int64_t n_rows, int64_t width, const int32_t* first_row_device, float* dst,
+                    cudaStream_t stream) {
+  if (n_rows <= 0 || width <= 0) return;
+  append_rows_kernel<<<grid_for(n_rows * width), kThreads, 0, stream>>>(src, n_rows * width, width, first_row_device,
+                                                                      dst);
   check_launch();
 }
 

@@ -23,6 +23,11 @@ namespace strata::compute::cuda {
 // acc[i] += y[i] for n values.
 void add_rows(float* acc, const float* y, int64_t n, cudaStream_t stream);
 
+// dst rows first .. first + n_rows - 1 = src's n_rows rows (of `width` floats), with first read
+// from device memory when the kernel runs (the KV and QSA index appends of a replayed window).
+void append_rows_at(const float* src, int64_t n_rows, int64_t width, const int32_t* first_row_device, float* dst,
+                    cudaStream_t stream);
+
 // qwen3next's fused [2nv] projection, groups of (b[r] | a[r]) per K head (r = nv / nk):
 // beta[t][g·r + j] = ba[t][g·2r + j], alpha[t][g·r + j] = ba[t][g·2r + r + j].
 void split_beta_alpha(const float* ba, int64_t n_rows, int n_k_heads, int v_per_k, float* beta, float* alpha,
