@@ -226,6 +226,8 @@ class ExpertStore final : public ExpertSource {
   // The current layer (between begin_layer and the last next()).
   int current_layer_ = -1;
   std::vector<Pending> ready_, waiting_, deferred_;  // deferred: no transient slot free yet
+  std::vector<int> missing_;           // begin_layer's misses (indices into its experts)
+  std::vector<IoPool::Job> jobs_;      // start_read's jobs, reused
   int handed_transient_ = -1;  // the transient slot handed out by the last next()
 };
 
