@@ -76,7 +76,8 @@ void MtpDrafter::propose_into(const Session& session, int32_t next, int max_toke
     const int64_t at = pending_first_ + i + 1;
     following_[size_t(i)] = at < int64_t(tokens.size()) ? tokens[size_t(at)] : next;
   }
-  model_.mtp_forward(pool_, head_, pending_.data(), following_, logits_, &residual_out_, experts_);
+  model_.mtp_forward(pool_, head_, pending_.data(), following_, logits_, &residual_out_,
+                     experts_);
   committed_ += n_pending;
   pending_.clear();
   const int64_t vocab = hp.n_vocab;
