@@ -41,6 +41,13 @@ class Drafter {
   virtual void on_commit(const Session& session, int64_t n_rows) = 0;
   virtual Draft propose(const Session& session, int32_t next, int max_tokens,
                         const KeepGoingFn& keep_going) = 0;
+  // propose into `out` (replacing what it held, its vectors reused). SpecDecoder calls this; a
+  // drafter that overrides it can draft without allocating once warm (MtpDrafter). The default
+  // calls propose.
+  virtual void propose_into(const Session& session, int32_t next, int max_tokens,
+                            const KeepGoingFn& keep_going, Draft& out) {
+    out = propose(session, next, max_tokens, keep_going);
+  }
   // Seconds one extra draft costs (0 for free drafters); SpecGate adds it to a window's cost.
   virtual double seconds_per_draft() const { return 0.0; }
 };

@@ -119,6 +119,10 @@ class SpecDecoder {
   SpecGate* gate_;
   std::vector<std::unique_ptr<Drafter>> drafters_;
   WindowFn on_window_;
+  // step's working buffers, reused from window to window (a warm MTP step allocates nothing).
+  Draft best_, draft_;
+  std::vector<double> best_a_, a_, keep_going_a_;
+  std::vector<int32_t> window_;
 };
 
 }  // namespace strata::spec
