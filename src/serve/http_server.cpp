@@ -237,7 +237,7 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
     : served(served_model),
       options(server_options),
       generator(served_model, pool, metrics, dashboard, server_options.spec,
-                server_options.access_log, server_options.profile),
+                server_options.access_log, server_options.profile, server_options.cache_ram_bytes),
       scheduler(server_options.max_queue, [this](Job& job) { generator.run(job); }),
       http(ConnectionLimits{server_options.io_timeout_s, server_options.io_timeout_s,
                             max_connections(server_options),
