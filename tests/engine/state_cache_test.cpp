@@ -162,7 +162,9 @@ void expect_conversation_exact(const std::string& arch, const RunConfig& config,
     const TurnResult want = reference_turn(*model, pool, prompt, n, config);
     const TurnResult got = cached_turn(*model, pool, cache, prompt, n, config);
     EXPECT_EQ(got.reply, want.reply);
-    if (logits_bitwise) EXPECT_TRUE(bitwise_equal(got.first_logits, want.first_logits));
+    if (logits_bitwise) {
+      EXPECT_TRUE(bitwise_equal(got.first_logits, want.first_logits));
+    }
     const Tokens turn_history = concat(prompt, got.reply);
     if (turn == 0) {
       EXPECT_EQ(got.cached, 0);
@@ -333,9 +335,9 @@ TEST(StateCache, LongestPrefixWins) {
   cache.save(s);
   Session t(*model, pool);
   EXPECT_EQ(cache.resume(t, concat(base, {9})), 6);
-  EXPECT_EQ(cache.resume(t, {1, 2, 3, 4, 9}), 4);
-  EXPECT_EQ(cache.resume(t, {1, 2, 9}), 2);
-  EXPECT_EQ(cache.resume(t, {1, 9}), 0);  // a hybrid cannot cut a snapshot
+  EXPECT_EQ(cache.resume(t, Tokens{1, 2, 3, 4, 9}), 4);
+  EXPECT_EQ(cache.resume(t, Tokens{1, 2, 9}), 2);
+  EXPECT_EQ(cache.resume(t, Tokens{1, 9}), 0);  // a hybrid cannot cut a snapshot
   EXPECT_EQ(cache.resume(t, base), 6);    // the whole prompt, with its logits
   EXPECT_TRUE(bitwise_equal(t.logits(), s.logits()));
 }

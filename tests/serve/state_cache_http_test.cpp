@@ -67,8 +67,9 @@ TEST(ServeStateCache, MultiTurnChatReportsCachedTokensAndSameReplies) {
         // reply is rendered back as generated, so the after-reply snapshot matches too.
         EXPECT_GE(cached_tokens(a), previous_prompt);
         EXPECT_LT(cached_tokens(a), prompt_tokens);
-        if (!thinking && turn > 0)
+        if (!thinking && turn > 0) {
           EXPECT_GT(cached_tokens(a), previous_prompt + 1) << "the reply was not reused";
+        }
       }
       previous_prompt = prompt_tokens;
       json reply = a["choices"][0]["message"];
