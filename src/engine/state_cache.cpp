@@ -34,7 +34,8 @@ bool drafters_match(const std::vector<std::unique_ptr<spec::Drafter>>& saved,
 
 }  // namespace
 
-StateCache::StateCache(uint64_t max_bytes) : max_bytes_(max_bytes) {
+StateCache::StateCache(uint64_t max_bytes, int window_rows)
+    : max_bytes_(max_bytes), window_rows_(std::max(window_rows, 1)) {
   stats_.max_bytes = max_bytes;
 }
 
@@ -44,7 +45,8 @@ int64_t StateCache::resume(Session& session, std::span<const int32_t> prompt,
                            spec::SpecDecoder* spec) {
   std::vector<spec::DraftSource> live;
   if (spec) live = spec->drafter_sources();
-  const bool may_truncate = !spec && session.can_truncate();
+  const bool invariant = window_invariant(session);
+  const bool may_truncate = invariant && !spec && session.can_truncate();
   EntryPtr best;
   size_t best_tokens = 0;
   {
@@ -56,7 +58,9 @@ int64_t StateCache::resume(Session& session, std::span<const int32_t> prompt,
         continue;
       const size_t common = common_prefix(entry.tokens(), prompt);
       size_t usable = 0;
-      if (common == entry.tokens().size())
+      const size_t length = entry.tokens().size();
+      if (common == length &&
+          (invariant || length == prompt.size() || length % size_t(window_rows_) == 0))
         usable = common;  // a prefix of the prompt (or all of it): resume at its end
       else if (may_truncate)
         usable = std::min(common, prompt.size() - 1);  // leave a row to compute logits from
@@ -75,8 +79,10 @@ int64_t StateCache::resume(Session& session, std::span<const int32_t> prompt,
     }
   }
   if (!best) {
-    session.reset();
-    if (spec) spec->reset();
+    if (!session.tokens().empty()) {  // a fresh session stays as it is (reset rebuilds it)
+      session.reset();
+      if (spec) spec->reset();
+    }
     return 0;
   }
   session.restore(best->session);
@@ -119,6 +125,60 @@ void StateCache::evict_for(uint64_t bytes) {
     ++stats_.evictions;
   }
   stats_.entries = lru_.size();
+}
+
+size_t StateCache::turn_boundary(std::span<const int32_t> prompt,
+                                 std::optional<int32_t> end_of_turn) {
+  if (!end_of_turn) return 0;
+  for (size_t i = prompt.size(); i-- > 0;)
+    if (prompt[i] == *end_of_turn) return i + 1 < prompt.size() ? i + 1 : 0;
+  return 0;
+}
+
+bool StateCache::window_invariant(const Session& session) {
+  const HParams& hp = session.model().hparams();
+  for (int l = 0; l < hp.n_layer; ++l)
+    if (hp.layer_kinds[size_t(l)] == LayerKind::GatedDeltaNet) return false;
+  return true;
+}
+
+int64_t StateCache::prefill(Session& session, std::span<const int32_t> prompt,
+                            std::optional<int32_t> end_of_turn, spec::SpecDecoder* spec,
+                            const KeepGoingFn& keep_going, const AfterWindowFn& after_window) {
+  int64_t cached = 0;
+  if (enabled()) {
+    cached = resume(session, prompt, spec);
+  } else if (!session.tokens().empty()) {
+    session.reset();
+    if (spec) spec->reset();
+  }
+  // The in-prompt snapshot: window-exact models at the last window boundary before the end,
+  // window-invariant ones after the last end-of-turn token.
+  size_t pause = 0;
+  if (enabled()) {
+    const size_t w = size_t(window_rows_);
+    pause = window_invariant(session) ? turn_boundary(prompt, end_of_turn)
+                                      : (prompt.size() - 1) / w * w;
+  }
+  const size_t n = prompt.size();
+  for (size_t at = size_t(cached); at < n;) {
+    if (keep_going && !keep_going()) break;
+    size_t rows = std::min(n - at, size_t(window_rows_));
+    if (at < pause && at + rows > pause) rows = pause - at;
+    const std::span<const int32_t> window = prompt.subspan(at, rows);
+    if (spec)
+      spec->prefill(window, window_rows_);
+    else
+      session.prefill(window, window_rows_);
+    at += rows;
+    if (at == pause) save(session, spec);
+    if (after_window) after_window();
+  }
+  return cached;
+}
+
+void StateCache::save_generated(const Session& session, const spec::SpecDecoder* spec) {
+  if (window_invariant(session)) save(session, spec);
 }
 
 StateCacheStats StateCache::stats() const {

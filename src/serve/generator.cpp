@@ -39,7 +39,7 @@ Generator::Generator(const ServedModel& served, compute::ThreadPool& pool, Serve
       spec_gate_(spec.mode == spec::SpecMode::Off ? nullptr
                                                   : std::make_unique<spec::SpecGate>(spec.gate)),
       recorder_(served, dashboard, spec, profile),
-      cache_(served.backend == "cpu" ? cache_ram_bytes : 0) {
+      cache_(served.backend == "cpu" ? cache_ram_bytes : 0, int(kPrefillChunk)) {
   // At start, not as a 500 on every request.
   if ((spec.mode == spec::SpecMode::Mtp || spec.mode == spec::SpecMode::Both) &&
       !served.model->has_mtp())
@@ -83,23 +83,14 @@ void Generator::run(Job& job) {
     if (spec_gate_) speculative.emplace(session, sampler, spec_, pool_, experts, spec_gate_.get());
     if (speculative)
       speculative->on_window([&](const spec::WindowReport& w) { recorder_.window(w); });
+    // Resume from the conversation state cache and prefill the rest (engine/state_cache.h:
+    // windows of kPrefillChunk from position 0, as without the cache, so the bits are the same);
+    // cancellation is checked between windows.
     const std::span<const int32_t> full_prompt(plan.prompt);
-    const int64_t cached =
-        cache_.enabled()
-            ? cache_.resume(session, full_prompt, speculative ? &*speculative : nullptr)
-            : 0;
+    const int64_t cached = cache_.prefill(
+        session, full_prompt, served_.end_of_turn, speculative ? &*speculative : nullptr,
+        [&] { return !job.cancel_requested(); }, [&] { recorder_.prefill_progress(); });
     outcome.usage.cached_tokens = cached;
-    const std::span<const int32_t> prompt = full_prompt.subspan(size_t(cached));
-    for (size_t begin = 0; begin < prompt.size() && !job.cancel_requested();
-         begin += kPrefillChunk) {
-      const std::span<const int32_t> chunk =
-          prompt.subspan(begin, std::min(kPrefillChunk, prompt.size() - begin));
-      if (speculative)
-        speculative->prefill(chunk, int(kPrefillChunk));
-      else
-        session.prefill(chunk, int(kPrefillChunk));
-      recorder_.prefill_progress();
-    }
     // The turn boundaries the cache keeps (Generator contract): the prompt, once its first token
     // is out and before anything more is fed, and the sequence at the end.
     const bool prefill_complete =
@@ -191,7 +182,7 @@ void Generator::run(Job& job) {
     if (prefill_complete && !prompt_saved)
       save_prompt();  // the generation fed nothing after the prompt
     else if (prefill_complete && session.tokens().size() > full_prompt.size())
-      cache_.save(session, speculative ? &*speculative : nullptr);
+      cache_.save_generated(session, speculative ? &*speculative : nullptr);
     if (!stops.stopped() && !outcome.cancelled) {
       deliver(stops.push(decoder.finish()));
       deliver(stops.finish());
