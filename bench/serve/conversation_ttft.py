@@ -18,6 +18,17 @@ import subprocess
 import sys
 import time
 
+SYSTEM = (
+    "You are a helpful travel assistant for a small agency that plans trips by public transport. "
+    "Answer in plain English, in short paragraphs or lists, and be concrete: name towns, stations, "
+    "bus companies and approximate times and prices where you can, and say when you are not sure. "
+    "Prefer slow travel: fewer places, more time in each. Mention accessibility when it matters, "
+    "and point out seasonal closures, strikes and holidays that often disrupt services. Never "
+    "invent opening hours; suggest checking the official site instead. If the traveller asks for "
+    "a plan, give a day-by-day outline first and details after it. Keep the tone friendly and "
+    "brief, and do not repeat the question back. The traveller is an adult in good health, "
+    "travelling alone, with a medium budget and a carry-on bag only.")
+
 QUESTIONS = [
     "I am planning a week-long trip along the coast of Portugal in late spring. I like walking, "
     "old towns, seafood and small museums, and I will travel by train and bus only. Suggest a "
@@ -86,7 +97,7 @@ def run(binary, extra, turns, max_tokens):
     proc, port = start_server(binary, extra)
     rows = []
     try:
-        messages = [{"role": "system", "content": "You are a helpful travel assistant."}]
+        messages = [{"role": "system", "content": SYSTEM}]
         for turn in range(turns):
             messages.append({"role": "user", "content": QUESTIONS[turn % len(QUESTIONS)]})
             ttft, text, usage = chat_turn(port, messages, max_tokens)

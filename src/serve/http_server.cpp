@@ -331,6 +331,11 @@ void HttpServer::Impl::add_routes() {
     props.build_info = options.build_info;
     Json answer = props_json(served, props);
     answer["default_generation_settings"]["is_processing"] = live().running;
+    const StateCacheStats cache = generator.state_cache().stats();  // thread-safe
+    answer["strata"]["state_cache"] = {
+        {"max_bytes", cache.max_bytes}, {"bytes", cache.bytes},  {"entries", cache.entries},
+        {"hits", cache.hits},           {"misses", cache.misses}, {"evictions", cache.evictions},
+        {"cached_tokens", cache.cached_tokens}};
     send_json(res, 200, answer);
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

@@ -92,6 +92,17 @@ TEST(ServeStateCache, MultiTurnChatReportsCachedTokensAndSameReplies) {
     EXPECT_GE(cached_tokens(usage_chunk) + kWindow + kGenerationPrompt, previous_prompt);
     EXPECT_GT(cached_tokens(usage_chunk), 0);
   }
+  // /props reports the cache: entries within the bound, the hits and tokens counted.
+  const json cache = get(cached_server, "/props").json()["strata"]["state_cache"];
+  EXPECT_EQ(cache["max_bytes"], uint64_t(512) << 20);
+  EXPECT_GT(cache["entries"].get<uint64_t>(), 0u);
+  EXPECT_GT(cache["bytes"].get<uint64_t>(), 0u);
+  EXPECT_LE(cache["bytes"].get<uint64_t>(), uint64_t(512) << 20);
+  EXPECT_GT(cache["hits"].get<uint64_t>(), 0u);
+  EXPECT_GT(cache["cached_tokens"].get<uint64_t>(), 0u);
+  const json off = get(plain_server, "/props").json()["strata"]["state_cache"];
+  EXPECT_EQ(off["max_bytes"], 0);
+  EXPECT_EQ(off["entries"], 0);
 }
 
 TEST(ServeStateCache, RepeatedCompletionPromptIsCachedWhole) {
