@@ -38,6 +38,26 @@ void MtpDrafter::truncate_head(int64_t n_entries) {
   head_.kv.truncate(n_entries, hp.kv_dim(), hp.indexer_head_dim, head.attention.compress_ratio);
 }
 
+std::unique_ptr<Drafter> MtpDrafter::clone() const {
+  auto copy = std::make_unique<MtpDrafter>(model_, pool_, experts_);
+  copy->head_.kv = head_.kv;
+  copy->committed_ = committed_;
+  copy->pending_ = pending_;
+  copy->pending_first_ = pending_first_;
+  copy->chained_ = chained_;
+  copy->chain_step_s_ = chain_step_s_;
+  copy->chain_steps_ = chain_steps_;
+  return copy;
+}
+
+uint64_t MtpDrafter::state_bytes() const {
+  const KvCache& kv = head_.kv;
+  return sizeof(MtpDrafter) +
+         sizeof(float) * uint64_t(kv.k.capacity() + kv.v.capacity() + kv.index_k_raw.capacity() +
+                                  kv.block_keys.capacity() + pending_.capacity() +
+                                  chained_.capacity());
+}
+
 void MtpDrafter::on_commit(const Session& session, int64_t n_rows) {
   const std::vector<float>& residuals = session.state().residuals;
   const size_t width = size_t(model_.hparams().hc_count * model_.hparams().n_embd);

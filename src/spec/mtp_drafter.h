@@ -30,6 +30,10 @@ class MtpDrafter final : public Drafter {
   void propose_into(const Session& session, int32_t next, int max_tokens,
                     const KeepGoingFn& keep_going, Draft& draft) override;
   double seconds_per_draft() const override { return chain_step_s_; }
+  // The head's cache, the committed count, the pending residual rows and the timing (the
+  // head's window scratch starts empty).
+  std::unique_ptr<Drafter> clone() const override;
+  uint64_t state_bytes() const override;
 
  private:
   void truncate_head(int64_t n_entries);

@@ -48,6 +48,33 @@ void SpecDecoder::reset() {
   build_drafters();
 }
 
+std::optional<std::vector<std::unique_ptr<Drafter>>> SpecDecoder::copy_drafters() const {
+  std::vector<std::unique_ptr<Drafter>> copies;
+  for (const auto& drafter : drafters_) {
+    std::unique_ptr<Drafter> copy = drafter->clone();
+    if (!copy) return std::nullopt;
+    copies.push_back(std::move(copy));
+  }
+  return copies;
+}
+
+void SpecDecoder::restore_drafters(const std::vector<std::unique_ptr<Drafter>>& saved) {
+  if (saved.size() != drafters_.size())
+    fail("spec decoder: {} saved drafters for {} drafters", saved.size(), drafters_.size());
+  for (size_t i = 0; i < saved.size(); ++i) {
+    if (saved[i]->source() != drafters_[i]->source())
+      fail("spec decoder: saved drafter {} is {}, expected {}", i,
+           draft_source_name(saved[i]->source()), draft_source_name(drafters_[i]->source()));
+    drafters_[i] = saved[i]->clone();
+  }
+}
+
+std::vector<DraftSource> SpecDecoder::drafter_sources() const {
+  std::vector<DraftSource> out;
+  for (const auto& drafter : drafters_) out.push_back(drafter->source());
+  return out;
+}
+
 void SpecDecoder::add_drafter(std::unique_ptr<Drafter> drafter) {
   drafters_.push_back(std::move(drafter));
 }
