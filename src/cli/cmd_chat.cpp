@@ -1,8 +1,12 @@
 // `strata chat` — a terminal conversation with the model.
 //
 // Each turn renders the whole conversation with the model's chat template and feeds only the
-// tokens the session has not seen (the KV/recurrent state of earlier turns is reused when the new
-// prompt extends the old one; otherwise the session restarts). Replies stream as they are made;
+// tokens the session has not seen: the conversation state cache (engine/state_cache.h,
+// --cache-ram) resumes from the longest snapshot that prefixes the prompt, with the same tokens
+// as a full re-prefill (on hybrid models it re-prefills less than one 64-token window of the last
+// prompt, the reply and the new message); with --cache-ram 0 (or on a model without DeltaNet
+// layers, where windows do not change bits) the live session is reused when the new prompt
+// extends it; otherwise the session restarts. Replies stream as they are made;
 // thinking is hidden behind a "[thinking… 143 tokens]" indicator unless --show-thinking
 // (cli/reply_view.h). After each reply one line on stderr gives its tokens and tok/s (--no-speed
 // turns it off). Ctrl-C stops the current reply and returns to the prompt; Ctrl-D or /quit exits.
@@ -28,6 +32,7 @@
 #include "compute/cpu/thread_pool.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
+#include "engine/state_cache.h"
 #include "model/model.h"
 #include "spec/spec_decoder.h"
 #include "text/chat_template.h"
@@ -54,6 +59,7 @@ struct ChatOptions {
   ModelOptions model;
   ExpertOptions experts;
   SpecCliOptions spec;
+  std::string cache_ram;
   std::string system_prompt;
   int max_reply_tokens = 512;
   bool show_thinking = false;
@@ -88,7 +94,9 @@ class ChatLoop {
         chat_template_(ChatTemplate::from_gguf(model.file())),
         store_(store),
         session_(model, pool, tracer ? tracer : store, resolve_backend(options.model, store != nullptr)),
-        sampler_(options.model.sampling) {
+        sampler_(options.model.sampling),
+        cache_(session_.backend() == "cpu" ? resolve_cache_ram(options.cache_ram) : 0,
+               kPrefillChunk) {
     render_.enable_thinking = !options.no_thinking;
     end_of_turn_ = tokenizer.find_token(ChatTemplate::kEndOfTurn);
     if (const spec::SpecOptions spec = resolve_spec_options(options.spec);
@@ -128,12 +136,15 @@ class ChatLoop {
     messages_.push_back({"user", user_text, {}});
     const std::vector<int32_t> prompt =
         tokenizer_.encode(chat_template_.render(messages_, render_));
-    // Reuse the session when the new prompt extends what it has seen.
+    // Without the cache (or on a window-invariant model, where it is exact) the live session is
+    // reused when the new prompt extends what it has seen; otherwise the cache resumes (below).
     const std::vector<int32_t>& seen = session_.tokens();
     const bool extends =
+        (!cache_.enabled() || StateCache::window_invariant(session_)) &&
         seen.size() < prompt.size() && std::equal(seen.begin(), seen.end(), prompt.begin());
-    if (!extends) reset_session();
-    const std::span<const int32_t> fresh = std::span(prompt).subspan(extends ? seen.size() : 0);
+    const size_t reused = extends ? seen.size() : 0;
+    if (!extends && !seen.empty()) reset_session();  // the cache has what can be reused
+    const std::span<const int32_t> fresh = std::span(prompt).subspan(reused);
     if (int64_t(fresh.size()) >= session_.context_left()) {
       // Leaves the REPL usable: the turn is dropped, the user decides what to do.
       messages_.pop_back();
@@ -146,12 +157,19 @@ class ChatLoop {
     last_ = TurnStats{};
     const auto start = std::chrono::steady_clock::now();
     begin_prompt(store_);
-    if (speculative_)
-      speculative_->prefill(fresh, kPrefillChunk);
-    else
-      session_.prefill(fresh, kPrefillChunk);
+    spec::SpecDecoder* spec = speculative_ ? &*speculative_ : nullptr;
+    if (extends) {
+      if (spec)
+        spec->prefill(fresh, kPrefillChunk);
+      else
+        session_.prefill(fresh, kPrefillChunk);
+      last_.prompt_tokens = fresh.size();
+    } else {
+      const int64_t cached = cache_.prefill(session_, prompt, end_of_turn_, spec);
+      last_.prompt_tokens = prompt.size() - size_t(cached);
+    }
     end_prompt(store_, options_.experts);
-    last_.prompt_tokens = fresh.size();
+    cache_.save(session_, spec);  // the whole prompt (replaces an equal entry)
     last_.prefill_s = seconds_since(start);
 
     StreamingDecoder decoder(tokenizer_);
@@ -211,6 +229,7 @@ class ChatLoop {
     if (store_) last_.experts = store_->stats() - experts_before;
     if (stop_note.empty() && last_.reply_tokens >= size_t(options_.max_reply_tokens))
       stop_note = fmt::format("reply limit: --max-reply {}", options_.max_reply_tokens);
+    if (last_.reply_tokens > 0) cache_.save_generated(session_, spec);
     view.finish(stop_note);
     if (options_.speed_line) print_speed_line();
     ChatMessage reply{"assistant", answer, {}};
@@ -257,6 +276,7 @@ class ChatLoop {
   std::optional<int32_t> end_of_turn_;
   std::vector<ChatMessage> messages_;
   TurnStats last_;
+  StateCache cache_;
   std::optional<spec::SpecDecoder> speculative_;  // after session_ and sampler_, which it uses
 };
 
@@ -324,6 +344,7 @@ void register_chat(CLI::App& app) {
   add_sampling_options(*cmd, options->model.sampling);
   add_expert_options(*cmd, options->experts);
   add_spec_options(*cmd, options->spec);
+  add_cache_ram_option(*cmd, options->cache_ram);
   cmd->add_option("--system", options->system_prompt, "system prompt");
   cmd->add_option("--max-reply", options->max_reply_tokens, "tokens per reply at most")
       ->check(CLI::Range(1, 1 << 20));
@@ -334,7 +355,10 @@ void register_chat(CLI::App& app) {
                 "keep replying past the end-of-turn token (only --max-reply or Ctrl-C stop it)");
   cmd->add_flag("!--no-speed", options->speed_line,
                 "no tokens and tok/s line on stderr after each reply");
-  cmd->callback([options] { run_chat(*options); });
+  cmd->callback([options] {
+    resolve_cache_ram(options->cache_ram);  // a bad value fails before the model loads
+    run_chat(*options);
+  });
 }
 
 }  // namespace strata::cli

@@ -39,6 +39,7 @@ struct ServeOptions {
   SpecCliOptions spec;
   std::string alias;
   std::string api_key_file;
+  std::string cache_ram;
   bool seed_given = false;
 };
 
@@ -97,6 +98,11 @@ void run_serve(const ServeOptions& options) {
   {  // the server (and its generation thread) ends before the store is touched from this thread
     serve::ServerOptions server_options = options.server;
     server_options.spec = resolve_spec_options(options.spec);
+    if (server_options.cache_ram_bytes > 0 && served.backend != "cpu")
+      fmt::print(stderr,
+                 "strata serve: no conversation state cache on the {} backend (its states live "
+                 "in device memory); every prompt is prefilled in full\n",
+                 served.backend);
     server_options.build_info = version_text().substr(0, version_text().find('\n'));
     for (const std::string& key : server_options.access.api_keys)
       if (key.empty()) fail("--api-key: an empty key would let every client in; give a key");
@@ -192,6 +198,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--cors-origin", server.access.cors_origins,
                   "let web pages from ORIGIN (e.g. http://localhost:3000, or * for any) call the "
                   "API; repeat for several");
+  add_cache_ram_option(*cmd, options->cache_ram);
   cmd->add_option("--alias", options->alias,
                   "model id clients use (default: the file name without .gguf)");
   cmd->add_flag(
@@ -199,6 +206,7 @@ void register_serve(CLI::App& app) {
       "no access log on stderr");
   cmd->callback([options, cmd] {
     options->seed_given = cmd->count("--seed") > 0;
+    options->server.cache_ram_bytes = resolve_cache_ram(options->cache_ram);  // before the load
     run_serve(*options);
   });
 }

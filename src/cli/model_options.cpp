@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "compute/backend_registry.h"
+#include "engine/state_cache.h"
+#include "util/byte_size.h"
 #include "util/error.h"
 
 namespace strata::cli {
@@ -63,6 +65,19 @@ std::string resolve_backend(const ModelOptions& options, bool streams_experts) {
 int resolve_threads(const ModelOptions& options) {
   if (options.threads > 0) return options.threads;
   return std::max(1, int(std::thread::hardware_concurrency()));
+}
+
+void add_cache_ram_option(CLI::App& cmd, std::string& text) {
+  cmd.add_option("--cache-ram", text,
+                 "RAM for cached conversation states (KV, DeltaNet, PLE, MTP) that later prompts "
+                 "continue from, e.g. 2G, 512M, 10% of memory; 0 disables (default 4G)");
+}
+
+uint64_t resolve_cache_ram(const std::string& text) {
+  if (text.empty()) return StateCache::kDefaultMaxBytes;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  const uint64_t physical = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+  return parse_byte_size(text, physical, "--cache-ram");
 }
 
 }  // namespace strata::cli

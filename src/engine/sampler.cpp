@@ -24,16 +24,34 @@ double Sampler::uniform() { return double(rng_() >> 11) * (1.0 / 900719925474099
 
 TokenDistribution Sampler::distribution(std::span<const float> logits,
                                         std::span<const int32_t> history) const {
-  TokenDistribution out;
+  Scratch scratch;
+  distribution_into(logits, history, scratch);
+  return std::move(scratch.out);
+}
+
+void Sampler::distribution_into(std::span<const float> logits, std::span<const int32_t> history,
+                                Scratch& scratch) const {
+  TokenDistribution& out = scratch.out;
+  out.ids.clear();
+  out.probs.clear();
   if (greedy()) {
     out.ids.push_back(int32_t(compute::argmax(logits.data(), int64_t(logits.size()))));
     out.probs.push_back(1.0f);
-    return out;
+    return;
   }
-  std::vector<float> adjusted(logits.begin(), logits.end());
+  // Every vector at its largest size once, so their sizes changing from token to token (the
+  // history window filling up, top-p / min-p keeping more or fewer) never reallocates.
+  const size_t max_keep = config_.top_k > 0 ? std::min(logits.size(), size_t(config_.top_k))
+                                            : logits.size();
+  scratch.recent.reserve(size_t(std::max(config_.repeat_last_n, 0)));
+  out.ids.reserve(max_keep);
+  out.probs.reserve(max_keep);
+  std::vector<float>& adjusted = scratch.adjusted;
+  adjusted.assign(logits.begin(), logits.end());
   if (config_.repetition_penalty != 1.0f && config_.repeat_last_n > 0) {
     const size_t n = std::min(history.size(), size_t(config_.repeat_last_n));
-    std::vector<int32_t> recent(history.end() - ptrdiff_t(n), history.end());
+    std::vector<int32_t>& recent = scratch.recent;
+    recent.assign(history.end() - ptrdiff_t(n), history.end());
     std::sort(recent.begin(), recent.end());
     recent.erase(std::unique(recent.begin(), recent.end()), recent.end());
     for (int32_t id : recent) {
@@ -43,7 +61,8 @@ TokenDistribution Sampler::distribution(std::span<const float> logits,
     }
   }
   // Candidates sorted by logit (desc, then id asc) — a stable order makes draws reproducible.
-  std::vector<int32_t> order(adjusted.size());
+  std::vector<int32_t>& order = scratch.order;
+  order.resize(adjusted.size());
   std::iota(order.begin(), order.end(), 0);
   size_t keep = order.size();
   if (config_.top_k > 0) keep = std::min(keep, size_t(config_.top_k));
@@ -54,7 +73,8 @@ TokenDistribution Sampler::distribution(std::span<const float> logits,
   std::partial_sort(order.begin(), order.begin() + ptrdiff_t(keep), order.end(), better);
   order.resize(keep);
 
-  std::vector<double> probs(keep);
+  std::vector<double>& probs = scratch.probs;
+  probs.assign(keep, 0.0);
   const double max_logit = adjusted[size_t(order[0])] / config_.temperature;
   double total = 0;
   for (size_t i = 0; i < keep; ++i) {
@@ -79,11 +99,11 @@ TokenDistribution Sampler::distribution(std::span<const float> logits,
   out.ids.assign(order.begin(), order.begin() + ptrdiff_t(keep));
   out.probs.resize(keep);
   for (size_t i = 0; i < keep; ++i) out.probs[i] = float(probs[i] / total);
-  return out;
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
-  const TokenDistribution dist = distribution(logits, history);
+  distribution_into(logits, history, scratch_);
+  const TokenDistribution& dist = scratch_.out;
   if (dist.ids.size() == 1) return dist.ids[0];
   const double r = uniform();
   double cumulative = 0;

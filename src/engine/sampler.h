@@ -48,8 +48,19 @@ class Sampler {
   double uniform();
 
  private:
+  // distribution's working vectors; `sample` keeps its own, so a warm sampler allocates nothing.
+  struct Scratch {
+    std::vector<float> adjusted;
+    std::vector<int32_t> recent, order;
+    std::vector<double> probs;
+    TokenDistribution out;
+  };
+  void distribution_into(std::span<const float> logits, std::span<const int32_t> history,
+                         Scratch& scratch) const;
+
   SamplerConfig config_;
   std::mt19937_64 rng_;
+  Scratch scratch_;
 };
 
 }  // namespace strata

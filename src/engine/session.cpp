@@ -98,6 +98,56 @@ void Session::keep_rows(int64_t n_rows) {
   logits_.resize(vocab);
 }
 
+uint64_t SessionSnapshot::bytes() const {
+  return sizeof(SessionSnapshot) + sequence_state_bytes(state) +
+         uint64_t(tokens.capacity()) * sizeof(int32_t) + uint64_t(logits.capacity()) * sizeof(float);
+}
+
+SessionSnapshot Session::snapshot() const {
+  if (backend_ != "cpu")
+    fail("conversation state cache: the {} backend keeps its states in its own memory, which "
+         "cannot be snapshotted yet; use --backend cpu or --cache-ram 0",
+         backend_);
+  SessionSnapshot out;
+  copy_sequence_state(state_, out.state);
+  out.tokens = tokens_;
+  out.logits = logits_;
+  return out;
+}
+
+void Session::restore(const SessionSnapshot& snapshot) {
+  if (snapshot.state.kv.size() != state_.kv.size() ||
+      snapshot.state.deltanet.size() != state_.deltanet.size())
+    fail("session restore: the snapshot has {} layers, the model {}", snapshot.state.kv.size(),
+         state_.kv.size());
+  copy_sequence_state(snapshot.state, state_);
+  tokens_ = snapshot.tokens;
+  logits_ = snapshot.logits;
+}
+
+bool Session::can_truncate() const {
+  const HParams& hp = model_.hparams();
+  if (hp.has_ple()) return false;
+  for (int l = 0; l < hp.n_layer; ++l)
+    if (hp.layer_kinds[size_t(l)] == LayerKind::GatedDeltaNet) return false;
+  return backend_ == "cpu";
+}
+
+void Session::truncate(int64_t n_tokens) {
+  if (!can_truncate()) fail("session truncate: this model's state cannot be rewound");
+  if (n_tokens < 0 || n_tokens > state_.n_past)
+    fail("session truncate: cannot keep {} of {} tokens", n_tokens, state_.n_past);
+  const HParams& hp = model_.hparams();
+  for (int l = 0; l < hp.n_layer; ++l)
+    state_.kv[size_t(l)].truncate(n_tokens, hp.kv_dim(), hp.indexer_head_dim,
+                                  model_.layers()[size_t(l)].attention.compress_ratio);
+  state_.n_past = n_tokens;
+  state_.residuals.clear();
+  state_.window_log.valid = false;
+  tokens_.resize(size_t(n_tokens));
+  logits_.clear();
+}
+
 void Session::reset() {
   state_ = ModelState{};  // the old backend's device memory goes first
   state_ = model_.new_state(reserved_tokens_, compute::make_backend(backend_, model_.backend_shared()));

@@ -14,6 +14,10 @@
 //   allocates nothing (tests/engine/zero_alloc_test.cpp). Past the reservation the caches grow.
 // - `backend` names the compute backend of the sequence (compute/backend_registry.h: "cpu",
 //   "cuda"; already resolved, not "auto"); reset() makes a fresh one of the same kind.
+// - `snapshot` / `restore`: a deep copy of the sequence (model/model.h: copy_sequence_state, plus
+//   the tokens and the last row's logits) and back; after restore the session continues exactly
+//   as the one snapshotted would (same bits). CPU backend only (the states must be host structs).
+//   `truncate` drops tokens from the end where that is exact (pure attention: KV caches only).
 // - Not thread-safe; the thread pool is shared with the caller and used inside calls only.
 #pragma once
 
@@ -27,6 +31,15 @@
 #include "model/model.h"
 
 namespace strata {
+
+// A deep copy of a Session's sequence (Session::snapshot). `state` has no backend and no scratch:
+// it is data only, never run.
+struct SessionSnapshot {
+  ModelState state;
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;  // the last fed row's logits (empty before the first window)
+  uint64_t bytes() const;
+};
 
 class Session {
  public:
@@ -50,6 +63,18 @@ class Session {
   void keep_rows(int64_t n_rows);
 
   void reset();
+
+  // Throws when the backend keeps its states in its own memory (not "cpu").
+  SessionSnapshot snapshot() const;
+  // Makes this session the snapshotted one (its buffers are reused). Same model required.
+  void restore(const SessionSnapshot& snapshot);
+  // Whether truncate is exact here: no Gated DeltaNet layer and no PLE (a recurrent
+  // state cannot be rewound; KV caches can).
+  bool can_truncate() const;
+  // Keeps the first n_tokens (<= n_past). logits() is empty afterwards: feed at least one token
+  // before sampling. Requires can_truncate().
+  void truncate(int64_t n_tokens);
+
   int64_t n_past() const { return state_.n_past; }
   // Tokens that still fit in the model's context (INT64_MAX when the file sets no limit).
   int64_t context_left() const;

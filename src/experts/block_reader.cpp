@@ -149,12 +149,21 @@ void read_exact(ReadBackend backend, int fd, uint64_t offset, uint64_t length, u
     const ReadPiece whole{fd, offset, length, dest};
     return read_pieces(ReadBackend::Pread, std::span(&whole, 1));
   }
-  std::vector<ReadPiece> pieces;
-  pieces.reserve(size_t((length + piece_bytes - 1) / piece_bytes));
-  for (uint64_t begin = 0; begin < length; begin += piece_bytes)
-    pieces.push_back(
-        ReadPiece{fd, offset + begin, std::min(piece_bytes, length - begin), dest + begin});
-  read_pieces(backend, pieces);
+  // The pieces in batches of the ring's size on the stack (a vector of them was an allocation
+  // per expert read); read_pieces would cut them into such batches anyway.
+  ReadPiece batch[kRingEntries];
+  size_t first_piece = 0;
+  for (uint64_t begin = 0; begin < length;) {
+    size_t n = 0;
+    for (; n < kRingEntries && begin < length; ++n, begin += piece_bytes)
+      batch[n] = ReadPiece{fd, offset + begin, std::min(piece_bytes, length - begin), dest + begin};
+    try {
+      read_pieces(backend, std::span<const ReadPiece>(batch, n));
+    } catch (const ReadError& e) {
+      throw ReadError(e.error_number, e.offset, first_piece + e.piece);
+    }
+    first_piece += n;
+  }
 }
 
 }  // namespace strata

@@ -114,6 +114,9 @@ ExpertStore::ExpertStore(const Model& model, std::unique_ptr<ExpertReader> reade
     free_transient_.push_back(n_stream - 1 - i);  // handed out lowest index first
   }
   io_ = std::make_unique<IoPool>(options_.io_threads, options_.urgent_only_threads);
+  // A layer's union is at most n_expert experts: the per-layer lists never grow while decoding.
+  for (auto* list : {&ready_, &waiting_, &deferred_}) list->reserve(size_t(n_expert));
+  missing_.reserve(size_t(n_expert));
 }
 
 ExpertStore::~ExpertStore() {
@@ -187,9 +190,9 @@ void ExpertStore::assign(Layer& layer, int slot_index, int32_t expert) {
 
 IoPool::TicketPtr ExpertStore::start_read(int layer, int32_t expert, uint8_t* dest,
                                           IoPool::Priority priority) {
-  std::vector<IoPool::Job> jobs;
-  reader_->read_jobs(layer, expert, dest, jobs);
-  return io_->submit(priority, std::move(jobs));
+  jobs_.clear();  // keeps its capacity: a read allocates nothing once warm
+  reader_->read_jobs(layer, expert, dest, jobs_);
+  return io_->submit(priority, jobs_);
 }
 
 uint32_t ExpertStore::make_resident(Layer& layer, int layer_index, int32_t expert, IoPool::Priority priority) {
@@ -240,11 +243,11 @@ void ExpertStore::begin_layer(int layer_index, std::span<const int32_t> experts)
   }
 
   // Hits: touched, handed out first (those still loading wait behind the ready ones).
-  std::vector<int> missing;
+  missing_.clear();
   for (size_t i = 0; i < experts.size(); ++i) {
     const uint32_t slot_index = layer.smap[size_t(experts[i])];
     if (slot_index == kMiss) {
-      missing.push_back(int(i));
+      missing_.push_back(int(i));
       continue;
     }
     Slot& s = layer.slots[slot_index];
@@ -266,7 +269,7 @@ void ExpertStore::begin_layer(int layer_index, std::span<const int32_t> experts)
   for (Slot& s : layer.slots) s.read_ahead_unused = false;
 
   // Misses, in ascending id: a cache slot when one can be evicted, else a transient slot.
-  for (int i : missing) {
+  for (int i : missing_) {
     const int32_t e = experts[size_t(i)];
     ++stats_.misses;
     stats_.miss_bytes += reader_->read_bytes(layer_index, e);

@@ -7,6 +7,8 @@
 //   size classes) plus `stream_slots` transient slots of the largest. A budget in bytes buys
 //   slots_per_layer = budget / Σ_layers slot_bytes (at least 1). Nothing else grows with the model:
 //   the GGUF mapping is never touched for routed experts (pread / io_uring reads only).
+//   No heap allocation per layer once warm: begin_layer / next / predict reuse member lists and the
+//   I/O pool recycles its tickets and queue storage (tests/engine/zero_alloc_test.cpp).
 // - smap[layer][expert] holds the cache slot of every resident expert (or kMiss). Eviction is LRU
 //   per layer over unpinned slots not used by the current window. A miss takes a cache slot when
 //   one can be evicted, else a transient slot that is recycled as soon as that expert is computed
@@ -226,6 +228,8 @@ class ExpertStore final : public ExpertSource {
   // The current layer (between begin_layer and the last next()).
   int current_layer_ = -1;
   std::vector<Pending> ready_, waiting_, deferred_;  // deferred: no transient slot free yet
+  std::vector<int> missing_;           // begin_layer's misses (indices into its experts)
+  std::vector<IoPool::Job> jobs_;      // start_read's jobs, reused
   int handed_transient_ = -1;  // the transient slot handed out by the last next()
 };
 

@@ -6,6 +6,85 @@
 
 namespace strata {
 
+// A free list of equal-sized blocks (allocate_shared's one allocation per ticket), threaded
+// through the blocks themselves.
+class IoPool::TicketBlocks {
+ public:
+  TicketBlocks() = default;
+  TicketBlocks(const TicketBlocks&) = delete;
+  TicketBlocks& operator=(const TicketBlocks&) = delete;
+  ~TicketBlocks() {
+    while (free_) {
+      FreeBlock* next = free_->next;
+      ::operator delete(static_cast<void*>(free_));
+      free_ = next;
+    }
+  }
+  void* take(size_t bytes) {
+    {
+      std::lock_guard lock(mutex_);
+      if (bytes == block_bytes_ && free_) {
+        FreeBlock* block = free_;
+        free_ = block->next;
+        return block;
+      }
+    }
+    return ::operator new(std::max(bytes, sizeof(FreeBlock)));
+  }
+  void give(void* p, size_t bytes) {
+    std::lock_guard lock(mutex_);
+    if (block_bytes_ == 0) block_bytes_ = bytes;
+    if (bytes != block_bytes_ || bytes < sizeof(FreeBlock)) {
+      ::operator delete(p);
+      return;
+    }
+    auto* block = ::new (p) FreeBlock{free_};
+    free_ = block;
+  }
+
+ private:
+  struct FreeBlock {
+    FreeBlock* next;
+  };
+  std::mutex mutex_;
+  size_t block_bytes_ = 0;  // the one size allocate_shared asks for (set by the first give)
+  FreeBlock* free_ = nullptr;
+};
+
+namespace {
+
+template <class T>
+struct TicketAllocator {
+  using value_type = T;
+  std::shared_ptr<IoPool::TicketBlocks> blocks;
+  explicit TicketAllocator(std::shared_ptr<IoPool::TicketBlocks> b) : blocks(std::move(b)) {}
+  template <class U>
+  TicketAllocator(const TicketAllocator<U>& other) : blocks(other.blocks) {}  // NOLINT
+  T* allocate(size_t n) { return static_cast<T*>(blocks->take(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) { blocks->give(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const TicketAllocator<U>& other) const {
+    return blocks == other.blocks;
+  }
+};
+
+}  // namespace
+
+void IoPool::JobQueue::push_back(QueuedJob job) {
+  // Reuse the popped front before the vector would grow.
+  if (head_ > 0 && items_.size() == items_.capacity()) {
+    items_.erase(items_.begin(), items_.begin() + std::ptrdiff_t(head_));
+    head_ = 0;
+  }
+  items_.push_back(std::move(job));
+}
+
+IoPool::QueuedJob IoPool::JobQueue::pop_front() {
+  QueuedJob job = std::move(items_[head_++]);
+  if (empty()) clear();
+  return job;
+}
+
 bool IoPool::Ticket::done() const {
   std::lock_guard lock(pool_.mutex_);
   return remaining_ == 0;
@@ -21,7 +100,8 @@ IoPool::Priority IoPool::Ticket::priority() const {
   return priority_;
 }
 
-IoPool::IoPool(int n_threads, int n_urgent_only) {
+IoPool::IoPool(int n_threads, int n_urgent_only)
+    : ticket_blocks_(std::make_shared<TicketBlocks>()) {
   if (n_threads < 1) fail("I/O pool: need at least one thread, got {}", n_threads);
   n_urgent_only = std::clamp(n_urgent_only, 0, n_threads - 1);
   threads_.reserve(size_t(n_threads));
@@ -47,18 +127,19 @@ IoPool::~IoPool() {
   for (std::thread& t : threads_) t.join();
 }
 
-IoPool::TicketPtr IoPool::submit(Priority priority, std::vector<Job> jobs) {
-  TicketPtr ticket(new Ticket(*this, priority));
+IoPool::TicketPtr IoPool::submit(Priority priority, const Job* jobs, size_t n_jobs) {
+  TicketPtr ticket = std::allocate_shared<Ticket>(TicketAllocator<Ticket>(ticket_blocks_),
+                                                  Ticket::Key{}, *this, priority);
   {
     std::lock_guard lock(mutex_);
-    ticket->remaining_ = int(jobs.size());
+    ticket->remaining_ = int(n_jobs);
     auto& queue = priority == Priority::Urgent ? urgent_ : read_ahead_;
-    for (Job& fn : jobs) queue.push_back(QueuedJob{ticket, std::move(fn)});
+    for (size_t i = 0; i < n_jobs; ++i) queue.push_back(QueuedJob{ticket, jobs[i]});
   }
   // One urgent job: any worker may take it, so one wake-up is enough. A read-ahead job wakes
   // everyone: a single wake-up may land on an urgent-only thread, which goes back to sleep and
   // leaves the job queued until some later submission (no one waits on read-ahead tickets).
-  if (jobs.size() == 1 && priority == Priority::Urgent)
+  if (n_jobs == 1 && priority == Priority::Urgent)
     work_cv_.notify_one();
   else
     work_cv_.notify_all();
@@ -106,8 +187,7 @@ void IoPool::worker(bool urgent_only) {
     });
     if (stopping_) return;
     auto& queue = !urgent_.empty() ? urgent_ : read_ahead_;
-    QueuedJob job = std::move(queue.front());
-    queue.pop_front();
+    QueuedJob job = queue.pop_front();
     run(job, lock);
   }
 }
@@ -116,12 +196,12 @@ void IoPool::wait(const TicketPtr& ticket) {
   std::unique_lock lock(mutex_);
   while (ticket->remaining_ > 0) {
     // Help: run this ticket's queued jobs here rather than sleep while they wait for a worker.
-    auto find_own = [&](std::deque<QueuedJob>& queue) {
+    auto find_own = [&](JobQueue& queue) {
       return std::find_if(queue.begin(), queue.end(),
                           [&](const QueuedJob& j) { return j.ticket == ticket; });
     };
     auto it = find_own(urgent_);
-    std::deque<QueuedJob>* queue = &urgent_;
+    JobQueue* queue = &urgent_;
     if (it == urgent_.end()) {
       it = find_own(read_ahead_);
       queue = &read_ahead_;

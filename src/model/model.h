@@ -89,6 +89,21 @@ struct ModelState {
   } window_log;
 };
 
+// Deep copy of what a sequence carries between windows, for the conversation state cache
+// (engine/state_cache.h): n_past, every layer's KV cache (k, v, QSA index keys and block keys),
+// Gated DeltaNet conv and recurrent states, the PLE n-gram context and conv history, `residuals`
+// (the MTP drafter's input rows of the last window) and the MTP head's cache (mtp.kv).
+// Not copied, on purpose: the backend, its window tensors and every Workspace (scratch); the PLE
+// reader and its row ids (scratch of one window); the speculative window logs (DeltaNet, PLE,
+// state.window_log): a log is consumed by the keep_rows right after its verify window, and a
+// copy is only ever taken between windows, so `to`'s logs are marked invalid. Assigning into an
+// existing state reuses its buffers (no allocation when they have the capacity). Host structs
+// only: a backend that keeps states in its own memory (CUDA) is not supported, and the caller
+// must refuse it (Session::snapshot does).
+void copy_sequence_state(const ModelState& from, ModelState& to);
+// The bytes copy_sequence_state's data occupies in `state` (buffer capacities).
+uint64_t sequence_state_bytes(const ModelState& state);
+
 enum class LogitRows { None, Last, All };
 
 struct LayerWeights {

@@ -43,7 +43,10 @@ class Qwen3Next final : public Model {
     if (!has_mtp()) Model::mtp_forward(pool, mtp, hidden, tokens, logits, residual_out, experts);
     const int64_t H = hp_.n_embd, n = int64_t(tokens.size());
     const int l = hp_.n_layer;
-    std::vector<float> embedded(static_cast<size_t>(n * H)), inputs(static_cast<size_t>(n * 2 * H));
+    // Scratch from the head's workspace (kept between drafts: a warm draft allocates nothing).
+    compute::Workspace::Frame frame(mtp.ws);
+    std::vector<float>& embedded = mtp.ws.floats(static_cast<size_t>(n * H));
+    std::vector<float>& inputs = mtp.ws.floats(static_cast<size_t>(n * 2 * H));
     embed(tokens, embedded.data());
     for (int64_t t = 0; t < n; ++t) {
       compute::rms_norm(embedded.data() + t * H, mtp_enorm_.data(), H, hp_.rms_eps,
@@ -51,7 +54,7 @@ class Qwen3Next final : public Model {
       compute::rms_norm(hidden + t * H, mtp_hnorm_.data(), H, hp_.rms_eps,
                         inputs.data() + t * 2 * H + H);
     }
-    std::vector<float> residual(static_cast<size_t>(n * H));
+    std::vector<float>& residual = mtp.ws.floats(static_cast<size_t>(n * H));
     compute::matmul(pool, mtp_eh_proj_, inputs.data(), n, residual.data());
     const AttentionWeights& attention = layers_[size_t(l)].attention;
     prenorm_layer(
@@ -60,11 +63,11 @@ class Qwen3Next final : public Model {
           attention_forward(pool, mtp.ws, hp_, attention, mtp.kv, x, n, y);
         },
         experts ? *experts : *mapped_experts_, residual, nullptr);
-    std::vector<float> out(residual.size());
+    std::vector<float>& out = mtp.ws.floats(residual.size());
     rms_norm_rows(residual.data(), mtp_shared_head_norm_, n, out.data());
     logits.resize(static_cast<size_t>(n * hp_.n_vocab));
     compute::matmul(pool, output_, out.data(), n, logits.data());
-    if (residual_out) *residual_out = std::move(out);
+    if (residual_out) residual_out->assign(out.begin(), out.end());
   }
 
  protected:

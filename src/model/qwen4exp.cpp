@@ -47,8 +47,12 @@ class Qwen4Exp final : public Model {
     const LayerWeights& lw = layers_[size_t(hp_.n_layer)];
     // Inputs of eh_proj per (entry, stream): [N1p(embed(tok)) | N1p(h) of that stream], where the
     // hidden norm is one RMS over all S·H values (vLLM's convention, see docs/fixtures.md).
-    std::vector<float> embedded(static_cast<size_t>(n * H)), normed(static_cast<size_t>(width));
-    std::vector<float> inputs(static_cast<size_t>(n * S * 2 * H));
+    // Scratch from the head's workspace (kept between drafts: a warm draft allocates nothing).
+    compute::Workspace& ws = mtp.ws;
+    compute::Workspace::Frame frame(ws);
+    std::vector<float>& embedded = ws.floats(static_cast<size_t>(n * H));
+    std::vector<float>& normed = ws.floats(static_cast<size_t>(width));
+    std::vector<float>& inputs = ws.floats(static_cast<size_t>(n * S * 2 * H));
     embed(tokens, embedded.data());
     for (int64_t t = 0; t < n; ++t) {
       compute::rms_norm(embedded.data() + t * H, mtp_enorm_.data(), H, hp_.rms_eps,
@@ -60,11 +64,12 @@ class Qwen4Exp final : public Model {
         std::copy_n(normed.data() + s * H, H, row + H);
       }
     }
-    std::vector<float> X(static_cast<size_t>(n * width)), x(static_cast<size_t>(n * H));
-    std::vector<float> y(static_cast<size_t>(n * H)), inject(static_cast<size_t>(n * S));
+    std::vector<float>& X = ws.floats(static_cast<size_t>(n * width));
+    std::vector<float>& x = ws.floats(static_cast<size_t>(n * H));
+    std::vector<float>& y = ws.floats(static_cast<size_t>(n * H));
+    std::vector<float>& inject = ws.floats(static_cast<size_t>(n * S));
     compute::matmul(pool, mtp_eh_proj_, inputs.data(), n * S, X.data());
 
-    compute::Workspace& ws = mtp.ws;
     hyper_connection_in(pool, ws, lw.hc_attn, S, H, hp_.rms_eps, X.data(), n, x.data(),
                         inject.data());
     attention_forward(pool, ws, hp_, lw.attention, mtp.kv, x.data(), n, y.data());
@@ -79,7 +84,7 @@ class Qwen4Exp final : public Model {
                         nullptr);
     logits.resize(static_cast<size_t>(n * hp_.n_vocab));
     compute::matmul(pool, output_, x.data(), n, logits.data());
-    if (residual_out) *residual_out = std::move(X);
+    if (residual_out) residual_out->assign(X.begin(), X.end());
   }
 
  protected:

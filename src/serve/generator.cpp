@@ -30,7 +30,7 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 
 Generator::Generator(const ServedModel& served, compute::ThreadPool& pool, ServeMetrics& metrics,
                      DashboardHub& dashboard, const spec::SpecOptions& spec, bool log_spec,
-                     bool profile)
+                     bool profile, uint64_t cache_ram_bytes)
     : served_(served),
       pool_(pool),
       metrics_(metrics),
@@ -38,7 +38,8 @@ Generator::Generator(const ServedModel& served, compute::ThreadPool& pool, Serve
       log_spec_(log_spec),
       spec_gate_(spec.mode == spec::SpecMode::Off ? nullptr
                                                   : std::make_unique<spec::SpecGate>(spec.gate)),
-      recorder_(served, dashboard, spec, profile) {
+      recorder_(served, dashboard, spec, profile),
+      cache_(served.backend == "cpu" ? cache_ram_bytes : 0, int(kPrefillChunk)) {
   // At start, not as a 500 on every request.
   if ((spec.mode == spec::SpecMode::Mtp || spec.mode == spec::SpecMode::Both) &&
       !served.model->has_mtp())
@@ -82,17 +83,24 @@ void Generator::run(Job& job) {
     if (spec_gate_) speculative.emplace(session, sampler, spec_, pool_, experts, spec_gate_.get());
     if (speculative)
       speculative->on_window([&](const spec::WindowReport& w) { recorder_.window(w); });
-    const std::span<const int32_t> prompt(plan.prompt);
-    for (size_t begin = 0; begin < prompt.size() && !job.cancel_requested();
-         begin += kPrefillChunk) {
-      const std::span<const int32_t> chunk =
-          prompt.subspan(begin, std::min(kPrefillChunk, prompt.size() - begin));
-      if (speculative)
-        speculative->prefill(chunk, int(kPrefillChunk));
-      else
-        session.prefill(chunk, int(kPrefillChunk));
-      recorder_.prefill_progress();
-    }
+    // Resume from the conversation state cache and prefill the rest (engine/state_cache.h:
+    // windows of kPrefillChunk from position 0, as without the cache, so the bits are the same);
+    // cancellation is checked between windows.
+    const std::span<const int32_t> full_prompt(plan.prompt);
+    const int64_t cached = cache_.prefill(
+        session, full_prompt, served_.end_of_turn, speculative ? &*speculative : nullptr,
+        [&] { return !job.cancel_requested(); }, [&] { recorder_.prefill_progress(); });
+    outcome.usage.cached_tokens = cached;
+    // The turn boundaries the cache keeps (Generator contract): the prompt, once its first token
+    // is out and before anything more is fed, and the sequence at the end.
+    const bool prefill_complete =
+        int64_t(session.tokens().size()) == int64_t(full_prompt.size());
+    bool prompt_saved = !prefill_complete || cached == int64_t(full_prompt.size());
+    auto save_prompt = [&] {
+      if (prompt_saved) return;
+      prompt_saved = true;
+      cache_.save(session, speculative ? &*speculative : nullptr);
+    };
     const Clock::time_point prefilled = Clock::now();
     outcome.prefill_s = seconds_between(started, prefilled);
     recorder_.prefilled(outcome.prefill_s);
@@ -127,6 +135,7 @@ void Generator::run(Job& job) {
               ++generated;
               recorder_.token();
               deliver(stops.push(decoder.push(token)));
+              if (generated == 1) save_prompt();  // nothing fed after the prompt yet
               // Like the plain loop: a stop string, then the length limit, then cancellation.
               if (stops.stopped()) return false;
               return generated >= plan.max_new_tokens || !job.cancel_requested();
@@ -167,8 +176,13 @@ void Generator::run(Job& job) {
         outcome.finish = FinishReason::Length;
         break;
       }
+      save_prompt();
       session.decode(next);
     }
+    if (prefill_complete && !prompt_saved)
+      save_prompt();  // the generation fed nothing after the prompt
+    else if (prefill_complete && session.tokens().size() > full_prompt.size())
+      cache_.save_generated(session, speculative ? &*speculative : nullptr);
     if (!stops.stopped() && !outcome.cancelled) {
       deliver(stops.push(decoder.finish()));
       deliver(stops.finish());

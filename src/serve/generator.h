@@ -15,6 +15,12 @@
 // refresh) carry across requests; with `log_spec`, one stderr line per request gives its windows
 // and drafts, and `spec_summary` the gate's line (`strata serve` prints it at exit).
 //
+// Conversation state cache (engine/state_cache.h, `--cache-ram`): the session resumes from the
+// longest cached snapshot that prefixes the prompt and prefills only the rest; the number of
+// reused tokens is reported as usage.cached_tokens. Snapshots are saved after the prompt's
+// prefill (once the first token is out, before anything is fed after the prompt, so it costs
+// the first token nothing) and when the generation ends.
+//
 // Dashboard: every window fetches its experts through a DashboardRecorder, which publishes
 // snapshots of the engine (heat, residency, counters, this generation's progress) to the hub
 // (serve/dashboard.h); with `profile` the forward's phases are timed for it.
@@ -28,6 +34,7 @@
 #include <string>
 
 #include "compute/cpu/thread_pool.h"
+#include "engine/state_cache.h"
 #include "serve/dashboard.h"
 #include "serve/dashboard_recorder.h"
 #include "serve/metrics.h"
@@ -41,10 +48,11 @@ class Generator {
  public:
   Generator(const ServedModel& served, compute::ThreadPool& pool, ServeMetrics& metrics,
             DashboardHub& dashboard, const spec::SpecOptions& spec = {}, bool log_spec = false,
-            bool profile = true);
+            bool profile = true, uint64_t cache_ram_bytes = StateCache::kDefaultMaxBytes);
   void run(Job& job);
   // "spec: T(1) ..." over every request so far, or "" without speculative decoding.
   std::string spec_summary() const;
+  const StateCache& state_cache() const { return cache_; }
 
  private:
   const ServedModel& served_;
@@ -54,6 +62,7 @@ class Generator {
   const bool log_spec_;
   std::unique_ptr<spec::SpecGate> spec_gate_;  // null with --spec off
   DashboardRecorder recorder_;
+  StateCache cache_;
 };
 
 }  // namespace strata::serve

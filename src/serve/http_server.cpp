@@ -237,7 +237,7 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
     : served(served_model),
       options(server_options),
       generator(served_model, pool, metrics, dashboard, server_options.spec,
-                server_options.access_log, server_options.profile),
+                server_options.access_log, server_options.profile, server_options.cache_ram_bytes),
       scheduler(server_options.max_queue, [this](Job& job) { generator.run(job); }),
       http(ConnectionLimits{server_options.io_timeout_s, server_options.io_timeout_s,
                             max_connections(server_options),
@@ -331,6 +331,11 @@ void HttpServer::Impl::add_routes() {
     props.build_info = options.build_info;
     Json answer = props_json(served, props);
     answer["default_generation_settings"]["is_processing"] = live().running;
+    const StateCacheStats cache = generator.state_cache().stats();  // thread-safe
+    answer["strata"]["state_cache"] = {
+        {"max_bytes", cache.max_bytes}, {"bytes", cache.bytes},  {"entries", cache.entries},
+        {"hits", cache.hits},           {"misses", cache.misses}, {"evictions", cache.evictions},
+        {"cached_tokens", cache.cached_tokens}};
     send_json(res, 200, answer);
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

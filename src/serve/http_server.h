@@ -27,6 +27,7 @@
 #include <string>
 
 #include "compute/cpu/thread_pool.h"
+#include "engine/state_cache.h"
 #include "serve/access_control.h"
 #include "serve/plan.h"
 #include "spec/spec_decoder.h"
@@ -48,6 +49,7 @@ struct ServerOptions {
   std::string plots_dir;             // SVGs served at /plots/ (strata bench --svg); "" = none
   AccessOptions access;              // API keys and CORS origins (serve/access_control.h)
   std::string build_info;            // reported by /props (`strata --version`'s text)
+  uint64_t cache_ram_bytes = StateCache::kDefaultMaxBytes;  // --cache-ram; 0 = no state cache
 };
 
 class HttpServer {

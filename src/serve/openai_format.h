@@ -37,6 +37,7 @@ std::string_view finish_reason_name(FinishReason reason);
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens resumed from the state cache, not prefilled
 };
 
 // What every object of one completion shares.

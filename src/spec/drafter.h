@@ -11,11 +11,15 @@
 // - `on_commit(session, n_rows)`: the session has just committed n_rows new rows (a prefill
 //   window, a plain step, or the kept rows of a verify window); their trunk residuals are the last
 //   n_rows rows of session.state().residuals.
+// - `clone()`: a deep copy of the drafter's state for the conversation state cache
+//   (engine/state_cache.h), or nullptr for a drafter that cannot be copied (then sequences
+//   decoded with it are not cached); `state_bytes()` what the copy holds.
 // - Drafts never change tokens: the verify decides. Not thread-safe; one per sequence.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,8 +45,17 @@ class Drafter {
   virtual void on_commit(const Session& session, int64_t n_rows) = 0;
   virtual Draft propose(const Session& session, int32_t next, int max_tokens,
                         const KeepGoingFn& keep_going) = 0;
+  // propose into `out` (replacing what it held, its vectors reused). SpecDecoder calls this; a
+  // drafter that overrides it can draft without allocating once warm (MtpDrafter). The default
+  // calls propose.
+  virtual void propose_into(const Session& session, int32_t next, int max_tokens,
+                            const KeepGoingFn& keep_going, Draft& out) {
+    out = propose(session, next, max_tokens, keep_going);
+  }
   // Seconds one extra draft costs (0 for free drafters); SpecGate adds it to a window's cost.
   virtual double seconds_per_draft() const { return 0.0; }
+  virtual std::unique_ptr<Drafter> clone() const { return nullptr; }
+  virtual uint64_t state_bytes() const { return 0; }
 };
 
 }  // namespace strata::spec

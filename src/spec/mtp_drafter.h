@@ -19,12 +19,21 @@ namespace strata::spec {
 
 class MtpDrafter final : public Drafter {
  public:
-  MtpDrafter(const Model& model, compute::ThreadPool& pool, ExpertSource* experts = nullptr);
+  // reserve_entries: the head's KV cache is reserved for that many entries (the session's
+  // reserved tokens), so drafting does not grow it.
+  MtpDrafter(const Model& model, compute::ThreadPool& pool, ExpertSource* experts = nullptr,
+             int64_t reserve_entries = 0);
   DraftSource source() const override { return DraftSource::Mtp; }
   void on_commit(const Session& session, int64_t n_rows) override;
   Draft propose(const Session& session, int32_t next, int max_tokens,
                 const KeepGoingFn& keep_going) override;
+  void propose_into(const Session& session, int32_t next, int max_tokens,
+                    const KeepGoingFn& keep_going, Draft& draft) override;
   double seconds_per_draft() const override { return chain_step_s_; }
+  // The head's cache, the committed count, the pending residual rows and the timing (the
+  // head's window scratch starts empty).
+  std::unique_ptr<Drafter> clone() const override;
+  uint64_t state_bytes() const override;
 
  private:
   void truncate_head(int64_t n_entries);
@@ -36,6 +45,7 @@ class MtpDrafter final : public Drafter {
   std::vector<float> pending_;  // [n][S·H] residuals of committed trunk rows not yet in the head
   int64_t pending_first_ = 0;   // trunk position of pending_'s first row
   std::vector<float> logits_, residual_out_, chained_;
+  std::vector<int32_t> following_;  // propose's tokens after the pending rows
   double chain_step_s_ = 0.0;   // running mean of one chained head row
   int chain_steps_ = 0;
 };

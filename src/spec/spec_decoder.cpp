@@ -38,13 +38,41 @@ SpecDecoder::SpecDecoder(Session& session, Sampler& sampler, const SpecOptions& 
 void SpecDecoder::build_drafters() {
   drafters_.clear();
   if (options_.mode == SpecMode::Mtp || options_.mode == SpecMode::Both)
-    drafters_.push_back(std::make_unique<MtpDrafter>(session_.model(), pool_, experts_));
+    drafters_.push_back(std::make_unique<MtpDrafter>(session_.model(), pool_, experts_,
+                                                     session_.reserved_tokens()));
   if (options_.mode == SpecMode::Suffix || options_.mode == SpecMode::Both)
     drafters_.push_back(std::make_unique<SuffixDrafter>());
 }
 
 void SpecDecoder::reset() {
   build_drafters();
+}
+
+std::optional<std::vector<std::unique_ptr<Drafter>>> SpecDecoder::copy_drafters() const {
+  std::vector<std::unique_ptr<Drafter>> copies;
+  for (const auto& drafter : drafters_) {
+    std::unique_ptr<Drafter> copy = drafter->clone();
+    if (!copy) return std::nullopt;
+    copies.push_back(std::move(copy));
+  }
+  return copies;
+}
+
+void SpecDecoder::restore_drafters(const std::vector<std::unique_ptr<Drafter>>& saved) {
+  if (saved.size() != drafters_.size())
+    fail("spec decoder: {} saved drafters for {} drafters", saved.size(), drafters_.size());
+  for (size_t i = 0; i < saved.size(); ++i) {
+    if (saved[i]->source() != drafters_[i]->source())
+      fail("spec decoder: saved drafter {} is {}, expected {}", i,
+           draft_source_name(saved[i]->source()), draft_source_name(drafters_[i]->source()));
+    drafters_[i] = saved[i]->clone();
+  }
+}
+
+std::vector<DraftSource> SpecDecoder::drafter_sources() const {
+  std::vector<DraftSource> out;
+  for (const auto& drafter : drafters_) out.push_back(drafter->source());
+  return out;
 }
 
 void SpecDecoder::add_drafter(std::unique_ptr<Drafter> drafter) {
@@ -129,8 +157,12 @@ std::optional<int32_t> SpecDecoder::step(int32_t next, int64_t index, int max_dr
   const int depth_cap = std::min(max_drafts, gate.config().max_depth);
   // Proposals: every drafter that is worth asking; the one the gate values most wins. A forced
   // plain step (T(1) refresh) asks no drafter.
-  Draft best;
-  std::vector<double> best_a;
+  // The buffers are members, swapped rather than moved, so a warm step allocates nothing.
+  Draft& best = best_;
+  best.tokens.clear();
+  best.confidence.clear();
+  std::vector<double>& best_a = best_a_;
+  best_a.clear();
   double best_score = -1;
   double best_draft_s = 0;
   if (depth_cap > 0 && !gate.force_plain()) {
@@ -138,21 +170,30 @@ std::optional<int32_t> SpecDecoder::step(int32_t next, int64_t index, int max_dr
       const double draft_s = drafter->seconds_per_draft();
       if (!gate.worth_drafting(drafter->source(), draft_s)) continue;
       // Chained drafters stop once one more draft could no longer raise the window's value,
-      // even if it stood as likely as the last one did.
-      auto keep_going = [&](const Draft& so_far) {
-        if (!gate.config().enabled) return true;
-        std::vector<double> a = gate.acceptance(so_far);
+      // even if it stood as likely as the last one did. (One captured pointer: a KeepGoingFn of
+      // it is stored inline, not on the heap.)
+      struct KeepGoing {
+        SpecGate& gate;
+        double draft_s;
+        std::vector<double>& a;
+      } ctx{gate, draft_s, keep_going_a_};
+      auto keep_going = [c = &ctx](const Draft& so_far) {
+        if (!c->gate.config().enabled) return true;
+        std::vector<double>& a = c->a;
+        c->gate.acceptance(so_far, a);
         const int k = int(a.size());
         a.push_back(a.back());
-        return gate.value(a, k + 1, draft_s) > std::max(1.0, gate.value(a, k, draft_s));
+        return c->gate.value(a, k + 1, c->draft_s) > std::max(1.0, c->gate.value(a, k, c->draft_s));
       };
-      Draft draft = drafter->propose(session_, next, depth_cap, keep_going);
+      Draft& draft = draft_;
+      drafter->propose_into(session_, next, depth_cap, keep_going, draft);
       if (draft.tokens.empty()) continue;
       if (int(draft.tokens.size()) > depth_cap) {
         draft.tokens.resize(size_t(depth_cap));
         draft.confidence.resize(size_t(depth_cap));
       }
-      std::vector<double> a = gate.acceptance(draft);
+      std::vector<double>& a = a_;
+      gate.acceptance(draft, a);
       double score = 0;
       if (gate.config().enabled) {
         gate.best_depth(a, draft_s, &score);
@@ -164,8 +205,8 @@ std::optional<int32_t> SpecDecoder::step(int32_t next, int64_t index, int max_dr
       }
       if (score > best_score) {
         best_score = score;
-        best = std::move(draft);
-        best_a = std::move(a);
+        std::swap(best, draft);
+        std::swap(best_a, a);
         best_draft_s = draft_s;
       }
     }
@@ -182,7 +223,8 @@ std::optional<int32_t> SpecDecoder::step(int32_t next, int64_t index, int max_dr
     report({.first_token = index, .token = next, .seconds = seconds});
     return sampler_.sample(session_.logits(), session_.tokens());
   }
-  std::vector<int32_t> window = {next};
+  std::vector<int32_t>& window = window_;
+  window.assign(1, next);
   window.insert(window.end(), best.tokens.begin(), best.tokens.begin() + k);
   const std::vector<float>& logits = session_.verify(window);
   const std::vector<int32_t>& tokens = session_.tokens();

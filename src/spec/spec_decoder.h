@@ -96,6 +96,15 @@ class SpecDecoder {
   using WindowFn = std::function<void(const WindowReport&)>;
   void on_window(WindowFn observer) { on_window_ = std::move(observer); }
 
+  // Deep copies of the drafters' states (conversation state cache), or nullopt when one of them
+  // cannot be copied (Drafter::clone). restore_drafters replaces the drafters with copies of
+  // `saved`, which must come from a decoder of the same options over a session now restored to
+  // the snapshot taken with them.
+  std::optional<std::vector<std::unique_ptr<Drafter>>> copy_drafters() const;
+  void restore_drafters(const std::vector<std::unique_ptr<Drafter>>& saved);
+  // The kinds of the drafters, in order.
+  std::vector<DraftSource> drafter_sources() const;
+
   const SpecGate& gate() const { return *gate_; }
   std::string summary() const { return gate_->summary(); }
 
@@ -119,6 +128,10 @@ class SpecDecoder {
   SpecGate* gate_;
   std::vector<std::unique_ptr<Drafter>> drafters_;
   WindowFn on_window_;
+  // step's working buffers, reused from window to window (a warm MTP step allocates nothing).
+  Draft best_, draft_;
+  std::vector<double> best_a_, a_, keep_going_a_;
+  std::vector<int32_t> window_;
 };
 
 }  // namespace strata::spec

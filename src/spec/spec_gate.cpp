@@ -30,13 +30,18 @@ SpecGate::SpecGate(const SpecGateConfig& config) : config_(config) {
 }
 
 std::vector<double> SpecGate::acceptance(const Draft& draft) const {
+  std::vector<double> a;
+  acceptance(draft, a);
+  return a;
+}
+
+void SpecGate::acceptance(const Draft& draft, std::vector<double>& a) const {
   const SourceStats& s = sources_[size_t(draft.source)];
-  std::vector<double> a(std::min<size_t>(draft.tokens.size(), kMaxDepth));
+  a.assign(std::min<size_t>(draft.tokens.size(), kMaxDepth), 0.0);
   for (size_t j = 0; j < a.size(); ++j) {
     const double mean_conf = std::max(s.confidence[j].value, 1e-3);
     a[j] = std::clamp(double(draft.confidence[j]) * s.accepted[j].value / mean_conf, 0.0, 0.98);
   }
-  return a;
 }
 
 double SpecGate::window_cost(int n_rows) const {
@@ -88,7 +93,8 @@ bool SpecGate::worth_drafting(DraftSource source, double draft_seconds) {
   if (!config_.enabled) return true;
   if (since_plain_ >= config_.refresh) return false;
   const SourceStats& s = sources_[size_t(source)];
-  std::vector<double> a(size_t(config_.max_depth));
+  std::vector<double>& a = worth_scratch_;  // reused: a warm gate allocates nothing
+  a.assign(size_t(config_.max_depth), 0.0);
   for (size_t j = 0; j < a.size(); ++j) a[j] = std::clamp(s.accepted[j].value, 0.0, 0.98);
   double best = 1;
   best_depth(a, draft_seconds, &best);

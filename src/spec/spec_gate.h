@@ -55,6 +55,7 @@ class SpecGate {
 
   // Calibrated conditional acceptance a_1..a_n of a proposal.
   std::vector<double> acceptance(const Draft& draft) const;
+  void acceptance(const Draft& draft, std::vector<double>& out) const;  // into out (reused)
   // value(k) for k = 0..a.size() given calibrated a and the drafter's seconds per draft.
   double value(std::span<const double> a, int k, double draft_seconds) const;
   // Best k (0 = plain step) and its value, without side effects.
@@ -101,6 +102,7 @@ class SpecGate {
   uint64_t picks_ = 0, probes_ = 0, declined_ = 0, forced_plain_ = 0, skipped_drafting_ = 0;
   uint64_t worth_calls_ = 0;
   uint64_t drafts_proposed_ = 0, drafts_accepted_ = 0, verifies_ = 0;
+  std::vector<double> worth_scratch_;  // worth_drafting's acceptance vector
 };
 
 }  // namespace strata::spec

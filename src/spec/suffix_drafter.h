@@ -21,6 +21,9 @@ class SuffixDrafter final : public Drafter {
   Draft propose(const Session& session, int32_t next, int max_tokens,
                 const KeepGoingFn& keep_going) override;
   // The same over a plain token sequence (the last token plays `next`); for tests and tools.
+  std::unique_ptr<Drafter> clone() const override {
+    return std::make_unique<SuffixDrafter>(*this);  // no state but its settings
+  }
   Draft propose_from(std::span<const int32_t> sequence, int max_tokens) const;
 
  private:

@@ -1,29 +1,50 @@
 // Zero heap allocations per decode step after warm-up (issue 19, "state allocated once"): this
-// binary replaces the global operator new/delete with counting versions and runs steady plain
-// decode (and steady speculative verify + rollback windows) on every architecture's fixture and
-// on the embedded default model, asserting that no thread — the window's, the pool's workers, the
-// PLE reader — allocates during the measured steps. STRATA_ALLOC_TRACE=1 prints a backtrace of
-// every counted allocation (resolve with addr2line) to find the culprit.
+// binary replaces the global operator new/delete AND the C allocator (malloc, calloc, realloc,
+// aligned_alloc, posix_memalign, memalign; forwarded to glibc's __libc_* entry points) with
+// counting versions, and runs steady decode on every architecture's fixture and on the embedded
+// default model, asserting that no thread — the window's, the pool's workers, the PLE reader, the
+// expert store's I/O threads — allocates during the measured steps:
+//   - plain greedy decode (mapped experts), and sampled decode (temperature, top-k, top-p,
+//     repetition penalty) through a Sampler;
+//   - speculative verify + rollback windows;
+//   - streaming: an ExpertStore with one cache slot per layer (misses every step, reads on the
+//     I/O pool) from the GGUF with io_uring and with pread, and from a packed sidecar.
+// STRATA_ALLOC_TRACE=1 prints a backtrace of every counted allocation (resolve with addr2line).
 #include <gtest/gtest.h>
 
 #include <execinfo.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "../common/fixture_models.h"
+#include "../common/temp_dir.h"
 #include "compute/cpu/ops.h"
 #include "compute/cpu/thread_pool.h"
+#include "engine/sampler.h"
 #include "engine/session.h"
+#include "experts/expert_store.h"
+#include "experts/sidecar.h"
 #include "model/model.h"
+#include "spec/spec_decoder.h"
 
 // The replacements below pair malloc/aligned_alloc with free on purpose.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+extern "C" {
+void* __libc_malloc(size_t size);
+void* __libc_calloc(size_t n, size_t size);
+void* __libc_realloc(void* p, size_t size);
+void* __libc_memalign(size_t alignment, size_t size);
+void __libc_free(void* p);
+}
 
 namespace {
 
@@ -32,30 +53,59 @@ std::atomic<uint64_t> g_allocations{0};
 
 thread_local bool t_tracing = false;
 
+void count_allocation() {
+  if (!g_counting.load(std::memory_order_relaxed)) return;
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (!t_tracing && std::getenv("STRATA_ALLOC_TRACE")) {
+    t_tracing = true;
+    void* frames[16];
+    const int n = backtrace(frames, 16);
+    backtrace_symbols_fd(frames, n, 2);
+    (void)write(2, "----\n", 5);
+    t_tracing = false;
+  }
+}
+
 void* counted_alloc(std::size_t size, std::size_t alignment) {
-  if (g_counting.load(std::memory_order_relaxed)) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    if (!t_tracing && std::getenv("STRATA_ALLOC_TRACE")) {
-      t_tracing = true;
-      void* frames[16];
-      const int n = backtrace(frames, 16);
-      backtrace_symbols_fd(frames, n, 2);
-      (void)write(2, "----\n", 5);
-      t_tracing = false;
-    }
-  }
+  count_allocation();
   if (size == 0) size = 1;
-  void* p = nullptr;
-  if (alignment <= alignof(std::max_align_t)) {
-    p = std::malloc(size);
-  } else {
-    const std::size_t rounded = (size + alignment - 1) / alignment * alignment;
-    p = std::aligned_alloc(alignment, rounded);
-  }
-  return p;
+  if (alignment <= alignof(std::max_align_t)) return __libc_malloc(size);
+  return __libc_memalign(alignment, size);
 }
 
 }  // namespace
+
+// The C allocator (libraries, and anything that bypasses operator new).
+extern "C" {
+void* malloc(size_t size) {
+  count_allocation();
+  return __libc_malloc(size);
+}
+void* calloc(size_t n, size_t size) {
+  count_allocation();
+  return __libc_calloc(n, size);
+}
+void* realloc(void* p, size_t size) {
+  count_allocation();
+  return __libc_realloc(p, size);
+}
+void* aligned_alloc(size_t alignment, size_t size) {
+  count_allocation();
+  return __libc_memalign(alignment, size);
+}
+void* memalign(size_t alignment, size_t size) {
+  count_allocation();
+  return __libc_memalign(alignment, size);
+}
+int posix_memalign(void** out, size_t alignment, size_t size) {
+  count_allocation();
+  void* p = __libc_memalign(alignment, size);
+  if (!p) return ENOMEM;
+  *out = p;
+  return 0;
+}
+void free(void* p) { __libc_free(p); }
+}
 
 void* operator new(std::size_t size) {
   if (void* p = counted_alloc(size, 0)) return p;
@@ -83,18 +133,18 @@ void* operator new(std::size_t size, std::align_val_t alignment, const std::noth
 void* operator new[](std::size_t size, std::align_val_t alignment, const std::nothrow_t&) noexcept {
   return counted_alloc(size, std::size_t(alignment));
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p) noexcept { __libc_free(p); }
+void operator delete[](void* p) noexcept { __libc_free(p); }
+void operator delete(void* p, std::size_t) noexcept { __libc_free(p); }
+void operator delete[](void* p, std::size_t) noexcept { __libc_free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { __libc_free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { __libc_free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { __libc_free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { __libc_free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { __libc_free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { __libc_free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { __libc_free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { __libc_free(p); }
 
 namespace strata {
 namespace {
@@ -126,6 +176,15 @@ TEST(ZeroAlloc, CountingOperatorNewSeesAllocations) {
   const uint64_t n = allocations_during([] {
     std::vector<int> v(100);
     asm volatile("" : : "g"(v.data()) : "memory");  // keep the allocation
+  });
+  EXPECT_EQ(n, 1u);
+}
+
+TEST(ZeroAlloc, CountingMallocSeesAllocations) {
+  const uint64_t n = allocations_during([] {
+    void* p = std::malloc(100);
+    asm volatile("" : : "g"(p) : "memory");
+    std::free(p);
   });
   EXPECT_EQ(n, 1u);
 }
@@ -174,6 +233,129 @@ TEST(ZeroAlloc, SteadySpeculativeWindowsAllocateNothing) {
     });
     EXPECT_EQ(n, 0u) << "heap allocations in 6 steady verify + rollback windows";
   }
+}
+
+TEST(ZeroAlloc, SteadySampledDecodeAllocatesNothing) {
+  // The sampler's working vectors (penalised logits, candidate order, probabilities) are reused.
+  SamplerConfig config;
+  config.temperature = 0.8f;
+  config.top_k = 40;
+  config.top_p = 0.95f;
+  config.min_p = 0.01f;
+  config.repetition_penalty = 1.1f;
+  config.seed = 7;
+  for (const std::string& path : model_paths()) {
+    SCOPED_TRACE(path);
+    auto model = Model::load(path);
+    compute::ThreadPool pool(2);
+    Session session(*model, pool);
+    Sampler sampler(config);
+    const int vocab = int(model->hparams().n_vocab);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 7; ++i) prompt.push_back(int32_t((i * 31 + 3) % vocab));
+    int32_t token = sampler.sample(session.prefill(prompt), session.tokens());
+    auto step = [&] { token = sampler.sample(session.decode(token), session.tokens()); };
+    for (int i = 0; i < 3; ++i) step();  // warm-up
+    const uint64_t n = allocations_during([&] {
+      for (int i = 0; i < 8; ++i) step();
+    });
+    EXPECT_EQ(n, 0u) << "heap allocations in 8 steady sampled decode steps";
+  }
+}
+
+// Streaming experts: one cache slot per layer, so nearly every routed expert is a miss read by
+// the I/O pool (and read-ahead guesses are issued and promoted) in every measured step.
+struct StreamingCase {
+  const char* name;
+  bool sidecar;
+  bool io_uring;
+};
+
+void expect_streaming_decode_allocates_nothing(const StreamingCase& c) {
+  for (const std::string& path : model_paths()) {
+    SCOPED_TRACE(std::string(c.name) + " " + path);
+    auto model = Model::load(path);
+    test_support::ScratchDir dir("zero-alloc");
+    ExpertStoreOptions options;
+    options.slots_per_layer = 1;
+    options.io_threads = 2;
+    options.io_uring = c.io_uring;
+    std::unique_ptr<ExpertStore> store;
+    if (c.sidecar) {
+      const std::string sidecar = dir.file("model.experts");
+      pack_sidecar(model->file(), sidecar);
+      store = std::make_unique<ExpertStore>(*model, Sidecar::open(sidecar, model->file()), options);
+    } else {
+      store = std::make_unique<ExpertStore>(*model, options);
+    }
+    compute::ThreadPool pool(2);
+    Session session(*model, pool, store.get());
+    const int vocab = int(model->hparams().n_vocab);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 7; ++i) prompt.push_back(int32_t((i * 37 + 11) % vocab));
+    int32_t token = greedy(session.prefill(prompt));
+    for (int i = 0; i < 4; ++i) token = greedy(session.decode(token));  // warm-up
+    const ExpertStoreStats before = store->stats();
+    const uint64_t n = allocations_during([&] {
+      for (int i = 0; i < 8; ++i) token = greedy(session.decode(token));
+    });
+    const ExpertStoreStats during = store->stats() - before;
+    EXPECT_GT(during.misses, 0u) << "the measured steps must read experts";
+    EXPECT_EQ(n, 0u) << "heap allocations in 8 steady streaming decode steps ("
+                     << during.misses << " misses, " << during.read_ahead_issued
+                     << " read-ahead reads)";
+  }
+}
+
+TEST(ZeroAlloc, SteadyStreamingDecodeFromGgufWithIoUringAllocatesNothing) {
+  expect_streaming_decode_allocates_nothing({"gguf io_uring", false, true});
+}
+
+TEST(ZeroAlloc, SteadyStreamingDecodeFromGgufWithPreadAllocatesNothing) {
+  expect_streaming_decode_allocates_nothing({"gguf pread", false, false});
+}
+
+TEST(ZeroAlloc, SteadyStreamingDecodeFromSidecarAllocatesNothing) {
+  expect_streaming_decode_allocates_nothing({"sidecar", true, true});
+}
+
+// Speculative decoding with the MTP head through SpecDecoder (drafts, verify windows, rollback,
+// the head's own forward): allocations between the 6th and the last emitted token of a greedy run.
+TEST(ZeroAlloc, SteadyMtpSpeculativeDecodeAllocatesNothing) {
+  int models_with_mtp = 0;
+  for (const std::string& path : model_paths()) {
+    SCOPED_TRACE(path);
+    auto model = Model::load(path);
+    if (!model->has_mtp()) continue;
+    ++models_with_mtp;
+    compute::ThreadPool pool(2);
+    Session session(*model, pool);
+    Sampler sampler(SamplerConfig{});
+    spec::SpecOptions options;
+    options.mode = spec::SpecMode::Mtp;
+    options.gate.enabled = false;  // fixed depth: every window drafts (the gate follows wall times)
+    options.gate.max_depth = 3;
+    spec::SpecDecoder decoder(session, sampler, options, pool);
+    const int vocab = int(model->hparams().n_vocab);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 7; ++i) prompt.push_back(int32_t((i * 37 + 11) % vocab));
+    const std::vector<float> first = decoder.prefill(prompt, 64);
+    constexpr int kTokens = 24, kWarm = 6;
+    uint64_t at_emit[kTokens] = {};
+    int emitted = 0;
+    const spec::SpecDecoder::EmitFn emit = [&](int32_t) {
+      if (emitted < kTokens) at_emit[emitted] = g_allocations.load();
+      ++emitted;
+    };
+    g_counting = true;
+    decoder.generate(first, kTokens, std::nullopt, emit);
+    g_counting = false;
+    ASSERT_EQ(emitted, kTokens);
+    EXPECT_EQ(at_emit[kTokens - 1] - at_emit[kWarm - 1], 0u)
+        << "heap allocations from token " << kWarm << " to token " << kTokens
+        << " of MTP speculative decoding";
+  }
+  EXPECT_GT(models_with_mtp, 0) << "no model with an MTP head";
 }
 
 }  // namespace
