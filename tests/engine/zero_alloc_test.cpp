@@ -38,6 +38,17 @@
 // The replacements below pair malloc/aligned_alloc with free on purpose.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
+// Under AddressSanitizer, which owns malloc and free (replacing them crashes at start-up), this
+// binary counts operator new only, on ASan's allocator (as it did before the C allocator was
+// counted); release builds replace both and allocate through glibc's __libc_* entry points.
+#if defined(__SANITIZE_ADDRESS__)
+#define STRATA_ZERO_ALLOC_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define STRATA_ZERO_ALLOC_ASAN 1
+#endif
+#endif
+
 extern "C" {
 void* __libc_malloc(size_t size);
 void* __libc_calloc(size_t n, size_t size);
@@ -69,13 +80,28 @@ void count_allocation() {
 void* counted_alloc(std::size_t size, std::size_t alignment) {
   count_allocation();
   if (size == 0) size = 1;
+#ifdef STRATA_ZERO_ALLOC_ASAN
+  if (alignment <= alignof(std::max_align_t)) return std::malloc(size);
+  return std::aligned_alloc(alignment, (size + alignment - 1) / alignment * alignment);
+#else
   if (alignment <= alignof(std::max_align_t)) return __libc_malloc(size);
   return __libc_memalign(alignment, size);
+#endif
+}
+
+void release(void* p) {
+#ifdef STRATA_ZERO_ALLOC_ASAN
+  std::free(p);
+#else
+  __libc_free(p);
+#endif
 }
 
 }  // namespace
 
-// The C allocator (libraries, and anything that bypasses operator new).
+// The C allocator (libraries, and anything that bypasses operator new): release builds only (see
+// STRATA_ZERO_ALLOC_ASAN above).
+#ifndef STRATA_ZERO_ALLOC_ASAN
 extern "C" {
 void* malloc(size_t size) {
   count_allocation();
@@ -106,6 +132,7 @@ int posix_memalign(void** out, size_t alignment, size_t size) {
 }
 void free(void* p) { __libc_free(p); }
 }
+#endif
 
 void* operator new(std::size_t size) {
   if (void* p = counted_alloc(size, 0)) return p;
@@ -133,18 +160,18 @@ void* operator new(std::size_t size, std::align_val_t alignment, const std::noth
 void* operator new[](std::size_t size, std::align_val_t alignment, const std::nothrow_t&) noexcept {
   return counted_alloc(size, std::size_t(alignment));
 }
-void operator delete(void* p) noexcept { __libc_free(p); }
-void operator delete[](void* p) noexcept { __libc_free(p); }
-void operator delete(void* p, std::size_t) noexcept { __libc_free(p); }
-void operator delete[](void* p, std::size_t) noexcept { __libc_free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { __libc_free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { __libc_free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { __libc_free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { __libc_free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { __libc_free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { __libc_free(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { __libc_free(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { __libc_free(p); }
+void operator delete(void* p) noexcept { release(p); }
+void operator delete[](void* p) noexcept { release(p); }
+void operator delete(void* p, std::size_t) noexcept { release(p); }
+void operator delete[](void* p, std::size_t) noexcept { release(p); }
+void operator delete(void* p, std::align_val_t) noexcept { release(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { release(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { release(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { release(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
 
 namespace strata {
 namespace {
@@ -181,6 +208,10 @@ TEST(ZeroAlloc, CountingOperatorNewSeesAllocations) {
 }
 
 TEST(ZeroAlloc, CountingMallocSeesAllocations) {
+#ifdef STRATA_ZERO_ALLOC_ASAN
+  GTEST_SKIP() << "AddressSanitizer owns malloc: this build counts operator new only (the release build "
+                  "counts malloc and runs this check)";
+#endif
   const uint64_t n = allocations_during([] {
     void* p = std::malloc(100);
     asm volatile("" : : "g"(p) : "memory");
