@@ -127,10 +127,7 @@ void Session::restore(const SessionSnapshot& snapshot) {
 
 bool Session::can_truncate() const {
   const HParams& hp = model_.hparams();
-  if (hp.has_ple()) return false;
-  for (int l = 0; l < hp.n_layer; ++l)
-    if (hp.layer_kinds[size_t(l)] == LayerKind::GatedDeltaNet) return false;
-  return backend_ == "cpu";
+  return !hp.has_ple() && !hp.has_deltanet() && backend_ == "cpu";
 }
 
 void Session::truncate(int64_t n_tokens) {

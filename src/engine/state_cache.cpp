@@ -136,10 +136,7 @@ size_t StateCache::turn_boundary(std::span<const int32_t> prompt,
 }
 
 bool StateCache::window_invariant(const Session& session) {
-  const HParams& hp = session.model().hparams();
-  for (int l = 0; l < hp.n_layer; ++l)
-    if (hp.layer_kinds[size_t(l)] == LayerKind::GatedDeltaNet) return false;
-  return true;
+  return !session.model().hparams().has_deltanet();
 }
 
 int64_t StateCache::prefill(Session& session, std::span<const int32_t> prompt,

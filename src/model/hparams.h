@@ -80,6 +80,13 @@ struct HParams {
   int64_t kv_dim() const { return int64_t(n_head_kv) * head_dim; }
   int ple_n_heads() const { return (ple_ngram_size - 1) * ple_heads_per_ngram; }
   bool has_ple() const { return !ple_layers.empty(); }
+  // Any Gated DeltaNet layer: a recurrent state that cannot be rewound, and prefill windows whose
+  // rounding depends on where they start (engine/state_cache.h).
+  bool has_deltanet() const {
+    for (const LayerKind kind : layer_kinds)
+      if (kind == LayerKind::GatedDeltaNet) return true;
+    return false;
+  }
   int ple_layer() const { return ple_layers.empty() ? -1 : ple_layers[0]; }
   // dk and dv may differ (transformers accepts linear_key_head_dim != linear_value_head_dim);
   // each V head's recurrent state is [dk][dv].
