@@ -318,7 +318,7 @@ TEST(CudaBackend, WindowIdentityRepeatAndRollbackAreBitwise) {
 // Window graphs (compute/cuda/window_graph.h) against the eager path: the same kernels in the same
 // order, so every logit is bitwise equal across prefill chunks (eager: first windows, QSA blocks
 // completing), T = 1 steps (recorded once per staging buffer, then replayed), two verify windows
-// and their rollbacks, and QSA's over-budget selection on the tiny qwen4exp (eager windows).
+// and their rollbacks, and QSA's over-budget selection on the tiny qwen4exp (on the device, replayed).
 std::vector<std::vector<float>> run_script(const Model& model, compute::ThreadPool& pool, bool graphs,
                                            compute::cuda::GraphCounters* counters = nullptr) {
   setenv("STRATA_CUDA_GRAPH", graphs ? "1" : "0", 1);

@@ -57,6 +57,19 @@ TEST(CudaHyperConnection, StepsMatchCpu) {
       const float cpu = sum * inv;
       ASSERT_LE(std::fabs(double(x[size_t(t * H + i)]) - cpu), 8.0 * kU * magnitude * inv + 1e-30) << t << "," << i;
     }
+  {  // hc_combine with the injection step fused in: bitwise hc_combine, then hc_inject.
+    const auto raw_inject = random_floats(size_t(rows * S), rng, -6.0f, 6.0f);
+    DeviceBuffer fused_inject = to_device(raw_inject), alone_inject = to_device(raw_inject);
+    DeviceBuffer fused_x(size_t(rows * H) * 4);
+    compute::cuda::hc_combine(dg.as<float>(), dn.as<float>(), rows, S, H, inv, fused_x.as<float>(), stream.get(),
+                              fused_inject.as<float>());
+    compute::cuda::hc_inject(alone_inject.as<float>(), rows * S, inv, stream.get());
+    stream.synchronize();
+    EXPECT_EQ(0, std::memcmp(from_device<float>(fused_x, x.size()).data(), x.data(), x.size() * 4)) << "fused combine";
+    EXPECT_EQ(0, std::memcmp(from_device<float>(fused_inject, raw_inject.size()).data(),
+                             from_device<float>(alone_inject, raw_inject.size()).data(), raw_inject.size() * 4))
+        << "fused inject";
+  }
   // hc_scaled_silu and hc_inject.
   for (const bool silu : {true, false}) {
     auto m = random_floats(512, rng, -20.0f, 20.0f);

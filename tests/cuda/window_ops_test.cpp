@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "compute/cpu/ops.h"
+#include "compute/cuda/ops.h"
 #include "compute/cuda/window_ops.h"
 #include "cuda_test_util.h"
 
@@ -117,6 +119,87 @@ TEST(CudaWindowOps, QsaBlockMeansAndScoresAreBitwise) {
       }
       ASSERT_TRUE(same_bits(sum * scale, gpu[size_t(t * max_blocks + b)])) << "row " << t << " block " << b;
     }
+}
+
+// The fused block-key kernel of a window (device-side first position) against the three-kernel
+// chain it replaces, bitwise, including blocks that do not complete (left untouched) and a
+// rotated part narrower than the key.
+TEST(CudaWindowOps, QsaBlockKeysAtAreTheMeansNormRopeChain) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(24);
+  Stream stream;
+  const float eps = 1e-6f, theta = 1e6f;
+  for (const auto& [di, n_rot, ratio] : {std::tuple{128, 64, 4}, std::tuple{40, 24, 3}}) {
+    const int64_t n_tokens = 70;
+    const auto raw = random_floats(size_t(n_tokens * di), rng);
+    const auto norm = random_floats(size_t(di), rng, 0.5f, 1.5f);
+    DeviceBuffer draw = to_device(raw), dnorm = to_device(norm);
+    for (const int64_t first : {int64_t(0), int64_t(5), int64_t(8), int64_t(13)})
+      for (const int64_t n_rows : {int64_t(1), int64_t(3), int64_t(4), int64_t(9), int64_t(17)}) {
+        const int64_t n_slots = n_tokens / ratio + 1, b0 = first / ratio, b1 = (first + n_rows) / ratio;
+        const std::vector<float> sentinel(size_t(n_slots * di), -7.25f);
+        DeviceBuffer fused = to_device(sentinel), chain = to_device(sentinel);
+        DeviceBuffer dfirst = to_device(std::vector<int32_t>{int32_t(first)});
+        compute::cuda::qsa_block_keys_at(draw.as<float>(), dfirst.as<int32_t>(), n_rows, ratio, di, dnorm.as<float>(),
+                                         eps, n_rot, theta, fused.as<float>(), stream.get());
+        std::vector<int32_t> positions;
+        for (int64_t b = b0; b < b1; ++b) positions.push_back(int32_t(b * ratio));
+        if (b1 > b0) {
+          DeviceBuffer dpos = to_device(positions);
+          float* keys = chain.as<float>() + b0 * di;
+          compute::cuda::qsa_block_means(draw.as<float>(), b0, b1 - b0, ratio, di, keys, stream.get());
+          compute::cuda::rms_norm_strided(keys, dnorm.as<float>(), b1 - b0, di, di, eps, keys, stream.get());
+          compute::cuda::rope_neox_rows(keys, b1 - b0, 1, di, n_rot, dpos.as<int32_t>(), theta, stream.get());
+          stream.synchronize();
+        }
+        stream.synchronize();
+        expect_bitwise(from_device<float>(chain, sentinel.size()), from_device<float>(fused, sentinel.size()),
+                       "block keys");
+      }
+  }
+}
+
+// Device-side QSA selection against its host reference: scores drawn from a few values (many
+// exact ties at the threshold, −0 among them) and from random floats, rows within and over
+// budget in one window, small and large block counts.
+TEST(CudaWindowOps, QsaSelectTokensMatchTheReference) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(25);
+  Stream stream;
+  const int ratio = 4;
+  struct Case {
+    int64_t first, n_rows, budget;
+    bool ties;
+  };
+  for (const Case c : {Case{30, 7, 8, true}, Case{30, 7, 8, false}, Case{31, 1, 8, true}, Case{1000, 5, 16, true},
+                       Case{20003, 3, 512, true}, Case{20003, 3, 512, false}, Case{3990, 64, 1000, true}}) {
+    const int64_t max_blocks = (c.first + c.n_rows + 1023) / 1024 * 1024 / ratio;
+    const int max_tokens = int((c.budget + 1) * ratio - 1);
+    std::vector<float> scores(size_t(c.n_rows * max_blocks));
+    std::uniform_int_distribution<int> level(0, 5);
+    for (float& v : scores) {
+      if (c.ties) {
+        const int l = level(rng);
+        v = l == 0 ? -0.0f : float(l / 2) * 0.5f;
+      } else {
+        v = random_floats(1, rng, 0.0f, 3.0f)[0];
+      }
+    }
+    DeviceBuffer dscores = to_device(scores), dfirst = to_device(std::vector<int32_t>{int32_t(c.first)});
+    DeviceBuffer dlists(size_t(c.n_rows * max_tokens) * 4), dcounts(size_t(c.n_rows) * 4);
+    compute::cuda::qsa_select_tokens(dscores.as<float>(), c.n_rows, max_blocks, dfirst.as<int32_t>(), ratio, c.budget,
+                                     max_tokens, dlists.as<int32_t>(), dcounts.as<int32_t>(), stream.get());
+    stream.synchronize();
+    const auto lists = from_device<int32_t>(dlists, size_t(c.n_rows * max_tokens));
+    const auto counts = from_device<int32_t>(dcounts, size_t(c.n_rows));
+    for (int64_t t = 0; t < c.n_rows; ++t) {
+      const auto want = compute::cuda::qsa_select_reference(scores.data() + t * max_blocks, c.first + t, ratio,
+                                                            c.budget);
+      ASSERT_EQ(int64_t(want.size()), counts[size_t(t)]) << "first " << c.first << " row " << t;
+      ASSERT_TRUE(std::equal(want.begin(), want.end(), lists.begin() + t * max_tokens))
+          << "first " << c.first << " row " << t << (c.ties ? " (ties)" : "");
+    }
+  }
 }
 
 TEST(CudaWindowOps, GateAndPleStepsWithinUlps) {

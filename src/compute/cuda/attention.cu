@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 
+#include "compute/cuda/launch.cuh"
 #include "compute/cuda/runtime.h"
 
 namespace strata::compute::cuda {
@@ -38,6 +39,7 @@ __device__ float reduce_sum(float v, float* shared) {
 __global__ void attention_kernel(AttentionShape s, const float* q, const float* k_cache, const float* v_cache,
                                  int64_t first_pos, const int32_t* first_pos_device, const int32_t* token_lists,
                                  const int32_t* token_counts, int max_tokens, float* out) {
+  pdl_begin();
   extern __shared__ float shared[];
   __shared__ float reduce[32];
   const int t = blockIdx.x, h = blockIdx.y, hd = s.head_dim;
@@ -112,8 +114,8 @@ void launch_attention(const AttentionShape& shape, const float* q, int64_t n_row
                                            int((kMaxAttentionTokens + 1024) * sizeof(float))));
   });
   const dim3 grid(unsigned(n_rows), unsigned(shape.n_head));
-  attention_kernel<<<grid, kThreads, shared, stream>>>(shape, q, k_cache, v_cache, first_pos, first_pos_device,
-                                                       token_lists, token_counts, max_tokens, out);
+  launch(attention_kernel, grid, kThreads, shared, stream, shape, q, k_cache, v_cache, first_pos, first_pos_device,
+         token_lists, token_counts, max_tokens, out);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -231,14 +231,16 @@ class CudaBackend final : public Backend {
     ple_.recorded = false;
   }
 
-  // Replayable: the launches depend only on the key — KV capacity for the window, no QSA block
-  // completing in it and no row over its selection budget (those change the kernels or their
-  // arguments from one token to the next), and the states seen before (first windows allocate).
+  // Replayable: the launches depend only on the key — KV capacity for the window and the states
+  // seen before (first windows allocate). QSA block keys and token selection run on the device
+  // from the window's first position; which QSA layers select (their last row over budget) is
+  // part of the key, as their launch sequence differs.
   void describe_window(const HParams& hp, const WindowShape& shape) override {
     if (!graph_.enabled()) return;
     hp_ = &hp;
     const int64_t end = shape.n_past + shape.n_rows;
     bool replayable = !kv_.empty() || !deltanet_.empty();
+    int qsa_selecting = 0;
     for (int l = 0; l < hp.n_layer && replayable; ++l) {
       const LayerKind kind = hp.layer_kinds.empty() ? LayerKind::Attention : hp.layer_kinds[size_t(l)];
       if (kind == LayerKind::GatedDeltaNet) {
@@ -251,11 +253,10 @@ class CudaBackend final : public Backend {
         replayable = false;
         break;
       }
+      // QSA layers switch to device-side selection once the window's last row is over budget:
+      // another launch sequence, so another key.
       const int ratio = hp.compress_ratios.empty() ? 0 : hp.compress_ratios[size_t(l)];
-      if (ratio > 0) {
-        const int64_t total_blocks = end / ratio;
-        replayable = total_blocks == it->second.blocks_done && total_blocks <= hp.indexer_top_k / ratio;
-      }
+      if (ratio > 0 && end / ratio > hp.indexer_top_k / ratio) ++qsa_selecting;
     }
     if (hp.has_ple() && shape.record && ple_.normed_capacity < shape.n_rows) replayable = false;
     WindowKey key;
@@ -264,6 +265,7 @@ class CudaBackend final : public Backend {
     key.logit_rows = shape.logit_rows;
     key.tokens_bound = attention_bound(end);
     key.staging = current_staging_;
+    key.qsa_selecting = qsa_selecting;
     graph_.plan(key, replayable);
   }
 
@@ -353,8 +355,7 @@ class CudaBackend final : public Backend {
       mm(w.down, normed, n_rows, mix);
     float* gates = scratch_.floats(n_rows * width);
     mm_prologue(w.up, ActivationPrologue::ScaledSilu, mix, nullptr, inv_streams, n_rows, gates);
-    hc_combine(gates, normed, n_rows, n_streams, n_embd, inv_streams, xd, s());
-    if (inject_here) hc_inject(inj, n_rows * n_streams, inv_streams, s());
+    hc_combine(gates, normed, n_rows, n_streams, n_embd, inv_streams, xd, s(), inject_here ? inj : nullptr);
   }
 
   void hyper_connection_out(int n_streams, Tensor y, Tensor inject, Tensor X, int64_t n_rows) override {
@@ -530,8 +531,6 @@ class CudaBackend final : public Backend {
   int pair_k_ = 0;
   std::vector<float> host_floats_;
   std::vector<int32_t> host_ints_;
-  std::vector<float> host_scores_, row_scores_;
-  std::vector<int64_t> top_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -649,6 +648,7 @@ void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCach
     if (kv.first_in_window < 0) kv.first_in_window = first;
     upload_ints({int32_t(first)});
     positions(first, n_rows);
+    if (w.sparse()) kv.blocks_done = (first + n_rows) / w.compress_ratio;
     cache.n_tokens += n_rows;
     return;
   }
@@ -693,56 +693,32 @@ void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCach
     rms_norm_strided(index_q, vec(w.index_q_norm), n_rows * n_idx, di, di, hp.rms_eps, index_q, s());
     rope_neox_rows(index_q, n_rows, n_idx, di, hp.n_rot, pos, hp.rope_theta, s());
     append_rows_at(raw, n_rows, di, first_device, kv.index_raw.as<float>(), s());
-    // Blocks completed by this window: κ_b = RoPE_{ratio·b}(N1p(mean of the block's raw keys)).
+    // Blocks completed by this window: κ_b = RoPE_{ratio·b}(N1p(mean of the block's raw keys)),
+    // found on the device from the window's first position (blocks before it are done).
+    if (kv.blocks_done != first / ratio)
+      fail("cuda backend: attention layer {}: QSA block keys cover {} blocks at position {}, expected {}", layer,
+           kv.blocks_done, first, first / ratio);
+    qsa_block_keys_at(kv.index_raw.as<float>(), first_device, n_rows, ratio, di, vec(w.index_k_norm), hp.rms_eps,
+                      hp.n_rot, hp.rope_theta, kv.block_keys.as<float>(), s());
     const int64_t total_blocks = (first + n_rows) / ratio;
-    const int64_t new_blocks = total_blocks - kv.blocks_done;
-    if (new_blocks > 0) {
-      float* keys = kv.block_keys.as<float>() + kv.blocks_done * di;
-      qsa_block_means(kv.index_raw.as<float>(), kv.blocks_done, new_blocks, ratio, di, keys, s());
-      rms_norm_strided(keys, vec(w.index_k_norm), new_blocks, di, di, hp.rms_eps, keys, s());
-      rope_neox_rows(keys, new_blocks, 1, di, hp.n_rot, positions(kv.blocks_done, new_blocks, ratio), hp.rope_theta,
-                     s());
-      kv.blocks_done = total_blocks;
-    }
+    kv.blocks_done = total_blocks;
     // The last row has the most blocks: when it is within budget, every row attends densely.
+    // Otherwise the device scores the blocks and selects each row's tokens: launch shapes
+    // depend only on the window's attention bound, so a replayed window selects for any n_past.
     const int64_t budget_blocks = hp.indexer_top_k / ratio;
     if (total_blocks > budget_blocks) {
-      float* scores = scratch_.floats(n_rows * total_blocks);
+      const int64_t max_blocks = attention_bound(first + n_rows) / ratio;
+      max_tokens = int((budget_blocks + 1) * ratio - 1);
+      float* scores = scratch_.floats(n_rows * max_blocks);
+      int32_t* lists = scratch_.ints(n_rows * max_tokens);
+      int32_t* counts = scratch_.ints(n_rows);
       const float scale = 1.0f / std::sqrt(float(di));
-      qsa_block_scores(index_q, n_rows, n_idx, di, kv.block_keys.as<float>(), first, ratio, total_blocks, scale,
-                       scores, s());
-      host_scores_.resize(size_t(n_rows * total_blocks));
-      EagerScope eager(*this);  // the scores come to the host: this window runs in segments
-      STRATA_CUDA_CHECK(cudaMemcpyAsync(host_scores_.data(), scores, host_scores_.size() * 4,
-                                        cudaMemcpyDeviceToHost, s()));
-      STRATA_CUDA_CHECK(cudaStreamSynchronize(s()));
-      // Token lists as the CPU's select_tokens builds them (ascending positions).
-      std::vector<int32_t> counts(static_cast<size_t>(n_rows));
-      std::vector<std::vector<int32_t>> lists(static_cast<size_t>(n_rows));
-      for (int64_t t = 0; t < n_rows; ++t) {
-        const int64_t pos_t = first + t, n_visible = pos_t + 1, n_blocks = n_visible / ratio;
-        std::vector<int32_t>& list = lists[size_t(t)];
-        if (n_blocks <= budget_blocks) {
-          for (int64_t i = 0; i < n_visible; ++i) list.push_back(int32_t(i));
-        } else {
-          row_scores_.assign(host_scores_.begin() + t * total_blocks,
-                             host_scores_.begin() + t * total_blocks + n_blocks);
-          torch_cpu_top_k_set(row_scores_, budget_blocks, top_);
-          std::vector<char> selected(static_cast<size_t>(n_blocks), 0);
-          for (int64_t b : top_) selected[size_t(b)] = 1;
-          for (int64_t b = 0; b < n_blocks; ++b)
-            if (selected[size_t(b)])
-              for (int64_t i = b * ratio; i < (b + 1) * ratio; ++i) list.push_back(int32_t(i));
-          for (int64_t i = n_blocks * ratio; i < n_visible; ++i) list.push_back(int32_t(i));
-        }
-        counts[size_t(t)] = int32_t(list.size());
-        max_tokens = std::max(max_tokens, int(list.size()));
-      }
-      host_ints_.assign(size_t(n_rows) * size_t(max_tokens), 0);
-      for (int64_t t = 0; t < n_rows; ++t)
-        std::copy(lists[size_t(t)].begin(), lists[size_t(t)].end(), host_ints_.begin() + t * max_tokens);
-      token_lists = upload_ints(host_ints_);
-      token_counts = upload_ints(counts);
+      qsa_block_scores_at(index_q, n_rows, n_idx, di, kv.block_keys.as<float>(), first_device, ratio, max_blocks,
+                          scale, scores, s());
+      qsa_select_tokens(scores, n_rows, max_blocks, first_device, ratio, budget_blocks, max_tokens, lists, counts,
+                        s());
+      token_lists = lists;
+      token_counts = counts;
     }
   }
 

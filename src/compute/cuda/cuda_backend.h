@@ -17,10 +17,11 @@
 //   slot map, the first time the layer runs (issue 15: all experts in VRAM; GPU tiers under a
 //   budget are the GPU-window issue's). Each (row, expert) pair is one entry of one grouped
 //   launch, so a row's result never depends on the other rows.
-// - QSA: block keys and block scores run on the device; when a row has more complete blocks
-//   than its budget, the scores come back to the host, which picks the blocks with the CPU's
-//   torch tie rule (layers/attention.h torch_cpu_top_k_set) and uploads the token lists. Short
-//   contexts (every row within budget) stay on the device.
+// - QSA: block keys, block scores and the token selection of rows over budget run on the device
+//   from the window's first position (window_ops.h qsa_select_tokens), so nothing comes back to
+//   the host and a replayed window serves any n_past. Ties at the budget's threshold go to the
+//   lower block index; the CPU follows torch's CPU topk (layers/attention.h), so the backends
+//   pick different blocks only for exactly tied scores at the boundary.
 // - The MTP head runs on the host (Model::mtp_forward) on the trunk rows read back by the model.
 //
 // Exactness (tests/cuda/backend_test.cpp): rows are independent, and every reduction's order is

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "compute/cuda/launch.cuh"
 #include "compute/cuda/runtime.h"
 
 namespace strata::compute::cuda {
@@ -12,6 +13,7 @@ constexpr int kMaxConvKernel = 8;
 
 __global__ void conv_silu_kernel(const float* x, int64_t n_rows, int64_t channels, const float* taps, int kernel,
                                  float* history, float* out) {
+  pdl_begin();
   const int64_t ch = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (ch >= channels) return;
   float hist[kMaxConvKernel];
@@ -35,6 +37,7 @@ __global__ void conv_silu_kernel(const float* x, int64_t n_rows, int64_t channel
 __global__ void delta_rule_kernel(const float* q, const float* k, const float* v, const float* beta,
                                   const float* decay, int64_t n_rows, int nk, int nv, int dk, int dv, bool tiled,
                                   float* state, float* out) {
+  pdl_begin();
   extern __shared__ float shared[];  // k[dk], q[dk]
   float* ks = shared;
   float* qs = shared + dk;
@@ -81,6 +84,7 @@ __global__ void __launch_bounds__(kRegisterMaxDv)
     delta_rule_registers_kernel(const float* q, const float* k, const float* v, const float* beta,
                                 const float* decay, int64_t n_rows, int nk, int nv, int dv, bool tiled,
                                 float* state, float* out) {
+  pdl_begin();
   __shared__ float ks[DK], qs[DK];
   const int h = blockIdx.x, j = threadIdx.x;
   const int kh = tiled ? h % nk : h / (nv / nk);
@@ -130,8 +134,8 @@ bool launch_registers(const float* q, const float* k, const float* v, const floa
                       cudaStream_t stream) {
   if (dk != DK || dv > kRegisterMaxDv) return false;
   const int threads = (dv + 31) / 32 * 32;
-  delta_rule_registers_kernel<DK><<<unsigned(nv), threads, 0, stream>>>(q, k, v, beta, decay, n_rows, nk, nv, dv,
-                                                                        tiled, state, out);
+  launch(delta_rule_registers_kernel<DK>, unsigned(nv), threads, 0, stream, q, k, v, beta, decay, n_rows, nk, nv, dv,
+         tiled, state, out);
   return true;
 }
 
@@ -140,6 +144,7 @@ bool launch_registers(const float* q, const float* k, const float* v, const floa
 __global__ void prepare_kernel(const float* conv_out, const float* beta_raw, const float* alpha_raw, const float* a,
                                const float* dt_bias, int nk, int nv, int dk, int dv, float* q, float* k, float* v,
                                float* beta, float* decay) {
+  pdl_begin();
   const int64_t t = blockIdx.x;
   const int64_t key_dim = int64_t(nk) * dk, value_dim = int64_t(nv) * dv, conv_dim = 2 * key_dim + value_dim;
   const float* row = conv_out + t * conv_dim;
@@ -172,8 +177,8 @@ void deltanet_prepare(const float* conv_out, const float* beta_raw, const float*
   if (n_k_heads <= 0 || n_v_heads <= 0 || key_head_dim <= 0 || value_head_dim <= 0)
     cuda_fail("CUDA deltanet prepare: expected positive head counts and head dims");
   if (n_rows <= 0) return;
-  prepare_kernel<<<unsigned(n_rows), 128, 0, stream>>>(conv_out, beta_raw, alpha_raw, a, dt_bias, n_k_heads, n_v_heads,
-                                                       key_head_dim, value_head_dim, q, k, v, beta, decay);
+  launch(prepare_kernel, unsigned(n_rows), 128, 0, stream, conv_out, beta_raw, alpha_raw, a, dt_bias, n_k_heads,
+         n_v_heads, key_head_dim, value_head_dim, q, k, v, beta, decay);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -183,7 +188,8 @@ void deltanet_conv_silu(const float* x, int64_t n_rows, int64_t channels, const 
     cuda_fail("CUDA deltanet conv: expected 1 <= kernel <= " + std::to_string(kMaxConvKernel) +
               " and channels > 0, found kernel " + std::to_string(kernel) + ", channels " + std::to_string(channels));
   if (n_rows <= 0) return;
-  conv_silu_kernel<<<unsigned((channels + 255) / 256), 256, 0, stream>>>(x, n_rows, channels, taps, kernel, history, out);
+  launch(conv_silu_kernel, unsigned((channels + 255) / 256), 256, 0, stream, x, n_rows, channels, taps, kernel,
+         history, out);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -211,8 +217,8 @@ void delta_rule_recurrent(const float* q, const float* k, const float* v, const 
     return;
   }
   const int threads = (value_head_dim + 31) / 32 * 32;
-  delta_rule_kernel<<<unsigned(n_v_heads), threads, size_t(2 * key_head_dim) * sizeof(float), stream>>>(
-      q, k, v, beta, decay, n_rows, n_k_heads, n_v_heads, key_head_dim, value_head_dim, tiled, state, out);
+  launch(delta_rule_kernel, unsigned(n_v_heads), threads, size_t(2 * key_head_dim) * sizeof(float), stream, q, k, v,
+         beta, decay, n_rows, n_k_heads, n_v_heads, key_head_dim, value_head_dim, tiled, state, out);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 

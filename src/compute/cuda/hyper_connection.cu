@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "compute/cuda/activation_math.cuh"
+#include "compute/cuda/launch.cuh"
 #include "compute/cuda/runtime.h"
 
 namespace strata::compute::cuda {
@@ -14,29 +15,33 @@ constexpr int kThreads = 256;
 unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20)); }
 
 __global__ void scaled_silu_kernel(float* m, int64_t n, float inv_streams) {
+  pdl_begin();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     m[i] = scaled_silu_value(m[i], inv_streams);
   }
 }
 
+// x = the stream combine of n_rows rows, then (inject non-null) the block's injection weights in
+// place: inject[i] = 2·σ(inject[i]·inv_streams) for i < n_inject. One launch for both steps of
+// hyper_connection_in after its matmuls (the grid strides over the larger of the two).
 __global__ void combine_kernel(const float* gates, const float* normed, int64_t n_rows, int n_streams, int64_t n_embd,
-                               float inv_streams, float* x) {
+                               float inv_streams, float* x, float* inject, int64_t n_inject) {
+  pdl_begin();
   const int64_t total = n_rows * n_embd, width = int64_t(n_streams) * n_embd;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = first; e < total; e += stride) {
     const int64_t t = e / n_embd, i = e % n_embd;
     float sum = 0.0f;
     for (int s = 0; s < n_streams; ++s)
       sum = __fadd_rn(sum, __fmul_rn(sigmoid_value(gates[t * width + s * n_embd + i]), normed[t * width + s * n_embd + i]));
     x[e] = __fmul_rn(sum, inv_streams);
   }
-}
-
-__global__ void inject_kernel(float* inject, int64_t n, float inv_streams) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t i = first; i < n_inject; i += stride)
     inject[i] = __fmul_rn(2.0f, sigmoid_value(__fmul_rn(inject[i], inv_streams)));
 }
 
 __global__ void out_kernel(const float* y, const float* inject, int64_t n_rows, int n_streams, int64_t n_embd, float* X) {
+  pdl_begin();
   const int64_t width = int64_t(n_streams) * n_embd, total = n_rows * width;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = e / width, s = (e % width) / n_embd, i = e % n_embd;
@@ -49,6 +54,7 @@ __global__ void out_kernel(const float* y, const float* inject, int64_t n_rows, 
 // the routed sum in ascending expert id and the gated shared term.
 __global__ void moe_combine_kernel(const float* out, const float* weights, int k, int64_t n_embd, const float* shared,
                                    const float* shared_gate_logit, float* y) {
+  pdl_begin();
   const int64_t t = blockIdx.x;
   const float gate = shared ? sigmoid_value(shared_gate_logit[t]) : 0.0f;
   for (int64_t c = threadIdx.x; c < n_embd; c += blockDim.x) {
@@ -63,27 +69,31 @@ __global__ void moe_combine_kernel(const float* out, const float* weights, int k
 
 void hc_scaled_silu(float* m, int64_t n, float inv_streams, cudaStream_t stream) {
   if (n <= 0) return;
-  scaled_silu_kernel<<<grid_for(n), kThreads, 0, stream>>>(m, n, inv_streams);
+  launch(scaled_silu_kernel, grid_for(n), kThreads, 0, stream, m, n, inv_streams);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
 void hc_combine(const float* gates, const float* normed, int64_t n_rows, int n_streams, int64_t n_embd,
-                float inv_streams, float* x, cudaStream_t stream) {
+                float inv_streams, float* x, cudaStream_t stream, float* inject) {
   if (n_rows <= 0) return;
-  combine_kernel<<<grid_for(n_rows * n_embd), kThreads, 0, stream>>>(gates, normed, n_rows, n_streams, n_embd, inv_streams, x);
+  const int64_t n_inject = inject ? n_rows * n_streams : 0;
+  launch(combine_kernel, grid_for(std::max(n_rows * n_embd, n_inject)), kThreads, 0, stream, gates, normed, n_rows,
+         n_streams, n_embd, inv_streams, x, inject, n_inject);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
 void hc_inject(float* inject, int64_t n, float inv_streams, cudaStream_t stream) {
   if (n <= 0) return;
-  inject_kernel<<<grid_for(n), kThreads, 0, stream>>>(inject, n, inv_streams);
+  launch(combine_kernel, grid_for(n), kThreads, 0, stream, nullptr, nullptr, int64_t(0), 1, int64_t(0), inv_streams,
+         nullptr, inject, n);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
 void hc_out(const float* y, const float* inject, int64_t n_rows, int n_streams, int64_t n_embd, float* X,
             cudaStream_t stream) {
   if (n_rows <= 0) return;
-  out_kernel<<<grid_for(n_rows * n_streams * n_embd), kThreads, 0, stream>>>(y, inject, n_rows, n_streams, n_embd, X);
+  launch(out_kernel, grid_for(n_rows * n_streams * n_embd), kThreads, 0, stream, y, inject, n_rows, n_streams, n_embd,
+         X);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -93,7 +103,8 @@ void moe_combine(const float* expert_out, const float* weights, int64_t n_rows, 
   if ((shared == nullptr) != (shared_gate_logit == nullptr))
     cuda_fail("CUDA moe_combine: the shared expert's output and gate logit go together");
   if (n_rows <= 0) return;
-  moe_combine_kernel<<<unsigned(n_rows), kThreads, 0, stream>>>(expert_out, weights, k, n_embd, shared, shared_gate_logit, y);
+  launch(moe_combine_kernel, unsigned(n_rows), kThreads, 0, stream, expert_out, weights, k, n_embd, shared,
+         shared_gate_logit, y);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 

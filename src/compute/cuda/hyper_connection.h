@@ -22,8 +22,9 @@
 namespace strata::compute::cuda {
 
 void hc_scaled_silu(float* m, int64_t n, float inv_streams, cudaStream_t stream);
+// With inject non-null ([n_rows][n_streams]), hc_inject's step on it in the same launch.
 void hc_combine(const float* gates, const float* normed, int64_t n_rows, int n_streams, int64_t n_embd,
-                float inv_streams, float* x, cudaStream_t stream);
+                float inv_streams, float* x, cudaStream_t stream, float* inject = nullptr);
 void hc_inject(float* inject, int64_t n, float inv_streams, cudaStream_t stream);
 void hc_out(const float* y, const float* inject, int64_t n_rows, int n_streams, int64_t n_embd, float* X,
             cudaStream_t stream);

@@ -13,6 +13,7 @@
 #include "compute/cuda/quant/iq4.cuh"
 #include "compute/cuda/quant/iq_lowbit.cuh"
 #include "compute/cuda/quant/kquants.cuh"
+#include "compute/cuda/launch.cuh"
 #include "compute/cuda/runtime.h"
 #include "quant/iq2xs_tables.h"
 #include "quant/iq_lowbit_tables.h"
@@ -88,6 +89,7 @@ __device__ __forceinline__ void load8(const Inputs& in, int64_t offset, float v[
 
 // F32 activations through a prologue: the floats into the layout's rows.
 __global__ void prologue_f32_kernel(Inputs in, int64_t n_in, int64_t n_rows, ActView act) {
+  pdl_begin();
   const int64_t groups_per_row = n_in / 8;
   for (int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups_per_row * n_rows;
        g += int64_t(gridDim.x) * blockDim.x) {
@@ -103,6 +105,7 @@ __global__ void prologue_f32_kernel(Inputs in, int64_t n_in, int64_t n_rows, Act
 // Q8_K: one warp per 256-value block, 8 values per lane. d = amax/127 (f32), 16-quant sums.
 __global__ void quantize_q8_K_kernel(Inputs in, int64_t n_in, int64_t n_blocks_total, ActView act,
                                      int64_t blocks_per_row) {
+  pdl_begin();
   const int64_t block = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (block >= n_blocks_total) return;
   const int lane = threadIdx.x & 31;
@@ -133,6 +136,7 @@ __global__ void quantize_q8_K_kernel(Inputs in, int64_t n_in, int64_t n_blocks_t
 // the quants computed with the unrounded d, as quant/scalar/blocks32.cpp does.
 __global__ void quantize_q8_0_kernel(Inputs in, int64_t n_in, int64_t n_blocks_total, ActView act,
                                      int64_t blocks_per_row) {
+  pdl_begin();
   const int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t block = thread / 4;
   const int part = int(thread & 3);
@@ -209,6 +213,7 @@ constexpr int unroll_of() {
 // exactly that of RW = 1: the per-row sum order never depends on RW, NR or nr.
 template <class Q, int NR, int RW>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(MatmulArgs p) {
+  pdl_begin();
   extern __shared__ __align__(16) uint8_t table[];
   if constexpr (Q::kTableBytes > 0) {
     Q::load_table(table);
@@ -338,7 +343,7 @@ void launch_nr(const MatmulArgs& args, int n_launch, cudaStream_t stream) {
   const size_t stage_bytes = (row_bytes + 15 + 16 + 15) / 16 * 16;
   const size_t shared = size_t(a.table_bytes) + (a.stage_bytes ? size_t(kWarpsPerBlock) * RW * stage_bytes : 0);
   if (a.stage_bytes) a.stage_bytes = int(stage_bytes);
-  quant_matmul_kernel<Q, NR, RW><<<grid, kWarpsPerBlock * 32, shared, stream>>>(a);
+  launch(quant_matmul_kernel<Q, NR, RW>, grid, kWarpsPerBlock * 32, shared, stream, a);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -493,16 +498,18 @@ void quantize_activations_fused(const ActivationLayout& layout, ActivationProlog
       return;
     }
     const int64_t groups = layout.n_in / 8 * layout.n_rows;
-    prologue_f32_kernel<<<unsigned(std::min<int64_t>((groups + 255) / 256, 4096)), 256, 0, stream>>>(
-        in, layout.n_in, layout.n_rows, act);
+    launch(prologue_f32_kernel, unsigned(std::min<int64_t>((groups + 255) / 256, 4096)), 256, 0, stream, in,
+           layout.n_in, layout.n_rows, act);
   } else if (layout.format == GgmlType::Q8_K) {
     const int64_t per_row = layout.n_in / 256, total = per_row * layout.n_rows;
     const int warps = 8;
-    quantize_q8_K_kernel<<<unsigned((total + warps - 1) / warps), warps * 32, 0, stream>>>(in, layout.n_in, total, act, per_row);
+    launch(quantize_q8_K_kernel, unsigned((total + warps - 1) / warps), warps * 32, 0, stream, in, layout.n_in, total,
+           act, per_row);
   } else {
     const int64_t per_row = layout.n_in / 32, total = per_row * layout.n_rows;
     const int threads = 256;
-    quantize_q8_0_kernel<<<unsigned((total * 4 + threads - 1) / threads), threads, 0, stream>>>(in, layout.n_in, total, act, per_row);
+    launch(quantize_q8_0_kernel, unsigned((total * 4 + threads - 1) / threads), threads, 0, stream, in, layout.n_in,
+           total, act, per_row);
   }
   STRATA_CUDA_CHECK(cudaGetLastError());
 }

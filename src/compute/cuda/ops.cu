@@ -4,6 +4,7 @@
 #include <string>
 
 #include "compute/cuda/activation_math.cuh"
+#include "compute/cuda/launch.cuh"
 #include "compute/cuda/runtime.h"
 
 namespace strata::compute::cuda {
@@ -40,6 +41,7 @@ __device__ float block_max(float v, float* shared) {
 // for contiguous groups), its weight at weight + (i % groups_per_row)·group_size.
 __global__ void rms_norm_kernel(const float* x, const float* weight, int64_t group_size, int64_t groups_per_row,
                                 int64_t stride, float eps, float* out) {
+  pdl_begin();
   __shared__ float shared[32];
   const float* row = x + size_t(blockIdx.x) * stride;
   float sum = 0.0f;
@@ -56,6 +58,7 @@ __global__ void rms_norm_kernel(const float* x, const float* weight, int64_t gro
 }
 
 __global__ void softmax_kernel(float* x, int64_t n) {
+  pdl_begin();
   __shared__ float shared[32];
   float* row = x + size_t(blockIdx.x) * n;
   float m = -INFINITY;
@@ -73,11 +76,13 @@ __global__ void softmax_kernel(float* x, int64_t n) {
 }
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  pdl_begin();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = silu_mul_value(gate[i], up[i]);
 }
 
 __global__ void activation_kernel(Activation kind, const float* x, int64_t n, float* out) {
+  pdl_begin();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float v = x[i];
     switch (kind) {
@@ -88,25 +93,73 @@ __global__ void activation_kernel(Activation kind, const float* x, int64_t n, fl
   }
 }
 
+// NeoX RoPE of pair j (of n_rot/2) at `pos`: its cos/sin, evaluated from the f32 angle in double.
+__device__ __forceinline__ void rope_cos_sin(int j, int n_rot, float pos, float theta, float& c, float& s) {
+  const float exponent = __fdiv_rn(float(2 * j), float(n_rot));
+  const float base_power = float(pow(double(theta), double(exponent)));
+  const float inv_freq = __fdiv_rn(1.0f, base_power);
+  const float angle = __fmul_rn(pos, inv_freq);
+  c = float(cos(double(angle)));
+  s = float(sin(double(angle)));
+}
+
 // One block per row; thread j < n_rot/2 computes pair j's cos/sin once and rotates every head.
 // Row r starts at x + r·row_stride, its heads head_stride apart.
 __global__ void rope_neox_kernel(float* x, int64_t row_stride, int n_heads, int64_t head_stride, int n_rot,
                                  const int32_t* positions, float theta) {
+  pdl_begin();
   const int half = n_rot / 2;
   float* row = x + size_t(blockIdx.x) * row_stride;
   const float pos = float(positions[blockIdx.x]);
   for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    const float exponent = __fdiv_rn(float(2 * j), float(n_rot));
-    const float base_power = float(pow(double(theta), double(exponent)));
-    const float inv_freq = __fdiv_rn(1.0f, base_power);
-    const float angle = __fmul_rn(pos, inv_freq);
-    const float c = float(cos(double(angle))), s = float(sin(double(angle)));
+    float c, s;
+    rope_cos_sin(j, n_rot, pos, theta, c, s);
     for (int h = 0; h < n_heads; ++h) {
       float* head = row + size_t(h) * head_stride;
       const float a = head[j], b = head[j + half];
       head[j] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
       head[j + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
     }
+  }
+}
+
+// QSA block keys completed by a window, one block of kThreads per candidate block: the steps of
+// block means -> rms_norm_kernel -> rope_neox_kernel with the same operations in the same order
+// (the norm's per-thread strided sums and block_sum over kThreads threads), so the keys are
+// bitwise the three-kernel chain's. Candidate j is block first/ratio + j; it returns at once when
+// that block does not complete inside the window [first, first + n_rows).
+__global__ void qsa_block_keys_kernel(const float* raw, const int32_t* first_pos, int64_t n_rows, int ratio, int di,
+                                      const float* norm_weight, float eps, int n_rot, float theta, float* keys) {
+  pdl_begin();
+  extern __shared__ float key[];  // [di]
+  __shared__ float shared[32];
+  const int64_t first = *first_pos, b = first / ratio + blockIdx.x;
+  if ((b + 1) * ratio > first + n_rows) return;
+  for (int i = threadIdx.x; i < di; i += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < ratio; ++j) acc = __fadd_rn(acc, raw[(b * ratio + j) * di + i]);
+    key[i] = __fdiv_rn(acc, float(ratio));
+  }
+  __syncthreads();
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < di; i += blockDim.x) sum = __fmaf_rn(key[i], key[i], sum);
+  sum = block_sum(sum, shared);
+  const float mean = __fdiv_rn(sum, float(di));
+  const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+  for (int i = threadIdx.x; i < di; i += blockDim.x) {
+    const float v = __fmul_rn(key[i], r);
+    key[i] = norm_weight ? __fmul_rn(v, norm_weight[i]) : v;
+  }
+  __syncthreads();
+  float* out = keys + b * di;
+  for (int i = n_rot + threadIdx.x; i < di; i += blockDim.x) out[i] = key[i];  // past the rotated part
+  const int half = n_rot / 2;
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {
+    float c, s;
+    rope_cos_sin(j, n_rot, float(b * ratio), theta, c, s);
+    const float a = key[j], bb = key[j + half];
+    out[j] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(bb, s));
+    out[j + half] = __fadd_rn(__fmul_rn(bb, c), __fmul_rn(a, s));
   }
 }
 
@@ -151,9 +204,9 @@ __device__ void block_best(float& value, int& index, float* shared_v, int* share
 constexpr int kMaxRouteK = 32;
 
 __global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int32_t* experts_out, float* weights_out) {
+  pdl_begin();
   extern __shared__ float probs[];  // n_expert, then n_expert chosen flags
   __shared__ float shared_v[32];
-  __shared__ int shared_i[32];
   __shared__ int picked[kMaxRouteK];
   auto* chosen = reinterpret_cast<int*>(probs + n_expert);
   const float* row = logits + size_t(blockIdx.x) * n_expert;
@@ -173,21 +226,44 @@ __global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int
   const float inverse = __fdiv_rn(1.0f, sum);
   for (int i = threadIdx.x; i < n_expert; i += blockDim.x) probs[i] = __fmul_rn(probs[i], inverse);
   __syncthreads();
-  for (int j = 0; j < k; ++j) {
-    float best_v = 0.0f;
-    int best_i = -1;
-    for (int i = threadIdx.x; i < n_expert; i += blockDim.x)
-      if (!chosen[i] && (best_i < 0 || ranks_before(probs[i], i, best_v, best_i))) {
-        best_v = probs[i];
-        best_i = i;
+  // The picks by one warp: each lane keeps the best unchosen expert among its own (i ≡ lane mod
+  // 32), a butterfly finds the best of the lanes (ranks_before is a total order, so every lane
+  // ends with the same pick), and only the owner of the pick rescans. The same picks in the same
+  // order as k block-wide passes, without a block barrier per pick.
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float lane_v = 0.0f;
+    int lane_i = -1;
+    const auto rescan = [&] {
+      lane_v = 0.0f;
+      lane_i = -1;
+      for (int i = lane; i < n_expert; i += 32)
+        if (!chosen[i] && (lane_i < 0 || ranks_before(probs[i], i, lane_v, lane_i))) {
+          lane_v = probs[i];
+          lane_i = i;
+        }
+    };
+    rescan();
+    for (int j = 0; j < k; ++j) {
+      float best_v = lane_v;
+      int best_i = lane_i;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best_v, off);
+        const int oi = __shfl_xor_sync(0xffffffffu, best_i, off);
+        if (oi >= 0 && (best_i < 0 || ranks_before(ov, oi, best_v, best_i))) {
+          best_v = ov;
+          best_i = oi;
+        }
       }
-    block_best(best_v, best_i, shared_v, shared_i);
-    if (threadIdx.x == 0) {
-      picked[j] = best_i;
-      chosen[best_i] = 1;
+      if (lane == 0) picked[j] = best_i;
+      if ((best_i & 31) == lane) {
+        chosen[best_i] = 1;
+        rescan();
+      }
     }
-    __syncthreads();
   }
+  __syncthreads();
   if (threadIdx.x == 0) {
     float total = 0.0f;
     for (int j = 0; j < k; ++j) total = __fadd_rn(total, probs[picked[j]]);
@@ -205,6 +281,7 @@ __global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int
 }
 
 __global__ void argmax_kernel(const float* x, int64_t n, int32_t* out) {
+  pdl_begin();
   __shared__ float shared_v[32];
   __shared__ int shared_i[32];
   const float* row = x + size_t(blockIdx.x) * n;
@@ -237,8 +314,8 @@ void rms_norm_grouped_rows(const float* x, const float* weight, int64_t n_rows, 
   require(n_groups > 0 && group_size > 0, "CUDA rms_norm: expected groups and group size > 0, found " +
                                               std::to_string(n_groups) + " x " + std::to_string(group_size));
   if (n_rows <= 0) return;
-  rms_norm_kernel<<<unsigned(n_rows * n_groups), kThreads, 0, stream>>>(x, weight, group_size, n_groups, group_size,
-                                                                        eps, out);
+  launch(rms_norm_kernel, unsigned(n_rows * n_groups), kThreads, 0, stream, x, weight, group_size, n_groups,
+         group_size, eps, out);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -247,26 +324,26 @@ void rms_norm_strided(const float* x, const float* weight, int64_t n_vectors, in
   require(n > 0 && stride >= n, "CUDA rms_norm_strided: expected 0 < n <= stride, found n = " + std::to_string(n) +
                                     ", stride = " + std::to_string(stride));
   if (n_vectors <= 0) return;
-  rms_norm_kernel<<<unsigned(n_vectors), kThreads, 0, stream>>>(x, weight, n, 1, stride, eps, out);
+  launch(rms_norm_kernel, unsigned(n_vectors), kThreads, 0, stream, x, weight, n, 1, stride, eps, out);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
 void softmax_rows(float* x, int64_t n_rows, int64_t n, cudaStream_t stream) {
   require(n > 0, "CUDA softmax: expected n > 0, found " + std::to_string(n));
   if (n_rows <= 0) return;
-  softmax_kernel<<<unsigned(n_rows), kThreads, 0, stream>>>(x, n);
+  launch(softmax_kernel, unsigned(n_rows), kThreads, 0, stream, x, n);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
   if (n <= 0) return;
-  silu_mul_kernel<<<grid_for(n), kThreads, 0, stream>>>(gate, up, n, out);
+  launch(silu_mul_kernel, grid_for(n), kThreads, 0, stream, gate, up, n, out);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
 void activation(Activation kind, const float* x, int64_t n, float* out, cudaStream_t stream) {
   if (n <= 0) return;
-  activation_kernel<<<grid_for(n), kThreads, 0, stream>>>(kind, x, n, out);
+  launch(activation_kernel, grid_for(n), kThreads, 0, stream, kind, x, n, out);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -282,8 +359,20 @@ void rope_neox_strided(float* x, int64_t n_rows, int64_t row_stride, int n_heads
           "CUDA rope: expected n_rot even, > 0 and <= head_dim " + std::to_string(head_dim) + ", found " +
               std::to_string(n_rot));
   if (n_rows <= 0) return;
-  rope_neox_kernel<<<unsigned(n_rows), 128, 0, stream>>>(x, row_stride, n_heads, head_stride, n_rot, positions,
-                                                         theta);
+  launch(rope_neox_kernel, unsigned(n_rows), 128, 0, stream, x, row_stride, n_heads, head_stride, n_rot, positions,
+         theta);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+void qsa_block_keys_at(const float* raw, const int32_t* first_pos_device, int64_t n_rows, int ratio, int di,
+                       const float* norm_weight, float eps, int n_rot, float theta, float* block_keys,
+                       cudaStream_t stream) {
+  require(ratio > 0 && di > 0 && n_rot > 0 && n_rot % 2 == 0 && n_rot <= di,
+          "CUDA qsa_block_keys_at: expected ratio > 0 and an even n_rot <= di, found ratio " + std::to_string(ratio) +
+              ", di " + std::to_string(di) + ", n_rot " + std::to_string(n_rot));
+  if (n_rows <= 0) return;
+  launch(qsa_block_keys_kernel, unsigned(n_rows / ratio + 1), kThreads, size_t(di) * sizeof(float), stream, raw,
+         first_pos_device, n_rows, ratio, di, norm_weight, eps, n_rot, theta, block_keys);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -294,14 +383,14 @@ void route_top_k(const float* logits, int64_t n_rows, int n_expert, int k, int32
               std::to_string(k) + ", n_expert = " + std::to_string(n_expert));
   if (n_rows <= 0) return;
   const size_t shared = size_t(n_expert) * (sizeof(float) + sizeof(int));
-  route_top_k_kernel<<<unsigned(n_rows), 128, shared, stream>>>(logits, n_expert, k, experts_out, weights_out);
+  launch(route_top_k_kernel, unsigned(n_rows), 128, shared, stream, logits, n_expert, k, experts_out, weights_out);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
 void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, cudaStream_t stream) {
   require(n > 0 && n < (int64_t(1) << 31), "CUDA argmax: expected 0 < n < 2^31, found " + std::to_string(n));
   if (n_rows <= 0) return;
-  argmax_kernel<<<unsigned(n_rows), kThreads, 0, stream>>>(x, n, out);
+  launch(argmax_kernel, unsigned(n_rows), kThreads, 0, stream, x, n, out);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -44,6 +44,15 @@ void rope_neox_rows(float* x, int64_t n_rows, int n_heads, int head_dim, int n_r
 // The same with row r at x + r·row_stride and its heads head_stride apart (same arithmetic).
 void rope_neox_strided(float* x, int64_t n_rows, int64_t row_stride, int n_heads, int64_t head_stride, int head_dim,
                        int n_rot, const int32_t* positions, float theta, cudaStream_t stream);
+// QSA block keys completed by a window of n_rows rows starting at position *first_pos_device
+// (read when the kernel runs, so one captured launch serves every n_past): for each block b with
+// first < (b + 1)·ratio <= first + n_rows, κ_b = RoPE_{b·ratio}(rms_norm(mean of raw rows
+// b·ratio .. b·ratio + ratio − 1; norm_weight)) written to block_keys + b·di; other slots are
+// untouched. Bitwise the chain qsa_block_means → rms_norm_strided → rope_neox_rows (the same
+// operations in the same order). raw: [tokens][di] raw indexer keys; n_rot <= di.
+void qsa_block_keys_at(const float* raw, const int32_t* first_pos_device, int64_t n_rows, int ratio, int di,
+                       const float* norm_weight, float eps, int n_rot, float theta, float* block_keys,
+                       cudaStream_t stream);
 // Router: per row, p = softmax(logits) (fp32), the k best experts (higher p first, ties by lower
 // id, NaN first), w = p / Σ_picked p (summed best first), written in ascending expert id:
 // experts_out/weights_out [n_rows][k]. n_expert <= 4096, k <= 32.

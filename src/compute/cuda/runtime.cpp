@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <string_view>
+
 #include "util/error.h"
 
 namespace strata::compute::cuda {
@@ -20,6 +23,21 @@ bool usable_device() {
     return false;
   }
   return count > 0;
+}
+
+bool dependent_launch_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("STRATA_CUDA_PDL");
+    if (env && std::string_view(env) == "0") return false;
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return major >= 9;
+  }();
+  return enabled;
 }
 
 std::string describe_device() {

@@ -35,6 +35,10 @@ inline void check(cudaError_t code, const char* expr, const char* file, int line
 // Bytes every DeviceBuffer allocates past its size (see the contract).
 inline constexpr size_t kDevicePadBytes = 64;
 
+// Programmatic dependent launch (launch.cuh): on for devices of compute capability >= 9.0 unless
+// STRATA_CUDA_PDL=0; decided once per process.
+bool dependent_launch_enabled();
+
 // True when a CUDA device can be used by this process (driver and device present).
 bool usable_device();
 // "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" for device 0, or why none is usable.

@@ -3,17 +3,18 @@
 // Why: the eager backend issues ≈ 60 launches per layer (≈ 2900 per token on the 48-layer
 // model); each costs the host ≈ 4 µs, more than the GPU spends on most of them, so eager decode
 // is host-bound. A window of the same shape as an earlier one — same rows, same recorded flag,
-// same logit rows, same attention bound, no state growth, no QSA block completing or selection
-// over budget — launches the same kernels with the same arguments: everything that changes from
-// token to token (token rows, positions, n_past, PLE rows) is read from device memory that a
+// same logit rows, same attention bound, same QSA layers selecting, no state growth — launches
+// the same kernels with the same arguments: everything that changes from token to token (token
+// rows, positions, n_past, PLE rows; QSA's completed blocks and selections follow from n_past on
+// the device) is read from device memory that a
 // captured copy fills from pinned staging. Such a window is recorded once as graphs and then
 // replayed: the ops only do their host bookkeeping and stage their inputs, and each `read`
 // launches the next recorded graph.
 //
 // Modes of a window (plan(), called by the backend's describe_window before the first op)
 // - Off (STRATA_CUDA_GRAPH unset or 0): every call is a no-op; the backend is eager.
-// - Eager: graphs on, but this window is not replayable (state growth, a QSA block completes,
-//   selection over budget, first windows): it runs eagerly.
+// - Eager: graphs on, but this window is not replayable (state growth, first windows): it runs
+//   eagerly.
 // - Record: replayable and no program for its key yet: the ops' launches are captured (stream
 //   capture, relaxed mode) into segments cut at each `read` (and at the window's end); each
 //   segment is instantiated and launched at once. A program is kept only if no other host sync
@@ -64,6 +65,7 @@ struct WindowKey {
   int logit_rows = 0;
   int64_t tokens_bound = 0;  // the attention kernels' shared-memory bound
   int staging = 0;           // the pinned staging buffer its copies read
+  int qsa_selecting = 0;      // QSA layers selecting blocks (their last row over budget)
   auto operator<=>(const WindowKey&) const = default;
 };
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "compute/cuda/activation_math.cuh"
+#include "compute/cuda/launch.cuh"
 #include "compute/cuda/runtime.h"
 
 namespace strata::compute::cuda {
@@ -15,17 +16,20 @@ unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads -
 
 
 __global__ void add_kernel(float* acc, const float* y, int64_t n) {
+  pdl_begin();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     acc[i] = __fadd_rn(acc[i], y[i]);
 }
 
 __global__ void append_rows_kernel(const float* src, int64_t n, int64_t width, const int32_t* first_row, float* dst) {
+  pdl_begin();
   float* to = dst + int64_t(*first_row) * width;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     to[i] = src[i];
 }
 
 __global__ void split_beta_alpha_kernel(const float* ba, int64_t n_rows, int nk, int r, float* beta, float* alpha) {
+  pdl_begin();
   const int64_t nv = int64_t(nk) * r, n = n_rows * nv;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / nv, h = i % nv, g = h / r, j = h % r;
@@ -36,12 +40,14 @@ __global__ void split_beta_alpha_kernel(const float* ba, int64_t n_rows, int nk,
 }
 
 __global__ void gate_kernel(float* o, const float* z, int64_t n, bool sigmoid_gate) {
+  pdl_begin();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     o[i] = __fmul_rn(o[i], sigmoid_gate ? sigmoid_value(z[i]) : silu_value(z[i]));
 }
 
 __global__ void history_tail_kernel(const float* before, const float* rows, int64_t n_rows, int64_t n_hist,
                                     int64_t width, float* out) {
+  pdl_begin();
   const int64_t n = n_hist * width;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = e / width, c = e % width;
@@ -52,6 +58,7 @@ __global__ void history_tail_kernel(const float* before, const float* rows, int6
 
 __global__ void block_means_kernel(const float* raw, int64_t first_block, int64_t n_blocks, int ratio, int di,
                                    float* keys) {
+  pdl_begin();
   const int64_t n = n_blocks * di;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t b = first_block + e / di, i = e % di;
@@ -62,8 +69,12 @@ __global__ void block_means_kernel(const float* raw, int64_t first_block, int64_
 }
 
 // One thread per (row, block).
+// The window's first position is *first_pos_device when that is given (a replayed window's).
 __global__ void block_scores_kernel(const float* index_q, int64_t n_rows, int n_heads, int di, const float* keys,
-                                    int64_t first_pos, int ratio, int64_t max_blocks, float scale, float* scores) {
+                                    int64_t first_pos, const int32_t* first_pos_device, int ratio,
+                                    int64_t max_blocks, float scale, float* scores) {
+  pdl_begin();
+  if (first_pos_device) first_pos = *first_pos_device;
   const int64_t n = n_rows * max_blocks;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = e / max_blocks, b = e % max_blocks;
@@ -80,9 +91,95 @@ __global__ void block_scores_kernel(const float* index_q, int64_t n_rows, int n_
   }
 }
 
+// Scores as unsigned keys in the float order (larger score, larger key; −0 counts as +0).
+__device__ __forceinline__ uint32_t score_key(float v) {
+  const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Exclusive prefix count of `flag` over the block's threads (thread order) and the block total;
+// `warp_totals` holds 32 ints. Integer counts: the result is exact, whatever the scheduling.
+__device__ int block_prefix_count(bool flag, int* warp_totals, int& total) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_warps = int(blockDim.x >> 5);
+  const unsigned ballot = __ballot_sync(0xffffffffu, flag);
+  __syncthreads();  // warp_totals may still be read from the previous call
+  if (lane == 0) warp_totals[warp] = __popc(ballot);
+  __syncthreads();
+  int before = __popc(ballot & ((1u << lane) - 1u));
+  total = 0;
+  for (int w = 0; w < n_warps; ++w) {
+    if (w < warp) before += warp_totals[w];
+    total += warp_totals[w];
+  }
+  return before;
+}
+
+// One block per row (kSelectThreads threads). Row t sits at position first + t and sees
+// n_blocks = (first + t + 1) / ratio complete blocks. Within budget: tokens 0 .. first + t.
+// Over budget: the budget best blocks by score, ties at the threshold to the lower block index
+// (a most-significant-digit radix select on score_key finds the threshold key and how many of
+// its ties to take), their tokens in ascending order, then the tail of the incomplete block.
+constexpr int kSelectThreads = 256;
+__global__ void select_tokens_kernel(const float* scores, int64_t max_blocks, const int32_t* first_pos, int ratio,
+                                     int64_t budget_blocks, int max_tokens, int32_t* lists, int32_t* counts) {
+  pdl_begin();
+  __shared__ int histogram[256];
+  __shared__ int warp_totals[32];
+  __shared__ uint32_t chosen[2];  // threshold prefix, ties still to take
+  const int64_t t = blockIdx.x, n_visible = int64_t(*first_pos) + t + 1, n_blocks = n_visible / ratio;
+  int32_t* list = lists + t * max_tokens;
+  if (n_blocks <= budget_blocks) {
+    for (int64_t i = threadIdx.x; i < n_visible; i += blockDim.x) list[i] = int32_t(i);
+    if (threadIdx.x == 0) counts[t] = int32_t(n_visible);
+    return;
+  }
+  const float* row = scores + t * max_blocks;
+  uint32_t prefix = 0, mask = 0;
+  int remaining = int(budget_blocks);
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) histogram[i] = 0;
+    __syncthreads();
+    for (int64_t b = threadIdx.x; b < n_blocks; b += blockDim.x) {
+      const uint32_t key = score_key(row[b]);
+      if ((key & mask) == prefix) atomicAdd(&histogram[(key >> shift) & 255u], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {  // the digit holding the remaining-th largest key
+      int above = 0, digit = 255;
+      for (; digit > 0 && above + histogram[digit] < remaining; --digit) above += histogram[digit];
+      chosen[0] = prefix | (uint32_t(digit) << shift);
+      chosen[1] = uint32_t(remaining - above);
+    }
+    __syncthreads();
+    prefix = chosen[0];
+    remaining = int(chosen[1]);
+    mask |= 255u << shift;
+    __syncthreads();
+  }
+  const uint32_t threshold = prefix;
+  int ties_before = 0, selected_before = 0;
+  for (int64_t base = 0; base < n_blocks; base += blockDim.x) {
+    const int64_t b = base + threadIdx.x;
+    const uint32_t key = b < n_blocks ? score_key(row[b]) : 0u;
+    const bool tie = b < n_blocks && key == threshold;
+    int ties_total = 0, selected_total = 0;
+    const int tie_rank = ties_before + block_prefix_count(tie, warp_totals, ties_total);
+    const bool selected = b < n_blocks && (key > threshold || (tie && tie_rank < remaining));
+    const int slot = selected_before + block_prefix_count(selected, warp_totals, selected_total);
+    if (selected)
+      for (int j = 0; j < ratio; ++j) list[int64_t(slot) * ratio + j] = int32_t(b * ratio + j);
+    ties_before += ties_total;
+    selected_before += selected_total;
+  }
+  const int64_t head = budget_blocks * ratio, tail = n_visible - n_blocks * ratio;
+  for (int64_t i = threadIdx.x; i < tail; i += blockDim.x) list[head + i] = int32_t(n_blocks * ratio + i);
+  if (threadIdx.x == 0) counts[t] = int32_t(head + tail);
+}
+
 // One block per (row, stream).
 __global__ void ple_gate_kernel(const float* keys, const float* queries, const float* values, int n_streams,
                                 int64_t n_embd, float* gated) {
+  pdl_begin();
   __shared__ float partial[32];
   const int64_t t = blockIdx.x / n_streams, s = blockIdx.x % n_streams;
   const int64_t width = n_streams * n_embd;
@@ -107,6 +204,7 @@ __global__ void ple_gate_kernel(const float* keys, const float* queries, const f
 
 __global__ void ple_conv_kernel(const float* normed, const float* history, const float* taps, const float* gated,
                                 int64_t n_rows, int64_t width, int kernel, int dilation, float* X) {
+  pdl_begin();
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= width) return;
   const int64_t history_steps = int64_t(kernel - 1) * dilation;
@@ -128,15 +226,15 @@ void check_launch() { STRATA_CUDA_CHECK(cudaGetLastError()); }
 
 void add_rows(float* acc, const float* y, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(acc, y, n);
+  launch(add_kernel, grid_for(n), kThreads, 0, stream, acc, y, n);
   check_launch();
 }
 
 void append_rows_at(const float* src, int64_t n_rows, int64_t width, const int32_t* first_row_device, float* dst,
                     cudaStream_t stream) {
   if (n_rows <= 0 || width <= 0) return;
-  append_rows_kernel<<<grid_for(n_rows * width), kThreads, 0, stream>>>(src, n_rows * width, width, first_row_device,
-                                                                      dst);
+  launch(append_rows_kernel, grid_for(n_rows * width), kThreads, 0, stream, src, n_rows * width, width,
+         first_row_device, dst);
   check_launch();
 }
 
@@ -146,14 +244,14 @@ void split_beta_alpha(const float* ba, int64_t n_rows, int n_k_heads, int v_per_
     cuda_fail("CUDA split_beta_alpha: expected positive head counts, found " + std::to_string(n_k_heads) + " x " +
               std::to_string(v_per_k));
   if (n_rows <= 0) return;
-  split_beta_alpha_kernel<<<grid_for(n_rows * n_k_heads * v_per_k), kThreads, 0, stream>>>(ba, n_rows, n_k_heads,
-                                                                                             v_per_k, beta, alpha);
+  launch(split_beta_alpha_kernel, grid_for(n_rows * n_k_heads * v_per_k), kThreads, 0, stream, ba, n_rows, n_k_heads,
+         v_per_k, beta, alpha);
   check_launch();
 }
 
 void gate_rows(float* o, const float* z, int64_t n, bool sigmoid_gate, cudaStream_t stream) {
   if (n <= 0) return;
-  gate_kernel<<<grid_for(n), kThreads, 0, stream>>>(o, z, n, sigmoid_gate);
+  launch(gate_kernel, grid_for(n), kThreads, 0, stream, o, z, n, sigmoid_gate);
   check_launch();
 }
 
@@ -163,7 +261,8 @@ void history_tail(const float* before, const float* rows, int64_t n_rows, int64_
     cuda_fail("CUDA history_tail: expected n_rows >= 0 and width > 0, found " + std::to_string(n_rows) + ", " +
               std::to_string(width));
   if (n_hist <= 0) return;
-  history_tail_kernel<<<grid_for(n_hist * width), kThreads, 0, stream>>>(before, rows, n_rows, n_hist, width, out);
+  launch(history_tail_kernel, grid_for(n_hist * width), kThreads, 0, stream, before, rows, n_rows, n_hist, width,
+         out);
   check_launch();
 }
 
@@ -173,7 +272,8 @@ void qsa_block_means(const float* raw, int64_t first_block, int64_t n_blocks, in
     cuda_fail("CUDA qsa_block_means: expected ratio > 0 and di > 0, found " + std::to_string(ratio) + ", " +
               std::to_string(di));
   if (n_blocks <= 0) return;
-  block_means_kernel<<<grid_for(n_blocks * di), kThreads, 0, stream>>>(raw, first_block, n_blocks, ratio, di, keys);
+  launch(block_means_kernel, grid_for(n_blocks * di), kThreads, 0, stream, raw, first_block, n_blocks, ratio, di,
+         keys);
   check_launch();
 }
 
@@ -184,9 +284,33 @@ void qsa_block_scores(const float* index_q, int64_t n_rows, int n_heads, int di,
     cuda_fail("CUDA qsa_block_scores: expected ratio, di and heads > 0, found " + std::to_string(ratio) + ", " +
               std::to_string(di) + ", " + std::to_string(n_heads));
   if (n_rows <= 0 || max_blocks <= 0) return;
-  block_scores_kernel<<<grid_for(n_rows * max_blocks), kThreads, 0, stream>>>(index_q, n_rows, n_heads, di, block_keys,
-                                                                               first_pos, ratio, max_blocks, scale,
-                                                                               scores);
+  launch(block_scores_kernel, grid_for(n_rows * max_blocks), kThreads, 0, stream, index_q, n_rows, n_heads, di,
+         block_keys, first_pos, nullptr, ratio, max_blocks, scale, scores);
+  check_launch();
+}
+
+void qsa_block_scores_at(const float* index_q, int64_t n_rows, int n_heads, int di, const float* block_keys,
+                         const int32_t* first_pos_device, int ratio, int64_t max_blocks, float scale, float* scores,
+                         cudaStream_t stream) {
+  if (ratio <= 0 || di <= 0 || n_heads <= 0)
+    cuda_fail("CUDA qsa_block_scores_at: expected ratio, di and heads > 0, found " + std::to_string(ratio) + ", " +
+              std::to_string(di) + ", " + std::to_string(n_heads));
+  if (n_rows <= 0 || max_blocks <= 0) return;
+  launch(block_scores_kernel, grid_for(n_rows * max_blocks), kThreads, 0, stream, index_q, n_rows, n_heads, di,
+         block_keys, 0, first_pos_device, ratio, max_blocks, scale, scores);
+  check_launch();
+}
+
+void qsa_select_tokens(const float* scores, int64_t n_rows, int64_t max_blocks, const int32_t* first_pos_device,
+                       int ratio, int64_t budget_blocks, int max_tokens, int32_t* token_lists, int32_t* token_counts,
+                       cudaStream_t stream) {
+  if (ratio <= 0 || budget_blocks <= 0 || max_tokens < (budget_blocks + 1) * ratio - 1)
+    cuda_fail("CUDA qsa_select_tokens: expected ratio > 0, budget > 0 and max_tokens >= (budget + 1)·ratio − 1, "
+              "found ratio " + std::to_string(ratio) + ", budget " + std::to_string(budget_blocks) +
+              ", max_tokens " + std::to_string(max_tokens));
+  if (n_rows <= 0) return;
+  launch(select_tokens_kernel, unsigned(n_rows), kSelectThreads, 0, stream, scores, max_blocks, first_pos_device,
+         ratio, budget_blocks, max_tokens, token_lists, token_counts);
   check_launch();
 }
 
@@ -195,8 +319,8 @@ void ple_gate(const float* keys, const float* queries, const float* values, int6
   if (n_streams <= 0 || n_embd <= 0)
     cuda_fail("CUDA ple_gate: expected streams and n_embd > 0");
   if (n_rows <= 0) return;
-  ple_gate_kernel<<<unsigned(n_rows * n_streams), kThreads, 0, stream>>>(keys, queries, values, n_streams, n_embd,
-                                                                         gated);
+  launch(ple_gate_kernel, unsigned(n_rows * n_streams), kThreads, 0, stream, keys, queries, values, n_streams, n_embd,
+         gated);
   check_launch();
 }
 
@@ -206,9 +330,8 @@ void ple_conv(const float* normed, const float* history, const float* taps, cons
     cuda_fail("CUDA ple_conv: expected kernel, dilation and width > 0, found " + std::to_string(kernel) + ", " +
               std::to_string(dilation) + ", " + std::to_string(width));
   if (n_rows <= 0) return;
-  ple_conv_kernel<<<unsigned((width + kThreads - 1) / kThreads), kThreads, 0, stream>>>(normed, history, taps, gated,
-                                                                                        n_rows, width, kernel,
-                                                                                        dilation, X);
+  launch(ple_conv_kernel, unsigned((width + kThreads - 1) / kThreads), kThreads, 0, stream, normed, history, taps,
+         gated, n_rows, width, kernel, dilation, X);
   check_launch();
 }
 

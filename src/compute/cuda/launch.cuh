@@ -1,0 +1,49 @@
+// Kernel launches with programmatic dependent launch (PDL, Hopper and later).
+//
+// Why: a decode window is ≈ 2900 small kernels, each a few µs, and between two dependent kernels
+// the GPU idles while the next grid is launched and its blocks are scheduled. With PDL the next
+// kernel's blocks are launched while the previous kernel finishes and wait at pdl_begin() until
+// it has completed and its writes are visible; the launch latency overlaps the tail.
+//
+// Contract
+// - Every kernel launched through launch() calls pdl_begin() as its first statement, before any
+//   global memory access: then the kernel sees exactly what stream order would give it (the
+//   wait returns once the previous kernel in the stream has completed and flushed), so results
+//   are bitwise those of plain launches. pdl_begin() then lets its own dependents launch.
+// - On devices before sm_90, or with STRATA_CUDA_PDL=0, launch() is a plain launch and
+//   pdl_begin() does nothing.
+// - Errors: the launch's error is thrown as strata::Error at the launch site (like check_launch).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "compute/cuda/runtime.h"
+
+namespace strata::compute::cuda {
+
+__device__ __forceinline__ void pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+            Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = dependent_launch_enabled() ? 1 : 0;
+  STRATA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace strata::compute::cuda
