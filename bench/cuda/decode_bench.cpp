@@ -6,12 +6,12 @@
 // one decode step must read (dense weights + n_layer · k routed experts) over the device's
 // measured copy bandwidth. The first run of each backend is a warm-up (page cache, weight upload)
 // and is not counted. No tokenizer is needed (so the binary links no ICU).
-// Backend "cuda-graph" is the CUDA backend with window graphs on (STRATA_CUDA_GRAPH=1,
-// compute/cuda/window_graph.h), so graph launches and the eager path are compared in one run;
+// Backend "cuda" runs window graphs (compute/cuda/window_graph.h, the default); "cuda-eager" is
+// the same backend with STRATA_CUDA_GRAPH=0 (one launch per kernel), so the two compare in one run;
 // STRATA_CUDA_PROFILE=1 prints the GPU time per op of the graphs. --synth LAYERS:EXPERTS first writes FILE (if
 // it does not exist) as the mid-qwen4exp shape with that many layers and experts, Q8_0 dense and
 // IQ2_XS experts (issue 15's 48:512 file), with --synth-tokenizer DIR's vocabulary if given.
-//   bench_cuda_decode -m FILE [--backends cpu,cuda,cuda-graph] [--prompt 64] [--tokens 128]
+//   bench_cuda_decode -m FILE [--backends cpu,cuda,cuda-eager] [--prompt 64] [--tokens 128]
 //                     [--chunk 64] [--repeats 3] [--threads N] [--json out.json]
 //                     [--synth LAYERS:EXPERTS [--synth-tokenizer DIR]]
 #include <fmt/format.h>
@@ -58,10 +58,10 @@ struct Run {
 Run run_once(const Model& model, compute::ThreadPool& pool, const std::string& backend, const std::vector<int32_t>& prompt,
              int n_tokens, int chunk) {
   Run r;
-  const bool graph = backend == "cuda-graph";
-  if (graph) setenv("STRATA_CUDA_GRAPH", "1", 1);
-  Session session(model, pool, nullptr, graph ? "cuda" : backend);
-  if (graph) unsetenv("STRATA_CUDA_GRAPH");
+  const bool eager = backend == "cuda-eager";
+  if (eager) setenv("STRATA_CUDA_GRAPH", "0", 1);
+  Session session(model, pool, nullptr, eager ? "cuda" : backend);
+  if (eager) unsetenv("STRATA_CUDA_GRAPH");
   auto start = std::chrono::steady_clock::now();
   session.prefill(prompt, chunk);
   r.prefill_tps = double(prompt.size()) / seconds_since(start);
@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
     for (size_t pos = 0; pos <= backends_arg.size();) {
       const size_t comma = std::min(backends_arg.find(',', pos), backends_arg.size());
       const std::string name = backends_arg.substr(pos, comma - pos);
-      if (comma > pos) backends.push_back(name == "cuda-graph" ? name : compute::resolve_backend(name));
+      if (comma > pos) backends.push_back(name == "cuda-eager" ? name : compute::resolve_backend(name));
       pos = comma + 1;
     }
     if (!synth.empty() && !std::filesystem::exists(path)) {

@@ -318,7 +318,8 @@ TEST(CudaBackend, WindowIdentityRepeatAndRollbackAreBitwise) {
 // Window graphs (compute/cuda/window_graph.h) against the eager path: the same kernels in the same
 // order, so every logit is bitwise equal across prefill chunks (eager: first windows, QSA blocks
 // completing), T = 1 steps (recorded once per staging buffer, then replayed), two verify windows
-// and their rollbacks, and QSA's over-budget selection on the tiny qwen4exp (on the device, replayed).
+// and their rollbacks, QSA's over-budget selection on the tiny qwen4exp (on the device, replayed)
+// and the KV caches growing while programs are recorded.
 std::vector<std::vector<float>> run_script(const Model& model, compute::ThreadPool& pool, bool graphs,
                                            compute::cuda::GraphCounters* counters = nullptr) {
   setenv("STRATA_CUDA_GRAPH", graphs ? "1" : "0", 1);
@@ -336,6 +337,12 @@ std::vector<std::vector<float>> run_script(const Model& model, compute::ThreadPo
     out.push_back(session.logits());
     for (int step = 0; step < 6; ++step) out.push_back(session.decode(argmax(out.back())));
   }
+  // On past the KV caches' first capacity (256 tokens) with programs recorded: the growth
+  // replaces buffers they name, so they are dropped and recorded again (replaying one read freed
+  // memory before). Windows of 8 then T = 1 steps.
+  session.prefill(test_prompt(hp, 230), 8);
+  out.push_back(session.logits());
+  for (int step = 0; step < 6; ++step) out.push_back(session.decode(argmax(out.back())));
   if (counters) *counters = compute::cuda::graph_counters(*session.state().backend);
   return out;
 }
@@ -354,9 +361,11 @@ TEST(CudaBackend, GraphReplayIsBitwiseTheEagerPath) {
       ASSERT_EQ(0, std::memcmp(eager[i].data(), graph[i].data(), eager[i].size() * 4))
           << qm.name << ": window " << i << " differs between window graphs and the eager path";
     }
-    std::printf("[ cuda ] %s: %lld windows, %lld replayed, %lld recordings\n", qm.name.c_str(),
-                (long long)counters.windows, (long long)counters.replays, (long long)counters.records);
+    std::printf("[ cuda ] %s: %lld windows, %lld replayed, %lld recordings, programs dropped %lld times\n",
+                qm.name.c_str(), (long long)counters.windows, (long long)counters.replays, (long long)counters.records,
+                (long long)counters.forgotten);
     EXPECT_GT(counters.replays, 0) << qm.name << ": no window was replayed: the test did not reach replay";
+    EXPECT_GT(counters.forgotten, 0) << qm.name << ": no state growth dropped the programs: not reached";
     if (qm.remove) std::filesystem::remove(qm.path);
   }
 }

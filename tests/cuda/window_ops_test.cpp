@@ -13,6 +13,7 @@
 #include "compute/cpu/ops.h"
 #include "compute/cuda/ops.h"
 #include "compute/cuda/window_ops.h"
+#include "layers/attention.h"
 #include "cuda_test_util.h"
 
 namespace strata {
@@ -159,9 +160,28 @@ TEST(CudaWindowOps, QsaBlockKeysAtAreTheMeansNormRopeChain) {
   }
 }
 
-// Device-side QSA selection against its host reference: scores drawn from a few values (many
-// exact ties at the threshold, −0 among them) and from random floats, rows within and over
-// budget in one window, small and large block counts.
+// The CPU's select_tokens (layers/attention.cpp) for one row at position pos, over given scores.
+std::vector<int32_t> select_reference(const float* scores, int64_t pos, int ratio, int64_t budget_blocks) {
+  const int64_t n_visible = pos + 1, n_blocks = n_visible / ratio;
+  std::vector<int32_t> list;
+  if (n_blocks <= budget_blocks) {
+    for (int64_t i = 0; i < n_visible; ++i) list.push_back(int32_t(i));
+    return list;
+  }
+  std::vector<int64_t> top;
+  torch_cpu_top_k_set(std::vector<float>(scores, scores + n_blocks), budget_blocks, top);
+  std::vector<char> selected(static_cast<size_t>(n_blocks), 0);
+  for (const int64_t b : top) selected[size_t(b)] = 1;
+  for (int64_t b = 0; b < n_blocks; ++b)
+    if (selected[size_t(b)])
+      for (int j = 0; j < ratio; ++j) list.push_back(int32_t(b * ratio + j));
+  for (int64_t i = n_blocks * ratio; i < n_visible; ++i) list.push_back(int32_t(i));
+  return list;
+}
+
+// Device-side QSA selection against the CPU's: scores drawn from a few values (many exact ties
+// at the threshold, −0 among them: torch's order decides) and from random floats, rows within
+// and over budget in one window, small and large block counts.
 TEST(CudaWindowOps, QsaSelectTokensMatchTheReference) {
   STRATA_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(25);
@@ -187,14 +207,15 @@ TEST(CudaWindowOps, QsaSelectTokensMatchTheReference) {
     }
     DeviceBuffer dscores = to_device(scores), dfirst = to_device(std::vector<int32_t>{int32_t(c.first)});
     DeviceBuffer dlists(size_t(c.n_rows * max_tokens) * 4), dcounts(size_t(c.n_rows) * 4);
+    DeviceBuffer dwork(size_t(c.n_rows * 2 * max_blocks) * 4);
     compute::cuda::qsa_select_tokens(dscores.as<float>(), c.n_rows, max_blocks, dfirst.as<int32_t>(), ratio, c.budget,
-                                     max_tokens, dlists.as<int32_t>(), dcounts.as<int32_t>(), stream.get());
+                                     max_tokens, dlists.as<int32_t>(), dcounts.as<int32_t>(), dwork.as<int32_t>(),
+                                     stream.get());
     stream.synchronize();
     const auto lists = from_device<int32_t>(dlists, size_t(c.n_rows * max_tokens));
     const auto counts = from_device<int32_t>(dcounts, size_t(c.n_rows));
     for (int64_t t = 0; t < c.n_rows; ++t) {
-      const auto want = compute::cuda::qsa_select_reference(scores.data() + t * max_blocks, c.first + t, ratio,
-                                                            c.budget);
+      const auto want = select_reference(scores.data() + t * max_blocks, c.first + t, ratio, c.budget);
       ASSERT_EQ(int64_t(want.size()), counts[size_t(t)]) << "first " << c.first << " row " << t;
       ASSERT_TRUE(std::equal(want.begin(), want.end(), lists.begin() + t * max_tokens))
           << "first " << c.first << " row " << t << (c.ties ? " (ties)" : "");

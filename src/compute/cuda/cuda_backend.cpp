@@ -75,9 +75,10 @@ class DeviceArena {
   size_t chunk_ = 0, offset_ = 0;
 };
 
+// Window graphs are on unless STRATA_CUDA_GRAPH=0 (the eager path, for comparison and debugging).
 bool graphs_enabled() {
   const char* v = std::getenv("STRATA_CUDA_GRAPH");
-  return v && std::strcmp(v, "1") == 0;
+  return !(v && std::strcmp(v, "0") == 0);
 }
 
 // Grows `buffer` to at least `bytes`, keeping its first `keep` bytes.
@@ -164,10 +165,12 @@ class CudaBackend final : public Backend {
       const WindowGraphStats& g = graph_.stats();
       const double w = double(std::max<int64_t>(g.windows, 1));
       std::fprintf(stderr,
-                   "cuda backend graphs: %lld windows (%lld replayed, %lld recordings kept), %.2f segments launched and "
+                   "cuda backend graphs: %lld windows (%lld replayed, %lld recordings kept, dropped %lld times), %.2f "
+                   "segments launched and "
                    "%.0f nodes captured per window, %lld instantiations, %lld updates; host per window: capture %.1f "
                    "us, instantiate/update %.1f us, launch %.1f us\n",
-                   (long long)g.windows, (long long)g.replays, (long long)g.records, double(g.segments) / w,
+                   (long long)g.windows, (long long)g.replays, (long long)g.records, (long long)g.forgotten,
+                   double(g.segments) / w,
                    double(g.nodes) / w, (long long)g.instantiations, (long long)g.updates, g.capture_s / w * 1e6,
                    g.update_s / w * 1e6, g.launch_s / w * 1e6);
     }
@@ -342,19 +345,22 @@ class CudaBackend final : public Backend {
     const int64_t n_embd = X.width / n_streams, width = X.width, rank = w.down.n_out;
     float* xd = rows(x, n_rows, "hyper_connection_in", n_embd);
     float* inj = inject.valid() ? rows(inject, n_rows, "hyper_connection_in", n_streams) : nullptr;
-    mark("hc_in");
+    mark("hc_in.norm");
     const float inv_streams = 1.0f / float(n_streams);
     scratch_.reset();
     float* normed = scratch_.floats(n_rows * width);
     rms_norm_grouped_rows(Xd, vec(w.norm), n_rows, n_streams, n_embd, eps, normed, s());
     float* mix = scratch_.floats(n_rows * rank);
     const bool inject_here = w.has_inject() && inj;
+    mark("hc_in.down+inject");
     if (inject_here)
       mm_shared(normed, n_rows, {{&w.down, mix}, {&w.inject, inj}});
     else
       mm(w.down, normed, n_rows, mix);
     float* gates = scratch_.floats(n_rows * width);
+    mark("hc_in.up");
     mm_prologue(w.up, ActivationPrologue::ScaledSilu, mix, nullptr, inv_streams, n_rows, gates);
+    mark("hc_in.combine");
     hc_combine(gates, normed, n_rows, n_streams, n_embd, inv_streams, xd, s(), inject_here ? inj : nullptr);
   }
 
@@ -712,11 +718,12 @@ void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCach
       float* scores = scratch_.floats(n_rows * max_blocks);
       int32_t* lists = scratch_.ints(n_rows * max_tokens);
       int32_t* counts = scratch_.ints(n_rows);
+      int32_t* work = scratch_.ints(n_rows * 2 * max_blocks);
       const float scale = 1.0f / std::sqrt(float(di));
       qsa_block_scores_at(index_q, n_rows, n_idx, di, kv.block_keys.as<float>(), first_device, ratio, max_blocks,
                           scale, scores, s());
       qsa_select_tokens(scores, n_rows, max_blocks, first_device, ratio, budget_blocks, max_tokens, lists, counts,
-                        s());
+                        work, s());
       token_lists = lists;
       token_counts = counts;
     }
@@ -884,11 +891,12 @@ void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& expe
     pair_capacity_ = capacity;
     pair_k_ = k;
   }
-  mark("moe.router");
+  mark("moe.router.mm");
   float* logits = scratch_.floats(n_rows * n_expert);
   mm(w.router, xd, n_rows, logits);
   int32_t* ids = scratch_.ints(pairs);
   float* weights = scratch_.floats(pairs);
+  mark("moe.router.top_k");
   route_top_k(logits, n_rows, n_expert, k, ids, weights, s());
 
   mark("moe.experts.gate_up");
@@ -981,7 +989,7 @@ GraphCounters graph_counters(const Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   if (!cuda) return {};
   const WindowGraphStats& g = cuda->graph_stats();
-  return GraphCounters{g.windows, g.replays, g.records};
+  return GraphCounters{g.windows, g.replays, g.records, g.forgotten};
 }
 
 void register_cuda_backend() {

@@ -1,10 +1,10 @@
 // CudaBackend — the Backend of compute/backend.h on one CUDA device: each op is a few kernel
 // launches on one stream, in the order the forward calls them; nothing returns to the host inside
-// a window except QSA's block selection (below) and `read`. Eager by default; with
-// STRATA_CUDA_GRAPH=1 each window's launches are captured and launched as CUDA graphs
-// (compute/cuda/window_graph.h, bitwise the eager path), and STRATA_CUDA_PROFILE=1 prints the GPU
-// time per op. Host → device copies of a window (token rows, positions, PLE rows, QSA lists) go
-// through pinned staging reused per window.
+// a window except `read`. Windows of a shape seen before are recorded once as CUDA graphs and
+// replayed (compute/cuda/window_graph.h, bitwise the eager path; STRATA_CUDA_GRAPH=0 runs every
+// window eagerly), kernels launch with programmatic dependent launch (launch.cuh), and
+// STRATA_CUDA_PROFILE=1 prints the GPU time per op. Host → device copies of a window (token rows,
+// positions, PLE rows) go through pinned staging reused per window.
 //
 // What lives where
 // - Window tensors, per-op scratch (a bump arena reset at every op), the uploaded weights (keyed
@@ -19,9 +19,8 @@
 //   launch, so a row's result never depends on the other rows.
 // - QSA: block keys, block scores and the token selection of rows over budget run on the device
 //   from the window's first position (window_ops.h qsa_select_tokens), so nothing comes back to
-//   the host and a replayed window serves any n_past. Ties at the budget's threshold go to the
-//   lower block index; the CPU follows torch's CPU topk (layers/attention.h), so the backends
-//   pick different blocks only for exactly tied scores at the boundary.
+//   the host and a replayed window serves any n_past. Blocks tied at the budget boundary are
+//   kept as torch's CPU topk keeps them (layers/torch_top_k.h), as on the CPU backend.
 // - The MTP head runs on the host (Model::mtp_forward) on the trunk rows read back by the model.
 //
 // Exactness (tests/cuda/backend_test.cpp): rows are independent, and every reduction's order is
@@ -50,7 +49,7 @@ void register_cuda_backend();
 // Window-graph counters of a CUDA backend (window_graph.h; zeros for any other backend), for
 // tests and benches: windows run, windows replayed from a recording, recordings kept.
 struct GraphCounters {
-  int64_t windows = 0, replays = 0, records = 0;
+  int64_t windows = 0, replays = 0, records = 0, forgotten = 0;
 };
 GraphCounters graph_counters(const Backend& backend);
 

@@ -41,6 +41,14 @@ void WindowGraph::destroy(Program& program) {
   program.segments.clear();
 }
 
+void WindowGraph::forget_programs() {
+  if (programs_.empty()) return;
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // none of them may still be running
+  for (auto& [key, program] : programs_) destroy(program);
+  programs_.clear();
+  ++stats_.forgotten;
+}
+
 void WindowGraph::begin_window() {
   if (!enabled_) return;
   finish_window();
@@ -117,14 +125,19 @@ void WindowGraph::pause(bool read) {
       replay_segment();
       return;
     case Mode::Record:
-      if (!read) recording_.clean = false;  // eager work between segments: not replayable
+      if (!read) {
+        recording_.clean = false;  // eager work between segments: not replayable
+        forget_programs();
+      }
       end_segment(read);
       return;
     case Mode::Capture:
       end_segment(read);
       return;
-    case Mode::Off:
     case Mode::Eager:
+      if (!read) forget_programs();
+      return;
+    case Mode::Off:
       return;
   }
 }

@@ -12,7 +12,7 @@
 // launches the next recorded graph.
 //
 // Modes of a window (plan(), called by the backend's describe_window before the first op)
-// - Off (STRATA_CUDA_GRAPH unset or 0): every call is a no-op; the backend is eager.
+// - Off (STRATA_CUDA_GRAPH=0): every call is a no-op; the backend is eager. On otherwise.
 // - Eager: graphs on, but this window is not replayable (state growth, first windows): it runs
 //   eagerly.
 // - Record: replayable and no program for its key yet: the ops' launches are captured (stream
@@ -20,6 +20,8 @@
 //   segment is instantiated and launched at once. A program is kept only if no other host sync
 //   point (the backend's EagerScope: an allocation, a first upload) cut the window.
 // - Replay: a program exists: ops skip their launches, and pause(read) launches the next segment.
+// - Any other host sync point (an allocation: KV or log growth, new launch tables) drops every
+//   recorded program, since they may name the buffers being replaced; later windows re-record.
 // - Capture (STRATA_CUDA_PROFILE=1): every window captured, launched as graphs updated in place,
 //   with event nodes between ops (mark()): the GPU time per op of kernels running back to back.
 //
@@ -55,6 +57,7 @@ namespace strata::compute::cuda {
 
 struct WindowGraphStats {
   int64_t windows = 0, replays = 0, records = 0, segments = 0, instantiations = 0, updates = 0, nodes = 0;
+  int64_t forgotten = 0;  // times the recorded programs were dropped (a buffer was replaced)
   double capture_s = 0, update_s = 0, launch_s = 0;  // host time
 };
 
@@ -122,6 +125,9 @@ class WindowGraph {
     bool clean = true;
   };
 
+  // Host sync points inside an op allocate or replace device buffers (state growth, new launch
+  // tables): the recorded programs may name the old ones, so all of them are dropped there.
+  void forget_programs();
   void end_segment(bool read);
   cudaGraphExec_t instantiate(cudaGraph_t graph);
   void launch(cudaGraphExec_t exec);

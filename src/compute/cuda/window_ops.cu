@@ -6,6 +6,7 @@
 #include "compute/cuda/activation_math.cuh"
 #include "compute/cuda/launch.cuh"
 #include "compute/cuda/runtime.h"
+#include "layers/torch_top_k.h"
 
 namespace strata::compute::cuda {
 namespace {
@@ -116,16 +117,19 @@ __device__ int block_prefix_count(bool flag, int* warp_totals, int& total) {
 
 // One block per row (kSelectThreads threads). Row t sits at position first + t and sees
 // n_blocks = (first + t + 1) / ratio complete blocks. Within budget: tokens 0 .. first + t.
-// Over budget: the budget best blocks by score, ties at the threshold to the lower block index
-// (a most-significant-digit radix select on score_key finds the threshold key and how many of
-// its ties to take), their tokens in ascending order, then the tail of the incomplete block.
+// Over budget: the budget best blocks by score, their tokens in ascending order, then the tail of
+// the incomplete block. A most-significant-digit radix select on score_key finds the threshold
+// key, how many of its ties to take and how many there are; when every tie is taken (or none
+// ties) the set is unique, otherwise one thread runs torch's CPU selection (layers/torch_top_k.h)
+// on the row, so tied blocks are kept exactly as torch and the CPU backend keep them.
 constexpr int kSelectThreads = 256;
 __global__ void select_tokens_kernel(const float* scores, int64_t max_blocks, const int32_t* first_pos, int ratio,
-                                     int64_t budget_blocks, int max_tokens, int32_t* lists, int32_t* counts) {
+                                     int64_t budget_blocks, int max_tokens, int32_t* lists, int32_t* counts,
+                                     int32_t* work) {
   pdl_begin();
   __shared__ int histogram[256];
   __shared__ int warp_totals[32];
-  __shared__ uint32_t chosen[2];  // threshold prefix, ties still to take
+  __shared__ uint32_t chosen[3];  // threshold prefix, ties still to take, ties at the threshold
   const int64_t t = blockIdx.x, n_visible = int64_t(*first_pos) + t + 1, n_blocks = n_visible / ratio;
   int32_t* list = lists + t * max_tokens;
   if (n_blocks <= budget_blocks) {
@@ -149,6 +153,7 @@ __global__ void select_tokens_kernel(const float* scores, int64_t max_blocks, co
       for (; digit > 0 && above + histogram[digit] < remaining; --digit) above += histogram[digit];
       chosen[0] = prefix | (uint32_t(digit) << shift);
       chosen[1] = uint32_t(remaining - above);
+      chosen[2] = uint32_t(histogram[digit]);
     }
     __syncthreads();
     prefix = chosen[0];
@@ -157,6 +162,23 @@ __global__ void select_tokens_kernel(const float* scores, int64_t max_blocks, co
     __syncthreads();
   }
   const uint32_t threshold = prefix;
+  // Ties straddle the boundary: torch's own selection decides which of them stay.
+  const bool torch_order = int(chosen[2]) > remaining;
+  int32_t* order = work + t * 2 * max_blocks;
+  int32_t* kept = order + max_blocks;
+  if (torch_order) {
+    for (int64_t b = threadIdx.x; b < n_blocks; b += blockDim.x) {
+      order[b] = int32_t(b);
+      kept[b] = 0;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      torch_top_k::torch_top_k_permute(order, n_blocks, budget_blocks,
+                                       [row](int32_t a, int32_t b) { return row[a] > row[b]; });
+      for (int64_t i = 0; i < budget_blocks; ++i) kept[order[i]] = 1;
+    }
+    __syncthreads();
+  }
   int ties_before = 0, selected_before = 0;
   for (int64_t base = 0; base < n_blocks; base += blockDim.x) {
     const int64_t b = base + threadIdx.x;
@@ -164,7 +186,8 @@ __global__ void select_tokens_kernel(const float* scores, int64_t max_blocks, co
     const bool tie = b < n_blocks && key == threshold;
     int ties_total = 0, selected_total = 0;
     const int tie_rank = ties_before + block_prefix_count(tie, warp_totals, ties_total);
-    const bool selected = b < n_blocks && (key > threshold || (tie && tie_rank < remaining));
+    const bool selected =
+        b < n_blocks && (torch_order ? kept[b] != 0 : (key > threshold || (tie && tie_rank < remaining)));
     const int slot = selected_before + block_prefix_count(selected, warp_totals, selected_total);
     if (selected)
       for (int j = 0; j < ratio; ++j) list[int64_t(slot) * ratio + j] = int32_t(b * ratio + j);
@@ -303,14 +326,14 @@ void qsa_block_scores_at(const float* index_q, int64_t n_rows, int n_heads, int 
 
 void qsa_select_tokens(const float* scores, int64_t n_rows, int64_t max_blocks, const int32_t* first_pos_device,
                        int ratio, int64_t budget_blocks, int max_tokens, int32_t* token_lists, int32_t* token_counts,
-                       cudaStream_t stream) {
+                       int32_t* work, cudaStream_t stream) {
   if (ratio <= 0 || budget_blocks <= 0 || max_tokens < (budget_blocks + 1) * ratio - 1)
     cuda_fail("CUDA qsa_select_tokens: expected ratio > 0, budget > 0 and max_tokens >= (budget + 1)·ratio − 1, "
               "found ratio " + std::to_string(ratio) + ", budget " + std::to_string(budget_blocks) +
               ", max_tokens " + std::to_string(max_tokens));
   if (n_rows <= 0) return;
   launch(select_tokens_kernel, unsigned(n_rows), kSelectThreads, 0, stream, scores, max_blocks, first_pos_device,
-         ratio, budget_blocks, max_tokens, token_lists, token_counts);
+         ratio, budget_blocks, max_tokens, token_lists, token_counts, work);
   check_launch();
 }
 

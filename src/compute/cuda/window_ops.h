@@ -16,9 +16,7 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <vector>
 
 namespace strata::compute::cuda {
 
@@ -66,38 +64,14 @@ void qsa_block_scores_at(const float* index_q, int64_t n_rows, int n_heads, int 
 // *first_pos_device, read when the kernel runs): row t with n_blocks = (first + t + 1) / ratio
 // complete blocks attends tokens 0 .. first + t when n_blocks <= budget_blocks; otherwise the
 // tokens of its budget_blocks best blocks by scores[t·max_blocks + b] (ascending positions) and
-// then the n_visible − n_blocks·ratio tokens of its incomplete block. Ties at the threshold go to
-// the lower block index (qsa_select_reference); the CPU follows torch's CPU topk instead
-// (layers/attention.h), so the two pick different blocks only when scores tie exactly at the
-// budget boundary. Writes token_lists[t·max_tokens + i] for i < token_counts[t];
-// max_tokens >= (budget_blocks + 1)·ratio − 1 holds every row.
+// then the n_visible − n_blocks·ratio tokens of its incomplete block: the CPU's select_tokens
+// (layers/attention.cpp), blocks tied at the budget boundary kept as torch's CPU topk keeps
+// them (layers/torch_top_k.h), so the lists are the CPU's exactly for the same scores.
+// Writes token_lists[t·max_tokens + i] for i < token_counts[t]; max_tokens >= (budget_blocks +
+// 1)·ratio − 1 holds every row. work: n_rows·2·max_blocks ints of scratch.
 void qsa_select_tokens(const float* scores, int64_t n_rows, int64_t max_blocks, const int32_t* first_pos_device,
                        int ratio, int64_t budget_blocks, int max_tokens, int32_t* token_lists, int32_t* token_counts,
-                       cudaStream_t stream);
-
-// The plain host reference of qsa_select_tokens for one row at position pos: its token list.
-inline std::vector<int32_t> qsa_select_reference(const float* scores, int64_t pos, int ratio,
-                                                 int64_t budget_blocks) {
-  const int64_t n_visible = pos + 1, n_blocks = n_visible / ratio;
-  std::vector<int32_t> list;
-  if (n_blocks <= budget_blocks) {
-    for (int64_t i = 0; i < n_visible; ++i) list.push_back(int32_t(i));
-    return list;
-  }
-  std::vector<int64_t> order(static_cast<size_t>(n_blocks));
-  for (int64_t b = 0; b < n_blocks; ++b) order[size_t(b)] = b;
-  const auto canonical = [](float v) { return v == 0.0f ? 0.0f : v; };
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return canonical(scores[a]) > canonical(scores[b]);
-  });
-  std::vector<char> selected(static_cast<size_t>(n_blocks), 0);
-  for (int64_t i = 0; i < budget_blocks; ++i) selected[size_t(order[size_t(i)])] = 1;
-  for (int64_t b = 0; b < n_blocks; ++b)
-    if (selected[size_t(b)])
-      for (int j = 0; j < ratio; ++j) list.push_back(int32_t(b * ratio + j));
-  for (int64_t i = n_blocks * ratio; i < n_visible; ++i) list.push_back(int32_t(i));
-  return list;
-}
+                       int32_t* work, cudaStream_t stream);
 
 // PLE gate: per row t and stream s, score = ⟨key_ts, query_ts⟩/√H, gate = σ(sign(score)·√max(|score|, 1e-6)),
 // gated[t][s·H + i] = gate·values[t][i]. keys and queries [n_rows][S·H] (normed), values [n_rows][H].
