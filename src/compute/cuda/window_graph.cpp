@@ -125,11 +125,9 @@ void WindowGraph::pause(bool read) {
       replay_segment();
       return;
     case Mode::Record:
-      if (!read) {
-        recording_.clean = false;  // eager work between segments: not replayable
-        forget_programs();
-      }
+      if (!read) recording_.clean = false;  // eager work between segments: not replayable
       end_segment(read);
+      if (!read) forget_programs();  // after the capture ends: it synchronises the stream
       return;
     case Mode::Capture:
       end_segment(read);
