@@ -207,10 +207,8 @@ TEST(CudaWindowOps, QsaSelectTokensMatchTheReference) {
     }
     DeviceBuffer dscores = to_device(scores), dfirst = to_device(std::vector<int32_t>{int32_t(c.first)});
     DeviceBuffer dlists(size_t(c.n_rows * max_tokens) * 4), dcounts(size_t(c.n_rows) * 4);
-    DeviceBuffer dwork(size_t(c.n_rows * 2 * max_blocks) * 4);
     compute::cuda::qsa_select_tokens(dscores.as<float>(), c.n_rows, max_blocks, dfirst.as<int32_t>(), ratio, c.budget,
-                                     max_tokens, dlists.as<int32_t>(), dcounts.as<int32_t>(), dwork.as<int32_t>(),
-                                     stream.get());
+                                     max_tokens, dlists.as<int32_t>(), dcounts.as<int32_t>(), stream.get());
     stream.synchronize();
     const auto lists = from_device<int32_t>(dlists, size_t(c.n_rows * max_tokens));
     const auto counts = from_device<int32_t>(dcounts, size_t(c.n_rows));

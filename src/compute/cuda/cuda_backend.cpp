@@ -718,12 +718,11 @@ void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCach
       float* scores = scratch_.floats(n_rows * max_blocks);
       int32_t* lists = scratch_.ints(n_rows * max_tokens);
       int32_t* counts = scratch_.ints(n_rows);
-      int32_t* work = scratch_.ints(n_rows * 2 * max_blocks);
       const float scale = 1.0f / std::sqrt(float(di));
       qsa_block_scores_at(index_q, n_rows, n_idx, di, kv.block_keys.as<float>(), first_device, ratio, max_blocks,
                           scale, scores, s());
       qsa_select_tokens(scores, n_rows, max_blocks, first_device, ratio, budget_blocks, max_tokens, lists, counts,
-                        work, s());
+                        s());
       token_lists = lists;
       token_counts = counts;
     }

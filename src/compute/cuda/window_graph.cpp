@@ -49,6 +49,22 @@ void WindowGraph::forget_programs() {
   ++stats_.forgotten;
 }
 
+void WindowGraph::drop_programs_below(int64_t tokens_bound) {
+  bool synchronised = false;
+  for (auto it = programs_.begin(); it != programs_.end();) {
+    if (it->first.tokens_bound >= tokens_bound) {
+      ++it;
+      continue;
+    }
+    if (!synchronised) {
+      STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // none of them may still be running
+      synchronised = true;
+    }
+    destroy(it->second);
+    it = programs_.erase(it);
+  }
+}
+
 void WindowGraph::begin_window() {
   if (!enabled_) return;
   finish_window();
@@ -100,6 +116,12 @@ void WindowGraph::plan(const WindowKey& key, bool replayable) {
     return;
   }
   key_ = key;
+  // Past the attention bound of the kept programs (it grows every 1024 tokens) the shorter
+  // bounds' programs are dead: a sequence only grows, and a rollback stays inside its last window.
+  if (key.tokens_bound > largest_bound_) {
+    if (largest_bound_ > 0) drop_programs_below(key.tokens_bound);
+    largest_bound_ = key.tokens_bound;
+  }
   auto it = programs_.find(key);
   if (it != programs_.end()) {
     mode_ = Mode::Replay;

@@ -128,6 +128,8 @@ class WindowGraph {
   // Host sync points inside an op allocate or replace device buffers (state growth, new launch
   // tables): the recorded programs may name the old ones, so all of them are dropped there.
   void forget_programs();
+  // Drops the programs recorded for attention bounds below `tokens_bound`.
+  void drop_programs_below(int64_t tokens_bound);
   void end_segment(bool read);
   cudaGraphExec_t instantiate(cudaGraph_t graph);
   void launch(cudaGraphExec_t exec);
@@ -145,6 +147,7 @@ class WindowGraph {
   uint64_t signature_ = 0;
   double capture_started_ = 0;
   WindowKey key_;
+  int64_t largest_bound_ = 0;  // the largest attention bound planned so far
   Program recording_;
   std::map<WindowKey, Program> programs_;
   const Program* replay_ = nullptr;

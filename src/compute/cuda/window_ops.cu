@@ -1,6 +1,7 @@
 // Small per-window CUDA steps of the backend. Contract in window_ops.h.
 #include "compute/cuda/window_ops.h"
 
+#include <mutex>
 #include <string>
 
 #include "compute/cuda/activation_math.cuh"
@@ -123,10 +124,15 @@ __device__ int block_prefix_count(bool flag, int* warp_totals, int& total) {
 // ties) the set is unique, otherwise one thread runs torch's CPU selection (layers/torch_top_k.h)
 // on the row, so tied blocks are kept exactly as torch and the CPU backend keep them.
 constexpr int kSelectThreads = 256;
+constexpr size_t kSelectSharedLimit = size_t(160) << 10;  // 12288 blocks (48 Ki tokens at ratio 4) need 108 KiB
 __global__ void select_tokens_kernel(const float* scores, int64_t max_blocks, const int32_t* first_pos, int ratio,
-                                     int64_t budget_blocks, int max_tokens, int32_t* lists, int32_t* counts,
-                                     int32_t* work) {
+                                     int64_t budget_blocks, int max_tokens, int32_t* lists, int32_t* counts) {
   pdl_begin();
+  // The row's scores, torch's index array and the kept flags, in shared memory: the selection
+  // passes and torch's sequential algorithm read them many times.
+  extern __shared__ float row[];  // [max_blocks]
+  auto* order = reinterpret_cast<int32_t*>(row + max_blocks);
+  auto* kept = reinterpret_cast<uint8_t*>(order + max_blocks);
   __shared__ int histogram[256];
   __shared__ int warp_totals[32];
   __shared__ uint32_t chosen[3];  // threshold prefix, ties still to take, ties at the threshold
@@ -137,7 +143,8 @@ __global__ void select_tokens_kernel(const float* scores, int64_t max_blocks, co
     if (threadIdx.x == 0) counts[t] = int32_t(n_visible);
     return;
   }
-  const float* row = scores + t * max_blocks;
+  for (int64_t b = threadIdx.x; b < n_blocks; b += blockDim.x) row[b] = scores[t * max_blocks + b];
+  __syncthreads();
   uint32_t prefix = 0, mask = 0;
   int remaining = int(budget_blocks);
   for (int shift = 24; shift >= 0; shift -= 8) {
@@ -164,8 +171,6 @@ __global__ void select_tokens_kernel(const float* scores, int64_t max_blocks, co
   const uint32_t threshold = prefix;
   // Ties straddle the boundary: torch's own selection decides which of them stay.
   const bool torch_order = int(chosen[2]) > remaining;
-  int32_t* order = work + t * 2 * max_blocks;
-  int32_t* kept = order + max_blocks;
   if (torch_order) {
     for (int64_t b = threadIdx.x; b < n_blocks; b += blockDim.x) {
       order[b] = int32_t(b);
@@ -174,7 +179,9 @@ __global__ void select_tokens_kernel(const float* scores, int64_t max_blocks, co
     __syncthreads();
     if (threadIdx.x == 0) {
       torch_top_k::torch_top_k_permute(order, n_blocks, budget_blocks,
-                                       [row](int32_t a, int32_t b) { return row[a] > row[b]; });
+                                       [values = static_cast<const float*>(row)](int32_t a, int32_t b) {
+                                         return values[a] > values[b];
+                                       });
       for (int64_t i = 0; i < budget_blocks; ++i) kept[order[i]] = 1;
     }
     __syncthreads();
@@ -326,14 +333,24 @@ void qsa_block_scores_at(const float* index_q, int64_t n_rows, int n_heads, int 
 
 void qsa_select_tokens(const float* scores, int64_t n_rows, int64_t max_blocks, const int32_t* first_pos_device,
                        int ratio, int64_t budget_blocks, int max_tokens, int32_t* token_lists, int32_t* token_counts,
-                       int32_t* work, cudaStream_t stream) {
+                       cudaStream_t stream) {
   if (ratio <= 0 || budget_blocks <= 0 || max_tokens < (budget_blocks + 1) * ratio - 1)
     cuda_fail("CUDA qsa_select_tokens: expected ratio > 0, budget > 0 and max_tokens >= (budget + 1)·ratio − 1, "
               "found ratio " + std::to_string(ratio) + ", budget " + std::to_string(budget_blocks) +
               ", max_tokens " + std::to_string(max_tokens));
   if (n_rows <= 0) return;
-  launch(select_tokens_kernel, unsigned(n_rows), kSelectThreads, 0, stream, scores, max_blocks, first_pos_device,
-         ratio, budget_blocks, max_tokens, token_lists, token_counts, work);
+  const size_t shared = size_t(max_blocks) * (sizeof(float) + sizeof(int32_t) + 1);
+  if (shared > kSelectSharedLimit)
+    cuda_fail("CUDA qsa_select_tokens: " + std::to_string(max_blocks) + " blocks per row need " +
+              std::to_string(shared) + " bytes of shared memory, more than the " + std::to_string(kSelectSharedLimit) +
+              " allowed");
+  static std::once_flag raised;  // past the default 48 KiB of shared memory
+  std::call_once(raised, [] {
+    STRATA_CUDA_CHECK(cudaFuncSetAttribute(select_tokens_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(kSelectSharedLimit)));
+  });
+  launch(select_tokens_kernel, unsigned(n_rows), kSelectThreads, shared, stream, scores, max_blocks, first_pos_device,
+         ratio, budget_blocks, max_tokens, token_lists, token_counts);
   check_launch();
 }
 

@@ -68,10 +68,11 @@ void qsa_block_scores_at(const float* index_q, int64_t n_rows, int n_heads, int 
 // (layers/attention.cpp), blocks tied at the budget boundary kept as torch's CPU topk keeps
 // them (layers/torch_top_k.h), so the lists are the CPU's exactly for the same scores.
 // Writes token_lists[t·max_tokens + i] for i < token_counts[t]; max_tokens >= (budget_blocks +
-// 1)·ratio − 1 holds every row. work: n_rows·2·max_blocks ints of scratch.
+// 1)·ratio − 1 holds every row. A row's scores sit in shared memory (9 bytes per block: up to
+// 160 KiB, beyond which it throws strata::Error naming the count).
 void qsa_select_tokens(const float* scores, int64_t n_rows, int64_t max_blocks, const int32_t* first_pos_device,
                        int ratio, int64_t budget_blocks, int max_tokens, int32_t* token_lists, int32_t* token_counts,
-                       int32_t* work, cudaStream_t stream);
+                       cudaStream_t stream);
 
 // PLE gate: per row t and stream s, score = ⟨key_ts, query_ts⟩/√H, gate = σ(sign(score)·√max(|score|, 1e-6)),
 // gated[t][s·H + i] = gate·values[t][i]. keys and queries [n_rows][S·H] (normed), values [n_rows][H].
