@@ -203,72 +203,57 @@ __device__ void block_best(float& value, int& index, float* shared_v, int* share
 
 constexpr int kMaxRouteK = 32;
 
-// One block per row: the softmax, then a bitonic sort of the (probability, id) pairs by
-// ranks_before (padded to n_sort, a power of two, with id −1 ranking last): a total order, so the
-// sorted sequence, hence the picks and their order, is the same however the sort is scheduled.
-// The first k are the picks, best first (the order their probabilities are summed in).
-__global__ void route_top_k_kernel(const float* logits, int n_expert, int n_sort, int k, int32_t* experts_out,
-                                   float* weights_out) {
+__global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int32_t* experts_out, float* weights_out) {
   pdl_begin();
-  extern __shared__ float sort_v[];  // n_sort probabilities, then n_sort ids
+  extern __shared__ float probs[];  // n_expert, then n_expert chosen flags
   __shared__ float shared_v[32];
+  __shared__ int shared_i[32];
   __shared__ int picked[kMaxRouteK];
-  __shared__ float picked_p[kMaxRouteK];
-  auto* sort_i = reinterpret_cast<int*>(sort_v + n_sort);
+  auto* chosen = reinterpret_cast<int*>(probs + n_expert);
   const float* row = logits + size_t(blockIdx.x) * n_expert;
   float m = -INFINITY;
-  for (int i = threadIdx.x; i < n_expert; i += blockDim.x) m = fmaxf(m, row[i]);
+  for (int i = threadIdx.x; i < n_expert; i += blockDim.x) {
+    m = fmaxf(m, row[i]);
+    chosen[i] = 0;
+  }
   m = block_max(m, shared_v);
   float sum = 0.0f;
   for (int i = threadIdx.x; i < n_expert; i += blockDim.x) {
     const float e = expf(__fsub_rn(row[i], m));
-    sort_v[i] = e;
+    probs[i] = e;
     sum = __fadd_rn(sum, e);
   }
   sum = block_sum(sum, shared_v);
   const float inverse = __fdiv_rn(1.0f, sum);
-  for (int i = threadIdx.x; i < n_sort; i += blockDim.x) {
-    const bool real = i < n_expert;
-    sort_v[i] = real ? __fmul_rn(sort_v[i], inverse) : 0.0f;
-    sort_i[i] = real ? i : -1;
-  }
+  for (int i = threadIdx.x; i < n_expert; i += blockDim.x) probs[i] = __fmul_rn(probs[i], inverse);
   __syncthreads();
-  for (int size = 2; size <= n_sort; size <<= 1)
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      for (int i = threadIdx.x; i < n_sort; i += blockDim.x) {
-        const int j = i ^ stride;
-        if (j <= i) continue;
-        const float vi = sort_v[i], vj = sort_v[j];
-        const int ii = sort_i[i], ij = sort_i[j];
-        const bool j_first = ij >= 0 && (ii < 0 || ranks_before(vj, ij, vi, ii));
-        if (j_first == ((i & size) == 0)) {  // best first in the ascending halves
-          sort_v[i] = vj;
-          sort_v[j] = vi;
-          sort_i[i] = ij;
-          sort_i[j] = ii;
-        }
+  for (int j = 0; j < k; ++j) {
+    float best_v = 0.0f;
+    int best_i = -1;
+    for (int i = threadIdx.x; i < n_expert; i += blockDim.x)
+      if (!chosen[i] && (best_i < 0 || ranks_before(probs[i], i, best_v, best_i))) {
+        best_v = probs[i];
+        best_i = i;
       }
-      __syncthreads();
+    block_best(best_v, best_i, shared_v, shared_i);
+    if (threadIdx.x == 0) {
+      picked[j] = best_i;
+      chosen[best_i] = 1;
     }
+    __syncthreads();
+  }
   if (threadIdx.x == 0) {
     float total = 0.0f;
-    for (int j = 0; j < k; ++j) {
-      picked[j] = sort_i[j];
-      picked_p[j] = sort_v[j];
-      total = __fadd_rn(total, sort_v[j]);
-    }
+    for (int j = 0; j < k; ++j) total = __fadd_rn(total, probs[picked[j]]);
     for (int j = 1; j < k; ++j)  // ascending expert id
       for (int i = j; i > 0 && picked[i - 1] > picked[i]; --i) {
         const int t = picked[i];
         picked[i] = picked[i - 1];
         picked[i - 1] = t;
-        const float p = picked_p[i];
-        picked_p[i] = picked_p[i - 1];
-        picked_p[i - 1] = p;
       }
     for (int j = 0; j < k; ++j) {
       experts_out[size_t(blockIdx.x) * k + j] = picked[j];
-      weights_out[size_t(blockIdx.x) * k + j] = __fdiv_rn(picked_p[j], total);
+      weights_out[size_t(blockIdx.x) * k + j] = __fdiv_rn(probs[picked[j]], total);
     }
   }
 }
@@ -375,11 +360,8 @@ void route_top_k(const float* logits, int64_t n_rows, int n_expert, int k, int32
           "CUDA route_top_k: expected 0 < k <= min(32, n_expert) and n_expert <= 4096, found k = " +
               std::to_string(k) + ", n_expert = " + std::to_string(n_expert));
   if (n_rows <= 0) return;
-  int n_sort = 1;
-  while (n_sort < n_expert) n_sort <<= 1;
-  const size_t shared = size_t(n_sort) * (sizeof(float) + sizeof(int));
-  launch(route_top_k_kernel, unsigned(n_rows), 128, shared, stream, logits, n_expert, n_sort, k, experts_out,
-         weights_out);
+  const size_t shared = size_t(n_expert) * (sizeof(float) + sizeof(int));
+  launch(route_top_k_kernel, unsigned(n_rows), 128, shared, stream, logits, n_expert, k, experts_out, weights_out);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
