@@ -307,28 +307,33 @@ void qsa_block_means(const float* raw, int64_t first_block, int64_t n_blocks, in
   check_launch();
 }
 
+namespace {
+// Both entry points: the window's first position from the host or from device memory.
+void launch_block_scores(const char* name, const float* index_q, int64_t n_rows, int n_heads, int di,
+                         const float* block_keys, int64_t first_pos, const int32_t* first_pos_device, int ratio,
+                         int64_t max_blocks, float scale, float* scores, cudaStream_t stream) {
+  if (ratio <= 0 || di <= 0 || n_heads <= 0)
+    cuda_fail(std::string("CUDA ") + name + ": expected ratio, di and heads > 0, found " + std::to_string(ratio) +
+              ", " + std::to_string(di) + ", " + std::to_string(n_heads));
+  if (n_rows <= 0 || max_blocks <= 0) return;
+  launch(block_scores_kernel, grid_for(n_rows * max_blocks), kThreads, 0, stream, index_q, n_rows, n_heads, di,
+         block_keys, first_pos, first_pos_device, ratio, max_blocks, scale, scores);
+  check_launch();
+}
+}  // namespace
+
 void qsa_block_scores(const float* index_q, int64_t n_rows, int n_heads, int di, const float* block_keys,
                       int64_t first_pos, int ratio, int64_t max_blocks, float scale, float* scores,
                       cudaStream_t stream) {
-  if (ratio <= 0 || di <= 0 || n_heads <= 0)
-    cuda_fail("CUDA qsa_block_scores: expected ratio, di and heads > 0, found " + std::to_string(ratio) + ", " +
-              std::to_string(di) + ", " + std::to_string(n_heads));
-  if (n_rows <= 0 || max_blocks <= 0) return;
-  launch(block_scores_kernel, grid_for(n_rows * max_blocks), kThreads, 0, stream, index_q, n_rows, n_heads, di,
-         block_keys, first_pos, nullptr, ratio, max_blocks, scale, scores);
-  check_launch();
+  launch_block_scores("qsa_block_scores", index_q, n_rows, n_heads, di, block_keys, first_pos, nullptr, ratio,
+                      max_blocks, scale, scores, stream);
 }
 
 void qsa_block_scores_at(const float* index_q, int64_t n_rows, int n_heads, int di, const float* block_keys,
                          const int32_t* first_pos_device, int ratio, int64_t max_blocks, float scale, float* scores,
                          cudaStream_t stream) {
-  if (ratio <= 0 || di <= 0 || n_heads <= 0)
-    cuda_fail("CUDA qsa_block_scores_at: expected ratio, di and heads > 0, found " + std::to_string(ratio) + ", " +
-              std::to_string(di) + ", " + std::to_string(n_heads));
-  if (n_rows <= 0 || max_blocks <= 0) return;
-  launch(block_scores_kernel, grid_for(n_rows * max_blocks), kThreads, 0, stream, index_q, n_rows, n_heads, di,
-         block_keys, 0, first_pos_device, ratio, max_blocks, scale, scores);
-  check_launch();
+  launch_block_scores("qsa_block_scores_at", index_q, n_rows, n_heads, di, block_keys, 0, first_pos_device, ratio,
+                      max_blocks, scale, scores, stream);
 }
 
 void qsa_select_tokens(const float* scores, int64_t n_rows, int64_t max_blocks, const int32_t* first_pos_device,
