@@ -185,7 +185,9 @@ uint32_t Compiler::any_string() {
 
 uint32_t Compiler::int_part() {
   if (!int_part_) {
-    const uint32_t digits = builder_.repeat("int-digits", {B::range('0', '9')}, 0, 19);
+    // At most 18 digits: every such integer fits an int64 (nlohmann, and so validators built on
+    // it, parse a longer one as a float, which is no "integer").
+    const uint32_t digits = builder_.repeat("int-digits", {B::range('0', '9')}, 0, 17);
     int_part_ = builder_.add("int", {{B::byte('0')}, {B::range('1', '9'), B::rule(digits)}});
   }
   return *int_part_;
@@ -200,7 +202,9 @@ uint32_t Compiler::number() {
   if (!number_) {
     const uint32_t frac_digits = builder_.repeat("frac-digits", {B::range('0', '9')}, 1, 20);
     const uint32_t frac = builder_.add("frac", {{}, {B::byte('.'), B::rule(frac_digits)}});
-    const uint32_t exp_digits = builder_.repeat("exp-digits", {B::range('0', '9')}, 1, 4);
+    // Two exponent digits: with 18 integer digits the value stays below 1e118, far inside a
+    // double (1e8888 is valid JSON, but parsers refuse it or turn it into infinity).
+    const uint32_t exp_digits = builder_.repeat("exp-digits", {B::range('0', '9')}, 1, 2);
     ByteSet e, sign;
     e.add('e');
     e.add('E');

@@ -26,8 +26,8 @@
 //   may be left out), additional properties (when allowed) after them, their names spelled
 //   without escapes and different from the declared ones. When `properties` is given and
 //   `additionalProperties` is absent, no other keys are generated.
-// - Numbers: at most 20 digits of integer part, 20 of fraction and 4 of exponent; integers
-//   without fraction or exponent. enum / const values in nlohmann's compact form.
+// - Numbers: at most 18 digits of integer part (so an integer fits an int64), 20 of fraction
+//   and 2 of exponent (so a number fits a double); integers without fraction or exponent. enum / const values in nlohmann's compact form.
 // - Strings: well-formed UTF-8 (no lone surrogates, escaped or not), control characters only
 //   as escapes.
 #pragma once

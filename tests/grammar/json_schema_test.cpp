@@ -39,6 +39,11 @@ TEST(JsonSchemaGrammar, Primitives) {
   const Grammar integer = compile(R"({"type": "integer"})");
   for (const char* ok : {"0", "-7", "123456789"}) EXPECT_TRUE(matches(integer, ok)) << ok;
   for (const char* bad : {"1.5", "1e3", "00", "-"}) EXPECT_FALSE(matches(integer, bad)) << bad;
+  // Bounded so that every parser reads them as they are: integers fit an int64, numbers a double.
+  EXPECT_TRUE(matches(integer, "-999999999999999999"));
+  EXPECT_FALSE(matches(integer, "9999999999999999999"));
+  EXPECT_TRUE(matches(number, "1.5e-99"));
+  EXPECT_FALSE(matches(number, "1e100"));
   const Grammar boolean = compile(R"({"type": "boolean"})");
   EXPECT_TRUE(matches(boolean, "true"));
   EXPECT_TRUE(matches(boolean, "false"));
