@@ -193,6 +193,41 @@ Grammar GrammarBuilder::finish(uint32_t root) {
       throw std::logic_error("GrammarBuilder::finish: rule " + grammar_.rule_names[r] +
                              " declared but never defined");
   grammar_.root = root;
+  // first / nullable of every suffix, to a fixpoint (rules refer to each other, recursively).
+  const std::vector<Element>& elements = grammar_.elements;
+  std::vector<ByteSet>& first = grammar_.first;
+  std::vector<uint8_t>& nullable = grammar_.nullable;
+  first.assign(elements.size(), ByteSet());
+  nullable.assign(elements.size(), 0);
+  std::vector<ByteSet> rule_first(grammar_.rules.size());
+  std::vector<uint8_t> rule_nullable(grammar_.rules.size(), 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t p = elements.size(); p-- > 0;) {  // backwards: a suffix after its tail
+      const Element& e = elements[p];
+      if (e.kind == Element::Kind::End) {
+        if (!nullable[p]) nullable[p] = changed = true;
+        continue;
+      }
+      ByteSet set;
+      bool can_skip;
+      if (e.kind == Element::Kind::Bytes) {
+        set = grammar_.byte_sets[e.value];
+        can_skip = false;
+      } else {
+        set = rule_first[e.value];
+        can_skip = rule_nullable[e.value];
+      }
+      if (can_skip) set.merge(first[p + 1]);
+      changed |= first[p].merge(set);
+      if (can_skip && nullable[p + 1] && !nullable[p]) nullable[p] = changed = true;
+    }
+    for (size_t r = 0; r < grammar_.rules.size(); ++r)
+      for (uint32_t alternative : grammar_.rules[r]) {
+        changed |= rule_first[r].merge(first[alternative]);
+        if (nullable[alternative] && !rule_nullable[r]) rule_nullable[r] = changed = true;
+      }
+  }
   Grammar out = std::move(grammar_);
   grammar_ = Grammar();
   defined_.clear();

@@ -13,8 +13,8 @@
 // a rule lists the offsets of its alternatives. A position (an index into `elements`) is what the
 // matcher's stacks hold. Immutable once built; shared between requests (shared_ptr<const>).
 //
-// Contract: GrammarBuilder never produces left recursion (JsonSchemaCompiler checks $ref cycles
-// that consume nothing and rejects them), so expanding a position always terminates.
+// Contract: a grammar the JSON-schema compiler returns has no left recursion (it checks with
+// find_left_recursion and refuses such schemas), so expanding a position always terminates.
 #pragma once
 
 #include <array>
@@ -30,6 +30,17 @@ struct ByteSet {
   std::array<uint64_t, 4> words{};
   bool has(uint8_t byte) const { return (words[byte >> 6] >> (byte & 63)) & 1; }
   void add(uint8_t byte) { words[byte >> 6] |= uint64_t(1) << (byte & 63); }
+  // Adds `other`; true when that changed this set.
+  bool merge(const ByteSet& other) {
+    bool changed = false;
+    for (size_t i = 0; i < 4; ++i) {
+      const uint64_t merged = words[i] | other.words[i];
+      changed |= merged != words[i];
+      words[i] = merged;
+    }
+    return changed;
+  }
+  bool empty() const { return (words[0] | words[1] | words[2] | words[3]) == 0; }
   void add_range(uint8_t first, uint8_t last) {
     for (int b = first; b <= last; ++b) add(uint8_t(b));
   }
@@ -49,6 +60,10 @@ struct Grammar {
   std::vector<std::vector<uint32_t>> rules;  // rule id -> offsets of its alternatives
   std::vector<std::string> rule_names;       // for debugging and to_text
   uint32_t root = 0;
+  // Per position, filled by GrammarBuilder::finish (the matcher's pruning): the bytes the
+  // suffix from that position to its End can start with, and whether it can match nothing.
+  std::vector<ByteSet> first;
+  std::vector<uint8_t> nullable;
 
   // GBNF-like rendering ("name ::= [\x22] string-chars [\x22] | ..."), for tests and debugging.
   std::string to_text() const;

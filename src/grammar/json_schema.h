@@ -54,8 +54,9 @@ class SchemaError : public Error {
 
 // Upper bound for minLength, maxLength, minItems, maxItems (each bound becomes rules).
 inline constexpr int64_t kMaxRepeat = 10000;
-// Upper bound on the compiled grammar's size, so a hostile schema cannot cost more than this.
-inline constexpr size_t kMaxGrammarElements = size_t(1) << 21;
+// Upper bound on the compiled grammar's size (each element carries a 32-byte first set), so a
+// hostile schema cannot cost more than about 20 MiB.
+inline constexpr size_t kMaxGrammarElements = size_t(1) << 19;
 
 // Throws SchemaError. The schema is read in its key order (ordered_json): that is the order of
 // the generated properties.

@@ -9,7 +9,8 @@ Matcher::Matcher(const Grammar& grammar) : grammar_(grammar) {
   std::vector<uint32_t> start;
   for (uint32_t alternative : grammar_.rules[grammar_.root]) {
     start.assign(1, alternative);
-    expand(start, 1, initial_);
+    if (grammar_.elements[alternative].kind == Element::Kind::End) start.clear();
+    add_stack(start, initial_);
   }
   state_ = initial_;
 }
@@ -23,7 +24,8 @@ void Matcher::add_stack(const std::vector<uint32_t>& stack, MatcherState& out) c
   size_t count = 0;
   for (size_t i = 0; i < out.size(); i += out[i] + 1, ++count) {
     const size_t n = out[i];
-    if (n == stack.size() && std::equal(stack.begin(), stack.end(), out.begin() + std::ptrdiff_t(i) + 1))
+    if (n == stack.size() &&
+        std::equal(stack.begin(), stack.end(), out.begin() + std::ptrdiff_t(i) + 1))
       return;
   }
   if (count >= kMaxStacks) return;
@@ -31,32 +33,36 @@ void Matcher::add_stack(const std::vector<uint32_t>& stack, MatcherState& out) c
   out.insert(out.end(), stack.begin(), stack.end());
 }
 
-void Matcher::expand(std::vector<uint32_t>& stack, size_t depth, MatcherState& out) {
-  while (true) {
-    if (stack.empty()) {
-      add_stack(stack, out);
-      return;
-    }
+void Matcher::consume(std::vector<uint32_t>& stack, uint8_t byte, size_t depth,
+                      MatcherState& out) {
+  const std::vector<Element>& elements = grammar_.elements;
+  while (!stack.empty()) {
     if (stack.size() > kMaxStackDepth || depth > kMaxStackDepth) return;
     const uint32_t pos = stack.back();
-    const Element& element = grammar_.elements[pos];
+    const Element& element = elements[pos];
     if (element.kind == Element::Kind::End) {
       stack.pop_back();
       continue;
     }
     if (element.kind == Element::Kind::Bytes) {
+      if (!grammar_.byte_sets[element.value].has(byte)) return;
+      stack.back() = pos + 1;  // then pop the ends of finished alternatives
+      while (!stack.empty() && elements[stack.back()].kind == Element::Kind::End) stack.pop_back();
       add_stack(stack, out);
       return;
     }
-    // A rule: its continuation stays below (unless the reference ends its alternative: a tail
-    // call), each alternative is expanded on a copy.
+    // A rule: neither it nor what follows can start with the byte, and it cannot be skipped.
+    if (!grammar_.first[pos].has(byte) && !grammar_.nullable[pos]) return;
+    // Its continuation stays below (unless the reference ends its alternative: a tail call);
+    // each alternative that can take the byte, or match nothing, is tried on a copy.
     stack.pop_back();
-    if (grammar_.elements[pos + 1].kind != Element::Kind::End) stack.push_back(pos + 1);
+    if (elements[pos + 1].kind != Element::Kind::End) stack.push_back(pos + 1);
     for (uint32_t alternative : grammar_.rules[element.value]) {
+      if (!grammar_.first[alternative].has(byte) && !grammar_.nullable[alternative]) continue;
       std::vector<uint32_t>& copy = scratch(depth);
       copy.assign(stack.begin(), stack.end());
       copy.push_back(alternative);
-      expand(copy, depth + 1, out);
+      consume(copy, byte, depth + 1, out);
     }
     return;
   }
@@ -67,26 +73,26 @@ bool Matcher::advance(const MatcherState& in, uint8_t byte, MatcherState& out) {
   for (size_t i = 0; i < in.size(); i += in[i] + 1) {
     const size_t n = in[i];
     if (n == 0) continue;
-    const uint32_t top = in[i + n];
-    const Element& element = grammar_.elements[top];
-    if (!grammar_.byte_sets[element.value].has(byte)) continue;
     std::vector<uint32_t>& stack = scratch(0);
-    stack.assign(in.begin() + std::ptrdiff_t(i) + 1, in.begin() + std::ptrdiff_t(i + n));
-    if (grammar_.elements[top + 1].kind != Element::Kind::End) stack.push_back(top + 1);
-    expand(stack, 1, out);
+    stack.assign(in.begin() + std::ptrdiff_t(i) + 1, in.begin() + std::ptrdiff_t(i + n) + 1);
+    consume(stack, byte, 1, out);
   }
   return !out.empty();
 }
 
-bool Matcher::accepting(const MatcherState& state) {
-  for (size_t i = 0; i < state.size(); i += state[i] + 1)
-    if (state[i] == 0) return true;
+bool Matcher::accepting(const MatcherState& state) const {
+  for (size_t i = 0; i < state.size(); i += state[i] + 1) {
+    bool all = true;
+    for (size_t k = 1; k <= state[i] && all; ++k) all = grammar_.nullable[state[i + k]];
+    if (all) return true;
+  }
   return false;
 }
 
-bool Matcher::can_continue(const MatcherState& state) {
+bool Matcher::can_continue(const MatcherState& state) const {
   for (size_t i = 0; i < state.size(); i += state[i] + 1)
-    if (state[i] > 0) return true;
+    for (size_t k = 1; k <= state[i]; ++k)
+      if (!grammar_.first[state[i + k]].empty()) return true;
   return false;
 }
 

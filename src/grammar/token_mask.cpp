@@ -9,10 +9,11 @@
 namespace strata::grammar {
 namespace {
 
-// Masks kept per sequence. A JSON value visits few distinct states at token boundaries apart
-// from counted repetitions (minLength / maxItems), where each count is a state of its own; the
-// cap bounds the memory (n_vocab / 8 bytes each, 19 KiB for Qwen's 151,936).
-constexpr size_t kMaxCachedMasks = 512;
+// Interned states per sequence before the tables start over: each holds a 1 KiB transition row
+// and possibly a mask (n_vocab / 8 bytes, 19 KiB for Qwen's 151,936). A JSON value visits few
+// distinct states apart from counted repetitions (minLength, maxItems, digits), where each count
+// is a state of its own.
+constexpr size_t kMaxStates = 4096;
 
 }  // namespace
 
@@ -64,18 +65,53 @@ size_t GrammarConstraint::StateHash::operator()(const MatcherState& state) const
 }
 
 GrammarConstraint::GrammarConstraint(const Grammar& grammar, const TokenVocabulary& vocabulary)
-    : vocabulary_(vocabulary), matcher_(grammar), levels_(vocabulary.max_token_bytes() + 1) {}
+    : vocabulary_(vocabulary), matcher_(grammar), levels_(vocabulary.max_token_bytes() + 1) {
+  current_ = intern(matcher_.initial());
+}
+
+int32_t GrammarConstraint::intern(const MatcherState& state) {
+  const auto found = state_ids_.find(state);
+  if (found != state_ids_.end()) return found->second;
+  const int32_t id = int32_t(states_.size());
+  states_.push_back(state);
+  state_ids_.emplace(state, id);
+  next_.emplace_back();
+  next_.back().fill(kUnknown);
+  masks_.emplace_back();
+  stats_.states = states_.size();
+  return id;
+}
+
+int32_t GrammarConstraint::step(int32_t id, uint8_t byte) {
+  int32_t next = next_[size_t(id)][byte];
+  if (next != kUnknown) return next;
+  ++stats_.matcher_steps;
+  next = matcher_.advance(states_[size_t(id)], byte, scratch_) ? intern(scratch_) : kDead;
+  next_[size_t(id)][byte] = next;  // (intern may have grown next_: index again)
+  return next;
+}
+
+void GrammarConstraint::reset_tables() {
+  MatcherState current = states_[size_t(current_)];
+  std::vector<uint64_t> current_mask = std::move(masks_[size_t(current_)]);
+  states_.clear();
+  state_ids_.clear();
+  next_.clear();
+  masks_.clear();
+  current_ = intern(current);
+  masks_[size_t(current_)] = std::move(current_mask);
+}
 
 void GrammarConstraint::compute(std::vector<uint64_t>& bits) {
   bits.assign((vocabulary_.n_vocab() + 63) / 64, 0);
   auto allow = [&](int32_t id) { bits[size_t(id) >> 6] |= uint64_t(1) << (id & 63); };
-  const MatcherState& state = matcher_.state();
-  if (Matcher::accepting(state))
+  const MatcherState& state = states_[size_t(current_)];
+  if (matcher_.accepting(state))
     for (int32_t id : vocabulary_.stop_ids()) allow(id);
-  if (!Matcher::can_continue(state)) return;
+  if (!matcher_.can_continue(state)) return;
   const std::vector<int32_t>& sorted = vocabulary_.sorted_ids();
   const std::vector<uint32_t>& lcp = vocabulary_.common_prefix();
-  levels_[0] = state;
+  levels_[0] = current_;
   size_t valid = 0;  // levels_[0 .. valid] hold the states after the current token's prefixes
   size_t dead = std::numeric_limits<size_t>::max();  // a prefix length the grammar rejects
   for (size_t k = 0; k < sorted.size(); ++k) {
@@ -86,12 +122,13 @@ void GrammarConstraint::compute(std::vector<uint64_t>& bits) {
     size_t depth = std::min(valid, common);
     bool ok = true;
     for (; depth < token.size(); ++depth) {
-      ++stats_.matcher_steps;
-      if (!matcher_.advance(levels_[depth], uint8_t(token[depth]), levels_[depth + 1])) {
+      const int32_t next = step(levels_[depth], uint8_t(token[depth]));
+      if (next == kDead) {
         dead = depth + 1;
         ok = false;
         break;
       }
+      levels_[depth + 1] = next;
     }
     valid = depth;
     if (ok) allow(sorted[k]);
@@ -107,21 +144,15 @@ const std::vector<uint64_t>& GrammarConstraint::allowed() {
     }
     return stop_only_;
   }
-  if (current_) {
+  if (!masks_[size_t(current_)].empty()) {
     ++stats_.cache_hits;
-    return *current_;
+    return masks_[size_t(current_)];
   }
-  const auto found = cache_.find(matcher_.state());
-  if (found != cache_.end()) {
-    ++stats_.cache_hits;
-    current_ = &found->second;
-    return *current_;
-  }
-  if (cache_.size() >= kMaxCachedMasks) cache_.clear();
+  if (states_.size() >= kMaxStates) reset_tables();
   std::vector<uint64_t> bits;
   compute(bits);
-  current_ = &cache_.emplace(matcher_.state(), std::move(bits)).first->second;
-  return *current_;
+  masks_[size_t(current_)] = std::move(bits);
+  return masks_[size_t(current_)];
 }
 
 void GrammarConstraint::mask(std::span<float> logits) {
@@ -149,11 +180,19 @@ void GrammarConstraint::accept(int32_t token) {
     }
     return;
   }
-  if (stopped_ || !vocabulary_.has_bytes(token) || !matcher_.accept(vocabulary_.bytes(token))) {
+  if (stopped_ || !vocabulary_.has_bytes(token)) {
     valid_ = false;
     return;
   }
-  current_ = nullptr;
+  int32_t id = current_;
+  for (char c : vocabulary_.bytes(token)) {
+    id = step(id, uint8_t(c));
+    if (id == kDead) {
+      valid_ = false;
+      return;
+    }
+  }
+  current_ = id;
 }
 
 }  // namespace strata::grammar

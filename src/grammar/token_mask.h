@@ -10,9 +10,11 @@
 // common prefix length with the one before, so walking them in order is a depth-first walk of
 // the vocabulary's trie: matcher states are kept per depth and reused for the shared prefix, and
 // once a prefix is rejected every token that starts with it is skipped without running the
-// matcher. The masks are cached by matcher state (the JSON grammar comes back to the same state
-// character after character inside strings, item after item in arrays), so most steps cost a
-// hash lookup and the pass over the logits. Numbers: docs/serve.md (bench/grammar_mask.cpp).
+// matcher. Matcher states are interned (an id each) and their transitions by byte memoised in a
+// table, so the walk is mostly table lookups: the JSON grammar comes back to the same state
+// character after character inside strings, digit after digit, item after item. The masks are
+// cached by state id too, so a step at a state seen before costs the pass over the logits.
+// Numbers: docs/serve.md (bench/grammar_mask.cpp).
 //
 // Composition with sampling (engine/sampler.h): the mask runs first, on a copy of the logits;
 // repetition penalty, temperature, top-k, top-p and min-p then act on what is left, so they are
@@ -23,6 +25,7 @@
 // belongs to one sequence. The Grammar and the vocabulary must outlive the constraint.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -81,15 +84,18 @@ class GrammarConstraint : public SamplingConstraint {
   void accept(int32_t token) override;
 
   // The bytes so far form a complete value (a stop token would be allowed).
-  bool complete() const { return Matcher::accepting(matcher_.state()); }
+  bool complete() const { return matcher_.accepting(states_[size_t(current_)]); }
   // Nothing but a stop can follow: the value is complete and cannot go on, or a stop was taken.
-  bool finished() const { return stopped_ || (complete() && !Matcher::can_continue(matcher_.state())); }
+  bool finished() const {
+    return stopped_ || (complete() && !matcher_.can_continue(states_[size_t(current_)]));
+  }
   bool valid() const { return valid_; }
 
   struct Stats {
     uint64_t masks = 0;          // calls of allowed()
     uint64_t cache_hits = 0;
-    uint64_t matcher_steps = 0;  // bytes run through the matcher by trie walks
+    uint64_t matcher_steps = 0;  // transitions computed by the matcher (not memoised yet)
+    uint64_t states = 0;         // distinct matcher states interned so far
   };
   const Stats& stats() const { return stats_; }
 
@@ -97,13 +103,23 @@ class GrammarConstraint : public SamplingConstraint {
   struct StateHash {
     size_t operator()(const MatcherState& state) const;
   };
+  static constexpr int32_t kDead = -1, kUnknown = -2;
+  // Interning: the id of `state`; and the memoised transition of state `id` by `byte`.
+  int32_t intern(const MatcherState& state);
+  int32_t step(int32_t id, uint8_t byte);
+  // Drops every interned state but the current one (bounds the tables' memory).
+  void reset_tables();
   void compute(std::vector<uint64_t>& bits);
 
   const TokenVocabulary& vocabulary_;
   Matcher matcher_;
-  std::vector<MatcherState> levels_;  // trie walk: the state after each prefix length
-  std::unordered_map<MatcherState, std::vector<uint64_t>, StateHash> cache_;
-  const std::vector<uint64_t>* current_ = nullptr;  // allowed() for the current state
+  std::vector<MatcherState> states_;
+  std::unordered_map<MatcherState, int32_t, StateHash> state_ids_;
+  std::vector<std::array<int32_t, 256>> next_;
+  std::vector<std::vector<uint64_t>> masks_;  // per state id; empty = not computed
+  MatcherState scratch_;
+  std::vector<int32_t> levels_;  // trie walk: the state after each prefix length
+  int32_t current_ = 0;
   std::vector<uint64_t> stop_only_;
   bool stopped_ = false;
   bool valid_ = true;

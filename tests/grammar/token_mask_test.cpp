@@ -42,7 +42,7 @@ void check_against_reference(const Grammar& grammar, const TokenVocabulary& voca
   for (size_t id = 0; id < vocabulary.n_vocab(); ++id) {
     bool expected;
     if (vocabulary.is_stop(int32_t(id))) {
-      expected = Matcher::accepting(at);
+      expected = reference.accepting(at);
     } else if (!vocabulary.has_bytes(int32_t(id))) {
       expected = false;
     } else {
