@@ -2,6 +2,7 @@
 // (docs/serve.md "Structured output" has the numbers and the command):
 // - BM_MaskWalk/<state>: one uncached mask, the trie walk over every token at a state (a fresh
 //   constraint each iteration, fed the prefix's tokens first, which costs little next to it);
+// - BM_MaskWalkLarge/<state>: the same on a synthetic vocabulary of Qwen's size (151,936);
 // - BM_GenerationStep/<schema>: allowed + mask + accept per token along a realistic reply, with
 //   the cache as generation uses it: the mean per-step cost the server pays.
 #include <benchmark/benchmark.h>
@@ -46,6 +47,27 @@ const Fixture& fixture() {
   return f;
 }
 
+// Qwen's vocabulary size, made of the default vocabulary plus concatenations of two of its
+// tokens (a fixed pseudo-random choice): as many tokens, and longer ones, as the real models walk.
+const TokenVocabulary& large_vocabulary() {
+  static const TokenVocabulary v = [] {
+    const Fixture& f = fixture();
+    std::vector<std::string> bytes;
+    for (int32_t id = 0; id < f.tokenizer.n_tokens(); ++id) bytes.push_back(f.vocabulary.bytes(id));
+    const size_t base = bytes.size();
+    uint64_t seed = 12345;
+    auto next = [&] { return size_t((seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33); };
+    while (bytes.size() < 151936) {
+      const std::string& a = bytes[next() % base];
+      const std::string& b = bytes[next() % base];
+      bytes.push_back(a.empty() || b.empty() ? std::string() : a + b);
+    }
+    std::vector<int32_t> stops = f.vocabulary.stop_ids();
+    return TokenVocabulary(std::move(bytes), std::move(stops), 151936);
+  }();
+  return v;
+}
+
 const std::string kReply =
     R"({"name": "A small grey cat called Tom", "color": "green", "tags": ["pets", "animals", )"
     R"("caf\u00e9 lover"], "size": {"w": 42, "h": -0.5e+10}})";
@@ -65,6 +87,25 @@ void BM_MaskWalk(benchmark::State& state, const char* prefix) {
   state.counters["allowed_tokens"] = double(allowed);
   state.counters["vocab"] = double(f.vocabulary.n_vocab());
 }
+void BM_MaskWalkLarge(benchmark::State& state, const char* prefix) {
+  const Fixture& f = fixture();
+  const TokenVocabulary& vocabulary = large_vocabulary();
+  const std::vector<int32_t> tokens = f.tokenizer.encode(prefix, {.parse_special = false});
+  size_t allowed = 0;
+  for (auto _ : state) {
+    GrammarConstraint constraint(f.object_schema, vocabulary);
+    for (int32_t id : tokens) constraint.accept(id);
+    const std::vector<uint64_t>& bits = constraint.allowed();
+    allowed = 0;
+    for (uint64_t word : bits) allowed += size_t(__builtin_popcountll(word));
+    benchmark::DoNotOptimize(bits.data());
+  }
+  state.counters["allowed_tokens"] = double(allowed);
+  state.counters["vocab"] = double(vocabulary.n_vocab());
+}
+BENCHMARK_CAPTURE(BM_MaskWalkLarge, in_string, R"({"name": "A small)")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_MaskWalkLarge, after_value, R"({"name": "A")")->Unit(benchmark::kMicrosecond);
+
 BENCHMARK_CAPTURE(BM_MaskWalk, start, "")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MaskWalk, in_string, R"({"name": "A small)")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MaskWalk, after_value, R"({"name": "A")")->Unit(benchmark::kMicrosecond);
