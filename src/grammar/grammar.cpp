@@ -58,30 +58,17 @@ std::string Grammar::to_text() const {
 }
 
 int64_t Grammar::find_left_recursion() const {
-  // Nullable rules (some alternative of nullable rules only), to a fixpoint.
-  std::vector<bool> nullable(rules.size(), false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t r = 0; r < rules.size(); ++r) {
-      if (nullable[r]) continue;
-      for (uint32_t pos : rules[r]) {
-        bool all = true;
-        for (; elements[pos].kind != Element::Kind::End && all; ++pos)
-          all = elements[pos].kind == Element::Kind::Rule && nullable[elements[pos].value];
-        if (all) {
-          nullable[r] = changed = true;
-          break;
-        }
-      }
-    }
-  }
+  // Nullable rules: some alternative can match nothing (GrammarBuilder::finish computed it).
+  std::vector<bool> nullable_rule(rules.size(), false);
+  for (size_t r = 0; r < rules.size(); ++r)
+    for (uint32_t pos : rules[r]) nullable_rule[r] = nullable_rule[r] || nullable[pos];
   // Left edges: r -> s when s can come first in an alternative of r.
   std::vector<std::vector<uint32_t>> left(rules.size());
   for (size_t r = 0; r < rules.size(); ++r)
     for (uint32_t pos : rules[r])
       for (; elements[pos].kind == Element::Kind::Rule; ++pos) {
         left[r].push_back(elements[pos].value);
-        if (!nullable[elements[pos].value]) break;
+        if (!nullable_rule[elements[pos].value]) break;
       }
   // Iterative DFS for a cycle (schemas can make thousands of rules: no recursion).
   enum : uint8_t { kNew, kOpen, kDone };
@@ -194,39 +181,43 @@ Grammar GrammarBuilder::finish(uint32_t root) {
                              " declared but never defined");
   grammar_.root = root;
   // first / nullable of every suffix, to a fixpoint (rules refer to each other, recursively).
+  // Alternatives in the order they were defined, each from its end backwards, and a rule's sets
+  // updated as soon as one of its alternatives changes: the builder defines a rule after the
+  // rules it uses (repeat chains of 10,000 rules), so one pass settles all but recursion.
   const std::vector<Element>& elements = grammar_.elements;
   std::vector<ByteSet>& first = grammar_.first;
   std::vector<uint8_t>& nullable = grammar_.nullable;
   first.assign(elements.size(), ByteSet());
   nullable.assign(elements.size(), 0);
+  std::vector<std::pair<uint32_t, uint32_t>> alternatives;  // (start, rule)
+  for (size_t r = 0; r < grammar_.rules.size(); ++r)
+    for (uint32_t start : grammar_.rules[r]) alternatives.push_back({start, uint32_t(r)});
+  std::sort(alternatives.begin(), alternatives.end());
   std::vector<ByteSet> rule_first(grammar_.rules.size());
   std::vector<uint8_t> rule_nullable(grammar_.rules.size(), 0);
   for (bool changed = true; changed;) {
     changed = false;
-    for (size_t p = elements.size(); p-- > 0;) {  // backwards: a suffix after its tail
-      const Element& e = elements[p];
-      if (e.kind == Element::Kind::End) {
-        if (!nullable[p]) nullable[p] = changed = true;
-        continue;
+    for (const auto& [start, rule] : alternatives) {
+      uint32_t end = start;
+      while (elements[end].kind != Element::Kind::End) ++end;
+      nullable[end] = 1;
+      for (uint32_t p = end; p-- > start;) {
+        const Element& e = elements[p];
+        ByteSet set;
+        bool can_skip = false;
+        if (e.kind == Element::Kind::Bytes) {
+          set = grammar_.byte_sets[e.value];
+        } else {
+          set = rule_first[e.value];
+          can_skip = rule_nullable[e.value];
+        }
+        if (can_skip) set.merge(first[p + 1]);
+        changed |= first[p].merge(set);
+        if (can_skip && nullable[p + 1] && !nullable[p]) nullable[p] = changed = true;
       }
-      ByteSet set;
-      bool can_skip;
-      if (e.kind == Element::Kind::Bytes) {
-        set = grammar_.byte_sets[e.value];
-        can_skip = false;
-      } else {
-        set = rule_first[e.value];
-        can_skip = rule_nullable[e.value];
-      }
-      if (can_skip) set.merge(first[p + 1]);
-      changed |= first[p].merge(set);
-      if (can_skip && nullable[p + 1] && !nullable[p]) nullable[p] = changed = true;
+      changed |= rule_first[rule].merge(first[start]);
+      if (nullable[start] && !rule_nullable[rule]) rule_nullable[rule] = changed = true;
     }
-    for (size_t r = 0; r < grammar_.rules.size(); ++r)
-      for (uint32_t alternative : grammar_.rules[r]) {
-        changed |= rule_first[r].merge(first[alternative]);
-        if (nullable[alternative] && !rule_nullable[r]) rule_nullable[r] = changed = true;
-      }
   }
   Grammar out = std::move(grammar_);
   grammar_ = Grammar();

@@ -117,6 +117,19 @@ TEST(JsonSchemaGrammar, ArraysNestedAndBounded) {
     EXPECT_FALSE(matches(nested, bad)) << bad;
 }
 
+TEST(JsonSchemaGrammar, LargeBoundsCompileAndMatch) {
+  // 10,000-long repetition chains (the largest bound allowed), nested.
+  const Grammar big = compile(R"({"type": "array", "minItems": 2, "maxItems": 10000,
+                                 "items": {"type": "string", "minLength": 1, "maxLength": 10000}})");
+  EXPECT_TRUE(matches(big, R"(["a","bc"])"));
+  EXPECT_FALSE(matches(big, R"(["a"])"));
+  EXPECT_FALSE(matches(big, R"(["a",""])"));
+  std::string long_item = "[\"" + std::string(10000, 'x') + "\",\"y\"]";
+  EXPECT_TRUE(matches(big, long_item));
+  long_item = "[\"" + std::string(10001, 'x') + "\",\"y\"]";
+  EXPECT_FALSE(matches(big, long_item));
+}
+
 TEST(JsonSchemaGrammar, EnumConstAnyOf) {
   const Grammar color = compile(R"({"enum": ["red", "green", 3, null, {"a": [1]}]})");
   for (const char* ok : {R"("red")", R"("green")", "3", "null", R"({"a":[1]})"})
