@@ -121,25 +121,38 @@ uint32_t Compiler::ws() {
 }
 
 // One character of a string other than '"', '\\' and controls, as well-formed UTF-8
-// (Unicode 15 Table 3-7: no overlongs, no surrogates, nothing above U+10FFFF).
+// (Unicode 15 Table 3-7: no overlongs, no surrogates, nothing above U+10FFFF): each form as its
+// first byte and the rest.
+std::vector<std::pair<ByteSet, Sequence>> plain_char_forms() {
+  auto bytes = [](uint8_t a, uint8_t b) {
+    ByteSet set;
+    set.add_range(a, b);
+    return set;
+  };
+  ByteSet ascii = bytes(0x20, 0x7F);
+  ascii.remove('"');
+  ascii.remove('\\');
+  const B::Item tail = B::range(0x80, 0xBF);
+  return {{ascii, {}},
+          {bytes(0xC2, 0xDF), {tail}},
+          {bytes(0xE0, 0xE0), {B::range(0xA0, 0xBF), tail}},
+          {bytes(0xE1, 0xEC), {tail, tail}},
+          {bytes(0xED, 0xED), {B::range(0x80, 0x9F), tail}},
+          {bytes(0xEE, 0xEF), {tail, tail}},
+          {bytes(0xF0, 0xF0), {B::range(0x90, 0xBF), tail, tail}},
+          {bytes(0xF1, 0xF3), {tail, tail, tail}},
+          {bytes(0xF4, 0xF4), {B::range(0x80, 0x8F), tail, tail}}};
+}
+
 uint32_t Compiler::plain_char() {
   if (!plain_char_) {
-    ByteSet ascii;
-    ascii.add_range(0x20, 0x7F);
-    ascii.remove('"');
-    ascii.remove('\\');
-    const B::Item tail = B::range(0x80, 0xBF);
-    plain_char_ = builder_.add(
-        "plain-char",
-        {{B::bytes(ascii)},
-         {B::range(0xC2, 0xDF), tail},
-         {B::byte(0xE0), B::range(0xA0, 0xBF), tail},
-         {B::range(0xE1, 0xEC), tail, tail},
-         {B::byte(0xED), B::range(0x80, 0x9F), tail},
-         {B::range(0xEE, 0xEF), tail, tail},
-         {B::byte(0xF0), B::range(0x90, 0xBF), tail, tail},
-         {B::range(0xF1, 0xF3), tail, tail, tail},
-         {B::byte(0xF4), B::range(0x80, 0x8F), tail, tail}});
+    std::vector<Sequence> alternatives;
+    for (const auto& [first, rest] : plain_char_forms()) {
+      Sequence form = {B::bytes(first)};
+      form.insert(form.end(), rest.begin(), rest.end());
+      alternatives.push_back(std::move(form));
+    }
+    plain_char_ = builder_.add("plain-char", alternatives);
   }
   return *plain_char_;
 }
@@ -544,27 +557,7 @@ uint32_t Compiler::key_excluding(const std::vector<std::string>& names, const st
   }
   const uint32_t chars = builder_.repeat(child(path, "key-chars"), {B::rule(plain_char())}, 0, -1);
   const uint32_t free_rest = builder_.add(child(path, "key-free"), {{B::rule(chars), B::byte('"')}});
-  // The first byte and the rest of each plain character (as plain_char spells them).
-  const B::Item tail = B::range(0x80, 0xBF);
-  ByteSet ascii;
-  ascii.add_range(0x20, 0x7F);
-  ascii.remove('"');
-  ascii.remove('\\');
-  auto set_of = [](uint8_t a, uint8_t b) {
-    ByteSet s;
-    s.add_range(a, b);
-    return s;
-  };
-  const std::vector<std::pair<ByteSet, Sequence>> char_forms = {
-      {ascii, {}},
-      {set_of(0xC2, 0xDF), {tail}},
-      {set_of(0xE0, 0xE0), {B::range(0xA0, 0xBF), tail}},
-      {set_of(0xE1, 0xEC), {tail, tail}},
-      {set_of(0xED, 0xED), {B::range(0x80, 0x9F), tail}},
-      {set_of(0xEE, 0xEF), {tail, tail}},
-      {set_of(0xF0, 0xF0), {B::range(0x90, 0xBF), tail, tail}},
-      {set_of(0xF1, 0xF3), {tail, tail, tail}},
-      {set_of(0xF4, 0xF4), {B::range(0x80, 0x8F), tail, tail}}};
+  const std::vector<std::pair<ByteSet, Sequence>> char_forms = plain_char_forms();
   std::vector<uint32_t> rules(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) rules[i] = builder_.declare(fmt::format("{}-key{}", path, i));
   for (size_t i = 0; i < nodes.size(); ++i) {
