@@ -56,7 +56,9 @@ const TokenVocabulary& large_vocabulary() {
     for (int32_t id = 0; id < f.tokenizer.n_tokens(); ++id) bytes.push_back(f.vocabulary.bytes(id));
     const size_t base = bytes.size();
     uint64_t seed = 12345;
-    auto next = [&] { return size_t((seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33); };
+    auto next = [&] {
+      return size_t((seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33);
+    };
     while (bytes.size() < 151936) {
       const std::string& a = bytes[next() % base];
       const std::string& b = bytes[next() % base];
@@ -103,13 +105,15 @@ void BM_MaskWalkLarge(benchmark::State& state, const char* prefix) {
   state.counters["allowed_tokens"] = double(allowed);
   state.counters["vocab"] = double(vocabulary.n_vocab());
 }
-BENCHMARK_CAPTURE(BM_MaskWalkLarge, in_string, R"({"name": "A small)")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_MaskWalkLarge, in_string, R"({"name": "A small)")
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MaskWalkLarge, after_value, R"({"name": "A")")->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_CAPTURE(BM_MaskWalk, start, "")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MaskWalk, in_string, R"({"name": "A small)")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MaskWalk, after_value, R"({"name": "A")")->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_MaskWalk, in_number, R"({"name": "A", "color": "red", "tags": [], "size": {"w": 4)")
+BENCHMARK_CAPTURE(BM_MaskWalk, in_number,
+                  R"({"name": "A", "color": "red", "tags": [], "size": {"w": 4)")
     ->Unit(benchmark::kMicrosecond);
 
 void BM_GenerationStep(benchmark::State& state, bool schema) {

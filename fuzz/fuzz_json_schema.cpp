@@ -25,7 +25,9 @@ void check(bool ok) {
   if (!ok) __builtin_trap();
 }
 
-bool bit(const std::vector<uint64_t>& bits, size_t id) { return (bits[id >> 6] >> (id & 63)) & 1; }
+bool bit(const std::vector<uint64_t>& bits, size_t id) {
+  return (bits[id >> 6] >> (id & 63)) & 1;
+}
 
 void check_mask(const Grammar& grammar, std::string_view instance) {
   std::vector<std::string> pieces;

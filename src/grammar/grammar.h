@@ -95,7 +95,9 @@ class GrammarBuilder {
     set.add_range(first, last);
     return bytes(set);
   }
-  static Item literal(std::string_view text) { return {Item::Kind::Literal, {}, std::string(text), 0}; }
+  static Item literal(std::string_view text) {
+    return {Item::Kind::Literal, {}, std::string(text), 0};
+  }
   static Item rule(uint32_t id) { return {Item::Kind::Rule, {}, {}, id}; }
 
   // A new rule without alternatives yet.
@@ -111,8 +113,8 @@ class GrammarBuilder {
   // right-recursive star, which the matcher runs in constant stack depth).
   uint32_t repeat(std::string name, const Sequence& item, int64_t min, int64_t max);
   // `item (separator item)*` with the same bounds on the number of items (min >= 1).
-  uint32_t separated(std::string name, const Sequence& item, const Sequence& separator,
-                     int64_t min, int64_t max);
+  uint32_t separated(std::string name, const Sequence& item, const Sequence& separator, int64_t min,
+                     int64_t max);
 
   size_t n_elements() const { return grammar_.elements.size(); }
   // The grammar with `root` as its start rule; the builder is left empty.

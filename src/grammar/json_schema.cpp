@@ -36,18 +36,38 @@ std::string describe(const ojson& value) {
 // Keywords that only describe (ignored), and those that constrain a value but are not honoured
 // (refused: ignoring them would let output through that the schema forbids).
 const std::set<std::string, std::less<>> kAnnotations = {
-    "title",      "description", "examples", "default",  "$schema",   "$id",
-    "$comment",   "deprecated",  "readOnly", "writeOnly", "$defs",    "definitions",
-    "$anchor",
+    "title",      "description", "examples",  "default", "$schema",     "$id",     "$comment",
+    "deprecated", "readOnly",    "writeOnly", "$defs",   "definitions", "$anchor",
 };
 const std::set<std::string, std::less<>> kRefused = {
-    "pattern",          "format",           "minimum",          "maximum",
-    "exclusiveMinimum", "exclusiveMaximum", "multipleOf",       "allOf",
-    "not",              "if",               "then",             "else",
-    "patternProperties", "propertyNames",   "minProperties",    "maxProperties",
-    "dependentRequired", "dependentSchemas", "dependencies",    "prefixItems",
-    "contains",         "minContains",      "maxContains",      "unevaluatedProperties",
-    "unevaluatedItems", "additionalItems",  "$dynamicRef",      "$recursiveRef",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "allOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "patternProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "prefixItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "additionalItems",
+    "$dynamicRef",
+    "$recursiveRef",
     "contentSchema",
 };
 const std::set<std::string, std::less<>> kObjectKeywords = {"properties", "required",
@@ -64,9 +84,8 @@ int64_t read_bound(const ojson& schema, const char* key, const std::string& path
   if (it == schema.end()) return fallback;
   if (!it->is_number_integer() || (it->is_number_integer() && it->get<int64_t>() < 0) ||
       (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(kMaxRepeat)))
-    refuse(child(path, key),
-           fmt::format("expected an integer between 0 and {}, found {}", kMaxRepeat,
-                       describe(*it)));
+    refuse(child(path, key), fmt::format("expected an integer between 0 and {}, found {}",
+                                         kMaxRepeat, describe(*it)));
   const int64_t value = it->get<int64_t>();
   if (value > kMaxRepeat)
     refuse(child(path, key),
@@ -108,8 +127,8 @@ class Compiler {
   B builder_;
   int depth_ = 0;
   std::map<std::string, uint32_t> refs_;  // JSON pointer -> rule
-  std::optional<uint32_t> ws_, plain_char_, string_char_, any_string_, number_, integer_,
-      int_part_, any_value_, any_object_, any_array_;
+  std::optional<uint32_t> ws_, plain_char_, string_char_, any_string_, number_, integer_, int_part_,
+      any_value_, any_object_, any_array_;
 };
 
 uint32_t Compiler::ws() {
@@ -176,12 +195,12 @@ uint32_t Compiler::string_char() {
     d.add('d');
     d.add('D');
     const B::Item h = B::bytes(hex);
-    const uint32_t escape = builder_.add(
-        "escape", {{B::bytes(simple)},
-                   {B::byte('u'), B::bytes(not_d), h, h, h},
-                   {B::byte('u'), B::bytes(d), B::range('0', '7'), h, h},
-                   {B::byte('u'), B::bytes(d), B::bytes(high), h, h, B::byte('\\'), B::byte('u'),
-                    B::bytes(d), B::bytes(low), h, h}});
+    const uint32_t escape =
+        builder_.add("escape", {{B::bytes(simple)},
+                                {B::byte('u'), B::bytes(not_d), h, h, h},
+                                {B::byte('u'), B::bytes(d), B::range('0', '7'), h, h},
+                                {B::byte('u'), B::bytes(d), B::bytes(high), h, h, B::byte('\\'),
+                                 B::byte('u'), B::bytes(d), B::bytes(low), h, h}});
     string_char_ =
         builder_.add("char", {{B::rule(plain_char())}, {B::byte('\\'), B::rule(escape)}});
   }
@@ -207,7 +226,9 @@ uint32_t Compiler::int_part() {
 }
 
 uint32_t Compiler::integer() {
-  if (!integer_) integer_ = builder_.add("integer", {{B::rule(int_part())}, {B::byte('-'), B::rule(int_part())}});
+  if (!integer_)
+    integer_ =
+        builder_.add("integer", {{B::rule(int_part())}, {B::byte('-'), B::rule(int_part())}});
   return *integer_;
 }
 
@@ -223,8 +244,9 @@ uint32_t Compiler::number() {
     e.add('E');
     sign.add('+');
     sign.add('-');
-    const uint32_t exp = builder_.add(
-        "exp", {{}, {B::bytes(e), B::rule(exp_digits)}, {B::bytes(e), B::bytes(sign), B::rule(exp_digits)}});
+    const uint32_t exp = builder_.add("exp", {{},
+                                              {B::bytes(e), B::rule(exp_digits)},
+                                              {B::bytes(e), B::bytes(sign), B::rule(exp_digits)}});
     number_ = builder_.add("number", {{B::rule(integer()), B::rule(frac), B::rule(exp)}});
   }
   return *number_;
@@ -250,8 +272,10 @@ uint32_t Compiler::any_object() {
   if (!any_object_) {
     any_object_ = builder_.declare("object");
     if (!any_value_) any_value();  // defines value, which refers to this rule
-    const Sequence member = {B::rule(any_string()), B::byte(':'), B::rule(ws()), B::rule(*any_value_)};
-    const uint32_t members = builder_.separated("members", member, {B::byte(','), B::rule(ws())}, 1, -1);
+    const Sequence member = {B::rule(any_string()), B::byte(':'), B::rule(ws()),
+                             B::rule(*any_value_)};
+    const uint32_t members =
+        builder_.separated("members", member, {B::byte(','), B::rule(ws())}, 1, -1);
     builder_.define(*any_object_,
                     {{B::byte('{'), B::rule(ws()), B::byte('}')},
                      {B::byte('{'), B::rule(ws()), B::rule(members), B::rule(ws()), B::byte('}')}});
@@ -279,15 +303,15 @@ uint32_t Compiler::literal(const ojson& value, const std::string& path) {
 uint32_t Compiler::value(const ojson& schema, const std::string& path) {
   if (++depth_ > 200) refuse(path, "schema nested more than 200 levels deep");
   if (builder_.n_elements() > kMaxGrammarElements)
-    refuse(path, fmt::format("schema too large (its grammar passed {} elements)",
-                             kMaxGrammarElements));
+    refuse(path,
+           fmt::format("schema too large (its grammar passed {} elements)", kMaxGrammarElements));
   uint32_t rule;
   if (schema.is_boolean()) {
     if (!schema.get<bool>()) refuse(path, "the schema false accepts no value");
     rule = any_value();
   } else if (!schema.is_object()) {
-    refuse(path, fmt::format("expected a schema (an object or a boolean), found {}",
-                             describe(schema)));
+    refuse(path,
+           fmt::format("expected a schema (an object or a boolean), found {}", describe(schema)));
   } else {
     rule = schema_object(schema, path);
   }
@@ -302,20 +326,23 @@ uint32_t Compiler::schema_object(const ojson& schema, const std::string& path) {
     if (key == "uniqueItems" && setting != false)
       refuse(child(path, key), "only uniqueItems: false is supported");
     if (key == "items" && !setting.is_object() && !setting.is_boolean())
-      refuse(child(path, key), fmt::format("expected a schema, found {} (tuple items are not supported)",
-                                           describe(setting)));
+      refuse(child(path, key),
+             fmt::format("expected a schema, found {} (tuple items are not supported)",
+                         describe(setting)));
   }
   // Keywords that combine with nothing but annotations.
   for (const char* combinator : {"$ref", "anyOf", "oneOf"}) {
     if (!schema.contains(combinator)) continue;
     for (const auto& [key, setting] : schema.items())
       if (key != combinator && !kAnnotations.count(key) &&
-          (kObjectKeywords.count(key) || kArrayKeywords.count(key) ||
-           kStringKeywords.count(key) || key == "type" || key == "enum" || key == "const" ||
-           key == "$ref" || key == "anyOf" || key == "oneOf"))
-        refuse(child(path, key),
-               fmt::format("\"{}\" alongside \"{}\" is not supported (move it into the {})", key,
-                           combinator, combinator == std::string("$ref") ? "referenced schema" : "alternatives"));
+          (kObjectKeywords.count(key) || kArrayKeywords.count(key) || kStringKeywords.count(key) ||
+           key == "type" || key == "enum" || key == "const" || key == "$ref" || key == "anyOf" ||
+           key == "oneOf"))
+        refuse(
+            child(path, key),
+            fmt::format("\"{}\" alongside \"{}\" is not supported (move it into the {})", key,
+                        combinator,
+                        combinator == std::string("$ref") ? "referenced schema" : "alternatives"));
   }
   if (const auto it = schema.find("$ref"); it != schema.end()) {
     const std::string where = child(path, "$ref");
@@ -323,7 +350,8 @@ uint32_t Compiler::schema_object(const ojson& schema, const std::string& path) {
     const std::string& target = it->get_ref<const std::string&>();
     if (target != "#" && target.rfind("#/", 0) != 0)
       refuse(where, fmt::format("only references inside the schema (\"#\", \"#/$defs/...\") are "
-                                "supported, found {}", describe(*it)));
+                                "supported, found {}",
+                                describe(*it)));
     const ojson* resolved = nullptr;
     try {
       resolved = &root_.at(ojson::json_pointer(target.substr(1)));
@@ -339,14 +367,16 @@ uint32_t Compiler::schema_object(const ojson& schema, const std::string& path) {
     builder_.define(id, {{B::rule(value(*resolved, target_path))}});
     return id;
   }
-  if (const auto it = schema.find("const"); it != schema.end()) return literal(*it, child(path, "const"));
+  if (const auto it = schema.find("const"); it != schema.end())
+    return literal(*it, child(path, "const"));
   if (const auto it = schema.find("enum"); it != schema.end()) {
     const std::string where = child(path, "enum");
     if (!it->is_array() || it->empty())
       refuse(where, fmt::format("expected a non-empty array, found {}", describe(*it)));
     std::vector<Sequence> alternatives;
     for (const ojson& option : *it)
-      alternatives.push_back({B::literal(option.dump(-1, ' ', false, ojson::error_handler_t::strict))});
+      alternatives.push_back(
+          {B::literal(option.dump(-1, ' ', false, ojson::error_handler_t::strict))});
     return builder_.add(where, alternatives);
   }
   for (const char* combinator : {"anyOf", "oneOf"}) {
@@ -366,7 +396,8 @@ uint32_t Compiler::schema_object(const ojson& schema, const std::string& path) {
     auto add_type = [&](const ojson& name, const std::string& at) {
       if (!name.is_string() || !kTypes.count(name.get_ref<const std::string&>()))
         refuse(at, fmt::format("expected one of object, array, string, number, integer, boolean, "
-                               "null, found {}", describe(name)));
+                               "null, found {}",
+                               describe(name)));
       types.push_back(name.get<std::string>());
     };
     if (it->is_array()) {
@@ -389,7 +420,8 @@ uint32_t Compiler::schema_object(const ojson& schema, const std::string& path) {
   }
   if (types.size() == 1) return typed(types[0], schema, path);
   std::vector<Sequence> alternatives;
-  for (const std::string& type : types) alternatives.push_back({B::rule(typed(type, schema, path))});
+  for (const std::string& type : types)
+    alternatives.push_back({B::rule(typed(type, schema, path))});
   return builder_.add(child(path, "type"), alternatives);
 }
 
@@ -399,7 +431,8 @@ uint32_t Compiler::typed(const std::string& type, const ojson& schema, const std
   if (type == "string") return string(schema, path);
   if (type == "number") return number();
   if (type == "integer") return integer();
-  if (type == "boolean") return builder_.add("boolean", {{B::literal("true")}, {B::literal("false")}});
+  if (type == "boolean")
+    return builder_.add("boolean", {{B::literal("true")}, {B::literal("false")}});
   return builder_.add("null", {{B::literal("null")}});
 }
 
@@ -410,7 +443,8 @@ uint32_t Compiler::string(const ojson& schema, const std::string& path) {
     refuse(child(path, "minLength"), fmt::format("minLength {} exceeds maxLength {}", min, max));
   if (min == 0 && max < 0) return any_string();
   const uint32_t chars = builder_.repeat(child(path, "chars"), {B::rule(string_char())}, min, max);
-  return builder_.add(path.empty() ? "string" : path, {{B::byte('"'), B::rule(chars), B::byte('"')}});
+  return builder_.add(path.empty() ? "string" : path,
+                      {{B::byte('"'), B::rule(chars), B::byte('"')}});
 }
 
 uint32_t Compiler::array(const ojson& schema, const std::string& path) {
@@ -423,8 +457,9 @@ uint32_t Compiler::array(const ojson& schema, const std::string& path) {
   const std::string name = path.empty() ? "array" : path;
   const Sequence empty = {B::byte('['), B::rule(ws()), B::byte(']')};
   if (max == 0) return builder_.add(name, {empty});
-  const uint32_t list = builder_.separated(child(name, "items"), {B::rule(item)},
-                                           {B::byte(','), B::rule(ws())}, std::max<int64_t>(min, 1), max);
+  const uint32_t list =
+      builder_.separated(child(name, "items"), {B::rule(item)}, {B::byte(','), B::rule(ws())},
+                         std::max<int64_t>(min, 1), max);
   const Sequence full = {B::byte('['), B::rule(ws()), B::rule(list), B::rule(ws()), B::byte(']')};
   if (min == 0) return builder_.add(name, {empty, full});
   return builder_.add(name, {full});
@@ -440,7 +475,8 @@ uint32_t Compiler::object(const ojson& schema, const std::string& path) {
   const auto props = schema.find("properties");
   if (props != schema.end()) {
     if (!props->is_object())
-      refuse(child(path, "properties"), fmt::format("expected an object, found {}", describe(*props)));
+      refuse(child(path, "properties"),
+             fmt::format("expected an object, found {}", describe(*props)));
     for (const auto& [name, sub] : props->items())
       properties.push_back({name, value(sub, child(child(path, "properties"), name)), false});
   }
@@ -458,13 +494,16 @@ uint32_t Compiler::object(const ojson& schema, const std::string& path) {
   if (const auto required = schema.find("required"); required != schema.end()) {
     const std::string where = child(path, "required");
     if (!required->is_array())
-      refuse(where, fmt::format("expected an array of property names, found {}", describe(*required)));
+      refuse(where,
+             fmt::format("expected an array of property names, found {}", describe(*required)));
     for (size_t i = 0; i < required->size(); ++i) {
       const ojson& name = (*required)[i];
       if (!name.is_string())
-        refuse(element(where, i), fmt::format("expected a property name, found {}", describe(name)));
-      auto found = std::find_if(properties.begin(), properties.end(),
-                                [&](const Property& p) { return p.name == name.get_ref<const std::string&>(); });
+        refuse(element(where, i),
+               fmt::format("expected a property name, found {}", describe(name)));
+      auto found = std::find_if(properties.begin(), properties.end(), [&](const Property& p) {
+        return p.name == name.get_ref<const std::string&>();
+      });
       if (found != properties.end()) {
         found->required = true;
       } else if (extra) {
@@ -472,7 +511,8 @@ uint32_t Compiler::object(const ojson& schema, const std::string& path) {
       } else {
         refuse(element(where, i),
                fmt::format("{} is required but additionalProperties forbids it (it is not in "
-                           "properties)", describe(name)));
+                           "properties)",
+                           describe(name)));
       }
     }
   }
@@ -500,8 +540,9 @@ uint32_t Compiler::object(const ojson& schema, const std::string& path) {
   uint32_t first = builder_.add(child(name, "first"), first_alts);
   for (size_t i = properties.size(); i-- > 0;) {
     const Property& p = properties[i];
-    const Sequence member = {B::literal(ojson(p.name).dump(-1, ' ', false, ojson::error_handler_t::strict)),
-                             B::byte(':'), B::rule(space), B::rule(p.rule)};
+    const Sequence member = {
+        B::literal(ojson(p.name).dump(-1, ' ', false, ojson::error_handler_t::strict)),
+        B::byte(':'), B::rule(space), B::rule(p.rule)};
     Sequence with_comma = comma;
     with_comma.insert(with_comma.end(), member.begin(), member.end());
     with_comma.push_back(B::rule(rest));
@@ -517,7 +558,8 @@ uint32_t Compiler::object(const ojson& schema, const std::string& path) {
     first = builder_.add(at + "-first", first_alts_i);
     rest = new_rest;
   }
-  return builder_.add(name, {{B::byte('{'), B::rule(space), B::rule(first), B::rule(space), B::byte('}')}});
+  return builder_.add(
+      name, {{B::byte('{'), B::rule(space), B::rule(first), B::rule(space), B::byte('}')}});
 }
 
 // A key (with its quotes) that is none of `names`: a trie over the names' bytes, leaving it at
@@ -556,14 +598,17 @@ uint32_t Compiler::key_excluding(const std::vector<std::string>& names, const st
     nodes[at].terminal = true;
   }
   const uint32_t chars = builder_.repeat(child(path, "key-chars"), {B::rule(plain_char())}, 0, -1);
-  const uint32_t free_rest = builder_.add(child(path, "key-free"), {{B::rule(chars), B::byte('"')}});
+  const uint32_t free_rest =
+      builder_.add(child(path, "key-free"), {{B::rule(chars), B::byte('"')}});
   const std::vector<std::pair<ByteSet, Sequence>> char_forms = plain_char_forms();
   std::vector<uint32_t> rules(nodes.size());
-  for (size_t i = 0; i < nodes.size(); ++i) rules[i] = builder_.declare(fmt::format("{}-key{}", path, i));
+  for (size_t i = 0; i < nodes.size(); ++i)
+    rules[i] = builder_.declare(fmt::format("{}-key{}", path, i));
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& node = nodes[i];
     std::vector<Sequence> alternatives;
-    for (const auto& [b, next] : node.children) alternatives.push_back({B::byte(b), B::rule(rules[next])});
+    for (const auto& [b, next] : node.children)
+      alternatives.push_back({B::byte(b), B::rule(rules[next])});
     if (node.pending == 0) {
       for (const auto& [first, rest] : char_forms) {
         ByteSet leave = first;
@@ -587,7 +632,8 @@ Grammar Compiler::finish(uint32_t root) {
     const std::string& name = grammar.rule_names[size_t(rule)];
     refuse(name.rfind("#", 0) == 0 ? "$ref" : name,
            fmt::format("the schema refers to itself ({}) before any value is written (left "
-                       "recursion), so no finite value matches it", name));
+                       "recursion), so no finite value matches it",
+                       name));
   }
   return grammar;
 }

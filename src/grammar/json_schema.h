@@ -12,10 +12,10 @@
 //   JSON value. Annotations (title, description, examples, default, $schema, $id, $comment,
 //   deprecated, readOnly, writeOnly) are ignored; so are keywords JSON Schema does not define.
 // Refused with SchemaError naming the keyword's path (e.g. "properties.age.minimum"): pattern
-//   (no regex engine here yet), format, minimum / maximum / exclusive* / multipleOf, allOf, not, if / then / else,
-//   patternProperties, propertyNames, min/maxProperties, dependent*, prefixItems, contains,
-//   uniqueItems: true, unevaluated*, $ref outside the document, $ref with constraining siblings,
-//   anyOf / oneOf with constraining siblings, a `false` schema, required names that
+//   (no regex engine here yet), format, minimum / maximum / exclusive* / multipleOf, allOf, not, if
+//   / then / else, patternProperties, propertyNames, min/maxProperties, dependent*, prefixItems,
+//   contains, uniqueItems: true, unevaluated*, $ref outside the document, $ref with constraining
+//   siblings, anyOf / oneOf with constraining siblings, a `false` schema, required names that
 //   additionalProperties false forbids, bounds above kMaxRepeat.
 //
 // What the grammar generates (and the matcher accepts), a subset of the valid instances:
@@ -27,7 +27,8 @@
 //   without escapes and different from the declared ones. When `properties` is given and
 //   `additionalProperties` is absent, no other keys are generated.
 // - Numbers: at most 18 digits of integer part (so an integer fits an int64), 20 of fraction
-//   and 2 of exponent (so a number fits a double); integers without fraction or exponent. enum / const values in nlohmann's compact form.
+//   and 2 of exponent (so a number fits a double); integers without fraction or exponent. enum /
+//   const values in nlohmann's compact form.
 // - Strings: well-formed UTF-8 (no lone surrogates, escaped or not), control characters only
 //   as escapes.
 #pragma once

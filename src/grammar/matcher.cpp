@@ -33,8 +33,7 @@ void Matcher::add_stack(const std::vector<uint32_t>& stack, MatcherState& out) c
   out.insert(out.end(), stack.begin(), stack.end());
 }
 
-void Matcher::consume(std::vector<uint32_t>& stack, uint8_t byte, size_t depth,
-                      MatcherState& out) {
+void Matcher::consume(std::vector<uint32_t>& stack, uint8_t byte, size_t depth, MatcherState& out) {
   const std::vector<Element>& elements = grammar_.elements;
   while (!stack.empty()) {
     if (stack.size() > kMaxStackDepth || depth > kMaxStackDepth) return;

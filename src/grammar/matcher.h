@@ -22,8 +22,8 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 #include <deque>
+#include <string_view>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -67,7 +67,8 @@ class Matcher {
   MatcherState initial_;
   MatcherState state_;
   MatcherState step_;
-  std::deque<std::vector<uint32_t>> scratch_;  // one stack per expansion depth, reused (stable refs)
+  std::deque<std::vector<uint32_t>>
+      scratch_;  // one stack per expansion depth, reused (stable refs)
 };
 
 }  // namespace strata::grammar

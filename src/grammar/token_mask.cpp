@@ -49,7 +49,8 @@ TokenVocabulary TokenVocabulary::from_tokenizer(const Tokenizer& tokenizer,
   std::vector<std::string> bytes(size_t(tokenizer.n_tokens()));
   for (int32_t id = 0; id < tokenizer.n_tokens(); ++id) {
     const TokenType type = tokenizer.token_type(id);
-    if (type == TokenType::Normal || type == TokenType::Byte) bytes[size_t(id)] = tokenizer.token_bytes(id);
+    if (type == TokenType::Normal || type == TokenType::Byte)
+      bytes[size_t(id)] = tokenizer.token_bytes(id);
   }
   return TokenVocabulary(std::move(bytes), std::move(stop_ids), n_vocab);
 }
@@ -140,7 +141,8 @@ const std::vector<uint64_t>& GrammarConstraint::allowed() {
   if (stopped_) {  // after a stop only stops (a speculative window may sample past one)
     if (stop_only_.empty()) {
       stop_only_.assign((vocabulary_.n_vocab() + 63) / 64, 0);
-      for (int32_t id : vocabulary_.stop_ids()) stop_only_[size_t(id) >> 6] |= uint64_t(1) << (id & 63);
+      for (int32_t id : vocabulary_.stop_ids())
+        stop_only_[size_t(id) >> 6] |= uint64_t(1) << (id & 63);
     }
     return stop_only_;
   }

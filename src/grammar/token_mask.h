@@ -57,7 +57,9 @@ class TokenVocabulary {
   size_t n_vocab() const { return n_vocab_; }
   const std::string& bytes(int32_t id) const { return bytes_[size_t(id)]; }
   bool is_stop(int32_t id) const;
-  bool has_bytes(int32_t id) const { return id >= 0 && size_t(id) < bytes_.size() && !bytes_[size_t(id)].empty(); }
+  bool has_bytes(int32_t id) const {
+    return id >= 0 && size_t(id) < bytes_.size() && !bytes_[size_t(id)].empty();
+  }
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
   const std::vector<int32_t>& sorted_ids() const { return sorted_; }
   const std::vector<uint32_t>& common_prefix() const { return lcp_; }
@@ -92,7 +94,7 @@ class GrammarConstraint : public SamplingConstraint {
   bool valid() const { return valid_; }
 
   struct Stats {
-    uint64_t masks = 0;          // calls of allowed()
+    uint64_t masks = 0;  // calls of allowed()
     uint64_t cache_hits = 0;
     uint64_t matcher_steps = 0;  // transitions computed by the matcher (not memoised yet)
     uint64_t states = 0;         // distinct matcher states interned so far

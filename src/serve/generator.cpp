@@ -71,8 +71,9 @@ void Generator::run(Job& job) {
         std::vector<int32_t> stops;
         if (served_.tokenizer->eos_id()) stops.push_back(*served_.tokenizer->eos_id());
         if (served_.end_of_turn) stops.push_back(*served_.end_of_turn);
-        vocabulary_ = std::make_unique<grammar::TokenVocabulary>(grammar::TokenVocabulary::from_tokenizer(
-            *served_.tokenizer, std::move(stops), size_t(served_.model->hparams().n_vocab)));
+        vocabulary_ = std::make_unique<grammar::TokenVocabulary>(
+            grammar::TokenVocabulary::from_tokenizer(*served_.tokenizer, std::move(stops),
+                                                     size_t(served_.model->hparams().n_vocab)));
       }
       constraint.emplace(*plan.grammar, *vocabulary_);
       sampler.set_constraint(&*constraint);

@@ -26,7 +26,7 @@ namespace strata::serve {
 struct ResponseFormat {
   enum class Type { Text, JsonObject, JsonSchema };
   Type type = Type::Text;
-  std::string name;                                // json_schema.name, when given
+  std::string name;                                 // json_schema.name, when given
   std::shared_ptr<const grammar::Grammar> grammar;  // null for Text
 };
 

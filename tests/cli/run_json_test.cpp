@@ -57,7 +57,8 @@ TEST(CliRunJson, OutputIsAValueOfTheSchema) {
 }
 
 TEST(CliRunJson, RefusedKeywordNamesFileAndKeyword) {
-  const std::string schema = schema_file("strata-bad-schema.json", R"({"type":"string","format":"email"})");
+  const std::string schema =
+      schema_file("strata-bad-schema.json", R"({"type":"string","format":"email"})");
   const CommandResult result = run_strata("run -p P: -n 5 -t 1 --json-schema " + schema);
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.err.find(schema + ": format: "), std::string::npos) << result.err;

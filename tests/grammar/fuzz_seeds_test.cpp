@@ -11,13 +11,15 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 TEST(JsonSchemaFuzzSeeds, CommittedSeedsHoldTheInvariants) {
-  const std::filesystem::path dir = std::filesystem::path(STRATA_TEST_DATA_DIR) / "fuzz" / "json_schema";
+  const std::filesystem::path dir =
+      std::filesystem::path(STRATA_TEST_DATA_DIR) / "fuzz" / "json_schema";
   int n = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     std::ifstream in(entry.path(), std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     SCOPED_TRACE(entry.path().string());
-    EXPECT_EQ(LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), 0);
+    EXPECT_EQ(LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+              0);
     ++n;
   }
   EXPECT_GE(n, 5);

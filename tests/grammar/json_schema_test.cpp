@@ -17,7 +17,9 @@ bool matches(const Grammar& grammar, std::string_view text) {
   return matcher.accept(text) && matcher.accepting();
 }
 
-Grammar compile(std::string_view schema) { return compile_json_schema(ojson::parse(schema)); }
+Grammar compile(std::string_view schema) {
+  return compile_json_schema(ojson::parse(schema));
+}
 
 // The path of the SchemaError `schema` raises ("" when it compiles).
 std::string refusal(std::string_view schema) {
@@ -34,7 +36,8 @@ TEST(JsonSchemaGrammar, Primitives) {
   const Grammar number = compile(R"({"type": "number"})");
   for (const char* ok : {"0", "-0", "-0.5e+10", "12.25", "1E5", "3e-7", "-12", "0.0"})
     EXPECT_TRUE(matches(number, ok)) << ok;
-  for (const char* bad : {"", "01", "-", "1.", ".5", "1e", "+1", "1.5.2", "NaN", "1 ", " 1", "\"1\""})
+  for (const char* bad :
+       {"", "01", "-", "1.", ".5", "1e", "+1", "1.5.2", "NaN", "1 ", " 1", "\"1\""})
     EXPECT_FALSE(matches(number, bad)) << bad;
   const Grammar integer = compile(R"({"type": "integer"})");
   for (const char* ok : {"0", "-7", "123456789"}) EXPECT_TRUE(matches(integer, ok)) << ok;
@@ -72,7 +75,7 @@ TEST(JsonSchemaGrammar, StringsEscapesAndUnicode) {
   EXPECT_FALSE(matches(bounded, R"("a")"));
   EXPECT_TRUE(matches(bounded, R"("ab")"));
   EXPECT_TRUE(matches(bounded, "\"\xC3\xA9\xC3\xA9\xC3\xA9\""));  // three code points
-  EXPECT_TRUE(matches(bounded, R"("\n\u0041b")"));              // escapes count as one
+  EXPECT_TRUE(matches(bounded, R"("\n\u0041b")"));                // escapes count as one
   EXPECT_FALSE(matches(bounded, R"("abcd")"));
 }
 
@@ -86,10 +89,10 @@ TEST(JsonSchemaGrammar, ObjectsRequiredAndAdditional) {
                          R"({ "name": "a", "age": 3, "tags": ["x", "y"] })",
                          "{\n  \"name\": \"a\",\n  \"age\": -1\n}"})
     EXPECT_TRUE(matches(person, ok)) << ok;
-  for (const char* bad : {R"({"name":"a"})", R"({"age":3})", R"({})",
-                          R"({"name":"a","age":3,"extra":1})", R"({"name":"a","age":"3"})",
-                          R"({"name":"a","age":3,})", R"({"name":"a",,"age":3})",
-                          R"({"name":"a","age":3}})", R"({"name":"a"  ,"age":3})"})
+  for (const char* bad :
+       {R"({"name":"a"})", R"({"age":3})", R"({})", R"({"name":"a","age":3,"extra":1})",
+        R"({"name":"a","age":"3"})", R"({"name":"a","age":3,})", R"({"name":"a",,"age":3})",
+        R"({"name":"a","age":3}})", R"({"name":"a"  ,"age":3})"})
     EXPECT_FALSE(matches(person, bad)) << bad;
 
   const Grammar open = compile(R"({"type": "object", "properties": {"id": {"type": "integer"}},
@@ -193,8 +196,9 @@ TEST(JsonSchemaGrammar, WhitespaceIsBounded) {
 
 TEST(JsonSchemaGrammar, RefusesWhatItCannotHonour) {
   EXPECT_EQ(refusal(R"({"type": "string", "pattern": "^a+$"})"), "pattern");
-  EXPECT_EQ(refusal(R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}})"),
-            "properties.age.minimum");
+  EXPECT_EQ(
+      refusal(R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}})"),
+      "properties.age.minimum");
   EXPECT_EQ(refusal(R"({"type": "string", "format": "email"})"), "format");
   EXPECT_EQ(refusal(R"({"allOf": [{}]})"), "allOf");
   EXPECT_EQ(refusal(R"({"type": "array", "items": [{}]})"), "items");
@@ -204,10 +208,15 @@ TEST(JsonSchemaGrammar, RefusesWhatItCannotHonour) {
   EXPECT_EQ(refusal(R"({"$ref": "#/$defs/missing"})"), "$ref");
   EXPECT_EQ(refusal(R"({"$ref": "https://example.com/s.json"})"), "$ref");
   EXPECT_EQ(refusal(R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})"), "$ref");
-  EXPECT_EQ(refusal(R"({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}]}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"})"), "$ref");
+  EXPECT_EQ(
+      refusal(
+          R"({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}]}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"})"),
+      "$ref");
   EXPECT_EQ(refusal(R"({"$ref": "#/$defs/a", "type": "string", "$defs": {"a": {}}})"), "type");
-  EXPECT_EQ(refusal(R"({"type": "object", "required": ["x"], "properties": {}, "additionalProperties": false})"),
-            "required[0]");
+  EXPECT_EQ(
+      refusal(
+          R"({"type": "object", "required": ["x"], "properties": {}, "additionalProperties": false})"),
+      "required[0]");
   EXPECT_EQ(refusal(R"({"type": "string", "maxLength": -1})"), "maxLength");
   EXPECT_EQ(refusal(R"({"type": "string", "maxLength": 100000})"), "maxLength");
   EXPECT_EQ(refusal(R"({"type": "array", "minItems": 3, "maxItems": 2})"), "minItems");

@@ -21,7 +21,9 @@ const Tokenizer& default_tokenizer() {
   return tokenizer;
 }
 
-bool bit(const std::vector<uint64_t>& bits, size_t id) { return (bits[id >> 6] >> (id & 63)) & 1; }
+bool bit(const std::vector<uint64_t>& bits, size_t id) {
+  return (bits[id >> 6] >> (id & 63)) & 1;
+}
 
 // Feeds `prefix` byte by byte through tokens of one byte each... the constraint only takes
 // tokens, so the prefix is encoded with the tokenizer and must be accepted token by token.
@@ -49,8 +51,8 @@ void check_against_reference(const Grammar& grammar, const TokenVocabulary& voca
       reference.set_state(at);
       expected = reference.accept(vocabulary.bytes(int32_t(id)));
     }
-    ASSERT_EQ(bit(bits, id), expected) << "after " << prefix << ": token " << id << " "
-                                       << tokenizer.token_text(int32_t(id));
+    ASSERT_EQ(bit(bits, id), expected)
+        << "after " << prefix << ": token " << id << " " << tokenizer.token_text(int32_t(id));
     n_allowed += expected;
   }
   EXPECT_GT(n_allowed, 0u) << prefix;
@@ -69,10 +71,10 @@ TEST(TokenMask, MatchesBruteForceOnTheDefaultVocabulary) {
       "kind": {"enum": ["cat", "dog"]},
       "n": {"type": "number"}},
     "required": ["name", "kind"], "additionalProperties": false})"));
-  for (const char* prefix : {"", "{", "{\"na", "{\"name\":\"ab", "{\"name\":\"caf\xC3\xA9",
-                             "{\"name\":\"x\",\"kind\":\"", "{\"name\":\"x\",\"kind\":\"dog\"",
-                             "{\"name\":\"x\",\"kind\":\"dog\",\"n\":-1.5",
-                             "{\"name\":\"x\",\"kind\":\"dog\"}"})
+  for (const char* prefix :
+       {"", "{", "{\"na", "{\"name\":\"ab", "{\"name\":\"caf\xC3\xA9",
+        "{\"name\":\"x\",\"kind\":\"", "{\"name\":\"x\",\"kind\":\"dog\"",
+        "{\"name\":\"x\",\"kind\":\"dog\",\"n\":-1.5", "{\"name\":\"x\",\"kind\":\"dog\"}"})
     check_against_reference(grammar, vocabulary, prefix);
 }
 
@@ -82,7 +84,8 @@ TEST(TokenMask, StopsOnlyWhenCompleteAndMasksLogits) {
   const int32_t eos = *tokenizer.eos_id();
   const TokenVocabulary vocabulary =
       TokenVocabulary::from_tokenizer(tokenizer, {eos}, size_t(tokenizer.n_tokens()));
-  const Grammar grammar = compile_json_schema(nlohmann::ordered_json::parse(R"({"type": "integer"})"));
+  const Grammar grammar =
+      compile_json_schema(nlohmann::ordered_json::parse(R"({"type": "integer"})"));
   GrammarConstraint constraint(grammar, vocabulary);
   EXPECT_FALSE(bit(constraint.allowed(), size_t(eos)));
   std::vector<float> logits(vocabulary.n_vocab(), 1.0f);
@@ -106,7 +109,8 @@ TEST(TokenMask, CachesMasksOfRecurringStates) {
       TokenVocabulary::from_tokenizer(tokenizer, {}, size_t(tokenizer.n_tokens()));
   const Grammar grammar = json_object_grammar();
   GrammarConstraint constraint(grammar, vocabulary);
-  for (int32_t id : tokenizer.encode("{\"key\":\"some words in a string value", {.parse_special = false})) {
+  for (int32_t id :
+       tokenizer.encode("{\"key\":\"some words in a string value", {.parse_special = false})) {
     ASSERT_TRUE(bit(constraint.allowed(), size_t(id)));
     constraint.accept(id);
   }

@@ -49,10 +49,10 @@ TEST(ResponseFormat, Types) {
   EXPECT_TRUE(accepts(*object.response_format.grammar, R"({"any":[1,"thing"]})"));
   EXPECT_FALSE(accepts(*object.response_format.grammar, "[1]"));
 
-  const GenerationRequest schema = parse_ok(chat_with(
-      R"({"type":"json_schema","json_schema":{"name":"pt","strict":true,"schema":)"
-      R"({"type":"object","properties":{"y":{"type":"integer"},"x":{"type":"integer"}},)"
-      R"("required":["y","x"],"additionalProperties":false}}})"));
+  const GenerationRequest schema = parse_ok(
+      chat_with(R"({"type":"json_schema","json_schema":{"name":"pt","strict":true,"schema":)"
+                R"({"type":"object","properties":{"y":{"type":"integer"},"x":{"type":"integer"}},)"
+                R"("required":["y","x"],"additionalProperties":false}}})"));
   ASSERT_NE(schema.response_format.grammar, nullptr);
   EXPECT_EQ(schema.response_format.name, "pt");
   // Properties in the order the request wrote them (not sorted).

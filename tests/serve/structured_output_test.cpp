@@ -72,7 +72,8 @@ std::string schema_errors(const json& schema, const std::string& text) {
 }
 
 std::string json_schema_format(const json& schema) {
-  return json{{"type", "json_schema"}, {"json_schema", {{"name", "t"}, {"strict", true}, {"schema", schema}}}}
+  return json{{"type", "json_schema"},
+              {"json_schema", {{"name", "t"}, {"strict", true}, {"schema", schema}}}}
       .dump();
 }
 
@@ -150,8 +151,9 @@ TEST(StructuredOutput, JsonObjectAndCompletions) {
   // /v1/completions takes response_format too.
   const HttpReply reply = post(
       server, "/v1/completions",
-      fmt::format(R"({{"prompt":"A JSON value:","max_tokens":300,"temperature":0,"response_format":{}}})",
-                  json_schema_format(kNested)));
+      fmt::format(
+          R"({{"prompt":"A JSON value:","max_tokens":300,"temperature":0,"response_format":{}}})",
+          json_schema_format(kNested)));
   ASSERT_EQ(reply.status, 200) << reply.body;
   const json r = reply.json();
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
@@ -175,8 +177,10 @@ TEST(StructuredOutput, BadSchemasAre400sNamingThePath) {
   ServeProcess server({"-t", "1"});
   const HttpReply reply = post(
       server, "/v1/chat/completions",
-      chat_body(json_schema_format(json::parse(R"({"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]+$"}}})")),
-                R"("temperature":0)"));
+      chat_body(
+          json_schema_format(json::parse(
+              R"({"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]+$"}}})")),
+          R"("temperature":0)"));
   EXPECT_EQ(reply.status, 400);
   const json error = reply.json()["error"];
   EXPECT_EQ(error["param"], "response_format.json_schema.schema.properties.code.pattern");
