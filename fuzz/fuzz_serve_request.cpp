@@ -4,7 +4,8 @@
 //             violation): parse_generation_request never throws; a rejection is a 4xx ApiError with
 //             a message, and its JSON body parses back; an accepted request obeys the limits
 //             (max_tokens in [1, n_ctx], token ids in the vocabulary, at most 4 non-empty stops,
-//             include_usage only with stream, chat has messages); the completion and chunk JSON
+//             include_usage only with stream, chat has messages, a response_format grammar
+//             unless its type is text); the completion and chunk JSON
 //             built from its text parse back.
 //   mode 2:   StopMatcher: "stop1\x1fstop2...\x1etext"; the text cut after each stop-string search
 //             is the same fed whole or byte by byte.
@@ -53,6 +54,9 @@ void fuzz_parse(std::string_view body, Endpoint endpoint) {
   for (const std::string& stop : request.stop)
     check(!stop.empty() && stop.size() <= limits.max_stop_bytes);
   check(!request.include_usage || request.stream);
+  // response_format: a grammar exactly when the type is not text.
+  check((request.response_format.type == ResponseFormat::Type::Text) ==
+        (request.response_format.grammar == nullptr));
   if (endpoint == Endpoint::ChatCompletions) {
     check(!request.messages.empty());
   } else if (request.prompt_is_tokens) {

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 
@@ -18,6 +20,8 @@
 #include "compute/cpu/thread_pool.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
+#include "grammar/json_schema.h"
+#include "grammar/token_mask.h"
 #include "model/model.h"
 #include "spec/spec_decoder.h"
 #include "text/tokenizer.h"
@@ -46,7 +50,26 @@ struct RunOptions {
   std::string logits_out;  // prompt logits, every position, [T, vocab] f32 LE
   std::string ids_out;     // generated ids, one per line
   SpecCliOptions spec;
+  std::string json_schema_file;  // --json-schema: the output is a value of this schema
+  bool json_object = false;      // --json: the output is a JSON object
 };
+
+// The grammar --json / --json-schema ask for, or nullopt. Errors name the file and the keyword.
+std::optional<grammar::Grammar> output_grammar(const RunOptions& options) {
+  if (options.json_object) return grammar::json_object_grammar();
+  if (options.json_schema_file.empty()) return std::nullopt;
+  const std::string& path = options.json_schema_file;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open: {}", path, std::strerror(errno));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto schema = nlohmann::ordered_json::parse(text, nullptr, false);
+  if (schema.is_discarded()) fail("{}: not valid JSON (expected a JSON schema)", path);
+  try {
+    return grammar::compile_json_schema(schema);
+  } catch (const grammar::SchemaError& error) {
+    fail("{}: {}", path, error.what());
+  }
+}
 
 void write_binary(const std::string& path, const void* data, size_t bytes) {
   std::FILE* file = std::fopen(path.c_str(), "wb");
@@ -200,6 +223,20 @@ void run(const RunOptions& options) {
       fail("{}: cannot open for writing: {}", options.telemetry_out, std::strerror(errno));
   }
   Sampler sampler(options.model.sampling);
+  // --json / --json-schema: every token drawn under the grammar (grammar/token_mask.h); the
+  // output ends once the value is complete.
+  const std::optional<grammar::Grammar> grammar = output_grammar(options);
+  std::optional<grammar::TokenVocabulary> vocabulary;
+  std::optional<grammar::GrammarConstraint> constraint;
+  if (grammar) {
+    if (!tokenizer) fail("{}: --json / --json-schema need the file's tokenizer", path);
+    std::vector<int32_t> stops;
+    if (tokenizer->eos_id()) stops.push_back(*tokenizer->eos_id());
+    vocabulary.emplace(grammar::TokenVocabulary::from_tokenizer(*tokenizer, std::move(stops),
+                                                                size_t(hp.n_vocab)));
+    constraint.emplace(*grammar, *vocabulary);
+    sampler.set_constraint(&*constraint);
+  }
   std::optional<spec::SpecDecoder> speculative;
   if (const spec::SpecOptions spec_options = resolve_spec_options(options.spec);
       spec_options.mode != spec::SpecMode::Off)
@@ -276,15 +313,31 @@ void run(const RunOptions& options) {
                                     w.rows, w.drafted, w.accepted, w.kept));
       });
     const std::vector<float>& logits = last_logits.empty() ? session.logits() : last_logits;
-    generated = speculative->generate(logits, options.n_predict,
-                                      options.ignore_eos ? std::nullopt : eos, emit);
+    if (constraint) {
+      generated = speculative
+                      ->generate_until(
+                          logits, options.n_predict,
+                          [&](int32_t token) { return eos && token == *eos; },
+                          [&](int32_t token) {
+                            emit(token);
+                            return !constraint->finished();
+                          })
+                      .generated;
+    } else {
+      generated = speculative->generate(logits, options.n_predict,
+                                        options.ignore_eos ? std::nullopt : eos, emit);
+    }
   }
   for (; !speculative && generated < options.n_predict; ++generated) {
     const std::vector<float>& logits = last_logits.empty() ? session.logits() : last_logits;
     const int32_t next = sampler.sample(logits, session.tokens());
     last_logits.clear();
-    if (!options.ignore_eos && eos && next == *eos) break;
+    if ((!options.ignore_eos || constraint) && eos && next == *eos) break;
     emit(next);
+    if (constraint && constraint->finished()) {
+      ++generated;
+      break;
+    }
     if (generated + 1 < options.n_predict) {
       const auto step_start = std::chrono::steady_clock::now();
       const ExpertStoreStats before = store ? store->stats() : ExpertStoreStats{};
@@ -373,6 +426,10 @@ void register_run(CLI::App& app) {
   add_spec_options(*cmd, options->spec);
   cmd->add_flag("--ignore-eos", options->ignore_eos,
                 "keep generating past the end-of-sequence token");
+  auto* json_schema = cmd->add_option("--json-schema", options->json_schema_file,
+                                      "constrain the output to a value of the JSON schema in FILE");
+  cmd->add_flag("--json", options->json_object, "constrain the output to a JSON object")
+      ->excludes(json_schema);
   cmd->callback([options, cmd] {
     options->prompt_given = cmd->count("--prompt") > 0;
     run(*options);

@@ -34,6 +34,11 @@ void Sampler::distribution_into(std::span<const float> logits, std::span<const i
   TokenDistribution& out = scratch.out;
   out.ids.clear();
   out.probs.clear();
+  if (constraint_) {
+    scratch.masked.assign(logits.begin(), logits.end());
+    constraint_->mask(scratch.masked);
+    logits = scratch.masked;
+  }
   if (greedy()) {
     out.ids.push_back(int32_t(compute::argmax(logits.data(), int64_t(logits.size()))));
     out.probs.push_back(1.0f);
@@ -82,6 +87,9 @@ void Sampler::distribution_into(std::span<const float> logits, std::span<const i
     total += probs[i];
   }
   for (double& p : probs) p /= total;
+  // Masked tokens (-inf) sort last with probability 0: never candidates.
+  if (constraint_)
+    while (keep > 1 && probs[keep - 1] == 0.0) --keep;
   if (config_.top_p < 1.0f) {
     double mass = 0;
     size_t n = 0;
@@ -102,6 +110,12 @@ void Sampler::distribution_into(std::span<const float> logits, std::span<const i
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  const int32_t token = draw(logits, history);
+  if (constraint_) constraint_->accept(token);
+  return token;
+}
+
+int32_t Sampler::draw(std::span<const float> logits, std::span<const int32_t> history) {
   distribution_into(logits, history, scratch_);
   const TokenDistribution& dist = scratch_.out;
   if (dist.ids.size() == 1) return dist.ids[0];

@@ -7,6 +7,9 @@
 // from a seeded 64-bit generator. The same seed, logits and history give the same token on every
 // machine: the generator is std::mt19937_64 and the uniform draw is built from its raw bits.
 // `distribution` exposes the final probabilities (speculative sampling needs them).
+// With a SamplingConstraint (engine/sampling_constraint.h, e.g. a JSON grammar), its mask is
+// applied to a copy of the logits before all of the above, tokens left with probability 0 are
+// dropped from the candidates, and `sample` tells the constraint the token it drew.
 // Not thread-safe; one per sequence.
 #pragma once
 
@@ -14,6 +17,8 @@
 #include <random>
 #include <span>
 #include <vector>
+
+#include "engine/sampling_constraint.h"
 
 namespace strata {
 
@@ -46,21 +51,26 @@ class Sampler {
                                  std::span<const int32_t> history) const;
   // A uniform draw in [0, 1) from the sampler's generator.
   double uniform();
+  // Restricts every later draw to what `constraint` allows (nullptr: none). Not owned; it must
+  // outlive its use here.
+  void set_constraint(SamplingConstraint* constraint) { constraint_ = constraint; }
 
  private:
   // distribution's working vectors; `sample` keeps its own, so a warm sampler allocates nothing.
   struct Scratch {
-    std::vector<float> adjusted;
+    std::vector<float> adjusted, masked;
     std::vector<int32_t> recent, order;
     std::vector<double> probs;
     TokenDistribution out;
   };
   void distribution_into(std::span<const float> logits, std::span<const int32_t> history,
                          Scratch& scratch) const;
+  int32_t draw(std::span<const float> logits, std::span<const int32_t> history);
 
   SamplerConfig config_;
   std::mt19937_64 rng_;
   Scratch scratch_;
+  SamplingConstraint* constraint_ = nullptr;
 };
 
 }  // namespace strata

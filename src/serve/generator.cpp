@@ -65,6 +65,21 @@ void Generator::run(Job& job) {
     ExpertSource* experts = recorder_.source();
     Session session(*served_.model, pool_, experts, served_.backend);
     Sampler sampler(plan.sampling);
+    std::optional<grammar::GrammarConstraint> constraint;
+    if (plan.grammar) {
+      if (!vocabulary_) {
+        std::vector<int32_t> stops;
+        if (served_.tokenizer->eos_id()) stops.push_back(*served_.tokenizer->eos_id());
+        if (served_.end_of_turn) stops.push_back(*served_.end_of_turn);
+        vocabulary_ = std::make_unique<grammar::TokenVocabulary>(
+            grammar::TokenVocabulary::from_tokenizer(*served_.tokenizer, std::move(stops),
+                                                     size_t(served_.model->hparams().n_vocab)));
+      }
+      constraint.emplace(*plan.grammar, *vocabulary_);
+      sampler.set_constraint(&*constraint);
+    }
+    // The value is complete and nothing can follow it: the generation ends there ("stop").
+    auto value_done = [&] { return constraint && constraint->finished(); };
     StreamingDecoder decoder(*served_.tokenizer, DecodeOptions{.render_control = false});
     StopMatcher stops(plan.stop);
     std::optional<ThinkFilter> think;
@@ -112,7 +127,7 @@ void Generator::run(Job& job) {
 
     const std::optional<int32_t> eos = served_.tokenizer->eos_id();
     auto ends_generation = [&](int32_t token) {
-      return !plan.ignore_eos && (token == eos || token == served_.end_of_turn);
+      return (!plan.ignore_eos || constraint) && (token == eos || token == served_.end_of_turn);
     };
     int64_t generated = 0;
     if (speculative) {
@@ -136,11 +151,12 @@ void Generator::run(Job& job) {
               recorder_.token();
               deliver(stops.push(decoder.push(token)));
               if (generated == 1) save_prompt();  // nothing fed after the prompt yet
-              // Like the plain loop: a stop string, then the length limit, then cancellation.
-              if (stops.stopped()) return false;
+              // Like the plain loop: a stop string or a complete value, then the length limit,
+              // then cancellation.
+              if (stops.stopped() || value_done()) return false;
               return generated >= plan.max_new_tokens || !job.cancel_requested();
             });
-        if (result.end == spec::GenerateEnd::StopToken || stops.stopped())
+        if (result.end == spec::GenerateEnd::StopToken || stops.stopped() || value_done())
           outcome.finish = FinishReason::Stop;
         else if (result.end == spec::GenerateEnd::Halted)
           outcome.cancelled = true;
@@ -168,7 +184,7 @@ void Generator::run(Job& job) {
       ++generated;
       recorder_.token();
       deliver(stops.push(decoder.push(next)));
-      if (stops.stopped()) {
+      if (stops.stopped() || value_done()) {
         outcome.finish = FinishReason::Stop;
         break;
       }

@@ -21,6 +21,14 @@
 // prefill (once the first token is out, before anything is fed after the prompt, so it costs
 // the first token nothing) and when the generation ends.
 //
+// Structured output (GenerationPlan::grammar): the sampler draws under a GrammarConstraint
+// (grammar/token_mask.h) built over the vocabulary's byte strings (once per Generator, on the
+// first such request); the end-of-sequence / end-of-turn tokens are only allowed once the value
+// is complete (whatever ignore_eos says), and the generation ends with "stop" as soon as nothing
+// else can follow. With speculative decoding the same sampler judges every verify row in order
+// (spec/spec_decoder.h), so a draft the grammar forbids never stands and the tokens are those of
+// plain constrained decoding.
+//
 // Dashboard: every window fetches its experts through a DashboardRecorder, which publishes
 // snapshots of the engine (heat, residency, counters, this generation's progress) to the hub
 // (serve/dashboard.h); with `profile` the forward's phases are timed for it.
@@ -35,6 +43,7 @@
 
 #include "compute/cpu/thread_pool.h"
 #include "engine/state_cache.h"
+#include "grammar/token_mask.h"
 #include "serve/dashboard.h"
 #include "serve/dashboard_recorder.h"
 #include "serve/metrics.h"
@@ -63,6 +72,7 @@ class Generator {
   std::unique_ptr<spec::SpecGate> spec_gate_;  // null with --spec off
   DashboardRecorder recorder_;
   StateCache cache_;
+  std::unique_ptr<grammar::TokenVocabulary> vocabulary_;  // built by the first constrained job
 };
 
 }  // namespace strata::serve

@@ -10,9 +10,14 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
   plan.endpoint = request.endpoint;
   const bool chat = request.endpoint == Endpoint::ChatCompletions;
   const char* prompt_field = chat ? "messages" : "prompt";
+  plan.grammar = request.response_format.grammar;
   if (chat) {
     ChatRenderOptions render;
-    render.enable_thinking = request.enable_thinking.value_or(true);
+    render.enable_thinking = request.enable_thinking.value_or(!plan.grammar);
+    if (plan.grammar && render.enable_thinking)
+      return invalid_field("chat_template_kwargs.enable_thinking",
+                           "a response_format reply is the JSON value alone, without a thinking "
+                           "block: set enable_thinking false or leave it out");
     std::string text;
     try {
       text = served.chat_template->render(request.messages, render);
@@ -21,7 +26,7 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
                            error.what());
     }
     plan.prompt = served.tokenizer->encode(text);
-    plan.split_thinking = true;
+    plan.split_thinking = !plan.grammar;
     plan.starts_in_thinking = served.chat_template->prompt_opens_thinking(render);
   } else if (request.prompt_is_tokens) {
     plan.prompt = request.prompt_tokens;

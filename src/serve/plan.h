@@ -4,11 +4,14 @@
 // Contract: `plan_generation` never throws for bad input; it returns an ApiError naming the field:
 // the conversation the chat template rejects ("messages"), a prompt that encodes to no tokens
 // ("prompt"), a prompt that leaves no room in the context (code context_length_exceeded, param
-// "messages"/"prompt"), or max_tokens that do not fit after the prompt ("max_tokens").
+// "messages"/"prompt"), max_tokens that do not fit after the prompt ("max_tokens"), or a
+// response_format with chat_template_kwargs.enable_thinking true (structured output is the
+// whole reply: it has no room for a thinking block).
 // Thread-safe: it only reads the model, tokenizer and template (all immutable).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -54,6 +57,9 @@ struct GenerationPlan {
   bool ignore_eos = false;
   bool split_thinking = false;      // chat: a leading <think> block goes to reasoning_content
   bool starts_in_thinking = false;  // the rendered prompt opened "<think>\n"
+  // Structured output (response_format): every token is drawn under this grammar, and the
+  // generation ends once the value is complete. Chat renders such requests without thinking.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 using PlanResult = std::variant<GenerationPlan, ApiError>;

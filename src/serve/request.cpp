@@ -473,13 +473,6 @@ void reject_unsupported(const json& body, Endpoint endpoint) {
     if (auto v = read_number(body, key, key, -2.0, 2.0); v && *v != 0.0)
       reject(key, "{} is not supported by this server (repeat_penalty is)", key);
   }
-  if (const json* format = field(body, "response_format")) {
-    if (!format->is_object())
-      reject("response_format", "expected an object, found {}", describe(*format));
-    const std::string* type = read_string(*format, "type", "response_format.type");
-    if (type && *type != "text")
-      reject("response_format.type", "only \"text\" is supported, found {}", describe(json(*type)));
-  }
   if (endpoint == Endpoint::Completions) {
     if (read_bool(body, "echo", "echo").value_or(false))
       reject("echo", "echo is not supported by this server");
@@ -543,8 +536,17 @@ std::variant<Result, ApiError> parse_with(std::string_view body, const RequestLi
 
 ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
                                      const RequestLimits& limits) {
-  return parse_with<GenerationRequest>(
-      body, limits, [&](const json& parsed) { return parse_fields(parsed, endpoint, limits); });
+  return parse_with<GenerationRequest>(body, limits, [&](const json& parsed) {
+    GenerationRequest out = parse_fields(parsed, endpoint, limits);
+    if (field(parsed, "response_format")) {
+      // Again in key order (the schema's properties are generated in the order they are written).
+      const auto ordered = nlohmann::ordered_json::parse(body);
+      auto format = parse_response_format(ordered["response_format"]);
+      if (ApiError* error = std::get_if<ApiError>(&format)) throw Rejection{std::move(*error)};
+      out.response_format = std::move(std::get<ResponseFormat>(format));
+    }
+    return out;
+  });
 }
 
 namespace {
@@ -552,6 +554,8 @@ namespace {
 // The Anthropic fields with another name or shape in the OpenAI chat body; see request.h.
 json anthropic_to_chat(const json& body) {
   if (!field(body, "max_tokens")) reject("max_tokens", "required by the Messages API");
+  if (field(body, "response_format"))
+    reject("response_format", "not part of the Messages API (use /v1/chat/completions)");
   json chat = json::object();
   for (const auto& [key, value] : body.items())
     if (key != "system" && key != "stop_sequences" && key != "thinking" && key != "messages" &&

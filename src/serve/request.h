@@ -15,9 +15,10 @@
 // - Accepted: the OpenAI fields that strata honours (model, messages / prompt, max_tokens,
 //   max_completion_tokens, temperature, top_p, seed, n=1, stop, stream,
 //   stream_options.include_usage) and the llama.cpp server extensions top_k, min_p, repeat_penalty
-//   (alias repetition_penalty), ignore_eos and chat_template_kwargs.enable_thinking. OpenAI fields
-//   whose effect strata cannot give (tools, logprobs, n > 1, echo, best_of, suffix, non-zero
-//   frequency/presence penalties, logit_bias, a non-text response_format) are rejected with a
+//   (alias repetition_penalty), ignore_eos and chat_template_kwargs.enable_thinking, and
+//   response_format (serve/response_format.h: text, json_object, json_schema; both endpoints).
+//   OpenAI fields whose effect strata cannot give (tools, logprobs, n > 1, echo, best_of, suffix,
+//   non-zero frequency/presence penalties, logit_bias) are rejected with a
 //   message saying so rather than silently ignored. Other unknown fields are ignored (as
 //   llama.cpp's server does).
 // - A missing "model" means the served model; a different name is 404 model_not_found.
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "serve/api_error.h"
+#include "serve/response_format.h"
 #include "text/chat_template.h"
 
 namespace strata::serve {
@@ -72,6 +74,7 @@ struct GenerationRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool ignore_eos = false;
   std::optional<bool> enable_thinking;  // chat_template_kwargs.enable_thinking
+  ResponseFormat response_format;       // structured output (grammar set unless type Text)
 };
 
 using ParseResult = std::variant<GenerationRequest, ApiError>;

@@ -1,0 +1,92 @@
+// libFuzzer target for the structured-output grammar (src/grammar/): the JSON-schema compiler,
+// the matcher and the token mask. Input: "SCHEMA\x1eINSTANCE" (no separator: the whole input is
+// the instance, under the any-JSON-object grammar). Invariants (trap on violation):
+// - compile_json_schema on any JSON value throws nothing but SchemaError (whose message names
+//   its path);
+// - an instance the matcher accepts as complete is valid JSON (nlohmann parses it);
+// - the token mask over a small vocabulary cut from the instance (pieces of 1..4 bytes, plus a
+//   stop token) equals the brute-force answer at every token boundary of the instance.
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "grammar/json_schema.h"
+#include "grammar/matcher.h"
+#include "grammar/token_mask.h"
+
+namespace {
+
+using namespace strata::grammar;
+
+void check(bool ok) {
+  if (!ok) __builtin_trap();
+}
+
+bool bit(const std::vector<uint64_t>& bits, size_t id) {
+  return (bits[id >> 6] >> (id & 63)) & 1;
+}
+
+void check_mask(const Grammar& grammar, std::string_view instance) {
+  std::vector<std::string> pieces;
+  std::vector<int32_t> tokens;  // the instance as a sequence of piece ids
+  for (size_t at = 0; at < instance.size() && pieces.size() < 256;) {
+    const size_t n = std::min<size_t>(1 + (uint8_t(instance[at]) & 3), instance.size() - at);
+    tokens.push_back(int32_t(pieces.size()));
+    pieces.emplace_back(instance.substr(at, n));
+    at += n;
+  }
+  const int32_t stop = int32_t(pieces.size());
+  pieces.emplace_back();
+  const TokenVocabulary vocabulary(pieces, {stop}, pieces.size() + 3);
+  GrammarConstraint constraint(grammar, vocabulary);
+  Matcher reference(grammar);
+  for (int32_t token : tokens) {
+    const std::vector<uint64_t> bits = constraint.allowed();
+    const MatcherState at = reference.state();
+    for (size_t id = 0; id < vocabulary.n_vocab(); ++id) {
+      bool expected = false;
+      if (int32_t(id) == stop) {
+        expected = reference.accepting(at);
+      } else if (vocabulary.has_bytes(int32_t(id))) {
+        reference.set_state(at);
+        expected = reference.accept(vocabulary.bytes(int32_t(id)));
+      }
+      check(bit(bits, id) == expected);
+    }
+    reference.set_state(at);
+    if (!bit(bits, size_t(token))) return;  // the instance leaves the grammar here
+    constraint.accept(token);
+    check(constraint.valid());
+    check(reference.accept(vocabulary.bytes(token)));
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  const size_t cut = input.find('\x1e');
+  std::string_view instance = input;
+  Grammar grammar;
+  if (cut == std::string_view::npos) {
+    grammar = json_object_grammar();
+  } else {
+    instance = input.substr(cut + 1);
+    const auto schema = nlohmann::ordered_json::parse(input.substr(0, cut), nullptr, false);
+    if (schema.is_discarded()) return 0;
+    try {
+      grammar = compile_json_schema(schema);
+    } catch (const SchemaError& error) {
+      check(std::string_view(error.what()).find(error.path()) != std::string_view::npos);
+      return 0;
+    }
+  }
+  Matcher matcher(grammar);
+  if (matcher.accept(instance) && matcher.accepting())
+    check(!nlohmann::json::parse(instance, nullptr, false).is_discarded());
+  check_mask(grammar, instance.substr(0, 512));
+  return 0;
+}

@@ -1,0 +1,228 @@
+#include "grammar/grammar.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace strata::grammar {
+namespace {
+
+std::string render_byte_set(const ByteSet& set) {
+  auto show = [](std::string& out, int b) {
+    if (b >= 0x21 && b < 0x7F && b != ']' && b != '\\' && b != '-') {
+      out.push_back(char(b));
+    } else {
+      out.append(fmt::format("\\x{:02X}", b));
+    }
+  };
+  std::string out(1, '[');
+  for (int b = 0; b < 256;) {
+    if (!set.has(uint8_t(b))) {
+      ++b;
+      continue;
+    }
+    int last = b;
+    while (last + 1 < 256 && set.has(uint8_t(last + 1))) ++last;
+    show(out, b);
+    if (last > b) {
+      out.push_back('-');
+      show(out, last);
+    }
+    b = last + 1;
+  }
+  out.push_back(']');
+  return out;
+}
+
+}  // namespace
+
+std::string Grammar::to_text() const {
+  std::string out;
+  for (size_t r = 0; r < rules.size(); ++r) {
+    out += fmt::format("{} ::=", rule_names[r]);
+    for (size_t a = 0; a < rules[r].size(); ++a) {
+      if (a > 0) out += " |";
+      uint32_t pos = rules[r][a];
+      if (elements[pos].kind == Element::Kind::End) out += " \"\"";
+      for (; elements[pos].kind != Element::Kind::End; ++pos) {
+        const Element& e = elements[pos];
+        out += " ";
+        out += e.kind == Element::Kind::Rule ? rule_names[e.value]
+                                             : render_byte_set(byte_sets[e.value]);
+      }
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+int64_t Grammar::find_left_recursion() const {
+  // Nullable rules: some alternative can match nothing (GrammarBuilder::finish computed it).
+  std::vector<bool> nullable_rule(rules.size(), false);
+  for (size_t r = 0; r < rules.size(); ++r)
+    for (uint32_t pos : rules[r]) nullable_rule[r] = nullable_rule[r] || nullable[pos];
+  // Left edges: r -> s when s can come first in an alternative of r.
+  std::vector<std::vector<uint32_t>> left(rules.size());
+  for (size_t r = 0; r < rules.size(); ++r)
+    for (uint32_t pos : rules[r])
+      for (; elements[pos].kind == Element::Kind::Rule; ++pos) {
+        left[r].push_back(elements[pos].value);
+        if (!nullable_rule[elements[pos].value]) break;
+      }
+  // Iterative DFS for a cycle (schemas can make thousands of rules: no recursion).
+  enum : uint8_t { kNew, kOpen, kDone };
+  std::vector<uint8_t> color(rules.size(), kNew);
+  std::vector<std::pair<uint32_t, size_t>> path;
+  for (size_t start = 0; start < rules.size(); ++start) {
+    if (color[start] != kNew) continue;
+    path.push_back({uint32_t(start), 0});
+    color[start] = kOpen;
+    while (!path.empty()) {
+      auto& [rule, next] = path.back();
+      if (next == left[rule].size()) {
+        color[rule] = kDone;
+        path.pop_back();
+        continue;
+      }
+      const uint32_t target = left[rule][next++];
+      if (color[target] == kOpen) return target;
+      if (color[target] == kNew) {
+        color[target] = kOpen;
+        path.push_back({target, 0});
+      }
+    }
+  }
+  return -1;
+}
+
+uint32_t GrammarBuilder::declare(std::string name) {
+  grammar_.rules.emplace_back();
+  grammar_.rule_names.push_back(std::move(name));
+  defined_.push_back(false);
+  return uint32_t(grammar_.rules.size() - 1);
+}
+
+uint32_t GrammarBuilder::byte_set_index(const ByteSet& set) {
+  // Few distinct sets exist (JSON's classes); a linear search keeps them shared.
+  for (size_t i = 0; i < grammar_.byte_sets.size(); ++i)
+    if (grammar_.byte_sets[i] == set) return uint32_t(i);
+  grammar_.byte_sets.push_back(set);
+  return uint32_t(grammar_.byte_sets.size() - 1);
+}
+
+void GrammarBuilder::define(uint32_t rule, const std::vector<Sequence>& alternatives) {
+  if (rule >= defined_.size() || defined_[rule])
+    throw std::logic_error("GrammarBuilder::define: rule undeclared or defined twice");
+  defined_[rule] = true;
+  for (const Sequence& sequence : alternatives) {
+    grammar_.rules[rule].push_back(uint32_t(grammar_.elements.size()));
+    for (const Item& item : sequence) {
+      switch (item.kind) {
+        case Item::Kind::Bytes:
+          grammar_.elements.push_back({Element::Kind::Bytes, byte_set_index(item.bytes)});
+          break;
+        case Item::Kind::Literal:
+          for (char c : item.literal) {
+            ByteSet set;
+            set.add(uint8_t(c));
+            grammar_.elements.push_back({Element::Kind::Bytes, byte_set_index(set)});
+          }
+          break;
+        case Item::Kind::Rule:
+          grammar_.elements.push_back({Element::Kind::Rule, item.rule});
+          break;
+      }
+    }
+    grammar_.elements.push_back({Element::Kind::End, 0});
+  }
+}
+
+uint32_t GrammarBuilder::repeat(std::string name, const Sequence& item, int64_t min, int64_t max) {
+  Sequence head;
+  for (int64_t i = 0; i < min; ++i) head.insert(head.end(), item.begin(), item.end());
+  if (max < 0) {
+    // star ::= item star | ""  (right recursion: the matcher's tail call keeps the stack flat)
+    const uint32_t star = declare(name + "-star");
+    Sequence again = item;
+    again.push_back(rule(star));
+    define(star, {again, {}});
+    head.push_back(rule(star));
+  } else if (max > min) {
+    // opt_k ::= item opt_{k-1} | ""  for k = 1 .. max - min
+    uint32_t previous = 0;
+    for (int64_t k = 1; k <= max - min; ++k) {
+      const uint32_t opt = declare(fmt::format("{}-opt{}", name, k));
+      Sequence more = item;
+      if (k > 1) more.push_back(rule(previous));
+      define(opt, {more, {}});
+      previous = opt;
+    }
+    head.push_back(rule(previous));
+  }
+  return add(std::move(name), {head});
+}
+
+uint32_t GrammarBuilder::separated(std::string name, const Sequence& item,
+                                   const Sequence& separator, int64_t min, int64_t max) {
+  Sequence more = separator;
+  more.insert(more.end(), item.begin(), item.end());
+  const uint32_t rest =
+      repeat(name + "-rest", more, std::max<int64_t>(min - 1, 0), max < 0 ? -1 : max - 1);
+  Sequence first = item;
+  first.push_back(rule(rest));
+  return add(std::move(name), {first});
+}
+
+Grammar GrammarBuilder::finish(uint32_t root) {
+  for (size_t r = 0; r < defined_.size(); ++r)
+    if (!defined_[r])
+      throw std::logic_error("GrammarBuilder::finish: rule " + grammar_.rule_names[r] +
+                             " declared but never defined");
+  grammar_.root = root;
+  // first / nullable of every suffix, to a fixpoint (rules refer to each other, recursively).
+  // Alternatives in the order they were defined, each from its end backwards, and a rule's sets
+  // updated as soon as one of its alternatives changes: the builder defines a rule after the
+  // rules it uses (repeat chains of 10,000 rules), so one pass settles all but recursion.
+  const std::vector<Element>& elements = grammar_.elements;
+  std::vector<ByteSet>& first = grammar_.first;
+  std::vector<uint8_t>& nullable = grammar_.nullable;
+  first.assign(elements.size(), ByteSet());
+  nullable.assign(elements.size(), 0);
+  std::vector<std::pair<uint32_t, uint32_t>> alternatives;  // (start, rule)
+  for (size_t r = 0; r < grammar_.rules.size(); ++r)
+    for (uint32_t start : grammar_.rules[r]) alternatives.push_back({start, uint32_t(r)});
+  std::sort(alternatives.begin(), alternatives.end());
+  std::vector<ByteSet> rule_first(grammar_.rules.size());
+  std::vector<uint8_t> rule_nullable(grammar_.rules.size(), 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const auto& [start, rule] : alternatives) {
+      uint32_t end = start;
+      while (elements[end].kind != Element::Kind::End) ++end;
+      nullable[end] = 1;
+      for (uint32_t p = end; p-- > start;) {
+        const Element& e = elements[p];
+        ByteSet set;
+        bool can_skip = false;
+        if (e.kind == Element::Kind::Bytes) {
+          set = grammar_.byte_sets[e.value];
+        } else {
+          set = rule_first[e.value];
+          can_skip = rule_nullable[e.value];
+        }
+        if (can_skip) set.merge(first[p + 1]);
+        changed |= first[p].merge(set);
+        if (can_skip && nullable[p + 1] && !nullable[p]) nullable[p] = changed = true;
+      }
+      changed |= rule_first[rule].merge(first[start]);
+      if (nullable[start] && !rule_nullable[rule]) rule_nullable[rule] = changed = true;
+    }
+  }
+  Grammar out = std::move(grammar_);
+  grammar_ = Grammar();
+  defined_.clear();
+  return out;
+}
+
+}  // namespace strata::grammar

@@ -1,0 +1,655 @@
+#include "grammar/json_schema.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+
+namespace strata::grammar {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using B = GrammarBuilder;
+using Sequence = B::Sequence;
+
+std::string child(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
+}
+std::string element(const std::string& path, size_t index) {
+  return fmt::format("{}[{}]", path, index);
+}
+
+std::string describe(const ojson& value) {
+  if (value.is_primitive()) {
+    std::string text = value.dump(-1, ' ', false, ojson::error_handler_t::replace);
+    return text.size() <= 40 ? text : text.substr(0, 40) + "...";
+  }
+  return value.type_name();
+}
+
+[[noreturn]] void refuse(const std::string& path, const std::string& message) {
+  throw SchemaError(path, path.empty() ? message : fmt::format("{}: {}", path, message));
+}
+
+// Keywords that only describe (ignored), and those that constrain a value but are not honoured
+// (refused: ignoring them would let output through that the schema forbids).
+const std::set<std::string, std::less<>> kAnnotations = {
+    "title",      "description", "examples",  "default", "$schema",     "$id",     "$comment",
+    "deprecated", "readOnly",    "writeOnly", "$defs",   "definitions", "$anchor",
+};
+const std::set<std::string, std::less<>> kRefused = {
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "allOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "patternProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "prefixItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "additionalItems",
+    "$dynamicRef",
+    "$recursiveRef",
+    "contentSchema",
+};
+const std::set<std::string, std::less<>> kObjectKeywords = {"properties", "required",
+                                                            "additionalProperties"};
+const std::set<std::string, std::less<>> kArrayKeywords = {"items", "minItems", "maxItems",
+                                                           "uniqueItems"};
+const std::set<std::string, std::less<>> kStringKeywords = {"minLength", "maxLength"};
+const std::set<std::string, std::less<>> kTypes = {"object",  "array",   "string", "number",
+                                                   "integer", "boolean", "null"};
+
+int64_t read_bound(const ojson& schema, const char* key, const std::string& path,
+                   int64_t fallback) {
+  const auto it = schema.find(key);
+  if (it == schema.end()) return fallback;
+  if (!it->is_number_integer() || (it->is_number_integer() && it->get<int64_t>() < 0) ||
+      (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(kMaxRepeat)))
+    refuse(child(path, key), fmt::format("expected an integer between 0 and {}, found {}",
+                                         kMaxRepeat, describe(*it)));
+  const int64_t value = it->get<int64_t>();
+  if (value > kMaxRepeat)
+    refuse(child(path, key),
+           fmt::format("expected an integer between 0 and {}, found {}", kMaxRepeat, value));
+  return value;
+}
+
+class Compiler {
+ public:
+  explicit Compiler(const ojson& root) : root_(root) {}
+
+  // The rule for `schema` (found at `path`).
+  uint32_t value(const ojson& schema, const std::string& path);
+  uint32_t any_object();
+  Grammar finish(uint32_t root);
+
+ private:
+  uint32_t schema_object(const ojson& schema, const std::string& path);
+  uint32_t typed(const std::string& type, const ojson& schema, const std::string& path);
+  uint32_t object(const ojson& schema, const std::string& path);
+  uint32_t array(const ojson& schema, const std::string& path);
+  uint32_t string(const ojson& schema, const std::string& path);
+  uint32_t ref(const ojson& target, const std::string& path);
+  uint32_t literal(const ojson& value, const std::string& path);
+  uint32_t key_excluding(const std::vector<std::string>& names, const std::string& path);
+
+  // Shared rules, made on first use.
+  uint32_t ws();
+  uint32_t plain_char();
+  uint32_t string_char();
+  uint32_t any_string();
+  uint32_t number();
+  uint32_t integer();
+  uint32_t int_part();
+  uint32_t any_value();
+  uint32_t any_array();
+
+  const ojson& root_;
+  B builder_;
+  int depth_ = 0;
+  std::map<std::string, uint32_t> refs_;  // JSON pointer -> rule
+  std::optional<uint32_t> ws_, plain_char_, string_char_, any_string_, number_, integer_, int_part_,
+      any_value_, any_object_, any_array_;
+};
+
+uint32_t Compiler::ws() {
+  if (!ws_) {
+    const uint32_t spaces = builder_.repeat("ws-indent", {B::byte(' ')}, 0, 20);
+    ws_ = builder_.add("ws", {{}, {B::byte(' ')}, {B::byte('\n'), B::rule(spaces)}});
+  }
+  return *ws_;
+}
+
+// One character of a string other than '"', '\\' and controls, as well-formed UTF-8
+// (Unicode 15 Table 3-7: no overlongs, no surrogates, nothing above U+10FFFF): each form as its
+// first byte and the rest.
+std::vector<std::pair<ByteSet, Sequence>> plain_char_forms() {
+  auto bytes = [](uint8_t a, uint8_t b) {
+    ByteSet set;
+    set.add_range(a, b);
+    return set;
+  };
+  ByteSet ascii = bytes(0x20, 0x7F);
+  ascii.remove('"');
+  ascii.remove('\\');
+  const B::Item tail = B::range(0x80, 0xBF);
+  return {{ascii, {}},
+          {bytes(0xC2, 0xDF), {tail}},
+          {bytes(0xE0, 0xE0), {B::range(0xA0, 0xBF), tail}},
+          {bytes(0xE1, 0xEC), {tail, tail}},
+          {bytes(0xED, 0xED), {B::range(0x80, 0x9F), tail}},
+          {bytes(0xEE, 0xEF), {tail, tail}},
+          {bytes(0xF0, 0xF0), {B::range(0x90, 0xBF), tail, tail}},
+          {bytes(0xF1, 0xF3), {tail, tail, tail}},
+          {bytes(0xF4, 0xF4), {B::range(0x80, 0x8F), tail, tail}}};
+}
+
+uint32_t Compiler::plain_char() {
+  if (!plain_char_) {
+    std::vector<Sequence> alternatives;
+    for (const auto& [first, rest] : plain_char_forms()) {
+      Sequence form = {B::bytes(first)};
+      form.insert(form.end(), rest.begin(), rest.end());
+      alternatives.push_back(std::move(form));
+    }
+    plain_char_ = builder_.add("plain-char", alternatives);
+  }
+  return *plain_char_;
+}
+
+// A string character: plain, or an escape; \u escapes of surrogates only as a high-low pair.
+uint32_t Compiler::string_char() {
+  if (!string_char_) {
+    ByteSet hex;
+    hex.add_range('0', '9');
+    hex.add_range('a', 'f');
+    hex.add_range('A', 'F');
+    ByteSet not_d = hex;  // first hex digit of a non-surrogate
+    not_d.remove('d');
+    not_d.remove('D');
+    ByteSet simple;
+    for (char c : std::string_view("\"\\/bfnrt")) simple.add(uint8_t(c));
+    ByteSet high, low;
+    for (char c : std::string_view("89abAB")) high.add(uint8_t(c));
+    for (char c : std::string_view("cdefCDEF")) low.add(uint8_t(c));
+    ByteSet d;
+    d.add('d');
+    d.add('D');
+    const B::Item h = B::bytes(hex);
+    const uint32_t escape =
+        builder_.add("escape", {{B::bytes(simple)},
+                                {B::byte('u'), B::bytes(not_d), h, h, h},
+                                {B::byte('u'), B::bytes(d), B::range('0', '7'), h, h},
+                                {B::byte('u'), B::bytes(d), B::bytes(high), h, h, B::byte('\\'),
+                                 B::byte('u'), B::bytes(d), B::bytes(low), h, h}});
+    string_char_ =
+        builder_.add("char", {{B::rule(plain_char())}, {B::byte('\\'), B::rule(escape)}});
+  }
+  return *string_char_;
+}
+
+uint32_t Compiler::any_string() {
+  if (!any_string_) {
+    const uint32_t chars = builder_.repeat("chars", {B::rule(string_char())}, 0, -1);
+    any_string_ = builder_.add("string", {{B::byte('"'), B::rule(chars), B::byte('"')}});
+  }
+  return *any_string_;
+}
+
+uint32_t Compiler::int_part() {
+  if (!int_part_) {
+    // At most 18 digits: every such integer fits an int64 (nlohmann, and so validators built on
+    // it, parse a longer one as a float, which is no "integer").
+    const uint32_t digits = builder_.repeat("int-digits", {B::range('0', '9')}, 0, 17);
+    int_part_ = builder_.add("int", {{B::byte('0')}, {B::range('1', '9'), B::rule(digits)}});
+  }
+  return *int_part_;
+}
+
+uint32_t Compiler::integer() {
+  if (!integer_)
+    integer_ =
+        builder_.add("integer", {{B::rule(int_part())}, {B::byte('-'), B::rule(int_part())}});
+  return *integer_;
+}
+
+uint32_t Compiler::number() {
+  if (!number_) {
+    const uint32_t frac_digits = builder_.repeat("frac-digits", {B::range('0', '9')}, 1, 20);
+    const uint32_t frac = builder_.add("frac", {{}, {B::byte('.'), B::rule(frac_digits)}});
+    // Two exponent digits: with 18 integer digits the value stays below 1e118, far inside a
+    // double (1e8888 is valid JSON, but parsers refuse it or turn it into infinity).
+    const uint32_t exp_digits = builder_.repeat("exp-digits", {B::range('0', '9')}, 1, 2);
+    ByteSet e, sign;
+    e.add('e');
+    e.add('E');
+    sign.add('+');
+    sign.add('-');
+    const uint32_t exp = builder_.add("exp", {{},
+                                              {B::bytes(e), B::rule(exp_digits)},
+                                              {B::bytes(e), B::bytes(sign), B::rule(exp_digits)}});
+    number_ = builder_.add("number", {{B::rule(integer()), B::rule(frac), B::rule(exp)}});
+  }
+  return *number_;
+}
+
+uint32_t Compiler::any_value() {
+  if (!any_value_) {
+    any_value_ = builder_.declare("value");
+    const uint32_t object = any_object();
+    const uint32_t array = any_array();
+    builder_.define(*any_value_, {{B::rule(object)},
+                                  {B::rule(array)},
+                                  {B::rule(any_string())},
+                                  {B::rule(number())},
+                                  {B::literal("true")},
+                                  {B::literal("false")},
+                                  {B::literal("null")}});
+  }
+  return *any_value_;
+}
+
+uint32_t Compiler::any_object() {
+  if (!any_object_) {
+    any_object_ = builder_.declare("object");
+    if (!any_value_) any_value();  // defines value, which refers to this rule
+    const Sequence member = {B::rule(any_string()), B::byte(':'), B::rule(ws()),
+                             B::rule(*any_value_)};
+    const uint32_t members =
+        builder_.separated("members", member, {B::byte(','), B::rule(ws())}, 1, -1);
+    builder_.define(*any_object_,
+                    {{B::byte('{'), B::rule(ws()), B::byte('}')},
+                     {B::byte('{'), B::rule(ws()), B::rule(members), B::rule(ws()), B::byte('}')}});
+  }
+  return *any_object_;
+}
+
+uint32_t Compiler::any_array() {
+  if (!any_array_) {
+    any_array_ = builder_.declare("array");
+    const uint32_t items = builder_.separated("elements", {B::rule(any_value())},
+                                              {B::byte(','), B::rule(ws())}, 1, -1);
+    builder_.define(*any_array_,
+                    {{B::byte('['), B::rule(ws()), B::byte(']')},
+                     {B::byte('['), B::rule(ws()), B::rule(items), B::rule(ws()), B::byte(']')}});
+  }
+  return *any_array_;
+}
+
+uint32_t Compiler::literal(const ojson& value, const std::string& path) {
+  return builder_.add(path.empty() ? "literal" : path,
+                      {{B::literal(value.dump(-1, ' ', false, ojson::error_handler_t::strict))}});
+}
+
+uint32_t Compiler::value(const ojson& schema, const std::string& path) {
+  if (++depth_ > 200) refuse(path, "schema nested more than 200 levels deep");
+  if (builder_.n_elements() > kMaxGrammarElements)
+    refuse(path,
+           fmt::format("schema too large (its grammar passed {} elements)", kMaxGrammarElements));
+  uint32_t rule;
+  if (schema.is_boolean()) {
+    if (!schema.get<bool>()) refuse(path, "the schema false accepts no value");
+    rule = any_value();
+  } else if (!schema.is_object()) {
+    refuse(path,
+           fmt::format("expected a schema (an object or a boolean), found {}", describe(schema)));
+  } else {
+    rule = schema_object(schema, path);
+  }
+  --depth_;
+  return rule;
+}
+
+uint32_t Compiler::schema_object(const ojson& schema, const std::string& path) {
+  for (const auto& [key, setting] : schema.items()) {
+    if (kRefused.count(key))
+      refuse(child(path, key), fmt::format("the keyword \"{}\" is not supported", key));
+    if (key == "uniqueItems" && setting != false)
+      refuse(child(path, key), "only uniqueItems: false is supported");
+    if (key == "items" && !setting.is_object() && !setting.is_boolean())
+      refuse(child(path, key),
+             fmt::format("expected a schema, found {} (tuple items are not supported)",
+                         describe(setting)));
+  }
+  // Keywords that combine with nothing but annotations.
+  for (const char* combinator : {"$ref", "anyOf", "oneOf"}) {
+    if (!schema.contains(combinator)) continue;
+    for (const auto& [key, setting] : schema.items())
+      if (key != combinator && !kAnnotations.count(key) &&
+          (kObjectKeywords.count(key) || kArrayKeywords.count(key) || kStringKeywords.count(key) ||
+           key == "type" || key == "enum" || key == "const" || key == "$ref" || key == "anyOf" ||
+           key == "oneOf"))
+        refuse(
+            child(path, key),
+            fmt::format("\"{}\" alongside \"{}\" is not supported (move it into the {})", key,
+                        combinator,
+                        combinator == std::string("$ref") ? "referenced schema" : "alternatives"));
+  }
+  if (const auto it = schema.find("$ref"); it != schema.end()) {
+    const std::string where = child(path, "$ref");
+    if (!it->is_string()) refuse(where, fmt::format("expected a string, found {}", describe(*it)));
+    const std::string& target = it->get_ref<const std::string&>();
+    if (target != "#" && target.rfind("#/", 0) != 0)
+      refuse(where, fmt::format("only references inside the schema (\"#\", \"#/$defs/...\") are "
+                                "supported, found {}",
+                                describe(*it)));
+    const ojson* resolved = nullptr;
+    try {
+      resolved = &root_.at(ojson::json_pointer(target.substr(1)));
+    } catch (const ojson::exception&) {
+      refuse(where, fmt::format("{} names no location in the schema", describe(*it)));
+    }
+    if (const auto found = refs_.find(target); found != refs_.end()) return found->second;
+    const uint32_t id = builder_.declare(target);
+    refs_.emplace(target, id);
+    std::string target_path = target.size() > 2 ? target.substr(2) : std::string();
+    for (char& c : target_path)
+      if (c == '/') c = '.';
+    builder_.define(id, {{B::rule(value(*resolved, target_path))}});
+    return id;
+  }
+  if (const auto it = schema.find("const"); it != schema.end())
+    return literal(*it, child(path, "const"));
+  if (const auto it = schema.find("enum"); it != schema.end()) {
+    const std::string where = child(path, "enum");
+    if (!it->is_array() || it->empty())
+      refuse(where, fmt::format("expected a non-empty array, found {}", describe(*it)));
+    std::vector<Sequence> alternatives;
+    for (const ojson& option : *it)
+      alternatives.push_back(
+          {B::literal(option.dump(-1, ' ', false, ojson::error_handler_t::strict))});
+    return builder_.add(where, alternatives);
+  }
+  for (const char* combinator : {"anyOf", "oneOf"}) {
+    const auto it = schema.find(combinator);
+    if (it == schema.end()) continue;
+    const std::string where = child(path, combinator);
+    if (!it->is_array() || it->empty())
+      refuse(where, fmt::format("expected a non-empty array of schemas, found {}", describe(*it)));
+    std::vector<Sequence> alternatives;
+    for (size_t i = 0; i < it->size(); ++i)
+      alternatives.push_back({B::rule(value((*it)[i], element(where, i)))});
+    return builder_.add(where, alternatives);
+  }
+  std::vector<std::string> types;
+  if (const auto it = schema.find("type"); it != schema.end()) {
+    const std::string where = child(path, "type");
+    auto add_type = [&](const ojson& name, const std::string& at) {
+      if (!name.is_string() || !kTypes.count(name.get_ref<const std::string&>()))
+        refuse(at, fmt::format("expected one of object, array, string, number, integer, boolean, "
+                               "null, found {}",
+                               describe(name)));
+      types.push_back(name.get<std::string>());
+    };
+    if (it->is_array()) {
+      if (it->empty()) refuse(where, "expected a type or a non-empty array of types, found []");
+      for (size_t i = 0; i < it->size(); ++i) add_type((*it)[i], element(where, i));
+    } else {
+      add_type(*it, where);
+    }
+  } else {
+    // No type: what the keywords imply, else any value (the keywords of other types do not apply).
+    for (const auto& [key, setting] : schema.items()) {
+      const char* implied = kObjectKeywords.count(key)   ? "object"
+                            : kArrayKeywords.count(key)  ? "array"
+                            : kStringKeywords.count(key) ? "string"
+                                                         : nullptr;
+      if (implied && std::find(types.begin(), types.end(), implied) == types.end())
+        types.push_back(implied);
+    }
+    if (types.empty()) return any_value();
+  }
+  if (types.size() == 1) return typed(types[0], schema, path);
+  std::vector<Sequence> alternatives;
+  for (const std::string& type : types)
+    alternatives.push_back({B::rule(typed(type, schema, path))});
+  return builder_.add(child(path, "type"), alternatives);
+}
+
+uint32_t Compiler::typed(const std::string& type, const ojson& schema, const std::string& path) {
+  if (type == "object") return object(schema, path);
+  if (type == "array") return array(schema, path);
+  if (type == "string") return string(schema, path);
+  if (type == "number") return number();
+  if (type == "integer") return integer();
+  if (type == "boolean")
+    return builder_.add("boolean", {{B::literal("true")}, {B::literal("false")}});
+  return builder_.add("null", {{B::literal("null")}});
+}
+
+uint32_t Compiler::string(const ojson& schema, const std::string& path) {
+  const int64_t min = read_bound(schema, "minLength", path, 0);
+  const int64_t max = read_bound(schema, "maxLength", path, -1);
+  if (max >= 0 && min > max)
+    refuse(child(path, "minLength"), fmt::format("minLength {} exceeds maxLength {}", min, max));
+  if (min == 0 && max < 0) return any_string();
+  const uint32_t chars = builder_.repeat(child(path, "chars"), {B::rule(string_char())}, min, max);
+  return builder_.add(path.empty() ? "string" : path,
+                      {{B::byte('"'), B::rule(chars), B::byte('"')}});
+}
+
+uint32_t Compiler::array(const ojson& schema, const std::string& path) {
+  const int64_t min = read_bound(schema, "minItems", path, 0);
+  const int64_t max = read_bound(schema, "maxItems", path, -1);
+  if (max >= 0 && min > max)
+    refuse(child(path, "minItems"), fmt::format("minItems {} exceeds maxItems {}", min, max));
+  const auto it = schema.find("items");
+  const uint32_t item = it == schema.end() ? any_value() : value(*it, child(path, "items"));
+  const std::string name = path.empty() ? "array" : path;
+  const Sequence empty = {B::byte('['), B::rule(ws()), B::byte(']')};
+  if (max == 0) return builder_.add(name, {empty});
+  const uint32_t list =
+      builder_.separated(child(name, "items"), {B::rule(item)}, {B::byte(','), B::rule(ws())},
+                         std::max<int64_t>(min, 1), max);
+  const Sequence full = {B::byte('['), B::rule(ws()), B::rule(list), B::rule(ws()), B::byte(']')};
+  if (min == 0) return builder_.add(name, {empty, full});
+  return builder_.add(name, {full});
+}
+
+uint32_t Compiler::object(const ojson& schema, const std::string& path) {
+  struct Property {
+    std::string name;
+    uint32_t rule;
+    bool required;
+  };
+  std::vector<Property> properties;
+  const auto props = schema.find("properties");
+  if (props != schema.end()) {
+    if (!props->is_object())
+      refuse(child(path, "properties"),
+             fmt::format("expected an object, found {}", describe(*props)));
+    for (const auto& [name, sub] : props->items())
+      properties.push_back({name, value(sub, child(child(path, "properties"), name)), false});
+  }
+  // Extra keys: additionalProperties false / absent with properties: none; true / absent without
+  // properties: any value; a schema: its values.
+  std::optional<uint32_t> extra;
+  const auto additional = schema.find("additionalProperties");
+  if (additional == schema.end()) {
+    if (props == schema.end()) extra = any_value();
+  } else if (additional->is_boolean()) {
+    if (additional->get<bool>()) extra = any_value();
+  } else {
+    extra = value(*additional, child(path, "additionalProperties"));
+  }
+  if (const auto required = schema.find("required"); required != schema.end()) {
+    const std::string where = child(path, "required");
+    if (!required->is_array())
+      refuse(where,
+             fmt::format("expected an array of property names, found {}", describe(*required)));
+    for (size_t i = 0; i < required->size(); ++i) {
+      const ojson& name = (*required)[i];
+      if (!name.is_string())
+        refuse(element(where, i),
+               fmt::format("expected a property name, found {}", describe(name)));
+      auto found = std::find_if(properties.begin(), properties.end(), [&](const Property& p) {
+        return p.name == name.get_ref<const std::string&>();
+      });
+      if (found != properties.end()) {
+        found->required = true;
+      } else if (extra) {
+        properties.push_back({name.get<std::string>(), *extra, true});
+      } else {
+        refuse(element(where, i),
+               fmt::format("{} is required but additionalProperties forbids it (it is not in "
+                           "properties)",
+                           describe(name)));
+      }
+    }
+  }
+  const std::string name = path.empty() ? "object" : path;
+  const uint32_t space = ws();
+  const Sequence comma = {B::byte(','), B::rule(space)};
+  // The extra members after the declared ones: after (something came before) and first.
+  std::vector<Sequence> after_alts = {{}}, first_alts = {{}};
+  if (extra) {
+    std::vector<std::string> names;
+    for (const Property& p : properties) names.push_back(p.name);
+    const uint32_t key = names.empty() ? any_string() : key_excluding(names, name);
+    const Sequence member = {B::rule(key), B::byte(':'), B::rule(space), B::rule(*extra)};
+    Sequence more = comma;
+    more.insert(more.end(), member.begin(), member.end());
+    const uint32_t after = builder_.repeat(child(name, "extra"), more, 0, -1);
+    after_alts = {{B::rule(after)}};
+    Sequence first = member;
+    first.push_back(B::rule(after));
+    first_alts = {{}, first};
+  }
+  // rest_i: members from property i on, something already written (so each starts with a comma);
+  // first_i: the same with nothing written yet.
+  uint32_t rest = builder_.add(child(name, "rest"), after_alts);
+  uint32_t first = builder_.add(child(name, "first"), first_alts);
+  for (size_t i = properties.size(); i-- > 0;) {
+    const Property& p = properties[i];
+    const Sequence member = {
+        B::literal(ojson(p.name).dump(-1, ' ', false, ojson::error_handler_t::strict)),
+        B::byte(':'), B::rule(space), B::rule(p.rule)};
+    Sequence with_comma = comma;
+    with_comma.insert(with_comma.end(), member.begin(), member.end());
+    with_comma.push_back(B::rule(rest));
+    Sequence leading = member;
+    leading.push_back(B::rule(rest));
+    std::vector<Sequence> rest_alts = {with_comma}, first_alts_i = {leading};
+    if (!p.required) {
+      rest_alts.push_back({B::rule(rest)});
+      first_alts_i.push_back({B::rule(first)});
+    }
+    const std::string at = child(child(name, "properties"), p.name);
+    const uint32_t new_rest = builder_.add(at + "-rest", rest_alts);
+    first = builder_.add(at + "-first", first_alts_i);
+    rest = new_rest;
+  }
+  return builder_.add(
+      name, {{B::byte('{'), B::rule(space), B::rule(first), B::rule(space), B::byte('}')}});
+}
+
+// A key (with its quotes) that is none of `names`: a trie over the names' bytes, leaving it at
+// a character boundary into any plain characters. No escapes, so no other spelling of a name.
+uint32_t Compiler::key_excluding(const std::vector<std::string>& names, const std::string& path) {
+  struct Node {
+    std::map<uint8_t, size_t> children;
+    bool terminal = false;
+    int pending = 0;  // continuation bytes left in the current character
+  };
+  std::vector<Node> nodes(1);
+  for (const std::string& name : names) {
+    const std::string encoded = ojson(name).dump(-1, ' ', false, ojson::error_handler_t::replace);
+    const std::string_view content = std::string_view(encoded).substr(1, encoded.size() - 2);
+    if (content.find('\\') != std::string_view::npos) continue;  // never spelled without escapes
+    size_t at = 0;
+    for (char c : content) {
+      const uint8_t b = uint8_t(c);
+      const int pending = nodes[at].pending > 0 ? nodes[at].pending - 1
+                          : b < 0x80            ? 0
+                          : b >= 0xF0           ? 3
+                          : b >= 0xE0           ? 2
+                                                : 1;
+      const auto found = nodes[at].children.find(b);
+      size_t next;
+      if (found == nodes[at].children.end()) {
+        next = nodes.size();
+        nodes.push_back({});
+        nodes.back().pending = pending;
+        nodes[at].children.emplace(b, next);
+      } else {
+        next = found->second;
+      }
+      at = next;
+    }
+    nodes[at].terminal = true;
+  }
+  const uint32_t chars = builder_.repeat(child(path, "key-chars"), {B::rule(plain_char())}, 0, -1);
+  const uint32_t free_rest =
+      builder_.add(child(path, "key-free"), {{B::rule(chars), B::byte('"')}});
+  const std::vector<std::pair<ByteSet, Sequence>> char_forms = plain_char_forms();
+  std::vector<uint32_t> rules(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i)
+    rules[i] = builder_.declare(fmt::format("{}-key{}", path, i));
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& node = nodes[i];
+    std::vector<Sequence> alternatives;
+    for (const auto& [b, next] : node.children)
+      alternatives.push_back({B::byte(b), B::rule(rules[next])});
+    if (node.pending == 0) {
+      for (const auto& [first, rest] : char_forms) {
+        ByteSet leave = first;
+        for (const auto& [b, next] : node.children) leave.remove(b);
+        if (leave == ByteSet()) continue;
+        Sequence alternative = {B::bytes(leave)};
+        alternative.insert(alternative.end(), rest.begin(), rest.end());
+        alternative.push_back(B::rule(free_rest));
+        alternatives.push_back(std::move(alternative));
+      }
+      if (!node.terminal) alternatives.push_back({B::byte('"')});
+    }
+    builder_.define(rules[i], alternatives);
+  }
+  return builder_.add(child(path, "key"), {{B::byte('"'), B::rule(rules[0])}});
+}
+
+Grammar Compiler::finish(uint32_t root) {
+  Grammar grammar = builder_.finish(root);
+  if (const int64_t rule = grammar.find_left_recursion(); rule >= 0) {
+    const std::string& name = grammar.rule_names[size_t(rule)];
+    refuse(name.rfind("#", 0) == 0 ? "$ref" : name,
+           fmt::format("the schema refers to itself ({}) before any value is written (left "
+                       "recursion), so no finite value matches it",
+                       name));
+  }
+  return grammar;
+}
+
+}  // namespace
+
+Grammar compile_json_schema(const nlohmann::ordered_json& schema) {
+  Compiler compiler(schema);
+  const uint32_t value = compiler.value(schema, "");
+  return compiler.finish(value);
+}
+
+Grammar json_object_grammar() {
+  const nlohmann::ordered_json empty = nlohmann::ordered_json::object();
+  Compiler compiler(empty);
+  return compiler.finish(compiler.any_object());
+}
+
+}  // namespace strata::grammar

@@ -1,0 +1,69 @@
+// JSON schema → Grammar: the compiler behind response_format json_schema / json_object
+// (docs/serve.md "Structured output").
+//
+// Supported (everything else that constrains a value is refused, see below):
+//   type (one or an array of object, array, string, number, integer, boolean, null; absent:
+//   inferred from the keywords, or any value), properties, required, additionalProperties
+//   (false, true or a schema), items, minItems, maxItems, uniqueItems: false, enum, const,
+//   anyOf, oneOf (as anyOf: alternatives that overlap are not excluded from each other),
+//   $ref to "#", "#/$defs/..." or "#/definitions/..." (any local JSON pointer; recursion
+//   allowed, left recursion refused), string minLength / maxLength (in code points, an escape
+//   counting as one). A schema of `true` or {} is any
+//   JSON value. Annotations (title, description, examples, default, $schema, $id, $comment,
+//   deprecated, readOnly, writeOnly) are ignored; so are keywords JSON Schema does not define.
+// Refused with SchemaError naming the keyword's path (e.g. "properties.age.minimum"): pattern
+//   (no regex engine here yet), format, minimum / maximum / exclusive* / multipleOf, allOf, not, if
+//   / then / else, patternProperties, propertyNames, min/maxProperties, dependent*, prefixItems,
+//   contains, uniqueItems: true, unevaluated*, $ref outside the document, $ref with constraining
+//   siblings, anyOf / oneOf with constraining siblings, a `false` schema, required names that
+//   additionalProperties false forbids, bounds above kMaxRepeat.
+//
+// What the grammar generates (and the matcher accepts), a subset of the valid instances:
+// - Whitespace: none at the top level; after { [ , : and before } ] at most one of "", " " or
+//   "\n" followed by up to 20 spaces. A model can therefore not loop on whitespace, and the
+//   common compact and pretty-printed styles both match.
+// - Object keys in the schema's `properties` order (required and optional alike; an optional one
+//   may be left out), additional properties (when allowed) after them, their names spelled
+//   without escapes and different from the declared ones. When `properties` is given and
+//   `additionalProperties` is absent, no other keys are generated.
+// - Numbers: at most 18 digits of integer part (so an integer fits an int64), 20 of fraction
+//   and 2 of exponent (so a number fits a double); integers without fraction or exponent. enum /
+//   const values in nlohmann's compact form.
+// - Strings: well-formed UTF-8 (no lone surrogates, escaped or not), control characters only
+//   as escapes.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "grammar/grammar.h"
+#include "util/error.h"
+
+namespace strata::grammar {
+
+// A schema the compiler cannot honour. `path` names the keyword ("properties.tags.items.pattern",
+// "" for the schema itself); the message says what was expected and what was found.
+class SchemaError : public Error {
+ public:
+  SchemaError(std::string path, const std::string& message)
+      : Error(message), path_(std::move(path)) {}
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Upper bound for minLength, maxLength, minItems, maxItems (each bound becomes rules).
+inline constexpr int64_t kMaxRepeat = 10000;
+// Upper bound on the compiled grammar's size (each element carries a 32-byte first set), so a
+// hostile schema cannot cost more than about 20 MiB.
+inline constexpr size_t kMaxGrammarElements = size_t(1) << 19;
+
+// Throws SchemaError. The schema is read in its key order (ordered_json): that is the order of
+// the generated properties.
+Grammar compile_json_schema(const nlohmann::ordered_json& schema);
+
+// Any JSON object (response_format json_object).
+Grammar json_object_grammar();
+
+}  // namespace strata::grammar

@@ -1,0 +1,234 @@
+// The schema compiler and the matcher: valid instances of each schema form are accepted,
+// invalid ones rejected, unsupported keywords refused with the keyword's path.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "grammar/json_schema.h"
+#include "grammar/matcher.h"
+
+namespace strata::grammar {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+bool matches(const Grammar& grammar, std::string_view text) {
+  Matcher matcher(grammar);
+  return matcher.accept(text) && matcher.accepting();
+}
+
+Grammar compile(std::string_view schema) {
+  return compile_json_schema(ojson::parse(schema));
+}
+
+// The path of the SchemaError `schema` raises ("" when it compiles).
+std::string refusal(std::string_view schema) {
+  try {
+    compile(schema);
+  } catch (const SchemaError& error) {
+    EXPECT_NE(std::string(error.what()).find(error.path()), std::string::npos) << error.what();
+    return error.path();
+  }
+  return "(compiled)";
+}
+
+TEST(JsonSchemaGrammar, Primitives) {
+  const Grammar number = compile(R"({"type": "number"})");
+  for (const char* ok : {"0", "-0", "-0.5e+10", "12.25", "1E5", "3e-7", "-12", "0.0"})
+    EXPECT_TRUE(matches(number, ok)) << ok;
+  for (const char* bad :
+       {"", "01", "-", "1.", ".5", "1e", "+1", "1.5.2", "NaN", "1 ", " 1", "\"1\""})
+    EXPECT_FALSE(matches(number, bad)) << bad;
+  const Grammar integer = compile(R"({"type": "integer"})");
+  for (const char* ok : {"0", "-7", "123456789"}) EXPECT_TRUE(matches(integer, ok)) << ok;
+  for (const char* bad : {"1.5", "1e3", "00", "-"}) EXPECT_FALSE(matches(integer, bad)) << bad;
+  // Bounded so that every parser reads them as they are: integers fit an int64, numbers a double.
+  EXPECT_TRUE(matches(integer, "-999999999999999999"));
+  EXPECT_FALSE(matches(integer, "9999999999999999999"));
+  EXPECT_TRUE(matches(number, "1.5e-99"));
+  EXPECT_FALSE(matches(number, "1e100"));
+  const Grammar boolean = compile(R"({"type": "boolean"})");
+  EXPECT_TRUE(matches(boolean, "true"));
+  EXPECT_TRUE(matches(boolean, "false"));
+  EXPECT_FALSE(matches(boolean, "tru"));
+  EXPECT_FALSE(matches(boolean, "null"));
+  const Grammar null = compile(R"({"type": "null"})");
+  EXPECT_TRUE(matches(null, "null"));
+  EXPECT_FALSE(matches(null, "0"));
+  const Grammar either = compile(R"({"type": ["string", "null"]})");
+  EXPECT_TRUE(matches(either, "null"));
+  EXPECT_TRUE(matches(either, "\"x\""));
+  EXPECT_FALSE(matches(either, "1"));
+}
+
+TEST(JsonSchemaGrammar, StringsEscapesAndUnicode) {
+  const Grammar string = compile(R"({"type": "string"})");
+  for (const char* ok : {R"("")", R"("plain")", R"("a\"b")", R"("\\\/\b\f\n\r\t")", R"("\u00e9")",
+                         R"("\uD83D\uDE00")", "\"caf\xC3\xA9\"", "\"\xE2\x82\xAC\"",
+                         "\"\xF0\x9F\x98\x80\"", "\"\x7F\""})
+    EXPECT_TRUE(matches(string, ok)) << ok;
+  for (const char* bad : {R"(")", R"("a)", R"("\x")", R"("\u12")", R"("\uD83D")", R"("\uDE00")",
+                          "\"a\nb\"", "\"\xC3\"", "\"\xC0\xAF\"", "\"\xED\xA0\x80\"",
+                          "\"\xF4\x90\x80\x80\"", "\"\xFF\"", R"("a" )", R"('a')"})
+    EXPECT_FALSE(matches(string, bad)) << bad;
+  const Grammar bounded = compile(R"({"type": "string", "minLength": 2, "maxLength": 3})");
+  EXPECT_FALSE(matches(bounded, R"("a")"));
+  EXPECT_TRUE(matches(bounded, R"("ab")"));
+  EXPECT_TRUE(matches(bounded, "\"\xC3\xA9\xC3\xA9\xC3\xA9\""));  // three code points
+  EXPECT_TRUE(matches(bounded, R"("\n\u0041b")"));                // escapes count as one
+  EXPECT_FALSE(matches(bounded, R"("abcd")"));
+}
+
+TEST(JsonSchemaGrammar, ObjectsRequiredAndAdditional) {
+  const Grammar person = compile(R"({
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                   "tags": {"type": "array", "items": {"type": "string"}}},
+    "required": ["name", "age"], "additionalProperties": false})");
+  for (const char* ok : {R"({"name":"a","age":3})", R"({"name":"a","age":3,"tags":[]})",
+                         R"({ "name": "a", "age": 3, "tags": ["x", "y"] })",
+                         "{\n  \"name\": \"a\",\n  \"age\": -1\n}"})
+    EXPECT_TRUE(matches(person, ok)) << ok;
+  for (const char* bad :
+       {R"({"name":"a"})", R"({"age":3})", R"({})", R"({"name":"a","age":3,"extra":1})",
+        R"({"name":"a","age":"3"})", R"({"name":"a","age":3,})", R"({"name":"a",,"age":3})",
+        R"({"name":"a","age":3}})", R"({"name":"a"  ,"age":3})"})
+    EXPECT_FALSE(matches(person, bad)) << bad;
+
+  const Grammar open = compile(R"({"type": "object", "properties": {"id": {"type": "integer"}},
+                                  "additionalProperties": {"type": "boolean"}})");
+  EXPECT_TRUE(matches(open, R"({})"));
+  EXPECT_TRUE(matches(open, R"({"id":1,"x":true,"y":false})"));
+  EXPECT_TRUE(matches(open, R"({"i":true,"idx":false})"));  // prefixes and extensions of "id"
+  EXPECT_FALSE(matches(open, R"({"id":1,"id":true})"));     // a declared name is no extra key
+  EXPECT_FALSE(matches(open, R"({"x":1})"));
+  const Grammar any_object = compile(R"({"type": "object"})");
+  EXPECT_TRUE(matches(any_object, R"({"a":[1,{"b":null}],"c":"d"})"));
+  EXPECT_FALSE(matches(any_object, "[]"));
+  const Grammar required_extra = compile(R"({"type": "object", "required": ["k"]})");
+  EXPECT_TRUE(matches(required_extra, R"({"k":[true]})"));
+  EXPECT_FALSE(matches(required_extra, R"({})"));
+}
+
+TEST(JsonSchemaGrammar, ArraysNestedAndBounded) {
+  const Grammar nested = compile(R"({"type": "array", "items": {"type": "array", "items":
+                                    {"type": "integer"}, "maxItems": 2}, "minItems": 1,
+                                    "maxItems": 3})");
+  for (const char* ok : {"[[]]", "[[1,2],[3]]", "[ [1], [], [ 2, 3 ] ]"})
+    EXPECT_TRUE(matches(nested, ok)) << ok;
+  for (const char* bad : {"[]", "[[1,2,3]]", "[[],[],[],[]]", "[1]", "[[1],]", "[[1]"})
+    EXPECT_FALSE(matches(nested, bad)) << bad;
+}
+
+TEST(JsonSchemaGrammar, LargeBoundsCompileAndMatch) {
+  // 10,000-long repetition chains (the largest bound allowed), nested.
+  const Grammar big = compile(R"({"type": "array", "minItems": 2, "maxItems": 10000,
+                                 "items": {"type": "string", "minLength": 1, "maxLength": 10000}})");
+  EXPECT_TRUE(matches(big, R"(["a","bc"])"));
+  EXPECT_FALSE(matches(big, R"(["a"])"));
+  EXPECT_FALSE(matches(big, R"(["a",""])"));
+  std::string long_item = "[\"" + std::string(10000, 'x') + "\",\"y\"]";
+  EXPECT_TRUE(matches(big, long_item));
+  long_item = "[\"" + std::string(10001, 'x') + "\",\"y\"]";
+  EXPECT_FALSE(matches(big, long_item));
+}
+
+TEST(JsonSchemaGrammar, EnumConstAnyOf) {
+  const Grammar color = compile(R"({"enum": ["red", "green", 3, null, {"a": [1]}]})");
+  for (const char* ok : {R"("red")", R"("green")", "3", "null", R"({"a":[1]})"})
+    EXPECT_TRUE(matches(color, ok)) << ok;
+  for (const char* bad : {R"("blue")", R"("re")", "4", R"({"a": [1]})"})
+    EXPECT_FALSE(matches(color, bad)) << bad;
+  const Grammar fixed = compile(R"({"const": "v1"})");
+  EXPECT_TRUE(matches(fixed, R"("v1")"));
+  EXPECT_FALSE(matches(fixed, R"("v2")"));
+  const Grammar any_of = compile(R"({"anyOf": [{"type": "integer"},
+                                   {"type": "object", "properties": {"k": {"const": true}},
+                                    "required": ["k"]}], "description": "either"})");
+  EXPECT_TRUE(matches(any_of, "12"));
+  EXPECT_TRUE(matches(any_of, R"({"k":true})"));
+  EXPECT_FALSE(matches(any_of, R"({"k":false})"));
+  const Grammar one_of = compile(R"({"oneOf": [{"type": "boolean"}, {"type": "null"}]})");
+  EXPECT_TRUE(matches(one_of, "null"));
+  EXPECT_FALSE(matches(one_of, "0"));
+}
+
+TEST(JsonSchemaGrammar, RecursiveRefs) {
+  const Grammar tree = compile(R"({
+    "$defs": {"node": {"type": "object", "properties": {
+      "value": {"type": "integer"},
+      "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+      "required": ["value"], "additionalProperties": false}},
+    "$ref": "#/$defs/node"})");
+  EXPECT_TRUE(matches(tree, R"({"value":1})"));
+  EXPECT_TRUE(matches(tree, R"({"value":1,"children":[{"value":2,"children":[{"value":3}]}]})"));
+  EXPECT_FALSE(matches(tree, R"({"value":1,"children":[{"children":[]}]})"));
+  const Grammar list = compile(R"({"definitions": {"list": {"anyOf": [{"type": "null"},
+    {"type": "object", "properties": {"head": {"type": "string"}, "tail": {"$ref": "#/definitions/list"}},
+     "required": ["head", "tail"], "additionalProperties": false}]}}, "$ref": "#/definitions/list"})");
+  EXPECT_TRUE(matches(list, R"({"head":"a","tail":{"head":"b","tail":null}})"));
+  EXPECT_FALSE(matches(list, R"({"head":"a"})"));
+  const Grammar root = compile(R"({"type": "array", "items": {"$ref": "#"}, "maxItems": 2})");
+  EXPECT_TRUE(matches(root, "[[],[[]]]"));
+  EXPECT_FALSE(matches(root, "[1]"));
+}
+
+TEST(JsonSchemaGrammar, AnyValueAndJsonObject) {
+  const Grammar any = compile("{}");
+  for (const char* ok : {"1", "\"s\"", "[1,\"a\",{\"b\":[null,true]}]", "{}", "false"})
+    EXPECT_TRUE(matches(any, ok)) << ok;
+  EXPECT_FALSE(matches(any, "[1,]"));
+  const Grammar object = json_object_grammar();
+  EXPECT_TRUE(matches(object, R"({"a":{"b":[1,2.5,-3e2]}})"));
+  EXPECT_TRUE(matches(object, "{ }"));
+  EXPECT_FALSE(matches(object, "[]"));
+  EXPECT_FALSE(matches(object, "{}  "));
+  EXPECT_FALSE(matches(object, "{   \"a\":1}"));  // whitespace is one space or a newline + indent
+}
+
+TEST(JsonSchemaGrammar, WhitespaceIsBounded) {
+  const Grammar object = json_object_grammar();
+  std::string indented = "{\n" + std::string(20, ' ') + "\"a\":1}";
+  EXPECT_TRUE(matches(object, indented));
+  indented = "{\n" + std::string(21, ' ') + "\"a\":1}";
+  EXPECT_FALSE(matches(object, indented));
+}
+
+TEST(JsonSchemaGrammar, RefusesWhatItCannotHonour) {
+  EXPECT_EQ(refusal(R"({"type": "string", "pattern": "^a+$"})"), "pattern");
+  EXPECT_EQ(
+      refusal(R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}})"),
+      "properties.age.minimum");
+  EXPECT_EQ(refusal(R"({"type": "string", "format": "email"})"), "format");
+  EXPECT_EQ(refusal(R"({"allOf": [{}]})"), "allOf");
+  EXPECT_EQ(refusal(R"({"type": "array", "items": [{}]})"), "items");
+  EXPECT_EQ(refusal(R"({"type": "array", "uniqueItems": true})"), "uniqueItems");
+  EXPECT_EQ(refusal(R"({"type": "thing"})"), "type");
+  EXPECT_EQ(refusal(R"({"type": ["string", 3]})"), "type[1]");
+  EXPECT_EQ(refusal(R"({"$ref": "#/$defs/missing"})"), "$ref");
+  EXPECT_EQ(refusal(R"({"$ref": "https://example.com/s.json"})"), "$ref");
+  EXPECT_EQ(refusal(R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})"), "$ref");
+  EXPECT_EQ(
+      refusal(
+          R"({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}]}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"})"),
+      "$ref");
+  EXPECT_EQ(refusal(R"({"$ref": "#/$defs/a", "type": "string", "$defs": {"a": {}}})"), "type");
+  EXPECT_EQ(
+      refusal(
+          R"({"type": "object", "required": ["x"], "properties": {}, "additionalProperties": false})"),
+      "required[0]");
+  EXPECT_EQ(refusal(R"({"type": "string", "maxLength": -1})"), "maxLength");
+  EXPECT_EQ(refusal(R"({"type": "string", "maxLength": 100000})"), "maxLength");
+  EXPECT_EQ(refusal(R"({"type": "array", "minItems": 3, "maxItems": 2})"), "minItems");
+  EXPECT_EQ(refusal(R"({"enum": []})"), "enum");
+  EXPECT_EQ(refusal(R"({"properties": {"a": false}})"), "properties.a");
+  EXPECT_EQ(refusal(R"(false)"), "");
+  EXPECT_EQ(refusal(R"(3)"), "");
+  // Annotations are no reason to refuse.
+  EXPECT_EQ(refusal(R"({"title": "T", "description": "d", "examples": [1], "default": 2,
+                      "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "integer"})"),
+            "(compiled)");
+}
+
+}  // namespace
+}  // namespace strata::grammar

@@ -1,0 +1,123 @@
+// The token mask against a brute-force reference on the default model's vocabulary: at states
+// inside and between JSON values, a token is allowed iff running its bytes through a fresh copy
+// of the matcher succeeds; stop tokens iff the value is complete.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "gguf/gguf.h"
+#include "grammar/json_schema.h"
+#include "grammar/token_mask.h"
+#include "text/tokenizer.h"
+
+namespace strata::grammar {
+namespace {
+
+const Tokenizer& default_tokenizer() {
+  static const Tokenizer tokenizer = [] {
+    auto file = GgufFile::open(STRATA_DEFAULT_MODEL);
+    return Tokenizer::from_gguf(*file);
+  }();
+  return tokenizer;
+}
+
+bool bit(const std::vector<uint64_t>& bits, size_t id) {
+  return (bits[id >> 6] >> (id & 63)) & 1;
+}
+
+// Feeds `prefix` byte by byte through tokens of one byte each... the constraint only takes
+// tokens, so the prefix is encoded with the tokenizer and must be accepted token by token.
+void check_against_reference(const Grammar& grammar, const TokenVocabulary& vocabulary,
+                             const std::string& prefix) {
+  GrammarConstraint constraint(grammar, vocabulary);
+  const Tokenizer& tokenizer = default_tokenizer();
+  for (int32_t id : tokenizer.encode(prefix, {.parse_special = false})) {
+    ASSERT_TRUE(bit(constraint.allowed(), size_t(id))) << prefix << ": token " << id;
+    constraint.accept(id);
+    ASSERT_TRUE(constraint.valid());
+  }
+  const std::vector<uint64_t> bits = constraint.allowed();
+  Matcher reference(grammar);
+  ASSERT_TRUE(reference.accept(prefix));
+  const MatcherState at = reference.state();
+  size_t n_allowed = 0;
+  for (size_t id = 0; id < vocabulary.n_vocab(); ++id) {
+    bool expected;
+    if (vocabulary.is_stop(int32_t(id))) {
+      expected = reference.accepting(at);
+    } else if (!vocabulary.has_bytes(int32_t(id))) {
+      expected = false;
+    } else {
+      reference.set_state(at);
+      expected = reference.accept(vocabulary.bytes(int32_t(id)));
+    }
+    ASSERT_EQ(bit(bits, id), expected)
+        << "after " << prefix << ": token " << id << " " << tokenizer.token_text(int32_t(id));
+    n_allowed += expected;
+  }
+  EXPECT_GT(n_allowed, 0u) << prefix;
+}
+
+TEST(TokenMask, MatchesBruteForceOnTheDefaultVocabulary) {
+  const Tokenizer& tokenizer = default_tokenizer();
+  std::vector<int32_t> stops;
+  if (tokenizer.eos_id()) stops.push_back(*tokenizer.eos_id());
+  if (auto end = tokenizer.find_token("<|im_end|>")) stops.push_back(*end);
+  const TokenVocabulary vocabulary =
+      TokenVocabulary::from_tokenizer(tokenizer, stops, size_t(tokenizer.n_tokens()) + 7);
+  const Grammar grammar = compile_json_schema(nlohmann::ordered_json::parse(R"({
+    "type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 8},
+      "kind": {"enum": ["cat", "dog"]},
+      "n": {"type": "number"}},
+    "required": ["name", "kind"], "additionalProperties": false})"));
+  for (const char* prefix :
+       {"", "{", "{\"na", "{\"name\":\"ab", "{\"name\":\"caf\xC3\xA9",
+        "{\"name\":\"x\",\"kind\":\"", "{\"name\":\"x\",\"kind\":\"dog\"",
+        "{\"name\":\"x\",\"kind\":\"dog\",\"n\":-1.5", "{\"name\":\"x\",\"kind\":\"dog\"}"})
+    check_against_reference(grammar, vocabulary, prefix);
+}
+
+TEST(TokenMask, StopsOnlyWhenCompleteAndMasksLogits) {
+  const Tokenizer& tokenizer = default_tokenizer();
+  ASSERT_TRUE(tokenizer.eos_id());
+  const int32_t eos = *tokenizer.eos_id();
+  const TokenVocabulary vocabulary =
+      TokenVocabulary::from_tokenizer(tokenizer, {eos}, size_t(tokenizer.n_tokens()));
+  const Grammar grammar =
+      compile_json_schema(nlohmann::ordered_json::parse(R"({"type": "integer"})"));
+  GrammarConstraint constraint(grammar, vocabulary);
+  EXPECT_FALSE(bit(constraint.allowed(), size_t(eos)));
+  std::vector<float> logits(vocabulary.n_vocab(), 1.0f);
+  constraint.mask(logits);
+  const int32_t seven = tokenizer.encode("7")[0];
+  const int32_t letter = tokenizer.encode("a")[0];
+  EXPECT_EQ(logits[size_t(seven)], 1.0f);
+  EXPECT_EQ(logits[size_t(letter)], -std::numeric_limits<float>::infinity());
+  constraint.accept(seven);
+  EXPECT_TRUE(constraint.complete());
+  EXPECT_FALSE(constraint.finished());  // more digits may follow
+  EXPECT_TRUE(bit(constraint.allowed(), size_t(eos)));
+  constraint.accept(eos);
+  EXPECT_TRUE(constraint.finished());
+  EXPECT_TRUE(constraint.valid());
+}
+
+TEST(TokenMask, CachesMasksOfRecurringStates) {
+  const Tokenizer& tokenizer = default_tokenizer();
+  const TokenVocabulary vocabulary =
+      TokenVocabulary::from_tokenizer(tokenizer, {}, size_t(tokenizer.n_tokens()));
+  const Grammar grammar = json_object_grammar();
+  GrammarConstraint constraint(grammar, vocabulary);
+  for (int32_t id :
+       tokenizer.encode("{\"key\":\"some words in a string value", {.parse_special = false})) {
+    ASSERT_TRUE(bit(constraint.allowed(), size_t(id)));
+    constraint.accept(id);
+  }
+  // Inside the string every word boundary is the same state: most masks come from the cache.
+  EXPECT_GE(constraint.stats().cache_hits, 4u);
+  EXPECT_TRUE(constraint.valid());
+}
+
+}  // namespace
+}  // namespace strata::grammar

@@ -1,0 +1,114 @@
+// response_format parsing: the three types, llama-server's json_object + schema, and the 400s
+// that name the JSON path of what is wrong (a malformed field, a schema keyword not honoured).
+#include <gtest/gtest.h>
+
+#include "grammar/matcher.h"
+#include "serve/request.h"
+
+namespace strata::serve {
+namespace {
+
+RequestLimits limits() {
+  RequestLimits out;
+  out.model_id = "m";
+  out.n_vocab = 1000;
+  out.n_ctx = 4096;
+  return out;
+}
+
+std::string chat_with(const std::string& format) {
+  return R"({"messages":[{"role":"user","content":"hi"}],"response_format":)" + format + "}";
+}
+
+bool accepts(const grammar::Grammar& g, std::string_view text) {
+  grammar::Matcher matcher(g);
+  return matcher.accept(text) && matcher.accepting();
+}
+
+GenerationRequest parse_ok(const std::string& body, Endpoint endpoint = Endpoint::ChatCompletions) {
+  ParseResult result = parse_generation_request(body, endpoint, limits());
+  if (const ApiError* error = std::get_if<ApiError>(&result)) {
+    ADD_FAILURE() << error->message;
+    return {};
+  }
+  return std::get<GenerationRequest>(result);
+}
+
+ApiError parse_error(const std::string& body) {
+  ParseResult result = parse_generation_request(body, Endpoint::ChatCompletions, limits());
+  if (const ApiError* error = std::get_if<ApiError>(&result)) return *error;
+  ADD_FAILURE() << "accepted: " << body;
+  return {};
+}
+
+TEST(ResponseFormat, Types) {
+  EXPECT_EQ(parse_ok(chat_with(R"({"type":"text"})")).response_format.grammar, nullptr);
+  const GenerationRequest object = parse_ok(chat_with(R"({"type":"json_object"})"));
+  ASSERT_NE(object.response_format.grammar, nullptr);
+  EXPECT_EQ(object.response_format.type, ResponseFormat::Type::JsonObject);
+  EXPECT_TRUE(accepts(*object.response_format.grammar, R"({"any":[1,"thing"]})"));
+  EXPECT_FALSE(accepts(*object.response_format.grammar, "[1]"));
+
+  const GenerationRequest schema = parse_ok(
+      chat_with(R"({"type":"json_schema","json_schema":{"name":"pt","strict":true,"schema":)"
+                R"({"type":"object","properties":{"y":{"type":"integer"},"x":{"type":"integer"}},)"
+                R"("required":["y","x"],"additionalProperties":false}}})"));
+  ASSERT_NE(schema.response_format.grammar, nullptr);
+  EXPECT_EQ(schema.response_format.name, "pt");
+  // Properties in the order the request wrote them (not sorted).
+  EXPECT_TRUE(accepts(*schema.response_format.grammar, R"({"y":1,"x":2})"));
+  EXPECT_FALSE(accepts(*schema.response_format.grammar, R"({"x":2,"y":1})"));
+
+  const GenerationRequest llama = parse_ok(
+      R"({"prompt":"p","response_format":{"type":"json_object","schema":{"type":"array"}}})",
+      Endpoint::Completions);
+  ASSERT_NE(llama.response_format.grammar, nullptr);
+  EXPECT_TRUE(accepts(*llama.response_format.grammar, "[true]"));
+  EXPECT_FALSE(accepts(*llama.response_format.grammar, "{}"));
+}
+
+TEST(ResponseFormat, MalformedNamesThePath) {
+  struct Case {
+    std::string format, param, in_message;
+  };
+  const std::vector<Case> cases = {
+      {R"("json")", "response_format", "expected an object"},
+      {R"({})", "response_format.type", "nothing"},
+      {R"({"type":"yaml"})", "response_format.type", "\"yaml\""},
+      {R"({"type":"json_schema"})", "response_format.json_schema", "expected an object"},
+      {R"({"type":"json_schema","json_schema":{"name":3,"schema":{}}})",
+       "response_format.json_schema.name", "expected a string"},
+      {R"({"type":"json_schema","json_schema":{"strict":"yes","schema":{}}})",
+       "response_format.json_schema.strict", "true or false"},
+      {R"({"type":"json_schema","json_schema":{"schema":{"type":"string","pattern":"^a"}}})",
+       "response_format.json_schema.schema.pattern", "\"pattern\" is not supported"},
+      {R"({"type":"json_schema","json_schema":{"schema":{"type":"object","properties":)"
+       R"({"tags":{"type":"array","items":{"type":"strin"}}}}}})",
+       "response_format.json_schema.schema.properties.tags.items.type", "\"strin\""},
+      {R"({"type":"json_schema","json_schema":{"schema":{"$ref":"#/$defs/nope"}}})",
+       "response_format.json_schema.schema.$ref", "no location"},
+      {R"({"type":"json_schema","json_schema":{"schema":false}})",
+       "response_format.json_schema.schema", "accepts no value"},
+      {R"({"type":"json_object","schema":{"minProperties":1}})",
+       "response_format.schema.minProperties", "not supported"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.format);
+    const ApiError error = parse_error(chat_with(c.format));
+    EXPECT_EQ(error.status, 400);
+    EXPECT_EQ(error.param, c.param);
+    EXPECT_EQ(error.message.rfind(c.param + ": ", 0), 0u) << error.message;
+    EXPECT_NE(error.message.find(c.in_message), std::string::npos) << error.message;
+  }
+}
+
+TEST(ResponseFormat, NotOnTheMessagesApi) {
+  ParseResult result = parse_anthropic_messages_request(
+      R"({"max_tokens":5,"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"}})",
+      limits());
+  ASSERT_TRUE(std::holds_alternative<ApiError>(result));
+  EXPECT_EQ(std::get<ApiError>(result).param, "response_format");
+}
+
+}  // namespace
+}  // namespace strata::serve

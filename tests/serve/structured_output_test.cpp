@@ -1,0 +1,225 @@
+// Structured output end to end: `strata serve` on the default model (random weights, so the text
+// is gibberish) answers response_format requests with JSON that parses and validates against the
+// schema — checked by an independent validator (Debian's libvalijson-dev) — greedy and sampled,
+// whole and streamed, on /v1/chat/completions and /v1/completions; max_tokens cuts a value with
+// "length"; speculative decoding gives the same tokens as plain constrained decoding.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <valijson/adapters/nlohmann_json_adapter.hpp>
+#include <valijson/schema.hpp>
+#include <valijson/schema_parser.hpp>
+#include <valijson/validator.hpp>
+
+#include "serve_process.h"
+
+namespace strata::serve::test {
+namespace {
+
+using nlohmann::json;
+
+const json kNested = json::parse(R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "maxLength": 12},
+    "color": {"enum": ["red", "green", "blue"]},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3},
+    "size": {"type": "object", "properties": {"w": {"type": "integer"}, "h": {"type": "number"}},
+             "required": ["w", "h"], "additionalProperties": false},
+    "ok": {"type": "boolean"}
+  },
+  "required": ["name", "color", "tags", "size"],
+  "additionalProperties": false})");
+
+const json kAnyOf = json::parse(R"({
+  "anyOf": [
+    {"type": "integer"},
+    {"type": "object", "properties": {"flag": {"type": "boolean"}, "note": {"type": "null"}},
+     "required": ["flag"], "additionalProperties": false},
+    {"enum": ["none", "some"]}
+  ]})");
+
+const json kTree = json::parse(R"({
+  "$defs": {
+    "node": {"type": "object",
+             "properties": {"id": {"type": "integer"},
+                            "kids": {"type": "array", "items": {"$ref": "#/$defs/node"},
+                                     "maxItems": 2}},
+             "required": ["id", "kids"], "additionalProperties": false}
+  },
+  "$ref": "#/$defs/node"})");
+
+// Validates `text` against `schema` with valijson; "" when valid, else the reasons.
+std::string schema_errors(const json& schema, const std::string& text) {
+  json document;
+  try {
+    document = json::parse(text);
+  } catch (const json::exception& error) {
+    return fmt::format("not JSON ({}): {}", error.what(), text);
+  }
+  valijson::Schema compiled;
+  valijson::SchemaParser parser;
+  valijson::adapters::NlohmannJsonAdapter schema_adapter(schema);
+  parser.populateSchema(schema_adapter, compiled);
+  valijson::Validator validator;
+  valijson::ValidationResults results;
+  valijson::adapters::NlohmannJsonAdapter target(document);
+  if (validator.validate(compiled, target, &results)) return "";
+  std::string reasons = text + ":";
+  valijson::ValidationResults::Error error;
+  while (results.popError(error)) reasons += " " + error.description;
+  return reasons;
+}
+
+std::string json_schema_format(const json& schema) {
+  return json{{"type", "json_schema"},
+              {"json_schema", {{"name", "t"}, {"strict", true}, {"schema", schema}}}}
+      .dump();
+}
+
+std::string chat_body(const std::string& format, const std::string& sampling) {
+  return fmt::format(
+      R"({{"messages":[{{"role":"user","content":"Describe a thing as JSON."}}],"max_tokens":400,)"
+      R"("response_format":{},{}}})",
+      format, sampling);
+}
+
+struct Reply {
+  std::string content;
+  std::string finish;
+};
+
+Reply whole(const ServeProcess& server, const std::string& body) {
+  const HttpReply reply = post(server, "/v1/chat/completions", body);
+  EXPECT_EQ(reply.status, 200) << reply.body;
+  if (reply.status != 200) return {};
+  const json r = reply.json();
+  return {r["choices"][0]["message"]["content"].get<std::string>(),
+          r["choices"][0]["finish_reason"].get<std::string>()};
+}
+
+Reply streamed(const ServeProcess& server, std::string body) {
+  body.insert(body.size() - 1, R"(,"stream":true)");
+  const HttpReply reply = post(server, "/v1/chat/completions", body);
+  EXPECT_EQ(reply.status, 200) << reply.body;
+  Reply out;
+  for (const std::string& event : sse_data(reply.body)) {
+    if (event == "[DONE]") break;
+    const json chunk = json::parse(event);
+    if (chunk["choices"].empty()) continue;
+    const json& choice = chunk["choices"][0];
+    out.content += choice["delta"].value("content", "");
+    EXPECT_FALSE(choice["delta"].contains("reasoning_content")) << event;
+    if (!choice["finish_reason"].is_null()) out.finish = choice["finish_reason"].get<std::string>();
+  }
+  return out;
+}
+
+const std::vector<std::string> kSamplings = {
+    R"("temperature":0)", R"("temperature":0.8,"top_p":0.95,"seed":11)",
+    R"("temperature":1.2,"top_k":40,"repeat_penalty":1.1,"seed":5)"};
+
+TEST(StructuredOutput, ValuesValidateAgainstTheirSchemas) {
+  ServeProcess server({"-t", "1"});
+  for (const json* schema : {&kNested, &kAnyOf, &kTree}) {
+    for (const std::string& sampling : kSamplings) {
+      SCOPED_TRACE(schema->dump() + " " + sampling);
+      const std::string body = chat_body(json_schema_format(*schema), sampling);
+      const Reply reply = whole(server, body);
+      ASSERT_EQ(reply.finish, "stop") << reply.content;
+      EXPECT_EQ(schema_errors(*schema, reply.content), "");
+      const Reply stream = streamed(server, body);
+      EXPECT_EQ(stream.content, reply.content);
+      EXPECT_EQ(stream.finish, "stop");
+    }
+  }
+}
+
+TEST(StructuredOutput, JsonObjectAndCompletions) {
+  ServeProcess server({"-t", "1"});
+  const json object_schema = {{"type", "object"}};
+  for (const std::string& sampling : kSamplings) {
+    SCOPED_TRACE(sampling);
+    const Reply reply = whole(server, chat_body(R"({"type":"json_object"})", sampling));
+    if (reply.finish == "stop") {
+      EXPECT_EQ(schema_errors(object_schema, reply.content), "");
+    } else {
+      EXPECT_EQ(reply.finish, "length");
+      EXPECT_EQ(reply.content.rfind('{', 0), 0u) << reply.content;
+    }
+  }
+  // /v1/completions takes response_format too.
+  const HttpReply reply = post(
+      server, "/v1/completions",
+      fmt::format(
+          R"({{"prompt":"A JSON value:","max_tokens":300,"temperature":0,"response_format":{}}})",
+          json_schema_format(kNested)));
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json r = reply.json();
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(schema_errors(kNested, r["choices"][0]["text"].get<std::string>()), "");
+}
+
+TEST(StructuredOutput, MaxTokensCutsWithLength) {
+  ServeProcess server({"-t", "1"});
+  std::string body = chat_body(json_schema_format(kNested), R"("temperature":0)");
+  const Reply full = whole(server, body);
+  ASSERT_EQ(full.finish, "stop");
+  const size_t at = body.find("\"max_tokens\":400");
+  body.replace(at, 16, "\"max_tokens\":3");
+  const Reply cut = whole(server, body);
+  EXPECT_EQ(cut.finish, "length");
+  EXPECT_EQ(full.content.rfind(cut.content, 0), 0u) << cut.content << " vs " << full.content;
+  EXPECT_NE(schema_errors(kNested, cut.content), "");  // an unfinished value
+}
+
+TEST(StructuredOutput, BadSchemasAre400sNamingThePath) {
+  ServeProcess server({"-t", "1"});
+  const HttpReply reply = post(
+      server, "/v1/chat/completions",
+      chat_body(
+          json_schema_format(json::parse(
+              R"({"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]+$"}}})")),
+          R"("temperature":0)"));
+  EXPECT_EQ(reply.status, 400);
+  const json error = reply.json()["error"];
+  EXPECT_EQ(error["param"], "response_format.json_schema.schema.properties.code.pattern");
+  EXPECT_NE(error["message"].get<std::string>().find("not supported"), std::string::npos);
+  const HttpReply thinking = post(
+      server, "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"},)"
+      R"("chat_template_kwargs":{"enable_thinking":true}})");
+  EXPECT_EQ(thinking.status, 400);
+  EXPECT_EQ(thinking.json()["error"]["param"], "chat_template_kwargs.enable_thinking");
+}
+
+// The drafts are judged by the constrained sampler row by row: the same tokens as without --spec.
+TEST(StructuredOutput, SpeculativeDecodingGivesThePlainTokens) {
+  std::vector<std::pair<std::string, Reply>> plain;
+  {
+    ServeProcess server({"-t", "1"});
+    for (const json* schema : {&kNested, &kTree})
+      for (const std::string& sampling : kSamplings) {
+        const std::string body = chat_body(json_schema_format(*schema), sampling);
+        plain.push_back({body, whole(server, body)});
+      }
+  }
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--spec", "both", "--draft-max", "3"},
+        std::vector<std::string>{"--spec", "suffix", "--draft-max", "4", "--spec-gate", "off"}}) {
+    ServeProcess server([&] {
+      std::vector<std::string> all = {"-t", "1"};
+      all.insert(all.end(), args.begin(), args.end());
+      return all;
+    }());
+    for (const auto& [body, expected] : plain) {
+      SCOPED_TRACE(args[1] + " " + body);
+      const Reply reply = whole(server, body);
+      EXPECT_EQ(reply.content, expected.content);
+      EXPECT_EQ(reply.finish, expected.finish);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::serve::test
