@@ -54,6 +54,28 @@ std::string Generator::spec_summary() const {
 
 void Generator::run(Job& job) {
   const GenerationPlan& plan = job.plan();
+  GenerationOutcome outcome;
+  outcome.usage.prompt_tokens = int64_t(plan.prompt.size());
+  for (int choice = 0; choice < plan.n_choices; ++choice) {
+    const GenerationOutcome one = run_choice(job, choice);
+    if (choice == 0) {
+      outcome.finish = one.finish;
+      outcome.usage.cached_tokens = one.usage.cached_tokens;
+    }
+    outcome.choice_finish.push_back(one.finish);
+    outcome.usage.completion_tokens += one.usage.completion_tokens;
+    outcome.prefill_s += one.prefill_s;
+    outcome.decode_s += one.decode_s;
+    if (one.cancelled) {
+      outcome.cancelled = true;
+      break;
+    }
+  }
+  job.finish(outcome);
+}
+
+GenerationOutcome Generator::run_choice(Job& job, int choice) {
+  const GenerationPlan& plan = job.plan();
   const Clock::time_point started = Clock::now();
   ServeMetrics::Generation report;
   report.queue_wait_s = seconds_between(job.received_at(), started);
@@ -64,23 +86,47 @@ void Generator::run(Job& job) {
   try {
     ExpertSource* experts = recorder_.source();
     Session session(*served_.model, pool_, experts, served_.backend);
-    Sampler sampler(plan.sampling);
+    SamplerConfig sampling = plan.sampling;
+    sampling.seed += uint64_t(choice);  // GenerationPlan::n_choices: choice i's seed
+    Sampler sampler(sampling);
     StreamingDecoder decoder(*served_.tokenizer, DecodeOptions{.render_control = false});
     StopMatcher stops(plan.stop);
     std::optional<ThinkFilter> think;
     if (plan.split_thinking) think.emplace(ThinkFilter::Mode::Hide, plan.starts_in_thinking);
-    auto deliver = [&](const std::string& text) {
-      if (text.empty()) return;
+    auto deliver = [&](const std::string& text, std::vector<LogprobEntry> logprobs = {}) {
+      if (text.empty() && logprobs.empty()) return;
+      TextDelta delta;
+      delta.choice = choice;
+      delta.logprobs = std::move(logprobs);
       if (!think) {
-        job.emit({text, {}});
-        return;
+        delta.content = text;
+      } else {
+        ThinkFilter::ReplyDelta split = think->push(text);
+        delta.content = std::move(split.answer);
+        delta.reasoning = std::move(split.thinking);
       }
-      ThinkFilter::ReplyDelta delta = think->push(text);
-      job.emit({std::move(delta.answer), std::move(delta.thinking)});
+      job.emit(std::move(delta));
+    };
+    // The chosen token's entry and the alternatives (Sampler::logprobs says of what).
+    std::vector<TokenLogprob> top;
+    auto logprob_entry = [&](int32_t token) {
+      std::vector<LogprobEntry> entries;
+      if (!plan.logprobs) return entries;
+      const TokenLogprob chosen =
+          sampler.logprobs(session.logits(), session.tokens(), token, *plan.logprobs, top);
+      LogprobEntry& entry = entries.emplace_back();
+      entry.bytes = served_.tokenizer->token_bytes(token);
+      entry.logprob = chosen.logprob;
+      for (const TokenLogprob& alt : top)
+        entry.top.push_back({served_.tokenizer->token_bytes(alt.id), alt.logprob});
+      return entries;
     };
 
+    // Log-probabilities need each token's logits, which the verify windows do not hand out: such
+    // requests decode plainly (the same tokens, by SpecDecoder's contract).
     std::optional<spec::SpecDecoder> speculative;
-    if (spec_gate_) speculative.emplace(session, sampler, spec_, pool_, experts, spec_gate_.get());
+    if (spec_gate_ && !plan.logprobs)
+      speculative.emplace(session, sampler, spec_, pool_, experts, spec_gate_.get());
     if (speculative)
       speculative->on_window([&](const spec::WindowReport& w) { recorder_.window(w); });
     // Resume from the conversation state cache and prefill the rest (engine/state_cache.h:
@@ -127,7 +173,7 @@ void Generator::run(Job& job) {
         const spec::SpecDecoder::Result result = speculative->generate_until(
             session.logits(), max_tokens,
             [&](int32_t token) {
-              if (first) first_token();  // the first sampled token, as in the plain loop
+              if (first && choice == 0) first_token();  // the first token, as in the plain loop
               first = false;
               return ends_generation(token);
             },
@@ -160,14 +206,14 @@ void Generator::run(Job& job) {
         break;
       }
       const int32_t next = sampler.sample(session.logits(), session.tokens());
-      if (generated == 0) first_token();
+      if (generated == 0 && choice == 0) first_token();
       if (ends_generation(next)) {
         outcome.finish = FinishReason::Stop;
         break;
       }
       ++generated;
       recorder_.token();
-      deliver(stops.push(decoder.push(next)));
+      deliver(stops.push(decoder.push(next)), logprob_entry(next));
       if (stops.stopped()) {
         outcome.finish = FinishReason::Stop;
         break;
@@ -189,7 +235,7 @@ void Generator::run(Job& job) {
     }
     if (think) {
       ThinkFilter::ReplyDelta rest = think->finish();
-      job.emit({std::move(rest.answer), std::move(rest.thinking)});
+      job.emit({std::move(rest.answer), std::move(rest.thinking), choice, {}});
     }
     const Clock::time_point ended = Clock::now();
     outcome.decode_s = seconds_between(prefilled, ended);
@@ -201,7 +247,7 @@ void Generator::run(Job& job) {
     report.total_s = seconds_between(job.received_at(), ended);
     metrics_.record_generation(report);
     recorder_.end_generation(report.finish_reason, spec_gate_.get());
-    job.finish(outcome);
+    return outcome;
   } catch (...) {
     report.finish_reason = "error";
     report.total_s = seconds_between(job.received_at(), Clock::now());

@@ -65,6 +65,12 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
   if (o.min_p) s.min_p = *o.min_p;
   if (o.repetition_penalty) s.repetition_penalty = *o.repetition_penalty;
   s.seed = o.seed.value_or(served.default_seed.value_or(fresh_seed));
+  if (o.frequency_penalty) s.frequency_penalty = *o.frequency_penalty;
+  if (o.presence_penalty) s.presence_penalty = *o.presence_penalty;
+  s.logit_bias = o.logit_bias;
+  s.n_prompt = plan.prompt.size();  // the penalties count what this request generates
+  plan.n_choices = request.n;
+  plan.logprobs = request.logprobs;
 
   plan.stop = request.stop;
   plan.ignore_eos = request.ignore_eos;

@@ -54,6 +54,10 @@ struct GenerationPlan {
   bool ignore_eos = false;
   bool split_thinking = false;      // chat: a leading <think> block goes to reasoning_content
   bool starts_in_thinking = false;  // the rendered prompt opened "<think>\n"
+  // Choices: choice i samples with seed sampling.seed + i (wrapping), so a seeded request
+  // reproduces every choice, and choice 0 equals the same request with n = 1.
+  int n_choices = 1;
+  std::optional<int> logprobs;  // per-token log-probabilities with this many alternatives
 };
 
 using PlanResult = std::variant<GenerationPlan, ApiError>;

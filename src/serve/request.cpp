@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -441,8 +442,11 @@ void read_limits_and_stream(const json& body, const RequestLimits& limits, Gener
              max_allowed);
     out.max_tokens = read_int(body, key, key, 1, max_allowed);
   }
-  if (auto n = read_int(body, "n", "n", 1, std::numeric_limits<int32_t>::max()); n && *n != 1)
-    reject("n", "only n=1 is supported, found {}", *n);
+  if (auto n = read_int(body, "n", "n", 1, std::numeric_limits<int32_t>::max())) {
+    if (*n > limits.max_choices)
+      reject("n", "at most {} choices per request are allowed, found {}", limits.max_choices, *n);
+    out.n = int(*n);
+  }
   out.stream = read_bool(body, "stream", "stream").value_or(false);
   if (const json* options = field(body, "stream_options")) {
     if (!options->is_object())
@@ -454,6 +458,57 @@ void read_limits_and_stream(const json& body, const RequestLimits& limits, Gener
   out.ignore_eos = read_bool(body, "ignore_eos", "ignore_eos").value_or(false);
 }
 
+// logit_bias: {"<token id>": bias}, the ids in the vocabulary, the biases in [-100, 100].
+void read_logit_bias(const json& body, const RequestLimits& limits, GenerationRequest& out) {
+  const json* bias = field(body, "logit_bias");
+  if (!bias) return;
+  if (!bias->is_object())
+    reject("logit_bias", "expected an object mapping token ids (as strings) to numbers, found {}",
+           describe(*bias));
+  if (bias->size() > limits.max_logit_bias)
+    reject("logit_bias", "at most {} entries are allowed, found {}", limits.max_logit_bias,
+           bias->size());
+  auto& entries = out.sampling.logit_bias;
+  for (const auto& [key, value] : bias->items()) {
+    const std::string path = child("logit_bias", utf8_repair(key));
+    // Digits only: "01", "+1", " 1" and "1e3" are not token ids.
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        key.find_first_not_of("0123456789") == std::string::npos &&
+                        (key.size() == 1 || key[0] != '0');
+    const int64_t id = digits ? std::strtoll(key.c_str(), nullptr, 10) : -1;
+    if (!digits || id >= limits.n_vocab)
+      reject(path, "the key must be a token id in the vocabulary [0, {}), found {}",
+             limits.n_vocab, describe(json(key)));
+    if (!value.is_number() || !std::isfinite(value.get<double>()) ||
+        std::abs(value.get<double>()) > kMaxLogitBias)
+      reject(path, "expected a number between -100 and 100, found {}", describe(value));
+    entries.emplace_back(int32_t(id), float(value.get<double>()));
+  }
+  std::sort(entries.begin(), entries.end());
+}
+
+// The OpenAI rules strata honours beyond the basic sampling settings: logit_bias, the
+// frequency/presence penalties and log-probabilities.
+void read_openai_rules(const json& body, Endpoint endpoint, const RequestLimits& limits,
+                       GenerationRequest& out) {
+  read_logit_bias(body, limits, out);
+  if (auto v = read_number(body, "frequency_penalty", "frequency_penalty", -2.0, 2.0))
+    out.sampling.frequency_penalty = float(*v);
+  if (auto v = read_number(body, "presence_penalty", "presence_penalty", -2.0, 2.0))
+    out.sampling.presence_penalty = float(*v);
+  if (endpoint == Endpoint::Completions) {
+    // The legacy field: the number of alternatives per token (0 = only the chosen token's).
+    if (auto n = read_int(body, "logprobs", "logprobs", 0, kMaxTopLogprobs)) out.logprobs = int(*n);
+    return;
+  }
+  const bool wanted = read_bool(body, "logprobs", "logprobs").value_or(false);
+  const auto top = read_int(body, "top_logprobs", "top_logprobs", 0, kMaxTopLogprobs);
+  if (top && !wanted)
+    reject("top_logprobs", "requires \"logprobs\": true, found logprobs {}",
+           describe(field(body, "logprobs") ? *field(body, "logprobs") : json(nullptr)));
+  if (wanted) out.logprobs = int(top.value_or(0));
+}
+
 // Fields whose effect strata cannot give: rejected so a client never silently gets something else.
 void reject_unsupported(const json& body, Endpoint endpoint) {
   if (const json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
@@ -463,16 +518,6 @@ void reject_unsupported(const json& body, Endpoint endpoint) {
   if (field(body, "functions") || field(body, "function_call"))
     reject(field(body, "functions") ? "functions" : "function_call",
            "function calling is not supported by this server");
-  if (const json* logprobs = field(body, "logprobs"); logprobs && *logprobs != false)
-    reject("logprobs", "log probabilities are not supported by this server");
-  if (const json* top = field(body, "top_logprobs"); top && *top != 0)
-    reject("top_logprobs", "log probabilities are not supported by this server");
-  if (const json* bias = field(body, "logit_bias"); bias && !(bias->is_object() && bias->empty()))
-    reject("logit_bias", "logit_bias is not supported by this server");
-  for (const char* key : {"frequency_penalty", "presence_penalty"}) {
-    if (auto v = read_number(body, key, key, -2.0, 2.0); v && *v != 0.0)
-      reject(key, "{} is not supported by this server (repeat_penalty is)", key);
-  }
   if (const json* format = field(body, "response_format")) {
     if (!format->is_object())
       reject("response_format", "expected an object, found {}", describe(*format));
@@ -509,6 +554,7 @@ GenerationRequest parse_fields(const json& body, Endpoint endpoint, const Reques
   read_limits_and_stream(body, limits, out);
   read_sampling(body, out);
   read_stop(body, limits, out);
+  read_openai_rules(body, endpoint, limits, out);
   reject_unsupported(body, endpoint);
   return out;
 }
@@ -598,7 +644,11 @@ ParseResult parse_anthropic_messages_request(std::string_view body, const Reques
     // A system message from `system` shifts the indices of the others: name them as sent.
     const size_t shift = field(parsed, "system") ? 1 : 0;
     try {
-      return parse_fields(chat, Endpoint::ChatCompletions, limits);
+      GenerationRequest request = parse_fields(chat, Endpoint::ChatCompletions, limits);
+      // The Messages API's response has one reply and no log-probabilities to carry them in.
+      if (request.n != 1) reject("n", "the Messages API gives one reply, found n {}", request.n);
+      if (request.logprobs) reject("logprobs", "the Messages API has no log probabilities");
+      return request;
     } catch (Rejection& rejection) {
       std::string& param = rejection.error.param;
       if (shift && param.rfind("messages[", 0) == 0) {

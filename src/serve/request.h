@@ -13,13 +13,14 @@
 //   when the parser stopped. Nesting deeper than RequestLimits::max_json_depth is rejected before
 //   parsing.
 // - Accepted: the OpenAI fields that strata honours (model, messages / prompt, max_tokens,
-//   max_completion_tokens, temperature, top_p, seed, n=1, stop, stream,
-//   stream_options.include_usage) and the llama.cpp server extensions top_k, min_p, repeat_penalty
-//   (alias repetition_penalty), ignore_eos and chat_template_kwargs.enable_thinking. OpenAI fields
-//   whose effect strata cannot give (tools, logprobs, n > 1, echo, best_of, suffix, non-zero
-//   frequency/presence penalties, logit_bias, a non-text response_format) are rejected with a
-//   message saying so rather than silently ignored. Other unknown fields are ignored (as
-//   llama.cpp's server does).
+//   max_completion_tokens, temperature, top_p, seed, n (1..RequestLimits::max_choices), stop,
+//   stream, stream_options.include_usage, logit_bias (token-id keys in [0, n_vocab), values in
+//   [-100, 100]), frequency_penalty and presence_penalty ([-2, 2]), logprobs and top_logprobs
+//   (chat: a boolean and 0..20; completions: the legacy integer 0..20)) and the llama.cpp server
+//   extensions top_k, min_p, repeat_penalty (alias repetition_penalty), ignore_eos and
+//   chat_template_kwargs.enable_thinking. OpenAI fields whose effect strata cannot give (tools,
+//   echo, best_of, suffix, a non-text response_format) are rejected with a message saying so
+//   rather than silently ignored. Other unknown fields are ignored (as llama.cpp's server does).
 // - A missing "model" means the served model; a different name is 404 model_not_found.
 // - Checks that need the tokenizer or the context length of the prompt (empty prompt, prompt
 //   longer than the context) are made later, by serve/plan.h.
@@ -29,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -46,7 +48,13 @@ struct RequestLimits {
   size_t max_stop_strings = 4;  // OpenAI's limit
   size_t max_stop_bytes = 256;
   int max_json_depth = 32;
+  int max_choices = 16;            // n: each choice is a generation of its own
+  size_t max_logit_bias = 1024;    // logit_bias entries
 };
+
+// OpenAI's bounds (API reference): top_logprobs and logit_bias values.
+inline constexpr int kMaxTopLogprobs = 20;
+inline constexpr double kMaxLogitBias = 100.0;
 
 // Sampling settings the request set; unset ones take the server's defaults.
 struct SamplingOverrides {
@@ -56,6 +64,9 @@ struct SamplingOverrides {
   std::optional<float> min_p;
   std::optional<float> repetition_penalty;
   std::optional<uint64_t> seed;
+  std::optional<float> frequency_penalty;
+  std::optional<float> presence_penalty;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // by token id, ascending
 };
 
 struct GenerationRequest {
@@ -72,6 +83,10 @@ struct GenerationRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool ignore_eos = false;
   std::optional<bool> enable_thinking;  // chat_template_kwargs.enable_thinking
+  int n = 1;                            // choices, each generated on its own
+  // Set when the response carries log-probabilities: how many alternatives per token (chat:
+  // top_logprobs with logprobs: true; completions: logprobs N).
+  std::optional<int> logprobs;
 };
 
 using ParseResult = std::variant<GenerationRequest, ApiError>;
