@@ -80,7 +80,7 @@ std::vector<ReplyPiece> ToolCallParser::finish() {
   std::vector<ReplyPiece> out;
   drain(out, /*at_end=*/true);
   if (inside_) {  // never closed: the block as generated
-    emit_content(out, std::string(kToolCallOpen) + pending_);
+    emit_content(out, separator_ + std::string(kToolCallOpen) + pending_);
   } else {
     emit_content(out, std::move(pending_));
   }
@@ -116,7 +116,9 @@ void ToolCallParser::drain(std::vector<ReplyPiece>& out, bool at_end) {
         pending_.erase(0, pending_.size() - keep);
         return;
       }
-      emit_content(out, std::string(trim_end(std::string_view(pending_).substr(0, open))));
+      const std::string_view before = trim_end(std::string_view(pending_).substr(0, open));
+      separator_ = pending_.substr(before.size(), open - before.size());
+      emit_content(out, std::string(before));
       pending_.erase(0, open + kToolCallOpen.size());
       inside_ = true;
     }
@@ -129,7 +131,7 @@ void ToolCallParser::drain(std::vector<ReplyPiece>& out, bool at_end) {
       ++calls_found_;
       out.push_back({{}, std::move(call)});
     } else {
-      emit_content(out, std::string(kToolCallOpen) + body + std::string(kToolCallClose));
+      emit_content(out, separator_ + std::string(kToolCallOpen) + body + std::string(kToolCallClose));
     }
   }
 }

@@ -63,6 +63,7 @@ class ToolCallParser {
   std::vector<std::string> tools_;
   bool inside_ = false;  // after <tool_call>, before </tool_call>
   std::string pending_;  // undecided text (outside) or the block so far (inside)
+  std::string separator_;  // the whitespace before the open block: content again if it fails
   int calls_found_ = 0;
 };
 
