@@ -304,6 +304,130 @@ std::string read_content(const json& message, const std::string& path, const std
   return text;
 }
 
+// OpenAI's function names: [a-zA-Z0-9_-]{1,64} (they are written into the prompt's tags).
+bool valid_function_name(const std::string& name) {
+  return !name.empty() && name.size() <= 64 &&
+         name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
+             std::string::npos;
+}
+
+const std::string& read_function_name(const json& function, const std::string& path) {
+  const std::string* name = read_string(function, "name", child(path, "name"));
+  if (!name) reject(child(path, "name"), "required: the function's name");
+  if (!valid_function_name(*name))
+    reject(child(path, "name"), "expected 1 to 64 letters, digits, '_' or '-', found {}",
+           describe(json(*name)));
+  return *name;
+}
+
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name",
+// "arguments": "<JSON object>"}}]; the arguments may also be the object itself.
+std::vector<ChatToolCall> read_tool_calls(const json& calls, const std::string& path) {
+  if (!calls.is_array()) reject(path, "expected an array of tool calls, found {}", describe(calls));
+  std::vector<ChatToolCall> out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const json& call = calls[i];
+    const std::string at = element(path, i);
+    if (!call.is_object()) reject(at, "expected a tool call object, found {}", describe(call));
+    if (const std::string* type = read_string(call, "type", child(at, "type"));
+        type && *type != "function")
+      reject(child(at, "type"), "expected \"function\", found {}", describe(json(*type)));
+    read_string(call, "id", child(at, "id"));
+    const json* function = field(call, "function");
+    if (!function || !function->is_object())
+      reject(child(at, "function"), "required: an object with name and arguments");
+    ChatToolCall parsed;
+    parsed.name = read_function_name(*function, child(at, "function"));
+    const std::string arguments_path = child(child(at, "function"), "arguments");
+    const json* arguments = field(*function, "arguments");
+    json object = json::object();
+    if (arguments && arguments->is_string()) {
+      object = json::parse(arguments->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (!object.is_object())
+        reject(arguments_path, "expected a JSON object as a string, found {}",
+               describe(*arguments));
+      parsed.arguments = arguments->get<std::string>();  // as sent: the template renders it so
+    } else if (arguments && arguments->is_object()) {
+      parsed.arguments = arguments->dump();
+    } else if (arguments) {
+      reject(arguments_path, "expected a JSON object as a string, found {}", describe(*arguments));
+    } else {
+      parsed.arguments = "{}";
+    }
+    out.push_back(std::move(parsed));
+  }
+  return out;
+}
+
+// tools, tool_choice and parallel_tool_calls of a chat request.
+void read_tools(const json& body, const RequestLimits& limits, GenerationRequest& out) {
+  std::vector<std::string> names;
+  if (const json* tools = field(body, "tools")) {
+    if (!tools->is_array()) reject("tools", "expected an array of tools, found {}", describe(*tools));
+    if (tools->size() > limits.max_tools)
+      reject("tools", "at most {} tools are allowed, found {}", limits.max_tools, tools->size());
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const json& tool = (*tools)[i];
+      const std::string at = element("tools", i);
+      if (!tool.is_object()) reject(at, "expected a tool object, found {}", describe(tool));
+      const std::string* type = read_string(tool, "type", child(at, "type"));
+      if (!type || *type != "function")
+        reject(child(at, "type"), "expected \"function\", found {}",
+               type ? describe(json(*type)) : std::string("nothing"));
+      const json* function = field(tool, "function");
+      if (!function || !function->is_object())
+        reject(child(at, "function"), "required: an object with name, description, parameters");
+      const std::string& name = read_function_name(*function, child(at, "function"));
+      if (std::find(names.begin(), names.end(), name) != names.end())
+        reject(child(child(at, "function"), "name"), "two tools are named {}",
+               describe(json(name)));
+      names.push_back(name);
+      read_string(*function, "description", child(child(at, "function"), "description"));
+      if (const json* parameters = field(*function, "parameters"); parameters && !parameters->is_object())
+        reject(child(child(at, "function"), "parameters"), "expected a JSON schema object, found {}",
+               describe(*parameters));
+      out.tools.push_back(tool.dump());
+    }
+  }
+  out.parallel_tool_calls =
+      read_bool(body, "parallel_tool_calls", "parallel_tool_calls").value_or(true);
+  const json* choice = field(body, "tool_choice");
+  out.tool_choice = out.tools.empty() ? ToolChoice::None : ToolChoice::Auto;
+  if (!choice) return;
+  if (choice->is_string()) {
+    const std::string& mode = choice->get_ref<const std::string&>();
+    if (mode == "none") {
+      out.tool_choice = ToolChoice::None;
+    } else if (mode == "auto" || mode == "required") {
+      if (out.tools.empty())
+        reject("tool_choice", "{} needs tools, and the request has none", describe(*choice));
+      out.tool_choice = mode == "auto" ? ToolChoice::Auto : ToolChoice::Required;
+    } else {
+      reject("tool_choice",
+             "expected \"none\", \"auto\", \"required\" or a function object, found {}",
+             describe(*choice));
+    }
+    return;
+  }
+  if (!choice->is_object())
+    reject("tool_choice",
+           "expected \"none\", \"auto\", \"required\" or a function object, found {}",
+           describe(*choice));
+  const std::string* type = read_string(*choice, "type", "tool_choice.type");
+  if (!type || *type != "function")
+    reject("tool_choice.type", "expected \"function\", found {}",
+           type ? describe(json(*type)) : std::string("nothing"));
+  const json* function = field(*choice, "function");
+  if (!function || !function->is_object())
+    reject("tool_choice.function", "required: an object with the function's name");
+  const std::string& name = read_function_name(*function, "tool_choice.function");
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    reject("tool_choice.function.name", "{} is not one of the request's tools",
+           describe(json(name)));
+  out.tool_choice = ToolChoice::Function;
+  out.tool_choice_function = name;
+}
+
 void read_messages(const json& body, GenerationRequest& out) {
   const json* messages = field(body, "messages");
   if (!messages) reject("messages", "required: a non-empty array of messages");
@@ -325,10 +449,15 @@ void read_messages(const json& body, GenerationRequest& out) {
       reject(child(path, "role"),
              "expected \"system\", \"developer\", \"user\", \"assistant\" or \"tool\", found {}",
              describe(json(*role)));
-    if (const json* calls = field(message, "tool_calls");
-        calls && !(calls->is_array() && calls->empty()))
-      reject(child(path, "tool_calls"), "tool calls are not supported by this server");
-    ChatMessage chat{chat_role, read_content(message, path, chat_role), std::nullopt};
+    ChatMessage chat{chat_role, read_content(message, path, chat_role), std::nullopt, {}};
+    if (const json* calls = field(message, "tool_calls")) {
+      if (chat_role != "assistant")
+        reject(child(path, "tool_calls"), "only assistant messages carry tool calls");
+      chat.tool_calls = read_tool_calls(*calls, child(path, "tool_calls"));
+    }
+    if (const std::string* id = read_string(message, "tool_call_id", child(path, "tool_call_id"));
+        id && chat_role != "tool")
+      reject(child(path, "tool_call_id"), "only tool messages answer a tool call");
     if (const std::string* reasoning =
             read_string(message, "reasoning_content", child(path, "reasoning_content")))
       chat.reasoning_content = *reasoning;
@@ -511,10 +640,12 @@ void read_openai_rules(const json& body, Endpoint endpoint, const RequestLimits&
 
 // Fields whose effect strata cannot give: rejected so a client never silently gets something else.
 void reject_unsupported(const json& body, Endpoint endpoint) {
-  if (const json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
-    reject("tools", "tools are not supported by this server");
-  if (const json* choice = field(body, "tool_choice"); choice && *choice != "none")
-    reject("tool_choice", "tools are not supported by this server");
+  if (endpoint == Endpoint::Completions) {
+    if (const json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
+      reject("tools", "tools are only for /v1/chat/completions");
+    if (const json* choice = field(body, "tool_choice"); choice && *choice != "none")
+      reject("tool_choice", "tools are only for /v1/chat/completions");
+  }
   if (field(body, "functions") || field(body, "function_call"))
     reject(field(body, "functions") ? "functions" : "function_call",
            "function calling is not supported by this server");
@@ -542,6 +673,7 @@ GenerationRequest parse_fields(const json& body, Endpoint endpoint, const Reques
   read_model(body, limits, out);
   if (endpoint == Endpoint::ChatCompletions) {
     read_messages(body, out);
+    read_tools(body, limits, out);
     if (const json* kwargs = field(body, "chat_template_kwargs")) {
       if (!kwargs->is_object())
         reject("chat_template_kwargs", "expected an object, found {}", describe(*kwargs));
@@ -589,8 +721,18 @@ std::variant<Result, ApiError> parse_with(std::string_view body, const RequestLi
 
 ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
                                      const RequestLimits& limits) {
-  return parse_with<GenerationRequest>(
-      body, limits, [&](const json& parsed) { return parse_fields(parsed, endpoint, limits); });
+  return parse_with<GenerationRequest>(body, limits, [&](const json& parsed) {
+    GenerationRequest request = parse_fields(parsed, endpoint, limits);
+    // The template renders each tool as the client wrote it (key order too), which the parse
+    // above (keys sorted) lost: the validated tools again, from an order-keeping parse.
+    if (!request.tools.empty()) {
+      const auto ordered = nlohmann::ordered_json::parse(body);
+      for (size_t i = 0; i < request.tools.size(); ++i)
+        request.tools[i] = ordered.at("tools").at(i).dump(-1, ' ', false,
+                                                          json::error_handler_t::replace);
+    }
+    return request;
+  });
 }
 
 namespace {
@@ -598,6 +740,9 @@ namespace {
 // The Anthropic fields with another name or shape in the OpenAI chat body; see request.h.
 json anthropic_to_chat(const json& body) {
   if (!field(body, "max_tokens")) reject("max_tokens", "required by the Messages API");
+  // Anthropic's tool shapes (input_schema, tool_use blocks) are not translated.
+  if (const json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
+    reject("tools", "tools are not supported on /v1/messages; use /v1/chat/completions");
   json chat = json::object();
   for (const auto& [key, value] : body.items())
     if (key != "system" && key != "stop_sequences" && key != "thinking" && key != "messages" &&

@@ -18,9 +18,15 @@
 //   [-100, 100]), frequency_penalty and presence_penalty ([-2, 2]), logprobs and top_logprobs
 //   (chat: a boolean and 0..20; completions: the legacy integer 0..20)) and the llama.cpp server
 //   extensions top_k, min_p, repeat_penalty (alias repetition_penalty), ignore_eos and
-//   chat_template_kwargs.enable_thinking. OpenAI fields whose effect strata cannot give (tools,
-//   echo, best_of, suffix, a non-text response_format) are rejected with a message saying so
-//   rather than silently ignored. Other unknown fields are ignored (as llama.cpp's server does).
+//   chat_template_kwargs.enable_thinking. Chat also takes tools (function tools: name
+//   [a-zA-Z0-9_-]{1,64}, optional description and parameters object; at most
+//   RequestLimits::max_tools), tool_choice ("none", "auto", "required" or {"type": "function",
+//   "function": {"name": …}} naming one of the tools), parallel_tool_calls, assistant messages
+//   with tool_calls (function.arguments a JSON object, as a string or an object) and tool
+//   messages with tool_call_id. OpenAI fields whose effect strata cannot give (legacy
+//   functions/function_call, echo, best_of, suffix, a non-text response_format) are rejected
+//   with a message saying so rather than silently ignored. Other unknown fields are ignored (as
+//   llama.cpp's server does).
 // - A missing "model" means the served model; a different name is 404 model_not_found.
 // - Checks that need the tokenizer or the context length of the prompt (empty prompt, prompt
 //   longer than the context) are made later, by serve/plan.h.
@@ -50,6 +56,7 @@ struct RequestLimits {
   int max_json_depth = 32;
   int max_choices = 16;            // n: each choice is a generation of its own
   size_t max_logit_bias = 1024;    // logit_bias entries
+  size_t max_tools = 128;
 };
 
 // OpenAI's bounds (API reference): top_logprobs and logit_bias values.
@@ -69,6 +76,10 @@ struct SamplingOverrides {
   std::vector<std::pair<int32_t, float>> logit_bias;  // by token id, ascending
 };
 
+// tool_choice: "none" (tools not offered: neither rendered nor parsed), "auto" (the default),
+// "required" (some call) or one named function (see serve/plan.h for how the last two are kept).
+enum class ToolChoice { None, Auto, Required, Function };
+
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::ChatCompletions;
   std::string model;                   // the served model id (also when the request named none)
@@ -87,6 +98,10 @@ struct GenerationRequest {
   // Set when the response carries log-probabilities: how many alternatives per token (chat:
   // top_logprobs with logprobs: true; completions: logprobs N).
   std::optional<int> logprobs;
+  std::vector<std::string> tools;  // chat: each tool object's JSON text, keys in the order sent
+  ToolChoice tool_choice = ToolChoice::Auto;
+  std::string tool_choice_function;  // ToolChoice::Function: the function's name
+  bool parallel_tool_calls = true;   // false: only the first call of a reply is returned
 };
 
 using ParseResult = std::variant<GenerationRequest, ApiError>;

@@ -148,8 +148,18 @@ TEST(ServeRequest, BadInputNamesTheField) {
       {"image part",
        R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})", C, 400,
        "messages[0].content[0].type", "only \"text\""},
-      {"tool calls", R"({"messages":[{"role":"assistant","content":"","tool_calls":[{}]}]})", C,
-       400, "messages[0].tool_calls", "not supported"},
+      {"tool call without function", R"({"messages":[{"role":"assistant","content":"","tool_calls":[{}]}]})", C,
+       400, "messages[0].tool_calls[0].function", "required"},
+      {"tool call arguments not JSON",
+       R"({"messages":[{"role":"assistant","tool_calls":[{"type":"function","function":{"name":"f","arguments":"{x"}}]}]})",
+       C, 400, "messages[0].tool_calls[0].function.arguments", "JSON object"},
+      {"tool call bad name",
+       R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"a b","arguments":"{}"}}]}]})",
+       C, 400, "messages[0].tool_calls[0].function.name", "letters, digits"},
+      {"user tool calls", R"({"messages":[{"role":"user","content":"x","tool_calls":[]}]})", C, 400,
+       "messages[0].tool_calls", "only assistant"},
+      {"tool_call_id on user", R"({"messages":[{"role":"user","content":"x","tool_call_id":"c"}]})",
+       C, 400, "messages[0].tool_call_id", "only tool messages"},
       {"max_tokens string", chat(R"("max_tokens":"10")"), C, 400, "max_tokens",
        "expected an integer"},
       {"max_tokens float", chat(R"("max_tokens":1.5)"), C, 400, "max_tokens",
@@ -176,7 +186,28 @@ TEST(ServeRequest, BadInputNamesTheField) {
       {"stop empty", chat(R"("stop":"")"), C, 400, "stop", "non-empty"},
       {"stop number", chat(R"("stop":[1])"), C, 400, "stop[0]", "expected a string"},
       {"five stops", chat(R"("stop":["a","b","c","d","e"])"), C, 400, "stop", "at most 4"},
-      {"tools", chat(R"("tools":[{"type":"function"}])"), C, 400, "tools", "not supported"},
+      {"tool without function", chat(R"("tools":[{"type":"function"}])"), C, 400,
+       "tools[0].function", "required"},
+      {"tools object", chat(R"("tools":{})"), C, 400, "tools", "expected an array"},
+      {"tool type", chat(R"("tools":[{"type":"retrieval"}])"), C, 400, "tools[0].type",
+       "\"function\""},
+      {"tool name with tag", chat(R"("tools":[{"type":"function","function":{"name":"f>"}}])"), C,
+       400, "tools[0].function.name", "letters, digits"},
+      {"duplicate tools",
+       chat(R"("tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}])"),
+       C, 400, "tools[1].function.name", "two tools"},
+      {"tool parameters string",
+       chat(R"("tools":[{"type":"function","function":{"name":"f","parameters":"x"}}])"), C, 400,
+       "tools[0].function.parameters", "schema object"},
+      {"required without tools", chat(R"("tool_choice":"required")"), C, 400, "tool_choice",
+       "needs tools"},
+      {"tool_choice word", chat(R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"any")"),
+       C, 400, "tool_choice", "\"required\""},
+      {"tool_choice unknown function",
+       chat(R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}})"),
+       C, 400, "tool_choice.function.name", "not one of"},
+      {"completion tools", R"({"prompt":"a","tools":[{"type":"function"}]})", P, 400, "tools",
+       "chat/completions"},
       {"logprobs number", chat(R"("logprobs":1)"), C, 400, "logprobs", "true or false"},
       {"top_logprobs without logprobs", chat(R"("top_logprobs":3)"), C, 400, "top_logprobs",
        "requires \"logprobs\": true"},
@@ -262,6 +293,45 @@ TEST(ServeRequest, OpenAiSamplingRulesAndLogprobs) {
       R"({"max_tokens":5,"messages":[{"role":"user","content":"x"}],"logit_bias":{"1":1}})", l);
   ASSERT_TRUE(std::holds_alternative<GenerationRequest>(biased));
   EXPECT_EQ(std::get<GenerationRequest>(biased).sampling.logit_bias.size(), 1u);
+}
+
+TEST(ServeRequest, ToolsToolChoiceAndToolMessages) {
+  const std::string tools =
+      R"("tools":[{"type":"function","function":{"name":"get_weather","description":"d",)"
+      R"("parameters":{"type":"object","properties":{"z":{},"a":{}}}}},)"
+      R"({"type":"function","function":{"name":"search"}}])";
+  GenerationRequest r = accept(R"({"messages":[{"role":"user","content":"x"},)"
+                               R"({"role":"assistant","content":null,"tool_calls":[)"
+                               R"({"id":"call_1","type":"function","function":{"name":"search",)"
+                               R"("arguments":"{\"q\": 1}"}},)"
+                               R"({"function":{"name":"get_weather","arguments":{"city":"P"}}}]},)"
+                               R"({"role":"tool","tool_call_id":"call_1","content":"ok"}],)" +
+                               tools + R"(,"parallel_tool_calls":false})");
+  ASSERT_EQ(r.tools.size(), 2u);
+  // Key order as sent (the template renders the tool as the client wrote it).
+  EXPECT_EQ(r.tools[0],
+            R"({"type":"function","function":{"name":"get_weather","description":"d","parameters":)"
+            R"({"type":"object","properties":{"z":{},"a":{}}}}})");
+  EXPECT_EQ(r.tool_choice, ToolChoice::Auto);
+  EXPECT_FALSE(r.parallel_tool_calls);
+  ASSERT_EQ(r.messages.size(), 3u);
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 2u);
+  EXPECT_EQ(r.messages[1].content, "");
+  EXPECT_EQ(r.messages[1].tool_calls[0].name, "search");
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, R"({"q": 1})");  // the string as sent
+  EXPECT_EQ(r.messages[1].tool_calls[1].arguments, R"({"city":"P"})");
+  EXPECT_EQ(r.messages[2].role, "tool");
+
+  r = accept(chat(tools + R"(,"tool_choice":"required")"));
+  EXPECT_EQ(r.tool_choice, ToolChoice::Required);
+  r = accept(chat(tools + R"(,"tool_choice":{"type":"function","function":{"name":"search"}})"));
+  EXPECT_EQ(r.tool_choice, ToolChoice::Function);
+  EXPECT_EQ(r.tool_choice_function, "search");
+  r = accept(chat(tools + R"(,"tool_choice":"none")"));
+  EXPECT_EQ(r.tool_choice, ToolChoice::None);
+  r = accept(chat(R"("tools":[],"tool_choice":"none")"));
+  EXPECT_EQ(r.tool_choice, ToolChoice::None);
+  EXPECT_TRUE(r.tools.empty());
 }
 
 TEST(ServeRequest, UnknownModelIsModelNotFound) {
