@@ -13,6 +13,7 @@
 #include "experts/expert_store.h"
 #include "model/model.h"
 #include "serve/stop_matcher.h"
+#include "serve/tool_calls.h"
 #include "text/think_filter.h"
 #include "util/error.h"
 
@@ -93,19 +94,44 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
     StopMatcher stops(plan.stop);
     std::optional<ThinkFilter> think;
     if (plan.split_thinking) think.emplace(ThinkFilter::Mode::Hide, plan.starts_in_thinking);
+    // Tool calls (GenerationPlan::parse_tool_calls): the answer, after the think filter, goes
+    // through the parser; each call leaves as two deltas, id and name first, then the arguments.
+    std::optional<ToolCallParser> tool_parser;
+    if (plan.parse_tool_calls) tool_parser.emplace(plan.tool_format, plan.tools, plan.tool_prefix);
+    int calls_emitted = 0;
+    auto emit_pieces = [&](std::vector<ReplyPiece> pieces) {
+      for (ReplyPiece& piece : pieces) {
+        if (!piece.call) {
+          job.emit({std::move(piece.content), {}, choice, {}, {}});
+          continue;
+        }
+        if (!plan.parallel_tool_calls && calls_emitted > 0) continue;  // the first call only
+        const int index = calls_emitted++;
+        job.emit({{}, {}, choice, {}, {{index, new_random_id("call_"), piece.call->name, {}}}});
+        job.emit({{}, {}, choice, {}, {{index, {}, {}, std::move(piece.call->arguments)}}});
+      }
+    };
+    auto emit_answer = [&](std::string answer, std::string reasoning,
+                           std::vector<LogprobEntry> logprobs) {
+      TextDelta head;
+      head.choice = choice;
+      head.reasoning = std::move(reasoning);
+      head.logprobs = std::move(logprobs);
+      if (!tool_parser) {
+        head.content = std::move(answer);
+        job.emit(std::move(head));
+        return;
+      }
+      std::vector<ReplyPiece> pieces =
+          answer.empty() ? std::vector<ReplyPiece>() : tool_parser->push(answer);
+      job.emit(std::move(head));
+      emit_pieces(std::move(pieces));
+    };
     auto deliver = [&](const std::string& text, std::vector<LogprobEntry> logprobs = {}) {
       if (text.empty() && logprobs.empty()) return;
-      TextDelta delta;
-      delta.choice = choice;
-      delta.logprobs = std::move(logprobs);
-      if (!think) {
-        delta.content = text;
-      } else {
-        ThinkFilter::ReplyDelta split = think->push(text);
-        delta.content = std::move(split.answer);
-        delta.reasoning = std::move(split.thinking);
-      }
-      job.emit(std::move(delta));
+      if (!think) return emit_answer(text, {}, std::move(logprobs));
+      ThinkFilter::ReplyDelta split = think->push(text);
+      emit_answer(std::move(split.answer), std::move(split.thinking), std::move(logprobs));
     };
     // The chosen token's entry and the alternatives (Sampler::logprobs says of what).
     std::vector<TokenLogprob> top;
@@ -235,7 +261,12 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
     }
     if (think) {
       ThinkFilter::ReplyDelta rest = think->finish();
-      job.emit({std::move(rest.answer), std::move(rest.thinking), choice, {}});
+      emit_answer(std::move(rest.answer), std::move(rest.thinking), {});
+    }
+    if (tool_parser) {
+      emit_pieces(tool_parser->finish());
+      if (calls_emitted > 0 && outcome.finish == FinishReason::Stop)
+        outcome.finish = FinishReason::ToolCalls;
     }
     const Clock::time_point ended = Clock::now();
     outcome.decode_s = seconds_between(prefilled, ended);

@@ -546,6 +546,13 @@ void HttpServer::Impl::respond_whole(const std::shared_ptr<Job>& job,
       text.content += delta.content;
       text.reasoning += delta.reasoning;
       for (LogprobEntry& entry : delta.logprobs) text.logprobs.push_back(std::move(entry));
+      for (ToolCallDelta& call : delta.tool_calls) {
+        if (size_t(call.index) >= text.tool_calls.size()) {
+          text.tool_calls.push_back(std::move(call));
+        } else {
+          text.tool_calls[size_t(call.index)].arguments += call.arguments;
+        }
+      }
     }
     if (update.state == JobState::Finished) {
       if (update.error) return reply_error(*update.error);

@@ -30,7 +30,27 @@ json chat_delta(const TextDelta& delta) {
   json out = json::object();
   if (!delta.content.empty()) out["content"] = delta.content;
   if (!delta.reasoning.empty()) out["reasoning_content"] = delta.reasoning;
+  if (!delta.tool_calls.empty()) {
+    json calls = json::array();
+    for (const ToolCallDelta& call : delta.tool_calls) {
+      json item{{"index", call.index}};
+      if (!call.id.empty()) {
+        item["id"] = call.id;
+        item["type"] = "function";
+      }
+      json function = json::object();
+      if (!call.name.empty()) function["name"] = call.name;
+      function["arguments"] = call.arguments;
+      item["function"] = std::move(function);
+      calls.push_back(std::move(item));
+    }
+    out["tool_calls"] = std::move(calls);
+  }
   return out;
+}
+
+bool is_blank(const std::string& text) {
+  return text.find_first_not_of(" \t\r\n") == std::string::npos;
 }
 
 // Printable text of a token's bytes (a partial UTF-8 character becomes U+FFFD).
@@ -72,7 +92,12 @@ json chunk(const CompletionIdentity& identity, const TextDelta& delta, json fini
 }  // namespace
 
 std::string_view finish_reason_name(FinishReason reason) {
-  return reason == FinishReason::Stop ? "stop" : "length";
+  switch (reason) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::ToolCalls: return "tool_calls";
+  }
+  return "stop";
 }
 
 std::string new_random_id(std::string_view prefix) {
@@ -155,8 +180,20 @@ json completion_json(const CompletionIdentity& identity, std::span<const ChoiceR
     const json choice_logprobs =
         logprobs ? logprobs_json(identity.endpoint, text.logprobs, 0) : json(nullptr);
     if (identity.endpoint == Endpoint::ChatCompletions) {
-      json message{{"role", "assistant"}, {"content", text.content}, {"refusal", nullptr}};
+      const bool calls = !text.tool_calls.empty();
+      // With tool calls and no text besides, content is null (as OpenAI answers).
+      json message{{"role", "assistant"},
+                   {"content", calls && is_blank(text.content) ? json(nullptr) : json(text.content)},
+                   {"refusal", nullptr}};
       if (!text.reasoning.empty()) message["reasoning_content"] = text.reasoning;
+      if (calls) {
+        json list_calls = json::array();
+        for (const ToolCallDelta& call : text.tool_calls)
+          list_calls.push_back(json{{"id", call.id},
+                                    {"type", "function"},
+                                    {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+        message["tool_calls"] = std::move(list_calls);
+      }
       list.push_back(json{{"index", i},
                           {"message", message},
                           {"logprobs", choice_logprobs},

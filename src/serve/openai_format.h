@@ -33,7 +33,7 @@ namespace strata::serve {
 // Keys keep the order they are written in, so responses read like OpenAI's.
 using Json = nlohmann::ordered_json;
 
-enum class FinishReason { Stop, Length };
+enum class FinishReason { Stop, Length, ToolCalls };
 std::string_view finish_reason_name(FinishReason reason);
 
 struct Usage {
@@ -67,18 +67,28 @@ struct LogprobEntry {
   std::vector<Alternative> top;  // most likely first
 };
 
+// A tool call, or a piece of one, of a streamed reply (OpenAI's delta.tool_calls[i]): the first
+// delta of call `index` has its id and name, the next ones fragments of its arguments.
+struct ToolCallDelta {
+  int index = 0;
+  std::string id;
+  std::string name;
+  std::string arguments;
+};
+
 // One piece of generated text of choice `choice`, with the log-probabilities of the tokens that
-// produced it (when the request asked for them).
+// produced it (when the request asked for them) and tool calls found in it.
 struct TextDelta {
   std::string content;
   std::string reasoning;
   int choice = 0;
   std::vector<LogprobEntry> logprobs;
+  std::vector<ToolCallDelta> tool_calls;
 };
 
 // One whole choice of a non-streamed response.
 struct ChoiceResult {
-  TextDelta text;  // every delta of the choice appended
+  TextDelta text;  // every delta of the choice appended (tool calls merged by index)
   FinishReason finish = FinishReason::Stop;
 };
 

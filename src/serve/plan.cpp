@@ -13,12 +13,29 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
   if (chat) {
     ChatRenderOptions render;
     render.enable_thinking = request.enable_thinking.value_or(true);
+    const bool offer_tools = !request.tools.empty() && request.tool_choice != ToolChoice::None;
+    const bool force_call = request.tool_choice == ToolChoice::Required ||
+                            request.tool_choice == ToolChoice::Function;
+    if (offer_tools) render.tools = request.tools;
+    if (offer_tools && force_call) render.enable_thinking = false;  // the reply opens the call
     std::string text;
     try {
       text = served.chat_template->render(request.messages, render);
     } catch (const Error& error) {
       return invalid_field("messages", "the chat template rejects this conversation: {}",
                            error.what());
+    }
+    if (offer_tools) {
+      plan.parse_tool_calls = true;
+      plan.tool_format = served.chat_template->tool_format();
+      plan.tools = request.tools;
+      plan.parallel_tool_calls = request.parallel_tool_calls;
+      if (force_call)
+        plan.tool_prefix = tool_call_prefix(
+            plan.tool_format, request.tool_choice == ToolChoice::Function
+                                  ? std::optional<std::string_view>(request.tool_choice_function)
+                                  : std::nullopt);
+      text += plan.tool_prefix;
     }
     plan.prompt = served.tokenizer->encode(text);
     plan.split_thinking = true;
