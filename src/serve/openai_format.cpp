@@ -93,9 +93,12 @@ json chunk(const CompletionIdentity& identity, const TextDelta& delta, json fini
 
 std::string_view finish_reason_name(FinishReason reason) {
   switch (reason) {
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
-    case FinishReason::ToolCalls: return "tool_calls";
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::ToolCalls:
+      return "tool_calls";
   }
   return "stop";
 }
@@ -182,16 +185,18 @@ json completion_json(const CompletionIdentity& identity, std::span<const ChoiceR
     if (identity.endpoint == Endpoint::ChatCompletions) {
       const bool calls = !text.tool_calls.empty();
       // With tool calls and no text besides, content is null (as OpenAI answers).
-      json message{{"role", "assistant"},
-                   {"content", calls && is_blank(text.content) ? json(nullptr) : json(text.content)},
-                   {"refusal", nullptr}};
+      json message{
+          {"role", "assistant"},
+          {"content", calls && is_blank(text.content) ? json(nullptr) : json(text.content)},
+          {"refusal", nullptr}};
       if (!text.reasoning.empty()) message["reasoning_content"] = text.reasoning;
       if (calls) {
         json list_calls = json::array();
         for (const ToolCallDelta& call : text.tool_calls)
-          list_calls.push_back(json{{"id", call.id},
-                                    {"type", "function"},
-                                    {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+          list_calls.push_back(
+              json{{"id", call.id},
+                   {"type", "function"},
+                   {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
         message["tool_calls"] = std::move(list_calls);
       }
       list.push_back(json{{"index", i},

@@ -14,8 +14,8 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
     ChatRenderOptions render;
     render.enable_thinking = request.enable_thinking.value_or(true);
     const bool offer_tools = !request.tools.empty() && request.tool_choice != ToolChoice::None;
-    const bool force_call = request.tool_choice == ToolChoice::Required ||
-                            request.tool_choice == ToolChoice::Function;
+    const bool force_call =
+        request.tool_choice == ToolChoice::Required || request.tool_choice == ToolChoice::Function;
     if (offer_tools) render.tools = request.tools;
     if (offer_tools && force_call) render.enable_thinking = false;  // the reply opens the call
     std::string text;

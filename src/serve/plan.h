@@ -18,8 +18,8 @@
 #include "serve/api_error.h"
 #include "serve/request.h"
 #include "text/chat_template.h"
-#include "text/tool_format.h"
 #include "text/tokenizer.h"
+#include "text/tool_format.h"
 
 namespace strata {
 class Model;

@@ -307,7 +307,8 @@ std::string read_content(const json& message, const std::string& path, const std
 // OpenAI's function names: [a-zA-Z0-9_-]{1,64} (they are written into the prompt's tags).
 bool valid_function_name(const std::string& name) {
   return !name.empty() && name.size() <= 64 &&
-         name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
+         name.find_first_not_of(
+             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
              std::string::npos;
 }
 
@@ -363,7 +364,8 @@ std::vector<ChatToolCall> read_tool_calls(const json& calls, const std::string& 
 void read_tools(const json& body, const RequestLimits& limits, GenerationRequest& out) {
   std::vector<std::string> names;
   if (const json* tools = field(body, "tools")) {
-    if (!tools->is_array()) reject("tools", "expected an array of tools, found {}", describe(*tools));
+    if (!tools->is_array())
+      reject("tools", "expected an array of tools, found {}", describe(*tools));
     if (tools->size() > limits.max_tools)
       reject("tools", "at most {} tools are allowed, found {}", limits.max_tools, tools->size());
     for (size_t i = 0; i < tools->size(); ++i) {
@@ -383,9 +385,10 @@ void read_tools(const json& body, const RequestLimits& limits, GenerationRequest
                describe(json(name)));
       names.push_back(name);
       read_string(*function, "description", child(child(at, "function"), "description"));
-      if (const json* parameters = field(*function, "parameters"); parameters && !parameters->is_object())
-        reject(child(child(at, "function"), "parameters"), "expected a JSON schema object, found {}",
-               describe(*parameters));
+      if (const json* parameters = field(*function, "parameters");
+          parameters && !parameters->is_object())
+        reject(child(child(at, "function"), "parameters"),
+               "expected a JSON schema object, found {}", describe(*parameters));
       out.tools.push_back(tool.dump());
     }
   }
@@ -606,8 +609,8 @@ void read_logit_bias(const json& body, const RequestLimits& limits, GenerationRe
                         (key.size() == 1 || key[0] != '0');
     const int64_t id = digits ? std::strtoll(key.c_str(), nullptr, 10) : -1;
     if (!digits || id >= limits.n_vocab)
-      reject(path, "the key must be a token id in the vocabulary [0, {}), found {}",
-             limits.n_vocab, describe(json(key)));
+      reject(path, "the key must be a token id in the vocabulary [0, {}), found {}", limits.n_vocab,
+             describe(json(key)));
     if (!value.is_number() || !std::isfinite(value.get<double>()) ||
         std::abs(value.get<double>()) > kMaxLogitBias)
       reject(path, "expected a number between -100 and 100, found {}", describe(value));
@@ -728,8 +731,8 @@ ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
     if (!request.tools.empty()) {
       const auto ordered = nlohmann::ordered_json::parse(body);
       for (size_t i = 0; i < request.tools.size(); ++i)
-        request.tools[i] = ordered.at("tools").at(i).dump(-1, ' ', false,
-                                                          json::error_handler_t::replace);
+        request.tools[i] =
+            ordered.at("tools").at(i).dump(-1, ' ', false, json::error_handler_t::replace);
     }
     return request;
   });

@@ -54,8 +54,8 @@ struct RequestLimits {
   size_t max_stop_strings = 4;  // OpenAI's limit
   size_t max_stop_bytes = 256;
   int max_json_depth = 32;
-  int max_choices = 16;            // n: each choice is a generation of its own
-  size_t max_logit_bias = 1024;    // logit_bias entries
+  int max_choices = 16;          // n: each choice is a generation of its own
+  size_t max_logit_bias = 1024;  // logit_bias entries
   size_t max_tools = 128;
 };
 

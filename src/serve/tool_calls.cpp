@@ -2,7 +2,6 @@
 
 #include <nlohmann/json.hpp>
 
-
 namespace strata::serve {
 namespace {
 
@@ -131,7 +130,8 @@ void ToolCallParser::drain(std::vector<ReplyPiece>& out, bool at_end) {
       ++calls_found_;
       out.push_back({{}, std::move(call)});
     } else {
-      emit_content(out, separator_ + std::string(kToolCallOpen) + body + std::string(kToolCallClose));
+      emit_content(out,
+                   separator_ + std::string(kToolCallOpen) + body + std::string(kToolCallClose));
     }
   }
 }

@@ -61,8 +61,8 @@ class ToolCallParser {
 
   const ToolCallFormat format_;
   std::vector<std::string> tools_;
-  bool inside_ = false;  // after <tool_call>, before </tool_call>
-  std::string pending_;  // undecided text (outside) or the block so far (inside)
+  bool inside_ = false;    // after <tool_call>, before </tool_call>
+  std::string pending_;    // undecided text (outside) or the block so far (inside)
   std::string separator_;  // the whitespace before the open block: content again if it fails
   int calls_found_ = 0;
 };

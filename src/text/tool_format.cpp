@@ -22,13 +22,27 @@ void append_python_string(std::string& out, const std::string& text) {
   out += '"';
   for (const char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
@@ -76,7 +90,8 @@ void append_python_json(std::string& out, const OrderedJson& value) {
     case OrderedJson::value_t::number_float: {
       // Python's repr: shortest round-trip digits, always with a '.' or an exponent.
       std::string number = value.dump();
-      if (number.find_first_of(".eE") == std::string::npos && number.find_first_of("0123456789") != std::string::npos)
+      if (number.find_first_of(".eE") == std::string::npos &&
+          number.find_first_of("0123456789") != std::string::npos)
         number += ".0";
       out += number;
       return;

@@ -9,7 +9,8 @@
 // (", " and ": " separators, keys in the order given, non-ASCII kept, control characters escaped).
 //
 // Contract: pure functions. Inputs are JSON texts; `render_*` throw strata::Error naming what is
-// wrong when a text is not the JSON the format needs (the serve layer validates before). Thread-safe.
+// wrong when a text is not the JSON the format needs (the serve layer validates before).
+// Thread-safe.
 #pragma once
 
 #include <optional>

@@ -243,8 +243,11 @@ TEST(ServeSampling, ChatLogprobsWholeAndStreamed) {
 
 TEST(ServeSampling, CompletionLogprobsLegacyShape) {
   ServeProcess server;
-  const json body = {{"prompt", "The quick brown fox"}, {"max_tokens", 10}, {"ignore_eos", true},
-                     {"temperature", 0}, {"logprobs", 3}};
+  const json body = {{"prompt", "The quick brown fox"},
+                     {"max_tokens", 10},
+                     {"ignore_eos", true},
+                     {"temperature", 0},
+                     {"logprobs", 3}};
   const json r = whole(server, kCompletions, body);
   const json& lp = r["choices"][0]["logprobs"];
   ASSERT_EQ(lp["tokens"].size(), 10u) << r.dump();
@@ -278,8 +281,11 @@ TEST(ServeSampling, CompletionLogprobsLegacyShape) {
 
 TEST(ServeSampling, SeveralChoicesAreSeededAndIndexed) {
   ServeProcess server;
-  json body = {{"prompt", "In the beginning"}, {"max_tokens", 12}, {"temperature", 1.0},
-               {"seed", 99}, {"n", 3}};
+  json body = {{"prompt", "In the beginning"},
+               {"max_tokens", 12},
+               {"temperature", 1.0},
+               {"seed", 99},
+               {"n", 3}};
   const json r = whole(server, kCompletions, body);
   ASSERT_EQ(r["choices"].size(), 3u) << r.dump();
   int64_t tokens = 0;
@@ -334,7 +340,8 @@ TEST(ServeSampling, SeveralChoicesAreSeededAndIndexed) {
   EXPECT_EQ(usage["completion_tokens"], w["usage"]["completion_tokens"]);
   EXPECT_EQ(w["usage"]["completion_tokens"], 16);  // ignore_eos: 8 per choice
 
-  const HttpReply too_many = post(server, kChat, json{{"messages", chat["messages"]}, {"n", 17}}.dump());
+  const HttpReply too_many =
+      post(server, kChat, json{{"messages", chat["messages"]}, {"n", 17}}.dump());
   EXPECT_EQ(too_many.status, 400);
   EXPECT_EQ(too_many.json()["error"]["param"], "n");
 }

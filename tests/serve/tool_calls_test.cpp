@@ -51,7 +51,9 @@ void expect_same_for_every_chunking(ToolCallFormat format, const std::string& te
   }
 }
 
-ReplyPiece text(std::string content) { return {std::move(content), std::nullopt}; }
+ReplyPiece text(std::string content) {
+  return {std::move(content), std::nullopt};
+}
 ReplyPiece call(std::string name, std::string arguments) {
   return {{}, ParsedToolCall{std::move(name), std::move(arguments)}};
 }
@@ -63,10 +65,10 @@ TEST(ToolCallParser, HermesBlocksAsTheQwen3TemplateWritesThem) {
                                            {"search", R"({"q": "a\"b"})"}};
   const std::string rendered =
       "Let me look." + render_tool_calls(ToolCallFormat::Hermes, calls, "Let me look.");
-  expect_same_for_every_chunking(ToolCallFormat::Hermes, rendered,
-                                 {text("Let me look."),
-                                  call("get_weather", R"({"city":"Paris","days":2})"),
-                                  call("search", R"({"q":"a\"b"})")});
+  expect_same_for_every_chunking(
+      ToolCallFormat::Hermes, rendered,
+      {text("Let me look."), call("get_weather", R"({"city":"Paris","days":2})"),
+       call("search", R"({"q":"a\"b"})")});
   // Text after the calls is content again; whitespace between calls is dropped.
   expect_same_for_every_chunking(
       ToolCallFormat::Hermes,
@@ -91,16 +93,20 @@ TEST(ToolCallParser, XmlBlocksAsTheQwen35TemplateWritesThem) {
       ToolCallFormat::Xml,
       "I will check.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nline 1\nline 2\n"
       "</parameter>\n<parameter=days>\nnot a number\n</parameter>\n</function>\n</tool_call>",
-      {text("I will check."), call("get_weather", R"({"city":"line 1\nline 2","days":"not a number"})")});
+      {text("I will check."),
+       call("get_weather", R"({"city":"line 1\nline 2","days":"not a number"})")});
 }
 
 TEST(ToolCallParser, MalformedBlocksStayContent) {
   for (const auto& [format, block] : std::vector<std::pair<ToolCallFormat, std::string>>{
-           {ToolCallFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": }\n</tool_call>"},
+           {ToolCallFormat::Hermes,
+            "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": }\n</tool_call>"},
            {ToolCallFormat::Hermes, "<tool_call>\n{\"arguments\": {}}\n</tool_call>"},
            {ToolCallFormat::Hermes, "<tool_call>[1, 2]</tool_call>"},
-           {ToolCallFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": [1]}\n</tool_call>"},
-           {ToolCallFormat::Xml, "<tool_call>\n<function=f>\n<parameter=x>\n1\n</function>\n</tool_call>"},
+           {ToolCallFormat::Hermes,
+            "<tool_call>\n{\"name\": \"f\", \"arguments\": [1]}\n</tool_call>"},
+           {ToolCallFormat::Xml,
+            "<tool_call>\n<function=f>\n<parameter=x>\n1\n</function>\n</tool_call>"},
            {ToolCallFormat::Xml, "<tool_call>\n{\"name\": \"f\"}\n</tool_call>"},
            {ToolCallFormat::Xml, "<tool_call>\n<function=f>\n</function> trailing\n</tool_call>"},
        }) {
@@ -127,10 +133,9 @@ TEST(ToolCallParser, ForcedPrefixStartsInsideTheCall) {
   const std::string named = tool_call_prefix(ToolCallFormat::Hermes, "get_weather");
   expect_same_for_every_chunking(ToolCallFormat::Hermes, "{\"city\": \"Oslo\"}}\n</tool_call>",
                                  {call("get_weather", R"({"city":"Oslo"})")}, named);
-  expect_same_for_every_chunking(ToolCallFormat::Xml,
-                                 "<parameter=days>\n4\n</parameter>\n</function>\n</tool_call>",
-                                 {call("get_weather", R"({"days":4})")},
-                                 tool_call_prefix(ToolCallFormat::Xml, "get_weather"));
+  expect_same_for_every_chunking(
+      ToolCallFormat::Xml, "<parameter=days>\n4\n</parameter>\n</function>\n</tool_call>",
+      {call("get_weather", R"({"days":4})")}, tool_call_prefix(ToolCallFormat::Xml, "get_weather"));
   // A forced block the model does not finish is content, the prefix included.
   expect_same_for_every_chunking(ToolCallFormat::Xml, "oops",
                                  {text("<tool_call>\n<function=f>\noops")},

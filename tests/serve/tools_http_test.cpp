@@ -82,15 +82,13 @@ TEST(ServeTools, ThePromptHoldsTheTemplatesToolSection) {
 TEST(ServeTools, ToolCallsAndResultsAreRenderedAsHistory) {
   ServeProcess server;
   const ChatTemplate tmpl = served_template(server);
-  const json body = {
-      {"messages",
-       json::parse(R"([{"role":"user","content":"Weather in Paris?"},
+  const json body = {{"messages", json::parse(R"([{"role":"user","content":"Weather in Paris?"},
           {"role":"assistant","content":null,"tool_calls":[{"id":"call_a","type":"function",
            "function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},
           {"role":"tool","tool_call_id":"call_a","content":"{\"temp\": 21}"}])")},
-      {"tools", kTools},
-      {"max_tokens", 2},
-      {"temperature", 0}};
+                     {"tools", kTools},
+                     {"max_tokens", 2},
+                     {"temperature", 0}};
   const std::vector<ChatMessage> messages = {
       {"user", "Weather in Paris?", {}, {}},
       {"assistant", "", {}, {{"get_weather", R"({"city": "Paris"})"}}},
@@ -123,9 +121,9 @@ TEST(ServeTools, AnUnfinishedForcedCallComesBackAsContent) {
   const std::string prefix = tool_call_prefix(ToolCallFormat::Xml, "get_weather");
   if (choice["message"].contains("tool_calls")) {  // the random model closed the call after all
     EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather");
-    EXPECT_TRUE(json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"]
-                                .get<std::string>())
-                    .is_object());
+    EXPECT_TRUE(
+        json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>())
+            .is_object());
   } else {
     // Malformed or unfinished: the block as written, the forced prefix included.
     const std::string content = choice["message"]["content"];

@@ -73,21 +73,24 @@ TEST(ServeFormat, ToolCallsWholeAndStreamed) {
   TextDelta fragment;
   fragment.choice = 1;
   fragment.tool_calls = {{0, "", "", R"({"city":"P"})"}};
-  EXPECT_EQ(dump_json(delta_chunk(chat_identity(), fragment, false)["choices"][0]),
-            R"({"index":1,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":\"P\"}"}}]},)"
-            R"("logprobs":null,"finish_reason":null})");
-  EXPECT_EQ(dump_json(finish_chunk(chat_identity(), FinishReason::ToolCalls, false, 1)["choices"][0]),
-            R"({"index":1,"delta":{},"logprobs":null,"finish_reason":"tool_calls"})");
+  EXPECT_EQ(
+      dump_json(delta_chunk(chat_identity(), fragment, false)["choices"][0]),
+      R"({"index":1,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":\"P\"}"}}]},)"
+      R"("logprobs":null,"finish_reason":null})");
+  EXPECT_EQ(
+      dump_json(finish_chunk(chat_identity(), FinishReason::ToolCalls, false, 1)["choices"][0]),
+      R"({"index":1,"delta":{},"logprobs":null,"finish_reason":"tool_calls"})");
   // Whole: message.tool_calls, content null when nothing but whitespace came besides.
   ChoiceResult choice;
   choice.text.content = "\n";
   choice.text.tool_calls = {{0, "call_1", "get_weather", R"({"city":"P"})"}};
   choice.finish = FinishReason::ToolCalls;
   const Json whole = completion_json(chat_identity(), std::span(&choice, 1), {4, 2}, false);
-  EXPECT_EQ(dump_json(whole["choices"][0]),
-            R"({"index":0,"message":{"role":"assistant","content":null,"refusal":null,"tool_calls":)"
-            R"([{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":)"
-            R"("{\"city\":\"P\"}"}}]},"logprobs":null,"finish_reason":"tool_calls"})");
+  EXPECT_EQ(
+      dump_json(whole["choices"][0]),
+      R"({"index":0,"message":{"role":"assistant","content":null,"refusal":null,"tool_calls":)"
+      R"([{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":)"
+      R"("{\"city\":\"P\"}"}}]},"logprobs":null,"finish_reason":"tool_calls"})");
 }
 
 TEST(ServeFormat, LogprobsShapes) {
