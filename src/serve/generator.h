@@ -18,6 +18,8 @@
 // Choices (GenerationPlan::n_choices): generated one after the other, each from a fresh session
 // (the state cache gives the later ones the prompt), choice i with seed + i; the deltas carry
 // the choice's index and the outcome every choice's finish reason and the summed token counts.
+// Each choice is one generation in ServeMetrics and the dashboard; the time to first token is
+// choice 0's.
 //
 // Log-probabilities (GenerationPlan::logprobs): every generated token's entry travels with the
 // delta its text came out in (an entry may come with no text, while a stop string or a partial
