@@ -4,14 +4,21 @@
 //             violation): parse_generation_request never throws; a rejection is a 4xx ApiError with
 //             a message, and its JSON body parses back; an accepted request obeys the limits
 //             (max_tokens in [1, n_ctx], token ids in the vocabulary, at most 4 non-empty stops,
-//             include_usage only with stream, chat has messages, a response_format grammar
-//             unless its type is text); the completion and chunk JSON
-//             built from its text parse back.
+//             include_usage only with stream, chat has messages; logit_bias ids in the
+//             vocabulary, sorted, biases in [-100, 100]; penalties in [-2, 2]; n in
+//             [1, max_choices]; logprobs in [0, 20]; tools JSON objects, a named tool_choice among
+//             them; history tool-call arguments JSON objects; a response_format grammar unless
+//             its type is text); the completion and chunk JSON
+//             built from its text (with logprobs and tool calls) parse back; the chat templates
+//             render its messages and tools or throw strata::Error.
 //   mode 2:   StopMatcher: "stop1\x1fstop2...\x1etext"; the text cut after each stop-string search
 //             is the same fed whole or byte by byte.
 //   mode 3/4: the payload is a /tokenize or /detokenize body (llama-server's); a rejection is a
 //             4xx with a message and a JSON body that parses back; accepted token ids are in the
 //             vocabulary.
+//   mode 5:   ToolCallParser: payload byte 0 picks the format (even Hermes, odd XML), the rest is a
+//             model reply; the pieces are the same fed whole or byte by byte, every call's
+//             arguments are a JSON object, and with no call found the content is the reply.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -22,6 +29,9 @@
 #include "serve/openai_format.h"
 #include "serve/request.h"
 #include "serve/stop_matcher.h"
+#include "serve/tool_calls.h"
+#include "text/chat_template.h"
+#include "util/error.h"
 
 namespace {
 
@@ -63,6 +73,40 @@ void fuzz_parse(std::string_view body, Endpoint endpoint) {
     check(!request.prompt_tokens.empty());
     for (int32_t id : request.prompt_tokens) check(id >= 0 && id < limits.n_vocab);
   }
+  const SamplingOverrides& s = request.sampling;
+  check(s.logit_bias.size() <= limits.max_logit_bias);
+  for (size_t i = 0; i < s.logit_bias.size(); ++i) {
+    check(s.logit_bias[i].first >= 0 && s.logit_bias[i].first < limits.n_vocab);
+    check(s.logit_bias[i].second >= -100.0f && s.logit_bias[i].second <= 100.0f);
+    if (i > 0) check(s.logit_bias[i - 1].first <= s.logit_bias[i].first);
+  }
+  for (const auto& penalty : {s.frequency_penalty, s.presence_penalty})
+    if (penalty) check(*penalty >= -2.0f && *penalty <= 2.0f);
+  check(request.n >= 1 && request.n <= limits.max_choices);
+  if (request.logprobs) check(*request.logprobs >= 0 && *request.logprobs <= kMaxTopLogprobs);
+  check(request.tools.size() <= limits.max_tools);
+  bool named_listed = request.tool_choice != ToolChoice::Function;
+  for (const std::string& tool : request.tools) {
+    const nlohmann::json parsed = nlohmann::json::parse(tool, nullptr, false);
+    check(parsed.is_object());
+    named_listed |= parsed["function"]["name"] == request.tool_choice_function;
+  }
+  check(named_listed);
+  for (const strata::ChatMessage& message : request.messages)
+    for (const strata::ChatToolCall& call : message.tool_calls)
+      check(nlohmann::json::parse(call.arguments, nullptr, false).is_object());
+  if (endpoint == Endpoint::ChatCompletions) {
+    strata::ChatRenderOptions options;
+    options.tools = request.tools;
+    for (const strata::ChatFormat format :
+         {strata::ChatFormat::ChatML, strata::ChatFormat::Qwen3, strata::ChatFormat::Qwen35}) {
+      try {
+        strata::ChatTemplate(format).render(request.messages, options);
+      } catch (const strata::Error&) {
+        // the template rejects the conversation: a 400 in the server
+      }
+    }
+  }
   // The reply objects built from request text (stand-in for generated text) are valid JSON.
   const std::string text =
       endpoint == Endpoint::ChatCompletions ? request.messages[0].content : request.prompt_text;
@@ -73,6 +117,44 @@ void fuzz_parse(std::string_view body, Endpoint endpoint) {
   check(event.rfind("data: ", 0) == 0 && event.size() >= 8 &&
         event.substr(event.size() - 2) == "\n\n");
   check(parses_back(event.substr(6, event.size() - 8)));
+  TextDelta rich{text, text, 0, {{text, -1.0, {{text, -2.0}}}}, {{0, "call_x", text, text}}};
+  ChoiceResult choice{rich, FinishReason::ToolCalls};
+  check(parses_back(dump_json(completion_json(identity, std::span(&choice, 1), {1, 2}, true))));
+  check(parses_back(dump_json(delta_chunk(identity, rich, true, 3))));
+}
+
+void fuzz_tool_reply(std::string_view payload) {
+  if (payload.empty()) return;
+  const strata::ToolCallFormat format =
+      payload[0] % 2 == 0 ? strata::ToolCallFormat::Hermes : strata::ToolCallFormat::Xml;
+  const std::string_view reply = payload.substr(1);
+  const std::vector<std::string> tools = {
+      R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object",)"
+      R"("properties":{"city":{"type":"string"},"days":{"type":"integer"}}}}})"};
+  auto flatten = [](std::vector<ReplyPiece>& into, std::vector<ReplyPiece> pieces) {
+    for (ReplyPiece& piece : pieces) {
+      if (!piece.call && !into.empty() && !into.back().call) {
+        into.back().content += piece.content;
+      } else {
+        into.push_back(std::move(piece));
+      }
+    }
+  };
+  ToolCallParser whole(format, tools), bytes(format, tools);
+  std::vector<ReplyPiece> a, b;
+  flatten(a, whole.push(reply));
+  flatten(a, whole.finish());
+  for (size_t i = 0; i < reply.size(); ++i) flatten(b, bytes.push(reply.substr(i, 1)));
+  flatten(b, bytes.finish());
+  check(a.size() == b.size());
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    check(a[i].content == b[i].content && a[i].call.has_value() == b[i].call.has_value());
+    if (a[i].call) {
+      check(a[i].call->name == b[i].call->name && a[i].call->arguments == b[i].call->arguments);
+      check(nlohmann::json::parse(a[i].call->arguments, nullptr, false).is_object());
+    }
+  }
+  if (whole.calls_found() == 0) check(a.empty() ? reply.empty() : a[0].content == reply);
 }
 
 void fuzz_stop(std::string_view payload) {
@@ -131,7 +213,7 @@ void fuzz_tokenizer_body(std::string_view body, bool tokenize) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view payload(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 5) {
+  switch (data[0] % 6) {
     case 0:
       fuzz_parse(payload, Endpoint::ChatCompletions);
       break;
@@ -141,8 +223,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 2:
       fuzz_stop(payload);
       break;
+    case 5:
+      fuzz_tool_reply(payload);
+      break;
     default:
-      fuzz_tokenizer_body(payload, data[0] % 5 == 3);
+      fuzz_tokenizer_body(payload, data[0] % 6 == 3);
       break;
   }
   return 0;

@@ -227,7 +227,7 @@ void run(const RunOptions& options) {
   // output ends once the value is complete.
   const std::optional<grammar::Grammar> grammar = output_grammar(options);
   std::optional<grammar::TokenVocabulary> vocabulary;
-  std::optional<grammar::GrammarConstraint> constraint;
+  std::optional<grammar::GrammarConstraint> constraint, delivered;  // drawn / emitted so far
   if (grammar) {
     if (!tokenizer) fail("{}: --json / --json-schema need the file's tokenizer", path);
     std::vector<int32_t> stops;
@@ -236,6 +236,7 @@ void run(const RunOptions& options) {
                                                                 size_t(hp.n_vocab)));
     constraint.emplace(*grammar, *vocabulary);
     sampler.set_constraint(&*constraint);
+    delivered.emplace(*grammar, *vocabulary);
   }
   std::optional<spec::SpecDecoder> speculative;
   if (const spec::SpecOptions spec_options = resolve_spec_options(options.spec);
@@ -319,8 +320,11 @@ void run(const RunOptions& options) {
                           logits, options.n_predict,
                           [&](int32_t token) { return eos && token == *eos; },
                           [&](int32_t token) {
+                            // Judged on the tokens emitted so far: a verify window samples
+                            // (and so advances `constraint`) before its tokens are emitted.
                             emit(token);
-                            return !constraint->finished();
+                            delivered->accept(token);
+                            return !delivered->finished();
                           })
                       .generated;
     } else {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "compute/cpu/ops.h"
@@ -18,6 +19,50 @@ Sampler::Sampler(const SamplerConfig& config) : config_(config), rng_(config.see
     fail("sampler: min-p must be in [0, 1), got {}", config.min_p);
   if (!(config.repetition_penalty > 0.0f))
     fail("sampler: repetition penalty must be > 0, got {}", config.repetition_penalty);
+  if (!std::isfinite(config.frequency_penalty) || !std::isfinite(config.presence_penalty))
+    fail("sampler: frequency and presence penalties must be finite, got {} and {}",
+         config.frequency_penalty, config.presence_penalty);
+  for (const auto& [id, bias] : config.logit_bias)
+    if (!std::isfinite(bias)) fail("sampler: logit bias of token {} must be finite, got {}", id, bias);
+}
+
+bool Sampler::has_logit_rules() const {
+  return !config_.logit_bias.empty() || config_.frequency_penalty != 0.0f ||
+         config_.presence_penalty != 0.0f;
+}
+
+void Sampler::adjust_into(std::span<const float> logits, std::span<const int32_t> history,
+                          bool repetition, Scratch& scratch) const {
+  std::vector<float>& adjusted = scratch.adjusted;
+  adjusted.assign(logits.begin(), logits.end());
+  for (const auto& [id, bias] : config_.logit_bias)
+    if (id >= 0 && size_t(id) < adjusted.size()) adjusted[size_t(id)] += bias;
+  if (repetition && config_.repetition_penalty != 1.0f && config_.repeat_last_n > 0) {
+    const size_t n = std::min(history.size(), size_t(config_.repeat_last_n));
+    std::vector<int32_t>& recent = scratch.recent;
+    recent.assign(history.end() - ptrdiff_t(n), history.end());
+    std::sort(recent.begin(), recent.end());
+    recent.erase(std::unique(recent.begin(), recent.end()), recent.end());
+    for (int32_t id : recent) {
+      if (id < 0 || size_t(id) >= adjusted.size()) continue;
+      float& v = adjusted[size_t(id)];
+      v = v > 0 ? v / config_.repetition_penalty : v * config_.repetition_penalty;
+    }
+  }
+  if (config_.frequency_penalty == 0.0f && config_.presence_penalty == 0.0f) return;
+  // Counts of the generated tokens: sorted, then one subtraction per run of equal ids.
+  std::vector<int32_t>& generated = scratch.generated;
+  const size_t first = std::min(config_.n_prompt, history.size());
+  generated.assign(history.begin() + ptrdiff_t(first), history.end());
+  std::sort(generated.begin(), generated.end());
+  for (size_t i = 0; i < generated.size();) {
+    size_t j = i;
+    while (j < generated.size() && generated[j] == generated[i]) ++j;
+    const int32_t id = generated[i];
+    if (id >= 0 && size_t(id) < adjusted.size())
+      adjusted[size_t(id)] -= float(j - i) * config_.frequency_penalty + config_.presence_penalty;
+    i = j;
+  }
 }
 
 double Sampler::uniform() { return double(rng_() >> 11) * (1.0 / 9007199254740992.0); }
@@ -40,7 +85,12 @@ void Sampler::distribution_into(std::span<const float> logits, std::span<const i
     logits = scratch.masked;
   }
   if (greedy()) {
-    out.ids.push_back(int32_t(compute::argmax(logits.data(), int64_t(logits.size()))));
+    std::span<const float> scores = logits;
+    if (has_logit_rules()) {
+      adjust_into(logits, history, /*repetition=*/false, scratch);
+      scores = scratch.adjusted;
+    }
+    out.ids.push_back(int32_t(compute::argmax(scores.data(), int64_t(scores.size()))));
     out.probs.push_back(1.0f);
     return;
   }
@@ -51,20 +101,8 @@ void Sampler::distribution_into(std::span<const float> logits, std::span<const i
   scratch.recent.reserve(size_t(std::max(config_.repeat_last_n, 0)));
   out.ids.reserve(max_keep);
   out.probs.reserve(max_keep);
-  std::vector<float>& adjusted = scratch.adjusted;
-  adjusted.assign(logits.begin(), logits.end());
-  if (config_.repetition_penalty != 1.0f && config_.repeat_last_n > 0) {
-    const size_t n = std::min(history.size(), size_t(config_.repeat_last_n));
-    std::vector<int32_t>& recent = scratch.recent;
-    recent.assign(history.end() - ptrdiff_t(n), history.end());
-    std::sort(recent.begin(), recent.end());
-    recent.erase(std::unique(recent.begin(), recent.end()), recent.end());
-    for (int32_t id : recent) {
-      if (id < 0 || size_t(id) >= adjusted.size()) continue;
-      float& v = adjusted[size_t(id)];
-      v = v > 0 ? v / config_.repetition_penalty : v * config_.repetition_penalty;
-    }
-  }
+  adjust_into(logits, history, /*repetition=*/true, scratch);
+  const std::vector<float>& adjusted = scratch.adjusted;
   // Candidates sorted by logit (desc, then id asc) — a stable order makes draws reproducible.
   std::vector<int32_t>& order = scratch.order;
   order.resize(adjusted.size());
@@ -107,6 +145,38 @@ void Sampler::distribution_into(std::span<const float> logits, std::span<const i
   out.ids.assign(order.begin(), order.begin() + ptrdiff_t(keep));
   out.probs.resize(keep);
   for (size_t i = 0; i < keep; ++i) out.probs[i] = float(probs[i] / total);
+}
+
+TokenLogprob Sampler::logprobs(std::span<const float> logits, std::span<const int32_t> history,
+                               int32_t chosen, int n_top, std::vector<TokenLogprob>& top) const {
+  Scratch scratch;
+  adjust_into(logits, history, /*repetition=*/!greedy(), scratch);
+  const double temperature = greedy() ? 1.0 : double(config_.temperature);
+  const std::vector<float>& adjusted = scratch.adjusted;
+  // log p_i = x_i - (max + log Σ exp(x_j - max)), x = logit / T: stable, every term in double.
+  double max_scaled = -std::numeric_limits<double>::infinity();
+  for (float v : adjusted) max_scaled = std::max(max_scaled, double(v) / temperature);
+  double total = 0;
+  for (float v : adjusted) total += std::exp(double(v) / temperature - max_scaled);
+  const double log_norm = max_scaled + std::log(total);
+  auto logprob = [&](int32_t id) { return double(adjusted[size_t(id)]) / temperature - log_norm; };
+  top.clear();
+  const size_t n = std::min(adjusted.size(), size_t(std::max(n_top, 0)));
+  if (n > 0) {
+    std::vector<int32_t>& order = scratch.order;
+    order.resize(adjusted.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + ptrdiff_t(n), order.end(),
+                      [&](int32_t a, int32_t b) {
+                        return adjusted[size_t(a)] != adjusted[size_t(b)]
+                                   ? adjusted[size_t(a)] > adjusted[size_t(b)]
+                                   : a < b;
+                      });
+    for (size_t i = 0; i < n; ++i) top.push_back({order[i], logprob(order[i])});
+  }
+  if (chosen < 0 || size_t(chosen) >= adjusted.size())
+    fail("sampler: token {} is outside the {} logits", chosen, adjusted.size());
+  return {chosen, logprob(chosen)};
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {

@@ -8,6 +8,7 @@ namespace {
 using json = Json;
 
 std::string_view stop_reason(FinishReason finish) {
+  if (finish == FinishReason::ToolCalls) return "tool_use";
   return finish == FinishReason::Length ? "max_tokens" : "end_turn";
 }
 

@@ -13,6 +13,7 @@
 #include "experts/expert_store.h"
 #include "model/model.h"
 #include "serve/stop_matcher.h"
+#include "serve/tool_calls.h"
 #include "text/think_filter.h"
 #include "util/error.h"
 
@@ -54,6 +55,28 @@ std::string Generator::spec_summary() const {
 
 void Generator::run(Job& job) {
   const GenerationPlan& plan = job.plan();
+  GenerationOutcome outcome;
+  outcome.usage.prompt_tokens = int64_t(plan.prompt.size());
+  for (int choice = 0; choice < plan.n_choices; ++choice) {
+    const GenerationOutcome one = run_choice(job, choice);
+    if (choice == 0) {
+      outcome.finish = one.finish;
+      outcome.usage.cached_tokens = one.usage.cached_tokens;
+    }
+    outcome.choice_finish.push_back(one.finish);
+    outcome.usage.completion_tokens += one.usage.completion_tokens;
+    outcome.prefill_s += one.prefill_s;
+    outcome.decode_s += one.decode_s;
+    if (one.cancelled) {
+      outcome.cancelled = true;
+      break;
+    }
+  }
+  job.finish(outcome);
+}
+
+GenerationOutcome Generator::run_choice(Job& job, int choice) {
+  const GenerationPlan& plan = job.plan();
   const Clock::time_point started = Clock::now();
   ServeMetrics::Generation report;
   report.queue_wait_s = seconds_between(job.received_at(), started);
@@ -64,8 +87,10 @@ void Generator::run(Job& job) {
   try {
     ExpertSource* experts = recorder_.source();
     Session session(*served_.model, pool_, experts, served_.backend);
-    Sampler sampler(plan.sampling);
-    std::optional<grammar::GrammarConstraint> constraint;
+    SamplerConfig sampling = plan.sampling;
+    sampling.seed += uint64_t(choice);  // GenerationPlan::n_choices: choice i's seed
+    Sampler sampler(sampling);
+    std::optional<grammar::GrammarConstraint> constraint, delivered;
     if (plan.grammar) {
       if (!vocabulary_) {
         std::vector<int32_t> stops;
@@ -77,25 +102,75 @@ void Generator::run(Job& job) {
       }
       constraint.emplace(*plan.grammar, *vocabulary_);
       sampler.set_constraint(&*constraint);
+      delivered.emplace(*plan.grammar, *vocabulary_);
     }
-    // The value is complete and nothing can follow it: the generation ends there ("stop").
-    auto value_done = [&] { return constraint && constraint->finished(); };
+    // The value is complete and nothing can follow it: the generation ends there ("stop"). Judged
+    // on the tokens delivered so far (`delivered` follows them), not on the sampler's constraint:
+    // a verify window samples its rows, and so advances that one, before its tokens are delivered.
+    auto value_done = [&] { return delivered && delivered->finished(); };
     StreamingDecoder decoder(*served_.tokenizer, DecodeOptions{.render_control = false});
     StopMatcher stops(plan.stop);
     std::optional<ThinkFilter> think;
     if (plan.split_thinking) think.emplace(ThinkFilter::Mode::Hide, plan.starts_in_thinking);
-    auto deliver = [&](const std::string& text) {
-      if (text.empty()) return;
-      if (!think) {
-        job.emit({text, {}});
+    // Tool calls (GenerationPlan::parse_tool_calls): the answer, after the think filter, goes
+    // through the parser; each call leaves as two deltas, id and name first, then the arguments.
+    std::optional<ToolCallParser> tool_parser;
+    if (plan.parse_tool_calls) tool_parser.emplace(plan.tool_format, plan.tools, plan.tool_prefix);
+    int calls_emitted = 0;
+    auto emit_pieces = [&](std::vector<ReplyPiece> pieces) {
+      for (ReplyPiece& piece : pieces) {
+        if (!piece.call) {
+          job.emit({std::move(piece.content), {}, choice, {}, {}});
+          continue;
+        }
+        if (!plan.parallel_tool_calls && calls_emitted > 0) continue;  // the first call only
+        const int index = calls_emitted++;
+        job.emit({{}, {}, choice, {}, {{index, new_random_id("call_"), piece.call->name, {}}}});
+        job.emit({{}, {}, choice, {}, {{index, {}, {}, std::move(piece.call->arguments)}}});
+      }
+    };
+    auto emit_answer = [&](std::string answer, std::string reasoning,
+                           std::vector<LogprobEntry> logprobs) {
+      TextDelta head;
+      head.choice = choice;
+      head.reasoning = std::move(reasoning);
+      head.logprobs = std::move(logprobs);
+      if (!tool_parser) {
+        head.content = std::move(answer);
+        job.emit(std::move(head));
         return;
       }
-      ThinkFilter::ReplyDelta delta = think->push(text);
-      job.emit({std::move(delta.answer), std::move(delta.thinking)});
+      std::vector<ReplyPiece> pieces =
+          answer.empty() ? std::vector<ReplyPiece>() : tool_parser->push(answer);
+      job.emit(std::move(head));
+      emit_pieces(std::move(pieces));
+    };
+    auto deliver = [&](const std::string& text, std::vector<LogprobEntry> logprobs = {}) {
+      if (text.empty() && logprobs.empty()) return;
+      if (!think) return emit_answer(text, {}, std::move(logprobs));
+      ThinkFilter::ReplyDelta split = think->push(text);
+      emit_answer(std::move(split.answer), std::move(split.thinking), std::move(logprobs));
+    };
+    // The chosen token's entry and the alternatives (Sampler::logprobs says of what).
+    std::vector<TokenLogprob> top;
+    auto logprob_entry = [&](int32_t token) {
+      std::vector<LogprobEntry> entries;
+      if (!plan.logprobs) return entries;
+      const TokenLogprob chosen =
+          sampler.logprobs(session.logits(), session.tokens(), token, *plan.logprobs, top);
+      LogprobEntry& entry = entries.emplace_back();
+      entry.bytes = served_.tokenizer->token_bytes(token);
+      entry.logprob = chosen.logprob;
+      for (const TokenLogprob& alt : top)
+        entry.top.push_back({served_.tokenizer->token_bytes(alt.id), alt.logprob});
+      return entries;
     };
 
+    // Log-probabilities need each token's logits, which the verify windows do not hand out: such
+    // requests decode plainly (the same tokens, by SpecDecoder's contract).
     std::optional<spec::SpecDecoder> speculative;
-    if (spec_gate_) speculative.emplace(session, sampler, spec_, pool_, experts, spec_gate_.get());
+    if (spec_gate_ && !plan.logprobs)
+      speculative.emplace(session, sampler, spec_, pool_, experts, spec_gate_.get());
     if (speculative)
       speculative->on_window([&](const spec::WindowReport& w) { recorder_.window(w); });
     // Resume from the conversation state cache and prefill the rest (engine/state_cache.h:
@@ -142,13 +217,14 @@ void Generator::run(Job& job) {
         const spec::SpecDecoder::Result result = speculative->generate_until(
             session.logits(), max_tokens,
             [&](int32_t token) {
-              if (first) first_token();  // the first sampled token, as in the plain loop
+              if (first && choice == 0) first_token();  // the first token, as in the plain loop
               first = false;
               return ends_generation(token);
             },
             [&](int32_t token) {
               ++generated;
               recorder_.token();
+              if (delivered) delivered->accept(token);
               deliver(stops.push(decoder.push(token)));
               if (generated == 1) save_prompt();  // nothing fed after the prompt yet
               // Like the plain loop: a stop string or a complete value, then the length limit,
@@ -176,14 +252,15 @@ void Generator::run(Job& job) {
         break;
       }
       const int32_t next = sampler.sample(session.logits(), session.tokens());
-      if (generated == 0) first_token();
+      if (generated == 0 && choice == 0) first_token();
       if (ends_generation(next)) {
         outcome.finish = FinishReason::Stop;
         break;
       }
       ++generated;
       recorder_.token();
-      deliver(stops.push(decoder.push(next)));
+      if (delivered) delivered->accept(next);
+      deliver(stops.push(decoder.push(next)), logprob_entry(next));
       if (stops.stopped() || value_done()) {
         outcome.finish = FinishReason::Stop;
         break;
@@ -205,7 +282,12 @@ void Generator::run(Job& job) {
     }
     if (think) {
       ThinkFilter::ReplyDelta rest = think->finish();
-      job.emit({std::move(rest.answer), std::move(rest.thinking)});
+      emit_answer(std::move(rest.answer), std::move(rest.thinking), {});
+    }
+    if (tool_parser) {
+      emit_pieces(tool_parser->finish());
+      if (calls_emitted > 0 && outcome.finish == FinishReason::Stop)
+        outcome.finish = FinishReason::ToolCalls;
     }
     const Clock::time_point ended = Clock::now();
     outcome.decode_s = seconds_between(prefilled, ended);
@@ -217,7 +299,7 @@ void Generator::run(Job& job) {
     report.total_s = seconds_between(job.received_at(), ended);
     metrics_.record_generation(report);
     recorder_.end_generation(report.finish_reason, spec_gate_.get());
-    job.finish(outcome);
+    return outcome;
   } catch (...) {
     report.finish_reason = "error";
     report.total_s = seconds_between(job.received_at(), Clock::now());

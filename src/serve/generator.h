@@ -15,6 +15,18 @@
 // refresh) carry across requests; with `log_spec`, one stderr line per request gives its windows
 // and drafts, and `spec_summary` the gate's line (`strata serve` prints it at exit).
 //
+// Choices (GenerationPlan::n_choices): generated one after the other, each from a fresh session
+// (the state cache gives the later ones the prompt), choice i with seed + i; the deltas carry
+// the choice's index and the outcome every choice's finish reason and the summed token counts.
+// Each choice is one generation in ServeMetrics and the dashboard; the time to first token is
+// choice 0's.
+//
+// Log-probabilities (GenerationPlan::logprobs): every generated token's entry travels with the
+// delta its text came out in (an entry may come with no text, while a stop string or a partial
+// character holds it back): Sampler::logprobs of the logits it was sampled from, i.e. after
+// logit_bias, the penalties and temperature, before top-k/top-p/min-p. Such requests decode
+// plainly even with --spec (same tokens; the verify windows do not expose each row's logits).
+//
 // Conversation state cache (engine/state_cache.h, `--cache-ram`): the session resumes from the
 // longest cached snapshot that prefixes the prompt and prefills only the rest; the number of
 // reused tokens is reported as usage.cached_tokens. Snapshots are saved after the prompt's
@@ -64,6 +76,9 @@ class Generator {
   const StateCache& state_cache() const { return cache_; }
 
  private:
+  // One choice of the job: emits its deltas and returns its outcome (finish, tokens, times).
+  GenerationOutcome run_choice(Job& job, int choice);
+
   const ServedModel& served_;
   compute::ThreadPool& pool_;
   ServeMetrics& metrics_;

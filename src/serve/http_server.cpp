@@ -537,22 +537,35 @@ void HttpServer::Impl::respond_whole(const std::shared_ptr<Job>& job,
   const auto reply_error = [&res, wire](const ApiError& error) {
     send_wire_error(res, wire, error);
   };
-  TextDelta text;
+  const GenerationPlan& plan = job->plan();
+  std::vector<ChoiceResult> choices(size_t(plan.n_choices));
   while (true) {
     Job::Update update = job->wait_update(kPollInterval);
-    for (const TextDelta& delta : update.deltas) {
+    for (TextDelta& delta : update.deltas) {
+      TextDelta& text = choices.at(size_t(delta.choice)).text;
       text.content += delta.content;
       text.reasoning += delta.reasoning;
+      for (LogprobEntry& entry : delta.logprobs) text.logprobs.push_back(std::move(entry));
+      for (ToolCallDelta& call : delta.tool_calls) {
+        if (size_t(call.index) >= text.tool_calls.size()) {
+          text.tool_calls.push_back(std::move(call));
+        } else {
+          text.tool_calls[size_t(call.index)].arguments += call.arguments;
+        }
+      }
     }
     if (update.state == JobState::Finished) {
       if (update.error) return reply_error(*update.error);
       if (update.outcome->cancelled) return reply_error(shut_down_mid_generation());
       const GenerationOutcome& outcome = *update.outcome;
+      for (size_t i = 0; i < choices.size() && i < outcome.choice_finish.size(); ++i)
+        choices[i].finish = outcome.choice_finish[i];
       return send_json(res, 200,
                        wire == Wire::Anthropic
-                           ? anthropic_message_json(identity.id, identity.model, text,
+                           ? anthropic_message_json(identity.id, identity.model, choices[0].text,
                                                     outcome.finish, outcome.usage)
-                           : completion_json(identity, text, outcome.finish, outcome.usage));
+                           : completion_json(identity, choices, outcome.usage,
+                                             plan.logprobs.has_value()));
     }
     if (probe.peer_closed()) {
       scheduler.cancel(job, CancelReason::ClientGone);
@@ -572,21 +585,31 @@ bool HttpServer::Impl::SseStream::pump(httplib::DataSink& sink) noexcept {
 
 bool HttpServer::Impl::SseStream::pump_openai(httplib::DataSink& sink) {
   auto write = [&](const std::string& event) { return sink.write(event.data(), event.size()); };
-  if (identity_.endpoint == Endpoint::ChatCompletions &&
-      !write(sse_event(chat_role_chunk(identity_, include_usage_))))
-    return client_gone();
+  const int n_choices = job_->plan().n_choices;
+  if (identity_.endpoint == Endpoint::ChatCompletions)
+    for (int choice = 0; choice < n_choices; ++choice)
+      if (!write(sse_event(chat_role_chunk(identity_, include_usage_, choice))))
+        return client_gone();
+  // Completions' legacy logprobs count text_offset from the start of each choice's text.
+  std::vector<int64_t> text_offsets(size_t(n_choices), 0);
   while (true) {
     Job::Update update = job_->wait_update(kPollInterval);
-    for (const TextDelta& delta : update.deltas)
-      if (!write(sse_event(delta_chunk(identity_, delta, include_usage_)))) return client_gone();
+    for (const TextDelta& delta : update.deltas) {
+      int64_t& offset = text_offsets.at(size_t(delta.choice));
+      if (!write(sse_event(delta_chunk(identity_, delta, include_usage_, offset))))
+        return client_gone();
+      for (const LogprobEntry& entry : delta.logprobs) offset += int64_t(entry.bytes.size());
+    }
     if (update.state == JobState::Finished) {
       // Headers (200) are out: failures end the stream with an OpenAI error event, no [DONE].
       if (update.error || update.outcome->cancelled) {
         write(sse_event(error_json(update.error ? *update.error : shut_down_mid_generation())));
       } else {
         const GenerationOutcome& outcome = *update.outcome;
-        if (!write(sse_event(finish_chunk(identity_, outcome.finish, include_usage_))))
-          return false;
+        for (size_t choice = 0; choice < outcome.choice_finish.size(); ++choice)
+          if (!write(sse_event(finish_chunk(identity_, outcome.choice_finish[choice],
+                                            include_usage_, int(choice)))))
+            return false;
         if (include_usage_ && !write(sse_event(usage_chunk(identity_, outcome.usage))))
           return false;
         if (!write(std::string(kSseDone))) return false;

@@ -20,8 +20,10 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "serve/api_error.h"
 #include "serve/request.h"
@@ -31,7 +33,7 @@ namespace strata::serve {
 // Keys keep the order they are written in, so responses read like OpenAI's.
 using Json = nlohmann::ordered_json;
 
-enum class FinishReason { Stop, Length };
+enum class FinishReason { Stop, Length, ToolCalls };
 std::string_view finish_reason_name(FinishReason reason);
 
 struct Usage {
@@ -53,22 +55,65 @@ std::string new_completion_id(Endpoint endpoint);
 // `prefix` followed by 24 random alphanumerics (thread-safe): "msg_…" for Anthropic's messages.
 std::string new_random_id(std::string_view prefix);
 
-// One piece of generated text.
+// One generated token's log-probability, as responses report it (serve/generator.h says of
+// which distribution). Bytes are the token's own, possibly part of a UTF-8 character.
+struct LogprobEntry {
+  struct Alternative {
+    std::string bytes;
+    double logprob = 0;
+  };
+  std::string bytes;
+  double logprob = 0;
+  std::vector<Alternative> top;  // most likely first
+};
+
+// A tool call, or a piece of one, of a streamed reply (OpenAI's delta.tool_calls[i]): the first
+// delta of call `index` has its id and name, the next ones fragments of its arguments.
+struct ToolCallDelta {
+  int index = 0;
+  std::string id;
+  std::string name;
+  std::string arguments;
+};
+
+// One piece of generated text of choice `choice`, with the log-probabilities of the tokens that
+// produced it (when the request asked for them) and tool calls found in it.
 struct TextDelta {
   std::string content;
   std::string reasoning;
+  int choice = 0;
+  std::vector<LogprobEntry> logprobs;
+  std::vector<ToolCallDelta> tool_calls;
+};
+
+// One whole choice of a non-streamed response.
+struct ChoiceResult {
+  TextDelta text;  // every delta of the choice appended (tool calls merged by index)
+  FinishReason finish = FinishReason::Stop;
 };
 
 Json usage_json(const Usage& usage);
 Json error_json(const ApiError& error);
-// The whole (non-streamed) completion object.
+// The whole (non-streamed) completion object, one choice or several (`logprobs`: the request
+// asked for log-probabilities, so each choice carries them, possibly an empty list).
 Json completion_json(const CompletionIdentity& identity, const TextDelta& text, FinishReason finish,
                      const Usage& usage);
+Json completion_json(const CompletionIdentity& identity, std::span<const ChoiceResult> choices,
+                     const Usage& usage, bool logprobs);
+
+// A choice's "logprobs" value. Chat: {"content":[{"token","logprob","bytes","top_logprobs"}],
+// "refusal":null}. Completions (the legacy shape): {"tokens","token_logprobs","top_logprobs"
+// (one {token: logprob} object per token),"text_offset"}; `text_offset` is the byte offset of the
+// first entry in the choice's text (counting from the start of the completion, not the prompt).
+Json logprobs_json(Endpoint endpoint, std::span<const LogprobEntry> entries, int64_t text_offset);
 
 // Chunks of a stream. `include_usage` adds "usage":null to each (OpenAI's stream_options rule).
-Json chat_role_chunk(const CompletionIdentity& identity, bool include_usage);
-Json delta_chunk(const CompletionIdentity& identity, const TextDelta& delta, bool include_usage);
-Json finish_chunk(const CompletionIdentity& identity, FinishReason finish, bool include_usage);
+// `text_offset`: see logprobs_json (completions with logprobs only).
+Json chat_role_chunk(const CompletionIdentity& identity, bool include_usage, int choice = 0);
+Json delta_chunk(const CompletionIdentity& identity, const TextDelta& delta, bool include_usage,
+                 int64_t text_offset = 0);
+Json finish_chunk(const CompletionIdentity& identity, FinishReason finish, bool include_usage,
+                  int choice = 0);
 Json usage_chunk(const CompletionIdentity& identity, const Usage& usage);
 
 // JSON text (compact, invalid UTF-8 replaced by U+FFFD).

@@ -11,19 +11,42 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
   const bool chat = request.endpoint == Endpoint::ChatCompletions;
   const char* prompt_field = chat ? "messages" : "prompt";
   plan.grammar = request.response_format.grammar;
+  // The reported log-probabilities would be those of the unconstrained distribution, not the
+  // masked one the tokens are drawn from: refused until they are computed under the mask.
+  if (plan.grammar && request.logprobs)
+    return invalid_field("logprobs", "log-probabilities are not supported together with a response_format");
   if (chat) {
     ChatRenderOptions render;
+    // A response_format reply is the JSON value alone, and a forced tool call opens the reply:
+    // both render without thinking.
     render.enable_thinking = request.enable_thinking.value_or(!plan.grammar);
     if (plan.grammar && render.enable_thinking)
       return invalid_field("chat_template_kwargs.enable_thinking",
                            "a response_format reply is the JSON value alone, without a thinking "
                            "block: set enable_thinking false or leave it out");
+    const bool offer_tools = !request.tools.empty() && request.tool_choice != ToolChoice::None;
+    const bool force_call =
+        request.tool_choice == ToolChoice::Required || request.tool_choice == ToolChoice::Function;
+    if (offer_tools) render.tools = request.tools;
+    if (offer_tools && force_call) render.enable_thinking = false;  // the reply opens the call
     std::string text;
     try {
       text = served.chat_template->render(request.messages, render);
     } catch (const Error& error) {
       return invalid_field("messages", "the chat template rejects this conversation: {}",
                            error.what());
+    }
+    if (offer_tools) {
+      plan.parse_tool_calls = true;
+      plan.tool_format = served.chat_template->tool_format();
+      plan.tools = request.tools;
+      plan.parallel_tool_calls = request.parallel_tool_calls;
+      if (force_call)
+        plan.tool_prefix = tool_call_prefix(
+            plan.tool_format, request.tool_choice == ToolChoice::Function
+                                  ? std::optional<std::string_view>(request.tool_choice_function)
+                                  : std::nullopt);
+      text += plan.tool_prefix;
     }
     plan.prompt = served.tokenizer->encode(text);
     plan.split_thinking = !plan.grammar;
@@ -70,6 +93,12 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
   if (o.min_p) s.min_p = *o.min_p;
   if (o.repetition_penalty) s.repetition_penalty = *o.repetition_penalty;
   s.seed = o.seed.value_or(served.default_seed.value_or(fresh_seed));
+  if (o.frequency_penalty) s.frequency_penalty = *o.frequency_penalty;
+  if (o.presence_penalty) s.presence_penalty = *o.presence_penalty;
+  s.logit_bias = o.logit_bias;
+  s.n_prompt = plan.prompt.size();  // the penalties count what this request generates
+  plan.n_choices = request.n;
+  plan.logprobs = request.logprobs;
 
   plan.stop = request.stop;
   plan.ignore_eos = request.ignore_eos;

@@ -22,6 +22,7 @@
 #include "serve/request.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
+#include "text/tool_format.h"
 
 namespace strata {
 class Model;
@@ -60,6 +61,20 @@ struct GenerationPlan {
   // Structured output (response_format): every token is drawn under this grammar, and the
   // generation ends once the value is complete. Chat renders such requests without thinking.
   std::shared_ptr<const grammar::Grammar> grammar;
+  // Choices: choice i samples with seed sampling.seed + i (wrapping), so a seeded request
+  // reproduces every choice, and choice 0 equals the same request with n = 1.
+  int n_choices = 1;
+  std::optional<int> logprobs;  // per-token log-probabilities with this many alternatives
+  // Tools offered (chat with tools, tool_choice not "none"): they are in the prompt and the
+  // reply's content goes through a ToolCallParser (serve/tool_calls.h). tool_choice "required"
+  // or a named function is kept by starting the assistant turn with tool_call_prefix (appended
+  // to the prompt, with thinking off for that turn, so the reply opens inside the call); the
+  // model still writes the rest, and a block it leaves malformed comes back as content.
+  bool parse_tool_calls = false;
+  ToolCallFormat tool_format = ToolCallFormat::Hermes;
+  std::vector<std::string> tools;  // the tool objects' JSON texts
+  std::string tool_prefix;
+  bool parallel_tool_calls = true;
 };
 
 using PlanResult = std::variant<GenerationPlan, ApiError>;

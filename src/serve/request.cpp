@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -303,6 +304,133 @@ std::string read_content(const json& message, const std::string& path, const std
   return text;
 }
 
+// OpenAI's function names: [a-zA-Z0-9_-]{1,64} (they are written into the prompt's tags).
+bool valid_function_name(const std::string& name) {
+  return !name.empty() && name.size() <= 64 &&
+         name.find_first_not_of(
+             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
+             std::string::npos;
+}
+
+const std::string& read_function_name(const json& function, const std::string& path) {
+  const std::string* name = read_string(function, "name", child(path, "name"));
+  if (!name) reject(child(path, "name"), "required: the function's name");
+  if (!valid_function_name(*name))
+    reject(child(path, "name"), "expected 1 to 64 letters, digits, '_' or '-', found {}",
+           describe(json(*name)));
+  return *name;
+}
+
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name",
+// "arguments": "<JSON object>"}}]; the arguments may also be the object itself.
+std::vector<ChatToolCall> read_tool_calls(const json& calls, const std::string& path) {
+  if (!calls.is_array()) reject(path, "expected an array of tool calls, found {}", describe(calls));
+  std::vector<ChatToolCall> out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const json& call = calls[i];
+    const std::string at = element(path, i);
+    if (!call.is_object()) reject(at, "expected a tool call object, found {}", describe(call));
+    if (const std::string* type = read_string(call, "type", child(at, "type"));
+        type && *type != "function")
+      reject(child(at, "type"), "expected \"function\", found {}", describe(json(*type)));
+    read_string(call, "id", child(at, "id"));
+    const json* function = field(call, "function");
+    if (!function || !function->is_object())
+      reject(child(at, "function"), "required: an object with name and arguments");
+    ChatToolCall parsed;
+    parsed.name = read_function_name(*function, child(at, "function"));
+    const std::string arguments_path = child(child(at, "function"), "arguments");
+    const json* arguments = field(*function, "arguments");
+    json object = json::object();
+    if (arguments && arguments->is_string()) {
+      object = json::parse(arguments->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (!object.is_object())
+        reject(arguments_path, "expected a JSON object as a string, found {}",
+               describe(*arguments));
+      parsed.arguments = arguments->get<std::string>();  // as sent: the template renders it so
+    } else if (arguments && arguments->is_object()) {
+      parsed.arguments = arguments->dump();
+    } else if (arguments) {
+      reject(arguments_path, "expected a JSON object as a string, found {}", describe(*arguments));
+    } else {
+      parsed.arguments = "{}";
+    }
+    out.push_back(std::move(parsed));
+  }
+  return out;
+}
+
+// tools, tool_choice and parallel_tool_calls of a chat request.
+void read_tools(const json& body, const RequestLimits& limits, GenerationRequest& out) {
+  std::vector<std::string> names;
+  if (const json* tools = field(body, "tools")) {
+    if (!tools->is_array())
+      reject("tools", "expected an array of tools, found {}", describe(*tools));
+    if (tools->size() > limits.max_tools)
+      reject("tools", "at most {} tools are allowed, found {}", limits.max_tools, tools->size());
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const json& tool = (*tools)[i];
+      const std::string at = element("tools", i);
+      if (!tool.is_object()) reject(at, "expected a tool object, found {}", describe(tool));
+      const std::string* type = read_string(tool, "type", child(at, "type"));
+      if (!type || *type != "function")
+        reject(child(at, "type"), "expected \"function\", found {}",
+               type ? describe(json(*type)) : std::string("nothing"));
+      const json* function = field(tool, "function");
+      if (!function || !function->is_object())
+        reject(child(at, "function"), "required: an object with name, description, parameters");
+      const std::string& name = read_function_name(*function, child(at, "function"));
+      if (std::find(names.begin(), names.end(), name) != names.end())
+        reject(child(child(at, "function"), "name"), "two tools are named {}",
+               describe(json(name)));
+      names.push_back(name);
+      read_string(*function, "description", child(child(at, "function"), "description"));
+      if (const json* parameters = field(*function, "parameters");
+          parameters && !parameters->is_object())
+        reject(child(child(at, "function"), "parameters"),
+               "expected a JSON schema object, found {}", describe(*parameters));
+      out.tools.push_back(tool.dump());
+    }
+  }
+  out.parallel_tool_calls =
+      read_bool(body, "parallel_tool_calls", "parallel_tool_calls").value_or(true);
+  const json* choice = field(body, "tool_choice");
+  out.tool_choice = out.tools.empty() ? ToolChoice::None : ToolChoice::Auto;
+  if (!choice) return;
+  if (choice->is_string()) {
+    const std::string& mode = choice->get_ref<const std::string&>();
+    if (mode == "none") {
+      out.tool_choice = ToolChoice::None;
+    } else if (mode == "auto" || mode == "required") {
+      if (out.tools.empty())
+        reject("tool_choice", "{} needs tools, and the request has none", describe(*choice));
+      out.tool_choice = mode == "auto" ? ToolChoice::Auto : ToolChoice::Required;
+    } else {
+      reject("tool_choice",
+             "expected \"none\", \"auto\", \"required\" or a function object, found {}",
+             describe(*choice));
+    }
+    return;
+  }
+  if (!choice->is_object())
+    reject("tool_choice",
+           "expected \"none\", \"auto\", \"required\" or a function object, found {}",
+           describe(*choice));
+  const std::string* type = read_string(*choice, "type", "tool_choice.type");
+  if (!type || *type != "function")
+    reject("tool_choice.type", "expected \"function\", found {}",
+           type ? describe(json(*type)) : std::string("nothing"));
+  const json* function = field(*choice, "function");
+  if (!function || !function->is_object())
+    reject("tool_choice.function", "required: an object with the function's name");
+  const std::string& name = read_function_name(*function, "tool_choice.function");
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    reject("tool_choice.function.name", "{} is not one of the request's tools",
+           describe(json(name)));
+  out.tool_choice = ToolChoice::Function;
+  out.tool_choice_function = name;
+}
+
 void read_messages(const json& body, GenerationRequest& out) {
   const json* messages = field(body, "messages");
   if (!messages) reject("messages", "required: a non-empty array of messages");
@@ -324,10 +452,15 @@ void read_messages(const json& body, GenerationRequest& out) {
       reject(child(path, "role"),
              "expected \"system\", \"developer\", \"user\", \"assistant\" or \"tool\", found {}",
              describe(json(*role)));
-    if (const json* calls = field(message, "tool_calls");
-        calls && !(calls->is_array() && calls->empty()))
-      reject(child(path, "tool_calls"), "tool calls are not supported by this server");
-    ChatMessage chat{chat_role, read_content(message, path, chat_role), std::nullopt};
+    ChatMessage chat{chat_role, read_content(message, path, chat_role), std::nullopt, {}};
+    if (const json* calls = field(message, "tool_calls")) {
+      if (chat_role != "assistant")
+        reject(child(path, "tool_calls"), "only assistant messages carry tool calls");
+      chat.tool_calls = read_tool_calls(*calls, child(path, "tool_calls"));
+    }
+    if (const std::string* id = read_string(message, "tool_call_id", child(path, "tool_call_id"));
+        id && chat_role != "tool")
+      reject(child(path, "tool_call_id"), "only tool messages answer a tool call");
     if (const std::string* reasoning =
             read_string(message, "reasoning_content", child(path, "reasoning_content")))
       chat.reasoning_content = *reasoning;
@@ -441,8 +574,11 @@ void read_limits_and_stream(const json& body, const RequestLimits& limits, Gener
              max_allowed);
     out.max_tokens = read_int(body, key, key, 1, max_allowed);
   }
-  if (auto n = read_int(body, "n", "n", 1, std::numeric_limits<int32_t>::max()); n && *n != 1)
-    reject("n", "only n=1 is supported, found {}", *n);
+  if (auto n = read_int(body, "n", "n", 1, std::numeric_limits<int32_t>::max())) {
+    if (*n > limits.max_choices)
+      reject("n", "at most {} choices per request are allowed, found {}", limits.max_choices, *n);
+    out.n = int(*n);
+  }
   out.stream = read_bool(body, "stream", "stream").value_or(false);
   if (const json* options = field(body, "stream_options")) {
     if (!options->is_object())
@@ -454,25 +590,68 @@ void read_limits_and_stream(const json& body, const RequestLimits& limits, Gener
   out.ignore_eos = read_bool(body, "ignore_eos", "ignore_eos").value_or(false);
 }
 
+// logit_bias: {"<token id>": bias}, the ids in the vocabulary, the biases in [-100, 100].
+void read_logit_bias(const json& body, const RequestLimits& limits, GenerationRequest& out) {
+  const json* bias = field(body, "logit_bias");
+  if (!bias) return;
+  if (!bias->is_object())
+    reject("logit_bias", "expected an object mapping token ids (as strings) to numbers, found {}",
+           describe(*bias));
+  if (bias->size() > limits.max_logit_bias)
+    reject("logit_bias", "at most {} entries are allowed, found {}", limits.max_logit_bias,
+           bias->size());
+  auto& entries = out.sampling.logit_bias;
+  for (const auto& [key, value] : bias->items()) {
+    const std::string path = child("logit_bias", utf8_repair(key));
+    // Digits only: "01", "+1", " 1" and "1e3" are not token ids.
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        key.find_first_not_of("0123456789") == std::string::npos &&
+                        (key.size() == 1 || key[0] != '0');
+    const int64_t id = digits ? std::strtoll(key.c_str(), nullptr, 10) : -1;
+    if (!digits || id >= limits.n_vocab)
+      reject(path, "the key must be a token id in the vocabulary [0, {}), found {}", limits.n_vocab,
+             describe(json(key)));
+    if (!value.is_number() || !std::isfinite(value.get<double>()) ||
+        std::abs(value.get<double>()) > kMaxLogitBias)
+      reject(path, "expected a number between -100 and 100, found {}", describe(value));
+    entries.emplace_back(int32_t(id), float(value.get<double>()));
+  }
+  std::sort(entries.begin(), entries.end());
+}
+
+// The OpenAI rules strata honours beyond the basic sampling settings: logit_bias, the
+// frequency/presence penalties and log-probabilities.
+void read_openai_rules(const json& body, Endpoint endpoint, const RequestLimits& limits,
+                       GenerationRequest& out) {
+  read_logit_bias(body, limits, out);
+  if (auto v = read_number(body, "frequency_penalty", "frequency_penalty", -2.0, 2.0))
+    out.sampling.frequency_penalty = float(*v);
+  if (auto v = read_number(body, "presence_penalty", "presence_penalty", -2.0, 2.0))
+    out.sampling.presence_penalty = float(*v);
+  if (endpoint == Endpoint::Completions) {
+    // The legacy field: the number of alternatives per token (0 = only the chosen token's).
+    if (auto n = read_int(body, "logprobs", "logprobs", 0, kMaxTopLogprobs)) out.logprobs = int(*n);
+    return;
+  }
+  const bool wanted = read_bool(body, "logprobs", "logprobs").value_or(false);
+  const auto top = read_int(body, "top_logprobs", "top_logprobs", 0, kMaxTopLogprobs);
+  if (top && !wanted)
+    reject("top_logprobs", "requires \"logprobs\": true, found logprobs {}",
+           describe(field(body, "logprobs") ? *field(body, "logprobs") : json(nullptr)));
+  if (wanted) out.logprobs = int(top.value_or(0));
+}
+
 // Fields whose effect strata cannot give: rejected so a client never silently gets something else.
 void reject_unsupported(const json& body, Endpoint endpoint) {
-  if (const json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
-    reject("tools", "tools are not supported by this server");
-  if (const json* choice = field(body, "tool_choice"); choice && *choice != "none")
-    reject("tool_choice", "tools are not supported by this server");
+  if (endpoint == Endpoint::Completions) {
+    if (const json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
+      reject("tools", "tools are only for /v1/chat/completions");
+    if (const json* choice = field(body, "tool_choice"); choice && *choice != "none")
+      reject("tool_choice", "tools are only for /v1/chat/completions");
+  }
   if (field(body, "functions") || field(body, "function_call"))
     reject(field(body, "functions") ? "functions" : "function_call",
            "function calling is not supported by this server");
-  if (const json* logprobs = field(body, "logprobs"); logprobs && *logprobs != false)
-    reject("logprobs", "log probabilities are not supported by this server");
-  if (const json* top = field(body, "top_logprobs"); top && *top != 0)
-    reject("top_logprobs", "log probabilities are not supported by this server");
-  if (const json* bias = field(body, "logit_bias"); bias && !(bias->is_object() && bias->empty()))
-    reject("logit_bias", "logit_bias is not supported by this server");
-  for (const char* key : {"frequency_penalty", "presence_penalty"}) {
-    if (auto v = read_number(body, key, key, -2.0, 2.0); v && *v != 0.0)
-      reject(key, "{} is not supported by this server (repeat_penalty is)", key);
-  }
   if (endpoint == Endpoint::Completions) {
     if (read_bool(body, "echo", "echo").value_or(false))
       reject("echo", "echo is not supported by this server");
@@ -490,6 +669,7 @@ GenerationRequest parse_fields(const json& body, Endpoint endpoint, const Reques
   read_model(body, limits, out);
   if (endpoint == Endpoint::ChatCompletions) {
     read_messages(body, out);
+    read_tools(body, limits, out);
     if (const json* kwargs = field(body, "chat_template_kwargs")) {
       if (!kwargs->is_object())
         reject("chat_template_kwargs", "expected an object, found {}", describe(*kwargs));
@@ -502,6 +682,7 @@ GenerationRequest parse_fields(const json& body, Endpoint endpoint, const Reques
   read_limits_and_stream(body, limits, out);
   read_sampling(body, out);
   read_stop(body, limits, out);
+  read_openai_rules(body, endpoint, limits, out);
   reject_unsupported(body, endpoint);
   return out;
 }
@@ -537,15 +718,22 @@ std::variant<Result, ApiError> parse_with(std::string_view body, const RequestLi
 ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
                                      const RequestLimits& limits) {
   return parse_with<GenerationRequest>(body, limits, [&](const json& parsed) {
-    GenerationRequest out = parse_fields(parsed, endpoint, limits);
-    if (field(parsed, "response_format")) {
-      // Again in key order (the schema's properties are generated in the order they are written).
+    GenerationRequest request = parse_fields(parsed, endpoint, limits);
+    // The template renders each tool as the client wrote it (key order too), and a schema's
+    // properties are generated in the order they are written: both again from an order-keeping
+    // parse (the one above sorts keys).
+    if (!request.tools.empty() || field(parsed, "response_format")) {
       const auto ordered = nlohmann::ordered_json::parse(body);
-      auto format = parse_response_format(ordered["response_format"]);
-      if (ApiError* error = std::get_if<ApiError>(&format)) throw Rejection{std::move(*error)};
-      out.response_format = std::move(std::get<ResponseFormat>(format));
+      for (size_t i = 0; i < request.tools.size(); ++i)
+        request.tools[i] =
+            ordered.at("tools").at(i).dump(-1, ' ', false, json::error_handler_t::replace);
+      if (field(parsed, "response_format")) {
+        auto format = parse_response_format(ordered["response_format"]);
+        if (ApiError* error = std::get_if<ApiError>(&format)) throw Rejection{std::move(*error)};
+        request.response_format = std::move(std::get<ResponseFormat>(format));
+      }
     }
-    return out;
+    return request;
   });
 }
 
@@ -556,6 +744,9 @@ json anthropic_to_chat(const json& body) {
   if (!field(body, "max_tokens")) reject("max_tokens", "required by the Messages API");
   if (field(body, "response_format"))
     reject("response_format", "not part of the Messages API (use /v1/chat/completions)");
+  // Anthropic's tool shapes (input_schema, tool_use blocks) are not translated.
+  if (const json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
+    reject("tools", "tools are not supported on /v1/messages; use /v1/chat/completions");
   json chat = json::object();
   for (const auto& [key, value] : body.items())
     if (key != "system" && key != "stop_sequences" && key != "thinking" && key != "messages" &&
@@ -602,7 +793,11 @@ ParseResult parse_anthropic_messages_request(std::string_view body, const Reques
     // A system message from `system` shifts the indices of the others: name them as sent.
     const size_t shift = field(parsed, "system") ? 1 : 0;
     try {
-      return parse_fields(chat, Endpoint::ChatCompletions, limits);
+      GenerationRequest request = parse_fields(chat, Endpoint::ChatCompletions, limits);
+      // The Messages API's response has one reply and no log-probabilities to carry them in.
+      if (request.n != 1) reject("n", "the Messages API gives one reply, found n {}", request.n);
+      if (request.logprobs) reject("logprobs", "the Messages API has no log probabilities");
+      return request;
     } catch (Rejection& rejection) {
       std::string& param = rejection.error.param;
       if (shift && param.rfind("messages[", 0) == 0) {

@@ -13,13 +13,20 @@
 //   when the parser stopped. Nesting deeper than RequestLimits::max_json_depth is rejected before
 //   parsing.
 // - Accepted: the OpenAI fields that strata honours (model, messages / prompt, max_tokens,
-//   max_completion_tokens, temperature, top_p, seed, n=1, stop, stream,
-//   stream_options.include_usage) and the llama.cpp server extensions top_k, min_p, repeat_penalty
-//   (alias repetition_penalty), ignore_eos and chat_template_kwargs.enable_thinking, and
-//   response_format (serve/response_format.h: text, json_object, json_schema; both endpoints).
-//   OpenAI fields whose effect strata cannot give (tools, logprobs, n > 1, echo, best_of, suffix,
-//   non-zero frequency/presence penalties, logit_bias) are rejected with a
-//   message saying so rather than silently ignored. Other unknown fields are ignored (as
+//   max_completion_tokens, temperature, top_p, seed, n (1..RequestLimits::max_choices), stop,
+//   stream, stream_options.include_usage, logit_bias (token-id keys in [0, n_vocab), values in
+//   [-100, 100]), frequency_penalty and presence_penalty ([-2, 2]), logprobs and top_logprobs
+//   (chat: a boolean and 0..20; completions: the legacy integer 0..20)) and the llama.cpp server
+//   extensions top_k, min_p, repeat_penalty (alias repetition_penalty), ignore_eos and
+//   chat_template_kwargs.enable_thinking, and response_format (serve/response_format.h: text,
+//   json_object, json_schema; both endpoints). Chat also takes tools (function tools: name
+//   [a-zA-Z0-9_-]{1,64}, optional description and parameters object; at most
+//   RequestLimits::max_tools), tool_choice ("none", "auto", "required" or {"type": "function",
+//   "function": {"name": …}} naming one of the tools), parallel_tool_calls, assistant messages
+//   with tool_calls (function.arguments a JSON object, as a string or an object) and tool
+//   messages with tool_call_id. OpenAI fields whose effect strata cannot give (legacy
+//   functions/function_call, echo, best_of, suffix) are rejected
+//   with a message saying so rather than silently ignored. Other unknown fields are ignored (as
 //   llama.cpp's server does).
 // - A missing "model" means the served model; a different name is 404 model_not_found.
 // - Checks that need the tokenizer or the context length of the prompt (empty prompt, prompt
@@ -30,6 +37,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -48,7 +56,14 @@ struct RequestLimits {
   size_t max_stop_strings = 4;  // OpenAI's limit
   size_t max_stop_bytes = 256;
   int max_json_depth = 32;
+  int max_choices = 16;          // n: each choice is a generation of its own
+  size_t max_logit_bias = 1024;  // logit_bias entries
+  size_t max_tools = 128;
 };
+
+// OpenAI's bounds (API reference): top_logprobs and logit_bias values.
+inline constexpr int kMaxTopLogprobs = 20;
+inline constexpr double kMaxLogitBias = 100.0;
 
 // Sampling settings the request set; unset ones take the server's defaults.
 struct SamplingOverrides {
@@ -58,7 +73,14 @@ struct SamplingOverrides {
   std::optional<float> min_p;
   std::optional<float> repetition_penalty;
   std::optional<uint64_t> seed;
+  std::optional<float> frequency_penalty;
+  std::optional<float> presence_penalty;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // by token id, ascending
 };
+
+// tool_choice: "none" (tools not offered: neither rendered nor parsed), "auto" (the default),
+// "required" (some call) or one named function (see serve/plan.h for how the last two are kept).
+enum class ToolChoice { None, Auto, Required, Function };
 
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::ChatCompletions;
@@ -75,6 +97,14 @@ struct GenerationRequest {
   bool ignore_eos = false;
   std::optional<bool> enable_thinking;  // chat_template_kwargs.enable_thinking
   ResponseFormat response_format;       // structured output (grammar set unless type Text)
+  int n = 1;                            // choices, each generated on its own
+  // Set when the response carries log-probabilities: how many alternatives per token (chat:
+  // top_logprobs with logprobs: true; completions: logprobs N).
+  std::optional<int> logprobs;
+  std::vector<std::string> tools;  // chat: each tool object's JSON text, keys in the order sent
+  ToolChoice tool_choice = ToolChoice::Auto;
+  std::string tool_choice_function;  // ToolChoice::Function: the function's name
+  bool parallel_tool_calls = true;   // false: only the first call of a reply is returned
 };
 
 using ParseResult = std::variant<GenerationRequest, ApiError>;

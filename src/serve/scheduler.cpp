@@ -17,7 +17,9 @@ void Job::mark_running() {
 }
 
 void Job::emit(TextDelta delta) {
-  if (delta.content.empty() && delta.reasoning.empty()) return;
+  if (delta.content.empty() && delta.reasoning.empty() && delta.logprobs.empty() &&
+      delta.tool_calls.empty())
+    return;
   std::lock_guard lock(mutex_);
   pending_.push_back(std::move(delta));
   changed_.notify_all();

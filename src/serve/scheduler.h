@@ -42,8 +42,9 @@ enum class JobState { Queued, Running, Finished };
 enum class CancelReason { None, ClientGone, Shutdown };
 
 struct GenerationOutcome {
-  FinishReason finish = FinishReason::Stop;
-  Usage usage;
+  FinishReason finish = FinishReason::Stop;  // choice 0's
+  std::vector<FinishReason> choice_finish;   // every choice's, by index (GenerationPlan::n_choices)
+  Usage usage;             // prompt tokens once, completion tokens summed over the choices
   bool cancelled = false;  // stopped early by Job::cancel; finish/usage cover what was made
   double prefill_s = 0;
   double decode_s = 0;

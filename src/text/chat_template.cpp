@@ -149,7 +149,20 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, const Ch
 std::string ChatTemplate::render_chatml(std::span<const ChatMessage> messages,
                                         const ChatRenderOptions& options) const {
   std::string out;
-  for (const ChatMessage& m : messages) append_block(out, m.role, m.content);
+  size_t first = 0;
+  if (!options.tools.empty()) {
+    const bool system = !messages.empty() && messages[0].role == "system";
+    append_block(out, "system",
+                 render_tools_system(ToolCallFormat::Hermes, options.tools,
+                                     system ? std::optional<std::string_view>(messages[0].content)
+                                            : std::nullopt));
+    first = system ? 1 : 0;
+  }
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    append_block(out, m.role,
+                 m.content + render_tool_calls(ToolCallFormat::Hermes, m.tool_calls, m.content));
+  }
   if (options.add_generation_prompt) out += "<|im_start|>assistant\n";
   return out;
 }
@@ -158,7 +171,15 @@ std::string ChatTemplate::render_qwen3(std::span<const ChatMessage> messages,
                                        const ChatRenderOptions& options) const {
   std::string out;
   const size_t n = messages.size();
-  if (n > 0 && messages[0].role == "system") append_block(out, "system", messages[0].content);
+  const bool system = n > 0 && messages[0].role == "system";
+  if (!options.tools.empty()) {
+    append_block(out, "system",
+                 render_tools_system(ToolCallFormat::Hermes, options.tools,
+                                     system ? std::optional<std::string_view>(messages[0].content)
+                                            : std::nullopt));
+  } else if (system) {
+    append_block(out, "system", messages[0].content);
+  }
   const size_t query = last_query_index(messages, /*trimmed=*/false).value_or(n == 0 ? 0 : n - 1);
   for (size_t i = 0; i < n; ++i) {
     const ChatMessage& m = messages[i];
@@ -181,6 +202,7 @@ std::string ChatTemplate::render_qwen3(std::span<const ChatMessage> messages,
       } else {
         out += content;
       }
+      out += render_tool_calls(ToolCallFormat::Hermes, m.tool_calls, content);
       out += "<|im_end|>\n";
     } else if (m.role == "tool") {
       if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
@@ -202,7 +224,16 @@ std::string ChatTemplate::render_qwen35(std::span<const ChatMessage> messages,
   if (messages.empty()) fail("chat: no messages provided");
   std::string out;
   const size_t n = messages.size();
-  if (messages[0].role == "system") append_block(out, "system", python_strip(messages[0].content));
+  if (!options.tools.empty()) {
+    append_block(out, "system",
+                 render_tools_system(ToolCallFormat::Xml, options.tools,
+                                     messages[0].role == "system"
+                                         ? std::optional<std::string_view>(
+                                               python_strip(messages[0].content))
+                                         : std::nullopt));
+  } else if (messages[0].role == "system") {
+    append_block(out, "system", python_strip(messages[0].content));
+  }
   const std::optional<size_t> query = last_query_index(messages, /*trimmed=*/true);
   if (!query) fail("chat: no user query found in messages (the template requires one)");
   const bool preserve = options.preserve_thinking.value_or(false);
@@ -228,6 +259,7 @@ std::string ChatTemplate::render_qwen35(std::span<const ChatMessage> messages,
         out += "\n</think>\n\n";
       }
       out += content;
+      out += render_tool_calls(ToolCallFormat::Xml, m.tool_calls, python_strip(content));
       out += "<|im_end|>\n";
     } else {  // tool
       if (i > 0 && messages[i - 1].role != "tool") out += "<|im_start|>user";

@@ -12,8 +12,10 @@
 //           <tool_response> inside a user turn.
 //   Qwen35  Qwen3.5/3.6's template: like Qwen3, but contents are trimmed, the generation prompt
 //           opens "<think>\n" when thinking is on, and `preserve_thinking` keeps old reasoning.
-// Tool calls are passed through: an assistant message whose content holds <tool_call>…</tool_call>
-// is rendered verbatim (structured tool schemas / tool_calls are not rendered).
+// Tools (text/tool_format.h): `ChatRenderOptions::tools` become the template's "# Tools" system
+// section and an assistant message's `tool_calls` the template's <tool_call> blocks, in the
+// member's format: Hermes JSON for ChatML and Qwen3, the XML format for Qwen35. An assistant
+// message whose content holds <tool_call>…</tool_call> text is rendered verbatim too.
 //
 // Contract: `detect` throws strata::Error naming the source (file) when the template is not one of
 // these; `render` throws strata::Error for conversations the template itself rejects (unknown role,
@@ -24,21 +26,32 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "text/tool_format.h"
 
 namespace strata {
 
 class GgufFile;
 
+// A tool call of an assistant message.
+struct ChatToolCall {
+  std::string name;
+  std::string arguments;  // JSON text: rendered as is (Hermes), its object's members (Xml)
+};
+
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
   std::optional<std::string> reasoning_content;  // assistant thinking kept apart from content
+  std::vector<ChatToolCall> tool_calls;          // assistant only
 };
 
 struct ChatRenderOptions {
   bool add_generation_prompt = true;
   bool enable_thinking = true;
   std::optional<bool> preserve_thinking;  // Qwen35 only; unset = the template's default (off)
+  std::vector<std::string> tools;         // each tool's JSON object text, as the request sent it
 };
 
 enum class ChatFormat { ChatML, Qwen3, Qwen35 };
@@ -53,6 +66,10 @@ class ChatTemplate {
 
   ChatFormat format() const { return format_; }
   std::string_view format_name() const;
+  // How this member's template lists tools and writes tool calls.
+  ToolCallFormat tool_format() const {
+    return format_ == ChatFormat::Qwen35 ? ToolCallFormat::Xml : ToolCallFormat::Hermes;
+  }
   std::string render(std::span<const ChatMessage> messages, const ChatRenderOptions& options = {}) const;
   // True when the rendered prompt ends inside an open <think> block (the reply starts thinking).
   bool prompt_opens_thinking(const ChatRenderOptions& options) const;

@@ -278,7 +278,7 @@ TEST(ServeHttp, BadInputGetsOpenAiJsonErrors) {
       {&kChat, R"({"messages":[]})", 400, "messages", "empty"},
       {&kChat, "{\"messages\":[{\"role\":\"user\",\"content\":\"caf\xe9\"}]}", 400,
        "messages[0].content", "UTF-8"},
-      {&kChat, "{" + user + R"(,"n":3})", 400, "n", "n=1"},
+      {&kChat, "{" + user + R"(,"n":17})", 400, "n", "at most 16"},
       {&kCompletions, R"({"prompt":""})", 400, "prompt", "no tokens"},
       {&kCompletions, R"({"prompt":"x","stop":[1]})", 400, "stop[0]", ""},
   };

@@ -148,8 +148,19 @@ TEST(ServeRequest, BadInputNamesTheField) {
       {"image part",
        R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})", C, 400,
        "messages[0].content[0].type", "only \"text\""},
-      {"tool calls", R"({"messages":[{"role":"assistant","content":"","tool_calls":[{}]}]})", C,
-       400, "messages[0].tool_calls", "not supported"},
+      {"tool call without function",
+       R"({"messages":[{"role":"assistant","content":"","tool_calls":[{}]}]})", C, 400,
+       "messages[0].tool_calls[0].function", "required"},
+      {"tool call arguments not JSON",
+       R"({"messages":[{"role":"assistant","tool_calls":[{"type":"function","function":{"name":"f","arguments":"{x"}}]}]})",
+       C, 400, "messages[0].tool_calls[0].function.arguments", "JSON object"},
+      {"tool call bad name",
+       R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"a b","arguments":"{}"}}]}]})",
+       C, 400, "messages[0].tool_calls[0].function.name", "letters, digits"},
+      {"user tool calls", R"({"messages":[{"role":"user","content":"x","tool_calls":[]}]})", C, 400,
+       "messages[0].tool_calls", "only assistant"},
+      {"tool_call_id on user", R"({"messages":[{"role":"user","content":"x","tool_call_id":"c"}]})",
+       C, 400, "messages[0].tool_call_id", "only tool messages"},
       {"max_tokens string", chat(R"("max_tokens":"10")"), C, 400, "max_tokens",
        "expected an integer"},
       {"max_tokens float", chat(R"("max_tokens":1.5)"), C, 400, "max_tokens",
@@ -166,7 +177,8 @@ TEST(ServeRequest, BadInputNamesTheField) {
        "between 0 and 2"},
       {"top_p above 1", chat(R"("top_p":1.5)"), C, 400, "top_p", "between 0 and 1"},
       {"seed float", chat(R"("seed":1.5)"), C, 400, "seed", "integer"},
-      {"n=2", chat(R"("n":2)"), C, 400, "n", "n=1"},
+      {"n=17", chat(R"("n":17)"), C, 400, "n", "at most 16"},
+      {"n=0", chat(R"("n":0)"), C, 400, "n", "between 1 and"},
       {"stream string", chat(R"("stream":"yes")"), C, 400, "stream", "true or false"},
       {"stream_options without stream", chat(R"("stream_options":{"include_usage":true})"), C, 400,
        "stream_options", "stream is true"},
@@ -175,10 +187,59 @@ TEST(ServeRequest, BadInputNamesTheField) {
       {"stop empty", chat(R"("stop":"")"), C, 400, "stop", "non-empty"},
       {"stop number", chat(R"("stop":[1])"), C, 400, "stop[0]", "expected a string"},
       {"five stops", chat(R"("stop":["a","b","c","d","e"])"), C, 400, "stop", "at most 4"},
-      {"tools", chat(R"("tools":[{"type":"function"}])"), C, 400, "tools", "not supported"},
-      {"logprobs", chat(R"("logprobs":true)"), C, 400, "logprobs", "not supported"},
-      {"presence penalty", chat(R"("presence_penalty":0.5)"), C, 400, "presence_penalty",
-       "not supported"},
+      {"tool without function", chat(R"("tools":[{"type":"function"}])"), C, 400,
+       "tools[0].function", "required"},
+      {"tools object", chat(R"("tools":{})"), C, 400, "tools", "expected an array"},
+      {"tool type", chat(R"("tools":[{"type":"retrieval"}])"), C, 400, "tools[0].type",
+       "\"function\""},
+      {"tool name with tag", chat(R"("tools":[{"type":"function","function":{"name":"f>"}}])"), C,
+       400, "tools[0].function.name", "letters, digits"},
+      {"duplicate tools",
+       chat(
+           R"("tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}])"),
+       C, 400, "tools[1].function.name", "two tools"},
+      {"tool parameters string",
+       chat(R"("tools":[{"type":"function","function":{"name":"f","parameters":"x"}}])"), C, 400,
+       "tools[0].function.parameters", "schema object"},
+      {"required without tools", chat(R"("tool_choice":"required")"), C, 400, "tool_choice",
+       "needs tools"},
+      {"tool_choice word",
+       chat(R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"any")"), C, 400,
+       "tool_choice", "\"required\""},
+      {"tool_choice unknown function",
+       chat(
+           R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}})"),
+       C, 400, "tool_choice.function.name", "not one of"},
+      {"completion tools", R"({"prompt":"a","tools":[{"type":"function"}]})", P, 400, "tools",
+       "chat/completions"},
+      {"logprobs number", chat(R"("logprobs":1)"), C, 400, "logprobs", "true or false"},
+      {"top_logprobs without logprobs", chat(R"("top_logprobs":3)"), C, 400, "top_logprobs",
+       "requires \"logprobs\": true"},
+      {"top_logprobs 21", chat(R"("logprobs":true,"top_logprobs":21)"), C, 400, "top_logprobs",
+       "between 0 and 20"},
+      {"completion logprobs bool", R"({"prompt":"a","logprobs":true})", P, 400, "logprobs",
+       "expected an integer between 0 and 20"},
+      {"completion logprobs 21", R"({"prompt":"a","logprobs":21})", P, 400, "logprobs",
+       "between 0 and 20"},
+      {"presence penalty 3", chat(R"("presence_penalty":3)"), C, 400, "presence_penalty",
+       "between -2 and 2"},
+      {"frequency penalty string", chat(R"("frequency_penalty":"x")"), C, 400, "frequency_penalty",
+       "between -2 and 2"},
+      {"logit_bias array", chat(R"("logit_bias":[1])"), C, 400, "logit_bias", "expected an object"},
+      {"logit_bias id out of vocab", chat(R"("logit_bias":{"1000":1})"), C, 400, "logit_bias.1000",
+       "vocabulary [0, 1000)"},
+      {"logit_bias word key", chat(R"("logit_bias":{"hello":1})"), C, 400, "logit_bias.hello",
+       "token id"},
+      {"logit_bias negative key", chat(R"("logit_bias":{"-1":1})"), C, 400, "logit_bias.-1",
+       "token id"},
+      {"logit_bias leading zero", chat(R"("logit_bias":{"07":1})"), C, 400, "logit_bias.07",
+       "token id"},
+      {"logit_bias huge key", chat(R"("logit_bias":{"99999999999999999999":1})"), C, 400,
+       "logit_bias.99999999999999999999", "token id"},
+      {"logit_bias value 101", chat(R"("logit_bias":{"5":101})"), C, 400, "logit_bias.5",
+       "between -100 and 100"},
+      {"logit_bias value string", R"({"prompt":"a","logit_bias":{"5":"1"}})", P, 400,
+       "logit_bias.5", "between -100 and 100"},
       {"response_format type", chat(R"("response_format":{"type":"xml"})"), C, 400,
        "response_format.type", "\"json_schema\""},
       {"unsupported schema keyword",
@@ -206,6 +267,78 @@ TEST(ServeRequest, BadInputNamesTheField) {
     }
     EXPECT_EQ(error.type, "invalid_request_error");
   }
+}
+
+TEST(ServeRequest, OpenAiSamplingRulesAndLogprobs) {
+  GenerationRequest r = accept(chat(
+      R"("logit_bias":{"7":-100,"3":2.5,"0":100},"frequency_penalty":-2,"presence_penalty":0.5,)"
+      R"("n":16,"logprobs":true,"top_logprobs":20)"));
+  using Bias = std::vector<std::pair<int32_t, float>>;
+  EXPECT_EQ(r.sampling.logit_bias, (Bias{{0, 100.0f}, {3, 2.5f}, {7, -100.0f}}));
+  EXPECT_FLOAT_EQ(*r.sampling.frequency_penalty, -2.0f);
+  EXPECT_FLOAT_EQ(*r.sampling.presence_penalty, 0.5f);
+  EXPECT_EQ(r.n, 16);
+  EXPECT_EQ(r.logprobs, 20);
+  r = accept(chat(R"("logprobs":true)"));
+  EXPECT_EQ(r.logprobs, 0);
+  r = accept(chat(R"("logprobs":false,"top_logprobs":null,"logit_bias":{})"));
+  EXPECT_FALSE(r.logprobs);
+  EXPECT_TRUE(r.sampling.logit_bias.empty());
+  EXPECT_EQ(r.n, 1);
+  r = accept(R"({"prompt":"a","logprobs":5,"logit_bias":{"999":-1}})", Endpoint::Completions);
+  EXPECT_EQ(r.logprobs, 5);
+  EXPECT_EQ(r.sampling.logit_bias, (Bias{{999, -1.0f}}));
+  // The Messages API has one reply and no log-probabilities; logit_bias passes through.
+  const RequestLimits l = limits();
+  for (const char* extra : {R"("n":2)", R"("logprobs":true)"}) {
+    const ParseResult messages = parse_anthropic_messages_request(
+        fmt::format(R"({{"max_tokens":5,"messages":[{{"role":"user","content":"x"}}],{}}})", extra),
+        l);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(messages)) << extra;
+  }
+  const ParseResult biased = parse_anthropic_messages_request(
+      R"({"max_tokens":5,"messages":[{"role":"user","content":"x"}],"logit_bias":{"1":1}})", l);
+  ASSERT_TRUE(std::holds_alternative<GenerationRequest>(biased));
+  EXPECT_EQ(std::get<GenerationRequest>(biased).sampling.logit_bias.size(), 1u);
+}
+
+TEST(ServeRequest, ToolsToolChoiceAndToolMessages) {
+  const std::string tools =
+      R"("tools":[{"type":"function","function":{"name":"get_weather","description":"d",)"
+      R"("parameters":{"type":"object","properties":{"z":{},"a":{}}}}},)"
+      R"({"type":"function","function":{"name":"search"}}])";
+  GenerationRequest r = accept(R"({"messages":[{"role":"user","content":"x"},)"
+                               R"({"role":"assistant","content":null,"tool_calls":[)"
+                               R"({"id":"call_1","type":"function","function":{"name":"search",)"
+                               R"("arguments":"{\"q\": 1}"}},)"
+                               R"({"function":{"name":"get_weather","arguments":{"city":"P"}}}]},)"
+                               R"({"role":"tool","tool_call_id":"call_1","content":"ok"}],)" +
+                               tools + R"(,"parallel_tool_calls":false})");
+  ASSERT_EQ(r.tools.size(), 2u);
+  // Key order as sent (the template renders the tool as the client wrote it).
+  EXPECT_EQ(r.tools[0],
+            R"({"type":"function","function":{"name":"get_weather","description":"d","parameters":)"
+            R"({"type":"object","properties":{"z":{},"a":{}}}}})");
+  EXPECT_EQ(r.tool_choice, ToolChoice::Auto);
+  EXPECT_FALSE(r.parallel_tool_calls);
+  ASSERT_EQ(r.messages.size(), 3u);
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 2u);
+  EXPECT_EQ(r.messages[1].content, "");
+  EXPECT_EQ(r.messages[1].tool_calls[0].name, "search");
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, R"({"q": 1})");  // the string as sent
+  EXPECT_EQ(r.messages[1].tool_calls[1].arguments, R"({"city":"P"})");
+  EXPECT_EQ(r.messages[2].role, "tool");
+
+  r = accept(chat(tools + R"(,"tool_choice":"required")"));
+  EXPECT_EQ(r.tool_choice, ToolChoice::Required);
+  r = accept(chat(tools + R"(,"tool_choice":{"type":"function","function":{"name":"search"}})"));
+  EXPECT_EQ(r.tool_choice, ToolChoice::Function);
+  EXPECT_EQ(r.tool_choice_function, "search");
+  r = accept(chat(tools + R"(,"tool_choice":"none")"));
+  EXPECT_EQ(r.tool_choice, ToolChoice::None);
+  r = accept(chat(R"("tools":[],"tool_choice":"none")"));
+  EXPECT_EQ(r.tool_choice, ToolChoice::None);
+  EXPECT_TRUE(r.tools.empty());
 }
 
 TEST(ServeRequest, UnknownModelIsModelNotFound) {

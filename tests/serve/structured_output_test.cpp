@@ -191,9 +191,19 @@ TEST(StructuredOutput, BadSchemasAre400sNamingThePath) {
       R"("chat_template_kwargs":{"enable_thinking":true}})");
   EXPECT_EQ(thinking.status, 400);
   EXPECT_EQ(thinking.json()["error"]["param"], "chat_template_kwargs.enable_thinking");
+  // Log-probabilities would be the unconstrained distribution's: refused with a response_format.
+  const HttpReply logprobs = post(
+      server, "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"},)"
+      R"("logprobs":true})");
+  EXPECT_EQ(logprobs.status, 400);
+  EXPECT_EQ(logprobs.json()["error"]["param"], "logprobs");
 }
 
 // The drafts are judged by the constrained sampler row by row: the same tokens as without --spec.
+// (The end of the value is judged on the delivered tokens: a verify window's rows are all sampled,
+// advancing the sampler's constraint, before its tokens are delivered; judging on that one cut
+// replies short now and then, depending on how many drafts SpecGate chose.)
 TEST(StructuredOutput, SpeculativeDecodingGivesThePlainTokens) {
   std::vector<std::pair<std::string, Reply>> plain;
   {

@@ -63,6 +63,49 @@ TEST(ServeFormat, WholeCompletions) {
             R"({"text":"t","index":0,"logprobs":null,"finish_reason":null})");
 }
 
+TEST(ServeFormat, ToolCallsWholeAndStreamed) {
+  // Streamed: the first delta of a call has id, type and name, the next ones argument text.
+  TextDelta head;
+  head.tool_calls = {{0, "call_1", "get_weather", ""}};
+  EXPECT_EQ(dump_json(delta_chunk(chat_identity(), head, false)["choices"][0]["delta"]),
+            R"({"tool_calls":[{"index":0,"id":"call_1","type":"function","function":)"
+            R"({"name":"get_weather","arguments":""}}]})");
+  TextDelta fragment;
+  fragment.choice = 1;
+  fragment.tool_calls = {{0, "", "", R"({"city":"P"})"}};
+  EXPECT_EQ(
+      dump_json(delta_chunk(chat_identity(), fragment, false)["choices"][0]),
+      R"({"index":1,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":\"P\"}"}}]},)"
+      R"("logprobs":null,"finish_reason":null})");
+  EXPECT_EQ(
+      dump_json(finish_chunk(chat_identity(), FinishReason::ToolCalls, false, 1)["choices"][0]),
+      R"({"index":1,"delta":{},"logprobs":null,"finish_reason":"tool_calls"})");
+  // Whole: message.tool_calls, content null when nothing but whitespace came besides.
+  ChoiceResult choice;
+  choice.text.content = "\n";
+  choice.text.tool_calls = {{0, "call_1", "get_weather", R"({"city":"P"})"}};
+  choice.finish = FinishReason::ToolCalls;
+  const Json whole = completion_json(chat_identity(), std::span(&choice, 1), {4, 2}, false);
+  EXPECT_EQ(
+      dump_json(whole["choices"][0]),
+      R"({"index":0,"message":{"role":"assistant","content":null,"refusal":null,"tool_calls":)"
+      R"([{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":)"
+      R"("{\"city\":\"P\"}"}}]},"logprobs":null,"finish_reason":"tool_calls"})");
+}
+
+TEST(ServeFormat, LogprobsShapes) {
+  const std::vector<LogprobEntry> entries = {{"Hi", -0.5, {{"Hi", -0.5}, {"Ho", -1.25}}},
+                                             {"\xE2", -2.0, {}}};
+  EXPECT_EQ(dump_json(logprobs_json(Endpoint::ChatCompletions, entries, 0)),
+            R"({"content":[{"token":"Hi","logprob":-0.5,"bytes":[72,105],"top_logprobs":)"
+            R"([{"token":"Hi","logprob":-0.5,"bytes":[72,105]},{"token":"Ho","logprob":-1.25,)"
+            R"("bytes":[72,111]}]},{"token":"�","logprob":-2.0,"bytes":[226],"top_logprobs":[]}],)"
+            R"("refusal":null})");
+  EXPECT_EQ(dump_json(logprobs_json(Endpoint::Completions, entries, 7)),
+            R"({"tokens":["Hi","�"],"token_logprobs":[-0.5,-2.0],"top_logprobs":)"
+            R"([{"Hi":-0.5,"Ho":-1.25},{}],"text_offset":[7,9]})");
+}
+
 TEST(ServeFormat, ErrorsAndIds) {
   ApiError error = invalid_field("max_tokens", "expected {}", 1);
   EXPECT_EQ(

@@ -3,6 +3,8 @@
 // <think>, tool turns, whitespace, errors), plus hand-written exact strings and the think filter.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "text/chat_template.h"
 #include "text/think_filter.h"
 #include "text_fixtures.h"
@@ -94,6 +96,57 @@ TEST(ChatTemplate, ToolCallTagsPassThrough) {
   EXPECT_EQ(ChatTemplate(ChatFormat::Qwen3).render(messages, {.add_generation_prompt = false}),
             "<|im_start|>user\ngo<|im_end|>\n<|im_start|>assistant\n" + call +
                 "<|im_end|>\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n");
+}
+
+// tools/make_tool_chat_fixtures.py: the real templates rendered by jinja2 as transformers sets it
+// up, with tools, assistant tool_calls and tool results (the tool objects keep their key order).
+TEST(ChatTemplate, ToolsAndToolCallsMatchTheJinjaRendering) {
+  using Ordered = nlohmann::ordered_json;
+  const Ordered fixture = Ordered::parse(test::read_file(test::tokenizer_data_path("tool_chat_cases.json")));
+  std::map<std::string, ChatTemplate> templates;
+  for (const char* name : {"qwen3", "qwen3_6"}) {
+    const auto text = test::read_file(test::tokenizer_data_path(std::string("templates/") + name + ".jinja"));
+    templates.emplace(name, ChatTemplate::detect(text, name));
+  }
+  int rendered = 0;
+  for (const auto& c : fixture.at("cases")) {
+    const Ordered& conversation = fixture.at("conversations").at(c.at("conversation").get<std::string>());
+    std::vector<ChatMessage> messages;
+    for (const auto& m : conversation.at("messages")) {
+      ChatMessage msg{m.at("role").get<std::string>(),
+                      m.at("content").is_null() ? std::string() : m.at("content").get<std::string>(),
+                      std::nullopt,
+                      {}};
+      if (m.contains("tool_calls"))
+        for (const auto& call : m.at("tool_calls"))
+          msg.tool_calls.push_back({call.at("function").at("name").get<std::string>(),
+                                    call.at("function").at("arguments").get<std::string>()});
+      messages.push_back(std::move(msg));
+    }
+    ChatRenderOptions options;
+    options.enable_thinking = c.at("options").at("enable_thinking").get<bool>();
+    for (const auto& tool : conversation.at("tools")) options.tools.push_back(tool.dump());
+    const std::string where = c.at("template").get<std::string>() + " / " + c.at("conversation").get<std::string>() +
+                              " / " + c.at("options").dump();
+    EXPECT_EQ(templates.at(c.at("template").get<std::string>()).render(messages, options),
+              c.at("expected").get<std::string>())
+        << where;
+    ++rendered;
+  }
+  EXPECT_EQ(rendered, 20);
+}
+
+TEST(ChatTemplate, ToolFormatPrefixesAndTojson) {
+  EXPECT_EQ(python_tojson(R"({"b":[1,2.5,true,null],"a":"x\u0001\"\u00e9"})"),
+            "{\"b\": [1, 2.5, true, null], \"a\": \"x\\u0001\\\"\u00e9\"}");
+  EXPECT_EQ(tool_call_prefix(ToolCallFormat::Hermes, std::nullopt), "<tool_call>\n");
+  EXPECT_EQ(tool_call_prefix(ToolCallFormat::Hermes, "f"), "<tool_call>\n{\"name\": \"f\", \"arguments\": ");
+  EXPECT_EQ(tool_call_prefix(ToolCallFormat::Xml, "f"), "<tool_call>\n<function=f>\n");
+  EXPECT_EQ(ChatTemplate(ChatFormat::Qwen35).tool_format(), ToolCallFormat::Xml);
+  EXPECT_EQ(ChatTemplate(ChatFormat::Qwen3).tool_format(), ToolCallFormat::Hermes);
+  // The XML format needs an arguments object.
+  const std::vector<ChatMessage> messages = {{"user", "go", {}, {}}, {"assistant", "", {}, {{"f", "[1]"}}}};
+  EXPECT_THROW(ChatTemplate(ChatFormat::Qwen35).render(messages), Error);
 }
 
 TEST(ChatTemplate, ErrorsNameTheSourceAndTheProblem) {

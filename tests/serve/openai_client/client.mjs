@@ -99,6 +99,52 @@ await check("seeded sampling repeats", async () => {
   assert.equal(a.choices[0].text, b.choices[0].text);
 });
 
+await check("logprobs, n = 2 and logit_bias", async () => {
+  const request = {
+    model: "strata-default", messages: [{ role: "user", content: "Hello" }], max_tokens: 6,
+    temperature: 1, seed: 5, n: 2, logprobs: true, top_logprobs: 3,
+    frequency_penalty: 0.5, presence_penalty: 0.5, logit_bias: { "11": -100 },
+    chat_template_kwargs: { enable_thinking: false },
+  };
+  const whole = await client.chat.completions.create(request);
+  assert.equal(whole.choices.length, 2);
+  for (const [i, choice] of whole.choices.entries()) {
+    assert.equal(choice.index, i);
+    for (const entry of choice.logprobs.content) {
+      assert.ok(entry.logprob <= 0);
+      assert.equal(entry.top_logprobs.length, 3);
+      assert.ok(entry.top_logprobs[0].logprob >= entry.top_logprobs[2].logprob);
+    }
+  }
+  const again = await client.chat.completions.create(request);
+  assert.deepEqual(again.choices.map((c) => c.message.content), whole.choices.map((c) => c.message.content));
+  const streamed = ["", ""];
+  for await (const chunk of await client.chat.completions.create({ ...request, stream: true })) {
+    for (const choice of chunk.choices) streamed[choice.index] += choice.delta?.content ?? "";
+  }
+  assert.deepEqual(streamed, whole.choices.map((c) => c.message.content));
+});
+
+await check("tools: the request and a tool round trip are accepted", async () => {
+  const tools = [{ type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } } }];
+  const reply = await client.chat.completions.create({
+    model: "strata-default", max_tokens: 4, temperature: 0, tools, tool_choice: "auto",
+    messages: [
+      { role: "user", content: "Weather in Paris?" },
+      { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: '{"city": "Paris"}' } }] },
+      { role: "tool", tool_call_id: "call_1", content: '{"temp": 21}' },
+    ],
+  });
+  assert.ok(["stop", "length", "tool_calls"].includes(reply.choices[0].finish_reason));
+  await assert.rejects(
+    client.chat.completions.create({ model: "strata-default", messages: [{ role: "user", content: "x" }], tools, tool_choice: { type: "function", function: { name: "nope" } } }),
+    (error) => {
+      assert.ok(error instanceof OpenAI.BadRequestError, String(error));
+      assert.equal(error.param, "tool_choice.function.name");
+      return true;
+    });
+});
+
 await check("typed errors", async () => {
   await assert.rejects(client.chat.completions.create({ ...chatRequest, model: "gpt-4o" }), (error) => {
     assert.ok(error instanceof OpenAI.NotFoundError, String(error));
