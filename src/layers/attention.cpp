@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "compute/cpu/gemm_f32.h"
 #include "compute/cpu/ops.h"
 
 namespace strata {
@@ -48,10 +49,12 @@ struct RowScratch {
   std::vector<int64_t>& top;       // QSA
 };
 
-RowScratch take_row_scratch(compute::Workspace& tw, int64_t capacity_tokens, int ratio) {
+// weights holds one row of attention weights per query head of a KV head (the matrix path).
+RowScratch take_row_scratch(compute::Workspace& tw, int64_t capacity_tokens, int ratio,
+                            int heads_per_kv) {
   RowScratch r{tw.ints(0), tw.floats(0), tw.floats(0), tw.ids(0), tw.ints(0)};
   r.tokens.reserve(size_t(capacity_tokens));
-  r.weights.reserve(size_t(capacity_tokens));
+  r.weights.reserve(size_t(capacity_tokens) * size_t(heads_per_kv));
   if (ratio > 0) {
     const size_t blocks = size_t(capacity_tokens / ratio + 1);
     r.scores.reserve(blocks);
@@ -119,6 +122,46 @@ void extend_index(compute::Workspace& ws, const AttentionWeights& w, const HPara
     compute::rms_norm(key.data(), w.index_k_norm.data(), di, hp.rms_eps, key.data());
     compute::rope_neox(key.data(), di, hp.n_rot, b * ratio, hp.rope_theta);
     cache.block_keys.insert(cache.block_keys.end(), key.begin(), key.end());
+  }
+}
+
+// Windows of at least this many rows attend through matrix products over a transposed copy of the
+// keys (below); shorter ones (decode) with one dot per (head, token). Both compute every score and
+// every output element in the same order, so a row's bits do not depend on the path.
+constexpr int64_t kMatrixAttentionMinRows = 4;
+
+// Attention of one row over all of its first n_visible tokens (0 .. n_visible-1), the query heads
+// of each KV head at once, as compute::gemm_f32 products whose per-element order is the one-dot
+// path's: score = (Σ_j q_j·k_j from 0, in j order)·scale, out_j = Σ_i w_i·v_ij from 0 in i order.
+// keys_t: per KV head, head_dim rows of the window's keys transposed (row j holds dimension j of
+// every token, keys_t_stride floats apart).
+void attend_all_visible(const Dims& dims, bool gated, const float* q_row, const float* keys_t,
+                        int64_t keys_t_stride, const KvCache& cache, int64_t n_visible,
+                        float scale, std::vector<float>& weights, float* out_row) {
+  const int hd = dims.head_dim;
+  const int heads_per_kv = dims.n_head / dims.n_head_kv;
+  const int q_stride = gated ? 2 * hd : hd;
+  weights.resize(size_t(heads_per_kv) * size_t(n_visible));
+  for (int kvh = 0; kvh < dims.n_head_kv; ++kvh) {
+    const int h0 = kvh * heads_per_kv;
+    const float* q0 = q_row + h0 * q_stride;
+    compute::gemm_f32(heads_per_kv, n_visible, hd, q0, q_stride,
+                      keys_t + int64_t(kvh) * hd * keys_t_stride, keys_t_stride, weights.data(),
+                      n_visible, false);
+    for (int g = 0; g < heads_per_kv; ++g) {
+      float* w = weights.data() + int64_t(g) * n_visible;
+      for (int64_t i = 0; i < n_visible; ++i) w[i] = w[i] * scale;
+      compute::softmax(w, n_visible);
+    }
+    float* out = out_row + int64_t(h0) * hd;
+    compute::gemm_f32(heads_per_kv, hd, n_visible, weights.data(), n_visible,
+                      cache.v.data() + int64_t(kvh) * hd, dims.kv_dim, out, hd, false);
+    if (gated)
+      for (int g = 0; g < heads_per_kv; ++g) {
+        const float* gate = q0 + g * q_stride + hd;
+        float* o = out + int64_t(g) * hd;
+        for (int j = 0; j < hd; ++j) o[j] *= compute::sigmoid(gate[j]);
+      }
   }
 }
 
@@ -212,15 +255,25 @@ void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const 
   const int64_t capacity_tokens =
       std::max(int64_t(cache.k.capacity()) / dims.kv_dim, first_pos + n_rows);
   const int ratio = w.sparse() ? w.compress_ratio : 0;
+  // The matrix path's transposed keys: [kv head][dimension][token], tokens 0 .. n_ctx-1.
+  const bool matrix_path = n_rows >= kMatrixAttentionMinRows;
+  const int64_t n_ctx = first_pos + n_rows;
+  std::vector<float>& keys_t =
+      ws.floats(matrix_path ? static_cast<size_t>(n_ctx * dims.kv_dim) : 0);
+  if (matrix_path)
+    for (int64_t i = 0; i < n_ctx; ++i) {
+      const float* key = cache.k.data() + i * dims.kv_dim;
+      for (int64_t d = 0; d < dims.kv_dim; ++d) keys_t[size_t(d * n_ctx + i)] = key[d];
+    }
   ws.reserve_threads(pool.size());
   for (int i = 0; i < pool.size(); ++i) {
     compute::Workspace::Frame reserve_frame(ws.for_thread(i));
-    take_row_scratch(ws.for_thread(i), capacity_tokens, ratio);
+    take_row_scratch(ws.for_thread(i), capacity_tokens, ratio, heads_per_kv);
   }
   pool.parallel_for(n_rows, [&](int64_t begin, int64_t end, int thread_index) {
     compute::Workspace& tw = ws.for_thread(thread_index);
     compute::Workspace::Frame task_frame(tw);
-    RowScratch scratch = take_row_scratch(tw, capacity_tokens, ratio);
+    RowScratch scratch = take_row_scratch(tw, capacity_tokens, ratio, heads_per_kv);
     std::vector<int64_t>& tokens = scratch.tokens;
     std::vector<float>& weights = scratch.weights;
     for (int64_t t = begin; t < end; ++t) {
@@ -231,6 +284,12 @@ void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const 
       } else {
         tokens.resize(static_cast<size_t>(pos + 1));
         std::iota(tokens.begin(), tokens.end(), int64_t{0});
+      }
+      // Every visible token selected (dense attention, or QSA within its budget): the matrix path.
+      if (matrix_path && int64_t(tokens.size()) == pos + 1) {
+        attend_all_visible(dims, w.gated, q.data() + t * dims.q_row, keys_t.data(), n_ctx, cache,
+                           pos + 1, scale, weights, attn.data() + t * attn_width);
+        continue;
       }
       weights.resize(tokens.size());
       for (int h = 0; h < dims.n_head; ++h) {
