@@ -213,19 +213,21 @@ void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const 
   compute::matmul(pool, w.v, x, n_rows, v.data());
 
   const int q_stride = w.gated ? 2 * hd : hd;  // per head: [q | gate] when gated
-  for (int64_t t = 0; t < n_rows; ++t) {
-    const int64_t pos = first_pos + t;
-    for (int h = 0; h < dims.n_head; ++h) {
-      float* qh = q.data() + t * dims.q_row + h * q_stride;
-      if (!w.q_norm.empty()) compute::rms_norm(qh, w.q_norm.data(), hd, hp.rms_eps, qh);
-      compute::rope_neox(qh, hd, dims.n_rot, pos, hp.rope_theta);
+  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t pos = first_pos + t;
+      for (int h = 0; h < dims.n_head; ++h) {
+        float* qh = q.data() + t * dims.q_row + h * q_stride;
+        if (!w.q_norm.empty()) compute::rms_norm(qh, w.q_norm.data(), hd, hp.rms_eps, qh);
+        compute::rope_neox(qh, hd, dims.n_rot, pos, hp.rope_theta);
+      }
+      for (int h = 0; h < dims.n_head_kv; ++h) {
+        float* kh = k.data() + t * dims.kv_dim + h * hd;
+        if (!w.k_norm.empty()) compute::rms_norm(kh, w.k_norm.data(), hd, hp.rms_eps, kh);
+        compute::rope_neox(kh, hd, dims.n_rot, pos, hp.rope_theta);
+      }
     }
-    for (int h = 0; h < dims.n_head_kv; ++h) {
-      float* kh = k.data() + t * dims.kv_dim + h * hd;
-      if (!w.k_norm.empty()) compute::rms_norm(kh, w.k_norm.data(), hd, hp.rms_eps, kh);
-      compute::rope_neox(kh, hd, dims.n_rot, pos, hp.rope_theta);
-    }
-  }
+  });
   cache.k.insert(cache.k.end(), k.begin(), k.end());
   cache.v.insert(cache.v.end(), v.begin(), v.end());
 

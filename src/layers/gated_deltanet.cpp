@@ -196,7 +196,7 @@ void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, c
       parts[i]->swap(*lent[i]);
     }
   }
-  std::vector<float>& conv_out = ws.floats(static_cast<size_t>(conv_dim));
+  std::vector<float>& conv_out = ws.floats(static_cast<size_t>(n_rows * conv_dim));
   GatedDeltaNetWindowLog& log = state.window_log;
   log.valid = false;
   if (record_window) {
@@ -208,37 +208,56 @@ void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, c
     log.conv_before = state.conv;
   }
   const float q_scale = 1.0f / std::sqrt(float(dk));  // HF: query.shape[-1] ** -0.5
-  for (int64_t t = 0; t < n_rows; ++t) {
-    const float* row = mixed.data() + t * conv_dim;
-    // Causal depthwise conv over [history (K-1 rows) | current row], then SiLU.
-    for (int64_t ch = 0; ch < conv_dim; ++ch) {
-      const float* taps = w.conv.data() + ch * kernel;
-      float sum = 0.0f;
-      for (int j = 0; j < kernel - 1; ++j) sum += taps[j] * state.conv[j * conv_dim + ch];
-      sum += taps[kernel - 1] * row[ch];
-      conv_out[size_t(ch)] = compute::silu(sum);
+  // Causal depthwise conv over [history (K-1 rows) | the window's rows], then SiLU. Row r of that
+  // concatenation is history row r for r < K-1, else window row r-(K-1); token t's taps read rows
+  // t .. t+K-1, oldest first. Channels are independent, so they run split over the threads.
+  const int64_t history_rows = kernel - 1;
+  auto conv_row = [&](int64_t r) {
+    return r < history_rows ? state.conv.data() + r * conv_dim
+                            : mixed.data() + (r - history_rows) * conv_dim;
+  };
+  constexpr int64_t kConvChannelsPerTask = 64;
+  const int64_t conv_tasks = (conv_dim + kConvChannelsPerTask - 1) / kConvChannelsPerTask;
+  auto convolve = [&](int64_t begin, int64_t end, int) {
+    const int64_t ch_begin = begin * kConvChannelsPerTask;
+    const int64_t ch_end = std::min(conv_dim, end * kConvChannelsPerTask);
+    for (int64_t t = 0; t < n_rows; ++t)
+      for (int64_t ch = ch_begin; ch < ch_end; ++ch) {
+        const float* taps = w.conv.data() + ch * kernel;
+        float sum = 0.0f;
+        for (int j = 0; j < kernel - 1; ++j) sum += taps[j] * conv_row(t + j)[ch];
+        sum += taps[kernel - 1] * conv_row(t + history_rows)[ch];
+        conv_out[size_t(t * conv_dim + ch)] = compute::silu(sum);
+      }
+  };
+  if (n_rows >= compute::kParallelRowsMin)
+    pool.parallel_for(conv_tasks, convolve);
+  else
+    convolve(0, conv_tasks, 0);
+  // The new history: the last K-1 rows of the concatenation (moved in order, oldest first, so a
+  // history row is read before it is overwritten).
+  for (int64_t j = 0; j < history_rows && n_rows > 0; ++j)
+    std::copy_n(conv_row(n_rows + j), conv_dim, state.conv.data() + j * conv_dim);
+  // Split, normalise, gates: row by row.
+  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* conv_t = conv_out.data() + t * conv_dim;
+      float* q = in.q.data() + t * key_dim;
+      float* k = in.k.data() + t * key_dim;
+      std::copy_n(conv_t, key_dim, q);
+      std::copy_n(conv_t + key_dim, key_dim, k);
+      std::copy_n(conv_t + 2 * key_dim, value_dim, in.v.data() + t * value_dim);
+      for (int h = 0; h < nk; ++h) {
+        l2_normalize(q + h * dk, dk, q_scale);
+        l2_normalize(k + h * dk, dk, 1.0f);
+      }
+      for (int h = 0; h < nv; ++h) {
+        in.beta[size_t(t * nv + h)] = compute::sigmoid(beta[size_t(t * nv + h)]);
+        in.decay_log[size_t(t * nv + h)] =
+            w.a[size_t(h)] * compute::softplus(alpha[size_t(t * nv + h)] + w.dt_bias[size_t(h)]);
+      }
     }
-    if (kernel > 1) {  // shift the history by one row
-      for (int j = 0; j + 1 < kernel - 1; ++j)
-        std::copy_n(state.conv.data() + (j + 1) * conv_dim, conv_dim,
-                    state.conv.data() + j * conv_dim);
-      std::copy_n(row, conv_dim, state.conv.data() + (kernel - 2) * conv_dim);
-    }
-    float* q = in.q.data() + t * key_dim;
-    float* k = in.k.data() + t * key_dim;
-    std::copy_n(conv_out.data(), key_dim, q);
-    std::copy_n(conv_out.data() + key_dim, key_dim, k);
-    std::copy_n(conv_out.data() + 2 * key_dim, value_dim, in.v.data() + t * value_dim);
-    for (int h = 0; h < nk; ++h) {
-      l2_normalize(q + h * dk, dk, q_scale);
-      l2_normalize(k + h * dk, dk, 1.0f);
-    }
-    for (int h = 0; h < nv; ++h) {
-      in.beta[size_t(t * nv + h)] = compute::sigmoid(beta[size_t(t * nv + h)]);
-      in.decay_log[size_t(t * nv + h)] =
-          w.a[size_t(h)] * compute::softplus(alpha[size_t(t * nv + h)] + w.dt_bias[size_t(h)]);
-    }
-  }
+  });
 
   // Phase 2: the delta rule per V head (heads are independent, so the split across threads
   // cannot change a bit). Short windows (decode, speculative verify) use the recurrent form,
@@ -273,14 +292,16 @@ void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, c
   }
 
   // Phase 3: gated RMS norm per V head.
-  for (int64_t t = 0; t < n_rows; ++t)
-    for (int h = 0; h < nv; ++h) {
-      float* o = core.data() + t * value_dim + h * dv;
-      const float* zh = z.data() + t * value_dim + h * dv;
-      compute::rms_norm(o, w.norm.data(), dv, hp.rms_eps, o);
-      for (int j = 0; j < dv; ++j)
-        o[j] *= hp.ssm_gate_sigmoid ? compute::sigmoid(zh[j]) : compute::silu(zh[j]);
-    }
+  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t)
+      for (int h = 0; h < nv; ++h) {
+        float* o = core.data() + t * value_dim + h * dv;
+        const float* zh = z.data() + t * value_dim + h * dv;
+        compute::rms_norm(o, w.norm.data(), dv, hp.rms_eps, o);
+        for (int j = 0; j < dv; ++j)
+          o[j] *= hp.ssm_gate_sigmoid ? compute::sigmoid(zh[j]) : compute::silu(zh[j]);
+      }
+  });
   compute::matmul(pool, w.out, core.data(), n_rows, y);
 }
 

@@ -187,29 +187,42 @@ void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
     swiglu(pool, ws, matrices.gate, matrices.up, matrices.down, rows_in.data(), n, n_rows,
            outputs.data() + first * n_embd);
   }
-  std::fill_n(y, n_rows * n_embd, 0.0f);
-  for (size_t e = 0; e < used.size(); ++e) {
+  for (size_t e = 0; e < used.size(); ++e)
     if (!handed[e] && g.count(e) > 0)
       fail("expert source did not hand out layer {} expert {}", layer, used[e]);
-    for (int64_t i = (*g.offsets)[e]; i < (*g.offsets)[e + 1]; ++i) {
-      float* out = y + (*g.rows)[size_t(i)] * n_embd;
-      const float* src = outputs.data() + i * n_embd;
-      const float weight = (*g.weights)[size_t(i)];
-      for (int64_t c = 0; c < n_embd; ++c) out[c] += weight * src[c];
-    }
-  }
+  // Split over columns: every output element still adds its experts in ascending id.
+  constexpr int64_t kColumnsPerTask = 64;
+  const int64_t column_tasks = (n_embd + kColumnsPerTask - 1) / kColumnsPerTask;
+  auto combine = [&](int64_t begin, int64_t end, int) {
+    const int64_t c_begin = begin * kColumnsPerTask, c_end = std::min(n_embd, end * kColumnsPerTask);
+    for (int64_t t = 0; t < n_rows; ++t) std::fill(y + t * n_embd + c_begin, y + t * n_embd + c_end, 0.0f);
+    for (size_t e = 0; e < used.size(); ++e)
+      for (int64_t i = (*g.offsets)[e]; i < (*g.offsets)[e + 1]; ++i) {
+        float* out = y + (*g.rows)[size_t(i)] * n_embd;
+        const float* src = outputs.data() + i * n_embd;
+        const float weight = (*g.weights)[size_t(i)];
+        for (int64_t c = c_begin; c < c_end; ++c) out[c] += weight * src[c];
+      }
+  };
+  if (n_rows >= compute::kParallelRowsMin)
+    pool.parallel_for(column_tasks, combine);
+  else
+    combine(0, column_tasks, 0);
 }
 
 // y += σ(w_sg·x)·shared, row by row (after the routed sum: the reference's order).
-void add_gated_shared(const MoeWeights& w, int64_t n_embd, const float* x, int64_t n_rows, const float* shared,
-                      float* y) {
-  for (int64_t t = 0; t < n_rows; ++t) {
-    const float* xt = x + t * n_embd;
-    float logit = 0.0f;
-    for (int64_t c = 0; c < n_embd; ++c) logit += w.shared_gate_inp[size_t(c)] * xt[c];
-    const float gate = compute::sigmoid(logit);
-    for (int64_t c = 0; c < n_embd; ++c) y[t * n_embd + c] += gate * shared[size_t(t * n_embd + c)];
-  }
+void add_gated_shared(compute::ThreadPool& pool, const MoeWeights& w, int64_t n_embd,
+                      const float* x, int64_t n_rows, const float* shared, float* y) {
+  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* xt = x + t * n_embd;
+      float logit = 0.0f;
+      for (int64_t c = 0; c < n_embd; ++c) logit += w.shared_gate_inp[size_t(c)] * xt[c];
+      const float gate = compute::sigmoid(logit);
+      for (int64_t c = 0; c < n_embd; ++c)
+        y[t * n_embd + c] += gate * shared[size_t(t * n_embd + c)];
+    }
+  });
 }
 
 }  // namespace
@@ -249,7 +262,7 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParam
     swiglu(pool, ws, w.shared_gate, w.shared_up, w.shared_down, x, n_rows, n_rows, shared.data());
   }
   run_routed(pool, ws, n_embd, experts, layer, g, x, n_rows, y);
-  if (w.has_shared()) add_gated_shared(w, n_embd, x, n_rows, shared.data(), y);
+  if (w.has_shared()) add_gated_shared(pool, w, n_embd, x, n_rows, shared.data(), y);
 
   if (sample) {
     double err = 0.0, ref = 0.0;
@@ -260,7 +273,7 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParam
       const ExpertRows ge = group_by_expert(ws, exact);
       moce->exact_source->begin_layer(layer, *ge.used);
       run_routed(pool, ws, n_embd, *moce->exact_source, layer, ge, x, n_rows, y_exact.data());
-      if (w.has_shared()) add_gated_shared(w, n_embd, x, n_rows, shared.data(), y_exact.data());
+      if (w.has_shared()) add_gated_shared(pool, w, n_embd, x, n_rows, shared.data(), y_exact.data());
     }
     for (size_t i = 0; i < y_exact.size(); ++i) {
       const double d = double(y[i]) - double(y_exact[i]);
