@@ -208,9 +208,23 @@ void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const 
   std::vector<float>& q = ws.floats(static_cast<size_t>(n_rows * dims.q_row));
   std::vector<float>& k = ws.floats(static_cast<size_t>(n_rows * dims.kv_dim));
   std::vector<float>& v = ws.floats(static_cast<size_t>(n_rows * dims.kv_dim));
-  compute::matmul(pool, w.q, x, n_rows, q.data());
-  compute::matmul(pool, w.k, x, n_rows, k.data());
-  compute::matmul(pool, w.v, x, n_rows, v.data());
+  // Every projection of x in one call (x converted once per activation format, one wait).
+  std::vector<float>& index_q = ws.floats(0);
+  std::vector<float>& raw = ws.floats(0);
+  if (w.sparse()) {
+    index_q.resize(static_cast<size_t>(n_rows * dims.idx_heads * dims.idx_dim));
+    raw.resize(static_cast<size_t>(n_rows * dims.idx_dim));
+    const compute::MatmulProduct projections[] = {{&w.q, q.data()},
+                                                  {&w.k, k.data()},
+                                                  {&w.v, v.data()},
+                                                  {&w.index_q, index_q.data()},
+                                                  {&w.index_k, raw.data()}};
+    compute::matmul_many(pool, projections, x, n_rows);
+  } else {
+    const compute::MatmulProduct projections[] = {
+        {&w.q, q.data()}, {&w.k, k.data()}, {&w.v, v.data()}};
+    compute::matmul_many(pool, projections, x, n_rows);
+  }
 
   const int q_stride = w.gated ? 2 * hd : hd;  // per head: [q | gate] when gated
   compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
@@ -231,13 +245,8 @@ void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const 
   cache.k.insert(cache.k.end(), k.begin(), k.end());
   cache.v.insert(cache.v.end(), v.begin(), v.end());
 
-  std::vector<float>& index_q = ws.floats(0);
   if (w.sparse()) {
     const int di = dims.idx_dim;
-    index_q.resize(static_cast<size_t>(n_rows * dims.idx_heads * di));
-    std::vector<float>& raw = ws.floats(static_cast<size_t>(n_rows * di));
-    compute::matmul(pool, w.index_q, x, n_rows, index_q.data());
-    compute::matmul(pool, w.index_k, x, n_rows, raw.data());
     for (int64_t t = 0; t < n_rows; ++t)
       for (int h = 0; h < dims.idx_heads; ++h) {
         float* qh = index_q.data() + (t * dims.idx_heads + h) * di;

@@ -157,11 +157,20 @@ void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, c
   std::vector<float>& z = ws.floats(static_cast<size_t>(n_rows * value_dim));
   std::vector<float>& beta = ws.floats(static_cast<size_t>(n_rows * nv));
   std::vector<float>& alpha = ws.floats(static_cast<size_t>(n_rows * nv));
-  compute::matmul(pool, w.qkv, x, n_rows, mixed.data());
-  compute::matmul(pool, w.z, x, n_rows, z.data());
+  // The input projections in one call: x converted once per activation format, one wait.
+  std::vector<float>& ba = ws.floats(static_cast<size_t>(w.fused_beta_alpha() ? n_rows * 2 * nv : 0));
   if (w.fused_beta_alpha()) {
-    std::vector<float>& ba = ws.floats(static_cast<size_t>(n_rows * 2 * nv));
-    compute::matmul(pool, w.beta_alpha, x, n_rows, ba.data());
+    const compute::MatmulProduct projections[] = {
+        {&w.qkv, mixed.data()}, {&w.z, z.data()}, {&w.beta_alpha, ba.data()}};
+    compute::matmul_many(pool, projections, x, n_rows);
+  } else {
+    const compute::MatmulProduct projections[] = {{&w.qkv, mixed.data()},
+                                                  {&w.z, z.data()},
+                                                  {&w.beta, beta.data()},
+                                                  {&w.alpha, alpha.data()}};
+    compute::matmul_many(pool, projections, x, n_rows);
+  }
+  if (w.fused_beta_alpha()) {
     // Group g holds b for V heads g·r .. g·r+r-1, then a for the same heads.
     for (int64_t t = 0; t < n_rows; ++t)
       for (int g = 0; g < nk; ++g)
@@ -169,9 +178,6 @@ void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, c
           beta[t * nv + g * v_per_k + j] = ba[t * 2 * nv + g * 2 * v_per_k + j];
           alpha[t * nv + g * v_per_k + j] = ba[t * 2 * nv + g * 2 * v_per_k + v_per_k + j];
         }
-  } else {
-    compute::matmul(pool, w.beta, x, n_rows, beta.data());
-    compute::matmul(pool, w.alpha, x, n_rows, alpha.data());
   }
 
   // Phase 1 (sequential in t: the conv history): conv + SiLU, split, normalise, gates.

@@ -21,7 +21,14 @@ void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
   });
 
   std::vector<float>& mix = ws.floats(static_cast<size_t>(n_rows * rank));
-  compute::matmul(pool, w.down, normed.data(), n_rows, mix.data());
+  // down and inject read the same normed rows: one call converts them once.
+  const bool with_inject = w.has_inject() && inject;
+  if (with_inject) {
+    const compute::MatmulProduct products[] = {{&w.down, mix.data()}, {&w.inject, inject}};
+    compute::matmul_many(pool, products, normed.data(), n_rows);
+  } else {
+    compute::matmul(pool, w.down, normed.data(), n_rows, mix.data());
+  }
   compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin * rank; i < end * rank; ++i)
       mix[size_t(i)] = compute::silu(mix[size_t(i)] * inv_streams);
@@ -43,8 +50,7 @@ void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
     }
   });
 
-  if (w.has_inject() && inject) {
-    compute::matmul(pool, w.inject, normed.data(), n_rows, inject);
+  if (with_inject) {
     for (int64_t i = 0; i < n_rows * n_streams; ++i)
       inject[i] = 2.0f * compute::sigmoid(inject[i] * inv_streams);
   }
