@@ -125,10 +125,12 @@ void extend_index(compute::Workspace& ws, const AttentionWeights& w, const HPara
   }
 }
 
-// Windows of at least this many rows attend through matrix products over a transposed copy of the
-// keys (below); shorter ones (decode) with one dot per (head, token). Both compute every score and
-// every output element in the same order, so a row's bits do not depend on the path.
-constexpr int64_t kMatrixAttentionMinRows = 4;
+// Windows of at least this many rows (prefill, as for Gated DeltaNet's chunked form) attend
+// through matrix products over a transposed copy of the keys (below); shorter ones (decode,
+// speculative verify) with one dot per (head, token). Both compute every score and every output
+// element in the same order, so a row's bits do not depend on the path. The copy grows with the
+// context, so short windows stay off it: steady decode and verify windows allocate nothing.
+constexpr int64_t kMatrixAttentionMinRows = 32;
 
 // Attention of one row over all of its first n_visible tokens (0 .. n_visible-1), the query heads
 // of each KV head at once, as compute::gemm_f32 products whose per-element order is the one-dot
