@@ -63,7 +63,8 @@ TEST(GemmF32, EveryLevelIsBitwiseTheReference) {
             // Padded leading dimensions: the kernel must read and write only the m × n / k views.
             const int64_t lda = k + 3, ldb = n + 5, ldc = n + 2;
             const std::vector<float> a = random_values(size_t(m * lda), rng, specials);
-            const std::vector<float> b = random_values(size_t(std::max<int64_t>(k, 1) * ldb), rng, specials);
+            const std::vector<float> b =
+                random_values(size_t(std::max<int64_t>(k, 1) * ldb), rng, specials);
             const std::vector<float> c0 = random_values(size_t(m * ldc), rng, specials);
             std::vector<float> want = c0, got = c0;
             ref::gemm_f32(m, n, k, a.data(), lda, b.data(), ldb, want.data(), ldc, accumulate);

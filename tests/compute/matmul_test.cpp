@@ -314,8 +314,8 @@ TEST(Matmul, NestedInsidePoolTaskUsesThatThreadsScratch) {
 TEST(Matmul, ManyProductsAndConvertedRowsEqualOneMatmulEach) {
   std::mt19937 rng(77);
   const int64_t n_in = 512;
-  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F32, GgmlType::Q6_K,
-                            GgmlType::IQ2_XS, GgmlType::Q5_0};
+  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q8_0,   GgmlType::F32,
+                            GgmlType::Q6_K, GgmlType::IQ2_XS, GgmlType::Q5_0};
   const int64_t n_outs[] = {37, 5, 64, 130, 12, 33};
   std::vector<std::vector<std::byte>> storage;
   std::vector<WeightMatrix> matrices;
@@ -335,7 +335,8 @@ TEST(Matmul, ManyProductsAndConvertedRowsEqualOneMatmulEach) {
         matmul(pool, w, x.data(), n_rows, want.back().data());
         got.emplace_back(size_t(n_rows * w.n_out), -1.0f);
       }
-      for (size_t i = 0; i < matrices.size(); ++i) products.push_back({&matrices[i], got[i].data()});
+      for (size_t i = 0; i < matrices.size(); ++i)
+        products.push_back({&matrices[i], got[i].data()});
       matmul_many(pool, products, x.data(), n_rows);
       for (size_t i = 0; i < matrices.size(); ++i)
         EXPECT_EQ(0, std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)))

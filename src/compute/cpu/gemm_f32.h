@@ -36,8 +36,8 @@ void gemm_f32_sse(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, 
                   int64_t ldb, float* c, int64_t ldc, bool accumulate);
 void gemm_f32_avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                    int64_t ldb, float* c, int64_t ldc, bool accumulate);
-void gemm_f32_avx512(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                     const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate);
+void gemm_f32_avx512(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                     int64_t ldb, float* c, int64_t ldc, bool accumulate);
 }  // namespace gemm_level
 
 }  // namespace strata::compute

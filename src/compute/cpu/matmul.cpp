@@ -168,8 +168,9 @@ void matmul_many(ThreadPool& pool, std::span<const MatmulProduct> products, cons
     if (f == n_formats) {
       formats[f] = type;
       format_offset[f] = bytes;
-      format_stride[f] = type == GgmlType::F32 ? size_t(n_in) * sizeof(float)
-                                               : aligned_activation_stride(products[i].w->type, n_in);
+      format_stride[f] = type == GgmlType::F32
+                             ? size_t(n_in) * sizeof(float)
+                             : aligned_activation_stride(products[i].w->type, n_in);
       if (type != GgmlType::F32) bytes += format_stride[f] * size_t(n_rows);
       ++n_formats;
     }
@@ -227,10 +228,11 @@ void matmul_rows(ThreadPool& pool, std::span<const MatmulProduct> products,
     // validate() checks the pointers against the f32 view; the rows' data stands in for x.
     validate(*p.w, reinterpret_cast<const float*>(rows.data), rows.n_rows, p.y);
     if (quant::activation_type(p.w->type) != rows.activation_type || p.w->n_in != rows.n_in)
-      fail("matmul_rows: weights of type {} with {} inputs cannot take activation rows of type {} "
-           "with {} inputs",
-           type_traits(p.w->type).name, p.w->n_in, type_traits(rows.activation_type).name,
-           rows.n_in);
+      fail(
+          "matmul_rows: weights of type {} with {} inputs cannot take activation rows of type {} "
+          "with {} inputs",
+          type_traits(p.w->type).name, p.w->n_in, type_traits(rows.activation_type).name,
+          rows.n_in);
     jobs[i] = make_job(*p.w, p.y, rows.data, rows.row_stride_bytes, rows.n_rows);
   }
   if (rows.n_rows == 0) return;

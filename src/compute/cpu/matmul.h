@@ -15,6 +15,8 @@
 // - Memory traffic: outputs are processed in tiles against all n_rows rows (a tile of weight rows
 //   stays in cache while every activation row passes over it), so each weight byte is read from
 //   DRAM once per call, not once per row. Work is split over outputs between the pool's threads.
+// - Several matrices over the same rows (matmul_many) or rows converted once and gathered
+//   (matmul_rows, the routed experts) share one conversion: same bits as one matmul each.
 // - Scratch: activations are quantized once per call into a ScratchBuffer that only grows, so
 //   steady-state calls allocate nothing. The overload without a scratch argument uses the pool's
 //   scratch slot of the calling thread (ThreadPool::scratch(current_thread_index())); pass your own
