@@ -32,6 +32,20 @@
 namespace strata::cli {
 namespace {
 
+// One --profile line: the wall time of `total_ms` split into the phases (each divided by `steps`).
+void print_profile(const std::string& what, const PhaseTimes& times, double total_ms, int steps) {
+  total_ms /= steps;
+  double accounted = 0;
+  std::string line = fmt::format("strata: profile {}: {:.3f} ms =", what, total_ms);
+  for (size_t p = 0; p < times.ms.size(); ++p) {
+    const double ms = times.ms[p] / steps;
+    accounted += ms;
+    line += fmt::format(" {} {:.3f} ms ({:.0f}%) +", phase_name(Phase(p)), ms, 100 * ms / total_ms);
+  }
+  line += fmt::format(" other {:.3f} ms", total_ms - accounted);
+  fmt::print(stderr, "{}\n", line);
+}
+
 constexpr const char* kDemoPrompt = "Once upon a time";
 
 struct RunOptions {
@@ -246,6 +260,8 @@ void run(const RunOptions& options) {
   fmt::print(stderr, "strata: {} ({}), {} layers, {} experts top-{}, {} threads, backend {}\n", path,
              arch_name(hp.arch), hp.n_layer, hp.n_expert, hp.n_expert_used, pool.size(), backend);
 
+  PhaseTimes prompt_phase_times;
+  if (options.profile) active_phase_times() = &prompt_phase_times;
   const auto prefill_start = std::chrono::steady_clock::now();
   begin_prompt(store.get());
   if (!options.logits_out.empty()) {
@@ -267,6 +283,7 @@ void run(const RunOptions& options) {
       session.prefill(prompt, options.chunk_rows, on_progress);
   }
   const double prefill_s = seconds_since(prefill_start);
+  active_phase_times() = nullptr;
   if (const int changes = end_prompt(store.get(), options.experts); changes > 0)
     fmt::print(stderr, "strata: prompt-hot pins: {} per layer ({} pinned)\n",
                std::min(options.experts.pin_hot, store->slots_per_layer() / 2), changes);
@@ -384,18 +401,9 @@ void run(const RunOptions& options) {
   save_usage(store.get(), options.experts);
   if (options.profile) {
     active_phase_times() = nullptr;
-    const int steps = std::max(generated - 1, 1);
-    const double total_ms = decode_s * 1e3 / steps;
-    double accounted = 0;
-    std::string line = fmt::format("strata: profile per decoded token: {:.3f} ms =", total_ms);
-    for (size_t p = 0; p < phase_times.ms.size(); ++p) {
-      const double ms = phase_times.ms[p] / steps;
-      accounted += ms;
-      line +=
-          fmt::format(" {} {:.3f} ms ({:.0f}%) +", phase_name(Phase(p)), ms, 100 * ms / total_ms);
-    }
-    line += fmt::format(" other {:.3f} ms", total_ms - accounted);
-    fmt::print(stderr, "{}\n", line);
+    print_profile(fmt::format("of the prompt ({} tokens, whole)", prompt.size()), prompt_phase_times,
+                  prefill_s * 1e3, 1);
+    print_profile("per decoded token", phase_times, decode_s * 1e3, std::max(generated - 1, 1));
   }
 }
 
@@ -407,7 +415,7 @@ void register_run(CLI::App& app) {
   add_model_options(*cmd, options->model);
   add_sampling_options(*cmd, options->model.sampling);
   add_expert_options(*cmd, options->experts);
-  cmd->add_flag("--profile", options->profile, "split the decode time per token into its parts");
+  cmd->add_flag("--profile", options->profile, "split the prompt's time and the decode time per token into their parts");
   cmd->add_option(
       "--telemetry", options->telemetry_out,
       "write one JSON line of expert/I/O counters per decode step (per verify window with --spec)");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "compute/cpu/gemm_f32.h"
 #include "compute/cpu/ops.h"
 
 namespace strata {
@@ -48,10 +49,12 @@ struct RowScratch {
   std::vector<int64_t>& top;       // QSA
 };
 
-RowScratch take_row_scratch(compute::Workspace& tw, int64_t capacity_tokens, int ratio) {
+// weights holds one row of attention weights per query head of a KV head (the matrix path).
+RowScratch take_row_scratch(compute::Workspace& tw, int64_t capacity_tokens, int ratio,
+                            int heads_per_kv) {
   RowScratch r{tw.ints(0), tw.floats(0), tw.floats(0), tw.ids(0), tw.ints(0)};
   r.tokens.reserve(size_t(capacity_tokens));
-  r.weights.reserve(size_t(capacity_tokens));
+  r.weights.reserve(size_t(capacity_tokens) * size_t(heads_per_kv));
   if (ratio > 0) {
     const size_t blocks = size_t(capacity_tokens / ratio + 1);
     r.scores.reserve(blocks);
@@ -122,6 +125,48 @@ void extend_index(compute::Workspace& ws, const AttentionWeights& w, const HPara
   }
 }
 
+// Windows of at least this many rows (prefill, as for Gated DeltaNet's chunked form) attend
+// through matrix products over a transposed copy of the keys (below); shorter ones (decode,
+// speculative verify) with one dot per (head, token). Both compute every score and every output
+// element in the same order, so a row's bits do not depend on the path. The copy grows with the
+// context, so short windows stay off it: steady decode and verify windows allocate nothing.
+constexpr int64_t kMatrixAttentionMinRows = 32;
+
+// Attention of one row over all of its first n_visible tokens (0 .. n_visible-1), the query heads
+// of each KV head at once, as compute::gemm_f32 products whose per-element order is the one-dot
+// path's: score = (Σ_j q_j·k_j from 0, in j order)·scale, out_j = Σ_i w_i·v_ij from 0 in i order.
+// keys_t: per KV head, head_dim rows of the window's keys transposed (row j holds dimension j of
+// every token, keys_t_stride floats apart).
+void attend_all_visible(const Dims& dims, bool gated, const float* q_row, const float* keys_t,
+                        int64_t keys_t_stride, const KvCache& cache, int64_t n_visible,
+                        float scale, std::vector<float>& weights, float* out_row) {
+  const int hd = dims.head_dim;
+  const int heads_per_kv = dims.n_head / dims.n_head_kv;
+  const int q_stride = gated ? 2 * hd : hd;
+  weights.resize(size_t(heads_per_kv) * size_t(n_visible));
+  for (int kvh = 0; kvh < dims.n_head_kv; ++kvh) {
+    const int h0 = kvh * heads_per_kv;
+    const float* q0 = q_row + h0 * q_stride;
+    compute::gemm_f32(heads_per_kv, n_visible, hd, q0, q_stride,
+                      keys_t + int64_t(kvh) * hd * keys_t_stride, keys_t_stride, weights.data(),
+                      n_visible, false);
+    for (int g = 0; g < heads_per_kv; ++g) {
+      float* w = weights.data() + int64_t(g) * n_visible;
+      for (int64_t i = 0; i < n_visible; ++i) w[i] = w[i] * scale;
+      compute::softmax(w, n_visible);
+    }
+    float* out = out_row + int64_t(h0) * hd;
+    compute::gemm_f32(heads_per_kv, hd, n_visible, weights.data(), n_visible,
+                      cache.v.data() + int64_t(kvh) * hd, dims.kv_dim, out, hd, false);
+    if (gated)
+      for (int g = 0; g < heads_per_kv; ++g) {
+        const float* gate = q0 + g * q_stride + hd;
+        float* o = out + int64_t(g) * hd;
+        for (int j = 0; j < hd; ++j) o[j] *= compute::sigmoid(gate[j]);
+      }
+  }
+}
+
 }  // namespace
 
 void KvCache::clear() {
@@ -165,34 +210,45 @@ void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const 
   std::vector<float>& q = ws.floats(static_cast<size_t>(n_rows * dims.q_row));
   std::vector<float>& k = ws.floats(static_cast<size_t>(n_rows * dims.kv_dim));
   std::vector<float>& v = ws.floats(static_cast<size_t>(n_rows * dims.kv_dim));
-  compute::matmul(pool, w.q, x, n_rows, q.data());
-  compute::matmul(pool, w.k, x, n_rows, k.data());
-  compute::matmul(pool, w.v, x, n_rows, v.data());
+  // Every projection of x in one call (x converted once per activation format, one wait).
+  std::vector<float>& index_q = ws.floats(0);
+  std::vector<float>& raw = ws.floats(0);
+  if (w.sparse()) {
+    index_q.resize(static_cast<size_t>(n_rows * dims.idx_heads * dims.idx_dim));
+    raw.resize(static_cast<size_t>(n_rows * dims.idx_dim));
+    const compute::MatmulProduct projections[] = {{&w.q, q.data()},
+                                                  {&w.k, k.data()},
+                                                  {&w.v, v.data()},
+                                                  {&w.index_q, index_q.data()},
+                                                  {&w.index_k, raw.data()}};
+    compute::matmul_many(pool, projections, x, n_rows);
+  } else {
+    const compute::MatmulProduct projections[] = {
+        {&w.q, q.data()}, {&w.k, k.data()}, {&w.v, v.data()}};
+    compute::matmul_many(pool, projections, x, n_rows);
+  }
 
   const int q_stride = w.gated ? 2 * hd : hd;  // per head: [q | gate] when gated
-  for (int64_t t = 0; t < n_rows; ++t) {
-    const int64_t pos = first_pos + t;
-    for (int h = 0; h < dims.n_head; ++h) {
-      float* qh = q.data() + t * dims.q_row + h * q_stride;
-      if (!w.q_norm.empty()) compute::rms_norm(qh, w.q_norm.data(), hd, hp.rms_eps, qh);
-      compute::rope_neox(qh, hd, dims.n_rot, pos, hp.rope_theta);
+  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t pos = first_pos + t;
+      for (int h = 0; h < dims.n_head; ++h) {
+        float* qh = q.data() + t * dims.q_row + h * q_stride;
+        if (!w.q_norm.empty()) compute::rms_norm(qh, w.q_norm.data(), hd, hp.rms_eps, qh);
+        compute::rope_neox(qh, hd, dims.n_rot, pos, hp.rope_theta);
+      }
+      for (int h = 0; h < dims.n_head_kv; ++h) {
+        float* kh = k.data() + t * dims.kv_dim + h * hd;
+        if (!w.k_norm.empty()) compute::rms_norm(kh, w.k_norm.data(), hd, hp.rms_eps, kh);
+        compute::rope_neox(kh, hd, dims.n_rot, pos, hp.rope_theta);
+      }
     }
-    for (int h = 0; h < dims.n_head_kv; ++h) {
-      float* kh = k.data() + t * dims.kv_dim + h * hd;
-      if (!w.k_norm.empty()) compute::rms_norm(kh, w.k_norm.data(), hd, hp.rms_eps, kh);
-      compute::rope_neox(kh, hd, dims.n_rot, pos, hp.rope_theta);
-    }
-  }
+  });
   cache.k.insert(cache.k.end(), k.begin(), k.end());
   cache.v.insert(cache.v.end(), v.begin(), v.end());
 
-  std::vector<float>& index_q = ws.floats(0);
   if (w.sparse()) {
     const int di = dims.idx_dim;
-    index_q.resize(static_cast<size_t>(n_rows * dims.idx_heads * di));
-    std::vector<float>& raw = ws.floats(static_cast<size_t>(n_rows * di));
-    compute::matmul(pool, w.index_q, x, n_rows, index_q.data());
-    compute::matmul(pool, w.index_k, x, n_rows, raw.data());
     for (int64_t t = 0; t < n_rows; ++t)
       for (int h = 0; h < dims.idx_heads; ++h) {
         float* qh = index_q.data() + (t * dims.idx_heads + h) * di;
@@ -212,15 +268,25 @@ void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const 
   const int64_t capacity_tokens =
       std::max(int64_t(cache.k.capacity()) / dims.kv_dim, first_pos + n_rows);
   const int ratio = w.sparse() ? w.compress_ratio : 0;
+  // The matrix path's transposed keys: [kv head][dimension][token], tokens 0 .. n_ctx-1.
+  const bool matrix_path = n_rows >= kMatrixAttentionMinRows;
+  const int64_t n_ctx = first_pos + n_rows;
+  std::vector<float>& keys_t =
+      ws.floats(matrix_path ? static_cast<size_t>(n_ctx * dims.kv_dim) : 0);
+  if (matrix_path)
+    for (int64_t i = 0; i < n_ctx; ++i) {
+      const float* key = cache.k.data() + i * dims.kv_dim;
+      for (int64_t d = 0; d < dims.kv_dim; ++d) keys_t[size_t(d * n_ctx + i)] = key[d];
+    }
   ws.reserve_threads(pool.size());
   for (int i = 0; i < pool.size(); ++i) {
     compute::Workspace::Frame reserve_frame(ws.for_thread(i));
-    take_row_scratch(ws.for_thread(i), capacity_tokens, ratio);
+    take_row_scratch(ws.for_thread(i), capacity_tokens, ratio, heads_per_kv);
   }
   pool.parallel_for(n_rows, [&](int64_t begin, int64_t end, int thread_index) {
     compute::Workspace& tw = ws.for_thread(thread_index);
     compute::Workspace::Frame task_frame(tw);
-    RowScratch scratch = take_row_scratch(tw, capacity_tokens, ratio);
+    RowScratch scratch = take_row_scratch(tw, capacity_tokens, ratio, heads_per_kv);
     std::vector<int64_t>& tokens = scratch.tokens;
     std::vector<float>& weights = scratch.weights;
     for (int64_t t = begin; t < end; ++t) {
@@ -231,6 +297,12 @@ void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const 
       } else {
         tokens.resize(static_cast<size_t>(pos + 1));
         std::iota(tokens.begin(), tokens.end(), int64_t{0});
+      }
+      // Every visible token selected (dense attention, or QSA within its budget): the matrix path.
+      if (matrix_path && int64_t(tokens.size()) == pos + 1) {
+        attend_all_visible(dims, w.gated, q.data() + t * dims.q_row, keys_t.data(), n_ctx, cache,
+                           pos + 1, scale, weights, attn.data() + t * attn_width);
+        continue;
       }
       weights.resize(tokens.size());
       for (int h = 0; h < dims.n_head; ++h) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "compute/cpu/gemm_f32.h"
 #include "compute/cpu/ops.h"
 #include "util/error.h"
 
@@ -59,82 +60,77 @@ void delta_rule_recurrent(const DeltaInputs& in, int64_t n_rows, const HParams& 
 // Γ_ij = e^{γ_i−γ_j} (i ≥ j):
 //   (I + L)U = diag(β)V,  (I + L)W = diag(β e^γ)K,  L = strict_lower(diag(β) K Kᵀ ⊙ Γ)
 //   V' = U − W S;  O = diag(e^γ) Q S + (Q Kᵀ ⊙ Γ) V';  S ← e^{γ_C} S + (diag(e^{γ_C−γ}) K)ᵀ V'
-// The triangular systems are solved by forward substitution, as HF does.
+// The triangular systems are solved by forward substitution, as HF does. Every product runs
+// through compute::gemm_f32, whose per-element order (a sum in index order from its start value,
+// no fused multiply-add) is the order of the plain loops this replaced, so the bits are those
+// loops' too: each entry of K Kᵀ, Q Kᵀ, W S, Q S is a dot in index order from 0, the
+// substitution subtracts l_ij·u_j for j = 0, 1, ... (as + (−l_ij)·u_j), O_i adds a_ij·V'_j for
+// j = 0..i after e^{γ_i}·(QS)_i, and S adds the chunk's rows in order after its decay.
 void delta_rule_chunked(const DeltaInputs& in, const HParams& hp, int h, int kh, float* state,
                         float* out) {
   const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim(), nv = hp.ssm_n_v_heads;
   const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim();
-  std::vector<float> gamma(kChunkRows), L(size_t(kChunkRows) * kChunkRows);
-  // U, V' are value rows [n][dv]; W is a key row combination [n][dk].
-  std::vector<float> U(size_t(kChunkRows) * dv), W(size_t(kChunkRows) * dk),
-      Vp(size_t(kChunkRows) * dv);
-  for (int64_t c0 = 0; c0 < in.n_rows; c0 += kChunkRows) {
-    const int n = int(std::min<int64_t>(kChunkRows, in.n_rows - c0));
-    auto k_row = [&](int i) { return in.k.data() + (c0 + i) * key_dim + kh * dk; };
-    auto q_row = [&](int i) { return in.q.data() + (c0 + i) * key_dim + kh * dk; };
-    auto v_row = [&](int i) { return in.v.data() + (c0 + i) * value_dim + h * dv; };
+  constexpr int C = kChunkRows;
+  const int uw_width = dv + dk;  // a row of [U | W]: both substitutions share L
+  std::vector<float> gamma(C), decay(size_t(C) * C), kk(size_t(C) * C), qk(size_t(C) * C);
+  std::vector<float> kt(size_t(dk) * C), uw(size_t(C) * uw_width), wsp(size_t(C) * dv),
+      vp(size_t(C) * dv);
+  for (int64_t c0 = 0; c0 < in.n_rows; c0 += C) {
+    const int n = int(std::min<int64_t>(C, in.n_rows - c0));
+    const float* K = in.k.data() + c0 * key_dim + kh * dk;  // rows key_dim apart
+    const float* Q = in.q.data() + c0 * key_dim + kh * dk;
+    const float* V = in.v.data() + c0 * value_dim + h * dv;  // rows value_dim apart
     auto beta = [&](int i) { return in.beta[size_t((c0 + i) * nv + h)]; };
     float acc_gamma = 0.0f;
     for (int i = 0; i < n; ++i) gamma[size_t(i)] = acc_gamma += in.decay_log[size_t((c0 + i) * nv + h)];
-    auto dot = [dk](const float* a, const float* b) {  // of two key-space rows
-      float s = 0.0f;
-      for (int i = 0; i < dk; ++i) s += a[i] * b[i];
-      return s;
-    };
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j <= i; ++j)
+        decay[size_t(i * C + j)] = std::exp(gamma[size_t(i)] - gamma[size_t(j)]);
+    // Kᵀ [dk][C], then K Kᵀ and Q Kᵀ [n][n] (row i, column j: the dot of rows i and j).
+    for (int i = 0; i < n; ++i)
+      for (int r = 0; r < dk; ++r) kt[size_t(r * C + i)] = K[i * key_dim + r];
+    compute::gemm_f32(n, n, dk, K, key_dim, kt.data(), C, kk.data(), C, false);
+    compute::gemm_f32(n, n, dk, Q, key_dim, kt.data(), C, qk.data(), C, false);
+    // −L in kk's strict lower triangle.
     for (int i = 0; i < n; ++i)
       for (int j = 0; j < i; ++j)
-        L[size_t(i * kChunkRows + j)] =
-            beta(i) * dot(k_row(i), k_row(j)) * std::exp(gamma[size_t(i)] - gamma[size_t(j)]);
-    // Forward substitution for U and W.
-    // The two substitutions share L but not their widths: U rows have dv entries, W rows dk.
+        kk[size_t(i * C + j)] = -(beta(i) * kk[size_t(i * C + j)] * decay[size_t(i * C + j)]);
+    // Forward substitution: row i of [U | W] = [β_i v_i | β_i e^{γ_i} k_i] + Σ_{j<i} (−l_ij)·row j.
     for (int i = 0; i < n; ++i) {
-      float* u = U.data() + size_t(i) * dv;
-      float* wv = W.data() + size_t(i) * dk;
+      float* u = uw.data() + size_t(i) * uw_width;
+      float* wv = u + dv;
+      const float* v = V + i * value_dim;
+      const float* k = K + i * key_dim;
       const float scale_w = beta(i) * std::exp(gamma[size_t(i)]);
-      for (int c = 0; c < dv; ++c) u[c] = beta(i) * v_row(i)[c];
-      for (int c = 0; c < dk; ++c) wv[c] = scale_w * k_row(i)[c];
-      for (int j = 0; j < i; ++j) {
-        const float l = L[size_t(i * kChunkRows + j)];
-        const float* uj = U.data() + size_t(j) * dv;
-        const float* wj = W.data() + size_t(j) * dk;
-        for (int c = 0; c < dv; ++c) u[c] -= l * uj[c];
-        for (int c = 0; c < dk; ++c) wv[c] -= l * wj[c];
-      }
+      for (int c = 0; c < dv; ++c) u[c] = beta(i) * v[c];
+      for (int c = 0; c < dk; ++c) wv[c] = scale_w * k[c];
+      compute::gemm_f32(1, uw_width, i, kk.data() + size_t(i) * C, C, uw.data(), uw_width, u,
+                        uw_width, true);
     }
     // V' = U − W·S  (S is [dk][dv]).
+    compute::gemm_f32(n, dv, dk, uw.data() + dv, uw_width, state, dv, wsp.data(), dv, false);
     for (int i = 0; i < n; ++i)
-      for (int c = 0; c < dv; ++c) {
-        float ws = 0.0f;
-        for (int r = 0; r < dk; ++r) ws += W[size_t(i) * dk + r] * state[r * dv + c];
-        Vp[size_t(i) * dv + c] = U[size_t(i) * dv + c] - ws;
-      }
-    // O = diag(e^γ)·Q·S + (Q Kᵀ ⊙ Γ)·V'.
+      for (int c = 0; c < dv; ++c)
+        vp[size_t(i) * dv + c] = uw[size_t(i) * uw_width + c] - wsp[size_t(i) * dv + c];
+    // O = diag(e^γ)·Q·S + (Q Kᵀ ⊙ Γ)·V'  (the causal part: j ≤ i).
+    compute::gemm_f32(n, dv, dk, Q, key_dim, state, dv, wsp.data(), dv, false);
     for (int i = 0; i < n; ++i) {
       float* o = out + (c0 + i) * value_dim + h * dv;
       const float eg = std::exp(gamma[size_t(i)]);
-      for (int c = 0; c < dv; ++c) {
-        float qs = 0.0f;
-        for (int r = 0; r < dk; ++r) qs += q_row(i)[r] * state[r * dv + c];
-        o[c] = eg * qs;
-      }
-      for (int j = 0; j <= i; ++j) {
-        const float a = dot(q_row(i), k_row(j)) * std::exp(gamma[size_t(i)] - gamma[size_t(j)]);
-        for (int c = 0; c < dv; ++c) o[c] += a * Vp[size_t(j) * dv + c];
-      }
+      for (int c = 0; c < dv; ++c) o[c] = eg * wsp[size_t(i) * dv + c];
+      float* a = qk.data() + size_t(i) * C;
+      for (int j = 0; j <= i; ++j) a[j] = a[j] * decay[size_t(i * C + j)];
+      compute::gemm_f32(1, dv, i + 1, a, C, vp.data(), dv, o, value_dim, true);
     }
-    // S ← e^{γ_C}·S + Σ_i e^{γ_C−γ_i} k_i V'_iᵀ.
+    // S ← e^{γ_C}·S + Σ_i e^{γ_C−γ_i} k_i V'_iᵀ  (kt becomes the scaled Kᵀ).
     const float g_last = gamma[size_t(n - 1)];
     const float e_last = std::exp(g_last);
     for (int i = 0; i < dk * dv; ++i) state[i] *= e_last;
     for (int i = 0; i < n; ++i) {
       const float scale = std::exp(g_last - gamma[size_t(i)]);
-      const float* k = k_row(i);
-      const float* vp = Vp.data() + size_t(i) * dv;
-      for (int r = 0; r < dk; ++r) {
-        const float kr = scale * k[r];
-        for (int c = 0; c < dv; ++c) state[r * dv + c] += kr * vp[c];
-      }
+      for (int r = 0; r < dk; ++r) kt[size_t(r * C + i)] = scale * kt[size_t(r * C + i)];
     }
+    compute::gemm_f32(dk, dv, n, kt.data(), C, vp.data(), dv, state, dv, true);
   }
 }
 
@@ -161,11 +157,20 @@ void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, c
   std::vector<float>& z = ws.floats(static_cast<size_t>(n_rows * value_dim));
   std::vector<float>& beta = ws.floats(static_cast<size_t>(n_rows * nv));
   std::vector<float>& alpha = ws.floats(static_cast<size_t>(n_rows * nv));
-  compute::matmul(pool, w.qkv, x, n_rows, mixed.data());
-  compute::matmul(pool, w.z, x, n_rows, z.data());
+  // The input projections in one call: x converted once per activation format, one wait.
+  std::vector<float>& ba = ws.floats(static_cast<size_t>(w.fused_beta_alpha() ? n_rows * 2 * nv : 0));
   if (w.fused_beta_alpha()) {
-    std::vector<float>& ba = ws.floats(static_cast<size_t>(n_rows * 2 * nv));
-    compute::matmul(pool, w.beta_alpha, x, n_rows, ba.data());
+    const compute::MatmulProduct projections[] = {
+        {&w.qkv, mixed.data()}, {&w.z, z.data()}, {&w.beta_alpha, ba.data()}};
+    compute::matmul_many(pool, projections, x, n_rows);
+  } else {
+    const compute::MatmulProduct projections[] = {{&w.qkv, mixed.data()},
+                                                  {&w.z, z.data()},
+                                                  {&w.beta, beta.data()},
+                                                  {&w.alpha, alpha.data()}};
+    compute::matmul_many(pool, projections, x, n_rows);
+  }
+  if (w.fused_beta_alpha()) {
     // Group g holds b for V heads g·r .. g·r+r-1, then a for the same heads.
     for (int64_t t = 0; t < n_rows; ++t)
       for (int g = 0; g < nk; ++g)
@@ -173,9 +178,6 @@ void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, c
           beta[t * nv + g * v_per_k + j] = ba[t * 2 * nv + g * 2 * v_per_k + j];
           alpha[t * nv + g * v_per_k + j] = ba[t * 2 * nv + g * 2 * v_per_k + v_per_k + j];
         }
-  } else {
-    compute::matmul(pool, w.beta, x, n_rows, beta.data());
-    compute::matmul(pool, w.alpha, x, n_rows, alpha.data());
   }
 
   // Phase 1 (sequential in t: the conv history): conv + SiLU, split, normalise, gates.
@@ -200,7 +202,7 @@ void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, c
       parts[i]->swap(*lent[i]);
     }
   }
-  std::vector<float>& conv_out = ws.floats(static_cast<size_t>(conv_dim));
+  std::vector<float>& conv_out = ws.floats(static_cast<size_t>(n_rows * conv_dim));
   GatedDeltaNetWindowLog& log = state.window_log;
   log.valid = false;
   if (record_window) {
@@ -212,37 +214,56 @@ void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, c
     log.conv_before = state.conv;
   }
   const float q_scale = 1.0f / std::sqrt(float(dk));  // HF: query.shape[-1] ** -0.5
-  for (int64_t t = 0; t < n_rows; ++t) {
-    const float* row = mixed.data() + t * conv_dim;
-    // Causal depthwise conv over [history (K-1 rows) | current row], then SiLU.
-    for (int64_t ch = 0; ch < conv_dim; ++ch) {
-      const float* taps = w.conv.data() + ch * kernel;
-      float sum = 0.0f;
-      for (int j = 0; j < kernel - 1; ++j) sum += taps[j] * state.conv[j * conv_dim + ch];
-      sum += taps[kernel - 1] * row[ch];
-      conv_out[size_t(ch)] = compute::silu(sum);
+  // Causal depthwise conv over [history (K-1 rows) | the window's rows], then SiLU. Row r of that
+  // concatenation is history row r for r < K-1, else window row r-(K-1); token t's taps read rows
+  // t .. t+K-1, oldest first. Channels are independent, so they run split over the threads.
+  const int64_t history_rows = kernel - 1;
+  auto conv_row = [&](int64_t r) {
+    return r < history_rows ? state.conv.data() + r * conv_dim
+                            : mixed.data() + (r - history_rows) * conv_dim;
+  };
+  constexpr int64_t kConvChannelsPerTask = 64;
+  const int64_t conv_tasks = (conv_dim + kConvChannelsPerTask - 1) / kConvChannelsPerTask;
+  auto convolve = [&](int64_t begin, int64_t end, int) {
+    const int64_t ch_begin = begin * kConvChannelsPerTask;
+    const int64_t ch_end = std::min(conv_dim, end * kConvChannelsPerTask);
+    for (int64_t t = 0; t < n_rows; ++t)
+      for (int64_t ch = ch_begin; ch < ch_end; ++ch) {
+        const float* taps = w.conv.data() + ch * kernel;
+        float sum = 0.0f;
+        for (int j = 0; j < kernel - 1; ++j) sum += taps[j] * conv_row(t + j)[ch];
+        sum += taps[kernel - 1] * conv_row(t + history_rows)[ch];
+        conv_out[size_t(t * conv_dim + ch)] = compute::silu(sum);
+      }
+  };
+  if (n_rows >= compute::kParallelRowsMin)
+    pool.parallel_for(conv_tasks, convolve);
+  else
+    convolve(0, conv_tasks, 0);
+  // The new history: the last K-1 rows of the concatenation (moved in order, oldest first, so a
+  // history row is read before it is overwritten).
+  for (int64_t j = 0; j < history_rows && n_rows > 0; ++j)
+    std::copy_n(conv_row(n_rows + j), conv_dim, state.conv.data() + j * conv_dim);
+  // Split, normalise, gates: row by row.
+  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* conv_t = conv_out.data() + t * conv_dim;
+      float* q = in.q.data() + t * key_dim;
+      float* k = in.k.data() + t * key_dim;
+      std::copy_n(conv_t, key_dim, q);
+      std::copy_n(conv_t + key_dim, key_dim, k);
+      std::copy_n(conv_t + 2 * key_dim, value_dim, in.v.data() + t * value_dim);
+      for (int h = 0; h < nk; ++h) {
+        l2_normalize(q + h * dk, dk, q_scale);
+        l2_normalize(k + h * dk, dk, 1.0f);
+      }
+      for (int h = 0; h < nv; ++h) {
+        in.beta[size_t(t * nv + h)] = compute::sigmoid(beta[size_t(t * nv + h)]);
+        in.decay_log[size_t(t * nv + h)] =
+            w.a[size_t(h)] * compute::softplus(alpha[size_t(t * nv + h)] + w.dt_bias[size_t(h)]);
+      }
     }
-    if (kernel > 1) {  // shift the history by one row
-      for (int j = 0; j + 1 < kernel - 1; ++j)
-        std::copy_n(state.conv.data() + (j + 1) * conv_dim, conv_dim,
-                    state.conv.data() + j * conv_dim);
-      std::copy_n(row, conv_dim, state.conv.data() + (kernel - 2) * conv_dim);
-    }
-    float* q = in.q.data() + t * key_dim;
-    float* k = in.k.data() + t * key_dim;
-    std::copy_n(conv_out.data(), key_dim, q);
-    std::copy_n(conv_out.data() + key_dim, key_dim, k);
-    std::copy_n(conv_out.data() + 2 * key_dim, value_dim, in.v.data() + t * value_dim);
-    for (int h = 0; h < nk; ++h) {
-      l2_normalize(q + h * dk, dk, q_scale);
-      l2_normalize(k + h * dk, dk, 1.0f);
-    }
-    for (int h = 0; h < nv; ++h) {
-      in.beta[size_t(t * nv + h)] = compute::sigmoid(beta[size_t(t * nv + h)]);
-      in.decay_log[size_t(t * nv + h)] =
-          w.a[size_t(h)] * compute::softplus(alpha[size_t(t * nv + h)] + w.dt_bias[size_t(h)]);
-    }
-  }
+  });
 
   // Phase 2: the delta rule per V head (heads are independent, so the split across threads
   // cannot change a bit). Short windows (decode, speculative verify) use the recurrent form,
@@ -277,14 +298,16 @@ void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, c
   }
 
   // Phase 3: gated RMS norm per V head.
-  for (int64_t t = 0; t < n_rows; ++t)
-    for (int h = 0; h < nv; ++h) {
-      float* o = core.data() + t * value_dim + h * dv;
-      const float* zh = z.data() + t * value_dim + h * dv;
-      compute::rms_norm(o, w.norm.data(), dv, hp.rms_eps, o);
-      for (int j = 0; j < dv; ++j)
-        o[j] *= hp.ssm_gate_sigmoid ? compute::sigmoid(zh[j]) : compute::silu(zh[j]);
-    }
+  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t)
+      for (int h = 0; h < nv; ++h) {
+        float* o = core.data() + t * value_dim + h * dv;
+        const float* zh = z.data() + t * value_dim + h * dv;
+        compute::rms_norm(o, w.norm.data(), dv, hp.rms_eps, o);
+        for (int j = 0; j < dv; ++j)
+          o[j] *= hp.ssm_gate_sigmoid ? compute::sigmoid(zh[j]) : compute::silu(zh[j]);
+      }
+  });
   compute::matmul(pool, w.out, core.data(), n_rows, y);
 }
 

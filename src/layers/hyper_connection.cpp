@@ -13,30 +13,44 @@ void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
   const float inv_streams = 1.0f / float(n_streams);
   compute::Workspace::Frame frame(ws);
   std::vector<float>& normed = ws.floats(static_cast<size_t>(n_rows * width));
-  for (int64_t t = 0; t < n_rows; ++t)
-    compute::rms_norm_grouped(X + t * width, w.norm.data(), n_streams, n_embd, eps,
-                              normed.data() + t * width);
+  // Row-wise loops run split over the pool's threads (each row on its own: same bits).
+  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t)
+      compute::rms_norm_grouped(X + t * width, w.norm.data(), n_streams, n_embd, eps,
+                                normed.data() + t * width);
+  });
 
   std::vector<float>& mix = ws.floats(static_cast<size_t>(n_rows * rank));
-  compute::matmul(pool, w.down, normed.data(), n_rows, mix.data());
-  for (float& m : mix) m = compute::silu(m * inv_streams);
+  // down and inject read the same normed rows: one call converts them once.
+  const bool with_inject = w.has_inject() && inject;
+  if (with_inject) {
+    const compute::MatmulProduct products[] = {{&w.down, mix.data()}, {&w.inject, inject}};
+    compute::matmul_many(pool, products, normed.data(), n_rows);
+  } else {
+    compute::matmul(pool, w.down, normed.data(), n_rows, mix.data());
+  }
+  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin * rank; i < end * rank; ++i)
+      mix[size_t(i)] = compute::silu(mix[size_t(i)] * inv_streams);
+  });
   std::vector<float>& gates = ws.floats(static_cast<size_t>(n_rows * width));
   compute::matmul(pool, w.up, mix.data(), n_rows, gates.data());
 
-  for (int64_t t = 0; t < n_rows; ++t) {
-    const float* g = gates.data() + t * width;
-    const float* xn = normed.data() + t * width;
-    float* out = x + t * n_embd;
-    for (int64_t i = 0; i < n_embd; ++i) {
-      float sum = 0.0f;
-      for (int s = 0; s < n_streams; ++s)
-        sum += compute::sigmoid(g[s * n_embd + i]) * xn[s * n_embd + i];
-      out[i] = sum * inv_streams;
+  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* g = gates.data() + t * width;
+      const float* xn = normed.data() + t * width;
+      float* out = x + t * n_embd;
+      for (int64_t i = 0; i < n_embd; ++i) {
+        float sum = 0.0f;
+        for (int s = 0; s < n_streams; ++s)
+          sum += compute::sigmoid(g[s * n_embd + i]) * xn[s * n_embd + i];
+        out[i] = sum * inv_streams;
+      }
     }
-  }
+  });
 
-  if (w.has_inject() && inject) {
-    compute::matmul(pool, w.inject, normed.data(), n_rows, inject);
+  if (with_inject) {
     for (int64_t i = 0; i < n_rows * n_streams; ++i)
       inject[i] = 2.0f * compute::sigmoid(inject[i] * inv_streams);
   }

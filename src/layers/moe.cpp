@@ -1,15 +1,28 @@
 #include "layers/moe.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 
 #include "compute/cpu/ops.h"
+#include "quant/quant.h"
 #include "route/moce.h"
 #include "util/error.h"
 #include "util/phase_timer.h"
 
 namespace strata {
 namespace {
+
+// g ← silu(g) ⊙ u (row by row), then y = down·g.
+void glu_and_down(compute::ThreadPool& pool, const compute::WeightMatrix& down,
+                  std::vector<float>& g, const std::vector<float>& u, int64_t n_rows, float* y) {
+  const int64_t n_ff = down.n_in;
+  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin * n_ff; i < end * n_ff; ++i)
+      g[size_t(i)] = compute::silu(g[size_t(i)]) * u[size_t(i)];
+  });
+  compute::matmul(pool, down, g.data(), n_rows, y);
+}
 
 // y[rows x n_out] = down(silu(gate·x) ⊙ up·x) for a SwiGLU over n_rows rows of x. The scratch is
 // reserved for max_rows (>= n_rows): routed experts get a varying share of the window's rows.
@@ -22,10 +35,24 @@ void swiglu(compute::ThreadPool& pool, compute::Workspace& ws, const compute::We
   std::vector<float>& u = ws.floats(static_cast<size_t>(n_rows * n_ff));
   g.reserve(static_cast<size_t>(max_rows * n_ff));
   u.reserve(static_cast<size_t>(max_rows * n_ff));
-  compute::matmul(pool, gate, x, n_rows, g.data());
-  compute::matmul(pool, up, x, n_rows, u.data());
-  for (size_t i = 0; i < g.size(); ++i) g[i] = compute::silu(g[i]) * u[i];
-  compute::matmul(pool, down, g.data(), n_rows, y);
+  const compute::MatmulProduct gate_up[] = {{&gate, g.data()}, {&up, u.data()}};
+  compute::matmul_many(pool, gate_up, x, n_rows);
+  glu_and_down(pool, down, g, u, n_rows, y);
+}
+
+// The routed form: x already converted to the gate and up weights' activation format.
+void swiglu(compute::ThreadPool& pool, compute::Workspace& ws, const compute::WeightMatrix& gate,
+            const compute::WeightMatrix& up, const compute::WeightMatrix& down,
+            const compute::ActivationRows& x, int64_t max_rows, float* y) {
+  compute::Workspace::Frame frame(ws);
+  const int64_t n_ff = gate.n_out, n_rows = x.n_rows;
+  std::vector<float>& g = ws.floats(static_cast<size_t>(n_rows * n_ff));
+  std::vector<float>& u = ws.floats(static_cast<size_t>(n_rows * n_ff));
+  g.reserve(static_cast<size_t>(max_rows * n_ff));
+  u.reserve(static_cast<size_t>(max_rows * n_ff));
+  const compute::MatmulProduct gate_up[] = {{&gate, g.data()}, {&up, u.data()}};
+  compute::matmul_rows(pool, gate_up, x);
+  glu_and_down(pool, down, g, u, n_rows, y);
 }
 
 // A Routing whose vectors are the workspace's for the scope (so building one allocates nothing).
@@ -169,6 +196,13 @@ void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
   std::vector<int32_t>& handed = ws.ids(used.size());
   std::vector<float>& rows_in = ws.floats(0);
   rows_in.reserve(static_cast<size_t>(n_rows * n_embd));
+  // The window's rows in the gate/up weights' activation format, converted once at the first
+  // expert (not once per expert and projection: every row goes to k experts); each expert gets
+  // its rows gathered from there. Bytes held in float vectors of the workspace.
+  std::vector<float>& converted_store = ws.floats(0);
+  std::vector<float>& gathered_store = ws.floats(0);
+  compute::ActivationRows converted;
+  bool have_converted = false;
   int index = -1;
   ExpertMatrices matrices;
   while (true) {
@@ -179,37 +213,73 @@ void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
     const size_t e = size_t(index);
     const int64_t n = g.count(e);
     const int64_t first = (*g.offsets)[e];
+    handed[e] = 1;
+    ScopedPhase phase(Phase::RoutedExperts);
+    const GgmlType act = quant::activation_type(matrices.gate.type);
+    const bool shared_format = act == quant::activation_type(matrices.up.type) &&
+                               matrices.gate.n_in == n_embd && matrices.up.n_in == n_embd;
+    if (shared_format && !have_converted) {
+      const size_t stride = compute::activation_row_stride(matrices.gate.type, n_embd);
+      converted_store.resize((size_t(n_rows) * stride + sizeof(float) - 1) / sizeof(float));
+      gathered_store.resize(converted_store.size());
+      converted = compute::quantize_activation_rows(
+          pool, matrices.gate.type, x, n_rows, n_embd,
+          reinterpret_cast<std::byte*>(converted_store.data()));
+      have_converted = true;
+    }
+    if (shared_format && converted.activation_type == act) {
+      const size_t stride = converted.row_stride_bytes;
+      auto* gathered = reinterpret_cast<std::byte*>(gathered_store.data());
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(gathered + size_t(i) * stride,
+                    converted.data + size_t((*g.rows)[size_t(first + i)]) * stride, stride);
+      const compute::ActivationRows rows{act, n_embd, n, gathered, stride};
+      swiglu(pool, ws, matrices.gate, matrices.up, matrices.down, rows, n_rows,
+             outputs.data() + first * n_embd);
+      continue;
+    }
     rows_in.resize(static_cast<size_t>(n * n_embd));
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(x + (*g.rows)[size_t(first + i)] * n_embd, n_embd, rows_in.data() + i * n_embd);
-    handed[e] = 1;
-    ScopedPhase phase(Phase::RoutedExperts);
     swiglu(pool, ws, matrices.gate, matrices.up, matrices.down, rows_in.data(), n, n_rows,
            outputs.data() + first * n_embd);
   }
-  std::fill_n(y, n_rows * n_embd, 0.0f);
-  for (size_t e = 0; e < used.size(); ++e) {
+  for (size_t e = 0; e < used.size(); ++e)
     if (!handed[e] && g.count(e) > 0)
       fail("expert source did not hand out layer {} expert {}", layer, used[e]);
-    for (int64_t i = (*g.offsets)[e]; i < (*g.offsets)[e + 1]; ++i) {
-      float* out = y + (*g.rows)[size_t(i)] * n_embd;
-      const float* src = outputs.data() + i * n_embd;
-      const float weight = (*g.weights)[size_t(i)];
-      for (int64_t c = 0; c < n_embd; ++c) out[c] += weight * src[c];
-    }
-  }
+  // Split over columns: every output element still adds its experts in ascending id.
+  constexpr int64_t kColumnsPerTask = 64;
+  const int64_t column_tasks = (n_embd + kColumnsPerTask - 1) / kColumnsPerTask;
+  auto combine = [&](int64_t begin, int64_t end, int) {
+    const int64_t c_begin = begin * kColumnsPerTask, c_end = std::min(n_embd, end * kColumnsPerTask);
+    for (int64_t t = 0; t < n_rows; ++t) std::fill(y + t * n_embd + c_begin, y + t * n_embd + c_end, 0.0f);
+    for (size_t e = 0; e < used.size(); ++e)
+      for (int64_t i = (*g.offsets)[e]; i < (*g.offsets)[e + 1]; ++i) {
+        float* out = y + (*g.rows)[size_t(i)] * n_embd;
+        const float* src = outputs.data() + i * n_embd;
+        const float weight = (*g.weights)[size_t(i)];
+        for (int64_t c = c_begin; c < c_end; ++c) out[c] += weight * src[c];
+      }
+  };
+  if (n_rows >= compute::kParallelRowsMin)
+    pool.parallel_for(column_tasks, combine);
+  else
+    combine(0, column_tasks, 0);
 }
 
 // y += σ(w_sg·x)·shared, row by row (after the routed sum: the reference's order).
-void add_gated_shared(const MoeWeights& w, int64_t n_embd, const float* x, int64_t n_rows, const float* shared,
-                      float* y) {
-  for (int64_t t = 0; t < n_rows; ++t) {
-    const float* xt = x + t * n_embd;
-    float logit = 0.0f;
-    for (int64_t c = 0; c < n_embd; ++c) logit += w.shared_gate_inp[size_t(c)] * xt[c];
-    const float gate = compute::sigmoid(logit);
-    for (int64_t c = 0; c < n_embd; ++c) y[t * n_embd + c] += gate * shared[size_t(t * n_embd + c)];
-  }
+void add_gated_shared(compute::ThreadPool& pool, const MoeWeights& w, int64_t n_embd,
+                      const float* x, int64_t n_rows, const float* shared, float* y) {
+  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* xt = x + t * n_embd;
+      float logit = 0.0f;
+      for (int64_t c = 0; c < n_embd; ++c) logit += w.shared_gate_inp[size_t(c)] * xt[c];
+      const float gate = compute::sigmoid(logit);
+      for (int64_t c = 0; c < n_embd; ++c)
+        y[t * n_embd + c] += gate * shared[size_t(t * n_embd + c)];
+    }
+  });
 }
 
 }  // namespace
@@ -249,7 +319,7 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParam
     swiglu(pool, ws, w.shared_gate, w.shared_up, w.shared_down, x, n_rows, n_rows, shared.data());
   }
   run_routed(pool, ws, n_embd, experts, layer, g, x, n_rows, y);
-  if (w.has_shared()) add_gated_shared(w, n_embd, x, n_rows, shared.data(), y);
+  if (w.has_shared()) add_gated_shared(pool, w, n_embd, x, n_rows, shared.data(), y);
 
   if (sample) {
     double err = 0.0, ref = 0.0;
@@ -260,7 +330,7 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParam
       const ExpertRows ge = group_by_expert(ws, exact);
       moce->exact_source->begin_layer(layer, *ge.used);
       run_routed(pool, ws, n_embd, *moce->exact_source, layer, ge, x, n_rows, y_exact.data());
-      if (w.has_shared()) add_gated_shared(w, n_embd, x, n_rows, shared.data(), y_exact.data());
+      if (w.has_shared()) add_gated_shared(pool, w, n_embd, x, n_rows, shared.data(), y_exact.data());
     }
     for (size_t i = 0; i < y_exact.size(); ++i) {
       const double d = double(y[i]) - double(y_exact[i]);

@@ -307,6 +307,68 @@ TEST(Matmul, NestedInsidePoolTaskUsesThatThreadsScratch) {
   }
 }
 
+// matmul_many (products sharing one conversion per activation format and one parallel_for) and
+// matmul_rows (pre-converted, gathered rows) give every output bitwise what one matmul per
+// product gives, for mixed weight types (Q8_K, Q8_0 and f32 activation formats in one call),
+// windows of 1 .. 13 rows and 1 and 3 threads.
+TEST(Matmul, ManyProductsAndConvertedRowsEqualOneMatmulEach) {
+  std::mt19937 rng(77);
+  const int64_t n_in = 512;
+  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q8_0,   GgmlType::F32,
+                            GgmlType::Q6_K, GgmlType::IQ2_XS, GgmlType::Q5_0};
+  const int64_t n_outs[] = {37, 5, 64, 130, 12, 33};
+  std::vector<std::vector<std::byte>> storage;
+  std::vector<WeightMatrix> matrices;
+  for (size_t i = 0; i < std::size(types); ++i) {
+    const size_t stride = row_bytes(types[i], n_in) + 2 * (i % 2);
+    storage.push_back(random_weights(types[i], n_in, n_outs[i], stride, rng));
+    matrices.push_back(WeightMatrix{types[i], n_in, n_outs[i], storage.back().data(), stride});
+  }
+  for (int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n_rows : {1, 2, 5, 13}) {
+      const std::vector<float> x = random_inputs(n_rows * n_in, rng);
+      std::vector<std::vector<float>> want, got;
+      std::vector<MatmulProduct> products;
+      for (const WeightMatrix& w : matrices) {
+        want.emplace_back(size_t(n_rows * w.n_out));
+        matmul(pool, w, x.data(), n_rows, want.back().data());
+        got.emplace_back(size_t(n_rows * w.n_out), -1.0f);
+      }
+      for (size_t i = 0; i < matrices.size(); ++i)
+        products.push_back({&matrices[i], got[i].data()});
+      matmul_many(pool, products, x.data(), n_rows);
+      for (size_t i = 0; i < matrices.size(); ++i)
+        EXPECT_EQ(0, std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)))
+            << type_traits(types[i]).name << " rows " << n_rows << " threads " << threads;
+
+      // Converted once, rows gathered in reverse order: the Q8_K products of matrices 0 and 3.
+      const size_t stride = activation_row_stride(GgmlType::Q4_K, n_in);
+      std::vector<std::byte> converted(stride * size_t(n_rows)), gathered(converted.size());
+      const ActivationRows all =
+          quantize_activation_rows(pool, GgmlType::Q4_K, x.data(), n_rows, n_in, converted.data());
+      for (int64_t t = 0; t < n_rows; ++t)
+        std::memcpy(gathered.data() + size_t(t) * stride,
+                    converted.data() + size_t(n_rows - 1 - t) * stride, stride);
+      const ActivationRows reversed{all.activation_type, n_in, n_rows, gathered.data(), stride};
+      std::vector<float> y0(size_t(n_rows * n_outs[0])), y3(size_t(n_rows * n_outs[3]));
+      const MatmulProduct k_products[] = {{&matrices[0], y0.data()}, {&matrices[3], y3.data()}};
+      matmul_rows(pool, k_products, reversed);
+      for (int64_t t = 0; t < n_rows; ++t) {
+        const int64_t source = n_rows - 1 - t;
+        EXPECT_EQ(0, std::memcmp(y0.data() + t * n_outs[0], want[0].data() + source * n_outs[0],
+                                 size_t(n_outs[0]) * sizeof(float)));
+        EXPECT_EQ(0, std::memcmp(y3.data() + t * n_outs[3], want[3].data() + source * n_outs[3],
+                                 size_t(n_outs[3]) * sizeof(float)));
+      }
+      // A weight type whose activation format differs from the rows' is refused.
+      std::vector<float> y1(size_t(n_rows * n_outs[1]));
+      const MatmulProduct wrong[] = {{&matrices[1], y1.data()}};
+      EXPECT_THROW(matmul_rows(pool, wrong, reversed), Error);
+    }
+  }
+}
+
 TEST(Matmul, RejectsBadShapes) {
   ThreadPool pool(1);
   std::vector<std::byte> data(4096);

@@ -92,6 +92,19 @@ TEST_P(ForwardInvariance, WindowSizeAndThreadsDoNotChangeBits) {
   EXPECT_EQ(all_logits(*model, one, tokens, {16}), reference) << "prefill-sized chunks";
 }
 
+// Windows of >= 32 rows attend through matrix products (layers/attention.cpp), shorter ones one
+// dot per token; on an all-attention model a 40-row window must give every row the bits of
+// 1-row windows, at 1 and 2 threads, also when the window starts past position 0.
+TEST(ForwardInvariance, MatrixAttentionIsBitwiseTheOneRowPath) {
+  const SynthFile file("tiny-qwen3moe");
+  const auto model = Model::load(file.path);
+  const std::vector<int32_t> tokens = prompt_tokens(75, int(model->hparams().n_vocab));
+  compute::ThreadPool one(1), two(2);
+  const std::vector<float> reference = all_logits(*model, one, tokens, {1});
+  EXPECT_EQ(all_logits(*model, two, tokens, {40, 35}), reference) << "windows of 40 and 35";
+  EXPECT_EQ(all_logits(*model, one, tokens, {3, 33, 39}), reference) << "3, then 33 and 39";
+}
+
 TEST_P(ForwardInvariance, SessionDecodeMatchesPrefill) {
   const SynthFile file(GetParam());
   const auto model = Model::load(file.path);

@@ -1,6 +1,7 @@
 #include "compute/cpu/matmul.h"
 
 #include <algorithm>
+#include <array>
 
 #include "quant/quant.h"
 #include "util/error.h"
@@ -41,73 +42,201 @@ WeightMatrix WeightMatrix::dense(GgmlType type, int64_t n_in, int64_t n_out, con
   return WeightMatrix{type, n_in, n_out, data, row_bytes(type, n_in)};
 }
 
-void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_rows, float* y,
-            ScratchBuffer& activation_scratch) {
-  validate(w, x, n_rows, y);
-  if (n_rows == 0 || w.n_out == 0) return;
-  const int64_t n_in = w.n_in;
-  const int64_t n_out = w.n_out;
-  const GgmlType type = w.type;
+namespace {
 
-  // Activations in the dot product's format, one row per input row, 64-byte aligned rows.
+size_t aligned_activation_stride(GgmlType type, int64_t n_in) {
+  const size_t row_size = quant::activation_row_bytes(type, n_in);
+  return (row_size + kActivationRowAlignment - 1) / kActivationRowAlignment *
+         kActivationRowAlignment;
+}
+
+// Converts rows [0, n_rows) of x into dst, one row per stride.
+void quantize_rows_into(ThreadPool& pool, GgmlType type, const float* x, int64_t n_rows,
+                        int64_t n_in, std::byte* dst, size_t stride) {
+  auto quantize_rows = [&](int64_t begin, int64_t end, int /*thread_index*/) {
+    for (int64_t t = begin; t < end; ++t)
+      quant::quantize_activation(type, x + t * n_in, dst + size_t(t) * stride, n_in);
+  };
+  // A one-row window (decode) is quantized inline: waking the workers costs more than it saves.
+  if (n_rows >= 2 * int64_t(pool.size())) {
+    pool.parallel_for(n_rows, quantize_rows);
+  } else {
+    quantize_rows(0, n_rows, 0);
+  }
+}
+
+// One product of a matmul call: the weights, the converted activations and the tiling.
+struct ProductJob {
+  const WeightMatrix* w = nullptr;
+  float* y = nullptr;
   const std::byte* activations = nullptr;
   size_t activation_stride = 0;
-  if (quant::activation_type(type) == GgmlType::F32) {
-    activations = reinterpret_cast<const std::byte*>(x);  // already in the right format
-    activation_stride = size_t(n_in) * sizeof(float);
-  } else {
-    const size_t row_size = quant::activation_row_bytes(type, n_in);
-    activation_stride = (row_size + kActivationRowAlignment - 1) / kActivationRowAlignment *
-                        kActivationRowAlignment;
-    std::byte* buffer = activation_scratch.reserve(activation_stride * size_t(n_rows));
-    auto quantize_rows = [&](int64_t begin, int64_t end, int /*thread_index*/) {
-      for (int64_t t = begin; t < end; ++t) {
-        quant::quantize_activation(type, x + t * n_in, buffer + size_t(t) * activation_stride,
-                                   n_in);
-      }
-    };
-    // A one-row window (decode) is quantized inline: waking the workers costs more than it saves.
-    if (n_rows >= 2 * int64_t(pool.size())) {
-      pool.parallel_for(n_rows, quantize_rows);
-    } else {
-      quantize_rows(0, n_rows, 0);
-    }
-    activations = buffer;
-  }
+  int64_t n_rows = 0;
+  int64_t outputs_per_tile = 1;
+  int64_t rows_per_tile = 1;
+  int64_t n_tiles = 0;
+};
 
-  const quant::DotKernel dot = quant::dot_kernel(type);
-  const int64_t outputs_per_tile =
-      std::max<int64_t>(1, int64_t(kWeightTileBytes / w.row_stride_bytes));
-  const int64_t rows_per_tile =
+ProductJob make_job(const WeightMatrix& w, float* y, const std::byte* activations,
+                    size_t activation_stride, int64_t n_rows) {
+  ProductJob job{&w, y, activations, activation_stride, n_rows};
+  job.outputs_per_tile = std::max<int64_t>(1, int64_t(kWeightTileBytes / w.row_stride_bytes));
+  job.rows_per_tile =
       std::clamp<int64_t>(int64_t(kActivationTileBytes / activation_stride), 1, n_rows);
-  const int64_t n_tiles = (n_out + outputs_per_tile - 1) / outputs_per_tile;
+  job.n_tiles = (w.n_out + job.outputs_per_tile - 1) / job.outputs_per_tile;
+  return job;
+}
 
-  pool.parallel_for(n_tiles, [&](int64_t tile_begin, int64_t tile_end, int /*thread_index*/) {
-    const int64_t o_begin = tile_begin * outputs_per_tile;
-    const int64_t o_end = std::min(n_out, tile_end * outputs_per_tile);
-    for (int64_t o_tile = o_begin; o_tile < o_end; o_tile += outputs_per_tile) {
-      const int64_t o_tile_end = std::min(o_end, o_tile + outputs_per_tile);
-      for (int64_t t_tile = 0; t_tile < n_rows; t_tile += rows_per_tile) {
-        const int64_t t_tile_end = std::min(n_rows, t_tile + rows_per_tile);
-        // One row (decode) calls the kernel pointer: validate() already did the checks
-        // quant::dot repeats (0-10 ns per weight row, up to ~5 % of an IQ2_XS row of 4096).
-        // More rows go to dot_tile: outputs bitwise one quant::dot each (window identity), but
-        // types with a tile kernel decode each weight block once for several rows and load each
-        // activation block once for several weight rows.
-        const int64_t n_tile_rows = t_tile_end - t_tile;
-        const std::byte* tile_activations = activations + size_t(t_tile) * activation_stride;
-        if (n_tile_rows == 1) {
-          for (int64_t o = o_tile; o < o_tile_end; ++o) {
-            y[t_tile * n_out + o] = quant::canonical_nan(dot(w.row(o), tile_activations, n_in));
-          }
-        } else {
-          quant::dot_tile(type, w.row(o_tile), w.row_stride_bytes, o_tile_end - o_tile,
-                          tile_activations, activation_stride, n_tile_rows, n_in,
-                          y + t_tile * n_out + o_tile, 1, size_t(n_out));
+// Output tiles [tile_begin, tile_end) of one product.
+void run_tiles(const ProductJob& job, int64_t tile_begin, int64_t tile_end) {
+  const WeightMatrix& w = *job.w;
+  const int64_t n_in = w.n_in, n_out = w.n_out, n_rows = job.n_rows;
+  const quant::DotKernel dot = quant::dot_kernel(w.type);
+  const int64_t o_begin = tile_begin * job.outputs_per_tile;
+  const int64_t o_end = std::min(n_out, tile_end * job.outputs_per_tile);
+  float* y = job.y;
+  for (int64_t o_tile = o_begin; o_tile < o_end; o_tile += job.outputs_per_tile) {
+    const int64_t o_tile_end = std::min(o_end, o_tile + job.outputs_per_tile);
+    for (int64_t t_tile = 0; t_tile < n_rows; t_tile += job.rows_per_tile) {
+      const int64_t t_tile_end = std::min(n_rows, t_tile + job.rows_per_tile);
+      // One row (decode) calls the kernel pointer: validate() already did the checks
+      // quant::dot repeats (0-10 ns per weight row, up to ~5 % of an IQ2_XS row of 4096).
+      // More rows go to dot_tile: outputs bitwise one quant::dot each (window identity), but
+      // types with a tile kernel decode each weight block once for several rows and load each
+      // activation block once for several weight rows.
+      const int64_t n_tile_rows = t_tile_end - t_tile;
+      const std::byte* tile_activations = job.activations + size_t(t_tile) * job.activation_stride;
+      if (n_tile_rows == 1) {
+        for (int64_t o = o_tile; o < o_tile_end; ++o) {
+          y[t_tile * n_out + o] = quant::canonical_nan(dot(w.row(o), tile_activations, n_in));
         }
+      } else {
+        quant::dot_tile(w.type, w.row(o_tile), w.row_stride_bytes, o_tile_end - o_tile,
+                        tile_activations, job.activation_stride, n_tile_rows, n_in,
+                        y + t_tile * n_out + o_tile, 1, size_t(n_out));
       }
+    }
+  }
+}
+
+// Every tile of every job in one parallel_for (tiles numbered job after job). Which thread runs
+// a tile never changes its bits.
+void run_jobs(ThreadPool& pool, std::span<const ProductJob> jobs) {
+  int64_t total = 0;
+  for (const ProductJob& job : jobs) total += job.n_tiles;
+  pool.parallel_for(total, [&](int64_t begin, int64_t end, int /*thread_index*/) {
+    int64_t first = 0;
+    for (const ProductJob& job : jobs) {
+      const int64_t lo = std::max(begin, first), hi = std::min(end, first + job.n_tiles);
+      if (lo < hi) run_tiles(job, lo - first, hi - first);
+      first += job.n_tiles;
+      if (first >= end) break;
     }
   });
+}
+
+}  // namespace
+
+void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_rows, float* y,
+            ScratchBuffer& activation_scratch) {
+  const MatmulProduct product{&w, y};
+  matmul_many(pool, std::span<const MatmulProduct>(&product, 1), x, n_rows, activation_scratch);
+}
+
+void matmul_many(ThreadPool& pool, std::span<const MatmulProduct> products, const float* x,
+                 int64_t n_rows, ScratchBuffer& activation_scratch) {
+  if (products.size() > kMaxProducts)
+    fail("matmul_many: expected at most {} products, found {}", kMaxProducts, products.size());
+  for (const MatmulProduct& p : products) {
+    if (p.w == nullptr) fail("matmul_many: null weight matrix");
+    validate(*p.w, x, n_rows, p.y);
+    if (p.w->n_in != products[0].w->n_in)
+      fail("matmul_many: expected every matrix to take {} inputs, found {}", products[0].w->n_in,
+           p.w->n_in);
+  }
+  if (n_rows == 0 || products.empty()) return;
+  const int64_t n_in = products[0].w->n_in;
+  // Each distinct activation format once: [offset into the scratch, stride] per product.
+  std::array<GgmlType, kMaxProducts> formats{};
+  std::array<size_t, kMaxProducts> format_offset{}, format_stride{};
+  std::array<size_t, kMaxProducts> product_format{};
+  size_t n_formats = 0, bytes = 0;
+  for (size_t i = 0; i < products.size(); ++i) {
+    const GgmlType type = quant::activation_type(products[i].w->type);
+    size_t f = 0;
+    while (f < n_formats && formats[f] != type) ++f;
+    if (f == n_formats) {
+      formats[f] = type;
+      format_offset[f] = bytes;
+      format_stride[f] = type == GgmlType::F32
+                             ? size_t(n_in) * sizeof(float)
+                             : aligned_activation_stride(products[i].w->type, n_in);
+      if (type != GgmlType::F32) bytes += format_stride[f] * size_t(n_rows);
+      ++n_formats;
+    }
+    product_format[i] = f;
+  }
+  std::byte* buffer = bytes > 0 ? activation_scratch.reserve(bytes) : nullptr;
+  std::array<const std::byte*, kMaxProducts> format_data{};
+  for (size_t f = 0; f < n_formats; ++f) {
+    if (formats[f] == GgmlType::F32) {
+      format_data[f] = reinterpret_cast<const std::byte*>(x);  // already in the right format
+      continue;
+    }
+    // The first product of this format names the weight type quantize_activation dispatches on.
+    size_t first = 0;
+    while (product_format[first] != f) ++first;
+    quantize_rows_into(pool, products[first].w->type, x, n_rows, n_in, buffer + format_offset[f],
+                       format_stride[f]);
+    format_data[f] = buffer + format_offset[f];
+  }
+  std::array<ProductJob, kMaxProducts> jobs;
+  for (size_t i = 0; i < products.size(); ++i) {
+    const size_t f = product_format[i];
+    jobs[i] = make_job(*products[i].w, products[i].y, format_data[f], format_stride[f], n_rows);
+  }
+  run_jobs(pool, std::span<const ProductJob>(jobs.data(), products.size()));
+}
+
+void matmul_many(ThreadPool& pool, std::span<const MatmulProduct> products, const float* x,
+                 int64_t n_rows) {
+  matmul_many(pool, products, x, n_rows, pool.scratch(pool.current_thread_index()));
+}
+
+size_t activation_row_stride(GgmlType weight_type, int64_t n_in) {
+  return quant::activation_type(weight_type) == GgmlType::F32
+             ? size_t(n_in) * sizeof(float)
+             : aligned_activation_stride(weight_type, n_in);
+}
+
+ActivationRows quantize_activation_rows(ThreadPool& pool, GgmlType weight_type, const float* x,
+                                        int64_t n_rows, int64_t n_in, std::byte* dst) {
+  const size_t stride = activation_row_stride(weight_type, n_in);
+  quantize_rows_into(pool, weight_type, x, n_rows, n_in, dst, stride);
+  return ActivationRows{quant::activation_type(weight_type), n_in, n_rows, dst, stride};
+}
+
+void matmul_rows(ThreadPool& pool, std::span<const MatmulProduct> products,
+                 const ActivationRows& rows) {
+  if (products.size() > kMaxProducts)
+    fail("matmul_rows: expected at most {} products, found {}", kMaxProducts, products.size());
+  std::array<ProductJob, kMaxProducts> jobs;
+  for (size_t i = 0; i < products.size(); ++i) {
+    const MatmulProduct& p = products[i];
+    if (rows.n_rows == 0) break;
+    if (p.w == nullptr) fail("matmul_rows: null weight matrix");
+    // validate() checks the pointers against the f32 view; the rows' data stands in for x.
+    validate(*p.w, reinterpret_cast<const float*>(rows.data), rows.n_rows, p.y);
+    if (quant::activation_type(p.w->type) != rows.activation_type || p.w->n_in != rows.n_in)
+      fail(
+          "matmul_rows: weights of type {} with {} inputs cannot take activation rows of type {} "
+          "with {} inputs",
+          type_traits(p.w->type).name, p.w->n_in, type_traits(rows.activation_type).name,
+          rows.n_in);
+    jobs[i] = make_job(*p.w, p.y, rows.data, rows.row_stride_bytes, rows.n_rows);
+  }
+  if (rows.n_rows == 0) return;
+  run_jobs(pool, std::span<const ProductJob>(jobs.data(), products.size()));
 }
 
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_rows, float* y) {

@@ -15,6 +15,8 @@
 // - Memory traffic: outputs are processed in tiles against all n_rows rows (a tile of weight rows
 //   stays in cache while every activation row passes over it), so each weight byte is read from
 //   DRAM once per call, not once per row. Work is split over outputs between the pool's threads.
+// - Several matrices over the same rows (matmul_many) or rows converted once and gathered
+//   (matmul_rows, the routed experts) share one conversion: same bits as one matmul each.
 // - Scratch: activations are quantized once per call into a ScratchBuffer that only grows, so
 //   steady-state calls allocate nothing. The overload without a scratch argument uses the pool's
 //   scratch slot of the calling thread (ThreadPool::scratch(current_thread_index())); pass your own
@@ -26,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "compute/cpu/thread_pool.h"
 #include "quant/ggml_type.h"
@@ -48,6 +51,40 @@ struct WeightMatrix {
 
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_rows, float* y,
             ScratchBuffer& activation_scratch);
+
+// Several products over the same input rows: y_i = W_i·x for each {W_i, y_i}. Each distinct
+// activation format is converted once (not once per matrix) and all products' tiles run in one
+// parallel_for (one wait instead of one per matrix). Every output is bitwise what matmul(pool,
+// W_i, x, n_rows, y_i) gives. At most kMaxProducts products; the y_i must not overlap each other
+// or x. The overload without scratch uses the calling thread's pool slot, as matmul's.
+struct MatmulProduct {
+  const WeightMatrix* w = nullptr;
+  float* y = nullptr;
+};
+inline constexpr size_t kMaxProducts = 8;
+void matmul_many(ThreadPool& pool, std::span<const MatmulProduct> products, const float* x,
+                 int64_t n_rows, ScratchBuffer& activation_scratch);
+void matmul_many(ThreadPool& pool, std::span<const MatmulProduct> products, const float* x,
+                 int64_t n_rows);
+
+// A window's input rows already in the dot format of some weight type (quant::quantize_activation
+// of each row), row t at data + t·row_stride_bytes: the routed experts convert a window once and
+// hand each expert its rows. activation_row_stride is the stride matmul itself uses (64-byte
+// multiples), quantize_activation_rows fills such rows (split over the pool's threads).
+struct ActivationRows {
+  GgmlType activation_type = GgmlType::F32;  // quant::activation_type of the weights
+  int64_t n_in = 0;
+  int64_t n_rows = 0;
+  const std::byte* data = nullptr;
+  size_t row_stride_bytes = 0;
+};
+size_t activation_row_stride(GgmlType weight_type, int64_t n_in);
+ActivationRows quantize_activation_rows(ThreadPool& pool, GgmlType weight_type, const float* x,
+                                        int64_t n_rows, int64_t n_in, std::byte* dst);
+// Products over converted rows: bitwise what matmul gives on the rows' f32 source. Every W_i must
+// take rows.activation_type and rows.n_in inputs (throws strata::Error otherwise).
+void matmul_rows(ThreadPool& pool, std::span<const MatmulProduct> products,
+                 const ActivationRows& rows);
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_rows, float* y);
 
 // n_rows = 1.

@@ -125,4 +125,17 @@ class ThreadPool {
   PaddedCounter next_task_;
 };
 
+// Row-wise elementwise work of a window (norms, gates, activations: each row's result depends on
+// that row alone, so the split cannot change a bit): on the pool for windows of at least
+// kParallelRowsMin rows, inline on the caller below that, where waking the workers costs more
+// than the rows (a decode row is a few microseconds of work).
+inline constexpr int64_t kParallelRowsMin = 4;
+inline void parallel_rows(ThreadPool& pool, int64_t n_rows, const ThreadPool::TaskFn& fn) {
+  if (n_rows >= kParallelRowsMin) {
+    pool.parallel_for(n_rows, fn);
+  } else if (n_rows > 0) {
+    fn(0, n_rows, pool.current_thread_index());
+  }
+}
+
 }  // namespace strata::compute
