@@ -1,0 +1,84 @@
+// SlotResidency — which routed experts hold which of a fixed set of cache slots, per layer: the
+// residency policy of ExpertStore (experts/expert_store.h) with no memory and no I/O attached, so
+// a tier that keeps its bytes elsewhere (the GPU expert arena, compute/cuda/expert_tier.h) decides
+// residency exactly as the RAM arena does.
+//
+// The policy (the same rules as ExpertStore's and cache_replay's)
+// - Each layer with experts has `slots` cache slots. smap[layer][expert] is the expert's cache
+//   slot or kMiss. Eviction: LRU over the layer's slots that are neither pinned nor protected by
+//   the current call; ties go to the lower slot index; empty slots count as the oldest.
+// - resolve(layer, union): one LRU clock tick; the union (sorted, unique) is protected; hits are
+//   touched; misses, in ascending id, take the LRU victim's slot, or, when every slot is
+//   protected or pinned, a transient slot (0, 1, ... for this call only; no residency change).
+// - predict(layer, ids): one tick; at most half the layer's slots (at least 1) of the ids, most
+//   likely first, are protected; resident ones are touched, the others take victims' slots.
+// - fill(layer, ranking, n_pinned): one tick; loads the ranking's first `slots` experts and pins
+//   the first n_pinned.
+// - Deterministic: the state depends only on the sequence of calls and their arguments.
+// Each call lists the slots it assigned whose bytes must now be loaded (`loads`).
+//
+// Thread safety: none; one thread drives it (the tier's handshake thread).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace strata {
+
+struct SlotResidencyStats {
+  uint64_t layer_visits = 0, needed = 0, hits = 0, misses = 0;
+  uint64_t transient = 0;  // misses that got a transient slot
+  uint64_t read_ahead_issued = 0, read_ahead_used = 0;
+};
+
+class SlotResidency {
+ public:
+  static constexpr uint32_t kMiss = UINT32_MAX;
+  struct Load {
+    int32_t expert = 0;
+    uint32_t slot = 0;       // cache slot, or transient slot when `transient`
+    bool transient = false;
+  };
+
+  // slots_per_layer[layer]: cache slots (0 = the layer has no routed experts); each capped at
+  // n_expert. n_transient: transient slots resolve may hand out per call.
+  SlotResidency(std::vector<int> slots_per_layer, int n_expert, int n_transient);
+
+  // REQUIRES: experts sorted, unique, in [0, n_expert). Throws strata::Error when the misses need
+  // more transient slots than exist.
+  void resolve(int layer, std::span<const int32_t> experts, std::vector<Load>& loads);
+  void predict(int layer, std::span<const int32_t> experts, std::vector<Load>& loads);
+  void fill(int layer, std::span<const int32_t> ranking, int n_pinned, std::vector<Load>& loads);
+
+  uint32_t slot_of(int layer, int32_t expert) const { return layers_[size_t(layer)].smap[size_t(expert)]; }
+  bool pinned(int layer, int32_t expert) const;
+  int slots(int layer) const { return int(layers_[size_t(layer)].slots.size()); }
+  int n_layer() const { return int(layers_.size()); }
+  int n_expert() const { return n_expert_; }
+  int n_transient() const { return n_transient_; }
+  const SlotResidencyStats& stats() const { return stats_; }
+
+ private:
+  struct Slot {
+    int32_t expert = -1;
+    uint64_t last_use = 0;
+    bool pinned = false;
+    bool read_ahead_unused = false;
+  };
+  struct Layer {
+    std::vector<Slot> slots;
+    std::vector<uint32_t> smap;  // [n_expert]
+    std::vector<uint64_t> kept;  // [n_expert]: == stamp_ while protected
+  };
+  Layer& layer_at(int layer);
+  int victim(const Layer& layer) const;
+  void assign(Layer& layer, int slot, int32_t expert);
+
+  int n_expert_ = 0, n_transient_ = 0;
+  std::vector<Layer> layers_;
+  uint64_t clock_ = 0, stamp_ = 0;
+  SlotResidencyStats stats_;
+};
+
+}  // namespace strata
