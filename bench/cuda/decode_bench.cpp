@@ -11,6 +11,12 @@
 // STRATA_CUDA_PROFILE=1 prints the GPU time per op of the graphs. --synth LAYERS:EXPERTS first writes FILE (if
 // it does not exist) as the mid-qwen4exp shape with that many layers and experts, Q8_0 dense and
 // IQ2_XS experts (issue 15's 48:512 file), with --synth-tokenizer DIR's vocabulary if given.
+// GPU expert tiers (compute/cuda/expert_tier.h): a backend "cuda@BUDGET" runs the CUDA backend with
+// routed experts under that GPU budget (bytes like 1G, a share like 25%, or slots=N per layer;
+// append "/nora" for no read-ahead), the rest read from the GGUF mapping (pinned host memory);
+// each such entry has its own copy of the model, so they interleave like the others. Reported per
+// entry: the tier's hit rate, bytes copied in per token, the host's serve time per token, and the
+// PCIe ceiling: copied bytes per token over the pinned host-to-device bandwidth measured here.
 //   bench_cuda_decode -m FILE [--backends cpu,cuda,cuda-eager] [--prompt 64] [--tokens 128]
 //                     [--chunk 64] [--repeats 3] [--threads N] [--json out.json]
 //                     [--synth LAYERS:EXPERTS [--synth-tokenizer DIR]]
@@ -35,6 +41,7 @@
 #include "model/model.h"
 #include "quant/ggml_type.h"
 #include "synth/synth.h"
+#include "util/byte_size.h"
 #include "util/error.h"
 
 namespace {
@@ -55,16 +62,24 @@ struct Run {
   std::vector<int32_t> tokens;
 };
 
+struct TierDelta {
+  double hit_rate = 0, loaded_mib_per_token = 0, serve_ms_per_token = 0;
+  int slots = 0;
+};
+
 Run run_once(const Model& model, compute::ThreadPool& pool, const std::string& backend, const std::vector<int32_t>& prompt,
-             int n_tokens, int chunk) {
+             int n_tokens, int chunk, TierDelta* tier = nullptr) {
   Run r;
   const bool eager = backend == "cuda-eager";
   if (eager) setenv("STRATA_CUDA_GRAPH", "0", 1);
-  Session session(model, pool, nullptr, eager ? "cuda" : backend);
+  const std::string name = eager || backend.rfind("cuda@", 0) == 0 ? "cuda" : backend;
+  Session session(model, pool, nullptr, name);
   if (eager) unsetenv("STRATA_CUDA_GRAPH");
   auto start = std::chrono::steady_clock::now();
   session.prefill(prompt, chunk);
   r.prefill_tps = double(prompt.size()) / seconds_since(start);
+  (void)session.logits();
+  const compute::cuda::GpuTierInfo before = compute::cuda::gpu_tier_info(*session.state().backend);
   start = std::chrono::steady_clock::now();
   for (int i = 0; i < n_tokens; ++i) {
     const std::vector<float>& logits = session.logits();
@@ -73,7 +88,58 @@ Run run_once(const Model& model, compute::ThreadPool& pool, const std::string& b
     session.decode(next);
   }
   r.decode_tps = n_tokens / seconds_since(start);
+  (void)session.logits();
+  const compute::cuda::GpuTierInfo after = compute::cuda::gpu_tier_info(*session.state().backend);
+  if (tier && after.tiered) {
+    const double needed = double(after.stats.needed - before.stats.needed);
+    tier->hit_rate = needed > 0 ? double(after.stats.hits - before.stats.hits) / needed : 1.0;
+    tier->loaded_mib_per_token = double(after.stats.loaded_bytes - before.stats.loaded_bytes) / (1 << 20) / n_tokens;
+    tier->serve_ms_per_token = (after.stats.host_serve_ms - before.stats.host_serve_ms) / n_tokens;
+    tier->slots = after.slots_per_layer;
+  }
   return r;
+}
+
+// Pinned host-to-device copy bandwidth (GB/s), 256 MiB copies.
+double h2d_gbs() {
+  using compute::cuda::DeviceBuffer;
+  const size_t bytes = size_t(256) << 20;
+  DeviceBuffer d(bytes);
+  void* h = nullptr;
+  cudaHostAlloc(&h, bytes, cudaHostAllocDefault);
+  std::memset(h, 1, bytes);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> gbs;
+  for (int i = 0; i < 6; ++i) {
+    cudaEventRecord(e0);
+    cudaMemcpyAsync(d.data(), h, bytes, cudaMemcpyHostToDevice);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i > 0) gbs.push_back(double(bytes) / (ms * 1e-3) / 1e9);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFreeHost(h);
+  return median(gbs);
+}
+
+// "cuda@25%", "cuda@1G", "cuda@slots=4", optionally "/nora": the tier settings of an entry.
+compute::GpuTierOptions tier_for(const Model& model, const std::string& entry) {
+  compute::GpuTierOptions tier;
+  std::string spec = entry.substr(entry.find('@') + 1);
+  if (const size_t comma = spec.find('/'); comma != std::string::npos) {
+    if (spec.substr(comma + 1) != "nora") fail("bench_cuda_decode: {}: expected '/nora' after the budget", entry);
+    tier.read_ahead = false;
+    spec = spec.substr(0, comma);
+  }
+  tier.layers = model.expert_layouts();
+  if (spec.rfind("slots=", 0) == 0) tier.slots_per_layer = std::stoi(spec.substr(6));
+  else if (spec != "all") tier.budget_bytes = parse_byte_size(spec, tier.all_expert_bytes(model.hparams().n_expert), entry);
+  return tier;
 }
 
 // Bytes of weights one decode token reads: every tensor except the routed experts, plus k experts
@@ -145,7 +211,8 @@ int main(int argc, char** argv) {
     for (size_t pos = 0; pos <= backends_arg.size();) {
       const size_t comma = std::min(backends_arg.find(',', pos), backends_arg.size());
       const std::string name = backends_arg.substr(pos, comma - pos);
-      if (comma > pos) backends.push_back(name == "cuda-eager" ? name : compute::resolve_backend(name));
+      if (comma > pos)
+        backends.push_back(name == "cuda-eager" || name.rfind("cuda@", 0) == 0 ? name : compute::resolve_backend(name));
       pos = comma + 1;
     }
     if (!synth.empty() && !std::filesystem::exists(path)) {
@@ -171,12 +238,26 @@ int main(int argc, char** argv) {
     std::vector<int32_t> prompt(static_cast<size_t>(prompt_n));
     for (int i = 0; i < prompt_n; ++i) prompt[size_t(i)] = int32_t((uint64_t(i) * 7919 + 13) % uint64_t(hp.n_vocab));
 
+    std::map<std::string, std::unique_ptr<Model>> tier_models;  // one model (and device copy) per tier entry
+    for (const std::string& b : backends)
+      if (b.rfind("cuda@", 0) == 0) {
+        tier_models[b] = Model::load(path);
+        tier_models[b]->backend_shared().gpu_tier = tier_for(*tier_models[b], b);
+      }
+    auto model_for = [&](const std::string& b) -> const Model& {
+      auto it = tier_models.find(b);
+      return it == tier_models.end() ? *model : *it->second;
+    };
     std::map<std::string, std::vector<double>> decode, prefill;
     std::map<std::string, std::vector<int32_t>> tokens;
-    for (const std::string& b : backends) tokens[b] = run_once(*model, pool, b, prompt, std::min(n_tokens, 8), chunk).tokens;
+    std::map<std::string, std::vector<TierDelta>> tiers;
+    for (const std::string& b : backends)
+      tokens[b] = run_once(model_for(b), pool, b, prompt, std::min(n_tokens, 8), chunk).tokens;
     for (int rep = 0; rep < repeats; ++rep)
       for (const std::string& b : backends) {
-        const Run r = run_once(*model, pool, b, prompt, n_tokens, chunk);
+        TierDelta t;
+        const Run r = run_once(model_for(b), pool, b, prompt, n_tokens, chunk, &t);
+        if (t.slots > 0) tiers[b].push_back(t);
         decode[b].push_back(r.decode_tps);
         prefill[b].push_back(r.prefill_tps);
         tokens[b] = r.tokens;
@@ -185,6 +266,7 @@ int main(int argc, char** argv) {
       }
     const double bytes = bytes_per_token(*model);
     const bool have_cuda = std::find(backends.begin(), backends.end(), "cuda") != backends.end();
+    const double pcie = tiers.empty() ? 0.0 : h2d_gbs();
     const double bw = have_cuda ? device_copy_gbs() : 0.0;
     fmt::print("model {}: {} layers, {} experts top-{}; {} threads; prompt {} (chunks of {}), {} decode tokens, {} "
                "repeats\n",
@@ -195,7 +277,24 @@ int main(int argc, char** argv) {
       const double d = median(decode[b]), p = median(prefill[b]);
       fmt::print("{:5s}  decode {:8.2f} tok/s (median)   prefill {:8.1f} tok/s   {:.1f} GB/s of weights\n", b, d, p,
                  d * bytes / 1e9);
-      json += fmt::format(", \"{}\": {{\"decode_tps\": {:.3f}, \"prefill_tps\": {:.2f}}}", b, d, p);
+      json += fmt::format(", \"{}\": {{\"decode_tps\": {:.3f}, \"prefill_tps\": {:.2f}", b, d, p);
+      if (auto it = tiers.find(b); it != tiers.end() && !it->second.empty()) {
+        std::vector<double> hit, mib, serve;
+        for (const TierDelta& t : it->second) {
+          hit.push_back(t.hit_rate);
+          mib.push_back(t.loaded_mib_per_token);
+          serve.push_back(t.serve_ms_per_token);
+        }
+        const double m = median(mib), ceiling = m > 0 ? pcie * 1e9 / (m * (1 << 20)) : 0.0;
+        fmt::print("       gpu tier: {} slots per layer, hit rate {:.3f}, {:.1f} MiB copied in per token, host serve "
+                   "{:.3f} ms per token; PCIe ceiling {:.0f} tok/s ({:.1f} GB/s pinned H2D), reached {:.2f}\n",
+                   it->second.front().slots, median(hit), m, median(serve), ceiling, pcie,
+                   ceiling > 0 ? d / ceiling : 0.0);
+        json += fmt::format(", \"slots\": {}, \"hit_rate\": {:.4f}, \"mib_per_token\": {:.2f}, \"serve_ms\": {:.4f}, "
+                            "\"pcie_ceiling_tps\": {:.2f}",
+                            it->second.front().slots, median(hit), m, median(serve), ceiling);
+      }
+      json += "}";
     }
     if (have_cuda) {
       fmt::print("cuda device {}; device copy bandwidth {:.0f} GB/s (r+w) -> ceiling {:.0f} tok/s; cuda reaches {:.2f} of "

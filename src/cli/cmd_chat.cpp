@@ -93,7 +93,7 @@ class ChatLoop {
         tokenizer_(tokenizer),
         chat_template_(ChatTemplate::from_gguf(model.file())),
         store_(store),
-        session_(model, pool, tracer ? tracer : store, resolve_backend(options.model, store != nullptr)),
+        session_(model, pool, tracer ? tracer : store, resolve_backend(options.model, store != nullptr && !wants_gpu_tier(options.experts))),
         sampler_(options.model.sampling),
         cache_(session_.backend() == "cpu" ? resolve_cache_ram(options.cache_ram) : 0,
                kPrefillChunk) {

@@ -228,7 +228,7 @@ void run(const RunOptions& options) {
   const std::unique_ptr<TracingSource> tracer =
       open_routing_trace(*model, store.get(), options.experts);
   ExpertSource* experts = tracer ? static_cast<ExpertSource*>(tracer.get()) : store.get();
-  const std::string backend = resolve_backend(options.model, store != nullptr);
+  const std::string backend = resolve_backend(options.model, store != nullptr && !wants_gpu_tier(options.experts));
   Session session(*model, pool, experts, backend);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> telemetry(nullptr, &std::fclose);
   if (!options.telemetry_out.empty()) {

@@ -51,6 +51,13 @@ void add_expert_options(CLI::App& cmd, ExpertOptions& o) {
       ->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--io-threads", o.io_threads, "expert reader threads")->check(CLI::Range(1, 256));
   cmd.add_flag("--no-read-ahead", o.no_read_ahead, "do not predict and prefetch the next layer's experts");
+  cmd.add_option("--gpu-budget", o.gpu_budget,
+                 "with --backend cuda: GPU memory for routed experts, bytes (8G) or a share of the expert bytes "
+                 "(25%); the rest stays in RAM (--ram-budget) or on disk and is copied in per layer as routed. "
+                 "Default: every expert in GPU memory");
+  cmd.add_option("--gpu-slots-per-layer", o.gpu_slots_per_layer,
+                 "with --backend cuda: exactly this many GPU expert slots per layer (overrides --gpu-budget)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd.add_flag("--no-direct-io", o.no_direct_io, "read experts through the page cache");
   cmd.add_option("--io-backend", o.io_backend, "expert reads: uring (io_uring when available) or pread")
       ->check(CLI::IsMember({"uring", "pread"}));
@@ -139,8 +146,20 @@ std::unique_ptr<ExpertReader> open_expert_reader(const Model& model, const std::
   return std::make_unique<SidecarReader>(std::move(*sidecar), read);
 }
 
+void configure_gpu_tier(const Model& model, const ExpertOptions& o) {
+  compute::GpuTierOptions& tier = model.backend_shared().gpu_tier;
+  tier = compute::GpuTierOptions{};
+  tier.read_ahead = !o.no_read_ahead;
+  if (!wants_gpu_tier(o)) return;
+  tier.layers = model.expert_layouts();
+  tier.slots_per_layer = o.gpu_slots_per_layer;
+  if (!o.gpu_budget.empty() && o.gpu_slots_per_layer == 0)
+    tier.budget_bytes = parse_byte_size(o.gpu_budget, tier.all_expert_bytes(model.hparams().n_expert), "--gpu-budget");
+}
+
 std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::string& model_path,
                                                const ExpertOptions& o) {
+  configure_gpu_tier(model, o);
   const bool budget_given = !o.ram_budget.empty() || o.slots_per_layer > 0;
   const bool store_only = !o.usage.empty() || o.pin_hot > 0 || o.moce_lambda > 0;
   if (o.mapped) {

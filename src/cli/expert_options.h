@@ -44,6 +44,9 @@ struct ExpertOptions {
   int repin_swaps = 2;
   double repin_hysteresis = 0.25;
   // MoCE (route/moce.h): lambda 0 = off.
+  // GPU expert tier (compute/expert_tier.h), with --backend cuda: "" = every expert in VRAM.
+  std::string gpu_budget;
+  int gpu_slots_per_layer = 0;
   double moce_lambda = 0.0;
   int moce_protect = 1;
   int moce_max_rank = 0;
@@ -60,8 +63,14 @@ ExpertStoreOptions store_options(const ExpertOptions& options);
 std::unique_ptr<ExpertReader> open_expert_reader(const Model& model, const std::string& model_path,
                                                  const ExpertOptions& options, const std::string& source);
 // The store the options ask for, or nullptr for the GGUF mapping. Prints one line describing it.
+// Also sets the model's GPU expert tier from --gpu-budget / --gpu-slots-per-layer (configure_gpu_tier).
 std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::string& model_path,
                                                const ExpertOptions& options);
+
+// model.backend_shared().gpu_tier from the options (before the model's first GPU sequence).
+void configure_gpu_tier(const Model& model, const ExpertOptions& options);
+// Whether the options ask for a GPU expert tier (then --backend auto means cuda even with a store).
+inline bool wants_gpu_tier(const ExpertOptions& o) { return !o.gpu_budget.empty() || o.gpu_slots_per_layer > 0; }
 
 // With --trace-routing: a TracingSource over `store` (the GGUF mapping when null) that writes the
 // trace when destroyed; else nullptr. The session then uses it instead of the store.

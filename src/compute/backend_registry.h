@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "compute/backend.h"
+#include "compute/expert_tier.h"
 
 namespace strata::compute {
 
@@ -26,9 +27,12 @@ namespace strata::compute {
 // long as the model (Model::backend_shared), so that every sequence of a model (each serve
 // request, each Session::reset) reuses one device copy of the weights. Each backend keeps its own
 // entry, created on first use under `mutex`.
+// `gpu_tier` (compute/expert_tier.h) is read by a GPU backend when it first needs experts: set it
+// before the model's first GPU sequence.
 struct BackendShared {
   std::mutex mutex;
   std::map<std::string, std::shared_ptr<void>> by_backend;
+  GpuTierOptions gpu_tier;
 };
 
 struct BackendEntry {

@@ -56,6 +56,17 @@ class ExpertSource {
   // changes which experts are used, so it must answer resident() deterministically.
   virtual MocePolicy* moce() { return nullptr; }
   virtual bool resident(int /*layer*/, int32_t /*expert*/) const { return false; }
+
+  // For a tier that copies experts onward (the GPU arena, compute/cuda/expert_tier.h): the host
+  // memory every matrix handed out lies in, so that it can be pinned once (empty: unknown), and
+  // whether a handed-out pointer stays valid for the source's whole life (false: only until the
+  // following next()/begin_layer call, as the contract above says).
+  struct HostRegion {
+    const uint8_t* data = nullptr;
+    size_t bytes = 0;
+  };
+  virtual std::vector<HostRegion> host_regions() const { return {}; }
+  virtual bool pointers_stay_valid() const { return false; }
 };
 
 }  // namespace strata

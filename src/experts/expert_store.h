@@ -132,6 +132,13 @@ class ExpertStore final : public ExpertSource {
     return size_t(layer) < layers_.size() && layers_[size_t(layer)].present &&
            layers_[size_t(layer)].smap[size_t(expert)] != kMiss;
   }
+  // The arena (cache and transient slots). With a slot for every expert nothing is ever evicted
+  // or streamed, so a handed-out pointer stays valid for the store's life.
+  std::vector<HostRegion> host_regions() const override {
+    if (!arena_) return {};
+    return {HostRegion{static_cast<const uint8_t*>(arena_), size_t(arena_bytes_)}};
+  }
+  bool pointers_stay_valid() const override { return all_resident_; }
   // Opt-in cache-aware routing (null = exact routing).
   void set_moce(std::unique_ptr<MocePolicy> policy);
 

@@ -17,7 +17,24 @@ std::string blk(int layer, const char* name) { return fmt::format("blk.{}.{}", l
 // Experts straight from the read-only mapping (everything "resident" as far as the OS allows).
 class MappedExpertSource final : public ExpertSource {
  public:
-  explicit MappedExpertSource(const std::vector<LayerWeights>& layers) : layers_(layers) {}
+  explicit MappedExpertSource(const std::vector<LayerWeights>& layers) : layers_(layers) {
+    const uint8_t* first = nullptr;
+    const uint8_t* last = nullptr;
+    for (const LayerWeights& l : layers)
+      for (const ExpertTensor* t : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
+        if (!t->mapped || t->n_expert == 0) continue;
+        const uint8_t* end = t->mapped + size_t(t->n_expert) * t->expert_bytes;
+        if (!first || t->mapped < first) first = t->mapped;
+        if (!last || end > last) last = end;
+      }
+    if (first) region_ = {first, size_t(last - first)};
+  }
+  // The experts' span of the file mapping, valid as long as the model.
+  std::vector<HostRegion> host_regions() const override {
+    if (!region_.data) return {};
+    return {region_};
+  }
+  bool pointers_stay_valid() const override { return true; }
   void begin_layer(int layer, std::span<const int32_t> experts) override {
     layer_ = &layers_[size_t(layer)];
     experts_.assign(experts.begin(), experts.end());
@@ -37,6 +54,7 @@ class MappedExpertSource final : public ExpertSource {
   const LayerWeights* layer_ = nullptr;
   std::vector<int32_t> experts_;
   size_t next_ = 0;
+  HostRegion region_;
 };
 
 }  // namespace
@@ -60,6 +78,19 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   if (!model) fail("{}: unsupported architecture", path);
   model->loaded_tensors_ = tensors.loaded();
   return model;
+}
+
+std::vector<compute::ExpertLayerLayout> Model::expert_layouts() const {
+  std::vector<compute::ExpertLayerLayout> out(static_cast<size_t>(hp_.n_layer));
+  auto matrix = [](const ExpertTensor& t) {
+    return compute::ExpertMatrixLayout{t.type, t.n_in, t.n_out, t.expert(0).row_stride_bytes};
+  };
+  for (size_t l = 0; l < out.size() && l < layers_.size(); ++l) {
+    const LayerWeights& w = layers_[l];
+    if (w.gate_exps.n_expert == 0) continue;
+    out[l] = {true, matrix(w.gate_exps), matrix(w.up_exps), matrix(w.down_exps)};
+  }
+  return out;
 }
 
 Model::Model(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors)

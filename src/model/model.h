@@ -160,6 +160,9 @@ class Model {
   // What the compute backends of this model's sequences share (a GPU's copy of the weights); lives
   // as long as the model. compute::make_backend(name, model.backend_shared()).
   compute::BackendShared& backend_shared() const { return *backend_shared_; }
+  // The shapes of each trunk layer's routed experts, for a GPU expert tier
+  // (compute/expert_tier.h: backend_shared().gpu_tier.layers).
+  std::vector<compute::ExpertLayerLayout> expert_layouts() const;
 
  protected:
   // Loads token_embd and output from `tensors` (the checked table of *file).

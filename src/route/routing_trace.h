@@ -138,6 +138,8 @@ class TracingSource final : public ExpertSource {
   void predict(int layer, std::span<const int32_t> experts) override;
   MocePolicy* moce() override { return inner_.moce(); }
   bool resident(int layer, int32_t expert) const override { return inner_.resident(layer, expert); }
+  std::vector<HostRegion> host_regions() const override { return inner_.host_regions(); }
+  bool pointers_stay_valid() const override { return inner_.pointers_stay_valid(); }
 
   void finish() { writer_.finish(); }
   const std::string& path() const { return writer_.path(); }

@@ -2,6 +2,8 @@
 #include "compute/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +19,7 @@
 #include "compute/cpu/matmul.h"
 #include "compute/cuda/attention.h"
 #include "compute/cuda/deltanet.h"
+#include "compute/cuda/expert_tier.h"
 #include "compute/cuda/hyper_connection.h"
 #include "compute/cuda/matmul.h"
 #include "compute/cuda/ops.h"
@@ -117,6 +120,10 @@ struct DeviceWeights {
   std::mutex mutex;
   std::unordered_map<const void*, DeviceBuffer> buffers;
   std::unordered_map<int, LayerExperts> experts;
+  // Under a GPU budget (BackendShared::gpu_tier): the tiered arena instead of `experts`; decided
+  // at the first MoE layer of the model's first window.
+  bool tier_decided = false;
+  std::unique_ptr<GpuExpertTier> tier;
 };
 
 struct DeltaNetMirror {
@@ -150,6 +157,7 @@ class CudaBackend final : public Backend {
     std::shared_ptr<void>& entry = shared.by_backend["cuda"];
     if (!entry) entry = std::make_shared<DeviceWeights>();
     weights_ = std::static_pointer_cast<DeviceWeights>(entry);
+    tier_options_ = shared.gpu_tier;
   }
   ~CudaBackend() override {
     // Pending work must finish before the buffers it uses go away.
@@ -159,6 +167,10 @@ class CudaBackend final : public Backend {
       graph_.abandon();
     }
     cudaStreamSynchronize(stream_.get());
+    if (weights_->tier) try {
+        weights_->tier->settle();
+      } catch (...) {
+      }
     for (cudaEvent_t e : staging_done_)
       if (e) cudaEventDestroy(e);
     if (const char* v = std::getenv("STRATA_CUDA_GRAPH_STATS"); v && std::strcmp(v, "1") == 0) {
@@ -179,6 +191,18 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
   const WindowGraphStats& graph_stats() const { return graph_.stats(); }
+  GpuTierInfo tier_info() const {
+    GpuTierInfo info;
+    std::lock_guard lock(weights_->mutex);
+    const GpuExpertTier* tier = weights_->tier.get();
+    if (!tier) return info;
+    info.tiered = true;
+    info.slots_per_layer = tier->slots_per_layer();
+    info.transient_slots = tier->transient_slots();
+    info.arena_bytes = tier->arena_bytes();
+    info.stats = tier->stats();
+    return info;
+  }
 
   Tensor alloc(DType type, int64_t max_rows, int64_t width) override {
     if (max_rows < 1 || width < 1)
@@ -209,7 +233,20 @@ class CudaBackend final : public Backend {
     graph_.pause(true);  // the window so far runs (replay: its next recorded segment)
     STRATA_CUDA_CHECK(cudaMemcpyAsync(out, data + first_row * t.width, size_t(n_rows * t.width) * 4,
                                       cudaMemcpyDeviceToHost, s()));
+    if (GpuExpertTier* tier = weights_->tier.get()) {
+      // A window whose handshake never completes is a bug: say where both sides stand.
+      const auto start = std::chrono::steady_clock::now();
+      cudaError_t status;
+      while ((status = cudaStreamQuery(s())) == cudaErrorNotReady) {
+        if (std::chrono::steady_clock::now() - start > std::chrono::seconds(60))
+          fail("cuda backend: a window has not finished after 60 s; gpu expert tier: {}", tier->describe_state());
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+      STRATA_CUDA_CHECK(status);
+    }
     STRATA_CUDA_CHECK(cudaStreamSynchronize(s()));
+    // The window's handshakes are all served once its work is done; a failed one throws here.
+    if (weights_->tier) weights_->tier->settle();
   }
 
   void write(Tensor t, int64_t first_row, int64_t n_rows, const float* in) override {
@@ -515,6 +552,10 @@ class CudaBackend final : public Backend {
   }
 
   LayerExperts& layer_experts(const HParams& hp, ExpertSource& source, int layer);
+  // The tiered arena when BackendShared::gpu_tier asks for a budget below every expert (made at
+  // the first call), else nullptr (every expert resident: layer_experts).
+  GpuExpertTier* expert_tier(const HParams& hp, int64_t max_rows);
+  GpuTierOptions tier_options_;
   KvMirror& kv_mirror(const HParams& hp, const AttentionWeights& w, int layer, int64_t n_tokens);
 
   Stream stream_;
@@ -860,15 +901,39 @@ LayerExperts& CudaBackend::layer_experts(const HParams& hp, ExpertSource& source
   return weights_->experts.emplace(layer, std::move(le)).first->second;
 }
 
+GpuExpertTier* CudaBackend::expert_tier(const HParams& hp, int64_t max_rows) {
+  std::lock_guard lock(weights_->mutex);
+  if (weights_->tier_decided) return weights_->tier.get();
+  weights_->tier_decided = true;
+  if (!tier_options_.tiered()) return nullptr;
+  if (tier_options_.layers.empty())
+    fail("cuda backend: a GPU expert budget was set without the model's expert layouts (BackendShared::gpu_tier)");
+  // A budget that buys a slot for every expert is the all-resident arena: no handshake.
+  if (tier_options_.slots_per_layer >= hp.n_expert ||
+      (tier_options_.slots_per_layer == 0 && tier_options_.budget_bytes >= tier_options_.all_expert_bytes(hp.n_expert)))
+    return nullptr;
+  EagerScope eager(*this);
+  // Sized for windows of up to 256 rows or the session's largest, whichever is more, so later
+  // sequences with other window sizes fit.
+  weights_->tier = std::make_unique<GpuExpertTier>(tier_options_, hp.n_expert, hp.n_expert_used,
+                                                   std::max<int64_t>(max_rows, 256));
+  return weights_->tier.get();
+}
+
 void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x, Tensor y,
-                      int64_t n_rows, const MoeWeights*) {
-  sign(Op::Moe, x, y, layer, n_rows);
+                      int64_t n_rows, const MoeWeights* next_router) {
+  sign(Op::Moe, x, y, layer, n_rows, next_router != nullptr);
+  // Every window, replayed or not, has this layer's handshake on the GPU: the tier's host thread
+  // must expect it before the window's work is launched.
+  GpuExpertTier* tier = weights_->tier_decided ? weights_->tier.get() : nullptr;
+  if (!weights_->tier_decided && !replaying()) tier = expert_tier(hp, x.max_rows);
+  if (tier) tier->expect(experts);
   if (replaying()) return;
   const float* xd = rows(x, n_rows, "moe");
   float* yd = rows(y, n_rows, "moe", x.width);
   const int k = hp.n_expert_used, n_expert = hp.n_expert;
   const int64_t H = hp.n_embd, pairs = n_rows * k;
-  LayerExperts& le = layer_experts(hp, experts, layer);
+  const LayerExperts* all = tier ? nullptr : &layer_experts(hp, experts, layer);
   scratch_.reset();
   if (pair_capacity_ < pairs || pair_k_ != k) {
     EagerScope eager(*this);
@@ -898,32 +963,22 @@ void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& expe
   mark("moe.router.top_k");
   route_top_k(logits, n_rows, n_expert, k, ids, weights, s());
 
-  mark("moe.experts.gate_up");
-  const int64_t n_ff = le.gate.n_out;
-  const ActivationLayout in_gate = activation_layout(le.gate.type, H, n_rows);
-  void* act_gate = scratch_.take(in_gate.total_bytes);
-  quantize_activations(in_gate, xd, act_gate, s());
-  ActivationLayout in_up = in_gate;
-  void* act_up = act_gate;
-  if (le.up.type != le.gate.type) {
-    in_up = activation_layout(le.up.type, H, n_rows);
-    act_up = scratch_.take(in_up.total_bytes);
-    quantize_activations(in_up, xd, act_up, s());
+  if (tier) {
+    // The handshake: publish the ids (and the next layer's guess), run the shared expert while
+    // the host tier brings the misses, wait for them.
+    int32_t* guess_ids = nullptr;
+    float* guess_weights = nullptr;
+    if (tier->read_ahead() && next_router) {
+      mark("moe.tier.guess");
+      float* guess_logits = scratch_.floats(n_rows * n_expert);
+      mm(next_router->router, xd, n_rows, guess_logits);
+      guess_ids = scratch_.ints(pairs);
+      guess_weights = scratch_.floats(pairs);
+      route_top_k(guess_logits, n_rows, n_expert, k, guess_ids, guess_weights, s());
+    }
+    mark("moe.tier.publish");
+    tier->publish(layer, ids, pairs, guess_ids, guess_weights, pairs, s());
   }
-  float* g = scratch_.floats(pairs * n_ff);
-  float* u = scratch_.floats(pairs * n_ff);
-  const int32_t* by_pair = row_of_pair_.as<int32_t>();
-  const int32_t* ones = ones_.as<int32_t>();
-  expert_matmul_quantized(le.view, 0, le.gate, ids, int(pairs), by_pair, ones, 1, in_gate, act_gate, g, s());
-  expert_matmul_quantized(le.view, 0, le.up, ids, int(pairs), by_pair, ones, 1, in_up, act_up, u, s());
-  mark("moe.experts.down");
-  const ActivationLayout in_down = activation_layout(le.down.type, n_ff, pairs);
-  void* act_down = scratch_.take(in_down.total_bytes);
-  quantize_activations_fused(in_down, ActivationPrologue::SiluMul, g, u, 0.0f, act_down, s());
-  float* out = scratch_.floats(pairs * H);
-  expert_matmul_quantized(le.view, 0, le.down, ids, int(pairs), identity_.as<int32_t>(), ones, 1, in_down, act_down,
-                          out, s());
-
   float* shared = nullptr;
   float* gate_logit = nullptr;
   if (w.has_shared()) {
@@ -937,6 +992,40 @@ void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& expe
     gate_logit = scratch_.floats(n_rows);
     mm(WeightMatrix::dense(GgmlType::F32, H, 1, w.shared_gate_inp.data()), xd, n_rows, gate_logit);
   }
+  if (tier) {
+    mark("moe.tier.wait");
+    tier->wait(layer, s());
+  }
+  const ExpertArenaView view = tier ? tier->view(layer) : all->view;
+  const ExpertMatrixShape& gate = tier ? tier->layer(layer).gate : all->gate;
+  const ExpertMatrixShape& up = tier ? tier->layer(layer).up : all->up;
+  const ExpertMatrixShape& down = tier ? tier->layer(layer).down : all->down;
+
+  mark("moe.experts.gate_up");
+  const int64_t n_ff = gate.n_out;
+  const ActivationLayout in_gate = activation_layout(gate.type, H, n_rows);
+  void* act_gate = scratch_.take(in_gate.total_bytes);
+  quantize_activations(in_gate, xd, act_gate, s());
+  ActivationLayout in_up = in_gate;
+  void* act_up = act_gate;
+  if (up.type != gate.type) {
+    in_up = activation_layout(up.type, H, n_rows);
+    act_up = scratch_.take(in_up.total_bytes);
+    quantize_activations(in_up, xd, act_up, s());
+  }
+  float* g = scratch_.floats(pairs * n_ff);
+  float* u = scratch_.floats(pairs * n_ff);
+  const int32_t* by_pair = row_of_pair_.as<int32_t>();
+  const int32_t* ones = ones_.as<int32_t>();
+  expert_matmul_quantized(view, 0, gate, ids, int(pairs), by_pair, ones, 1, in_gate, act_gate, g, s());
+  expert_matmul_quantized(view, 0, up, ids, int(pairs), by_pair, ones, 1, in_up, act_up, u, s());
+  mark("moe.experts.down");
+  const ActivationLayout in_down = activation_layout(down.type, n_ff, pairs);
+  void* act_down = scratch_.take(in_down.total_bytes);
+  quantize_activations_fused(in_down, ActivationPrologue::SiluMul, g, u, 0.0f, act_down, s());
+  float* out = scratch_.floats(pairs * H);
+  expert_matmul_quantized(view, 0, down, ids, int(pairs), identity_.as<int32_t>(), ones, 1, in_down, act_down, out,
+                          s());
   mark("moe.combine");
   moe_combine(out, weights, n_rows, k, H, shared, gate_logit, yd, s());
 }
@@ -983,6 +1072,12 @@ bool CudaBackend::rollback_window(int64_t keep_rows) {
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(BackendShared& shared) { return std::make_unique<CudaBackend>(shared); }
+
+GpuTierInfo gpu_tier_info(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  if (!cuda) return {};
+  return cuda->tier_info();
+}
 
 GraphCounters graph_counters(const Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);

@@ -37,6 +37,7 @@
 
 #include "compute/backend.h"
 #include "compute/backend_registry.h"
+#include "compute/cuda/expert_tier.h"
 
 namespace strata::compute::cuda {
 
@@ -52,5 +53,15 @@ struct GraphCounters {
   int64_t windows = 0, replays = 0, records = 0, forgotten = 0;
 };
 GraphCounters graph_counters(const Backend& backend);
+
+// The GPU expert tier of a CUDA backend's model (expert_tier.h), when it runs under a budget
+// (BackendShared::gpu_tier); tiered = false otherwise and for any other backend.
+struct GpuTierInfo {
+  bool tiered = false;
+  int slots_per_layer = 0, transient_slots = 0;
+  uint64_t arena_bytes = 0;
+  GpuTierStats stats;
+};
+GpuTierInfo gpu_tier_info(const Backend& backend);
 
 }  // namespace strata::compute::cuda

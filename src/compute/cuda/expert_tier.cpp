@@ -1,0 +1,398 @@
+// The GPU expert tier's host side. Contract in expert_tier.h.
+#include "compute/cuda/expert_tier.h"
+
+#include <immintrin.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+#include "util/error.h"
+
+namespace strata::compute::cuda {
+namespace {
+
+constexpr size_t kUnit = 256;            // slot-map offsets are in these units
+constexpr size_t kChunk = 16 << 10;      // bytes a load-kernel block copies
+constexpr size_t kMailboxHeader = 64;
+constexpr int kJobRing = 8;
+
+size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+size_t chunks_of(size_t bytes) { return (bytes + kChunk - 1) / kChunk; }
+
+ExpertMatrixShape shape_of(const ExpertMatrixLayout& m, size_t offset) {
+  return ExpertMatrixShape{m.type, m.n_in, m.n_out, offset, m.row_stride_bytes};
+}
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k, int64_t max_rows)
+    : n_expert_(n_expert), k_(k), max_rows_(max_rows), read_ahead_(false && options.read_ahead),
+      residency_({1}, 1, 0) {
+  if (n_expert < 1 || k < 1 || max_rows < 1)
+    fail("gpu expert tier: {} experts, top-{}, {} rows per window", n_expert, k, max_rows);
+  // Slot layout per layer: [gate | up | down], each 16-byte aligned, the slot 256-byte aligned.
+  layers_.resize(options.layers.size());
+  uint64_t slot_sum = 0;
+  size_t largest = 0, largest_slice = 0;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const ExpertLayerLayout& src = options.layers[l];
+    if (!src.present) continue;
+    TierLayer& t = layers_[l];
+    t.present = true;
+    const size_t up_offset = align_up(src.gate.bytes(), 16), down_offset = up_offset + align_up(src.up.bytes(), 16);
+    t.gate = shape_of(src.gate, 0);
+    t.up = shape_of(src.up, up_offset);
+    t.down = shape_of(src.down, down_offset);
+    t.slot_bytes = align_up(down_offset + src.down.bytes(), kUnit);
+    slot_sum += t.slot_bytes;
+    largest = std::max(largest, t.slot_bytes);
+    largest_slice = std::max({largest_slice, src.gate.bytes(), src.up.bytes(), src.down.bytes()});
+  }
+  if (slot_sum == 0) fail("gpu expert tier: the model has no routed experts");
+  n_transient_ = int(std::min<int64_t>(n_expert, int64_t(k) * max_rows));
+  const uint64_t transient_bytes = uint64_t(n_transient_) * largest;
+  if (options.slots_per_layer > 0) {
+    slots_ = std::min(options.slots_per_layer, n_expert);
+  } else {
+    if (options.budget_bytes < slot_sum + transient_bytes)
+      fail("--gpu-budget {:.1f} MiB is below the smallest GPU expert arena: 1 slot per layer ({:.1f} MiB) + {} "
+           "transient slots for a {}-row window ({:.1f} MiB) = {:.1f} MiB",
+           double(options.budget_bytes) / (1 << 20), double(slot_sum) / (1 << 20), n_transient_, max_rows,
+           double(transient_bytes) / (1 << 20), double(slot_sum + transient_bytes) / (1 << 20));
+    slots_ = int(std::min<uint64_t>(uint64_t(n_expert), (options.budget_bytes - transient_bytes) / slot_sum));
+  }
+  size_t offset = 0;
+  for (TierLayer& t : layers_) {
+    if (!t.present) continue;
+    t.first_offset = offset;
+    offset += size_t(slots_) * t.slot_bytes;
+  }
+  transient_offset_ = offset;
+  transient_slot_bytes_ = largest;
+  const size_t arena_bytes = offset + size_t(n_transient_) * largest;
+  size_t free_bytes = 0, total_bytes = 0;
+  STRATA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (arena_bytes + (size_t(256) << 20) > free_bytes)
+    fail("gpu expert tier: an arena of {:.1f} MiB ({} slots per layer + {} transient) does not fit in the {:.1f} MiB "
+         "free on the device ({:.1f} MiB in all): lower --gpu-budget",
+         double(arena_bytes) / (1 << 20), slots_, n_transient_, double(free_bytes) / (1 << 20),
+         double(total_bytes) / (1 << 20));
+  if (arena_bytes / kUnit >= kMiss) fail("gpu expert tier: an arena of {} bytes is too large to address", arena_bytes);
+  arena_ = DeviceBuffer(arena_bytes);
+
+  std::vector<int> per_layer(layers_.size(), 0);
+  for (size_t l = 0; l < layers_.size(); ++l) per_layer[l] = layers_[l].present ? slots_ : 0;
+  residency_ = SlotResidency(per_layer, n_expert, n_transient_);
+  smap_mirror_.assign(layers_.size() * size_t(n_expert), kMiss);
+  smap_ = DeviceBuffer(smap_mirror_.size() * 4);
+  smap_.upload(smap_mirror_.data(), smap_mirror_.size() * 4);
+  words_ = DeviceBuffer(64);
+  STRATA_CUDA_CHECK(cudaMemset(words_.data(), 0, 64));
+
+  // Mapped host memory: the mailbox, the job ring and the abort flag.
+  const size_t capacity = size_t(k) * size_t(max_rows);
+  const size_t mailbox_bytes = kMailboxHeader + capacity * 12;
+  STRATA_CUDA_CHECK(cudaHostAlloc(&mailbox_host_, mailbox_bytes + 64, cudaHostAllocMapped));
+  std::memset(mailbox_host_, 0, mailbox_bytes + 64);
+  STRATA_CUDA_CHECK(cudaHostGetDevicePointer(&mailbox_dev_, mailbox_host_, 0));
+  abort_host_ = reinterpret_cast<volatile uint32_t*>(static_cast<uint8_t*>(mailbox_host_) + mailbox_bytes);
+  abort_dev_ = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(mailbox_dev_) + mailbox_bytes);
+  // A job holds at most every expert of a layer: its three slices in chunks.
+  max_chunks_ = size_t(n_expert) * 3 * chunks_of(largest_slice);
+  job_bytes_ = align_up(sizeof(TierJobHeader) + align_up(size_t(n_expert) * 4, 16) + max_chunks_ * sizeof(TierCopy), 256);
+  STRATA_CUDA_CHECK(cudaHostAlloc(&jobs_host_, job_bytes_ * kJobRing, cudaHostAllocMapped));
+  std::memset(jobs_host_, 0, job_bytes_ * kJobRing);
+  STRATA_CUDA_CHECK(cudaHostGetDevicePointer(&jobs_dev_, jobs_host_, 0));
+  seen_.assign(size_t(n_expert), 0);
+  best_.assign(size_t(n_expert), -1.0f);
+  thread_ = std::thread([this] { run(); });
+}
+
+GpuExpertTier::~GpuExpertTier() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  for (void* p : registered_) cudaHostUnregister(p);
+  if (bounce_host_) cudaFreeHost(bounce_host_);
+  if (jobs_host_) cudaFreeHost(jobs_host_);
+  if (mailbox_host_) cudaFreeHost(mailbox_host_);
+}
+
+ExpertArenaView GpuExpertTier::view(int layer) const {
+  ExpertArenaView v;
+  v.base = arena_.as<uint8_t>();
+  v.slot_bytes = kUnit;
+  v.smap = smap_.as<uint32_t>() + size_t(layer) * size_t(n_expert_);
+  v.n_expert = n_expert_;
+  return v;
+}
+
+void GpuExpertTier::prepare_source(ExpertSource& source) {
+  // Called with mutex_ held, before any handshake of the source is served.
+  source_ = &source;
+  stable_pointers_ = source.pointers_stay_valid();
+  direct_reads_ = true;
+  const long page = sysconf(_SC_PAGESIZE);
+  const std::vector<ExpertSource::HostRegion> regions = source.host_regions();
+  if (regions.empty()) direct_reads_ = false;
+  for (const ExpertSource::HostRegion& r : regions) {
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(r.data) / uintptr_t(page) * uintptr_t(page);
+    const uintptr_t end = align_up(reinterpret_cast<uintptr_t>(r.data) + r.bytes, size_t(page));
+    void* p = reinterpret_cast<void*>(begin);
+    cudaError_t e = cudaHostRegister(p, end - begin, cudaHostRegisterMapped | cudaHostRegisterReadOnly);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      e = cudaHostRegister(p, end - begin, cudaHostRegisterMapped);
+    }
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      std::fprintf(stderr,
+                   "note: gpu expert tier: %.1f MiB of host experts could not be pinned (%s); copying them through "
+                   "the driver's staging instead\n",
+                   double(end - begin) / (1 << 20), cudaGetErrorString(e));
+      direct_reads_ = false;
+      continue;
+    }
+    registered_.push_back(p);
+    void* dev = nullptr;
+    STRATA_CUDA_CHECK(cudaHostGetDevicePointer(&dev, p, 0));
+    aliases_.push_back({static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + (end - begin),
+                        static_cast<const uint8_t*>(dev)});
+  }
+}
+
+void GpuExpertTier::expect(ExpertSource& source) {
+  {
+    std::lock_guard lock(mutex_);
+    if (error_) std::rethrow_exception(error_);
+    if (!source_) prepare_source(source);
+    else if (source_ != &source)
+      fail("gpu expert tier: one expert source per model (a second sequence passed another one)");
+    ++expected_;
+  }
+  cv_.notify_all();
+}
+
+void GpuExpertTier::publish(int layer, const int32_t* ids, int64_t n_pairs, const int32_t* guess_ids,
+                            const float* guess_weights, int64_t n_guess, cudaStream_t stream) {
+  const int64_t capacity = int64_t(k_) * max_rows_;
+  if (n_pairs > capacity || n_guess > capacity)
+    fail("gpu expert tier: a window of {} routed pairs exceeds the {} the tier was sized for ({} rows)", n_pairs,
+         capacity, max_rows_);
+  if (layer < 0 || size_t(layer) >= layers_.size() || !layers_[size_t(layer)].present)
+    fail("gpu expert tier: layer {} has no routed experts", layer);
+  tier_publish(ids, int(n_pairs), guess_ids, guess_weights, guess_ids ? int(n_guess) : 0, int(capacity), layer,
+               mailbox_dev_, words_.as<uint32_t>(), stream);
+}
+
+void GpuExpertTier::wait(int layer, cudaStream_t stream) {
+  // 64 blocks: enough 16-byte loads in flight to keep PCIe busy; they only spin until released.
+  tier_wait(words_.as<uint32_t>(), jobs_dev_, job_bytes_, kJobRing, n_expert_,
+            smap_.as<uint32_t>() + size_t(layer) * size_t(n_expert_), abort_dev_, 64, stream);
+}
+
+bool GpuExpertTier::trace() {
+  static const bool on = [] {
+    const char* v = std::getenv("STRATA_TIER_TRACE");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+std::string GpuExpertTier::describe_state() {
+  const auto* header = static_cast<const TierMailboxHeader*>(mailbox_host_);
+  uint32_t words[3] = {0, 0, 0};
+  if (cudaMemcpyAsync(words, words_.data(), sizeof(words), cudaMemcpyDeviceToHost, copy_stream_.get()) == cudaSuccess)
+    cudaStreamSynchronize(copy_stream_.get());
+  std::lock_guard lock(mutex_);
+  return fmt::format("expected {} served {} last served seq {}; mailbox seq {} (layer {}); device seq {} ack {} "
+                     "counter {}",
+                     expected_, served_, last_seq_, header->seq, header->layer, words[0], words[1], words[2]);
+}
+
+void GpuExpertTier::settle() {
+  const auto* header = static_cast<const TierMailboxHeader*>(mailbox_host_);
+  const uint32_t published = header->seq;
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [&] { return last_seq_ == published || error_ != nullptr; });
+  (void)bounce_dev_;
+  expected_ = served_;
+  if (error_) std::rethrow_exception(error_);
+}
+
+GpuTierStats GpuExpertTier::stats() const {
+  std::lock_guard lock(mutex_);
+  GpuTierStats s = stats_;
+  const SlotResidencyStats& r = residency_.stats();
+  s.needed = r.needed;
+  s.hits = r.hits;
+  s.misses = r.misses;
+  s.transient = r.transient;
+  s.read_ahead_issued = r.read_ahead_issued;
+  s.read_ahead_used = r.read_ahead_used;
+  return s;
+}
+
+void GpuExpertTier::run() {
+  const auto* header = static_cast<const TierMailboxHeader*>(mailbox_host_);
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || served_ < expected_; });
+      if (stop_) return;
+    }
+    // One handshake is coming: spin for it (the GPU waits for us next), backing off after a
+    // while so that a window that never launches (an error on the window thread) costs no core.
+    const uint32_t want = last_seq_ + 1;
+    for (uint64_t spins = 0; header->seq != want; ++spins) {
+      if ((spins & 1023) == 0) {
+        std::lock_guard lock(mutex_);
+        if (stop_) return;
+        if (served_ >= expected_) break;  // settle() dropped the expectation
+      }
+      if (spins < (1u << 20)) _mm_pause();
+      else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    if (header->seq != want) continue;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      if (!error_) serve();
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      error_ = std::current_exception();
+      *abort_host_ = 1;  // release every wait kernel; the window's results are garbage
+    }
+    {
+      std::lock_guard lock(mutex_);
+      stats_.host_serve_ms += ms_since(start);
+      last_seq_ = want;
+      ++served_;
+    }
+    cv_.notify_all();
+  }
+}
+
+// The device address of registered host bytes [p, p + n).
+const uint8_t* GpuExpertTier::device_alias(const uint8_t* p, size_t n) const {
+  for (const Alias& a : aliases_)
+    if (p >= a.host_begin && p + n <= a.host_end) return a.device_begin + (p - a.host_begin);
+  fail("gpu expert tier: the host tier handed out {} bytes outside the memory it named (host_regions)", n);
+}
+
+uint32_t GpuExpertTier::offset_units(int layer, const SlotResidency::Load& load) const {
+  const size_t offset = load.transient ? transient_offset_ + size_t(load.slot) * transient_slot_bytes_
+                                       : layers_[size_t(layer)].first_offset +
+                                             size_t(load.slot) * layers_[size_t(layer)].slot_bytes;
+  return uint32_t(offset / kUnit);
+}
+
+void GpuExpertTier::serve() {
+  const auto* header = static_cast<const TierMailboxHeader*>(mailbox_host_);
+  const int layer = int(header->layer);
+  const int n_pairs = int(header->n_pairs), n_guess = int(header->n_guess);
+  const size_t capacity = size_t(k_) * size_t(max_rows_);
+  const int32_t* ids = reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(mailbox_host_) + kMailboxHeader);
+  const int32_t* guess_ids = ids + capacity;
+  const float* guess_weights = reinterpret_cast<const float*>(guess_ids + capacity);
+  if (layer < 0 || size_t(layer) >= layers_.size() || !layers_[size_t(layer)].present)
+    fail("gpu expert tier: the GPU published layer {}, which has no routed experts", layer);
+
+  // The layer's union, ascending.
+  union_.clear();
+  for (int i = 0; i < n_pairs; ++i) {
+    const int32_t e = ids[i];
+    if (e < 0 || e >= n_expert_) fail("gpu expert tier: layer {}: routed expert id {} out of range", layer, e);
+    if (!seen_[size_t(e)]) {
+      seen_[size_t(e)] = 1;
+      union_.push_back(e);
+    }
+  }
+  for (const int32_t e : union_) seen_[size_t(e)] = 0;
+  std::sort(union_.begin(), union_.end());
+  residency_.resolve(layer, union_, loads_);
+  ++stats_.handshakes;
+  if (trace())
+    std::fprintf(stderr, "tier: seq %u layer %d: %d pairs, union %zu, %zu loads\n", last_seq_ + 1, layer, n_pairs,
+                 union_.size(), loads_.size());
+  (void)n_guess;
+  (void)guess_ids;
+  (void)guess_weights;
+  release(layer, last_seq_ + 1);
+}
+
+// Fills the job of handshake `seq`: the layer's new slot-map row (from the residency, plus this
+// call's transient slots) and the chunks to copy, then marks it ready: the GPU's wait kernel copies.
+void GpuExpertTier::release(int layer, uint32_t seq) {
+  const TierLayer& t = layers_[size_t(layer)];
+  uint8_t* job = static_cast<uint8_t*>(jobs_host_) + size_t(seq % kJobRing) * job_bytes_;
+  auto* header = reinterpret_cast<TierJobHeader*>(job);
+  auto* row = reinterpret_cast<uint32_t*>(job + sizeof(TierJobHeader));
+  auto* copies = reinterpret_cast<TierCopy*>(job + sizeof(TierJobHeader) + align_up(size_t(n_expert_) * 4, 16));
+  for (int32_t e = 0; e < n_expert_; ++e) {
+    const uint32_t s = residency_.slot_of(layer, e);
+    row[e] = s == SlotResidency::kMiss ? kMiss : offset_units(layer, {e, s, false});
+  }
+  for (const SlotResidency::Load& load : loads_)
+    if (load.transient) row[load.expert] = offset_units(layer, load);
+
+  uint32_t n_copies = 0;
+  uint64_t bytes = 0;
+  if (!loads_.empty()) {
+    // The misses' bytes from the host tier, in the order it hands them out; read in place when its
+    // memory is pinned and stays valid, else staged in the pinned bounce buffer first.
+    const bool in_place = direct_reads_ && stable_pointers_;
+    if (!in_place && !bounce_host_) {
+      bounce_bytes_ = size_t(n_transient_) * transient_slot_bytes_;
+      STRATA_CUDA_CHECK(cudaHostAlloc(&bounce_host_, bounce_bytes_, cudaHostAllocMapped));
+      STRATA_CUDA_CHECK(cudaHostGetDevicePointer(&bounce_dev_, bounce_host_, 0));
+    }
+    load_ids_.clear();
+    for (const SlotResidency::Load& load : loads_) load_ids_.push_back(load.expert);
+    source_->begin_layer(layer, load_ids_);
+    int index = -1;
+    ExpertMatrices m;
+    while (source_->next(index, m)) {
+      if (index < 0 || size_t(index) >= loads_.size())
+        fail("gpu expert tier: layer {}: the host tier handed out index {} of {}", layer, index, loads_.size());
+      uint8_t* dst = arena_.as<uint8_t>() + size_t(offset_units(layer, loads_[size_t(index)])) * kUnit;
+      const std::pair<const compute::WeightMatrix*, const ExpertMatrixShape*> parts[] = {
+          {&m.gate, &t.gate}, {&m.up, &t.up}, {&m.down, &t.down}};
+      for (const auto& [matrix, shape] : parts) {
+        const size_t n = size_t(shape->n_out) * shape->row_stride_bytes;
+        const auto* src = static_cast<const uint8_t*>(matrix->data);
+        if (in_place) {
+          src = device_alias(src, n);
+        } else {
+          uint8_t* staged = static_cast<uint8_t*>(bounce_host_) + size_t(index) * transient_slot_bytes_ +
+                            shape->matrix_offset;
+          std::memcpy(staged, src, n);
+          src = static_cast<const uint8_t*>(bounce_dev_) + (staged - static_cast<uint8_t*>(bounce_host_));
+        }
+        bytes += n;
+        for (size_t at = 0; at < n; at += kChunk)
+          copies[n_copies++] = TierCopy{src + at, dst + shape->matrix_offset + at, uint32_t(std::min(kChunk, n - at)), 0};
+      }
+    }
+  }
+  stats_.loaded_bytes += bytes;
+  stats_.miss_bytes += bytes;
+  header->n_copies = n_copies;
+  std::atomic_thread_fence(std::memory_order_release);
+  header->ready = seq;  // volatile: the wait kernel sees it after the job above
+}
+
+}  // namespace strata::compute::cuda

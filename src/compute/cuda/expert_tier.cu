@@ -1,0 +1,128 @@
+// Kernels of the GPU expert tier's handshake (contract in expert_tier.h).
+#include <cuda_runtime.h>
+
+#include "compute/cuda/expert_tier.h"
+#include "compute/cuda/launch.cuh"
+
+namespace strata::compute::cuda {
+namespace {
+
+constexpr size_t kMailboxHeader = 64;  // TierMailboxHeader, padded: the id arrays start after it
+constexpr int kLoadThreads = 256;
+
+// words[0]: the sequence number of the last published handshake; words[1]: the last ack;
+// words[2]: blocks of the running load kernel that finished their chunk.
+__global__ void publish_kernel(const int32_t* ids, int n_pairs, const int32_t* guess_ids, const float* guess_weights,
+                               int n_guess, int capacity, int layer, uint8_t* mailbox, uint32_t* words) {
+  pdl_begin();
+  int32_t* out_ids = reinterpret_cast<int32_t*>(mailbox + kMailboxHeader);
+  int32_t* out_guess = out_ids + capacity;
+  float* out_weights = reinterpret_cast<float*>(out_guess + capacity);
+  for (int i = int(threadIdx.x); i < n_pairs; i += int(blockDim.x)) out_ids[i] = ids[i];
+  for (int i = int(threadIdx.x); i < n_guess; i += int(blockDim.x)) {
+    out_guess[i] = guess_ids[i];
+    out_weights[i] = guess_weights[i];
+  }
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint32_t seq = words[0] + 1;
+    words[0] = seq;
+    auto* header = reinterpret_cast<TierMailboxHeader*>(mailbox);
+    header->layer = uint32_t(layer);
+    header->n_pairs = uint32_t(n_pairs);
+    header->n_guess = uint32_t(n_guess);
+    __threadfence_system();
+    header->seq = seq;
+    __threadfence_system();
+  }
+}
+
+// The GPU side of the release: every block spins until the host marks the job of `seq` ready (a
+// word in mapped host memory), then the blocks copy the job's chunks (grid-stride, reading pinned
+// host memory directly) and write the layer's slot-map row. The expert kernels after this one
+// wait for its completion (stream order / PDL), so completion is the release: no ack word, and no
+// CUDA call on the host side of the handshake. Not pdl_begin(): the kernels after this one must
+// not be launched (and hold SMs at their own wait) before the copies are done.
+__global__ void wait_and_copy_kernel(const uint32_t* words, const uint8_t* jobs, size_t job_bytes, int ring,
+                                     int n_expert, uint32_t* smap_row, const uint32_t* abort_flag) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  __shared__ int n_copies;
+  __shared__ bool aborted;
+  const uint32_t seq = *reinterpret_cast<const volatile uint32_t*>(words);
+  const uint8_t* job = jobs + size_t(seq % uint32_t(ring)) * job_bytes;
+  const auto* header = reinterpret_cast<const volatile TierJobHeader*>(job);
+  if (threadIdx.x == 0) {
+    aborted = false;
+    for (uint32_t spins = 1; header->ready != seq; ++spins) {
+      if ((spins & 255) == 0 && *reinterpret_cast<const volatile uint32_t*>(abort_flag) != 0) {
+        aborted = true;
+        break;
+      }
+      __nanosleep(100);
+    }
+    __threadfence_system();
+    n_copies = aborted ? 0 : int(header->n_copies);
+  }
+  __syncthreads();
+  if (aborted) return;
+  const size_t smap_bytes = (size_t(n_expert) * 4 + 15) / 16 * 16;
+  const uint32_t* row = reinterpret_cast<const uint32_t*>(job + sizeof(TierJobHeader));
+  for (int e = int(blockIdx.x * blockDim.x + threadIdx.x); e < n_expert; e += int(gridDim.x * blockDim.x))
+    smap_row[e] = row[e];
+  const TierCopy* copies = reinterpret_cast<const TierCopy*>(job + sizeof(TierJobHeader) + smap_bytes);
+  __shared__ TierCopy copy;
+  for (int c = int(blockIdx.x); c < n_copies; c += int(gridDim.x)) {
+    __syncthreads();
+    if (threadIdx.x == 0) copy = copies[c];
+    __syncthreads();
+    const uint8_t* src = copy.src;
+    uint8_t* dst = copy.dst;
+    const uint32_t n = copy.bytes;
+    if (((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | n) & 15) == 0) {
+      // Four 16-byte loads in flight per thread: the source is host memory across PCIe.
+      const uint4* sv = reinterpret_cast<const uint4*>(src);
+      uint4* dv = reinterpret_cast<uint4*>(dst);
+      const uint32_t n16 = n / 16, step = blockDim.x;
+      for (uint32_t i = threadIdx.x; i < n16; i += 4 * step) {
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          if (i + u * step < n16) v[u] = sv[i + u * step];
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          if (i + u * step < n16) dv[i + u * step] = v[u];
+      }
+    } else {
+      for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+    }
+  }
+  __threadfence();
+}
+
+}  // namespace
+
+void tier_publish(const int32_t* ids, int n_pairs, const int32_t* guess_ids, const float* guess_weights, int n_guess,
+                  int capacity, int layer, void* mailbox_dev, uint32_t* words, cudaStream_t stream) {
+  launch(publish_kernel, dim3(1), dim3(256), 0, stream, ids, n_pairs, guess_ids, guess_weights, n_guess, capacity,
+         layer, static_cast<uint8_t*>(mailbox_dev), words);
+}
+
+void tier_wait(const uint32_t* words, const void* jobs_dev, size_t job_bytes, int ring, int n_expert,
+               uint32_t* smap_row, const uint32_t* abort_flag, int blocks, cudaStream_t stream) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(blocks));
+  config.blockDim = dim3(kLoadThreads);
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = dependent_launch_enabled() ? 1 : 0;
+  STRATA_CUDA_CHECK(cudaLaunchKernelEx(&config, wait_and_copy_kernel, words, static_cast<const uint8_t*>(jobs_dev),
+                                       job_bytes, ring, n_expert, smap_row, abort_flag));
+}
+
+}  // namespace strata::compute::cuda

@@ -1,0 +1,199 @@
+// GpuExpertTier — routed experts under a GPU memory budget: a device arena of slots fed from the
+// host tier (an ExpertSource: the GGUF mapping or the RAM arena of experts/expert_store.h, which
+// itself streams from the SSD), with one handshake per MoE layer inside the window.
+//
+// Memory (allocated once, at the first MoE layer of the model's first window)
+// - Cache slots: `slots` per layer with experts (GpuTierOptions: budget / Σ layer slot bytes, or
+//   slots_per_layer), each [gate | up | down] of that layer's shapes. Transient slots after them:
+//   min(n_expert, k · max window rows) slots of the largest layer's size, for the misses of a
+//   layer that the cache cannot take (a prefill chunk routes to far more experts than a layer
+//   keeps). The budget covers both; the slot map is on the device: smap[layer][expert] = the
+//   slot's offset in 256-byte units, or kMiss.
+// - Mapped host memory: a mailbox (the routed ids of a layer, the read-ahead guess for the next),
+//   and a ring of load jobs (copy chunks + the layer's new slot-map row) the load kernel reads.
+//
+// The handshake (per MoE layer; everything on the device is enqueued, so it is captured into the
+// window graphs and replayed like any op)
+//   device, compute stream: router, top-k → publish(): ids (+ guess) to the mailbox, a device
+//     sequence number + 1 → (shared expert) → wait(): spins until the ack word reaches the
+//     sequence number → the expert kernels, which read the slot map.
+//   host, one thread: sees the new sequence number, resolves the layer's union with SlotResidency
+//     (experts/slot_residency.h: the RAM arena's policy), takes each miss's bytes from the host
+//     tier, launches one load kernel on the copy stream: it copies the misses (reading pinned
+//     host memory directly), writes the layer's slot-map row, then the ack. Then read-ahead: the
+//     guess for the next layer gets slots (at most half of them) and a load kernel without ack.
+// - Deterministic limbo: residency changes only in resolve/predict, in handshake order, from the
+//   routed ids alone: which experts are resident depends on the tokens, never on timing. Values
+//   are the GGUF's bytes in every slot, so tokens are bitwise those of the all-resident backend.
+// - Ordering: the GPU publishes layer l only after layer l-1's expert kernels finished, so when
+//   the host serves a layer no kernel reads a slot it may evict or a transient slot it refills.
+//   Load kernels run in order on the copy stream; an ack therefore also covers the read-ahead
+//   loads issued before it.
+// - Pinned host memory: the host tier's regions (ExpertSource::host_regions) are registered once
+//   (cudaHostRegister); the load kernel reads them through their device alias. A region that
+//   cannot be registered (or a source that names none) is copied with cudaMemcpyAsync instead.
+//   A source whose pointers do not stay valid (a RAM arena that streams) is copied one expert
+//   at a time, waiting for each copy before asking for the next expert.
+// - Failure: an exception on the handshake thread (a read error of the host tier) is kept, the
+//   GPU is released with an abort flag (its results are garbage), and settle() rethrows it; the
+//   tier is then unusable (every later settle() throws).
+//
+// Threads: publish/wait/view/expect/settle on the window thread; the handshake thread is the only
+// other user of the host tier while a window runs (settle() returns once it is idle).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compute/cuda/matmul.h"
+#include "compute/cuda/runtime.h"
+#include "compute/expert_tier.h"
+#include "experts/expert_source.h"
+#include "experts/slot_residency.h"
+
+namespace strata::compute::cuda {
+
+struct GpuTierStats {
+  uint64_t handshakes = 0, needed = 0, hits = 0, misses = 0, transient = 0;
+  uint64_t read_ahead_issued = 0, read_ahead_used = 0;
+  uint64_t loaded_bytes = 0;        // host → device, misses and read-ahead
+  uint64_t miss_bytes = 0;          // of those, what a layer waited for
+  double host_serve_ms = 0;         // the handshake thread busy (resolve + host tier + launches)
+  double hit_rate() const { return needed ? double(hits) / double(needed) : 1.0; }
+};
+
+// Layout of one layer's slots (matmul.h shapes, offsets within a slot).
+struct TierLayer {
+  bool present = false;
+  ExpertMatrixShape gate, up, down;
+  size_t slot_bytes = 0;      // multiple of 256
+  size_t first_offset = 0;    // of slot 0 in the arena
+};
+
+class GpuExpertTier {
+ public:
+  static constexpr uint32_t kMiss = UINT32_MAX;
+  // max_rows: the largest window (sizes the mailbox and the transient slots).
+  GpuExpertTier(const GpuTierOptions& options, int n_expert, int k, int64_t max_rows);
+  ~GpuExpertTier();
+  GpuExpertTier(const GpuExpertTier&) = delete;
+  GpuExpertTier& operator=(const GpuExpertTier&) = delete;
+
+  int slots_per_layer() const { return slots_; }
+  int transient_slots() const { return n_transient_; }
+  uint64_t arena_bytes() const { return arena_.bytes(); }
+  int64_t max_rows() const { return max_rows_; }
+  bool read_ahead() const { return read_ahead_; }
+  const TierLayer& layer(int l) const { return layers_.at(size_t(l)); }
+  // The arena as the expert kernels address it (base, 256-byte units, the layer's smap row).
+  ExpertArenaView view(int layer) const;
+
+  // Window thread, in moe(), for every MoE layer of every window (eager, recorded or replayed):
+  // one handshake will follow on the GPU, served from `source`.
+  void expect(ExpertSource& source);
+  // Enqueued on `stream` (the backend's compute stream). pairs = rows · k ids (device); the
+  // guess (device, may be null) = rows · k ids and weights of the next layer's router.
+  void publish(int layer, const int32_t* ids, int64_t n_pairs, const int32_t* guess_ids, const float* guess_weights,
+               int64_t n_guess, cudaStream_t stream);
+  void wait(int layer, cudaStream_t stream);
+  // After the compute stream was synchronized: waits until the handshake thread has served what
+  // the GPU published, forgets expectations that were never published (a window that failed
+  // before its launch), rethrows a handshake failure.
+  void settle();
+  GpuTierStats stats() const;
+  // Counters of both sides, for an error message when a window does not finish.
+  std::string describe_state();
+  static bool trace();  // STRATA_TIER_TRACE=1: one stderr line per served handshake
+
+ private:
+  void run();
+  void serve();
+  void release(int layer, uint32_t seq);
+  uint32_t offset_units(int layer, const SlotResidency::Load& load) const;
+  void prepare_source(ExpertSource& source);
+
+  std::vector<TierLayer> layers_;
+  int n_expert_ = 0, k_ = 0, slots_ = 0, n_transient_ = 0;
+  int64_t max_rows_ = 0;
+  bool read_ahead_ = true;
+  size_t transient_offset_ = 0, transient_slot_bytes_ = 0;
+  DeviceBuffer arena_, smap_, words_;  // words_: sequence, ack, block counter
+  SlotResidency residency_;
+
+  // Mapped host memory (cudaHostAlloc): mailbox and job ring.
+  void* mailbox_host_ = nullptr;
+  void* mailbox_dev_ = nullptr;
+  void* jobs_host_ = nullptr;
+  void* jobs_dev_ = nullptr;
+  size_t job_bytes_ = 0, max_chunks_ = 0;
+  int next_job_ = 0;
+  void* bounce_host_ = nullptr;  // pinned staging for a host tier that cannot be read in place
+  void* bounce_dev_ = nullptr;
+  size_t bounce_bytes_ = 0;
+  volatile uint32_t* abort_host_ = nullptr;
+  uint32_t* abort_dev_ = nullptr;
+  Stream copy_stream_;  // only for describe_state's read of the device words
+
+  // Host tier.
+  ExpertSource* source_ = nullptr;
+  bool direct_reads_ = false;   // its regions are registered: the load kernel reads them
+  bool stable_pointers_ = false;
+  std::vector<void*> registered_;
+  struct Alias {
+    const uint8_t* host_begin;
+    const uint8_t* host_end;
+    const uint8_t* device_begin;  // registered host memory as the device addresses it
+  };
+  std::vector<Alias> aliases_;
+  const uint8_t* device_alias(const uint8_t* p, size_t n) const;
+
+  // Handshake thread state.
+  std::thread thread_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  uint64_t expected_ = 0, served_ = 0;
+  uint32_t last_seq_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  GpuTierStats stats_;
+  std::vector<int32_t> union_, guess_, load_ids_;
+  std::vector<float> best_;
+  std::vector<uint8_t> seen_;
+  std::vector<SlotResidency::Load> loads_;
+  std::vector<uint32_t> smap_mirror_;  // [n_layer][n_expert], offsets in 256-byte units
+};
+
+// --- kernels (expert_tier.cu) -------------------------------------------------------------
+struct TierCopy {
+  const uint8_t* src;  // device-accessible (registered host memory) or device
+  uint8_t* dst;
+  uint32_t bytes;
+  uint32_t pad;
+};
+struct TierMailboxHeader {
+  volatile uint32_t seq;
+  uint32_t layer, n_pairs, n_guess;
+};
+// The mailbox: TierMailboxHeader padded to 64 bytes, then ids[capacity], guess ids[capacity],
+// guess weights[capacity].
+void tier_publish(const int32_t* ids, int n_pairs, const int32_t* guess_ids, const float* guess_weights, int n_guess,
+                  int capacity, int layer, void* mailbox_dev, uint32_t* words, cudaStream_t stream);
+// The job of handshake `seq` lies at jobs + (seq % ring) · job_bytes: TierJobHeader, the layer's
+// slot-map row (n_expert words, padded to 16 bytes), then TierCopy × n_copies.
+struct TierJobHeader {
+  volatile uint32_t ready;  // == seq once the host filled the job
+  uint32_t n_copies;
+  uint32_t pad[2];
+};
+void tier_wait(const uint32_t* words, const void* jobs_dev, size_t job_bytes, int ring, int n_expert,
+               uint32_t* smap_row, const uint32_t* abort_flag, int blocks, cudaStream_t stream);
+
+}  // namespace strata::compute::cuda

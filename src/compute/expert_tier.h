@@ -1,0 +1,43 @@
+// GPU expert tier settings — what a GPU backend needs to hold routed experts under a memory
+// budget (the arena of compute/cuda/expert_tier.h): the budget, read-ahead, and the shape of each
+// layer's experts (so the arena can be laid out before the first window). Set on the model's
+// compute::BackendShared before its first GPU sequence (cli/expert_options.h, benches, tests);
+// the default (no budget) keeps every expert resident on the device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "quant/ggml_type.h"
+
+namespace strata::compute {
+
+struct ExpertMatrixLayout {
+  GgmlType type = GgmlType::F32;
+  int64_t n_in = 0, n_out = 0;
+  size_t row_stride_bytes = 0;
+  size_t bytes() const { return size_t(n_out) * row_stride_bytes; }
+};
+
+struct ExpertLayerLayout {
+  bool present = false;  // the layer has routed experts
+  ExpertMatrixLayout gate, up, down;
+  size_t bytes() const { return gate.bytes() + up.bytes() + down.bytes(); }
+};
+
+struct GpuTierOptions {
+  uint64_t budget_bytes = 0;  // the arena: cache slots + the transient slots of the largest window
+  int slots_per_layer = 0;    // > 0: exactly this many cache slots per layer (overrides the budget)
+  bool read_ahead = true;     // the next layer's router guess fills its slots while a layer runs
+  std::vector<ExpertLayerLayout> layers;  // [layer], the trunk's layers
+  // A budget below "every expert": the arena, its slot map and the per-layer handshake.
+  bool tiered() const { return budget_bytes > 0 || slots_per_layer > 0; }
+  uint64_t all_expert_bytes(int n_expert) const {
+    uint64_t total = 0;
+    for (const ExpertLayerLayout& l : layers) total += l.present ? uint64_t(l.bytes()) * uint64_t(n_expert) : 0;
+    return total;
+  }
+};
+
+}  // namespace strata::compute

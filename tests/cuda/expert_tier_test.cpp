@@ -1,0 +1,236 @@
+// The GPU expert tier (compute/cuda/expert_tier.h) on the H200 box: routed experts under a GPU
+// budget, copied in per layer through the in-window handshake, give bitwise the logits of the
+// all-resident CUDA backend — for every budget (1 slot per layer, 8, 25 %, 50 %, all), read-ahead on
+// and off, eager and replayed windows, prefill chunks of several sizes, speculative verify windows
+// with rollback, and each host tier: the GGUF mapping (pinned, read by the load kernel), a RAM
+// arena holding every expert (pinned), and a RAM arena of 2 slots per layer that streams from the
+// file (pointers that die at the next call: copied one by one). A budget below one slot per layer
+// plus the transient slots fails with the numbers. Each model: greedy decode of 24 tokens after a
+// 40-token prompt, compared logit for logit with memcmp.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "compute/backend_registry.h"
+#include "compute/cpu/thread_pool.h"
+#include "compute/cuda/cuda_backend.h"
+#include "cuda_test_util.h"
+#include "engine/session.h"
+#include "experts/expert_store.h"
+#include "model/model.h"
+#include "synth/synth.h"
+#include "synthetic_models.h"
+#include "util/error.h"
+
+namespace strata {
+namespace {
+
+struct Trace {
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;
+  compute::cuda::GpuTierInfo tier;
+};
+
+std::vector<int32_t> prompt_for(const HParams& hp, size_t n) {
+  std::vector<int32_t> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = int32_t((i * 7919 + 13) % uint64_t(hp.n_vocab));
+  return ids;
+}
+
+struct Setting {
+  std::string name;
+  uint64_t budget_share_permille = 0;  // of all expert bytes; 0 = by slots
+  int slots = 0;                       // 0 with share 0: no tier (all resident)
+  bool read_ahead = true;
+  bool eager = false;
+  int chunk = 16;
+  int ram_slots = -1;  // -1: the GGUF mapping; 0: a RAM arena of every expert; > 0: that many slots
+};
+
+Trace run(const std::string& path, const Setting& s, int n_tokens = 24) {
+  compute::cuda::register_cuda_backend();
+  auto model = Model::load(path);
+  const HParams& hp = model->hparams();
+  compute::GpuTierOptions& tier = model->backend_shared().gpu_tier;
+  tier.read_ahead = s.read_ahead;
+  if (s.slots > 0 || s.budget_share_permille > 0) {
+    tier.layers = model->expert_layouts();
+    tier.slots_per_layer = s.slots;
+    // A share of the experts' bytes as cache, plus room for the transient slots (at most one
+    // layer's experts), which the budget also pays for.
+    int moe_layers = 0;
+    for (const auto& l : tier.layers) moe_layers += l.present;
+    const uint64_t all = tier.all_expert_bytes(hp.n_expert);
+    if (s.budget_share_permille > 0) tier.budget_bytes = all * s.budget_share_permille / 1000 + all / uint64_t(moe_layers);
+  }
+  std::unique_ptr<ExpertStore> store;
+  if (s.ram_slots >= 0) {
+    ExpertStoreOptions o;
+    o.slots_per_layer = s.ram_slots == 0 ? hp.n_expert : s.ram_slots;
+    o.io_threads = 2;
+    store = std::make_unique<ExpertStore>(*model, o);
+  }
+  if (s.eager) setenv("STRATA_CUDA_GRAPH", "0", 1);
+  compute::ThreadPool pool(2);
+  Trace t;
+  {
+    Session session(*model, pool, store.get(), "cuda");
+    if (s.eager) unsetenv("STRATA_CUDA_GRAPH");
+    session.prefill(prompt_for(hp, 40), s.chunk);
+    for (int i = 0; i < n_tokens; ++i) {
+      const std::vector<float>& logits = session.logits();
+      t.logits.insert(t.logits.end(), logits.begin(), logits.end());
+      const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      t.tokens.push_back(next);
+      session.decode(next);
+    }
+    (void)session.logits();
+    t.tier = compute::cuda::gpu_tier_info(*session.state().backend);
+  }
+  return t;
+}
+
+void expect_bitwise(const Trace& a, const Trace& b, const std::string& what) {
+  EXPECT_EQ(a.tokens, b.tokens) << what;
+  ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
+  size_t first = a.logits.size();
+  for (size_t i = 0; i < a.logits.size() && first == a.logits.size(); ++i)
+    if (!test_support::same_bits(a.logits[i], b.logits[i])) first = i;
+  EXPECT_EQ(first, a.logits.size()) << what << ": logits differ first at " << first;
+}
+
+struct TierModel {
+  std::string name, path;
+};
+
+std::vector<TierModel> tier_models() {
+  std::vector<TierModel> models;
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  {
+    TierModel m{"mid-qwen4exp-4L", dir + "/strata-tier-mid.gguf"};
+    if (!std::filesystem::exists(m.path)) test_support::write_mid_qwen4exp_4_layers(m.path);
+    models.push_back(m);
+  }
+  struct Synth {
+    const char* shape;
+    GgmlType dense, experts;
+  };
+  for (const Synth& s : {Synth{"tiny-qwen3next", GgmlType::Q4_K, GgmlType::Q4_K},
+                         Synth{"tiny-qwen3moe", GgmlType::Q6_K, GgmlType::IQ4_XS}}) {
+    TierModel m{s.shape, dir + "/strata-tier-" + s.shape + ".gguf"};
+    if (!std::filesystem::exists(m.path)) {
+      SynthOptions options;
+      options.hparams = synth_shape(s.shape);
+      options.dense_type = s.dense;
+      options.expert_type = s.experts;
+      options.seed = 11;
+      write_synthetic_model(options, m.path);
+    }
+    models.push_back(m);
+  }
+  return models;
+}
+
+TEST(CudaExpertTier, EveryBudgetGivesTheAllResidentLogitsBitwise) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  for (const TierModel& m : tier_models()) {
+    const Trace reference = run(m.path, Setting{"all resident"});
+    const std::vector<Setting> settings = {
+        {"1 slot per layer", 0, 1},
+        {"1 slot per layer, no read-ahead", 0, 1, false},
+        {"8 slots per layer", 0, 8},
+        {"25% of the expert bytes", 250, 0},
+        {"50% of the expert bytes, eager", 500, 0, true, true},
+        {"50% of the expert bytes", 500, 0},
+        {"2 slots, prefill in chunks of 1", 0, 2, true, false, 1},
+        {"2 slots, prefill in chunks of 40", 0, 2, true, false, 40},
+        {"2 slots, RAM arena of every expert", 0, 2, true, false, 16, 0},
+        {"2 slots, RAM arena of 2 slots (streaming)", 0, 2, true, false, 16, 2},
+        {"2 slots, RAM arena of 2 slots, eager, no read-ahead", 0, 2, false, true, 16, 2},
+    };
+    for (const Setting& s : settings) {
+      const Trace t = run(m.path, s);
+      expect_bitwise(reference, t, m.name + ": " + s.name);
+      if (t.tier.tiered) {
+        std::printf("[ tier ] %s, %s: %d slots per layer + %d transient (%.1f MiB); hit rate %.3f, %llu misses (%llu "
+                    "transient), read-ahead %llu issued / %llu used, %.1f MiB copied in\n",
+                    m.name.c_str(), s.name.c_str(), t.tier.slots_per_layer, t.tier.transient_slots,
+                    double(t.tier.arena_bytes) / (1 << 20), t.tier.stats.hit_rate(),
+                    (unsigned long long)t.tier.stats.misses, (unsigned long long)t.tier.stats.transient,
+                    (unsigned long long)t.tier.stats.read_ahead_issued, (unsigned long long)t.tier.stats.read_ahead_used,
+                    double(t.tier.stats.loaded_bytes) / (1 << 20));
+        EXPECT_GT(t.tier.stats.misses, 0u) << s.name;  // the experts really moved
+        if (!s.read_ahead) {
+          EXPECT_EQ(t.tier.stats.read_ahead_issued, 0u);
+        }
+      } else {
+        ADD_FAILURE() << m.name << ": " << s.name << " ran without a tier";
+      }
+    }
+    std::filesystem::remove(m.path);
+  }
+}
+
+TEST(CudaExpertTier, SpeculativeWindowsAndRollbackStayBitwise) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  compute::cuda::register_cuda_backend();
+  const std::string path = std::filesystem::temp_directory_path().string() + "/strata-tier-spec.gguf";
+  test_support::write_mid_qwen4exp_4_layers(path);
+  auto plain_model = Model::load(path);
+  auto tier_model = Model::load(path);
+  compute::GpuTierOptions& tier = tier_model->backend_shared().gpu_tier;
+  tier.layers = tier_model->expert_layouts();
+  tier.slots_per_layer = 2;
+  compute::ThreadPool pool(2);
+  Session plain(*plain_model, pool, nullptr, "cuda"), tiered(*tier_model, pool, nullptr, "cuda");
+  const std::vector<int32_t> prompt = prompt_for(plain_model->hparams(), 20);
+  plain.prefill(prompt, 8);
+  tiered.prefill(prompt, 8);
+  // Verify windows of 5 rows, keeping 2 of them, then plain decode: both sequences see the same
+  // windows, so every logit must agree bitwise.
+  for (int round = 0; round < 4; ++round) {
+    std::vector<int32_t> draft(5);
+    for (int i = 0; i < 5; ++i) draft[size_t(i)] = int32_t((round * 31 + i * 7 + 3) % plain_model->hparams().n_vocab);
+    const std::vector<float>& a = plain.verify(draft);
+    const std::vector<float> a_copy = a;
+    const std::vector<float>& b = tiered.verify(draft);
+    ASSERT_EQ(a_copy.size(), b.size());
+    EXPECT_EQ(std::memcmp(a_copy.data(), b.data(), b.size() * 4), 0) << "round " << round;
+    plain.keep_rows(2);
+    tiered.keep_rows(2);
+    const std::vector<float> pa = plain.logits();
+    const std::vector<float>& pb = tiered.logits();
+    EXPECT_EQ(std::memcmp(pa.data(), pb.data(), pb.size() * 4), 0) << "round " << round << " after rollback";
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(CudaExpertTier, ABudgetBelowTheSmallestArenaFailsWithTheNumbers) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  compute::cuda::register_cuda_backend();
+  const std::string path = std::filesystem::temp_directory_path().string() + "/strata-tier-small.gguf";
+  test_support::write_mid_qwen4exp_4_layers(path);
+  auto model = Model::load(path);
+  compute::GpuTierOptions& tier = model->backend_shared().gpu_tier;
+  tier.layers = model->expert_layouts();
+  tier.budget_bytes = 1 << 20;
+  compute::ThreadPool pool(2);
+  try {
+    Session session(*model, pool, nullptr, "cuda");
+    session.prefill(prompt_for(model->hparams(), 4), 4);
+    (void)session.logits();
+    ADD_FAILURE() << "a 1 MiB budget ran";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--gpu-budget 1.0 MiB is below the smallest GPU expert arena"), std::string::npos) << what;
+    EXPECT_NE(what.find("transient slots"), std::string::npos) << what;
+  }
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace strata
