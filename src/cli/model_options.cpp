@@ -30,8 +30,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& options, bool with_backend) 
       ->check(CLI::Range(0, 1024));
   if (!with_backend) return;
   cmd.add_option("--backend", options.backend,
-                 "compute backend: cpu, cuda (all experts in GPU memory), or auto (cuda when a GPU "
-                 "is usable and no --ram-budget is set, else cpu)")
+                 "compute backend: cpu, cuda (every expert in GPU memory, or --gpu-budget of them), or auto "
+                 "(cuda when a GPU is usable and either no --ram-budget or a --gpu-budget is set, else cpu)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
 }
 

@@ -3,43 +3,51 @@
 // itself streams from the SSD), with one handshake per MoE layer inside the window.
 //
 // Memory (allocated once, at the first MoE layer of the model's first window)
-// - Cache slots: `slots` per layer with experts (GpuTierOptions: budget / Σ layer slot bytes, or
-//   slots_per_layer), each [gate | up | down] of that layer's shapes. Transient slots after them:
-//   min(n_expert, k · max window rows) slots of the largest layer's size, for the misses of a
-//   layer that the cache cannot take (a prefill chunk routes to far more experts than a layer
-//   keeps). The budget covers both; the slot map is on the device: smap[layer][expert] = the
-//   slot's offset in 256-byte units, or kMiss.
-// - Mapped host memory: a mailbox (the routed ids of a layer, the read-ahead guess for the next),
-//   and a ring of load jobs (copy chunks + the layer's new slot-map row) the load kernel reads.
+// - Cache slots: `slots` per layer with experts (GpuTierOptions: (budget - transient) / Σ layer
+//   slot bytes, or slots_per_layer), each [gate | up | down] of that layer's shapes. Transient
+//   slots after them: min(n_expert, k · max window rows) slots of the largest layer's size, for the
+//   misses of a layer that the cache cannot take (a prefill chunk routes to far more experts than
+//   a layer keeps). The budget pays for both; a budget below 1 slot per layer + the transient
+//   slots fails with the numbers. The slot map is on the device: smap[layer][expert] = the slot's
+//   offset in 256-byte units, or kMiss.
+// - Mapped host memory: a mailbox (the routed ids of the layer) and a ring of jobs (the layer's
+//   new slot-map row and the chunks to copy); a pinned bounce buffer when the host tier cannot
+//   be read in place.
 //
-// The handshake (per MoE layer; everything on the device is enqueued, so it is captured into the
-// window graphs and replayed like any op)
-//   device, compute stream: router, top-k → publish(): ids (+ guess) to the mailbox, a device
-//     sequence number + 1 → (shared expert) → wait(): spins until the ack word reaches the
-//     sequence number → the expert kernels, which read the slot map.
-//   host, one thread: sees the new sequence number, resolves the layer's union with SlotResidency
-//     (experts/slot_residency.h: the RAM arena's policy), takes each miss's bytes from the host
-//     tier, launches one load kernel on the copy stream: it copies the misses (reading pinned
-//     host memory directly), writes the layer's slot-map row, then the ack. Then read-ahead: the
-//     guess for the next layer gets slots (at most half of them) and a load kernel without ack.
-// - Deterministic limbo: residency changes only in resolve/predict, in handshake order, from the
-//   routed ids alone: which experts are resident depends on the tokens, never on timing. Values
-//   are the GGUF's bytes in every slot, so tokens are bitwise those of the all-resident backend.
-// - Ordering: the GPU publishes layer l only after layer l-1's expert kernels finished, so when
-//   the host serves a layer no kernel reads a slot it may evict or a transient slot it refills.
-//   Load kernels run in order on the copy stream; an ack therefore also covers the read-ahead
-//   loads issued before it.
-// - Pinned host memory: the host tier's regions (ExpertSource::host_regions) are registered once
-//   (cudaHostRegister); the load kernel reads them through their device alias. A region that
-//   cannot be registered (or a source that names none) is copied with cudaMemcpyAsync instead.
-//   A source whose pointers do not stay valid (a RAM arena that streams) is copied one expert
-//   at a time, waiting for each copy before asking for the next expert.
+// The handshake (per MoE layer; the device side is enqueued like any op, so it is captured into
+// the window graphs and replayed)
+//   device, compute stream: router, top-k → publish(): the ids to the mailbox, a device sequence
+//     number + 1 → the shared expert → wait(): a 64-block kernel spins until the host marks the
+//     job of that sequence number ready, then copies the job's chunks (reading pinned host memory
+//     directly) and writes the layer's slot-map row → the expert kernels (launched after it
+//     completes: it does not trigger dependent launch early, so no SM is held while it waits).
+//   host, one thread: sees the sequence number, resolves the layer's union with SlotResidency
+//     (experts/slot_residency.h: the RAM arena's policy, tested equal to it), takes each miss's
+//     bytes from the host tier and fills the job. It makes no CUDA call: nothing it does can wait
+//     behind the window thread's driver calls (a cudaFree that synchronizes the device while the
+//     GPU waits for this thread would deadlock).
+// - Deterministic limbo: residency changes only in resolve, in handshake order, from the routed
+//   ids alone: which experts are resident depends on the tokens, never on timing. Every slot holds
+//   the GGUF's bytes, so logits are bitwise those of the all-resident backend
+//   (tests/cuda/expert_tier_test.cpp).
+// - Ordering: the GPU publishes layer l only after layer l-1's kernels finished, so when the host
+//   serves a layer no kernel reads a slot it may evict, a transient slot, the bounce buffer or a
+//   job it refills.
+// - Host memory: the host tier's regions (ExpertSource::host_regions) are registered once
+//   (cudaHostRegister, mapped) and read in place through their device alias when the source's
+//   pointers stay valid (the GGUF mapping; a RAM arena with a slot for every expert). Otherwise
+//   (a RAM arena that streams, or memory that cannot be pinned) each miss is copied into the
+//   bounce buffer as it is handed out.
+// - Not yet: read-ahead into the GPU arena (GpuTierOptions::read_ahead is ignored; the guess is
+//   not computed), MoCE / usage history / hot pins on the GPU arena.
 // - Failure: an exception on the handshake thread (a read error of the host tier) is kept, the
-//   GPU is released with an abort flag (its results are garbage), and settle() rethrows it; the
-//   tier is then unusable (every later settle() throws).
+//   GPU is released with an abort flag (the window's results are garbage), and settle() rethrows
+//   it; the tier is then unusable (every later expect() throws). A window that does not finish
+//   within 60 s throws with both sides' counters (CudaBackend::read).
 //
 // Threads: publish/wait/view/expect/settle on the window thread; the handshake thread is the only
-// other user of the host tier while a window runs (settle() returns once it is idle).
+// other user of the host tier while a window runs (settle() returns once it is idle). One window
+// at a time per model.
 #pragma once
 
 #include <cuda_runtime_api.h>
