@@ -172,6 +172,13 @@ void GpuExpertTier::prepare_source(ExpertSource& source) {
     aliases_.push_back({static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + (end - begin),
                         static_cast<const uint8_t*>(dev)});
   }
+  // Misses that cannot be read in place are staged here (allocated now, on the window thread: the
+  // handshake thread makes no CUDA call). A layer loads at most n_transient experts.
+  if (!(direct_reads_ && stable_pointers_)) {
+    bounce_bytes_ = size_t(n_transient_) * transient_slot_bytes_;
+    STRATA_CUDA_CHECK(cudaHostAlloc(&bounce_host_, bounce_bytes_, cudaHostAllocMapped));
+    STRATA_CUDA_CHECK(cudaHostGetDevicePointer(&bounce_dev_, bounce_host_, 0));
+  }
 }
 
 void GpuExpertTier::expect(ExpertSource& source) {
@@ -340,8 +347,11 @@ void GpuExpertTier::release(int layer, uint32_t seq) {
   const TierLayer& t = layers_[size_t(layer)];
   uint8_t* job = static_cast<uint8_t*>(jobs_host_) + size_t(seq % kJobRing) * job_bytes_;
   auto* header = reinterpret_cast<TierJobHeader*>(job);
-  auto* row = reinterpret_cast<uint32_t*>(job + sizeof(TierJobHeader));
-  auto* copies = reinterpret_cast<TierCopy*>(job + sizeof(TierJobHeader) + align_up(size_t(n_expert_) * 4, 16));
+  // Built in ordinary memory, then copied into the mapped job in one pass: the job's lines are
+  // read by the GPU's polling blocks across PCIe, so fewer, wider stores to them.
+  row_.resize(size_t(n_expert_));
+  copies_.clear();
+  uint32_t* row = row_.data();
   for (int32_t e = 0; e < n_expert_; ++e) {
     const uint32_t s = residency_.slot_of(layer, e);
     row[e] = s == SlotResidency::kMiss ? kMiss : offset_units(layer, {e, s, false});
@@ -355,11 +365,6 @@ void GpuExpertTier::release(int layer, uint32_t seq) {
     // The misses' bytes from the host tier, in the order it hands them out; read in place when its
     // memory is pinned and stays valid, else staged in the pinned bounce buffer first.
     const bool in_place = direct_reads_ && stable_pointers_;
-    if (!in_place && !bounce_host_) {
-      bounce_bytes_ = size_t(n_transient_) * transient_slot_bytes_;
-      STRATA_CUDA_CHECK(cudaHostAlloc(&bounce_host_, bounce_bytes_, cudaHostAllocMapped));
-      STRATA_CUDA_CHECK(cudaHostGetDevicePointer(&bounce_dev_, bounce_host_, 0));
-    }
     load_ids_.clear();
     for (const SlotResidency::Load& load : loads_) load_ids_.push_back(load.expert);
     source_->begin_layer(layer, load_ids_);
@@ -384,12 +389,18 @@ void GpuExpertTier::release(int layer, uint32_t seq) {
         }
         bytes += n;
         for (size_t at = 0; at < n; at += kChunk)
-          copies[n_copies++] = TierCopy{src + at, dst + shape->matrix_offset + at, uint32_t(std::min(kChunk, n - at)), 0};
+          copies_.push_back(TierCopy{src + at, dst + shape->matrix_offset + at, uint32_t(std::min(kChunk, n - at)), 0});
       }
     }
   }
   stats_.loaded_bytes += bytes;
   stats_.miss_bytes += bytes;
+  n_copies = uint32_t(copies_.size());
+  if (copies_.size() > max_chunks_)
+    fail("gpu expert tier: layer {}: {} copy chunks exceed the job's {}", layer, copies_.size(), max_chunks_);
+  const size_t row_bytes = align_up(size_t(n_expert_) * 4, 16);
+  std::memcpy(job + sizeof(TierJobHeader), row_.data(), size_t(n_expert_) * 4);
+  if (n_copies > 0) std::memcpy(job + sizeof(TierJobHeader) + row_bytes, copies_.data(), copies_.size() * sizeof(TierCopy));
   header->n_copies = n_copies;
   std::atomic_thread_fence(std::memory_order_release);
   header->ready = seq;  // volatile: the wait kernel sees it after the job above

@@ -69,6 +69,8 @@
 
 namespace strata::compute::cuda {
 
+struct TierCopy;  // a chunk to copy (below, with the kernels)
+
 struct GpuTierStats {
   uint64_t handshakes = 0, needed = 0, hits = 0, misses = 0, transient = 0;
   uint64_t read_ahead_issued = 0, read_ahead_used = 0;
@@ -177,6 +179,8 @@ class GpuExpertTier {
   std::vector<uint8_t> seen_;
   std::vector<SlotResidency::Load> loads_;
   std::vector<uint32_t> smap_mirror_;  // [n_layer][n_expert], offsets in 256-byte units
+  std::vector<uint32_t> row_;          // the job being built: its slot-map row and chunks
+  std::vector<TierCopy> copies_;
 };
 
 // --- kernels (expert_tier.cu) -------------------------------------------------------------
