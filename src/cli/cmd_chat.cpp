@@ -97,6 +97,7 @@ class ChatLoop {
         sampler_(options.model.sampling),
         cache_(session_.backend() == "cpu" ? resolve_cache_ram(options.cache_ram) : 0,
                kPrefillChunk) {
+    check_gpu_tier_backend(options.experts, session_.backend());
     render_.enable_thinking = !options.no_thinking;
     end_of_turn_ = tokenizer.find_token(ChatTemplate::kEndOfTurn);
     if (const spec::SpecOptions spec = resolve_spec_options(options.spec);

@@ -229,6 +229,7 @@ void run(const RunOptions& options) {
       open_routing_trace(*model, store.get(), options.experts);
   ExpertSource* experts = tracer ? static_cast<ExpertSource*>(tracer.get()) : store.get();
   const std::string backend = resolve_backend(options.model, store != nullptr && !wants_gpu_tier(options.experts));
+  check_gpu_tier_backend(options.experts, backend);
   Session session(*model, pool, experts, backend);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> telemetry(nullptr, &std::fclose);
   if (!options.telemetry_out.empty()) {

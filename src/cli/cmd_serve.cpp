@@ -87,6 +87,7 @@ void run_serve(const ServeOptions& options) {
   served.chat_template = &chat_template;
   served.expert_store = store.get();
   served.backend = resolve_backend(options.model, store != nullptr && !wants_gpu_tier(options.experts));
+  check_gpu_tier_backend(options.experts, served.backend);
   served.id = options.alias.empty() ? std::filesystem::path(path).stem().string() : options.alias;
   served.n_ctx = model->hparams().n_ctx_train;
   served.end_of_turn = tokenizer.find_token(ChatTemplate::kEndOfTurn);

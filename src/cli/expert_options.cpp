@@ -157,6 +157,13 @@ void configure_gpu_tier(const Model& model, const ExpertOptions& o) {
     tier.budget_bytes = parse_byte_size(o.gpu_budget, tier.all_expert_bytes(model.hparams().n_expert), "--gpu-budget");
 }
 
+void check_gpu_tier_backend(const ExpertOptions& o, const std::string& backend) {
+  if (wants_gpu_tier(o) && backend != "cuda")
+    fail("--gpu-budget and --gpu-slots-per-layer hold experts in GPU memory: they need --backend cuda and a CUDA "
+         "device (this session runs on '{}')",
+         backend);
+}
+
 std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::string& model_path,
                                                const ExpertOptions& o) {
   configure_gpu_tier(model, o);

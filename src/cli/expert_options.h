@@ -71,6 +71,9 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
 void configure_gpu_tier(const Model& model, const ExpertOptions& options);
 // Whether the options ask for a GPU expert tier (then --backend auto means cuda even with a store).
 inline bool wants_gpu_tier(const ExpertOptions& o) { return !o.gpu_budget.empty() || o.gpu_slots_per_layer > 0; }
+// Throws strata::Error when --gpu-budget / --gpu-slots-per-layer is given but the session's
+// backend is not cuda (they would be ignored silently otherwise).
+void check_gpu_tier_backend(const ExpertOptions& options, const std::string& backend);
 
 // With --trace-routing: a TracingSource over `store` (the GGUF mapping when null) that writes the
 // trace when destroyed; else nullptr. The session then uses it instead of the store.

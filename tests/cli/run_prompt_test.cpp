@@ -77,5 +77,15 @@ TEST(CliRunPrompt, EmptyPromptIsAnErrorNotTheDemoPrompt) {
   }
 }
 
+// A GPU expert budget on a CPU session would be ignored: refused with a message saying why. (This
+// build may have no CUDA backend at all, as in CI; --backend cpu is refused either way.)
+TEST(CliRunPrompt, GpuBudgetWithoutTheCudaBackendIsRefused) {
+  for (const std::string flag : {"--gpu-budget 50%", "--gpu-slots-per-layer 2"}) {
+    const CommandResult result = run_strata(kRun + " --backend cpu -p 'hi' " + flag, "</dev/null");
+    EXPECT_EQ(result.exit_code, 1) << flag << ": " << result.out;
+    EXPECT_NE(result.err.find("need --backend cuda"), std::string::npos) << flag << ": " << result.err;
+  }
+}
+
 }  // namespace
 }  // namespace strata::cli::test
