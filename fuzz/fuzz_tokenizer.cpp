@@ -30,7 +30,7 @@ std::string read_file(const std::filesystem::path& path) {
 
 const strata::Tokenizer& fixture_tokenizer(strata::PreTokenizerKind kind) {
   static const nlohmann::json vocab = nlohmann::json::parse(
-      read_file(std::filesystem::path(__FILE__).parent_path().parent_path() / "tests/data/tokenizer/gguf_vocab.json"));
+      read_file(std::filesystem::path(STRATA_SOURCE_DIR) / "tests/data/tokenizer/gguf_vocab.json"));
   auto make = [&](strata::PreTokenizerKind k) {
     strata::TokenizerSpec spec;
     spec.tokens = vocab.at("tokens").get<std::vector<std::string>>();

@@ -1,12 +1,14 @@
 #include "experts/block_reader.h"
 
 #include <liburing.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace strata {
@@ -28,18 +30,45 @@ void pread_exact(int fd, uint64_t offset, uint64_t length, uint8_t* dest, size_t
 // This thread's ring, set up on first use. `usable` turns false for good when the kernel refuses
 // io_uring here, or when a submit failed: entries left unsubmitted in a broken ring must never be
 // submitted later (they would read into buffers long since reused).
+//
+// Trivially destructible on purpose: a thread_local with a destructor registers it on the
+// thread's first use (glibc's __cxa_thread_atexit_impl), and that callocs. Which threads read
+// during a decode step depends on timing (IoPool::wait runs a ticket's queued jobs on the waiting
+// thread), so a first use, and that allocation, could fall inside a steady, allocation-free step
+// (tests/engine/zero_alloc_test.cpp). The ring is torn down at thread exit by a pthread key's
+// destructor instead: pthread_setspecific on one of a process's first 32 keys allocates nothing.
+// (A key's destructor does not run for the main thread at exit(); the kernel frees its ring.)
 struct Ring {
-  io_uring ring{};
-  bool initialized = false;
-  bool usable = false;
-  Ring() { initialized = usable = io_uring_queue_init(kRingEntries, &ring, 0) == 0; }
-  ~Ring() {
-    if (initialized) io_uring_queue_exit(&ring);
-  }
+  io_uring ring;
+  bool initialized;
+  bool usable;
 };
+static_assert(std::is_trivially_destructible_v<Ring>);
+
+void tear_down_ring(void* p) {
+  auto* owner = static_cast<Ring*>(p);
+  if (owner->initialized) io_uring_queue_exit(&owner->ring);
+  owner->initialized = owner->usable = false;
+}
+
+pthread_key_t ring_key() {
+  static const pthread_key_t key = [] {
+    pthread_key_t k;
+    if (pthread_key_create(&k, tear_down_ring) != 0)
+      throw std::runtime_error("block_reader: pthread_key_create failed");
+    return k;
+  }();
+  return key;
+}
 
 Ring& thread_ring() {
-  thread_local Ring ring;
+  thread_local Ring ring{};
+  thread_local bool set_up = false;
+  if (!set_up) {
+    set_up = true;
+    ring.initialized = ring.usable = io_uring_queue_init(kRingEntries, &ring.ring, 0) == 0;
+    if (ring.initialized) pthread_setspecific(ring_key(), &ring);
+  }
   return ring;
 }
 

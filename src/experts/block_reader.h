@@ -13,7 +13,9 @@
 // - `read_exact(fd, offset, length, dest, piece_bytes)` is read_pieces over `length` cut into
 //   `piece_bytes` pieces (with io_uring one thread then keeps several requests in flight for a
 //   large sidecar record).
-// - Each thread owns its ring (thread_local), so calls from different threads never share state.
+// - Each thread owns its ring (thread_local, set up on its first io_uring read, torn down when it
+//   exits), so calls from different threads never share state. Setting up a ring allocates
+//   nothing from the heap (the zero-allocation decode step relies on it).
 // - Pieces read through an O_DIRECT descriptor must follow its rules (dest, offset and length
 //   aligned to the logical block size); the callers (sidecar_reader, gguf_reader) arrange that.
 #pragma once

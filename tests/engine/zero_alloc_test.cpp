@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <execinfo.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include <filesystem>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../common/fixture_models.h"
@@ -30,6 +32,7 @@
 #include "compute/cpu/thread_pool.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
+#include "experts/block_reader.h"
 #include "experts/expert_store.h"
 #include "experts/sidecar.h"
 #include "model/model.h"
@@ -336,6 +339,46 @@ void expect_streaming_decode_allocates_nothing(const StreamingCase& c) {
                      << during.misses << " misses, " << during.read_ahead_issued
                      << " read-ahead reads)";
   }
+}
+
+// Which threads read through io_uring during a decode step depends on timing: a miss's jobs run
+// on whichever I/O worker is free, or on the waiting decode thread itself when none has taken them
+// yet (IoPool::wait). So a thread's FIRST io_uring read must allocate nothing either: it set up
+// the thread's ring, and registering a thread_local destructor for it (glibc's
+// __cxa_thread_atexit_impl) callocs. That made the streaming io_uring case below fail now and
+// then on a loaded machine: the decode thread helped with a read for the first time inside the
+// measured steps.
+TEST(ZeroAlloc, FirstIoUringReadOnAThreadAllocatesNothing) {
+  if (!io_uring_available()) GTEST_SKIP() << "io_uring is not available here";
+  test_support::ScratchDir dir("zero-alloc-ring");
+  const std::string path = dir.file("data");
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::vector<char> bytes(8192, 'x');
+    ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+    std::fclose(f);
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  std::vector<uint8_t> dest(8192, 0);
+  // Two pieces: one piece is read with a plain pread, two go through the ring.
+  const ReadPiece pieces[2] = {{fd, 0, 4096, dest.data()}, {fd, 4096, 4096, dest.data() + 4096}};
+  std::atomic<bool> go{false}, done{false};
+  std::thread reader([&] {
+    while (!go.load()) std::this_thread::yield();
+    read_pieces(ReadBackend::IoUring, pieces);
+    done = true;
+  });
+  const uint64_t n = allocations_during([&] {
+    go = true;
+    while (!done.load()) std::this_thread::yield();
+  });
+  reader.join();
+  ::close(fd);
+  EXPECT_EQ(dest[0], 'x');
+  EXPECT_EQ(dest[8191], 'x');
+  EXPECT_EQ(n, 0u) << "heap allocations in a thread's first io_uring read";
 }
 
 TEST(ZeroAlloc, SteadyStreamingDecodeFromGgufWithIoUringAllocatesNothing) {
