@@ -80,6 +80,16 @@ class Backend {
   virtual void read(Tensor t, int64_t first_row, int64_t n_rows, float* out) = 0;
   // The other way: rows [first_row, first_row + n_rows) of t from `in` (n_rows x t.width floats).
   virtual void write(Tensor t, int64_t first_row, int64_t n_rows, const float* in) = 0;
+  // dst rows [dst_row, dst_row + n_rows) = src rows [src_row, src_row + n_rows); REQUIRES equal
+  // widths and types, and src != dst. The batched forward (Model::forward_batch) moves one
+  // sequence's rows of a window in and out of the token mixers with it. The default stages the
+  // rows through the host (read + write, allocating); a backend may copy in place.
+  virtual void copy_rows(Tensor src, int64_t src_row, Tensor dst, int64_t dst_row,
+                         int64_t n_rows) {
+    std::vector<float> staging(size_t(n_rows * src.width));
+    read(src, src_row, n_rows, staging.data());
+    write(dst, dst_row, n_rows, staging.data());
+  }
 
   // --- window ---
   // Binds the host threads the backend may use for the next ops (the CPU backend computes on

@@ -66,6 +66,28 @@ const std::vector<float>& Session::decode(int32_t token) {
   return logits_;
 }
 
+void Session::decode_together(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                              BatchWindow& batch) {
+  if (sessions.empty()) return;
+  if (tokens.size() != sessions.size())
+    fail("decode_together: {} sessions and {} tokens", sessions.size(), tokens.size());
+  Session& first = *sessions[0];
+  std::vector<ModelState*> states;
+  std::vector<std::span<const int32_t>> rows;
+  std::vector<std::vector<float>*> logits;
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    Session& s = *sessions[i];
+    if (&s.model_ != &first.model_ || &s.pool_ != &first.pool_ || s.experts_ != first.experts_)
+      fail("decode_together: session {} has another model, thread pool or expert source", i);
+    s.check_context(1);
+    states.push_back(&s.state_);
+    rows.push_back(tokens.subspan(i, 1));
+    logits.push_back(&s.logits_);
+  }
+  first.model_.forward_batch(first.pool_, batch, states, rows, logits, first.experts_);
+  for (size_t i = 0; i < sessions.size(); ++i) sessions[i]->tokens_.push_back(tokens[i]);
+}
+
 const std::vector<float>& Session::forward_all(std::span<const int32_t> tokens) {
   check_context(tokens.size());
   model_.forward(pool_, state_, tokens, LogitRows::All, logits_, experts_);

@@ -53,6 +53,14 @@ class Session {
   const std::vector<float>& prefill(std::span<const int32_t> tokens, int chunk_rows = 64,
                                     const ProgressFn& progress = nullptr);
   const std::vector<float>& decode(int32_t token);
+  // One decode step of several sessions in one window (Model::forward_batch, continuous
+  // batching): sessions[i] is fed tokens[i], and each one's state and logits() are bitwise what
+  // sessions[i]->decode(tokens[i]) alone would give. The dense weights and the union of the
+  // sessions' experts are read once for the step. REQUIRES: distinct sessions of one model, one
+  // thread pool and one expert source, on the cpu backend; `batch` is the caller's (reused).
+  // Throws (before any state changed) when a session's context is full.
+  static void decode_together(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                              BatchWindow& batch);
   // Runs a window and returns the logits of every row ([n][n_vocab]).
   const std::vector<float>& forward_all(std::span<const int32_t> tokens);
   // Speculative verify: like forward_all (logits of every row), and remembers what `keep_rows`

@@ -65,6 +65,14 @@ void CpuBackend::write(Tensor t, int64_t first_row, int64_t n_rows, const float*
   std::copy_n(in, n_rows * t.width, data + first_row * t.width);
 }
 
+void CpuBackend::copy_rows(Tensor src, int64_t src_row, Tensor dst, int64_t dst_row,
+                           int64_t n_rows) {
+  if (src.id == dst.id) fail("cpu backend: copy_rows: source and destination are one tensor");
+  const float* from = rows(src, src_row + n_rows, "copy_rows");
+  float* to = rows(dst, dst_row + n_rows, "copy_rows", src.width);
+  std::copy_n(from + src_row * src.width, n_rows * src.width, to + dst_row * dst.width);
+}
+
 void CpuBackend::embed(const WeightMatrix& table, std::span<const int32_t> tokens, Tensor out) {
   const int64_t n_rows = int64_t(tokens.size());
   float* y = rows(out, n_rows, "embed", table.n_in);
