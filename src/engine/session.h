@@ -29,6 +29,7 @@
 
 #include "compute/cpu/thread_pool.h"
 #include "model/model.h"
+#include "util/fair_mutex.h"
 
 namespace strata {
 
@@ -72,6 +73,12 @@ class Session {
 
   void reset();
 
+  // Every window this session runs (prefill, decode, forward_all, verify) holds `lock` while it
+  // runs; null (the default): none. `strata serve --parallel` shares one lock among its slots,
+  // whose windows use the same thread pool and expert source (decode_together's caller holds
+  // it itself).
+  void set_window_lock(FairMutex* lock) { window_lock_ = lock; }
+
   // Throws when the backend keeps its states in its own memory (not "cpu").
   SessionSnapshot snapshot() const;
   // Makes this session the snapshotted one (its buffers are reused). Same model required.
@@ -95,6 +102,8 @@ class Session {
 
  private:
   void check_context(size_t more) const;
+  // model_.forward under window_lock_ (when set).
+  void run_window(std::span<const int32_t> tokens, LogitRows rows);
   const Model& model_;
   compute::ThreadPool& pool_;
   ExpertSource* experts_;
@@ -103,6 +112,7 @@ class Session {
   ModelState state_;
   std::vector<int32_t> tokens_;
   std::vector<float> logits_;
+  FairMutex* window_lock_ = nullptr;
 };
 
 }  // namespace strata
