@@ -35,6 +35,8 @@
 #include <string_view>
 #include <vector>
 
+#include "util/error.h"
+
 namespace strata {
 struct HParams;
 struct HyperConnectionWeights;
@@ -64,6 +66,12 @@ struct Tensor {
   int64_t max_rows = 0;
   int64_t width = 0;
   bool valid() const { return id != kNone; }
+};
+
+// Rows [first_row, first_row + n_rows) of a window: one sequence's part of a batched window.
+struct RowSegment {
+  int64_t first_row = 0;
+  int64_t n_rows = 0;
 };
 
 class Backend {
@@ -144,6 +152,28 @@ class Backend {
                               int64_t n_rows, bool record_window) = 0;
   virtual void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer,
                          Tensor x, Tensor y, int64_t n_rows) = 0;
+
+  // Batched token mixers (Model::forward_batch, serve --parallel): rows segments[s] of x belong
+  // to states[s] (caches[s]). The row-wise parts (projections, norms) may run once over all rows,
+  // the recurrence or attention per sequence; each sequence's rows and state must be bitwise what
+  // the single op gives it alone. Never recorded. A backend whose batched_mixers() is false does
+  // not implement them: the forward then copies each sequence's rows through the single ops.
+  virtual bool batched_mixers() const { return false; }
+  virtual void gated_deltanet_rows(const HParams& hp, const GatedDeltaNetWeights& w,
+                                   std::span<GatedDeltaNetState* const> states,
+                                   std::span<const RowSegment> segments, int layer, Tensor x,
+                                   Tensor y, int64_t n_rows) {
+    (void)hp, (void)w, (void)states, (void)segments, (void)layer, (void)x, (void)y, (void)n_rows;
+    fail("{} backend: gated_deltanet_rows (batched windows) is not supported by this backend",
+         name());
+  }
+  virtual void attention_rows(const HParams& hp, const AttentionWeights& w,
+                              std::span<KvCache* const> caches,
+                              std::span<const RowSegment> segments, int layer, Tensor x, Tensor y,
+                              int64_t n_rows) {
+    (void)hp, (void)w, (void)caches, (void)segments, (void)layer, (void)x, (void)y, (void)n_rows;
+    fail("{} backend: attention_rows (batched windows) is not supported by this backend", name());
+  }
 
   // PLE (layers/ple.h): waits for the window's rows from `rows` (started by the window runner
   // before the first layer), then X += the PLE layer's output.

@@ -72,7 +72,7 @@ const std::vector<float>& Session::decode(int32_t token) {
 }
 
 void Session::decode_together(std::span<Session* const> sessions, std::span<const int32_t> tokens,
-                              BatchWindow& batch) {
+                              BatchWindow& batch, ExpertSource* experts) {
   if (sessions.empty()) return;
   if (tokens.size() != sessions.size())
     fail("decode_together: {} sessions and {} tokens", sessions.size(), tokens.size());
@@ -89,7 +89,8 @@ void Session::decode_together(std::span<Session* const> sessions, std::span<cons
     rows.push_back(tokens.subspan(i, 1));
     logits.push_back(&s.logits_);
   }
-  first.model_.forward_batch(first.pool_, batch, states, rows, logits, first.experts_);
+  first.model_.forward_batch(first.pool_, batch, states, rows, logits,
+                             experts ? experts : first.experts_);
   for (size_t i = 0; i < sessions.size(); ++i) sessions[i]->tokens_.push_back(tokens[i]);
 }
 

@@ -60,8 +60,14 @@ class Session {
   // sessions' experts are read once for the step. REQUIRES: distinct sessions of one model, one
   // thread pool and one expert source, on the cpu backend; `batch` is the caller's (reused).
   // Throws (before any state changed) when a session's context is full.
+  // `experts` (optional) replaces the sessions' expert source for this step (e.g. a counting
+  // wrapper around it).
   static void decode_together(std::span<Session* const> sessions, std::span<const int32_t> tokens,
-                              BatchWindow& batch);
+                              BatchWindow& batch, ExpertSource* experts = nullptr);
+  // The expert source the windows fetch through (the model's mapping when null).
+  ExpertSource& expert_source() const {
+    return experts_ ? *experts_ : model_.mapped_experts();
+  }
   // Runs a window and returns the logits of every row ([n][n_vocab]).
   const std::vector<float>& forward_all(std::span<const int32_t> tokens);
   // Speculative verify: like forward_all (logits of every row), and remembers what `keep_rows`

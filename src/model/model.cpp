@@ -166,6 +166,19 @@ void Model::mixer_forward(const WindowRun& run, int l, compute::Tensor x,
       run.be.attention(hp_, lw.attention, state.kv[size_t(l)], l, in, out, n_rows);
   };
   if (!run.batched()) return mix(*run.segments[0].state, x, y, run.n_rows());
+  if (run.be.batched_mixers()) {
+    BatchWindow& b = *run.batch;
+    if (lw.kind == LayerKind::GatedDeltaNet) {
+      b.deltanets.clear();
+      for (const WindowSegment& s : run.segments) b.deltanets.push_back(&s.state->deltanet[size_t(l)]);
+      run.be.gated_deltanet_rows(hp_, lw.deltanet, b.deltanets, b.rows, l, x, y, run.n_rows());
+    } else {
+      b.caches.clear();
+      for (const WindowSegment& s : run.segments) b.caches.push_back(&s.state->kv[size_t(l)]);
+      run.be.attention_rows(hp_, lw.attention, b.caches, b.rows, l, x, y, run.n_rows());
+    }
+    return;
+  }
   // Each sequence's rows through its own state, exactly the rows (and so the bits) it would
   // feed alone: a mixer op works on rows [0, n) of its tensors.
   const WindowTensors& seg = *run.segment;
@@ -295,6 +308,7 @@ void Model::forward_batch(compute::ThreadPool& pool, BatchWindow& batch,
          states.size(), tokens.size(), logits.size());
   batch.tokens.clear();
   batch.segments.clear();
+  batch.rows.clear();
   int64_t longest = 0;
   for (size_t s = 0; s < states.size(); ++s) {
     ModelState& state = *states[s];
@@ -309,6 +323,7 @@ void Model::forward_batch(compute::ThreadPool& pool, BatchWindow& batch,
       if (states[r] == states[s]) fail("forward_batch: sequences {} and {} share a state", r, s);
     check_tokens(tokens[s]);
     batch.segments.push_back(WindowSegment{&state, tokens[s], int64_t(batch.tokens.size())});
+    batch.rows.push_back(compute::RowSegment{int64_t(batch.tokens.size()), int64_t(tokens[s].size())});
     batch.tokens.insert(batch.tokens.end(), tokens[s].begin(), tokens[s].end());
     longest = std::max<int64_t>(longest, int64_t(tokens[s].size()));
   }
@@ -318,7 +333,7 @@ void Model::forward_batch(compute::ThreadPool& pool, BatchWindow& batch,
   be.begin_window(pool);
   ensure_tensors(be, batch.tensors, n_rows);
   ensure_tensors(be, batch.segment, longest);
-  run_layers(WindowRun{be, batch.tensors, batch.tokens, batch.segments, &batch.segment},
+  run_layers(WindowRun{be, batch.tensors, batch.tokens, batch.segments, &batch, &batch.segment},
              experts ? *experts : *mapped_experts_);
   ScopedPhase phase(Phase::Head);
   // The head over each sequence's last row only: gathered into x (free by now), one matmul.

@@ -107,6 +107,9 @@ struct BatchWindow {
   WindowTensors segment;
   std::vector<int32_t> tokens;
   std::vector<WindowSegment> segments;
+  std::vector<compute::RowSegment> rows;  // segments' rows, for the backend's batched mixers
+  std::vector<GatedDeltaNetState*> deltanets;  // one layer's states, in segment order
+  std::vector<KvCache*> caches;
 };
 
 // Deep copy of what a sequence carries between windows, for the conversation state cache
@@ -201,13 +204,16 @@ class Model {
   Model(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors);
   // One window as the architecture files see it: `be` (window begun), its tensors `t` (sized for
   // n_rows), every row's token, and the sequences whose rows it carries. With one segment the
-  // token mixers run on `t` directly (the single-sequence forward, unchanged); with several each
-  // sequence's rows are copied into `segment` (sized for the longest) for its mixers and back.
+  // token mixers run on `t` directly (the single-sequence forward, unchanged); with several, a
+  // backend with batched mixers runs them over all rows (projections once, the rest per
+  // sequence), any other gets each sequence's rows copied into `segment` (sized for the longest)
+  // and back.
   struct WindowRun {
     compute::Backend& be;
     const WindowTensors& t;
     std::span<const int32_t> tokens;
     std::span<const WindowSegment> segments;
+    BatchWindow* batch = nullptr;  // with several segments
     const WindowTensors* segment = nullptr;
     int64_t n_rows() const { return int64_t(tokens.size()); }
     bool batched() const { return segments.size() > 1; }

@@ -47,7 +47,9 @@ void DecodeBatcher::run_step(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   try {
     std::lock_guard engine(engine_);
-    Session::decode_together(step_sessions_, step_tokens_, window_);
+    counter_.inner = &step_sessions_.front()->expert_source();
+    counter_.layers = counter_.experts = 0;
+    Session::decode_together(step_sessions_, step_tokens_, window_, &counter_);
   } catch (...) {
     error = std::current_exception();
   }
@@ -57,6 +59,8 @@ void DecodeBatcher::run_step(std::unique_lock<std::mutex>& lock) {
     failure_ = error;
   }
   ++stats_.steps;
+  stats_.layer_steps += counter_.layers;
+  stats_.expert_union += counter_.experts;
   stats_.rows += step_sessions_.size();
   stats_.max_rows = std::max<uint64_t>(stats_.max_rows, step_sessions_.size());
   ++completed_;

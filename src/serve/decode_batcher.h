@@ -14,7 +14,9 @@
 //   waiter woken by a leave, runs it on its own thread, holding the engine lock). A step that
 //   throws rethrows in every slot of it.
 //
-// Counters (`stats`): steps, rows (slot-steps) and the largest step, for /metrics and the bench.
+// Counters (`stats`): steps, rows (slot-steps), the largest step, and the experts each step's
+// layers fetched (the union over its rows, counted by a pass-through ExpertSource around the
+// slots' source), for /metrics and the bench.
 //
 // Thread safety: every method from any thread; `decode`, `join`, `leave` by member slots as
 // stated. The batch window's buffers are touched only by the thread running a step, under the
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "engine/session.h"
+#include "experts/expert_source.h"
 #include "util/fair_mutex.h"
 
 namespace strata::serve {
@@ -36,6 +39,11 @@ struct BatchStats {
   uint64_t steps = 0;     // batched decode windows run
   uint64_t rows = 0;      // slot-steps: tokens decoded through them
   uint64_t max_rows = 0;  // the largest step
+  // Routed layers of those steps, and the experts they fetched: each layer of a step reads the
+  // union of its rows' experts once, so union / layer_steps against rows / steps · top-k says
+  // how much the rows shared (where MoE batching pays).
+  uint64_t layer_steps = 0;
+  uint64_t expert_union = 0;
 };
 
 class DecodeBatcher {
@@ -91,7 +99,30 @@ class DecodeBatcher {
   uint64_t failed_step_ = UINT64_MAX;
   std::exception_ptr failure_;
   BatchStats stats_;
+  // Passes every call to `inner` unchanged and counts the union each begin_layer asks for.
+  class UnionCounter final : public ExpertSource {
+   public:
+    ExpertSource* inner = nullptr;
+    uint64_t layers = 0, experts = 0;
+    void observe_routing(int layer, const Routing& routing) override {
+      inner->observe_routing(layer, routing);
+    }
+    void begin_layer(int layer, std::span<const int32_t> ids) override {
+      ++layers;
+      experts += ids.size();
+      inner->begin_layer(layer, ids);
+    }
+    bool next(int& index, ExpertMatrices& out) override { return inner->next(index, out); }
+    bool wants_prediction() const override { return inner->wants_prediction(); }
+    void predict(int layer, std::span<const int32_t> ids) override { inner->predict(layer, ids); }
+    MocePolicy* moce() override { return inner->moce(); }
+    bool resident(int layer, int32_t expert) const override {
+      return inner->resident(layer, expert);
+    }
+  };
+
   BatchWindow window_;  // only the thread running a step, under engine_
+  UnionCounter counter_;
   std::vector<Session*> step_sessions_;
   std::vector<int32_t> step_tokens_;
 };

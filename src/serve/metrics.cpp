@@ -147,6 +147,12 @@ std::string ServeMetrics::render(const LiveGauges& live, const ExpertStoreStats*
   out += fmt::format("strata_batch_steps_total {}\n", live.batch.steps);
   header(out, "strata_batch_rows_total", "counter", "Tokens decoded through batched windows");
   out += fmt::format("strata_batch_rows_total {}\n", live.batch.rows);
+  header(out, "strata_batch_layer_steps_total", "counter",
+         "Routed layers of the batched decode windows");
+  out += fmt::format("strata_batch_layer_steps_total {}\n", live.batch.layer_steps);
+  header(out, "strata_batch_expert_union_total", "counter",
+         "Experts fetched by those layers (each the union over the window's rows)");
+  out += fmt::format("strata_batch_expert_union_total {}\n", live.batch.expert_union);
   header(out, "strata_batch_max_rows", "gauge", "The largest batched decode window so far");
   out += fmt::format("strata_batch_max_rows {}\n", live.batch.max_rows);
   if (experts) {

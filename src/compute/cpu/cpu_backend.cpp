@@ -150,6 +150,27 @@ void CpuBackend::gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w
                          record_window);
 }
 
+void CpuBackend::gated_deltanet_rows(const HParams& hp, const GatedDeltaNetWeights& w,
+                                     std::span<GatedDeltaNetState* const> states,
+                                     std::span<const RowSegment> segments, int /*layer*/, Tensor x,
+                                     Tensor y, int64_t n_rows) {
+  const float* xd = rows(x, n_rows, "gated_deltanet_rows");
+  float* yd = rows(y, n_rows, "gated_deltanet_rows", x.width);
+  ScopedPhase phase(Phase::Mixer);
+  gated_deltanet_forward_rows(pool("gated_deltanet_rows"), ws_, hp, w, states, segments, xd,
+                              n_rows, yd);
+}
+
+void CpuBackend::attention_rows(const HParams& hp, const AttentionWeights& w,
+                                std::span<KvCache* const> caches,
+                                std::span<const RowSegment> segments, int /*layer*/, Tensor x,
+                                Tensor y, int64_t n_rows) {
+  const float* xd = rows(x, n_rows, "attention_rows");
+  float* yd = rows(y, n_rows, "attention_rows", x.width);
+  ScopedPhase phase(Phase::Mixer);
+  attention_forward_rows(pool("attention_rows"), ws_, hp, w, caches, segments, xd, n_rows, yd);
+}
+
 void CpuBackend::attention(const HParams& hp, const AttentionWeights& w, KvCache& cache,
                            int /*layer*/, Tensor x, Tensor y, int64_t n_rows) {
   const float* xd = rows(x, n_rows, "attention");

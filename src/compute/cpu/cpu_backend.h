@@ -47,6 +47,14 @@ class CpuBackend final : public Backend {
                       int layer, Tensor x, Tensor y, int64_t n_rows, bool record_window) override;
   void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer, Tensor x,
                  Tensor y, int64_t n_rows) override;
+  bool batched_mixers() const override { return true; }
+  void gated_deltanet_rows(const HParams& hp, const GatedDeltaNetWeights& w,
+                           std::span<GatedDeltaNetState* const> states,
+                           std::span<const RowSegment> segments, int layer, Tensor x, Tensor y,
+                           int64_t n_rows) override;
+  void attention_rows(const HParams& hp, const AttentionWeights& w,
+                      std::span<KvCache* const> caches, std::span<const RowSegment> segments,
+                      int layer, Tensor x, Tensor y, int64_t n_rows) override;
   void ple(const HParams& hp, const PleWeights& w, PleState& state, PleRowReader& rows, Tensor X,
            int64_t n_rows, bool record_window) override;
   void moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x,
