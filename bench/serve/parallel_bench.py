@@ -184,7 +184,8 @@ def main():
             burst(server.port, 1, 4, "warmup")
             for n in streams:
                 before = server.metrics()
-                runs = [burst(server.port, n, args.max_tokens, f"{n}") for _ in range(args.runs)]
+                # A new prompt per run and stream: nothing comes from the conversation state cache.
+                runs = [burst(server.port, n, args.max_tokens, f"{n}.{k}") for k in range(args.runs)]
                 after = server.metrics()
                 d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
                 steps = d.get("strata_batch_steps_total", 0)
@@ -215,7 +216,7 @@ def main():
     for n in streams:
         vals = [table[(p, n)]["tok_s"] for p in parallels]
         print(f"| {n} | " + " | ".join(f"{v:.1f}" for v in vals) + f" | {vals[-1] / vals[0]:.2f}x |")
-    same = all(texts[(p, n)] == texts[(base, n)] for p in parallels for n in streams)
+    same = all(texts[(p, n)] == texts[(base, n)] for p in parallels for n in streams)  # run 0 each
     print(f"\nreplies equal across --parallel values: {same}")
     single = table[(base, 1)]["tok_s"]
     for p in parallels:
