@@ -144,55 +144,18 @@ void GatedDeltaNetState::reset(const HParams& hp) {
 
 namespace {
 
-// Phases 1 and 2 for one sequence: conv + SiLU (with its history), split, normalise, gates, and
-// the delta rule, over its n_rows rows of the projections (mixed [n][conv_dim], beta and alpha
-// [n][nv]) into core [n][value_dim]. Everything here is the sequence's own (state, positions);
-// the projections before and the norm and output after are row-wise.
-void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
-                   const GatedDeltaNetWeights& w, GatedDeltaNetState& state, const float* mixed,
-                   const float* beta, const float* alpha, int64_t n_rows, float* core_rows,
-                   bool record_window) {
+// Phase 1 for one sequence (sequential in t: the conv history): conv + SiLU, split, normalise,
+// gates, from its rows of the projections into `in` (sized for n_rows by the caller).
+void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                     const GatedDeltaNetWeights& w, GatedDeltaNetState& state, const float* mixed,
+                     const float* beta, const float* alpha, int64_t n_rows, DeltaInputs& in) {
   compute::Workspace::Frame frame(ws);
   const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
-  const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim();
+  const int dk = hp.ssm_head_k_dim();
   const int kernel = hp.ssm_conv_kernel;
   const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim();
   const int64_t conv_dim = hp.ssm_conv_dim();
-  const int v_per_k = nv / nk;
-
-  // Phase 1 (sequential in t: the conv history): conv + SiLU, split, normalise, gates.
-  // The inputs' buffers: the workspace's, lent to `in` for the window and given back after it;
-  // for a recorded window the state's spare set, which then trades places with the log's.
-  std::vector<float>* const lent[5] = {
-      &ws.floats(static_cast<size_t>(n_rows * key_dim)),
-      &ws.floats(static_cast<size_t>(n_rows * key_dim)),
-      &ws.floats(static_cast<size_t>(n_rows * value_dim)),
-      &ws.floats(static_cast<size_t>(n_rows * nv)), &ws.floats(static_cast<size_t>(n_rows * nv))};
-  DeltaInputs in;
-  in.n_rows = n_rows;
-  std::vector<float>* const parts[5] = {&in.q, &in.k, &in.v, &in.beta, &in.decay_log};
-  std::vector<float>* const spare[5] = {&state.spare_inputs.q, &state.spare_inputs.k,
-                                        &state.spare_inputs.v, &state.spare_inputs.beta,
-                                        &state.spare_inputs.decay_log};
-  for (int i = 0; i < 5; ++i) {
-    if (record_window) {
-      spare[i]->assign(lent[i]->size(), 0.0f);
-      parts[i]->swap(*spare[i]);
-    } else {
-      parts[i]->swap(*lent[i]);
-    }
-  }
   std::vector<float>& conv_out = ws.floats(static_cast<size_t>(n_rows * conv_dim));
-  GatedDeltaNetWindowLog& log = state.window_log;
-  log.valid = false;
-  if (record_window) {
-    if (n_rows >= kChunkedMinRows)
-      fail("gated deltanet: a recorded (speculative verify) window must have fewer than {} rows, "
-           "got {}",
-           kChunkedMinRows, n_rows);
-    log.ssm_before = state.ssm;
-    log.conv_before = state.conv;
-  }
   const float q_scale = 1.0f / std::sqrt(float(dk));  // HF: query.shape[-1] ** -0.5
   // Causal depthwise conv over [history (K-1 rows) | the window's rows], then SiLU. Row r of that
   // concatenation is history row r for r < K-1, else window row r-(K-1); token t's taps read rows
@@ -244,6 +207,57 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
       }
     }
   });
+
+}
+
+// Phases 1 and 2 for one sequence: conv + SiLU (with its history), split, normalise, gates, and
+// the delta rule, over its n_rows rows of the projections (mixed [n][conv_dim], beta and alpha
+// [n][nv]) into core [n][value_dim]. Everything here is the sequence's own (state, positions);
+// the projections before and the norm and output after are row-wise.
+void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                   const GatedDeltaNetWeights& w, GatedDeltaNetState& state, const float* mixed,
+                   const float* beta, const float* alpha, int64_t n_rows, float* core_rows,
+                   bool record_window) {
+  compute::Workspace::Frame frame(ws);
+  const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
+  const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim();
+  const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim();
+  const int64_t conv_dim = hp.ssm_conv_dim();
+  const int v_per_k = nv / nk;
+
+  // Phase 1 (sequential in t: the conv history): conv + SiLU, split, normalise, gates.
+  // The inputs' buffers: the workspace's, lent to `in` for the window and given back after it;
+  // for a recorded window the state's spare set, which then trades places with the log's.
+  std::vector<float>* const lent[5] = {
+      &ws.floats(static_cast<size_t>(n_rows * key_dim)),
+      &ws.floats(static_cast<size_t>(n_rows * key_dim)),
+      &ws.floats(static_cast<size_t>(n_rows * value_dim)),
+      &ws.floats(static_cast<size_t>(n_rows * nv)), &ws.floats(static_cast<size_t>(n_rows * nv))};
+  DeltaInputs in;
+  in.n_rows = n_rows;
+  std::vector<float>* const parts[5] = {&in.q, &in.k, &in.v, &in.beta, &in.decay_log};
+  std::vector<float>* const spare[5] = {&state.spare_inputs.q, &state.spare_inputs.k,
+                                        &state.spare_inputs.v, &state.spare_inputs.beta,
+                                        &state.spare_inputs.decay_log};
+  for (int i = 0; i < 5; ++i) {
+    if (record_window) {
+      spare[i]->assign(lent[i]->size(), 0.0f);
+      parts[i]->swap(*spare[i]);
+    } else {
+      parts[i]->swap(*lent[i]);
+    }
+  }
+  GatedDeltaNetWindowLog& log = state.window_log;
+  log.valid = false;
+  if (record_window) {
+    if (n_rows >= kChunkedMinRows)
+      fail("gated deltanet: a recorded (speculative verify) window must have fewer than {} rows, "
+           "got {}",
+           kChunkedMinRows, n_rows);
+    log.ssm_before = state.ssm;
+    log.conv_before = state.conv;
+  }
+  deltanet_inputs(pool, ws, hp, w, state, mixed, beta, alpha, n_rows, in);
 
   // Phase 2: the delta rule per V head (heads are independent, so the split across threads
   // cannot change a bit). Short windows (decode, speculative verify) use the recurrent form,
@@ -321,11 +335,49 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
   }
 
   std::vector<float>& core = ws.floats(static_cast<size_t>(n_rows * value_dim));
-  for (size_t s = 0; s < segments.size(); ++s) {
-    const int64_t first = segments[s].first_row, n = segments[s].n_rows;
-    deltanet_core(pool, ws, hp, w, *states[s], mixed.data() + first * conv_dim,
-                  beta.data() + first * nv, alpha.data() + first * nv, n,
-                  core.data() + first * value_dim, record_window);
+  if (segments.size() == 1) {
+    deltanet_core(pool, ws, hp, w, *states[0], mixed.data(), beta.data(), alpha.data(),
+                  segments[0].n_rows, core.data(), record_window);
+  } else {
+    // Several sequences (never recorded): phase 1 per sequence, then the delta rule of every
+    // (sequence, V head) pair in one hand-out to the threads rather than one per sequence (the
+    // pairs are independent, so the split cannot change a bit; decode rows are tiny work each).
+    const int nk = hp.ssm_n_k_heads, dk = hp.ssm_head_k_dim(), v_per_k = nv / nk;
+    const int64_t key_dim = hp.ssm_key_dim();
+    std::vector<DeltaInputs> inputs(segments.size());
+    std::vector<std::vector<float>*> lent;
+    for (size_t s = 0; s < segments.size(); ++s) {
+      const int64_t first = segments[s].first_row, n = segments[s].n_rows;
+      DeltaInputs& in = inputs[s];
+      in.n_rows = n;
+      std::vector<float>* const parts[5] = {&in.q, &in.k, &in.v, &in.beta, &in.decay_log};
+      const int64_t widths[5] = {key_dim, key_dim, value_dim, nv, nv};
+      for (int i = 0; i < 5; ++i) {
+        lent.push_back(&ws.floats(static_cast<size_t>(n * widths[i])));
+        parts[i]->swap(*lent.back());
+      }
+      states[s]->window_log.valid = false;
+      deltanet_inputs(pool, ws, hp, w, *states[s], mixed.data() + first * conv_dim,
+                      beta.data() + first * nv, alpha.data() + first * nv, n, in);
+    }
+    pool.parallel_for(int64_t(segments.size()) * nv, [&](int64_t begin, int64_t end, int) {
+      for (int64_t task = begin; task < end; ++task) {
+        const size_t s = size_t(task / nv);
+        const int h = int(task % nv);
+        const int kh = hp.ssm_v_heads_tiled ? h % nk : h / v_per_k;
+        float* head_state = states[s]->ssm.data() + size_t(h) * dk * dv;
+        float* out = core.data() + segments[s].first_row * value_dim;
+        if (inputs[s].n_rows >= kChunkedMinRows)
+          delta_rule_chunked(inputs[s], hp, h, kh, head_state, out);
+        else
+          delta_rule_recurrent(inputs[s], inputs[s].n_rows, hp, h, kh, head_state, out);
+      }
+    });
+    for (size_t s = 0; s < segments.size(); ++s) {
+      std::vector<float>* const parts[5] = {&inputs[s].q, &inputs[s].k, &inputs[s].v,
+                                            &inputs[s].beta, &inputs[s].decay_log};
+      for (int i = 0; i < 5; ++i) lent[s * 5 + size_t(i)]->swap(*parts[i]);
+    }
   }
 
   // Phase 3: gated RMS norm per V head.
