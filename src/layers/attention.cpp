@@ -347,13 +347,23 @@ void attention_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HPa
   const int64_t attn_width = int64_t(dims.n_head) * hd;
   std::vector<float>& attn = ws.floats(static_cast<size_t>(n_rows * attn_width));
   const int64_t idx_row = int64_t(dims.idx_heads) * dims.idx_dim;
-  for (size_t s = 0; s < segments.size(); ++s) {
+  auto core = [&](compute::Workspace& core_ws, size_t s) {
     const int64_t first = segments[s].first_row;
-    attention_core(pool, ws, hp, w, dims, *caches[s], q.data() + first * dims.q_row,
+    attention_core(pool, core_ws, hp, w, dims, *caches[s], q.data() + first * dims.q_row,
                    k.data() + first * dims.kv_dim, v.data() + first * dims.kv_dim,
                    w.sparse() ? index_q.data() + first * idx_row : nullptr,
                    w.sparse() ? raw.data() + first * dims.idx_dim : nullptr, segments[s].n_rows,
                    attn.data() + first * attn_width);
+  };
+  if (segments.size() == 1) {
+    core(ws, 0);
+  } else {
+    // Several sequences side by side, each on its thread's workspace (its own cache and rows;
+    // the hand-outs inside a task run inline, so each sequence's work is what it does alone).
+    ws.reserve_threads(pool.size());
+    pool.parallel_for(int64_t(segments.size()), [&](int64_t begin, int64_t end, int thread) {
+      for (int64_t s = begin; s < end; ++s) core(ws.for_thread(thread), size_t(s));
+    });
   }
   compute::matmul(pool, w.o, attn.data(), n_rows, y);
 }

@@ -347,7 +347,7 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
     std::vector<DeltaInputs> inputs(segments.size());
     std::vector<std::vector<float>*> lent;
     for (size_t s = 0; s < segments.size(); ++s) {
-      const int64_t first = segments[s].first_row, n = segments[s].n_rows;
+      const int64_t n = segments[s].n_rows;
       DeltaInputs& in = inputs[s];
       in.n_rows = n;
       std::vector<float>* const parts[5] = {&in.q, &in.k, &in.v, &in.beta, &in.decay_log};
@@ -357,9 +357,19 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
         parts[i]->swap(*lent.back());
       }
       states[s]->window_log.valid = false;
-      deltanet_inputs(pool, ws, hp, w, *states[s], mixed.data() + first * conv_dim,
-                      beta.data() + first * nv, alpha.data() + first * nv, n, in);
     }
+    // Phase 1 of the sequences side by side (each is its own state and rows; nested hand-outs
+    // inside run inline), each on its thread's workspace.
+    ws.reserve_threads(pool.size());
+    pool.parallel_for(int64_t(segments.size()), [&](int64_t begin, int64_t end, int thread) {
+      for (int64_t s = begin; s < end; ++s) {
+        const int64_t first = segments[size_t(s)].first_row;
+        deltanet_inputs(pool, ws.for_thread(thread), hp, w, *states[size_t(s)],
+                        mixed.data() + first * conv_dim, beta.data() + first * nv,
+                        alpha.data() + first * nv, segments[size_t(s)].n_rows,
+                        inputs[size_t(s)]);
+      }
+    });
     pool.parallel_for(int64_t(segments.size()) * nv, [&](int64_t begin, int64_t end, int) {
       for (int64_t task = begin; task < end; ++task) {
         const size_t s = size_t(task / nv);
