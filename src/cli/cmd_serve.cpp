@@ -102,10 +102,11 @@ void run_serve(const ServeOptions& options) {
       fail("--parallel: expected a number of slots from 1 to 256, found {}",
            server_options.parallel);
     if (server_options.parallel > 1 && options.experts.moce_lambda > 0)
-      fail("--parallel {} with --moce: cache-aware routing depends on which experts are resident, "
-           "which other requests change, so replies would depend on what else runs; use "
-           "--parallel 1 or leave --moce off",
-           server_options.parallel);
+      fail(
+          "--parallel {} with --moce: cache-aware routing depends on which experts are resident, "
+          "which other requests change, so replies would depend on what else runs; use "
+          "--parallel 1 or leave --moce off",
+          server_options.parallel);
     if (server_options.cache_ram_bytes > 0 && served.backend != "cpu")
       fmt::print(stderr,
                  "strata serve: no conversation state cache on the {} backend (its states live "
@@ -168,7 +169,8 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   cmd->add_option("--max-queue", server.max_queue,
-                  "generation requests that may wait behind the running one; more get 429")
+                  "generation requests that may wait behind the running ones (--parallel); "
+                  "more get 429")
       ->check(CLI::Range(0, 100000))
       ->capture_default_str();
   cmd->add_option("--max-body", server.max_body_bytes,

@@ -92,8 +92,7 @@ class Backend {
   // widths and types, and src != dst. The batched forward (Model::forward_batch) moves one
   // sequence's rows of a window in and out of the token mixers with it. The default stages the
   // rows through the host (read + write, allocating); a backend may copy in place.
-  virtual void copy_rows(Tensor src, int64_t src_row, Tensor dst, int64_t dst_row,
-                         int64_t n_rows) {
+  virtual void copy_rows(Tensor src, int64_t src_row, Tensor dst, int64_t dst_row, int64_t n_rows) {
     std::vector<float> staging(size_t(n_rows * src.width));
     read(src, src_row, n_rows, staging.data());
     write(dst, dst_row, n_rows, staging.data());

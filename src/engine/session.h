@@ -65,9 +65,7 @@ class Session {
   static void decode_together(std::span<Session* const> sessions, std::span<const int32_t> tokens,
                               BatchWindow& batch, ExpertSource* experts = nullptr);
   // The expert source the windows fetch through (the model's mapping when null).
-  ExpertSource& expert_source() const {
-    return experts_ ? *experts_ : model_.mapped_experts();
-  }
+  ExpertSource& expert_source() const { return experts_ ? *experts_ : model_.mapped_experts(); }
   // Runs a window and returns the logits of every row ([n][n_vocab]).
   const std::vector<float>& forward_all(std::span<const int32_t> tokens);
   // Speculative verify: like forward_all (logits of every row), and remembers what `keep_rows`

@@ -203,9 +203,8 @@ namespace {
 // and RoPE, the KV (and QSA index) append, token selection and attention, into attn
 // [n][n_head·head_dim]. q, k, v, index_q, raw: its rows of the projections (modified in place).
 void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
-                    const AttentionWeights& w, const Dims& dims, KvCache& cache, float* q,
-                    float* k, const float* v, float* index_q, const float* raw, int64_t n_rows,
-                    float* attn) {
+                    const AttentionWeights& w, const Dims& dims, KvCache& cache, float* q, float* k,
+                    const float* v, float* index_q, const float* raw, int64_t n_rows, float* attn) {
   compute::Workspace::Frame frame(ws);
   const int hd = dims.head_dim;
   const int64_t first_pos = cache.n_tokens;
@@ -272,16 +271,16 @@ void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const HPa
     for (int64_t t = begin; t < end; ++t) {
       const int64_t pos = first_pos + t;
       if (w.sparse()) {
-        select_tokens(scratch, w, hp, dims, cache,
-                      index_q + t * dims.idx_heads * dims.idx_dim, pos);
+        select_tokens(scratch, w, hp, dims, cache, index_q + t * dims.idx_heads * dims.idx_dim,
+                      pos);
       } else {
         tokens.resize(static_cast<size_t>(pos + 1));
         std::iota(tokens.begin(), tokens.end(), int64_t{0});
       }
       // Every visible token selected (dense attention, or QSA within its budget): the matrix path.
       if (matrix_path && int64_t(tokens.size()) == pos + 1) {
-        attend_all_visible(dims, w.gated, q + t * dims.q_row, keys_t.data(), n_ctx, cache,
-                           pos + 1, scale, weights, attn + t * attn_width);
+        attend_all_visible(dims, w.gated, q + t * dims.q_row, keys_t.data(), n_ctx, cache, pos + 1,
+                           scale, weights, attn + t * attn_width);
         continue;
       }
       weights.resize(tokens.size());
@@ -318,9 +317,14 @@ void attention_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HPa
                     std::span<const compute::RowSegment> segments, const float* x, int64_t n_rows,
                     float* y) {
   compute::Workspace::Frame frame(ws);
-  Dims dims{hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_rot,
-            int64_t(hp.n_head) * hp.head_dim * (w.gated ? 2 : 1), hp.kv_dim(),
-            hp.indexer_n_head, hp.indexer_head_dim};
+  Dims dims{hp.n_head,
+            hp.n_head_kv,
+            hp.head_dim,
+            hp.n_rot,
+            int64_t(hp.n_head) * hp.head_dim * (w.gated ? 2 : 1),
+            hp.kv_dim(),
+            hp.indexer_n_head,
+            hp.indexer_head_dim};
   const int hd = dims.head_dim;
 
   std::vector<float>& q = ws.floats(static_cast<size_t>(n_rows * dims.q_row));

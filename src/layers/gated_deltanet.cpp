@@ -207,7 +207,6 @@ void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const HP
       }
     }
   });
-
 }
 
 // Phases 1 and 2 for one sequence: conv + SiLU (with its history), split, normalise, gates, and
@@ -228,11 +227,11 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
   // Phase 1 (sequential in t: the conv history): conv + SiLU, split, normalise, gates.
   // The inputs' buffers: the workspace's, lent to `in` for the window and given back after it;
   // for a recorded window the state's spare set, which then trades places with the log's.
-  std::vector<float>* const lent[5] = {
-      &ws.floats(static_cast<size_t>(n_rows * key_dim)),
-      &ws.floats(static_cast<size_t>(n_rows * key_dim)),
-      &ws.floats(static_cast<size_t>(n_rows * value_dim)),
-      &ws.floats(static_cast<size_t>(n_rows * nv)), &ws.floats(static_cast<size_t>(n_rows * nv))};
+  std::vector<float>* const lent[5] = {&ws.floats(static_cast<size_t>(n_rows * key_dim)),
+                                       &ws.floats(static_cast<size_t>(n_rows * key_dim)),
+                                       &ws.floats(static_cast<size_t>(n_rows * value_dim)),
+                                       &ws.floats(static_cast<size_t>(n_rows * nv)),
+                                       &ws.floats(static_cast<size_t>(n_rows * nv))};
   DeltaInputs in;
   in.n_rows = n_rows;
   std::vector<float>* const parts[5] = {&in.q, &in.k, &in.v, &in.beta, &in.decay_log};
@@ -251,9 +250,10 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
   log.valid = false;
   if (record_window) {
     if (n_rows >= kChunkedMinRows)
-      fail("gated deltanet: a recorded (speculative verify) window must have fewer than {} rows, "
-           "got {}",
-           kChunkedMinRows, n_rows);
+      fail(
+          "gated deltanet: a recorded (speculative verify) window must have fewer than {} rows, "
+          "got {}",
+          kChunkedMinRows, n_rows);
     log.ssm_before = state.ssm;
     log.conv_before = state.conv;
   }
@@ -289,7 +289,6 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
   } else {
     for (int i = 0; i < 5; ++i) lent[i]->swap(*parts[i]);
   }
-
 }
 
 // The whole layer over a window whose rows [segments[s].first_row, + n_rows) belong to
@@ -312,16 +311,15 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
   std::vector<float>& beta = ws.floats(static_cast<size_t>(n_rows * nv));
   std::vector<float>& alpha = ws.floats(static_cast<size_t>(n_rows * nv));
   // The input projections in one call: x converted once per activation format, one wait.
-  std::vector<float>& ba = ws.floats(static_cast<size_t>(w.fused_beta_alpha() ? n_rows * 2 * nv : 0));
+  std::vector<float>& ba =
+      ws.floats(static_cast<size_t>(w.fused_beta_alpha() ? n_rows * 2 * nv : 0));
   if (w.fused_beta_alpha()) {
     const compute::MatmulProduct projections[] = {
         {&w.qkv, mixed.data()}, {&w.z, z.data()}, {&w.beta_alpha, ba.data()}};
     compute::matmul_many(pool, projections, x, n_rows);
   } else {
-    const compute::MatmulProduct projections[] = {{&w.qkv, mixed.data()},
-                                                  {&w.z, z.data()},
-                                                  {&w.beta, beta.data()},
-                                                  {&w.alpha, alpha.data()}};
+    const compute::MatmulProduct projections[] = {
+        {&w.qkv, mixed.data()}, {&w.z, z.data()}, {&w.beta, beta.data()}, {&w.alpha, alpha.data()}};
     compute::matmul_many(pool, projections, x, n_rows);
   }
   if (w.fused_beta_alpha()) {
@@ -366,8 +364,7 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
         const int64_t first = segments[size_t(s)].first_row;
         deltanet_inputs(pool, ws.for_thread(thread), hp, w, *states[size_t(s)],
                         mixed.data() + first * conv_dim, beta.data() + first * nv,
-                        alpha.data() + first * nv, segments[size_t(s)].n_rows,
-                        inputs[size_t(s)]);
+                        alpha.data() + first * nv, segments[size_t(s)].n_rows, inputs[size_t(s)]);
       }
     });
     pool.parallel_for(int64_t(segments.size()) * nv, [&](int64_t begin, int64_t end, int) {

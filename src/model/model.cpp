@@ -155,8 +155,7 @@ void Model::embed(std::span<const int32_t> tokens, float* out) const {
   }
 }
 
-void Model::mixer_forward(const WindowRun& run, int l, compute::Tensor x,
-                          compute::Tensor y) const {
+void Model::mixer_forward(const WindowRun& run, int l, compute::Tensor x, compute::Tensor y) const {
   const LayerWeights& lw = layers_[size_t(l)];
   auto mix = [&](ModelState& state, compute::Tensor in, compute::Tensor out, int64_t n_rows) {
     if (lw.kind == LayerKind::GatedDeltaNet)
@@ -170,7 +169,8 @@ void Model::mixer_forward(const WindowRun& run, int l, compute::Tensor x,
     BatchWindow& b = *run.batch;
     if (lw.kind == LayerKind::GatedDeltaNet) {
       b.deltanets.clear();
-      for (const WindowSegment& s : run.segments) b.deltanets.push_back(&s.state->deltanet[size_t(l)]);
+      for (const WindowSegment& s : run.segments)
+        b.deltanets.push_back(&s.state->deltanet[size_t(l)]);
       run.be.gated_deltanet_rows(hp_, lw.deltanet, b.deltanets, b.rows, l, x, y, run.n_rows());
     } else {
       b.caches.clear();
@@ -316,14 +316,16 @@ void Model::forward_batch(compute::ThreadPool& pool, BatchWindow& batch,
     if (state.record_windows)
       fail("forward_batch: sequence {} records its windows (speculative verify runs alone)", s);
     if (!state.backend || state.backend->name() != "cpu")
-      fail("forward_batch: sequence {} runs on the {} backend; batched windows need the cpu "
-           "backend (the states must be host structs)",
-           s, state.backend ? state.backend->name() : "no");
+      fail(
+          "forward_batch: sequence {} runs on the {} backend; batched windows need the cpu "
+          "backend (the states must be host structs)",
+          s, state.backend ? state.backend->name() : "no");
     for (size_t r = 0; r < s; ++r)
       if (states[r] == states[s]) fail("forward_batch: sequences {} and {} share a state", r, s);
     check_tokens(tokens[s]);
     batch.segments.push_back(WindowSegment{&state, tokens[s], int64_t(batch.tokens.size())});
-    batch.rows.push_back(compute::RowSegment{int64_t(batch.tokens.size()), int64_t(tokens[s].size())});
+    batch.rows.push_back(
+        compute::RowSegment{int64_t(batch.tokens.size()), int64_t(tokens[s].size())});
     batch.tokens.insert(batch.tokens.end(), tokens[s].begin(), tokens[s].end());
     longest = std::max<int64_t>(longest, int64_t(tokens[s].size()));
   }

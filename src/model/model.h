@@ -107,7 +107,7 @@ struct BatchWindow {
   WindowTensors segment;
   std::vector<int32_t> tokens;
   std::vector<WindowSegment> segments;
-  std::vector<compute::RowSegment> rows;  // segments' rows, for the backend's batched mixers
+  std::vector<compute::RowSegment> rows;       // segments' rows, for the backend's batched mixers
   std::vector<GatedDeltaNetState*> deltanets;  // one layer's states, in segment order
   std::vector<KvCache*> caches;
 };

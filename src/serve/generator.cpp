@@ -44,13 +44,15 @@ Generator::Generator(const ServedModel& served, compute::ThreadPool& pool, Serve
       parallel_(parallel) {
   if (parallel < 1) fail("--parallel: expected at least 1 slot, found {}", parallel);
   if (parallel > 1 && spec.mode != spec::SpecMode::Off)
-    fail("--parallel {} with --spec: speculative decoding runs one sequence at a time (its verify "
-         "windows and the shared SpecGate are per sequence); use --parallel 1 or --spec off",
-         parallel);
+    fail(
+        "--parallel {} with --spec: speculative decoding runs one sequence at a time (its verify "
+        "windows and the shared SpecGate are per sequence); use --parallel 1 or --spec off",
+        parallel);
   if (parallel > 1 && served.backend != "cpu")
-    fail("--parallel {} needs the cpu backend (batched windows run the sequences' states as host "
-         "structs), found --backend {}; use --backend cpu or --parallel 1",
-         parallel, served.backend);
+    fail(
+        "--parallel {} needs the cpu backend (batched windows run the sequences' states as host "
+        "structs), found --backend {}; use --backend cpu or --parallel 1",
+        parallel, served.backend);
   if (parallel > 1) batcher_ = std::make_unique<DecodeBatcher>(engine_lock_);
   // At start, not as a 500 on every request.
   if ((spec.mode == spec::SpecMode::Mtp || spec.mode == spec::SpecMode::Both) &&
@@ -70,9 +72,9 @@ const grammar::TokenVocabulary& Generator::vocabulary() {
     std::vector<int32_t> stops;
     if (served_.tokenizer->eos_id()) stops.push_back(*served_.tokenizer->eos_id());
     if (served_.end_of_turn) stops.push_back(*served_.end_of_turn);
-    vocabulary_ = std::make_unique<grammar::TokenVocabulary>(
-        grammar::TokenVocabulary::from_tokenizer(*served_.tokenizer, std::move(stops),
-                                                 size_t(served_.model->hparams().n_vocab)));
+    vocabulary_ =
+        std::make_unique<grammar::TokenVocabulary>(grammar::TokenVocabulary::from_tokenizer(
+            *served_.tokenizer, std::move(stops), size_t(served_.model->hparams().n_vocab)));
   }
   return *vocabulary_;
 }

@@ -239,8 +239,9 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
       generator(served_model, pool, metrics, dashboard, server_options.spec,
                 server_options.access_log, server_options.profile, server_options.cache_ram_bytes,
                 server_options.parallel),
-      scheduler(server_options.max_queue, [this](Job& job) { generator.run(job); },
-                size_t(server_options.parallel)),
+      scheduler(
+          server_options.max_queue, [this](Job& job) { generator.run(job); },
+          size_t(server_options.parallel)),
       http(ConnectionLimits{server_options.io_timeout_s, server_options.io_timeout_s,
                             max_connections(server_options),
                             refusal_response(max_connections(server_options)),

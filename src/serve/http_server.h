@@ -11,9 +11,10 @@
 //
 // Threads: httplib serves each connection on a thread of its pool (sized so that a full queue
 // still leaves threads to answer 429s and /metrics); generations run on the scheduler's workers
-// (serve/scheduler.h: one, or `parallel` whose decode steps are batched). A request's thread waits for its job, watching the client with a
-// ConnectionProbe; a client that goes away cancels its job, queued or running. The dashboard's
-// routes read only the snapshots the worker publishes (serve/dashboard.h), never the ExpertStore.
+// (serve/scheduler.h: one, or `parallel` whose decode steps are batched). A request's thread waits
+// for its job, watching the client with a ConnectionProbe; a client that goes away cancels its job,
+// queued or running. The dashboard's routes read only the snapshots the worker publishes
+// (serve/dashboard.h), never the ExpertStore.
 //
 // Shutdown (`shutdown`, e.g. on SIGTERM): new generation requests get 503 and /health turns 503;
 // queued jobs fail with 503; the running generation may finish for `shutdown_grace_s`, then it is

@@ -26,12 +26,12 @@
 #include <map>
 #include <mutex>
 
-#include "serve/decode_batcher.h"
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+#include "serve/decode_batcher.h"
 
 #include "experts/expert_store.h"
 

@@ -114,7 +114,7 @@ class Scheduler {
   size_t queue_depth() const;
   size_t max_queue() const { return max_queue_; }
   size_t slots() const { return slots_; }
-  bool busy() const;            // a job is running
+  bool busy() const;             // a job is running
   size_t running_count() const;  // jobs running now (<= slots)
 
   // Idempotent; returns once the worker has exited.

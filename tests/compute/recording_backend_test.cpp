@@ -215,8 +215,8 @@ TEST(RecordingBackend, BatchedWindowThroughTheCopyPathEqualsEachSequenceAlone) {
     auto model = Model::load(test_support::fixture_model_gguf(arch));
     compute::ThreadPool pool(2);
     const int vocab = int(model->hparams().n_vocab);
-    const std::vector<std::vector<int32_t>> rows = {{3 % vocab}, {5 % vocab, 9 % vocab, 1},
-                                                    {7 % vocab, 2, 4 % vocab}};
+    const std::vector<std::vector<int32_t>> rows = {
+        {3 % vocab}, {5 % vocab, 9 % vocab, 1}, {7 % vocab, 2, 4 % vocab}};
     std::vector<ModelState> alone, batched;
     std::vector<std::vector<float>> want(rows.size()), got(rows.size());
     std::vector<ModelState*> states;

@@ -172,12 +172,16 @@ TEST(BatchDecodeErrors, RefusesSharedStatesRecordingAndEmptyRows) {
   EXPECT_NE(message([&] { run({&a, &a}, {one, one}); }).find("share a state"), std::string::npos);
   EXPECT_NE(message([&] { run({&a, &b}, {one, {}}); }).find("has no tokens"), std::string::npos);
   b.record_windows = true;
-  EXPECT_NE(message([&] { run({&a, &b}, {one, one}); }).find("records its windows"),
+  EXPECT_NE(message([&] {
+              run({&a, &b}, {one, one});
+            }).find("records its windows"),
             std::string::npos);
   b.record_windows = false;
   EXPECT_NE(message([&] { run({}, {}); }).find("no sequences"), std::string::npos);
   const Tokens bad = {int32_t(model->hparams().n_vocab)};
-  EXPECT_NE(message([&] { run({&a, &b}, {one, bad}); }).find("outside the vocabulary"),
+  EXPECT_NE(message([&] {
+              run({&a, &b}, {one, bad});
+            }).find("outside the vocabulary"),
             std::string::npos);
   EXPECT_EQ(a.n_past, 0);  // nothing ran
 }

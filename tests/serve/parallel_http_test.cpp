@@ -102,7 +102,8 @@ TEST(ServeParallel, ConcurrentRequestsAnswerAsTheSingleSlotServer) {
   std::vector<json> expected;
   {
     ServeProcess plain;
-    for (const Request& r : all) expected.push_back(essence(post(plain, *r.path, with_stream(r)), r));
+    for (const Request& r : all)
+      expected.push_back(essence(post(plain, *r.path, with_stream(r)), r));
   }
   ServeProcess server({"--parallel", "4", "--max-queue", "16"});
   // A client that hangs up mid-stream: its slot leaves the batch, the others go on.
@@ -117,8 +118,8 @@ TEST(ServeParallel, ConcurrentRequestsAnswerAsTheSingleSlotServer) {
       return post(server, *r.path, with_stream(r));
     }));
   for (size_t i = 0; i < all.size(); ++i)
-    EXPECT_EQ(essence(replies[i].get(), all[i]), expected[i]) << "request " << i << ": "
-                                                                << all[i].body;
+    EXPECT_EQ(essence(replies[i].get(), all[i]), expected[i])
+        << "request " << i << ": " << all[i].body;
   EXPECT_EQ(cut.get().curl_exit, 28);  // curl's "operation timed out": it hung up
   EXPECT_TRUE(eventually([&] {
     return metric_now(server, R"(strata_generations_total{finish_reason="cancelled"})") == 1;
@@ -136,9 +137,9 @@ TEST(ServeParallel, ConcurrentRequestsAnswerAsTheSingleSlotServer) {
 TEST(ServeParallel, QueueBeyondTheSlotsAnswers429) {
   ServeProcess server({"--parallel", "2", "--max-queue", "1"});
   auto stream = [&] {
-    return std::make_unique<ChildProcess>(std::vector<std::string>{
-        "curl", "-s", "-N", "-H", "Content-Type: application/json", "--data-binary", kEndless,
-        server.url(kCompletions)});
+    return std::make_unique<ChildProcess>(
+        std::vector<std::string>{"curl", "-s", "-N", "-H", "Content-Type: application/json",
+                                 "--data-binary", kEndless, server.url(kCompletions)});
   };
   const auto first = stream();
   const auto second = stream();
@@ -167,7 +168,8 @@ TEST(ServeParallel, BadValuesAndRefusedCombinationsFailAtStart) {
     EXPECT_NE(code.value_or(0), 0);
     return p.stderr_text();
   };
-  EXPECT_NE(start({"--parallel", "0"}).find("--parallel: expected a number of slots from 1 to 256, found 0"),
+  EXPECT_NE(start({"--parallel", "0"})
+                .find("--parallel: expected a number of slots from 1 to 256, found 0"),
             std::string::npos);
   EXPECT_NE(start({"--parallel", "2", "--spec", "suffix"}).find("--parallel 2 with --spec"),
             std::string::npos);

@@ -157,8 +157,8 @@ void CpuBackend::gated_deltanet_rows(const HParams& hp, const GatedDeltaNetWeigh
   const float* xd = rows(x, n_rows, "gated_deltanet_rows");
   float* yd = rows(y, n_rows, "gated_deltanet_rows", x.width);
   ScopedPhase phase(Phase::Mixer);
-  gated_deltanet_forward_rows(pool("gated_deltanet_rows"), ws_, hp, w, states, segments, xd,
-                              n_rows, yd);
+  gated_deltanet_forward_rows(pool("gated_deltanet_rows"), ws_, hp, w, states, segments, xd, n_rows,
+                              yd);
 }
 
 void CpuBackend::attention_rows(const HParams& hp, const AttentionWeights& w,
