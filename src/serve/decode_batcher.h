@@ -8,7 +8,7 @@
 // - `join` when a slot has prefilled its prompt and is about to decode; `leave` when its
 //   generation ends (finished, stopped, cancelled or failed). A slot that is still prefilling is
 //   not a member, so it does not hold the step back; its prefill windows and the steps take
-//   turns on the engine lock (a FairMutex: a step waits at most one prefill window).
+//   turns on the engine lock (a FairMutex: a step waits only for the windows queued before it).
 // - `decode(session, token)` adds the slot's row to the coming step and returns once that step
 //   ran. The step runs as soon as every member has added its row (the last one to arrive, or any
 //   waiter woken by a leave, runs it on its own thread, holding the engine lock). A step that

@@ -5,7 +5,7 @@
 // steps of the others) under one lock, because they share the thread pool and the expert source.
 // A prefilling slot unlocks between its windows and at once asks again; std::mutex would usually
 // let it straight back in and starve the waiting decode step for the whole prompt. With tickets
-// the decode step runs after at most one more prefill window.
+// the decode step runs after the windows already queued before it (one per prefilling slot).
 //
 // Thread safety: any thread. Not recursive. Waiters sleep (nothing spins).
 #pragma once
