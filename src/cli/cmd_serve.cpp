@@ -99,6 +99,15 @@ void run_serve(const ServeOptions& options) {
   {  // the server (and its generation thread) ends before the store is touched from this thread
     serve::ServerOptions server_options = options.server;
     server_options.spec = resolve_spec_options(options.spec);
+    if (server_options.parallel < 1 || server_options.parallel > 256)
+      fail("--parallel: expected a number of slots from 1 to 256, found {}",
+           server_options.parallel);
+    if (server_options.parallel > 1 && options.experts.moce_lambda > 0)
+      fail(
+          "--parallel {} with --moce: cache-aware routing depends on which experts are resident, "
+          "which other requests change, so replies would depend on what else runs; use "
+          "--parallel 1 or leave --moce off",
+          server_options.parallel);
     if (server_options.cache_ram_bytes > 0 && served.backend != "cpu")
       fmt::print(stderr,
                  "strata serve: no conversation state cache on the {} backend (its states live "
@@ -113,10 +122,11 @@ void run_serve(const ServeOptions& options) {
     serve::HttpServer server(served, pool, server_options);
     const int port = server.bind();
     fmt::print(
-        "strata serve: {} ({}, context {}) on http://{}:{} (queue {}, {} threads); "
+        "strata serve: {} ({}, context {}) on http://{}:{} (queue {}, {} threads, {} slot{}); "
         "web page and dashboard at /\n",
         served.id, path, served.n_ctx, options.server.host, port, options.server.max_queue,
-        resolve_threads(options.model));
+        resolve_threads(options.model), server_options.parallel,
+        server_options.parallel == 1 ? "" : "s");
     std::fflush(stdout);
 
     std::atomic<bool> stopped{false};
@@ -160,7 +170,8 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   cmd->add_option("--max-queue", server.max_queue,
-                  "generation requests that may wait behind the running one; more get 429")
+                  "generation requests that may wait behind the running ones (--parallel); "
+                  "more get 429")
       ->check(CLI::Range(0, 100000))
       ->capture_default_str();
   cmd->add_option("--max-body", server.max_body_bytes,
@@ -199,6 +210,12 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--cors-origin", server.access.cors_origins,
                   "let web pages from ORIGIN (e.g. http://localhost:3000, or * for any) call the "
                   "API; repeat for several");
+  cmd->add_option("--parallel", server.parallel,
+                  "generations decoded together: up to N requests run at once and each decode "
+                  "step is one window with a row per request (weights and the union of their "
+                  "experts read once per step; every reply bitwise as with 1); more wait in the "
+                  "queue. cpu backend only; not with --spec or --moce")
+      ->capture_default_str();
   add_cache_ram_option(*cmd, options->cache_ram);
   cmd->add_option("--alias", options->alias,
                   "model id clients use (default: the file name without .gguf)");

@@ -35,6 +35,8 @@
 #include <string_view>
 #include <vector>
 
+#include "util/error.h"
+
 namespace strata {
 struct HParams;
 struct HyperConnectionWeights;
@@ -66,6 +68,12 @@ struct Tensor {
   bool valid() const { return id != kNone; }
 };
 
+// Rows [first_row, first_row + n_rows) of a window: one sequence's part of a batched window.
+struct RowSegment {
+  int64_t first_row = 0;
+  int64_t n_rows = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -80,6 +88,15 @@ class Backend {
   virtual void read(Tensor t, int64_t first_row, int64_t n_rows, float* out) = 0;
   // The other way: rows [first_row, first_row + n_rows) of t from `in` (n_rows x t.width floats).
   virtual void write(Tensor t, int64_t first_row, int64_t n_rows, const float* in) = 0;
+  // dst rows [dst_row, dst_row + n_rows) = src rows [src_row, src_row + n_rows); REQUIRES equal
+  // widths and types, and src != dst. The batched forward (Model::forward_batch) moves one
+  // sequence's rows of a window in and out of the token mixers with it. The default stages the
+  // rows through the host (read + write, allocating); a backend may copy in place.
+  virtual void copy_rows(Tensor src, int64_t src_row, Tensor dst, int64_t dst_row, int64_t n_rows) {
+    std::vector<float> staging(size_t(n_rows * src.width));
+    read(src, src_row, n_rows, staging.data());
+    write(dst, dst_row, n_rows, staging.data());
+  }
 
   // --- window ---
   // Binds the host threads the backend may use for the next ops (the CPU backend computes on
@@ -134,6 +151,28 @@ class Backend {
                               int64_t n_rows, bool record_window) = 0;
   virtual void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer,
                          Tensor x, Tensor y, int64_t n_rows) = 0;
+
+  // Batched token mixers (Model::forward_batch, serve --parallel): rows segments[s] of x belong
+  // to states[s] (caches[s]). The row-wise parts (projections, norms) may run once over all rows,
+  // the recurrence or attention per sequence; each sequence's rows and state must be bitwise what
+  // the single op gives it alone. Never recorded. A backend whose batched_mixers() is false does
+  // not implement them: the forward then copies each sequence's rows through the single ops.
+  virtual bool batched_mixers() const { return false; }
+  virtual void gated_deltanet_rows(const HParams& hp, const GatedDeltaNetWeights& w,
+                                   std::span<GatedDeltaNetState* const> states,
+                                   std::span<const RowSegment> segments, int layer, Tensor x,
+                                   Tensor y, int64_t n_rows) {
+    (void)hp, (void)w, (void)states, (void)segments, (void)layer, (void)x, (void)y, (void)n_rows;
+    fail("{} backend: gated_deltanet_rows (batched windows) is not supported by this backend",
+         name());
+  }
+  virtual void attention_rows(const HParams& hp, const AttentionWeights& w,
+                              std::span<KvCache* const> caches,
+                              std::span<const RowSegment> segments, int layer, Tensor x, Tensor y,
+                              int64_t n_rows) {
+    (void)hp, (void)w, (void)caches, (void)segments, (void)layer, (void)x, (void)y, (void)n_rows;
+    fail("{} backend: attention_rows (batched windows) is not supported by this backend", name());
+  }
 
   // PLE (layers/ple.h): waits for the window's rows from `rows` (started by the window runner
   // before the first layer), then X += the PLE layer's output.

@@ -40,6 +40,12 @@ int64_t Session::context_left() const {
   return limit > 0 ? std::max<int64_t>(limit - state_.n_past, 0) : INT64_MAX;
 }
 
+void Session::run_window(std::span<const int32_t> tokens, LogitRows rows) {
+  if (!window_lock_) return model_.forward(pool_, state_, tokens, rows, logits_, experts_);
+  std::lock_guard lock(*window_lock_);
+  model_.forward(pool_, state_, tokens, rows, logits_, experts_);
+}
+
 const std::vector<float>& Session::prefill(std::span<const int32_t> tokens, int chunk_rows,
                                            const ProgressFn& progress) {
   if (tokens.empty()) fail("prefill: no tokens");
@@ -49,8 +55,7 @@ const std::vector<float>& Session::prefill(std::span<const int32_t> tokens, int 
   for (size_t begin = 0; begin < total; begin += size_t(chunk_rows)) {
     const size_t n = std::min(total - begin, size_t(chunk_rows));
     const bool last = begin + n == total;
-    model_.forward(pool_, state_, tokens.subspan(begin, n), last ? LogitRows::Last : LogitRows::None,
-                   logits_, experts_);
+    run_window(tokens.subspan(begin, n), last ? LogitRows::Last : LogitRows::None);
     tokens_.insert(tokens_.end(), tokens.begin() + ptrdiff_t(begin),
                    tokens.begin() + ptrdiff_t(begin + n));
     if (progress) progress(int64_t(begin + n), int64_t(total));
@@ -61,14 +66,37 @@ const std::vector<float>& Session::prefill(std::span<const int32_t> tokens, int 
 const std::vector<float>& Session::decode(int32_t token) {
   check_context(1);
   const int32_t one[1] = {token};
-  model_.forward(pool_, state_, one, LogitRows::Last, logits_, experts_);
+  run_window(one, LogitRows::Last);
   tokens_.push_back(token);
   return logits_;
 }
 
+void Session::decode_together(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                              BatchWindow& batch, ExpertSource* experts) {
+  if (sessions.empty()) return;
+  if (tokens.size() != sessions.size())
+    fail("decode_together: {} sessions and {} tokens", sessions.size(), tokens.size());
+  Session& first = *sessions[0];
+  std::vector<ModelState*> states;
+  std::vector<std::span<const int32_t>> rows;
+  std::vector<std::vector<float>*> logits;
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    Session& s = *sessions[i];
+    if (&s.model_ != &first.model_ || &s.pool_ != &first.pool_ || s.experts_ != first.experts_)
+      fail("decode_together: session {} has another model, thread pool or expert source", i);
+    s.check_context(1);
+    states.push_back(&s.state_);
+    rows.push_back(tokens.subspan(i, 1));
+    logits.push_back(&s.logits_);
+  }
+  first.model_.forward_batch(first.pool_, batch, states, rows, logits,
+                             experts ? experts : first.experts_);
+  for (size_t i = 0; i < sessions.size(); ++i) sessions[i]->tokens_.push_back(tokens[i]);
+}
+
 const std::vector<float>& Session::forward_all(std::span<const int32_t> tokens) {
   check_context(tokens.size());
-  model_.forward(pool_, state_, tokens, LogitRows::All, logits_, experts_);
+  run_window(tokens, LogitRows::All);
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
   return logits_;
 }
@@ -77,7 +105,7 @@ const std::vector<float>& Session::verify(std::span<const int32_t> tokens) {
   check_context(tokens.size());
   state_.record_windows = true;
   try {
-    model_.forward(pool_, state_, tokens, LogitRows::All, logits_, experts_);
+    run_window(tokens, LogitRows::All);
   } catch (...) {
     state_.record_windows = false;
     throw;

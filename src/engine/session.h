@@ -29,6 +29,7 @@
 
 #include "compute/cpu/thread_pool.h"
 #include "model/model.h"
+#include "util/fair_mutex.h"
 
 namespace strata {
 
@@ -53,6 +54,18 @@ class Session {
   const std::vector<float>& prefill(std::span<const int32_t> tokens, int chunk_rows = 64,
                                     const ProgressFn& progress = nullptr);
   const std::vector<float>& decode(int32_t token);
+  // One decode step of several sessions in one window (Model::forward_batch, continuous
+  // batching): sessions[i] is fed tokens[i], and each one's state and logits() are bitwise what
+  // sessions[i]->decode(tokens[i]) alone would give. The dense weights and the union of the
+  // sessions' experts are read once for the step. REQUIRES: distinct sessions of one model, one
+  // thread pool and one expert source, on the cpu backend; `batch` is the caller's (reused).
+  // Throws (before any state changed) when a session's context is full.
+  // `experts` (optional) replaces the sessions' expert source for this step (e.g. a counting
+  // wrapper around it).
+  static void decode_together(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                              BatchWindow& batch, ExpertSource* experts = nullptr);
+  // The expert source the windows fetch through (the model's mapping when null).
+  ExpertSource& expert_source() const { return experts_ ? *experts_ : model_.mapped_experts(); }
   // Runs a window and returns the logits of every row ([n][n_vocab]).
   const std::vector<float>& forward_all(std::span<const int32_t> tokens);
   // Speculative verify: like forward_all (logits of every row), and remembers what `keep_rows`
@@ -63,6 +76,12 @@ class Session {
   void keep_rows(int64_t n_rows);
 
   void reset();
+
+  // Every window this session runs (prefill, decode, forward_all, verify) holds `lock` while it
+  // runs; null (the default): none. `strata serve --parallel` shares one lock among its slots,
+  // whose windows use the same thread pool and expert source (decode_together's caller holds
+  // it itself).
+  void set_window_lock(FairMutex* lock) { window_lock_ = lock; }
 
   // Throws when the backend keeps its states in its own memory (not "cpu").
   SessionSnapshot snapshot() const;
@@ -87,6 +106,8 @@ class Session {
 
  private:
   void check_context(size_t more) const;
+  // model_.forward under window_lock_ (when set).
+  void run_window(std::span<const int32_t> tokens, LogitRows rows);
   const Model& model_;
   compute::ThreadPool& pool_;
   ExpertSource* experts_;
@@ -95,6 +116,7 @@ class Session {
   ModelState state_;
   std::vector<int32_t> tokens_;
   std::vector<float> logits_;
+  FairMutex* window_lock_ = nullptr;
 };
 
 }  // namespace strata

@@ -197,72 +197,51 @@ void KvCache::truncate(int64_t n, int64_t kv_dim, int index_dim, int compress_ra
   }
 }
 
-void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
-                       const AttentionWeights& w, KvCache& cache, const float* x, int64_t n_rows,
-                       float* y) {
+namespace {
+
+// Everything of one sequence's n_rows rows that depends on its cache and positions: q/k norms
+// and RoPE, the KV (and QSA index) append, token selection and attention, into attn
+// [n][n_head·head_dim]. q, k, v, index_q, raw: its rows of the projections (modified in place).
+void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                    const AttentionWeights& w, const Dims& dims, KvCache& cache, float* q, float* k,
+                    const float* v, float* index_q, const float* raw, int64_t n_rows, float* attn) {
   compute::Workspace::Frame frame(ws);
-  Dims dims{hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_rot,
-            int64_t(hp.n_head) * hp.head_dim * (w.gated ? 2 : 1), hp.kv_dim(),
-            hp.indexer_n_head, hp.indexer_head_dim};
   const int hd = dims.head_dim;
   const int64_t first_pos = cache.n_tokens;
-
-  std::vector<float>& q = ws.floats(static_cast<size_t>(n_rows * dims.q_row));
-  std::vector<float>& k = ws.floats(static_cast<size_t>(n_rows * dims.kv_dim));
-  std::vector<float>& v = ws.floats(static_cast<size_t>(n_rows * dims.kv_dim));
-  // Every projection of x in one call (x converted once per activation format, one wait).
-  std::vector<float>& index_q = ws.floats(0);
-  std::vector<float>& raw = ws.floats(0);
-  if (w.sparse()) {
-    index_q.resize(static_cast<size_t>(n_rows * dims.idx_heads * dims.idx_dim));
-    raw.resize(static_cast<size_t>(n_rows * dims.idx_dim));
-    const compute::MatmulProduct projections[] = {{&w.q, q.data()},
-                                                  {&w.k, k.data()},
-                                                  {&w.v, v.data()},
-                                                  {&w.index_q, index_q.data()},
-                                                  {&w.index_k, raw.data()}};
-    compute::matmul_many(pool, projections, x, n_rows);
-  } else {
-    const compute::MatmulProduct projections[] = {
-        {&w.q, q.data()}, {&w.k, k.data()}, {&w.v, v.data()}};
-    compute::matmul_many(pool, projections, x, n_rows);
-  }
-
   const int q_stride = w.gated ? 2 * hd : hd;  // per head: [q | gate] when gated
   compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t pos = first_pos + t;
       for (int h = 0; h < dims.n_head; ++h) {
-        float* qh = q.data() + t * dims.q_row + h * q_stride;
+        float* qh = q + t * dims.q_row + h * q_stride;
         if (!w.q_norm.empty()) compute::rms_norm(qh, w.q_norm.data(), hd, hp.rms_eps, qh);
         compute::rope_neox(qh, hd, dims.n_rot, pos, hp.rope_theta);
       }
       for (int h = 0; h < dims.n_head_kv; ++h) {
-        float* kh = k.data() + t * dims.kv_dim + h * hd;
+        float* kh = k + t * dims.kv_dim + h * hd;
         if (!w.k_norm.empty()) compute::rms_norm(kh, w.k_norm.data(), hd, hp.rms_eps, kh);
         compute::rope_neox(kh, hd, dims.n_rot, pos, hp.rope_theta);
       }
     }
   });
-  cache.k.insert(cache.k.end(), k.begin(), k.end());
-  cache.v.insert(cache.v.end(), v.begin(), v.end());
+  cache.k.insert(cache.k.end(), k, k + n_rows * dims.kv_dim);
+  cache.v.insert(cache.v.end(), v, v + n_rows * dims.kv_dim);
 
   if (w.sparse()) {
     const int di = dims.idx_dim;
     for (int64_t t = 0; t < n_rows; ++t)
       for (int h = 0; h < dims.idx_heads; ++h) {
-        float* qh = index_q.data() + (t * dims.idx_heads + h) * di;
+        float* qh = index_q + (t * dims.idx_heads + h) * di;
         compute::rms_norm(qh, w.index_q_norm.data(), di, hp.rms_eps, qh);
         compute::rope_neox(qh, di, dims.n_rot, first_pos + t, hp.rope_theta);
       }
-    extend_index(ws, w, hp, dims, cache, raw.data(), n_rows);
+    extend_index(ws, w, hp, dims, cache, raw, n_rows);
   }
   cache.n_tokens += n_rows;
 
   // Attention per (row, head); every pair is independent, so the split across threads cannot
   // change any result.
   const int64_t attn_width = int64_t(dims.n_head) * hd;
-  std::vector<float>& attn = ws.floats(static_cast<size_t>(n_rows * attn_width));
   const float scale = 1.0f / std::sqrt(float(hd));
   const int heads_per_kv = dims.n_head / dims.n_head_kv;
   const int64_t capacity_tokens =
@@ -292,21 +271,21 @@ void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const 
     for (int64_t t = begin; t < end; ++t) {
       const int64_t pos = first_pos + t;
       if (w.sparse()) {
-        select_tokens(scratch, w, hp, dims, cache,
-                      index_q.data() + t * dims.idx_heads * dims.idx_dim, pos);
+        select_tokens(scratch, w, hp, dims, cache, index_q + t * dims.idx_heads * dims.idx_dim,
+                      pos);
       } else {
         tokens.resize(static_cast<size_t>(pos + 1));
         std::iota(tokens.begin(), tokens.end(), int64_t{0});
       }
       // Every visible token selected (dense attention, or QSA within its budget): the matrix path.
       if (matrix_path && int64_t(tokens.size()) == pos + 1) {
-        attend_all_visible(dims, w.gated, q.data() + t * dims.q_row, keys_t.data(), n_ctx, cache,
-                           pos + 1, scale, weights, attn.data() + t * attn_width);
+        attend_all_visible(dims, w.gated, q + t * dims.q_row, keys_t.data(), n_ctx, cache, pos + 1,
+                           scale, weights, attn + t * attn_width);
         continue;
       }
       weights.resize(tokens.size());
       for (int h = 0; h < dims.n_head; ++h) {
-        const float* qh = q.data() + t * dims.q_row + h * q_stride;
+        const float* qh = q + t * dims.q_row + h * q_stride;
         const int kvh = h / heads_per_kv;
         for (size_t i = 0; i < tokens.size(); ++i) {
           const float* kt = cache.k.data() + tokens[i] * dims.kv_dim + kvh * hd;
@@ -315,7 +294,7 @@ void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const 
           weights[i] = dot * scale;
         }
         compute::softmax(weights.data(), int64_t(weights.size()));
-        float* out = attn.data() + t * attn_width + h * hd;
+        float* out = attn + t * attn_width + h * hd;
         std::fill_n(out, hd, 0.0f);
         for (size_t i = 0; i < tokens.size(); ++i) {
           const float* vt = cache.v.data() + tokens[i] * dims.kv_dim + kvh * hd;
@@ -328,7 +307,88 @@ void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const 
       }
     }
   });
+}
+
+// The layer over a window whose rows segments[s] belong to caches[s]: the projections over all
+// rows at once, the core per sequence, the output projection over all rows (row-wise: window
+// identity), so each sequence gets the bits it gets alone.
+void attention_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                    const AttentionWeights& w, std::span<KvCache* const> caches,
+                    std::span<const compute::RowSegment> segments, const float* x, int64_t n_rows,
+                    float* y) {
+  compute::Workspace::Frame frame(ws);
+  Dims dims{hp.n_head,
+            hp.n_head_kv,
+            hp.head_dim,
+            hp.n_rot,
+            int64_t(hp.n_head) * hp.head_dim * (w.gated ? 2 : 1),
+            hp.kv_dim(),
+            hp.indexer_n_head,
+            hp.indexer_head_dim};
+  const int hd = dims.head_dim;
+
+  std::vector<float>& q = ws.floats(static_cast<size_t>(n_rows * dims.q_row));
+  std::vector<float>& k = ws.floats(static_cast<size_t>(n_rows * dims.kv_dim));
+  std::vector<float>& v = ws.floats(static_cast<size_t>(n_rows * dims.kv_dim));
+  // Every projection of x in one call (x converted once per activation format, one wait).
+  std::vector<float>& index_q = ws.floats(0);
+  std::vector<float>& raw = ws.floats(0);
+  if (w.sparse()) {
+    index_q.resize(static_cast<size_t>(n_rows * dims.idx_heads * dims.idx_dim));
+    raw.resize(static_cast<size_t>(n_rows * dims.idx_dim));
+    const compute::MatmulProduct projections[] = {{&w.q, q.data()},
+                                                  {&w.k, k.data()},
+                                                  {&w.v, v.data()},
+                                                  {&w.index_q, index_q.data()},
+                                                  {&w.index_k, raw.data()}};
+    compute::matmul_many(pool, projections, x, n_rows);
+  } else {
+    const compute::MatmulProduct projections[] = {
+        {&w.q, q.data()}, {&w.k, k.data()}, {&w.v, v.data()}};
+    compute::matmul_many(pool, projections, x, n_rows);
+  }
+
+  const int64_t attn_width = int64_t(dims.n_head) * hd;
+  std::vector<float>& attn = ws.floats(static_cast<size_t>(n_rows * attn_width));
+  const int64_t idx_row = int64_t(dims.idx_heads) * dims.idx_dim;
+  auto core = [&](compute::Workspace& core_ws, size_t s) {
+    const int64_t first = segments[s].first_row;
+    attention_core(pool, core_ws, hp, w, dims, *caches[s], q.data() + first * dims.q_row,
+                   k.data() + first * dims.kv_dim, v.data() + first * dims.kv_dim,
+                   w.sparse() ? index_q.data() + first * idx_row : nullptr,
+                   w.sparse() ? raw.data() + first * dims.idx_dim : nullptr, segments[s].n_rows,
+                   attn.data() + first * attn_width);
+  };
+  if (segments.size() == 1) {
+    core(ws, 0);
+  } else {
+    // Several sequences side by side, each on its thread's workspace (its own cache and rows;
+    // the hand-outs inside a task run inline, so each sequence's work is what it does alone).
+    ws.reserve_threads(pool.size());
+    pool.parallel_for(int64_t(segments.size()), [&](int64_t begin, int64_t end, int thread) {
+      for (int64_t s = begin; s < end; ++s) core(ws.for_thread(thread), size_t(s));
+    });
+  }
   compute::matmul(pool, w.o, attn.data(), n_rows, y);
+}
+
+}  // namespace
+
+void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                       const AttentionWeights& w, KvCache& cache, const float* x, int64_t n_rows,
+                       float* y) {
+  KvCache* const caches[1] = {&cache};
+  const compute::RowSegment rows[1] = {{0, n_rows}};
+  attention_rows(pool, ws, hp, w, caches, rows, x, n_rows, y);
+}
+
+void attention_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                            const AttentionWeights& w, std::span<KvCache* const> caches,
+                            std::span<const compute::RowSegment> segments, const float* x,
+                            int64_t n_rows, float* y) {
+  if (caches.size() != segments.size())
+    fail("attention: {} caches for {} row segments", caches.size(), segments.size());
+  attention_rows(pool, ws, hp, w, caches, segments, x, n_rows, y);
 }
 
 }  // namespace strata

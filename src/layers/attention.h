@@ -16,8 +16,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "compute/backend.h"
 #include "compute/cpu/matmul.h"
 #include "compute/cpu/thread_pool.h"
 #include "compute/cpu/workspace.h"
@@ -65,5 +67,14 @@ void torch_cpu_top_k_set(const std::vector<float>& values, int64_t k, std::vecto
 void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
                        const AttentionWeights& w, KvCache& cache, const float* x, int64_t n_rows,
                        float* y);
+
+// Several sequences in one window (serve --parallel): rows [segments[s].first_row, + n_rows) of
+// x belong to caches[s]. The q/k/v (and QSA indexer) projections and the output projection run
+// once over all rows, everything that reads the cache or the positions per sequence; each
+// sequence's rows and cache are bitwise what attention_forward gives it alone.
+void attention_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                            const AttentionWeights& w, std::span<KvCache* const> caches,
+                            std::span<const compute::RowSegment> segments, const float* x,
+                            int64_t n_rows, float* y);
 
 }  // namespace strata

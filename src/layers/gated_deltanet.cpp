@@ -142,77 +142,20 @@ void GatedDeltaNetState::reset(const HParams& hp) {
              0.0f);
 }
 
-void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
-                            const GatedDeltaNetWeights& w, GatedDeltaNetState& state,
-                            const float* x, int64_t n_rows, float* y, bool record_window) {
+namespace {
+
+// Phase 1 for one sequence (sequential in t: the conv history): conv + SiLU, split, normalise,
+// gates, from its rows of the projections into `in` (sized for n_rows by the caller).
+void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                     const GatedDeltaNetWeights& w, GatedDeltaNetState& state, const float* mixed,
+                     const float* beta, const float* alpha, int64_t n_rows, DeltaInputs& in) {
   compute::Workspace::Frame frame(ws);
   const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
-  const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim();
+  const int dk = hp.ssm_head_k_dim();
   const int kernel = hp.ssm_conv_kernel;
   const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim();
   const int64_t conv_dim = hp.ssm_conv_dim();
-  const int v_per_k = nv / nk;
-
-  std::vector<float>& mixed = ws.floats(static_cast<size_t>(n_rows * conv_dim));
-  std::vector<float>& z = ws.floats(static_cast<size_t>(n_rows * value_dim));
-  std::vector<float>& beta = ws.floats(static_cast<size_t>(n_rows * nv));
-  std::vector<float>& alpha = ws.floats(static_cast<size_t>(n_rows * nv));
-  // The input projections in one call: x converted once per activation format, one wait.
-  std::vector<float>& ba = ws.floats(static_cast<size_t>(w.fused_beta_alpha() ? n_rows * 2 * nv : 0));
-  if (w.fused_beta_alpha()) {
-    const compute::MatmulProduct projections[] = {
-        {&w.qkv, mixed.data()}, {&w.z, z.data()}, {&w.beta_alpha, ba.data()}};
-    compute::matmul_many(pool, projections, x, n_rows);
-  } else {
-    const compute::MatmulProduct projections[] = {{&w.qkv, mixed.data()},
-                                                  {&w.z, z.data()},
-                                                  {&w.beta, beta.data()},
-                                                  {&w.alpha, alpha.data()}};
-    compute::matmul_many(pool, projections, x, n_rows);
-  }
-  if (w.fused_beta_alpha()) {
-    // Group g holds b for V heads g·r .. g·r+r-1, then a for the same heads.
-    for (int64_t t = 0; t < n_rows; ++t)
-      for (int g = 0; g < nk; ++g)
-        for (int j = 0; j < v_per_k; ++j) {
-          beta[t * nv + g * v_per_k + j] = ba[t * 2 * nv + g * 2 * v_per_k + j];
-          alpha[t * nv + g * v_per_k + j] = ba[t * 2 * nv + g * 2 * v_per_k + v_per_k + j];
-        }
-  }
-
-  // Phase 1 (sequential in t: the conv history): conv + SiLU, split, normalise, gates.
-  // The inputs' buffers: the workspace's, lent to `in` for the window and given back after it;
-  // for a recorded window the state's spare set, which then trades places with the log's.
-  std::vector<float>* const lent[5] = {
-      &ws.floats(static_cast<size_t>(n_rows * key_dim)),
-      &ws.floats(static_cast<size_t>(n_rows * key_dim)),
-      &ws.floats(static_cast<size_t>(n_rows * value_dim)),
-      &ws.floats(static_cast<size_t>(n_rows * nv)), &ws.floats(static_cast<size_t>(n_rows * nv))};
-  DeltaInputs in;
-  in.n_rows = n_rows;
-  std::vector<float>* const parts[5] = {&in.q, &in.k, &in.v, &in.beta, &in.decay_log};
-  std::vector<float>* const spare[5] = {&state.spare_inputs.q, &state.spare_inputs.k,
-                                        &state.spare_inputs.v, &state.spare_inputs.beta,
-                                        &state.spare_inputs.decay_log};
-  for (int i = 0; i < 5; ++i) {
-    if (record_window) {
-      spare[i]->assign(lent[i]->size(), 0.0f);
-      parts[i]->swap(*spare[i]);
-    } else {
-      parts[i]->swap(*lent[i]);
-    }
-  }
   std::vector<float>& conv_out = ws.floats(static_cast<size_t>(n_rows * conv_dim));
-  GatedDeltaNetWindowLog& log = state.window_log;
-  log.valid = false;
-  if (record_window) {
-    if (n_rows >= kChunkedMinRows)
-      fail("gated deltanet: a recorded (speculative verify) window must have fewer than {} rows, "
-           "got {}",
-           kChunkedMinRows, n_rows);
-    log.ssm_before = state.ssm;
-    log.conv_before = state.conv;
-  }
   const float q_scale = 1.0f / std::sqrt(float(dk));  // HF: query.shape[-1] ** -0.5
   // Causal depthwise conv over [history (K-1 rows) | the window's rows], then SiLU. Row r of that
   // concatenation is history row r for r < K-1, else window row r-(K-1); token t's taps read rows
@@ -220,7 +163,7 @@ void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, c
   const int64_t history_rows = kernel - 1;
   auto conv_row = [&](int64_t r) {
     return r < history_rows ? state.conv.data() + r * conv_dim
-                            : mixed.data() + (r - history_rows) * conv_dim;
+                            : mixed + (r - history_rows) * conv_dim;
   };
   constexpr int64_t kConvChannelsPerTask = 64;
   const int64_t conv_tasks = (conv_dim + kConvChannelsPerTask - 1) / kConvChannelsPerTask;
@@ -258,32 +201,82 @@ void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, c
         l2_normalize(k + h * dk, dk, 1.0f);
       }
       for (int h = 0; h < nv; ++h) {
-        in.beta[size_t(t * nv + h)] = compute::sigmoid(beta[size_t(t * nv + h)]);
+        in.beta[t * nv + h] = compute::sigmoid(beta[t * nv + h]);
         in.decay_log[size_t(t * nv + h)] =
-            w.a[size_t(h)] * compute::softplus(alpha[size_t(t * nv + h)] + w.dt_bias[size_t(h)]);
+            w.a[size_t(h)] * compute::softplus(alpha[t * nv + h] + w.dt_bias[size_t(h)]);
       }
     }
   });
+}
+
+// Phases 1 and 2 for one sequence: conv + SiLU (with its history), split, normalise, gates, and
+// the delta rule, over its n_rows rows of the projections (mixed [n][conv_dim], beta and alpha
+// [n][nv]) into core [n][value_dim]. Everything here is the sequence's own (state, positions);
+// the projections before and the norm and output after are row-wise.
+void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                   const GatedDeltaNetWeights& w, GatedDeltaNetState& state, const float* mixed,
+                   const float* beta, const float* alpha, int64_t n_rows, float* core_rows,
+                   bool record_window) {
+  compute::Workspace::Frame frame(ws);
+  const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
+  const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim();
+  const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim();
+  const int64_t conv_dim = hp.ssm_conv_dim();
+  const int v_per_k = nv / nk;
+
+  // Phase 1 (sequential in t: the conv history): conv + SiLU, split, normalise, gates.
+  // The inputs' buffers: the workspace's, lent to `in` for the window and given back after it;
+  // for a recorded window the state's spare set, which then trades places with the log's.
+  std::vector<float>* const lent[5] = {&ws.floats(static_cast<size_t>(n_rows * key_dim)),
+                                       &ws.floats(static_cast<size_t>(n_rows * key_dim)),
+                                       &ws.floats(static_cast<size_t>(n_rows * value_dim)),
+                                       &ws.floats(static_cast<size_t>(n_rows * nv)),
+                                       &ws.floats(static_cast<size_t>(n_rows * nv))};
+  DeltaInputs in;
+  in.n_rows = n_rows;
+  std::vector<float>* const parts[5] = {&in.q, &in.k, &in.v, &in.beta, &in.decay_log};
+  std::vector<float>* const spare[5] = {&state.spare_inputs.q, &state.spare_inputs.k,
+                                        &state.spare_inputs.v, &state.spare_inputs.beta,
+                                        &state.spare_inputs.decay_log};
+  for (int i = 0; i < 5; ++i) {
+    if (record_window) {
+      spare[i]->assign(lent[i]->size(), 0.0f);
+      parts[i]->swap(*spare[i]);
+    } else {
+      parts[i]->swap(*lent[i]);
+    }
+  }
+  GatedDeltaNetWindowLog& log = state.window_log;
+  log.valid = false;
+  if (record_window) {
+    if (n_rows >= kChunkedMinRows)
+      fail(
+          "gated deltanet: a recorded (speculative verify) window must have fewer than {} rows, "
+          "got {}",
+          kChunkedMinRows, n_rows);
+    log.ssm_before = state.ssm;
+    log.conv_before = state.conv;
+  }
+  deltanet_inputs(pool, ws, hp, w, state, mixed, beta, alpha, n_rows, in);
 
   // Phase 2: the delta rule per V head (heads are independent, so the split across threads
   // cannot change a bit). Short windows (decode, speculative verify) use the recurrent form,
   // which is what makes a row's result independent of the window size; long prefill windows use
   // the chunked form, which touches the state once per chunk instead of once per token.
-  std::vector<float>& core = ws.floats(static_cast<size_t>(n_rows * value_dim));
   const bool chunked = n_rows >= kChunkedMinRows;
   pool.parallel_for(nv, [&](int64_t begin, int64_t end, int) {
     for (int64_t h = begin; h < end; ++h) {
       const int kh = hp.ssm_v_heads_tiled ? int(h) % nk : int(h) / v_per_k;
       float* head_state = state.ssm.data() + size_t(h) * dk * dv;
       if (chunked)
-        delta_rule_chunked(in, hp, int(h), kh, head_state, core.data());
+        delta_rule_chunked(in, hp, int(h), kh, head_state, core_rows);
       else
-        delta_rule_recurrent(in, in.n_rows, hp, int(h), kh, head_state, core.data());
+        delta_rule_recurrent(in, in.n_rows, hp, int(h), kh, head_state, core_rows);
     }
   });
   if (record_window) {
     // The log takes this window's buffers; its old ones become the spares.
-    state.spare_conv_inputs.assign(mixed.begin(), mixed.end());
+    state.spare_conv_inputs.assign(mixed, mixed + n_rows * conv_dim);
     log.conv_inputs.swap(state.spare_conv_inputs);
     log.inputs.n_rows = in.n_rows;
     std::vector<float>* const logged[5] = {&log.inputs.q, &log.inputs.k, &log.inputs.v,
@@ -295,6 +288,103 @@ void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, c
     log.valid = true;
   } else {
     for (int i = 0; i < 5; ++i) lent[i]->swap(*parts[i]);
+  }
+}
+
+// The whole layer over a window whose rows [segments[s].first_row, + n_rows) belong to
+// states[s]: input projections over all rows at once, the core per sequence, the gated norm and
+// the output projection over all rows. Rows are independent in the projections, the norm and
+// the output (window identity), so each sequence gets the bits it gets alone.
+void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                   const GatedDeltaNetWeights& w, std::span<GatedDeltaNetState* const> states,
+                   std::span<const compute::RowSegment> segments, const float* x, int64_t n_rows,
+                   float* y, bool record_window) {
+  compute::Workspace::Frame frame(ws);
+  const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
+  const int dv = hp.ssm_head_v_dim();
+  const int64_t value_dim = hp.ssm_value_dim();
+  const int64_t conv_dim = hp.ssm_conv_dim();
+  const int v_per_k = nv / nk;
+
+  std::vector<float>& mixed = ws.floats(static_cast<size_t>(n_rows * conv_dim));
+  std::vector<float>& z = ws.floats(static_cast<size_t>(n_rows * value_dim));
+  std::vector<float>& beta = ws.floats(static_cast<size_t>(n_rows * nv));
+  std::vector<float>& alpha = ws.floats(static_cast<size_t>(n_rows * nv));
+  // The input projections in one call: x converted once per activation format, one wait.
+  std::vector<float>& ba =
+      ws.floats(static_cast<size_t>(w.fused_beta_alpha() ? n_rows * 2 * nv : 0));
+  if (w.fused_beta_alpha()) {
+    const compute::MatmulProduct projections[] = {
+        {&w.qkv, mixed.data()}, {&w.z, z.data()}, {&w.beta_alpha, ba.data()}};
+    compute::matmul_many(pool, projections, x, n_rows);
+  } else {
+    const compute::MatmulProduct projections[] = {
+        {&w.qkv, mixed.data()}, {&w.z, z.data()}, {&w.beta, beta.data()}, {&w.alpha, alpha.data()}};
+    compute::matmul_many(pool, projections, x, n_rows);
+  }
+  if (w.fused_beta_alpha()) {
+    // Group g holds b for V heads g·r .. g·r+r-1, then a for the same heads.
+    for (int64_t t = 0; t < n_rows; ++t)
+      for (int g = 0; g < nk; ++g)
+        for (int j = 0; j < v_per_k; ++j) {
+          beta[t * nv + g * v_per_k + j] = ba[t * 2 * nv + g * 2 * v_per_k + j];
+          alpha[t * nv + g * v_per_k + j] = ba[t * 2 * nv + g * 2 * v_per_k + v_per_k + j];
+        }
+  }
+
+  std::vector<float>& core = ws.floats(static_cast<size_t>(n_rows * value_dim));
+  if (segments.size() == 1) {
+    deltanet_core(pool, ws, hp, w, *states[0], mixed.data(), beta.data(), alpha.data(),
+                  segments[0].n_rows, core.data(), record_window);
+  } else {
+    // Several sequences (never recorded): phase 1 per sequence, then the delta rule of every
+    // (sequence, V head) pair in one hand-out to the threads rather than one per sequence (the
+    // pairs are independent, so the split cannot change a bit; decode rows are tiny work each).
+    const int nk = hp.ssm_n_k_heads, dk = hp.ssm_head_k_dim(), v_per_k = nv / nk;
+    const int64_t key_dim = hp.ssm_key_dim();
+    std::vector<DeltaInputs> inputs(segments.size());
+    std::vector<std::vector<float>*> lent;
+    for (size_t s = 0; s < segments.size(); ++s) {
+      const int64_t n = segments[s].n_rows;
+      DeltaInputs& in = inputs[s];
+      in.n_rows = n;
+      std::vector<float>* const parts[5] = {&in.q, &in.k, &in.v, &in.beta, &in.decay_log};
+      const int64_t widths[5] = {key_dim, key_dim, value_dim, nv, nv};
+      for (int i = 0; i < 5; ++i) {
+        lent.push_back(&ws.floats(static_cast<size_t>(n * widths[i])));
+        parts[i]->swap(*lent.back());
+      }
+      states[s]->window_log.valid = false;
+    }
+    // Phase 1 of the sequences side by side (each is its own state and rows; nested hand-outs
+    // inside run inline), each on its thread's workspace.
+    ws.reserve_threads(pool.size());
+    pool.parallel_for(int64_t(segments.size()), [&](int64_t begin, int64_t end, int thread) {
+      for (int64_t s = begin; s < end; ++s) {
+        const int64_t first = segments[size_t(s)].first_row;
+        deltanet_inputs(pool, ws.for_thread(thread), hp, w, *states[size_t(s)],
+                        mixed.data() + first * conv_dim, beta.data() + first * nv,
+                        alpha.data() + first * nv, segments[size_t(s)].n_rows, inputs[size_t(s)]);
+      }
+    });
+    pool.parallel_for(int64_t(segments.size()) * nv, [&](int64_t begin, int64_t end, int) {
+      for (int64_t task = begin; task < end; ++task) {
+        const size_t s = size_t(task / nv);
+        const int h = int(task % nv);
+        const int kh = hp.ssm_v_heads_tiled ? h % nk : h / v_per_k;
+        float* head_state = states[s]->ssm.data() + size_t(h) * dk * dv;
+        float* out = core.data() + segments[s].first_row * value_dim;
+        if (inputs[s].n_rows >= kChunkedMinRows)
+          delta_rule_chunked(inputs[s], hp, h, kh, head_state, out);
+        else
+          delta_rule_recurrent(inputs[s], inputs[s].n_rows, hp, h, kh, head_state, out);
+      }
+    });
+    for (size_t s = 0; s < segments.size(); ++s) {
+      std::vector<float>* const parts[5] = {&inputs[s].q, &inputs[s].k, &inputs[s].v,
+                                            &inputs[s].beta, &inputs[s].decay_log};
+      for (int i = 0; i < 5; ++i) lent[s * 5 + size_t(i)]->swap(*parts[i]);
+    }
   }
 
   // Phase 3: gated RMS norm per V head.
@@ -309,6 +399,26 @@ void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, c
       }
   });
   compute::matmul(pool, w.out, core.data(), n_rows, y);
+}
+
+}  // namespace
+
+void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+                            const GatedDeltaNetWeights& w, GatedDeltaNetState& state,
+                            const float* x, int64_t n_rows, float* y, bool record_window) {
+  GatedDeltaNetState* const states[1] = {&state};
+  const compute::RowSegment rows[1] = {{0, n_rows}};
+  deltanet_rows(pool, ws, hp, w, states, rows, x, n_rows, y, record_window);
+}
+
+void gated_deltanet_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws,
+                                 const HParams& hp, const GatedDeltaNetWeights& w,
+                                 std::span<GatedDeltaNetState* const> states,
+                                 std::span<const compute::RowSegment> segments, const float* x,
+                                 int64_t n_rows, float* y) {
+  if (states.size() != segments.size())
+    fail("gated deltanet: {} states for {} row segments", states.size(), segments.size());
+  deltanet_rows(pool, ws, hp, w, states, segments, x, n_rows, y, false);
 }
 
 void gated_deltanet_rollback(compute::ThreadPool& pool, const HParams& hp,

@@ -17,8 +17,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "compute/backend.h"
 #include "compute/cpu/matmul.h"
 #include "compute/cpu/thread_pool.h"
 #include "compute/cpu/workspace.h"
@@ -88,6 +90,16 @@ struct GatedDeltaNetState {
 void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
                             const GatedDeltaNetWeights& w, GatedDeltaNetState& state,
                             const float* x, int64_t n_rows, float* y, bool record_window = false);
+
+// Several sequences in one window (serve --parallel): rows [segments[s].first_row, + n_rows) of
+// x belong to states[s]. The input and output projections and the gated norm run once over all
+// rows, the conv and the delta rule per sequence; each sequence's rows and state are bitwise what
+// gated_deltanet_forward gives it alone. Not recorded (speculative verify runs alone).
+void gated_deltanet_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws,
+                                 const HParams& hp, const GatedDeltaNetWeights& w,
+                                 std::span<GatedDeltaNetState* const> states,
+                                 std::span<const compute::RowSegment> segments, const float* x,
+                                 int64_t n_rows, float* y);
 
 // Makes `state` what it would be had only the first keep_rows rows of the last recorded window
 // been fed (bitwise). keep_rows in [0, n_rows]; the log is consumed.

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "compute/cpu/cpu_backend.h"
 #include "compute/cpu/ops.h"
 #include "model/tensor_specs.h"
@@ -184,26 +186,51 @@ void Model::embed(std::span<const int32_t> tokens, float* out) const {
   }
 }
 
-void Model::mixer_forward(compute::Backend& be, ModelState& state, int l, compute::Tensor x,
-                          int64_t n_rows, compute::Tensor y) const {
+void Model::mixer_forward(const WindowRun& run, int l, compute::Tensor x, compute::Tensor y) const {
   const LayerWeights& lw = layers_[size_t(l)];
-  if (lw.kind == LayerKind::GatedDeltaNet)
-    be.gated_deltanet(hp_, lw.deltanet, state.deltanet[size_t(l)], l, x, y, n_rows,
-                      state.record_windows);
-  else
-    be.attention(hp_, lw.attention, state.kv[size_t(l)], l, x, y, n_rows);
+  auto mix = [&](ModelState& state, compute::Tensor in, compute::Tensor out, int64_t n_rows) {
+    if (lw.kind == LayerKind::GatedDeltaNet)
+      run.be.gated_deltanet(hp_, lw.deltanet, state.deltanet[size_t(l)], l, in, out, n_rows,
+                            state.record_windows);
+    else
+      run.be.attention(hp_, lw.attention, state.kv[size_t(l)], l, in, out, n_rows);
+  };
+  if (!run.batched()) return mix(*run.segments[0].state, x, y, run.n_rows());
+  if (run.be.batched_mixers()) {
+    BatchWindow& b = *run.batch;
+    if (lw.kind == LayerKind::GatedDeltaNet) {
+      b.deltanets.clear();
+      for (const WindowSegment& s : run.segments)
+        b.deltanets.push_back(&s.state->deltanet[size_t(l)]);
+      run.be.gated_deltanet_rows(hp_, lw.deltanet, b.deltanets, b.rows, l, x, y, run.n_rows());
+    } else {
+      b.caches.clear();
+      for (const WindowSegment& s : run.segments) b.caches.push_back(&s.state->kv[size_t(l)]);
+      run.be.attention_rows(hp_, lw.attention, b.caches, b.rows, l, x, y, run.n_rows());
+    }
+    return;
+  }
+  // Each sequence's rows through its own state, exactly the rows (and so the bits) it would
+  // feed alone: a mixer op works on rows [0, n) of its tensors.
+  const WindowTensors& seg = *run.segment;
+  for (const WindowSegment& s : run.segments) {
+    const int64_t n = int64_t(s.tokens.size());
+    run.be.copy_rows(x, s.first_row, seg.x, 0, n);
+    mix(*s.state, seg.x, seg.y, n);
+    run.be.copy_rows(seg.y, 0, y, s.first_row, n);
+  }
 }
 
-void Model::run_prenorm_layers(compute::Backend& be, ModelState& state,
-                               std::span<const int32_t> tokens, ExpertSource& experts) const {
-  const int64_t n_rows = int64_t(tokens.size());
+void Model::run_prenorm_layers(const WindowRun& run, ExpertSource& experts) const {
+  const int64_t n_rows = run.n_rows();
   const float eps = hp_.rms_eps;
-  WindowTensors& t = state.tensors;
-  be.embed(token_embd_, tokens, t.residual);
+  const WindowTensors& t = run.t;
+  compute::Backend& be = run.be;
+  be.embed(token_embd_, run.tokens, t.residual);
   for (int l = 0; l < hp_.n_layer; ++l) {
     const LayerWeights& lw = layers_[size_t(l)];
     be.rms_norm(t.residual, lw.attn_norm, eps, t.normed, n_rows);
-    mixer_forward(be, state, l, t.normed, n_rows, t.y);
+    mixer_forward(run, l, t.normed, t.y);
     be.add(t.residual, t.y, n_rows);
     be.rms_norm(t.residual, lw.ffn_norm, eps, t.normed, n_rows);
     be.moe(hp_, lw.moe, experts, l, t.normed, t.y, n_rows, next_router(l));
@@ -212,9 +239,7 @@ void Model::run_prenorm_layers(compute::Backend& be, ModelState& state,
   be.rms_norm(t.residual, output_norm_, eps, t.hidden, n_rows);
 }
 
-void Model::ensure_tensors(ModelState& state, int64_t n_rows) const {
-  WindowTensors& t = state.tensors;
-  compute::Backend& be = *state.backend;
+void Model::ensure_tensors(compute::Backend& be, WindowTensors& t, int64_t n_rows) const {
   if (t.owner == &be && t.max_rows >= n_rows) return;
   if (t.owner == &be)
     for (compute::Tensor* tensor : {&t.X, &t.x, &t.y, &t.inject, &t.residual, &t.normed, &t.hidden,
@@ -279,8 +304,10 @@ void Model::forward(compute::ThreadPool& pool, ModelState& state, std::span<cons
   compute::Backend& be = *state.backend;
   be.begin_window(pool);
   be.describe_window(hp_, compute::Backend::WindowShape{n_rows, state.n_past, state.record_windows, int(rows)});
-  ensure_tensors(state, n_rows);
-  run_layers(be, state, tokens, experts ? *experts : *mapped_experts_);
+  ensure_tensors(be, state.tensors, n_rows);
+  const WindowSegment whole{&state, tokens, 0};
+  run_layers(WindowRun{be, state.tensors, tokens, std::span(&whole, 1)},
+             experts ? *experts : *mapped_experts_);
   state.n_past += n_rows;
   ScopedPhase phase(Phase::Head);
   const WindowTensors& t = state.tensors;
@@ -298,6 +325,64 @@ void Model::forward(compute::ThreadPool& pool, ModelState& state, std::span<cons
       logits.resize(static_cast<size_t>(n_rows * hp_.n_vocab));
       be.read(t.logits, 0, n_rows, logits.data());
       break;
+  }
+}
+
+void Model::forward_batch(compute::ThreadPool& pool, BatchWindow& batch,
+                          std::span<ModelState* const> states,
+                          std::span<const std::span<const int32_t>> tokens,
+                          std::span<std::vector<float>* const> logits,
+                          ExpertSource* experts) const {
+  if (states.empty()) fail("forward_batch: no sequences");
+  if (tokens.size() != states.size() || logits.size() != states.size())
+    fail("forward_batch: {} states, {} token lists and {} logit outputs (expected as many)",
+         states.size(), tokens.size(), logits.size());
+  batch.tokens.clear();
+  batch.segments.clear();
+  batch.rows.clear();
+  int64_t longest = 0;
+  for (size_t s = 0; s < states.size(); ++s) {
+    ModelState& state = *states[s];
+    if (tokens[s].empty()) fail("forward_batch: sequence {} has no tokens", s);
+    if (state.record_windows)
+      fail("forward_batch: sequence {} records its windows (speculative verify runs alone)", s);
+    if (!state.backend || state.backend->name() != "cpu")
+      fail(
+          "forward_batch: sequence {} runs on the {} backend; batched windows need the cpu "
+          "backend (the states must be host structs)",
+          s, state.backend ? state.backend->name() : "no");
+    for (size_t r = 0; r < s; ++r)
+      if (states[r] == states[s]) fail("forward_batch: sequences {} and {} share a state", r, s);
+    check_tokens(tokens[s]);
+    batch.segments.push_back(WindowSegment{&state, tokens[s], int64_t(batch.tokens.size())});
+    batch.rows.push_back(
+        compute::RowSegment{int64_t(batch.tokens.size()), int64_t(tokens[s].size())});
+    batch.tokens.insert(batch.tokens.end(), tokens[s].begin(), tokens[s].end());
+    longest = std::max<int64_t>(longest, int64_t(tokens[s].size()));
+  }
+  if (!batch.backend) batch.backend = std::make_unique<compute::CpuBackend>();
+  compute::Backend& be = *batch.backend;
+  const int64_t n_rows = int64_t(batch.tokens.size());
+  be.begin_window(pool);
+  ensure_tensors(be, batch.tensors, n_rows);
+  ensure_tensors(be, batch.segment, longest);
+  run_layers(WindowRun{be, batch.tensors, batch.tokens, batch.segments, &batch, &batch.segment},
+             experts ? *experts : *mapped_experts_);
+  ScopedPhase phase(Phase::Head);
+  // The head over each sequence's last row only: gathered into x (free by now), one matmul.
+  const WindowTensors& t = batch.tensors;
+  const int64_t n_seq = int64_t(states.size());
+  for (int64_t s = 0; s < n_seq; ++s) {
+    const WindowSegment& seg = batch.segments[size_t(s)];
+    be.copy_rows(t.hidden, seg.first_row + int64_t(seg.tokens.size()) - 1, t.x, s, 1);
+  }
+  be.matmul(output_, t.x, 0, n_seq, t.logits);
+  for (int64_t s = 0; s < n_seq; ++s) {
+    ModelState& state = *states[size_t(s)];
+    state.window_log.valid = false;
+    state.n_past += int64_t(tokens[size_t(s)].size());
+    logits[size_t(s)]->resize(static_cast<size_t>(hp_.n_vocab));
+    be.read(t.logits, s, 1, logits[size_t(s)]->data());
   }
 }
 

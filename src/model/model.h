@@ -89,6 +89,29 @@ struct ModelState {
   } window_log;
 };
 
+// One sequence's rows in a window of several (Model::forward_batch): window rows
+// [first_row, first_row + tokens.size()) carry `tokens`, fed to `state`.
+struct WindowSegment {
+  ModelState* state = nullptr;
+  std::span<const int32_t> tokens;
+  int64_t first_row = 0;
+};
+
+// What a window of several sequences runs on besides their states (Model::forward_batch): its
+// own CPU backend, the window's tensors (all rows) and one sequence's tensors (the token mixers
+// run per sequence on those), reused by every batched window (sized for the largest so far).
+// One per caller; not shared between threads.
+struct BatchWindow {
+  std::unique_ptr<compute::Backend> backend;
+  WindowTensors tensors;
+  WindowTensors segment;
+  std::vector<int32_t> tokens;
+  std::vector<WindowSegment> segments;
+  std::vector<compute::RowSegment> rows;       // segments' rows, for the backend's batched mixers
+  std::vector<GatedDeltaNetState*> deltanets;  // one layer's states, in segment order
+  std::vector<KvCache*> caches;
+};
+
 // Deep copy of what a sequence carries between windows, for the conversation state cache
 // (engine/state_cache.h): n_past, every layer's KV cache (k, v, QSA index keys and block keys),
 // Gated DeltaNet conv and recurrent states, the PLE n-gram context and conv history, `residuals`
@@ -136,6 +159,21 @@ class Model {
   void forward(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
                LogitRows rows, std::vector<float>& logits, ExpertSource* experts = nullptr) const;
 
+  // One window carrying the rows of several sequences (continuous batching, `strata serve
+  // --parallel`): sequence s feeds tokens[s] to *states[s] and receives the logits of its last
+  // row in *logits[s] ([n_vocab]). Row-wise work (embedding, hyper-connections, norms, matmuls,
+  // routers and experts, the head) runs once over all rows, so the dense weights and the union of
+  // the sequences' experts are read once; the token mixers (attention, Gated DeltaNet, PLE) run
+  // per sequence on its own state and positions. Each sequence's logits and state are bitwise
+  // what `forward(pool, *states[s], tokens[s], LogitRows::Last, ...)` alone gives (rows are
+  // independent in a window: compute/backend.h). REQUIRES: distinct states, each non-empty
+  // tokens, no state recording windows, every state on the CPU backend (host structs).
+  void forward_batch(compute::ThreadPool& pool, BatchWindow& batch,
+                     std::span<ModelState* const> states,
+                     std::span<const std::span<const int32_t>> tokens,
+                     std::span<std::vector<float>* const> logits,
+                     ExpertSource* experts = nullptr) const;
+
   // Makes `state` what it would be had only the first keep_rows rows of the last window been fed
   // (bitwise: the next forward gives the same logits as in a state that never saw the dropped
   // rows). The window must have run with state.record_windows set. KV caches are truncated,
@@ -167,10 +205,24 @@ class Model {
  protected:
   // Loads token_embd and output from `tensors` (the checked table of *file).
   Model(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors);
-  // Runs the layers of one window on `be` (the state's backend, window begun, tensors sized);
-  // leaves the final hidden rows [n_rows][H] in state.tensors.hidden.
-  virtual void run_layers(compute::Backend& be, ModelState& state,
-                          std::span<const int32_t> tokens, ExpertSource& experts) const = 0;
+  // One window as the architecture files see it: `be` (window begun), its tensors `t` (sized for
+  // n_rows), every row's token, and the sequences whose rows it carries. With one segment the
+  // token mixers run on `t` directly (the single-sequence forward, unchanged); with several, a
+  // backend with batched mixers runs them over all rows (projections once, the rest per
+  // sequence), any other gets each sequence's rows copied into `segment` (sized for the longest)
+  // and back.
+  struct WindowRun {
+    compute::Backend& be;
+    const WindowTensors& t;
+    std::span<const int32_t> tokens;
+    std::span<const WindowSegment> segments;
+    BatchWindow* batch = nullptr;  // with several segments
+    const WindowTensors* segment = nullptr;
+    int64_t n_rows() const { return int64_t(tokens.size()); }
+    bool batched() const { return segments.size() > 1; }
+  };
+  // Runs the layers of one window; leaves the final hidden rows [n_rows][H] in t.hidden.
+  virtual void run_layers(const WindowRun& run, ExpertSource& experts) const = 0;
 
   // Shared building blocks for the architecture files.
   void load_moe(TensorTable& tensors, int layer, LayerWeights& out) const;
@@ -180,14 +232,13 @@ class Model {
   void check_tokens(std::span<const int32_t> tokens) const;
   // The router of the trunk layer after `layer` (read-ahead hint), or nullptr for the last one.
   const MoeWeights* next_router(int layer) const;
-  void mixer_forward(compute::Backend& be, ModelState& state, int layer, compute::Tensor x,
-                     int64_t n_rows, compute::Tensor y) const;
+  // Layer `layer`'s token mixer over the window: y = mixer(x), each sequence on its own state.
+  void mixer_forward(const WindowRun& run, int layer, compute::Tensor x, compute::Tensor y) const;
   // The classic pre-norm residual stack (qwen3moe, qwen3next) on the backend:
   //   h += mixer(norm(h)); h += moe(norm(h)); hidden = norm_out(h)
-  void run_prenorm_layers(compute::Backend& be, ModelState& state,
-                          std::span<const int32_t> tokens, ExpertSource& experts) const;
-  // (Re)allocates state.tensors on the state's backend for windows of n_rows.
-  void ensure_tensors(ModelState& state, int64_t n_rows) const;
+  void run_prenorm_layers(const WindowRun& run, ExpertSource& experts) const;
+  // (Re)allocates t on be for windows of n_rows (kept when it is already on be and large enough).
+  void ensure_tensors(compute::Backend& be, WindowTensors& t, int64_t n_rows) const;
   // One pre-norm layer l on host residual rows [n][H] (the qwen3next MTP head; the trunk runs
   // the same sequence of ops through the backend in run_prenorm_layers):
   // h += mixer(attn_norm(h)); h += moe(ffn_norm(h)). `mixer(x, y)` runs the layer's token mixer.

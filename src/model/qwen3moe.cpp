@@ -26,9 +26,8 @@ class Qwen3Moe final : public Model {
   }
 
  protected:
-  void run_layers(compute::Backend& be, ModelState& state, std::span<const int32_t> tokens,
-                  ExpertSource& experts) const override {
-    run_prenorm_layers(be, state, tokens, experts);
+  void run_layers(const WindowRun& run, ExpertSource& experts) const override {
+    run_prenorm_layers(run, experts);
   }
 };
 

@@ -71,14 +71,14 @@ class Qwen3Next final : public Model {
   }
 
  protected:
-  void run_layers(compute::Backend& be, ModelState& state, std::span<const int32_t> tokens,
-                  ExpertSource& experts) const override {
-    run_prenorm_layers(be, state, tokens, experts);
-    if (has_mtp()) {  // the head consumes the trunk output after output_norm
-      const int64_t n_rows = int64_t(tokens.size());
-      state.residuals.resize(static_cast<size_t>(n_rows * hp_.n_embd));
-      be.read(state.tensors.hidden, 0, n_rows, state.residuals.data());
-    }
+  void run_layers(const WindowRun& run, ExpertSource& experts) const override {
+    run_prenorm_layers(run, experts);
+    if (has_mtp())  // the head consumes the trunk output after output_norm
+      for (const WindowSegment& s : run.segments) {
+        const int64_t n = int64_t(s.tokens.size());
+        s.state->residuals.resize(static_cast<size_t>(n * hp_.n_embd));
+        run.be.read(run.t.hidden, s.first_row, n, s.state->residuals.data());
+      }
   }
 
  private:

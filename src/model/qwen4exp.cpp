@@ -88,41 +88,60 @@ class Qwen4Exp final : public Model {
   }
 
  protected:
-  void run_layers(compute::Backend& be, ModelState& state, std::span<const int32_t> tokens,
-                  ExpertSource& experts) const override {
+  void run_layers(const WindowRun& run, ExpertSource& experts) const override {
     const int S = hp_.hc_count;
-    const int64_t width = S * hp_.n_embd, n_rows = int64_t(tokens.size());
+    const int64_t width = S * hp_.n_embd, n_rows = run.n_rows();
     const float eps = hp_.rms_eps;
+    compute::Backend& be = run.be;
 
-    // PLE rows depend only on the tokens: issue their reads before any layer runs.
-    if (hp_.has_ple()) {
-      ple_row_ids(hp_, state.ple.context, tokens, state.ple_rows);
-      state.ple_reader->start(hp_, ple_, state.ple_rows);
-    }
+    // PLE rows depend only on the tokens: issue every sequence's reads before any layer runs.
+    if (hp_.has_ple())
+      for (const WindowSegment& s : run.segments) {
+        ple_row_ids(hp_, s.state->ple.context, s.tokens, s.state->ple_rows);
+        s.state->ple_reader->start(hp_, ple_, s.state->ple_rows);
+      }
 
-    const WindowTensors& t = state.tensors;
-    be.embed(token_embd_, tokens, t.x);
+    const WindowTensors& t = run.t;
+    be.embed(token_embd_, run.tokens, t.x);
     be.repeat(t.x, S, t.X, n_rows);
     for (int l = 0; l < hp_.n_layer; ++l) {
       const LayerWeights& lw = layers_[size_t(l)];
-      if (l == hp_.ple_layer()) {
-        be.ple(hp_, ple_, state.ple, *state.ple_reader, t.X, n_rows, state.record_windows);
-        state.ple.context = ple_advance(hp_, state.ple.context, tokens);
-      }
+      if (l == hp_.ple_layer()) ple_forward_rows(run);
       be.hyper_connection_in(lw.hc_attn, S, eps, t.X, t.x, t.inject, n_rows);
-      mixer_forward(be, state, l, t.x, n_rows, t.y);
+      mixer_forward(run, l, t.x, t.y);
       be.hyper_connection_out(S, t.y, t.inject, t.X, n_rows);
 
       be.hyper_connection_in(lw.hc_ffn, S, eps, t.X, t.x, t.inject, n_rows);
       be.moe(hp_, lw.moe, experts, l, t.x, t.y, n_rows, next_router(l));
       be.hyper_connection_out(S, t.y, t.inject, t.X, n_rows);
     }
-    state.residuals.resize(static_cast<size_t>(n_rows * width));
-    be.read(t.X, 0, n_rows, state.residuals.data());
+    for (const WindowSegment& s : run.segments) {
+      const int64_t n = int64_t(s.tokens.size());
+      s.state->residuals.resize(static_cast<size_t>(n * width));
+      be.read(t.X, s.first_row, n, s.state->residuals.data());
+    }
     be.hyper_connection_in(output_hc_, S, eps, t.X, t.hidden, compute::Tensor{}, n_rows);
   }
 
  private:
+  // The PLE layer: X += ple(X), each sequence with its own n-gram context and conv history (a
+  // token mixer, like attention: batched windows copy a sequence's rows out and back).
+  void ple_forward_rows(const WindowRun& run) const {
+    compute::Backend& be = run.be;
+    for (const WindowSegment& s : run.segments) {
+      ModelState& state = *s.state;
+      const int64_t n = int64_t(s.tokens.size());
+      if (!run.batched()) {
+        be.ple(hp_, ple_, state.ple, *state.ple_reader, run.t.X, n, state.record_windows);
+      } else {
+        be.copy_rows(run.t.X, s.first_row, run.segment->X, 0, n);
+        be.ple(hp_, ple_, state.ple, *state.ple_reader, run.segment->X, n, state.record_windows);
+        be.copy_rows(run.segment->X, 0, run.t.X, s.first_row, n);
+      }
+      state.ple.context = ple_advance(hp_, state.ple.context, s.tokens);
+    }
+  }
+
   // A hyper-connection mixer: norm, down, up, and (block mixers, not the final ones) inject.
   HyperConnectionWeights load_hc(TensorTable& tensors, const std::string& prefix) const {
     HyperConnectionWeights hc;

@@ -31,7 +31,7 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 
 Generator::Generator(const ServedModel& served, compute::ThreadPool& pool, ServeMetrics& metrics,
                      DashboardHub& dashboard, const spec::SpecOptions& spec, bool log_spec,
-                     bool profile, uint64_t cache_ram_bytes)
+                     bool profile, uint64_t cache_ram_bytes, int parallel)
     : served_(served),
       pool_(pool),
       metrics_(metrics),
@@ -40,7 +40,20 @@ Generator::Generator(const ServedModel& served, compute::ThreadPool& pool, Serve
       spec_gate_(spec.mode == spec::SpecMode::Off ? nullptr
                                                   : std::make_unique<spec::SpecGate>(spec.gate)),
       recorder_(served, dashboard, spec, profile),
-      cache_(served.backend == "cpu" ? cache_ram_bytes : 0, int(kPrefillChunk)) {
+      cache_(served.backend == "cpu" ? cache_ram_bytes : 0, int(kPrefillChunk)),
+      parallel_(parallel) {
+  if (parallel < 1) fail("--parallel: expected at least 1 slot, found {}", parallel);
+  if (parallel > 1 && spec.mode != spec::SpecMode::Off)
+    fail(
+        "--parallel {} with --spec: speculative decoding runs one sequence at a time (its verify "
+        "windows and the shared SpecGate are per sequence); use --parallel 1 or --spec off",
+        parallel);
+  if (parallel > 1 && served.backend != "cpu")
+    fail(
+        "--parallel {} needs the cpu backend (batched windows run the sequences' states as host "
+        "structs), found --backend {}; use --backend cpu or --parallel 1",
+        parallel, served.backend);
+  if (parallel > 1) batcher_ = std::make_unique<DecodeBatcher>(engine_lock_);
   // At start, not as a 500 on every request.
   if ((spec.mode == spec::SpecMode::Mtp || spec.mode == spec::SpecMode::Both) &&
       !served.model->has_mtp())
@@ -51,6 +64,19 @@ Generator::Generator(const ServedModel& served, compute::ThreadPool& pool, Serve
 
 std::string Generator::spec_summary() const {
   return spec_gate_ ? spec_gate_->summary() : std::string();
+}
+
+const grammar::TokenVocabulary& Generator::vocabulary() {
+  std::lock_guard lock(vocabulary_mutex_);
+  if (!vocabulary_) {
+    std::vector<int32_t> stops;
+    if (served_.tokenizer->eos_id()) stops.push_back(*served_.tokenizer->eos_id());
+    if (served_.end_of_turn) stops.push_back(*served_.end_of_turn);
+    vocabulary_ =
+        std::make_unique<grammar::TokenVocabulary>(grammar::TokenVocabulary::from_tokenizer(
+            *served_.tokenizer, std::move(stops), size_t(served_.model->hparams().n_vocab)));
+  }
+  return *vocabulary_;
 }
 
 void Generator::run(Job& job) {
@@ -83,26 +109,20 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
   report.prompt_tokens = int64_t(plan.prompt.size());
   GenerationOutcome outcome;
   outcome.usage.prompt_tokens = report.prompt_tokens;
-  recorder_.begin_generation(report.prompt_tokens, report.queue_wait_s);
+  record([&] { recorder_.begin_generation(report.prompt_tokens, report.queue_wait_s); });
   try {
     ExpertSource* experts = recorder_.source();
     Session session(*served_.model, pool_, experts, served_.backend);
+    if (batcher_) session.set_window_lock(&engine_lock_);
     SamplerConfig sampling = plan.sampling;
     sampling.seed += uint64_t(choice);  // GenerationPlan::n_choices: choice i's seed
     Sampler sampler(sampling);
     std::optional<grammar::GrammarConstraint> constraint, delivered;
     if (plan.grammar) {
-      if (!vocabulary_) {
-        std::vector<int32_t> stops;
-        if (served_.tokenizer->eos_id()) stops.push_back(*served_.tokenizer->eos_id());
-        if (served_.end_of_turn) stops.push_back(*served_.end_of_turn);
-        vocabulary_ = std::make_unique<grammar::TokenVocabulary>(
-            grammar::TokenVocabulary::from_tokenizer(*served_.tokenizer, std::move(stops),
-                                                     size_t(served_.model->hparams().n_vocab)));
-      }
-      constraint.emplace(*plan.grammar, *vocabulary_);
+      const grammar::TokenVocabulary& tokens = vocabulary();
+      constraint.emplace(*plan.grammar, tokens);
       sampler.set_constraint(&*constraint);
-      delivered.emplace(*plan.grammar, *vocabulary_);
+      delivered.emplace(*plan.grammar, tokens);
     }
     // The value is complete and nothing can follow it: the generation ends there ("stop"). Judged
     // on the tokens delivered so far (`delivered` follows them), not on the sampler's constraint:
@@ -179,7 +199,8 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
     const std::span<const int32_t> full_prompt(plan.prompt);
     const int64_t cached = cache_.prefill(
         session, full_prompt, served_.end_of_turn, speculative ? &*speculative : nullptr,
-        [&] { return !job.cancel_requested(); }, [&] { recorder_.prefill_progress(); });
+        [&] { return !job.cancel_requested(); },
+        [&] { record([&] { recorder_.prefill_progress(); }); });
     outcome.usage.cached_tokens = cached;
     // The turn boundaries the cache keeps (Generator contract): the prompt, once its first token
     // is out and before anything more is fed, and the sequence at the end.
@@ -193,11 +214,11 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
     };
     const Clock::time_point prefilled = Clock::now();
     outcome.prefill_s = seconds_between(started, prefilled);
-    recorder_.prefilled(outcome.prefill_s);
+    record([&] { recorder_.prefilled(outcome.prefill_s); });
     auto first_token = [&] {
       const double ttft_s = seconds_between(job.received_at(), Clock::now());
       metrics_.observe_time_to_first_token(ttft_s);
-      recorder_.first_token(ttft_s);
+      record([&] { recorder_.first_token(ttft_s); });
     };
 
     const std::optional<int32_t> eos = served_.tokenizer->eos_id();
@@ -246,6 +267,14 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
                    spec_gate_->drafts_proposed() - proposed_before,
                    spec_gate_->drafts_accepted() - accepted_before);
     }
+    // With parallel slots this generation's decode steps are rows of the batched windows from
+    // its first decode on; it leaves the batch as soon as its last token is out.
+    DecodeBatcher::Membership batched;
+    auto decode = [&](int32_t token) {
+      if (!batcher_) return void(session.decode(token));
+      batched.join(*batcher_);
+      batcher_->decode(session, token);
+    };
     while (!speculative) {
       if (job.cancel_requested()) {
         outcome.cancelled = true;
@@ -258,7 +287,7 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
         break;
       }
       ++generated;
-      recorder_.token();
+      record([&] { recorder_.token(); });
       if (delivered) delivered->accept(next);
       deliver(stops.push(decoder.push(next)), logprob_entry(next));
       if (stops.stopped() || value_done()) {
@@ -270,8 +299,9 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
         break;
       }
       save_prompt();
-      session.decode(next);
+      decode(next);
     }
+    batched.leave();
     if (prefill_complete && !prompt_saved)
       save_prompt();  // the generation fed nothing after the prompt
     else if (prefill_complete && session.tokens().size() > full_prompt.size())
@@ -298,13 +328,13 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
     report.decode_s = outcome.decode_s;
     report.total_s = seconds_between(job.received_at(), ended);
     metrics_.record_generation(report);
-    recorder_.end_generation(report.finish_reason, spec_gate_.get());
+    record([&] { recorder_.end_generation(report.finish_reason, spec_gate_.get()); });
     return outcome;
   } catch (...) {
     report.finish_reason = "error";
     report.total_s = seconds_between(job.received_at(), Clock::now());
     metrics_.record_generation(report);
-    recorder_.end_generation(report.finish_reason, spec_gate_.get());
+    record([&] { recorder_.end_generation(report.finish_reason, spec_gate_.get()); });
     throw;
   }
 }

@@ -45,12 +45,23 @@
 // snapshots of the engine (heat, residency, counters, this generation's progress) to the hub
 // (serve/dashboard.h); with `profile` the forward's phases are timed for it.
 //
-// Runs on the scheduler's worker thread only (it drives the shared compute::ThreadPool);
-// the constructor runs before that thread starts; `spec_summary` may be called once that thread
-// has stopped.
+// Parallel slots (`parallel` > 1, `strata serve --parallel N`): `run` is called on N scheduler
+// workers at once, one generation each, exactly the code above; their decode steps meet in a
+// DecodeBatcher (serve/decode_batcher.h), one batched window per step for every slot in the decode
+// phase, bitwise the tokens each gets alone. Every window (prefill windows and batched steps) and
+// every dashboard call runs under one FairMutex (the engine lock), because they share the thread
+// pool, the expert source and the recorder; sampling, stop strings, text and the state cache's
+// copies run on the slot's own thread outside it. Refused at construction: speculative decoding
+// (its verify windows and the shared SpecGate are per sequence) and a backend other than cpu.
+// The dashboard's `generation` card then shows the latest generation that started.
+//
+// Runs on the scheduler's worker threads only (they drive the shared compute::ThreadPool);
+// the constructor runs before those threads start; `spec_summary` may be called once they have
+// stopped.
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "compute/cpu/thread_pool.h"
@@ -58,6 +69,7 @@
 #include "grammar/token_mask.h"
 #include "serve/dashboard.h"
 #include "serve/dashboard_recorder.h"
+#include "serve/decode_batcher.h"
 #include "serve/metrics.h"
 #include "serve/plan.h"
 #include "serve/scheduler.h"
@@ -69,15 +81,27 @@ class Generator {
  public:
   Generator(const ServedModel& served, compute::ThreadPool& pool, ServeMetrics& metrics,
             DashboardHub& dashboard, const spec::SpecOptions& spec = {}, bool log_spec = false,
-            bool profile = true, uint64_t cache_ram_bytes = StateCache::kDefaultMaxBytes);
+            bool profile = true, uint64_t cache_ram_bytes = StateCache::kDefaultMaxBytes,
+            int parallel = 1);
   void run(Job& job);
   // "spec: T(1) ..." over every request so far, or "" without speculative decoding.
   std::string spec_summary() const;
   const StateCache& state_cache() const { return cache_; }
+  int parallel() const { return parallel_; }
+  // The batched decode steps so far (all zero with parallel 1). Any thread.
+  BatchStats batch_stats() const { return batcher_ ? batcher_->stats() : BatchStats{}; }
 
  private:
   // One choice of the job: emits its deltas and returns its outcome (finish, tokens, times).
   GenerationOutcome run_choice(Job& job, int choice);
+  // Runs f under the engine lock when slots run in parallel (the recorder is the engine's).
+  template <class F>
+  void record(F&& f) {
+    if (!batcher_) return f();
+    std::lock_guard lock(engine_lock_);
+    f();
+  }
+  const grammar::TokenVocabulary& vocabulary();
 
   const ServedModel& served_;
   compute::ThreadPool& pool_;
@@ -87,7 +111,11 @@ class Generator {
   std::unique_ptr<spec::SpecGate> spec_gate_;  // null with --spec off
   DashboardRecorder recorder_;
   StateCache cache_;
+  std::mutex vocabulary_mutex_;  // guards vocabulary_ (built once, then read only)
   std::unique_ptr<grammar::TokenVocabulary> vocabulary_;  // built by the first constrained job
+  const int parallel_;
+  FairMutex engine_lock_;                   // with parallel > 1: every window and recorder call
+  std::unique_ptr<DecodeBatcher> batcher_;  // null with parallel 1
 };
 
 }  // namespace strata::serve

@@ -237,8 +237,11 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
     : served(served_model),
       options(server_options),
       generator(served_model, pool, metrics, dashboard, server_options.spec,
-                server_options.access_log, server_options.profile, server_options.cache_ram_bytes),
-      scheduler(server_options.max_queue, [this](Job& job) { generator.run(job); }),
+                server_options.access_log, server_options.profile, server_options.cache_ram_bytes,
+                server_options.parallel),
+      scheduler(
+          server_options.max_queue, [this](Job& job) { generator.run(job); },
+          size_t(server_options.parallel)),
       http(ConnectionLimits{server_options.io_timeout_s, server_options.io_timeout_s,
                             max_connections(server_options),
                             refusal_response(max_connections(server_options)),
@@ -277,7 +280,11 @@ uint64_t HttpServer::Impl::fresh_seed() {
 }
 
 LiveGauges HttpServer::Impl::live() const {
-  return LiveGauges{scheduler.queue_depth(), scheduler.max_queue(), scheduler.busy()};
+  LiveGauges gauges{scheduler.queue_depth(), scheduler.max_queue(), scheduler.busy()};
+  gauges.slots = scheduler.slots();
+  gauges.running_count = scheduler.running_count();
+  gauges.batch = generator.batch_stats();
+  return gauges;
 }
 
 json HttpServer::Impl::model_object() const {
@@ -329,6 +336,7 @@ void HttpServer::Impl::add_routes() {
     props.timeout_s = options.io_timeout_s;
     props.speculative = spec_mode_name(options.spec.mode);
     props.build_info = options.build_info;
+    props.slots = options.parallel;
     Json answer = props_json(served, props);
     answer["default_generation_settings"]["is_processing"] = live().running;
     const StateCacheStats cache = generator.state_cache().stats();  // thread-safe

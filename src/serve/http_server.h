@@ -10,10 +10,11 @@
 // HTTP 400), is answered with an OpenAI-style JSON error body.
 //
 // Threads: httplib serves each connection on a thread of its pool (sized so that a full queue
-// still leaves threads to answer 429s and /metrics); generations run on the scheduler's single
-// worker (serve/scheduler.h). A request's thread waits for its job, watching the client with a
-// ConnectionProbe; a client that goes away cancels its job, queued or running. The dashboard's
-// routes read only the snapshots the worker publishes (serve/dashboard.h), never the ExpertStore.
+// still leaves threads to answer 429s and /metrics); generations run on the scheduler's workers
+// (serve/scheduler.h: one, or `parallel` whose decode steps are batched). A request's thread waits
+// for its job, watching the client with a ConnectionProbe; a client that goes away cancels its job,
+// queued or running. The dashboard's routes read only the snapshots the worker publishes
+// (serve/dashboard.h), never the ExpertStore.
 //
 // Shutdown (`shutdown`, e.g. on SIGTERM): new generation requests get 503 and /health turns 503;
 // queued jobs fail with 503; the running generation may finish for `shutdown_grace_s`, then it is
@@ -50,6 +51,7 @@ struct ServerOptions {
   AccessOptions access;              // API keys and CORS origins (serve/access_control.h)
   std::string build_info;            // reported by /props (`strata --version`'s text)
   uint64_t cache_ram_bytes = StateCache::kDefaultMaxBytes;  // --cache-ram; 0 = no state cache
+  int parallel = 1;  // --parallel: generations decoded together (serve/decode_batcher.h)
 };
 
 class HttpServer {

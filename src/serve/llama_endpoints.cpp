@@ -76,7 +76,7 @@ Json props_json(const ServedModel& served, const PropsLimits& limits) {
         {"speculative", limits.speculative != "off"},
         {"is_processing", false},
         {"params", params}}},
-      {"total_slots", 1},
+      {"total_slots", limits.slots},
       {"model_path", file.path()},
       {"chat_template", file.get_or<std::string>("tokenizer.chat_template", "")},
       {"modalities", {{"vision", false}, {"audio", false}}},

@@ -31,6 +31,7 @@ struct PropsLimits {
   int timeout_s = 0;
   std::string speculative;  // "off", "mtp", "suffix", "both"
   std::string build_info;   // `strata --version`'s text, "" when not given
+  int slots = 1;            // --parallel
 };
 Json props_json(const ServedModel& served, const PropsLimits& limits);
 

@@ -138,6 +138,23 @@ std::string ServeMetrics::render(const LiveGauges& live, const ExpertStoreStats*
   out += fmt::format("strata_queue_capacity {}\n", live.queue_capacity);
   header(out, "strata_generation_running", "gauge", "1 while a generation runs");
   out += fmt::format("strata_generation_running {}\n", live.running ? 1 : 0);
+  header(out, "strata_slots", "gauge", "Generations that may run at once (--parallel)");
+  out += fmt::format("strata_slots {}\n", live.slots);
+  header(out, "strata_generations_running", "gauge", "Generations running now");
+  out += fmt::format("strata_generations_running {}\n", live.running_count);
+  header(out, "strata_batch_steps_total", "counter",
+         "Batched decode windows (--parallel > 1; each carries one row per decoding slot)");
+  out += fmt::format("strata_batch_steps_total {}\n", live.batch.steps);
+  header(out, "strata_batch_rows_total", "counter", "Tokens decoded through batched windows");
+  out += fmt::format("strata_batch_rows_total {}\n", live.batch.rows);
+  header(out, "strata_batch_layer_steps_total", "counter",
+         "Routed layers of the batched decode windows");
+  out += fmt::format("strata_batch_layer_steps_total {}\n", live.batch.layer_steps);
+  header(out, "strata_batch_expert_union_total", "counter",
+         "Experts fetched by those layers (each the union over the window's rows)");
+  out += fmt::format("strata_batch_expert_union_total {}\n", live.batch.expert_union);
+  header(out, "strata_batch_max_rows", "gauge", "The largest batched decode window so far");
+  out += fmt::format("strata_batch_max_rows {}\n", live.batch.max_rows);
   if (experts) {
     const ExpertStoreStats& e = *experts;
     struct Counter {

@@ -25,11 +25,13 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+#include "serve/decode_batcher.h"
 
 #include "experts/expert_store.h"
 
@@ -55,6 +57,9 @@ struct LiveGauges {
   size_t queue_depth = 0;
   size_t queue_capacity = 0;
   bool running = false;
+  size_t slots = 1;          // --parallel
+  size_t running_count = 0;  // generations running now
+  BatchStats batch;          // batched decode steps (--parallel > 1)
 };
 
 class ServeMetrics {

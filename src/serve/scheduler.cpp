@@ -71,8 +71,11 @@ Job::Update Job::wait_update(std::chrono::milliseconds timeout) {
   return update;
 }
 
-Scheduler::Scheduler(size_t max_queue, Runner runner)
-    : max_queue_(max_queue), runner_(std::move(runner)), worker_([this] { work(); }) {}
+Scheduler::Scheduler(size_t max_queue, Runner runner, size_t slots)
+    : max_queue_(max_queue), slots_(slots), runner_(std::move(runner)) {
+  if (slots < 1) fail("scheduler: expected at least 1 slot, found {}", slots);
+  for (size_t i = 0; i < slots; ++i) workers_.emplace_back([this] { work(); });
+}
 
 Scheduler::~Scheduler() {
   shutdown(std::chrono::milliseconds(0));
@@ -82,9 +85,10 @@ Scheduler::Admission Scheduler::submit(const std::shared_ptr<Job>& job) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return Admission::ShuttingDown;
-    // Waiting = everything in the system but the one job that runs (or is about to).
-    const size_t in_system = queue_.size() + (running_ ? 1 : 0);
-    if (in_system > max_queue_) return Admission::QueueFull;
+    // Waiting = everything in the system but the jobs that run (or are about to): a free slot
+    // takes a queued job at once, so queued + running may reach max_queue + slots.
+    const size_t in_system = queue_.size() + running_.size();
+    if (in_system >= max_queue_ + slots_) return Admission::QueueFull;
     queue_.push_back(job);
   }
   wake_.notify_one();
@@ -118,7 +122,12 @@ size_t Scheduler::queue_depth() const {
 
 bool Scheduler::busy() const {
   std::lock_guard lock(mutex_);
-  return running_ != nullptr;
+  return !running_.empty();
+}
+
+size_t Scheduler::running_count() const {
+  std::lock_guard lock(mutex_);
+  return running_.size();
 }
 
 void Scheduler::work() {
@@ -130,7 +139,7 @@ void Scheduler::work() {
       if (queue_.empty()) return;  // stopping
       job = std::move(queue_.front());
       queue_.pop_front();
-      running_ = job;
+      running_.push_back(job);
     }
     job->mark_running();
     try {
@@ -151,7 +160,7 @@ void Scheduler::work() {
     }
     {
       std::lock_guard lock(mutex_);
-      running_.reset();
+      running_.erase(std::find(running_.begin(), running_.end(), job));
     }
     idle_.notify_all();
   }
@@ -159,7 +168,7 @@ void Scheduler::work() {
 
 void Scheduler::cancel_running() {
   std::lock_guard lock(mutex_);
-  if (running_) running_->request_cancel(CancelReason::Shutdown);
+  for (const auto& job : running_) job->request_cancel(CancelReason::Shutdown);
 }
 
 void Scheduler::shutdown(std::chrono::milliseconds grace) {
@@ -181,11 +190,12 @@ void Scheduler::shutdown(std::chrono::milliseconds grace) {
   }
   {
     std::unique_lock lock(mutex_);
-    if (!idle_.wait_for(lock, grace, [&] { return running_ == nullptr; }))
-      running_->request_cancel(CancelReason::Shutdown);
+    if (!idle_.wait_for(lock, grace, [&] { return running_.empty(); }))
+      for (const auto& job : running_) job->request_cancel(CancelReason::Shutdown);
   }
   std::lock_guard join_lock(join_mutex_);
-  if (worker_.joinable()) worker_.join();
+  for (std::thread& worker : workers_)
+    if (worker.joinable()) worker.join();
 }
 
 }  // namespace strata::serve

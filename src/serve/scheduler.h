@@ -1,8 +1,11 @@
-// Job and Scheduler — generations run one at a time, in arrival order, on one worker thread.
+// Job and Scheduler — generations run in arrival order on `slots` worker threads (one by
+// default; `strata serve --parallel N`: N).
 //
-// Why one at a time: the model's forward uses the whole shared compute::ThreadPool, so two
-// generations would only take turns on it; a FIFO with one worker keeps each generation at full
-// speed and makes the queue (and the 429 when it is full) explicit.
+// Why one at a time by default: the model's forward uses the whole shared compute::ThreadPool, so
+// two independent generations would only take turns on it; a FIFO with one worker keeps each
+// generation at full speed and makes the queue (and the 429 when it is full) explicit. With N
+// slots the workers' decode steps meet in one batched window (serve/decode_batcher.h), which reads
+// the weights once for all of them: that is where running several at once pays.
 //
 // Job: one generation request and the channel its results travel through. The worker thread
 // appends text deltas and finally an outcome (or an error); the HTTP thread that owns the request
@@ -10,12 +13,13 @@
 // client cannot slow the generation or those queued behind it: its deltas accumulate in the job
 // (bounded by max_tokens) while the socket drains at its own pace.
 //
-// Scheduler: a bounded FIFO (`max_queue` waiting jobs, not counting the running one) and its
-// worker. `cancel` removes a waiting job at once, or asks the running one to stop (the runner polls
+// Scheduler: a bounded FIFO (`max_queue` waiting jobs, not counting the running ones) and its
+// workers. `cancel` removes a waiting job at once, or asks a running one to stop (the runner polls
 // `Job::cancel_requested` between tokens and prefill chunks). `shutdown` refuses new jobs, fails
-// the waiting ones (503), gives the running one a grace period, then cancels it, and joins.
+// the waiting ones (503), gives the running ones a grace period, then cancels them, and joins.
 //
-// Thread safety: every method of both classes may be called from any thread.
+// Thread safety: every method of both classes may be called from any thread; the runner is
+// called on up to `slots` workers at once.
 #pragma once
 
 #include <atomic>
@@ -97,7 +101,8 @@ class Scheduler {
  public:
   // Runs one job: emits its deltas and ends it with finish() or fail(). Exceptions become a 500.
   using Runner = std::function<void(Job&)>;
-  Scheduler(size_t max_queue, Runner runner);
+  // REQUIRES: slots >= 1.
+  Scheduler(size_t max_queue, Runner runner, size_t slots = 1);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -108,26 +113,29 @@ class Scheduler {
 
   size_t queue_depth() const;
   size_t max_queue() const { return max_queue_; }
-  bool busy() const;  // a job is running
+  size_t slots() const { return slots_; }
+  bool busy() const;             // a job is running
+  size_t running_count() const;  // jobs running now (<= slots)
 
   // Idempotent; returns once the worker has exited.
   void shutdown(std::chrono::milliseconds grace);
-  // Cancels the running job now (a second SIGTERM during shutdown).
+  // Cancels the running jobs now (a second SIGTERM during shutdown).
   void cancel_running();
 
  private:
   void work();
 
   const size_t max_queue_;
+  const size_t slots_;
   const Runner runner_;
   mutable std::mutex mutex_;  // guards queue_, running_, stopping_
   std::condition_variable wake_;
   std::condition_variable idle_;
   std::deque<std::shared_ptr<Job>> queue_;
-  std::shared_ptr<Job> running_;
+  std::vector<std::shared_ptr<Job>> running_;
   bool stopping_ = false;
-  std::mutex join_mutex_;  // one thread joins the worker
-  std::thread worker_;
+  std::mutex join_mutex_;  // one thread joins the workers
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace strata::serve

@@ -206,5 +206,46 @@ TEST(RecordingBackend, EveryFixtureGivesTheCpuBackendsLogitsBitwise) {
   }
 }
 
+// A backend without batched mixers (batched_mixers() false, copy_rows by host staging: the
+// defaults of compute/backend.h, as the CUDA backend has them) still runs a batched window
+// exactly: each sequence's rows are copied out for its mixers and back.
+TEST(RecordingBackend, BatchedWindowThroughTheCopyPathEqualsEachSequenceAlone) {
+  for (const char* arch : {"qwen3moe", "qwen3next", "qwen4exp"}) {
+    SCOPED_TRACE(arch);
+    auto model = Model::load(test_support::fixture_model_gguf(arch));
+    compute::ThreadPool pool(2);
+    const int vocab = int(model->hparams().n_vocab);
+    const std::vector<std::vector<int32_t>> rows = {
+        {3 % vocab}, {5 % vocab, 9 % vocab, 1}, {7 % vocab, 2, 4 % vocab}};
+    std::vector<ModelState> alone, batched;
+    std::vector<std::vector<float>> want(rows.size()), got(rows.size());
+    std::vector<ModelState*> states;
+    std::vector<std::span<const int32_t>> tokens;
+    std::vector<std::vector<float>*> outs;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      alone.push_back(model->new_state(64));
+      batched.push_back(model->new_state(64));
+    }
+    for (size_t i = 0; i < rows.size(); ++i) {
+      model->forward(pool, alone[i], rows[i], LogitRows::Last, want[i]);
+      states.push_back(&batched[i]);
+      tokens.emplace_back(rows[i]);
+      outs.push_back(&got[i]);
+    }
+    BatchWindow batch;
+    auto recording = std::make_unique<RecordingBackend>(std::make_unique<compute::CpuBackend>());
+    RecordingBackend* log = recording.get();
+    batch.backend = std::move(recording);
+    model->forward_batch(pool, batch, states, tokens, outs);
+    for (size_t i = 0; i < rows.size(); ++i)
+      EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), want[i].size() * sizeof(float)), 0)
+          << "sequence " << i;
+    const HParams& hp = model->hparams();
+    EXPECT_EQ(log->count["moe"], hp.n_layer);  // the row-wise ops once for the window
+    EXPECT_EQ(log->count["gated_deltanet"] + log->count["attention"], 3 * hp.n_layer);
+    EXPECT_GT(log->count["write"], 0);  // the default copy_rows staged through the host
+  }
+}
+
 }  // namespace
 }  // namespace strata

@@ -65,6 +65,14 @@ void CpuBackend::write(Tensor t, int64_t first_row, int64_t n_rows, const float*
   std::copy_n(in, n_rows * t.width, data + first_row * t.width);
 }
 
+void CpuBackend::copy_rows(Tensor src, int64_t src_row, Tensor dst, int64_t dst_row,
+                           int64_t n_rows) {
+  if (src.id == dst.id) fail("cpu backend: copy_rows: source and destination are one tensor");
+  const float* from = rows(src, src_row + n_rows, "copy_rows");
+  float* to = rows(dst, dst_row + n_rows, "copy_rows", src.width);
+  std::copy_n(from + src_row * src.width, n_rows * src.width, to + dst_row * dst.width);
+}
+
 void CpuBackend::embed(const WeightMatrix& table, std::span<const int32_t> tokens, Tensor out) {
   const int64_t n_rows = int64_t(tokens.size());
   float* y = rows(out, n_rows, "embed", table.n_in);
@@ -140,6 +148,27 @@ void CpuBackend::gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w
   ScopedPhase phase(Phase::Mixer);
   gated_deltanet_forward(pool("gated_deltanet"), ws_, hp, w, state, xd, n_rows, yd,
                          record_window);
+}
+
+void CpuBackend::gated_deltanet_rows(const HParams& hp, const GatedDeltaNetWeights& w,
+                                     std::span<GatedDeltaNetState* const> states,
+                                     std::span<const RowSegment> segments, int /*layer*/, Tensor x,
+                                     Tensor y, int64_t n_rows) {
+  const float* xd = rows(x, n_rows, "gated_deltanet_rows");
+  float* yd = rows(y, n_rows, "gated_deltanet_rows", x.width);
+  ScopedPhase phase(Phase::Mixer);
+  gated_deltanet_forward_rows(pool("gated_deltanet_rows"), ws_, hp, w, states, segments, xd, n_rows,
+                              yd);
+}
+
+void CpuBackend::attention_rows(const HParams& hp, const AttentionWeights& w,
+                                std::span<KvCache* const> caches,
+                                std::span<const RowSegment> segments, int /*layer*/, Tensor x,
+                                Tensor y, int64_t n_rows) {
+  const float* xd = rows(x, n_rows, "attention_rows");
+  float* yd = rows(y, n_rows, "attention_rows", x.width);
+  ScopedPhase phase(Phase::Mixer);
+  attention_forward_rows(pool("attention_rows"), ws_, hp, w, caches, segments, xd, n_rows, yd);
 }
 
 void CpuBackend::attention(const HParams& hp, const AttentionWeights& w, KvCache& cache,

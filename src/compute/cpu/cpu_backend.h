@@ -27,6 +27,7 @@ class CpuBackend final : public Backend {
   void release(Tensor t) override;
   void read(Tensor t, int64_t first_row, int64_t n_rows, float* out) override;
   void write(Tensor t, int64_t first_row, int64_t n_rows, const float* in) override;
+  void copy_rows(Tensor src, int64_t src_row, Tensor dst, int64_t dst_row, int64_t n_rows) override;
   void begin_window(ThreadPool& host_pool) override { pool_ = &host_pool; }
 
   void embed(const WeightMatrix& table, std::span<const int32_t> tokens, Tensor out) override;
@@ -45,6 +46,14 @@ class CpuBackend final : public Backend {
                       int layer, Tensor x, Tensor y, int64_t n_rows, bool record_window) override;
   void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer, Tensor x,
                  Tensor y, int64_t n_rows) override;
+  bool batched_mixers() const override { return true; }
+  void gated_deltanet_rows(const HParams& hp, const GatedDeltaNetWeights& w,
+                           std::span<GatedDeltaNetState* const> states,
+                           std::span<const RowSegment> segments, int layer, Tensor x, Tensor y,
+                           int64_t n_rows) override;
+  void attention_rows(const HParams& hp, const AttentionWeights& w,
+                      std::span<KvCache* const> caches, std::span<const RowSegment> segments,
+                      int layer, Tensor x, Tensor y, int64_t n_rows) override;
   void ple(const HParams& hp, const PleWeights& w, PleState& state, PleRowReader& rows, Tensor X,
            int64_t n_rows, bool record_window) override;
   void moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x,

@@ -1,0 +1,74 @@
+// Batched decode steps (Session::decode_together, serve --parallel): one step of N sequences
+// on the default model (or STRATA_BENCH_MODEL), N = 1, 2, 4, 8, 16, 32, against N separate
+// decode calls. Counters: tok/s (N tokens per step) and the experts each layer fetched.
+//   ninja -C build bench_batch_decode && build/bench/bench_batch_decode
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compute/cpu/thread_pool.h"
+#include "engine/session.h"
+#include "model/model.h"
+#include "util/phase_timer.h"
+
+namespace {
+
+using namespace strata;
+
+const Model& model() {
+  static const std::unique_ptr<Model> m = [] {
+    const char* path = std::getenv("STRATA_BENCH_MODEL");
+    return Model::load(path ? path : STRATA_DEFAULT_MODEL);
+  }();
+  return *m;
+}
+
+compute::ThreadPool& pool() {
+  static compute::ThreadPool p(2);
+  return p;
+}
+
+struct Sequences {
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<Session*> pointers;
+  std::vector<int32_t> tokens;
+  explicit Sequences(int n) {
+    for (int i = 0; i < n; ++i) {
+      sessions.push_back(std::make_unique<Session>(model(), pool()));
+      const std::vector<int32_t> prompt = {int32_t(1 + i), int32_t(7 + 3 * i), int32_t(11 + i)};
+      sessions.back()->prefill(prompt);
+      pointers.push_back(sessions.back().get());
+      tokens.push_back(int32_t(20 + i));
+    }
+  }
+};
+
+void BM_DecodeTogether(benchmark::State& state) {
+  Sequences seqs(int(state.range(0)));
+  BatchWindow batch;
+  PhaseTimes phases;
+  active_phase_times() = &phases;
+  for (auto _ : state) Session::decode_together(seqs.pointers, seqs.tokens, batch);
+  active_phase_times() = nullptr;
+  state.counters["tok/s"] =
+      benchmark::Counter(double(state.iterations() * state.range(0)), benchmark::Counter::kIsRate);
+  for (size_t p = 0; p < size_t(Phase::kCount); ++p)
+    state.counters[std::string(phase_name(Phase(p)))] = phases.ms[p] / double(state.iterations());
+}
+BENCHMARK(BM_DecodeTogether)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseRealTime();
+
+void BM_DecodeOneByOne(benchmark::State& state) {
+  Sequences seqs(int(state.range(0)));
+  for (auto _ : state)
+    for (size_t i = 0; i < seqs.pointers.size(); ++i) seqs.pointers[i]->decode(seqs.tokens[i]);
+  state.counters["tok/s"] =
+      benchmark::Counter(double(state.iterations() * state.range(0)), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_DecodeOneByOne)->Arg(1)->Arg(16)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,130 @@
+// DecodeBatcher — where the slots of `strata serve --parallel N` meet for continuous batching.
+//
+// Each slot is a scheduler worker thread running one generation (serve/generator.h) the way a
+// single-slot server does; only its decode step goes through here. A step is one window with one
+// row per slot in the decode phase (Session::decode_together → Model::forward_batch): the dense
+// weights and the union of the slots' experts are read once per step, and each slot's logits are
+// bitwise what it would get alone. Slots join and leave between steps:
+// - `join` when a slot has prefilled its prompt and is about to decode; `leave` when its
+//   generation ends (finished, stopped, cancelled or failed). A slot that is still prefilling is
+//   not a member, so it does not hold the step back; its prefill windows and the steps take
+//   turns on the engine lock (a FairMutex: a step waits only for the windows queued before it).
+// - `decode(session, token)` adds the slot's row to the coming step and returns once that step
+//   ran. The step runs as soon as every member has added its row (the last one to arrive, or any
+//   waiter woken by a leave, runs it on its own thread, holding the engine lock). A step that
+//   throws rethrows in every slot of it.
+//
+// Counters (`stats`): steps, rows (slot-steps), the largest step, and the experts each step's
+// layers fetched (the union over its rows, counted by a pass-through ExpertSource around the
+// slots' source), for /metrics and the bench.
+//
+// Thread safety: every method from any thread; `decode`, `join`, `leave` by member slots as
+// stated. The batch window's buffers are touched only by the thread running a step, under the
+// engine lock.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <vector>
+
+#include "engine/session.h"
+#include "experts/expert_source.h"
+#include "util/fair_mutex.h"
+
+namespace strata::serve {
+
+struct BatchStats {
+  uint64_t steps = 0;     // batched decode windows run
+  uint64_t rows = 0;      // slot-steps: tokens decoded through them
+  uint64_t max_rows = 0;  // the largest step
+  // Routed layers of those steps, and the experts they fetched: each layer of a step reads the
+  // union of its rows' experts once, so union / layer_steps against rows / steps · top-k says
+  // how much the rows shared (where MoE batching pays).
+  uint64_t layer_steps = 0;
+  uint64_t expert_union = 0;
+};
+
+class DecodeBatcher {
+ public:
+  // `engine` is the lock every window of the server runs under (Session::set_window_lock).
+  explicit DecodeBatcher(FairMutex& engine) : engine_(engine) {}
+
+  void join();
+  // REQUIRES: joined, not inside decode.
+  void leave();
+  // REQUIRES: joined. Feeds `token` to `session` in the next step; returns when it ran.
+  void decode(Session& session, int32_t token);
+
+  BatchStats stats() const;
+
+  // A slot's membership: `join` once (later calls do nothing), `leave` when done; the
+  // destructor leaves (also when the generation throws).
+  class Membership {
+   public:
+    Membership() = default;
+    ~Membership() { leave(); }
+    Membership(const Membership&) = delete;
+    Membership& operator=(const Membership&) = delete;
+    void join(DecodeBatcher& batcher) {
+      if (batcher_) return;
+      batcher.join();
+      batcher_ = &batcher;
+    }
+    void leave() {
+      if (batcher_) batcher_->leave();
+      batcher_ = nullptr;
+    }
+
+   private:
+    DecodeBatcher* batcher_ = nullptr;
+  };
+
+ private:
+  // REQUIRES: lock held, not running, the step full. Runs it (unlocking meanwhile).
+  void run_step(std::unique_lock<std::mutex>& lock);
+  bool step_ready() const {
+    return !running_ && !sessions_.empty() && sessions_.size() >= members_;
+  }
+
+  FairMutex& engine_;
+  mutable std::mutex mutex_;  // guards everything below but window_
+  std::condition_variable changed_;
+  size_t members_ = 0;
+  std::vector<Session*> sessions_;  // the coming step's rows
+  std::vector<int32_t> tokens_;
+  bool running_ = false;
+  uint64_t completed_ = 0;  // steps run so far; a step's number is completed_ when it starts
+  uint64_t failed_step_ = UINT64_MAX;
+  std::exception_ptr failure_;
+  BatchStats stats_;
+  // Passes every call to `inner` unchanged and counts the union each begin_layer asks for.
+  class UnionCounter final : public ExpertSource {
+   public:
+    ExpertSource* inner = nullptr;
+    uint64_t layers = 0, experts = 0;
+    void observe_routing(int layer, const Routing& routing) override {
+      inner->observe_routing(layer, routing);
+    }
+    void begin_layer(int layer, std::span<const int32_t> ids) override {
+      ++layers;
+      experts += ids.size();
+      inner->begin_layer(layer, ids);
+    }
+    bool next(int& index, ExpertMatrices& out) override { return inner->next(index, out); }
+    bool wants_prediction() const override { return inner->wants_prediction(); }
+    void predict(int layer, std::span<const int32_t> ids) override { inner->predict(layer, ids); }
+    MocePolicy* moce() override { return inner->moce(); }
+    bool resident(int layer, int32_t expert) const override {
+      return inner->resident(layer, expert);
+    }
+  };
+
+  BatchWindow window_;  // only the thread running a step, under engine_
+  UnionCounter counter_;
+  std::vector<Session*> step_sessions_;
+  std::vector<int32_t> step_tokens_;
+};
+
+}  // namespace strata::serve

@@ -1,0 +1,190 @@
+// Batched windows (Model::forward_batch, Session::decode_together): one window carrying the rows
+// of several sequences gives each sequence bitwise the logits and state it gets alone. On the
+// committed fixtures of every architecture (qwen4exp with PLE and an MTP head, qwen3next,
+// qwen3moe) and the embedded default model:
+// - continuous batching: sequences with different prompt lengths (under and over the 64-row
+//   prefill window, so chunked DeltaNet states too) decode together while others join (prefill
+//   alone between steps) and leave; every step's logits equal a session decoding alone;
+// - multi-row segments: one window of several prefill chunks of different lengths (1 to 40 rows,
+//   both DeltaNet forms) equals each chunk fed alone, logits and the following decode step;
+// - bad input is refused with an error naming the problem.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../common/fixture_models.h"
+#include "compute/cpu/thread_pool.h"
+#include "engine/session.h"
+#include "model/model.h"
+#include "util/error.h"
+
+namespace strata {
+namespace {
+
+using Tokens = std::vector<int32_t>;
+
+Tokens random_tokens(int64_t n_vocab, size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, int32_t(n_vocab - 1));
+  Tokens out(n);
+  for (int32_t& t : out) t = pick(rng);
+  return out;
+}
+
+int32_t argmax(const std::vector<float>& logits) {
+  return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::string model_path(const std::string& name) {
+  if (name == "default") return std::string(STRATA_SOURCE_DIR) + "/models/strata-default.gguf";
+  return test_support::fixture_model_gguf(name);
+}
+
+class BatchDecode : public ::testing::TestWithParam<std::string> {};
+
+// A sequence decoded greedily alone (the reference) and its twin in the batch.
+struct Pair {
+  std::unique_ptr<Session> alone, batched;
+  Tokens prompt;
+  int join_step = 0, leave_step = 0;
+};
+
+TEST_P(BatchDecode, ContinuousBatchingEqualsDecodingAlone) {
+  const auto model = Model::load(model_path(GetParam()));
+  compute::ThreadPool pool(2);
+  const int64_t n_vocab = model->hparams().n_vocab;
+  // Prompt lengths under and over one 64-row prefill window; joins and leaves between steps.
+  const std::vector<size_t> lengths = {3, 70, 17, 1, 40};
+  const std::vector<int> joins = {0, 0, 2, 3, 5}, leaves = {9, 6, 9, 7, 9};
+  std::vector<Pair> pairs(lengths.size());
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    pairs[i].prompt = random_tokens(n_vocab, lengths[i], 100 + uint32_t(i));
+    pairs[i].join_step = joins[i];
+    pairs[i].leave_step = leaves[i];
+    pairs[i].alone = std::make_unique<Session>(*model, pool);
+    pairs[i].batched = std::make_unique<Session>(*model, pool);
+  }
+  BatchWindow batch;
+  size_t max_together = 0;
+  for (int step = 0; step < 9; ++step) {
+    std::vector<Session*> sessions;
+    Tokens next;
+    for (Pair& p : pairs) {
+      if (step < p.join_step || step >= p.leave_step) continue;
+      if (step == p.join_step) {
+        p.alone->prefill(p.prompt);
+        p.batched->prefill(p.prompt);
+        ASSERT_TRUE(same_bits(p.alone->logits(), p.batched->logits()));
+      }
+      const int32_t token = argmax(p.alone->logits());
+      p.alone->decode(token);
+      sessions.push_back(p.batched.get());
+      next.push_back(token);
+    }
+    max_together = std::max(max_together, sessions.size());
+    Session::decode_together(sessions, next, batch);
+    for (Pair& p : pairs) {
+      if (step < p.join_step || step >= p.leave_step) continue;
+      ASSERT_TRUE(same_bits(p.alone->logits(), p.batched->logits()))
+          << "sequence of " << p.prompt.size() << " prompt tokens, step " << step;
+      ASSERT_EQ(p.alone->n_past(), p.batched->n_past());
+      ASSERT_EQ(p.alone->tokens(), p.batched->tokens());
+      ASSERT_EQ(p.alone->state().residuals, p.batched->state().residuals);
+    }
+  }
+  EXPECT_EQ(max_together, 5u);
+}
+
+TEST_P(BatchDecode, MultiRowSegmentsEqualFeedingEachAlone) {
+  const auto model = Model::load(model_path(GetParam()));
+  compute::ThreadPool pool(2);
+  const int64_t n_vocab = model->hparams().n_vocab;
+  // Chunk lengths on both sides of DeltaNet's 32-row switch to the chunked form; each sequence
+  // has a different history first.
+  const std::vector<size_t> history = {5, 0, 12, 33}, chunk = {1, 40, 7, 33};
+  std::vector<ModelState> alone, batched;
+  std::vector<Tokens> chunks;
+  std::vector<float> ignored;
+  for (size_t i = 0; i < chunk.size(); ++i) {
+    alone.push_back(model->new_state(256));
+    batched.push_back(model->new_state(256));
+    if (history[i] > 0) {
+      const Tokens h = random_tokens(n_vocab, history[i], 7 + uint32_t(i));
+      model->forward(pool, alone.back(), h, LogitRows::None, ignored);
+      model->forward(pool, batched.back(), h, LogitRows::None, ignored);
+    }
+    chunks.push_back(random_tokens(n_vocab, chunk[i], 50 + uint32_t(i)));
+  }
+  std::vector<std::vector<float>> want(chunk.size()), got(chunk.size());
+  std::vector<ModelState*> states;
+  std::vector<std::span<const int32_t>> rows;
+  std::vector<std::vector<float>*> outs;
+  for (size_t i = 0; i < chunk.size(); ++i) {
+    model->forward(pool, alone[i], chunks[i], LogitRows::Last, want[i]);
+    states.push_back(&batched[i]);
+    rows.emplace_back(chunks[i]);
+    outs.push_back(&got[i]);
+  }
+  BatchWindow batch;
+  model->forward_batch(pool, batch, states, rows, outs);
+  for (size_t i = 0; i < chunk.size(); ++i) {
+    ASSERT_TRUE(same_bits(want[i], got[i])) << "segment " << i << " of " << chunk[i] << " rows";
+    ASSERT_EQ(alone[i].n_past, batched[i].n_past);
+    // The states are the same too: the next token gives the same logits.
+    const int32_t token[1] = {argmax(want[i])};
+    model->forward(pool, alone[i], token, LogitRows::Last, want[i]);
+    model->forward(pool, batched[i], token, LogitRows::Last, got[i]);
+    ASSERT_TRUE(same_bits(want[i], got[i])) << "after segment " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, BatchDecode,
+                         ::testing::Values("qwen4exp", "qwen3next", "qwen3moe", "default"));
+
+TEST(BatchDecodeErrors, RefusesSharedStatesRecordingAndEmptyRows) {
+  const auto model = Model::load(test_support::fixture_model_gguf("qwen3moe"));
+  compute::ThreadPool pool(1);
+  ModelState a = model->new_state(64), b = model->new_state(64);
+  const Tokens one = {1};
+  std::vector<float> la, lb;
+  BatchWindow batch;
+  auto run = [&](std::vector<ModelState*> states, std::vector<std::span<const int32_t>> rows) {
+    std::vector<std::vector<float>*> outs(states.size(), &la);
+    if (outs.size() > 1) outs[1] = &lb;
+    model->forward_batch(pool, batch, states, rows, outs);
+  };
+  auto message = [&](auto&& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] { run({&a, &a}, {one, one}); }).find("share a state"), std::string::npos);
+  EXPECT_NE(message([&] { run({&a, &b}, {one, {}}); }).find("has no tokens"), std::string::npos);
+  b.record_windows = true;
+  EXPECT_NE(message([&] {
+              run({&a, &b}, {one, one});
+            }).find("records its windows"),
+            std::string::npos);
+  b.record_windows = false;
+  EXPECT_NE(message([&] { run({}, {}); }).find("no sequences"), std::string::npos);
+  const Tokens bad = {int32_t(model->hparams().n_vocab)};
+  EXPECT_NE(message([&] {
+              run({&a, &b}, {one, bad});
+            }).find("outside the vocabulary"),
+            std::string::npos);
+  EXPECT_EQ(a.n_past, 0);  // nothing ran
+}
+
+}  // namespace
+}  // namespace strata

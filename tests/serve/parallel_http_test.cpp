@@ -1,0 +1,181 @@
+// `strata serve --parallel N` end to end (curl against the binary with the embedded default
+// model): concurrent requests — completions and chat, different prompts and lengths, greedy and
+// seeded, a stop string, logit_bias and penalties, some streamed — each answer exactly what a
+// --parallel 1 server answers (text, finish_reason, usage; streams the same text), while they
+// join and leave the batched decode steps (staggered starts, lengths 3 to 64) and one client
+// hangs up mid-stream (its generation is cancelled, the others are unaffected); the queue's 429
+// counts the running slots; bad --parallel values and refused combinations fail at start.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <future>
+#include <thread>
+
+#include "serve_process.h"
+
+namespace strata::serve::test {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+const std::string kChat = "/v1/chat/completions";
+const std::string kCompletions = "/v1/completions";
+const std::string kEndless = R"({"prompt":"x","max_tokens":4000,"ignore_eos":true,"stream":true})";
+
+template <typename Pred>
+bool eventually(Pred pred, double timeout_s = 20) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  while (Clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
+struct Request {
+  const std::string* path;
+  std::string body;
+  bool stream = false;
+  int start_ms = 0;  // sent this long after the first (joins while others decode)
+};
+
+std::vector<Request> requests() {
+  const std::string chat =
+      R"({"messages":[{"role":"user","content":"Say it again: the cat sat on the mat."}],)";
+  return {
+      {&kCompletions, R"({"prompt":"And God said","max_tokens":64,"temperature":0})", false, 0},
+      {&kCompletions,
+       R"({"prompt":"In the beginning","max_tokens":40,"temperature":0.9,"top_p":0.95,"seed":7})",
+       true, 0},
+      {&kCompletions, R"({"prompt":"And it came to pass","max_tokens":3,"temperature":0})", false,
+       0},
+      {&kChat, chat + R"("max_tokens":48,"temperature":0.7,"seed":3})", true, 150},
+      {&kChat,
+       chat +
+           R"("max_tokens":32,"temperature":0,"chat_template_kwargs":{"enable_thinking":false}})",
+       false, 300},
+      {&kCompletions,
+       R"({"prompt":"The LORD is my shepherd; I shall not want. He maketh me to lie down in green pastures","max_tokens":50,"temperature":0.8,"seed":11,"frequency_penalty":0.5,"presence_penalty":0.3,"logit_bias":{"11":-100}})",
+       true, 450},
+      {&kCompletions,
+       R"({"prompt":"And God said","max_tokens":60,"temperature":1.0,"seed":5,"stop":["\n\n"]})",
+       false, 600},
+  };
+}
+
+std::string with_stream(const Request& r) {
+  return r.stream ? r.body.substr(0, r.body.size() - 1) + R"(,"stream":true})" : r.body;
+}
+
+// What a reply says, without its per-response parts (id, created, cached prompt tokens).
+json essence(const HttpReply& reply, const Request& r) {
+  EXPECT_EQ(reply.status, 200) << reply.body;
+  const bool chat = r.path == &kChat;
+  if (!r.stream) {
+    json j = reply.json();
+    j["usage"].erase("prompt_tokens_details");
+    return {{"choice", j["choices"][0]}, {"usage", j["usage"]}};
+  }
+  std::string content, reasoning;
+  json finish;
+  for (const std::string& event : sse_data(reply.body)) {
+    if (event == "[DONE]") break;
+    const json c = json::parse(event);
+    if (c["choices"].empty()) continue;
+    const json& choice = c["choices"][0];
+    if (chat) {
+      content += choice["delta"].value("content", "");
+      reasoning += choice["delta"].value("reasoning_content", "");
+    } else {
+      content += choice["text"].get<std::string>();
+    }
+    if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+  }
+  return {{"content", content}, {"reasoning", reasoning}, {"finish", finish}};
+}
+
+TEST(ServeParallel, ConcurrentRequestsAnswerAsTheSingleSlotServer) {
+  const std::vector<Request> all = requests();
+  std::vector<json> expected;
+  {
+    ServeProcess plain;
+    for (const Request& r : all)
+      expected.push_back(essence(post(plain, *r.path, with_stream(r)), r));
+  }
+  ServeProcess server({"--parallel", "4", "--max-queue", "16"});
+  // A client that hangs up mid-stream: its slot leaves the batch, the others go on.
+  auto cut = std::async(std::launch::async, [&] {
+    return post(server, kCompletions, kEndless, {"--max-time", "1.5"});
+  });
+  std::vector<std::future<HttpReply>> replies;
+  const auto t0 = Clock::now();
+  for (const Request& r : all)
+    replies.push_back(std::async(std::launch::async, [&server, &r, t0] {
+      std::this_thread::sleep_until(t0 + std::chrono::milliseconds(r.start_ms));
+      return post(server, *r.path, with_stream(r));
+    }));
+  for (size_t i = 0; i < all.size(); ++i)
+    EXPECT_EQ(essence(replies[i].get(), all[i]), expected[i])
+        << "request " << i << ": " << all[i].body;
+  EXPECT_EQ(cut.get().curl_exit, 28);  // curl's "operation timed out": it hung up
+  EXPECT_TRUE(eventually([&] {
+    return metric_now(server, R"(strata_generations_total{finish_reason="cancelled"})") == 1;
+  }));
+  // The decode steps really were shared, by up to 4 slots.
+  EXPECT_EQ(metric_now(server, "strata_slots"), 4);
+  EXPECT_GT(metric_now(server, "strata_batch_steps_total"), 0);
+  EXPECT_EQ(metric_now(server, "strata_batch_max_rows"), 4);
+  EXPECT_GT(metric_now(server, "strata_batch_rows_total"),
+            metric_now(server, "strata_batch_steps_total"));
+  EXPECT_EQ(get(server, "/props").json()["total_slots"], 4);
+  EXPECT_EQ(server.terminate(15), 0);
+}
+
+TEST(ServeParallel, QueueBeyondTheSlotsAnswers429) {
+  ServeProcess server({"--parallel", "2", "--max-queue", "1"});
+  auto stream = [&] {
+    return std::make_unique<ChildProcess>(
+        std::vector<std::string>{"curl", "-s", "-N", "-H", "Content-Type: application/json",
+                                 "--data-binary", kEndless, server.url(kCompletions)});
+  };
+  const auto first = stream();
+  const auto second = stream();
+  ASSERT_TRUE(eventually([&] { return metric_now(server, "strata_generations_running") == 2; }));
+  const auto third = stream();  // waits: both slots are busy
+  ASSERT_TRUE(eventually([&] { return metric_now(server, "strata_queue_depth") == 1; }));
+  const HttpReply refused = post(server, kCompletions, R"({"prompt":"hi","max_tokens":2})");
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  EXPECT_NE(refused.body.find("--max-queue 1"), std::string::npos) << refused.body;
+  first->signal(SIGKILL);  // a slot frees: the queued one runs
+  EXPECT_TRUE(eventually([&] { return metric_now(server, "strata_queue_depth") == 0; }));
+  EXPECT_EQ(metric_now(server, "strata_generations_running"), 2);
+  second->signal(SIGKILL);
+  third->signal(SIGKILL);
+  EXPECT_TRUE(eventually([&] { return metric_now(server, "strata_generations_running") == 0; }));
+  EXPECT_EQ(metric_now(server, R"(strata_generations_total{finish_reason="cancelled"})"), 3);
+}
+
+TEST(ServeParallel, BadValuesAndRefusedCombinationsFailAtStart) {
+  auto start = [](std::vector<std::string> args) {
+    std::vector<std::string> argv = {STRATA_BINARY, "serve", "--port", "0"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ChildProcess p(argv);
+    const std::optional<int> code = p.wait(30);
+    EXPECT_TRUE(code.has_value());
+    EXPECT_NE(code.value_or(0), 0);
+    return p.stderr_text();
+  };
+  EXPECT_NE(start({"--parallel", "0"})
+                .find("--parallel: expected a number of slots from 1 to 256, found 0"),
+            std::string::npos);
+  EXPECT_NE(start({"--parallel", "2", "--spec", "suffix"}).find("--parallel 2 with --spec"),
+            std::string::npos);
+  EXPECT_NE(start({"--parallel", "2", "--moce", "0.5"}).find("--parallel 2 with --moce"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata::serve::test
