@@ -7,7 +7,8 @@
 # The CUDA targets link nothing of ICU (the linker drops it), so a slimmer kit without ICU's 31 MB
 # data library fits the device's 64 MiB transfer next to the tracked files: .device/cuda-kit/
 # (make-kit.sh's deps.tar.xz minus usr/lib/x86_64-linux-gnu/libicudata.so*, recompressed; its
-# env.sh unpacks .device/cuda-kit/deps.tar.xz). It is used when present.
+# env.sh unpacks .device/cuda-kit/deps.tar.xz; plus valijson's headers). It is used when present;
+# scripts/make-cuda-kit.sh makes it from .device/build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for kit in .device/cuda-kit .device/build; do

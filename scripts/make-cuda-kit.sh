@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds .device/cuda-kit/, the slim kit scripts/cuda-test.sh carries to the GPU box, from the full
+# kit of ../shared/device/make-kit.sh (.device/build/: run that first): its deps.tar.xz minus ICU's
+# 31 MB data library (the CUDA targets link nothing of ICU), plus valijson's headers
+# (libvalijson-dev, header-only: tests/serve's configure needs them and make-kit.sh's package list
+# predates them), recompressed; its env.sh pointed at the new archive; the test tokenizer (tok/).
+# Needs apt-get (run apt-get update first). Usage, from the project root: scripts/make-cuda-kit.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -f .device/build/deps.tar.xz ] || { echo "run ../shared/device/make-kit.sh first (.device/build/deps.tar.xz)"; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/root" .device/cuda-kit
+tar xJf .device/build/deps.tar.xz -C "$work/root"
+rm -f "$work/root"/usr/lib/x86_64-linux-gnu/libicudata.so*
+(cd "$work" && apt-get download libvalijson-dev >/dev/null) || { echo "apt-get download libvalijson-dev failed"; exit 1; }
+dpkg -x "$work"/libvalijson-dev_*.deb "$work/valijson"
+cp -r "$work/valijson/usr/include/valijson" "$work/root/usr/include/"
+tar cJf .device/cuda-kit/deps.tar.xz -C "$work/root" usr
+sed 's|\.device/build/deps\.tar\.xz|.device/cuda-kit/deps.tar.xz|' .device/build/env.sh > .device/cuda-kit/env.sh
+[ -d .device/build/tok ] && rm -rf .device/cuda-kit/tok && cp -r .device/build/tok .device/cuda-kit/tok
+du -sh .device/cuda-kit
