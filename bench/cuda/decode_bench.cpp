@@ -100,6 +100,27 @@ Run run_once(const Model& model, compute::ThreadPool& pool, const std::string& b
   return r;
 }
 
+// Median GB/s of 5 timed copies (after one warm-up) of `bytes` from src to dst, counting
+// `counted` bytes per copy (2x for device to device: read + write).
+double copy_gbs(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, double counted) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> gbs;
+  for (int i = 0; i < 6; ++i) {
+    cudaEventRecord(e0);
+    cudaMemcpyAsync(dst, src, bytes, kind);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i > 0) gbs.push_back(counted / (ms * 1e-3) / 1e9);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return median(gbs);
+}
+
 // Pinned host-to-device copy bandwidth (GB/s), 256 MiB copies.
 double h2d_gbs() {
   using compute::cuda::DeviceBuffer;
@@ -108,23 +129,9 @@ double h2d_gbs() {
   void* h = nullptr;
   cudaHostAlloc(&h, bytes, cudaHostAllocDefault);
   std::memset(h, 1, bytes);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<double> gbs;
-  for (int i = 0; i < 6; ++i) {
-    cudaEventRecord(e0);
-    cudaMemcpyAsync(d.data(), h, bytes, cudaMemcpyHostToDevice);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (i > 0) gbs.push_back(double(bytes) / (ms * 1e-3) / 1e9);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  const double gbs = copy_gbs(d.data(), h, bytes, cudaMemcpyHostToDevice, double(bytes));
   cudaFreeHost(h);
-  return median(gbs);
+  return gbs;
 }
 
 // "cuda@25%", "cuda@1G", "cuda@slots=4", optionally "/nora": the tier settings of an entry.
@@ -167,22 +174,7 @@ double device_copy_gbs() {
   using compute::cuda::DeviceBuffer;
   const size_t bytes = size_t(2) << 30;
   DeviceBuffer a(bytes), b(bytes);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<double> gbs;
-  for (int i = 0; i < 6; ++i) {
-    cudaEventRecord(e0);
-    cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (i > 0) gbs.push_back(2.0 * double(bytes) / (ms * 1e-3) / 1e9);  // read + write
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return median(gbs);
+  return copy_gbs(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, 2.0 * double(bytes));
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k, int64_t max_rows)
-    : n_expert_(n_expert), k_(k), max_rows_(max_rows), read_ahead_(false && options.read_ahead),
+    : n_expert_(n_expert), k_(k), max_rows_(max_rows),
       residency_({1}, 1, 0) {
   if (n_expert < 1 || k < 1 || max_rows < 1)
     fail("gpu expert tier: {} experts, top-{}, {} rows per window", n_expert, k, max_rows);
@@ -114,7 +114,6 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   std::memset(jobs_host_, 0, job_bytes_ * kJobRing);
   STRATA_CUDA_CHECK(cudaHostGetDevicePointer(&jobs_dev_, jobs_host_, 0));
   seen_.assign(size_t(n_expert), 0);
-  best_.assign(size_t(n_expert), -1.0f);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -235,7 +234,6 @@ void GpuExpertTier::settle() {
   const uint32_t published = header->seq;
   std::unique_lock lock(mutex_);
   cv_.wait(lock, [&] { return last_seq_ == published || error_ != nullptr; });
-  (void)bounce_dev_;
   expected_ = served_;
   if (error_) std::rethrow_exception(error_);
 }
@@ -310,11 +308,8 @@ uint32_t GpuExpertTier::offset_units(int layer, const SlotResidency::Load& load)
 void GpuExpertTier::serve() {
   const auto* header = static_cast<const TierMailboxHeader*>(mailbox_host_);
   const int layer = int(header->layer);
-  const int n_pairs = int(header->n_pairs), n_guess = int(header->n_guess);
-  const size_t capacity = size_t(k_) * size_t(max_rows_);
+  const int n_pairs = int(header->n_pairs);
   const int32_t* ids = reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(mailbox_host_) + kMailboxHeader);
-  const int32_t* guess_ids = ids + capacity;
-  const float* guess_weights = reinterpret_cast<const float*>(guess_ids + capacity);
   if (layer < 0 || size_t(layer) >= layers_.size() || !layers_[size_t(layer)].present)
     fail("gpu expert tier: the GPU published layer {}, which has no routed experts", layer);
 
@@ -335,9 +330,6 @@ void GpuExpertTier::serve() {
   if (trace())
     std::fprintf(stderr, "tier: seq %u layer %d: %d pairs, union %zu, %zu loads\n", last_seq_ + 1, layer, n_pairs,
                  union_.size(), loads_.size());
-  (void)n_guess;
-  (void)guess_ids;
-  (void)guess_weights;
   release(layer, last_seq_ + 1);
 }
 

@@ -101,7 +101,6 @@ class GpuExpertTier {
   int transient_slots() const { return n_transient_; }
   uint64_t arena_bytes() const { return arena_.bytes(); }
   int64_t max_rows() const { return max_rows_; }
-  bool read_ahead() const { return read_ahead_; }
   const TierLayer& layer(int l) const { return layers_.at(size_t(l)); }
   // The arena as the expert kernels address it (base, 256-byte units, the layer's smap row).
   ExpertArenaView view(int layer) const;
@@ -133,7 +132,6 @@ class GpuExpertTier {
   std::vector<TierLayer> layers_;
   int n_expert_ = 0, k_ = 0, slots_ = 0, n_transient_ = 0;
   int64_t max_rows_ = 0;
-  bool read_ahead_ = true;
   size_t transient_offset_ = 0, transient_slot_bytes_ = 0;
   DeviceBuffer arena_, smap_, words_;  // words_: sequence, ack, block counter
   SlotResidency residency_;
@@ -174,8 +172,7 @@ class GpuExpertTier {
   bool stop_ = false;
   std::exception_ptr error_;
   GpuTierStats stats_;
-  std::vector<int32_t> union_, guess_, load_ids_;
-  std::vector<float> best_;
+  std::vector<int32_t> union_, load_ids_;
   std::vector<uint8_t> seen_;
   std::vector<SlotResidency::Load> loads_;
   std::vector<uint32_t> smap_mirror_;  // [n_layer][n_expert], offsets in 256-byte units

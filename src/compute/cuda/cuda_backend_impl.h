@@ -1,0 +1,589 @@
+// The CUDA backend's class and its device-side state, shared by the files that define its ops:
+// cuda_backend.cpp (buffers, window, the dense ops, the token mixers, PLE, rollback) and
+// cuda_backend_moe.cpp (the MoE layer: the all-resident expert arena and the GPU expert tier).
+// Internal to compute/cuda; the contract is in cuda_backend.h.
+#pragma once
+
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <mutex>
+#include <numeric>
+#include <unordered_map>
+#include <vector>
+
+#include "compute/backend_registry.h"
+#include "compute/cpu/matmul.h"
+#include "compute/cuda/attention.h"
+#include "compute/cuda/deltanet.h"
+#include "compute/cuda/expert_tier.h"
+#include "compute/cuda/hyper_connection.h"
+#include "compute/cuda/matmul.h"
+#include "compute/cuda/ops.h"
+#include "compute/cuda/runtime.h"
+#include "compute/cuda/window_graph.h"
+#include "compute/cuda/window_ops.h"
+#include "experts/expert_source.h"
+#include "layers/attention.h"
+#include "layers/gated_deltanet.h"
+#include "layers/hyper_connection.h"
+#include "layers/moe.h"
+#include "layers/ple.h"
+#include "model/hparams.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+#include "compute/cuda/cuda_backend.h"
+
+namespace strata::compute::cuda::detail {
+
+inline constexpr size_t kAlign = 256;
+inline constexpr size_t kScratchChunk = size_t(64) << 20;
+
+inline size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+// Per-op device scratch: a bump allocator over chunks that are kept for the next op (so a warm
+// window allocates nothing). Reset at the start of every op; ops on one stream run in order, so
+// reusing the memory of the previous op is safe.
+class DeviceArena {
+ public:
+  // before_alloc runs before a new chunk is allocated (the backend pauses its graph capture).
+  explicit DeviceArena(std::function<void()> before_alloc) : before_alloc_(std::move(before_alloc)) {}
+  void reset() {
+    chunk_ = 0;
+    offset_ = 0;
+  }
+  void* take(size_t bytes) {
+    bytes = align_up(std::max<size_t>(bytes, 1), kAlign);
+    while (chunk_ < chunks_.size() && offset_ + bytes > chunks_[chunk_].bytes()) {
+      ++chunk_;
+      offset_ = 0;
+    }
+    if (chunk_ == chunks_.size()) {
+      if (before_alloc_) before_alloc_();
+      chunks_.emplace_back(std::max(bytes, kScratchChunk));
+    }
+    void* p = static_cast<uint8_t*>(chunks_[chunk_].data()) + offset_;
+    offset_ += bytes;
+    return p;
+  }
+  float* floats(int64_t n) { return static_cast<float*>(take(size_t(n) * sizeof(float))); }
+  int32_t* ints(int64_t n) { return static_cast<int32_t*>(take(size_t(n) * sizeof(int32_t))); }
+
+ private:
+  std::function<void()> before_alloc_;
+  std::vector<DeviceBuffer> chunks_;
+  size_t chunk_ = 0, offset_ = 0;
+};
+
+// Window graphs are on unless STRATA_CUDA_GRAPH=0 (the eager path, for comparison and debugging).
+inline bool graphs_enabled() {
+  const char* v = std::getenv("STRATA_CUDA_GRAPH");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
+// Grows `buffer` to at least `bytes`, keeping its first `keep` bytes.
+inline void grow(DeviceBuffer& buffer, size_t bytes, size_t keep, cudaStream_t stream) {
+  if (buffer.bytes() >= bytes) return;
+  DeviceBuffer bigger(std::max(bytes, buffer.bytes() * 2));
+  STRATA_CUDA_CHECK(cudaMemsetAsync(bigger.data(), 0, bigger.bytes(), stream));
+  if (keep > 0)
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(bigger.data(), buffer.data(), keep, cudaMemcpyDeviceToDevice, stream));
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  buffer = std::move(bigger);
+}
+
+inline DeviceBuffer zeros(size_t bytes, cudaStream_t stream) {
+  DeviceBuffer b(bytes);
+  STRATA_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, b.bytes(), stream));
+  return b;
+}
+
+inline void copy_d2d(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (bytes > 0) STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
+// Every expert of one layer, slots of [gate | up | down] in expert-id order.
+struct LayerExperts {
+  DeviceBuffer arena, smap;
+  ExpertArenaView view;
+  ExpertMatrixShape gate, up, down;
+};
+
+// A model's weights on the device, shared by every CudaBackend of that model (one per sequence)
+// through compute::BackendShared, so a new sequence never uploads them again. Entries are keyed by
+// the host address of the view (the GGUF mapping, stable for the model's life) and never change
+// once made; `mutex` guards the maps (node-based: references stay valid).
+struct DeviceWeights {
+  std::mutex mutex;
+  std::unordered_map<const void*, DeviceBuffer> buffers;
+  std::unordered_map<int, LayerExperts> experts;
+  // Under a GPU budget (BackendShared::gpu_tier): the tiered arena instead of `experts`; decided
+  // at the first MoE layer of the model's first window.
+  bool tier_decided = false;
+  std::unique_ptr<GpuExpertTier> tier;
+};
+
+struct DeltaNetMirror {
+  DeviceBuffer conv, ssm;  // [K-1][conv_dim], [nv][dk][dv]
+  // The last recorded window: the state before it and its inputs, for rollback.
+  DeviceBuffer ssm_before, conv_before, conv_inputs, q, k, v, beta, decay;
+  int64_t log_capacity = 0, log_rows = 0;
+};
+
+struct KvMirror {
+  DeviceBuffer k, v, index_raw, block_keys;
+  int64_t capacity = 0;     // tokens
+  int64_t blocks_done = 0;  // QSA block keys computed
+  int64_t first_in_window = -1;
+};
+
+struct PleMirror {
+  DeviceBuffer history, next, before, normed;  // [(K-1)·dilation][S·H] x 3, [rows][S·H]
+  int64_t normed_capacity = 0, log_rows = 0;
+  bool recorded = false;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(BackendShared& shared)
+      : graph_(stream_.get(), graphs_enabled()), scratch_([this] { graph_.pause(false); }),
+        staging_{PinnedStaging([this] { graph_.pause(false); }), PinnedStaging([this] { graph_.pause(false); })} {
+    if (!usable_device()) fail("cuda backend: no usable CUDA device ({})", describe_device());
+    for (cudaEvent_t& e : staging_done_) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    std::lock_guard lock(shared.mutex);
+    std::shared_ptr<void>& entry = shared.by_backend["cuda"];
+    if (!entry) entry = std::make_shared<DeviceWeights>();
+    weights_ = std::static_pointer_cast<DeviceWeights>(entry);
+    tier_options_ = shared.gpu_tier;
+  }
+  ~CudaBackend() override {
+    // Pending work must finish before the buffers it uses go away.
+    try {
+      graph_.finish_window();
+    } catch (...) {
+      graph_.abandon();
+    }
+    cudaStreamSynchronize(stream_.get());
+    if (weights_->tier) try {
+        weights_->tier->settle();
+      } catch (...) {
+      }
+    for (cudaEvent_t e : staging_done_)
+      if (e) cudaEventDestroy(e);
+    if (const char* v = std::getenv("STRATA_CUDA_GRAPH_STATS"); v && std::strcmp(v, "1") == 0) {
+      const WindowGraphStats& g = graph_.stats();
+      const double w = double(std::max<int64_t>(g.windows, 1));
+      std::fprintf(stderr,
+                   "cuda backend graphs: %lld windows (%lld replayed, %lld recordings kept, dropped %lld times), %.2f "
+                   "segments launched and "
+                   "%.0f nodes captured per window, %lld instantiations, %lld updates; host per window: capture %.1f "
+                   "us, instantiate/update %.1f us, launch %.1f us\n",
+                   (long long)g.windows, (long long)g.replays, (long long)g.records, (long long)g.forgotten,
+                   double(g.segments) / w,
+                   double(g.nodes) / w, (long long)g.instantiations, (long long)g.updates, g.capture_s / w * 1e6,
+                   g.update_s / w * 1e6, g.launch_s / w * 1e6);
+    }
+    if (graph_.profiling()) std::fputs(graph_.profile_table().c_str(), stderr);
+  }
+
+  std::string_view name() const override { return "cuda"; }
+  const WindowGraphStats& graph_stats() const { return graph_.stats(); }
+  GpuTierInfo tier_info() const {
+    GpuTierInfo info;
+    std::lock_guard lock(weights_->mutex);
+    const GpuExpertTier* tier = weights_->tier.get();
+    if (!tier) return info;
+    info.tiered = true;
+    info.slots_per_layer = tier->slots_per_layer();
+    info.transient_slots = tier->transient_slots();
+    info.arena_bytes = tier->arena_bytes();
+    info.stats = tier->stats();
+    return info;
+  }
+
+  Tensor alloc(DType type, int64_t max_rows, int64_t width) override {
+    if (max_rows < 1 || width < 1)
+      fail("cuda backend: alloc: expected max_rows >= 1 and width >= 1, found {} x {}", max_rows, width);
+    uint32_t id;
+    if (!free_ids_.empty()) {
+      id = free_ids_.back();
+      free_ids_.pop_back();
+    } else {
+      id = uint32_t(buffers_.size());
+      buffers_.emplace_back();
+    }
+    EagerScope eager(*this);
+    buffers_[id] = zeros(size_t(max_rows * width) * 4, s());
+    return Tensor{id, type, max_rows, width};
+  }
+
+  void release(Tensor t) override {
+    if (!t.valid() || t.id >= buffers_.size()) return;
+    EagerScope eager(*this);
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(s()));
+    buffers_[t.id] = DeviceBuffer();
+    free_ids_.push_back(t.id);
+  }
+
+  void read(Tensor t, int64_t first_row, int64_t n_rows, float* out) override {
+    const float* data = tensor_data(t, first_row + n_rows, "read");
+    graph_.pause(true);  // the window so far runs (replay: its next recorded segment)
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(out, data + first_row * t.width, size_t(n_rows * t.width) * 4,
+                                      cudaMemcpyDeviceToHost, s()));
+    if (GpuExpertTier* tier = weights_->tier.get()) {
+      // A window whose handshake never completes is a bug: say where both sides stand.
+      const auto start = std::chrono::steady_clock::now();
+      cudaError_t status;
+      while ((status = cudaStreamQuery(s())) == cudaErrorNotReady) {
+        if (std::chrono::steady_clock::now() - start > std::chrono::seconds(60))
+          fail("cuda backend: a window has not finished after 60 s; gpu expert tier: {}", tier->describe_state());
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+      STRATA_CUDA_CHECK(status);
+    }
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(s()));
+    // The window's handshakes are all served once its work is done; a failed one throws here.
+    if (weights_->tier) weights_->tier->settle();
+  }
+
+  void write(Tensor t, int64_t first_row, int64_t n_rows, const float* in) override {
+    sign(Op::Write, t, first_row, n_rows);
+    float* data = replaying() ? tensor_data(t, first_row + n_rows, "write") : rows(t, first_row + n_rows, "write");
+    upload(data + first_row * t.width, in, size_t(n_rows * t.width) * 4);
+  }
+
+  void begin_window(ThreadPool&) override {
+    // What an earlier window left captured (a window without a read) is launched first.
+    graph_.begin_window();
+    // Staging alternates between two buffers: this window reuses the one of the window before
+    // the previous one, once the work enqueued up to the end of that window is done (normally
+    // long since). The previous window may still run (prefill chunks have no read), so host
+    // launches keep overlapping GPU work.
+    STRATA_CUDA_CHECK(cudaEventRecord(staging_done_[current_staging_], s()));
+    current_staging_ ^= 1;
+    STRATA_CUDA_CHECK(cudaEventSynchronize(staging_done_[current_staging_]));
+    staging_[current_staging_].reset();
+    recorded_deltanet_.clear();
+    for (auto& [layer, kv] : kv_) kv.first_in_window = -1;
+    ple_.recorded = false;
+  }
+
+  // Replayable: the launches depend only on the key — KV capacity for the window and the states
+  // seen before (first windows allocate). QSA block keys and token selection run on the device
+  // from the window's first position; which QSA layers select (their last row over budget) is
+  // part of the key, as their launch sequence differs.
+  void describe_window(const HParams& hp, const WindowShape& shape) override {
+    if (!graph_.enabled()) return;
+    hp_ = &hp;
+    const int64_t end = shape.n_past + shape.n_rows;
+    bool replayable = !kv_.empty() || !deltanet_.empty();
+    int qsa_selecting = 0;
+    for (int l = 0; l < hp.n_layer && replayable; ++l) {
+      const LayerKind kind = hp.layer_kinds.empty() ? LayerKind::Attention : hp.layer_kinds[size_t(l)];
+      if (kind == LayerKind::GatedDeltaNet) {
+        auto it = deltanet_.find(l);
+        replayable = it != deltanet_.end() && (!shape.record || it->second.log_capacity >= shape.n_rows);
+        continue;
+      }
+      auto it = kv_.find(l);
+      if (it == kv_.end() || it->second.capacity < end) {
+        replayable = false;
+        break;
+      }
+      // QSA layers switch to device-side selection once the window's last row is over budget:
+      // another launch sequence, so another key.
+      const int ratio = hp.compress_ratios.empty() ? 0 : hp.compress_ratios[size_t(l)];
+      if (ratio > 0 && end / ratio > hp.indexer_top_k / ratio) ++qsa_selecting;
+    }
+    if (hp.has_ple() && shape.record && ple_.normed_capacity < shape.n_rows) replayable = false;
+    WindowKey key;
+    key.rows = shape.n_rows;
+    key.record = shape.record;
+    key.logit_rows = shape.logit_rows;
+    key.tokens_bound = attention_bound(end);
+    key.staging = current_staging_;
+    key.qsa_selecting = qsa_selecting;
+    graph_.plan(key, replayable);
+  }
+
+  void embed(const WeightMatrix& table, std::span<const int32_t> tokens, Tensor out) override {
+    const int64_t n_rows = int64_t(tokens.size());
+    graph_.set_rows(n_rows);
+    sign(Op::Embed, out, n_rows, reinterpret_cast<uintptr_t>(table.data));
+    float* y = replaying() ? tensor_data(out, n_rows, "embed", table.n_in) : rows(out, n_rows, "embed", table.n_in);
+    mark("embed");
+    // Dequantized on the host (n_rows rows), then uploaded: the table can be the largest tensor
+    // of a small model and is read a few rows per window.
+    host_floats_.resize(size_t(n_rows * table.n_in));
+    for (int64_t t = 0; t < n_rows; ++t)
+      quant::dequantize_row(table.type, table.row(tokens[size_t(t)]), host_floats_.data() + t * table.n_in,
+                            table.n_in);
+    upload(y, host_floats_.data(), host_floats_.size() * 4);
+  }
+
+  void repeat(Tensor x, int n_copies, Tensor out, int64_t n_rows) override {
+    sign(Op::Repeat, x, out, n_copies, n_rows);
+    if (replaying()) return;
+    const float* src = rows(x, n_rows, "repeat");
+    float* dst = rows(out, n_rows, "repeat", x.width * n_copies);
+    mark("repeat");
+    if (n_rows == 0) return;
+    for (int c = 0; c < n_copies; ++c)
+      STRATA_CUDA_CHECK(cudaMemcpy2DAsync(dst + c * x.width, size_t(out.width) * 4, src, size_t(x.width) * 4,
+                                          size_t(x.width) * 4, size_t(n_rows), cudaMemcpyDeviceToDevice, s()));
+  }
+
+  void rms_norm(Tensor x, std::span<const float> weight, float eps, Tensor out, int64_t n_rows) override {
+    const int64_t width = int64_t(weight.size());
+    sign(Op::RmsNorm, x, out, n_rows, reinterpret_cast<uintptr_t>(weight.data()));
+    if (replaying()) return;
+    const float* src = rows(x, n_rows, "rms_norm", width);
+    float* dst = rows(out, n_rows, "rms_norm", width);
+    mark("rms_norm");
+    rms_norm_rows(src, vec(weight), n_rows, width, eps, dst, s());
+  }
+
+  void add(Tensor acc, Tensor y, int64_t n_rows) override {
+    sign(Op::Add, acc, y, n_rows);
+    if (replaying()) return;
+    float* a = rows(acc, n_rows, "add");
+    const float* b = rows(y, n_rows, "add", acc.width);
+    mark("add");
+    add_rows(a, b, n_rows * acc.width, s());
+  }
+
+  void matmul(const WeightMatrix& w, Tensor x, int64_t first_row, int64_t n_rows, Tensor y) override {
+    sign(Op::Matmul, x, y, first_row, n_rows, reinterpret_cast<uintptr_t>(w.data));
+    if (replaying()) return;
+    const float* src = rows(x, first_row + n_rows, "matmul", w.n_in);
+    float* dst = rows(y, n_rows, "matmul", w.n_out);
+    mark("matmul (head)");
+    scratch_.reset();
+    mm(w, src + first_row * w.n_in, n_rows, dst);
+  }
+
+  void argmax(Tensor x, int64_t n_rows, Tensor ids) override {
+    sign(Op::Argmax, x, ids, n_rows);
+    if (replaying()) return;
+    const float* src = rows(x, n_rows, "argmax");
+    float* dst = rows(ids, n_rows, "argmax", 1);
+    mark("argmax");
+    argmax_rows(src, n_rows, x.width, reinterpret_cast<int32_t*>(dst), s());
+  }
+
+  void hyper_connection_in(const HyperConnectionWeights& w, int n_streams, float eps, Tensor X, Tensor x,
+                           Tensor inject, int64_t n_rows) override {
+    sign(Op::HcIn, X, x, inject, n_streams, n_rows, reinterpret_cast<uintptr_t>(w.down.data));
+    if (replaying()) return;
+    const float* Xd = rows(X, n_rows, "hyper_connection_in");
+    const int64_t n_embd = X.width / n_streams, width = X.width, rank = w.down.n_out;
+    float* xd = rows(x, n_rows, "hyper_connection_in", n_embd);
+    float* inj = inject.valid() ? rows(inject, n_rows, "hyper_connection_in", n_streams) : nullptr;
+    mark("hc_in.norm");
+    const float inv_streams = 1.0f / float(n_streams);
+    scratch_.reset();
+    float* normed = scratch_.floats(n_rows * width);
+    rms_norm_grouped_rows(Xd, vec(w.norm), n_rows, n_streams, n_embd, eps, normed, s());
+    float* mix = scratch_.floats(n_rows * rank);
+    const bool inject_here = w.has_inject() && inj;
+    mark("hc_in.down+inject");
+    if (inject_here)
+      mm_shared(normed, n_rows, {{&w.down, mix}, {&w.inject, inj}});
+    else
+      mm(w.down, normed, n_rows, mix);
+    float* gates = scratch_.floats(n_rows * width);
+    mark("hc_in.up");
+    mm_prologue(w.up, ActivationPrologue::ScaledSilu, mix, nullptr, inv_streams, n_rows, gates);
+    mark("hc_in.combine");
+    hc_combine(gates, normed, n_rows, n_streams, n_embd, inv_streams, xd, s(), inject_here ? inj : nullptr);
+  }
+
+  void hyper_connection_out(int n_streams, Tensor y, Tensor inject, Tensor X, int64_t n_rows) override {
+    sign(Op::HcOut, y, inject, X, n_streams, n_rows);
+    if (replaying()) return;
+    float* Xd = rows(X, n_rows, "hyper_connection_out");
+    const int64_t n_embd = X.width / n_streams;
+    const float* yd = rows(y, n_rows, "hyper_connection_out", n_embd);
+    const float* inj = rows(inject, n_rows, "hyper_connection_out", n_streams);
+    mark("hc_out");
+    hc_out(yd, inj, n_rows, n_streams, n_embd, Xd, s());
+  }
+
+  void gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w, GatedDeltaNetState&, int layer, Tensor x,
+                      Tensor y, int64_t n_rows, bool record_window) override;
+  void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer, Tensor x, Tensor y,
+                 int64_t n_rows) override;
+  void ple(const HParams& hp, const PleWeights& w, PleState& state, PleRowReader& reader, Tensor X, int64_t n_rows,
+           bool record_window) override;
+  void moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x, Tensor y,
+           int64_t n_rows, const MoeWeights* next_router) override;
+  bool rollback_window(int64_t keep_rows) override;
+
+ private:
+  cudaStream_t s() const { return stream_.get(); }
+  void mark(const char* label) { graph_.mark(label); }
+  bool replaying() const { return graph_.replaying(); }
+
+  // The op's host arguments, mixed into the window's signature (window_graph.h: replay checks
+  // them against the recorded window's).
+  enum class Op : uint64_t { Write = 1, Embed, Repeat, RmsNorm, Add, Matmul, Argmax, HcIn, HcOut, DeltaNet, Attention,
+                             Ple, Moe };
+  static uint64_t word(Tensor t) { return uint64_t(t.id) << 32 | uint64_t(uint32_t(t.width)); }
+  static uint64_t word(int64_t v) { return uint64_t(v); }
+  static uint64_t word(int v) { return uint64_t(int64_t(v)); }
+  static uint64_t word(bool v) { return v ? 1 : 0; }
+  static uint64_t word(uintptr_t v) { return uint64_t(v); }
+  template <class... Args>
+  void sign(Op op, Args... args) {
+    if (!graph_.enabled()) return;
+    graph_.sign(uint64_t(op));
+    (graph_.sign(word(args)), ...);
+  }
+  // The attention kernels' shared-memory bound for a window ending at `end` tokens: rounded up
+  // so that windows of a 1024-token range launch identically (and replay one recording).
+  static int64_t attention_bound(int64_t end) { return (end + 1023) / 1024 * 1024; }
+
+  // An op's tensor: its device rows, after starting a capture segment if none is running.
+  float* rows(Tensor t, int64_t n_rows, const char* op, int64_t width = -1) {
+    if (replaying()) fail("cuda backend: {}: launched inside a replayed window (a bug: ops return before)", op);
+    graph_.ensure_capturing();
+    return tensor_data(t, n_rows, op, width);
+  }
+  float* tensor_data(Tensor t, int64_t n_rows, const char* op, int64_t width = -1) {
+    if (!t.valid() || t.id >= buffers_.size() || !buffers_[t.id].data())
+      fail("cuda backend: {}: invalid tensor handle", op);
+    if (n_rows < 0 || n_rows > t.max_rows)
+      fail("cuda backend: {}: {} rows asked of a tensor of {} rows", op, n_rows, t.max_rows);
+    if (width >= 0 && width != t.width)
+      fail("cuda backend: {}: expected a tensor of width {}, found {}", op, width, t.width);
+    return buffers_[t.id].as<float>();
+  }
+
+  // Host → device through the window's pinned staging: the source may be reused at once, and
+  // a captured copy reads the staged bytes when its graph runs.
+  // In replay only the staging happens: the recorded copy reads the same pinned address.
+  void upload(void* dst, const void* src, size_t bytes) {
+    if (bytes == 0) return;
+    const void* staged = staging_[current_staging_].stage(src, bytes);
+    if (!replaying()) STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, s()));
+  }
+
+  // Runs its scope outside graph capture (allocations, frees, synchronisation): the segment
+  // captured so far is launched first, and capture resumes at the next op.
+  struct EagerScope {
+    explicit EagerScope(CudaBackend& b) { b.graph_.pause(false); }
+  };
+  int32_t* upload_ints(const std::vector<int32_t>& values) {
+    int32_t* d = replaying() ? nullptr : scratch_.ints(int64_t(values.size()));
+    upload(d, values.data(), values.size() * 4);
+    return d;
+  }
+
+  // The device copy of a weight view (uploaded the first time it is seen).
+  DeviceMatrix matrix(const WeightMatrix& w) {
+    if (!w.data) fail("cuda backend: a weight matrix {} x {} has no data", w.n_out, w.n_in);
+    const void* device = upload_once(w.data, size_t(w.n_out) * w.row_stride_bytes);
+    return DeviceMatrix{w.type, w.n_in, w.n_out, device, w.row_stride_bytes};
+  }
+  const float* vec(std::span<const float> v) {
+    if (v.empty()) return nullptr;
+    return static_cast<const float*>(upload_once(v.data(), v.size_bytes()));
+  }
+  // The device copy of `bytes` host bytes at `host` (a longer view of the same start replaces it;
+  // nothing else is ever replaced, so device pointers handed out stay valid).
+  const void* upload_once(const void* host, size_t bytes) {
+    std::lock_guard lock(weights_->mutex);
+    auto it = weights_->buffers.find(host);
+    if (it == weights_->buffers.end() || it->second.bytes() < bytes) {
+      EagerScope eager(*this);
+      if (it != weights_->buffers.end()) STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+      DeviceBuffer b(bytes);
+      b.upload(host, bytes);
+      it = weights_->buffers.insert_or_assign(host, std::move(b)).first;
+    }
+    return it->second.data();
+  }
+
+  // y = W·x for n_rows rows (activation scratch from the op arena).
+  void mm(const WeightMatrix& w, const float* x, int64_t n_rows, float* y) { mm_shared(x, n_rows, {{&w, y}}); }
+  // y = W·f(a, b) with the elementwise step f run inside the activation quantizer (matmul.h
+  // quantize_activations_fused): one launch fewer, the same bits.
+  void mm_prologue(const WeightMatrix& w, ActivationPrologue prologue, const float* a, const float* b, float scale,
+                   int64_t n_rows, float* y) {
+    if (n_rows == 0) return;
+    const DeviceMatrix dm = matrix(w);
+    const ActivationLayout layout = activation_layout(w.type, w.n_in, n_rows);
+    void* act = scratch_.take(layout.total_bytes);
+    quantize_activations_fused(layout, prologue, a, b, scale, act, s());
+    matmul_quantized(dm, layout, act, n_rows, y, s());
+  }
+  // y_i = W_i·x for matrices that read the same input: x is quantized once per activation format
+  // (the same bits each matmul would make alone), saving a launch per extra matrix.
+  void mm_shared(const float* x, int64_t n_rows, std::initializer_list<std::pair<const WeightMatrix*, float*>> outputs) {
+    if (n_rows == 0) return;
+    struct Prepared {
+      GgmlType format;
+      int64_t n_in;
+      const void* act;
+    };
+    Prepared prepared[8];
+    int n_prepared = 0;
+    for (const auto& [w, y] : outputs) {
+      const DeviceMatrix dm = matrix(*w);
+      const ActivationLayout layout = activation_layout(w->type, w->n_in, n_rows);
+      const void* act = nullptr;
+      for (int i = 0; i < n_prepared; ++i)
+        if (prepared[i].format == layout.format && prepared[i].n_in == layout.n_in) act = prepared[i].act;
+      if (!act) {
+        act = prepare_activations(layout, x, scratch_.take(layout.total_bytes), s());
+        if (n_prepared < 8) prepared[n_prepared++] = {layout.format, layout.n_in, act};
+      }
+      matmul_quantized(dm, layout, act, n_rows, y, s());
+    }
+  }
+
+  const int32_t* positions(int64_t first, int64_t n, int64_t step = 1) {
+    host_ints_.resize(size_t(n));
+    for (int64_t t = 0; t < n; ++t) host_ints_[size_t(t)] = int32_t((first + t) * step);
+    return upload_ints(host_ints_);
+  }
+
+  LayerExperts& layer_experts(const HParams& hp, ExpertSource& source, int layer);
+  // The tiered arena when BackendShared::gpu_tier asks for a budget below every expert (made at
+  // the first call), else nullptr (every expert resident: layer_experts).
+  GpuExpertTier* expert_tier(const HParams& hp, int64_t max_rows);
+  GpuTierOptions tier_options_;
+  KvMirror& kv_mirror(const HParams& hp, const AttentionWeights& w, int layer, int64_t n_tokens);
+
+  Stream stream_;
+  WindowGraph graph_;  // captures each window's launches (window_graph.h)
+  std::vector<DeviceBuffer> buffers_;
+  std::vector<uint32_t> free_ids_;
+  DeviceArena scratch_;
+  PinnedStaging staging_[2];  // alternating per window (begin_window)
+  cudaEvent_t staging_done_[2] = {nullptr, nullptr};
+  int current_staging_ = 0;
+  std::shared_ptr<DeviceWeights> weights_;
+  std::unordered_map<int, DeltaNetMirror> deltanet_;
+  std::unordered_map<int, KvMirror> kv_;
+  PleMirror ple_;
+  const HParams* hp_ = nullptr;  // the model's, for rollback
+  std::vector<int> recorded_deltanet_;
+  // Expert launch tables: pair i = (row i / k, its j-th expert); row_of_pair[i] = i / k, identity[i] = i.
+  DeviceBuffer row_of_pair_, identity_, ones_;
+  int64_t pair_capacity_ = 0;
+  int pair_k_ = 0;
+  std::vector<float> host_floats_;
+  std::vector<int32_t> host_ints_;
+};
+
+
+}  // namespace strata::compute::cuda::detail

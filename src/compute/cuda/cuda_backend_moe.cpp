@@ -1,0 +1,181 @@
+// The CUDA backend's MoE layer: router, top-k, the routed experts from the all-resident arena or
+// the GPU expert tier (expert_tier.h), the shared expert, the combine. Class in cuda_backend_impl.h.
+#include "compute/cuda/cuda_backend_impl.h"
+
+namespace strata::compute::cuda::detail {
+
+// ---------------------------------------------------------------------------------------------
+// MoE
+
+LayerExperts& CudaBackend::layer_experts(const HParams& hp, ExpertSource& source, int layer) {
+  std::lock_guard lock(weights_->mutex);
+  auto it = weights_->experts.find(layer);
+  if (it != weights_->experts.end()) return it->second;
+  EagerScope eager(*this);
+  const int n_expert = hp.n_expert;
+  std::vector<int32_t> all(static_cast<size_t>(n_expert));
+  std::iota(all.begin(), all.end(), 0);
+  source.begin_layer(layer, all);
+  LayerExperts le;
+  std::vector<char> seen(static_cast<size_t>(n_expert), 0);
+  int index = -1, handed = 0;
+  ExpertMatrices m;
+  size_t gate_bytes = 0, up_bytes = 0, down_bytes = 0;
+  while (source.next(index, m)) {
+    if (index < 0 || index >= n_expert || seen[size_t(index)])
+      fail("cuda backend: layer {}: the expert source handed out index {} (of {}) twice or out of range", layer,
+           index, n_expert);
+    seen[size_t(index)] = 1;
+    if (handed == 0) {
+      gate_bytes = size_t(m.gate.n_out) * m.gate.row_stride_bytes;
+      up_bytes = size_t(m.up.n_out) * m.up.row_stride_bytes;
+      down_bytes = size_t(m.down.n_out) * m.down.row_stride_bytes;
+      const size_t up_offset = align_up(gate_bytes, 16), down_offset = up_offset + align_up(up_bytes, 16);
+      const size_t slot = align_up(down_offset + down_bytes, 256);
+      le.gate = {m.gate.type, m.gate.n_in, m.gate.n_out, 0, m.gate.row_stride_bytes};
+      le.up = {m.up.type, m.up.n_in, m.up.n_out, up_offset, m.up.row_stride_bytes};
+      le.down = {m.down.type, m.down.n_in, m.down.n_out, down_offset, m.down.row_stride_bytes};
+      le.arena = DeviceBuffer(slot * size_t(n_expert));
+      le.view.slot_bytes = slot;
+    }
+    uint8_t* dst = le.arena.as<uint8_t>() + size_t(index) * le.view.slot_bytes;
+    STRATA_CUDA_CHECK(cudaMemcpy(dst, m.gate.data, gate_bytes, cudaMemcpyHostToDevice));
+    STRATA_CUDA_CHECK(cudaMemcpy(dst + le.up.matrix_offset, m.up.data, up_bytes, cudaMemcpyHostToDevice));
+    STRATA_CUDA_CHECK(cudaMemcpy(dst + le.down.matrix_offset, m.down.data, down_bytes, cudaMemcpyHostToDevice));
+    ++handed;
+  }
+  // The copies above are on the legacy stream and may return before their DMA ends (see
+  // DeviceBuffer::upload); this backend's stream is non-blocking: wait for them.
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+  if (handed != n_expert)
+    fail("cuda backend: layer {}: the expert source handed out {} of {} experts", layer, handed, n_expert);
+  std::vector<uint32_t> identity(static_cast<size_t>(n_expert));
+  std::iota(identity.begin(), identity.end(), 0u);
+  le.smap = DeviceBuffer(identity.size() * 4);
+  le.smap.upload(identity.data(), identity.size() * 4);
+  le.view.base = le.arena.as<uint8_t>();
+  le.view.smap = le.smap.as<uint32_t>();
+  le.view.n_expert = n_expert;
+  return weights_->experts.emplace(layer, std::move(le)).first->second;
+}
+
+GpuExpertTier* CudaBackend::expert_tier(const HParams& hp, int64_t max_rows) {
+  std::lock_guard lock(weights_->mutex);
+  if (weights_->tier_decided) return weights_->tier.get();
+  weights_->tier_decided = true;
+  if (!tier_options_.tiered()) return nullptr;
+  if (tier_options_.layers.empty())
+    fail("cuda backend: a GPU expert budget was set without the model's expert layouts (BackendShared::gpu_tier)");
+  // A budget that buys a slot for every expert is the all-resident arena: no handshake.
+  if (tier_options_.slots_per_layer >= hp.n_expert ||
+      (tier_options_.slots_per_layer == 0 && tier_options_.budget_bytes >= tier_options_.all_expert_bytes(hp.n_expert)))
+    return nullptr;
+  EagerScope eager(*this);
+  // Sized for windows of up to 256 rows or the session's largest, whichever is more, so later
+  // sequences with other window sizes fit.
+  weights_->tier = std::make_unique<GpuExpertTier>(tier_options_, hp.n_expert, hp.n_expert_used,
+                                                   std::max<int64_t>(max_rows, 256));
+  return weights_->tier.get();
+}
+
+void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x, Tensor y,
+                      int64_t n_rows, const MoeWeights*) {
+  sign(Op::Moe, x, y, layer, n_rows);
+  // Every window, replayed or not, has this layer's handshake on the GPU: the tier's host thread
+  // must expect it before the window's work is launched.
+  GpuExpertTier* tier = weights_->tier_decided ? weights_->tier.get() : nullptr;
+  if (!weights_->tier_decided && !replaying()) tier = expert_tier(hp, x.max_rows);
+  if (tier) tier->expect(experts);
+  if (replaying()) return;
+  const float* xd = rows(x, n_rows, "moe");
+  float* yd = rows(y, n_rows, "moe", x.width);
+  const int k = hp.n_expert_used, n_expert = hp.n_expert;
+  const int64_t H = hp.n_embd, pairs = n_rows * k;
+  const LayerExperts* all = tier ? nullptr : &layer_experts(hp, experts, layer);
+  scratch_.reset();
+  if (pair_capacity_ < pairs || pair_k_ != k) {
+    EagerScope eager(*this);
+    // Launch tables for up to `pairs` (row, expert) entries: entry i reads row i / k (gate, up)
+    // or row i (down, whose inputs are the pairs themselves), one row per entry.
+    const int64_t capacity = std::max<int64_t>(pairs, 64 * k);
+    std::vector<int32_t> row_of_pair(static_cast<size_t>(capacity)), identity(static_cast<size_t>(capacity)),
+        ones(static_cast<size_t>(capacity), 1);
+    for (int64_t i = 0; i < capacity; ++i) {
+      row_of_pair[size_t(i)] = int32_t(i / k);
+      identity[size_t(i)] = int32_t(i);
+    }
+    row_of_pair_ = DeviceBuffer(size_t(capacity) * 4);
+    identity_ = DeviceBuffer(size_t(capacity) * 4);
+    ones_ = DeviceBuffer(size_t(capacity) * 4);
+    row_of_pair_.upload(row_of_pair.data(), size_t(capacity) * 4);
+    identity_.upload(identity.data(), size_t(capacity) * 4);
+    ones_.upload(ones.data(), size_t(capacity) * 4);
+    pair_capacity_ = capacity;
+    pair_k_ = k;
+  }
+  mark("moe.router.mm");
+  float* logits = scratch_.floats(n_rows * n_expert);
+  mm(w.router, xd, n_rows, logits);
+  int32_t* ids = scratch_.ints(pairs);
+  float* weights = scratch_.floats(pairs);
+  mark("moe.router.top_k");
+  route_top_k(logits, n_rows, n_expert, k, ids, weights, s());
+
+  if (tier) {
+    // The handshake: publish the ids, run the shared expert while the host tier brings the
+    // misses, wait for them. (No read-ahead guess yet: expert_tier.h.)
+    mark("moe.tier.publish");
+    tier->publish(layer, ids, pairs, nullptr, nullptr, 0, s());
+  }
+  float* shared = nullptr;
+  float* gate_logit = nullptr;
+  if (w.has_shared()) {
+    mark("moe.shared");
+    const int64_t n_sh = w.shared_gate.n_out;
+    float* sg = scratch_.floats(n_rows * n_sh);
+    float* su = scratch_.floats(n_rows * n_sh);
+    mm_shared(xd, n_rows, {{&w.shared_gate, sg}, {&w.shared_up, su}});
+    shared = scratch_.floats(n_rows * H);
+    mm_prologue(w.shared_down, ActivationPrologue::SiluMul, sg, su, 0.0f, n_rows, shared);
+    gate_logit = scratch_.floats(n_rows);
+    mm(WeightMatrix::dense(GgmlType::F32, H, 1, w.shared_gate_inp.data()), xd, n_rows, gate_logit);
+  }
+  if (tier) {
+    mark("moe.tier.wait");
+    tier->wait(layer, s());
+  }
+  const ExpertArenaView view = tier ? tier->view(layer) : all->view;
+  const ExpertMatrixShape& gate = tier ? tier->layer(layer).gate : all->gate;
+  const ExpertMatrixShape& up = tier ? tier->layer(layer).up : all->up;
+  const ExpertMatrixShape& down = tier ? tier->layer(layer).down : all->down;
+
+  mark("moe.experts.gate_up");
+  const int64_t n_ff = gate.n_out;
+  const ActivationLayout in_gate = activation_layout(gate.type, H, n_rows);
+  void* act_gate = scratch_.take(in_gate.total_bytes);
+  quantize_activations(in_gate, xd, act_gate, s());
+  ActivationLayout in_up = in_gate;
+  void* act_up = act_gate;
+  if (up.type != gate.type) {
+    in_up = activation_layout(up.type, H, n_rows);
+    act_up = scratch_.take(in_up.total_bytes);
+    quantize_activations(in_up, xd, act_up, s());
+  }
+  float* g = scratch_.floats(pairs * n_ff);
+  float* u = scratch_.floats(pairs * n_ff);
+  const int32_t* by_pair = row_of_pair_.as<int32_t>();
+  const int32_t* ones = ones_.as<int32_t>();
+  expert_matmul_quantized(view, 0, gate, ids, int(pairs), by_pair, ones, 1, in_gate, act_gate, g, s());
+  expert_matmul_quantized(view, 0, up, ids, int(pairs), by_pair, ones, 1, in_up, act_up, u, s());
+  mark("moe.experts.down");
+  const ActivationLayout in_down = activation_layout(down.type, n_ff, pairs);
+  void* act_down = scratch_.take(in_down.total_bytes);
+  quantize_activations_fused(in_down, ActivationPrologue::SiluMul, g, u, 0.0f, act_down, s());
+  float* out = scratch_.floats(pairs * H);
+  expert_matmul_quantized(view, 0, down, ids, int(pairs), identity_.as<int32_t>(), ones, 1, in_down, act_down, out,
+                          s());
+  mark("moe.combine");
+  moe_combine(out, weights, n_rows, k, H, shared, gate_logit, yd, s());
+}
+
+}  // namespace strata::compute::cuda::detail
