@@ -6,7 +6,7 @@
 # Outputs: build-cuda/, and with OUT set, $OUT/cuda-test.log and $OUT/matvec.json.
 # The CUDA targets link nothing of ICU (the linker drops it), so a slimmer kit without ICU's 31 MB
 # data library fits the device's 64 MiB transfer next to the tracked files: .device/cuda-kit/
-# (make-kit.sh's deps.tar.xz minus usr/lib/x86_64-linux-gnu/libicudata.so*, recompressed; its
+# (make-kit.sh's deps.tar.xz minus ICU and OpenSSL's loadable modules, recompressed; its
 # env.sh unpacks .device/cuda-kit/deps.tar.xz; plus valijson's headers). It is used when present;
 # scripts/make-cuda-kit.sh makes it from .device/build.
 set -euo pipefail
