@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds .device/cuda-kit/, the slim kit scripts/cuda-test.sh carries to the GPU box, from the full
-# kit of ../shared/device/make-kit.sh (.device/build/: run that first): its deps.tar.xz minus ICU
-# (31 MB of data and the libraries that need it: nothing strata links uses ICU) and OpenSSL's
+# kit of ../shared/device/make-kit.sh (.device/build/: run that first): its deps.tar.xz minus ICU's
+# data and the ICU libraries src/text does not link (the CUDA targets never call into ICU, so its
+# 31 MB data library is not needed at run time; configure still finds uc and i18n) and OpenSSL's
 # loadable engines and modules (never loaded by the tests), so the kit and the tracked tree stay
 # under the device tool's 64 MiB carry limit; plus valijson's headers
 # (libvalijson-dev, header-only: tests/serve's configure needs them and make-kit.sh's package list
@@ -14,9 +15,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/root" .device/cuda-kit
 tar xJf .device/build/deps.tar.xz -C "$work/root"
-rm -rf "$work/root"/usr/lib/x86_64-linux-gnu/libicu* "$work/root"/usr/lib/x86_64-linux-gnu/icu \
-  "$work/root"/usr/share/icu "$work/root"/usr/lib/x86_64-linux-gnu/engines-3 \
-  "$work/root"/usr/lib/x86_64-linux-gnu/ossl-modules "$work/root"/usr/lib/x86_64-linux-gnu/pkgconfig/icu-*.pc
+rm -rf "$work/root"/usr/lib/x86_64-linux-gnu/libicu{data,io,test,tu}.so* "$work/root"/usr/share/icu \
+  "$work/root"/usr/lib/x86_64-linux-gnu/icu "$work/root"/usr/lib/x86_64-linux-gnu/engines-3 \
+  "$work/root"/usr/lib/x86_64-linux-gnu/ossl-modules
 (cd "$work" && apt-get download libvalijson-dev >/dev/null) || { echo "apt-get download libvalijson-dev failed"; exit 1; }
 dpkg -x "$work"/libvalijson-dev_*.deb "$work/valijson"
 cp -r "$work/valijson/usr/include/valijson" "$work/root/usr/include/"
