@@ -64,7 +64,10 @@ struct Run {
 
 struct TierDelta {
   double hit_rate = 0, loaded_mib_per_token = 0, serve_ms_per_token = 0;
+  // Per token: the handshake thread's parts and CPU time; the wait kernels spinning and copying.
+  double resolve_ms = 0, source_ms = 0, job_ms = 0, cpu_ms = 0, gpu_wait_ms = 0, gpu_copy_ms = 0, token_ms = 0;
   int slots = 0;
+  bool staged = false;
 };
 
 Run run_once(const Model& model, compute::ThreadPool& pool, const std::string& backend, const std::vector<int32_t>& prompt,
@@ -95,7 +98,15 @@ Run run_once(const Model& model, compute::ThreadPool& pool, const std::string& b
     tier->hit_rate = needed > 0 ? double(after.stats.hits - before.stats.hits) / needed : 1.0;
     tier->loaded_mib_per_token = double(after.stats.loaded_bytes - before.stats.loaded_bytes) / (1 << 20) / n_tokens;
     tier->serve_ms_per_token = (after.stats.host_serve_ms - before.stats.host_serve_ms) / n_tokens;
+    tier->resolve_ms = (after.stats.serve_resolve_ms - before.stats.serve_resolve_ms) / n_tokens;
+    tier->source_ms = (after.stats.serve_source_ms - before.stats.serve_source_ms) / n_tokens;
+    tier->job_ms = (after.stats.serve_job_ms - before.stats.serve_job_ms) / n_tokens;
+    tier->cpu_ms = (after.stats.serve_cpu_ms - before.stats.serve_cpu_ms) / n_tokens;
+    tier->gpu_wait_ms = (after.stats.gpu_wait_ms - before.stats.gpu_wait_ms) / n_tokens;
+    tier->gpu_copy_ms = (after.stats.gpu_copy_ms - before.stats.gpu_copy_ms) / n_tokens;
+    tier->token_ms = 1e3 / r.decode_tps;
     tier->slots = after.slots_per_layer;
+    tier->staged = after.stats.staged;
   }
   return r;
 }
@@ -271,17 +282,29 @@ int main(int argc, char** argv) {
                  d * bytes / 1e9);
       json += fmt::format(", \"{}\": {{\"decode_tps\": {:.3f}, \"prefill_tps\": {:.2f}", b, d, p);
       if (auto it = tiers.find(b); it != tiers.end() && !it->second.empty()) {
-        std::vector<double> hit, mib, serve;
+        std::vector<double> hit, mib, serve, resolve, source, job, cpu, wait, copy, token;
         for (const TierDelta& t : it->second) {
           hit.push_back(t.hit_rate);
           mib.push_back(t.loaded_mib_per_token);
           serve.push_back(t.serve_ms_per_token);
+          resolve.push_back(t.resolve_ms);
+          source.push_back(t.source_ms);
+          job.push_back(t.job_ms);
+          cpu.push_back(t.cpu_ms);
+          wait.push_back(t.gpu_wait_ms);
+          copy.push_back(t.gpu_copy_ms);
+          token.push_back(t.token_ms);
         }
         const double m = median(mib), ceiling = m > 0 ? pcie * 1e9 / (m * (1 << 20)) : 0.0;
         fmt::print("       gpu tier: {} slots per layer, hit rate {:.3f}, {:.1f} MiB copied in per token, host serve "
                    "{:.3f} ms per token; PCIe ceiling {:.0f} tok/s ({:.1f} GB/s pinned H2D), reached {:.2f}\n",
                    it->second.front().slots, median(hit), m, median(serve), ceiling, pcie,
                    ceiling > 0 ? d / ceiling : 0.0);
+        fmt::print("       host tier {}\n", it->second.front().staged ? "staged through the bounce buffer" : "read in place");
+        fmt::print("       per token (ms): {:.3f} in all; host serve {:.3f} = resolve {:.3f} + host tier {:.3f} + job "
+                   "{:.3f}, its CPU time {:.3f}; GPU waiting for jobs {:.3f}, copying misses {:.3f} ({:.1f} GB/s)\n",
+                   median(token), median(serve), median(resolve), median(source), median(job), median(cpu),
+                   median(wait), median(copy), median(copy) > 0 ? m * (1 << 20) / (median(copy) * 1e6) : 0.0);
         json += fmt::format(", \"slots\": {}, \"hit_rate\": {:.4f}, \"mib_per_token\": {:.2f}, \"serve_ms\": {:.4f}, "
                             "\"pcie_ceiling_tps\": {:.2f}",
                             it->second.front().slots, median(hit), m, median(serve), ceiling);

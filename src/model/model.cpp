@@ -19,22 +19,22 @@ std::string blk(int layer, const char* name) { return fmt::format("blk.{}.{}", l
 // Experts straight from the read-only mapping (everything "resident" as far as the OS allows).
 class MappedExpertSource final : public ExpertSource {
  public:
-  explicit MappedExpertSource(const std::vector<LayerWeights>& layers) : layers_(layers) {
+  // Constructed with the model, before the architecture fills `layers`: everything is read from
+  // them at call time.
+  explicit MappedExpertSource(const std::vector<LayerWeights>& layers) : layers_(layers) {}
+  // The experts' span of the file mapping, valid as long as the model.
+  std::vector<HostRegion> host_regions() const override {
     const uint8_t* first = nullptr;
     const uint8_t* last = nullptr;
-    for (const LayerWeights& l : layers)
+    for (const LayerWeights& l : layers_)
       for (const ExpertTensor* t : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
         if (!t->mapped || t->n_expert == 0) continue;
         const uint8_t* end = t->mapped + size_t(t->n_expert) * t->expert_bytes;
         if (!first || t->mapped < first) first = t->mapped;
         if (!last || end > last) last = end;
       }
-    if (first) region_ = {first, size_t(last - first)};
-  }
-  // The experts' span of the file mapping, valid as long as the model.
-  std::vector<HostRegion> host_regions() const override {
-    if (!region_.data) return {};
-    return {region_};
+    if (!first) return {};
+    return {HostRegion{first, size_t(last - first)}};
   }
   bool pointers_stay_valid() const override { return true; }
   void begin_layer(int layer, std::span<const int32_t> experts) override {
@@ -56,7 +56,6 @@ class MappedExpertSource final : public ExpertSource {
   const LayerWeights* layer_ = nullptr;
   std::vector<int32_t> experts_;
   size_t next_ = 0;
-  HostRegion region_;
 };
 
 }  // namespace

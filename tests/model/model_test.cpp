@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "compute/cpu/matmul.h"
 #include "compute/cpu/ops.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/session.h"
@@ -147,6 +148,38 @@ TEST_P(ForwardInvariance, ChunkedPrefillAgreesWithRecurrent) {
 INSTANTIATE_TEST_SUITE_P(Archs, ForwardInvariance,
                          testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen4exp",
                                          "tiny-qwen3next-dkdv", "tiny-qwen4exp-dkdv"));
+
+// The file mapping's expert source names one host region holding every routed expert's bytes (the
+// GPU expert tier registers it and reads experts in place; an empty answer made it stage every
+// miss through a bounce buffer, ~8 GB/s of host memcpy on the handshake thread).
+TEST_P(ForwardInvariance, MappedExpertsNameTheRegionThatHoldsThem) {
+  const SynthFile file(GetParam());
+  const auto model = Model::load(file.path);
+  ExpertSource& source = model->mapped_experts();
+  ASSERT_TRUE(source.pointers_stay_valid());
+  const auto regions = source.host_regions();
+  ASSERT_EQ(regions.size(), 1u);
+  const uint8_t* begin = regions[0].data;
+  const uint8_t* end = begin + regions[0].bytes;
+  const int n_expert = model->hparams().n_expert;
+  std::vector<int32_t> all(static_cast<size_t>(n_expert));
+  for (int e = 0; e < n_expert; ++e) all[size_t(e)] = e;
+  int checked = 0;
+  for (int layer = 0; layer < model->hparams().n_layer; ++layer) {
+    if (!model->layers()[size_t(layer)].gate_exps.mapped) continue;
+    source.begin_layer(layer, all);
+    int index = -1;
+    ExpertMatrices m;
+    while (source.next(index, m))
+      for (const compute::WeightMatrix* w : {&m.gate, &m.up, &m.down}) {
+        const auto* p = static_cast<const uint8_t*>(w->data);
+        EXPECT_GE(p, begin);
+        EXPECT_LE(p + size_t(w->n_out) * w->row_stride_bytes, end) << "layer " << layer << " expert " << all[size_t(index)];
+        ++checked;
+      }
+  }
+  EXPECT_GT(checked, 0);
+}
 
 TEST(ModelLoad, ValueHeadDimComesFromInnerSize) {
   const SynthFile file("tiny-qwen4exp-dkdv");

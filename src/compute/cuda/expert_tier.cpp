@@ -4,6 +4,8 @@
 #include <immintrin.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -31,6 +33,12 @@ ExpertMatrixShape shape_of(const ExpertMatrixLayout& m, size_t offset) {
 
 double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+double thread_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) * 1e3 + double(t.tv_nsec) * 1e-6;
 }
 
 }  // namespace
@@ -96,8 +104,8 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   smap_mirror_.assign(layers_.size() * size_t(n_expert), kMiss);
   smap_ = DeviceBuffer(smap_mirror_.size() * 4);
   smap_.upload(smap_mirror_.data(), smap_mirror_.size() * 4);
-  words_ = DeviceBuffer(64);
-  STRATA_CUDA_CHECK(cudaMemset(words_.data(), 0, 64));
+  words_ = DeviceBuffer(sizeof(TierDeviceWords));
+  STRATA_CUDA_CHECK(cudaMemset(words_.data(), 0, sizeof(TierDeviceWords)));
 
   // Mapped host memory: the mailbox, the job ring and the abort flag.
   const size_t capacity = size_t(k) * size_t(max_rows);
@@ -201,13 +209,17 @@ void GpuExpertTier::publish(int layer, const int32_t* ids, int64_t n_pairs, cons
   if (layer < 0 || size_t(layer) >= layers_.size() || !layers_[size_t(layer)].present)
     fail("gpu expert tier: layer {} has no routed experts", layer);
   tier_publish(ids, int(n_pairs), guess_ids, guess_weights, guess_ids ? int(n_guess) : 0, int(capacity), layer,
-               mailbox_dev_, words_.as<uint32_t>(), stream);
+               mailbox_dev_, words_.as<TierDeviceWords>(), stream);
 }
 
 void GpuExpertTier::wait(int layer, cudaStream_t stream) {
   // 64 blocks: enough 16-byte loads in flight to keep PCIe busy; they only spin until released.
-  tier_wait(words_.as<uint32_t>(), jobs_dev_, job_bytes_, kJobRing, n_expert_,
-            smap_.as<uint32_t>() + size_t(layer) * size_t(n_expert_), abort_dev_, 64, stream);
+  static const int blocks = [] {
+    const char* v = std::getenv("STRATA_TIER_COPY_BLOCKS");
+    return v ? std::clamp(std::atoi(v), 1, 1024) : 64;
+  }();
+  tier_wait(words_.as<TierDeviceWords>(), jobs_dev_, job_bytes_, kJobRing, n_expert_,
+            smap_.as<uint32_t>() + size_t(layer) * size_t(n_expert_), abort_dev_, blocks, stream);
 }
 
 bool GpuExpertTier::trace() {
@@ -220,13 +232,13 @@ bool GpuExpertTier::trace() {
 
 std::string GpuExpertTier::describe_state() {
   const auto* header = static_cast<const TierMailboxHeader*>(mailbox_host_);
-  uint32_t words[3] = {0, 0, 0};
-  if (cudaMemcpyAsync(words, words_.data(), sizeof(words), cudaMemcpyDeviceToHost, copy_stream_.get()) == cudaSuccess)
+  TierDeviceWords words{};
+  if (cudaMemcpyAsync(&words, words_.data(), sizeof(words), cudaMemcpyDeviceToHost, copy_stream_.get()) == cudaSuccess)
     cudaStreamSynchronize(copy_stream_.get());
   std::lock_guard lock(mutex_);
-  return fmt::format("expected {} served {} last served seq {}; mailbox seq {} (layer {}); device seq {} ack {} "
-                     "counter {}",
-                     expected_, served_, last_seq_, header->seq, header->layer, words[0], words[1], words[2]);
+  return fmt::format("expected {} served {} last served seq {}; mailbox seq {} (layer {}); device seq {}, {} blocks "
+                     "of the last wait kernel done",
+                     expected_, served_, last_seq_, header->seq, header->layer, words.seq, words.done_blocks);
 }
 
 void GpuExpertTier::settle() {
@@ -239,8 +251,15 @@ void GpuExpertTier::settle() {
 }
 
 GpuTierStats GpuExpertTier::stats() const {
+  TierDeviceWords words{};
+  STRATA_CUDA_CHECK(
+      cudaMemcpyAsync(&words, words_.data(), sizeof(words), cudaMemcpyDeviceToHost, copy_stream_.get()));
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(copy_stream_.get()));
   std::lock_guard lock(mutex_);
   GpuTierStats s = stats_;
+  s.gpu_wait_ms = double(words.wait_ns) * 1e-6;
+  s.gpu_copy_ms = double(words.copy_ns) * 1e-6;
+  s.staged = bounce_host_ != nullptr;
   const SlotResidencyStats& r = residency_.stats();
   s.needed = r.needed;
   s.hits = r.hits;
@@ -274,6 +293,7 @@ void GpuExpertTier::run() {
     if (header->seq != want) continue;
     std::atomic_thread_fence(std::memory_order_acquire);
     const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = thread_cpu_ms();
     try {
       if (!error_) serve();
     } catch (...) {
@@ -284,6 +304,7 @@ void GpuExpertTier::run() {
     {
       std::lock_guard lock(mutex_);
       stats_.host_serve_ms += ms_since(start);
+      stats_.serve_cpu_ms += thread_cpu_ms() - cpu_start;
       last_seq_ = want;
       ++served_;
     }
@@ -313,6 +334,7 @@ void GpuExpertTier::serve() {
   if (layer < 0 || size_t(layer) >= layers_.size() || !layers_[size_t(layer)].present)
     fail("gpu expert tier: the GPU published layer {}, which has no routed experts", layer);
 
+  const auto start = std::chrono::steady_clock::now();
   // The layer's union, ascending.
   union_.clear();
   for (int i = 0; i < n_pairs; ++i) {
@@ -327,6 +349,7 @@ void GpuExpertTier::serve() {
   std::sort(union_.begin(), union_.end());
   residency_.resolve(layer, union_, loads_);
   ++stats_.handshakes;
+  stats_.serve_resolve_ms += ms_since(start);
   if (trace())
     std::fprintf(stderr, "tier: seq %u layer %d: %d pairs, union %zu, %zu loads\n", last_seq_ + 1, layer, n_pairs,
                  union_.size(), loads_.size());
@@ -336,6 +359,7 @@ void GpuExpertTier::serve() {
 // Fills the job of handshake `seq`: the layer's new slot-map row (from the residency, plus this
 // call's transient slots) and the chunks to copy, then marks it ready: the GPU's wait kernel copies.
 void GpuExpertTier::release(int layer, uint32_t seq) {
+  const auto row_start = std::chrono::steady_clock::now();
   const TierLayer& t = layers_[size_t(layer)];
   uint8_t* job = static_cast<uint8_t*>(jobs_host_) + size_t(seq % kJobRing) * job_bytes_;
   auto* header = reinterpret_cast<TierJobHeader*>(job);
@@ -351,8 +375,10 @@ void GpuExpertTier::release(int layer, uint32_t seq) {
   for (const SlotResidency::Load& load : loads_)
     if (load.transient) row[load.expert] = offset_units(layer, load);
 
+  stats_.serve_job_ms += ms_since(row_start);
   uint32_t n_copies = 0;
   uint64_t bytes = 0;
+  const auto source_start = std::chrono::steady_clock::now();
   if (!loads_.empty()) {
     // The misses' bytes from the host tier, in the order it hands them out; read in place when its
     // memory is pinned and stays valid, else staged in the pinned bounce buffer first.
@@ -387,6 +413,8 @@ void GpuExpertTier::release(int layer, uint32_t seq) {
   }
   stats_.loaded_bytes += bytes;
   stats_.miss_bytes += bytes;
+  stats_.serve_source_ms += ms_since(source_start);
+  const auto job_start = std::chrono::steady_clock::now();
   n_copies = uint32_t(copies_.size());
   if (copies_.size() > max_chunks_)
     fail("gpu expert tier: layer {}: {} copy chunks exceed the job's {}", layer, copies_.size(), max_chunks_);
@@ -396,6 +424,7 @@ void GpuExpertTier::release(int layer, uint32_t seq) {
   header->n_copies = n_copies;
   std::atomic_thread_fence(std::memory_order_release);
   header->ready = seq;  // volatile: the wait kernel sees it after the job above
+  stats_.serve_job_ms += ms_since(job_start);
 }
 
 }  // namespace strata::compute::cuda

@@ -10,10 +10,14 @@ namespace {
 constexpr size_t kMailboxHeader = 64;  // TierMailboxHeader, padded: the id arrays start after it
 constexpr int kLoadThreads = 256;
 
-// words[0]: the sequence number of the last published handshake; words[1]: the last ack;
-// words[2]: blocks of the running load kernel that finished their chunk.
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 __global__ void publish_kernel(const int32_t* ids, int n_pairs, const int32_t* guess_ids, const float* guess_weights,
-                               int n_guess, int capacity, int layer, uint8_t* mailbox, uint32_t* words) {
+                               int n_guess, int capacity, int layer, uint8_t* mailbox, TierDeviceWords* words) {
   pdl_begin();
   int32_t* out_ids = reinterpret_cast<int32_t*>(mailbox + kMailboxHeader);
   int32_t* out_guess = out_ids + capacity;
@@ -26,8 +30,8 @@ __global__ void publish_kernel(const int32_t* ids, int n_pairs, const int32_t* g
   __threadfence_system();
   __syncthreads();
   if (threadIdx.x == 0) {
-    const uint32_t seq = words[0] + 1;
-    words[0] = seq;
+    const uint32_t seq = words->seq + 1;
+    words->seq = seq;
     auto* header = reinterpret_cast<TierMailboxHeader*>(mailbox);
     header->layer = uint32_t(layer);
     header->n_pairs = uint32_t(n_pairs);
@@ -43,19 +47,22 @@ __global__ void publish_kernel(const int32_t* ids, int n_pairs, const int32_t* g
 // host memory directly) and write the layer's slot-map row. The expert kernels after this one
 // wait for its completion (stream order / PDL), so completion is the release: no ack word, and no
 // CUDA call on the host side of the handshake. Not pdl_begin(): the kernels after this one must
-// not be launched (and hold SMs at their own wait) before the copies are done.
-__global__ void wait_and_copy_kernel(const uint32_t* words, const uint8_t* jobs, size_t job_bytes, int ring,
+// not be launched (and hold SMs at their own wait) before the copies are done. Block 0 notes when
+// it started spinning and when the job was ready; the last block to finish adds the spin and the
+// copy time to the device words (GpuTierStats::gpu_wait_ms / gpu_copy_ms).
+__global__ void wait_and_copy_kernel(TierDeviceWords* words, const uint8_t* jobs, size_t job_bytes, int ring,
                                      int n_expert, uint32_t* smap_row, const uint32_t* abort_flag) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   __shared__ int n_copies;
   __shared__ bool aborted;
-  const uint32_t seq = *reinterpret_cast<const volatile uint32_t*>(words);
+  const uint32_t seq = *reinterpret_cast<const volatile uint32_t*>(&words->seq);
   const uint8_t* job = jobs + size_t(seq % uint32_t(ring)) * job_bytes;
   const auto* header = reinterpret_cast<const volatile TierJobHeader*>(job);
   if (threadIdx.x == 0) {
     aborted = false;
+    const uint64_t spin_start = global_ns();
     for (uint32_t spins = 1; header->ready != seq; ++spins) {
       if ((spins & 255) == 0 && *reinterpret_cast<const volatile uint32_t*>(abort_flag) != 0) {
         aborted = true;
@@ -65,6 +72,11 @@ __global__ void wait_and_copy_kernel(const uint32_t* words, const uint8_t* jobs,
     }
     __threadfence_system();
     n_copies = aborted ? 0 : int(header->n_copies);
+    if (blockIdx.x == 0) {
+      words->spin_started_ns = spin_start;
+      words->released_ns = global_ns();
+      __threadfence();
+    }
   }
   __syncthreads();
   if (aborted) return;
@@ -100,17 +112,25 @@ __global__ void wait_and_copy_kernel(const uint32_t* words, const uint8_t* jobs,
     }
   }
   __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0 && atomicAdd(&words->done_blocks, 1u) == gridDim.x - 1) {
+    const volatile TierDeviceWords* v = words;
+    const uint64_t released = v->released_ns;
+    words->wait_ns += released - v->spin_started_ns;
+    words->copy_ns += global_ns() - released;
+    words->done_blocks = 0;
+  }
 }
 
 }  // namespace
 
 void tier_publish(const int32_t* ids, int n_pairs, const int32_t* guess_ids, const float* guess_weights, int n_guess,
-                  int capacity, int layer, void* mailbox_dev, uint32_t* words, cudaStream_t stream) {
+                  int capacity, int layer, void* mailbox_dev, TierDeviceWords* words, cudaStream_t stream) {
   launch(publish_kernel, dim3(1), dim3(256), 0, stream, ids, n_pairs, guess_ids, guess_weights, n_guess, capacity,
          layer, static_cast<uint8_t*>(mailbox_dev), words);
 }
 
-void tier_wait(const uint32_t* words, const void* jobs_dev, size_t job_bytes, int ring, int n_expert,
+void tier_wait(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, int ring, int n_expert,
                uint32_t* smap_row, const uint32_t* abort_flag, int blocks, cudaStream_t stream) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(unsigned(blocks));

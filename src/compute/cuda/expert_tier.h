@@ -76,7 +76,14 @@ struct GpuTierStats {
   uint64_t read_ahead_issued = 0, read_ahead_used = 0;
   uint64_t loaded_bytes = 0;        // host → device, misses and read-ahead
   uint64_t miss_bytes = 0;          // of those, what a layer waited for
-  double host_serve_ms = 0;         // the handshake thread busy (resolve + host tier + launches)
+  double host_serve_ms = 0;         // the handshake thread busy (resolve + host tier + the job)
+  double serve_resolve_ms = 0;      // of it: the union and SlotResidency::resolve
+  double serve_source_ms = 0;       //        the host tier handing out the misses (and staging)
+  double serve_job_ms = 0;          //        the slot-map row and the chunks into the mapped job
+  double serve_cpu_ms = 0;          // the thread's CPU time over the same spans (< busy: preempted)
+  double gpu_wait_ms = 0;           // device: wait kernels spinning until their job was ready
+  double gpu_copy_ms = 0;           // device: wait kernels copying the misses
+  bool staged = false;              // the host tier is copied through the bounce buffer, not read in place
   double hit_rate() const { return needed ? double(hits) / double(needed) : 1.0; }
 };
 
@@ -117,6 +124,7 @@ class GpuExpertTier {
   // the GPU published, forgets expectations that were never published (a window that failed
   // before its launch), rethrows a handshake failure.
   void settle();
+  // Window thread, after settle(): reads the device counters too.
   GpuTierStats stats() const;
   // Counters of both sides, for an error message when a window does not finish.
   std::string describe_state();
@@ -133,7 +141,7 @@ class GpuExpertTier {
   int n_expert_ = 0, k_ = 0, slots_ = 0, n_transient_ = 0;
   int64_t max_rows_ = 0;
   size_t transient_offset_ = 0, transient_slot_bytes_ = 0;
-  DeviceBuffer arena_, smap_, words_;  // words_: sequence, ack, block counter
+  DeviceBuffer arena_, smap_, words_;  // words_: TierDeviceWords
   SlotResidency residency_;
 
   // Mapped host memory (cudaHostAlloc): mailbox and job ring.
@@ -187,6 +195,13 @@ struct TierCopy {
   uint32_t bytes;
   uint32_t pad;
 };
+// Device-side counters of the handshake kernels.
+struct TierDeviceWords {
+  uint32_t seq;          // of the last published handshake
+  uint32_t done_blocks;  // blocks of the running wait kernel that finished
+  uint64_t spin_started_ns, released_ns;  // block 0 of the running wait kernel (%globaltimer)
+  uint64_t wait_ns, copy_ns;              // sums over every wait kernel
+};
 struct TierMailboxHeader {
   volatile uint32_t seq;
   uint32_t layer, n_pairs, n_guess;
@@ -194,7 +209,7 @@ struct TierMailboxHeader {
 // The mailbox: TierMailboxHeader padded to 64 bytes, then ids[capacity], guess ids[capacity],
 // guess weights[capacity].
 void tier_publish(const int32_t* ids, int n_pairs, const int32_t* guess_ids, const float* guess_weights, int n_guess,
-                  int capacity, int layer, void* mailbox_dev, uint32_t* words, cudaStream_t stream);
+                  int capacity, int layer, void* mailbox_dev, TierDeviceWords* words, cudaStream_t stream);
 // The job of handshake `seq` lies at jobs + (seq % ring) · job_bytes: TierJobHeader, the layer's
 // slot-map row (n_expert words, padded to 16 bytes), then TierCopy × n_copies.
 struct TierJobHeader {
@@ -202,7 +217,7 @@ struct TierJobHeader {
   uint32_t n_copies;
   uint32_t pad[2];
 };
-void tier_wait(const uint32_t* words, const void* jobs_dev, size_t job_bytes, int ring, int n_expert,
+void tier_wait(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, int ring, int n_expert,
                uint32_t* smap_row, const uint32_t* abort_flag, int blocks, cudaStream_t stream);
 
 }  // namespace strata::compute::cuda
