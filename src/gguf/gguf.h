@@ -113,6 +113,8 @@ class GgufFile {
   // Throws naming the file and tensor when absent.
   const TensorInfo& tensor(std::string_view name) const;
   const uint8_t* tensor_data(const TensorInfo& info) const { return base_ + info.file_offset; }
+  // The whole file as mapped (or held in memory): every tensor_data pointer lies inside it.
+  const uint8_t* mapped_data() const { return base_; }
   // The raw fd (read-only) for pread-based access; valid while the GgufFile lives.
   int fd() const { return fd_; }
   // madvise on the page-aligned span of the mapping covering [offset, offset + length) (no-op for

@@ -19,22 +19,15 @@ std::string blk(int layer, const char* name) { return fmt::format("blk.{}.{}", l
 // Experts straight from the read-only mapping (everything "resident" as far as the OS allows).
 class MappedExpertSource final : public ExpertSource {
  public:
-  // Constructed with the model, before the architecture fills `layers`: everything is read from
-  // them at call time.
-  explicit MappedExpertSource(const std::vector<LayerWeights>& layers) : layers_(layers) {}
-  // The experts' span of the file mapping, valid as long as the model.
+  // Constructed with the model, before the architecture fills `layers`: they are read at call time.
+  MappedExpertSource(const std::vector<LayerWeights>& layers, const GgufFile& file) : layers_(layers), file_(file) {}
+  // The whole file mapping, valid as long as the model: it holds every expert, and a GPU tier that
+  // registers it must register all of it, because CUDA refuses a cudaMemcpy whose host buffer
+  // straddles the edge of a registered range (a dense tensor uploaded from the pages next to the
+  // experts' span failed with cudaErrorInvalidValue).
   std::vector<HostRegion> host_regions() const override {
-    const uint8_t* first = nullptr;
-    const uint8_t* last = nullptr;
-    for (const LayerWeights& l : layers_)
-      for (const ExpertTensor* t : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
-        if (!t->mapped || t->n_expert == 0) continue;
-        const uint8_t* end = t->mapped + size_t(t->n_expert) * t->expert_bytes;
-        if (!first || t->mapped < first) first = t->mapped;
-        if (!last || end > last) last = end;
-      }
-    if (!first) return {};
-    return {HostRegion{first, size_t(last - first)}};
+    if (!file_.mapped_data() || file_.file_size() == 0) return {};
+    return {HostRegion{file_.mapped_data(), size_t(file_.file_size())}};
   }
   bool pointers_stay_valid() const override { return true; }
   void begin_layer(int layer, std::span<const int32_t> experts) override {
@@ -53,6 +46,7 @@ class MappedExpertSource final : public ExpertSource {
 
  private:
   const std::vector<LayerWeights>& layers_;
+  const GgufFile& file_;
   const LayerWeights* layer_ = nullptr;
   std::vector<int32_t> experts_;
   size_t next_ = 0;
@@ -100,7 +94,7 @@ Model::Model(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors)
   // Untied models carry `output`; tied ones reuse the embedding (llama.cpp does the same).
   output_ = tensors.present("output") ? tensors.matrix("output") : token_embd_;
   layers_.resize(static_cast<size_t>(hp_.n_layer));
-  mapped_experts_ = std::make_unique<MappedExpertSource>(layers_);
+  mapped_experts_ = std::make_unique<MappedExpertSource>(layers_, *file_);
 }
 
 const MoeWeights* Model::next_router(int layer) const {

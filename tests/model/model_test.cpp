@@ -149,9 +149,10 @@ INSTANTIATE_TEST_SUITE_P(Archs, ForwardInvariance,
                          testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen4exp",
                                          "tiny-qwen3next-dkdv", "tiny-qwen4exp-dkdv"));
 
-// The file mapping's expert source names one host region holding every routed expert's bytes (the
-// GPU expert tier registers it and reads experts in place; an empty answer made it stage every
-// miss through a bounce buffer, ~8 GB/s of host memcpy on the handshake thread).
+// The file mapping's expert source names one host region, the whole file, holding every routed
+// expert's bytes (the GPU expert tier registers it and reads experts in place; an empty answer
+// made it stage every miss through a bounce buffer, ~8 GB/s of host memcpy on the handshake
+// thread; a region of the experts' span alone broke dense uploads from the pages beside it).
 TEST_P(ForwardInvariance, MappedExpertsNameTheRegionThatHoldsThem) {
   const SynthFile file(GetParam());
   const auto model = Model::load(file.path);
@@ -161,6 +162,7 @@ TEST_P(ForwardInvariance, MappedExpertsNameTheRegionThatHoldsThem) {
   ASSERT_EQ(regions.size(), 1u);
   const uint8_t* begin = regions[0].data;
   const uint8_t* end = begin + regions[0].bytes;
+  EXPECT_EQ(regions[0].bytes, std::filesystem::file_size(file.path));
   const int n_expert = model->hparams().n_expert;
   std::vector<int32_t> all(static_cast<size_t>(n_expert));
   for (int e = 0; e < n_expert; ++e) all[size_t(e)] = e;

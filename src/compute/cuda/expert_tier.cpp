@@ -214,12 +214,8 @@ void GpuExpertTier::publish(int layer, const int32_t* ids, int64_t n_pairs, cons
 
 void GpuExpertTier::wait(int layer, cudaStream_t stream) {
   // 64 blocks: enough 16-byte loads in flight to keep PCIe busy; they only spin until released.
-  static const int blocks = [] {
-    const char* v = std::getenv("STRATA_TIER_COPY_BLOCKS");
-    return v ? std::clamp(std::atoi(v), 1, 1024) : 64;
-  }();
   tier_wait(words_.as<TierDeviceWords>(), jobs_dev_, job_bytes_, kJobRing, n_expert_,
-            smap_.as<uint32_t>() + size_t(layer) * size_t(n_expert_), abort_dev_, blocks, stream);
+            smap_.as<uint32_t>() + size_t(layer) * size_t(n_expert_), abort_dev_, 64, stream);
 }
 
 bool GpuExpertTier::trace() {
