@@ -312,7 +312,9 @@ bool valid_function_name(const std::string& name) {
              std::string::npos;
 }
 
-const std::string& read_function_name(const json& function, const std::string& path) {
+// By value: g++ 13 takes a reference bound to the result for one into the temporary `path`
+// (-Wdangling-reference), though it points into `function`.
+std::string read_function_name(const json& function, const std::string& path) {
   const std::string* name = read_string(function, "name", child(path, "name"));
   if (!name) reject(child(path, "name"), "required: the function's name");
   if (!valid_function_name(*name))
@@ -379,7 +381,7 @@ void read_tools(const json& body, const RequestLimits& limits, GenerationRequest
       const json* function = field(tool, "function");
       if (!function || !function->is_object())
         reject(child(at, "function"), "required: an object with name, description, parameters");
-      const std::string& name = read_function_name(*function, child(at, "function"));
+      const std::string name = read_function_name(*function, child(at, "function"));
       if (std::find(names.begin(), names.end(), name) != names.end())
         reject(child(child(at, "function"), "name"), "two tools are named {}",
                describe(json(name)));
@@ -423,7 +425,7 @@ void read_tools(const json& body, const RequestLimits& limits, GenerationRequest
   const json* function = field(*choice, "function");
   if (!function || !function->is_object())
     reject("tool_choice.function", "required: an object with the function's name");
-  const std::string& name = read_function_name(*function, "tool_choice.function");
+  const std::string name = read_function_name(*function, "tool_choice.function");
   if (std::find(names.begin(), names.end(), name) == names.end())
     reject("tool_choice.function.name", "{} is not one of the request's tools",
            describe(json(name)));
