@@ -1,5 +1,14 @@
-// ExpertStore — routed experts staged in a RAM arena of fixed slots, read on demand from the sidecar
-// or straight from the GGUF (an ExpertReader: experts/sidecar_reader.h, experts/gguf_reader.h).
+// ExpertStore — routed experts staged in a RAM arena of fixed slots, read on demand from the
+// sidecar or straight from the GGUF (an ExpertReader: experts/sidecar_reader.h,
+// experts/gguf_reader.h).
+//
+// It puts four pieces together and hands the MoE layer its experts (ExpertSource):
+//   residency   experts/slot_residency.h  smap, LRU, pins, limbo, read-ahead's cap: every decision
+//   memory      experts/expert_arena.h    the one mapping and its slots
+//   I/O         experts/expert_reads.h    reads on the I/O pool, the read in flight per slot
+//   statistics  experts/store_stats.h     the counters (residency's, plus bytes and waits)
+// What is left here: the order next() hands experts out in, transient slots, and prompt-hot pins'
+// scores (prompt heat, usage history).
 //
 // What it promises
 // - Memory: one anonymous mapping made at construction and never grown: `slots_per_layer` cache
@@ -49,10 +58,14 @@
 #include <string>
 #include <vector>
 
-#include "experts/expert_source.h"
+#include "experts/expert_arena.h"
 #include "experts/expert_reader.h"
+#include "experts/expert_reads.h"
+#include "experts/expert_source.h"
 #include "experts/io_pool.h"
 #include "experts/sidecar.h"
+#include "experts/slot_residency.h"
+#include "experts/store_stats.h"
 #include "model/model.h"
 
 namespace strata {
@@ -67,32 +80,6 @@ struct ExpertStoreOptions {
   bool io_uring = true;               // when the kernel allows it; else pread
   uint64_t split_bytes = 512 * 1024;  // sidecar: rounded up to its checksum chunk
   int stream_slots = 0;               // 0: max(4, io_threads)
-};
-
-// Counters since construction (or the last reset_stats). "Needed" = the union a layer routes to.
-struct ExpertStoreStats {
-  uint64_t layer_visits = 0;
-  uint64_t needed = 0;
-  uint64_t hits = 0;               // needed and resident at begin_layer (read-ahead ones included)
-  uint64_t misses = 0;             // needed and not resident: urgent reads
-  uint64_t read_ahead_issued = 0;  // read-ahead reads started
-  uint64_t read_ahead_used = 0;    // of those, needed by the layer they were issued for
-  uint64_t bytes_read = 0;          // all reads (misses, read-ahead, fill)
-  uint64_t miss_bytes = 0;          // record bytes of the misses (what the window had to wait for)
-  uint64_t pin_changes = 0;         // prompt-hot pins added or dropped
-  double io_wait_ms = 0;           // the window thread blocked on reads
-
-  // Read-ahead precision: used / issued. Recall: of the experts a layer needed that were not
-  // resident before its prediction, the share read-ahead had brought in.
-  double hit_rate() const { return needed ? double(hits) / double(needed) : 1.0; }
-  double read_ahead_precision() const {
-    return read_ahead_issued ? double(read_ahead_used) / double(read_ahead_issued) : 0.0;
-  }
-  double read_ahead_recall() const {
-    const uint64_t cold = misses + read_ahead_used;
-    return cold ? double(read_ahead_used) / double(cold) : 0.0;
-  }
-  ExpertStoreStats operator-(const ExpertStoreStats& o) const;
 };
 
 class UsageHistory;
@@ -123,20 +110,18 @@ class ExpertStore final : public ExpertSource {
   bool next(int& index, ExpertMatrices& out) override;
   // Read-ahead runs until every expert is resident (then the guess would only cost router time).
   bool wants_prediction() const override {
-    return options_.read_ahead && !(all_resident_ && filled_slots_ == total_slots_);
+    return options_.read_ahead && !(all_resident_ && residency_.filled_slots() == total_slots_);
   }
   bool read_ahead_enabled() const { return options_.read_ahead; }
   void predict(int layer, std::span<const int32_t> experts) override;
   MocePolicy* moce() override { return moce_.get(); }
   bool resident(int layer, int32_t expert) const override {
-    return size_t(layer) < layers_.size() && layers_[size_t(layer)].present &&
-           layers_[size_t(layer)].smap[size_t(expert)] != kMiss;
+    return residency_.has_experts(layer) && residency_.slot_of(layer, expert) != kMiss;
   }
   // The arena (cache and transient slots). With a slot for every expert nothing is ever evicted
   // or streamed, so a handed-out pointer stays valid for the store's life.
   std::vector<HostRegion> host_regions() const override {
-    if (!arena_) return {};
-    return {HostRegion{static_cast<const uint8_t*>(arena_), size_t(arena_bytes_)}};
+    return {HostRegion{arena_->data(), size_t(arena_->bytes())}};
   }
   bool pointers_stay_valid() const override { return all_resident_; }
   // Opt-in cache-aware routing (null = exact routing).
@@ -160,7 +145,7 @@ class ExpertStore final : public ExpertSource {
   std::vector<int32_t> lru_order(int layer) const;
 
   int slots_per_layer() const { return slots_per_layer_; }
-  uint64_t arena_bytes() const { return arena_bytes_; }
+  uint64_t arena_bytes() const { return arena_->bytes(); }
   bool direct_io() const { return reader_->direct_io(); }
   bool io_uring() const { return reader_->io_uring(); }
   const ExpertReader& reader() const { return *reader_; }
@@ -172,20 +157,8 @@ class ExpertStore final : public ExpertSource {
   bool pinned(int layer, int expert) const;
 
  private:
-  struct Slot {
-    uint8_t* data = nullptr;
-    int32_t expert = -1;
-    uint64_t last_use = 0;
-    bool pinned = false;             // from fill: for good
-    bool hot = false;                // prompt-hot: until pin_prompt_hot drops it
-    bool read_ahead_unused = false;  // loaded by read-ahead, not yet needed
-    IoPool::TicketPtr load;
-  };
   struct Layer {
     bool present = false;
-    std::vector<Slot> slots;
-    std::vector<uint32_t> smap;  // [n_expert]
-    std::vector<uint64_t> kept;  // [n_expert]: == stamp_ while protected from eviction
     const ExpertTensor* gate = nullptr;
     const ExpertTensor* up = nullptr;
     const ExpertTensor* down = nullptr;
@@ -199,44 +172,41 @@ class ExpertStore final : public ExpertSource {
     IoPool::TicketPtr load;
   };
 
-  Layer& layer_at(int layer);
-  int evict_victim(Layer& layer) const;
-  void settle(Slot& slot);  // waits for an in-flight read before a slot is reused
-  void assign(Layer& layer, int slot_index, int32_t expert);
   static ReadOptions read_options(const ExpertStoreOptions& options);
-  IoPool::TicketPtr start_read(int layer, int32_t expert, uint8_t* dest, IoPool::Priority priority);
-  // The expert's slot, evicting the LRU victim and starting its read when it is not resident;
-  // kMiss when nothing can be evicted.
-  uint32_t make_resident(Layer& layer, int layer_index, int32_t expert, IoPool::Priority priority);
-  ExpertMatrices matrices(const Layer& layer, const uint8_t* data, int32_t expert) const;
+  // Starts the reads of the cache slots a residency call assigned.
+  void load_slots(int layer, IoPool::Priority priority);
+  ExpertMatrices matrices(int layer, const uint8_t* data, int32_t expert) const;
   void release_transient();
 
+  // Declared in destruction order's reverse: the reads (and their threads) go before the arena
+  // they write into and the reader whose jobs they run.
   std::unique_ptr<ExpertReader> reader_;
   ExpertStoreOptions options_;
   int slots_per_layer_ = 0;
   bool all_resident_ = false;
-  uint64_t filled_slots_ = 0, total_slots_ = 0;  // cache slots holding an expert / existing
-  uint64_t arena_bytes_ = 0;
-  void* arena_ = nullptr;
+  uint64_t total_slots_ = 0;  // cache slots, all layers
   std::vector<Layer> layers_;
+  SlotResidency residency_;
+  std::unique_ptr<ExpertArena> arena_;
+  std::unique_ptr<ExpertReads> reads_;
+  std::vector<SlotResidency::Load> loads_;  // the last residency call's, reused
+
   std::vector<std::vector<uint64_t>> prompt_heat_;  // [block][expert], since reset_prompt_heat
   std::unique_ptr<UsageHistory> history_;
   std::string history_path_;
   uint64_t history_saved_tokens_ = 0;
   std::unique_ptr<MocePolicy> moce_;
-  std::vector<uint8_t*> transient_slots_;
-  std::vector<int> free_transient_;
+
+  // Statistics besides the residency's (reset_stats zeroes them and rebases the others).
+  uint64_t miss_bytes_ = 0, pin_changes_ = 0;
   uint64_t bytes_read_base_ = 0;  // reader_->bytes_read() at the last reset_stats
-  std::unique_ptr<IoPool> io_;
-  uint64_t clock_ = 0;  // LRU time: one tick per begin_layer / predict / fill
-  uint64_t stamp_ = 0;  // marks the experts a call protects from eviction
-  ExpertStoreStats stats_;
+  double io_wait_base_ms_ = 0;    // reads_->wait_ms() at the last reset_stats
 
   // The current layer (between begin_layer and the last next()).
   int current_layer_ = -1;
   std::vector<Pending> ready_, waiting_, deferred_;  // deferred: no transient slot free yet
-  std::vector<int> missing_;           // begin_layer's misses (indices into its experts)
-  std::vector<IoPool::Job> jobs_;      // start_read's jobs, reused
+  std::vector<int> missing_;  // begin_layer's misses (indices into its experts), as loads_
+  std::vector<int> free_transient_;
   int handed_transient_ = -1;  // the transient slot handed out by the last next()
 };
 
