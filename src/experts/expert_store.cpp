@@ -8,7 +8,6 @@
 #include "experts/gguf_reader.h"
 #include "experts/sidecar_reader.h"
 #include "experts/usage_history.h"
-#include "route/moce.h"
 #include "util/error.h"
 #include "util/progress.h"
 
@@ -18,33 +17,32 @@ ReadOptions ExpertStore::read_options(const ExpertStoreOptions& options) {
   return ReadOptions{options.direct_io, options.io_uring, options.split_bytes};
 }
 
-ExpertStore::ExpertStore(const Model& model, Sidecar sidecar, const ExpertStoreOptions& options)
-    : ExpertStore(model, std::make_unique<SidecarReader>(std::move(sidecar), read_options(options)), options) {}
+ExpertStore::ExpertStore(ExpertLayout layout, Sidecar sidecar, const ExpertStoreOptions& options)
+    : ExpertStore(std::move(layout),
+                  std::make_unique<SidecarReader>(std::move(sidecar), read_options(options)),
+                  options) {}
 
-ExpertStore::ExpertStore(const Model& model, const ExpertStoreOptions& options)
-    : ExpertStore(model, std::make_unique<GgufExpertReader>(model.file(), read_options(options)), options) {}
+ExpertStore::ExpertStore(ExpertLayout layout, const GgufFile& gguf,
+                         const ExpertStoreOptions& options)
+    : ExpertStore(std::move(layout),
+                  std::make_unique<GgufExpertReader>(gguf, read_options(options)), options) {}
 
-ExpertStore::ExpertStore(const Model& model, std::unique_ptr<ExpertReader> reader,
+ExpertStore::ExpertStore(ExpertLayout expert_layout, std::unique_ptr<ExpertReader> reader,
                          const ExpertStoreOptions& options)
     : reader_(std::move(reader)), options_(options), residency_({}, 1, 0) {
   const SidecarLayout& layout = reader_->layout();
-  const auto& model_layers = model.layers();
   if (options_.io_threads < 1) fail("expert store: --io-threads must be >= 1, got {}", options_.io_threads);
-  layers_.resize(layout.n_block);
+  layout_.resize(layout.n_block);
   std::vector<uint64_t> slot_bytes(layout.n_block, 0);
   uint64_t slot_sum = 0;
   for (uint32_t b = 0; b < layout.n_block; ++b) {
     const SidecarLayer& sl = layout.layers[b];
     if (!sl.present) continue;
-    if (b >= model_layers.size() || model_layers[b].gate_exps.n_expert != layout.n_expert)
+    if (b >= expert_layout.size() || !expert_layout[b].present)
       fail("{}: block {} has routed experts the model does not use", reader_->path(), b);
-    Layer& l = layers_[b];
-    l.present = true;
-    l.gate = &model_layers[b].gate_exps;
-    l.up = &model_layers[b].up_exps;
-    l.down = &model_layers[b].down_exps;
-    if (l.gate->expert_bytes != sl.gate_bytes || l.up->expert_bytes != sl.up_bytes ||
-        l.down->expert_bytes != sl.down_bytes)
+    const compute::ExpertLayerLayout& l = layout_[b] = expert_layout[b];
+    if (l.gate.bytes() != sl.gate_bytes || l.up.bytes() != sl.up_bytes ||
+        l.down.bytes() != sl.down_bytes)
       fail("{}: block {}: record sizes differ from the model's expert tensors", reader_->path(), b);
     slot_bytes[b] = reader_->slot_bytes(int(b));
     slot_sum += slot_bytes[b];
@@ -61,7 +59,7 @@ ExpertStore::ExpertStore(const Model& model, std::unique_ptr<ExpertReader> reade
 
   std::vector<int> per_layer(layout.n_block, 0);
   for (uint32_t b = 0; b < layout.n_block; ++b)
-    if (layers_[b].present) {
+    if (layout_[b].present) {
       per_layer[b] = slots_per_layer_;
       total_slots_ += uint64_t(slots_per_layer_);
     }
@@ -73,7 +71,7 @@ ExpertStore::ExpertStore(const Model& model, std::unique_ptr<ExpertReader> reade
                                          options_.urgent_only_threads);
   prompt_heat_.resize(layout.n_block);
   for (uint32_t b = 0; b < layout.n_block; ++b)
-    if (layers_[b].present) prompt_heat_[b].assign(size_t(n_expert), 0);
+    if (layout_[b].present) prompt_heat_[b].assign(size_t(n_expert), 0);
   // A layer's union is at most n_expert experts: the per-layer lists never grow while decoding.
   for (auto* list : {&ready_, &waiting_, &deferred_}) list->reserve(size_t(n_expert));
   missing_.reserve(size_t(n_expert));
@@ -103,7 +101,7 @@ void ExpertStore::reset_stats() {
 }
 
 uint32_t ExpertStore::slot_of(int layer, int expert) const {
-  if (!layers_.at(size_t(layer)).present) return kMiss;
+  if (!layout_.at(size_t(layer)).present) return kMiss;
   if (expert < 0 || expert >= residency_.n_expert())
     fail("expert store: slot_of: expert id {} out of range", expert);
   return residency_.slot_of(layer, expert);
@@ -120,13 +118,13 @@ void ExpertStore::load_slots(int layer, IoPool::Priority priority) {
 }
 
 ExpertMatrices ExpertStore::matrices(int layer_index, const uint8_t* data, int32_t expert) const {
-  const Layer& layer = layers_[size_t(layer_index)];
+  const compute::ExpertLayerLayout& layer = layout_[size_t(layer_index)];
   const ExpertPlacement at = reader_->place(layer_index, expert);
-  auto view = [](const ExpertTensor& t, const uint8_t* p) {
-    return compute::WeightMatrix::dense(t.type, t.n_in, t.n_out, p);
+  auto view = [](const compute::ExpertMatrixLayout& m, const uint8_t* p) {
+    return compute::WeightMatrix::dense(m.type, m.n_in, m.n_out, p);
   };
-  return ExpertMatrices{view(*layer.gate, data + at.gate), view(*layer.up, data + at.up),
-                        view(*layer.down, data + at.down)};
+  return ExpertMatrices{view(layer.gate, data + at.gate), view(layer.up, data + at.up),
+                        view(layer.down, data + at.down)};
 }
 
 void ExpertStore::begin_layer(int layer_index, std::span<const int32_t> experts) {
@@ -263,8 +261,8 @@ void ExpertStore::fill(const std::vector<std::vector<int32_t>>& ranking, int n_p
   };
   std::vector<Load> loads;
   uint64_t total = 0;
-  for (size_t b = 0; b < layers_.size() && b < ranking.size(); ++b) {
-    if (!layers_[b].present) continue;
+  for (size_t b = 0; b < layout_.size() && b < ranking.size(); ++b) {
+    if (!layout_[b].present) continue;
     residency_.fill(int(b), ranking[b], n_pinned, loads_);
     load_slots(int(b), IoPool::Priority::Urgent);
     for (const SlotResidency::Load& load : loads_) {
@@ -298,11 +296,11 @@ void ExpertStore::reset_prompt_heat() {
 }
 
 std::vector<int32_t> ExpertStore::hot_pins(int layer) const {
-  return layers_.at(size_t(layer)).present ? residency_.hot_pins(layer) : std::vector<int32_t>{};
+  return layout_.at(size_t(layer)).present ? residency_.hot_pins(layer) : std::vector<int32_t>{};
 }
 
 std::vector<int32_t> ExpertStore::lru_order(int layer) const {
-  return layers_.at(size_t(layer)).present ? residency_.lru_order(layer) : std::vector<int32_t>{};
+  return layout_.at(size_t(layer)).present ? residency_.lru_order(layer) : std::vector<int32_t>{};
 }
 
 void ExpertStore::attach_history(std::unique_ptr<UsageHistory> history, std::string path) {
@@ -317,13 +315,15 @@ uint64_t ExpertStore::history_tokens_since_save() const {
 
 void ExpertStore::save_history() {
   if (!history_) return;
-  for (size_t b = 0; b < layers_.size(); ++b)
-    if (layers_[b].present) history_->set_lru(int(b), lru_order(int(b)));
+  for (size_t b = 0; b < layout_.size(); ++b)
+    if (layout_[b].present) history_->set_lru(int(b), lru_order(int(b)));
   history_->save(history_path_);
   history_saved_tokens_ = history_->tokens();
 }
 
-void ExpertStore::set_moce(std::unique_ptr<MocePolicy> policy) { moce_ = std::move(policy); }
+void ExpertStore::set_moce(std::shared_ptr<MocePolicy> policy) {
+  moce_ = std::move(policy);
+}
 
 int ExpertStore::pin_prompt_hot(const HotPinOptions& o) {
   int changes = 0;
@@ -331,8 +331,8 @@ int ExpertStore::pin_prompt_hot(const HotPinOptions& o) {
   const bool use_history = history_ && history_->tokens() >= o.min_history_tokens;
   const double alpha = use_history ? std::clamp(o.alpha, 0.0, 1.0) : 0.0;
   std::vector<double> score(static_cast<size_t>(n_expert));
-  for (size_t b = 0; b < layers_.size(); ++b) {
-    if (!layers_[b].present) continue;
+  for (size_t b = 0; b < layout_.size(); ++b) {
+    if (!layout_[b].present) continue;
     const auto& heat = prompt_heat_[b];
     const double heat_sum = double(std::accumulate(heat.begin(), heat.end(), uint64_t{0}));
     std::fill(score.begin(), score.end(), 0.0);

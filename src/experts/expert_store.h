@@ -51,13 +51,13 @@
 //   I/O pool's threads only write slot bytes and completion flags.
 #pragma once
 
-#include <atomic>
-#include <chrono>
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "compute/expert_tier.h"
 #include "experts/expert_arena.h"
 #include "experts/expert_reader.h"
 #include "experts/expert_reads.h"
@@ -66,7 +66,6 @@
 #include "experts/sidecar.h"
 #include "experts/slot_residency.h"
 #include "experts/store_stats.h"
-#include "model/model.h"
 
 namespace strata {
 
@@ -82,7 +81,20 @@ struct ExpertStoreOptions {
   int stream_slots = 0;               // 0: max(4, io_threads)
 };
 
+class GgufFile;
 class UsageHistory;
+
+// The shape of every block's routed experts ([block], the MTP block included; present = false for
+// a block without them): Model::block_expert_layouts() (model/model.h).
+using ExpertLayout = std::vector<compute::ExpertLayerLayout>;
+
+// A model the store can be built for: it says its expert layout and its GGUF (Model,
+// model/model.h).
+template <class M>
+concept ExpertModel = requires(const M& m) {
+  { m.block_expert_layouts() } -> std::convertible_to<ExpertLayout>;
+  { m.file() } -> std::convertible_to<const GgufFile&>;
+};
 
 struct HotPinOptions {
   int n_hot = 0;              // pins per layer (capped at half the layer's slots)
@@ -96,12 +108,26 @@ class ExpertStore final : public ExpertSource {
  public:
   static constexpr uint32_t kMiss = UINT32_MAX;
 
+  // REQUIRES: `reader` reads the experts `layout` describes (the same model). Throws
+  // strata::Error when the reader's blocks or record sizes disagree with the layout.
+  ExpertStore(ExpertLayout layout, std::unique_ptr<ExpertReader> reader,
+              const ExpertStoreOptions& options);
   // Reads from the sidecar (validated by Sidecar::open).
-  ExpertStore(const Model& model, Sidecar sidecar, const ExpertStoreOptions& options);
+  ExpertStore(ExpertLayout layout, Sidecar sidecar, const ExpertStoreOptions& options);
   // Reads straight from the model's GGUF (no sidecar needed).
-  ExpertStore(const Model& model, const ExpertStoreOptions& options);
-  // REQUIRES: `reader` describes this model's experts (its layout matches model.layers()).
-  ExpertStore(const Model& model, std::unique_ptr<ExpertReader> reader, const ExpertStoreOptions& options);
+  ExpertStore(ExpertLayout layout, const GgufFile& gguf, const ExpertStoreOptions& options);
+  // The same for a model (the store needs only its layout and file, so experts/ does not depend
+  // on model/: the caller, who has the model, makes the call).
+  template <ExpertModel M>
+  ExpertStore(const M& model, const ExpertStoreOptions& options)
+      : ExpertStore(model.block_expert_layouts(), model.file(), options) {}
+  template <ExpertModel M>
+  ExpertStore(const M& model, Sidecar sidecar, const ExpertStoreOptions& options)
+      : ExpertStore(model.block_expert_layouts(), std::move(sidecar), options) {}
+  template <ExpertModel M>
+  ExpertStore(const M& model, std::unique_ptr<ExpertReader> reader,
+              const ExpertStoreOptions& options)
+      : ExpertStore(model.block_expert_layouts(), std::move(reader), options) {}
   ~ExpertStore() override;
 
   // ExpertSource
@@ -124,8 +150,9 @@ class ExpertStore final : public ExpertSource {
     return {HostRegion{arena_->data(), size_t(arena_->bytes())}};
   }
   bool pointers_stay_valid() const override { return all_resident_; }
-  // Opt-in cache-aware routing (null = exact routing).
-  void set_moce(std::unique_ptr<MocePolicy> policy);
+  // Opt-in cache-aware routing (null = exact routing). A unique_ptr converts at the call, where
+  // route/moce.h is known: the store only holds the policy for the router.
+  void set_moce(std::shared_ptr<MocePolicy> policy);
 
   // Loads ranking[layer] (most wanted first, up to the layer's slots) and pins the first n_pinned.
   void fill(const std::vector<std::vector<int32_t>>& ranking, int n_pinned);
@@ -157,12 +184,6 @@ class ExpertStore final : public ExpertSource {
   bool pinned(int layer, int expert) const;
 
  private:
-  struct Layer {
-    bool present = false;
-    const ExpertTensor* gate = nullptr;
-    const ExpertTensor* up = nullptr;
-    const ExpertTensor* down = nullptr;
-  };
   // One expert of the current layer's union, as next() will hand it out.
   struct Pending {
     int index = 0;
@@ -185,7 +206,7 @@ class ExpertStore final : public ExpertSource {
   int slots_per_layer_ = 0;
   bool all_resident_ = false;
   uint64_t total_slots_ = 0;  // cache slots, all layers
-  std::vector<Layer> layers_;
+  ExpertLayout layout_;       // [block]
   SlotResidency residency_;
   std::unique_ptr<ExpertArena> arena_;
   std::unique_ptr<ExpertReads> reads_;
@@ -195,7 +216,7 @@ class ExpertStore final : public ExpertSource {
   std::unique_ptr<UsageHistory> history_;
   std::string history_path_;
   uint64_t history_saved_tokens_ = 0;
-  std::unique_ptr<MocePolicy> moce_;
+  std::shared_ptr<MocePolicy> moce_;
 
   // Statistics besides the residency's (reset_stats zeroes them and rebases the others).
   uint64_t miss_bytes_ = 0, pin_changes_ = 0;

@@ -2,7 +2,7 @@
 // residency policy, with no memory and no I/O attached. The RAM arena (ExpertStore,
 // experts/expert_store.h) decides residency with it, and so does a tier that keeps its bytes
 // elsewhere (the GPU expert arena, compute/cuda/expert_tier.h): both follow exactly these rules.
-// cache_replay (experts/cache_replay.h) reimplements them independently, as the tests' oracle.
+// cache_replay (route/cache_replay.h) reimplements them independently, as the tests' oracle.
 //
 // The policy
 // - Each layer with experts has `slots` cache slots. smap[layer][expert] is the expert's cache

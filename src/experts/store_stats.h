@@ -1,5 +1,5 @@
 // ExpertStoreStats — what an ExpertStore counts (experts/expert_store.h), and what a replay of a
-// routing trace reproduces (experts/cache_replay.h).
+// routing trace reproduces (route/cache_replay.h).
 //
 // The residency counters (visits, needed, hits, misses, read-ahead issued and used) are
 // SlotResidency's decisions, so they are a pure function of the tokens and the settings; the byte

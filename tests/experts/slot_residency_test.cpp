@@ -1,6 +1,6 @@
 // SlotResidency (experts/slot_residency.h) is the residency policy without memory or I/O: the
 // ExpertStore decides with it, and so does the GPU expert arena.
-// - Against the oracle: cache_replay (experts/cache_replay.h) reimplements the policy on its own.
+// - Against the oracle: cache_replay (route/cache_replay.h) reimplements the policy on its own.
 //   Driven by the same trace, SlotResidency must give the replay's counters after every window:
 //   visits, hits, misses, read-ahead issued and used, and every byte the loads it lists would read.
 // - Against the store: an ExpertStore driven by the same calls has, at every step, the same slot
@@ -14,10 +14,10 @@
 #include <set>
 
 #include "../common/fixture_models.h"
-#include "experts/cache_replay.h"
 #include "experts/expert_store.h"
 #include "experts/slot_residency.h"
 #include "model/model.h"
+#include "route/cache_replay.h"
 #include "route/routing_trace.h"
 #include "util/error.h"
 
