@@ -59,10 +59,7 @@ ExpertStore::ExpertStore(ExpertLayout expert_layout, std::unique_ptr<ExpertReade
 
   std::vector<int> per_layer(layout.n_block, 0);
   for (uint32_t b = 0; b < layout.n_block; ++b)
-    if (layout_[b].present) {
-      per_layer[b] = slots_per_layer_;
-      total_slots_ += uint64_t(slots_per_layer_);
-    }
+    if (layout_[b].present) per_layer[b] = slots_per_layer_;
   // Transient slots are counted by the residency without a limit (n_expert: a whole union); the
   // arena has n_stream of them, and misses beyond that wait for one to be recycled (next()).
   residency_ = SlotResidency(per_layer, n_expert, n_expert);

@@ -136,7 +136,7 @@ class ExpertStore final : public ExpertSource {
   bool next(int& index, ExpertMatrices& out) override;
   // Read-ahead runs until every expert is resident (then the guess would only cost router time).
   bool wants_prediction() const override {
-    return options_.read_ahead && !(all_resident_ && residency_.filled_slots() == total_slots_);
+    return options_.read_ahead && !residency_.every_expert_resident();
   }
   bool read_ahead_enabled() const { return options_.read_ahead; }
   void predict(int layer, std::span<const int32_t> experts) override;
@@ -205,7 +205,6 @@ class ExpertStore final : public ExpertSource {
   ExpertStoreOptions options_;
   int slots_per_layer_ = 0;
   bool all_resident_ = false;
-  uint64_t total_slots_ = 0;  // cache slots, all layers
   ExpertLayout layout_;       // [block]
   SlotResidency residency_;
   std::unique_ptr<ExpertArena> arena_;

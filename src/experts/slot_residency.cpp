@@ -13,6 +13,7 @@ SlotResidency::SlotResidency(std::vector<int> slots_per_layer, int n_expert, int
   for (size_t l = 0; l < layers_.size(); ++l) {
     const int n = std::clamp(slots_per_layer[l], 0, n_expert);
     if (n == 0) continue;
+    all_experts_ += uint64_t(n_expert);
     layers_[l].slots.resize(size_t(n));
     layers_[l].smap.assign(size_t(n_expert), kMiss);
     layers_[l].kept.assign(size_t(n_expert), 0);

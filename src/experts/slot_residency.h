@@ -23,7 +23,8 @@
 // - Deterministic: the state depends only on the sequence of calls and their arguments.
 // Each call lists the slots it assigned whose bytes must now be loaded (`loads`).
 // The read-ahead policy is predict's: a guess can take at most half a layer's slots, so a wrong
-// one cannot flush the cache; which guesses to make and when to stop is the caller's.
+// one cannot flush the cache; once every_expert_resident() there is nothing left to guess (the
+// ExpertStore stops asking for predictions then). Which guesses to make is the caller's.
 //
 // Thread safety: none; one thread drives it (the tier's handshake thread).
 #pragma once
@@ -76,9 +77,10 @@ class SlotResidency {
   int n_layer() const { return int(layers_.size()); }
   int n_expert() const { return n_expert_; }
   int n_transient() const { return n_transient_; }
-  uint64_t filled_slots() const {
-    return filled_slots_;
-  }  // cache slots holding an expert, all layers
+  // Cache slots holding an expert, all layers.
+  uint64_t filled_slots() const { return filled_slots_; }
+  // Every layer has a slot per expert and every slot is filled: nothing can miss any more.
+  bool every_expert_resident() const { return filled_slots_ == all_experts_; }
   // Not for the decode path (they allocate): the layer's hot pins in ascending id, and its resident
   // experts most recently used first (ties: lower slot index). Empty for a layer without experts.
   std::vector<int32_t> hot_pins(int layer) const;
@@ -107,6 +109,7 @@ class SlotResidency {
   std::vector<Layer> layers_;
   uint64_t clock_ = 0, stamp_ = 0;
   uint64_t filled_slots_ = 0;
+  uint64_t all_experts_ = 0;  // n_expert x the layers with experts
   SlotResidencyStats stats_;
 };
 
