@@ -132,13 +132,18 @@ class ExpertStore final : public ExpertSource {
 
   // ExpertSource
   void observe_routing(int layer, const Routing& routing) override;
+  // REQUIRES: `experts` sorted and unique; `layer` has routed experts and the ids lie in
+  // [0, n_expert) (else strata::Error). The previous layer's matrices are invalid from here on.
   void begin_layer(int layer, std::span<const int32_t> experts) override;
+  // REQUIRES: after begin_layer. Throws strata::Error when a read failed; that expert is then not
+  // resident and the layer is over (next returns false until the following begin_layer).
   bool next(int& index, ExpertMatrices& out) override;
   // Read-ahead runs until every expert is resident (then the guess would only cost router time).
   bool wants_prediction() const override {
     return options_.read_ahead && !residency_.every_expert_resident();
   }
   bool read_ahead_enabled() const { return options_.read_ahead; }
+  // Ignored with read-ahead off or for a layer without experts. REQUIRES: ids unique, in range.
   void predict(int layer, std::span<const int32_t> experts) override;
   MocePolicy* moce() override { return moce_.get(); }
   bool resident(int layer, int32_t expert) const override {
@@ -154,7 +159,8 @@ class ExpertStore final : public ExpertSource {
   // route/moce.h is known: the store only holds the policy for the router.
   void set_moce(std::shared_ptr<MocePolicy> policy);
 
-  // Loads ranking[layer] (most wanted first, up to the layer's slots) and pins the first n_pinned.
+  // Loads ranking[layer] (most wanted first, up to the layer's slots) and pins the first n_pinned;
+  // returns once the reads landed. REQUIRES: between windows; ids in range (else strata::Error).
   void fill(const std::vector<std::vector<int32_t>>& ranking, int n_pinned);
 
   // Prompt-hot pins (see the contract). Returns the number of pins added or dropped.
