@@ -1,7 +1,7 @@
 // `strata replay TRACE` — simulates the expert cache over a routing trace (strata run/chat
 // --trace-routing FILE) for one or many settings and prints what each would cost: hit rate,
 // misses and bytes per token, read-ahead precision and recall. The counters are those a live
-// ExpertStore with the same settings would report (experts/cache_replay.h); no model is needed.
+// ExpertStore with the same settings would report (route/cache_replay.h); no model is needed.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "experts/cache_replay.h"
 #include "experts/profile.h"
+#include "route/cache_replay.h"
 #include "route/routing_trace.h"
 #include "util/byte_size.h"
 #include "util/error.h"

@@ -1,5 +1,14 @@
-// ExpertStore — routed experts staged in a RAM arena of fixed slots, read on demand from the sidecar
-// or straight from the GGUF (an ExpertReader: experts/sidecar_reader.h, experts/gguf_reader.h).
+// ExpertStore — routed experts staged in a RAM arena of fixed slots, read on demand from the
+// sidecar or straight from the GGUF (an ExpertReader: experts/sidecar_reader.h,
+// experts/gguf_reader.h).
+//
+// It puts four pieces together and hands the MoE layer its experts (ExpertSource):
+//   residency   experts/slot_residency.h  smap, LRU, pins, limbo, read-ahead's cap: every decision
+//   memory      experts/expert_arena.h    the one mapping and its slots
+//   I/O         experts/expert_reads.h    reads on the I/O pool, the read in flight per slot
+//   statistics  experts/store_stats.h     the counters (residency's, plus bytes and waits)
+// What is left here: the order next() hands experts out in, transient slots, and prompt-hot pins'
+// scores (prompt heat, usage history).
 //
 // What it promises
 // - Memory: one anonymous mapping made at construction and never grown: `slots_per_layer` cache
@@ -42,18 +51,21 @@
 //   I/O pool's threads only write slot bytes and completion flags.
 #pragma once
 
-#include <atomic>
-#include <chrono>
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "experts/expert_source.h"
+#include "compute/expert_tier.h"
+#include "experts/expert_arena.h"
 #include "experts/expert_reader.h"
+#include "experts/expert_reads.h"
+#include "experts/expert_source.h"
 #include "experts/io_pool.h"
 #include "experts/sidecar.h"
-#include "model/model.h"
+#include "experts/slot_residency.h"
+#include "experts/store_stats.h"
 
 namespace strata {
 
@@ -69,33 +81,20 @@ struct ExpertStoreOptions {
   int stream_slots = 0;               // 0: max(4, io_threads)
 };
 
-// Counters since construction (or the last reset_stats). "Needed" = the union a layer routes to.
-struct ExpertStoreStats {
-  uint64_t layer_visits = 0;
-  uint64_t needed = 0;
-  uint64_t hits = 0;               // needed and resident at begin_layer (read-ahead ones included)
-  uint64_t misses = 0;             // needed and not resident: urgent reads
-  uint64_t read_ahead_issued = 0;  // read-ahead reads started
-  uint64_t read_ahead_used = 0;    // of those, needed by the layer they were issued for
-  uint64_t bytes_read = 0;          // all reads (misses, read-ahead, fill)
-  uint64_t miss_bytes = 0;          // record bytes of the misses (what the window had to wait for)
-  uint64_t pin_changes = 0;         // prompt-hot pins added or dropped
-  double io_wait_ms = 0;           // the window thread blocked on reads
-
-  // Read-ahead precision: used / issued. Recall: of the experts a layer needed that were not
-  // resident before its prediction, the share read-ahead had brought in.
-  double hit_rate() const { return needed ? double(hits) / double(needed) : 1.0; }
-  double read_ahead_precision() const {
-    return read_ahead_issued ? double(read_ahead_used) / double(read_ahead_issued) : 0.0;
-  }
-  double read_ahead_recall() const {
-    const uint64_t cold = misses + read_ahead_used;
-    return cold ? double(read_ahead_used) / double(cold) : 0.0;
-  }
-  ExpertStoreStats operator-(const ExpertStoreStats& o) const;
-};
-
+class GgufFile;
 class UsageHistory;
+
+// The shape of every block's routed experts ([block], the MTP block included; present = false for
+// a block without them): Model::block_expert_layouts() (model/model.h).
+using ExpertLayout = std::vector<compute::ExpertLayerLayout>;
+
+// A model the store can be built for: it says its expert layout and its GGUF (Model,
+// model/model.h).
+template <class M>
+concept ExpertModel = requires(const M& m) {
+  { m.block_expert_layouts() } -> std::convertible_to<ExpertLayout>;
+  { m.file() } -> std::convertible_to<const GgufFile&>;
+};
 
 struct HotPinOptions {
   int n_hot = 0;              // pins per layer (capped at half the layer's slots)
@@ -109,40 +108,59 @@ class ExpertStore final : public ExpertSource {
  public:
   static constexpr uint32_t kMiss = UINT32_MAX;
 
+  // REQUIRES: `reader` reads the experts `layout` describes (the same model). Throws
+  // strata::Error when the reader's blocks or record sizes disagree with the layout.
+  ExpertStore(ExpertLayout layout, std::unique_ptr<ExpertReader> reader,
+              const ExpertStoreOptions& options);
   // Reads from the sidecar (validated by Sidecar::open).
-  ExpertStore(const Model& model, Sidecar sidecar, const ExpertStoreOptions& options);
+  ExpertStore(ExpertLayout layout, Sidecar sidecar, const ExpertStoreOptions& options);
   // Reads straight from the model's GGUF (no sidecar needed).
-  ExpertStore(const Model& model, const ExpertStoreOptions& options);
-  // REQUIRES: `reader` describes this model's experts (its layout matches model.layers()).
-  ExpertStore(const Model& model, std::unique_ptr<ExpertReader> reader, const ExpertStoreOptions& options);
+  ExpertStore(ExpertLayout layout, const GgufFile& gguf, const ExpertStoreOptions& options);
+  // The same for a model (the store needs only its layout and file, so experts/ does not depend
+  // on model/: the caller, who has the model, makes the call).
+  template <ExpertModel M>
+  ExpertStore(const M& model, const ExpertStoreOptions& options)
+      : ExpertStore(model.block_expert_layouts(), model.file(), options) {}
+  template <ExpertModel M>
+  ExpertStore(const M& model, Sidecar sidecar, const ExpertStoreOptions& options)
+      : ExpertStore(model.block_expert_layouts(), std::move(sidecar), options) {}
+  template <ExpertModel M>
+  ExpertStore(const M& model, std::unique_ptr<ExpertReader> reader,
+              const ExpertStoreOptions& options)
+      : ExpertStore(model.block_expert_layouts(), std::move(reader), options) {}
   ~ExpertStore() override;
 
   // ExpertSource
   void observe_routing(int layer, const Routing& routing) override;
+  // REQUIRES: `experts` sorted and unique; `layer` has routed experts and the ids lie in
+  // [0, n_expert) (else strata::Error). The previous layer's matrices are invalid from here on.
   void begin_layer(int layer, std::span<const int32_t> experts) override;
+  // REQUIRES: after begin_layer. Throws strata::Error when a read failed; that expert is then not
+  // resident and the layer is over (next returns false until the following begin_layer).
   bool next(int& index, ExpertMatrices& out) override;
   // Read-ahead runs until every expert is resident (then the guess would only cost router time).
   bool wants_prediction() const override {
-    return options_.read_ahead && !(all_resident_ && filled_slots_ == total_slots_);
+    return options_.read_ahead && !residency_.every_expert_resident();
   }
   bool read_ahead_enabled() const { return options_.read_ahead; }
+  // Ignored with read-ahead off or for a layer without experts. REQUIRES: ids unique, in range.
   void predict(int layer, std::span<const int32_t> experts) override;
   MocePolicy* moce() override { return moce_.get(); }
   bool resident(int layer, int32_t expert) const override {
-    return size_t(layer) < layers_.size() && layers_[size_t(layer)].present &&
-           layers_[size_t(layer)].smap[size_t(expert)] != kMiss;
+    return residency_.has_experts(layer) && residency_.slot_of(layer, expert) != kMiss;
   }
   // The arena (cache and transient slots). With a slot for every expert nothing is ever evicted
   // or streamed, so a handed-out pointer stays valid for the store's life.
   std::vector<HostRegion> host_regions() const override {
-    if (!arena_) return {};
-    return {HostRegion{static_cast<const uint8_t*>(arena_), size_t(arena_bytes_)}};
+    return {HostRegion{arena_->data(), size_t(arena_->bytes())}};
   }
   bool pointers_stay_valid() const override { return all_resident_; }
-  // Opt-in cache-aware routing (null = exact routing).
-  void set_moce(std::unique_ptr<MocePolicy> policy);
+  // Opt-in cache-aware routing (null = exact routing). A unique_ptr converts at the call, where
+  // route/moce.h is known: the store only holds the policy for the router.
+  void set_moce(std::shared_ptr<MocePolicy> policy);
 
-  // Loads ranking[layer] (most wanted first, up to the layer's slots) and pins the first n_pinned.
+  // Loads ranking[layer] (most wanted first, up to the layer's slots) and pins the first n_pinned;
+  // returns once the reads landed. REQUIRES: between windows; ids in range (else strata::Error).
   void fill(const std::vector<std::vector<int32_t>>& ranking, int n_pinned);
 
   // Prompt-hot pins (see the contract). Returns the number of pins added or dropped.
@@ -160,7 +178,7 @@ class ExpertStore final : public ExpertSource {
   std::vector<int32_t> lru_order(int layer) const;
 
   int slots_per_layer() const { return slots_per_layer_; }
-  uint64_t arena_bytes() const { return arena_bytes_; }
+  uint64_t arena_bytes() const { return arena_->bytes(); }
   bool direct_io() const { return reader_->direct_io(); }
   bool io_uring() const { return reader_->io_uring(); }
   const ExpertReader& reader() const { return *reader_; }
@@ -172,24 +190,6 @@ class ExpertStore final : public ExpertSource {
   bool pinned(int layer, int expert) const;
 
  private:
-  struct Slot {
-    uint8_t* data = nullptr;
-    int32_t expert = -1;
-    uint64_t last_use = 0;
-    bool pinned = false;             // from fill: for good
-    bool hot = false;                // prompt-hot: until pin_prompt_hot drops it
-    bool read_ahead_unused = false;  // loaded by read-ahead, not yet needed
-    IoPool::TicketPtr load;
-  };
-  struct Layer {
-    bool present = false;
-    std::vector<Slot> slots;
-    std::vector<uint32_t> smap;  // [n_expert]
-    std::vector<uint64_t> kept;  // [n_expert]: == stamp_ while protected from eviction
-    const ExpertTensor* gate = nullptr;
-    const ExpertTensor* up = nullptr;
-    const ExpertTensor* down = nullptr;
-  };
   // One expert of the current layer's union, as next() will hand it out.
   struct Pending {
     int index = 0;
@@ -199,44 +199,40 @@ class ExpertStore final : public ExpertSource {
     IoPool::TicketPtr load;
   };
 
-  Layer& layer_at(int layer);
-  int evict_victim(Layer& layer) const;
-  void settle(Slot& slot);  // waits for an in-flight read before a slot is reused
-  void assign(Layer& layer, int slot_index, int32_t expert);
   static ReadOptions read_options(const ExpertStoreOptions& options);
-  IoPool::TicketPtr start_read(int layer, int32_t expert, uint8_t* dest, IoPool::Priority priority);
-  // The expert's slot, evicting the LRU victim and starting its read when it is not resident;
-  // kMiss when nothing can be evicted.
-  uint32_t make_resident(Layer& layer, int layer_index, int32_t expert, IoPool::Priority priority);
-  ExpertMatrices matrices(const Layer& layer, const uint8_t* data, int32_t expert) const;
+  // Starts the reads of the cache slots a residency call assigned.
+  void load_slots(int layer, IoPool::Priority priority);
+  ExpertMatrices matrices(int layer, const uint8_t* data, int32_t expert) const;
   void release_transient();
 
+  // Declared in destruction order's reverse: the reads (and their threads) go before the arena
+  // they write into and the reader whose jobs they run.
   std::unique_ptr<ExpertReader> reader_;
   ExpertStoreOptions options_;
   int slots_per_layer_ = 0;
   bool all_resident_ = false;
-  uint64_t filled_slots_ = 0, total_slots_ = 0;  // cache slots holding an expert / existing
-  uint64_t arena_bytes_ = 0;
-  void* arena_ = nullptr;
-  std::vector<Layer> layers_;
+  ExpertLayout layout_;       // [block]
+  SlotResidency residency_;
+  std::unique_ptr<ExpertArena> arena_;
+  std::unique_ptr<ExpertReads> reads_;
+  std::vector<SlotResidency::Load> loads_;  // the last residency call's, reused
+
   std::vector<std::vector<uint64_t>> prompt_heat_;  // [block][expert], since reset_prompt_heat
   std::unique_ptr<UsageHistory> history_;
   std::string history_path_;
   uint64_t history_saved_tokens_ = 0;
-  std::unique_ptr<MocePolicy> moce_;
-  std::vector<uint8_t*> transient_slots_;
-  std::vector<int> free_transient_;
+  std::shared_ptr<MocePolicy> moce_;
+
+  // Statistics besides the residency's (reset_stats zeroes them and rebases the others).
+  uint64_t miss_bytes_ = 0, pin_changes_ = 0;
   uint64_t bytes_read_base_ = 0;  // reader_->bytes_read() at the last reset_stats
-  std::unique_ptr<IoPool> io_;
-  uint64_t clock_ = 0;  // LRU time: one tick per begin_layer / predict / fill
-  uint64_t stamp_ = 0;  // marks the experts a call protects from eviction
-  ExpertStoreStats stats_;
+  double io_wait_base_ms_ = 0;    // reads_->wait_ms() at the last reset_stats
 
   // The current layer (between begin_layer and the last next()).
   int current_layer_ = -1;
   std::vector<Pending> ready_, waiting_, deferred_;  // deferred: no transient slot free yet
-  std::vector<int> missing_;           // begin_layer's misses (indices into its experts)
-  std::vector<IoPool::Job> jobs_;      // start_read's jobs, reused
+  std::vector<int> missing_;  // begin_layer's misses (indices into its experts), as loads_
+  std::vector<int> free_transient_;
   int handed_transient_ = -1;  // the transient slot handed out by the last next()
 };
 

@@ -13,6 +13,7 @@ SlotResidency::SlotResidency(std::vector<int> slots_per_layer, int n_expert, int
   for (size_t l = 0; l < layers_.size(); ++l) {
     const int n = std::clamp(slots_per_layer[l], 0, n_expert);
     if (n == 0) continue;
+    all_experts_ += uint64_t(n_expert);
     layers_[l].slots.resize(size_t(n));
     layers_[l].smap.assign(size_t(n_expert), kMiss);
     layers_[l].kept.assign(size_t(n_expert), 0);
@@ -31,11 +32,36 @@ bool SlotResidency::pinned(int layer, int32_t expert) const {
   return s != kMiss && l.slots[s].pinned;
 }
 
+bool SlotResidency::hot(int layer, int32_t expert) const {
+  const Layer& l = layers_[size_t(layer)];
+  const uint32_t s = l.smap.empty() ? kMiss : l.smap[size_t(expert)];
+  return s != kMiss && l.slots[s].hot;
+}
+
+std::vector<int32_t> SlotResidency::hot_pins(int layer) const {
+  std::vector<int32_t> out;
+  for (const Slot& s : layers_.at(size_t(layer)).slots)
+    if (s.hot && s.expert >= 0) out.push_back(s.expert);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<int32_t> SlotResidency::lru_order(int layer) const {
+  std::vector<const Slot*> filled;
+  for (const Slot& s : layers_.at(size_t(layer)).slots)
+    if (s.expert >= 0) filled.push_back(&s);
+  std::stable_sort(filled.begin(), filled.end(),
+                   [](const Slot* a, const Slot* b) { return a->last_use > b->last_use; });
+  std::vector<int32_t> out;
+  for (const Slot* s : filled) out.push_back(s->expert);
+  return out;
+}
+
 int SlotResidency::victim(const Layer& layer) const {
   int best = -1;
   for (size_t i = 0; i < layer.slots.size(); ++i) {
     const Slot& s = layer.slots[i];
-    if (s.pinned || (s.expert >= 0 && layer.kept[size_t(s.expert)] == stamp_)) continue;
+    if (s.pinned || s.hot || (s.expert >= 0 && layer.kept[size_t(s.expert)] == stamp_)) continue;
     if (best < 0 || s.last_use < layer.slots[size_t(best)].last_use) best = int(i);
   }
   return best;
@@ -43,11 +69,24 @@ int SlotResidency::victim(const Layer& layer) const {
 
 void SlotResidency::assign(Layer& layer, int slot, int32_t expert) {
   Slot& s = layer.slots[size_t(slot)];
-  if (s.expert >= 0) layer.smap[size_t(s.expert)] = kMiss;
+  if (s.expert >= 0)
+    layer.smap[size_t(s.expert)] = kMiss;
+  else
+    ++filled_slots_;
   s.expert = expert;
   s.read_ahead_unused = false;
+  s.hot = false;
   s.last_use = clock_;
   layer.smap[size_t(expert)] = uint32_t(slot);
+}
+
+void SlotResidency::drop(int layer_index, int32_t expert) {
+  Layer& layer = layer_at(layer_index);
+  const uint32_t s = layer.smap.at(size_t(expert));
+  if (s == kMiss) return;
+  layer.slots[s].expert = -1;
+  layer.smap[size_t(expert)] = kMiss;
+  --filled_slots_;
 }
 
 void SlotResidency::resolve(int layer_index, std::span<const int32_t> experts, std::vector<Load>& loads) {
@@ -132,9 +171,42 @@ void SlotResidency::fill(int layer_index, std::span<const int32_t> ranking, int 
       loads.push_back({e, uint32_t(v), false});
       s = uint32_t(v);
     }
-    layer.slots[s].last_use = clock_;
     layer.slots[s].pinned = int(i) < n_pinned;
   }
+}
+
+int SlotResidency::pin_hot(int layer_index, std::span<const int32_t> wanted,
+                           std::vector<Load>& loads) {
+  Layer& layer = layer_at(layer_index);
+  loads.clear();
+  int changes = 0;
+  for (Slot& s : layer.slots)
+    if (s.hot && !std::binary_search(wanted.begin(), wanted.end(), s.expert)) {
+      s.hot = false;
+      ++changes;
+    }
+  ++clock_;
+  ++stamp_;
+  for (const int32_t e : wanted) {
+    if (e < 0 || e >= n_expert_)
+      fail("slot residency: pin_hot: layer {} expert id {} out of range", layer_index, e);
+    layer.kept[size_t(e)] = stamp_;
+  }
+  for (const int32_t e : wanted) {
+    uint32_t s = layer.smap[size_t(e)];
+    if (s == kMiss) {
+      const int v = victim(layer);
+      if (v < 0) break;
+      assign(layer, v, e);
+      loads.push_back({e, uint32_t(v), false});
+      s = uint32_t(v);
+    }
+    Slot& slot = layer.slots[s];
+    if (!slot.hot) ++changes;
+    slot.hot = true;
+    slot.last_use = clock_;
+  }
+  return changes;
 }
 
 }  // namespace strata

@@ -75,16 +75,22 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   return model;
 }
 
-std::vector<compute::ExpertLayerLayout> Model::expert_layouts() const {
-  std::vector<compute::ExpertLayerLayout> out(static_cast<size_t>(hp_.n_layer));
+std::vector<compute::ExpertLayerLayout> Model::block_expert_layouts() const {
+  std::vector<compute::ExpertLayerLayout> out(layers_.size());
   auto matrix = [](const ExpertTensor& t) {
     return compute::ExpertMatrixLayout{t.type, t.n_in, t.n_out, t.expert(0).row_stride_bytes};
   };
-  for (size_t l = 0; l < out.size() && l < layers_.size(); ++l) {
+  for (size_t l = 0; l < out.size(); ++l) {
     const LayerWeights& w = layers_[l];
     if (w.gate_exps.n_expert == 0) continue;
     out[l] = {true, matrix(w.gate_exps), matrix(w.up_exps), matrix(w.down_exps)};
   }
+  return out;
+}
+
+std::vector<compute::ExpertLayerLayout> Model::expert_layouts() const {
+  std::vector<compute::ExpertLayerLayout> out = block_expert_layouts();
+  out.resize(static_cast<size_t>(hp_.n_layer));  // the trunk's layers only
   return out;
 }
 

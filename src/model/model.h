@@ -201,6 +201,9 @@ class Model {
   // The shapes of each trunk layer's routed experts, for a GPU expert tier
   // (compute/expert_tier.h: backend_shared().gpu_tier.layers).
   std::vector<compute::ExpertLayerLayout> expert_layouts() const;
+  // The same for every block of layers() (the MTP block included): the layout an ExpertStore
+  // takes (experts/expert_store.h).
+  std::vector<compute::ExpertLayerLayout> block_expert_layouts() const;
 
  protected:
   // Loads token_embd and output from `tensors` (the checked table of *file).

@@ -1,5 +1,5 @@
 // Routing traces — what the router decided, per window and MoE layer, recorded during a run so a
-// cache policy can be simulated offline (experts/cache_replay.h) without running the model again.
+// cache policy can be simulated offline (route/cache_replay.h) without running the model again.
 //
 // What a trace holds (docs/routing-trace.md has the format byte by byte)
 // - A header binding it to one model: the GGUF identity that profiles and sidecars use

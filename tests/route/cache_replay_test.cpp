@@ -1,5 +1,5 @@
 // Replay == live: a routing trace recorded once (through the GGUF mapping) and replayed by
-// experts/cache_replay must give exactly the counters a live ExpertStore reports after the same
+// route/cache_replay must give exactly the counters a live ExpertStore reports after the same
 // tokens with the same settings — slots 1, 2, 3, 8 and all, read-ahead on and off, a profile fill
 // with and without pins. The two are independent implementations of one policy; agreement checks
 // both. Also: a trace does not depend on where experts come from (store or mapping, any setting),
@@ -14,11 +14,11 @@
 #include "../common/temp_dir.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/session.h"
-#include "experts/cache_replay.h"
 #include "experts/expert_store.h"
 #include "experts/profile.h"
 #include "experts/sidecar.h"
 #include "model/model.h"
+#include "route/cache_replay.h"
 #include "route/routing_trace.h"
 #include "synth/synth.h"
 

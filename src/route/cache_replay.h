@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "experts/expert_store.h"
+#include "experts/store_stats.h"
 #include "route/routing_trace.h"
 
 namespace strata {

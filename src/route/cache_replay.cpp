@@ -1,4 +1,4 @@
-#include "experts/cache_replay.h"
+#include "route/cache_replay.h"
 
 #include <algorithm>
 #include <span>
