@@ -139,6 +139,8 @@ class DashboardRecorder::Monitor final : public ExpertSource {
   }
   MocePolicy* moce() override { return inner_.moce(); }
   bool resident(int layer, int32_t expert) const override { return inner_.resident(layer, expert); }
+  std::vector<HostRegion> host_regions() const override { return inner_.host_regions(); }
+  bool pointers_stay_valid() const override { return inner_.pointers_stay_valid(); }
 
   void fill(DashboardSnapshot& s) const {
     s.heat = heat_;

@@ -119,6 +119,8 @@ class DecodeBatcher {
     bool resident(int layer, int32_t expert) const override {
       return inner->resident(layer, expert);
     }
+    std::vector<HostRegion> host_regions() const override { return inner->host_regions(); }
+    bool pointers_stay_valid() const override { return inner->pointers_stay_valid(); }
   };
 
   BatchWindow window_;  // only the thread running a step, under engine_
