@@ -17,7 +17,8 @@
 //   prefill windows into the coming step as rows of its own (Session::set_prefill_runner), and
 //   returns once that step ran. It does not hold the step back: the step waits for the members'
 //   rows only (with no member it runs at once), so prompts of joining requests are processed in
-//   the same windows as the others' decode rows, and prompts arriving together share one.
+//   the same windows as the others' decode rows, and the windows of prompts that arrive while a
+//   step runs share the next one.
 //   Each sequence's rows give the bits they give alone (Session::feed_together).
 //
 // Counters (`stats`): steps, rows (slot-steps), the largest step, and the experts each step's
