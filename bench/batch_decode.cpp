@@ -4,6 +4,7 @@
 //   ninja -C build bench_batch_decode && build/bench/bench_batch_decode
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -26,8 +27,12 @@ const Model& model() {
   return *m;
 }
 
+// STRATA_BENCH_THREADS (default 2: the build box's cores) sets the pool's size.
 compute::ThreadPool& pool() {
-  static compute::ThreadPool p(2);
+  static compute::ThreadPool p([] {
+    const char* threads = std::getenv("STRATA_BENCH_THREADS");
+    return threads ? std::max(1, std::atoi(threads)) : 2;
+  }());
   return p;
 }
 

@@ -55,9 +55,19 @@ const std::vector<float>& Session::prefill(std::span<const int32_t> tokens, int 
   for (size_t begin = 0; begin < total; begin += size_t(chunk_rows)) {
     const size_t n = std::min(total - begin, size_t(chunk_rows));
     const bool last = begin + n == total;
-    run_window(tokens.subspan(begin, n), last ? LogitRows::Last : LogitRows::None);
-    tokens_.insert(tokens_.end(), tokens.begin() + ptrdiff_t(begin),
-                   tokens.begin() + ptrdiff_t(begin + n));
+    if (prefill_runner_) {
+      // The runner feeds the window (tokens_ included); the last row's logits come back for
+      // every window, not only the last (they are overwritten by the next one).
+      const size_t before = tokens_.size();
+      prefill_runner_(*this, tokens.subspan(begin, n));
+      if (tokens_.size() != before + n)
+        fail("prefill: the window runner fed {} of the window's {} tokens", tokens_.size() - before,
+             n);
+    } else {
+      run_window(tokens.subspan(begin, n), last ? LogitRows::Last : LogitRows::None);
+      tokens_.insert(tokens_.end(), tokens.begin() + ptrdiff_t(begin),
+                     tokens.begin() + ptrdiff_t(begin + n));
+    }
     if (progress) progress(int64_t(begin + n), int64_t(total));
   }
   return logits_;
@@ -76,22 +86,32 @@ void Session::decode_together(std::span<Session* const> sessions, std::span<cons
   if (sessions.empty()) return;
   if (tokens.size() != sessions.size())
     fail("decode_together: {} sessions and {} tokens", sessions.size(), tokens.size());
+  std::vector<std::span<const int32_t>> rows;
+  for (size_t i = 0; i < sessions.size(); ++i) rows.push_back(tokens.subspan(i, 1));
+  feed_together(sessions, rows, batch, experts);
+}
+
+void Session::feed_together(std::span<Session* const> sessions,
+                            std::span<const std::span<const int32_t>> tokens, BatchWindow& batch,
+                            ExpertSource* experts) {
+  if (sessions.empty()) return;
+  if (tokens.size() != sessions.size())
+    fail("feed_together: {} sessions and {} token lists", sessions.size(), tokens.size());
   Session& first = *sessions[0];
   std::vector<ModelState*> states;
-  std::vector<std::span<const int32_t>> rows;
   std::vector<std::vector<float>*> logits;
   for (size_t i = 0; i < sessions.size(); ++i) {
     Session& s = *sessions[i];
     if (&s.model_ != &first.model_ || &s.pool_ != &first.pool_ || s.experts_ != first.experts_)
-      fail("decode_together: session {} has another model, thread pool or expert source", i);
-    s.check_context(1);
+      fail("feed_together: session {} has another model, thread pool or expert source", i);
+    s.check_context(tokens[i].size());
     states.push_back(&s.state_);
-    rows.push_back(tokens.subspan(i, 1));
     logits.push_back(&s.logits_);
   }
-  first.model_.forward_batch(first.pool_, batch, states, rows, logits,
+  first.model_.forward_batch(first.pool_, batch, states, tokens, logits,
                              experts ? experts : first.experts_);
-  for (size_t i = 0; i < sessions.size(); ++i) sessions[i]->tokens_.push_back(tokens[i]);
+  for (size_t i = 0; i < sessions.size(); ++i)
+    sessions[i]->tokens_.insert(sessions[i]->tokens_.end(), tokens[i].begin(), tokens[i].end());
 }
 
 const std::vector<float>& Session::forward_all(std::span<const int32_t> tokens) {

@@ -64,6 +64,18 @@ class Session {
   // wrapper around it).
   static void decode_together(std::span<Session* const> sessions, std::span<const int32_t> tokens,
                               BatchWindow& batch, ExpertSource* experts = nullptr);
+  // decode_together with any number of tokens per session (a prefill window rides in the same
+  // window as other sessions' decode rows): sessions[i] is fed tokens[i] (non-empty), and its
+  // state, tokens() and logits() (its last row's) are bitwise what feeding them alone in one
+  // window gives (prefill's windows, decode). Same requirements as decode_together.
+  static void feed_together(std::span<Session* const> sessions,
+                            std::span<const std::span<const int32_t>> tokens, BatchWindow& batch,
+                            ExpertSource* experts = nullptr);
+  // prefill hands each of its windows to `runner` instead of running it alone (strata serve
+  // --parallel: the DecodeBatcher puts it into the coming batched step). The runner must feed
+  // exactly that window to this session (feed_together), tokens() included. Empty: alone.
+  using PrefillRunner = std::function<void(Session& session, std::span<const int32_t> window)>;
+  void set_prefill_runner(PrefillRunner runner) { prefill_runner_ = std::move(runner); }
   // The expert source the windows fetch through (the model's mapping when null).
   ExpertSource& expert_source() const { return experts_ ? *experts_ : model_.mapped_experts(); }
   // Runs a window and returns the logits of every row ([n][n_vocab]).
@@ -117,6 +129,7 @@ class Session {
   std::vector<int32_t> tokens_;
   std::vector<float> logits_;
   FairMutex* window_lock_ = nullptr;
+  PrefillRunner prefill_runner_;
 };
 
 }  // namespace strata

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 
 #include "compute/cpu/ops.h"
 #include "quant/quant.h"
@@ -184,8 +185,68 @@ ExpertRows group_by_expert(compute::Workspace& ws, const Routing& routing) {
   return g;
 }
 
+// The window's rows in an expert's gate/up activation format, converted once for all experts
+// (not once per expert and projection: every row goes to k experts) at the first expert that
+// takes it; each expert gets its rows gathered from there. Bytes held in a float vector of the
+// workspace.
+struct ConvertedRows {
+  std::vector<float>* store = nullptr;
+  compute::ActivationRows rows;
+  bool valid = false;
+};
+
+bool takes_shared_format(const ExpertMatrices& m, int64_t n_embd) {
+  return quant::activation_type(m.gate.type) == quant::activation_type(m.up.type) &&
+         m.gate.n_in == n_embd && m.up.n_in == n_embd;
+}
+
+void convert_rows_once(compute::ThreadPool& pool, const ExpertMatrices& m, int64_t n_embd,
+                       const float* x, int64_t n_rows, ConvertedRows& converted) {
+  if (converted.valid || !takes_shared_format(m, n_embd)) return;
+  const size_t stride = compute::activation_row_stride(m.gate.type, n_embd);
+  converted.store->resize((size_t(n_rows) * stride + sizeof(float) - 1) / sizeof(float));
+  converted.rows = compute::quantize_activation_rows(
+      pool, m.gate.type, x, n_rows, n_embd, reinterpret_cast<std::byte*>(converted.store->data()));
+  converted.valid = true;
+}
+
+// Expert e of the union over its rows into rows [offsets[e], offsets[e+1]) of `outputs`:
+// from the converted rows when the expert takes their format, else from its rows of x. Scratch
+// from `ws` (the caller's, or the running thread's inside a task).
+void run_expert(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_embd,
+                const ExpertRows& g, size_t e, const ExpertMatrices& m,
+                const ConvertedRows& converted, const float* x, int64_t n_rows, float* outputs) {
+  compute::Workspace::Frame frame(ws);
+  const int64_t n = g.count(e);
+  const int64_t first = (*g.offsets)[e];
+  if (converted.valid && takes_shared_format(m, n_embd) &&
+      converted.rows.activation_type == quant::activation_type(m.gate.type)) {
+    const size_t stride = converted.rows.row_stride_bytes;
+    std::vector<float>& gathered_store = ws.floats(0);
+    gathered_store.reserve(converted.store->size());
+    gathered_store.resize((size_t(n) * stride + sizeof(float) - 1) / sizeof(float));
+    auto* gathered = reinterpret_cast<std::byte*>(gathered_store.data());
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(gathered + size_t(i) * stride,
+                  converted.rows.data + size_t((*g.rows)[size_t(first + i)]) * stride, stride);
+    const compute::ActivationRows rows{converted.rows.activation_type, n_embd, n, gathered, stride};
+    swiglu(pool, ws, m.gate, m.up, m.down, rows, n_rows, outputs + first * n_embd);
+    return;
+  }
+  std::vector<float>& rows_in = ws.floats(0);
+  rows_in.reserve(static_cast<size_t>(n_rows * n_embd));
+  rows_in.resize(static_cast<size_t>(n * n_embd));
+  for (int64_t i = 0; i < n; ++i)
+    std::copy_n(x + (*g.rows)[size_t(first + i)] * n_embd, n_embd, rows_in.data() + i * n_embd);
+  swiglu(pool, ws, m.gate, m.up, m.down, rows_in.data(), n, n_rows, outputs + first * n_embd);
+}
+
 // Runs every expert of the union as the source hands them out (after its begin_layer) and writes
 // y = Σ over experts in ascending id of weight·output, so the hand-out order never matters.
+// A window of several rows whose source keeps its pointers valid (the file mapping, an
+// all-resident store) takes every expert first and runs them side by side on the pool's threads:
+// a decode step of 16 sequences routes to ~20 small experts of ~3 rows each, too little work per
+// expert to split one across threads. Each expert's rows give the same bits on any thread.
 void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_embd,
                 ExpertSource& experts, int layer, const ExpertRows& g, const float* x,
                 int64_t n_rows, float* y) {
@@ -194,55 +255,106 @@ void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
   // Expert e's output rows sit at rows [offsets[e], offsets[e+1]) of `outputs`.
   std::vector<float>& outputs = ws.floats(g.rows->size() * size_t(n_embd));
   std::vector<int32_t>& handed = ws.ids(used.size());
-  std::vector<float>& rows_in = ws.floats(0);
-  rows_in.reserve(static_cast<size_t>(n_rows * n_embd));
-  // The window's rows in the gate/up weights' activation format, converted once at the first
-  // expert (not once per expert and projection: every row goes to k experts); each expert gets
-  // its rows gathered from there. Bytes held in float vectors of the workspace.
-  std::vector<float>& converted_store = ws.floats(0);
-  std::vector<float>& gathered_store = ws.floats(0);
-  compute::ActivationRows converted;
-  bool have_converted = false;
+  ConvertedRows converted{&ws.floats(0)};
   int index = -1;
   ExpertMatrices matrices;
-  while (true) {
+  const bool side_by_side = n_rows >= compute::kParallelRowsMin && pool.size() > 1 &&
+                            used.size() > 1 && experts.pointers_stay_valid();
+  if (side_by_side) {
+    // The handed-out matrices, as bytes in a workspace vector (no allocation once warm).
+    static_assert(std::is_trivially_copyable_v<ExpertMatrices>);
+    constexpr size_t kFloatsPerExpert = (sizeof(ExpertMatrices) + sizeof(float) - 1) / sizeof(float);
+    std::vector<float>& taken = ws.floats(used.size() * kFloatsPerExpert);
+    std::vector<int32_t>& order = ws.ids(used.size());
+    size_t n_taken = 0;
     {
       ScopedPhase phase(Phase::ExpertFetch);
-      if (!experts.next(index, matrices)) break;
+      while (experts.next(index, matrices)) {
+        handed[size_t(index)] = 1;
+        order[n_taken++] = index;
+        std::memcpy(taken.data() + size_t(index) * kFloatsPerExpert, &matrices, sizeof matrices);
+      }
     }
-    const size_t e = size_t(index);
-    const int64_t n = g.count(e);
-    const int64_t first = (*g.offsets)[e];
-    handed[e] = 1;
+    auto taken_expert = [&](size_t i) {
+      ExpertMatrices m;
+      std::memcpy(static_cast<void*>(&m), taken.data() + size_t(order[i]) * kFloatsPerExpert,
+                  sizeof m);
+      return m;
+    };
     ScopedPhase phase(Phase::RoutedExperts);
-    const GgmlType act = quant::activation_type(matrices.gate.type);
-    const bool shared_format = act == quant::activation_type(matrices.up.type) &&
-                               matrices.gate.n_in == n_embd && matrices.up.n_in == n_embd;
-    if (shared_format && !have_converted) {
-      const size_t stride = compute::activation_row_stride(matrices.gate.type, n_embd);
-      converted_store.resize((size_t(n_rows) * stride + sizeof(float) - 1) / sizeof(float));
-      gathered_store.resize(converted_store.size());
-      converted = compute::quantize_activation_rows(
-          pool, matrices.gate.type, x, n_rows, n_embd,
-          reinterpret_cast<std::byte*>(converted_store.data()));
-      have_converted = true;
+    if (n_taken > 0) convert_rows_once(pool, taken_expert(0), n_embd, x, n_rows, converted);
+    const ExpertMatrices first = n_taken > 0 ? taken_expert(0) : ExpertMatrices{};
+    bool uniform = n_taken > 0 && converted.valid &&
+                   converted.rows.activation_type == quant::activation_type(first.gate.type) &&
+                   quant::activation_type(first.down.type) != GgmlType::F32 &&
+                   first.up.n_out == first.gate.n_out && first.down.n_in == first.gate.n_out;
+    for (size_t i = 1; i < n_taken && uniform; ++i) {
+      const ExpertMatrices m = taken_expert(i);
+      uniform = m.gate.type == first.gate.type && m.up.type == first.up.type &&
+                m.down.type == first.down.type && m.gate.n_out == first.gate.n_out &&
+                m.up.n_out == first.up.n_out && m.down.n_in == first.down.n_in &&
+                m.gate.n_in == n_embd && m.up.n_in == n_embd;
     }
-    if (shared_format && converted.activation_type == act) {
-      const size_t stride = converted.row_stride_bytes;
-      auto* gathered = reinterpret_cast<std::byte*>(gathered_store.data());
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(gathered + size_t(i) * stride,
-                    converted.data + size_t((*g.rows)[size_t(first + i)]) * stride, stride);
-      const compute::ActivationRows rows{act, n_embd, n, gathered, stride};
-      swiglu(pool, ws, matrices.gate, matrices.up, matrices.down, rows, n_rows,
-             outputs.data() + first * n_embd);
-      continue;
+    if (!uniform) {
+      // Mixed shapes or formats (no model here has them): one after the other, as handed out.
+      for (size_t i = 0; i < n_taken; ++i)
+        run_expert(pool, ws, n_embd, g, size_t(order[i]), taken_expert(i), converted, x, n_rows,
+                   outputs.data());
+    } else {
+      // Every expert's scratch is its rows' slice of buffers taken here for all of them (rows
+      // [offsets[e], offsets[e+1]) of each, as `outputs`), so a task allocates nothing and uses
+      // no thread's workspace or scratch: gate and up over its gathered converted rows,
+      // silu(g)⊙u, that converted to the down weights' format, down. Bitwise run_expert's
+      // result (matmul_rows gives matmul's bits on the converted rows).
+      const int64_t n_ff = first.gate.n_out;
+      const size_t total_rows = g.rows->size();
+      const size_t in_stride = converted.rows.row_stride_bytes;
+      const size_t down_stride = compute::activation_row_stride(first.down.type, n_ff);
+      auto bytes_as_floats = [](size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); };
+      auto* gathered =
+          reinterpret_cast<std::byte*>(ws.floats(bytes_as_floats(total_rows * in_stride)).data());
+      auto* down_rows =
+          reinterpret_cast<std::byte*>(ws.floats(bytes_as_floats(total_rows * down_stride)).data());
+      float* gate_out = ws.floats(total_rows * size_t(n_ff)).data();
+      float* up_out = ws.floats(total_rows * size_t(n_ff)).data();
+      pool.parallel_for(int64_t(n_taken), [&](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin; i < end; ++i) {
+          const size_t e = size_t(order[size_t(i)]);
+          const ExpertMatrices m = taken_expert(size_t(i));
+          const int64_t n = g.count(e), row0 = (*g.offsets)[e];
+          std::byte* rows_in = gathered + size_t(row0) * in_stride;
+          for (int64_t r = 0; r < n; ++r)
+            std::memcpy(rows_in + size_t(r) * in_stride,
+                        converted.rows.data + size_t((*g.rows)[size_t(row0 + r)]) * in_stride,
+                        in_stride);
+          float* gate_rows = gate_out + row0 * n_ff;
+          const float* up_rows = up_out + row0 * n_ff;
+          const compute::MatmulProduct gate_up[] = {{&m.gate, gate_rows},
+                                                    {&m.up, up_out + row0 * n_ff}};
+          compute::matmul_rows(
+              pool, gate_up,
+              compute::ActivationRows{converted.rows.activation_type, n_embd, n, rows_in, in_stride});
+          for (int64_t j = 0; j < n * n_ff; ++j)
+            gate_rows[j] = compute::silu(gate_rows[j]) * up_rows[j];
+          const compute::ActivationRows down_in = compute::quantize_activation_rows(
+              pool, m.down.type, gate_rows, n, n_ff, down_rows + size_t(row0) * down_stride);
+          const compute::MatmulProduct down[] = {{&m.down, outputs.data() + row0 * n_embd}};
+          compute::matmul_rows(pool, down, down_in);
+        }
+      });
     }
-    rows_in.resize(static_cast<size_t>(n * n_embd));
-    for (int64_t i = 0; i < n; ++i)
-      std::copy_n(x + (*g.rows)[size_t(first + i)] * n_embd, n_embd, rows_in.data() + i * n_embd);
-    swiglu(pool, ws, matrices.gate, matrices.up, matrices.down, rows_in.data(), n, n_rows,
-           outputs.data() + first * n_embd);
+  } else {
+    while (true) {
+      {
+        ScopedPhase phase(Phase::ExpertFetch);
+        if (!experts.next(index, matrices)) break;
+      }
+      handed[size_t(index)] = 1;
+      ScopedPhase phase(Phase::RoutedExperts);
+      convert_rows_once(pool, matrices, n_embd, x, n_rows, converted);
+      run_expert(pool, ws, n_embd, g, size_t(index), matrices, converted, x, n_rows,
+                 outputs.data());
+    }
   }
   for (size_t e = 0; e < used.size(); ++e)
     if (!handed[e] && g.count(e) > 0)

@@ -139,6 +139,8 @@ class DashboardRecorder::Monitor final : public ExpertSource {
   }
   MocePolicy* moce() override { return inner_.moce(); }
   bool resident(int layer, int32_t expert) const override { return inner_.resident(layer, expert); }
+  std::vector<HostRegion> host_regions() const override { return inner_.host_regions(); }
+  bool pointers_stay_valid() const override { return inner_.pointers_stay_valid(); }
 
   void fill(DashboardSnapshot& s) const {
     s.heat = heat_;
@@ -204,6 +206,9 @@ void DashboardRecorder::begin_generation(int64_t prompt_tokens, double queue_wai
   generation_.prompt_tokens = prompt_tokens;
   generation_.queue_wait_ms = queue_wait_s * 1e3;
   generation_started_ = decode_started_ = SteadyClock::now();
+  // On from the first running generation to the last: with --parallel they overlap, and a
+  // batched window counts once, whichever slot's thread runs it (all under the engine lock).
+  ++generations_running_;
   if (profile_) active_phase_times() = &phases_;
   publish(true);
 }
@@ -249,7 +254,8 @@ void DashboardRecorder::end_generation(std::string_view finish_reason, const spe
     spec_->forced_plain = gate->forced_plain();
     spec_->declined = gate->declined();
   }
-  if (active_phase_times() == &phases_) active_phase_times() = nullptr;
+  if (generations_running_ > 0) --generations_running_;
+  if (generations_running_ == 0 && active_phase_times() == &phases_) active_phase_times() = nullptr;
   publish(true);
 }
 

@@ -18,8 +18,9 @@
 //
 // Threads: every method runs on the engine thread (the scheduler's worker) except the constructor,
 // which runs before that thread starts and publishes the first snapshot. With `profile`, it points
-// the process's PhaseTimer (util/phase_timer.h, read by the forward on the same thread) at its
-// own PhaseTimes while a generation runs.
+// the process's PhaseTimer (util/phase_timer.h, read by the forward under the engine lock) at its
+// own PhaseTimes while any generation runs (with --parallel, from the first one's start to the
+// last one's end: overlapping generations' windows count once).
 #pragma once
 
 #include <chrono>
@@ -69,6 +70,7 @@ class DashboardRecorder {
   DashboardGeneration generation_;
   std::optional<DashboardSpec> spec_;
   uint64_t generations_started_ = 0;
+  int generations_running_ = 0;  // begun and not ended (several with --parallel)
   double busy_ms_done_ = 0;  // generations that ended
   std::chrono::steady_clock::time_point generation_started_, decode_started_, last_publish_;
 };

@@ -13,6 +13,13 @@
 //   ran. The step runs as soon as every member has added its row (the last one to arrive, or any
 //   waiter woken by a leave, runs it on its own thread, holding the engine lock). A step that
 //   throws rethrows in every slot of it.
+// - `prefill(session, window)`: a slot that is not a member (still prefilling) puts one of its
+//   prefill windows into the coming step as rows of its own (Session::set_prefill_runner), and
+//   returns once that step ran. It does not hold the step back: the step waits for the members'
+//   rows only (with no member it runs at once), so prompts of joining requests are processed in
+//   the same windows as the others' decode rows, and the windows of prompts that arrive while a
+//   step runs share the next one.
+//   Each sequence's rows give the bits they give alone (Session::feed_together).
 //
 // Counters (`stats`): steps, rows (slot-steps), the largest step, and the experts each step's
 // layers fetched (the union over its rows, counted by a pass-through ExpertSource around the
@@ -44,6 +51,9 @@ struct BatchStats {
   // how much the rows shared (where MoE batching pays).
   uint64_t layer_steps = 0;
   uint64_t expert_union = 0;
+  // Prefill windows that rode in the steps, and their rows (prompt tokens; not in `rows`).
+  uint64_t prefill_windows = 0;
+  uint64_t prefill_rows = 0;
 };
 
 class DecodeBatcher {
@@ -56,6 +66,9 @@ class DecodeBatcher {
   void leave();
   // REQUIRES: joined. Feeds `token` to `session` in the next step; returns when it ran.
   void decode(Session& session, int32_t token);
+  // REQUIRES: not joined. Feeds `window` (non-empty) to `session` in the next step; returns when
+  // it ran.
+  void prefill(Session& session, std::span<const int32_t> window);
 
   BatchStats stats() const;
 
@@ -82,18 +95,22 @@ class DecodeBatcher {
   };
 
  private:
+  // Adds session's rows to the coming step and waits for it (member: one of the rows a step
+  // waits for).
+  void feed(Session& session, std::span<const int32_t> tokens, bool member);
   // REQUIRES: lock held, not running, the step full. Runs it (unlocking meanwhile).
   void run_step(std::unique_lock<std::mutex>& lock);
-  bool step_ready() const {
-    return !running_ && !sessions_.empty() && sessions_.size() >= members_;
-  }
+  bool step_ready() const { return !running_ && !sessions_.empty() && member_rows_ >= members_; }
 
   FairMutex& engine_;
   mutable std::mutex mutex_;  // guards everything below but window_
   std::condition_variable changed_;
   size_t members_ = 0;
-  std::vector<Session*> sessions_;  // the coming step's rows
-  std::vector<int32_t> tokens_;
+  std::vector<Session*> sessions_;  // the coming step's sequences
+  std::vector<int32_t> tokens_;     // their tokens, one after the other
+  std::vector<size_t> counts_;      // how many each
+  std::vector<bool> decoding_;      // whether a member's decode row (or a prefill window)
+  size_t member_rows_ = 0;          // members' rows in the coming step
   bool running_ = false;
   uint64_t completed_ = 0;  // steps run so far; a step's number is completed_ when it starts
   uint64_t failed_step_ = UINT64_MAX;
@@ -119,12 +136,17 @@ class DecodeBatcher {
     bool resident(int layer, int32_t expert) const override {
       return inner->resident(layer, expert);
     }
+    std::vector<HostRegion> host_regions() const override { return inner->host_regions(); }
+    bool pointers_stay_valid() const override { return inner->pointers_stay_valid(); }
   };
 
   BatchWindow window_;  // only the thread running a step, under engine_
   UnionCounter counter_;
   std::vector<Session*> step_sessions_;
   std::vector<int32_t> step_tokens_;
+  std::vector<size_t> step_counts_;
+  std::vector<bool> step_decoding_;
+  std::vector<std::span<const int32_t>> step_spans_;
 };
 
 }  // namespace strata::serve

@@ -113,7 +113,12 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
   try {
     ExpertSource* experts = recorder_.source();
     Session session(*served_.model, pool_, experts, served_.backend);
-    if (batcher_) session.set_window_lock(&engine_lock_);
+    if (batcher_) {
+      session.set_window_lock(&engine_lock_);
+      // The prompt's windows ride in the batched steps too (DecodeBatcher::prefill).
+      session.set_prefill_runner(
+          [this](Session& s, std::span<const int32_t> window) { batcher_->prefill(s, window); });
+    }
     SamplerConfig sampling = plan.sampling;
     sampling.seed += uint64_t(choice);  // GenerationPlan::n_choices: choice i's seed
     Sampler sampler(sampling);

@@ -143,7 +143,8 @@ std::string ServeMetrics::render(const LiveGauges& live, const ExpertStoreStats*
   header(out, "strata_generations_running", "gauge", "Generations running now");
   out += fmt::format("strata_generations_running {}\n", live.running_count);
   header(out, "strata_batch_steps_total", "counter",
-         "Batched decode windows (--parallel > 1; each carries one row per decoding slot)");
+         "Batched windows (--parallel > 1; one row per decoding slot, plus joining slots' prompt "
+         "windows)");
   out += fmt::format("strata_batch_steps_total {}\n", live.batch.steps);
   header(out, "strata_batch_rows_total", "counter", "Tokens decoded through batched windows");
   out += fmt::format("strata_batch_rows_total {}\n", live.batch.rows);
@@ -153,6 +154,12 @@ std::string ServeMetrics::render(const LiveGauges& live, const ExpertStoreStats*
   header(out, "strata_batch_expert_union_total", "counter",
          "Experts fetched by those layers (each the union over the window's rows)");
   out += fmt::format("strata_batch_expert_union_total {}\n", live.batch.expert_union);
+  header(out, "strata_batch_prefill_windows_total", "counter",
+         "Prompt windows of joining requests that ran inside batched windows");
+  out += fmt::format("strata_batch_prefill_windows_total {}\n", live.batch.prefill_windows);
+  header(out, "strata_batch_prefill_rows_total", "counter",
+         "Prompt tokens processed inside batched windows");
+  out += fmt::format("strata_batch_prefill_rows_total {}\n", live.batch.prefill_rows);
   header(out, "strata_batch_max_rows", "gauge", "The largest batched decode window so far");
   out += fmt::format("strata_batch_max_rows {}\n", live.batch.max_rows);
   if (experts) {

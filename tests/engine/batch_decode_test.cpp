@@ -7,6 +7,7 @@
 //   alone between steps) and leave; every step's logits equal a session decoding alone;
 // - multi-row segments: one window of several prefill chunks of different lengths (1 to 40 rows,
 //   both DeltaNet forms) equals each chunk fed alone, logits and the following decode step;
+// - batched prefill: a joining sequence's prefill windows inside other sequences' decode steps;
 // - bad input is refused with an error naming the problem.
 #include <gtest/gtest.h>
 
@@ -144,6 +145,71 @@ TEST_P(BatchDecode, MultiRowSegmentsEqualFeedingEachAlone) {
     model->forward(pool, batched[i], token, LogitRows::Last, got[i]);
     ASSERT_TRUE(same_bits(want[i], got[i])) << "after segment " << i;
   }
+}
+
+// serve --parallel's batched prefill (Session::set_prefill_runner, feed_together): each prefill
+// window of a joining sequence (prompts of 70 rows = windows of 64 + 6, and 20) runs inside a
+// decode step of two other sequences; the joiners' logits, tokens and states equal a plain
+// prefill, the decoders' every step equals decoding alone, and so does a step of all four.
+TEST_P(BatchDecode, PrefillWindowsInsideDecodeStepsEqualPrefillAlone) {
+  const auto model = Model::load(model_path(GetParam()));
+  compute::ThreadPool pool(2);
+  const int64_t n_vocab = model->hparams().n_vocab;
+  std::vector<Pair> decoders(2), joiners(2);
+  const std::vector<size_t> decoder_prompts = {5, 9}, joiner_prompts = {70, 20};
+  for (size_t i = 0; i < 2; ++i) {
+    for (Pair* p : {&decoders[i], &joiners[i]}) {
+      p->alone = std::make_unique<Session>(*model, pool);
+      p->batched = std::make_unique<Session>(*model, pool);
+    }
+    decoders[i].prompt = random_tokens(n_vocab, decoder_prompts[i], 300 + uint32_t(i));
+    joiners[i].prompt = random_tokens(n_vocab, joiner_prompts[i], 400 + uint32_t(i));
+    decoders[i].alone->prefill(decoders[i].prompt);
+    decoders[i].batched->prefill(decoders[i].prompt);
+  }
+  BatchWindow batch;
+  int windows = 0;
+  const Session::PrefillRunner ride_in_a_step = [&](Session& joiner,
+                                                    std::span<const int32_t> window) {
+    std::vector<Session*> sessions;
+    Tokens next;
+    for (Pair& d : decoders) {
+      next.push_back(argmax(d.alone->logits()));
+      d.alone->decode(next.back());
+      sessions.push_back(d.batched.get());
+    }
+    std::vector<std::span<const int32_t>> rows = {std::span<const int32_t>(&next[0], 1),
+                                                  std::span<const int32_t>(&next[1], 1), window};
+    sessions.push_back(&joiner);
+    Session::feed_together(sessions, rows, batch);
+    ++windows;
+    for (Pair& d : decoders) {
+      ASSERT_TRUE(same_bits(d.alone->logits(), d.batched->logits())) << "window " << windows;
+      ASSERT_EQ(d.alone->tokens(), d.batched->tokens());
+    }
+  };
+  for (Pair& j : joiners) {
+    j.batched->set_prefill_runner(ride_in_a_step);
+    j.alone->prefill(j.prompt);
+    j.batched->prefill(j.prompt);
+    ASSERT_TRUE(same_bits(j.alone->logits(), j.batched->logits()))
+        << "prompt of " << j.prompt.size() << " tokens";
+    ASSERT_EQ(j.alone->tokens(), j.batched->tokens());
+    ASSERT_EQ(j.alone->n_past(), j.batched->n_past());
+    ASSERT_EQ(j.alone->state().residuals, j.batched->state().residuals);
+  }
+  EXPECT_EQ(windows, 3);
+  std::vector<Session*> all;
+  Tokens next;
+  for (std::vector<Pair>* group : {&decoders, &joiners})
+    for (Pair& p : *group) {
+      next.push_back(argmax(p.alone->logits()));
+      p.alone->decode(next.back());
+      all.push_back(p.batched.get());
+    }
+  Session::decode_together(all, next, batch);
+  for (std::vector<Pair>* group : {&decoders, &joiners})
+    for (Pair& p : *group) ASSERT_TRUE(same_bits(p.alone->logits(), p.batched->logits()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, BatchDecode,

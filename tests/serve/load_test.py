@@ -14,12 +14,14 @@ report only), or when the server does not exit 0 on SIGTERM. stdlib only.
 
   tests/serve/load_test.py --binary build/strata --duration 10     # CI (ctest ServeLoad.*)
   bench/serve/load.sh build                                         # 60 s (docs/serve.md)
+  bench/serve/load_parallel.sh build                                # 64 streams x 10 min, --parallel 8
 """
 import argparse
 import http.client
 import json
 import random
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -163,6 +165,11 @@ def main():
                         help="--cache-ram for the server, in MiB: every request leaves snapshots in the "
                              "conversation state cache, which may fill to this bound, so it is added to "
                              "the RSS margin")
+    parser.add_argument("--server-args", default="",
+                        help="more strata serve options, one string (e.g. \"--parallel 8\")")
+    parser.add_argument("--rss-every", type=float, default=0,
+                        help="also sample RSS every this many seconds of the measured run and print "
+                             "the samples (0: only before and after)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json-out", help="also write the numbers as JSON here")
     args = parser.parse_args()
@@ -171,6 +178,7 @@ def main():
     command += ["--cache-ram", f"{int(args.cache_ram_mib)}M"]
     if args.model:
         command += ["-m", args.model]
+    command += shlex.split(args.server_args)
     server_log = tempfile.TemporaryFile(mode="w+")
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=server_log, text=True)
     status = 1
@@ -187,7 +195,21 @@ def main():
 
         warm = run_load(port, args.concurrency, args.warmup, args.max_tokens, args.timeout, args.seed + 7)
         rss_before = rss_mib(server.pid)
+        rss_samples = []
+        sampling_done = threading.Event()
+
+        def sample_rss():
+            started = time.monotonic()
+            while not sampling_done.wait(args.rss_every):
+                rss_samples.append((time.monotonic() - started, rss_mib(server.pid)))
+
+        sampler = threading.Thread(target=sample_rss)
+        if args.rss_every > 0:
+            sampler.start()
         result = run_load(port, args.concurrency, args.duration, args.max_tokens, args.timeout, args.seed)
+        sampling_done.set()
+        if args.rss_every > 0:
+            sampler.join()
         time.sleep(0.5)
         rss_after = rss_mib(server.pid)
 
@@ -211,6 +233,9 @@ def main():
         margin = "report only" if args.rss_margin_mib < 0 else f"margin {args.rss_margin_mib:g} MiB"
         print(f"RSS: {rss_before:.1f} MiB after warm-up, {rss_after:.1f} MiB after the run "
               f"({rss_after - rss_before:+.1f} MiB; {margin})")
+        if rss_samples:
+            print("RSS samples (s: MiB): " + ", ".join(f"{t:.0f}: {m:.1f}" for t, m in rss_samples))
+            report["rss_samples_mib"] = [m for _, m in rss_samples]
         for error in errors[:10]:
             print(f"error: {error}")
 

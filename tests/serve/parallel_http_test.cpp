@@ -130,6 +130,10 @@ TEST(ServeParallel, ConcurrentRequestsAnswerAsTheSingleSlotServer) {
   EXPECT_EQ(metric_now(server, "strata_batch_max_rows"), 4);
   EXPECT_GT(metric_now(server, "strata_batch_rows_total"),
             metric_now(server, "strata_batch_steps_total"));
+  // The prompts went through the batched windows too.
+  EXPECT_GT(metric_now(server, "strata_batch_prefill_windows_total"), 0);
+  EXPECT_GT(metric_now(server, "strata_batch_prefill_rows_total"),
+            metric_now(server, "strata_batch_prefill_windows_total"));
   EXPECT_EQ(get(server, "/props").json()["total_slots"], 4);
   EXPECT_EQ(server.terminate(15), 0);
 }

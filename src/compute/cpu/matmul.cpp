@@ -16,6 +16,14 @@ constexpr size_t kWeightTileBytes = 32 * 1024;
 // Activation bytes per row tile: the rows of one tile stay in L2 while the weight tile's rows pass.
 constexpr size_t kActivationTileBytes = 256 * 1024;
 constexpr size_t kActivationRowAlignment = 64;
+// Multiply-adds a tile must hold before a product is cut into more tiles than its weight bytes
+// ask for: a window of several rows over a small matrix (the default model's 256 x 256
+// projections are 3 tiles of 32 KiB) otherwise leaves one thread doing the whole product. A
+// 16-row window over 256 inputs then gets tiles of 8 outputs (~2 µs each with AVX-512).
+constexpr int64_t kMinTileMacs = 32 * 1024;
+// Tiles per thread a product is cut into when it has the work for them (the pool's chunking
+// wants about 4 chunks per thread).
+constexpr int64_t kTilesPerThread = 4;
 
 void validate(const WeightMatrix& w, const float* x, int64_t n_rows, const float* y) {
   const TypeTraits& traits = type_traits(w.type);
@@ -77,10 +85,20 @@ struct ProductJob {
   int64_t n_tiles = 0;
 };
 
+// Which tile an output lands in never changes its bits (each is one dot of one weight row and
+// one activation row), so the tiling is free to follow the thread count.
 ProductJob make_job(const WeightMatrix& w, float* y, const std::byte* activations,
-                    size_t activation_stride, int64_t n_rows) {
+                    size_t activation_stride, int64_t n_rows, int n_threads) {
   ProductJob job{&w, y, activations, activation_stride, n_rows};
   job.outputs_per_tile = std::max<int64_t>(1, int64_t(kWeightTileBytes / w.row_stride_bytes));
+  if (n_threads > 1) {
+    // Even counts: the tile kernels work on pairs of weight rows.
+    auto even = [](int64_t n) { return std::max<int64_t>(2, (n + 1) / 2 * 2); };
+    const int64_t min_outputs = even((kMinTileMacs + n_rows * w.n_in - 1) / (n_rows * w.n_in));
+    const int64_t split_outputs = even((w.n_out + n_threads * kTilesPerThread - 1) /
+                                       (int64_t(n_threads) * kTilesPerThread));
+    job.outputs_per_tile = std::min(job.outputs_per_tile, std::max(min_outputs, split_outputs));
+  }
   job.rows_per_tile =
       std::clamp<int64_t>(int64_t(kActivationTileBytes / activation_stride), 1, n_rows);
   job.n_tiles = (w.n_out + job.outputs_per_tile - 1) / job.outputs_per_tile;
@@ -193,7 +211,8 @@ void matmul_many(ThreadPool& pool, std::span<const MatmulProduct> products, cons
   std::array<ProductJob, kMaxProducts> jobs;
   for (size_t i = 0; i < products.size(); ++i) {
     const size_t f = product_format[i];
-    jobs[i] = make_job(*products[i].w, products[i].y, format_data[f], format_stride[f], n_rows);
+    jobs[i] = make_job(*products[i].w, products[i].y, format_data[f], format_stride[f], n_rows,
+                       pool.size());
   }
   run_jobs(pool, std::span<const ProductJob>(jobs.data(), products.size()));
 }
@@ -233,7 +252,7 @@ void matmul_rows(ThreadPool& pool, std::span<const MatmulProduct> products,
           "with {} inputs",
           type_traits(p.w->type).name, p.w->n_in, type_traits(rows.activation_type).name,
           rows.n_in);
-    jobs[i] = make_job(*p.w, p.y, rows.data, rows.row_stride_bytes, rows.n_rows);
+    jobs[i] = make_job(*p.w, p.y, rows.data, rows.row_stride_bytes, rows.n_rows, pool.size());
   }
   if (rows.n_rows == 0) return;
   run_jobs(pool, std::span<const ProductJob>(jobs.data(), products.size()));
