@@ -89,7 +89,7 @@ class Backend {
   // The other way: rows [first_row, first_row + n_rows) of t from `in` (n_rows x t.width floats).
   virtual void write(Tensor t, int64_t first_row, int64_t n_rows, const float* in) = 0;
   // dst rows [dst_row, dst_row + n_rows) = src rows [src_row, src_row + n_rows); REQUIRES equal
-  // widths and types, and src != dst. The batched forward (Model::forward_batch) moves one
+  // widths and types, and src != dst. The batched forward (WindowRunner::run_batch) moves one
   // sequence's rows of a window in and out of the token mixers with it. The default stages the
   // rows through the host (read + write, allocating); a backend may copy in place.
   virtual void copy_rows(Tensor src, int64_t src_row, Tensor dst, int64_t dst_row, int64_t n_rows) {
@@ -152,8 +152,8 @@ class Backend {
   virtual void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer,
                          Tensor x, Tensor y, int64_t n_rows) = 0;
 
-  // Batched token mixers (Model::forward_batch, serve --parallel): rows segments[s] of x belong
-  // to states[s] (caches[s]). The row-wise parts (projections, norms) may run once over all rows,
+  // Batched token mixers (WindowRunner::run_batch, serve --parallel): rows segments[s] of x
+  // belong to states[s] (caches[s]). The row-wise parts (projections, norms) may run once over all rows,
   // the recurrence or attention per sequence; each sequence's rows and state must be bitwise what
   // the single op gives it alone. Never recorded. A backend whose batched_mixers() is false does
   // not implement them: the forward then copies each sequence's rows through the single ops.
@@ -188,7 +188,7 @@ class Backend {
   // Keeps only the first keep_rows rows of the last window (run with record_window) in the states
   // this backend keeps in its own memory, and returns true; the caller then only fixes the host
   // bookkeeping (n_past, the PLE n-gram context). Returns false when the states are the host
-  // structs (the CPU backend): the caller rolls those back itself (Model::rollback).
+  // structs (the CPU backend): the caller rolls those back itself (Model::rollback_layers).
   virtual bool rollback_window(int64_t keep_rows) {
     (void)keep_rows;
     return false;

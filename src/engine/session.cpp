@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "compute/backend_registry.h"
+#include "engine/window.h"
 #include "util/error.h"
 
 namespace strata {
@@ -41,9 +42,9 @@ int64_t Session::context_left() const {
 }
 
 void Session::run_window(std::span<const int32_t> tokens, LogitRows rows) {
-  if (!window_lock_) return model_.forward(pool_, state_, tokens, rows, logits_, experts_);
+  if (!window_lock_) return WindowRunner(model_).run(pool_, state_, tokens, rows, logits_, experts_);
   std::lock_guard lock(*window_lock_);
-  model_.forward(pool_, state_, tokens, rows, logits_, experts_);
+  WindowRunner(model_).run(pool_, state_, tokens, rows, logits_, experts_);
 }
 
 const std::vector<float>& Session::prefill(std::span<const int32_t> tokens, int chunk_rows,
@@ -108,8 +109,8 @@ void Session::feed_together(std::span<Session* const> sessions,
     states.push_back(&s.state_);
     logits.push_back(&s.logits_);
   }
-  first.model_.forward_batch(first.pool_, batch, states, tokens, logits,
-                             experts ? experts : first.experts_);
+  WindowRunner(first.model_).run_batch(first.pool_, batch, states, tokens, logits,
+                                      experts ? experts : first.experts_);
   for (size_t i = 0; i < sessions.size(); ++i)
     sessions[i]->tokens_.insert(sessions[i]->tokens_.end(), tokens[i].begin(), tokens[i].end());
 }
@@ -139,7 +140,7 @@ void Session::keep_rows(int64_t n_rows) {
   const int64_t window = int64_t(state_.window_log.tokens.size());
   if (n_rows < 1 || n_rows > window)
     fail("keep_rows: cannot keep {} rows of a {}-row verify window", n_rows, window);
-  model_.rollback(pool_, state_, n_rows);
+  WindowRunner(model_).rollback(pool_, state_, n_rows);
   tokens_.resize(tokens_.size() - size_t(window - n_rows));
   const size_t vocab = size_t(model_.hparams().n_vocab);
   logits_.erase(logits_.begin(), logits_.begin() + ptrdiff_t(size_t(n_rows - 1) * vocab));

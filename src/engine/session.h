@@ -54,7 +54,7 @@ class Session {
   const std::vector<float>& prefill(std::span<const int32_t> tokens, int chunk_rows = 64,
                                     const ProgressFn& progress = nullptr);
   const std::vector<float>& decode(int32_t token);
-  // One decode step of several sessions in one window (Model::forward_batch, continuous
+  // One decode step of several sessions in one window (WindowRunner::run_batch, continuous
   // batching): sessions[i] is fed tokens[i], and each one's state and logits() are bitwise what
   // sessions[i]->decode(tokens[i]) alone would give. The dense weights and the union of the
   // sessions' experts are read once for the step. REQUIRES: distinct sessions of one model, one
@@ -118,7 +118,7 @@ class Session {
 
  private:
   void check_context(size_t more) const;
-  // model_.forward under window_lock_ (when set).
+  // WindowRunner::run under window_lock_ (when set).
   void run_window(std::span<const int32_t> tokens, LogitRows rows);
   const Model& model_;
   compute::ThreadPool& pool_;

@@ -1,18 +1,19 @@
 // Model — a loaded architecture: hyper-parameters, weight views into the GGUF mapping, and the
-// forward pass of a window of T tokens (T = 1 decode, 1+k speculative verify, chunk prefill).
+// layer sequence of a window of T tokens (T = 1 decode, 1+k speculative verify, chunk prefill).
+// The Model describes; engine/window.h's WindowRunner runs a window through it (token checks,
+// the speculative window log, the backend's window, positions, the head and the read-back).
 //
 // Contract
 // - `Model::load` opens the GGUF, reads the hyper-parameters, checks the file against the
 //   architecture's tensor table (model/tensor_specs.h: presence, shape, type; errors name the
 //   file, tensor, expected and found) and picks the architecture class, which takes its weights
 //   from that same table.
-// - `forward` advances `state` by tokens.size() positions and writes the logits of the rows
-//   requested. It runs only through the state's compute::Backend (compute/backend.h): the
-//   architecture files describe the window as backend ops; the logits are read back at the end.
-//   A row's logits are bitwise identical whether it is computed alone or inside a window of T
-//   rows (window identity; tested), so speculative verify can be exact.
+// - `run_layers` describes a window as ops on the state's compute::Backend (compute/backend.h);
+//   it never returns data to the host. A row's result is bitwise identical whether it is
+//   computed alone or inside a window of T rows (window identity; tested), so speculative verify
+//   can be exact.
 // - Routed experts are fetched through the ExpertSource passed in (default: the file mapping).
-// - A Model is immutable after load; one forward runs at a time per ModelState. The thread pool
+// - A Model is immutable after load; one window runs at a time per ModelState. The thread pool
 //   is the caller's.
 // - Allocation: a ModelState carries its backend (whose buffers and scratch are reused), the PLE
 //   reader and its buffers, and `new_state(n_ctx)` reserves the KV caches for n_ctx tokens, so
@@ -78,9 +79,9 @@ struct ModelState {
   WindowTensors tensors;
   std::unique_ptr<PleRowReader> ple_reader;  // models with PLE
   std::vector<uint64_t> ple_rows;
-  // Speculative verify: while set, every forward keeps what `Model::rollback` needs to undo the
-  // window's last rows (KV needs nothing; DeltaNet/conv and PLE keep a log, see their headers).
-  // Off by default, and when off the forward is unchanged.
+  // Speculative verify: while set, every window keeps what `WindowRunner::rollback` needs to undo
+  // the window's last rows (KV needs nothing; DeltaNet/conv and PLE keep a log, see their
+  // headers). Off by default, and when off the forward is unchanged.
   bool record_windows = false;
   struct WindowLog {
     bool valid = false;
@@ -89,7 +90,7 @@ struct ModelState {
   } window_log;
 };
 
-// One sequence's rows in a window of several (Model::forward_batch): window rows
+// One sequence's rows in a window of several (WindowRunner::run_batch): window rows
 // [first_row, first_row + tokens.size()) carry `tokens`, fed to `state`.
 struct WindowSegment {
   ModelState* state = nullptr;
@@ -97,7 +98,7 @@ struct WindowSegment {
   int64_t first_row = 0;
 };
 
-// What a window of several sequences runs on besides their states (Model::forward_batch): its
+// What a window of several sequences runs on besides their states (WindowRunner::run_batch): its
 // own CPU backend, the window's tensors (all rows) and one sequence's tensors (the token mixers
 // run per sequence on those), reused by every batched window (sized for the largest so far).
 // One per caller; not shared between threads.
@@ -155,32 +156,6 @@ class Model {
   // `backend` runs its windows (null: the CPU backend; compute/backend_registry.h makes others).
   // A backend that keeps states in its own memory (CUDA) gets host structs with no reservation.
   ModelState new_state(int64_t n_ctx = 0, std::unique_ptr<compute::Backend> backend = nullptr) const;
-  // Runs tokens through the model. logits receives [rows][n_vocab] for the rows asked for.
-  void forward(compute::ThreadPool& pool, ModelState& state, std::span<const int32_t> tokens,
-               LogitRows rows, std::vector<float>& logits, ExpertSource* experts = nullptr) const;
-
-  // One window carrying the rows of several sequences (continuous batching, `strata serve
-  // --parallel`): sequence s feeds tokens[s] to *states[s] and receives the logits of its last
-  // row in *logits[s] ([n_vocab]). Row-wise work (embedding, hyper-connections, norms, matmuls,
-  // routers and experts, the head) runs once over all rows, so the dense weights and the union of
-  // the sequences' experts are read once; the token mixers (attention, Gated DeltaNet, PLE) run
-  // per sequence on its own state and positions. Each sequence's logits and state are bitwise
-  // what `forward(pool, *states[s], tokens[s], LogitRows::Last, ...)` alone gives (rows are
-  // independent in a window: compute/backend.h). REQUIRES: distinct states, each non-empty
-  // tokens, no state recording windows, every state on the CPU backend (host structs).
-  void forward_batch(compute::ThreadPool& pool, BatchWindow& batch,
-                     std::span<ModelState* const> states,
-                     std::span<const std::span<const int32_t>> tokens,
-                     std::span<std::vector<float>* const> logits,
-                     ExpertSource* experts = nullptr) const;
-
-  // Makes `state` what it would be had only the first keep_rows rows of the last window been fed
-  // (bitwise: the next forward gives the same logits as in a state that never saw the dropped
-  // rows). The window must have run with state.record_windows set. KV caches are truncated,
-  // DeltaNet/conv and PLE states restored from their logs, `residuals` keeps the kept rows.
-  // The MTP head's cache (state.mtp) is the drafter's to manage.
-  void rollback(compute::ThreadPool& pool, ModelState& state, int64_t keep_rows) const;
-
   // The MTP (nextn) draft head, where the file has one.
   virtual bool has_mtp() const { return false; }
   // Runs the head over n entries: `hidden` [n][W] (what ModelState::residuals holds for the trunk
@@ -205,9 +180,7 @@ class Model {
   // takes (experts/expert_store.h).
   std::vector<compute::ExpertLayerLayout> block_expert_layouts() const;
 
- protected:
-  // Loads token_embd and output from `tensors` (the checked table of *file).
-  Model(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors);
+  // ---- The layer sequence, as engine/window.h's WindowRunner runs it ----
   // One window as the architecture files see it: `be` (window begun), its tensors `t` (sized for
   // n_rows), every row's token, and the sequences whose rows it carries. With one segment the
   // token mixers run on `t` directly (the single-sequence forward, unchanged); with several, a
@@ -224,15 +197,31 @@ class Model {
     int64_t n_rows() const { return int64_t(tokens.size()); }
     bool batched() const { return segments.size() > 1; }
   };
+  // Throws unless every token is in [0, n_vocab).
+  void check_tokens(std::span<const int32_t> tokens) const;
+  // (Re)allocates t on be for windows of n_rows (kept when it is already on be and large enough).
+  void ensure_tensors(compute::Backend& be, WindowTensors& t, int64_t n_rows) const;
+  // Starts the window's inputs that depend on its tokens only, before any layer runs (qwen4exp:
+  // every sequence's PLE row reads, collected at the PLE layer). Default: none.
+  virtual void start_window_inputs(const WindowRun& run) const;
   // Runs the layers of one window; leaves the final hidden rows [n_rows][H] in t.hidden.
   virtual void run_layers(const WindowRun& run, ExpertSource& experts) const = 0;
+  // The output head, [n_vocab][H]: the runner applies it to the rows whose logits are asked for.
+  const compute::WeightMatrix& output_head() const { return output_; }
+  // The layer states' part of WindowRunner::rollback: KV caches truncated to n_keep tokens,
+  // DeltaNet/conv and PLE states restored from their logs to the first keep_rows rows of the
+  // last window (`kept`: those rows' tokens), or the backend's own states rolled back.
+  void rollback_layers(compute::ThreadPool& pool, ModelState& state, int64_t keep_rows,
+                       int64_t n_keep, std::span<const int32_t> kept) const;
 
+ protected:
+  // Loads token_embd and output from `tensors` (the checked table of *file).
+  Model(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors);
   // Shared building blocks for the architecture files.
   void load_moe(TensorTable& tensors, int layer, LayerWeights& out) const;
   void load_attention(TensorTable& tensors, int layer, bool gated, LayerWeights& out) const;
   void load_deltanet(TensorTable& tensors, int layer, LayerWeights& out) const;
   void embed(std::span<const int32_t> tokens, float* out) const;  // [n][H] (host; MTP head)
-  void check_tokens(std::span<const int32_t> tokens) const;
   // The router of the trunk layer after `layer` (read-ahead hint), or nullptr for the last one.
   const MoeWeights* next_router(int layer) const;
   // Layer `layer`'s token mixer over the window: y = mixer(x), each sequence on its own state.
@@ -240,8 +229,6 @@ class Model {
   // The classic pre-norm residual stack (qwen3moe, qwen3next) on the backend:
   //   h += mixer(norm(h)); h += moe(norm(h)); hidden = norm_out(h)
   void run_prenorm_layers(const WindowRun& run, ExpertSource& experts) const;
-  // (Re)allocates t on be for windows of n_rows (kept when it is already on be and large enough).
-  void ensure_tensors(compute::Backend& be, WindowTensors& t, int64_t n_rows) const;
   // One pre-norm layer l on host residual rows [n][H] (the qwen3next MTP head; the trunk runs
   // the same sequence of ops through the backend in run_prenorm_layers):
   // h += mixer(attn_norm(h)); h += moe(ffn_norm(h)). `mixer(x, y)` runs the layer's token mixer.

@@ -87,19 +87,20 @@ class Qwen4Exp final : public Model {
     if (residual_out) residual_out->assign(X.begin(), X.end());
   }
 
- protected:
+  // PLE rows depend only on the tokens: every sequence's reads are issued before any layer runs.
+  void start_window_inputs(const WindowRun& run) const override {
+    if (!hp_.has_ple()) return;
+    for (const WindowSegment& s : run.segments) {
+      ple_row_ids(hp_, s.state->ple.context, s.tokens, s.state->ple_rows);
+      s.state->ple_reader->start(hp_, ple_, s.state->ple_rows);
+    }
+  }
+
   void run_layers(const WindowRun& run, ExpertSource& experts) const override {
     const int S = hp_.hc_count;
     const int64_t width = S * hp_.n_embd, n_rows = run.n_rows();
     const float eps = hp_.rms_eps;
     compute::Backend& be = run.be;
-
-    // PLE rows depend only on the tokens: issue every sequence's reads before any layer runs.
-    if (hp_.has_ple())
-      for (const WindowSegment& s : run.segments) {
-        ple_row_ids(hp_, s.state->ple.context, s.tokens, s.state->ple_rows);
-        s.state->ple_reader->start(hp_, ple_, s.state->ple_rows);
-      }
 
     const WindowTensors& t = run.t;
     be.embed(token_embd_, run.tokens, t.x);

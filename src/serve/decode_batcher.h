@@ -2,7 +2,7 @@
 //
 // Each slot is a scheduler worker thread running one generation (serve/generator.h) the way a
 // single-slot server does; only its decode step goes through here. A step is one window with one
-// row per slot in the decode phase (Session::decode_together → Model::forward_batch): the dense
+// row per slot in the decode phase (Session::decode_together → WindowRunner::run_batch): the dense
 // weights and the union of the slots' experts are read once per step, and each slot's logits are
 // bitwise what it would get alone. Slots join and leave between steps:
 // - `join` when a slot has prefilled its prompt and is about to decode; `leave` when its

@@ -18,6 +18,7 @@
 #include "compute/cpu/cpu_backend.h"
 #include "compute/cpu/ops.h"
 #include "compute/cpu/thread_pool.h"
+#include "engine/window.h"
 #include "model/model.h"
 
 namespace strata {
@@ -140,7 +141,7 @@ std::vector<float> run(const Model& model, compute::ThreadPool& pool, ModelState
   std::vector<float> all, logits;
   for (size_t begin = 0; begin < prompt.size(); begin += 5) {
     const size_t n = std::min<size_t>(5, prompt.size() - begin);
-    model.forward(pool, state, std::span(prompt).subspan(begin, n), LogitRows::All, logits);
+    WindowRunner(model).run(pool, state, std::span(prompt).subspan(begin, n), LogitRows::All, logits);
     all.insert(all.end(), logits.begin(), logits.end());
   }
   const int64_t vocab = model.hparams().n_vocab;
@@ -150,18 +151,18 @@ std::vector<float> run(const Model& model, compute::ThreadPool& pool, ModelState
   int32_t token = last_argmax();
   for (int i = 0; i < 6; ++i) {
     const int32_t one[1] = {token};
-    model.forward(pool, state, one, LogitRows::Last, logits);
+    WindowRunner(model).run(pool, state, one, LogitRows::Last, logits);
     all.insert(all.end(), logits.begin(), logits.end());
     token = last_argmax();
   }
   const int32_t window[3] = {token, int32_t((token + 1) % vocab), int32_t((token + 2) % vocab)};
   state.record_windows = true;
-  model.forward(pool, state, window, LogitRows::All, logits);
+  WindowRunner(model).run(pool, state, window, LogitRows::All, logits);
   state.record_windows = false;
   all.insert(all.end(), logits.begin(), logits.end());
-  model.rollback(pool, state, 2);
+  WindowRunner(model).rollback(pool, state, 2);
   const int32_t next[1] = {int32_t((token + 5) % vocab)};
-  model.forward(pool, state, next, LogitRows::Last, logits);
+  WindowRunner(model).run(pool, state, next, LogitRows::Last, logits);
   all.insert(all.end(), logits.begin(), logits.end());
   return all;
 }
@@ -227,7 +228,7 @@ TEST(RecordingBackend, BatchedWindowThroughTheCopyPathEqualsEachSequenceAlone) {
       batched.push_back(model->new_state(64));
     }
     for (size_t i = 0; i < rows.size(); ++i) {
-      model->forward(pool, alone[i], rows[i], LogitRows::Last, want[i]);
+      WindowRunner(*model).run(pool, alone[i], rows[i], LogitRows::Last, want[i]);
       states.push_back(&batched[i]);
       tokens.emplace_back(rows[i]);
       outs.push_back(&got[i]);
@@ -236,7 +237,7 @@ TEST(RecordingBackend, BatchedWindowThroughTheCopyPathEqualsEachSequenceAlone) {
     auto recording = std::make_unique<RecordingBackend>(std::make_unique<compute::CpuBackend>());
     RecordingBackend* log = recording.get();
     batch.backend = std::move(recording);
-    model->forward_batch(pool, batch, states, tokens, outs);
+    WindowRunner(*model).run_batch(pool, batch, states, tokens, outs);
     for (size_t i = 0; i < rows.size(); ++i)
       EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), want[i].size() * sizeof(float)), 0)
           << "sequence " << i;

@@ -52,6 +52,7 @@
 #include "convert/convert.h"
 #include "cuda_test_util.h"
 #include "engine/session.h"
+#include "engine/window.h"
 #include "model/model.h"
 #include "spec/spec_decoder.h"
 #include "synth/synth.h"
@@ -141,8 +142,8 @@ TEST_P(CudaFixture, PrefillLogitsMatchTransformersAndCpu) {
     ModelState cpu_state = model->new_state();
     ModelState gpu_state = model->new_state(0, compute::make_backend("cuda", model->backend_shared()));
     std::vector<float> cpu, gpu;
-    model->forward(pool, cpu_state, ids, LogitRows::All, cpu);
-    model->forward(pool, gpu_state, ids, LogitRows::All, gpu);
+    WindowRunner(*model).run(pool, cpu_state, ids, LogitRows::All, cpu);
+    WindowRunner(*model).run(pool, gpu_state, ids, LogitRows::All, gpu);
     ASSERT_EQ(gpu.size(), expected.size());
     std::printf("[ cuda ] %s prompt %zu: prefill max |dlogit| vs transformers %.3g, vs cpu %.3g (%zu positions)\n",
                 GetParam().c_str(), p, max_abs_diff(gpu.data(), expected.data(), gpu.size()),

@@ -20,6 +20,7 @@
 #include "compute/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
 #include "engine/session.h"
+#include "engine/window.h"
 #include "layers/attention.h"
 #include "layers/gated_deltanet.h"
 #include "layers/ple.h"
@@ -233,9 +234,9 @@ TEST(CudaLockstep, EveryOpOnRealShapesWithinTolerance) {
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919 + 13) % uint64_t(hp.n_vocab));
     std::vector<float> logits;
     // A 16-row window, a 5-row one and three single rows: prefill and decode shapes.
-    model->forward(pool, state, std::span<const int32_t>(prompt).first(16), LogitRows::None, logits);
-    model->forward(pool, state, std::span<const int32_t>(prompt).subspan(16, 5), LogitRows::None, logits);
-    for (size_t i = 21; i < 24; ++i) model->forward(pool, state, std::span<const int32_t>(prompt).subspan(i, 1), LogitRows::Last, logits);
+    WindowRunner(*model).run(pool, state, std::span<const int32_t>(prompt).first(16), LogitRows::None, logits);
+    WindowRunner(*model).run(pool, state, std::span<const int32_t>(prompt).subspan(16, 5), LogitRows::None, logits);
+    for (size_t i = 21; i < 24; ++i) WindowRunner(*model).run(pool, state, std::span<const int32_t>(prompt).subspan(i, 1), LogitRows::Last, logits);
     std::printf("[ cuda ] %s: worst relative difference per op (max|cuda - cpu| / max|cpu|), same inputs:\n", m.name.c_str());
     for (const auto& [op, w] : lockstep->worst())
       std::printf("[ cuda ]   %-28s %9.2e over %3d calls, at %s\n", op.c_str(), w.relative, w.count, w.where.c_str());

@@ -1,4 +1,4 @@
-// Batched windows (Model::forward_batch, Session::decode_together): one window carrying the rows
+// Batched windows (WindowRunner::run_batch, Session::decode_together): one window carrying the rows
 // of several sequences gives each sequence bitwise the logits and state it gets alone. On the
 // committed fixtures of every architecture (qwen4exp with PLE and an MTP head, qwen3next,
 // qwen3moe) and the embedded default model:
@@ -20,6 +20,7 @@
 #include "../common/fixture_models.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/session.h"
+#include "engine/window.h"
 #include "model/model.h"
 #include "util/error.h"
 
@@ -119,8 +120,8 @@ TEST_P(BatchDecode, MultiRowSegmentsEqualFeedingEachAlone) {
     batched.push_back(model->new_state(256));
     if (history[i] > 0) {
       const Tokens h = random_tokens(n_vocab, history[i], 7 + uint32_t(i));
-      model->forward(pool, alone.back(), h, LogitRows::None, ignored);
-      model->forward(pool, batched.back(), h, LogitRows::None, ignored);
+      WindowRunner(*model).run(pool, alone.back(), h, LogitRows::None, ignored);
+      WindowRunner(*model).run(pool, batched.back(), h, LogitRows::None, ignored);
     }
     chunks.push_back(random_tokens(n_vocab, chunk[i], 50 + uint32_t(i)));
   }
@@ -129,20 +130,20 @@ TEST_P(BatchDecode, MultiRowSegmentsEqualFeedingEachAlone) {
   std::vector<std::span<const int32_t>> rows;
   std::vector<std::vector<float>*> outs;
   for (size_t i = 0; i < chunk.size(); ++i) {
-    model->forward(pool, alone[i], chunks[i], LogitRows::Last, want[i]);
+    WindowRunner(*model).run(pool, alone[i], chunks[i], LogitRows::Last, want[i]);
     states.push_back(&batched[i]);
     rows.emplace_back(chunks[i]);
     outs.push_back(&got[i]);
   }
   BatchWindow batch;
-  model->forward_batch(pool, batch, states, rows, outs);
+  WindowRunner(*model).run_batch(pool, batch, states, rows, outs);
   for (size_t i = 0; i < chunk.size(); ++i) {
     ASSERT_TRUE(same_bits(want[i], got[i])) << "segment " << i << " of " << chunk[i] << " rows";
     ASSERT_EQ(alone[i].n_past, batched[i].n_past);
     // The states are the same too: the next token gives the same logits.
     const int32_t token[1] = {argmax(want[i])};
-    model->forward(pool, alone[i], token, LogitRows::Last, want[i]);
-    model->forward(pool, batched[i], token, LogitRows::Last, got[i]);
+    WindowRunner(*model).run(pool, alone[i], token, LogitRows::Last, want[i]);
+    WindowRunner(*model).run(pool, batched[i], token, LogitRows::Last, got[i]);
     ASSERT_TRUE(same_bits(want[i], got[i])) << "after segment " << i;
   }
 }
@@ -225,7 +226,7 @@ TEST(BatchDecodeErrors, RefusesSharedStatesRecordingAndEmptyRows) {
   auto run = [&](std::vector<ModelState*> states, std::vector<std::span<const int32_t>> rows) {
     std::vector<std::vector<float>*> outs(states.size(), &la);
     if (outs.size() > 1) outs[1] = &lb;
-    model->forward_batch(pool, batch, states, rows, outs);
+    WindowRunner(*model).run_batch(pool, batch, states, rows, outs);
   };
   auto message = [&](auto&& fn) {
     try {

@@ -43,6 +43,7 @@
 #include "compute/cpu/ops.h"
 #include "compute/cpu/thread_pool.h"
 #include "convert/convert.h"
+#include "engine/window.h"
 #include "gguf/gguf.h"
 #include "llama_cpp_driver.h"
 #include "model/model.h"
@@ -175,7 +176,7 @@ TEST_P(LlamaCppParity, ConvertedGgufLogitsAgreeWithLlamaCpp) {
     const std::vector<int32_t>& ids = prompts[p];
     ModelState state = model->new_state();
     std::vector<float> logits;
-    model->forward(pool, state, ids, LogitRows::All, logits);
+    WindowRunner(*model).run(pool, state, ids, LogitRows::All, logits);
     const std::vector<double> ours = log_softmax_rows(logits.data(), ids.size(), n_vocab);
     const std::vector<float> hf_logits = read_f32_file(
         fmt::format("{}/ref/prefill_logits_p{}.bin", fixture_dir(arch), p), ids.size() * n_vocab);

@@ -42,6 +42,7 @@
 
 #include "byte_bpe_stub.h"
 #include "compute/cpu/thread_pool.h"
+#include "engine/window.h"
 #include "gguf/gguf.h"
 #include "llama_cpp_driver.h"
 #include "model/model.h"
@@ -220,11 +221,11 @@ TEST_P(LlamaCppQuantizedParity, StrataLoadsTheFileAndAgreesWithLlamaCpp) {
     const std::vector<int32_t>& ids = kPrompts[p];
     ModelState state = model->new_state();
     std::vector<float> logits;
-    model->forward(pool, state, ids, LogitRows::All, logits);
+    WindowRunner(*model).run(pool, state, ids, LogitRows::All, logits);
     const std::vector<double> ours = log_softmax_rows(logits.data(), ids.size(), n_vocab);
     ModelState f32_state = f32_model->new_state();
     std::vector<float> f32_logits;
-    f32_model->forward(pool, f32_state, ids, LogitRows::All, f32_logits);
+    WindowRunner(*f32_model).run(pool, f32_state, ids, LogitRows::All, f32_logits);
     const std::vector<double> exact = log_softmax_rows(f32_logits.data(), ids.size(), n_vocab);
     for (size_t i = 0; i < exact.size(); ++i) {
       strata_vs_f32 = std::max(strata_vs_f32, std::fabs(ours[i] - exact[i]));

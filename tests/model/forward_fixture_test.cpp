@@ -30,6 +30,7 @@
 #include "compute/cpu/thread_pool.h"
 #include "convert/convert.h"
 #include "engine/session.h"
+#include "engine/window.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
 #include "model/model.h"
@@ -140,7 +141,7 @@ TEST_P(Fixture, PrefillLogitsMatchTransformers) {
         ids.size() * size_t(vocab));
     ModelState state = model->new_state();
     std::vector<float> logits;
-    model->forward(pool, state, ids, LogitRows::All, logits);
+    WindowRunner(*model).run(pool, state, ids, LogitRows::All, logits);
     ASSERT_EQ(logits.size(), expected.size());
     std::printf("%s prompt %zu: prefill max |dlogit| = %.3g over %zu positions\n",
                 GetParam().c_str(), p, max_abs_diff(logits.data(), expected.data(), logits.size()),
@@ -213,7 +214,7 @@ TEST(QsaRatioZero, AttendsDenselyWhereTransformersAttendsSparsely) {
   compute::ThreadPool pool{2};
   ModelState state = model->new_state();
   std::vector<float> logits;
-  model->forward(pool, state, ids, LogitRows::All, logits);
+  WindowRunner(*model).run(pool, state, ids, LogitRows::All, logits);
   float worst_late = 0;
   for (size_t t = 0; t < ids.size(); ++t) {
     const float diff = max_abs_diff(logits.data() + t * size_t(vocab),
@@ -240,7 +241,7 @@ TEST_P(MtpFixture, DraftLogitsMatchReference) {
   ASSERT_EQ(next.size(), ids.size());
   ModelState state = model->new_state();
   std::vector<float> logits;
-  model->forward(pool, state, ids, LogitRows::None, logits);
+  WindowRunner(*model).run(pool, state, ids, LogitRows::None, logits);
   // The head's input: qwen4exp the multi-stream residual before the final mixer, qwen3next the
   // trunk output after output_norm.
   const size_t width = size_t(model->hparams().hc_count * model->hparams().n_embd);

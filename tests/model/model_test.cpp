@@ -15,6 +15,7 @@
 #include "compute/cpu/ops.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/session.h"
+#include "engine/window.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
 #include "model/model.h"
@@ -71,7 +72,7 @@ std::vector<float> all_logits(const Model& model, compute::ThreadPool& pool,
   size_t pos = 0, w = 0;
   while (pos < tokens.size()) {
     const size_t n = std::min(tokens.size() - pos, size_t(windows[w++ % windows.size()]));
-    model.forward(pool, state, std::span(tokens).subspan(pos, n), LogitRows::All, logits);
+    WindowRunner(model).run(pool, state, std::span(tokens).subspan(pos, n), LogitRows::All, logits);
     out.insert(out.end(), logits.begin(), logits.end());
     pos += n;
   }
