@@ -9,13 +9,16 @@
 //   reference to anything it was given).
 // - The first token is drawn from `first_logits` (the last prompt row's logits), every later one
 //   from the logits of the window that fed its predecessor, with session.tokens() as the history.
-// - Per token, in this order: cancel_requested() (before the first token, then after each token
-//   that is not the last) → draw → is_stop_token → on_token → the length and context checks →
-//   feed. So:
+// - Order: cancel_requested() once before the first draw, then per token: draw → is_stop_token →
+//   on_token → the length, context and cancel checks → feed (plain: callbacks.decode; speculative:
+//   SpecDecoder::step, which feeds it with drafts and may hand out more tokens). So:
 //   - a stop token (EOS, end of turn: is_stop_token true) ends the generation before it: it is
 //     neither handed out nor fed (GenerationEnd::StopToken);
 //   - on_token returning false ends it after that token (a stop string completed, a grammar value
-//     is done: GenerationEnd::Halted);
+//     is done: GenerationEnd::Halted). Stop strings are text, so they live in the caller's text
+//     pipeline (serve/stop_matcher.h): it holds back text that may begin one, and the token whose
+//     text completes it, possibly the second or third of the string, answers false; that token
+//     counts as generated, the matcher drops the string and what follows;
 //   - `max_tokens` tokens handed out end it (Length); max_tokens <= 0 hands out none;
 //   - a context with no room to feed the token just handed out ends it (ContextFull). With
 //     feed_last, where every token handed out must be fed, the check comes before the draw
