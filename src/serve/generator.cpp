@@ -275,8 +275,9 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
     auto on_window = [&](const spec::WindowReport& w) {
       if (speculative) recorder_.window(w);
     };
-    ChoiceCallbacks callbacks(
-        ends_generation, on_token, [&] { return job.cancel_requested(); }, on_window, decode);
+    auto cancelled = [&] { return job.cancel_requested(); };
+    // FunctionRefs: every lambda above outlives `callbacks`.
+    ChoiceCallbacks callbacks(ends_generation, on_token, cancelled, on_window, decode);
     const uint64_t proposed_before = spec_gate_ ? spec_gate_->drafts_proposed() : 0;
     const uint64_t accepted_before = spec_gate_ ? spec_gate_->drafts_accepted() : 0;
     const uint64_t verifies_before = spec_gate_ ? spec_gate_->verifies() : 0;
