@@ -177,6 +177,11 @@ class ChatLoop {
     }
 
     last_ = TurnStats{};
+    // From here a Ctrl-C stops this turn: one during the prompt's prefill cancels the reply before
+    // its first token (the generation loop polls the flag before its first draw); it used to count
+    // as a Ctrl-C at the prompt and let the whole reply run.
+    g_interrupted.store(false);
+    g_generating.store(true);
     const auto start = std::chrono::steady_clock::now();
     begin_prompt(store_);
     spec::SpecDecoder* spec = speculative_ ? &*speculative_ : nullptr;
@@ -204,8 +209,6 @@ class ChatLoop {
       answer += delta.answer;
       thinking += delta.thinking;
     };
-    g_interrupted.store(false);
-    g_generating.store(true);
     const auto reply_start = std::chrono::steady_clock::now();
     const ExpertStoreStats experts_before = store_ ? store_->stats() : ExpertStoreStats{};
     auto ends_reply = [&](int32_t token) {
