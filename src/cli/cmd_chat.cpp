@@ -30,6 +30,7 @@
 #include "cli/reply_view.h"
 #include "cli/spec_options.h"
 #include "compute/cpu/thread_pool.h"
+#include "engine/generate.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "engine/state_cache.h"
@@ -39,6 +40,7 @@
 #include "text/think_filter.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
+#include "util/function_ref.h"
 
 namespace strata::cli {
 namespace {
@@ -82,6 +84,25 @@ struct TurnStats {
   size_t reply_tokens = 0;
   double reply_s = 0;
   ExpertStoreStats experts;
+};
+
+// A reply's tokens for the generation loop (engine/generate.h): `ends_reply` says which token
+// ends it, `show_token` puts each one on the terminal, and Ctrl-C (the SIGINT handler's flag)
+// cancels it.
+class ReplyTokens final : public GenerationCallbacks {
+ public:
+  ReplyTokens(FunctionRef<bool(int32_t)> ends_reply, FunctionRef<void(int32_t)> show_token)
+      : ends_reply_(ends_reply), show_token_(show_token) {}
+  bool is_stop_token(int32_t token) override { return ends_reply_(token); }
+  bool on_token(int32_t token, std::span<const float>) override {
+    show_token_(token);
+    return true;
+  }
+  bool cancel_requested() override { return g_interrupted.load(); }
+
+ private:
+  FunctionRef<bool(int32_t)> ends_reply_;
+  FunctionRef<void(int32_t)> show_token_;
 };
 
 class ChatLoop {
@@ -156,6 +177,11 @@ class ChatLoop {
     }
 
     last_ = TurnStats{};
+    // From here a Ctrl-C stops this turn: one during the prompt's prefill cancels the reply before
+    // its first token (the generation loop polls the flag before its first draw); it used to count
+    // as a Ctrl-C at the prompt and let the whole reply run.
+    g_interrupted.store(false);
+    g_generating.store(true);
     const auto start = std::chrono::steady_clock::now();
     begin_prompt(store_);
     spec::SpecDecoder* spec = speculative_ ? &*speculative_ : nullptr;
@@ -183,46 +209,24 @@ class ChatLoop {
       answer += delta.answer;
       thinking += delta.thinking;
     };
-    g_interrupted.store(false);
-    g_generating.store(true);
     const auto reply_start = std::chrono::steady_clock::now();
     const ExpertStoreStats experts_before = store_ ? store_->stats() : ExpertStoreStats{};
-    std::string stop_note;
     auto ends_reply = [&](int32_t token) {
       return !options_.ignore_eos && (token == end_of_turn_ || token == tokenizer_.eos_id());
     };
-    if (speculative_) {
-      const size_t fed_before = session_.tokens().size();
-      int32_t last = 0;
-      const spec::SpecDecoder::Result result = speculative_->generate_until(
-          session_.logits(), options_.max_reply_tokens, ends_reply, [&](int32_t token) {
-            show(filter.push(decoder.push(token)));
-            ++last_.reply_tokens;
-            last = token;
-            return !g_interrupted.load();
-          });
-      // The plain loop below feeds every token it shows; the decoder leaves the last one out, and
-      // the next turn's prompt must find the session where the plain loop would have left it.
-      if (last_.reply_tokens > 0 && session_.tokens().size() + 1 == fed_before + last_.reply_tokens)
-        speculative_->feed(last);
-      if (result.end == spec::GenerateEnd::Halted) stop_note = kStopped;
-      if (result.end == spec::GenerateEnd::ContextFull) stop_note = kContextFull;
-    }
-    for (int i = 0; !speculative_ && i < options_.max_reply_tokens; ++i) {
-      if (g_interrupted.load()) {
-        stop_note = kStopped;
-        break;
-      }
-      if (session_.context_left() < 1) {
-        stop_note = kContextFull;
-        break;
-      }
-      const int32_t next = sampler_.sample(session_.logits(), session_.tokens());
-      if (ends_reply(next)) break;
-      show(filter.push(decoder.push(next)));
+    auto show_token = [&](int32_t token) {
+      show(filter.push(decoder.push(token)));
       ++last_.reply_tokens;
-      session_.decode(next);
-    }
+    };
+    ReplyTokens reply_tokens(ends_reply, show_token);
+    // feed_last: the next turn's prompt must find the session holding the whole reply.
+    const GenerationResult result =
+        generate(session_, sampler_, session_.logits(),
+                 {.max_tokens = options_.max_reply_tokens, .feed_last = true, .speculative = spec},
+                 reply_tokens);
+    std::string stop_note;
+    if (result.end == GenerationEnd::Cancelled) stop_note = kStopped;
+    if (result.end == GenerationEnd::ContextFull) stop_note = kContextFull;
     g_generating.store(false);
     show(filter.push(decoder.finish()), false);
     show(filter.finish(), false);

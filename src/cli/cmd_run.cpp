@@ -18,6 +18,7 @@
 #include "cli/model_options.h"
 #include "cli/spec_options.h"
 #include "compute/cpu/thread_pool.h"
+#include "engine/generate.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "grammar/json_schema.h"
@@ -203,6 +204,51 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// What `strata run` does with the loop's tokens (engine/generate.h): streams them to stdout (text
+// through the streaming decoder, or ids printed at the end), ends before the stop token, ends
+// after a token that completes the --json value, and writes one --telemetry line per window: a
+// plain step as before, a speculative window with its shape ("token" is the index of the window's
+// first token, so consecutive lines differ by "kept" and the kept rows add up to the tokens fed).
+class RunTokens final : public GenerationCallbacks {
+ public:
+  std::optional<int32_t> eos;                       // the stop token, if any
+  StreamingDecoder* decoder = nullptr;              // text out; null: ids
+  grammar::GrammarConstraint* delivered = nullptr;  // follows the emitted tokens (--json)
+  std::FILE* telemetry = nullptr;
+  const ExpertStore* store = nullptr;
+  bool speculative = false;
+  ExpertStoreStats window_before;  // the store's counters after the previous window
+  std::vector<int32_t> ids;        // every token emitted
+  std::vector<int32_t> out_ids;    // those printed as ids at the end (no decoder)
+
+  bool is_stop_token(int32_t token) override { return eos && token == *eos; }
+  bool on_token(int32_t token, std::span<const float>) override {
+    ids.push_back(token);
+    if (decoder) {
+      std::fputs(decoder->push(token).c_str(), stdout);
+      std::fflush(stdout);
+    } else {
+      out_ids.push_back(token);
+    }
+    if (!delivered) return true;
+    // Judged on the tokens emitted so far: a verify window samples (and so advances the
+    // sampler's constraint) before its tokens are emitted.
+    delivered->accept(token);
+    return !delivered->finished();
+  }
+  void on_window(const spec::WindowReport& w) override {
+    if (!telemetry) return;
+    const ExpertStoreStats now = store ? store->stats() : ExpertStoreStats{};
+    const ExpertStoreStats d = now - window_before;
+    window_before = now;
+    print_telemetry(telemetry, w.first_token, w.token, w.seconds * 1e3, d,
+                    speculative
+                        ? fmt::format(",\"rows\":{},\"drafted\":{},\"accepted\":{},\"kept\":{}",
+                                      w.rows, w.drafted, w.accepted, w.kept)
+                        : std::string());
+  }
+};
+
 void run(const RunOptions& options) {
   const std::string path = resolve_model_path(options.model);
   const auto model = Model::load(path);
@@ -299,77 +345,28 @@ void run(const RunOptions& options) {
     std::fflush(stdout);
   }
   const std::optional<int32_t> eos = tokenizer ? tokenizer->eos_id() : std::nullopt;
+  RunTokens output;
+  // Under a grammar the end-of-sequence token ends the value whatever --ignore-eos says.
+  output.eos = options.ignore_eos && !constraint ? std::nullopt : eos;
+  output.decoder = decoder ? &*decoder : nullptr;
+  output.delivered = delivered ? &*delivered : nullptr;
+  output.telemetry = telemetry.get();
+  output.store = store.get();
+  output.speculative = speculative.has_value();
+  output.window_before = store ? store->stats() : ExpertStoreStats{};
   const auto decode_start = std::chrono::steady_clock::now();
-  int generated = 0;
-  std::vector<int32_t> ids;
-  std::vector<int32_t> out_ids;
-  std::vector<float> last_logits;
+  std::vector<float> last_logits;  // --logits-out: the session holds every row's logits
   if (!options.logits_out.empty()) {
     const std::vector<float>& all = session.logits();
     last_logits.assign(all.end() - hp.n_vocab, all.end());
   }
-  auto emit = [&](int32_t next) {
-    ids.push_back(next);
-    if (decoder) {
-      std::fputs(decoder->push(next).c_str(), stdout);
-      std::fflush(stdout);
-    } else {
-      out_ids.push_back(next);
-    }
-  };
-  if (speculative) {
-    // One telemetry line per window: a plain step as without --spec (plus its shape), a verify
-    // with the drafts it carried and kept; "token" is the index of the window's first token, so
-    // consecutive lines differ by "kept" and the kept rows add up to the tokens fed.
-    ExpertStoreStats window_before = store ? store->stats() : ExpertStoreStats{};
-    if (telemetry)
-      speculative->on_window([&](const spec::WindowReport& w) {
-        const ExpertStoreStats now = store ? store->stats() : ExpertStoreStats{};
-        const ExpertStoreStats d = now - window_before;
-        window_before = now;
-        print_telemetry(telemetry.get(), w.first_token, w.token, w.seconds * 1e3, d,
-                        fmt::format(",\"rows\":{},\"drafted\":{},\"accepted\":{},\"kept\":{}",
-                                    w.rows, w.drafted, w.accepted, w.kept));
-      });
-    const std::vector<float>& logits = last_logits.empty() ? session.logits() : last_logits;
-    if (constraint) {
-      generated = speculative
-                      ->generate_until(
-                          logits, options.n_predict,
-                          [&](int32_t token) { return eos && token == *eos; },
-                          [&](int32_t token) {
-                            // Judged on the tokens emitted so far: a verify window samples
-                            // (and so advances `constraint`) before its tokens are emitted.
-                            emit(token);
-                            delivered->accept(token);
-                            return !delivered->finished();
-                          })
-                      .generated;
-    } else {
-      generated = speculative->generate(logits, options.n_predict,
-                                        options.ignore_eos ? std::nullopt : eos, emit);
-    }
-  }
-  for (; !speculative && generated < options.n_predict; ++generated) {
-    const std::vector<float>& logits = last_logits.empty() ? session.logits() : last_logits;
-    const int32_t next = sampler.sample(logits, session.tokens());
-    last_logits.clear();
-    if ((!options.ignore_eos || constraint) && eos && next == *eos) break;
-    emit(next);
-    if (constraint && constraint->finished()) {
-      ++generated;
-      break;
-    }
-    if (generated + 1 < options.n_predict) {
-      const auto step_start = std::chrono::steady_clock::now();
-      const ExpertStoreStats before = store ? store->stats() : ExpertStoreStats{};
-      session.decode(next);
-      if (telemetry) {
-        const ExpertStoreStats d = store ? store->stats() - before : ExpertStoreStats{};
-        print_telemetry(telemetry.get(), generated, next, seconds_since(step_start) * 1e3, d);
-      }
-    }
-  }
+  const GenerationResult result = generate(
+      session, sampler, last_logits.empty() ? session.logits() : last_logits,
+      {.max_tokens = options.n_predict, .speculative = speculative ? &*speculative : nullptr},
+      output);
+  const int generated = int(result.generated);
+  const std::vector<int32_t>& ids = output.ids;
+  const std::vector<int32_t>& out_ids = output.out_ids;
   if (decoder) std::fputs((decoder->finish() + "\n").c_str(), stdout);
   if (!out_ids.empty() || options.print_ids) {
     std::string line;
@@ -377,6 +374,10 @@ void run(const RunOptions& options) {
     std::puts(line.c_str());
   }
   const double decode_s = seconds_since(decode_start);
+  if (result.end == GenerationEnd::ContextFull)
+    fmt::print(stderr,
+               "strata: the context is full ({} tokens): generation ended after {} tokens\n",
+               session.n_past(), generated);
   if (!options.ids_out.empty()) {
     std::string text;
     for (int32_t id : ids) text += std::to_string(id) + "\n";

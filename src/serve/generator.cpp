@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdio>
 #include <optional>
 #include <span>
 
+#include "engine/generate.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "experts/expert_store.h"
@@ -16,6 +16,7 @@
 #include "serve/tool_calls.h"
 #include "text/think_filter.h"
 #include "util/error.h"
+#include "util/function_ref.h"
 
 namespace strata::serve {
 namespace {
@@ -26,6 +27,31 @@ constexpr size_t kPrefillChunk = 64;
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
+
+// The generation loop's callbacks (engine/generate.h) as lambdas of run_choice, which share its
+// locals (the text pipeline, the recorder, the job).
+class ChoiceCallbacks final : public GenerationCallbacks {
+ public:
+  ChoiceCallbacks(FunctionRef<bool(int32_t)> is_stop,
+                  FunctionRef<bool(int32_t, std::span<const float>)> on_token,
+                  FunctionRef<bool()> cancel, FunctionRef<void(const spec::WindowReport&)> window,
+                  FunctionRef<void(Session&, int32_t)> decode)
+      : is_stop_(is_stop), on_token_(on_token), cancel_(cancel), window_(window), decode_(decode) {}
+  bool is_stop_token(int32_t token) override { return is_stop_(token); }
+  bool on_token(int32_t token, std::span<const float> logits) override {
+    return on_token_(token, logits);
+  }
+  bool cancel_requested() override { return cancel_(); }
+  void on_window(const spec::WindowReport& window) override { window_(window); }
+  void decode(Session& session, int32_t token) override { decode_(session, token); }
+
+ private:
+  FunctionRef<bool(int32_t)> is_stop_;
+  FunctionRef<bool(int32_t, std::span<const float>)> on_token_;
+  FunctionRef<bool()> cancel_;
+  FunctionRef<void(const spec::WindowReport&)> window_;
+  FunctionRef<void(Session&, int32_t)> decode_;
+};
 
 }  // namespace
 
@@ -178,11 +204,11 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
     };
     // The chosen token's entry and the alternatives (Sampler::logprobs says of what).
     std::vector<TokenLogprob> top;
-    auto logprob_entry = [&](int32_t token) {
+    auto logprob_entry = [&](int32_t token, std::span<const float> logits) {
       std::vector<LogprobEntry> entries;
       if (!plan.logprobs) return entries;
       const TokenLogprob chosen =
-          sampler.logprobs(session.logits(), session.tokens(), token, *plan.logprobs, top);
+          sampler.logprobs(logits, session.tokens(), token, *plan.logprobs, top);
       LogprobEntry& entry = entries.emplace_back();
       entry.bytes = served_.tokenizer->token_bytes(token);
       entry.logprob = chosen.logprob;
@@ -196,8 +222,6 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
     std::optional<spec::SpecDecoder> speculative;
     if (spec_gate_ && !plan.logprobs)
       speculative.emplace(session, sampler, spec_, pool_, experts, spec_gate_.get());
-    if (speculative)
-      speculative->on_window([&](const spec::WindowReport& w) { recorder_.window(w); });
     // Resume from the conversation state cache and prefill the rest (engine/state_cache.h:
     // windows of kPrefillChunk from position 0, as without the cache, so the bits are the same);
     // cancellation is checked between windows.
@@ -231,81 +255,57 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
       return (!plan.ignore_eos || constraint) && (token == eos || token == served_.end_of_turn);
     };
     int64_t generated = 0;
-    if (speculative) {
-      const uint64_t proposed_before = spec_gate_->drafts_proposed();
-      const uint64_t accepted_before = spec_gate_->drafts_accepted();
-      const uint64_t verifies_before = spec_gate_->verifies();
-      if (job.cancel_requested()) {
-        outcome.cancelled = true;
-      } else {
-        bool first = true;
-        const int max_tokens = int(std::min<int64_t>(plan.max_new_tokens, INT_MAX));
-        const spec::SpecDecoder::Result result = speculative->generate_until(
-            session.logits(), max_tokens,
-            [&](int32_t token) {
-              if (first && choice == 0) first_token();  // the first token, as in the plain loop
-              first = false;
-              return ends_generation(token);
-            },
-            [&](int32_t token) {
-              ++generated;
-              recorder_.token();
-              if (delivered) delivered->accept(token);
-              deliver(stops.push(decoder.push(token)));
-              if (generated == 1) save_prompt();  // nothing fed after the prompt yet
-              // Like the plain loop: a stop string or a complete value, then the length limit,
-              // then cancellation.
-              if (stops.stopped() || value_done()) return false;
-              return generated >= plan.max_new_tokens || !job.cancel_requested();
-            });
-        if (result.end == spec::GenerateEnd::StopToken || stops.stopped() || value_done())
-          outcome.finish = FinishReason::Stop;
-        else if (result.end == spec::GenerateEnd::Halted)
-          outcome.cancelled = true;
-        else
-          outcome.finish = FinishReason::Length;
-      }
-      if (log_spec_)
-        fmt::print(stderr,
-                   "strata serve: spec: {} tokens, {} verifies, drafts proposed {} accepted {}\n",
-                   generated, spec_gate_->verifies() - verifies_before,
-                   spec_gate_->drafts_proposed() - proposed_before,
-                   spec_gate_->drafts_accepted() - accepted_before);
-    }
+    auto on_token = [&](int32_t token, std::span<const float> logits) {
+      ++generated;
+      if (generated == 1 && choice == 0) first_token();
+      record([&] { recorder_.token(); });
+      if (delivered) delivered->accept(token);
+      deliver(stops.push(decoder.push(token)), logprob_entry(token, logits));
+      if (generated == 1) save_prompt();  // nothing fed after the prompt yet
+      return !stops.stopped() && !value_done();
+    };
     // With parallel slots this generation's decode steps are rows of the batched windows from
     // its first decode on; it leaves the batch as soon as its last token is out.
     DecodeBatcher::Membership batched;
-    auto decode = [&](int32_t token) {
-      if (!batcher_) return void(session.decode(token));
+    auto decode = [&](Session& s, int32_t token) {
+      if (!batcher_) return void(s.decode(token));
       batched.join(*batcher_);
-      batcher_->decode(session, token);
+      batcher_->decode(s, token);
     };
-    while (!speculative) {
-      if (job.cancel_requested()) {
+    auto on_window = [&](const spec::WindowReport& w) {
+      if (speculative) recorder_.window(w);
+    };
+    auto cancelled = [&] { return job.cancel_requested(); };
+    // FunctionRefs: every lambda above outlives `callbacks`.
+    ChoiceCallbacks callbacks(ends_generation, on_token, cancelled, on_window, decode);
+    const uint64_t proposed_before = spec_gate_ ? spec_gate_->drafts_proposed() : 0;
+    const uint64_t accepted_before = spec_gate_ ? spec_gate_->drafts_accepted() : 0;
+    const uint64_t verifies_before = spec_gate_ ? spec_gate_->verifies() : 0;
+    const GenerationResult result = generate(
+        session, sampler, session.logits(),
+        {.max_tokens = plan.max_new_tokens, .speculative = speculative ? &*speculative : nullptr},
+        callbacks);
+    if (result.generated == 0 && result.end == GenerationEnd::StopToken && choice == 0)
+      first_token();  // the first token drawn was the end
+    switch (result.end) {
+      case GenerationEnd::StopToken:
+      case GenerationEnd::Halted:  // a stop string or a complete value
+        outcome.finish = FinishReason::Stop;
+        break;
+      case GenerationEnd::Cancelled:
         outcome.cancelled = true;
         break;
-      }
-      const int32_t next = sampler.sample(session.logits(), session.tokens());
-      if (generated == 0 && choice == 0) first_token();
-      if (ends_generation(next)) {
-        outcome.finish = FinishReason::Stop;
-        break;
-      }
-      ++generated;
-      record([&] { recorder_.token(); });
-      if (delivered) delivered->accept(next);
-      deliver(stops.push(decoder.push(next)), logprob_entry(next));
-      if (stops.stopped() || value_done()) {
-        outcome.finish = FinishReason::Stop;
-        break;
-      }
-      if (generated >= plan.max_new_tokens || session.context_left() < 1) {
+      case GenerationEnd::Length:
+      case GenerationEnd::ContextFull:
         outcome.finish = FinishReason::Length;
         break;
-      }
-      save_prompt();
-      decode(next);
     }
+    if (speculative && log_spec_)
+      fmt::print(stderr,
+                 "strata serve: spec: {} tokens, {} verifies, drafts proposed {} accepted {}\n",
+                 generated, spec_gate_->verifies() - verifies_before,
+                 spec_gate_->drafts_proposed() - proposed_before,
+                 spec_gate_->drafts_accepted() - accepted_before);
     batched.leave();
     if (prefill_complete && !prompt_saved)
       save_prompt();  // the generation fed nothing after the prompt

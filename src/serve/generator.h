@@ -1,11 +1,13 @@
-// Generator — runs one Job on the engine: a fresh Session, prefill in chunks, then sample and
-// decode token by token. Text leaves through a StreamingDecoder (whole UTF-8 characters only),
-// a StopMatcher (stop strings cut the text and end the generation) and, for chat, a ThinkFilter
-// that routes a leading <think> block to reasoning_content. Control tokens print nothing.
+// Generator — runs one Job on the engine: a fresh Session, prefill in chunks, then the generation
+// loop (engine/generate.h: plain or speculative, the same stop rules and cancellation either way).
+// Text leaves through a StreamingDecoder (whole UTF-8 characters only), a StopMatcher (stop strings
+// cut the text and end the generation) and, for chat, a ThinkFilter that routes a leading <think>
+// block to reasoning_content. Control tokens print nothing.
 //
 // Ends: the end-of-sequence or end-of-turn token ("stop", unless ignore_eos), a stop string
 // ("stop"), max_tokens or a full context ("length"), or Job::cancel_requested (checked before each
-// prefill chunk and each token), which ends the job promptly with outcome.cancelled.
+// prefill chunk and each token, and between the tokens of a verify window), which ends the job
+// promptly with outcome.cancelled.
 // Reports each generation to ServeMetrics (tokens, times, time to first token).
 //
 // Speculative decoding (ServerOptions::spec, `strata serve --spec`): each request gets a

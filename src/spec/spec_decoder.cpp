@@ -93,66 +93,17 @@ void SpecDecoder::committed(int64_t n_rows) {
   for (auto& drafter : drafters_) drafter->on_commit(session_, n_rows);
 }
 
-int SpecDecoder::generate(std::span<const float> first_logits, int max_tokens,
-                          std::optional<int32_t> stop_token, const EmitFn& emit) {
-  return generate_until(
-             first_logits, max_tokens,
-             [&](int32_t token) { return stop_token && token == *stop_token; },
-             [&](int32_t token) {
-               emit(token);
-               return true;
-             })
-      .generated;
-}
-
-SpecDecoder::Result SpecDecoder::generate_until(std::span<const float> first_logits, int max_tokens,
-                                                const StopFn& is_stop, const HaltFn& emit) {
-  Result result;
-  if (max_tokens <= 0) return result;
-  int32_t next = sampler_.sample(first_logits, session_.tokens());
-  while (true) {
-    // Like the plain loop of `strata chat`: a token is only made when it can also be fed.
-    if (session_.context_left() < 1) {
-      result.end = GenerateEnd::ContextFull;
-      break;
-    }
-    if (is_stop && is_stop(next)) {
-      result.end = GenerateEnd::StopToken;
-      break;
-    }
-    ++result.generated;
-    if (!emit(next)) {
-      result.end = GenerateEnd::Halted;
-      break;
-    }
-    if (result.generated >= max_tokens) break;
-    // A window of k drafts emits up to k + 1 tokens (the drafts that stand, then one more).
-    const int64_t room =
-        std::min<int64_t>(max_tokens - result.generated, session_.context_left()) - 1;
-    const std::optional<int32_t> following =
-        step(next, result.generated - 1, int(std::max<int64_t>(room, 0)), is_stop, emit,
-             result.generated);
-    if (!following) {
-      result.end = GenerateEnd::Halted;
-      break;
-    }
-    next = *following;
-  }
-  return result;
-}
-
-void SpecDecoder::feed(int32_t token) {
+void SpecDecoder::feed(int32_t token, int64_t index) {
   const auto start = std::chrono::steady_clock::now();
   session_.decode(token);
   const double seconds = seconds_since(start);
   gate_->record_window(1, seconds);
   committed(1);
-  report({.token = token, .seconds = seconds});
+  report({.first_token = index, .token = token, .seconds = seconds});
 }
 
 std::optional<int32_t> SpecDecoder::step(int32_t next, int64_t index, int max_drafts,
-                                         const StopFn& is_stop, const HaltFn& emit,
-                                         int& generated) {
+                                         TokenFn is_stop, TokenFn emit) {
   SpecGate& gate = *gate_;
   const int depth_cap = std::min(max_drafts, gate.config().max_depth);
   // Proposals: every drafter that is worth asking; the one the gate values most wins. A forced
@@ -251,17 +202,14 @@ std::optional<int32_t> SpecDecoder::step(int32_t next, int64_t index, int max_dr
   // and the rows after it go, so the session holds what plain decoding would have fed.
   int n_emit = n_accepted;
   for (int j = 0; j < n_accepted; ++j)
-    if (is_stop && is_stop(window[size_t(j) + 1])) {
+    if (is_stop(window[size_t(j) + 1])) {
       n_emit = j;
       following = window[size_t(j) + 1];
       break;
     }
   int emitted = 0;
   bool halted = false;
-  while (emitted < n_emit && !halted) {
-    ++generated;
-    halted = !emit(window[size_t(++emitted)]);
-  }
+  while (emitted < n_emit && !halted) halted = !emit(window[size_t(++emitted)]);
   start = std::chrono::steady_clock::now();
   session_.keep_rows(1 + emitted);
   seconds += seconds_since(start);

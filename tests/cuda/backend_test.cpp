@@ -51,6 +51,7 @@
 #include "compute/cuda/cuda_backend.h"
 #include "convert/convert.h"
 #include "cuda_test_util.h"
+#include "engine/generate.h"
 #include "engine/session.h"
 #include "engine/window.h"
 #include "model/model.h"
@@ -396,7 +397,9 @@ TEST(CudaBackend, SpecDecodingGivesPlainTokens) {
     spec::SpecDecoder decoder(session, sampler, options, pool);
     decoder.prefill(prompt, 16);
     std::vector<int32_t> got;
-    decoder.generate(session.logits(), kTokens, std::nullopt, [&](int32_t t) { got.push_back(t); });
+    generate(
+        session, sampler, session.logits(), kTokens, std::nullopt,
+        [&](int32_t t) { got.push_back(t); }, &decoder);
     EXPECT_EQ(got, reference) << "depth " << depth << "\n" << decoder.summary();
     EXPECT_GT(decoder.gate().drafts_accepted(), 0u) << "no draft was accepted: the verify path was not exercised";
     std::printf("[ cuda ] spec depth %d: %s\n", depth, decoder.summary().c_str());

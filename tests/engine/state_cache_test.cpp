@@ -17,6 +17,7 @@
 
 #include "../common/fixture_models.h"
 #include "compute/cpu/thread_pool.h"
+#include "engine/generate.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "engine/state_cache.h"
@@ -46,7 +47,9 @@ struct RunConfig {
 Tokens generate(Session& session, Sampler& sampler, spec::SpecDecoder* speculative, int n) {
   Tokens out;
   if (speculative) {
-    speculative->generate(session.logits(), n, std::nullopt, [&](int32_t t) { out.push_back(t); });
+    strata::generate(
+        session, sampler, session.logits(), n, std::nullopt, [&](int32_t t) { out.push_back(t); },
+        speculative);
     return out;
   }
   for (int i = 0; i < n; ++i) {

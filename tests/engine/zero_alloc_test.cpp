@@ -30,6 +30,7 @@
 #include "../common/temp_dir.h"
 #include "compute/cpu/ops.h"
 #include "compute/cpu/thread_pool.h"
+#include "engine/generate.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "experts/block_reader.h"
@@ -417,12 +418,12 @@ TEST(ZeroAlloc, SteadyMtpSpeculativeDecodeAllocatesNothing) {
     constexpr int kTokens = 24, kWarm = 6;
     uint64_t at_emit[kTokens] = {};
     int emitted = 0;
-    const spec::SpecDecoder::EmitFn emit = [&](int32_t) {
+    auto emit = [&](int32_t) {
       if (emitted < kTokens) at_emit[emitted] = g_allocations.load();
       ++emitted;
     };
     g_counting = true;
-    decoder.generate(first, kTokens, std::nullopt, emit);
+    generate(session, sampler, first, kTokens, std::nullopt, emit, &decoder);
     g_counting = false;
     ASSERT_EQ(emitted, kTokens);
     EXPECT_EQ(at_emit[kTokens - 1] - at_emit[kWarm - 1], 0u)
@@ -430,6 +431,43 @@ TEST(ZeroAlloc, SteadyMtpSpeculativeDecodeAllocatesNothing) {
         << " of MTP speculative decoding";
   }
   EXPECT_GT(models_with_mtp, 0) << "no model with an MTP head";
+}
+
+// The generation loop itself (engine/generate.h) around plain steps, greedy and sampled: its
+// callbacks, checks and window reports add nothing to a warm step. Allocations between the 6th
+// and the last token it hands out.
+TEST(ZeroAlloc, SteadyDecodeThroughTheGenerationLoopAllocatesNothing) {
+  SamplerConfig sampled;
+  sampled.temperature = 0.8f;
+  sampled.top_k = 40;
+  sampled.seed = 3;
+  for (const std::string& path : model_paths()) {
+    auto model = Model::load(path);
+    for (const SamplerConfig& config : {SamplerConfig{}, sampled}) {
+      SCOPED_TRACE(path + (config.temperature > 0 ? " sampled" : " greedy"));
+      compute::ThreadPool pool(2);
+      Session session(*model, pool);
+      Sampler sampler(config);
+      const int vocab = int(model->hparams().n_vocab);
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < 7; ++i) prompt.push_back(int32_t((i * 41 + 13) % vocab));
+      session.prefill(prompt);
+      constexpr int kTokens = 24, kWarm = 6;
+      uint64_t at_emit[kTokens] = {};
+      int emitted = 0;
+      auto emit = [&](int32_t) {
+        if (emitted < kTokens) at_emit[emitted] = g_allocations.load();
+        ++emitted;
+      };
+      g_counting = true;
+      generate(session, sampler, session.logits(), kTokens, std::nullopt, emit);
+      g_counting = false;
+      ASSERT_EQ(emitted, kTokens);
+      EXPECT_EQ(at_emit[kTokens - 1] - at_emit[kWarm - 1], 0u)
+          << "heap allocations from token " << kWarm << " to token " << kTokens
+          << " of the generation loop";
+    }
+  }
 }
 
 }  // namespace

@@ -19,7 +19,6 @@
 namespace strata {
 namespace {
 
-using spec::GenerateEnd;
 using spec::SpecMode;
 using spec_test::plain_generate;
 using spec_test::spec_generate;
@@ -116,23 +115,37 @@ Turn plain_turn(Session& session, Sampler& sampler, std::span<const int32_t> fre
   return turn;
 }
 
-Turn spec_turn(Session& session, spec::SpecDecoder& decoder, std::span<const int32_t> fresh,
-               int max, int32_t stop, size_t halt_after) {
+// The generation loop's callbacks of a turn: `stop` ends it before, the halt_after-th token after.
+class TurnCallbacks final : public GenerationCallbacks {
+ public:
+  TurnCallbacks(Turn& turn, int32_t stop, size_t halt_after)
+      : turn_(turn), stop_(stop), halt_after_(halt_after) {}
+  bool is_stop_token(int32_t t) override { return t == stop_; }
+  bool on_token(int32_t t, std::span<const float>) override {
+    turn_.emitted.push_back(t);
+    return turn_.emitted.size() != halt_after_;
+  }
+
+ private:
+  Turn& turn_;
+  int32_t stop_;
+  size_t halt_after_;
+};
+
+Turn spec_turn(Session& session, Sampler& sampler, spec::SpecDecoder& decoder,
+               std::span<const int32_t> fresh, int max, int32_t stop, size_t halt_after) {
   decoder.prefill(fresh, 64);
   Turn turn;
   const size_t fed_before = session.tokens().size();
-  const auto result = decoder.generate_until(
-      session.logits(), max, [&](int32_t t) { return t == stop; },
-      [&](int32_t t) {
-        turn.emitted.push_back(t);
-        return turn.emitted.size() != halt_after;
-      });
+  TurnCallbacks callbacks(turn, stop, halt_after);
+  const GenerationResult result = generate(session, sampler, session.logits(),
+                                           {.max_tokens = max, .speculative = &decoder}, callbacks);
   EXPECT_EQ(result.generated, int(turn.emitted.size()));
   // The decoder fed every emitted token but possibly the last, and nothing beyond.
   EXPECT_TRUE(session.tokens().size() == fed_before + turn.emitted.size() ||
               session.tokens().size() + 1 == fed_before + turn.emitted.size())
       << session.tokens().size() << " fed, " << turn.emitted.size() << " emitted";
-  if (result.end != GenerateEnd::StopToken &&
+  if (result.end != GenerationEnd::StopToken &&
       session.tokens().size() < fed_before + turn.emitted.size())
     decoder.feed(turn.emitted.back());
   turn.fed_after = session.tokens();
@@ -185,7 +198,7 @@ TEST(SpecFlows, MultiTurnSessionsMatchThePlainChatLoop) {
         const std::vector<Turn> got = run_chat(
             [&](Session& s, size_t t, std::span<const int32_t> fresh, size_t halt) {
               if (t == 2) decoder.reset();
-              return spec_turn(s, decoder, fresh, 20, stop, halt);
+              return spec_turn(s, sampler, decoder, fresh, 20, stop, halt);
             },
             session);
         for (size_t t = 0; t < user.size(); ++t) {
@@ -246,7 +259,9 @@ TEST(SpecFlows, SharedGateForcesPlainStepsAcrossShortRequests) {
       decoder.add_drafter(std::make_unique<PerfectDrafter>(reference, prompt.size()));
       decoder.prefill(prompt, 16);
       std::vector<int32_t> got;
-      decoder.generate(session.logits(), n, std::nullopt, [&](int32_t t) { got.push_back(t); });
+      generate(
+          session, sampler, session.logits(), n, std::nullopt, [&](int32_t t) { got.push_back(t); },
+          &decoder);
       EXPECT_EQ(got, reference) << "request " << request << (share ? " shared" : " own")
                                 << " gate\n"
                                 << decoder.summary();

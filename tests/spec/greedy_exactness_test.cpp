@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "../common/temp_dir.h"
+#include "engine/generate.h"
 #include "spec_test_util.h"
 #include "synth/synth.h"
 #include "text/tokenizer.h"
@@ -84,7 +85,9 @@ uint64_t expect_exact(const Model& model, const std::vector<std::vector<int32_t>
       spec::SpecDecoder decoder(session, sampler, options, pool);
       decoder.prefill(prompts[p], 16);
       std::vector<int32_t> got;
-      decoder.generate(session.logits(), n, std::nullopt, [&](int32_t t) { got.push_back(t); });
+      generate(
+          session, sampler, session.logits(), n, std::nullopt, [&](int32_t t) { got.push_back(t); },
+          &decoder);
       EXPECT_EQ(got, reference) << label << " prompt " << p << " --spec " << mode_name(c.mode)
                                 << " depth " << c.depth << " gate " << (c.gate ? "on" : "off")
                                 << "\n" << decoder.summary();

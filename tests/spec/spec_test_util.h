@@ -9,6 +9,7 @@
 
 #include "../common/fixture_models.h"
 #include "compute/cpu/thread_pool.h"
+#include "engine/generate.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "model/model.h"
@@ -48,7 +49,9 @@ inline std::vector<int32_t> spec_generate(const Model& model, compute::ThreadPoo
   if (extra) decoder.add_drafter(std::move(extra));
   decoder.prefill(prompt, chunk_rows);
   std::vector<int32_t> out;
-  decoder.generate(session.logits(), n, std::nullopt, [&](int32_t t) { out.push_back(t); });
+  generate(
+      session, sampler, session.logits(), n, std::nullopt, [&](int32_t t) { out.push_back(t); },
+      &decoder);
   if (summary) *summary = decoder.summary();
   return out;
 }
