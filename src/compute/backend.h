@@ -30,6 +30,7 @@
 // - Errors: strata::Error naming the op and the sizes.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -67,6 +68,12 @@ struct Tensor {
   int64_t width = 0;
   bool valid() const { return id != kNone; }
 };
+
+// The same buffer seen as rows of `width` values, e.g. a matmul's [n·S][H] output as the [n][S·H]
+// streams it is. REQUIRES t.max_rows · t.width to be a multiple of width.
+inline Tensor with_width(Tensor t, int64_t width) {
+  return Tensor{t.id, t.type, t.max_rows * t.width / width, width};
+}
 
 // Rows [first_row, first_row + n_rows) of a window: one sequence's part of a batched window.
 struct RowSegment {
@@ -123,6 +130,28 @@ class Backend {
   virtual void embed(const WeightMatrix& table, std::span<const int32_t> tokens, Tensor out) = 0;
   // out[t] = x[t] repeated n_copies times (out.width = n_copies * x.width).
   virtual void repeat(Tensor x, int n_copies, Tensor out, int64_t n_rows) = 0;
+  // out[t·S + s] = [a[t] | b[t][s·W, (s+1)·W)] for t < n_rows, s < S = n_streams, W = b.width / S
+  // (out.width = a.width + W): the MTP head's eh_proj inputs, each stream's hidden beside the
+  // token's embedding. The default stages the rows through the host (allocating).
+  virtual void pair_rows(Tensor a, Tensor b, int n_streams, Tensor out, int64_t n_rows) {
+    const int64_t w = b.width / n_streams;
+    std::vector<float> ha(size_t(n_rows * a.width)), hb(size_t(n_rows * b.width));
+    std::vector<float> ho(size_t(n_rows * n_streams * out.width));
+    read(a, 0, n_rows, ha.data());
+    read(b, 0, n_rows, hb.data());
+    pair_rows_host(ha.data(), a.width, hb.data(), w, n_streams, n_rows, ho.data());
+    write(out, 0, n_rows * n_streams, ho.data());
+  }
+  // pair_rows on host rows (the reference, and the CPU backend's).
+  static void pair_rows_host(const float* a, int64_t a_width, const float* b, int64_t w,
+                             int n_streams, int64_t n_rows, float* out) {
+    for (int64_t t = 0; t < n_rows; ++t)
+      for (int s = 0; s < n_streams; ++s) {
+        float* row = out + (t * n_streams + s) * (a_width + w);
+        std::copy_n(a + t * a_width, a_width, row);
+        std::copy_n(b + t * n_streams * w + s * w, w, row + a_width);
+      }
+  }
   // out[t] = RMSNorm(x[t]) * weight (compute::rms_norm); out may be x.
   virtual void rms_norm(Tensor x, std::span<const float> weight, float eps, Tensor out,
                         int64_t n_rows) = 0;

@@ -177,14 +177,6 @@ void Model::check_tokens(std::span<const int32_t> tokens) const {
            hp_.n_vocab - 1);
 }
 
-void Model::embed(std::span<const int32_t> tokens, float* out) const {
-  check_tokens(tokens);
-  for (size_t t = 0; t < tokens.size(); ++t) {
-    quant::dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), out + t * hp_.n_embd,
-                          hp_.n_embd);
-  }
-}
-
 void Model::mixer_forward(const WindowRun& run, int l, compute::Tensor x, compute::Tensor y) const {
   const LayerWeights& lw = layers_[size_t(l)];
   auto mix = [&](ModelState& state, compute::Tensor in, compute::Tensor out, int64_t n_rows) {
@@ -262,27 +254,32 @@ void Model::ensure_tensors(compute::Backend& be, WindowTensors& t, int64_t n_row
   }
 }
 
-void Model::prenorm_layer(compute::ThreadPool& pool, compute::Workspace& ws, int l, MixerFn mixer,
-                          ExpertSource& experts, std::vector<float>& residual,
-                          const MoeWeights* next) const {
-  const LayerWeights& lw = layers_[size_t(l)];
-  const int64_t n_rows = int64_t(residual.size()) / hp_.n_embd;
-  compute::Workspace::Frame frame(ws);
-  std::vector<float>& normed = ws.floats(residual.size());
-  std::vector<float>& out = ws.floats(residual.size());
-  rms_norm_rows(residual.data(), lw.attn_norm, n_rows, normed.data());
-  mixer(normed.data(), out.data());
-  for (size_t i = 0; i < residual.size(); ++i) residual[i] += out[i];
-  rms_norm_rows(residual.data(), lw.ffn_norm, n_rows, normed.data());
-  moe_forward(pool, ws, hp_, lw.moe, experts, l, normed.data(), n_rows, out.data(), next);
-  for (size_t i = 0; i < residual.size(); ++i) residual[i] += out[i];
-}
-
-void Model::rms_norm_rows(const float* x, const std::vector<float>& weight, int64_t n_rows,
-                          float* out) const {
-  const int64_t width = int64_t(weight.size());
-  for (int64_t t = 0; t < n_rows; ++t)
-    compute::rms_norm(x + t * width, weight.data(), width, hp_.rms_eps, out + t * width);
+compute::Backend& Model::begin_mtp_window(compute::ThreadPool& pool, MtpState& mtp, int64_t n,
+                                         int n_streams) const {
+  if (!mtp.backend) mtp.backend = std::make_unique<compute::CpuBackend>();
+  compute::Backend& be = *mtp.backend;
+  be.begin_window(pool);
+  MtpTensors& t = mtp.tensors;
+  if (t.owner == &be && t.max_rows >= n) return be;
+  if (t.owner == &be)
+    for (compute::Tensor* tensor : {&t.hidden, &t.normed, &t.embedded, &t.inputs, &t.X, &t.x, &t.y,
+                                    &t.inject, &t.logits})
+      if (tensor->valid()) be.release(*tensor);
+  t = MtpTensors{};
+  t.owner = &be;
+  t.max_rows = n;
+  const int64_t H = hp_.n_embd, S = n_streams;
+  auto f32 = [&](int64_t rows, int64_t width) { return be.alloc(compute::DType::F32, rows, width); };
+  t.hidden = f32(n, S * H);
+  t.normed = f32(n, S * H);
+  t.embedded = f32(n, H);
+  t.inputs = f32(n * S, 2 * H);
+  t.X = f32(n * S, H);
+  t.x = f32(n, H);
+  t.y = f32(n, H);
+  t.inject = f32(n, S);
+  t.logits = f32(n, hp_.n_vocab);
+  return be;
 }
 
 void Model::mtp_forward(compute::ThreadPool&, MtpState&, const float*, std::span<const int32_t>,

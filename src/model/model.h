@@ -42,14 +42,29 @@
 #include "model/hparams.h"
 #include "model/tensor_loader.h"
 #include "model/tensor_table.h"
-#include "util/function_ref.h"
 
 namespace strata {
 
-// The MTP (nextn) head's own cache: entry t holds what the head computed for trunk position t.
+// The MTP head's activations on its backend, sized for the most entries run at once so far.
+struct MtpTensors {
+  const compute::Backend* owner = nullptr;
+  int64_t max_rows = 0;
+  compute::Tensor hidden, normed;  // the trunk rows in, and normed [W] (W = S·H, or H)
+  compute::Tensor embedded;        // [H]
+  compute::Tensor inputs;          // [max_rows·S][2H]: eh_proj's inputs per (entry, stream)
+  compute::Tensor X;               // [max_rows·S][H]: eh_proj's output, seen as [max_rows][W]
+  compute::Tensor x, y, inject;    // block in/out [H], [S]
+  compute::Tensor logits;          // [n_vocab]
+};
+
+// The MTP (nextn) head's own state: entry t of `kv` holds what the head computed for trunk
+// position t. The head runs through `backend` (compute/backend.h) like the trunk: the first draft
+// puts a CPU backend here unless one was set (a test's recording backend). The trunk's backend
+// may be another one (CUDA): the head reads the trunk rows the window runner read back.
 struct MtpState {
   KvCache kv;
-  compute::Workspace ws;  // the head's window scratch
+  std::unique_ptr<compute::Backend> backend;
+  MtpTensors tensors;
 };
 
 // A window's activations: buffers of the state's backend, sized for the largest window so far
@@ -221,7 +236,10 @@ class Model {
   void load_moe(TensorTable& tensors, int layer, LayerWeights& out) const;
   void load_attention(TensorTable& tensors, int layer, bool gated, LayerWeights& out) const;
   void load_deltanet(TensorTable& tensors, int layer, LayerWeights& out) const;
-  void embed(std::span<const int32_t> tokens, float* out) const;  // [n][H] (host; MTP head)
+  // The MTP head's backend with its window begun and its tensors sized for n entries of W =
+  // n_streams·H trunk values each (MtpState).
+  compute::Backend& begin_mtp_window(compute::ThreadPool& pool, MtpState& mtp, int64_t n,
+                                     int n_streams) const;
   // The router of the trunk layer after `layer` (read-ahead hint), or nullptr for the last one.
   const MoeWeights* next_router(int layer) const;
   // Layer `layer`'s token mixer over the window: y = mixer(x), each sequence on its own state.
@@ -229,16 +247,6 @@ class Model {
   // The classic pre-norm residual stack (qwen3moe, qwen3next) on the backend:
   //   h += mixer(norm(h)); h += moe(norm(h)); hidden = norm_out(h)
   void run_prenorm_layers(const WindowRun& run, ExpertSource& experts) const;
-  // One pre-norm layer l on host residual rows [n][H] (the qwen3next MTP head; the trunk runs
-  // the same sequence of ops through the backend in run_prenorm_layers):
-  // h += mixer(attn_norm(h)); h += moe(ffn_norm(h)). `mixer(x, y)` runs the layer's token mixer.
-  using MixerFn = FunctionRef<void(const float* x, float* y)>;
-  void prenorm_layer(compute::ThreadPool& pool, compute::Workspace& ws, int l, MixerFn mixer,
-                     ExpertSource& experts, std::vector<float>& residual,
-                     const MoeWeights* next_router) const;
-  // out[t] = RMSNorm(x[t]) · weight for n_rows rows of weight.size() values.
-  void rms_norm_rows(const float* x, const std::vector<float>& weight, int64_t n_rows,
-                     float* out) const;
 
   std::unique_ptr<GgufFile> file_;
   HParams hp_;

@@ -41,33 +41,35 @@ class Qwen3Next final : public Model {
                    std::span<const int32_t> tokens, std::vector<float>& logits,
                    std::vector<float>* residual_out, ExpertSource* experts) const override {
     if (!has_mtp()) Model::mtp_forward(pool, mtp, hidden, tokens, logits, residual_out, experts);
+    check_tokens(tokens);
     const int64_t H = hp_.n_embd, n = int64_t(tokens.size());
     const int l = hp_.n_layer;
-    // Scratch from the head's workspace (kept between drafts: a warm draft allocates nothing).
-    compute::Workspace::Frame frame(mtp.ws);
-    std::vector<float>& embedded = mtp.ws.floats(static_cast<size_t>(n * H));
-    std::vector<float>& inputs = mtp.ws.floats(static_cast<size_t>(n * 2 * H));
-    embed(tokens, embedded.data());
-    for (int64_t t = 0; t < n; ++t) {
-      compute::rms_norm(embedded.data() + t * H, mtp_enorm_.data(), H, hp_.rms_eps,
-                        inputs.data() + t * 2 * H);
-      compute::rms_norm(hidden + t * H, mtp_hnorm_.data(), H, hp_.rms_eps,
-                        inputs.data() + t * 2 * H + H);
-    }
-    std::vector<float>& residual = mtp.ws.floats(static_cast<size_t>(n * H));
-    compute::matmul(pool, mtp_eh_proj_, inputs.data(), n, residual.data());
-    const AttentionWeights& attention = layers_[size_t(l)].attention;
-    prenorm_layer(
-        pool, mtp.ws, l,
-        [&](const float* x, float* y) {
-          attention_forward(pool, mtp.ws, hp_, attention, mtp.kv, x, n, y);
-        },
-        experts ? *experts : *mapped_experts_, residual, nullptr);
-    std::vector<float>& out = mtp.ws.floats(residual.size());
-    rms_norm_rows(residual.data(), mtp_shared_head_norm_, n, out.data());
+    const LayerWeights& lw = layers_[size_t(l)];
+    const float eps = hp_.rms_eps;
+    compute::Backend& be = begin_mtp_window(pool, mtp, n, 1);
+    const MtpTensors& t = mtp.tensors;
+    const compute::Tensor& residual = t.X;  // [n][H] with one stream
+    be.write(t.hidden, 0, n, hidden);
+    be.embed(token_embd_, tokens, t.embedded);
+    be.rms_norm(t.embedded, mtp_enorm_, eps, t.embedded, n);
+    be.rms_norm(t.hidden, mtp_hnorm_, eps, t.normed, n);
+    be.pair_rows(t.embedded, t.normed, 1, t.inputs, n);
+    be.matmul(mtp_eh_proj_, t.inputs, 0, n, residual);
+    // One pre-norm layer, the trunk's sequence of ops (run_prenorm_layers) on the head's cache.
+    be.rms_norm(residual, lw.attn_norm, eps, t.x, n);
+    be.attention(hp_, lw.attention, mtp.kv, l, t.x, t.y, n);
+    be.add(residual, t.y, n);
+    be.rms_norm(residual, lw.ffn_norm, eps, t.x, n);
+    be.moe(hp_, lw.moe, experts ? *experts : *mapped_experts_, l, t.x, t.y, n, nullptr);
+    be.add(residual, t.y, n);
+    be.rms_norm(residual, mtp_shared_head_norm_, eps, t.x, n);
+    be.matmul(output_, t.x, 0, n, t.logits);
     logits.resize(static_cast<size_t>(n * hp_.n_vocab));
-    compute::matmul(pool, output_, out.data(), n, logits.data());
-    if (residual_out) residual_out->assign(out.begin(), out.end());
+    be.read(t.logits, 0, n, logits.data());
+    if (residual_out) {
+      residual_out->resize(static_cast<size_t>(n * H));
+      be.read(t.x, 0, n, residual_out->data());
+    }
   }
 
  protected:

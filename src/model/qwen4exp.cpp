@@ -42,49 +42,39 @@ class Qwen4Exp final : public Model {
                    std::span<const int32_t> tokens, std::vector<float>& logits,
                    std::vector<float>* residual_out, ExpertSource* experts) const override {
     if (!has_mtp()) Model::mtp_forward(pool, mtp, hidden, tokens, logits, residual_out, experts);
+    check_tokens(tokens);
     const int S = hp_.hc_count;
-    const int64_t H = hp_.n_embd, width = S * H, n = int64_t(tokens.size());
-    const LayerWeights& lw = layers_[size_t(hp_.n_layer)];
+    const int64_t width = S * hp_.n_embd, n = int64_t(tokens.size());
+    const int l = hp_.n_layer;
+    const LayerWeights& lw = layers_[size_t(l)];
+    const float eps = hp_.rms_eps;
+    compute::Backend& be = begin_mtp_window(pool, mtp, n, S);
+    const MtpTensors& t = mtp.tensors;
+    const compute::Tensor X = compute::with_width(t.X, width);  // eh_proj's [n·S][H] as streams
     // Inputs of eh_proj per (entry, stream): [N1p(embed(tok)) | N1p(h) of that stream], where the
     // hidden norm is one RMS over all S·H values (vLLM's convention, see docs/fixtures.md).
-    // Scratch from the head's workspace (kept between drafts: a warm draft allocates nothing).
-    compute::Workspace& ws = mtp.ws;
-    compute::Workspace::Frame frame(ws);
-    std::vector<float>& embedded = ws.floats(static_cast<size_t>(n * H));
-    std::vector<float>& normed = ws.floats(static_cast<size_t>(width));
-    std::vector<float>& inputs = ws.floats(static_cast<size_t>(n * S * 2 * H));
-    embed(tokens, embedded.data());
-    for (int64_t t = 0; t < n; ++t) {
-      compute::rms_norm(embedded.data() + t * H, mtp_enorm_.data(), H, hp_.rms_eps,
-                        embedded.data() + t * H);
-      compute::rms_norm(hidden + t * width, mtp_hnorm_.data(), width, hp_.rms_eps, normed.data());
-      for (int s = 0; s < S; ++s) {
-        float* row = inputs.data() + (t * S + s) * 2 * H;
-        std::copy_n(embedded.data() + t * H, H, row);
-        std::copy_n(normed.data() + s * H, H, row + H);
-      }
-    }
-    std::vector<float>& X = ws.floats(static_cast<size_t>(n * width));
-    std::vector<float>& x = ws.floats(static_cast<size_t>(n * H));
-    std::vector<float>& y = ws.floats(static_cast<size_t>(n * H));
-    std::vector<float>& inject = ws.floats(static_cast<size_t>(n * S));
-    compute::matmul(pool, mtp_eh_proj_, inputs.data(), n * S, X.data());
+    be.write(t.hidden, 0, n, hidden);
+    be.embed(token_embd_, tokens, t.embedded);
+    be.rms_norm(t.embedded, mtp_enorm_, eps, t.embedded, n);
+    be.rms_norm(t.hidden, mtp_hnorm_, eps, t.normed, n);
+    be.pair_rows(t.embedded, t.normed, S, t.inputs, n);
+    be.matmul(mtp_eh_proj_, t.inputs, 0, n * S, t.X);
 
-    hyper_connection_in(pool, ws, lw.hc_attn, S, H, hp_.rms_eps, X.data(), n, x.data(),
-                        inject.data());
-    attention_forward(pool, ws, hp_, lw.attention, mtp.kv, x.data(), n, y.data());
-    hyper_connection_out(S, H, y.data(), inject.data(), n, X.data());
-    hyper_connection_in(pool, ws, lw.hc_ffn, S, H, hp_.rms_eps, X.data(), n, x.data(),
-                        inject.data());
-    moe_forward(pool, ws, hp_, lw.moe, experts ? *experts : *mapped_experts_, hp_.n_layer,
-                x.data(), n, y.data());
-    hyper_connection_out(S, H, y.data(), inject.data(), n, X.data());
+    be.hyper_connection_in(lw.hc_attn, S, eps, X, t.x, t.inject, n);
+    be.attention(hp_, lw.attention, mtp.kv, l, t.x, t.y, n);
+    be.hyper_connection_out(S, t.y, t.inject, X, n);
+    be.hyper_connection_in(lw.hc_ffn, S, eps, X, t.x, t.inject, n);
+    be.moe(hp_, lw.moe, experts ? *experts : *mapped_experts_, l, t.x, t.y, n, nullptr);
+    be.hyper_connection_out(S, t.y, t.inject, X, n);
 
-    hyper_connection_in(pool, ws, mtp_hc_head_, S, H, hp_.rms_eps, X.data(), n, x.data(),
-                        nullptr);
+    be.hyper_connection_in(mtp_hc_head_, S, eps, X, t.x, compute::Tensor{}, n);
+    be.matmul(output_, t.x, 0, n, t.logits);
     logits.resize(static_cast<size_t>(n * hp_.n_vocab));
-    compute::matmul(pool, output_, x.data(), n, logits.data());
-    if (residual_out) residual_out->assign(X.begin(), X.end());
+    be.read(t.logits, 0, n, logits.data());
+    if (residual_out) {
+      residual_out->resize(static_cast<size_t>(n * width));
+      be.read(X, 0, n, residual_out->data());
+    }
   }
 
   // PLE rows depend only on the tokens: every sequence's reads are issued before any layer runs.

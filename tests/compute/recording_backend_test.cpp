@@ -2,7 +2,8 @@
 // records every op and forwards it to the CPU backend runs every fixture — the three
 // architectures' transformers fixtures and the embedded default model — through prefill, decode
 // and a speculative verify + rollback, and must give bitwise the CPU backend's logits. The op log
-// also shows the forward's shape (one moe per layer and window, one ple per window, ...).
+// also shows the forward's shape (one moe per layer and window, one ple per window, ...). The MTP
+// draft head (qwen4exp, qwen3next) goes through its own backend the same way.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -62,6 +63,10 @@ class RecordingBackend final : public Backend {
   void repeat(Tensor x, int n, Tensor out, int64_t n_rows) override {
     note("repeat");
     inner_->repeat(x, n, out, n_rows);
+  }
+  void pair_rows(Tensor a, Tensor b, int n_streams, Tensor out, int64_t n_rows) override {
+    note("pair_rows");
+    inner_->pair_rows(a, b, n_streams, out, n_rows);
   }
   void rms_norm(Tensor x, std::span<const float> w, float eps, Tensor out,
                 int64_t n_rows) override {
@@ -245,6 +250,57 @@ TEST(RecordingBackend, BatchedWindowThroughTheCopyPathEqualsEachSequenceAlone) {
     EXPECT_EQ(log->count["moe"], hp.n_layer);  // the row-wise ops once for the window
     EXPECT_EQ(log->count["gated_deltanet"] + log->count["attention"], 3 * hp.n_layer);
     EXPECT_GT(log->count["write"], 0);  // the default copy_rows staged through the host
+  }
+}
+
+// The MTP head's drafts through a recording backend: the same draft logits and head outputs,
+// bitwise, as on the CPU backend, for a first draft over every prompt row and two chained ones.
+TEST(RecordingBackend, MtpHeadGivesTheCpuBackendsDraftsBitwise) {
+  for (const char* arch : {"qwen4exp", "qwen3next"}) {
+    SCOPED_TRACE(arch);
+    auto model = Model::load(test_support::fixture_model_gguf(arch));
+    ASSERT_TRUE(model->has_mtp());
+    compute::ThreadPool pool(2);
+    const HParams& hp = model->hparams();
+    const size_t width = size_t(hp.hc_count * hp.n_embd);
+    const std::vector<int32_t> prompt = fixture_prompts(arch, int(hp.n_vocab)).front();
+    ModelState trunk = model->new_state();
+    std::vector<float> logits;
+    WindowRunner(*model).run(pool, trunk, prompt, LogitRows::None, logits);
+    std::vector<int32_t> following(prompt.begin() + 1, prompt.end());
+    following.push_back(prompt.front());
+
+    auto drafts = [&](MtpState& head) {
+      std::vector<float> all, out, step;
+      model->mtp_forward(pool, head, trunk.residuals.data(), following, step, &out);
+      all = step;
+      all.insert(all.end(), out.begin(), out.end());
+      for (int i = 0; i < 2; ++i) {
+        const std::vector<float> last(out.end() - ptrdiff_t(width), out.end());
+        const int32_t token[1] = {
+            int32_t(compute::argmax(step.data() + step.size() - size_t(hp.n_vocab), hp.n_vocab))};
+        model->mtp_forward(pool, head, last.data(), token, step, &out);
+        all.insert(all.end(), step.begin(), step.end());
+        all.insert(all.end(), out.begin(), out.end());
+      }
+      return all;
+    };
+    MtpState plain;
+    const std::vector<float> want = drafts(plain);
+    MtpState recorded;
+    auto recording = std::make_unique<RecordingBackend>(std::make_unique<compute::CpuBackend>());
+    RecordingBackend* log = recording.get();
+    recorded.backend = std::move(recording);
+    const std::vector<float> got = drafts(recorded);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+        << "drafts through the recording backend differ from the CPU backend's";
+    EXPECT_EQ(log->count["begin_window"], 3);
+    EXPECT_EQ(log->count["pair_rows"], 3);
+    EXPECT_EQ(log->count["attention"], 3);
+    EXPECT_EQ(log->count["moe"], 3);
+    EXPECT_EQ(log->count["matmul"], 6);  // eh_proj and the output head
+    EXPECT_EQ(plain.kv.n_tokens, int64_t(prompt.size()) + 2);
   }
 }
 

@@ -73,6 +73,16 @@ void CpuBackend::copy_rows(Tensor src, int64_t src_row, Tensor dst, int64_t dst_
   std::copy_n(from + src_row * src.width, n_rows * src.width, to + dst_row * dst.width);
 }
 
+void CpuBackend::pair_rows(Tensor a, Tensor b, int n_streams, Tensor out, int64_t n_rows) {
+  const int64_t w = b.width / n_streams;
+  if (w * n_streams != b.width)
+    fail("cpu backend: pair_rows: width {} is not {} streams", b.width, n_streams);
+  const float* ad = rows(a, n_rows, "pair_rows");
+  const float* bd = rows(b, n_rows, "pair_rows");
+  float* od = rows(out, n_rows * n_streams, "pair_rows", a.width + w);
+  pair_rows_host(ad, a.width, bd, w, n_streams, n_rows, od);
+}
+
 void CpuBackend::embed(const WeightMatrix& table, std::span<const int32_t> tokens, Tensor out) {
   const int64_t n_rows = int64_t(tokens.size());
   float* y = rows(out, n_rows, "embed", table.n_in);

@@ -28,6 +28,7 @@ class CpuBackend final : public Backend {
   void read(Tensor t, int64_t first_row, int64_t n_rows, float* out) override;
   void write(Tensor t, int64_t first_row, int64_t n_rows, const float* in) override;
   void copy_rows(Tensor src, int64_t src_row, Tensor dst, int64_t dst_row, int64_t n_rows) override;
+  void pair_rows(Tensor a, Tensor b, int n_streams, Tensor out, int64_t n_rows) override;
   void begin_window(ThreadPool& host_pool) override { pool_ = &host_pool; }
 
   void embed(const WeightMatrix& table, std::span<const int32_t> tokens, Tensor out) override;

@@ -21,7 +21,8 @@
 //   from the window's first position (window_ops.h qsa_select_tokens), so nothing comes back to
 //   the host and a replayed window serves any n_past. Blocks tied at the budget boundary are
 //   kept as torch's CPU topk keeps them (layers/torch_top_k.h), as on the CPU backend.
-// - The MTP head runs on the host (Model::mtp_forward) on the trunk rows read back by the model.
+// - The MTP head runs on the host, on its own CPU backend (MtpState::backend), over the trunk rows
+//   the window runner read back.
 //
 // Exactness (tests/cuda/backend_test.cpp): rows are independent, and every reduction's order is
 // fixed by widths, so a row's logits are bitwise the same in a T = 1 and a T = k window and run
