@@ -12,6 +12,7 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "cli/commands.h"
 #include "cli/expert_options.h"
@@ -200,6 +201,13 @@ std::string resolve_prompt_text(const RunOptions& options) {
   return text;
 }
 
+// A rate with three significant digits where it matters: 1234 / 123 / 12.3 / 1.23 / 0.123 tok/s
+// (a model larger than RAM decodes at ~1 tok/s, where one decimal hides the differences).
+std::string format_rate(double per_second) {
+  const int decimals = per_second >= 100 ? 0 : per_second >= 10 ? 1 : per_second >= 1 ? 2 : 3;
+  return fmt::format("{:.{}f}", per_second, decimals);
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -385,11 +393,11 @@ void run(const RunOptions& options) {
   }
   const double decode_tps = double(generated) / std::max(decode_s, 1e-9);
   fmt::print(stderr,
-             "strata: prompt {} tokens in {:.2f} s ({:.1f} tok/s); generated {} tokens in {:.2f} s "
-             "({:.1f} tok/s, {:.2f} GB/s of weights); peak RSS {:.0f} MiB\n",
-             prompt.size(), prefill_s, double(prompt.size()) / std::max(prefill_s, 1e-9), generated,
-             decode_s, decode_tps, weight_bytes_per_token(*model) * decode_tps / 1e9,
-             peak_rss_mib());
+             "strata: prompt {} tokens in {:.2f} s ({} tok/s); generated {} tokens in {:.2f} s "
+             "({} tok/s, {:.2f} GB/s of weights); peak RSS {:.0f} MiB\n",
+             prompt.size(), prefill_s, format_rate(double(prompt.size()) / std::max(prefill_s, 1e-9)),
+             generated, decode_s, format_rate(decode_tps),
+             weight_bytes_per_token(*model) * decode_tps / 1e9, peak_rss_mib());
   if (speculative) fmt::print(stderr, "strata: {}\n", speculative->summary());
   if (store) {
     fmt::print(stderr, "strata: prefill {}\n",
