@@ -40,12 +40,14 @@ ExpertArena::ExpertArena(std::span<const uint64_t> slot_bytes, int slots_per_lay
   }
   const char* prefault_env = std::getenv("STRATA_ARENA_PREFAULT");
   if (prefault_env && std::strcmp(prefault_env, "off") == 0) return;
-  prefault_ = std::jthread([base = static_cast<uint8_t*>(mapping_), bytes = bytes_](std::stop_token stop) {
+  prefault_ = std::jthread([base = static_cast<uint8_t*>(mapping_),
+                            bytes = bytes_](std::stop_token stop) {
     // 64 MiB: small enough to stop promptly, large enough that the syscalls cost nothing.
     constexpr uint64_t kChunkBytes = uint64_t{64} << 20;
     for (uint64_t at = 0; at < bytes && !stop.stop_requested(); at += kChunkBytes)
       if (madvise(base + at, size_t(std::min(kChunkBytes, bytes - at)), MADV_POPULATE_WRITE) != 0)
-        return;  // a kernel without it (before 5.14), or out of memory: first touch stays on the read path
+        return;  // a kernel without it (before 5.14), or out of memory: first touch stays on the
+                 // read path
   });
 }
 

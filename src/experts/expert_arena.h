@@ -13,9 +13,9 @@
 //   from construction on, so the I/O pool's reads do not pay the first touch of never-used memory
 //   (a 2 MiB huge page's allocation, compaction and zeroing inside the O_DIRECT read: 50-85 ms of
 //   I/O wait per token at a 25 % budget on the flagship until the arena had been written once;
-//   docs/bench-experts.md). Populating a page that is already present changes nothing, so the thread
-//   needs no coordination with readers or writers; it is stopped and joined before the unmap.
-//   STRATA_ARENA_PREFAULT=off in the environment turns it off (to measure what it buys).
+//   docs/bench-experts.md). Populating a page that is already present changes nothing, so the
+//   thread needs no coordination with readers or writers; it is stopped and joined before the
+//   unmap. STRATA_ARENA_PREFAULT=off in the environment turns it off (to measure what it buys).
 // - Throws strata::Error when the mapping cannot be made. Unmapped on destruction (RAII).
 // - Holds no state besides the mapping: which expert a slot holds is SlotResidency's business,
 //   reading into it the I/O pool's. Not copyable; pointers stay valid for the arena's life.

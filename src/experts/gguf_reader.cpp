@@ -23,7 +23,8 @@ const std::string& path_on_disk(const GgufFile& gguf) {
 
 }  // namespace
 
-GgufExpertReader::GgufExpertReader(const GgufFile& gguf, const ReadOptions& options, const SidecarLayout* layout)
+GgufExpertReader::GgufExpertReader(const GgufFile& gguf, const ReadOptions& options,
+                                   const SidecarLayout* layout)
     : layout_(layout ? *layout : SidecarLayout::for_gguf(gguf)),
       file_(path_on_disk(gguf), options.direct_io),
       io_uring_(options.io_uring && io_uring_available()),

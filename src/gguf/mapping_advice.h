@@ -38,7 +38,7 @@ struct ByteRange {
 
 struct MappingAdvicePlan {
   std::vector<ByteRange> sparse;  // MADV_RANDOM; ascending, disjoint, page-aligned
-  std::vector<ByteRange> dense;   // read ahead; ascending, disjoint, page-aligned (end clipped to file)
+  std::vector<ByteRange> dense;   // read ahead; ascending, disjoint, page-aligned, end <= file
 };
 
 // True for the tensors the expert store streams or that are read by sparse row gathers.
@@ -48,11 +48,11 @@ bool is_sparse_tensor(const TensorInfo& tensor);
 MappingAdvicePlan plan_mapping_advice(std::span<const TensorInfo> tensors, uint64_t file_size,
                                       uint64_t page_bytes);
 
-// Applies the plan to `gguf`'s mapping (MADV_RANDOM on the sparse ranges) and reads the dense ranges
-// into the page cache on a background thread, in file order, so the first token's faults find them
-// there. Advice and reads are hints: failures change speed, never results. The destructor stops the
-// thread (between chunks) and joins it; the object must not outlive `gguf`. No-op for a GgufFile
-// without a file (open_from_memory).
+// Applies the plan to `gguf`'s mapping (MADV_RANDOM on the sparse ranges) and reads the dense
+// ranges into the page cache on a background thread, in file order, so the first token's faults
+// find them there. Advice and reads are hints: failures change speed, never results. The destructor
+// stops the thread (between chunks) and joins it; the object must not outlive `gguf`. No-op for a
+// GgufFile without a file (open_from_memory).
 class DensePrefetch {
  public:
   explicit DensePrefetch(const GgufFile& gguf);

@@ -1,6 +1,6 @@
 // plan_mapping_advice: which byte ranges of a GGUF get MADV_RANDOM (streamed experts, sparse row
-// gathers) and which are read ahead (dense tensors), from the tensor table alone. DensePrefetch on a
-// real file.
+// gathers) and which are read ahead (dense tensors), from the tensor table alone. DensePrefetch on
+// a real file.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,10 +36,12 @@ TEST(GgufMappingAdvice, ExpertsAreSparseAndSharedPagesCountAsDense) {
       tensor("output.weight", 91000, 9000),                // dense, to the end (100000)
   };
   const MappingAdvicePlan plan = plan_mapping_advice(tensors, 100000, kPage);
-  // Sparse shrinks inward: [12288, 36864) and [45056, 90112) — the pages holding dense bytes stay dense.
+  // Sparse shrinks inward: [12288, 36864) and [45056, 90112) — the pages holding dense bytes stay
+  // dense.
   EXPECT_EQ(plan.sparse, (std::vector<ByteRange>{{12288, 36864 - 12288}, {45056, 90112 - 45056}}));
   // Dense grows outward to pages, the last one clipped to the file.
-  EXPECT_EQ(plan.dense, (std::vector<ByteRange>{{0, 12288}, {36864, 45056 - 36864}, {90112, 100000 - 90112}}));
+  EXPECT_EQ(plan.dense,
+            (std::vector<ByteRange>{{0, 12288}, {36864, 45056 - 36864}, {90112, 100000 - 90112}}));
 }
 
 TEST(GgufMappingAdvice, PerLayerEmbeddingIsSparseAndNeighboursMerge) {
@@ -56,15 +58,16 @@ TEST(GgufMappingAdvice, PerLayerEmbeddingIsSparseAndNeighboursMerge) {
 }
 
 TEST(GgufMappingAdvice, SparseTensorInsideOneDensePageGetsNoAdvice) {
-  const std::vector<TensorInfo> tensors = {
-      tensor("a.weight", 0, 100), tensor("blk.0.ffn_gate_exps.weight", 100, 200), tensor("b.weight", 300, 100)};
+  const std::vector<TensorInfo> tensors = {tensor("a.weight", 0, 100),
+                                           tensor("blk.0.ffn_gate_exps.weight", 100, 200),
+                                           tensor("b.weight", 300, 100)};
   const MappingAdvicePlan plan = plan_mapping_advice(tensors, 400, kPage);
   EXPECT_TRUE(plan.sparse.empty());
   EXPECT_EQ(plan.dense, (std::vector<ByteRange>{{0, 400}}));
 }
 
-// The invariants on random tables: ranges ascending, disjoint, page-aligned; every dense byte is in a
-// dense range; no sparse range touches a page with a dense byte; every sparse page that holds no
+// The invariants on random tables: ranges ascending, disjoint, page-aligned; every dense byte is in
+// a dense range; no sparse range touches a page with a dense byte; every sparse page that holds no
 // dense byte is advised.
 TEST(GgufMappingAdvice, RandomTablesKeepTheInvariants) {
   std::mt19937_64 rng(16);
@@ -110,11 +113,13 @@ TEST(GgufMappingAdvice, RandomTablesKeepTheInvariants) {
       const uint64_t page = b / kPage * kPage, page_end = std::min(file_size, page + kPage);
       if (b != page) continue;
       if (advised[b] == 1) {
-        for (uint64_t p = page; p < page_end; ++p) ASSERT_NE(kind[p], 2) << "random advice on a dense page";
+        for (uint64_t p = page; p < page_end; ++p)
+          ASSERT_NE(kind[p], 2) << "random advice on a dense page";
       }
       // A page wholly inside one expert tensor is always advised random.
       for (const TensorInfo& t : tensors) {
-        if (is_sparse_tensor(t) && t.file_offset <= page && page + kPage <= t.file_offset + t.n_bytes) {
+        if (is_sparse_tensor(t) && t.file_offset <= page &&
+            page + kPage <= t.file_offset + t.n_bytes) {
           ASSERT_EQ(advised[b], 1) << "page " << page << " of an expert tensor not advised";
         }
       }
@@ -133,13 +138,17 @@ TEST(GgufMappingAdvice, DensePrefetchRunsOnAFileAndStopsOnDestruction) {
     };
     auto u32 = [&](uint32_t v) { put(&v, 4); };
     auto u64 = [&](uint64_t v) { put(&v, 8); };
-    auto str = [&](const std::string& s) { u64(s.size()); put(s.data(), s.size()); };
+    auto str = [&](const std::string& s) {
+      u64(s.size());
+      put(s.data(), s.size());
+    };
     put("GGUF", 4);
     u32(3);
     u64(2);  // tensors
     u64(0);  // kv
-    for (const auto& [name, offset] : {std::pair<std::string, uint64_t>{"blk.0.attn_q.weight", 0},
-                                       std::pair<std::string, uint64_t>{"blk.0.ffn_up_exps.weight", 1 << 16}}) {
+    for (const auto& [name, offset] :
+         {std::pair<std::string, uint64_t>{"blk.0.attn_q.weight", 0},
+          std::pair<std::string, uint64_t>{"blk.0.ffn_up_exps.weight", 1 << 16}}) {
       str(name);
       u32(1);        // n_dims
       u64(1 << 14);  // ne[0]: 16384 f32 = 64 KiB
