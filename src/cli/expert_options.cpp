@@ -1,7 +1,6 @@
 #include "cli/expert_options.h"
 
 #include <fmt/format.h>
-#include <sys/mman.h>
 
 #include <filesystem>
 #include <fstream>
@@ -11,6 +10,7 @@
 #include "experts/profile.h"
 #include "experts/sidecar_reader.h"
 #include "experts/usage_history.h"
+#include "gguf/mapping_advice.h"
 #include "route/moce.h"
 #include "util/byte_size.h"
 #include "util/error.h"
@@ -110,7 +110,8 @@ ExpertStoreOptions store_options(const ExpertOptions& o) {
 }
 
 std::unique_ptr<ExpertReader> open_expert_reader(const Model& model, const std::string& model_path,
-                                                 const ExpertOptions& o, const std::string& source) {
+                                                 const ExpertOptions& o, const std::string& source,
+                                                 const SidecarLayout* gguf_layout) {
   const ExpertStoreOptions so = store_options(o);
   const ReadOptions read{so.direct_io, so.io_uring, so.split_bytes};
   const std::string sidecar_path = sidecar_path_for(model_path);
@@ -123,7 +124,7 @@ std::unique_ptr<ExpertReader> open_expert_reader(const Model& model, const std::
                  "strata: note: {} is not used: experts stream from the GGUF itself (--experts-from sidecar "
                  "reads it; deleting it frees {})\n",
                  sidecar_path, format_bytes(std::filesystem::file_size(sidecar_path)));
-    return std::make_unique<GgufExpertReader>(model.file(), read);
+    return std::make_unique<GgufExpertReader>(model.file(), read, gguf_layout);
   }
   if (!exists && !o.pack)
     fail("{} is missing (--experts-from sidecar). Build it with `strata pack {}` (or add --pack), or stream "
@@ -182,24 +183,22 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
   // fit comfortably: then the page cache holds them all and reads cost nothing after the first.
   if (!budget_given && !store_only && !o.pack && o.experts_from == "auto" && !exceed_half_ram) return nullptr;
 
-  std::unique_ptr<ExpertReader> reader = open_expert_reader(model, model_path, o, o.experts_from);
+  // Experts now come from reads, never the mapping: the mapping serves the dense tensors only. Start
+  // reading them in now, so the first token's prefill finds them in the page cache.
+  auto dense_prefetch = std::make_unique<DensePrefetch>(model.file());
+  std::unique_ptr<ExpertReader> reader = open_expert_reader(model, model_path, o, o.experts_from, &layout);
   const uint64_t all_bytes = reader->all_experts_bytes();  // what 100% means
   ExpertStoreOptions so = store_options(o);
   if (!o.ram_budget.empty()) so.budget_bytes = parse_byte_size(o.ram_budget, all_bytes, "--ram-budget");
   else if (o.slots_per_layer == 0)
     so.budget_bytes = available > 0 ? std::min(all_bytes, available / 2) : all_bytes;
   auto store = std::make_unique<ExpertStore>(model, std::move(reader), so);
+  store->attach_dense_prefetch(std::move(dense_prefetch));
   if (!budget_given && exceed_half_ram && !o.quiet)
     fmt::print(stderr,
                "strata: note: the routed experts ({}) exceed half the available RAM ({}): streaming them "
                "with a budget of that half (set it with --ram-budget)\n",
                format_bytes(expert_bytes), format_bytes(available));
-  // Experts now come from reads, never the mapping: keep the mapping's page cache to the dense tensors.
-  const GgufFile& gguf = model.file();
-  gguf.advise(0, gguf.file_size(), MADV_RANDOM);
-  for (const TensorInfo& t : gguf.tensors())
-    if (t.name.find("_exps") == std::string::npos && t.name.rfind("per_layer_token_embd", 0) != 0)
-      gguf.advise(t.file_offset, t.n_bytes, MADV_WILLNEED);
   const SidecarLayout& sl = store->layout();
   std::unique_ptr<UsageHistory> history;
   if (!o.usage.empty()) {

@@ -59,9 +59,11 @@ void add_expert_options(CLI::App& cmd, ExpertOptions& options);
 // The store's settings the options ask for (threads, read-ahead, O_DIRECT, io_uring, slots).
 ExpertStoreOptions store_options(const ExpertOptions& options);
 // The reader for `source` (auto | gguf | sidecar, as --experts-from): validates the sidecar, or
-// builds it with --pack. Throws strata::Error naming the sidecar when it is missing or stale.
+// builds it with --pack. `gguf_layout`: SidecarLayout::for_gguf of the model when the caller has it
+// already (it hashes the model's identity, 0.24 s on the flagship). Throws strata::Error naming the sidecar when it is missing or stale.
 std::unique_ptr<ExpertReader> open_expert_reader(const Model& model, const std::string& model_path,
-                                                 const ExpertOptions& options, const std::string& source);
+                                                 const ExpertOptions& options, const std::string& source,
+                                                 const SidecarLayout* gguf_layout = nullptr);
 // The store the options ask for, or nullptr for the GGUF mapping. Prints one line describing it.
 // Also sets the model's GPU expert tier from --gpu-budget / --gpu-slots-per-layer (configure_gpu_tier).
 std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::string& model_path,

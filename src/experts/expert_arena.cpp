@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "util/error.h"
@@ -37,9 +38,24 @@ ExpertArena::ExpertArena(std::span<const uint64_t> slot_bytes, int slots_per_lay
     transient_.push_back(cursor);
     cursor += largest_slot;
   }
+  const char* prefault_env = std::getenv("STRATA_ARENA_PREFAULT");
+  if (prefault_env && std::strcmp(prefault_env, "off") == 0) return;
+  prefault_ = std::jthread([base = static_cast<uint8_t*>(mapping_),
+                            bytes = bytes_](std::stop_token stop) {
+    // 64 MiB: small enough to stop promptly, large enough that the syscalls cost nothing.
+    constexpr uint64_t kChunkBytes = uint64_t{64} << 20;
+    for (uint64_t at = 0; at < bytes && !stop.stop_requested(); at += kChunkBytes)
+      if (madvise(base + at, size_t(std::min(kChunkBytes, bytes - at)), MADV_POPULATE_WRITE) != 0)
+        return;  // a kernel without it (before 5.14), or out of memory: first touch stays on the
+                 // read path
+  });
 }
 
 ExpertArena::~ExpertArena() {
+  if (prefault_.joinable()) {
+    prefault_.request_stop();
+    prefault_.join();  // before the unmap: the thread may be inside madvise on the mapping
+  }
   if (mapping_) munmap(mapping_, bytes_);
 }
 

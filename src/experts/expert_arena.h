@@ -9,6 +9,13 @@
 // - Every slot starts at a multiple of 4096 when every slot_bytes is one (O_DIRECT reads land in
 //   place). Transparent huge pages are requested (a hint: experts are read in ~0.3-1.5 MB pieces
 //   scattered over the arena, and with 4 KiB pages each piece costs hundreds of TLB misses).
+// - Pre-faulted in the background: a thread populates the mapping (MADV_POPULATE_WRITE, in chunks)
+//   from construction on, so the I/O pool's reads do not pay the first touch of never-used memory
+//   (a 2 MiB huge page's allocation, compaction and zeroing inside the O_DIRECT read: 50-85 ms of
+//   I/O wait per token at a 25 % budget on the flagship until the arena had been written once;
+//   docs/bench-experts.md). Populating a page that is already present changes nothing, so the
+//   thread needs no coordination with readers or writers; it is stopped and joined before the
+//   unmap. STRATA_ARENA_PREFAULT=off in the environment turns it off (to measure what it buys).
 // - Throws strata::Error when the mapping cannot be made. Unmapped on destruction (RAII).
 // - Holds no state besides the mapping: which expert a slot holds is SlotResidency's business,
 //   reading into it the I/O pool's. Not copyable; pointers stay valid for the arena's life.
@@ -16,6 +23,7 @@
 
 #include <cstdint>
 #include <span>
+#include <thread>
 #include <vector>
 
 namespace strata {
@@ -42,6 +50,7 @@ class ExpertArena {
   std::vector<uint64_t> slot_bytes_;  // [layer]
   std::vector<uint8_t*> layer_base_;  // [layer]: its first cache slot (null: no experts)
   std::vector<uint8_t*> transient_;   // [n_transient]
+  std::jthread prefault_;             // touches only the mapping, through madvise
 };
 
 }  // namespace strata

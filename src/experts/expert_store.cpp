@@ -8,6 +8,7 @@
 #include "experts/gguf_reader.h"
 #include "experts/sidecar_reader.h"
 #include "experts/usage_history.h"
+#include "gguf/mapping_advice.h"
 #include "util/error.h"
 #include "util/progress.h"
 
@@ -298,6 +299,10 @@ std::vector<int32_t> ExpertStore::hot_pins(int layer) const {
 
 std::vector<int32_t> ExpertStore::lru_order(int layer) const {
   return layout_.at(size_t(layer)).present ? residency_.lru_order(layer) : std::vector<int32_t>{};
+}
+
+void ExpertStore::attach_dense_prefetch(std::unique_ptr<DensePrefetch> prefetch) {
+  dense_prefetch_ = std::move(prefetch);
 }
 
 void ExpertStore::attach_history(std::unique_ptr<UsageHistory> history, std::string path) {

@@ -83,6 +83,7 @@ struct ExpertStoreOptions {
 
 class GgufFile;
 class UsageHistory;
+class DensePrefetch;
 
 // The shape of every block's routed experts ([block], the MTP block included; present = false for
 // a block without them): Model::block_expert_layouts() (model/model.h).
@@ -174,6 +175,10 @@ class ExpertStore final : public ExpertSource {
   const UsageHistory* history() const { return history_.get(); }
   void save_history();
   uint64_t history_tokens_since_save() const;
+  // Keeps the model mapping's dense read-ahead (gguf/mapping_advice.h) running for the store's life:
+  // with experts streamed, the mapping serves only the dense tensors. REQUIRES: the GgufFile outlives
+  // the store.
+  void attach_dense_prefetch(std::unique_ptr<DensePrefetch> prefetch);
   // Resident experts of a layer, most recently used first (ties: lower slot index).
   std::vector<int32_t> lru_order(int layer) const;
 
@@ -219,6 +224,7 @@ class ExpertStore final : public ExpertSource {
 
   std::vector<std::vector<uint64_t>> prompt_heat_;  // [block][expert], since reset_prompt_heat
   std::unique_ptr<UsageHistory> history_;
+  std::unique_ptr<DensePrefetch> dense_prefetch_;
   std::string history_path_;
   uint64_t history_saved_tokens_ = 0;
   std::shared_ptr<MocePolicy> moce_;

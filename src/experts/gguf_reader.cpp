@@ -23,8 +23,9 @@ const std::string& path_on_disk(const GgufFile& gguf) {
 
 }  // namespace
 
-GgufExpertReader::GgufExpertReader(const GgufFile& gguf, const ReadOptions& options)
-    : layout_(SidecarLayout::for_gguf(gguf)),
+GgufExpertReader::GgufExpertReader(const GgufFile& gguf, const ReadOptions& options,
+                                   const SidecarLayout* layout)
+    : layout_(layout ? *layout : SidecarLayout::for_gguf(gguf)),
       file_(path_on_disk(gguf), options.direct_io),
       io_uring_(options.io_uring && io_uring_available()),
       direct_end_(align_down(gguf.file_size(), kAlign)) {

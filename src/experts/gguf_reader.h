@@ -31,8 +31,10 @@ namespace strata {
 
 class GgufExpertReader final : public ExpertReader {
  public:
-  // Throws strata::Error when the GGUF is not a file on disk or has no routed experts.
-  GgufExpertReader(const GgufFile& gguf, const ReadOptions& options);
+  // Throws strata::Error when the GGUF is not a file on disk or has no routed experts. `layout`:
+  // SidecarLayout::for_gguf(gguf) when the caller has computed it already (null: computed here).
+  GgufExpertReader(const GgufFile& gguf, const ReadOptions& options,
+                   const SidecarLayout* layout = nullptr);
 
   const std::string& path() const override { return file_.path(); }
   const char* kind() const override { return "gguf"; }

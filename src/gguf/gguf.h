@@ -118,9 +118,9 @@ class GgufFile {
   // The raw fd (read-only) for pread-based access; valid while the GgufFile lives.
   int fd() const { return fd_; }
   // madvise on the page-aligned span of the mapping covering [offset, offset + length) (no-op for
-  // in-memory files). The expert store uses MADV_RANDOM on the whole file and MADV_WILLNEED on the
-  // dense tensors, so faults on dense weights never read neighbouring expert bytes ahead into the
-  // page cache (which, under a memory limit, evicts the dense pages themselves).
+  // in-memory files). With experts streamed, DensePrefetch (gguf/mapping_advice.h) sets MADV_RANDOM
+  // on the expert ranges only, so faults there never read neighbouring bytes ahead, and reads the
+  // dense ranges in ahead of the first token.
   void advise(uint64_t offset, uint64_t length, int advice) const;
 
  private:
