@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../common/fixture_models.h"
+#include "../common/token_rows.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/window.h"
 #include "model/model.h"
@@ -26,17 +27,8 @@ namespace {
 
 using Tokens = std::vector<int32_t>;
 
-Tokens random_tokens(int64_t n_vocab, size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> pick(0, int32_t(n_vocab - 1));
-  Tokens out(n);
-  for (int32_t& t : out) t = pick(rng);
-  return out;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test_support::same_bits;
+using test_support::random_tokens;
 
 template <typename Fn>
 std::string error_of(Fn&& fn) {

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "../common/token_rows.h"
 #include "spec_test_util.h"
 #include "util/error.h"
 
@@ -13,10 +14,7 @@ namespace {
 
 using spec_test::fixture_path;
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  // Empty vectors have no data pointer, and memcmp's arguments must not be null (UBSan).
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
+using test_support::same_bits;
 
 void expect_same_state(const ModelState& a, const ModelState& b, const std::string& label) {
   EXPECT_EQ(a.n_past, b.n_past) << label;
