@@ -66,6 +66,9 @@ struct TierDelta {
   double hit_rate = 0, loaded_mib_per_token = 0, serve_ms_per_token = 0;
   // Per token: the handshake thread's parts and CPU time; the wait kernels spinning and copying.
   double resolve_ms = 0, source_ms = 0, job_ms = 0, cpu_ms = 0, gpu_wait_ms = 0, gpu_copy_ms = 0, token_ms = 0;
+  // Per handshake (µs): the GPU's publish until its wait kernel saw the job ready, the GPU's own
+  // work in between, the host's serve time (GpuTierStats).
+  double round_trip_us = 0, before_wait_us = 0, serve_us = 0;
   int slots = 0;
   bool staged = false;
 };
@@ -105,6 +108,13 @@ Run run_once(const Model& model, compute::ThreadPool& pool, const std::string& b
     tier->gpu_wait_ms = (after.stats.gpu_wait_ms - before.stats.gpu_wait_ms) / n_tokens;
     tier->gpu_copy_ms = (after.stats.gpu_copy_ms - before.stats.gpu_copy_ms) / n_tokens;
     tier->token_ms = 1e3 / r.decode_tps;
+    const double timed = double(after.stats.timed_handshakes - before.stats.timed_handshakes);
+    if (timed > 0) {
+      tier->round_trip_us = (after.stats.round_trip_ms - before.stats.round_trip_ms) * 1e3 / timed;
+      tier->before_wait_us = (after.stats.before_wait_ms - before.stats.before_wait_ms) * 1e3 / timed;
+      tier->serve_us = (after.stats.host_serve_ms - before.stats.host_serve_ms) * 1e3 /
+                       double(after.stats.handshakes - before.stats.handshakes);
+    }
     tier->slots = after.slots_per_layer;
     tier->staged = after.stats.staged;
   }
@@ -282,7 +292,8 @@ int main(int argc, char** argv) {
                  d * bytes / 1e9);
       json += fmt::format(", \"{}\": {{\"decode_tps\": {:.3f}, \"prefill_tps\": {:.2f}", b, d, p);
       if (auto it = tiers.find(b); it != tiers.end() && !it->second.empty()) {
-        std::vector<double> hit, mib, serve, resolve, source, job, cpu, wait, copy, token;
+        std::vector<double> hit, mib, serve, resolve, source, job, cpu, wait, copy, token, round_trip, before_wait,
+            serve_us;
         for (const TierDelta& t : it->second) {
           hit.push_back(t.hit_rate);
           mib.push_back(t.loaded_mib_per_token);
@@ -294,6 +305,9 @@ int main(int argc, char** argv) {
           wait.push_back(t.gpu_wait_ms);
           copy.push_back(t.gpu_copy_ms);
           token.push_back(t.token_ms);
+          round_trip.push_back(t.round_trip_us);
+          before_wait.push_back(t.before_wait_us);
+          serve_us.push_back(t.serve_us);
         }
         const double m = median(mib), ceiling = m > 0 ? pcie * 1e9 / (m * (1 << 20)) : 0.0;
         fmt::print("       gpu tier: {} slots per layer, hit rate {:.3f}, {:.1f} MiB copied in per token, host serve "
@@ -305,9 +319,14 @@ int main(int argc, char** argv) {
                    "{:.3f}, its CPU time {:.3f}; GPU waiting for jobs {:.3f}, copying misses {:.3f} ({:.1f} GB/s)\n",
                    median(token), median(serve), median(resolve), median(source), median(job), median(cpu),
                    median(wait), median(copy), median(copy) > 0 ? m * (1 << 20) / (median(copy) * 1e6) : 0.0);
+        fmt::print("       per handshake (us): GPU publish -> GPU sees the job ready {:.1f}, of it the host serving {:.1f} "
+                   "and the GPU's own work (shared expert) {:.1f}\n",
+                   median(round_trip), median(serve_us), median(before_wait));
         json += fmt::format(", \"slots\": {}, \"hit_rate\": {:.4f}, \"mib_per_token\": {:.2f}, \"serve_ms\": {:.4f}, "
-                            "\"pcie_ceiling_tps\": {:.2f}",
-                            it->second.front().slots, median(hit), m, median(serve), ceiling);
+                            "\"pcie_ceiling_tps\": {:.2f}, \"gpu_wait_ms\": {:.4f}, \"gpu_copy_ms\": {:.4f}, "
+                            "\"round_trip_us\": {:.2f}, \"before_wait_us\": {:.2f}",
+                            it->second.front().slots, median(hit), m, median(serve), ceiling, median(wait), median(copy),
+                            median(round_trip), median(before_wait));
       }
       json += "}";
     }

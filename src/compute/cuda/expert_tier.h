@@ -17,8 +17,10 @@
 // The handshake (per MoE layer; the device side is enqueued like any op, so it is captured into
 // the window graphs and replayed)
 //   device, compute stream: router, top-k → publish(): the ids to the mailbox, a device sequence
-//     number + 1 → the shared expert → wait(): a 64-block kernel spins until the host marks the
-//     job of that sequence number ready, then copies the job's chunks (reading pinned host memory
+//     number + 1 → the shared expert → wait(): a 64-block kernel whose block 0 spins until the
+//     host marks the job of that sequence number ready (the other blocks spin on a device word
+//     block 0 sets: 64 pollers across PCIe made a release take ≈ 107 µs to be seen, one ≈ 4 µs),
+//     then copies the job's chunks (reading pinned host memory
 //     directly) and writes the layer's slot-map row → the expert kernels (launched after it
 //     completes: it does not trigger dependent launch early, so no SM is held while it waits).
 //   host, one thread: sees the sequence number, resolves the layer's union with SlotResidency
@@ -69,7 +71,8 @@
 
 namespace strata::compute::cuda {
 
-struct TierCopy;  // a chunk to copy (below, with the kernels)
+struct TierCopy;   // a chunk to copy (below, with the kernels)
+struct TierTimes;  // a handshake's timestamps (below)
 
 struct GpuTierStats {
   uint64_t handshakes = 0, needed = 0, hits = 0, misses = 0, transient = 0;
@@ -83,6 +86,12 @@ struct GpuTierStats {
   double serve_cpu_ms = 0;          // the thread's CPU time over the same spans (< busy: preempted)
   double gpu_wait_ms = 0;           // device: wait kernels spinning until their job was ready
   double gpu_copy_ms = 0;           // device: wait kernels copying the misses
+  // A handshake's latency on the GPU's clock (%globaltimer; the host's clock drifts from it by
+  // ~100 µs within seconds, so one-way times across the two are not measured): the round trip
+  // from publish until the wait kernel saw the job ready, and the GPU's own work in between (the
+  // shared expert, until the wait kernel started spinning). Sums over timed handshakes.
+  double round_trip_ms = 0, before_wait_ms = 0;
+  uint64_t timed_handshakes = 0;
   bool staged = false;              // the host tier is copied through the bounce buffer, not read in place
   double hit_rate() const { return needed ? double(hits) / double(needed) : 1.0; }
 };
@@ -136,6 +145,7 @@ class GpuExpertTier {
   void release(int layer, uint32_t seq);
   uint32_t offset_units(int layer, const SlotResidency::Load& load) const;
   void prepare_source(ExpertSource& source);
+  void account_timeline(uint32_t first_seq, uint32_t last_seq);  // mutex_ held
 
   std::vector<TierLayer> layers_;
   int n_expert_ = 0, k_ = 0, slots_ = 0, n_transient_ = 0;
@@ -156,6 +166,9 @@ class GpuExpertTier {
   size_t bounce_bytes_ = 0;
   volatile uint32_t* abort_host_ = nullptr;
   uint32_t* abort_dev_ = nullptr;
+  TierTimes* times_host_ = nullptr;  // mapped ring of kTimelineRing handshake timestamps
+  TierTimes* times_dev_ = nullptr;
+  uint32_t accounted_seq_ = 0;       // handshakes up to this one are in the latency stats
   Stream copy_stream_;  // only for describe_state's read of the device words
 
   // Host tier.
@@ -189,6 +202,13 @@ class GpuExpertTier {
 };
 
 // --- kernels (expert_tier.cu) -------------------------------------------------------------
+// One handshake's timestamps (%globaltimer) from the publish and wait kernels, in mapped host
+// memory (ring slot seq % kTimelineRing). Read by settle() once the window's stream has finished.
+struct TierTimes {
+  uint64_t published_ns, spin_ns, released_ns, copied_ns;
+  uint32_t seq, pad;
+};
+constexpr int kTimelineRing = 256;
 struct TierCopy {
   const uint8_t* src;  // device-accessible (registered host memory) or device
   uint8_t* dst;
@@ -199,6 +219,8 @@ struct TierCopy {
 struct TierDeviceWords {
   uint32_t seq;          // of the last published handshake
   uint32_t done_blocks;  // blocks of the running wait kernel that finished
+  uint32_t released_seq;     // block 0 of the wait kernel: seq, once the job is ready
+  uint32_t released_copies;  //   and the job's copy count, for the other blocks
   uint64_t spin_started_ns, released_ns;  // block 0 of the running wait kernel (%globaltimer)
   uint64_t wait_ns, copy_ns;              // sums over every wait kernel
 };
@@ -206,10 +228,12 @@ struct TierMailboxHeader {
   volatile uint32_t seq;
   uint32_t layer, n_pairs, n_guess;
 };
+
 // The mailbox: TierMailboxHeader padded to 64 bytes, then ids[capacity], guess ids[capacity],
 // guess weights[capacity].
 void tier_publish(const int32_t* ids, int n_pairs, const int32_t* guess_ids, const float* guess_weights, int n_guess,
-                  int capacity, int layer, void* mailbox_dev, TierDeviceWords* words, cudaStream_t stream);
+                  int capacity, int layer, void* mailbox_dev, TierDeviceWords* words, TierTimes* times,
+                  cudaStream_t stream);
 // The job of handshake `seq` lies at jobs + (seq % ring) · job_bytes: TierJobHeader, the layer's
 // slot-map row (n_expert words, padded to 16 bytes), then TierCopy × n_copies.
 struct TierJobHeader {
@@ -218,6 +242,7 @@ struct TierJobHeader {
   uint32_t pad[2];
 };
 void tier_wait(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, int ring, int n_expert,
-               uint32_t* smap_row, const uint32_t* abort_flag, int blocks, cudaStream_t stream);
+               uint32_t* smap_row, const uint32_t* abort_flag, TierTimes* times, int blocks, cudaStream_t stream);
+
 
 }  // namespace strata::compute::cuda
