@@ -69,6 +69,9 @@ struct TierDelta {
   // Per handshake (µs): the GPU's publish until its wait kernel saw the job ready, the GPU's own
   // work in between, the host's serve time (GpuTierStats).
   double round_trip_us = 0, before_wait_us = 0, serve_us = 0;
+  // Read-ahead per token: the guesses copied in beside the previous layer (MiB), how many of its
+  // loads a layer then used, and the side branch's kernels waiting for their job and copying.
+  double ra_mib = 0, ra_issued = 0, ra_used = 0, ra_wait_ms = 0, ra_copy_ms = 0;
   int slots = 0;
   bool staged = false;
 };
@@ -108,6 +111,11 @@ Run run_once(const Model& model, compute::ThreadPool& pool, const std::string& b
     tier->gpu_wait_ms = (after.stats.gpu_wait_ms - before.stats.gpu_wait_ms) / n_tokens;
     tier->gpu_copy_ms = (after.stats.gpu_copy_ms - before.stats.gpu_copy_ms) / n_tokens;
     tier->token_ms = 1e3 / r.decode_tps;
+    tier->ra_mib = double(after.stats.read_ahead_bytes - before.stats.read_ahead_bytes) / (1 << 20) / n_tokens;
+    tier->ra_issued = double(after.stats.read_ahead_issued - before.stats.read_ahead_issued) / n_tokens;
+    tier->ra_used = double(after.stats.read_ahead_used - before.stats.read_ahead_used) / n_tokens;
+    tier->ra_wait_ms = (after.stats.gpu_read_ahead_wait_ms - before.stats.gpu_read_ahead_wait_ms) / n_tokens;
+    tier->ra_copy_ms = (after.stats.gpu_read_ahead_copy_ms - before.stats.gpu_read_ahead_copy_ms) / n_tokens;
     const double timed = double(after.stats.timed_handshakes - before.stats.timed_handshakes);
     if (timed > 0) {
       tier->round_trip_us = (after.stats.round_trip_ms - before.stats.round_trip_ms) * 1e3 / timed;
@@ -293,7 +301,7 @@ int main(int argc, char** argv) {
       json += fmt::format(", \"{}\": {{\"decode_tps\": {:.3f}, \"prefill_tps\": {:.2f}", b, d, p);
       if (auto it = tiers.find(b); it != tiers.end() && !it->second.empty()) {
         std::vector<double> hit, mib, serve, resolve, source, job, cpu, wait, copy, token, round_trip, before_wait,
-            serve_us;
+            serve_us, ra_mib, ra_issued, ra_used, ra_wait, ra_copy;
         for (const TierDelta& t : it->second) {
           hit.push_back(t.hit_rate);
           mib.push_back(t.loaded_mib_per_token);
@@ -308,6 +316,11 @@ int main(int argc, char** argv) {
           round_trip.push_back(t.round_trip_us);
           before_wait.push_back(t.before_wait_us);
           serve_us.push_back(t.serve_us);
+          ra_mib.push_back(t.ra_mib);
+          ra_issued.push_back(t.ra_issued);
+          ra_used.push_back(t.ra_used);
+          ra_wait.push_back(t.ra_wait_ms);
+          ra_copy.push_back(t.ra_copy_ms);
         }
         const double m = median(mib), ceiling = m > 0 ? pcie * 1e9 / (m * (1 << 20)) : 0.0;
         fmt::print("       gpu tier: {} slots per layer, hit rate {:.3f}, {:.1f} MiB copied in per token, host serve "
@@ -322,11 +335,17 @@ int main(int argc, char** argv) {
         fmt::print("       per handshake (us): GPU publish -> GPU sees the job ready {:.1f}, of it the host serving {:.1f} "
                    "and the GPU's own work (shared expert) {:.1f}\n",
                    median(round_trip), median(serve_us), median(before_wait));
+        fmt::print("       read-ahead per token: {:.1f} loads issued, {:.1f} of them used ({:.2f}), {:.1f} MiB; side "
+                   "branch waiting {:.3f} ms, copying {:.3f} ms\n",
+                   median(ra_issued), median(ra_used), median(ra_issued) > 0 ? median(ra_used) / median(ra_issued) : 0.0,
+                   median(ra_mib), median(ra_wait), median(ra_copy));
         json += fmt::format(", \"slots\": {}, \"hit_rate\": {:.4f}, \"mib_per_token\": {:.2f}, \"serve_ms\": {:.4f}, "
                             "\"pcie_ceiling_tps\": {:.2f}, \"gpu_wait_ms\": {:.4f}, \"gpu_copy_ms\": {:.4f}, "
-                            "\"round_trip_us\": {:.2f}, \"before_wait_us\": {:.2f}",
+                            "\"round_trip_us\": {:.2f}, \"before_wait_us\": {:.2f}, \"read_ahead_mib\": {:.2f}, "
+                            "\"read_ahead_issued\": {:.2f}, \"read_ahead_used\": {:.2f}, \"read_ahead_copy_ms\": {:.4f}",
                             it->second.front().slots, median(hit), m, median(serve), ceiling, median(wait), median(copy),
-                            median(round_trip), median(before_wait));
+                            median(round_trip), median(before_wait), median(ra_mib), median(ra_issued), median(ra_used),
+                            median(ra_copy));
       }
       json += "}";
     }

@@ -166,6 +166,12 @@ TEST(CudaExpertTier, EveryBudgetGivesTheAllResidentLogitsBitwise) {
         EXPECT_GT(t.tier.stats.misses, 0u) << s.name;  // the experts really moved
         if (!s.read_ahead) {
           EXPECT_EQ(t.tier.stats.read_ahead_issued, 0u);
+          EXPECT_EQ(t.tier.stats.read_ahead_bytes, 0u);
+        } else {
+          // The guesses were made and copied in beside the previous layer.
+          EXPECT_GT(t.tier.stats.read_ahead_issued, 0u) << s.name;
+          EXPECT_GT(t.tier.stats.read_ahead_bytes, 0u) << s.name;
+          EXPECT_LE(t.tier.stats.read_ahead_used, t.tier.stats.read_ahead_issued) << s.name;
         }
       } else {
         ADD_FAILURE() << m.name << ": " << s.name << " ran without a tier";

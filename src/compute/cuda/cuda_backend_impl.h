@@ -163,6 +163,10 @@ class CudaBackend final : public Backend {
     if (!entry) entry = std::make_shared<DeviceWeights>();
     weights_ = std::static_pointer_cast<DeviceWeights>(entry);
     tier_options_ = shared.gpu_tier;
+    // A capture cannot end with the tier's read-ahead branch still open.
+    graph_.set_capture_boundary([this] {
+      if (weights_->tier) weights_->tier->join(s());
+    });
   }
   ~CudaBackend() override {
     // Pending work must finish before the buffers it uses go away.

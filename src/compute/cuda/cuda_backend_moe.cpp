@@ -79,7 +79,7 @@ GpuExpertTier* CudaBackend::expert_tier(const HParams& hp, int64_t max_rows) {
 }
 
 void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x, Tensor y,
-                      int64_t n_rows, const MoeWeights*) {
+                      int64_t n_rows, const MoeWeights* next_router) {
   sign(Op::Moe, x, y, layer, n_rows);
   // Every window, replayed or not, has this layer's handshake on the GPU: the tier's host thread
   // must expect it before the window's work is launched.
@@ -113,19 +113,25 @@ void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& expe
     pair_capacity_ = capacity;
     pair_k_ = k;
   }
+  // With read-ahead, the next layer's router runs on the same input and its top-k in the same
+  // launch (rows n_rows .. 2 n_rows - 1): the guess published with this layer's ids.
+  const bool guess = tier && tier->read_ahead_enabled() && next_router && tier->has_layer(layer + 1);
+  const int64_t routed_rows = guess ? 2 * n_rows : n_rows;
   mark("moe.router.mm");
-  float* logits = scratch_.floats(n_rows * n_expert);
+  float* logits = scratch_.floats(routed_rows * n_expert);
   mm(w.router, xd, n_rows, logits);
-  int32_t* ids = scratch_.ints(pairs);
-  float* weights = scratch_.floats(pairs);
+  if (guess) mm(next_router->router, xd, n_rows, logits + n_rows * n_expert);
+  int32_t* ids = scratch_.ints(routed_rows * k);
+  float* weights = scratch_.floats(routed_rows * k);
   mark("moe.router.top_k");
-  route_top_k(logits, n_rows, n_expert, k, ids, weights, s());
+  route_top_k(logits, routed_rows, n_expert, k, ids, weights, s());
 
   if (tier) {
-    // The handshake: publish the ids, run the shared expert while the host tier brings the
-    // misses, wait for them. (No read-ahead guess yet: expert_tier.h.)
+    // The handshake: publish the ids (and the guess), run the shared expert while the host tier
+    // brings the misses, wait for them.
     mark("moe.tier.publish");
-    tier->publish(layer, ids, pairs, nullptr, nullptr, 0, s());
+    tier->publish(layer, ids, pairs, guess ? ids + pairs : nullptr, guess ? weights + pairs : nullptr,
+                  guess ? pairs : 0, s());
   }
   float* shared = nullptr;
   float* gate_logit = nullptr;
@@ -142,7 +148,9 @@ void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& expe
   }
   if (tier) {
     mark("moe.tier.wait");
+    tier->join(s());  // the previous layer's read-ahead into this layer's slots has landed
     tier->wait(layer, s());
+    if (guess) tier->read_ahead(s());  // the next layer's guessed experts, beside this layer's work
   }
   const ExpertArenaView view = tier ? tier->view(layer) : all->view;
   const ExpertMatrixShape& gate = tier ? tier->layer(layer).gate : all->gate;

@@ -25,6 +25,7 @@ constexpr size_t kUnit = 256;            // slot-map offsets are in these units
 // 44–47 GB/s and decode within 1 % of each other.
 constexpr size_t kChunk = 16 << 10;
 constexpr int kWaitBlocks = 64;
+constexpr int kReadAheadBlocks = 32;
 constexpr size_t kMailboxHeader = 64;
 constexpr int kJobRing = 8;
 
@@ -48,8 +49,8 @@ double thread_cpu_ms() {
 }  // namespace
 
 GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k, int64_t max_rows)
-    : n_expert_(n_expert), k_(k), max_rows_(max_rows),
-      residency_({1}, 1, 0) {
+    : n_expert_(n_expert), k_(k), max_rows_(max_rows), residency_({1}, 1, 0) {
+  read_ahead_enabled_ = options.read_ahead;
   if (n_expert < 1 || k < 1 || max_rows < 1)
     fail("gpu expert tier: {} experts, top-{}, {} rows per window", n_expert, k, max_rows);
   // Slot layout per layer: [gate | up | down], each 16-byte aligned, the slot 256-byte aligned.
@@ -129,7 +130,16 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
                                   cudaHostAllocMapped));
   std::memset(static_cast<void*>(times_host_), 0, sizeof(TierTimes) * kTimelineRing);
   STRATA_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&times_dev_), times_host_, 0));
+  // Read-ahead: its job ring (copies only) and the branch's fork and join events.
+  max_read_ahead_loads_ = int(std::min<int64_t>({int64_t(std::max(1, slots_ / 2)), int64_t(n_expert), int64_t(capacity)}));
+  ra_job_bytes_ = align_up(sizeof(TierJobHeader) + max_chunks_ * sizeof(TierCopy), 256);
+  STRATA_CUDA_CHECK(cudaHostAlloc(&ra_jobs_host_, ra_job_bytes_ * kJobRing, cudaHostAllocMapped));
+  std::memset(ra_jobs_host_, 0, ra_job_bytes_ * kJobRing);
+  STRATA_CUDA_CHECK(cudaHostGetDevicePointer(&ra_jobs_dev_, ra_jobs_host_, 0));
+  STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   seen_.assign(size_t(n_expert), 0);
+  best_.assign(size_t(n_expert), -1.0f);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -143,6 +153,9 @@ GpuExpertTier::~GpuExpertTier() {
   for (void* p : registered_) cudaHostUnregister(p);
   if (bounce_host_) cudaFreeHost(bounce_host_);
   if (jobs_host_) cudaFreeHost(jobs_host_);
+  if (ra_jobs_host_) cudaFreeHost(ra_jobs_host_);
+  if (fork_) cudaEventDestroy(fork_);
+  if (join_) cudaEventDestroy(join_);
   if (times_host_) cudaFreeHost(times_host_);
   if (mailbox_host_) cudaFreeHost(mailbox_host_);
 }
@@ -189,9 +202,10 @@ void GpuExpertTier::prepare_source(ExpertSource& source) {
                         static_cast<const uint8_t*>(dev)});
   }
   // Misses that cannot be read in place are staged here (allocated now, on the window thread: the
-  // handshake thread makes no CUDA call). A layer loads at most n_transient experts.
+  // handshake thread makes no CUDA call). A layer loads at most n_transient experts, a guess at
+  // most max_read_ahead_loads_.
   if (!(direct_reads_ && stable_pointers_)) {
-    bounce_bytes_ = size_t(n_transient_) * transient_slot_bytes_;
+    bounce_bytes_ = size_t(n_transient_ + (read_ahead_enabled_ ? max_read_ahead_loads_ : 0)) * transient_slot_bytes_;
     STRATA_CUDA_CHECK(cudaHostAlloc(&bounce_host_, bounce_bytes_, cudaHostAllocMapped));
     STRATA_CUDA_CHECK(cudaHostGetDevicePointer(&bounce_dev_, bounce_host_, 0));
   }
@@ -235,6 +249,24 @@ void GpuExpertTier::publish(int layer, const int32_t* ids, int64_t n_pairs, cons
                mailbox_dev_, words_.as<TierDeviceWords>(), times_dev_, stream);
 }
 
+void GpuExpertTier::read_ahead(cudaStream_t stream) {
+  if (branch_open_) fail("gpu expert tier: a read-ahead branch was forked while the last one was still open");
+  STRATA_CUDA_CHECK(cudaEventRecord(fork_, stream));
+  STRATA_CUDA_CHECK(cudaStreamWaitEvent(side_stream_.get(), fork_, 0));
+  // Fewer blocks than wait()'s: the branch shares the SMs with the layer's own kernels, and needs
+  // only enough loads in flight to keep PCIe busy.
+  tier_read_ahead(words_.as<TierDeviceWords>(), ra_jobs_dev_, ra_job_bytes_, kJobRing, abort_dev_, kReadAheadBlocks,
+                  side_stream_.get());
+  STRATA_CUDA_CHECK(cudaEventRecord(join_, side_stream_.get()));
+  branch_open_ = true;
+}
+
+void GpuExpertTier::join(cudaStream_t stream) {
+  if (!branch_open_) return;
+  branch_open_ = false;
+  STRATA_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+}
+
 void GpuExpertTier::wait(int layer, cudaStream_t stream) {
   // 64 blocks: enough 16-byte loads in flight to keep PCIe busy (kWaitBlocks); only block 0 polls the host.
   tier_wait(words_.as<TierDeviceWords>(), jobs_dev_, job_bytes_, kJobRing, n_expert_,
@@ -255,9 +287,10 @@ std::string GpuExpertTier::describe_state() {
   if (cudaMemcpyAsync(&words, words_.data(), sizeof(words), cudaMemcpyDeviceToHost, copy_stream_.get()) == cudaSuccess)
     cudaStreamSynchronize(copy_stream_.get());
   std::lock_guard lock(mutex_);
-  return fmt::format("expected {} served {} last served seq {}; mailbox seq {} (layer {}); device seq {}, {} blocks "
-                     "of the last wait kernel done",
-                     expected_, served_, last_seq_, header->seq, header->layer, words.seq, words.done_blocks);
+  return fmt::format("expected {} served {} last served seq {}; mailbox seq {} (layer {}); device seq {}, released {}, "
+                     "{} blocks of the last wait kernel done; read-ahead released {}, {} blocks done",
+                     expected_, served_, last_seq_, header->seq, header->layer, words.seq, words.channel[0].released_seq,
+                     words.channel[0].done_blocks, words.channel[1].released_seq, words.channel[1].done_blocks);
 }
 
 void GpuExpertTier::settle() {
@@ -278,8 +311,10 @@ GpuTierStats GpuExpertTier::stats() const {
   STRATA_CUDA_CHECK(cudaStreamSynchronize(copy_stream_.get()));
   std::lock_guard lock(mutex_);
   GpuTierStats s = stats_;
-  s.gpu_wait_ms = double(words.wait_ns) * 1e-6;
-  s.gpu_copy_ms = double(words.copy_ns) * 1e-6;
+  s.gpu_wait_ms = double(words.channel[0].wait_ns) * 1e-6;
+  s.gpu_copy_ms = double(words.channel[0].copy_ns) * 1e-6;
+  s.gpu_read_ahead_wait_ms = double(words.channel[1].wait_ns) * 1e-6;
+  s.gpu_read_ahead_copy_ms = double(words.channel[1].copy_ns) * 1e-6;
   s.staged = bounce_host_ != nullptr;
   const SlotResidencyStats& r = residency_.stats();
   s.needed = r.needed;
@@ -375,19 +410,23 @@ void GpuExpertTier::serve() {
     std::fprintf(stderr, "tier: seq %u layer %d: %d pairs, union %zu, %zu loads\n", last_seq_ + 1, layer, n_pairs,
                  union_.size(), loads_.size());
   release(layer, last_seq_ + 1);
+  const int n_guess = int(header->n_guess);
+  if (n_guess > 0) {
+    const int32_t* guess_ids = ids + int64_t(k_) * max_rows_;
+    const float* guess_weights = reinterpret_cast<const float*>(guess_ids + int64_t(k_) * max_rows_);
+    release_read_ahead(layer + 1, last_seq_ + 1, guess_ids, guess_weights, n_guess);
+  }
 }
 
 // Fills the job of handshake `seq`: the layer's new slot-map row (from the residency, plus this
 // call's transient slots) and the chunks to copy, then marks it ready: the GPU's wait kernel copies.
 void GpuExpertTier::release(int layer, uint32_t seq) {
   const auto row_start = std::chrono::steady_clock::now();
-  const TierLayer& t = layers_[size_t(layer)];
   uint8_t* job = static_cast<uint8_t*>(jobs_host_) + size_t(seq % kJobRing) * job_bytes_;
   auto* header = reinterpret_cast<TierJobHeader*>(job);
   // Built in ordinary memory, then copied into the mapped job in one pass: the job's lines are
   // read by the GPU's polling blocks across PCIe, so fewer, wider stores to them.
   row_.resize(size_t(n_expert_));
-  copies_.clear();
   uint32_t* row = row_.data();
   for (int32_t e = 0; e < n_expert_; ++e) {
     const uint32_t s = residency_.slot_of(layer, e);
@@ -397,48 +436,14 @@ void GpuExpertTier::release(int layer, uint32_t seq) {
     if (load.transient) row[load.expert] = offset_units(layer, load);
 
   stats_.serve_job_ms += ms_since(row_start);
-  uint32_t n_copies = 0;
-  uint64_t bytes = 0;
   const auto source_start = std::chrono::steady_clock::now();
-  if (!loads_.empty()) {
-    // The misses' bytes from the host tier, in the order it hands them out; read in place when its
-    // memory is pinned and stays valid, else staged in the pinned bounce buffer first.
-    const bool in_place = direct_reads_ && stable_pointers_;
-    load_ids_.clear();
-    for (const SlotResidency::Load& load : loads_) load_ids_.push_back(load.expert);
-    source_->begin_layer(layer, load_ids_);
-    int index = -1;
-    ExpertMatrices m;
-    while (source_->next(index, m)) {
-      if (index < 0 || size_t(index) >= loads_.size())
-        fail("gpu expert tier: layer {}: the host tier handed out index {} of {}", layer, index, loads_.size());
-      uint8_t* dst = arena_.as<uint8_t>() + size_t(offset_units(layer, loads_[size_t(index)])) * kUnit;
-      const std::pair<const compute::WeightMatrix*, const ExpertMatrixShape*> parts[] = {
-          {&m.gate, &t.gate}, {&m.up, &t.up}, {&m.down, &t.down}};
-      for (const auto& [matrix, shape] : parts) {
-        const size_t n = size_t(shape->n_out) * shape->row_stride_bytes;
-        const auto* src = static_cast<const uint8_t*>(matrix->data);
-        if (in_place) {
-          src = device_alias(src, n);
-        } else {
-          uint8_t* staged = static_cast<uint8_t*>(bounce_host_) + size_t(index) * transient_slot_bytes_ +
-                            shape->matrix_offset;
-          std::memcpy(staged, src, n);
-          src = static_cast<const uint8_t*>(bounce_dev_) + (staged - static_cast<uint8_t*>(bounce_host_));
-        }
-        bytes += n;
-        for (size_t at = 0; at < n; at += kChunk)
-          copies_.push_back(TierCopy{src + at, dst + shape->matrix_offset + at, uint32_t(std::min(kChunk, n - at)), 0});
-      }
-    }
-  }
+  copies_.clear();
+  const uint64_t bytes = gather_copies(layer, loads_, 0);
   stats_.loaded_bytes += bytes;
   stats_.miss_bytes += bytes;
   stats_.serve_source_ms += ms_since(source_start);
   const auto job_start = std::chrono::steady_clock::now();
-  n_copies = uint32_t(copies_.size());
-  if (copies_.size() > max_chunks_)
-    fail("gpu expert tier: layer {}: {} copy chunks exceed the job's {}", layer, copies_.size(), max_chunks_);
+  const uint32_t n_copies = uint32_t(copies_.size());
   const size_t row_bytes = align_up(size_t(n_expert_) * 4, 16);
   std::memcpy(job + sizeof(TierJobHeader), row_.data(), size_t(n_expert_) * 4);
   if (n_copies > 0) std::memcpy(job + sizeof(TierJobHeader) + row_bytes, copies_.data(), copies_.size() * sizeof(TierCopy));
@@ -446,6 +451,90 @@ void GpuExpertTier::release(int layer, uint32_t seq) {
   std::atomic_thread_fence(std::memory_order_release);
   header->ready = seq;  // volatile: the wait kernel sees it after the job above
   stats_.serve_job_ms += ms_since(job_start);
+}
+
+uint64_t GpuExpertTier::gather_copies(int layer, const std::vector<SlotResidency::Load>& loads,
+                                      size_t bounce_first_slot) {
+  if (loads.empty()) return 0;
+  const TierLayer& t = layers_[size_t(layer)];
+  // The loads' bytes from the host tier, in the order it hands them out; read in place when its
+  // memory is pinned and stays valid, else staged in the pinned bounce buffer first.
+  const bool in_place = direct_reads_ && stable_pointers_;
+  load_ids_.clear();
+  for (const SlotResidency::Load& load : loads) load_ids_.push_back(load.expert);
+  source_->begin_layer(layer, load_ids_);
+  int index = -1;
+  ExpertMatrices m;
+  uint64_t bytes = 0;
+  while (source_->next(index, m)) {
+    if (index < 0 || size_t(index) >= loads.size())
+      fail("gpu expert tier: layer {}: the host tier handed out index {} of {}", layer, index, loads.size());
+    uint8_t* dst = arena_.as<uint8_t>() + size_t(offset_units(layer, loads[size_t(index)])) * kUnit;
+    const std::pair<const compute::WeightMatrix*, const ExpertMatrixShape*> parts[] = {
+        {&m.gate, &t.gate}, {&m.up, &t.up}, {&m.down, &t.down}};
+    for (const auto& [matrix, shape] : parts) {
+      const size_t n = size_t(shape->n_out) * shape->row_stride_bytes;
+      const auto* src = static_cast<const uint8_t*>(matrix->data);
+      if (in_place) {
+        src = device_alias(src, n);
+      } else {
+        const size_t slot = bounce_first_slot + size_t(index);
+        if ((slot + 1) * transient_slot_bytes_ > bounce_bytes_)
+          fail("gpu expert tier: layer {}: staging slot {} is outside the bounce buffer", layer, slot);
+        uint8_t* staged = static_cast<uint8_t*>(bounce_host_) + slot * transient_slot_bytes_ + shape->matrix_offset;
+        std::memcpy(staged, src, n);
+        src = static_cast<const uint8_t*>(bounce_dev_) + (staged - static_cast<uint8_t*>(bounce_host_));
+      }
+      bytes += n;
+      for (size_t at = 0; at < n; at += kChunk)
+        copies_.push_back(TierCopy{src + at, dst + shape->matrix_offset + at, uint32_t(std::min(kChunk, n - at)), 0});
+    }
+  }
+  if (copies_.size() > max_chunks_)
+    fail("gpu expert tier: layer {}: {} copy chunks exceed the job's {}", layer, copies_.size(), max_chunks_);
+  return bytes;
+}
+
+// The read-ahead job of handshake `seq`: the guess for `layer` (the next layer's router on the
+// published layer's input) ranked as the CPU path ranks it (layers/moe.cpp moe_predict: best
+// weight over the rows, descending, ties to the lower id), slots assigned by
+// SlotResidency::predict, and the chunks that bring the new ones in. Always released (possibly
+// with no copies): the GPU's read-ahead kernel waits for it.
+void GpuExpertTier::release_read_ahead(int layer, uint32_t seq, const int32_t* guess_ids, const float* guess_weights,
+                                       int n_guess) {
+  const auto start = std::chrono::steady_clock::now();
+  uint8_t* job = static_cast<uint8_t*>(ra_jobs_host_) + size_t(seq % kJobRing) * ra_job_bytes_;
+  auto* header = reinterpret_cast<TierJobHeader*>(job);
+  copies_.clear();
+  uint64_t bytes = 0;
+  if (read_ahead_enabled_ && layer >= 0 && size_t(layer) < layers_.size() && layers_[size_t(layer)].present) {
+    ranked_.clear();
+    for (int i = 0; i < n_guess; ++i) {
+      const int32_t e = guess_ids[i];
+      if (e < 0 || e >= n_expert_) fail("gpu expert tier: layer {}: guessed expert id {} out of range", layer, e);
+      if (best_[size_t(e)] < 0.0f) ranked_.push_back(e);
+      best_[size_t(e)] = std::max(best_[size_t(e)], guess_weights[i]);
+    }
+    std::sort(ranked_.begin(), ranked_.end(), [&](int32_t a, int32_t b) {
+      return best_[size_t(a)] > best_[size_t(b)] || (best_[size_t(a)] == best_[size_t(b)] && a < b);
+    });
+    for (const int32_t e : ranked_) best_[size_t(e)] = -1.0f;
+    residency_.predict(layer, ranked_, ra_loads_);
+    if (int(ra_loads_.size()) > max_read_ahead_loads_)
+      fail("gpu expert tier: layer {}: {} read-ahead loads exceed the {} the tier was sized for", layer,
+           ra_loads_.size(), max_read_ahead_loads_);
+    bytes = gather_copies(layer, ra_loads_, size_t(n_transient_));
+  }
+  stats_.loaded_bytes += bytes;
+  stats_.read_ahead_bytes += bytes;
+  if (!copies_.empty()) std::memcpy(job + sizeof(TierJobHeader), copies_.data(), copies_.size() * sizeof(TierCopy));
+  header->n_copies = uint32_t(copies_.size());
+  std::atomic_thread_fence(std::memory_order_release);
+  header->ready = seq;  // volatile: the read-ahead kernel sees it after the job above
+  stats_.serve_source_ms += ms_since(start);
+  if (trace())
+    std::fprintf(stderr, "tier: seq %u read-ahead layer %d: %d guessed pairs, %zu ranked, %zu loads\n", seq, layer,
+                 n_guess, ranked_.size(), ra_loads_.size());
 }
 
 }  // namespace strata::compute::cuda

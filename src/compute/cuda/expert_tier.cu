@@ -1,8 +1,6 @@
 // Kernels of the GPU expert tier's handshake (contract in expert_tier.h).
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-
 #include "compute/cuda/expert_tier.h"
 #include "compute/cuda/launch.cuh"
 
@@ -48,26 +46,34 @@ __global__ void publish_kernel(const int32_t* ids, int n_pairs, const int32_t* g
   }
 }
 
-// The GPU side of the release: block 0 spins until the host marks the job of `seq` ready (a word
+// The GPU side of a release: block 0 spins until the host marks the job of `seq` ready (a word
 // in mapped host memory) and passes it on in device memory, where the other blocks spin; then the
-// blocks copy the job's chunks (grid-stride, reading pinned host memory directly) and write the
-// layer's slot-map row. The expert kernels after this one wait for its completion (stream order /
-// PDL), so completion is the release: no ack word, and no CUDA call on the host side of the
-// handshake. Not pdl_begin(): the kernels after this one must not be launched (and hold SMs at
-// their own wait) before the copies are done.
+// blocks copy the job's chunks (grid-stride, reading pinned host memory directly) and, for a
+// layer's misses (channel 0), write the layer's slot-map row. The kernels after this one wait for
+// its completion (stream order / PDL, or the read-ahead branch's join), so completion is the
+// release: no ack word, and no CUDA call on the host side of the handshake. Not pdl_begin(): the
+// kernels after this one must not be launched (and hold SMs at their own wait) before the copies
+// are done.
 // Why one poller: with every block polling the host word across PCIe, a release took ≈ 107 µs to
-// be seen (H200, 64 blocks; the host had written it in ≈ 10 µs); with one, ≈ 4 µs.
+// be seen (H200, 64 blocks; the host had written it in ≈ 10 µs); with one, ≈ 4 µs. Back-off in
+// the poll loop cost 2 % of decode speed at 100 ns (H200, 50 % budget), so there is none.
 // Block 0 notes when it started spinning and when the job was ready; the last block to finish adds
-// the spin and the copy time to the device words (GpuTierStats::gpu_wait_ms / gpu_copy_ms).
-__global__ void wait_and_copy_kernel(TierDeviceWords* words, const uint8_t* jobs, size_t job_bytes, int ring,
-                                     int n_expert, uint32_t* smap_row, const uint32_t* abort_flag, TierTimes* times,
-                                     int sleep_ns) {
+// the spin and the copy time to the channel's sums (GpuTierStats::gpu_wait_ms / gpu_copy_ms and
+// the read-ahead pair).
+// seq: channel 0 serves the last published handshake (words->seq); channel 1 (read-ahead) the one
+// whose wait ran last (channel 0's released_seq), which a later publish cannot change before this
+// kernel ran: the next wait follows the branch's join.
+__global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_index, const uint8_t* jobs,
+                                        size_t job_bytes, int ring, int n_expert, uint32_t* smap_row,
+                                        const uint32_t* abort_flag, TierTimes* times) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   __shared__ int n_copies;
   __shared__ bool aborted;
-  const uint32_t seq = *reinterpret_cast<const volatile uint32_t*>(&words->seq);
+  TierChannel* channel = &words->channel[channel_index];
+  const uint32_t seq = channel_index == 0 ? *reinterpret_cast<const volatile uint32_t*>(&words->seq)
+                                          : *reinterpret_cast<const volatile uint32_t*>(&words->channel[0].released_seq);
   const uint8_t* job = jobs + size_t(seq % uint32_t(ring)) * job_bytes;
   const auto* header = reinterpret_cast<const volatile TierJobHeader*>(job);
   if (threadIdx.x == 0) {
@@ -80,29 +86,29 @@ __global__ void wait_and_copy_kernel(TierDeviceWords* words, const uint8_t* jobs
           aborted = true;
           break;
         }
-        if (sleep_ns > 0) __nanosleep(unsigned(sleep_ns));
       }
-      words->released_copies = aborted ? 0u : header->n_copies;
+      channel->released_copies = aborted ? 0u : header->n_copies;
       __threadfence();
-      *reinterpret_cast<volatile uint32_t*>(&words->released_seq) = seq;
+      *reinterpret_cast<volatile uint32_t*>(&channel->released_seq) = seq;
       const uint64_t released = global_ns();
-      words->spin_started_ns = spin_start;
-      words->released_ns = released;
-      TierTimes* t = times + seq % uint32_t(kTimelineRing);
-      t->spin_ns = spin_start;
-      t->released_ns = released;
+      channel->spin_started_ns = spin_start;
+      channel->released_ns = released;
+      if (channel_index == 0) {
+        TierTimes* t = times + seq % uint32_t(kTimelineRing);
+        t->spin_ns = spin_start;
+        t->released_ns = released;
+      }
     } else {
-      const volatile uint32_t* released = &words->released_seq;
+      const volatile uint32_t* released = &channel->released_seq;
       for (uint32_t spins = 1; *released != seq; ++spins) {
         if ((spins & 1023) == 0 && *abort != 0) {
           aborted = true;
           break;
         }
-        if (sleep_ns > 0) __nanosleep(unsigned(sleep_ns));
       }
       __threadfence();
     }
-    n_copies = aborted ? 0 : int(*reinterpret_cast<const volatile uint32_t*>(&words->released_copies));
+    n_copies = aborted ? 0 : int(*reinterpret_cast<const volatile uint32_t*>(&channel->released_copies));
   }
   __syncthreads();
   if (aborted) return;
@@ -139,28 +145,18 @@ __global__ void wait_and_copy_kernel(TierDeviceWords* words, const uint8_t* jobs
   }
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0 && atomicAdd(&words->done_blocks, 1u) == gridDim.x - 1) {
-    const volatile TierDeviceWords* v = words;
+  if (threadIdx.x == 0 && atomicAdd(&channel->done_blocks, 1u) == gridDim.x - 1) {
+    const volatile TierChannel* v = channel;
     const uint64_t released = v->released_ns;
-    words->wait_ns += released - v->spin_started_ns;
+    channel->wait_ns += released - v->spin_started_ns;
     const uint64_t copied = global_ns();
-    words->copy_ns += copied - released;
-    times[seq % uint32_t(kTimelineRing)].copied_ns = copied;
-    words->done_blocks = 0;
+    channel->copy_ns += copied - released;
+    if (channel_index == 0) times[seq % uint32_t(kTimelineRing)].copied_ns = copied;
+    channel->done_blocks = 0;
   }
 }
 
 }  // namespace
-
-// STRATA_TIER_SLEEP_NS (for measurement): the wait kernel's back-off between polls, default none
-// (2 % faster decode than 100 ns on the H200: 83.7 vs 81.9 tok/s at a 50 % budget).
-static int tier_sleep_ns() {
-  static const int ns = [] {
-    const char* v = std::getenv("STRATA_TIER_SLEEP_NS");
-    return v ? std::atoi(v) : 0;
-  }();
-  return ns;
-}
 
 void tier_publish(const int32_t* ids, int n_pairs, const int32_t* guess_ids, const float* guess_weights, int n_guess,
                   int capacity, int layer, void* mailbox_dev, TierDeviceWords* words, TierTimes* times,
@@ -180,8 +176,17 @@ void tier_wait(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, i
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = dependent_launch_enabled() ? 1 : 0;
-  STRATA_CUDA_CHECK(cudaLaunchKernelEx(&config, wait_and_copy_kernel, words, static_cast<const uint8_t*>(jobs_dev),
-                                       job_bytes, ring, n_expert, smap_row, abort_flag, times, tier_sleep_ns()));
+  STRATA_CUDA_CHECK(cudaLaunchKernelEx(&config, release_and_copy_kernel, words, 0,
+                                       static_cast<const uint8_t*>(jobs_dev), job_bytes, ring, n_expert, smap_row,
+                                       abort_flag, times));
+}
+
+void tier_read_ahead(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, int ring,
+                     const uint32_t* abort_flag, int blocks, cudaStream_t stream) {
+  // The branch's first node: no programmatic dependency to wait for.
+  release_and_copy_kernel<<<unsigned(blocks), kLoadThreads, 0, stream>>>(
+      words, 1, static_cast<const uint8_t*>(jobs_dev), job_bytes, ring, 0, nullptr, abort_flag, nullptr);
+  STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace strata::compute::cuda

@@ -16,32 +16,43 @@
 //
 // The handshake (per MoE layer; the device side is enqueued like any op, so it is captured into
 // the window graphs and replayed)
-//   device, compute stream: router, top-k → publish(): the ids to the mailbox, a device sequence
-//     number + 1 → the shared expert → wait(): a 64-block kernel whose block 0 spins until the
-//     host marks the job of that sequence number ready (the other blocks spin on a device word
-//     block 0 sets: 64 pollers across PCIe made a release take ≈ 107 µs to be seen, one ≈ 4 µs),
-//     then copies the job's chunks (reading pinned host memory
-//     directly) and writes the layer's slot-map row → the expert kernels (launched after it
-//     completes: it does not trigger dependent launch early, so no SM is held while it waits).
+//   device, compute stream: router, top-k (with read-ahead: the next layer's router on the same
+//     input, in the same top-k launch: the guess) → publish(): the ids and the guess to the
+//     mailbox, a device sequence number + 1 → the shared expert → wait(): a 64-block kernel whose
+//     block 0 spins until the host marks the job of that sequence number ready (the other blocks
+//     spin on a device word block 0 sets: 64 pollers across PCIe made a release take ≈ 107 µs to
+//     be seen, one ≈ 4 µs), then copies the job's chunks (reading pinned host memory directly)
+//     and writes the layer's slot-map row → the expert kernels (launched after it completes: it
+//     does not trigger dependent launch early, so no SM is held while it waits).
+//   read-ahead (a side branch of the graph, forked after wait(l), joined before wait(l+1) or
+//     before the capture segment ends): a kernel like wait()'s that waits for the read-ahead job
+//     of the same sequence number and copies the guessed experts of layer l+1 into their slots
+//     while layer l's experts and layer l+1's mixer run (PCIe idle otherwise). It writes no slot
+//     map: wait(l+1)'s job carries layer l+1's whole row, read-ahead slots included, and the join
+//     orders the read-ahead copies before any copy or kernel of layer l+1.
 //   host, one thread: sees the sequence number, resolves the layer's union with SlotResidency
 //     (experts/slot_residency.h: the RAM arena's policy, tested equal to it), takes each miss's
-//     bytes from the host tier and fills the job. It makes no CUDA call: nothing it does can wait
-//     behind the window thread's driver calls (a cudaFree that synchronizes the device while the
-//     GPU waits for this thread would deadlock).
-// - Deterministic limbo: residency changes only in resolve, in handshake order, from the routed
-//   ids alone: which experts are resident depends on the tokens, never on timing. Every slot holds
-//   the GGUF's bytes, so logits are bitwise those of the all-resident backend
-//   (tests/cuda/expert_tier_test.cpp).
+//     bytes from the host tier and fills the job; then, with a guess, ranks it like the CPU path
+//     (layers/moe.cpp moe_predict: best weight over the rows, ties to the lower id), lets
+//     SlotResidency::predict assign slots (at most half a layer's) and fills the read-ahead job.
+//     It makes no CUDA call: nothing it does can wait behind the window thread's driver calls (a
+//     cudaFree that synchronizes the device while the GPU waits for this thread would deadlock).
+// - Deterministic limbo: residency changes only in resolve and predict, in handshake order, from
+//   the routed ids and guesses alone (both functions of the tokens): which experts are resident
+//   depends on the tokens, never on timing. Every slot holds the GGUF's bytes, so logits are
+//   bitwise those of the all-resident backend (tests/cuda/expert_tier_test.cpp).
 // - Ordering: the GPU publishes layer l only after layer l-1's kernels finished, so when the host
 //   serves a layer no kernel reads a slot it may evict, a transient slot, the bounce buffer or a
-//   job it refills.
+//   job it refills. Read-ahead writes only layer l+1's cache slots, which nothing reads until
+//   wait(l+1), after the join; a guess that resolve(l+1) evicts again is overwritten by wait(l+1)
+//   after the read-ahead copy finished (join), never concurrently.
 // - Host memory: the host tier's regions (ExpertSource::host_regions) are registered once
 //   (cudaHostRegister, mapped) and read in place through their device alias when the source's
 //   pointers stay valid (the GGUF mapping; a RAM arena with a slot for every expert). Otherwise
 //   (a RAM arena that streams, or memory that cannot be pinned) each miss is copied into the
-//   bounce buffer as it is handed out.
-// - Not yet: read-ahead into the GPU arena (GpuTierOptions::read_ahead is ignored; the guess is
-//   not computed), MoCE / usage history / hot pins on the GPU arena.
+//   bounce buffer as it is handed out (read-ahead has its own part of it: wait(l) may still be
+//   reading layer l's part while the host stages the guess for l+1).
+// - Not yet: MoCE / usage history / hot pins on the GPU arena.
 // - Failure: an exception on the handshake thread (a read error of the host tier) is kept, the
 //   GPU is released with an abort flag (the window's results are garbage), and settle() rethrows
 //   it; the tier is then unusable (every later expect() throws). A window that does not finish
@@ -79,6 +90,7 @@ struct GpuTierStats {
   uint64_t read_ahead_issued = 0, read_ahead_used = 0;
   uint64_t loaded_bytes = 0;        // host → device, misses and read-ahead
   uint64_t miss_bytes = 0;          // of those, what a layer waited for
+  uint64_t read_ahead_bytes = 0;    //           the guesses, copied beside the previous layer
   double host_serve_ms = 0;         // the handshake thread busy (resolve + host tier + the job)
   double serve_resolve_ms = 0;      // of it: the union and SlotResidency::resolve
   double serve_source_ms = 0;       //        the host tier handing out the misses (and staging)
@@ -86,6 +98,8 @@ struct GpuTierStats {
   double serve_cpu_ms = 0;          // the thread's CPU time over the same spans (< busy: preempted)
   double gpu_wait_ms = 0;           // device: wait kernels spinning until their job was ready
   double gpu_copy_ms = 0;           // device: wait kernels copying the misses
+  double gpu_read_ahead_wait_ms = 0;  // device, side branch: read-ahead kernels waiting for their job
+  double gpu_read_ahead_copy_ms = 0;  //                      and copying the guesses
   // A handshake's latency on the GPU's clock (%globaltimer; the host's clock drifts from it by
   // ~100 µs within seconds, so one-way times across the two are not measured): the round trip
   // from publish until the wait kernel saw the job ready, and the GPU's own work in between (the
@@ -129,6 +143,15 @@ class GpuExpertTier {
   void publish(int layer, const int32_t* ids, int64_t n_pairs, const int32_t* guess_ids, const float* guess_weights,
                int64_t n_guess, cudaStream_t stream);
   void wait(int layer, cudaStream_t stream);
+  // Read-ahead (only after a publish with a guess, right after that layer's wait): forks a side
+  // branch off `stream` whose kernel copies the guessed experts of the next layer. join() puts the
+  // branch back into `stream` (before the next wait, and before a capture segment ends: an
+  // unjoined branch cannot be captured); a no-op when no branch is open.
+  void read_ahead(cudaStream_t stream);
+  void join(cudaStream_t stream);
+  bool read_ahead_enabled() const { return read_ahead_enabled_; }
+  // Whether layer l's routed experts live in this tier (a guess is only made for such a layer).
+  bool has_layer(int l) const { return l >= 0 && size_t(l) < layers_.size() && layers_[size_t(l)].present; }
   // After the compute stream was synchronized: waits until the handshake thread has served what
   // the GPU published, forgets expectations that were never published (a window that failed
   // before its launch), rethrows a handshake failure.
@@ -143,6 +166,10 @@ class GpuExpertTier {
   void run();
   void serve();
   void release(int layer, uint32_t seq);
+  void release_read_ahead(int layer, uint32_t seq, const int32_t* guess_ids, const float* guess_weights, int n_guess);
+  // Appends the chunks that bring `loads` of `layer` into their slots to copies_ (staged in the
+  // given part of the bounce buffer when the host tier cannot be read in place); returns the bytes.
+  uint64_t gather_copies(int layer, const std::vector<SlotResidency::Load>& loads, size_t bounce_first_slot);
   uint32_t offset_units(int layer, const SlotResidency::Load& load) const;
   void prepare_source(ExpertSource& source);
   void account_timeline(uint32_t first_seq, uint32_t last_seq);  // mutex_ held
@@ -160,8 +187,17 @@ class GpuExpertTier {
   void* jobs_host_ = nullptr;
   void* jobs_dev_ = nullptr;
   size_t job_bytes_ = 0, max_chunks_ = 0;
-  int next_job_ = 0;
-  void* bounce_host_ = nullptr;  // pinned staging for a host tier that cannot be read in place
+  void* ra_jobs_host_ = nullptr;  // read-ahead jobs: TierJobHeader then TierCopy × n_copies
+  void* ra_jobs_dev_ = nullptr;
+  size_t ra_job_bytes_ = 0;
+  bool read_ahead_enabled_ = false;
+  int max_read_ahead_loads_ = 0;  // SlotResidency::predict's bound: half a layer's slots, at least 1
+  Stream side_stream_;            // the read-ahead branch (captured into the window graphs)
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  bool branch_open_ = false;
+  // Pinned staging for a host tier that cannot be read in place: n_transient slots for the misses,
+  // then max_read_ahead_loads_ for the guesses.
+  void* bounce_host_ = nullptr;
   void* bounce_dev_ = nullptr;
   size_t bounce_bytes_ = 0;
   volatile uint32_t* abort_host_ = nullptr;
@@ -195,7 +231,9 @@ class GpuExpertTier {
   GpuTierStats stats_;
   std::vector<int32_t> union_, load_ids_;
   std::vector<uint8_t> seen_;
-  std::vector<SlotResidency::Load> loads_;
+  std::vector<SlotResidency::Load> loads_, ra_loads_;
+  std::vector<float> best_;            // read-ahead ranking: best guess weight per expert
+  std::vector<int32_t> ranked_;
   std::vector<uint32_t> smap_mirror_;  // [n_layer][n_expert], offsets in 256-byte units
   std::vector<uint32_t> row_;          // the job being built: its slot-map row and chunks
   std::vector<TierCopy> copies_;
@@ -215,14 +253,20 @@ struct TierCopy {
   uint32_t bytes;
   uint32_t pad;
 };
-// Device-side counters of the handshake kernels.
-struct TierDeviceWords {
-  uint32_t seq;          // of the last published handshake
-  uint32_t done_blocks;  // blocks of the running wait kernel that finished
-  uint32_t released_seq;     // block 0 of the wait kernel: seq, once the job is ready
+// Device-side state of one kind of release: the layer's misses (channel 0, wait()) or the next
+// layer's read-ahead (channel 1, read_ahead()).
+struct TierChannel {
+  uint32_t released_seq;     // block 0: the handshake's seq, once its job is ready
   uint32_t released_copies;  //   and the job's copy count, for the other blocks
-  uint64_t spin_started_ns, released_ns;  // block 0 of the running wait kernel (%globaltimer)
-  uint64_t wait_ns, copy_ns;              // sums over every wait kernel
+  uint32_t done_blocks;      // blocks of the running kernel that finished
+  uint32_t pad;
+  uint64_t spin_started_ns, released_ns;  // block 0 of the running kernel (%globaltimer)
+  uint64_t wait_ns, copy_ns;              // sums over every kernel of the channel
+};
+struct TierDeviceWords {
+  uint32_t seq;  // of the last published handshake
+  uint32_t pad[3];
+  TierChannel channel[2];
 };
 struct TierMailboxHeader {
   volatile uint32_t seq;
@@ -235,7 +279,8 @@ void tier_publish(const int32_t* ids, int n_pairs, const int32_t* guess_ids, con
                   int capacity, int layer, void* mailbox_dev, TierDeviceWords* words, TierTimes* times,
                   cudaStream_t stream);
 // The job of handshake `seq` lies at jobs + (seq % ring) · job_bytes: TierJobHeader, the layer's
-// slot-map row (n_expert words, padded to 16 bytes), then TierCopy × n_copies.
+// slot-map row (n_expert words, padded to 16 bytes; none in a read-ahead job), then TierCopy ×
+// n_copies.
 struct TierJobHeader {
   volatile uint32_t ready;  // == seq once the host filled the job
   uint32_t n_copies;
@@ -243,6 +288,10 @@ struct TierJobHeader {
 };
 void tier_wait(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, int ring, int n_expert,
                uint32_t* smap_row, const uint32_t* abort_flag, TierTimes* times, int blocks, cudaStream_t stream);
+// The read-ahead branch's kernel: the job of the handshake whose wait() ran last (channel 0's
+// released_seq: it precedes this kernel in the graph, and the next wait() follows the join).
+void tier_read_ahead(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, int ring,
+                     const uint32_t* abort_flag, int blocks, cudaStream_t stream);
 
 
 }  // namespace strata::compute::cuda

@@ -135,6 +135,7 @@ void WindowGraph::plan(const WindowKey& key, bool replayable) {
 
 void WindowGraph::ensure_capturing() {
   if ((mode_ != Mode::Record && mode_ != Mode::Capture) || capturing_) return;
+  if (capture_boundary_) capture_boundary_();  // nothing forked outside the capture is joined inside it
   STRATA_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
   capturing_ = true;
   capture_started_ = now_s();
@@ -169,6 +170,7 @@ void WindowGraph::end_segment(bool) {
     if (mode_ == Mode::Record) recording_.segments.push_back(Segment{nullptr, signature_});
     return;
   }
+  if (capture_boundary_) capture_boundary_();
   if (profiling_) mark(nullptr);  // closes the segment's last interval
   capturing_ = false;
   cudaGraph_t graph = nullptr;
@@ -253,6 +255,10 @@ void WindowGraph::launch_profiled(cudaGraph_t graph) {
 
 void WindowGraph::abandon() {
   if (capturing_) {
+    if (capture_boundary_) try {
+        capture_boundary_();
+      } catch (...) {
+      }
     cudaGraph_t graph = nullptr;
     cudaStreamEndCapture(stream_, &graph);
     if (graph) cudaGraphDestroy(graph);

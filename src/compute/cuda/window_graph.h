@@ -38,6 +38,9 @@
 //   (PinnedStaging below: the backend alternates two per window, a replayed window uses the one
 //   its program was recorded with, each reset only after an event says its readers are done).
 // - No device allocation, free or stream synchronisation while capturing: callers pause() first.
+// - Work forked onto another stream (the GPU expert tier's read-ahead branch) must not cross a
+//   capture boundary: an unjoined branch cannot be captured, and a branch forked outside a capture
+//   cannot be joined inside it. The backend's hook (set_capture_boundary) joins it at both.
 // - Stats (STRATA_CUDA_GRAPH_STATS=1): printed to stderr when the backend is destroyed.
 // - Not thread-safe; one per backend (one stream).
 #pragma once
@@ -108,6 +111,8 @@ class WindowGraph {
   void finish_window();
   // Drops a broken capture (after an exception inside an op) without launching it.
   void abandon();
+  // Runs just before every capture segment begins and ends (the backend joins side branches).
+  void set_capture_boundary(std::function<void()> hook) { capture_boundary_ = std::move(hook); }
   const WindowGraphStats& stats() const { return stats_; }
   // Profiling only: the GPU time from here to the next mark goes to `label` (a string literal).
   void mark(const char* label);
@@ -140,6 +145,7 @@ class WindowGraph {
 
   cudaStream_t stream_;
   bool enabled_;
+  std::function<void()> capture_boundary_;
   Mode mode_ = Mode::Off;
   bool capturing_ = false;
   int64_t rows_ = 0;
