@@ -13,6 +13,9 @@
 //   3. the I/O ceiling of each budget: measured bandwidth ÷ miss bytes per token (the reads a
 //      token must wait for; read-ahead reads are shown too but can overlap compute).
 // Prints a Markdown table; --svg draws tok/s and ceilings per budget; --json keeps the numbers.
+//
+// `strata bench gpu` (builds with the CUDA backend) — decode tok/s per GPU expert budget next to
+// llama.cpp's CUDA backend on the same file; cli/gpu_bench.h says what it runs and reports.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -26,6 +29,9 @@
 
 #include "cli/commands.h"
 #include "cli/expert_options.h"
+#ifdef STRATA_HAVE_CUDA
+#include "cli/gpu_bench.h"
+#endif
 #include "cli/model_options.h"
 #include "engine/session.h"
 #include "experts/block_reader.h"
@@ -330,6 +336,42 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--svg", o->svg, "write a plot of tok/s per budget");
   cmd->add_option("--json", o->json, "write the numbers as JSON");
   cmd->callback([o] { bench_experts(*o); });
+#ifdef STRATA_HAVE_CUDA
+  struct GpuCommand {
+    GpuBenchOptions bench;
+    std::string budgets = "all,50%,25%,1G";
+    bool no_read_ahead_too = false;
+  };
+  auto g = std::make_shared<GpuCommand>();
+  CLI::App* gpu = bench->add_subcommand(
+      "gpu", "CUDA decode tok/s per GPU expert budget (the rest in pinned RAM), next to the PCIe and HBM ceilings and "
+             "llama.cpp");
+  gpu->add_option("-m,--model", g->bench.path, "GGUF file")->required();
+  gpu->add_option("--budgets", g->budgets,
+                  "comma-separated GPU expert budgets: all, a share of the routed-expert bytes (50%), bytes (1G) or "
+                  "slots=N per layer");
+  gpu->add_flag("--no-read-ahead-too", g->no_read_ahead_too, "also run every budget without read-ahead");
+  gpu->add_option("--prompt-tokens", g->bench.prompt, "prompt length")->check(CLI::Range(1, 100000));
+  gpu->add_option("-n,--n-decode", g->bench.tokens, "decode steps per run")->check(CLI::Range(1, 100000));
+  gpu->add_option("--chunk", g->bench.chunk, "prefill window rows")->check(CLI::Range(1, 4096));
+  gpu->add_option("--repeats", g->bench.repeats, "interleaved rounds (medians)")->check(CLI::Range(1, 1000));
+  gpu->add_option("-t,--threads", g->bench.threads, "host threads (default: all cores)")->check(CLI::Range(0, 1024));
+  gpu->add_option("--llama-bench", g->bench.llama_bench,
+                  "llama.cpp's llama-bench (CUDA build): runs the same file, -ngl 99 and -ncmoe K at each budget's VRAM");
+  gpu->add_option("--llama-repeats", g->bench.llama_repeats, "llama-bench -r")->check(CLI::Range(1, 100));
+  gpu->add_option("--svg", g->bench.svg, "write a plot of tok/s per budget");
+  gpu->add_option("--json", g->bench.json, "write the numbers as JSON");
+  gpu->callback([g] {
+    g->bench.backends.clear();
+    for (const std::string& b : split_list(g->budgets)) {
+      const std::string entry = b == "all" ? "cuda" : "cuda@" + b;
+      g->bench.backends.push_back(entry);
+      if (g->no_read_ahead_too && b != "all") g->bench.backends.push_back(entry + "/nora");
+    }
+    if (g->bench.backends.empty()) fail("bench gpu: --budgets is empty");
+    run_gpu_bench(g->bench);
+  });
+#endif
 }
 
 }  // namespace strata::cli
