@@ -273,11 +273,15 @@ LlamaResult run_llama_bench(const GpuBenchOptions& o, int n_cpu_moe, int threads
   const size_t open = out.find('[');
   if (open == std::string::npos) fail("bench gpu: llama-bench printed no JSON array: {}", out.substr(0, 400));
   const nlohmann::json j = nlohmann::json::parse(out.substr(open), nullptr, /*allow_exceptions=*/false);
-  if (!j.is_array() || j.empty() || !j[0].contains("avg_ts"))
-    fail("bench gpu: llama-bench's output has no avg_ts: {}", out.substr(0, 400));
-  r.tps = j[0]["avg_ts"].get<double>();
-  r.stddev = j[0].value("stddev_ts", 0.0);
-  return r;
+  // The generation test (n_gen > 0, no prompt): its average and spread over the repetitions.
+  if (j.is_array())
+    for (const nlohmann::json& t : j)
+      if (t.is_object() && t.value("n_gen", 0) > 0 && t.value("n_prompt", 0) == 0 && t.contains("avg_ts")) {
+        r.tps = t["avg_ts"].get<double>();
+        r.stddev = t.value("stddev_ts", 0.0);
+        return r;
+      }
+  fail("bench gpu: llama-bench's output has no generation test with avg_ts: {}", out.substr(0, 400));
 }
 
 // Bars per entry group (a budget): strata, strata without read-ahead, llama.cpp; whiskers min–max
