@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "compute/backend_registry.h"
-#include "engine/state_cache.h"
+#include "decode/state_cache.h"
 #include "util/byte_size.h"
 #include "util/error.h"
 

@@ -81,7 +81,7 @@ struct HParams {
   int ple_n_heads() const { return (ple_ngram_size - 1) * ple_heads_per_ngram; }
   bool has_ple() const { return !ple_layers.empty(); }
   // Any Gated DeltaNet layer: a recurrent state that cannot be rewound, and prefill windows whose
-  // rounding depends on where they start (engine/state_cache.h).
+  // rounding depends on where they start (decode/state_cache.h).
   bool has_deltanet() const {
     for (const LayerKind kind : layer_kinds)
       if (kind == LayerKind::GatedDeltaNet) return true;

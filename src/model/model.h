@@ -129,7 +129,7 @@ struct BatchWindow {
 };
 
 // Deep copy of what a sequence carries between windows, for the conversation state cache
-// (engine/state_cache.h): n_past, every layer's KV cache (k, v, QSA index keys and block keys),
+// (decode/state_cache.h): n_past, every layer's KV cache (k, v, QSA index keys and block keys),
 // Gated DeltaNet conv and recurrent states, the PLE n-gram context and conv history, `residuals`
 // (the MTP drafter's input rows of the last window) and the MTP head's cache (mtp.kv).
 // Not copied, on purpose: the backend, its window tensors and every Workspace (scratch); the PLE

@@ -51,7 +51,7 @@
 #include "compute/cuda/cuda_backend.h"
 #include "convert/convert.h"
 #include "cuda_test_util.h"
-#include "engine/generate.h"
+#include "decode/generate.h"
 #include "engine/session.h"
 #include "engine/window.h"
 #include "model/model.h"
