@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "compute/backend_registry.h"
+#include "backends/backend_registry.h"
 #include "decode/state_cache.h"
 #include "util/byte_size.h"
 #include "util/error.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <memory>
 
-#include "compute/cpu/cpu_backend.h"
+#include "backends/cpu_backend.h"
 #include "util/error.h"
 #include "util/phase_timer.h"
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "compute/cpu/cpu_backend.h"
+#include "backends/cpu_backend.h"
 #include "compute/cpu/ops.h"
 #include "model/tensor_specs.h"
 #include "quant/quant.h"

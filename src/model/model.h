@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend_registry.h"
 #include "compute/backend.h"
-#include "compute/backend_registry.h"
 #include "compute/cpu/thread_pool.h"
 #include "compute/cpu/workspace.h"
 #include "experts/expert_source.h"
@@ -168,7 +168,7 @@ class Model {
   const std::vector<std::string>& loaded_tensors() const { return loaded_tensors_; }
 
   // A fresh sequence; the KV caches are reserved for n_ctx tokens (0: none reserved; they grow).
-  // `backend` runs its windows (null: the CPU backend; compute/backend_registry.h makes others).
+  // `backend` runs its windows (null: the CPU backend; backends/backend_registry.h makes others).
   // A backend that keeps states in its own memory (CUDA) gets host structs with no reservation.
   ModelState new_state(int64_t n_ctx = 0, std::unique_ptr<compute::Backend> backend = nullptr) const;
   // The MTP (nextn) draft head, where the file has one.

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "../common/fixture_models.h"
+#include "backends/cpu_backend.h"
 #include "compute/backend.h"
-#include "compute/cpu/cpu_backend.h"
 #include "compute/cpu/ops.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/window.h"

@@ -45,7 +45,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/f32_file.h"
-#include "compute/backend_registry.h"
+#include "backends/backend_registry.h"
 #include "compute/cpu/ops.h"
 #include "compute/cpu/thread_pool.h"
 #include "compute/cuda/cuda_backend.h"

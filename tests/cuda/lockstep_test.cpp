@@ -14,8 +14,8 @@
 #include <filesystem>
 #include <map>
 
-#include "compute/backend_registry.h"
-#include "compute/cpu/cpu_backend.h"
+#include "backends/backend_registry.h"
+#include "backends/cpu_backend.h"
 #include "compute/cpu/thread_pool.h"
 #include "compute/cuda/cuda_backend.h"
 #include "cuda_test_util.h"

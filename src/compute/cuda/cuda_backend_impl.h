@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "compute/backend_registry.h"
+#include "backends/backend_registry.h"
 #include "compute/cpu/matmul.h"
 #include "compute/cuda/attention.h"
 #include "compute/cuda/deltanet.h"

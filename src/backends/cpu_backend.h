@@ -1,6 +1,7 @@
 // CpuBackend — the reference Backend (compute/backend.h): host buffers, ops that call today's CPU
 // functions (compute/cpu/matmul.h, compute/cpu/ops.h and the layer blocks of src/layers/) with
-// the window's thread pool and a Workspace for their scratch.
+// the window's thread pool and a Workspace for their scratch. It lives in backends/, above
+// layers/ (whose blocks it wraps), not in compute/cpu/ with the kernels those blocks run on.
 //
 // Contract
 // - Every op gives exactly the bits of the function it wraps (it passes the same pointers and

@@ -1,4 +1,4 @@
-#include "compute/cpu/cpu_backend.h"
+#include "backends/cpu_backend.h"
 
 #include <algorithm>
 #include <cstring>
