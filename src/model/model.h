@@ -161,6 +161,8 @@ class Model {
   virtual ~Model() = default;
 
   const HParams& hparams() const { return hp_; }
+  // The same as the blocks and the backends take them (layers/dims.h), built once at load.
+  const ForwardDims& dims() const { return dims_; }
   const GgufFile& file() const { return *file_; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
   // The file's tensors the model took its weights from (each once, in load order): every
@@ -250,6 +252,7 @@ class Model {
 
   std::unique_ptr<GgufFile> file_;
   HParams hp_;
+  ForwardDims dims_;  // forward_dims(hp_): what layers/ and the backends are given
   std::vector<LayerWeights> layers_;
   compute::WeightMatrix token_embd_;
   compute::WeightMatrix output_;
