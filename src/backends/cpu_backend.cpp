@@ -167,8 +167,8 @@ void CpuBackend::gated_deltanet_rows(const DeltaNetDims& dims, const GatedDeltaN
   const float* xd = rows(x, n_rows, "gated_deltanet_rows");
   float* yd = rows(y, n_rows, "gated_deltanet_rows", x.width);
   ScopedPhase phase(Phase::Mixer);
-  gated_deltanet_forward_rows(pool("gated_deltanet_rows"), ws_, dims, w, states, segments, xd, n_rows,
-                              yd);
+  gated_deltanet_forward_rows(pool("gated_deltanet_rows"), ws_, dims, w, states, segments, xd,
+                              n_rows, yd);
 }
 
 void CpuBackend::attention_rows(const AttentionDims& dims, const AttentionWeights& w,
@@ -189,8 +189,8 @@ void CpuBackend::attention(const AttentionDims& dims, const AttentionWeights& w,
   attention_forward(pool("attention"), ws_, dims, w, cache, xd, n_rows, yd);
 }
 
-void CpuBackend::ple(const PleDims& dims, const PleWeights& w, PleState& state, PleRowReader& reader,
-                     Tensor X, int64_t n_rows, bool record_window) {
+void CpuBackend::ple(const PleDims& dims, const PleWeights& w, PleState& state,
+                     PleRowReader& reader, Tensor X, int64_t n_rows, bool record_window) {
   float* Xd = rows(X, n_rows, "ple");
   const std::vector<float>& embeddings = reader.collect();
   ple_forward(pool("ple"), ws_, dims, w, state, embeddings.data(), n_rows, Xd, record_window);

@@ -44,10 +44,11 @@ class CpuBackend final : public Backend {
                            Tensor x, Tensor inject, int64_t n_rows) override;
   void hyper_connection_out(int n_streams, Tensor y, Tensor inject, Tensor X,
                             int64_t n_rows) override;
-  void gated_deltanet(const DeltaNetDims& dims, const GatedDeltaNetWeights& w, GatedDeltaNetState& state,
-                      int layer, Tensor x, Tensor y, int64_t n_rows, bool record_window) override;
-  void attention(const AttentionDims& dims, const AttentionWeights& w, KvCache& cache, int layer, Tensor x,
-                 Tensor y, int64_t n_rows) override;
+  void gated_deltanet(const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
+                      GatedDeltaNetState& state, int layer, Tensor x, Tensor y, int64_t n_rows,
+                      bool record_window) override;
+  void attention(const AttentionDims& dims, const AttentionWeights& w, KvCache& cache, int layer,
+                 Tensor x, Tensor y, int64_t n_rows) override;
   bool batched_mixers() const override { return true; }
   void gated_deltanet_rows(const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
                            std::span<GatedDeltaNetState* const> states,

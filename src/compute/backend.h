@@ -187,8 +187,8 @@ class Backend {
   virtual void gated_deltanet(const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
                               GatedDeltaNetState& state, int layer, Tensor x, Tensor y,
                               int64_t n_rows, bool record_window) = 0;
-  virtual void attention(const AttentionDims& dims, const AttentionWeights& w, KvCache& cache, int layer,
-                         Tensor x, Tensor y, int64_t n_rows) = 0;
+  virtual void attention(const AttentionDims& dims, const AttentionWeights& w, KvCache& cache,
+                         int layer, Tensor x, Tensor y, int64_t n_rows) = 0;
 
   // Batched token mixers (WindowRunner::run_batch, serve --parallel): rows segments[s] of x
   // belong to states[s] (caches[s]). The row-wise parts (projections, norms) may run once over all rows,

@@ -138,8 +138,8 @@ constexpr int64_t kMatrixAttentionMinRows = 32;
 // keys_t: per KV head, head_dim rows of the window's keys transposed (row j holds dimension j of
 // every token, keys_t_stride floats apart).
 void attend_all_visible(const Shape& shape, bool gated, const float* q_row, const float* keys_t,
-                        int64_t keys_t_stride, const KvCache& cache, int64_t n_visible,
-                        float scale, std::vector<float>& weights, float* out_row) {
+                        int64_t keys_t_stride, const KvCache& cache, int64_t n_visible, float scale,
+                        std::vector<float>& weights, float* out_row) {
   const int hd = shape.head_dim;
   const int heads_per_kv = shape.n_head / shape.n_head_kv;
   const int q_stride = gated ? 2 * hd : hd;
@@ -203,8 +203,9 @@ namespace {
 // and RoPE, the KV (and QSA index) append, token selection and attention, into attn
 // [n][n_head·head_dim]. q, k, v, index_q, raw: its rows of the projections (modified in place).
 void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const AttentionDims& dims,
-                    const AttentionWeights& w, const Shape& shape, KvCache& cache, float* q, float* k,
-                    const float* v, float* index_q, const float* raw, int64_t n_rows, float* attn) {
+                    const AttentionWeights& w, const Shape& shape, KvCache& cache, float* q,
+                    float* k, const float* v, float* index_q, const float* raw, int64_t n_rows,
+                    float* attn) {
   compute::Workspace::Frame frame(ws);
   const int hd = shape.head_dim;
   const int64_t first_pos = cache.n_tokens;
@@ -279,8 +280,8 @@ void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const Att
       }
       // Every visible token selected (dense attention, or QSA within its budget): the matrix path.
       if (matrix_path && int64_t(tokens.size()) == pos + 1) {
-        attend_all_visible(shape, w.gated, q + t * shape.q_row, keys_t.data(), n_ctx, cache, pos + 1,
-                           scale, weights, attn + t * attn_width);
+        attend_all_visible(shape, w.gated, q + t * shape.q_row, keys_t.data(), n_ctx, cache,
+                           pos + 1, scale, weights, attn + t * attn_width);
         continue;
       }
       weights.resize(tokens.size());
@@ -318,13 +319,13 @@ void attention_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Att
                     float* y) {
   compute::Workspace::Frame frame(ws);
   Shape shape{dims.n_head,
-            dims.n_head_kv,
-            dims.head_dim,
-            dims.n_rot,
-            int64_t(dims.n_head) * dims.head_dim * (w.gated ? 2 : 1),
-            dims.kv_dim(),
-            dims.indexer_n_head,
-            dims.indexer_head_dim};
+              dims.n_head_kv,
+              dims.head_dim,
+              dims.n_rot,
+              int64_t(dims.n_head) * dims.head_dim * (w.gated ? 2 : 1),
+              dims.kv_dim(),
+              dims.indexer_n_head,
+              dims.indexer_head_dim};
   const int hd = shape.head_dim;
 
   std::vector<float>& q = ws.floats(static_cast<size_t>(n_rows * shape.q_row));
@@ -382,8 +383,9 @@ void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const 
   attention_rows(pool, ws, dims, w, caches, rows, x, n_rows, y);
 }
 
-void attention_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws, const AttentionDims& dims,
-                            const AttentionWeights& w, std::span<KvCache* const> caches,
+void attention_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws,
+                            const AttentionDims& dims, const AttentionWeights& w,
+                            std::span<KvCache* const> caches,
                             std::span<const compute::RowSegment> segments, const float* x,
                             int64_t n_rows, float* y) {
   if (caches.size() != segments.size())

@@ -72,8 +72,9 @@ void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const 
 // x belong to caches[s]. The q/k/v (and QSA indexer) projections and the output projection run
 // once over all rows, everything that reads the cache or the positions per sequence; each
 // sequence's rows and cache are bitwise what attention_forward gives it alone.
-void attention_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws, const AttentionDims& dims,
-                            const AttentionWeights& w, std::span<KvCache* const> caches,
+void attention_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws,
+                            const AttentionDims& dims, const AttentionWeights& w,
+                            std::span<KvCache* const> caches,
                             std::span<const compute::RowSegment> segments, const float* x,
                             int64_t n_rows, float* y);
 

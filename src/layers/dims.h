@@ -42,14 +42,14 @@ struct AttentionDims {
 // Gated DeltaNet (layers/gated_deltanet.h). q and k heads have head_k_dim (dk), v heads
 // head_v_dim (dv); dk ≠ dv is allowed, each V head's recurrent state is [dk][dv].
 struct DeltaNetDims {
-  int conv_kernel = 0;        // K
-  int n_k_heads = 0;          // nk
-  int n_v_heads = 0;          // nv
-  int head_k_dim = 0;         // dk
-  int head_v_dim = 0;         // dv
-  bool v_heads_tiled = false; // qwen4exp GGUF: V head p uses K head p % nk; else p / (nv/nk)
-  bool gate_sigmoid = false;  // qwen4exp: sigmoid output gate; qwen3next: silu
-  float rms_eps = 1e-6f;      // the gated output norm
+  int conv_kernel = 0;         // K
+  int n_k_heads = 0;           // nk
+  int n_v_heads = 0;           // nv
+  int head_k_dim = 0;          // dk
+  int head_v_dim = 0;          // dv
+  bool v_heads_tiled = false;  // qwen4exp GGUF: V head p uses K head p % nk; else p / (nv/nk)
+  bool gate_sigmoid = false;   // qwen4exp: sigmoid output gate; qwen3next: silu
+  float rms_eps = 1e-6f;       // the gated output norm
   int64_t key_dim() const { return int64_t(n_k_heads) * head_k_dim; }
   int64_t value_dim() const { return int64_t(n_v_heads) * head_v_dim; }
   int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
@@ -81,10 +81,10 @@ struct PleDims {
 // What a backend knows of a model's forward before a window runs (compute/backend.h
 // describe_window): the trunk's layer sequence and every block's dimensions.
 struct ForwardDims {
-  int n_layer = 0;                      // trunk layers
-  std::vector<LayerKind> layer_kinds;   // [n_layer]
-  std::vector<int> compress_ratios;     // [block] (trunk + MTP): QSA block sizes; empty: no QSA
-  int ple_layer = -1;                   // the PLE layer; -1: none
+  int n_layer = 0;                     // trunk layers
+  std::vector<LayerKind> layer_kinds;  // [n_layer]
+  std::vector<int> compress_ratios;    // [block] (trunk + MTP): QSA block sizes; empty: no QSA
+  int ple_layer = -1;                  // the PLE layer; -1: none
   AttentionDims attention;
   DeltaNetDims deltanet;
   MoeDims moe;

@@ -28,8 +28,8 @@ using DeltaInputs = GatedDeltaNetInputs;
 // out: core [n_rows][nv·dv], or nullptr to advance the state only (rollback replay; the state
 // update is the same code either way, so the same bits).
 //   S ← e^g·S;  u = β(v − Sᵀk);  S ← S + k uᵀ;  o = Sᵀq
-void delta_rule_recurrent(const DeltaInputs& in, int64_t n_rows, const DeltaNetDims& dims, int h, int kh,
-                          float* state, float* out) {
+void delta_rule_recurrent(const DeltaInputs& in, int64_t n_rows, const DeltaNetDims& dims, int h,
+                          int kh, float* state, float* out) {
   const int dk = dims.head_k_dim, dv = dims.head_v_dim, nv = dims.n_v_heads;
   const int64_t key_dim = dims.key_dim(), value_dim = dims.value_dim();
   for (int64_t t = 0; t < n_rows; ++t) {
@@ -66,8 +66,8 @@ void delta_rule_recurrent(const DeltaInputs& in, int64_t n_rows, const DeltaNetD
 // loops' too: each entry of K Kᵀ, Q Kᵀ, W S, Q S is a dot in index order from 0, the
 // substitution subtracts l_ij·u_j for j = 0, 1, ... (as + (−l_ij)·u_j), O_i adds a_ij·V'_j for
 // j = 0..i after e^{γ_i}·(QS)_i, and S adds the chunk's rows in order after its decay.
-void delta_rule_chunked(const DeltaInputs& in, const DeltaNetDims& dims, int h, int kh, float* state,
-                        float* out) {
+void delta_rule_chunked(const DeltaInputs& in, const DeltaNetDims& dims, int h, int kh,
+                        float* state, float* out) {
   const int dk = dims.head_k_dim, dv = dims.head_v_dim, nv = dims.n_v_heads;
   const int64_t key_dim = dims.key_dim(), value_dim = dims.value_dim();
   constexpr int C = kChunkRows;
@@ -138,8 +138,7 @@ void delta_rule_chunked(const DeltaInputs& in, const DeltaNetDims& dims, int h, 
 
 void GatedDeltaNetState::reset(const DeltaNetDims& dims) {
   conv.assign(static_cast<size_t>((dims.conv_kernel - 1) * dims.conv_dim()), 0.0f);
-  ssm.assign(static_cast<size_t>(dims.n_v_heads) * dims.head_k_dim * dims.head_v_dim,
-             0.0f);
+  ssm.assign(static_cast<size_t>(dims.n_v_heads) * dims.head_k_dim * dims.head_v_dim, 0.0f);
 }
 
 namespace {
@@ -403,9 +402,10 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
 
 }  // namespace
 
-void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, const DeltaNetDims& dims,
-                            const GatedDeltaNetWeights& w, GatedDeltaNetState& state,
-                            const float* x, int64_t n_rows, float* y, bool record_window) {
+void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws,
+                            const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
+                            GatedDeltaNetState& state, const float* x, int64_t n_rows, float* y,
+                            bool record_window) {
   GatedDeltaNetState* const states[1] = {&state};
   const compute::RowSegment rows[1] = {{0, n_rows}};
   deltanet_rows(pool, ws, dims, w, states, rows, x, n_rows, y, record_window);

@@ -87,9 +87,10 @@ struct GatedDeltaNetState {
 // record_window: keep state.window_log for a later rollback (only windows under 32 rows, the
 // recurrent form; longer windows fail). Without it nothing is kept and nothing changes.
 // Scratch comes from `ws`; the log's buffers are swapped with it, so neither allocates once warm.
-void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, const DeltaNetDims& dims,
-                            const GatedDeltaNetWeights& w, GatedDeltaNetState& state,
-                            const float* x, int64_t n_rows, float* y, bool record_window = false);
+void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws,
+                            const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
+                            GatedDeltaNetState& state, const float* x, int64_t n_rows, float* y,
+                            bool record_window = false);
 
 // Several sequences in one window (serve --parallel): rows [segments[s].first_row, + n_rows) of
 // x belong to states[s]. The input and output projections and the gated norm run once over all

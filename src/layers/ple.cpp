@@ -229,7 +229,8 @@ void ple_rollback(const PleDims& dims, PleState& state, std::span<const int32_t>
   state.context = ple_advance(dims, log.context_before, kept_tokens);
 }
 
-void ple_rollback_context(const PleDims& dims, PleState& state, std::span<const int32_t> kept_tokens) {
+void ple_rollback_context(const PleDims& dims, PleState& state,
+                          std::span<const int32_t> kept_tokens) {
   PleWindowLog& log = state.window_log;
   if (!log.valid) fail("ple rollback: the last window was not recorded");
   if (int64_t(kept_tokens.size()) > log.n_rows)

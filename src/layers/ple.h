@@ -109,9 +109,8 @@ struct PleState {
 // keep state.window_log for ple_rollback (nothing else changes). Scratch comes from `ws` (the
 // log's and the history's buffers are swapped with it, so nothing allocates once warm).
 void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const PleDims& dims,
-                 const PleWeights& w,
-                 PleState& state, const float* embeddings, int64_t n_rows, float* X,
-                 bool record_window = false);
+                 const PleWeights& w, PleState& state, const float* embeddings, int64_t n_rows,
+                 float* X, bool record_window = false);
 
 // Makes `state` what it would be had only the first kept_tokens.size() rows of the last recorded
 // window been fed (kept_tokens: those rows' tokens). The context must have been advanced over the
@@ -119,6 +118,7 @@ void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const PleDim
 void ple_rollback(const PleDims& dims, PleState& state, std::span<const int32_t> kept_tokens);
 // The n-gram context part of ple_rollback alone, for a backend that keeps the conv history in its
 // own memory (it fills window_log.valid, context_before and n_rows when it records a window).
-void ple_rollback_context(const PleDims& dims, PleState& state, std::span<const int32_t> kept_tokens);
+void ple_rollback_context(const PleDims& dims, PleState& state,
+                          std::span<const int32_t> kept_tokens);
 
 }  // namespace strata

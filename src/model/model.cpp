@@ -181,8 +181,8 @@ void Model::mixer_forward(const WindowRun& run, int l, compute::Tensor x, comput
   const LayerWeights& lw = layers_[size_t(l)];
   auto mix = [&](ModelState& state, compute::Tensor in, compute::Tensor out, int64_t n_rows) {
     if (lw.kind == LayerKind::GatedDeltaNet)
-      run.be.gated_deltanet(dims_.deltanet, lw.deltanet, state.deltanet[size_t(l)], l, in, out, n_rows,
-                            state.record_windows);
+      run.be.gated_deltanet(dims_.deltanet, lw.deltanet, state.deltanet[size_t(l)], l, in, out,
+                            n_rows, state.record_windows);
     else
       run.be.attention(dims_.attention, lw.attention, state.kv[size_t(l)], l, in, out, n_rows);
   };
@@ -193,7 +193,8 @@ void Model::mixer_forward(const WindowRun& run, int l, compute::Tensor x, comput
       b.deltanets.clear();
       for (const WindowSegment& s : run.segments)
         b.deltanets.push_back(&s.state->deltanet[size_t(l)]);
-      run.be.gated_deltanet_rows(dims_.deltanet, lw.deltanet, b.deltanets, b.rows, l, x, y, run.n_rows());
+      run.be.gated_deltanet_rows(dims_.deltanet, lw.deltanet, b.deltanets, b.rows, l, x, y,
+                                 run.n_rows());
     } else {
       b.caches.clear();
       for (const WindowSegment& s : run.segments) b.caches.push_back(&s.state->kv[size_t(l)]);

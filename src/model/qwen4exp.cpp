@@ -126,7 +126,8 @@ class Qwen4Exp final : public Model {
         be.ple(dims_.ple, ple_, state.ple, *state.ple_reader, run.t.X, n, state.record_windows);
       } else {
         be.copy_rows(run.t.X, s.first_row, run.segment->X, 0, n);
-        be.ple(dims_.ple, ple_, state.ple, *state.ple_reader, run.segment->X, n, state.record_windows);
+        be.ple(dims_.ple, ple_, state.ple, *state.ple_reader, run.segment->X, n,
+               state.record_windows);
         be.copy_rows(run.segment->X, 0, run.t.X, s.first_row, n);
       }
       state.ple.context = ple_advance(dims_.ple, state.ple.context, s.tokens);

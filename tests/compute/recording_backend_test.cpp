@@ -95,13 +95,14 @@ class RecordingBackend final : public Backend {
     note("hyper_connection_out");
     inner_->hyper_connection_out(s, y, inject, X, n_rows);
   }
-  void gated_deltanet(const DeltaNetDims& dims, const GatedDeltaNetWeights& w, GatedDeltaNetState& st,
-                      int layer, Tensor x, Tensor y, int64_t n_rows, bool record) override {
+  void gated_deltanet(const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
+                      GatedDeltaNetState& st, int layer, Tensor x, Tensor y, int64_t n_rows,
+                      bool record) override {
     note("gated_deltanet");
     inner_->gated_deltanet(dims, w, st, layer, x, y, n_rows, record);
   }
-  void attention(const AttentionDims& dims, const AttentionWeights& w, KvCache& cache, int layer, Tensor x,
-                 Tensor y, int64_t n_rows) override {
+  void attention(const AttentionDims& dims, const AttentionWeights& w, KvCache& cache, int layer,
+                 Tensor x, Tensor y, int64_t n_rows) override {
     note("attention");
     inner_->attention(dims, w, cache, layer, x, y, n_rows);
   }

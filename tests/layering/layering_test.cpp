@@ -30,9 +30,9 @@ namespace fs = std::filesystem;
 
 struct Layer {
   std::string name;
-  std::string folder;              // under src/, e.g. "compute/cuda"
-  std::set<std::string> below;     // every layer it may use, directly or through another
-  std::string library;             // the static library; empty when not built (or cli)
+  std::string folder;           // under src/, e.g. "compute/cuda"
+  std::set<std::string> below;  // every layer it may use, directly or through another
+  std::string library;          // the static library; empty when not built (or cli)
 };
 
 std::vector<std::string> split(const std::string& text, char separator) {
@@ -94,7 +94,9 @@ std::vector<std::string> include_violations(const std::vector<Layer>& table,
   static const std::regex include_line(R"(^\s*#\s*include\s*"([^"]+)\")");
   std::vector<std::string> found;
   const Layer* own = layer_of(table, file);
-  if (!own) return {"src/" + file + ": in no layer (cmake/StrataLayers.cmake declares none for its folder)"};
+  if (!own)
+    return {"src/" + file +
+            ": in no layer (cmake/StrataLayers.cmake declares none for its folder)"};
   std::istringstream in(text);
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
@@ -115,7 +117,8 @@ std::vector<std::string> include_violations(const std::vector<Layer>& table,
 }
 
 bool is_source(const fs::path& path) {
-  static const std::set<std::string> extensions = {".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh", ".inc"};
+  static const std::set<std::string> extensions = {".h",  ".hpp", ".cpp", ".cc",
+                                                   ".cu", ".cuh", ".inc"};
   return extensions.count(path.extension().string()) > 0;
 }
 
@@ -175,14 +178,18 @@ TEST(Layering, ChecksFindAPlantedBackEdge) {
       "#include \"../model/model.h\"\n";
   const std::vector<std::string> found = include_violations(table, "layers/moe.h", text);
   ASSERT_EQ(found.size(), 2u);
-  EXPECT_EQ(found[0].rfind("src/layers/moe.h:4: #include \"model/hparams.h\": layer 'layers'", 0), 0u)
+  EXPECT_EQ(found[0].rfind("src/layers/moe.h:4: #include \"model/hparams.h\": layer 'layers'", 0),
+            0u)
       << found[0];
   EXPECT_NE(found[0].find("may include only util, compute"), std::string::npos) << found[0];
   EXPECT_EQ(found[1].rfind("src/layers/moe.h:6: #include \"../model/model.h\"", 0), 0u) << found[1];
   // compute/cuda is a layer of its own, above compute: compute may not include it, it may
   // include compute.
-  EXPECT_EQ(include_violations(table, "compute/backend.h", "#include \"compute/cuda/ops.h\"\n").size(), 1u);
-  EXPECT_TRUE(include_violations(table, "compute/cuda/ops.cu", "#include \"compute/backend.h\"\n").empty());
+  EXPECT_EQ(
+      include_violations(table, "compute/backend.h", "#include \"compute/cuda/ops.h\"\n").size(),
+      1u);
+  EXPECT_TRUE(
+      include_violations(table, "compute/cuda/ops.cu", "#include \"compute/backend.h\"\n").empty());
   EXPECT_EQ(include_violations(table, "nowhere/x.h", "").size(), 1u);
 }
 
@@ -238,14 +245,16 @@ TEST(Layering, LibrariesUseOnlySymbolsFromTheLayersBelow) {
   std::map<std::string, std::string> defined_in;  // symbol → a layer that defines it
   for (const Layer& layer : layers())
     if (by_layer.count(layer.name))
-      for (const std::string& symbol : by_layer[layer.name].defined) defined_in.emplace(symbol, layer.name);
+      for (const std::string& symbol : by_layer[layer.name].defined)
+        defined_in.emplace(symbol, layer.name);
   std::string report;
   int n_found = 0;
   for (const Layer& layer : layers()) {
     if (!by_layer.count(layer.name)) continue;
     for (const auto& [symbol, object] : by_layer[layer.name].undefined) {
       auto it = defined_in.find(symbol);
-      if (it == defined_in.end() || it->second == layer.name || layer.below.count(it->second)) continue;
+      if (it == defined_in.end() || it->second == layer.name || layer.below.count(it->second))
+        continue;
       // Also defined below (a weak copy of an inline function) is no back-edge.
       bool below = false;
       for (const std::string& lower : layer.below)
@@ -253,7 +262,8 @@ TEST(Layering, LibrariesUseOnlySymbolsFromTheLayersBelow) {
       if (below) continue;
       ++n_found;
       report += layer.library + "(" + object + ") [layer '" + layer.name + "'] uses " +
-                demangle(symbol) + ", defined by layer '" + it->second + "', which is not below it\n";
+                demangle(symbol) + ", defined by layer '" + it->second +
+                "', which is not below it\n";
     }
   }
   EXPECT_EQ(n_found, 0) << report;

@@ -66,7 +66,8 @@ TEST(PleHash, EosCutsContextAndWindowsCompose) {
   const std::vector<uint64_t> whole = ple_row_ids(dims, PleContext{}, all);
   const std::span<const int32_t> first(all, 2), second(all + 2, 3);
   std::vector<uint64_t> split = ple_row_ids(dims, PleContext{}, first);
-  const std::vector<uint64_t> rest = ple_row_ids(dims, ple_advance(dims, PleContext{}, first), second);
+  const std::vector<uint64_t> rest =
+      ple_row_ids(dims, ple_advance(dims, PleContext{}, first), second);
   split.insert(split.end(), rest.begin(), rest.end());
   EXPECT_EQ(whole, split);
   // Bigram heads of token 9 depend on (9, 7) only; trigram heads also on 5.
