@@ -1,7 +1,7 @@
 // `strata chat` — a terminal conversation with the model.
 //
 // Each turn renders the whole conversation with the model's chat template and feeds only the
-// tokens the session has not seen: the conversation state cache (engine/state_cache.h,
+// tokens the session has not seen: the conversation state cache (decode/state_cache.h,
 // --cache-ram) resumes from the longest snapshot that prefixes the prompt, with the same tokens
 // as a full re-prefill (on hybrid models it re-prefills less than one 64-token window of the last
 // prompt, the reply and the new message); with --cache-ram 0 (or on a model without DeltaNet
@@ -30,10 +30,10 @@
 #include "cli/reply_view.h"
 #include "cli/spec_options.h"
 #include "compute/cpu/thread_pool.h"
-#include "engine/generate.h"
+#include "decode/generate.h"
+#include "decode/state_cache.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
-#include "engine/state_cache.h"
 #include "model/model.h"
 #include "spec/spec_decoder.h"
 #include "text/chat_template.h"
@@ -86,7 +86,7 @@ struct TurnStats {
   ExpertStoreStats experts;
 };
 
-// A reply's tokens for the generation loop (engine/generate.h): `ends_reply` says which token
+// A reply's tokens for the generation loop (decode/generate.h): `ends_reply` says which token
 // ends it, `show_token` puts each one on the terminal, and Ctrl-C (the SIGINT handler's flag)
 // cancels it.
 class ReplyTokens final : public GenerationCallbacks {

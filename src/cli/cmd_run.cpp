@@ -19,7 +19,7 @@
 #include "cli/model_options.h"
 #include "cli/spec_options.h"
 #include "compute/cpu/thread_pool.h"
-#include "engine/generate.h"
+#include "decode/generate.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "grammar/json_schema.h"
@@ -212,7 +212,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// What `strata run` does with the loop's tokens (engine/generate.h): streams them to stdout (text
+// What `strata run` does with the loop's tokens (decode/generate.h): streams them to stdout (text
 // through the streaming decoder, or ids printed at the end), ends before the stop token, ends
 // after a token that completes the --json value, and writes one --telemetry line per window: a
 // plain step as before, a speculative window with its shape ("token" is the index of the window's

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "compute/backend_registry.h"
+#include "backends/backend_registry.h"
 #include "compute/cpu/thread_pool.h"
 #include "compute/cuda/cuda_backend.h"
 #include "compute/cuda/runtime.h"

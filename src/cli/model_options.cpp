@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <thread>
 
-#include "compute/backend_registry.h"
-#include "engine/state_cache.h"
+#include "backends/backend_registry.h"
+#include "decode/state_cache.h"
 #include "util/byte_size.h"
 #include "util/error.h"
 

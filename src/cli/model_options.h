@@ -30,7 +30,7 @@ int resolve_threads(const ModelOptions& options);
 std::string resolve_backend(const ModelOptions& options, bool streams_experts);
 
 // --cache-ram SIZE (chat, serve): the conversation state cache's RAM bound
-// (engine/state_cache.h); 2G, 512M, bytes, or a share of physical memory (10%); 0 disables.
+// (decode/state_cache.h); 2G, 512M, bytes, or a share of physical memory (10%); 0 disables.
 void add_cache_ram_option(CLI::App& cmd, std::string& text);
 // The bound in bytes ("" = StateCache::kDefaultMaxBytes). Throws naming --cache-ram and the
 // expected form.

@@ -10,6 +10,10 @@
 // - Weights are the GGUF views (compute::WeightMatrix and the layer weight structs of
 //   src/layers/), mapped once at load. The CPU backend reads them in place; a GPU backend uploads
 //   each once, keyed by the view's address, before the first window.
+// - Sizes are the blocks' own dimension structs (layers/dims.h: AttentionDims, DeltaNetDims,
+//   MoeDims, PleDims; ForwardDims for the whole layer sequence), never the model's HParams.
+//   Like the weight structs they are only declared here: compute/ sits below layers/ and model/
+//   and includes neither (docs/architecture.md, "Layout").
 // - A set of ops on handles. Ops never return data to the caller; granularity is chosen so that a
 //   GPU can run each as one or a few kernels (the coarse ones — gated_deltanet, attention, ple,
 //   moe — are one function on the CPU today and one fused kernel sequence on a GPU).
@@ -39,7 +43,11 @@
 #include "util/error.h"
 
 namespace strata {
-struct HParams;
+struct ForwardDims;
+struct AttentionDims;
+struct DeltaNetDims;
+struct MoeDims;
+struct PleDims;
 struct HyperConnectionWeights;
 struct GatedDeltaNetWeights;
 struct GatedDeltaNetState;
@@ -113,15 +121,16 @@ class Backend {
   // What the window runner knows of the window before its first op (called right after
   // begin_window): a backend may prepare for it, e.g. replay the CUDA graphs recorded for an
   // earlier window of the same shape (compute/cuda/window_graph.h). logit_rows: 0 none, 1 the
-  // last row, 2 every row (model/model.h LogitRows).
+  // last row, 2 every row (model/model.h LogitRows). `dims` is the model's (Model::dims()) and
+  // lives as long as the model: a backend may keep a pointer to it (CUDA rolls back with it).
   struct WindowShape {
     int64_t n_rows = 0;
     int64_t n_past = 0;  // tokens before the window
     bool record = false;  // the mixers keep what a rollback needs (record_window)
     int logit_rows = 0;
   };
-  virtual void describe_window(const HParams& hp, const WindowShape& shape) {
-    (void)hp;
+  virtual void describe_window(const ForwardDims& dims, const WindowShape& shape) {
+    (void)dims;
     (void)shape;
   }
 
@@ -175,11 +184,11 @@ class Backend {
   // `layer` names the state: a backend that keeps states in its own memory (a GPU) keeps layer
   // l's there, and the host struct then holds only the bookkeeping (KvCache::n_tokens); the CPU
   // backend reads and writes the host struct itself.
-  virtual void gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w,
+  virtual void gated_deltanet(const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
                               GatedDeltaNetState& state, int layer, Tensor x, Tensor y,
                               int64_t n_rows, bool record_window) = 0;
-  virtual void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer,
-                         Tensor x, Tensor y, int64_t n_rows) = 0;
+  virtual void attention(const AttentionDims& dims, const AttentionWeights& w, KvCache& cache,
+                         int layer, Tensor x, Tensor y, int64_t n_rows) = 0;
 
   // Batched token mixers (WindowRunner::run_batch, serve --parallel): rows segments[s] of x
   // belong to states[s] (caches[s]). The row-wise parts (projections, norms) may run once over all rows,
@@ -187,30 +196,30 @@ class Backend {
   // the single op gives it alone. Never recorded. A backend whose batched_mixers() is false does
   // not implement them: the forward then copies each sequence's rows through the single ops.
   virtual bool batched_mixers() const { return false; }
-  virtual void gated_deltanet_rows(const HParams& hp, const GatedDeltaNetWeights& w,
+  virtual void gated_deltanet_rows(const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
                                    std::span<GatedDeltaNetState* const> states,
                                    std::span<const RowSegment> segments, int layer, Tensor x,
                                    Tensor y, int64_t n_rows) {
-    (void)hp, (void)w, (void)states, (void)segments, (void)layer, (void)x, (void)y, (void)n_rows;
+    (void)dims, (void)w, (void)states, (void)segments, (void)layer, (void)x, (void)y, (void)n_rows;
     fail("{} backend: gated_deltanet_rows (batched windows) is not supported by this backend",
          name());
   }
-  virtual void attention_rows(const HParams& hp, const AttentionWeights& w,
+  virtual void attention_rows(const AttentionDims& dims, const AttentionWeights& w,
                               std::span<KvCache* const> caches,
                               std::span<const RowSegment> segments, int layer, Tensor x, Tensor y,
                               int64_t n_rows) {
-    (void)hp, (void)w, (void)caches, (void)segments, (void)layer, (void)x, (void)y, (void)n_rows;
+    (void)dims, (void)w, (void)caches, (void)segments, (void)layer, (void)x, (void)y, (void)n_rows;
     fail("{} backend: attention_rows (batched windows) is not supported by this backend", name());
   }
 
   // PLE (layers/ple.h): waits for the window's rows from `rows` (started by the window runner
   // before the first layer), then X += the PLE layer's output.
-  virtual void ple(const HParams& hp, const PleWeights& w, PleState& state, PleRowReader& rows,
+  virtual void ple(const PleDims& dims, const PleWeights& w, PleState& state, PleRowReader& rows,
                    Tensor X, int64_t n_rows, bool record_window) = 0;
 
   // MoE (layers/moe.h): router, top-k, the routed experts as `experts` delivers them (resident
   // first), the shared expert, the combine. next_router (optional) feeds read-ahead.
-  virtual void moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer,
+  virtual void moe(const MoeDims& dims, const MoeWeights& w, ExpertSource& experts, int layer,
                    Tensor x, Tensor y, int64_t n_rows, const MoeWeights* next_router) = 0;
 
   // --- speculative rollback ---

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "compute/backend_registry.h"
+#include "backends/backend_registry.h"
 #include "engine/window.h"
 #include "util/error.h"
 

@@ -12,7 +12,7 @@
 //   virtual memory only, but a 262k-token reservation of a large model's KV is more than some
 //   machines allow), and the window scratch lives in the state, so a steady decode step
 //   allocates nothing (tests/engine/zero_alloc_test.cpp). Past the reservation the caches grow.
-// - `backend` names the compute backend of the sequence (compute/backend_registry.h: "cpu",
+// - `backend` names the compute backend of the sequence (backends/backend_registry.h: "cpu",
 //   "cuda"; already resolved, not "auto"); reset() makes a fresh one of the same kind.
 // - `snapshot` / `restore`: a deep copy of the sequence (model/model.h: copy_sequence_state, plus
 //   the tokens and the last row's logits) and back; after restore the session continues exactly

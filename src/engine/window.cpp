@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <memory>
 
-#include "compute/cpu/cpu_backend.h"
+#include "backends/cpu_backend.h"
 #include "util/error.h"
 #include "util/phase_timer.h"
 
@@ -23,8 +23,8 @@ void WindowRunner::run(compute::ThreadPool& pool, ModelState& state,
   const int64_t n_rows = int64_t(tokens.size());
   compute::Backend& be = *state.backend;
   be.begin_window(pool);
-  be.describe_window(
-      hp, compute::Backend::WindowShape{n_rows, state.n_past, state.record_windows, int(rows)});
+  be.describe_window(model_.dims(), compute::Backend::WindowShape{n_rows, state.n_past,
+                                                                  state.record_windows, int(rows)});
   model_.ensure_tensors(be, state.tensors, n_rows);
   const WindowSegment whole{&state, tokens, 0};
   const Model::WindowRun window{be, state.tensors, tokens, std::span(&whole, 1)};

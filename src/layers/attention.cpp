@@ -30,7 +30,7 @@ void torch_cpu_top_k_set(const std::vector<float>& values, int64_t k, std::vecto
 
 namespace {
 
-struct Dims {
+struct Shape {
   int n_head, n_head_kv, head_dim, n_rot;
   int64_t q_row, kv_dim;
   int idx_heads, idx_dim;
@@ -65,28 +65,28 @@ RowScratch take_row_scratch(compute::Workspace& tw, int64_t capacity_tokens, int
 }
 
 // Chooses the tokens a QSA query at position `pos` attends to (ascending).
-void select_tokens(RowScratch& scratch, const AttentionWeights& w, const HParams& hp,
-                   const Dims& dims, const KvCache& cache, const float* index_q, int64_t pos) {
+void select_tokens(RowScratch& scratch, const AttentionWeights& w, const AttentionDims& dims,
+                   const Shape& shape, const KvCache& cache, const float* index_q, int64_t pos) {
   std::vector<int64_t>& tokens = scratch.tokens;
   tokens.clear();
   const int ratio = w.compress_ratio;
   const int64_t n_visible = pos + 1;
   const int64_t n_blocks = n_visible / ratio;
-  const int64_t budget_blocks = hp.indexer_top_k / ratio;
+  const int64_t budget_blocks = dims.indexer_top_k / ratio;
   if (n_blocks <= budget_blocks) {
     for (int64_t t = 0; t < n_visible; ++t) tokens.push_back(t);
     return;
   }
-  const float scale = 1.0f / std::sqrt(float(dims.idx_dim));
+  const float scale = 1.0f / std::sqrt(float(shape.idx_dim));
   std::vector<float>& scores = scratch.scores;
   scores.assign(static_cast<size_t>(n_blocks), 0.0f);
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const float* key = cache.block_keys.data() + b * dims.idx_dim;
+    const float* key = cache.block_keys.data() + b * shape.idx_dim;
     float sum = 0.0f;
-    for (int h = 0; h < dims.idx_heads; ++h) {
-      const float* q = index_q + h * dims.idx_dim;
+    for (int h = 0; h < shape.idx_heads; ++h) {
+      const float* q = index_q + h * shape.idx_dim;
       float dot = 0.0f;
-      for (int i = 0; i < dims.idx_dim; ++i) dot += q[i] * key[i];
+      for (int i = 0; i < shape.idx_dim; ++i) dot += q[i] * key[i];
       sum += std::max(dot, 0.0f);
     }
     scores[size_t(b)] = sum * scale;
@@ -103,10 +103,10 @@ void select_tokens(RowScratch& scratch, const AttentionWeights& w, const HParams
 }
 
 // Appends raw indexer keys and computes the keys of blocks completed by them.
-void extend_index(compute::Workspace& ws, const AttentionWeights& w, const HParams& hp,
-                  const Dims& dims, KvCache& cache, const float* raw_keys, int64_t n_rows) {
+void extend_index(compute::Workspace& ws, const AttentionWeights& w, const AttentionDims& dims,
+                  const Shape& shape, KvCache& cache, const float* raw_keys, int64_t n_rows) {
   compute::Workspace::Frame frame(ws);
-  const int di = dims.idx_dim;
+  const int di = shape.idx_dim;
   const int ratio = w.compress_ratio;
   const int64_t first = cache.n_tokens;
   cache.index_k_raw.insert(cache.index_k_raw.end(), raw_keys, raw_keys + n_rows * di);
@@ -119,8 +119,8 @@ void extend_index(compute::Workspace& ws, const AttentionWeights& w, const HPara
       for (int j = 0; j < ratio; ++j) acc += cache.index_k_raw[size_t((b * ratio + j) * di + i)];
       key[size_t(i)] = acc / float(ratio);
     }
-    compute::rms_norm(key.data(), w.index_k_norm.data(), di, hp.rms_eps, key.data());
-    compute::rope_neox(key.data(), di, hp.n_rot, b * ratio, hp.rope_theta);
+    compute::rms_norm(key.data(), w.index_k_norm.data(), di, dims.rms_eps, key.data());
+    compute::rope_neox(key.data(), di, dims.n_rot, b * ratio, dims.rope_theta);
     cache.block_keys.insert(cache.block_keys.end(), key.begin(), key.end());
   }
 }
@@ -137,14 +137,14 @@ constexpr int64_t kMatrixAttentionMinRows = 32;
 // path's: score = (Σ_j q_j·k_j from 0, in j order)·scale, out_j = Σ_i w_i·v_ij from 0 in i order.
 // keys_t: per KV head, head_dim rows of the window's keys transposed (row j holds dimension j of
 // every token, keys_t_stride floats apart).
-void attend_all_visible(const Dims& dims, bool gated, const float* q_row, const float* keys_t,
-                        int64_t keys_t_stride, const KvCache& cache, int64_t n_visible,
-                        float scale, std::vector<float>& weights, float* out_row) {
-  const int hd = dims.head_dim;
-  const int heads_per_kv = dims.n_head / dims.n_head_kv;
+void attend_all_visible(const Shape& shape, bool gated, const float* q_row, const float* keys_t,
+                        int64_t keys_t_stride, const KvCache& cache, int64_t n_visible, float scale,
+                        std::vector<float>& weights, float* out_row) {
+  const int hd = shape.head_dim;
+  const int heads_per_kv = shape.n_head / shape.n_head_kv;
   const int q_stride = gated ? 2 * hd : hd;
   weights.resize(size_t(heads_per_kv) * size_t(n_visible));
-  for (int kvh = 0; kvh < dims.n_head_kv; ++kvh) {
+  for (int kvh = 0; kvh < shape.n_head_kv; ++kvh) {
     const int h0 = kvh * heads_per_kv;
     const float* q0 = q_row + h0 * q_stride;
     compute::gemm_f32(heads_per_kv, n_visible, hd, q0, q_stride,
@@ -157,7 +157,7 @@ void attend_all_visible(const Dims& dims, bool gated, const float* q_row, const 
     }
     float* out = out_row + int64_t(h0) * hd;
     compute::gemm_f32(heads_per_kv, hd, n_visible, weights.data(), n_visible,
-                      cache.v.data() + int64_t(kvh) * hd, dims.kv_dim, out, hd, false);
+                      cache.v.data() + int64_t(kvh) * hd, shape.kv_dim, out, hd, false);
     if (gated)
       for (int g = 0; g < heads_per_kv; ++g) {
         const float* gate = q0 + g * q_stride + hd;
@@ -202,60 +202,61 @@ namespace {
 // Everything of one sequence's n_rows rows that depends on its cache and positions: q/k norms
 // and RoPE, the KV (and QSA index) append, token selection and attention, into attn
 // [n][n_head·head_dim]. q, k, v, index_q, raw: its rows of the projections (modified in place).
-void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
-                    const AttentionWeights& w, const Dims& dims, KvCache& cache, float* q, float* k,
-                    const float* v, float* index_q, const float* raw, int64_t n_rows, float* attn) {
+void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const AttentionDims& dims,
+                    const AttentionWeights& w, const Shape& shape, KvCache& cache, float* q,
+                    float* k, const float* v, float* index_q, const float* raw, int64_t n_rows,
+                    float* attn) {
   compute::Workspace::Frame frame(ws);
-  const int hd = dims.head_dim;
+  const int hd = shape.head_dim;
   const int64_t first_pos = cache.n_tokens;
   const int q_stride = w.gated ? 2 * hd : hd;  // per head: [q | gate] when gated
   compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t pos = first_pos + t;
-      for (int h = 0; h < dims.n_head; ++h) {
-        float* qh = q + t * dims.q_row + h * q_stride;
-        if (!w.q_norm.empty()) compute::rms_norm(qh, w.q_norm.data(), hd, hp.rms_eps, qh);
-        compute::rope_neox(qh, hd, dims.n_rot, pos, hp.rope_theta);
+      for (int h = 0; h < shape.n_head; ++h) {
+        float* qh = q + t * shape.q_row + h * q_stride;
+        if (!w.q_norm.empty()) compute::rms_norm(qh, w.q_norm.data(), hd, dims.rms_eps, qh);
+        compute::rope_neox(qh, hd, shape.n_rot, pos, dims.rope_theta);
       }
-      for (int h = 0; h < dims.n_head_kv; ++h) {
-        float* kh = k + t * dims.kv_dim + h * hd;
-        if (!w.k_norm.empty()) compute::rms_norm(kh, w.k_norm.data(), hd, hp.rms_eps, kh);
-        compute::rope_neox(kh, hd, dims.n_rot, pos, hp.rope_theta);
+      for (int h = 0; h < shape.n_head_kv; ++h) {
+        float* kh = k + t * shape.kv_dim + h * hd;
+        if (!w.k_norm.empty()) compute::rms_norm(kh, w.k_norm.data(), hd, dims.rms_eps, kh);
+        compute::rope_neox(kh, hd, shape.n_rot, pos, dims.rope_theta);
       }
     }
   });
-  cache.k.insert(cache.k.end(), k, k + n_rows * dims.kv_dim);
-  cache.v.insert(cache.v.end(), v, v + n_rows * dims.kv_dim);
+  cache.k.insert(cache.k.end(), k, k + n_rows * shape.kv_dim);
+  cache.v.insert(cache.v.end(), v, v + n_rows * shape.kv_dim);
 
   if (w.sparse()) {
-    const int di = dims.idx_dim;
+    const int di = shape.idx_dim;
     for (int64_t t = 0; t < n_rows; ++t)
-      for (int h = 0; h < dims.idx_heads; ++h) {
-        float* qh = index_q + (t * dims.idx_heads + h) * di;
-        compute::rms_norm(qh, w.index_q_norm.data(), di, hp.rms_eps, qh);
-        compute::rope_neox(qh, di, dims.n_rot, first_pos + t, hp.rope_theta);
+      for (int h = 0; h < shape.idx_heads; ++h) {
+        float* qh = index_q + (t * shape.idx_heads + h) * di;
+        compute::rms_norm(qh, w.index_q_norm.data(), di, dims.rms_eps, qh);
+        compute::rope_neox(qh, di, shape.n_rot, first_pos + t, dims.rope_theta);
       }
-    extend_index(ws, w, hp, dims, cache, raw, n_rows);
+    extend_index(ws, w, dims, shape, cache, raw, n_rows);
   }
   cache.n_tokens += n_rows;
 
   // Attention per (row, head); every pair is independent, so the split across threads cannot
   // change any result.
-  const int64_t attn_width = int64_t(dims.n_head) * hd;
+  const int64_t attn_width = int64_t(shape.n_head) * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
-  const int heads_per_kv = dims.n_head / dims.n_head_kv;
+  const int heads_per_kv = shape.n_head / shape.n_head_kv;
   const int64_t capacity_tokens =
-      std::max(int64_t(cache.k.capacity()) / dims.kv_dim, first_pos + n_rows);
+      std::max(int64_t(cache.k.capacity()) / shape.kv_dim, first_pos + n_rows);
   const int ratio = w.sparse() ? w.compress_ratio : 0;
   // The matrix path's transposed keys: [kv head][dimension][token], tokens 0 .. n_ctx-1.
   const bool matrix_path = n_rows >= kMatrixAttentionMinRows;
   const int64_t n_ctx = first_pos + n_rows;
   std::vector<float>& keys_t =
-      ws.floats(matrix_path ? static_cast<size_t>(n_ctx * dims.kv_dim) : 0);
+      ws.floats(matrix_path ? static_cast<size_t>(n_ctx * shape.kv_dim) : 0);
   if (matrix_path)
     for (int64_t i = 0; i < n_ctx; ++i) {
-      const float* key = cache.k.data() + i * dims.kv_dim;
-      for (int64_t d = 0; d < dims.kv_dim; ++d) keys_t[size_t(d * n_ctx + i)] = key[d];
+      const float* key = cache.k.data() + i * shape.kv_dim;
+      for (int64_t d = 0; d < shape.kv_dim; ++d) keys_t[size_t(d * n_ctx + i)] = key[d];
     }
   ws.reserve_threads(pool.size());
   for (int i = 0; i < pool.size(); ++i) {
@@ -271,7 +272,7 @@ void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const HPa
     for (int64_t t = begin; t < end; ++t) {
       const int64_t pos = first_pos + t;
       if (w.sparse()) {
-        select_tokens(scratch, w, hp, dims, cache, index_q + t * dims.idx_heads * dims.idx_dim,
+        select_tokens(scratch, w, dims, shape, cache, index_q + t * shape.idx_heads * shape.idx_dim,
                       pos);
       } else {
         tokens.resize(static_cast<size_t>(pos + 1));
@@ -279,16 +280,16 @@ void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const HPa
       }
       // Every visible token selected (dense attention, or QSA within its budget): the matrix path.
       if (matrix_path && int64_t(tokens.size()) == pos + 1) {
-        attend_all_visible(dims, w.gated, q + t * dims.q_row, keys_t.data(), n_ctx, cache, pos + 1,
-                           scale, weights, attn + t * attn_width);
+        attend_all_visible(shape, w.gated, q + t * shape.q_row, keys_t.data(), n_ctx, cache,
+                           pos + 1, scale, weights, attn + t * attn_width);
         continue;
       }
       weights.resize(tokens.size());
-      for (int h = 0; h < dims.n_head; ++h) {
-        const float* qh = q + t * dims.q_row + h * q_stride;
+      for (int h = 0; h < shape.n_head; ++h) {
+        const float* qh = q + t * shape.q_row + h * q_stride;
         const int kvh = h / heads_per_kv;
         for (size_t i = 0; i < tokens.size(); ++i) {
-          const float* kt = cache.k.data() + tokens[i] * dims.kv_dim + kvh * hd;
+          const float* kt = cache.k.data() + tokens[i] * shape.kv_dim + kvh * hd;
           float dot = 0.0f;
           for (int j = 0; j < hd; ++j) dot += qh[j] * kt[j];
           weights[i] = dot * scale;
@@ -297,7 +298,7 @@ void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const HPa
         float* out = attn + t * attn_width + h * hd;
         std::fill_n(out, hd, 0.0f);
         for (size_t i = 0; i < tokens.size(); ++i) {
-          const float* vt = cache.v.data() + tokens[i] * dims.kv_dim + kvh * hd;
+          const float* vt = cache.v.data() + tokens[i] * shape.kv_dim + kvh * hd;
           for (int j = 0; j < hd; ++j) out[j] += weights[i] * vt[j];
         }
         if (w.gated) {
@@ -312,30 +313,30 @@ void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const HPa
 // The layer over a window whose rows segments[s] belong to caches[s]: the projections over all
 // rows at once, the core per sequence, the output projection over all rows (row-wise: window
 // identity), so each sequence gets the bits it gets alone.
-void attention_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+void attention_rows(compute::ThreadPool& pool, compute::Workspace& ws, const AttentionDims& dims,
                     const AttentionWeights& w, std::span<KvCache* const> caches,
                     std::span<const compute::RowSegment> segments, const float* x, int64_t n_rows,
                     float* y) {
   compute::Workspace::Frame frame(ws);
-  Dims dims{hp.n_head,
-            hp.n_head_kv,
-            hp.head_dim,
-            hp.n_rot,
-            int64_t(hp.n_head) * hp.head_dim * (w.gated ? 2 : 1),
-            hp.kv_dim(),
-            hp.indexer_n_head,
-            hp.indexer_head_dim};
-  const int hd = dims.head_dim;
+  Shape shape{dims.n_head,
+              dims.n_head_kv,
+              dims.head_dim,
+              dims.n_rot,
+              int64_t(dims.n_head) * dims.head_dim * (w.gated ? 2 : 1),
+              dims.kv_dim(),
+              dims.indexer_n_head,
+              dims.indexer_head_dim};
+  const int hd = shape.head_dim;
 
-  std::vector<float>& q = ws.floats(static_cast<size_t>(n_rows * dims.q_row));
-  std::vector<float>& k = ws.floats(static_cast<size_t>(n_rows * dims.kv_dim));
-  std::vector<float>& v = ws.floats(static_cast<size_t>(n_rows * dims.kv_dim));
+  std::vector<float>& q = ws.floats(static_cast<size_t>(n_rows * shape.q_row));
+  std::vector<float>& k = ws.floats(static_cast<size_t>(n_rows * shape.kv_dim));
+  std::vector<float>& v = ws.floats(static_cast<size_t>(n_rows * shape.kv_dim));
   // Every projection of x in one call (x converted once per activation format, one wait).
   std::vector<float>& index_q = ws.floats(0);
   std::vector<float>& raw = ws.floats(0);
   if (w.sparse()) {
-    index_q.resize(static_cast<size_t>(n_rows * dims.idx_heads * dims.idx_dim));
-    raw.resize(static_cast<size_t>(n_rows * dims.idx_dim));
+    index_q.resize(static_cast<size_t>(n_rows * shape.idx_heads * shape.idx_dim));
+    raw.resize(static_cast<size_t>(n_rows * shape.idx_dim));
     const compute::MatmulProduct projections[] = {{&w.q, q.data()},
                                                   {&w.k, k.data()},
                                                   {&w.v, v.data()},
@@ -348,15 +349,15 @@ void attention_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HPa
     compute::matmul_many(pool, projections, x, n_rows);
   }
 
-  const int64_t attn_width = int64_t(dims.n_head) * hd;
+  const int64_t attn_width = int64_t(shape.n_head) * hd;
   std::vector<float>& attn = ws.floats(static_cast<size_t>(n_rows * attn_width));
-  const int64_t idx_row = int64_t(dims.idx_heads) * dims.idx_dim;
+  const int64_t idx_row = int64_t(shape.idx_heads) * shape.idx_dim;
   auto core = [&](compute::Workspace& core_ws, size_t s) {
     const int64_t first = segments[s].first_row;
-    attention_core(pool, core_ws, hp, w, dims, *caches[s], q.data() + first * dims.q_row,
-                   k.data() + first * dims.kv_dim, v.data() + first * dims.kv_dim,
+    attention_core(pool, core_ws, dims, w, shape, *caches[s], q.data() + first * shape.q_row,
+                   k.data() + first * shape.kv_dim, v.data() + first * shape.kv_dim,
                    w.sparse() ? index_q.data() + first * idx_row : nullptr,
-                   w.sparse() ? raw.data() + first * dims.idx_dim : nullptr, segments[s].n_rows,
+                   w.sparse() ? raw.data() + first * shape.idx_dim : nullptr, segments[s].n_rows,
                    attn.data() + first * attn_width);
   };
   if (segments.size() == 1) {
@@ -374,21 +375,22 @@ void attention_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HPa
 
 }  // namespace
 
-void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const AttentionDims& dims,
                        const AttentionWeights& w, KvCache& cache, const float* x, int64_t n_rows,
                        float* y) {
   KvCache* const caches[1] = {&cache};
   const compute::RowSegment rows[1] = {{0, n_rows}};
-  attention_rows(pool, ws, hp, w, caches, rows, x, n_rows, y);
+  attention_rows(pool, ws, dims, w, caches, rows, x, n_rows, y);
 }
 
-void attention_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
-                            const AttentionWeights& w, std::span<KvCache* const> caches,
+void attention_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws,
+                            const AttentionDims& dims, const AttentionWeights& w,
+                            std::span<KvCache* const> caches,
                             std::span<const compute::RowSegment> segments, const float* x,
                             int64_t n_rows, float* y) {
   if (caches.size() != segments.size())
     fail("attention: {} caches for {} row segments", caches.size(), segments.size());
-  attention_rows(pool, ws, hp, w, caches, segments, x, n_rows, y);
+  attention_rows(pool, ws, dims, w, caches, segments, x, n_rows, y);
 }
 
 }  // namespace strata

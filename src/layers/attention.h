@@ -23,7 +23,7 @@
 #include "compute/cpu/matmul.h"
 #include "compute/cpu/thread_pool.h"
 #include "compute/cpu/workspace.h"
-#include "model/hparams.h"
+#include "layers/dims.h"
 
 namespace strata {
 
@@ -64,7 +64,7 @@ void torch_cpu_top_k_set(const std::vector<float>& values, int64_t k, std::vecto
 // Row t sits at absolute position cache.n_tokens + t; the cache grows by n_rows.
 // Scratch comes from `ws` (nothing is allocated once the window shape has run and the cache was
 // reserved).
-void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const AttentionDims& dims,
                        const AttentionWeights& w, KvCache& cache, const float* x, int64_t n_rows,
                        float* y);
 
@@ -72,8 +72,9 @@ void attention_forward(compute::ThreadPool& pool, compute::Workspace& ws, const 
 // x belong to caches[s]. The q/k/v (and QSA indexer) projections and the output projection run
 // once over all rows, everything that reads the cache or the positions per sequence; each
 // sequence's rows and cache are bitwise what attention_forward gives it alone.
-void attention_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
-                            const AttentionWeights& w, std::span<KvCache* const> caches,
+void attention_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws,
+                            const AttentionDims& dims, const AttentionWeights& w,
+                            std::span<KvCache* const> caches,
                             std::span<const compute::RowSegment> segments, const float* x,
                             int64_t n_rows, float* y);
 

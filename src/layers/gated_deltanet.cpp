@@ -28,10 +28,10 @@ using DeltaInputs = GatedDeltaNetInputs;
 // out: core [n_rows][nv·dv], or nullptr to advance the state only (rollback replay; the state
 // update is the same code either way, so the same bits).
 //   S ← e^g·S;  u = β(v − Sᵀk);  S ← S + k uᵀ;  o = Sᵀq
-void delta_rule_recurrent(const DeltaInputs& in, int64_t n_rows, const HParams& hp, int h, int kh,
-                          float* state, float* out) {
-  const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim(), nv = hp.ssm_n_v_heads;
-  const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim();
+void delta_rule_recurrent(const DeltaInputs& in, int64_t n_rows, const DeltaNetDims& dims, int h,
+                          int kh, float* state, float* out) {
+  const int dk = dims.head_k_dim, dv = dims.head_v_dim, nv = dims.n_v_heads;
+  const int64_t key_dim = dims.key_dim(), value_dim = dims.value_dim();
   for (int64_t t = 0; t < n_rows; ++t) {
     const float* k = in.k.data() + t * key_dim + kh * dk;
     const float* q = in.q.data() + t * key_dim + kh * dk;
@@ -66,10 +66,10 @@ void delta_rule_recurrent(const DeltaInputs& in, int64_t n_rows, const HParams& 
 // loops' too: each entry of K Kᵀ, Q Kᵀ, W S, Q S is a dot in index order from 0, the
 // substitution subtracts l_ij·u_j for j = 0, 1, ... (as + (−l_ij)·u_j), O_i adds a_ij·V'_j for
 // j = 0..i after e^{γ_i}·(QS)_i, and S adds the chunk's rows in order after its decay.
-void delta_rule_chunked(const DeltaInputs& in, const HParams& hp, int h, int kh, float* state,
-                        float* out) {
-  const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim(), nv = hp.ssm_n_v_heads;
-  const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim();
+void delta_rule_chunked(const DeltaInputs& in, const DeltaNetDims& dims, int h, int kh,
+                        float* state, float* out) {
+  const int dk = dims.head_k_dim, dv = dims.head_v_dim, nv = dims.n_v_heads;
+  const int64_t key_dim = dims.key_dim(), value_dim = dims.value_dim();
   constexpr int C = kChunkRows;
   const int uw_width = dv + dk;  // a row of [U | W]: both substitutions share L
   std::vector<float> gamma(C), decay(size_t(C) * C), kk(size_t(C) * C), qk(size_t(C) * C);
@@ -136,25 +136,24 @@ void delta_rule_chunked(const DeltaInputs& in, const HParams& hp, int h, int kh,
 
 }  // namespace
 
-void GatedDeltaNetState::reset(const HParams& hp) {
-  conv.assign(static_cast<size_t>((hp.ssm_conv_kernel - 1) * hp.ssm_conv_dim()), 0.0f);
-  ssm.assign(static_cast<size_t>(hp.ssm_n_v_heads) * hp.ssm_head_k_dim() * hp.ssm_head_v_dim(),
-             0.0f);
+void GatedDeltaNetState::reset(const DeltaNetDims& dims) {
+  conv.assign(static_cast<size_t>((dims.conv_kernel - 1) * dims.conv_dim()), 0.0f);
+  ssm.assign(static_cast<size_t>(dims.n_v_heads) * dims.head_k_dim * dims.head_v_dim, 0.0f);
 }
 
 namespace {
 
 // Phase 1 for one sequence (sequential in t: the conv history): conv + SiLU, split, normalise,
 // gates, from its rows of the projections into `in` (sized for n_rows by the caller).
-void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const DeltaNetDims& dims,
                      const GatedDeltaNetWeights& w, GatedDeltaNetState& state, const float* mixed,
                      const float* beta, const float* alpha, int64_t n_rows, DeltaInputs& in) {
   compute::Workspace::Frame frame(ws);
-  const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
-  const int dk = hp.ssm_head_k_dim();
-  const int kernel = hp.ssm_conv_kernel;
-  const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim();
-  const int64_t conv_dim = hp.ssm_conv_dim();
+  const int nk = dims.n_k_heads, nv = dims.n_v_heads;
+  const int dk = dims.head_k_dim;
+  const int kernel = dims.conv_kernel;
+  const int64_t key_dim = dims.key_dim(), value_dim = dims.value_dim();
+  const int64_t conv_dim = dims.conv_dim();
   std::vector<float>& conv_out = ws.floats(static_cast<size_t>(n_rows * conv_dim));
   const float q_scale = 1.0f / std::sqrt(float(dk));  // HF: query.shape[-1] ** -0.5
   // Causal depthwise conv over [history (K-1 rows) | the window's rows], then SiLU. Row r of that
@@ -213,15 +212,15 @@ void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const HP
 // the delta rule, over its n_rows rows of the projections (mixed [n][conv_dim], beta and alpha
 // [n][nv]) into core [n][value_dim]. Everything here is the sequence's own (state, positions);
 // the projections before and the norm and output after are row-wise.
-void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const DeltaNetDims& dims,
                    const GatedDeltaNetWeights& w, GatedDeltaNetState& state, const float* mixed,
                    const float* beta, const float* alpha, int64_t n_rows, float* core_rows,
                    bool record_window) {
   compute::Workspace::Frame frame(ws);
-  const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
-  const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim();
-  const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim();
-  const int64_t conv_dim = hp.ssm_conv_dim();
+  const int nk = dims.n_k_heads, nv = dims.n_v_heads;
+  const int dk = dims.head_k_dim, dv = dims.head_v_dim;
+  const int64_t key_dim = dims.key_dim(), value_dim = dims.value_dim();
+  const int64_t conv_dim = dims.conv_dim();
   const int v_per_k = nv / nk;
 
   // Phase 1 (sequential in t: the conv history): conv + SiLU, split, normalise, gates.
@@ -257,7 +256,7 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
     log.ssm_before = state.ssm;
     log.conv_before = state.conv;
   }
-  deltanet_inputs(pool, ws, hp, w, state, mixed, beta, alpha, n_rows, in);
+  deltanet_inputs(pool, ws, dims, w, state, mixed, beta, alpha, n_rows, in);
 
   // Phase 2: the delta rule per V head (heads are independent, so the split across threads
   // cannot change a bit). Short windows (decode, speculative verify) use the recurrent form,
@@ -266,12 +265,12 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
   const bool chunked = n_rows >= kChunkedMinRows;
   pool.parallel_for(nv, [&](int64_t begin, int64_t end, int) {
     for (int64_t h = begin; h < end; ++h) {
-      const int kh = hp.ssm_v_heads_tiled ? int(h) % nk : int(h) / v_per_k;
+      const int kh = dims.v_heads_tiled ? int(h) % nk : int(h) / v_per_k;
       float* head_state = state.ssm.data() + size_t(h) * dk * dv;
       if (chunked)
-        delta_rule_chunked(in, hp, int(h), kh, head_state, core_rows);
+        delta_rule_chunked(in, dims, int(h), kh, head_state, core_rows);
       else
-        delta_rule_recurrent(in, in.n_rows, hp, int(h), kh, head_state, core_rows);
+        delta_rule_recurrent(in, in.n_rows, dims, int(h), kh, head_state, core_rows);
     }
   });
   if (record_window) {
@@ -295,15 +294,15 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
 // states[s]: input projections over all rows at once, the core per sequence, the gated norm and
 // the output projection over all rows. Rows are independent in the projections, the norm and
 // the output (window identity), so each sequence gets the bits it gets alone.
-void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const DeltaNetDims& dims,
                    const GatedDeltaNetWeights& w, std::span<GatedDeltaNetState* const> states,
                    std::span<const compute::RowSegment> segments, const float* x, int64_t n_rows,
                    float* y, bool record_window) {
   compute::Workspace::Frame frame(ws);
-  const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
-  const int dv = hp.ssm_head_v_dim();
-  const int64_t value_dim = hp.ssm_value_dim();
-  const int64_t conv_dim = hp.ssm_conv_dim();
+  const int nk = dims.n_k_heads, nv = dims.n_v_heads;
+  const int dv = dims.head_v_dim;
+  const int64_t value_dim = dims.value_dim();
+  const int64_t conv_dim = dims.conv_dim();
   const int v_per_k = nv / nk;
 
   std::vector<float>& mixed = ws.floats(static_cast<size_t>(n_rows * conv_dim));
@@ -334,14 +333,14 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
 
   std::vector<float>& core = ws.floats(static_cast<size_t>(n_rows * value_dim));
   if (segments.size() == 1) {
-    deltanet_core(pool, ws, hp, w, *states[0], mixed.data(), beta.data(), alpha.data(),
+    deltanet_core(pool, ws, dims, w, *states[0], mixed.data(), beta.data(), alpha.data(),
                   segments[0].n_rows, core.data(), record_window);
   } else {
     // Several sequences (never recorded): phase 1 per sequence, then the delta rule of every
     // (sequence, V head) pair in one hand-out to the threads rather than one per sequence (the
     // pairs are independent, so the split cannot change a bit; decode rows are tiny work each).
-    const int nk = hp.ssm_n_k_heads, dk = hp.ssm_head_k_dim(), v_per_k = nv / nk;
-    const int64_t key_dim = hp.ssm_key_dim();
+    const int nk = dims.n_k_heads, dk = dims.head_k_dim, v_per_k = nv / nk;
+    const int64_t key_dim = dims.key_dim();
     std::vector<DeltaInputs> inputs(segments.size());
     std::vector<std::vector<float>*> lent;
     for (size_t s = 0; s < segments.size(); ++s) {
@@ -362,7 +361,7 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
     pool.parallel_for(int64_t(segments.size()), [&](int64_t begin, int64_t end, int thread) {
       for (int64_t s = begin; s < end; ++s) {
         const int64_t first = segments[size_t(s)].first_row;
-        deltanet_inputs(pool, ws.for_thread(thread), hp, w, *states[size_t(s)],
+        deltanet_inputs(pool, ws.for_thread(thread), dims, w, *states[size_t(s)],
                         mixed.data() + first * conv_dim, beta.data() + first * nv,
                         alpha.data() + first * nv, segments[size_t(s)].n_rows, inputs[size_t(s)]);
       }
@@ -371,13 +370,13 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
       for (int64_t task = begin; task < end; ++task) {
         const size_t s = size_t(task / nv);
         const int h = int(task % nv);
-        const int kh = hp.ssm_v_heads_tiled ? h % nk : h / v_per_k;
+        const int kh = dims.v_heads_tiled ? h % nk : h / v_per_k;
         float* head_state = states[s]->ssm.data() + size_t(h) * dk * dv;
         float* out = core.data() + segments[s].first_row * value_dim;
         if (inputs[s].n_rows >= kChunkedMinRows)
-          delta_rule_chunked(inputs[s], hp, h, kh, head_state, out);
+          delta_rule_chunked(inputs[s], dims, h, kh, head_state, out);
         else
-          delta_rule_recurrent(inputs[s], inputs[s].n_rows, hp, h, kh, head_state, out);
+          delta_rule_recurrent(inputs[s], inputs[s].n_rows, dims, h, kh, head_state, out);
       }
     });
     for (size_t s = 0; s < segments.size(); ++s) {
@@ -393,9 +392,9 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
       for (int h = 0; h < nv; ++h) {
         float* o = core.data() + t * value_dim + h * dv;
         const float* zh = z.data() + t * value_dim + h * dv;
-        compute::rms_norm(o, w.norm.data(), dv, hp.rms_eps, o);
+        compute::rms_norm(o, w.norm.data(), dv, dims.rms_eps, o);
         for (int j = 0; j < dv; ++j)
-          o[j] *= hp.ssm_gate_sigmoid ? compute::sigmoid(zh[j]) : compute::silu(zh[j]);
+          o[j] *= dims.gate_sigmoid ? compute::sigmoid(zh[j]) : compute::silu(zh[j]);
       }
   });
   compute::matmul(pool, w.out, core.data(), n_rows, y);
@@ -403,25 +402,26 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const HPar
 
 }  // namespace
 
-void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
-                            const GatedDeltaNetWeights& w, GatedDeltaNetState& state,
-                            const float* x, int64_t n_rows, float* y, bool record_window) {
+void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws,
+                            const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
+                            GatedDeltaNetState& state, const float* x, int64_t n_rows, float* y,
+                            bool record_window) {
   GatedDeltaNetState* const states[1] = {&state};
   const compute::RowSegment rows[1] = {{0, n_rows}};
-  deltanet_rows(pool, ws, hp, w, states, rows, x, n_rows, y, record_window);
+  deltanet_rows(pool, ws, dims, w, states, rows, x, n_rows, y, record_window);
 }
 
 void gated_deltanet_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws,
-                                 const HParams& hp, const GatedDeltaNetWeights& w,
+                                 const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
                                  std::span<GatedDeltaNetState* const> states,
                                  std::span<const compute::RowSegment> segments, const float* x,
                                  int64_t n_rows, float* y) {
   if (states.size() != segments.size())
     fail("gated deltanet: {} states for {} row segments", states.size(), segments.size());
-  deltanet_rows(pool, ws, hp, w, states, segments, x, n_rows, y, false);
+  deltanet_rows(pool, ws, dims, w, states, segments, x, n_rows, y, false);
 }
 
-void gated_deltanet_rollback(compute::ThreadPool& pool, const HParams& hp,
+void gated_deltanet_rollback(compute::ThreadPool& pool, const DeltaNetDims& dims,
                              GatedDeltaNetState& state, int64_t keep_rows) {
   GatedDeltaNetWindowLog& log = state.window_log;
   if (!log.valid) fail("gated deltanet rollback: the last window was not recorded");
@@ -430,11 +430,11 @@ void gated_deltanet_rollback(compute::ThreadPool& pool, const HParams& hp,
     fail("gated deltanet rollback: cannot keep {} rows of a {}-row window", keep_rows, n_rows);
   log.valid = false;
   if (keep_rows == n_rows) return;
-  const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
-  const size_t head_state = size_t(hp.ssm_head_k_dim()) * size_t(hp.ssm_head_v_dim());
+  const int nk = dims.n_k_heads, nv = dims.n_v_heads;
+  const size_t head_state = size_t(dims.head_k_dim) * size_t(dims.head_v_dim);
   const int v_per_k = nv / nk;
-  const int64_t conv_dim = hp.ssm_conv_dim();
-  const int64_t history_rows = hp.ssm_conv_kernel - 1;
+  const int64_t conv_dim = dims.conv_dim();
+  const int64_t history_rows = dims.conv_kernel - 1;
   // Conv history: the last K-1 rows of [history before | kept conv inputs].
   for (int64_t j = 0; j < history_rows; ++j) {
     const int64_t idx = keep_rows - history_rows + j;  // window-relative row
@@ -447,8 +447,8 @@ void gated_deltanet_rollback(compute::ThreadPool& pool, const HParams& hp,
   if (keep_rows == 0) return;
   pool.parallel_for(nv, [&](int64_t begin, int64_t end, int) {
     for (int64_t h = begin; h < end; ++h) {
-      const int kh = hp.ssm_v_heads_tiled ? int(h) % nk : int(h) / v_per_k;
-      delta_rule_recurrent(log.inputs, keep_rows, hp, int(h), kh,
+      const int kh = dims.v_heads_tiled ? int(h) % nk : int(h) / v_per_k;
+      delta_rule_recurrent(log.inputs, keep_rows, dims, int(h), kh,
                            state.ssm.data() + size_t(h) * head_state, nullptr);
     }
   });

@@ -24,7 +24,7 @@
 #include "compute/cpu/matmul.h"
 #include "compute/cpu/thread_pool.h"
 #include "compute/cpu/workspace.h"
-#include "model/hparams.h"
+#include "layers/dims.h"
 
 namespace strata {
 
@@ -81,29 +81,30 @@ struct GatedDeltaNetState {
   // recorded window's), so recording allocates nothing once warm: buffers never change role.
   std::vector<float> spare_conv_inputs;
   GatedDeltaNetInputs spare_inputs;
-  void reset(const HParams& hp);
+  void reset(const DeltaNetDims& dims);
 };
 
 // record_window: keep state.window_log for a later rollback (only windows under 32 rows, the
 // recurrent form; longer windows fail). Without it nothing is kept and nothing changes.
 // Scratch comes from `ws`; the log's buffers are swapped with it, so neither allocates once warm.
-void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
-                            const GatedDeltaNetWeights& w, GatedDeltaNetState& state,
-                            const float* x, int64_t n_rows, float* y, bool record_window = false);
+void gated_deltanet_forward(compute::ThreadPool& pool, compute::Workspace& ws,
+                            const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
+                            GatedDeltaNetState& state, const float* x, int64_t n_rows, float* y,
+                            bool record_window = false);
 
 // Several sequences in one window (serve --parallel): rows [segments[s].first_row, + n_rows) of
 // x belong to states[s]. The input and output projections and the gated norm run once over all
 // rows, the conv and the delta rule per sequence; each sequence's rows and state are bitwise what
 // gated_deltanet_forward gives it alone. Not recorded (speculative verify runs alone).
 void gated_deltanet_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws,
-                                 const HParams& hp, const GatedDeltaNetWeights& w,
+                                 const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
                                  std::span<GatedDeltaNetState* const> states,
                                  std::span<const compute::RowSegment> segments, const float* x,
                                  int64_t n_rows, float* y);
 
 // Makes `state` what it would be had only the first keep_rows rows of the last recorded window
 // been fed (bitwise). keep_rows in [0, n_rows]; the log is consumed.
-void gated_deltanet_rollback(compute::ThreadPool& pool, const HParams& hp,
+void gated_deltanet_rollback(compute::ThreadPool& pool, const DeltaNetDims& dims,
                              GatedDeltaNetState& state, int64_t keep_rows);
 
 }  // namespace strata

@@ -78,11 +78,11 @@ class LentRouting {
 
 }  // namespace
 
-void moe_route(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+void moe_route(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDims& dims,
                const MoeWeights& w, const float* x, int64_t n_rows, Routing& routing,
                ExpertSource* cache_aware, int layer, Routing* exact, bool count_stats) {
   compute::Workspace::Frame frame(ws);
-  const int n_expert = hp.n_expert, k = hp.n_expert_used;
+  const int n_expert = dims.n_expert, k = dims.n_expert_used;
   MocePolicy* moce = cache_aware ? cache_aware->moce() : nullptr;
   if (moce && !moce->options.enabled()) moce = nullptr;
   std::vector<float>& probs = ws.floats(static_cast<size_t>(n_rows * n_expert));
@@ -119,22 +119,22 @@ void moe_route(compute::ThreadPool& pool, compute::Workspace& ws, const HParams&
   if (exact && !moce) *exact = routing;
 }
 
-void moe_predict(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+void moe_predict(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDims& dims,
                  const MoeWeights& next_router, const float* x, int64_t n_rows,
                  std::vector<int32_t>& ids, ExpertSource* source, int next_layer) {
   compute::Workspace::Frame frame(ws);
   LentRouting lent(ws);
   Routing& guess = lent.routing;
-  moe_route(pool, ws, hp, next_router, x, n_rows, guess, source, next_layer);
+  moe_route(pool, ws, dims, next_router, x, n_rows, guess, source, next_layer);
   // Best routing weight per expert over the rows (renormalised weights rank like probabilities
   // within a row; across rows they are comparable enough for an ordering hint). Indexed by expert
   // id: this runs every layer, so no search per entry.
-  std::vector<float>& best = ws.floats(static_cast<size_t>(hp.n_expert));
+  std::vector<float>& best = ws.floats(static_cast<size_t>(dims.n_expert));
   std::fill(best.begin(), best.end(), -1.0f);
   for (size_t i = 0; i < guess.experts.size(); ++i)
     best[size_t(guess.experts[i])] = std::max(best[size_t(guess.experts[i])], guess.weights[i]);
   ids.clear();
-  for (int32_t e = 0; e < hp.n_expert; ++e)
+  for (int32_t e = 0; e < dims.n_expert; ++e)
     if (best[size_t(e)] >= 0.0f) ids.push_back(e);
   // Descending weight, ties by lower id: the order a stable sort of the ascending ids gives, with
   // no temporary buffer (std::stable_sort allocates one).
@@ -396,11 +396,11 @@ void add_gated_shared(compute::ThreadPool& pool, const MoeWeights& w, int64_t n_
 
 }  // namespace
 
-void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDims& dims,
                  const MoeWeights& w, ExpertSource& experts, int layer, const float* x,
                  int64_t n_rows, float* y, const MoeWeights* next_router) {
   compute::Workspace::Frame frame(ws);
-  const int64_t n_embd = hp.n_embd;
+  const int64_t n_embd = dims.n_embd;
   MocePolicy* moce = experts.moce();
   if (moce && !moce->options.enabled()) moce = nullptr;
   // relMSE samples: every sample_every-th routed window of each layer, exact source permitting.
@@ -410,7 +410,7 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParam
   Routing &routing = lent_routing.routing, &exact = lent_exact.routing;
   {
     ScopedPhase phase(Phase::Router);
-    moe_route(pool, ws, hp, w, x, n_rows, routing, moce ? &experts : nullptr, layer,
+    moe_route(pool, ws, dims, w, x, n_rows, routing, moce ? &experts : nullptr, layer,
               sample ? &exact : nullptr, /*count_stats=*/true);
   }
   experts.observe_routing(layer, routing);
@@ -420,7 +420,7 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParam
   if (next_router && experts.wants_prediction()) {
     ScopedPhase phase(Phase::Router);
     std::vector<int32_t>& predicted = ws.ids(0);
-    moe_predict(pool, ws, hp, *next_router, x, n_rows, predicted, &experts, layer + 1);
+    moe_predict(pool, ws, dims, *next_router, x, n_rows, predicted, &experts, layer + 1);
     experts.predict(layer + 1, predicted);
   }
 

@@ -24,7 +24,7 @@
 #include "compute/cpu/thread_pool.h"
 #include "compute/cpu/workspace.h"
 #include "experts/expert_source.h"
-#include "model/hparams.h"
+#include "layers/dims.h"
 
 namespace strata {
 
@@ -42,12 +42,12 @@ struct MoeWeights {
 // `count_stats`; `exact` (optional) receives the true top-k routing too.
 // Scratch comes from `ws` throughout (no allocation once the window shape has run, except on the
 // opt-in MoCE relMSE sample windows).
-void moe_route(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+void moe_route(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDims& dims,
                const MoeWeights& w, const float* x, int64_t n_rows, Routing& routing,
                ExpertSource* cache_aware = nullptr, int layer = -1, Routing* exact = nullptr,
                bool count_stats = false);
 
-void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDims& dims,
                  const MoeWeights& w, ExpertSource& experts, int layer, const float* x,
                  int64_t n_rows, float* y, const MoeWeights* next_router = nullptr);
 
@@ -55,7 +55,7 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParam
 // MoCE's choice when `source` has it on), ordered by the best weight any row gives the expert
 // (descending; ties by lower id).
 // The ids are written to `ids` (cleared first).
-void moe_predict(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+void moe_predict(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDims& dims,
                  const MoeWeights& next_router, const float* x, int64_t n_rows,
                  std::vector<int32_t>& ids, ExpertSource* source = nullptr, int next_layer = -1);
 

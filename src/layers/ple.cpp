@@ -13,19 +13,19 @@
 
 namespace strata {
 
-std::vector<uint64_t> ple_row_ids(const HParams& hp, const PleContext& context,
+std::vector<uint64_t> ple_row_ids(const PleDims& dims, const PleContext& context,
                                   std::span<const int32_t> tokens) {
   std::vector<uint64_t> rows;
-  ple_row_ids(hp, context, tokens, rows);
+  ple_row_ids(dims, context, tokens, rows);
   return rows;
 }
 
-void ple_row_ids(const HParams& hp, const PleContext& context, std::span<const int32_t> tokens,
+void ple_row_ids(const PleDims& dims, const PleContext& context, std::span<const int32_t> tokens,
                  std::vector<uint64_t>& rows) {
-  const int n_heads = hp.ple_n_heads();
-  const int per_ngram = hp.ple_heads_per_ngram;
-  const uint64_t eos = uint64_t(hp.ple_eos_token);
-  const uint64_t* m = hp.ple_multipliers.data();
+  const int n_heads = dims.n_heads();
+  const int per_ngram = dims.heads_per_ngram;
+  const uint64_t eos = uint64_t(dims.eos_token);
+  const uint64_t* m = dims.multipliers.data();
   rows.resize(tokens.size() * size_t(n_heads));
   // history(i) = token i-2 relative to the window; -1 means "before the sequence".
   auto history = [&](size_t i) -> int64_t { return i < 2 ? context.prev[i] : tokens[i - 2]; };
@@ -41,12 +41,12 @@ void ple_row_ids(const HParams& hp, const PleContext& context, std::span<const i
     for (int h = 0; h < n_heads; ++h) {
       const uint64_t mix = h < per_ngram ? mix2 : mix3;
       rows[t * size_t(n_heads) + size_t(h)] =
-          mix % hp.ple_head_vocab_sizes[size_t(h)] + hp.ple_head_offsets[size_t(h)];
+          mix % dims.head_vocab_sizes[size_t(h)] + dims.head_offsets[size_t(h)];
     }
   }
 }
 
-PleContext ple_advance(const HParams&, PleContext context, std::span<const int32_t> tokens) {
+PleContext ple_advance(const PleDims&, PleContext context, std::span<const int32_t> tokens) {
   for (int32_t token : tokens) {
     context.prev[0] = context.prev[1];
     context.prev[1] = token;
@@ -64,13 +64,13 @@ PleRowReader::~PleRowReader() {
   thread_.join();
 }
 
-void PleRowReader::start(const HParams& hp, const PleWeights& w,
+void PleRowReader::start(const PleDims& dims, const PleWeights& w,
                          std::span<const uint64_t> row_ids) {
   {
     std::unique_lock lock(mutex_);
     cv_.wait(lock, [this] { return done_; });
     weights_ = &w;
-    width_ = hp.ple_row_width;
+    width_ = dims.row_width;
     rows_.assign(row_ids.begin(), row_ids.end());
     raw_.resize(w.table.row_bytes());
     out_.resize(rows_.size() * size_t(width_));
@@ -131,19 +131,19 @@ void PleRowReader::run() {
   }
 }
 
-void PleState::reset(const HParams& hp) {
+void PleState::reset(const PleDims& dims) {
   context = PleContext{};
-  const int64_t width = hp.hc_count * hp.n_embd;
-  conv_history.assign(static_cast<size_t>((hp.ple_conv_kernel - 1) * hp.ple_ngram_size * width), 0.0f);
+  const int64_t width = dims.n_streams * dims.n_embd;
+  conv_history.assign(static_cast<size_t>((dims.conv_kernel - 1) * dims.ngram_size * width), 0.0f);
 }
 
-void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
+void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const PleDims& dims,
                  const PleWeights& w, PleState& state, const float* embeddings, int64_t n_rows,
                  float* X, bool record_window) {
   compute::Workspace::Frame frame(ws);
-  const int S = hp.hc_count;
-  const int64_t H = hp.n_embd, width = S * H;
-  const int kernel = hp.ple_conv_kernel, dilation = hp.ple_ngram_size;
+  const int S = dims.n_streams;
+  const int64_t H = dims.n_embd, width = S * H;
+  const int kernel = dims.conv_kernel, dilation = dims.ngram_size;
   const int64_t history_steps = int64_t(kernel - 1) * dilation;
 
   std::vector<float>& keys = ws.floats(static_cast<size_t>(n_rows * width));
@@ -159,8 +159,8 @@ void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParam
   const float inv_sqrt_h = 1.0f / std::sqrt(float(H));
   for (int64_t t = 0; t < n_rows; ++t) {
     float* key = keys.data() + t * width;
-    compute::rms_norm_grouped(key, w.norm_key.data(), S, H, hp.rms_eps, key);
-    compute::rms_norm_grouped(X + t * width, w.norm_query.data(), S, H, hp.rms_eps, query.data());
+    compute::rms_norm_grouped(key, w.norm_key.data(), S, H, dims.rms_eps, key);
+    compute::rms_norm_grouped(X + t * width, w.norm_query.data(), S, H, dims.rms_eps, query.data());
     for (int s = 0; s < S; ++s) {
       float score = 0.0f;
       for (int64_t i = 0; i < H; ++i) score += key[s * H + i] * query[size_t(s * H + i)];
@@ -170,7 +170,7 @@ void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParam
       for (int64_t i = 0; i < H; ++i)
         gated[size_t(t * width + s * H + i)] = gate * values[size_t(t * H + i)];
     }
-    compute::rms_norm_grouped(gated.data() + t * width, w.norm_conv.data(), S, H, hp.rms_eps,
+    compute::rms_norm_grouped(gated.data() + t * width, w.norm_conv.data(), S, H, dims.rms_eps,
                               normed.data() + t * width);
   }
 
@@ -210,7 +210,7 @@ void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParam
   state.conv_history.swap(next);  // next_history takes the old buffer
 }
 
-void ple_rollback(const HParams& hp, PleState& state, std::span<const int32_t> kept_tokens) {
+void ple_rollback(const PleDims& dims, PleState& state, std::span<const int32_t> kept_tokens) {
   PleWindowLog& log = state.window_log;
   if (!log.valid) fail("ple rollback: the last window was not recorded");
   const int64_t keep_rows = int64_t(kept_tokens.size());
@@ -218,24 +218,25 @@ void ple_rollback(const HParams& hp, PleState& state, std::span<const int32_t> k
     fail("ple rollback: cannot keep {} rows of a {}-row window", keep_rows, log.n_rows);
   log.valid = false;
   if (keep_rows == log.n_rows) return;
-  const int64_t width = int64_t(hp.hc_count) * hp.n_embd;
-  const int64_t history_steps = int64_t(hp.ple_conv_kernel - 1) * hp.ple_ngram_size;
+  const int64_t width = int64_t(dims.n_streams) * dims.n_embd;
+  const int64_t history_steps = int64_t(dims.conv_kernel - 1) * dims.ngram_size;
   for (int64_t i = 0; i < history_steps; ++i) {
     const int64_t idx = keep_rows - history_steps + i;  // window-relative
     const float* src = idx >= 0 ? log.normed.data() + idx * width
                                 : log.history_before.data() + (history_steps + idx) * width;
     std::copy_n(src, width, state.conv_history.data() + i * width);
   }
-  state.context = ple_advance(hp, log.context_before, kept_tokens);
+  state.context = ple_advance(dims, log.context_before, kept_tokens);
 }
 
-void ple_rollback_context(const HParams& hp, PleState& state, std::span<const int32_t> kept_tokens) {
+void ple_rollback_context(const PleDims& dims, PleState& state,
+                          std::span<const int32_t> kept_tokens) {
   PleWindowLog& log = state.window_log;
   if (!log.valid) fail("ple rollback: the last window was not recorded");
   if (int64_t(kept_tokens.size()) > log.n_rows)
     fail("ple rollback: cannot keep {} rows of a {}-row window", kept_tokens.size(), log.n_rows);
   log.valid = false;
-  state.context = ple_advance(hp, log.context_before, kept_tokens);
+  state.context = ple_advance(dims, log.context_before, kept_tokens);
 }
 
 }  // namespace strata

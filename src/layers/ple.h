@@ -24,7 +24,7 @@
 #include "compute/cpu/thread_pool.h"
 #include "compute/cpu/workspace.h"
 #include "gguf/gguf.h"
-#include "model/hparams.h"
+#include "layers/dims.h"
 
 namespace strata {
 
@@ -43,13 +43,13 @@ struct PleContext {
 };
 
 // Row ids [n_tokens][n_heads] for tokens following `context`; advances nothing.
-std::vector<uint64_t> ple_row_ids(const HParams& hp, const PleContext& context,
+std::vector<uint64_t> ple_row_ids(const PleDims& dims, const PleContext& context,
                                   std::span<const int32_t> tokens);
 // The same into `rows` (resized; no allocation once it has the capacity).
-void ple_row_ids(const HParams& hp, const PleContext& context, std::span<const int32_t> tokens,
+void ple_row_ids(const PleDims& dims, const PleContext& context, std::span<const int32_t> tokens,
                  std::vector<uint64_t>& rows);
 // Context after consuming tokens.
-PleContext ple_advance(const HParams& hp, PleContext context, std::span<const int32_t> tokens);
+PleContext ple_advance(const PleDims& dims, PleContext context, std::span<const int32_t> tokens);
 
 // Reads the table rows of one window at a time on its own background thread (started by the
 // first `start`, joined by the destructor), into buffers it keeps, so a steady decode step
@@ -63,7 +63,7 @@ class PleRowReader {
 
   // Issues the reads at once (after waiting for a previous window's reads that were never
   // collected). `w` must outlive the reads.
-  void start(const HParams& hp, const PleWeights& w, std::span<const uint64_t> row_ids);
+  void start(const PleDims& dims, const PleWeights& w, std::span<const uint64_t> row_ids);
   // Waits for the reads; the embeddings [n_tokens][n_heads·row_width], valid until the next
   // start. Rethrows a read error (naming the file and row).
   const std::vector<float>& collect();
@@ -102,23 +102,23 @@ struct PleState {
   // N rows in spare_normed, swapped with the log's. The buffers never change role, so nothing
   // allocates once warm.
   std::vector<float> next_history, spare_normed;
-  void reset(const HParams& hp);
+  void reset(const PleDims& dims);
 };
 
 // X: [n_rows][S·H] updated in place; embeddings from PleRowReader::collect. record_window:
 // keep state.window_log for ple_rollback (nothing else changes). Scratch comes from `ws` (the
 // log's and the history's buffers are swapped with it, so nothing allocates once warm).
-void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const HParams& hp,
-                 const PleWeights& w,
-                 PleState& state, const float* embeddings, int64_t n_rows, float* X,
-                 bool record_window = false);
+void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const PleDims& dims,
+                 const PleWeights& w, PleState& state, const float* embeddings, int64_t n_rows,
+                 float* X, bool record_window = false);
 
 // Makes `state` what it would be had only the first kept_tokens.size() rows of the last recorded
 // window been fed (kept_tokens: those rows' tokens). The context must have been advanced over the
 // whole window by the caller after ple_forward, as the architecture does.
-void ple_rollback(const HParams& hp, PleState& state, std::span<const int32_t> kept_tokens);
+void ple_rollback(const PleDims& dims, PleState& state, std::span<const int32_t> kept_tokens);
 // The n-gram context part of ple_rollback alone, for a backend that keeps the conv history in its
 // own memory (it fills window_log.valid, context_before and n_rows when it records a window).
-void ple_rollback_context(const HParams& hp, PleState& state, std::span<const int32_t> kept_tokens);
+void ple_rollback_context(const PleDims& dims, PleState& state,
+                          std::span<const int32_t> kept_tokens);
 
 }  // namespace strata

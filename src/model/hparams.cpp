@@ -330,4 +330,52 @@ void write_hparams(GgufWriter& writer, const HParams& hp) {
   u64_array("ple.layer_multipliers", hp.ple_multipliers);
 }
 
+ForwardDims forward_dims(const HParams& hp) {
+  ForwardDims dims;
+  dims.n_layer = hp.n_layer;
+  dims.layer_kinds = hp.layer_kinds;
+  dims.compress_ratios = hp.compress_ratios;
+  dims.ple_layer = hp.ple_layer();
+
+  AttentionDims& a = dims.attention;
+  a.n_head = hp.n_head;
+  a.n_head_kv = hp.n_head_kv;
+  a.head_dim = hp.head_dim;
+  a.n_rot = hp.n_rot;
+  a.rope_theta = hp.rope_theta;
+  a.rms_eps = hp.rms_eps;
+  a.indexer_n_head = hp.indexer_n_head;
+  a.indexer_head_dim = hp.indexer_head_dim;
+  a.indexer_top_k = hp.indexer_top_k;
+
+  DeltaNetDims& d = dims.deltanet;
+  d.conv_kernel = hp.ssm_conv_kernel;
+  d.n_k_heads = hp.ssm_n_k_heads;
+  d.n_v_heads = hp.ssm_n_v_heads;
+  d.head_k_dim = hp.ssm_head_k_dim();
+  d.head_v_dim = hp.ssm_head_v_dim();
+  d.v_heads_tiled = hp.ssm_v_heads_tiled;
+  d.gate_sigmoid = hp.ssm_gate_sigmoid;
+  d.rms_eps = hp.rms_eps;
+
+  MoeDims& m = dims.moe;
+  m.n_embd = hp.n_embd;
+  m.n_expert = hp.n_expert;
+  m.n_expert_used = hp.n_expert_used;
+
+  PleDims& p = dims.ple;
+  p.n_embd = hp.n_embd;
+  p.n_streams = hp.hc_count;
+  p.ngram_size = hp.ple_ngram_size;
+  p.heads_per_ngram = hp.ple_heads_per_ngram;
+  p.conv_kernel = hp.ple_conv_kernel;
+  p.row_width = hp.ple_row_width;
+  p.head_vocab_sizes = hp.ple_head_vocab_sizes;
+  p.head_offsets = hp.ple_head_offsets;
+  p.multipliers = hp.ple_multipliers;
+  p.eos_token = hp.ple_eos_token;
+  p.rms_eps = hp.rms_eps;
+  return dims;
+}
+
 }  // namespace strata

@@ -10,19 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "layers/dims.h"
+
 namespace strata {
 
 class GgufFile;
 
 enum class Arch { Qwen4Exp, Qwen3Next, Qwen3Moe };
 const char* arch_name(Arch arch);  // the GGUF spelling: "qwen4exp", ...
-
-enum class LayerKind {
-  GatedDeltaNet,    // linear attention (qwen4exp, qwen3next)
-  GatedAttention,   // full attention with an output gate (qwen3next)
-  SparseAttention,  // QSA: gated attention over indexer-selected 4-token blocks (qwen4exp)
-  Attention,        // plain GQA attention (qwen3moe)
-};
 
 struct HParams {
   Arch arch = Arch::Qwen3Moe;
@@ -32,7 +27,7 @@ struct HParams {
   int n_nextn = 0;          // MTP layers stored after the trunk (blk.<n_layer>...)
   int64_t n_ctx_train = 0;
   float rms_eps = 1e-6f;
-  std::vector<LayerKind> layer_kinds;  // size n_layer
+  std::vector<LayerKind> layer_kinds;  // size n_layer (layers/dims.h)
 
   // Attention.
   int n_head = 0;
@@ -81,7 +76,7 @@ struct HParams {
   int ple_n_heads() const { return (ple_ngram_size - 1) * ple_heads_per_ngram; }
   bool has_ple() const { return !ple_layers.empty(); }
   // Any Gated DeltaNet layer: a recurrent state that cannot be rewound, and prefill windows whose
-  // rounding depends on where they start (engine/state_cache.h).
+  // rounding depends on where they start (decode/state_cache.h).
   bool has_deltanet() const {
     for (const LayerKind kind : layer_kinds)
       if (kind == LayerKind::GatedDeltaNet) return true;
@@ -104,5 +99,8 @@ class GgufWriter;
 HParams load_hparams(const GgufFile& file);
 // Writes general.architecture and the "<arch>." keys load_hparams reads, with llama.cpp's types.
 void write_hparams(GgufWriter& writer, const HParams& hp);
+// The blocks' dimensions and the layer sequence (layers/dims.h), as layers/ and the backends take
+// them: Model keeps the result (Model::dims()); tests build them from hand-made HParams.
+ForwardDims forward_dims(const HParams& hp);
 
 }  // namespace strata

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "compute/cpu/cpu_backend.h"
+#include "backends/cpu_backend.h"
 #include "compute/cpu/ops.h"
 #include "model/tensor_specs.h"
 #include "quant/quant.h"
@@ -95,7 +95,7 @@ std::vector<compute::ExpertLayerLayout> Model::expert_layouts() const {
 }
 
 Model::Model(std::unique_ptr<GgufFile> file, HParams hp, TensorTable& tensors)
-    : file_(std::move(file)), hp_(std::move(hp)) {
+    : file_(std::move(file)), hp_(std::move(hp)), dims_(forward_dims(hp_)) {
   token_embd_ = tensors.matrix("token_embd");
   // Untied models carry `output`; tied ones reuse the embedding (llama.cpp does the same).
   output_ = tensors.present("output") ? tensors.matrix("output") : token_embd_;
@@ -117,13 +117,13 @@ ModelState Model::new_state(int64_t n_ctx, std::unique_ptr<compute::Backend> bac
   state.kv.resize(static_cast<size_t>(hp_.n_layer));
   for (int l = 0; l < hp_.n_layer; ++l) {
     if (hp_.layer_kinds[size_t(l)] == LayerKind::GatedDeltaNet)
-      state.deltanet[size_t(l)].reset(hp_);
+      state.deltanet[size_t(l)].reset(dims_.deltanet);
     else if (n_ctx > 0)
       state.kv[size_t(l)].reserve(n_ctx, hp_.kv_dim(), hp_.indexer_head_dim,
                                   layers_[size_t(l)].attention.compress_ratio);
   }
   if (hp_.has_ple()) {
-    state.ple.reset(hp_);
+    state.ple.reset(dims_.ple);
     state.ple_reader = std::make_unique<PleRowReader>();
   }
   return state;
@@ -181,10 +181,10 @@ void Model::mixer_forward(const WindowRun& run, int l, compute::Tensor x, comput
   const LayerWeights& lw = layers_[size_t(l)];
   auto mix = [&](ModelState& state, compute::Tensor in, compute::Tensor out, int64_t n_rows) {
     if (lw.kind == LayerKind::GatedDeltaNet)
-      run.be.gated_deltanet(hp_, lw.deltanet, state.deltanet[size_t(l)], l, in, out, n_rows,
-                            state.record_windows);
+      run.be.gated_deltanet(dims_.deltanet, lw.deltanet, state.deltanet[size_t(l)], l, in, out,
+                            n_rows, state.record_windows);
     else
-      run.be.attention(hp_, lw.attention, state.kv[size_t(l)], l, in, out, n_rows);
+      run.be.attention(dims_.attention, lw.attention, state.kv[size_t(l)], l, in, out, n_rows);
   };
   if (!run.batched()) return mix(*run.segments[0].state, x, y, run.n_rows());
   if (run.be.batched_mixers()) {
@@ -193,11 +193,12 @@ void Model::mixer_forward(const WindowRun& run, int l, compute::Tensor x, comput
       b.deltanets.clear();
       for (const WindowSegment& s : run.segments)
         b.deltanets.push_back(&s.state->deltanet[size_t(l)]);
-      run.be.gated_deltanet_rows(hp_, lw.deltanet, b.deltanets, b.rows, l, x, y, run.n_rows());
+      run.be.gated_deltanet_rows(dims_.deltanet, lw.deltanet, b.deltanets, b.rows, l, x, y,
+                                 run.n_rows());
     } else {
       b.caches.clear();
       for (const WindowSegment& s : run.segments) b.caches.push_back(&s.state->kv[size_t(l)]);
-      run.be.attention_rows(hp_, lw.attention, b.caches, b.rows, l, x, y, run.n_rows());
+      run.be.attention_rows(dims_.attention, lw.attention, b.caches, b.rows, l, x, y, run.n_rows());
     }
     return;
   }
@@ -224,7 +225,7 @@ void Model::run_prenorm_layers(const WindowRun& run, ExpertSource& experts) cons
     mixer_forward(run, l, t.normed, t.y);
     be.add(t.residual, t.y, n_rows);
     be.rms_norm(t.residual, lw.ffn_norm, eps, t.normed, n_rows);
-    be.moe(hp_, lw.moe, experts, l, t.normed, t.y, n_rows, next_router(l));
+    be.moe(dims_.moe, lw.moe, experts, l, t.normed, t.y, n_rows, next_router(l));
     be.add(t.residual, t.y, n_rows);
   }
   be.rms_norm(t.residual, output_norm_, eps, t.hidden, n_rows);
@@ -294,17 +295,17 @@ void Model::rollback_layers(compute::ThreadPool& pool, ModelState& state, int64_
   if (state.backend->rollback_window(keep_rows)) {
     // The backend rolled its own states back; the host structs carry bookkeeping only.
     for (KvCache& cache : state.kv) cache.n_tokens = std::min(cache.n_tokens, n_keep);
-    if (hp_.has_ple()) ple_rollback_context(hp_, state.ple, kept);
+    if (hp_.has_ple()) ple_rollback_context(dims_.ple, state.ple, kept);
   } else {
     for (int l = 0; l < hp_.n_layer; ++l) {
       const LayerWeights& lw = layers_[size_t(l)];
       if (lw.kind == LayerKind::GatedDeltaNet)
-        gated_deltanet_rollback(pool, hp_, state.deltanet[size_t(l)], keep_rows);
+        gated_deltanet_rollback(pool, dims_.deltanet, state.deltanet[size_t(l)], keep_rows);
       else
         state.kv[size_t(l)].truncate(n_keep, hp_.kv_dim(), hp_.indexer_head_dim,
                                      lw.attention.compress_ratio);
     }
-    if (hp_.has_ple()) ple_rollback(hp_, state.ple, kept);
+    if (hp_.has_ple()) ple_rollback(dims_.ple, state.ple, kept);
   }
 }
 

@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend_registry.h"
 #include "compute/backend.h"
-#include "compute/backend_registry.h"
 #include "compute/cpu/thread_pool.h"
 #include "compute/cpu/workspace.h"
 #include "experts/expert_source.h"
@@ -129,7 +129,7 @@ struct BatchWindow {
 };
 
 // Deep copy of what a sequence carries between windows, for the conversation state cache
-// (engine/state_cache.h): n_past, every layer's KV cache (k, v, QSA index keys and block keys),
+// (decode/state_cache.h): n_past, every layer's KV cache (k, v, QSA index keys and block keys),
 // Gated DeltaNet conv and recurrent states, the PLE n-gram context and conv history, `residuals`
 // (the MTP drafter's input rows of the last window) and the MTP head's cache (mtp.kv).
 // Not copied, on purpose: the backend, its window tensors and every Workspace (scratch); the PLE
@@ -161,6 +161,8 @@ class Model {
   virtual ~Model() = default;
 
   const HParams& hparams() const { return hp_; }
+  // The same as the blocks and the backends take them (layers/dims.h), built once at load.
+  const ForwardDims& dims() const { return dims_; }
   const GgufFile& file() const { return *file_; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
   // The file's tensors the model took its weights from (each once, in load order): every
@@ -168,7 +170,7 @@ class Model {
   const std::vector<std::string>& loaded_tensors() const { return loaded_tensors_; }
 
   // A fresh sequence; the KV caches are reserved for n_ctx tokens (0: none reserved; they grow).
-  // `backend` runs its windows (null: the CPU backend; compute/backend_registry.h makes others).
+  // `backend` runs its windows (null: the CPU backend; backends/backend_registry.h makes others).
   // A backend that keeps states in its own memory (CUDA) gets host structs with no reservation.
   ModelState new_state(int64_t n_ctx = 0, std::unique_ptr<compute::Backend> backend = nullptr) const;
   // The MTP (nextn) draft head, where the file has one.
@@ -250,6 +252,7 @@ class Model {
 
   std::unique_ptr<GgufFile> file_;
   HParams hp_;
+  ForwardDims dims_;  // forward_dims(hp_): what layers/ and the backends are given
   std::vector<LayerWeights> layers_;
   compute::WeightMatrix token_embd_;
   compute::WeightMatrix output_;

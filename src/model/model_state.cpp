@@ -1,7 +1,8 @@
 // copy_sequence_state / sequence_state_bytes (model/model.h): the one place that lists which
 // ModelState fields are a sequence's data. A field added to ModelState (or to KvCache,
 // GatedDeltaNetState, PleState, MtpState) must be added here, or the conversation state cache
-// would resume from a partial state (tests/engine/state_cache_test.cpp would catch the token drift).
+// would resume from a partial state (tests/decode/state_cache_test.cpp would catch the token
+// drift).
 #include <algorithm>
 
 #include "model/model.h"

@@ -57,10 +57,10 @@ class Qwen3Next final : public Model {
     be.matmul(mtp_eh_proj_, t.inputs, 0, n, residual);
     // One pre-norm layer, the trunk's sequence of ops (run_prenorm_layers) on the head's cache.
     be.rms_norm(residual, lw.attn_norm, eps, t.x, n);
-    be.attention(hp_, lw.attention, mtp.kv, l, t.x, t.y, n);
+    be.attention(dims_.attention, lw.attention, mtp.kv, l, t.x, t.y, n);
     be.add(residual, t.y, n);
     be.rms_norm(residual, lw.ffn_norm, eps, t.x, n);
-    be.moe(hp_, lw.moe, experts ? *experts : *mapped_experts_, l, t.x, t.y, n, nullptr);
+    be.moe(dims_.moe, lw.moe, experts ? *experts : *mapped_experts_, l, t.x, t.y, n, nullptr);
     be.add(residual, t.y, n);
     be.rms_norm(residual, mtp_shared_head_norm_, eps, t.x, n);
     be.matmul(output_, t.x, 0, n, t.logits);

@@ -61,10 +61,10 @@ class Qwen4Exp final : public Model {
     be.matmul(mtp_eh_proj_, t.inputs, 0, n * S, t.X);
 
     be.hyper_connection_in(lw.hc_attn, S, eps, X, t.x, t.inject, n);
-    be.attention(hp_, lw.attention, mtp.kv, l, t.x, t.y, n);
+    be.attention(dims_.attention, lw.attention, mtp.kv, l, t.x, t.y, n);
     be.hyper_connection_out(S, t.y, t.inject, X, n);
     be.hyper_connection_in(lw.hc_ffn, S, eps, X, t.x, t.inject, n);
-    be.moe(hp_, lw.moe, experts ? *experts : *mapped_experts_, l, t.x, t.y, n, nullptr);
+    be.moe(dims_.moe, lw.moe, experts ? *experts : *mapped_experts_, l, t.x, t.y, n, nullptr);
     be.hyper_connection_out(S, t.y, t.inject, X, n);
 
     be.hyper_connection_in(mtp_hc_head_, S, eps, X, t.x, compute::Tensor{}, n);
@@ -81,8 +81,8 @@ class Qwen4Exp final : public Model {
   void start_window_inputs(const WindowRun& run) const override {
     if (!hp_.has_ple()) return;
     for (const WindowSegment& s : run.segments) {
-      ple_row_ids(hp_, s.state->ple.context, s.tokens, s.state->ple_rows);
-      s.state->ple_reader->start(hp_, ple_, s.state->ple_rows);
+      ple_row_ids(dims_.ple, s.state->ple.context, s.tokens, s.state->ple_rows);
+      s.state->ple_reader->start(dims_.ple, ple_, s.state->ple_rows);
     }
   }
 
@@ -103,7 +103,7 @@ class Qwen4Exp final : public Model {
       be.hyper_connection_out(S, t.y, t.inject, t.X, n_rows);
 
       be.hyper_connection_in(lw.hc_ffn, S, eps, t.X, t.x, t.inject, n_rows);
-      be.moe(hp_, lw.moe, experts, l, t.x, t.y, n_rows, next_router(l));
+      be.moe(dims_.moe, lw.moe, experts, l, t.x, t.y, n_rows, next_router(l));
       be.hyper_connection_out(S, t.y, t.inject, t.X, n_rows);
     }
     for (const WindowSegment& s : run.segments) {
@@ -123,13 +123,14 @@ class Qwen4Exp final : public Model {
       ModelState& state = *s.state;
       const int64_t n = int64_t(s.tokens.size());
       if (!run.batched()) {
-        be.ple(hp_, ple_, state.ple, *state.ple_reader, run.t.X, n, state.record_windows);
+        be.ple(dims_.ple, ple_, state.ple, *state.ple_reader, run.t.X, n, state.record_windows);
       } else {
         be.copy_rows(run.t.X, s.first_row, run.segment->X, 0, n);
-        be.ple(hp_, ple_, state.ple, *state.ple_reader, run.segment->X, n, state.record_windows);
+        be.ple(dims_.ple, ple_, state.ple, *state.ple_reader, run.segment->X, n,
+               state.record_windows);
         be.copy_rows(run.segment->X, 0, run.t.X, s.first_row, n);
       }
-      state.ple.context = ple_advance(hp_, state.ple.context, s.tokens);
+      state.ple.context = ple_advance(dims_.ple, state.ple.context, s.tokens);
     }
   }
 

@@ -7,7 +7,7 @@
 #include <optional>
 #include <span>
 
-#include "engine/generate.h"
+#include "decode/generate.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "experts/expert_store.h"
@@ -28,7 +28,7 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// The generation loop's callbacks (engine/generate.h) as lambdas of run_choice, which share its
+// The generation loop's callbacks (decode/generate.h) as lambdas of run_choice, which share its
 // locals (the text pipeline, the recorder, the job).
 class ChoiceCallbacks final : public GenerationCallbacks {
  public:
@@ -222,7 +222,7 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
     std::optional<spec::SpecDecoder> speculative;
     if (spec_gate_ && !plan.logprobs)
       speculative.emplace(session, sampler, spec_, pool_, experts, spec_gate_.get());
-    // Resume from the conversation state cache and prefill the rest (engine/state_cache.h:
+    // Resume from the conversation state cache and prefill the rest (decode/state_cache.h:
     // windows of kPrefillChunk from position 0, as without the cache, so the bits are the same);
     // cancellation is checked between windows.
     const std::span<const int32_t> full_prompt(plan.prompt);

@@ -1,5 +1,5 @@
 // Generator — runs one Job on the engine: a fresh Session, prefill in chunks, then the generation
-// loop (engine/generate.h: plain or speculative, the same stop rules and cancellation either way).
+// loop (decode/generate.h: plain or speculative, the same stop rules and cancellation either way).
 // Text leaves through a StreamingDecoder (whole UTF-8 characters only), a StopMatcher (stop strings
 // cut the text and end the generation) and, for chat, a ThinkFilter that routes a leading <think>
 // block to reasoning_content. Control tokens print nothing.
@@ -29,7 +29,7 @@
 // logit_bias, the penalties and temperature, before top-k/top-p/min-p. Such requests decode
 // plainly even with --spec (same tokens; the verify windows do not expose each row's logits).
 //
-// Conversation state cache (engine/state_cache.h, `--cache-ram`): the session resumes from the
+// Conversation state cache (decode/state_cache.h, `--cache-ram`): the session resumes from the
 // longest cached snapshot that prefixes the prompt and prefills only the rest; the number of
 // reused tokens is reported as usage.cached_tokens. Snapshots are saved after the prompt's
 // prefill (once the first token is out, before anything is fed after the prompt, so it costs
@@ -67,7 +67,7 @@
 #include <string>
 
 #include "compute/cpu/thread_pool.h"
-#include "engine/state_cache.h"
+#include "decode/state_cache.h"
 #include "grammar/token_mask.h"
 #include "serve/dashboard.h"
 #include "serve/dashboard_recorder.h"

@@ -28,7 +28,7 @@
 #include <string>
 
 #include "compute/cpu/thread_pool.h"
-#include "engine/state_cache.h"
+#include "decode/state_cache.h"
 #include "serve/access_control.h"
 #include "serve/plan.h"
 #include "spec/spec_decoder.h"

@@ -12,7 +12,7 @@
 //   window, a plain step, or the kept rows of a verify window); their trunk residuals are the last
 //   n_rows rows of session.state().residuals.
 // - `clone()`: a deep copy of the drafter's state for the conversation state cache
-//   (engine/state_cache.h), or nullptr for a drafter that cannot be copied (then sequences
+//   (decode/state_cache.h), or nullptr for a drafter that cannot be copied (then sequences
 //   decoded with it are not cached); `state_bytes()` what the copy holds.
 // - Drafts never change tokens: the verify decides. Not thread-safe; one per sequence.
 #pragma once

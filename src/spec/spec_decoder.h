@@ -12,7 +12,7 @@
 //   rejection the token is distributed as p without d. Same seed → same tokens as plain sampling,
 //   whatever the gate picks (its picks follow wall times).
 // - With no drafter (or the gate declining every window) each step is a plain decode.
-// - The generation loop around the windows is engine/generate.h's `generate` (plain and
+// - The generation loop around the windows is decode/generate.h's `generate` (plain and
 //   speculative alike: stop tokens, stop strings, limits, cancellation); this class runs the
 //   windows: `step` feeds a token plus drafts, hands out the drafts that stand (up to a stop token
 //   or a halt) and returns the following token; `feed` feeds one token as a plain step.

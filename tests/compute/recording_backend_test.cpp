@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "../common/fixture_models.h"
+#include "backends/cpu_backend.h"
 #include "compute/backend.h"
-#include "compute/cpu/cpu_backend.h"
 #include "compute/cpu/ops.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/window.h"
@@ -95,25 +95,26 @@ class RecordingBackend final : public Backend {
     note("hyper_connection_out");
     inner_->hyper_connection_out(s, y, inject, X, n_rows);
   }
-  void gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w, GatedDeltaNetState& st,
-                      int layer, Tensor x, Tensor y, int64_t n_rows, bool record) override {
+  void gated_deltanet(const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
+                      GatedDeltaNetState& st, int layer, Tensor x, Tensor y, int64_t n_rows,
+                      bool record) override {
     note("gated_deltanet");
-    inner_->gated_deltanet(hp, w, st, layer, x, y, n_rows, record);
+    inner_->gated_deltanet(dims, w, st, layer, x, y, n_rows, record);
   }
-  void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer, Tensor x,
-                 Tensor y, int64_t n_rows) override {
+  void attention(const AttentionDims& dims, const AttentionWeights& w, KvCache& cache, int layer,
+                 Tensor x, Tensor y, int64_t n_rows) override {
     note("attention");
-    inner_->attention(hp, w, cache, layer, x, y, n_rows);
+    inner_->attention(dims, w, cache, layer, x, y, n_rows);
   }
-  void ple(const HParams& hp, const PleWeights& w, PleState& st, PleRowReader& rows, Tensor X,
+  void ple(const PleDims& dims, const PleWeights& w, PleState& st, PleRowReader& rows, Tensor X,
            int64_t n_rows, bool record) override {
     note("ple");
-    inner_->ple(hp, w, st, rows, X, n_rows, record);
+    inner_->ple(dims, w, st, rows, X, n_rows, record);
   }
-  void moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x,
+  void moe(const MoeDims& dims, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x,
            Tensor y, int64_t n_rows, const MoeWeights* next) override {
     note("moe");
-    inner_->moe(hp, w, experts, layer, x, y, n_rows, next);
+    inner_->moe(dims, w, experts, layer, x, y, n_rows, next);
   }
 
  private:

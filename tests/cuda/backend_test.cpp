@@ -45,13 +45,13 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/f32_file.h"
-#include "compute/backend_registry.h"
+#include "backends/backend_registry.h"
 #include "compute/cpu/ops.h"
 #include "compute/cpu/thread_pool.h"
 #include "compute/cuda/cuda_backend.h"
 #include "convert/convert.h"
 #include "cuda_test_util.h"
-#include "engine/generate.h"
+#include "decode/generate.h"
 #include "engine/session.h"
 #include "engine/window.h"
 #include "model/model.h"

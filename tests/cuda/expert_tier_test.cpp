@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "compute/backend_registry.h"
+#include "backends/backend_registry.h"
 #include "compute/cpu/thread_pool.h"
 #include "compute/cuda/cuda_backend.h"
 #include "cuda_test_util.h"

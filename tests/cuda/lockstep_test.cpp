@@ -14,8 +14,8 @@
 #include <filesystem>
 #include <map>
 
-#include "compute/backend_registry.h"
-#include "compute/cpu/cpu_backend.h"
+#include "backends/backend_registry.h"
+#include "backends/cpu_backend.h"
 #include "compute/cpu/thread_pool.h"
 #include "compute/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
@@ -118,30 +118,30 @@ class LockstepBackend final : public Backend {
     gpu_->hyper_connection_out(S, g(y), g(inject), g(X), n_rows);
     settle("hyper_connection_out", X, n_rows);
   }
-  void gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w, GatedDeltaNetState& state, int layer,
+  void gated_deltanet(const DeltaNetDims& dims, const GatedDeltaNetWeights& w, GatedDeltaNetState& state, int layer,
                       Tensor x, Tensor y, int64_t n_rows, bool record) override {
-    gpu_->gated_deltanet(hp, w, state, layer, g(x), g(y), n_rows, record);
-    cpu_.gated_deltanet(hp, w, state, layer, c(x), c(y), n_rows, record);
+    gpu_->gated_deltanet(dims, w, state, layer, g(x), g(y), n_rows, record);
+    cpu_.gated_deltanet(dims, w, state, layer, c(x), c(y), n_rows, record);
     settle("gated_deltanet", y, n_rows, layer);
   }
-  void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer, Tensor x, Tensor y,
+  void attention(const AttentionDims& dims, const AttentionWeights& w, KvCache& cache, int layer, Tensor x, Tensor y,
                  int64_t n_rows) override {
     const int64_t before = cache.n_tokens;
-    gpu_->attention(hp, w, cache, layer, g(x), g(y), n_rows);
+    gpu_->attention(dims, w, cache, layer, g(x), g(y), n_rows);
     cache.n_tokens = before;
-    cpu_.attention(hp, w, cache, layer, c(x), c(y), n_rows);
+    cpu_.attention(dims, w, cache, layer, c(x), c(y), n_rows);
     settle(w.sparse() ? "attention (qsa)" : "attention", y, n_rows, layer);
   }
-  void ple(const HParams& hp, const PleWeights& w, PleState& state, PleRowReader& rows, Tensor X, int64_t n_rows,
+  void ple(const PleDims& dims, const PleWeights& w, PleState& state, PleRowReader& rows, Tensor X, int64_t n_rows,
            bool record) override {
-    gpu_->ple(hp, w, state, rows, g(X), n_rows, record);
-    cpu_.ple(hp, w, state, rows, c(X), n_rows, record);
+    gpu_->ple(dims, w, state, rows, g(X), n_rows, record);
+    cpu_.ple(dims, w, state, rows, c(X), n_rows, record);
     settle("ple", X, n_rows);
   }
-  void moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x, Tensor y,
+  void moe(const MoeDims& dims, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x, Tensor y,
            int64_t n_rows, const MoeWeights* next) override {
-    gpu_->moe(hp, w, experts, layer, g(x), g(y), n_rows, next);
-    cpu_.moe(hp, w, experts, layer, c(x), c(y), n_rows, next);
+    gpu_->moe(dims, w, experts, layer, g(x), g(y), n_rows, next);
+    cpu_.moe(dims, w, experts, layer, c(x), c(y), n_rows, next);
     settle("moe", y, n_rows, layer);
   }
 

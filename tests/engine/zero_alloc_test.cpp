@@ -30,7 +30,7 @@
 #include "../common/temp_dir.h"
 #include "compute/cpu/ops.h"
 #include "compute/cpu/thread_pool.h"
-#include "engine/generate.h"
+#include "decode/generate.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "experts/block_reader.h"
@@ -433,7 +433,7 @@ TEST(ZeroAlloc, SteadyMtpSpeculativeDecodeAllocatesNothing) {
   EXPECT_GT(models_with_mtp, 0) << "no model with an MTP head";
 }
 
-// The generation loop itself (engine/generate.h) around plain steps, greedy and sampled: its
+// The generation loop itself (decode/generate.h) around plain steps, greedy and sampled: its
 // callbacks, checks and window reports add nothing to a warm step. Allocations between the 6th
 // and the last token it hands out.
 TEST(ZeroAlloc, SteadyDecodeThroughTheGenerationLoopAllocatesNothing) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "layers/ple.h"
+#include "model/hparams.h"
 #include "synth/synth.h"
 
 namespace strata {
@@ -29,7 +30,7 @@ TEST(PleHash, RealModelKnownAnswerForFirstEos) {
   const HParams hp = real_model_ple();
   EXPECT_EQ(hp.ple_head_offsets.back(), 300001275u);  // reference: last offset
   const int32_t tokens[] = {248044};
-  const std::vector<uint64_t> rows = ple_row_ids(hp, PleContext{}, tokens);
+  const std::vector<uint64_t> rows = ple_row_ids(forward_dims(hp).ple, PleContext{}, tokens);
   const std::vector<uint64_t> expected = {9663979,   26558231,  56120240,  74755659,
                                           80459717,  109265651, 132697467, 151022725,
                                           170054832, 192967038, 200687722, 225763581,
@@ -52,25 +53,26 @@ TEST(PleHash, ParityConfigConstantsFromSeed) {
 }
 
 TEST(PleHash, EosCutsContextAndWindowsCompose) {
-  HParams hp = real_model_ple();
+  const PleDims dims = forward_dims(real_model_ple()).ple;
   const int32_t eos = 248044;
   // After an eos, the next token's context is (tok, eos, eos): equal to a sequence start.
   const int32_t after_eos[] = {5, 7, eos, 11};
   const int32_t fresh[] = {11};
-  const std::vector<uint64_t> a = ple_row_ids(hp, PleContext{}, after_eos);
-  const std::vector<uint64_t> b = ple_row_ids(hp, PleContext{}, fresh);
+  const std::vector<uint64_t> a = ple_row_ids(dims, PleContext{}, after_eos);
+  const std::vector<uint64_t> b = ple_row_ids(dims, PleContext{}, fresh);
   EXPECT_TRUE(std::equal(b.begin(), b.end(), a.begin() + 3 * 16));
   // Feeding a sequence in two windows gives the same rows as one window.
   const int32_t all[] = {5, 7, 9, 11, 13};
-  const std::vector<uint64_t> whole = ple_row_ids(hp, PleContext{}, all);
+  const std::vector<uint64_t> whole = ple_row_ids(dims, PleContext{}, all);
   const std::span<const int32_t> first(all, 2), second(all + 2, 3);
-  std::vector<uint64_t> split = ple_row_ids(hp, PleContext{}, first);
-  const std::vector<uint64_t> rest = ple_row_ids(hp, ple_advance(hp, PleContext{}, first), second);
+  std::vector<uint64_t> split = ple_row_ids(dims, PleContext{}, first);
+  const std::vector<uint64_t> rest =
+      ple_row_ids(dims, ple_advance(dims, PleContext{}, first), second);
   split.insert(split.end(), rest.begin(), rest.end());
   EXPECT_EQ(whole, split);
   // Bigram heads of token 9 depend on (9, 7) only; trigram heads also on 5.
   const int32_t other_start[] = {6, 7, 9};
-  const std::vector<uint64_t> c = ple_row_ids(hp, PleContext{}, other_start);
+  const std::vector<uint64_t> c = ple_row_ids(dims, PleContext{}, other_start);
   for (int h = 0; h < 8; ++h) EXPECT_EQ(c[2 * 16 + h], whole[2 * 16 + h]);
   for (int h = 8; h < 16; ++h) EXPECT_NE(c[2 * 16 + h], whole[2 * 16 + h]);
 }

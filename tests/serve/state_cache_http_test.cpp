@@ -65,7 +65,7 @@ TEST(ServeStateCache, MultiTurnChatReportsCachedTokensAndSameReplies) {
       EXPECT_EQ(cached_tokens(b), 0);
       const int64_t prompt_tokens = a["usage"]["prompt_tokens"].get<int64_t>();
       // The default model has DeltaNet layers: the cache resumes only at 64-token prefill-window
-      // boundaries (engine/state_cache.h), the last one inside an earlier prompt that still
+      // boundaries (decode/state_cache.h), the last one inside an earlier prompt that still
       // prefixes this one. The previous prompt's tail that the next one renders differently (the
       // generation prompt's empty think block) is at most a few tokens.
       EXPECT_EQ(cached_tokens(a) % 64, 0);

@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "../common/temp_dir.h"
-#include "engine/generate.h"
+#include "decode/generate.h"
 #include "spec_test_util.h"
 #include "synth/synth.h"
 #include "text/tokenizer.h"

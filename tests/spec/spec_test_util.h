@@ -9,7 +9,7 @@
 
 #include "../common/fixture_models.h"
 #include "compute/cpu/thread_pool.h"
-#include "engine/generate.h"
+#include "decode/generate.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "model/model.h"

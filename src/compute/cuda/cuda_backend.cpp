@@ -8,10 +8,9 @@ namespace detail {
 // ---------------------------------------------------------------------------------------------
 // Gated DeltaNet
 
-void CudaBackend::gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w, GatedDeltaNetState&, int layer,
+void CudaBackend::gated_deltanet(const DeltaNetDims& hp, const GatedDeltaNetWeights& w, GatedDeltaNetState&, int layer,
                                  Tensor x, Tensor y, int64_t n_rows, bool record_window) {
   sign(Op::DeltaNet, x, y, layer, n_rows, record_window);
-  hp_ = &hp;
   if (replaying()) {  // the recorded graphs run the kernels; keep the rollback bookkeeping
     if (record_window) {
       deltanet_.at(layer).log_rows = n_rows;
@@ -22,9 +21,9 @@ void CudaBackend::gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& 
   const float* xd = rows(x, n_rows, "gated_deltanet");
   float* yd = rows(y, n_rows, "gated_deltanet", x.width);
   scratch_.reset();
-  const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
-  const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim(), kernel = hp.ssm_conv_kernel;
-  const int64_t key_dim = hp.ssm_key_dim(), value_dim = hp.ssm_value_dim(), conv_dim = hp.ssm_conv_dim();
+  const int nk = hp.n_k_heads, nv = hp.n_v_heads;
+  const int dk = hp.head_k_dim, dv = hp.head_v_dim, kernel = hp.conv_kernel;
+  const int64_t key_dim = hp.key_dim(), value_dim = hp.value_dim(), conv_dim = hp.conv_dim();
   const size_t conv_bytes = size_t((kernel - 1) * conv_dim) * 4, ssm_bytes = size_t(nv) * dk * dv * 4;
   DeltaNetMirror& m = deltanet_[layer];
   if (!m.ssm.data()) {
@@ -79,18 +78,18 @@ void CudaBackend::gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& 
                    decay, s());
   float* core = scratch_.floats(n_rows * value_dim);
   mark("dn.recurrent");
-  delta_rule_recurrent(q, k, v, beta, decay, n_rows, nk, nv, dk, dv, hp.ssm_v_heads_tiled, m.ssm.as<float>(), core,
+  delta_rule_recurrent(q, k, v, beta, decay, n_rows, nk, nv, dk, dv, hp.v_heads_tiled, m.ssm.as<float>(), core,
                        s());
   mark("dn.norm+gate+out");
   rms_norm_rows(core, vec(w.norm), n_rows * nv, dv, hp.rms_eps, core, s());
-  gate_rows(core, z, n_rows * value_dim, hp.ssm_gate_sigmoid, s());
+  gate_rows(core, z, n_rows * value_dim, hp.gate_sigmoid, s());
   mm(w.out, core, n_rows, yd);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Attention (plain, gated, QSA)
 
-KvMirror& CudaBackend::kv_mirror(const HParams& hp, const AttentionWeights& w, int layer, int64_t n_tokens) {
+KvMirror& CudaBackend::kv_mirror(const AttentionDims& hp, const AttentionWeights& w, int layer, int64_t n_tokens) {
   KvMirror& kv = kv_[layer];
   if (kv.capacity >= n_tokens) return kv;
   EagerScope eager(*this);
@@ -108,10 +107,9 @@ KvMirror& CudaBackend::kv_mirror(const HParams& hp, const AttentionWeights& w, i
   return kv;
 }
 
-void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer, Tensor x,
+void CudaBackend::attention(const AttentionDims& hp, const AttentionWeights& w, KvCache& cache, int layer, Tensor x,
                             Tensor y, int64_t n_rows) {
   sign(Op::Attention, x, y, layer, n_rows);
-  hp_ = &hp;
   const int64_t first = cache.n_tokens;
   if (replaying()) {
     // describe_window checked capacity, blocks and budget; stage the inputs in the recorded
@@ -207,10 +205,9 @@ void CudaBackend::attention(const HParams& hp, const AttentionWeights& w, KvCach
 // ---------------------------------------------------------------------------------------------
 // PLE
 
-void CudaBackend::ple(const HParams& hp, const PleWeights& w, PleState& state, PleRowReader& reader, Tensor X,
+void CudaBackend::ple(const PleDims& hp, const PleWeights& w, PleState& state, PleRowReader& reader, Tensor X,
                       int64_t n_rows, bool record_window) {
   sign(Op::Ple, X, n_rows, record_window);
-  hp_ = &hp;
   PleWindowLog& log = state.window_log;
   log.valid = false;
   if (record_window) {
@@ -228,7 +225,7 @@ void CudaBackend::ple(const HParams& hp, const PleWeights& w, PleState& state, P
   float* Xd = rows(X, n_rows, "ple");
   mark("ple");
   scratch_.reset();
-  const int S = hp.hc_count, kernel = hp.ple_conv_kernel, dilation = hp.ple_ngram_size;
+  const int S = hp.n_streams, kernel = hp.conv_kernel, dilation = hp.ngram_size;
   const int64_t H = hp.n_embd, width = S * H, history_steps = int64_t(kernel - 1) * dilation;
   const size_t history_bytes = size_t(std::max<int64_t>(history_steps, 1) * width) * 4;
   if (!ple_.history.data()) {
@@ -276,21 +273,21 @@ void CudaBackend::ple(const HParams& hp, const PleWeights& w, PleState& state, P
 
 bool CudaBackend::rollback_window(int64_t keep_rows) {
   if (!hp_) return true;  // nothing ran yet
-  const HParams& hp = *hp_;
+  const ForwardDims& hp = *hp_;
   for (const int layer : recorded_deltanet_) {
     DeltaNetMirror& m = deltanet_.at(layer);
     if (keep_rows < 0 || keep_rows > m.log_rows)
       fail("cuda backend: rollback: cannot keep {} rows of a {}-row window", keep_rows, m.log_rows);
     if (keep_rows == m.log_rows) continue;
-    const int nk = hp.ssm_n_k_heads, nv = hp.ssm_n_v_heads;
-    const int dk = hp.ssm_head_k_dim(), dv = hp.ssm_head_v_dim();
-    const int64_t conv_dim = hp.ssm_conv_dim();
-    history_tail(m.conv_before.as<float>(), m.conv_inputs.as<float>(), keep_rows, hp.ssm_conv_kernel - 1, conv_dim,
+    const int nk = hp.deltanet.n_k_heads, nv = hp.deltanet.n_v_heads;
+    const int dk = hp.deltanet.head_k_dim, dv = hp.deltanet.head_v_dim;
+    const int64_t conv_dim = hp.deltanet.conv_dim();
+    history_tail(m.conv_before.as<float>(), m.conv_inputs.as<float>(), keep_rows, hp.deltanet.conv_kernel - 1, conv_dim,
                  m.conv.as<float>(), s());
     copy_d2d(m.ssm.data(), m.ssm_before.data(), size_t(nv) * dk * dv * 4, s());
     if (keep_rows > 0)
       delta_rule_recurrent(m.q.as<float>(), m.k.as<float>(), m.v.as<float>(), m.beta.as<float>(),
-                           m.decay.as<float>(), keep_rows, nk, nv, dk, dv, hp.ssm_v_heads_tiled, m.ssm.as<float>(),
+                           m.decay.as<float>(), keep_rows, nk, nv, dk, dv, hp.deltanet.v_heads_tiled, m.ssm.as<float>(),
                            nullptr, s());
   }
   recorded_deltanet_.clear();
@@ -301,8 +298,8 @@ bool CudaBackend::rollback_window(int64_t keep_rows) {
     kv.first_in_window = -1;
   }
   if (ple_.recorded && keep_rows < ple_.log_rows) {
-    const int64_t width = int64_t(hp.hc_count) * hp.n_embd;
-    const int64_t history_steps = int64_t(hp.ple_conv_kernel - 1) * hp.ple_ngram_size;
+    const int64_t width = int64_t(hp.ple.n_streams) * hp.ple.n_embd;
+    const int64_t history_steps = int64_t(hp.ple.conv_kernel - 1) * hp.ple.ngram_size;
     history_tail(ple_.before.as<float>(), ple_.normed.as<float>(), keep_rows, history_steps, width,
                  ple_.history.as<float>(), s());
   }

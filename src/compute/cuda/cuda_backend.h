@@ -36,8 +36,8 @@
 
 #include <memory>
 
+#include "backends/backend_registry.h"
 #include "compute/backend.h"
-#include "compute/backend_registry.h"
 #include "compute/cuda/expert_tier.h"
 
 namespace strata::compute::cuda {
@@ -45,7 +45,7 @@ namespace strata::compute::cuda {
 // A CUDA backend on device 0, keeping the model's device weights in `shared` (one per model).
 // Throws when no device is usable.
 std::unique_ptr<Backend> make_cuda_backend(BackendShared& shared);
-// Registers "cuda" in compute/backend_registry.h (idempotent).
+// Registers "cuda" in backends/backend_registry.h (idempotent).
 void register_cuda_backend();
 
 // Window-graph counters of a CUDA backend (window_graph.h; zeros for any other backend), for

@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "compute/backend_registry.h"
+#include "backends/backend_registry.h"
 #include "compute/cpu/matmul.h"
 #include "compute/cuda/attention.h"
 #include "compute/cuda/deltanet.h"
@@ -32,11 +32,11 @@
 #include "compute/cuda/window_ops.h"
 #include "experts/expert_source.h"
 #include "layers/attention.h"
+#include "layers/dims.h"
 #include "layers/gated_deltanet.h"
 #include "layers/hyper_connection.h"
 #include "layers/moe.h"
 #include "layers/ple.h"
-#include "model/hparams.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -284,9 +284,9 @@ class CudaBackend final : public Backend {
   // seen before (first windows allocate). QSA block keys and token selection run on the device
   // from the window's first position; which QSA layers select (their last row over budget) is
   // part of the key, as their launch sequence differs.
-  void describe_window(const HParams& hp, const WindowShape& shape) override {
-    if (!graph_.enabled()) return;
+  void describe_window(const ForwardDims& hp, const WindowShape& shape) override {
     hp_ = &hp;
+    if (!graph_.enabled()) return;
     const int64_t end = shape.n_past + shape.n_rows;
     bool replayable = !kv_.empty() || !deltanet_.empty();
     int qsa_selecting = 0;
@@ -305,7 +305,7 @@ class CudaBackend final : public Backend {
       // QSA layers switch to device-side selection once the window's last row is over budget:
       // another launch sequence, so another key.
       const int ratio = hp.compress_ratios.empty() ? 0 : hp.compress_ratios[size_t(l)];
-      if (ratio > 0 && end / ratio > hp.indexer_top_k / ratio) ++qsa_selecting;
+      if (ratio > 0 && end / ratio > hp.attention.indexer_top_k / ratio) ++qsa_selecting;
     }
     if (hp.has_ple() && shape.record && ple_.normed_capacity < shape.n_rows) replayable = false;
     WindowKey key;
@@ -421,13 +421,13 @@ class CudaBackend final : public Backend {
     hc_out(yd, inj, n_rows, n_streams, n_embd, Xd, s());
   }
 
-  void gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w, GatedDeltaNetState&, int layer, Tensor x,
+  void gated_deltanet(const DeltaNetDims& hp, const GatedDeltaNetWeights& w, GatedDeltaNetState&, int layer, Tensor x,
                       Tensor y, int64_t n_rows, bool record_window) override;
-  void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer, Tensor x, Tensor y,
+  void attention(const AttentionDims& hp, const AttentionWeights& w, KvCache& cache, int layer, Tensor x, Tensor y,
                  int64_t n_rows) override;
-  void ple(const HParams& hp, const PleWeights& w, PleState& state, PleRowReader& reader, Tensor X, int64_t n_rows,
+  void ple(const PleDims& hp, const PleWeights& w, PleState& state, PleRowReader& reader, Tensor X, int64_t n_rows,
            bool record_window) override;
-  void moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x, Tensor y,
+  void moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x, Tensor y,
            int64_t n_rows, const MoeWeights* next_router) override;
   bool rollback_window(int64_t keep_rows) override;
 
@@ -560,12 +560,12 @@ class CudaBackend final : public Backend {
     return upload_ints(host_ints_);
   }
 
-  LayerExperts& layer_experts(const HParams& hp, ExpertSource& source, int layer);
+  LayerExperts& layer_experts(const MoeDims& hp, ExpertSource& source, int layer);
   // The tiered arena when BackendShared::gpu_tier asks for a budget below every expert (made at
   // the first call), else nullptr (every expert resident: layer_experts).
-  GpuExpertTier* expert_tier(const HParams& hp, int64_t max_rows);
+  GpuExpertTier* expert_tier(const MoeDims& hp, int64_t max_rows);
   GpuTierOptions tier_options_;
-  KvMirror& kv_mirror(const HParams& hp, const AttentionWeights& w, int layer, int64_t n_tokens);
+  KvMirror& kv_mirror(const AttentionDims& hp, const AttentionWeights& w, int layer, int64_t n_tokens);
 
   Stream stream_;
   WindowGraph graph_;  // captures each window's launches (window_graph.h)
@@ -579,7 +579,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<int, DeltaNetMirror> deltanet_;
   std::unordered_map<int, KvMirror> kv_;
   PleMirror ple_;
-  const HParams* hp_ = nullptr;  // the model's, for rollback
+  const ForwardDims* hp_ = nullptr;  // the model's (describe_window), for rollback
   std::vector<int> recorded_deltanet_;
   // Expert launch tables: pair i = (row i / k, its j-th expert); row_of_pair[i] = i / k, identity[i] = i.
   DeviceBuffer row_of_pair_, identity_, ones_;

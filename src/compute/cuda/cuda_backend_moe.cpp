@@ -7,7 +7,7 @@ namespace strata::compute::cuda::detail {
 // ---------------------------------------------------------------------------------------------
 // MoE
 
-LayerExperts& CudaBackend::layer_experts(const HParams& hp, ExpertSource& source, int layer) {
+LayerExperts& CudaBackend::layer_experts(const MoeDims& hp, ExpertSource& source, int layer) {
   std::lock_guard lock(weights_->mutex);
   auto it = weights_->experts.find(layer);
   if (it != weights_->experts.end()) return it->second;
@@ -59,7 +59,7 @@ LayerExperts& CudaBackend::layer_experts(const HParams& hp, ExpertSource& source
   return weights_->experts.emplace(layer, std::move(le)).first->second;
 }
 
-GpuExpertTier* CudaBackend::expert_tier(const HParams& hp, int64_t max_rows) {
+GpuExpertTier* CudaBackend::expert_tier(const MoeDims& hp, int64_t max_rows) {
   std::lock_guard lock(weights_->mutex);
   if (weights_->tier_decided) return weights_->tier.get();
   weights_->tier_decided = true;
@@ -78,7 +78,7 @@ GpuExpertTier* CudaBackend::expert_tier(const HParams& hp, int64_t max_rows) {
   return weights_->tier.get();
 }
 
-void CudaBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x, Tensor y,
+void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x, Tensor y,
                       int64_t n_rows, const MoeWeights* next_router) {
   sign(Op::Moe, x, y, layer, n_rows);
   // Every window, replayed or not, has this layer's handshake on the GPU: the tier's host thread

@@ -38,6 +38,8 @@
 // Thread safety: every method may be called from any thread. A mutex guards the entry list;
 // entries are immutable once inserted and shared (shared_ptr), so the copy into a session runs
 // outside the lock and an eviction meanwhile cannot free what is being copied.
+//
+// In decode/ with the generation loop, above spec/: an entry copies the SpecDecoder's drafters.
 #pragma once
 
 #include <cstdint>

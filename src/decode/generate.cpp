@@ -1,4 +1,4 @@
-#include "engine/generate.h"
+#include "decode/generate.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "engine/state_cache.h"
+#include "decode/state_cache.h"
 
 #include <algorithm>
 #include <optional>

@@ -1,6 +1,8 @@
 // generate — the one generation loop of `strata run`, `strata chat` and `strata serve`: draw a
 // token, decide whether it ends the generation, hand it to the caller, feed it, repeat; plainly
 // (one decode window per token) or speculatively (a spec::SpecDecoder's verify windows).
+// It lives in decode/, above spec/ (which builds on engine/'s Session and Sampler), so that
+// engine/ and spec/ do not include each other (docs/architecture.md, "Layout").
 //
 // Contract
 // - Owns nothing. The caller owns the Session (already prefilled), the Sampler, the optional

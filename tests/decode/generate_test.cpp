@@ -1,4 +1,4 @@
-// The generation loop (engine/generate.h) against a hand-written sample/emit/decode loop on every
+// The generation loop (decode/generate.h) against a hand-written sample/emit/decode loop on every
 // fixture: the same tokens plainly and speculatively (drafts that always stand, drafts that never
 // do, the MTP head), and the rules of its contract — stop tokens, a stop string that spans two
 // tokens, cancellation inside a stream and before it, the token limit, what the session has fed
@@ -14,7 +14,7 @@
 
 #include "../common/fixture_models.h"
 #include "compute/cpu/thread_pool.h"
-#include "engine/generate.h"
+#include "decode/generate.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "model/model.h"

@@ -1,6 +1,7 @@
 // CpuBackend — the reference Backend (compute/backend.h): host buffers, ops that call today's CPU
 // functions (compute/cpu/matmul.h, compute/cpu/ops.h and the layer blocks of src/layers/) with
-// the window's thread pool and a Workspace for their scratch.
+// the window's thread pool and a Workspace for their scratch. It lives in backends/, above
+// layers/ (whose blocks it wraps), not in compute/cpu/ with the kernels those blocks run on.
 //
 // Contract
 // - Every op gives exactly the bits of the function it wraps (it passes the same pointers and
@@ -43,21 +44,22 @@ class CpuBackend final : public Backend {
                            Tensor x, Tensor inject, int64_t n_rows) override;
   void hyper_connection_out(int n_streams, Tensor y, Tensor inject, Tensor X,
                             int64_t n_rows) override;
-  void gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w, GatedDeltaNetState& state,
-                      int layer, Tensor x, Tensor y, int64_t n_rows, bool record_window) override;
-  void attention(const HParams& hp, const AttentionWeights& w, KvCache& cache, int layer, Tensor x,
-                 Tensor y, int64_t n_rows) override;
+  void gated_deltanet(const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
+                      GatedDeltaNetState& state, int layer, Tensor x, Tensor y, int64_t n_rows,
+                      bool record_window) override;
+  void attention(const AttentionDims& dims, const AttentionWeights& w, KvCache& cache, int layer,
+                 Tensor x, Tensor y, int64_t n_rows) override;
   bool batched_mixers() const override { return true; }
-  void gated_deltanet_rows(const HParams& hp, const GatedDeltaNetWeights& w,
+  void gated_deltanet_rows(const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
                            std::span<GatedDeltaNetState* const> states,
                            std::span<const RowSegment> segments, int layer, Tensor x, Tensor y,
                            int64_t n_rows) override;
-  void attention_rows(const HParams& hp, const AttentionWeights& w,
+  void attention_rows(const AttentionDims& dims, const AttentionWeights& w,
                       std::span<KvCache* const> caches, std::span<const RowSegment> segments,
                       int layer, Tensor x, Tensor y, int64_t n_rows) override;
-  void ple(const HParams& hp, const PleWeights& w, PleState& state, PleRowReader& rows, Tensor X,
+  void ple(const PleDims& dims, const PleWeights& w, PleState& state, PleRowReader& rows, Tensor X,
            int64_t n_rows, bool record_window) override;
-  void moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x,
+  void moe(const MoeDims& dims, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x,
            Tensor y, int64_t n_rows, const MoeWeights* next_router) override;
 
  private:

@@ -1,4 +1,5 @@
 // Backend registry — which compute backends this build has, and making one by name.
+// In backends/ with the CPU backend it always has (compute/ below holds only the interface).
 //
 // Contract
 // - "cpu" is always registered. Others register themselves once at start-up, from the executable

@@ -1,4 +1,4 @@
-// The conversation state cache (engine/state_cache.h) on the committed fixtures of every
+// The conversation state cache (decode/state_cache.h) on the committed fixtures of every
 // architecture (qwen4exp with PLE and an MTP head, qwen3next, qwen3moe): a multi-turn
 // conversation run the way `strata serve` runs it (resume from the cache, prefill the rest, save
 // after the prefill and after the reply) gives the same tokens as re-prefilling every turn's
@@ -17,10 +17,10 @@
 
 #include "../common/fixture_models.h"
 #include "compute/cpu/thread_pool.h"
-#include "engine/generate.h"
+#include "decode/generate.h"
+#include "decode/state_cache.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
-#include "engine/state_cache.h"
 #include "model/model.h"
 #include "spec/spec_decoder.h"
 

@@ -1,9 +1,9 @@
-#include "compute/backend_registry.h"
+#include "backends/backend_registry.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "compute/cpu/cpu_backend.h"
+#include "backends/cpu_backend.h"
 #include "util/error.h"
 
 namespace strata::compute {

@@ -1,4 +1,4 @@
-#include "compute/cpu/cpu_backend.h"
+#include "backends/cpu_backend.h"
 
 #include <algorithm>
 #include <cstring>
@@ -150,57 +150,57 @@ void CpuBackend::hyper_connection_out(int n_streams, Tensor y, Tensor inject, Te
   strata::hyper_connection_out(n_streams, n_embd, yd, inj, n_rows, Xd);
 }
 
-void CpuBackend::gated_deltanet(const HParams& hp, const GatedDeltaNetWeights& w,
+void CpuBackend::gated_deltanet(const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
                                 GatedDeltaNetState& state, int /*layer*/, Tensor x, Tensor y,
                                 int64_t n_rows, bool record_window) {
   const float* xd = rows(x, n_rows, "gated_deltanet");
   float* yd = rows(y, n_rows, "gated_deltanet", x.width);
   ScopedPhase phase(Phase::Mixer);
-  gated_deltanet_forward(pool("gated_deltanet"), ws_, hp, w, state, xd, n_rows, yd,
+  gated_deltanet_forward(pool("gated_deltanet"), ws_, dims, w, state, xd, n_rows, yd,
                          record_window);
 }
 
-void CpuBackend::gated_deltanet_rows(const HParams& hp, const GatedDeltaNetWeights& w,
+void CpuBackend::gated_deltanet_rows(const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
                                      std::span<GatedDeltaNetState* const> states,
                                      std::span<const RowSegment> segments, int /*layer*/, Tensor x,
                                      Tensor y, int64_t n_rows) {
   const float* xd = rows(x, n_rows, "gated_deltanet_rows");
   float* yd = rows(y, n_rows, "gated_deltanet_rows", x.width);
   ScopedPhase phase(Phase::Mixer);
-  gated_deltanet_forward_rows(pool("gated_deltanet_rows"), ws_, hp, w, states, segments, xd, n_rows,
-                              yd);
+  gated_deltanet_forward_rows(pool("gated_deltanet_rows"), ws_, dims, w, states, segments, xd,
+                              n_rows, yd);
 }
 
-void CpuBackend::attention_rows(const HParams& hp, const AttentionWeights& w,
+void CpuBackend::attention_rows(const AttentionDims& dims, const AttentionWeights& w,
                                 std::span<KvCache* const> caches,
                                 std::span<const RowSegment> segments, int /*layer*/, Tensor x,
                                 Tensor y, int64_t n_rows) {
   const float* xd = rows(x, n_rows, "attention_rows");
   float* yd = rows(y, n_rows, "attention_rows", x.width);
   ScopedPhase phase(Phase::Mixer);
-  attention_forward_rows(pool("attention_rows"), ws_, hp, w, caches, segments, xd, n_rows, yd);
+  attention_forward_rows(pool("attention_rows"), ws_, dims, w, caches, segments, xd, n_rows, yd);
 }
 
-void CpuBackend::attention(const HParams& hp, const AttentionWeights& w, KvCache& cache,
+void CpuBackend::attention(const AttentionDims& dims, const AttentionWeights& w, KvCache& cache,
                            int /*layer*/, Tensor x, Tensor y, int64_t n_rows) {
   const float* xd = rows(x, n_rows, "attention");
   float* yd = rows(y, n_rows, "attention", x.width);
   ScopedPhase phase(Phase::Mixer);
-  attention_forward(pool("attention"), ws_, hp, w, cache, xd, n_rows, yd);
+  attention_forward(pool("attention"), ws_, dims, w, cache, xd, n_rows, yd);
 }
 
-void CpuBackend::ple(const HParams& hp, const PleWeights& w, PleState& state, PleRowReader& reader,
-                     Tensor X, int64_t n_rows, bool record_window) {
+void CpuBackend::ple(const PleDims& dims, const PleWeights& w, PleState& state,
+                     PleRowReader& reader, Tensor X, int64_t n_rows, bool record_window) {
   float* Xd = rows(X, n_rows, "ple");
   const std::vector<float>& embeddings = reader.collect();
-  ple_forward(pool("ple"), ws_, hp, w, state, embeddings.data(), n_rows, Xd, record_window);
+  ple_forward(pool("ple"), ws_, dims, w, state, embeddings.data(), n_rows, Xd, record_window);
 }
 
-void CpuBackend::moe(const HParams& hp, const MoeWeights& w, ExpertSource& experts, int layer,
+void CpuBackend::moe(const MoeDims& dims, const MoeWeights& w, ExpertSource& experts, int layer,
                      Tensor x, Tensor y, int64_t n_rows, const MoeWeights* next_router) {
   const float* xd = rows(x, n_rows, "moe");
   float* yd = rows(y, n_rows, "moe", x.width);
-  moe_forward(pool("moe"), ws_, hp, w, experts, layer, xd, n_rows, yd, next_router);
+  moe_forward(pool("moe"), ws_, dims, w, experts, layer, xd, n_rows, yd, next_router);
 }
 
 }  // namespace strata::compute
