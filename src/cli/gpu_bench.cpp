@@ -358,6 +358,7 @@ std::string svg_plot(const std::vector<PlotGroup>& groups, const std::string& ti
 }  // namespace
 
 std::vector<std::string> parse_gpu_bench_backends(const std::string& list) {
+  compute::cuda::register_cuda_backend();  // before resolve_backend: "auto" and "cuda" must find it
   std::vector<std::string> backends;
   for (size_t pos = 0; pos <= list.size();) {
     const size_t comma = std::min(list.find(',', pos), list.size());
