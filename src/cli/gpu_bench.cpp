@@ -244,6 +244,12 @@ TierSummary summarize(const std::vector<TierDelta>& runs, double arena_share) {
   return s;
 }
 
+// The entries a budget row stands for: all in VRAM ("cuda") and each budget with read-ahead; the
+// "/nora" entries fill that row's no-read-ahead column, and llama.cpp runs once per row.
+bool is_budget_group(const std::string& b) {
+  return b == "cuda" || (b.rfind("cuda@", 0) == 0 && b.find("/nora") == std::string::npos);
+}
+
 // llama.cpp's decode tok/s on the same file: llama-bench -p 0 -n TOKENS (-ngl 99, -ncmoe K).
 struct LlamaResult {
   std::string setting;
@@ -516,7 +522,7 @@ void run_gpu_bench(const GpuBenchOptions& o) {
   for (const compute::ExpertLayerLayout& l : model->expert_layouts()) n_moe += l.present;
   if (!o.llama_bench.empty()) {
     for (const std::string& b : backends) {
-      if (b != "cuda" && !(b.rfind("cuda@", 0) == 0 && b.find("/nora") == std::string::npos)) continue;
+      if (!is_budget_group(b)) continue;
       const int k = b == "cuda" ? 0 : n_moe - int(std::lround(std::min(1.0, arena_share[b]) * n_moe));
       llama[b] = run_llama_bench(o, k, threads);
       fmt::print("llama.cpp {}: decode {:.2f} ± {:.2f} tok/s (tg{}, {} repetitions)\n", llama[b].setting, llama[b].tps,
@@ -531,7 +537,7 @@ void run_gpu_bench(const GpuBenchOptions& o) {
              "tok/s | no read-ahead | llama.cpp | strata ÷ llama.cpp | ms / token: all / waiting / miss copy / "
              "read-ahead copy (side) |\n|---|---:|---:|---:|---:|---:|---:|---|---:|---|\n");
   for (const std::string& b : backends) {
-    if (b != "cuda" && !(b.rfind("cuda@", 0) == 0 && b.find("/nora") == std::string::npos)) continue;
+    if (!is_budget_group(b)) continue;
     PlotGroup g;
     g.label = b == "cuda" ? "all in VRAM" : b.substr(5);
     g.strata = median(decode[b]);
