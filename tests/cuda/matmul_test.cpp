@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "compute/cuda/hyper_connection.h"
@@ -33,6 +34,11 @@ using compute::cuda::DeviceBuffer;
 using compute::cuda::DeviceMatrix;
 using compute::cuda::Stream;
 using namespace test_support;
+
+std::string fmt_case(GgmlType type, int64_t n_groups, int64_t group_size, int64_t n_rows, bool fold) {
+  return std::string(type_name(type)) + ", " + std::to_string(n_groups) + " groups of " + std::to_string(group_size) +
+         ", " + std::to_string(n_rows) + " rows" + (fold ? ", folded hc_out" : "");
+}
 
 std::vector<GgmlType> cuda_types() {
   std::vector<GgmlType> types;
@@ -353,6 +359,65 @@ TEST(CudaActivations, FusedProloguesBitwiseAsTheTwoSteps) {
       }
     }
   }
+}
+
+// The fused grouped norm + quantizer (hyper_connection_in's first launch) against its steps:
+// hc_out (when folded), rms_norm_grouped_rows, quantize_activations. The updated x, the normed
+// floats and every byte of the activation scratch must be equal, for each activation format and
+// window size, with groups of awkward size where the format allows it.
+TEST(CudaActivations, NormQuantizeBitwiseAsTheSteps) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(10);
+  Stream stream;
+  struct Case {
+    GgmlType weight_type;
+    int64_t n_groups, group_size;
+  };
+  for (const Case c : {Case{GgmlType::F16, 4, 1000}, Case{GgmlType::Q8_0, 4, 1024}, Case{GgmlType::Q8_0, 3, 96},
+                       Case{GgmlType::Q8_0, 1, 2080}, Case{GgmlType::Q4_K, 4, 1024}, Case{GgmlType::Q4_K, 2, 2560}}) {
+    for (const int64_t n_rows : {int64_t(1), int64_t(3), int64_t(8)}) {
+      for (const bool fold : {false, true}) {
+        const int64_t width = c.n_groups * c.group_size;
+        const size_t n = size_t(n_rows * width);
+        const std::vector<float> x = random_floats(n, rng, -3.0f, 3.0f),
+                                 weight = random_floats(size_t(width), rng, 0.5f, 1.5f),
+                                 y = random_floats(size_t(n_rows * c.group_size), rng, -1.0f, 1.0f),
+                                 inject = random_floats(size_t(n_rows * c.n_groups), rng, 0.0f, 2.0f);
+        const ActivationLayout layout = compute::cuda::activation_layout(c.weight_type, width, n_rows);
+        ASSERT_TRUE(compute::cuda::can_norm_quantize(layout, c.n_groups, c.group_size)) << type_name(c.weight_type);
+        DeviceBuffer dx_fused = to_device(x), dx_steps = to_device(x), dw = to_device(weight), dy = to_device(y),
+                     dinj = to_device(inject), normed_fused(n * 4), normed_steps(n * 4);
+        DeviceBuffer fused(layout.total_bytes), steps(layout.total_bytes);
+        STRATA_CUDA_CHECK(cudaMemsetAsync(fused.data(), 0, layout.total_bytes, stream.get()));
+        STRATA_CUDA_CHECK(cudaMemsetAsync(steps.data(), 0, layout.total_bytes, stream.get()));
+        const float eps = 1e-6f;
+        compute::cuda::rms_norm_quantize_activations(layout, dx_fused.as<float>(), dw.as<float>(), c.n_groups,
+                                                     c.group_size, eps, normed_fused.as<float>(), fused.data(),
+                                                     stream.get(), fold ? dy.as<float>() : nullptr,
+                                                     fold ? dinj.as<float>() : nullptr);
+        if (fold)
+          compute::cuda::hc_out(dy.as<float>(), dinj.as<float>(), n_rows, int(c.n_groups), c.group_size,
+                                dx_steps.as<float>(), stream.get());
+        compute::cuda::rms_norm_grouped_rows(dx_steps.as<float>(), dw.as<float>(), n_rows, c.n_groups, c.group_size,
+                                             eps, normed_steps.as<float>(), stream.get());
+        compute::cuda::quantize_activations(layout, normed_steps.as<float>(), steps.data(), stream.get());
+        stream.synchronize();
+        const std::string where = fmt_case(c.weight_type, c.n_groups, c.group_size, n_rows, fold);
+        ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(dx_fused, n * 4).data(), from_device<uint8_t>(dx_steps, n * 4).data(), n * 4)) << where;
+        ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(normed_fused, n * 4).data(), from_device<uint8_t>(normed_steps, n * 4).data(), n * 4)) << where;
+        const auto a = from_device<uint8_t>(fused, layout.total_bytes), b = from_device<uint8_t>(steps, layout.total_bytes);
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size())) << where;
+      }
+    }
+  }
+  // Shapes the format cannot take are refused, and the call throws rather than launching.
+  const ActivationLayout q8k = compute::cuda::activation_layout(GgmlType::Q4_K, 4 * 768, 1);
+  EXPECT_FALSE(compute::cuda::can_norm_quantize(q8k, 4, 768));
+  EXPECT_FALSE(compute::cuda::can_norm_quantize(q8k, 3, 1024));
+  DeviceBuffer buffer(1 << 20);
+  EXPECT_THROW(compute::cuda::rms_norm_quantize_activations(q8k, buffer.as<float>(), nullptr, 4, 768, 1e-6f,
+                                                            buffer.as<float>(), buffer.data(), stream.get()),
+               Error);
 }
 
 TEST(CudaMatmulErrors, BadArgumentsThrowBeforeLaunch) {

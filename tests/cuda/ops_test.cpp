@@ -154,7 +154,8 @@ TEST(CudaOps, RouterTopKMatchesCpu) {
   STRATA_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(6);
   Stream stream;
-  for (const auto& [n_expert, k] : {std::pair{8, 2}, std::pair{64, 8}, std::pair{512, 10}, std::pair{128, 1}}) {
+  for (const auto& [n_expert, k] : {std::pair{8, 2}, std::pair{64, 8}, std::pair{512, 10}, std::pair{128, 1}, std::pair{33, 32},
+                                    std::pair{4096, 32}, std::pair{200, 7}}) {
     const int64_t rows = 40;
     auto logits = random_floats(size_t(rows * n_expert), rng, -3.0f, 3.0f);
     for (int e = 0; e < n_expert; ++e) logits[size_t(e)] = 0.25f;  // row 0: every expert tied

@@ -272,6 +272,7 @@ void CudaBackend::ple(const PleDims& hp, const PleWeights& w, PleState& state, P
 // Rollback
 
 bool CudaBackend::rollback_window(int64_t keep_rows) {
+  flush_hc_out();
   if (!hp_) return true;  // nothing ran yet
   const ForwardDims& hp = *hp_;
   for (const int layer : recorded_deltanet_) {

@@ -16,6 +16,7 @@
 #include <initializer_list>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -171,6 +172,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     // Pending work must finish before the buffers it uses go away.
     try {
+      flush_hc_out();
       graph_.finish_window();
     } catch (...) {
       graph_.abandon();
@@ -231,6 +233,7 @@ class CudaBackend final : public Backend {
 
   void release(Tensor t) override {
     if (!t.valid() || t.id >= buffers_.size()) return;
+    flush_hc_out();
     EagerScope eager(*this);
     STRATA_CUDA_CHECK(cudaStreamSynchronize(s()));
     buffers_[t.id] = DeviceBuffer();
@@ -238,6 +241,7 @@ class CudaBackend final : public Backend {
   }
 
   void read(Tensor t, int64_t first_row, int64_t n_rows, float* out) override {
+    flush_hc_out();
     const float* data = tensor_data(t, first_row + n_rows, "read");
     graph_.pause(true);  // the window so far runs (replay: its next recorded segment)
     STRATA_CUDA_CHECK(cudaMemcpyAsync(out, data + first_row * t.width, size_t(n_rows * t.width) * 4,
@@ -265,6 +269,7 @@ class CudaBackend final : public Backend {
   }
 
   void begin_window(ThreadPool&) override {
+    flush_hc_out();  // (a window ends with a read, which flushed; this is for one that did not)
     // What an earlier window left captured (a window without a read) is launched first.
     graph_.begin_window();
     // Staging alternates between two buffers: this window reuses the one of the window before
@@ -387,22 +392,49 @@ class CudaBackend final : public Backend {
                            Tensor inject, int64_t n_rows) override {
     sign(Op::HcIn, X, x, inject, n_streams, n_rows, reinterpret_cast<uintptr_t>(w.down.data));
     if (replaying()) return;
-    const float* Xd = rows(X, n_rows, "hyper_connection_in");
+    // The previous block's deferred hc_out on this X, if any, becomes the first launch's prologue.
+    std::optional<PendingHcOut> fold;
+    if (pending_hc_out_ && pending_hc_out_->x_id == X.id && pending_hc_out_->n_rows == n_rows &&
+        pending_hc_out_->n_streams == n_streams) {
+      fold = pending_hc_out_;
+      pending_hc_out_.reset();
+    }
+    float* Xd = rows(X, n_rows, "hyper_connection_in");
     const int64_t n_embd = X.width / n_streams, width = X.width, rank = w.down.n_out;
     float* xd = rows(x, n_rows, "hyper_connection_in", n_embd);
     float* inj = inject.valid() ? rows(inject, n_rows, "hyper_connection_in", n_streams) : nullptr;
-    mark("hc_in.norm");
     const float inv_streams = 1.0f / float(n_streams);
+    const bool inject_here = w.has_inject() && inj;
     scratch_.reset();
     float* normed = scratch_.floats(n_rows * width);
-    rms_norm_grouped_rows(Xd, vec(w.norm), n_rows, n_streams, n_embd, eps, normed, s());
     float* mix = scratch_.floats(n_rows * rank);
-    const bool inject_here = w.has_inject() && inj;
-    mark("hc_in.down+inject");
-    if (inject_here)
-      mm_shared(normed, n_rows, {{&w.down, mix}, {&w.inject, inj}});
-    else
-      mm(w.down, normed, n_rows, mix);
+    const ActivationLayout layout = activation_layout(w.down.type, w.down.n_in, n_rows);
+    if (can_norm_quantize(layout, n_streams, n_embd)) {
+      // One launch for [hc_out,] norm and the down matmul's quantizer; the inject matrix reads
+      // the same activations when its format matches (as mm_shared would share them).
+      mark(fold ? "hc_in.out+norm" : "hc_in.norm");
+      void* act = scratch_.take(layout.total_bytes);
+      rms_norm_quantize_activations(layout, Xd, vec(w.norm), n_streams, n_embd, eps, normed, act, s(),
+                                    fold ? fold->y : nullptr, fold ? fold->inject : nullptr);
+      mark("hc_in.down+inject");
+      matmul_quantized(matrix(w.down), layout, act, n_rows, mix, s());
+      if (inject_here) {
+        const ActivationLayout inject_layout = activation_layout(w.inject.type, w.inject.n_in, n_rows);
+        if (inject_layout.format == layout.format && inject_layout.n_in == layout.n_in)
+          matmul_quantized(matrix(w.inject), layout, act, n_rows, inj, s());
+        else
+          mm(w.inject, normed, n_rows, inj);
+      }
+    } else {
+      if (fold) launch_hc_out(*fold);
+      mark("hc_in.norm");
+      rms_norm_grouped_rows(Xd, vec(w.norm), n_rows, n_streams, n_embd, eps, normed, s());
+      mark("hc_in.down+inject");
+      if (inject_here)
+        mm_shared(normed, n_rows, {{&w.down, mix}, {&w.inject, inj}});
+      else
+        mm(w.down, normed, n_rows, mix);
+    }
     float* gates = scratch_.floats(n_rows * width);
     mark("hc_in.up");
     mm_prologue(w.up, ActivationPrologue::ScaledSilu, mix, nullptr, inv_streams, n_rows, gates);
@@ -410,6 +442,8 @@ class CudaBackend final : public Backend {
     hc_combine(gates, normed, n_rows, n_streams, n_embd, inv_streams, xd, s(), inject_here ? inj : nullptr);
   }
 
+  // X_s += inject_s·y. Deferred: the next op launches it, or the next hyper_connection_in on the
+  // same X folds it into its first launch (one launch fewer per block; the same bits).
   void hyper_connection_out(int n_streams, Tensor y, Tensor inject, Tensor X, int64_t n_rows) override {
     sign(Op::HcOut, y, inject, X, n_streams, n_rows);
     if (replaying()) return;
@@ -417,8 +451,8 @@ class CudaBackend final : public Backend {
     const int64_t n_embd = X.width / n_streams;
     const float* yd = rows(y, n_rows, "hyper_connection_out", n_embd);
     const float* inj = rows(inject, n_rows, "hyper_connection_out", n_streams);
-    mark("hc_out");
-    hc_out(yd, inj, n_rows, n_streams, n_embd, Xd, s());
+    if (n_rows == 0) return;
+    pending_hc_out_ = PendingHcOut{X.id, n_rows, n_streams, n_embd, Xd, yd, inj};
   }
 
   void gated_deltanet(const DeltaNetDims& hp, const GatedDeltaNetWeights& w, GatedDeltaNetState&, int layer, Tensor x,
@@ -434,6 +468,31 @@ class CudaBackend final : public Backend {
  private:
   cudaStream_t s() const { return stream_.get(); }
   void mark(const char* label) { graph_.mark(label); }
+
+  // A deferred hyper_connection_out (raw device pointers: tensors stay allocated until release,
+  // which flushes first). Launched by the next op that touches any tensor (rows()), by read,
+  // release, begin_window and rollback, or folded into the next hyper_connection_in on X.
+  struct PendingHcOut {
+    uint32_t x_id;
+    int64_t n_rows;
+    int n_streams;
+    int64_t n_embd;
+    float* X;
+    const float* y;
+    const float* inject;
+  };
+  std::optional<PendingHcOut> pending_hc_out_;
+  void launch_hc_out(const PendingHcOut& p) {
+    graph_.ensure_capturing();
+    mark("hc_out");
+    hc_out(p.y, p.inject, p.n_rows, p.n_streams, p.n_embd, p.X, s());
+  }
+  void flush_hc_out() {
+    if (!pending_hc_out_) return;
+    const PendingHcOut p = *pending_hc_out_;
+    pending_hc_out_.reset();
+    launch_hc_out(p);
+  }
   bool replaying() const { return graph_.replaying(); }
 
   // The op's host arguments, mixed into the window's signature (window_graph.h: replay checks
@@ -458,6 +517,7 @@ class CudaBackend final : public Backend {
   // An op's tensor: its device rows, after starting a capture segment if none is running.
   float* rows(Tensor t, int64_t n_rows, const char* op, int64_t width = -1) {
     if (replaying()) fail("cuda backend: {}: launched inside a replayed window (a bug: ops return before)", op);
+    flush_hc_out();
     graph_.ensure_capturing();
     return tensor_data(t, n_rows, op, width);
   }

@@ -10,6 +10,9 @@ namespace strata::compute::cuda {
 namespace {
 
 constexpr int kMaxConvKernel = 8;
+// The prepare kernel stages the q and k parts of a row in shared memory: within the default limit
+// (no opt-in attribute), 16 KiB for the flagship's 16 K heads of 128.
+constexpr size_t kMaxPrepareSharedBytes = 48 * 1024;
 
 __global__ void conv_silu_kernel(const float* x, int64_t n_rows, int64_t channels, const float* taps, int kernel,
                                  float* history, float* out) {
@@ -139,24 +142,33 @@ bool launch_registers(const float* q, const float* k, const float* v, const floa
   return true;
 }
 
-// Block t = row. Threads first normalise the q and k heads (one thread per head, sequential Σ as
-// the CPU), then copy v and compute the gates.
+// Block t = row. The row's q and k parts are staged in shared memory (coalesced), one thread per
+// head then sums its squares in sequence (the CPU's order, so the scales are bitwise the CPU's)
+// from there, and all threads write the scaled heads, copy v and compute the gates. Staging is
+// what makes it fast: the sequential sum reads shared memory instead of waiting on global loads.
 __global__ void prepare_kernel(const float* conv_out, const float* beta_raw, const float* alpha_raw, const float* a,
                                const float* dt_bias, int nk, int nv, int dk, int dv, float* q, float* k, float* v,
                                float* beta, float* decay) {
   pdl_begin();
+  extern __shared__ float staged[];  // [2·key_dim] q then k, then [2·nk] scales
   const int64_t t = blockIdx.x;
   const int64_t key_dim = int64_t(nk) * dk, value_dim = int64_t(nv) * dv, conv_dim = 2 * key_dim + value_dim;
   const float* row = conv_out + t * conv_dim;
+  float* scales = staged + 2 * key_dim;
+  for (int64_t i = threadIdx.x; i < 2 * key_dim; i += blockDim.x) staged[i] = row[i];
+  __syncthreads();
   const float q_scale = __fdiv_rn(1.0f, __fsqrt_rn(float(dk)));
   for (int head = threadIdx.x; head < 2 * nk; head += blockDim.x) {
-    const bool is_q = head < nk;
-    const float* src = row + (is_q ? 0 : key_dim) + int64_t(head % nk) * dk;
-    float* dst = (is_q ? q : k) + t * key_dim + int64_t(head % nk) * dk;
+    const float* src = staged + int64_t(head) * dk;  // q heads, then k heads
     float sum = 0.0f;
     for (int i = 0; i < dk; ++i) sum = __fadd_rn(sum, __fmul_rn(src[i], src[i]));
-    const float scale = __fdiv_rn(is_q ? q_scale : 1.0f, __fsqrt_rn(__fadd_rn(sum, 1e-6f)));
-    for (int i = 0; i < dk; ++i) dst[i] = __fmul_rn(src[i], scale);
+    scales[head] = __fdiv_rn(head < nk ? q_scale : 1.0f, __fsqrt_rn(__fadd_rn(sum, 1e-6f)));
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < 2 * key_dim; i += blockDim.x) {
+    const float value = __fmul_rn(staged[i], scales[i / dk]);
+    if (i < key_dim) q[t * key_dim + i] = value;
+    else k[t * key_dim + i - key_dim] = value;
   }
   for (int64_t i = threadIdx.x; i < value_dim; i += blockDim.x) v[t * value_dim + i] = row[2 * key_dim + i];
   for (int h = threadIdx.x; h < nv; h += blockDim.x) {
@@ -177,7 +189,12 @@ void deltanet_prepare(const float* conv_out, const float* beta_raw, const float*
   if (n_k_heads <= 0 || n_v_heads <= 0 || key_head_dim <= 0 || value_head_dim <= 0)
     cuda_fail("CUDA deltanet prepare: expected positive head counts and head dims");
   if (n_rows <= 0) return;
-  launch(prepare_kernel, unsigned(n_rows), 128, 0, stream, conv_out, beta_raw, alpha_raw, a, dt_bias, n_k_heads,
+  const size_t staged_bytes = (size_t(2) * n_k_heads * key_head_dim + size_t(2) * n_k_heads) * sizeof(float);
+  if (staged_bytes > kMaxPrepareSharedBytes)
+    cuda_fail("CUDA deltanet prepare: " + std::to_string(n_k_heads) + " K heads of " + std::to_string(key_head_dim) +
+              " need " + std::to_string(staged_bytes) + " bytes of shared memory, above the " +
+              std::to_string(kMaxPrepareSharedBytes) + " allowed");
+  launch(prepare_kernel, unsigned(n_rows), 256, staged_bytes, stream, conv_out, beta_raw, alpha_raw, a, dt_bias, n_k_heads,
          n_v_heads, key_head_dim, value_head_dim, q, k, v, beta, decay);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }

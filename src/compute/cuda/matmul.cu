@@ -7,6 +7,7 @@
 #include <string>
 
 #include "compute/cuda/activation_math.cuh"
+#include "compute/cuda/block_reduce.cuh"
 #include "compute/cuda/quant/blocks32.cuh"
 #include "compute/cuda/quant/float.cuh"
 #include "compute/cuda/quant/iq2xs.cuh"
@@ -102,16 +103,12 @@ __global__ void prologue_f32_kernel(Inputs in, int64_t n_in, int64_t n_rows, Act
   }
 }
 
-// Q8_K: one warp per 256-value block, 8 values per lane. d = amax/127 (f32), 16-quant sums.
-__global__ void quantize_q8_K_kernel(Inputs in, int64_t n_in, int64_t n_blocks_total, ActView act,
-                                     int64_t blocks_per_row) {
-  pdl_begin();
-  const int64_t block = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (block >= n_blocks_total) return;
-  const int lane = threadIdx.x & 31;
-  const int64_t row = block / blocks_per_row, b = block % blocks_per_row;
-  float v[8];
-  load8(in, row * n_in + b * 256 + 8 * lane, v);
+// The quantizers' stores, shared by the plain quantizer kernels and the fused norm + quantizer:
+// the same arithmetic for the same 8 values, so both give the same bits.
+//
+// Q8_K: the 32 lanes of a warp each hold 8 consecutive values of one 256-value block b of `row`
+// (lane l: values 8l .. 8l + 7). d = amax/127 (f32), 16-quant sums.
+__device__ __forceinline__ void store_q8_K_block(const float v[8], int lane, int row, int64_t b, const ActView& act) {
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
@@ -125,25 +122,19 @@ __global__ void quantize_q8_K_kernel(Inputs in, int64_t n_in, int64_t n_blocks_t
     q[i] = quantize_value(v[i], inverse);
     sum += q[i];
   }
-  int8_t* qs = const_cast<int8_t*>(act.qs(int(row))) + b * 256 + 8 * lane;
+  int8_t* qs = const_cast<int8_t*>(act.qs(row)) + b * 256 + 8 * lane;
   reinterpret_cast<uint2*>(qs)[0] = make_uint2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
   const int pair = sum + __shfl_down_sync(0xffffffffu, sum, 1);
-  if ((lane & 1) == 0) const_cast<int32_t*>(act.sums(int(row)))[b * 16 + lane / 2] = pair;
-  if (lane == 0) const_cast<float*>(act.scales(int(row)))[b] = d;
+  if ((lane & 1) == 0) const_cast<int32_t*>(act.sums(row))[b * 16 + lane / 2] = pair;
+  if (lane == 0) const_cast<float*>(act.scales(row))[b] = d;
 }
 
-// Q8_0: four lanes per 32-value block. d = amax/127 stored as f16 (kept here as its f32 value),
-// the quants computed with the unrounded d, as quant/scalar/blocks32.cpp does.
-__global__ void quantize_q8_0_kernel(Inputs in, int64_t n_in, int64_t n_blocks_total, ActView act,
-                                     int64_t blocks_per_row) {
-  pdl_begin();
-  const int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t block = thread / 4;
-  const int part = int(thread & 3);
-  const bool active = block < n_blocks_total;
-  const int64_t row = active ? block / blocks_per_row : 0, b = active ? block % blocks_per_row : 0;
-  float v[8] = {};
-  if (active) load8(in, row * n_in + b * 32 + 8 * part, v);
+// Q8_0: four consecutive lanes (part 0..3, 8 values each) per 32-value block b of `row`; every
+// lane of the warp calls it (the shuffles), inactive ones with zeros and nothing stored. d =
+// amax/127 stored as f16 (kept here as its f32 value), the quants computed with the unrounded d,
+// as quant/scalar/blocks32.cpp does.
+__device__ __forceinline__ void store_q8_0_block(const float v[8], int part, bool active, int row, int64_t b,
+                                                 const ActView& act) {
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
@@ -160,11 +151,102 @@ __global__ void quantize_q8_0_kernel(Inputs in, int64_t n_in, int64_t n_blocks_t
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
   if (!active) return;
-  int8_t* qs = const_cast<int8_t*>(act.qs(int(row))) + b * 32 + 8 * part;
+  int8_t* qs = const_cast<int8_t*>(act.qs(row)) + b * 32 + 8 * part;
   reinterpret_cast<uint2*>(qs)[0] = make_uint2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
   if (part == 0) {
-    const_cast<float*>(act.scales(int(row)))[b] = __half2float(__float2half_rn(d));
-    const_cast<int32_t*>(act.sums(int(row)))[b] = sum;
+    const_cast<float*>(act.scales(row))[b] = __half2float(__float2half_rn(d));
+    const_cast<int32_t*>(act.sums(row))[b] = sum;
+  }
+}
+
+// Q8_K: one warp per 256-value block, 8 values per lane.
+__global__ void quantize_q8_K_kernel(Inputs in, int64_t n_in, int64_t n_blocks_total, ActView act,
+                                     int64_t blocks_per_row) {
+  pdl_begin();
+  const int64_t block = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (block >= n_blocks_total) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t row = block / blocks_per_row, b = block % blocks_per_row;
+  float v[8];
+  load8(in, row * n_in + b * 256 + 8 * lane, v);
+  store_q8_K_block(v, lane, int(row), b, act);
+}
+
+// Q8_0: four lanes per 32-value block.
+__global__ void quantize_q8_0_kernel(Inputs in, int64_t n_in, int64_t n_blocks_total, ActView act,
+                                     int64_t blocks_per_row) {
+  pdl_begin();
+  const int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t block = thread / 4;
+  const bool active = block < n_blocks_total;
+  const int64_t row = active ? block / blocks_per_row : 0, b = active ? block % blocks_per_row : 0;
+  float v[8] = {};
+  if (active) load8(in, row * n_in + b * 32 + 8 * (thread & 3), v);
+  store_q8_0_block(v, int(thread & 3), active, int(row), b, act);
+}
+
+// Grouped RMS norm + quantizer (matmul.h rms_norm_quantize_activations). One block of
+// kNormThreads per (row, group), as ops.cu's rms_norm_kernel: the same Σx² order (block_sum over
+// the same block size) and the same per-element operations, so `normed` is bitwise
+// rms_norm_grouped_rows' output; each thread then quantizes 8 consecutive normed values, the
+// quantizers' own per-block arithmetic. With fold_y, X_s += inject_s·y first (hc_out's f32
+// operations), written back.
+constexpr int kNormThreads = 256;
+struct NormQuantizeArgs {
+  float* x;
+  const float* fold_y;
+  const float* fold_inject;
+  const float* weight;
+  int64_t n_groups, group_size;
+  float eps;
+  float* normed;
+  GgmlType format;
+  ActView act;
+};
+
+__global__ void __launch_bounds__(kNormThreads) norm_quantize_kernel(NormQuantizeArgs p) {
+  pdl_begin();
+  __shared__ float shared[32];
+  const int64_t t = blockIdx.x / p.n_groups, g = blockIdx.x % p.n_groups, gs = p.group_size;
+  const int64_t offset = t * p.n_groups * gs + g * gs;
+  float* x = p.x + offset;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < gs; i += blockDim.x) {
+    float v = x[i];
+    if (p.fold_y) {
+      v = __fadd_rn(v, __fmul_rn(p.fold_inject[t * p.n_groups + g], p.fold_y[t * gs + i]));
+      x[i] = v;
+    }
+    sum = __fmaf_rn(v, v, sum);
+  }
+  sum = block_sum(sum, shared);
+  const float mean = __fdiv_rn(sum, float(gs));
+  const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
+  const float* w = p.weight ? p.weight + g * gs : nullptr;
+  float* normed = p.normed + offset;
+  const int64_t per_pass = int64_t(blockDim.x) * 8;
+  for (int64_t base = 0; base < gs; base += per_pass) {
+    const int64_t i0 = base + int64_t(threadIdx.x) * 8;
+    const bool active = i0 < gs;
+    float v[8] = {};
+    if (active) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float a = __fmul_rn(x[i0 + j], r);
+        v[j] = w ? __fmul_rn(a, w[i0 + j]) : a;
+        normed[i0 + j] = v[j];
+      }
+    }
+    const int64_t column = g * gs + i0;  // in the activation row
+    if (p.format == GgmlType::Q8_0) {
+      store_q8_0_block(v, int(threadIdx.x & 3), active, int(t), column / 32, p.act);
+    } else if (p.format == GgmlType::Q8_K) {
+      if (active) store_q8_K_block(v, int(threadIdx.x & 31), int(t), column / 256, p.act);  // whole warps (gs % 256 == 0)
+    } else if (active) {
+      float* dst = const_cast<float*>(p.act.floats(int(t))) + column;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) dst[j] = v[j];
+    }
   }
 }
 
@@ -516,6 +598,29 @@ void quantize_activations_fused(const ActivationLayout& layout, ActivationProlog
 
 void quantize_activations(const ActivationLayout& layout, const float* x, void* scratch, cudaStream_t stream) {
   quantize_activations_fused(layout, ActivationPrologue::None, x, nullptr, 0.0f, scratch, stream);
+}
+
+bool can_norm_quantize(const ActivationLayout& layout, int64_t n_groups, int64_t group_size) {
+  if (n_groups <= 0 || group_size <= 0 || layout.n_in != n_groups * group_size || group_size % 8 != 0) return false;
+  if (layout.format == GgmlType::Q8_K) return group_size % 256 == 0;
+  if (layout.format == GgmlType::Q8_0) return group_size % 32 == 0;
+  return layout.format == GgmlType::F32;
+}
+
+void rms_norm_quantize_activations(const ActivationLayout& layout, float* x, const float* weight, int64_t n_groups,
+                                   int64_t group_size, float eps, float* normed, void* scratch, cudaStream_t stream,
+                                   const float* fold_y, const float* fold_inject) {
+  if (!can_norm_quantize(layout, n_groups, group_size))
+    cuda_fail("CUDA rms_norm_quantize_activations: " + std::to_string(n_groups) + " groups of " +
+              std::to_string(group_size) + " do not fit " + std::string(type_name(layout.format)) +
+              " activations of width " + std::to_string(layout.n_in) + " (see can_norm_quantize)");
+  if ((fold_y == nullptr) != (fold_inject == nullptr))
+    cuda_fail("CUDA rms_norm_quantize_activations: the folded residual update needs both y and inject");
+  if (layout.n_rows <= 0) return;
+  const NormQuantizeArgs args{x, fold_y, fold_inject, weight, n_groups, group_size, eps, normed, layout.format,
+                              view_of(layout, scratch)};
+  launch(norm_quantize_kernel, unsigned(layout.n_rows * n_groups), kNormThreads, 0, stream, args);
+  STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
 void matmul_quantized(const DeviceMatrix& w, const ActivationLayout& layout, const void* scratch, int64_t n_rows,

@@ -79,6 +79,19 @@ enum class ActivationPrologue { None, SiluMul, ScaledSilu };
 void quantize_activations_fused(const ActivationLayout& layout, ActivationPrologue prologue, const float* a,
                                 const float* b, float scale, void* scratch, cudaStream_t stream);
 
+// The grouped RMS norm of hyper_connection_in fused with the quantizer of the matmul that reads
+// it (one launch instead of two): x is [n_rows][n_groups·group_size], group g normalised with
+// weight + g·group_size (null: no weight). Writes `normed` bitwise as rms_norm_grouped_rows (ops.h)
+// and `scratch` bitwise as quantize_activations(layout, normed) (tests/cuda/matmul_test.cpp).
+// With fold_y/fold_inject ([n_rows][group_size] / [n_rows][n_groups]), first x_g += inject_g·y in
+// place, bitwise hc_out (hyper_connection.h): the previous block's residual update, folded in.
+// can_norm_quantize says whether the layout allows it (F32, Q8_0 with group_size % 32 == 0, Q8_K
+// with group_size % 256 == 0); otherwise the call throws.
+bool can_norm_quantize(const ActivationLayout& layout, int64_t n_groups, int64_t group_size);
+void rms_norm_quantize_activations(const ActivationLayout& layout, float* x, const float* weight, int64_t n_groups,
+                                   int64_t group_size, float eps, float* normed, void* scratch, cudaStream_t stream,
+                                   const float* fold_y = nullptr, const float* fold_inject = nullptr);
+
 // The activations matmul_quantized reads for `layout`: x itself when its floats already are the
 // layout (F32 activations, x 16-byte aligned, rows contiguous: no copy, no launch), else `scratch`
 // after quantize_activations into it.

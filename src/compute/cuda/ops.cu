@@ -4,6 +4,7 @@
 #include <string>
 
 #include "compute/cuda/activation_math.cuh"
+#include "compute/cuda/block_reduce.cuh"
 #include "compute/cuda/launch.cuh"
 #include "compute/cuda/runtime.h"
 
@@ -11,31 +12,6 @@ namespace strata::compute::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-// Sum over the block in a fixed order: each warp's xor butterfly, then warp sums in warp order.
-__device__ float block_sum(float v, float* shared) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  __syncthreads();  // `shared` may still be read from a previous reduction
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  float total = shared[0];
-  for (int w = 1; w < int(blockDim.x >> 5); ++w) total = __fadd_rn(total, shared[w]);
-  return total;
-}
-
-__device__ float block_max(float v, float* shared) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  float total = shared[0];
-  for (int w = 1; w < int(blockDim.x >> 5); ++w) total = fmaxf(total, shared[w]);
-  return total;
-}
 
 // One block per (row, group): group i of group_size values at x + i·stride (stride = group_size
 // for contiguous groups), its weight at weight + (i % groups_per_row)·group_size.
@@ -207,7 +183,6 @@ __global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int
   pdl_begin();
   extern __shared__ float probs[];  // n_expert, then n_expert chosen flags
   __shared__ float shared_v[32];
-  __shared__ int shared_i[32];
   __shared__ int picked[kMaxRouteK];
   auto* chosen = reinterpret_cast<int*>(probs + n_expert);
   const float* row = logits + size_t(blockIdx.x) * n_expert;
@@ -227,21 +202,44 @@ __global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int
   const float inverse = __fdiv_rn(1.0f, sum);
   for (int i = threadIdx.x; i < n_expert; i += blockDim.x) probs[i] = __fmul_rn(probs[i], inverse);
   __syncthreads();
-  for (int j = 0; j < k; ++j) {
-    float best_v = 0.0f;
-    int best_i = -1;
-    for (int i = threadIdx.x; i < n_expert; i += blockDim.x)
-      if (!chosen[i] && (best_i < 0 || ranks_before(probs[i], i, best_v, best_i))) {
-        best_v = probs[i];
-        best_i = i;
+  // The k picks by one warp, without block barriers: lane l keeps the best unchosen expert among
+  // i ≡ l (mod 32); each pick is the warp's best of those (a total order, so every lane agrees),
+  // and only the winning lane rescans its share. The same picks in the same order as k rounds of
+  // a block-wide search: the order is ranks_before's, whoever finds it.
+  if (threadIdx.x < 32) {
+    const int lane = int(threadIdx.x);
+    float lane_v = 0.0f;
+    int lane_i = -1;
+    auto rescan = [&] {
+      lane_i = -1;
+      for (int i = lane; i < n_expert; i += 32)
+        if (!chosen[i] && (lane_i < 0 || ranks_before(probs[i], i, lane_v, lane_i))) {
+          lane_v = probs[i];
+          lane_i = i;
+        }
+    };
+    rescan();
+    for (int j = 0; j < k; ++j) {
+      float best_v = lane_v;
+      int best_i = lane_i;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best_v, off);
+        const int oi = __shfl_xor_sync(0xffffffffu, best_i, off);
+        if (oi >= 0 && (best_i < 0 || ranks_before(ov, oi, best_v, best_i))) {
+          best_v = ov;
+          best_i = oi;
+        }
       }
-    block_best(best_v, best_i, shared_v, shared_i);
-    if (threadIdx.x == 0) {
-      picked[j] = best_i;
-      chosen[best_i] = 1;
+      if (lane == 0) picked[j] = best_i;
+      if ((best_i & 31) == lane) {
+        chosen[best_i] = 1;
+        rescan();
+      }
+      __syncwarp();
     }
-    __syncthreads();
   }
+  __syncthreads();
   if (threadIdx.x == 0) {
     float total = 0.0f;
     for (int j = 0; j < k; ++j) total = __fadd_rn(total, probs[picked[j]]);

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Before vs after on the GPU box, in one device call: bench_cuda_decode built from a baseline
+# source tarball and from the working tree, run alternately on the same model, so the ratio is
+# measured side by side (the box is shared and every call may be a fresh machine).
+#   git archive BASE_COMMIT CMakeLists.txt cmake src bench scripts | xz > .baseline/src.tar.xz
+#   device: OUT=$OUT scripts/cuda-bench-ab.sh .baseline/src.tar.xz [ROUNDS] [BACKENDS]
+# carrying [".device/cuda-kit/deps.tar.xz", ".device/cuda-kit/env.sh", ".baseline"].
+# With AB_TESTS=1 the working tree's `cuda` ctest label runs too (while the baseline builds).
+# Outputs under $OUT: build-*.log, cuda-test.log, ab.txt (every run's table and the graph
+# statistics: nodes captured per window), synth.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+base_tar=${1:?usage: scripts/cuda-bench-ab.sh BASE.tar.xz [ROUNDS] [BACKENDS]}
+rounds=${2:-3}
+backends=${3:-cuda,cuda@50%,cuda@1G}
+for kit in .device/cuda-kit .device/build; do
+  if [ -f "$kit/env.sh" ]; then source "$kit/env.sh"; break; fi
+done
+out=${OUT:-/tmp/cuda-bench-ab}
+mkdir -p "$out"
+model=/root/big.gguf
+base_dir=/root/ab-base
+rm -rf "$base_dir" && mkdir -p "$base_dir" && tar xJf "$base_tar" -C "$base_dir"
+configure() {  # source dir, build dir, tests ON|OFF
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_WERROR=OFF \
+    -DSTRATA_BUILD_TESTS="$3" >/dev/null
+}
+configure "$base_dir" "$base_dir/build" OFF
+(ninja -C "$base_dir/build" -j 6 bench_cuda_decode >"$out/build-base.log" 2>&1; echo $? >"$out/build-base.rc") &
+base_pid=$!
+configure . build-cuda "$([ "${AB_TESTS:-0}" = 1 ] && echo ON || echo OFF)"
+targets=bench_cuda_decode
+[ "${AB_TESTS:-0}" = 1 ] &&
+  targets="$targets $(ninja -C build-cuda -t targets all | sed -n 's/^\(cuda_[a-z_]*_test\): .*/\1/p' | sort -u | tr '\n' ' ')"
+ninja -C build-cuda -j 10 $targets >"$out/build-new.log" 2>&1 || { tail -40 "$out/build-new.log"; exit 1; }
+if [ "${AB_TESTS:-0}" = 1 ]; then
+  ctest --test-dir build-cuda -L cuda --output-on-failure -j 1 >"$out/cuda-test.log" 2>&1
+  grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/cuda-test.log" | tail -15
+fi
+wait "$base_pid"
+[ "$(cat "$out/build-base.rc")" = 0 ] || { tail -40 "$out/build-base.log"; exit 1; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+run() {  # label binary
+  echo "=== $1 ($(date +%T))" >>"$out/ab.txt"
+  STRATA_CUDA_GRAPH_STATS=1 "$2" -m "$model" --synth 48:512 --prompt 64 --tokens 64 --repeats 1 \
+    --backends "$backends" >>"$out/ab.txt" 2>&1
+}
+run synth-and-warm ./build-cuda/bench/bench_cuda_decode
+for r in $(seq 1 "$rounds"); do
+  run "after round $r" ./build-cuda/bench/bench_cuda_decode
+  run "before round $r" "$base_dir/build/bench/bench_cuda_decode"
+done
+grep -E "^===|tok/s|nodes captured" "$out/ab.txt" | head -80
