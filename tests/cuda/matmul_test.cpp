@@ -411,11 +411,15 @@ TEST(CudaActivations, NormQuantizeBitwiseAsTheSteps) {
     }
   }
   // Shapes the format cannot take are refused, and the call throws rather than launching.
-  const ActivationLayout q8k = compute::cuda::activation_layout(GgmlType::Q4_K, 4 * 768, 1);
-  EXPECT_FALSE(compute::cuda::can_norm_quantize(q8k, 4, 768));
-  EXPECT_FALSE(compute::cuda::can_norm_quantize(q8k, 3, 1024));
+  const ActivationLayout q8k = compute::cuda::activation_layout(GgmlType::Q4_K, 4 * 640, 1);
+  EXPECT_FALSE(compute::cuda::can_norm_quantize(q8k, 4, 640));   // groups not whole Q8_K blocks
+  EXPECT_FALSE(compute::cuda::can_norm_quantize(q8k, 2, 1024));  // groups not the layout's width
+  EXPECT_TRUE(compute::cuda::can_norm_quantize(q8k, 10, 256));
+  const ActivationLayout q8_0 = compute::cuda::activation_layout(GgmlType::Q8_0, 96, 1);
+  EXPECT_FALSE(compute::cuda::can_norm_quantize(q8_0, 2, 48));  // 48 is not whole Q8_0 blocks
+  EXPECT_TRUE(compute::cuda::can_norm_quantize(q8_0, 3, 32));
   DeviceBuffer buffer(1 << 20);
-  EXPECT_THROW(compute::cuda::rms_norm_quantize_activations(q8k, buffer.as<float>(), nullptr, 4, 768, 1e-6f,
+  EXPECT_THROW(compute::cuda::rms_norm_quantize_activations(q8k, buffer.as<float>(), nullptr, 4, 640, 1e-6f,
                                                             buffer.as<float>(), buffer.data(), stream.get()),
                Error);
 }
