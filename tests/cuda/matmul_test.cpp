@@ -240,6 +240,8 @@ TEST_P(CudaMatmul, ExpertsThroughTheSlotMap) {
     smap[size_t(n_expert + e)] = uint32_t((e * 3) % 5);
     expert_weights[size_t(e)] = random_weights(type, n_in, n_out, row_bytes(type, n_in), rng);
     std::memcpy(arena.data() + smap[size_t(n_expert + e)] * slot_bytes + offset, expert_weights[size_t(e)].data(), matrix_bytes);
+    const std::vector<uint8_t> before = random_weights(type, n_in, n_out, row_bytes(type, n_in), rng);
+    std::memcpy(arena.data() + smap[size_t(n_expert + e)] * slot_bytes, before.data(), matrix_bytes);
   }
   const std::vector<float> x = random_floats(size_t(n_rows * n_in), rng);
   const std::vector<int32_t> experts = {3, 0, 5, 4};
@@ -274,6 +276,30 @@ TEST_P(CudaMatmul, ExpertsThroughTheSlotMap) {
           << type_name(type) << ": expert " << e << " row " << r << " differs from the dense matmul";
     }
   }
+  // Both matrices of each slot in one launch (gate and up): bitwise the two single launches.
+  const compute::cuda::ExpertMatrixShape first{type, n_in, n_out, 0, row_bytes(type, n_in)};
+  ASSERT_TRUE(compute::cuda::can_pair_experts(first, shape));
+  DeviceBuffer y_alone(y.bytes()), y_first(y.bytes()), y_second(y.bytes());
+  for (DeviceBuffer* b : {&y_alone, &y_first, &y_second}) STRATA_CUDA_CHECK(cudaMemset(b->data(), 0, b->bytes()));
+  compute::cuda::expert_matmul_quantized(view, 1, first, d_experts.as<int32_t>(), int(experts.size()),
+                                         d_rows.as<int32_t>(), d_counts.as<int32_t>(), max_rows, layout,
+                                         scratch.data(), y_alone.as<float>(), stream.get());
+  compute::cuda::expert_matmul_quantized_pair(view, 1, first, shape, d_experts.as<int32_t>(), int(experts.size()),
+                                              d_rows.as<int32_t>(), d_counts.as<int32_t>(), max_rows, layout,
+                                              scratch.data(), y_first.as<float>(), y_second.as<float>(), stream.get());
+  stream.synchronize();
+  const size_t n_y = experts.size() * max_rows * size_t(n_out);
+  ASSERT_EQ(0, std::memcmp(from_device<float>(y_first, n_y).data(), from_device<float>(y_alone, n_y).data(), n_y * 4))
+      << type_name(type) << ": the pair's first matrix differs from its single launch";
+  ASSERT_EQ(0, std::memcmp(from_device<float>(y_second, n_y).data(), got.data(), n_y * 4))
+      << type_name(type) << ": the pair's second matrix differs from its single launch";
+  const compute::cuda::ExpertMatrixShape narrower{type, n_in, n_out - 1, 0, row_bytes(type, n_in)};
+  EXPECT_FALSE(compute::cuda::can_pair_experts(narrower, shape));
+  EXPECT_THROW(compute::cuda::expert_matmul_quantized_pair(view, 1, narrower, shape, d_experts.as<int32_t>(),
+                                                           int(experts.size()), d_rows.as<int32_t>(),
+                                                           d_counts.as<int32_t>(), max_rows, layout, scratch.data(),
+                                                           y_first.as<float>(), y_second.as<float>(), stream.get()),
+               Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaMatmul, ::testing::ValuesIn(cuda_types()),
@@ -357,6 +383,34 @@ TEST(CudaActivations, FusedProloguesBitwiseAsTheTwoSteps) {
         ASSERT_EQ(0, std::memcmp(x.data(), y.data(), x.size()))
             << type_name(weight_type) << ", " << n_rows << " rows, prologue " << int(prologue);
       }
+    }
+  }
+}
+
+// Two layouts of one input in one launch against two quantize_activations: every byte equal, for
+// the pairs the MoE layer uses (router Q8_0 + experts Q8_K) and the fallbacks (an F32 layout).
+TEST(CudaActivations, TwoLayoutsInOneLaunchBitwiseAsTwo) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(11);
+  Stream stream;
+  for (const auto& [a_type, b_type] : {std::pair{GgmlType::Q8_0, GgmlType::IQ2_XS}, std::pair{GgmlType::Q4_K, GgmlType::Q5_0},
+                                       std::pair{GgmlType::F16, GgmlType::Q8_0}}) {
+    for (const int64_t n_rows : {int64_t(1), int64_t(5), int64_t(9)}) {
+      const int64_t n_in = 1536;
+      const std::vector<float> x = random_floats(size_t(n_rows * n_in), rng, -4.0f, 4.0f);
+      DeviceBuffer d_x = to_device(x);
+      const ActivationLayout la = compute::cuda::activation_layout(a_type, n_in, n_rows),
+                             lb = compute::cuda::activation_layout(b_type, n_in, n_rows);
+      DeviceBuffer a1(la.total_bytes), b1(lb.total_bytes), a2(la.total_bytes), b2(lb.total_bytes);
+      for (DeviceBuffer* d : {&a1, &b1, &a2, &b2}) STRATA_CUDA_CHECK(cudaMemset(d->data(), 0, d->bytes()));
+      compute::cuda::quantize_activations_two(la, a1.data(), lb, b1.data(), d_x.as<float>(), stream.get());
+      compute::cuda::quantize_activations(la, d_x.as<float>(), a2.data(), stream.get());
+      compute::cuda::quantize_activations(lb, d_x.as<float>(), b2.data(), stream.get());
+      stream.synchronize();
+      ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(a1, la.total_bytes).data(), from_device<uint8_t>(a2, la.total_bytes).data(), la.total_bytes))
+          << type_name(a_type) << " + " << type_name(b_type) << ", " << n_rows << " rows: the first layout differs";
+      ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(b1, lb.total_bytes).data(), from_device<uint8_t>(b2, lb.total_bytes).data(), lb.total_bytes))
+          << type_name(a_type) << " + " << type_name(b_type) << ", " << n_rows << " rows: the second layout differs";
     }
   }
 }

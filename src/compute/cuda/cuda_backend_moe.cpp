@@ -113,14 +113,43 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
     pair_capacity_ = capacity;
     pair_k_ = k;
   }
+  const ExpertMatrixShape& gate = tier ? tier->layer(layer).gate : all->gate;
+  const ExpertMatrixShape& up = tier ? tier->layer(layer).up : all->up;
+  const ExpertMatrixShape& down = tier ? tier->layer(layer).down : all->down;
+  // x quantized once for everything that reads it: the router's format (the guess router and
+  // the shared expert's gate and up usually share it) and the experts' gate/up format, in one
+  // launch when they differ. Each matmul gets the bytes it would have quantized itself.
+  mark("moe.router.mm");
+  const ActivationLayout in_router = activation_layout(w.router.type, H, n_rows);
+  const ActivationLayout in_gate = activation_layout(gate.type, H, n_rows);
+  const void* act_router = nullptr;
+  const void* act_gate = nullptr;
+  if (in_gate.format == in_router.format) {
+    act_router = act_gate = prepare_activations(in_router, xd, scratch_.take(in_router.total_bytes), s());
+  } else if (in_router.format != GgmlType::F32 && in_gate.format != GgmlType::F32) {
+    void* a = scratch_.take(in_router.total_bytes);
+    void* b = scratch_.take(in_gate.total_bytes);
+    quantize_activations_two(in_router, a, in_gate, b, xd, s());
+    act_router = a;
+    act_gate = b;
+  } else {
+    act_router = prepare_activations(in_router, xd, scratch_.take(in_router.total_bytes), s());
+    act_gate = prepare_activations(in_gate, xd, scratch_.take(in_gate.total_bytes), s());
+  }
+  // y = W·x from the activations above when W reads one of their formats, else quantized anew.
+  auto mm_x = [&](const WeightMatrix& m, float* out) {
+    const ActivationLayout l = activation_layout(m.type, m.n_in, n_rows);
+    if (l.format == in_router.format && l.n_in == H) matmul_quantized(matrix(m), in_router, act_router, n_rows, out, s());
+    else if (l.format == in_gate.format && l.n_in == H) matmul_quantized(matrix(m), in_gate, act_gate, n_rows, out, s());
+    else mm(m, xd, n_rows, out);
+  };
   // With read-ahead, the next layer's router runs on the same input and its top-k in the same
   // launch (rows n_rows .. 2 n_rows - 1): the guess published with this layer's ids.
   const bool guess = tier && tier->read_ahead_enabled() && next_router && tier->has_layer(layer + 1);
   const int64_t routed_rows = guess ? 2 * n_rows : n_rows;
-  mark("moe.router.mm");
   float* logits = scratch_.floats(routed_rows * n_expert);
-  mm(w.router, xd, n_rows, logits);
-  if (guess) mm(next_router->router, xd, n_rows, logits + n_rows * n_expert);
+  mm_x(w.router, logits);
+  if (guess) mm_x(next_router->router, logits + n_rows * n_expert);
   int32_t* ids = scratch_.ints(routed_rows * k);
   float* weights = scratch_.floats(routed_rows * k);
   mark("moe.router.top_k");
@@ -140,7 +169,8 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
     const int64_t n_sh = w.shared_gate.n_out;
     float* sg = scratch_.floats(n_rows * n_sh);
     float* su = scratch_.floats(n_rows * n_sh);
-    mm_shared(xd, n_rows, {{&w.shared_gate, sg}, {&w.shared_up, su}});
+    mm_x(w.shared_gate, sg);
+    mm_x(w.shared_up, su);
     shared = scratch_.floats(n_rows * H);
     mm_prologue(w.shared_down, ActivationPrologue::SiluMul, sg, su, 0.0f, n_rows, shared);
     gate_logit = scratch_.floats(n_rows);
@@ -153,28 +183,25 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
     if (guess) tier->read_ahead(s());  // the next layer's guessed experts, beside this layer's work
   }
   const ExpertArenaView view = tier ? tier->view(layer) : all->view;
-  const ExpertMatrixShape& gate = tier ? tier->layer(layer).gate : all->gate;
-  const ExpertMatrixShape& up = tier ? tier->layer(layer).up : all->up;
-  const ExpertMatrixShape& down = tier ? tier->layer(layer).down : all->down;
 
   mark("moe.experts.gate_up");
   const int64_t n_ff = gate.n_out;
-  const ActivationLayout in_gate = activation_layout(gate.type, H, n_rows);
-  void* act_gate = scratch_.take(in_gate.total_bytes);
-  quantize_activations(in_gate, xd, act_gate, s());
   ActivationLayout in_up = in_gate;
-  void* act_up = act_gate;
+  const void* act_up = act_gate;
   if (up.type != gate.type) {
     in_up = activation_layout(up.type, H, n_rows);
-    act_up = scratch_.take(in_up.total_bytes);
-    quantize_activations(in_up, xd, act_up, s());
+    act_up = prepare_activations(in_up, xd, scratch_.take(in_up.total_bytes), s());
   }
   float* g = scratch_.floats(pairs * n_ff);
   float* u = scratch_.floats(pairs * n_ff);
   const int32_t* by_pair = row_of_pair_.as<int32_t>();
   const int32_t* ones = ones_.as<int32_t>();
-  expert_matmul_quantized(view, 0, gate, ids, int(pairs), by_pair, ones, 1, in_gate, act_gate, g, s());
-  expert_matmul_quantized(view, 0, up, ids, int(pairs), by_pair, ones, 1, in_up, act_up, u, s());
+  if (act_up == act_gate && can_pair_experts(gate, up)) {
+    expert_matmul_quantized_pair(view, 0, gate, up, ids, int(pairs), by_pair, ones, 1, in_gate, act_gate, g, u, s());
+  } else {
+    expert_matmul_quantized(view, 0, gate, ids, int(pairs), by_pair, ones, 1, in_gate, act_gate, g, s());
+    expert_matmul_quantized(view, 0, up, ids, int(pairs), by_pair, ones, 1, in_up, act_up, u, s());
+  }
   mark("moe.experts.down");
   const ActivationLayout in_down = activation_layout(down.type, n_ff, pairs);
   void* act_down = scratch_.take(in_down.total_bytes);

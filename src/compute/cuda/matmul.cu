@@ -159,11 +159,11 @@ __device__ __forceinline__ void store_q8_0_block(const float v[8], int part, boo
   }
 }
 
-// Q8_K: one warp per 256-value block, 8 values per lane.
-__global__ void quantize_q8_K_kernel(Inputs in, int64_t n_in, int64_t n_blocks_total, ActView act,
-                                     int64_t blocks_per_row) {
-  pdl_begin();
-  const int64_t block = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+// The quantizer kernels' bodies for CUDA block `block_x` of a launch of 256 threads over one
+// layout: Q8_K one warp per 256-value block, 8 values per lane; Q8_0 four lanes per 32-value block.
+__device__ __forceinline__ void quantize_q8_K_part(const Inputs& in, int64_t n_in, int64_t n_blocks_total,
+                                                   const ActView& act, int64_t blocks_per_row, int64_t block_x) {
+  const int64_t block = block_x * (blockDim.x / 32) + threadIdx.x / 32;
   if (block >= n_blocks_total) return;
   const int lane = threadIdx.x & 31;
   const int64_t row = block / blocks_per_row, b = block % blocks_per_row;
@@ -172,17 +172,48 @@ __global__ void quantize_q8_K_kernel(Inputs in, int64_t n_in, int64_t n_blocks_t
   store_q8_K_block(v, lane, int(row), b, act);
 }
 
-// Q8_0: four lanes per 32-value block.
-__global__ void quantize_q8_0_kernel(Inputs in, int64_t n_in, int64_t n_blocks_total, ActView act,
-                                     int64_t blocks_per_row) {
-  pdl_begin();
-  const int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+__device__ __forceinline__ void quantize_q8_0_part(const Inputs& in, int64_t n_in, int64_t n_blocks_total,
+                                                   const ActView& act, int64_t blocks_per_row, int64_t block_x) {
+  const int64_t thread = block_x * blockDim.x + threadIdx.x;
   const int64_t block = thread / 4;
   const bool active = block < n_blocks_total;
   const int64_t row = active ? block / blocks_per_row : 0, b = active ? block % blocks_per_row : 0;
   float v[8] = {};
   if (active) load8(in, row * n_in + b * 32 + 8 * (thread & 3), v);
   store_q8_0_block(v, int(thread & 3), active, int(row), b, act);
+}
+
+constexpr int kQuantizeThreads = 256;
+// CUDA blocks of kQuantizeThreads a layout's quantizer needs.
+__host__ __device__ inline int64_t quantize_blocks(GgmlType format, int64_t n_blocks_total) {
+  return format == GgmlType::Q8_K ? (n_blocks_total + kQuantizeThreads / 32 - 1) / (kQuantizeThreads / 32)
+                                  : (n_blocks_total * 4 + kQuantizeThreads - 1) / kQuantizeThreads;
+}
+
+__global__ void quantize_q8_K_kernel(Inputs in, int64_t n_in, int64_t n_blocks_total, ActView act,
+                                     int64_t blocks_per_row) {
+  pdl_begin();
+  quantize_q8_K_part(in, n_in, n_blocks_total, act, blocks_per_row, blockIdx.x);
+}
+
+__global__ void quantize_q8_0_kernel(Inputs in, int64_t n_in, int64_t n_blocks_total, ActView act,
+                                     int64_t blocks_per_row) {
+  pdl_begin();
+  quantize_q8_0_part(in, n_in, n_blocks_total, act, blocks_per_row, blockIdx.x);
+}
+
+// Two layouts of the same input in one launch (blockIdx.y picks the layout).
+struct QuantizeTarget {
+  GgmlType format;
+  ActView act;
+  int64_t n_blocks_total, blocks_per_row;
+};
+__global__ void quantize_two_kernel(Inputs in, int64_t n_in, QuantizeTarget first, QuantizeTarget second) {
+  pdl_begin();
+  const QuantizeTarget& t = blockIdx.y == 0 ? first : second;
+  if (int64_t(blockIdx.x) >= quantize_blocks(t.format, t.n_blocks_total)) return;
+  if (t.format == GgmlType::Q8_K) quantize_q8_K_part(in, n_in, t.n_blocks_total, t.act, t.blocks_per_row, blockIdx.x);
+  else quantize_q8_0_part(in, n_in, t.n_blocks_total, t.act, t.blocks_per_row, blockIdx.x);
 }
 
 // Grouped RMS norm + quantizer (matmul.h rms_norm_quantize_activations). One block of
@@ -255,6 +286,12 @@ ActView view_of(const ActivationLayout& layout, const void* scratch) {
                  layout.scale_offset, layout.scale_row_count, layout.sum_offset, layout.sum_row_count};
 }
 
+// A quantized (Q8_0 or Q8_K) layout as its quantizer's launch sees it.
+QuantizeTarget target_of(const ActivationLayout& layout, const void* scratch) {
+  const int64_t block = layout.format == GgmlType::Q8_K ? 256 : 32, per_row = layout.n_in / block;
+  return QuantizeTarget{layout.format, view_of(layout, scratch), per_row * layout.n_rows, per_row};
+}
+
 // ---- the matmul kernel -----------------------------------------------------------------------
 
 struct MatmulArgs {
@@ -272,6 +309,11 @@ struct MatmulArgs {
   const int32_t* row_ids;
   const int32_t* row_counts;
   int max_rows;
+  // A second matrix of the same shape in each listed expert's slot (gate and up in one launch):
+  // grid rows n_listed .. 2·n_listed − 1 compute it into second_y. second_y == nullptr: none.
+  int n_listed;
+  size_t second_offset;
+  float* second_y;
   // Staging (opt-in, MatmulTuning::staging): each warp first copies its rows' bytes into shared
   // memory with coalesced 16-byte loads (stage_bytes per row, 0 = off) and decodes from there.
   int stage_bytes;
@@ -309,7 +351,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
   const int64_t first_row = (int64_t(blockIdx.x) * kWarpsPerBlock + warp) * RW;
   const int64_t row_step = int64_t(gridDim.x) * kWarpsPerBlock * RW;
   if (p.expert_ids) {
-    const int j = blockIdx.y;
+    int j = blockIdx.y;
+    size_t matrix_offset = p.matrix_offset;
+    if (p.second_y && j >= p.n_listed) {
+      j -= p.n_listed;
+      matrix_offset = p.second_offset;
+      y = p.second_y;
+    }
     nr = min(max(p.row_counts[j] - p.row_pass, 0), NR);
 #pragma unroll
     for (int r = 0; r < NR; ++r) rows[r] = r < nr ? p.row_ids[size_t(j) * p.max_rows + p.row_pass + r] : 0;
@@ -321,7 +369,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
           if (lane < nr && o + i < p.n_out) y[size_t(lane) * p.n_out + o + i] = __int_as_float(0x7fc00000);
       return;
     }
-    w += size_t(slot) * p.slot_bytes + p.matrix_offset;
+    w += size_t(slot) * p.slot_bytes + matrix_offset;
   } else {
     nr = min(p.n_rows - p.row_pass, NR);
 #pragma unroll
@@ -582,22 +630,36 @@ void quantize_activations_fused(const ActivationLayout& layout, ActivationProlog
     const int64_t groups = layout.n_in / 8 * layout.n_rows;
     launch(prologue_f32_kernel, unsigned(std::min<int64_t>((groups + 255) / 256, 4096)), 256, 0, stream, in,
            layout.n_in, layout.n_rows, act);
-  } else if (layout.format == GgmlType::Q8_K) {
-    const int64_t per_row = layout.n_in / 256, total = per_row * layout.n_rows;
-    const int warps = 8;
-    launch(quantize_q8_K_kernel, unsigned((total + warps - 1) / warps), warps * 32, 0, stream, in, layout.n_in, total,
-           act, per_row);
   } else {
-    const int64_t per_row = layout.n_in / 32, total = per_row * layout.n_rows;
-    const int threads = 256;
-    launch(quantize_q8_0_kernel, unsigned((total * 4 + threads - 1) / threads), threads, 0, stream, in, layout.n_in,
-           total, act, per_row);
+    const QuantizeTarget t = target_of(layout, scratch);
+    launch(t.format == GgmlType::Q8_K ? quantize_q8_K_kernel : quantize_q8_0_kernel,
+           unsigned(quantize_blocks(t.format, t.n_blocks_total)), kQuantizeThreads, 0, stream, in, layout.n_in,
+           t.n_blocks_total, t.act, t.blocks_per_row);
   }
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
 void quantize_activations(const ActivationLayout& layout, const float* x, void* scratch, cudaStream_t stream) {
   quantize_activations_fused(layout, ActivationPrologue::None, x, nullptr, 0.0f, scratch, stream);
+}
+
+void quantize_activations_two(const ActivationLayout& first, void* first_scratch, const ActivationLayout& second,
+                              void* second_scratch, const float* x, cudaStream_t stream) {
+  const bool quantized = first.format != GgmlType::F32 && second.format != GgmlType::F32;
+  if (!quantized || first.n_rows != second.n_rows || first.n_in != second.n_in) {
+    quantize_activations(first, x, first_scratch, stream);
+    quantize_activations(second, x, second_scratch, stream);
+    return;
+  }
+  if (first.n_rows <= 0) return;
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || first.n_in % 8 != 0)
+    cuda_fail("CUDA quantize_activations: inputs must be 16-byte aligned and the width a multiple of 8 (width " +
+              std::to_string(first.n_in) + ")");
+  const QuantizeTarget a = target_of(first, first_scratch), b = target_of(second, second_scratch);
+  const int64_t blocks = std::max(quantize_blocks(a.format, a.n_blocks_total), quantize_blocks(b.format, b.n_blocks_total));
+  launch(quantize_two_kernel, dim3(unsigned(blocks), 2), kQuantizeThreads, 0, stream,
+         Inputs{ActivationPrologue::None, x, nullptr, 0.0f}, first.n_in, a, b);
+  STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
 bool can_norm_quantize(const ActivationLayout& layout, int64_t n_groups, int64_t group_size) {
@@ -658,12 +720,9 @@ void matmul(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, voi
   matmul_quantized(w, layout, prepare_activations(layout, x, scratch, stream), n_rows, y, stream);
 }
 
-void expert_matmul_quantized(const ExpertArenaView& arena, int layer, const ExpertMatrixShape& shape,
-                             const int32_t* expert_ids, int n_launch, const int32_t* row_ids,
-                             const int32_t* row_counts, int max_rows, const ActivationLayout& layout,
-                             const void* scratch, float* y, cudaStream_t stream, const MatmulTuning* tuning) {
-  if (n_launch <= 0 || max_rows <= 0) return;
-  if (n_launch > 65535) cuda_fail("CUDA expert matmul: " + std::to_string(n_launch) + " experts in one launch (at most 65535)");
+namespace {
+
+void check_expert_matrix(const ExpertArenaView& arena, const ExpertMatrixShape& shape, const ActivationLayout& layout) {
   check_matrix(shape.type, shape.n_in, shape.n_out, shape.row_stride_bytes, arena.base);
   if ((reinterpret_cast<uintptr_t>(arena.base) | arena.slot_bytes | shape.matrix_offset) % 16 != 0)
     cuda_fail("CUDA expert matmul: slot size " + std::to_string(arena.slot_bytes) + " and matrix offset " +
@@ -671,6 +730,23 @@ void expert_matmul_quantized(const ExpertArenaView& arena, int layer, const Expe
   if (layout.n_in != shape.n_in)
     cuda_fail("CUDA expert matmul: activations of width " + std::to_string(layout.n_in) + " for a " +
               std::to_string(shape.n_in) + "-wide matrix");
+}
+
+void launch_experts(const ExpertArenaView& arena, int layer, const ExpertMatrixShape& shape,
+                    const ExpertMatrixShape* second, const int32_t* expert_ids, int n_launch,
+                    const int32_t* row_ids, const int32_t* row_counts, int max_rows, const ActivationLayout& layout,
+                    const void* scratch, float* y, float* second_y, cudaStream_t stream, const MatmulTuning* tuning) {
+  if (n_launch <= 0 || max_rows <= 0) return;
+  const int grid_rows = second ? 2 * n_launch : n_launch;
+  if (grid_rows > 65535)
+    cuda_fail("CUDA expert matmul: " + std::to_string(grid_rows) + " expert matrices in one launch (at most 65535)");
+  check_expert_matrix(arena, shape, layout);
+  if (second) {
+    check_expert_matrix(arena, *second, layout);
+    if (second->type != shape.type || second->n_in != shape.n_in || second->n_out != shape.n_out ||
+        second->row_stride_bytes != shape.row_stride_bytes || !second_y)
+      cuda_fail("CUDA expert matmul: the second matrix of a launch must have the first's type and shape, and an output");
+  }
   MatmulArgs args{};
   args.w = arena.base;
   args.row_stride = shape.row_stride_bytes;
@@ -685,11 +761,37 @@ void expert_matmul_quantized(const ExpertArenaView& arena, int layer, const Expe
   args.row_ids = row_ids;
   args.row_counts = row_counts;
   args.max_rows = max_rows;
+  args.n_listed = n_launch;
+  args.second_offset = second ? second->matrix_offset : 0;
+  args.second_y = second ? second_y : nullptr;
   with_weights(shape.type, [&]<class Q>() {
     if (Q::kActivation != layout.format)
       cuda_fail("CUDA matmul: activations quantized for another weight type (" + std::string(type_name(layout.format)) + ")");
-    launch<Q>(args, n_launch, max_rows, stream, tuning);
+    launch<Q>(args, grid_rows, max_rows, stream, tuning);
   });
+}
+
+}  // namespace
+
+void expert_matmul_quantized(const ExpertArenaView& arena, int layer, const ExpertMatrixShape& shape,
+                             const int32_t* expert_ids, int n_launch, const int32_t* row_ids,
+                             const int32_t* row_counts, int max_rows, const ActivationLayout& layout,
+                             const void* scratch, float* y, cudaStream_t stream, const MatmulTuning* tuning) {
+  launch_experts(arena, layer, shape, nullptr, expert_ids, n_launch, row_ids, row_counts, max_rows, layout, scratch, y,
+                 nullptr, stream, tuning);
+}
+
+bool can_pair_experts(const ExpertMatrixShape& a, const ExpertMatrixShape& b) {
+  return a.type == b.type && a.n_in == b.n_in && a.n_out == b.n_out && a.row_stride_bytes == b.row_stride_bytes;
+}
+
+void expert_matmul_quantized_pair(const ExpertArenaView& arena, int layer, const ExpertMatrixShape& first,
+                                  const ExpertMatrixShape& second, const int32_t* expert_ids, int n_launch,
+                                  const int32_t* row_ids, const int32_t* row_counts, int max_rows,
+                                  const ActivationLayout& layout, const void* scratch, float* y_first,
+                                  float* y_second, cudaStream_t stream, const MatmulTuning* tuning) {
+  launch_experts(arena, layer, first, &second, expert_ids, n_launch, row_ids, row_counts, max_rows, layout, scratch,
+                 y_first, y_second, stream, tuning);
 }
 
 }  // namespace strata::compute::cuda

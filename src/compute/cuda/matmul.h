@@ -70,6 +70,10 @@ ActivationLayout activation_layout(GgmlType weight_type, int64_t n_in, int64_t n
 // x: [n_rows][n_in] f32 (row stride n_in) → the scratch at `scratch` laid out as `layout`.
 void quantize_activations(const ActivationLayout& layout, const float* x, void* scratch,
                           cudaStream_t stream);
+// x into two layouts at once (the experts' Q8_K and the router's Q8_0, say): one launch where both
+// are quantized formats of the same width and rows, the same bytes as two quantize_activations.
+void quantize_activations_two(const ActivationLayout& first, void* first_scratch, const ActivationLayout& second,
+                              void* second_scratch, const float* x, cudaStream_t stream);
 // The same with an elementwise step applied to the inputs first, in the quantizer's launch (one
 // launch instead of two): x_i = silu(a_i)·b_i (SwiGLU's middle) or silu(a_i·scale) (the
 // hyper-connection's mixing activation), with the f32 operations of compute/cuda/ops.h silu_mul
@@ -134,5 +138,14 @@ void expert_matmul_quantized(const ExpertArenaView& arena, int layer, const Expe
                              const int32_t* row_counts, int max_rows, const ActivationLayout& layout,
                              const void* scratch, float* y, cudaStream_t stream,
                              const MatmulTuning* tuning = nullptr);
+// Two matrices of each listed expert in one launch (SwiGLU's gate and up: the same activations,
+// twice the blocks in flight): y_first as expert_matmul_quantized with `first`, y_second with
+// `second`, bitwise. Both must have the same type, n_in, n_out and row stride (can_pair_experts).
+bool can_pair_experts(const ExpertMatrixShape& a, const ExpertMatrixShape& b);
+void expert_matmul_quantized_pair(const ExpertArenaView& arena, int layer, const ExpertMatrixShape& first,
+                                  const ExpertMatrixShape& second, const int32_t* expert_ids, int n_launch,
+                                  const int32_t* row_ids, const int32_t* row_counts, int max_rows,
+                                  const ActivationLayout& layout, const void* scratch, float* y_first,
+                                  float* y_second, cudaStream_t stream, const MatmulTuning* tuning = nullptr);
 
 }  // namespace strata::compute::cuda

@@ -178,12 +178,24 @@ __device__ void block_best(float& value, int& index, float* shared_v, int* share
 }
 
 constexpr int kMaxRouteK = 32;
+// Experts per lane held in registers by the router's pick loop (n_expert <= 32 · this).
+constexpr int kRouteSlotsPerLane = 16;
+
+// ranks_before as one 64-bit key for the router's probabilities (never negative, never −0: each
+// is expf(…)·(1/Σ) with Σ > 0, or NaN): the value's bits, NaN as the largest, then the index
+// reversed, so that the larger key ranks first and no two experts share a key. 0 = none.
+__device__ __forceinline__ uint64_t route_key(float p, int i) {
+  const uint32_t bits = isnan(p) ? 0xffffffffu : __float_as_uint(p);
+  return uint64_t(bits) << 32 | uint64_t(0xffffffffu - uint32_t(i));
+}
+__device__ __forceinline__ int route_key_index(uint64_t key) { return int(0xffffffffu - uint32_t(key)); }
 
 __global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int32_t* experts_out, float* weights_out) {
   pdl_begin();
   extern __shared__ float probs[];  // n_expert, then n_expert chosen flags
   __shared__ float shared_v[32];
   __shared__ int picked[kMaxRouteK];
+  __shared__ float total_shared;
   auto* chosen = reinterpret_cast<int*>(probs + n_expert);
   const float* row = logits + size_t(blockIdx.x) * n_expert;
   float m = -INFINITY;
@@ -203,55 +215,83 @@ __global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int
   for (int i = threadIdx.x; i < n_expert; i += blockDim.x) probs[i] = __fmul_rn(probs[i], inverse);
   __syncthreads();
   // The k picks by one warp, without block barriers: lane l keeps the best unchosen expert among
-  // i ≡ l (mod 32); each pick is the warp's best of those (a total order, so every lane agrees),
-  // and only the winning lane rescans its share. The same picks in the same order as k rounds of
-  // a block-wide search: the order is ranks_before's, whoever finds it.
+  // i ≡ l (mod 32); each pick is the warp's largest key (a total order, so every lane agrees),
+  // and only the winning lane looks for its next best. The same picks in the same order as k
+  // rounds of a block-wide search by ranks_before, whoever finds them. Up to 512 experts the
+  // lane's keys live in registers; above, the winner rescans its share in shared memory.
   if (threadIdx.x < 32) {
     const int lane = int(threadIdx.x);
-    float lane_v = 0.0f;
-    int lane_i = -1;
-    auto rescan = [&] {
-      lane_i = -1;
-      for (int i = lane; i < n_expert; i += 32)
-        if (!chosen[i] && (lane_i < 0 || ranks_before(probs[i], i, lane_v, lane_i))) {
-          lane_v = probs[i];
-          lane_i = i;
-        }
-    };
-    rescan();
-    for (int j = 0; j < k; ++j) {
-      float best_v = lane_v;
-      int best_i = lane_i;
+    if (n_expert <= 32 * kRouteSlotsPerLane) {
+      uint64_t keys[kRouteSlotsPerLane];
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, best_v, off);
-        const int oi = __shfl_xor_sync(0xffffffffu, best_i, off);
-        if (oi >= 0 && (best_i < 0 || ranks_before(ov, oi, best_v, best_i))) {
-          best_v = ov;
-          best_i = oi;
+      for (int slot = 0; slot < kRouteSlotsPerLane; ++slot) {
+        const int i = lane + 32 * slot;
+        keys[slot] = i < n_expert ? route_key(probs[i], i) : 0;
+      }
+      auto lane_best = [&] {
+        uint64_t best = 0;
+#pragma unroll
+        for (int slot = 0; slot < kRouteSlotsPerLane; ++slot) best = keys[slot] > best ? keys[slot] : best;
+        return best;
+      };
+      uint64_t mine = lane_best();
+      for (int j = 0; j < k; ++j) {
+        uint64_t best = mine;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+          const uint64_t other = __shfl_xor_sync(0xffffffffu, best, off);
+          best = other > best ? other : best;
+        }
+        const int index = route_key_index(best);
+        if (lane == 0) picked[j] = index;
+        if ((index & 31) == lane) {
+#pragma unroll
+          for (int slot = 0; slot < kRouteSlotsPerLane; ++slot)
+            if (slot == (index >> 5)) keys[slot] = 0;
+          mine = lane_best();
         }
       }
-      if (lane == 0) picked[j] = best_i;
-      if ((best_i & 31) == lane) {
-        chosen[best_i] = 1;
-        rescan();
+    } else {
+      auto rescan = [&] {
+        uint64_t best = 0;
+        for (int i = lane; i < n_expert; i += 32)
+          if (!chosen[i]) {
+            const uint64_t key = route_key(probs[i], i);
+            best = key > best ? key : best;
+          }
+        return best;
+      };
+      uint64_t mine = rescan();
+      for (int j = 0; j < k; ++j) {
+        uint64_t best = mine;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+          const uint64_t other = __shfl_xor_sync(0xffffffffu, best, off);
+          best = other > best ? other : best;
+        }
+        const int index = route_key_index(best);
+        if (lane == 0) picked[j] = index;
+        if ((index & 31) == lane) {
+          chosen[index] = 1;
+          mine = rescan();
+        }
       }
-      __syncwarp();
     }
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float total = 0.0f;
-    for (int j = 0; j < k; ++j) total = __fadd_rn(total, probs[picked[j]]);
-    for (int j = 1; j < k; ++j)  // ascending expert id
-      for (int i = j; i > 0 && picked[i - 1] > picked[i]; --i) {
-        const int t = picked[i];
-        picked[i] = picked[i - 1];
-        picked[i - 1] = t;
-      }
-    for (int j = 0; j < k; ++j) {
-      experts_out[size_t(blockIdx.x) * k + j] = picked[j];
-      weights_out[size_t(blockIdx.x) * k + j] = __fdiv_rn(probs[picked[j]], total);
+    __syncwarp();
+    // Σ of the picked probabilities, best first (the CPU's order).
+    if (lane == 0) {
+      float total = 0.0f;
+      for (int j = 0; j < k; ++j) total = __fadd_rn(total, probs[picked[j]]);
+      total_shared = total;
+    }
+    __syncwarp();
+    // Written in ascending expert id: pick j goes to the place its id has among the k.
+    if (lane < k) {
+      const int id = picked[lane];
+      int place = 0;
+      for (int j = 0; j < k; ++j) place += picked[j] < id;
+      experts_out[size_t(blockIdx.x) * k + place] = id;
+      weights_out[size_t(blockIdx.x) * k + place] = __fdiv_rn(probs[id], total_shared);
     }
   }
 }
