@@ -162,7 +162,7 @@ template <typename Block, typename ChunkQuants>
 }
 
 // Tile form of dot_k4_blocks: one weight row against kA activation rows (row t at acts +
-// t·act_stride bytes) into out[t·out_stride]. Each weight block's quants and scale vectors are
+// t·act_stride bytes) into out[t·out_stride]. Each weight chunk's quants and scale vectors are
 // decoded once for all kA rows. Bitwise dot_k4_blocks per row: the i32 lane sums are the same
 // exact integers (only the order of exact adds differs), d and dmin the same f32 products, and
 // every accumulator gets the same FMAs in the same order.
@@ -181,27 +181,32 @@ template <int kA, typename Block, typename ChunkQuants>
     unpack_q4_K_scales_u64(block.scales, &scales_u64, &mins_u64);
     const __m256i mins_twice = k4_mins_twice(mins_u64);
     const __m256i scales = k4_scales_i16(scales_u64);
-    __m256i quants[8], sub_scales[8];
+    // Chunk outer, rows inner: a chunk's quants and scale vectors stay in registers while the
+    // kA rows pass (the rows' i32 sums are the registers that live across chunks).
+    __m256i sums[kA];
+    for (int t = 0; t < kA; ++t) sums[t] = _mm256_setzero_si256();
     for (int chunk = 0; chunk < 4; ++chunk) {
-      chunk_quants(block, chunk, quants[2 * chunk], quants[2 * chunk + 1]);
-      sub_scales[2 * chunk] =
-          _mm256_shuffle_epi8(scales, broadcast_i16_mask(2 * chunk, 2 * chunk));
-      sub_scales[2 * chunk + 1] =
+      __m256i low, high;
+      chunk_quants(block, chunk, low, high);
+      const __m256i s_low = _mm256_shuffle_epi8(scales, broadcast_i16_mask(2 * chunk, 2 * chunk));
+      const __m256i s_high =
           _mm256_shuffle_epi8(scales, broadcast_i16_mask(2 * chunk + 1, 2 * chunk + 1));
+      for (int t = 0; t < kA; ++t) {
+        const int8_t* x_qs = act(t)[b].qs + 64 * chunk;
+        const __m256i p_low = _mm256_maddubs_epi16(low, load32(x_qs));
+        const __m256i p_high = _mm256_maddubs_epi16(high, load32(x_qs + 32));
+        sums[t] = _mm256_add_epi32(sums[t], _mm256_add_epi32(_mm256_madd_epi16(p_low, s_low),
+                                                             _mm256_madd_epi16(p_high, s_high)));
+      }
     }
     const float d_w = f16_scalar_to_f32(block.d);
     const float dmin_w = f16_scalar_to_f32(block.dmin);
     for (int t = 0; t < kA; ++t) {
       const BlockQ8_K& x = act(t)[b];
       const __m256i min_sums = _mm256_madd_epi16(load32(x.bsums), mins_twice);
-      __m256i sums = _mm256_setzero_si256();
-      for (int sub = 0; sub < 8; ++sub) {
-        const __m256i products = _mm256_maddubs_epi16(quants[sub], load32(x.qs + 32 * sub));
-        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(products, sub_scales[sub]));
-      }
       const float d = d_w * x.d;
       const float dmin = dmin_w * x.d;
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums[t]), acc[t]);
       acc_mins[t] =
           _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(min_sums), acc_mins[t]);
     }

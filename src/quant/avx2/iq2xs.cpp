@@ -104,12 +104,11 @@ float dot_iq2_xs(const void* w, const void* a, int64_t n) {
 
 namespace {
 
-// Activation rows per IQ2_XS register tile: one accumulator per row; the block's decoded grid
-// points, sign selectors and scale vectors live on the stack (L1) and are re-read per row.
+// Activation rows per IQ2_XS register tile: an i32 sum and an f32 accumulator per row.
 constexpr int kIq2xsTileActs = 8;
 
-// Tile form of dot_iq2_xs: one weight row against kA activation rows. Each block's eight grid
-// vectors and sign selectors are built once (the same values dot_iq2_xs builds per sub-block) for
+// Tile form of dot_iq2_xs: one weight row against kA activation rows. Each sub-block's grid
+// vector and sign selector is built once (the same values dot_iq2_xs builds per sub-block) for
 // all kA rows. Bitwise dot_iq2_xs per row: the i32 lanes are the same exact sums, the block scale
 // the same f32 product (d·d_a)·0.125, one FMA per block into one accumulator.
 template <int kA>
@@ -132,8 +131,10 @@ template <int kA>
   for (int t = 0; t < kA; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
     const BlockIQ2_XS& block = blocks[b];
-    __m256i grid[8], selector[8];
-    const __m256i* scale[8];
+    // Sub-block outer, rows inner: a sub-block's grid points, sign selector and scale vector
+    // stay in registers while the kA rows pass.
+    __m256i sums[kA];
+    for (int t = 0; t < kA; ++t) sums[t] = _mm256_setzero_si256();
     for (int quad = 0; quad < 2; ++quad) {
       const __m256i words = load32(block.qs + 16 * quad);
       const __m256i low_bits = _mm256_srli_epi16(words, 9);
@@ -147,24 +148,23 @@ template <int kA>
         for (int k = 0; k < 2; ++k) {
           const int sub = 4 * quad + 2 * lane + k;
           const __m256i spread = _mm256_shuffle_epi8(lane_signs, sign_spread[k]);
-          selector[sub] = _mm256_add_epi8(_mm256_and_si256(spread, bit_of_byte), bias);
-          grid[sub] = grid_points(block.qs + 4 * sub);
-          scale[sub] =
-              reinterpret_cast<const __m256i*>(iq2xs_scale_vector(block.scales[sub]));
+          const __m256i selector = _mm256_add_epi8(_mm256_and_si256(spread, bit_of_byte), bias);
+          const __m256i grid = grid_points(block.qs + 4 * sub);
+          const __m256i scale = _mm256_load_si256(
+              reinterpret_cast<const __m256i*>(iq2xs_scale_vector(block.scales[sub])));
+          for (int t = 0; t < kA; ++t) {
+            const __m256i signed_acts =
+                _mm256_sign_epi8(load32(act(t)[b].qs + 32 * sub), selector);
+            const __m256i products = _mm256_maddubs_epi16(grid, signed_acts);
+            sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(products, scale));
+          }
         }
       }
     }
     const float d_w = f16_scalar_to_f32(block.d);
     for (int t = 0; t < kA; ++t) {
-      const BlockQ8_K& x = act(t)[b];
-      __m256i sums = _mm256_setzero_si256();
-      for (int sub = 0; sub < 8; ++sub) {
-        const __m256i signed_acts = _mm256_sign_epi8(load32(x.qs + 32 * sub), selector[sub]);
-        const __m256i products = _mm256_maddubs_epi16(grid[sub], signed_acts);
-        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(products, _mm256_load_si256(scale[sub])));
-      }
-      const float d = d_w * x.d * 0.125f;
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc[t]);
+      const float d = d_w * act(t)[b].d * 0.125f;
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums[t]), acc[t]);
     }
   }
   for (int t = 0; t < kA; ++t) out[size_t(t) * out_stride] = canonical_nan(horizontal_sum(acc[t]));

@@ -287,8 +287,7 @@ float dot_q5_K(const void* w, const void* a, int64_t n) {
 
 namespace {
 
-// Activation rows per Q4_K/Q5_K register tile: two accumulators per row; the decoded quants and
-// scale vectors of the weight block live on the stack (L1) and are re-read per row.
+// Activation rows per Q4_K/Q5_K register tile: an i32 sum and two f32 accumulators per row.
 constexpr int kK4TileActs = 4;
 
 template <typename Block, typename ChunkQuants>
