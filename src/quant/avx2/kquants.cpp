@@ -288,7 +288,7 @@ float dot_q5_K(const void* w, const void* a, int64_t n) {
 namespace {
 
 // Activation rows per Q4_K/Q5_K register tile: an i32 sum and two f32 accumulators per row.
-constexpr int kK4TileActs = 4;
+constexpr int kK4TileActs = 8;
 
 template <typename Block, typename ChunkQuants>
 void k4_tiles(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
