@@ -19,8 +19,7 @@ void glu_and_down(compute::ThreadPool& pool, const compute::WeightMatrix& down,
                   std::vector<float>& g, const std::vector<float>& u, int64_t n_rows, float* y) {
   const int64_t n_ff = down.n_in;
   compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
-    for (int64_t i = begin * n_ff; i < end * n_ff; ++i)
-      g[size_t(i)] = compute::silu(g[size_t(i)]) * u[size_t(i)];
+    compute::silu_mul(g.data() + begin * n_ff, u.data() + begin * n_ff, (end - begin) * n_ff);
   });
   compute::matmul(pool, down, g.data(), n_rows, y);
 }
@@ -334,8 +333,7 @@ void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
           compute::matmul_rows(
               pool, gate_up,
               compute::ActivationRows{converted.rows.activation_type, n_embd, n, rows_in, in_stride});
-          for (int64_t j = 0; j < n * n_ff; ++j)
-            gate_rows[j] = compute::silu(gate_rows[j]) * up_rows[j];
+          compute::silu_mul(gate_rows, up_rows, n * n_ff);
           const compute::ActivationRows down_in = compute::quantize_activation_rows(
               pool, m.down.type, gate_rows, n, n_ff, down_rows + size_t(row0) * down_stride);
           const compute::MatmulProduct down[] = {{&m.down, outputs.data() + row0 * n_embd}};

@@ -101,6 +101,16 @@ TEST(ExpAvx2, DispatchedOpsAreTheScalarOps) {
   std::vector<float> g = x, u(x.size(), 1.5f);
   silu_mul(g.data(), u.data(), int64_t(g.size()));
   for (size_t i = 0; i < x.size(); ++i) ASSERT_TRUE(same_bits(g[i], silu(x[i]) * 1.5f)) << i;
+  std::vector<float> o(x.size(), 0.8125f), o_silu(x.size(), -1.25f);
+  mul_sigmoid(o.data(), x.data(), int64_t(x.size()));
+  mul_silu(o_silu.data(), x.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    float want = 0.8125f, want_silu = -1.25f;
+    want *= sigmoid(x[i]);
+    want_silu *= silu(x[i]);
+    ASSERT_TRUE(same_bits(o[i], want)) << i;
+    ASSERT_TRUE(same_bits(o_silu[i], want_silu)) << i;
+  }
   std::vector<float> p = x, q = x;
   softmax(p.data(), int64_t(p.size()));
   float m = -std::numeric_limits<float>::infinity();

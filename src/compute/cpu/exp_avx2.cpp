@@ -134,4 +134,26 @@ void silu_mul_f32(float* g, const float* u, int64_t n) {
   for (; i < n; ++i) g[i] = (g[i] / (1.0f + std::exp(-g[i]))) * u[i];
 }
 
+void mul_sigmoid_f32(float* o, const float* gate, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_xor_ps(g, sign_bit()))));
+    _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), s));
+  }
+  for (; i < n; ++i) o[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+}
+
+void mul_silu_f32(float* o, const float* gate, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_xor_ps(g, sign_bit()))));
+    _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), s));
+  }
+  for (; i < n; ++i) o[i] *= gate[i] / (1.0f + std::exp(-gate[i]));
+}
+
 }  // namespace strata::compute::avx2

@@ -111,6 +111,14 @@ void silu_mul(float* g, const float* u, int64_t n) {
   if (vector_exp()) return avx2::silu_mul_f32(g, u, n);
   for (int64_t i = 0; i < n; ++i) g[i] = silu(g[i]) * u[i];
 }
+void mul_sigmoid(float* o, const float* gate, int64_t n) {
+  if (vector_exp()) return avx2::mul_sigmoid_f32(o, gate, n);
+  for (int64_t i = 0; i < n; ++i) o[i] *= sigmoid(gate[i]);
+}
+void mul_silu(float* o, const float* gate, int64_t n) {
+  if (vector_exp()) return avx2::mul_silu_f32(o, gate, n);
+  for (int64_t i = 0; i < n; ++i) o[i] *= silu(gate[i]);
+}
 void softplus(const float* x, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = softplus(x[i]);
 }

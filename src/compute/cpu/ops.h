@@ -47,6 +47,9 @@ void sigmoid(const float* x, int64_t n, float* out);
 void silu(const float* x, int64_t n, float* out);
 // g[i] = silu(g[i]) * u[i] (the SwiGLU product), bitwise the scalar expression.
 void silu_mul(float* g, const float* u, int64_t n);
+// o[i] *= sigmoid(gate[i]) and o[i] *= silu(gate[i]) (output gates), bitwise the scalar forms.
+void mul_sigmoid(float* o, const float* gate, int64_t n);
+void mul_silu(float* o, const float* gate, int64_t n);
 void softplus(const float* x, int64_t n, float* out);
 
 // RoPE, NeoX ("rotate_half") layout, partial: the first n_rot dims rotate, dim i paired with
