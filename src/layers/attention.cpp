@@ -162,7 +162,7 @@ void attend_all_visible(const Shape& shape, bool gated, const float* q_row, cons
       for (int g = 0; g < heads_per_kv; ++g) {
         const float* gate = q0 + g * q_stride + hd;
         float* o = out + int64_t(g) * hd;
-        for (int j = 0; j < hd; ++j) o[j] *= compute::sigmoid(gate[j]);
+        compute::mul_sigmoid(o, gate, hd);
       }
   }
 }
@@ -303,7 +303,7 @@ void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const Att
         }
         if (w.gated) {
           const float* gate = qh + hd;
-          for (int j = 0; j < hd; ++j) out[j] *= compute::sigmoid(gate[j]);
+          compute::mul_sigmoid(out, gate, hd);
         }
       }
     }

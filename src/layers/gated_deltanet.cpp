@@ -175,8 +175,13 @@ void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const De
         float sum = 0.0f;
         for (int j = 0; j < kernel - 1; ++j) sum += taps[j] * conv_row(t + j)[ch];
         sum += taps[kernel - 1] * conv_row(t + history_rows)[ch];
-        conv_out[size_t(t * conv_dim + ch)] = compute::silu(sum);
+        conv_out[size_t(t * conv_dim + ch)] = sum;
       }
+    // silu over the task's channels of every row (vectorised; the same bits per element).
+    for (int64_t t = 0; t < n_rows; ++t) {
+      float* row = conv_out.data() + t * conv_dim;
+      compute::silu(row + ch_begin, ch_end - ch_begin, row + ch_begin);
+    }
   };
   if (n_rows >= compute::kParallelRowsMin)
     pool.parallel_for(conv_tasks, convolve);
@@ -393,8 +398,10 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
         float* o = core.data() + t * value_dim + h * dv;
         const float* zh = z.data() + t * value_dim + h * dv;
         compute::rms_norm(o, w.norm.data(), dv, dims.rms_eps, o);
-        for (int j = 0; j < dv; ++j)
-          o[j] *= dims.gate_sigmoid ? compute::sigmoid(zh[j]) : compute::silu(zh[j]);
+        if (dims.gate_sigmoid)
+          compute::mul_sigmoid(o, zh, dv);
+        else
+          compute::mul_silu(o, zh, dv);
       }
   });
   compute::matmul(pool, w.out, core.data(), n_rows, y);

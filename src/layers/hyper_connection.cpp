@@ -30,13 +30,16 @@ void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
     compute::matmul(pool, w.down, normed.data(), n_rows, mix.data());
   }
   compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
-    for (int64_t i = begin * rank; i < end * rank; ++i)
-      mix[size_t(i)] = compute::silu(mix[size_t(i)] * inv_streams);
+    for (int64_t i = begin * rank; i < end * rank; ++i) mix[size_t(i)] *= inv_streams;
+    compute::silu(mix.data() + begin * rank, (end - begin) * rank, mix.data() + begin * rank);
   });
   std::vector<float>& gates = ws.floats(static_cast<size_t>(n_rows * width));
   compute::matmul(pool, w.up, mix.data(), n_rows, gates.data());
 
   compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+    // The gates in place first (the same sigmoid bits, vectorised), then the stream sums.
+    compute::sigmoid(gates.data() + begin * width, (end - begin) * width,
+                     gates.data() + begin * width);
     for (int64_t t = begin; t < end; ++t) {
       const float* g = gates.data() + t * width;
       const float* xn = normed.data() + t * width;
@@ -44,7 +47,7 @@ void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
       for (int64_t i = 0; i < n_embd; ++i) {
         float sum = 0.0f;
         for (int s = 0; s < n_streams; ++s)
-          sum += compute::sigmoid(g[s * n_embd + i]) * xn[s * n_embd + i];
+          sum += g[s * n_embd + i] * xn[s * n_embd + i];
         out[i] = sum * inv_streams;
       }
     }

@@ -19,8 +19,7 @@ void glu_and_down(compute::ThreadPool& pool, const compute::WeightMatrix& down,
                   std::vector<float>& g, const std::vector<float>& u, int64_t n_rows, float* y) {
   const int64_t n_ff = down.n_in;
   compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
-    for (int64_t i = begin * n_ff; i < end * n_ff; ++i)
-      g[size_t(i)] = compute::silu(g[size_t(i)]) * u[size_t(i)];
+    compute::silu_mul(g.data() + begin * n_ff, u.data() + begin * n_ff, (end - begin) * n_ff);
   });
   compute::matmul(pool, down, g.data(), n_rows, y);
 }
@@ -32,8 +31,8 @@ void swiglu(compute::ThreadPool& pool, compute::Workspace& ws, const compute::We
             int64_t n_rows, int64_t max_rows, float* y) {
   compute::Workspace::Frame frame(ws);
   const int64_t n_ff = gate.n_out;
-  std::vector<float>& g = ws.floats(static_cast<size_t>(n_rows * n_ff));
-  std::vector<float>& u = ws.floats(static_cast<size_t>(n_rows * n_ff));
+  std::vector<float>& g = ws.scratch_floats(static_cast<size_t>(n_rows * n_ff));
+  std::vector<float>& u = ws.scratch_floats(static_cast<size_t>(n_rows * n_ff));
   g.reserve(static_cast<size_t>(max_rows * n_ff));
   u.reserve(static_cast<size_t>(max_rows * n_ff));
   const compute::MatmulProduct gate_up[] = {{&gate, g.data()}, {&up, u.data()}};
@@ -47,8 +46,8 @@ void swiglu(compute::ThreadPool& pool, compute::Workspace& ws, const compute::We
             const compute::ActivationRows& x, int64_t max_rows, float* y) {
   compute::Workspace::Frame frame(ws);
   const int64_t n_ff = gate.n_out, n_rows = x.n_rows;
-  std::vector<float>& g = ws.floats(static_cast<size_t>(n_rows * n_ff));
-  std::vector<float>& u = ws.floats(static_cast<size_t>(n_rows * n_ff));
+  std::vector<float>& g = ws.scratch_floats(static_cast<size_t>(n_rows * n_ff));
+  std::vector<float>& u = ws.scratch_floats(static_cast<size_t>(n_rows * n_ff));
   g.reserve(static_cast<size_t>(max_rows * n_ff));
   u.reserve(static_cast<size_t>(max_rows * n_ff));
   const compute::MatmulProduct gate_up[] = {{&gate, g.data()}, {&up, u.data()}};
@@ -85,7 +84,7 @@ void moe_route(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDims&
   const int n_expert = dims.n_expert, k = dims.n_expert_used;
   MocePolicy* moce = cache_aware ? cache_aware->moce() : nullptr;
   if (moce && !moce->options.enabled()) moce = nullptr;
-  std::vector<float>& probs = ws.floats(static_cast<size_t>(n_rows * n_expert));
+  std::vector<float>& probs = ws.scratch_floats(static_cast<size_t>(n_rows * n_expert));
   compute::matmul(pool, w.router, x, n_rows, probs.data());
   auto shape = [&](Routing& r) {
     r.k = k;
@@ -253,7 +252,7 @@ void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
   compute::Workspace::Frame frame(ws);
   const std::vector<int32_t>& used = *g.used;
   // Expert e's output rows sit at rows [offsets[e], offsets[e+1]) of `outputs`.
-  std::vector<float>& outputs = ws.floats(g.rows->size() * size_t(n_embd));
+  std::vector<float>& outputs = ws.scratch_floats(g.rows->size() * size_t(n_embd));
   std::vector<int32_t>& handed = ws.ids(used.size());
   ConvertedRows converted{&ws.floats(0)};
   int index = -1;
@@ -311,16 +310,27 @@ void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
       const size_t in_stride = converted.rows.row_stride_bytes;
       const size_t down_stride = compute::activation_row_stride(first.down.type, n_ff);
       auto bytes_as_floats = [](size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); };
-      auto* gathered =
-          reinterpret_cast<std::byte*>(ws.floats(bytes_as_floats(total_rows * in_stride)).data());
-      auto* down_rows =
-          reinterpret_cast<std::byte*>(ws.floats(bytes_as_floats(total_rows * down_stride)).data());
-      float* gate_out = ws.floats(total_rows * size_t(n_ff)).data();
-      float* up_out = ws.floats(total_rows * size_t(n_ff)).data();
-      pool.parallel_for(int64_t(n_taken), [&](int64_t begin, int64_t end, int) {
-        for (int64_t i = begin; i < end; ++i) {
-          const size_t e = size_t(order[size_t(i)]);
-          const ExpertMatrices m = taken_expert(size_t(i));
+      auto scratch_bytes = [&](size_t bytes) {
+        return reinterpret_cast<std::byte*>(ws.scratch_floats(bytes_as_floats(bytes)).data());
+      };
+      std::byte* gathered = scratch_bytes(total_rows * in_stride);
+      std::byte* down_rows = scratch_bytes(total_rows * down_stride);
+      float* gate_out = ws.scratch_floats(total_rows * size_t(n_ff)).data();
+      float* up_out = ws.scratch_floats(total_rows * size_t(n_ff)).data();
+      // Largest expert first, each its own task: the threads finish together (longest
+      // processing time first), and no thread is left with a chunk of big experts at the end.
+      std::vector<int32_t>& by_rows = ws.ids(n_taken);
+      for (size_t i = 0; i < n_taken; ++i) by_rows[i] = int32_t(i);
+      std::sort(by_rows.begin(), by_rows.end(), [&](int32_t a, int32_t b) {
+        const int64_t rows_a = g.count(size_t(order[size_t(a)]));
+        const int64_t rows_b = g.count(size_t(order[size_t(b)]));
+        return rows_a > rows_b || (rows_a == rows_b && a < b);
+      });
+      pool.parallel_for_each_task(int64_t(n_taken), [&](int64_t begin, int64_t end, int) {
+        for (int64_t task = begin; task < end; ++task) {
+          const size_t i = size_t(by_rows[size_t(task)]);
+          const size_t e = size_t(order[i]);
+          const ExpertMatrices m = taken_expert(i);
           const int64_t n = g.count(e), row0 = (*g.offsets)[e];
           std::byte* rows_in = gathered + size_t(row0) * in_stride;
           for (int64_t r = 0; r < n; ++r)
@@ -334,8 +344,7 @@ void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
           compute::matmul_rows(
               pool, gate_up,
               compute::ActivationRows{converted.rows.activation_type, n_embd, n, rows_in, in_stride});
-          for (int64_t j = 0; j < n * n_ff; ++j)
-            gate_rows[j] = compute::silu(gate_rows[j]) * up_rows[j];
+          compute::silu_mul(gate_rows, up_rows, n * n_ff);
           const compute::ActivationRows down_in = compute::quantize_activation_rows(
               pool, m.down.type, gate_rows, n, n_ff, down_rows + size_t(row0) * down_stride);
           const compute::MatmulProduct down[] = {{&m.down, outputs.data() + row0 * n_embd}};
@@ -425,7 +434,8 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDim
   }
 
   // The shared expert first: it needs no routed bytes, so it overlaps the misses' reads.
-  std::vector<float>& shared = ws.floats(w.has_shared() ? static_cast<size_t>(n_rows * n_embd) : 0);
+  std::vector<float>& shared =
+      ws.scratch_floats(w.has_shared() ? static_cast<size_t>(n_rows * n_embd) : 0);
   if (w.has_shared()) {
     ScopedPhase phase(Phase::SharedExpert);
     swiglu(pool, ws, w.shared_gate, w.shared_up, w.shared_down, x, n_rows, n_rows, shared.data());

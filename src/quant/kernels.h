@@ -172,6 +172,31 @@ float dot_iq4_nl(const void* w, const void* a, int64_t n);
 float dot_q3_K(const void* w, const void* a, int64_t n);
 float dot_q5_K(const void* w, const void* a, int64_t n);
 float dot_iq4_xs(const void* w, const void* a, int64_t n);
+
+// Tiles of one weight row × up to 4 (Q8_0, Q4_0, Q5_0, IQ4_NL) or 8 (Q4_K, Q5_K, IQ2_XS)
+// activation rows (quant/tiles.h): each weight block decoded once for the tile's activation rows;
+// each output bitwise the avx2 one-row dot of its pair (and the canonical NaN for a NaN).
+void dot_tile_q8_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride);
+void dot_tile_q4_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride);
+void dot_tile_q5_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride);
+void dot_tile_iq4_nl(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                     int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                     size_t out_a_stride);
+void dot_tile_q4_K(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride);
+void dot_tile_q5_K(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride);
+void dot_tile_iq2_xs(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                     int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                     size_t out_a_stride);
 }  // namespace avx2
 
 // AVX-512 kernels (F, BW, VL, VBMI, VNNI, BITALG; avx512/*.cpp): call them only when

@@ -132,6 +132,15 @@ KernelArray fast_kernels(KernelLevel level) {
   set(GgmlType::IQ3_S, avx2::dequantize_iq3_s, avx2::quantize_q8_K, avx2::dot_iq3_s);
   set(GgmlType::IQ1_S, avx2::dequantize_iq1_s, avx2::quantize_q8_K, avx2::dot_iq1_s);
   set(GgmlType::IQ1_M, avx2::dequantize_iq1_m, avx2::quantize_q8_K, avx2::dot_iq1_m);
+  // Prompt windows: tiles that decode each weight block once for several activation rows
+  // (bitwise the one-row dots above).
+  k[size_t(GgmlType::Q8_0)].dot_tile = avx2::dot_tile_q8_0;
+  k[size_t(GgmlType::Q4_0)].dot_tile = avx2::dot_tile_q4_0;
+  k[size_t(GgmlType::Q5_0)].dot_tile = avx2::dot_tile_q5_0;
+  k[size_t(GgmlType::IQ4_NL)].dot_tile = avx2::dot_tile_iq4_nl;
+  k[size_t(GgmlType::Q4_K)].dot_tile = avx2::dot_tile_q4_K;
+  k[size_t(GgmlType::Q5_K)].dot_tile = avx2::dot_tile_q5_K;
+  k[size_t(GgmlType::IQ2_XS)].dot_tile = avx2::dot_tile_iq2_xs;
   if (level == KernelLevel::Avx2) return k;
   // One-row dots (decode) stay AVX2 where the AVX-512 form measured no faster on the Xeon
   // (bench_matmul_tile rows:1: Q8_0, Q5_0, IQ4_NL, IQ4_XS); their tiles are bitwise those AVX2 dots.

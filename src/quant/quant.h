@@ -71,9 +71,10 @@ void dot_many(GgmlType weight_type, const void* weight_row, const void* activati
 // Dots of n_weights weight rows (row r at weights + r·weight_stride bytes) with n_activations
 // activation rows (as dot_many): out[r·out_weight_stride + t·out_activation_stride] =
 // dot(weight_type, row r, activation t, n) bitwise, for every r, t and tile shape. Types with a tile
-// kernel (Q8_0 under AVX-512, ...) decode each weight block once for several activations and load
-// each activation block once for several weight rows (under AVX-512: Q8_0, Q4_0, Q5_0, IQ4_NL,
-// Q4_K, Q6_K, IQ4_XS, IQ2_XS); the others run dot_many per weight row.
+// kernel decode each weight block once for several activations and load each activation block
+// once for several weight rows (under AVX-512: Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K, Q6_K, IQ4_XS,
+// IQ2_XS; under AVX2: Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K, Q5_K, IQ2_XS); the others run dot_many per
+// weight row.
 void dot_tile(GgmlType weight_type, const void* weights, size_t weight_stride, int64_t n_weights,
               const void* activations, size_t activation_stride, int64_t n_activations, int64_t n,
               float* out, size_t out_weight_stride, size_t out_activation_stride);

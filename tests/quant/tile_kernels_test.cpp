@@ -43,6 +43,15 @@ struct TileKernel {
 };
 
 const TileKernel kTileKernels[] = {
+    {"avx2", GgmlType::Q8_0, scalar::dot_q8_0, avx2::dot_q8_0, avx2::dot_tile_q8_0, cpu_has_avx2},
+    {"avx2", GgmlType::Q4_0, scalar::dot_q4_0, avx2::dot_q4_0, avx2::dot_tile_q4_0, cpu_has_avx2},
+    {"avx2", GgmlType::Q5_0, scalar::dot_q5_0, avx2::dot_q5_0, avx2::dot_tile_q5_0, cpu_has_avx2},
+    {"avx2", GgmlType::IQ4_NL, scalar::dot_iq4_nl, avx2::dot_iq4_nl, avx2::dot_tile_iq4_nl,
+     cpu_has_avx2},
+    {"avx2", GgmlType::Q4_K, scalar::dot_q4_K, avx2::dot_q4_K, avx2::dot_tile_q4_K, cpu_has_avx2},
+    {"avx2", GgmlType::Q5_K, scalar::dot_q5_K, avx2::dot_q5_K, avx2::dot_tile_q5_K, cpu_has_avx2},
+    {"avx2", GgmlType::IQ2_XS, scalar::dot_iq2_xs, avx2::dot_iq2_xs, avx2::dot_tile_iq2_xs,
+     cpu_has_avx2},
     {"avx512", GgmlType::Q8_0, scalar::dot_q8_0, avx2::dot_q8_0, avx512::dot_tile_q8_0,
      cpu_has_avx512},
     {"avx512", GgmlType::Q4_0, scalar::dot_q4_0, avx2::dot_q4_0, avx512::dot_tile_q4_0,

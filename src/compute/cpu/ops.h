@@ -41,9 +41,15 @@ void softmax(float* x, int64_t n);
 float sigmoid(float x);   // 1 / (1 + expf(-x))
 float silu(float x);      // x / (1 + expf(-x))
 float softplus(float x);  // x > 20 ? x : log1pf(expf(x))   (torch's threshold, beta = 1)
-// Same over n values; out may alias x.
+// Same over n values; out may alias x. Each output bitwise the scalar function's (on AVX2 CPUs a
+// vector exp that is bitwise glibc's expf does the work: exp_avx2.cpp).
 void sigmoid(const float* x, int64_t n, float* out);
 void silu(const float* x, int64_t n, float* out);
+// g[i] = silu(g[i]) * u[i] (the SwiGLU product), bitwise the scalar expression.
+void silu_mul(float* g, const float* u, int64_t n);
+// o[i] *= sigmoid(gate[i]) and o[i] *= silu(gate[i]) (output gates), bitwise the scalar forms.
+void mul_sigmoid(float* o, const float* gate, int64_t n);
+void mul_silu(float* o, const float* gate, int64_t n);
 void softplus(const float* x, int64_t n, float* out);
 
 // RoPE, NeoX ("rotate_half") layout, partial: the first n_rot dims rotate, dim i paired with

@@ -130,10 +130,27 @@ void ThreadPool::parallel_for(int64_t n_tasks, const TaskFn& fn) {
     return;
   }
 
-  std::lock_guard caller_lock(caller_mutex_);
   // About 4 chunks per thread: enough slack to absorb a worker that wakes late, few enough that
   // each chunk is a long contiguous stretch of work (matters for streaming weights from DRAM).
-  const int64_t chunk_tasks = std::max<int64_t>(1, n_tasks / (int64_t(n_threads_) * 4));
+  run_job(fn, n_tasks, std::max<int64_t>(1, n_tasks / (int64_t(n_threads_) * 4)));
+}
+
+void ThreadPool::parallel_for_each_task(int64_t n_tasks, const TaskFn& fn) {
+  if (n_tasks <= 0) return;
+  if (tls_running_pool == this) {
+    for (int64_t i = 0; i < n_tasks; ++i) fn(i, i + 1, tls_thread_index);
+    return;
+  }
+  if (n_threads_ == 1 || n_tasks == 1) {
+    RunningPoolScope scope(this, 0);
+    for (int64_t i = 0; i < n_tasks; ++i) fn(i, i + 1, 0);
+    return;
+  }
+  run_job(fn, n_tasks, 1);
+}
+
+void ThreadPool::run_job(const TaskFn& fn, int64_t n_tasks, int64_t chunk_tasks) {
+  std::lock_guard caller_lock(caller_mutex_);
   {
     std::lock_guard lock(mutex_);
     job_fn_ = &fn;

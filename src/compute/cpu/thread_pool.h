@@ -84,6 +84,11 @@ class ThreadPool {
   int size() const { return n_threads_; }
 
   void parallel_for(int64_t n_tasks, const TaskFn& fn);
+  // As parallel_for, but every task is handed out on its own (fn(i, i + 1, thread_index)), in
+  // increasing i: for a few uneven tasks (a window's routed experts), where a chunk of several
+  // would leave one thread with the tail. Order the tasks largest first for a balanced finish.
+  // Nested calls run inline, task by task.
+  void parallel_for_each_task(int64_t n_tasks, const TaskFn& fn);
 
   // The thread_index the current thread has in this pool: its worker index inside a task of this
   // pool, otherwise 0 (the caller's slot).
@@ -94,6 +99,8 @@ class ThreadPool {
 
  private:
   void worker_main(int thread_index);
+  // Publishes one job (chunks of chunk_tasks from the shared counter), takes part, waits for it.
+  void run_job(const TaskFn& fn, int64_t n_tasks, int64_t chunk_tasks);
   // Takes chunks from the current job until none are left; records the first exception.
   void run_chunks(const TaskFn& fn, int64_t n_tasks, int64_t chunk_tasks, int thread_index);
 

@@ -28,6 +28,10 @@ namespace strata::compute {
 class Workspace {
  public:
   std::vector<float>& floats(size_t n) { return take(floats_, n); }
+  // As floats(n), but the contents are unspecified (left from earlier use; only elements beyond
+  // the vector's previous size are zeroed): for buffers the caller overwrites completely before
+  // reading, e.g. matmul outputs, where zeroing megabytes per window is wasted work.
+  std::vector<float>& scratch_floats(size_t n) { return take_unzeroed(floats_, n); }
   std::vector<int64_t>& ints(size_t n) { return take(ints_, n); }
   std::vector<int32_t>& ids(size_t n) { return take(ids_, n); }
 
@@ -67,6 +71,14 @@ class Workspace {
     std::vector<T>& v = *pool.slots[pool.next++];
     if (n > v.capacity()) v.reserve(std::max(n, 2 * v.capacity()));  // amortised growth
     v.assign(n, T{});
+    return v;
+  }
+  template <class T>
+  static std::vector<T>& take_unzeroed(Pool<T>& pool, size_t n) {
+    if (pool.next == pool.slots.size()) pool.slots.push_back(std::make_unique<std::vector<T>>());
+    std::vector<T>& v = *pool.slots[pool.next++];
+    if (n > v.capacity()) v.reserve(std::max(n, 2 * v.capacity()));
+    v.resize(n);
     return v;
   }
 

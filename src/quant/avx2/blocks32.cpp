@@ -186,4 +186,48 @@ float dot_q5_1(const void* w, const void* a, int64_t n) {
                     n / kBlock32, [](const BlockQ5_1& block) { return unpack_q5_1(block); });
 }
 
+namespace {
+
+// Activation rows per register tile of the 32-weight symmetric types: 2 accumulators per row
+// (even and odd blocks) plus w, |w|, the activation and the products fit the 16 ymm registers.
+constexpr int kBlocks32TileActs = 4;
+
+template <typename Block, typename Unpack>
+void blocks32_tiles(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                    int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                    size_t out_a_stride, Unpack unpack) {
+  one_row_tiles<kBlocks32TileActs>(
+      w, w_stride, n_w, a, a_stride, n_acts, out, out_w_stride, out_a_stride,
+      [&](auto a_rows, const std::byte* weight, const std::byte* acts, float* tile_out) {
+        dot_blocks32_tile<decltype(a_rows)::value>(reinterpret_cast<const Block*>(weight), acts,
+                                                   a_stride, n / kBlock32, tile_out,
+                                                   out_a_stride, unpack);
+      });
+}
+
+}  // namespace
+
+void dot_tile_q8_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride) {
+  blocks32_tiles<BlockQ8_0>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
+                            out_a_stride, [](const BlockQ8_0& block) { return load32(block.qs); });
+}
+
+void dot_tile_q4_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride) {
+  blocks32_tiles<BlockQ4_0>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
+                            out_a_stride,
+                            [](const BlockQ4_0& block) { return unpack_q4_0(block); });
+}
+
+void dot_tile_q5_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride) {
+  blocks32_tiles<BlockQ5_0>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
+                            out_a_stride,
+                            [](const BlockQ5_0& block) { return unpack_q5_0(block); });
+}
+
 }  // namespace strata::quant::avx2

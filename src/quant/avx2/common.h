@@ -9,9 +9,12 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "quant/blocks.h"
+#include "quant/quant.h"
+#include "quant/tiles.h"
 
 namespace strata::quant::avx2 {
 
@@ -104,11 +107,12 @@ namespace strata::quant::avx2 {
 
 // Q4_K/Q5_K mins term: Σ_j m_j·(bsums[2j] + bsums[2j+1]) via madd with each of the eight 8-bit
 // mins (packed in mins_u64) repeated twice; exact in i32.
-[[gnu::always_inline]] inline __m256i k4_min_sums(const void* bsums, uint64_t mins_u64) {
+[[gnu::always_inline]] inline __m256i k4_mins_twice(uint64_t mins_u64) {
   const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(mins_u64)));
-  const __m256i mins_twice =
-      _mm256_set_m128i(_mm_unpackhi_epi16(mins, mins), _mm_unpacklo_epi16(mins, mins));
-  return _mm256_madd_epi16(load32(bsums), mins_twice);
+  return _mm256_set_m128i(_mm_unpackhi_epi16(mins, mins), _mm_unpacklo_epi16(mins, mins));
+}
+[[gnu::always_inline]] inline __m256i k4_min_sums(const void* bsums, uint64_t mins_u64) {
+  return _mm256_madd_epi16(load32(bsums), k4_mins_twice(mins_u64));
 }
 
 // The eight Q4_K/Q5_K 8-bit scales (packed in scales_u64) as i16, in both 128-bit lanes.
@@ -155,6 +159,78 @@ template <typename Block, typename ChunkQuants>
     acc_mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(min_sums), acc_mins);
   }
   return horizontal_sum(acc) - horizontal_sum(acc_mins);
+}
+
+// Tile form of dot_k4_blocks: one weight row against kA activation rows (row t at acts +
+// t·act_stride bytes) into out[t·out_stride]. Each weight chunk's quants and scale vectors are
+// decoded once for all kA rows. Bitwise dot_k4_blocks per row: the i32 lane sums are the same
+// exact integers (only the order of exact adds differs), d and dmin the same f32 products, and
+// every accumulator gets the same FMAs in the same order.
+template <int kA, typename Block, typename ChunkQuants>
+[[gnu::always_inline]] inline void dot_k4_tile(const Block* blocks, const std::byte* acts,
+                                               size_t act_stride, int64_t n_blocks, float* out,
+                                               size_t out_stride, ChunkQuants chunk_quants) {
+  const auto act = [&](int t) {
+    return reinterpret_cast<const BlockQ8_K*>(acts + size_t(t) * act_stride);
+  };
+  __m256 acc[kA], acc_mins[kA];
+  for (int t = 0; t < kA; ++t) acc[t] = acc_mins[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const Block& block = blocks[b];
+    uint64_t scales_u64, mins_u64;
+    unpack_q4_K_scales_u64(block.scales, &scales_u64, &mins_u64);
+    const __m256i mins_twice = k4_mins_twice(mins_u64);
+    const __m256i scales = k4_scales_i16(scales_u64);
+    // Chunk outer, rows inner: a chunk's quants and scale vectors stay in registers while the
+    // kA rows pass (the rows' i32 sums are the registers that live across chunks).
+    __m256i sums[kA];
+    for (int t = 0; t < kA; ++t) sums[t] = _mm256_setzero_si256();
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      __m256i low, high;
+      chunk_quants(block, chunk, low, high);
+      const __m256i s_low = _mm256_shuffle_epi8(scales, broadcast_i16_mask(2 * chunk, 2 * chunk));
+      const __m256i s_high =
+          _mm256_shuffle_epi8(scales, broadcast_i16_mask(2 * chunk + 1, 2 * chunk + 1));
+      for (int t = 0; t < kA; ++t) {
+        const int8_t* x_qs = act(t)[b].qs + 64 * chunk;
+        const __m256i p_low = _mm256_maddubs_epi16(low, load32(x_qs));
+        const __m256i p_high = _mm256_maddubs_epi16(high, load32(x_qs + 32));
+        sums[t] = _mm256_add_epi32(sums[t], _mm256_add_epi32(_mm256_madd_epi16(p_low, s_low),
+                                                             _mm256_madd_epi16(p_high, s_high)));
+      }
+    }
+    const float d_w = f16_scalar_to_f32(block.d);
+    const float dmin_w = f16_scalar_to_f32(block.dmin);
+    for (int t = 0; t < kA; ++t) {
+      const BlockQ8_K& x = act(t)[b];
+      const __m256i min_sums = _mm256_madd_epi16(load32(x.bsums), mins_twice);
+      const float d = d_w * x.d;
+      const float dmin = dmin_w * x.d;
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums[t]), acc[t]);
+      acc_mins[t] =
+          _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(min_sums), acc_mins[t]);
+    }
+  }
+  for (int t = 0; t < kA; ++t)
+    out[size_t(t) * out_stride] = canonical_nan(horizontal_sum(acc[t]) - horizontal_sum(acc_mins[t]));
+}
+
+// The DotTileFn driver of the one-weight-row tile kernels above and below: tiles of 1 weight row
+// × up to kMaxA activation rows (quant/tiles.h, activation groups outer). kernel(a_rows, weight
+// row, first activation row, first output) with a_rows a std::integral_constant.
+template <int kMaxA, typename Kernel>
+[[gnu::always_inline]] inline void one_row_tiles(const void* w, size_t w_stride, int64_t n_w,
+                                                 const void* a, size_t a_stride, int64_t n_acts,
+                                                 float* out, size_t out_w_stride,
+                                                 size_t out_a_stride, Kernel kernel) {
+  const auto* weight_bytes = static_cast<const std::byte*>(w);
+  const auto* act_bytes = static_cast<const std::byte*>(a);
+  tiles::for_each_tile<1, kMaxA>(n_w, n_acts, [&](auto, auto a_rows, int64_t w_first,
+                                                  int64_t a_first) {
+    kernel(a_rows, weight_bytes + size_t(w_first) * w_stride,
+           act_bytes + size_t(a_first) * a_stride,
+           out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride);
+  });
 }
 
 // Q2_K/Q3_K/Q6_K: i32 sums of the 32 weights of step `step` (sub-blocks 2·step, 2·step + 1) of a
@@ -209,6 +285,11 @@ template <typename Levels, typename Store>
   const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
   return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
 }
+// dot_i8x32 with |w| (= sign_epi8(w, w)) computed once by the caller: the same lanes.
+[[gnu::always_inline]] inline __m256i dot_i8x32_abs(__m256i w_abs, __m256i w, __m256i a) {
+  const __m256i products = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(a, w));
+  return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
+}
 
 // Block-pair loop of the symmetric 32-weight block types (Q8_0, Q4_0, Q5_0, IQ4_NL) with Q8_0
 // activations: Σ_b d_w·d_a·(integer block sum), two accumulators, block b into b % 2. Unpack
@@ -230,6 +311,41 @@ template <typename Block, typename Unpack>
   }
   if (b < n_blocks) acc_even = block_product(b, acc_even);
   return horizontal_sum(_mm256_add_ps(acc_even, acc_odd));
+}
+
+// Tile form of dot_blocks32: one weight row against kA activation rows (row t at acts +
+// t·act_stride bytes) into out[t·out_stride]. Each weight block is unpacked (and |w| formed) once
+// for all kA rows. Bitwise dot_blocks32 per row: the same exact i32 lanes, the same f32 block
+// scale d_w·d_a, the same FMA into the same (even/odd) accumulator in the same order.
+template <int kA, typename Block, typename Unpack>
+[[gnu::always_inline]] inline void dot_blocks32_tile(const Block* weights, const std::byte* acts,
+                                                     size_t act_stride, int64_t n_blocks,
+                                                     float* out, size_t out_stride,
+                                                     Unpack unpack) {
+  const auto act = [&](int t) {
+    return reinterpret_cast<const BlockQ8_0*>(acts + size_t(t) * act_stride);
+  };
+  __m256 acc_even[kA], acc_odd[kA];
+  for (int t = 0; t < kA; ++t) acc_even[t] = acc_odd[t] = _mm256_setzero_ps();
+  auto block_products = [&](int64_t b, __m256(&acc)[kA]) {
+    const __m256i w = unpack(weights[b]);
+    const __m256i w_abs = _mm256_sign_epi8(w, w);
+    const float d_w = f16_scalar_to_f32(weights[b].d);
+    for (int t = 0; t < kA; ++t) {
+      const BlockQ8_0& x = act(t)[b];
+      const float d = d_w * f16_scalar_to_f32(x.d);
+      const __m256i sums = dot_i8x32_abs(w_abs, w, load32(x.qs));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums), acc[t]);
+    }
+  };
+  int64_t b = 0;
+  for (; b + 2 <= n_blocks; b += 2) {
+    block_products(b, acc_even);
+    block_products(b + 1, acc_odd);
+  }
+  if (b < n_blocks) block_products(b, acc_even);
+  for (int t = 0; t < kA; ++t)
+    out[size_t(t) * out_stride] = canonical_nan(horizontal_sum(_mm256_add_ps(acc_even[t], acc_odd[t])));
 }
 
 }  // namespace strata::quant::avx2

@@ -102,4 +102,85 @@ float dot_iq2_xs(const void* w, const void* a, int64_t n) {
   return horizontal_sum(acc);
 }
 
+namespace {
+
+// Activation rows per IQ2_XS register tile: an i32 sum and an f32 accumulator per row.
+constexpr int kIq2xsTileActs = 8;
+
+// Tile form of dot_iq2_xs: one weight row against kA activation rows. Each sub-block's grid
+// vector and sign selector is built once (the same values dot_iq2_xs builds per sub-block) for
+// all kA rows. Bitwise dot_iq2_xs per row: the i32 lanes are the same exact sums, the block scale
+// the same f32 product (d·d_a)·0.125, one FMA per block into one accumulator.
+template <int kA>
+[[gnu::always_inline]] inline void iq2_xs_tile(const BlockIQ2_XS* blocks, const std::byte* acts,
+                                               size_t act_stride, int64_t n_blocks, float* out,
+                                               size_t out_stride) {
+  const __m256i parity_high_bit = _mm256_broadcastsi128_si256(
+      _mm_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0));
+  const __m256i bit_of_byte = _mm256_set1_epi64x(0x8040201008040201);
+  const __m256i bias = _mm256_set1_epi8(0x7f);
+  const __m256i sign_spread[2] = {
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2,  //
+                       4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
+      _mm256_setr_epi8(8, 8, 8, 8, 8, 8, 8, 8, 10, 10, 10, 10, 10, 10, 10, 10,  //
+                       12, 12, 12, 12, 12, 12, 12, 12, 14, 14, 14, 14, 14, 14, 14, 14)};
+  const auto act = [&](int t) {
+    return reinterpret_cast<const BlockQ8_K*>(acts + size_t(t) * act_stride);
+  };
+  __m256 acc[kA];
+  for (int t = 0; t < kA; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const BlockIQ2_XS& block = blocks[b];
+    // Sub-block outer, rows inner: a sub-block's grid points, sign selector and scale vector
+    // stay in registers while the kA rows pass.
+    __m256i sums[kA];
+    for (int t = 0; t < kA; ++t) sums[t] = _mm256_setzero_si256();
+    for (int quad = 0; quad < 2; ++quad) {
+      const __m256i words = load32(block.qs + 16 * quad);
+      const __m256i low_bits = _mm256_srli_epi16(words, 9);
+      const __m256i folded = _mm256_xor_si256(low_bits, _mm256_srli_epi16(low_bits, 4));
+      const __m256i sign_bytes =
+          _mm256_or_si256(low_bits, _mm256_shuffle_epi8(parity_high_bit, folded));
+      for (int lane = 0; lane < 2; ++lane) {
+        const __m256i lane_signs = _mm256_broadcastsi128_si256(
+            lane == 0 ? _mm256_castsi256_si128(sign_bytes)
+                      : _mm256_extracti128_si256(sign_bytes, 1));
+        for (int k = 0; k < 2; ++k) {
+          const int sub = 4 * quad + 2 * lane + k;
+          const __m256i spread = _mm256_shuffle_epi8(lane_signs, sign_spread[k]);
+          const __m256i selector = _mm256_add_epi8(_mm256_and_si256(spread, bit_of_byte), bias);
+          const __m256i grid = grid_points(block.qs + 4 * sub);
+          const __m256i scale = _mm256_load_si256(
+              reinterpret_cast<const __m256i*>(iq2xs_scale_vector(block.scales[sub])));
+          for (int t = 0; t < kA; ++t) {
+            const __m256i signed_acts =
+                _mm256_sign_epi8(load32(act(t)[b].qs + 32 * sub), selector);
+            const __m256i products = _mm256_maddubs_epi16(grid, signed_acts);
+            sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(products, scale));
+          }
+        }
+      }
+    }
+    const float d_w = f16_scalar_to_f32(block.d);
+    for (int t = 0; t < kA; ++t) {
+      const float d = d_w * act(t)[b].d * 0.125f;
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums[t]), acc[t]);
+    }
+  }
+  for (int t = 0; t < kA; ++t) out[size_t(t) * out_stride] = canonical_nan(horizontal_sum(acc[t]));
+}
+
+}  // namespace
+
+void dot_tile_iq2_xs(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                     int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                     size_t out_a_stride) {
+  one_row_tiles<kIq2xsTileActs>(
+      w, w_stride, n_w, a, a_stride, n_acts, out, out_w_stride, out_a_stride,
+      [&](auto a_rows, const std::byte* weight, const std::byte* acts, float* tile_out) {
+        iq2_xs_tile<decltype(a_rows)::value>(reinterpret_cast<const BlockIQ2_XS*>(weight), acts,
+                                             a_stride, n / kBlockK, tile_out, out_a_stride);
+      });
+}
+
 }  // namespace strata::quant::avx2

@@ -45,6 +45,20 @@ void dequantize_iq4_nl(const void* src, float* dst, int64_t n) {
   }
 }
 
+void dot_tile_iq4_nl(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                     int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                     size_t out_a_stride) {
+  const __m256i table = iq4nl_table();
+  one_row_tiles<4>(
+      w, w_stride, n_w, a, a_stride, n_acts, out, out_w_stride, out_a_stride,
+      [&](auto a_rows, const std::byte* weight, const std::byte* acts, float* tile_out) {
+        dot_blocks32_tile<decltype(a_rows)::value>(
+            reinterpret_cast<const BlockIQ4_NL*>(weight), acts, a_stride, n / kBlock32, tile_out,
+            out_a_stride,
+            [table](const BlockIQ4_NL& block) { return unpack_iq4_nl(block, table); });
+      });
+}
+
 float dot_iq4_nl(const void* w, const void* a, int64_t n) {
   const __m256i table = iq4nl_table();
   return dot_blocks32(static_cast<const BlockIQ4_NL*>(w), static_cast<const BlockQ8_0*>(a),

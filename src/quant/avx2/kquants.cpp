@@ -285,4 +285,48 @@ float dot_q5_K(const void* w, const void* a, int64_t n) {
                        });
 }
 
+namespace {
+
+// Activation rows per Q4_K/Q5_K register tile: an i32 sum and two f32 accumulators per row.
+constexpr int kK4TileActs = 8;
+
+template <typename Block, typename ChunkQuants>
+void k4_tiles(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+              int64_t n_acts, int64_t n, float* out, size_t out_w_stride, size_t out_a_stride,
+              ChunkQuants chunk_quants) {
+  one_row_tiles<kK4TileActs>(
+      w, w_stride, n_w, a, a_stride, n_acts, out, out_w_stride, out_a_stride,
+      [&](auto a_rows, const std::byte* weight, const std::byte* acts, float* tile_out) {
+        dot_k4_tile<decltype(a_rows)::value>(reinterpret_cast<const Block*>(weight), acts,
+                                             a_stride, n / kBlockK, tile_out, out_a_stride,
+                                             chunk_quants);
+      });
+}
+
+}  // namespace
+
+void dot_tile_q4_K(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride) {
+  const __m256i nibble = _mm256_set1_epi8(15);
+  k4_tiles<BlockQ4_K>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride, out_a_stride,
+                      [&](const BlockQ4_K& block, int chunk, __m256i& low, __m256i& high) {
+                        const __m256i bytes = load32(block.qs + 32 * chunk);
+                        low = _mm256_and_si256(bytes, nibble);
+                        high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+                      });
+}
+
+void dot_tile_q5_K(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                   int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                   size_t out_a_stride) {
+  k4_tiles<BlockQ5_K>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride, out_a_stride,
+                      [](const BlockQ5_K& block, int chunk, __m256i& low, __m256i& high) {
+                        const __m256i bytes = load32(block.qs + 32 * chunk);
+                        const __m256i qh = load32(block.qh);
+                        low = q5_K_quants(bytes, qh, chunk, 0);
+                        high = q5_K_quants(bytes, qh, chunk, 1);
+                      });
+}
+
 }  // namespace strata::quant::avx2
