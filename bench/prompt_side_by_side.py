@@ -19,30 +19,20 @@ STRATA_QUANT_MAX in the environment (e.g. avx2) caps both strata binaries' kerne
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LLAMA = os.path.join(HERE, "..", "tools", "llama_cpp", "decode_speed.mjs")
-SUMMARY = re.compile(
-    r"prompt (\d+) tokens in [\d.]+ s \(([\d.]+) tok/s\); generated (\d+) tokens in [\d.]+ s "
-    r"\(([\d.]+) tok/s")
+sys.path.insert(0, HERE)
+from compare_binaries import run_once  # noqa: E402  (one parser of `strata run`'s summary line)
 
 
 def run_strata(binary, model, ids, opts):
-    args = [binary, "run", "-m", model, "--tokens", ",".join(map(str, ids)), "-n", str(opts.n),
-            "--threads", str(opts.threads), "--chunk", str(len(ids)), "--temp", "0",
-            "--ignore-eos", "--print-ids"]
-    proc = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          check=False)
-    if proc.returncode != 0:
-        sys.exit(f"{binary} run failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    match = SUMMARY.search(proc.stderr)
-    if not match:
-        sys.exit(f"{binary}: no 'prompt ... generated ...' summary on stderr:\n{proc.stderr[-2000:]}")
-    return float(match.group(2)), float(match.group(4)), proc.stdout.strip()
+    return run_once(binary, ["-m", model, "--tokens", ",".join(map(str, ids)), "-n", str(opts.n),
+                             "--threads", str(opts.threads), "--chunk", str(len(ids)), "--temp", "0",
+                             "--ignore-eos"])
 
 
 def run_llama(model, ids, opts):
