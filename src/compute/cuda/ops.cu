@@ -189,15 +189,6 @@ __device__ __forceinline__ uint64_t route_key(float p, int i) {
   return uint64_t(bits) << 32 | uint64_t(0xffffffffu - uint32_t(i));
 }
 __device__ __forceinline__ int route_key_index(uint64_t key) { return int(0xffffffffu - uint32_t(key)); }
-// The warp's largest key, on every lane.
-__device__ __forceinline__ uint64_t warp_max_key(uint64_t key) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const uint64_t other = __shfl_xor_sync(0xffffffffu, key, off);
-    key = other > key ? other : key;
-  }
-  return key;
-}
 
 __global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int32_t* experts_out, float* weights_out) {
   pdl_begin();
@@ -245,7 +236,13 @@ __global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int
       };
       uint64_t mine = lane_best();
       for (int j = 0; j < k; ++j) {
-        const int index = route_key_index(warp_max_key(mine));
+        uint64_t best = mine;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+          const uint64_t other = __shfl_xor_sync(0xffffffffu, best, off);
+          best = other > best ? other : best;
+        }
+        const int index = route_key_index(best);
         if (lane == 0) picked[j] = index;
         if ((index & 31) == lane) {
 #pragma unroll
@@ -266,7 +263,13 @@ __global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int
       };
       uint64_t mine = rescan();
       for (int j = 0; j < k; ++j) {
-        const int index = route_key_index(warp_max_key(mine));
+        uint64_t best = mine;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+          const uint64_t other = __shfl_xor_sync(0xffffffffu, best, off);
+          best = other > best ? other : best;
+        }
+        const int index = route_key_index(best);
         if (lane == 0) picked[j] = index;
         if ((index & 31) == lane) {
           chosen[index] = 1;
