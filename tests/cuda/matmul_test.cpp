@@ -221,6 +221,57 @@ TEST_P(CudaMatmul, WindowIdentityAndRepeatability) {
   }
 }
 
+// Several matrices reading the same activations in one launch (matmul_quantized_many, as the
+// backend's mm_shared uses it): each output bitwise the one-matrix launch's, for matrices of
+// different heights (the grid is sized by the tallest; shorter ones stop at their own), 1..4
+// matrices, T = 1, 3 and 9 (two row passes), and every launch shape.
+TEST_P(CudaMatmul, SeveralMatricesInOneLaunchBitwiseAsOneEach) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  const GgmlType type = GetParam();
+  std::mt19937 rng(4242 + uint32_t(type));
+  Stream stream;
+  const int64_t n_in = widths_for(type)[1];
+  const size_t stride = row_bytes(type, n_in) + 16;  // padded rows, as a sliced tensor could be
+  const int64_t heights[] = {301, 7, 1024, 64};
+  std::vector<DeviceBuffer> weights;
+  for (const int64_t n_out : heights) weights.push_back(to_device(random_weights(type, n_in, n_out, stride, rng)));
+  for (const int64_t n_rows : {int64_t(1), int64_t(3), int64_t(9)}) {
+    const std::vector<float> x = random_floats(size_t(n_rows * n_in), rng);
+    const DeviceBuffer xd = to_device(x);
+    const ActivationLayout layout = compute::cuda::activation_layout(type, n_in, n_rows);
+    DeviceBuffer scratch(layout.total_bytes);
+    const void* act = compute::cuda::prepare_activations(layout, xd.as<float>(), scratch.data(), stream.get());
+    std::vector<std::vector<float>> alone;
+    for (size_t j = 0; j < weights.size(); ++j) {
+      DeviceBuffer y(size_t(n_rows * heights[j]) * 4);
+      const DeviceMatrix m{type, n_in, heights[j], weights[j].data(), stride};
+      compute::cuda::matmul_quantized(m, layout, act, n_rows, y.as<float>(), stream.get());
+      stream.synchronize();
+      alone.push_back(from_device<float>(y, size_t(n_rows * heights[j])));
+    }
+    for (size_t count = 1; count <= weights.size(); ++count) {
+      for (const int rows_per_warp : {0, 1, 4}) {
+        std::vector<DeviceBuffer> ys;
+        std::vector<compute::cuda::DenseOutput> outputs;
+        for (size_t j = 0; j < count; ++j) {
+          ys.emplace_back(size_t(n_rows * heights[j]) * 4);
+          STRATA_CUDA_CHECK(cudaMemsetAsync(ys.back().data(), 0xff, ys.back().bytes(), stream.get()));
+          outputs.push_back({DeviceMatrix{type, n_in, heights[j], weights[j].data(), stride}, ys.back().as<float>()});
+        }
+        const compute::cuda::MatmulTuning tuning{rows_per_warp, 0};
+        compute::cuda::matmul_quantized_many(outputs, layout, act, n_rows, stream.get(), &tuning);
+        stream.synchronize();
+        for (size_t j = 0; j < count; ++j) {
+          const auto got = from_device<float>(ys[j], size_t(n_rows * heights[j]));
+          ASSERT_EQ(0, std::memcmp(got.data(), alone[j].data(), got.size() * 4))
+              << type_name(type) << ": matrix " << j << " of " << count << " in one launch (" << n_rows
+              << " rows, " << rows_per_warp << " weight rows per warp) differs from its own launch";
+        }
+      }
+    }
+  }
+}
+
 TEST_P(CudaMatmul, ExpertsThroughTheSlotMap) {
   STRATA_REQUIRE_CUDA_DEVICE();
   const GgmlType type = GetParam();
@@ -487,6 +538,15 @@ TEST(CudaMatmulErrors, BadArgumentsThrowBeforeLaunch) {
   EXPECT_THROW(call(DeviceMatrix{GgmlType::Q4_K, 256, 4, w.data(), 128}), Error);               // stride < row
   EXPECT_THROW(call(DeviceMatrix{GgmlType::Q4_K, 256, 4, w.as<uint8_t>() + 2, 144}), Error);   // misaligned
   EXPECT_THROW(call(DeviceMatrix{GgmlType::TQ2_0, 256, 4, w.data(), 66}), Error);               // no kernel
+  {  // several matrices in one launch: one type and width, at most kMaxDenseMatrices
+    const ActivationLayout layout = compute::cuda::activation_layout(GgmlType::Q4_K, 256, 1);
+    const compute::cuda::DenseOutput mixed[] = {{DeviceMatrix{GgmlType::Q4_K, 256, 4, w.data(), 144}, y.as<float>()},
+                                                {DeviceMatrix{GgmlType::Q5_K, 256, 4, w.data(), 176}, y.as<float>()}};
+    EXPECT_THROW(compute::cuda::matmul_quantized_many(mixed, layout, scratch.data(), 1, stream.get()), Error);
+    std::vector<compute::cuda::DenseOutput> many(compute::cuda::kMaxDenseMatrices + 1,
+                                                 {DeviceMatrix{GgmlType::Q4_K, 256, 4, w.data(), 144}, y.as<float>()});
+    EXPECT_THROW(compute::cuda::matmul_quantized_many(many, layout, scratch.data(), 1, stream.get()), Error);
+  }
   try {
     call(DeviceMatrix{GgmlType::Q4_K, 300, 4, w.data(), 144});
   } catch (const Error& e) {

@@ -241,8 +241,7 @@ void CudaBackend::ple(const PleDims& hp, const PleWeights& w, PleState& state, P
 
   float* keys = scratch_.floats(n_rows * width);
   float* values = scratch_.floats(n_rows * H);
-  mm(w.key, E, n_rows, keys);
-  mm(w.value, E, n_rows, values);
+  mm_shared(E, n_rows, {{&w.key, keys}, {&w.value, values}});
   rms_norm_grouped_rows(keys, vec(w.norm_key), n_rows, S, H, hp.rms_eps, keys, s());
   float* query = scratch_.floats(n_rows * width);
   rms_norm_grouped_rows(Xd, vec(w.norm_query), n_rows, S, H, hp.rms_eps, query, s());

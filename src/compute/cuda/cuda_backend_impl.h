@@ -159,14 +159,18 @@ class CudaBackend final : public Backend {
         staging_{PinnedStaging([this] { graph_.pause(false); }), PinnedStaging([this] { graph_.pause(false); })} {
     if (!usable_device()) fail("cuda backend: no usable CUDA device ({})", describe_device());
     for (cudaEvent_t& e : staging_done_) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&side_fork_, cudaEventDisableTiming));
+    STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&side_join_, cudaEventDisableTiming));
     std::lock_guard lock(shared.mutex);
     std::shared_ptr<void>& entry = shared.by_backend["cuda"];
     if (!entry) entry = std::make_shared<DeviceWeights>();
     weights_ = std::static_pointer_cast<DeviceWeights>(entry);
     tier_options_ = shared.gpu_tier;
     // A capture cannot end with the tier's read-ahead branch still open.
+    // A capture cannot end with a branch open either: the tier's read-ahead or the shared expert's.
     graph_.set_capture_boundary([this] {
       if (weights_->tier) weights_->tier->join(s());
+      join_side();
     });
   }
   ~CudaBackend() override {
@@ -178,12 +182,15 @@ class CudaBackend final : public Backend {
       graph_.abandon();
     }
     cudaStreamSynchronize(stream_.get());
+    cudaStreamSynchronize(side_stream_.get());
     if (weights_->tier) try {
         weights_->tier->settle();
       } catch (...) {
       }
     for (cudaEvent_t e : staging_done_)
       if (e) cudaEventDestroy(e);
+    cudaEventDestroy(side_fork_);
+    cudaEventDestroy(side_join_);
     if (const char* v = std::getenv("STRATA_CUDA_GRAPH_STATS"); v && std::strcmp(v, "1") == 0) {
       const WindowGraphStats& g = graph_.stats();
       const double w = double(std::max<int64_t>(g.windows, 1));
@@ -417,13 +424,19 @@ class CudaBackend final : public Backend {
       rms_norm_quantize_activations(layout, Xd, vec(w.norm), n_streams, n_embd, eps, normed, act, s(),
                                     fold ? fold->y : nullptr, fold ? fold->inject : nullptr);
       mark("hc_in.down+inject");
-      matmul_quantized(matrix(w.down), layout, act, n_rows, mix, s());
-      if (inject_here) {
-        const ActivationLayout inject_layout = activation_layout(w.inject.type, w.inject.n_in, n_rows);
-        if (inject_layout.format == layout.format && inject_layout.n_in == layout.n_in)
-          matmul_quantized(matrix(w.inject), layout, act, n_rows, inj, s());
-        else
-          mm(w.inject, normed, n_rows, inj);
+      const bool one_launch = inject_here && w.inject.type == w.down.type && w.inject.n_in == w.down.n_in;
+      if (one_launch) {
+        const DenseOutput both[] = {{matrix(w.down), mix}, {matrix(w.inject), inj}};
+        matmul_quantized_many(both, layout, act, n_rows, s());
+      } else {
+        matmul_quantized(matrix(w.down), layout, act, n_rows, mix, s());
+        if (inject_here) {
+          const ActivationLayout inject_layout = activation_layout(w.inject.type, w.inject.n_in, n_rows);
+          if (inject_layout.format == layout.format && inject_layout.n_in == layout.n_in)
+            matmul_quantized(matrix(w.inject), layout, act, n_rows, inj, s());
+          else
+            mm(w.inject, normed, n_rows, inj);
+        }
       }
     } else {
       if (fold) launch_hc_out(*fold);
@@ -467,6 +480,27 @@ class CudaBackend final : public Backend {
 
  private:
   cudaStream_t s() const { return stream_.get(); }
+
+  // A side branch: work that does not depend on what the main stream does next (the shared
+  // expert beside the routing) runs on side_stream_, a parallel branch of the window's graph.
+  // fork_side() makes the side stream wait for everything launched on s() so far; join_side()
+  // makes s() wait for the side stream's work. Everything the branch needs (scratch, uploads)
+  // must be taken before the fork: an allocation is a host sync point (a capture boundary), and
+  // the boundary joins an open branch first, so the branch's own launches must all be issued by
+  // then. Bitwise: the same kernels on the same inputs; only their overlap changes.
+  cudaStream_t fork_side() {
+    if (side_open_) fail("cuda backend: a side branch was forked while the last one was still open");
+    STRATA_CUDA_CHECK(cudaEventRecord(side_fork_, s()));
+    STRATA_CUDA_CHECK(cudaStreamWaitEvent(side_stream_.get(), side_fork_, 0));
+    side_open_ = true;
+    return side_stream_.get();
+  }
+  void join_side() {
+    if (!side_open_) return;
+    side_open_ = false;
+    STRATA_CUDA_CHECK(cudaEventRecord(side_join_, side_stream_.get()));
+    STRATA_CUDA_CHECK(cudaStreamWaitEvent(s(), side_join_, 0));
+  }
   void mark(const char* label) { graph_.mark(label); }
 
   // A deferred hyper_connection_out (raw device pointers: tensors stay allocated until release,
@@ -590,28 +624,42 @@ class CudaBackend final : public Backend {
     matmul_quantized(dm, layout, act, n_rows, y, s());
   }
   // y_i = W_i·x for matrices that read the same input: x is quantized once per activation format
-  // (the same bits each matmul would make alone), saving a launch per extra matrix.
-  void mm_shared(const float* x, int64_t n_rows, std::initializer_list<std::pair<const WeightMatrix*, float*>> outputs) {
+  // (the same bits each matmul would make alone), and matrices of one type and width run in one
+  // launch (matmul_quantized_many: one launch's latency instead of one per matrix).
+  void mm_shared(const float* x, int64_t n_rows, std::initializer_list<std::pair<const WeightMatrix*, float*>> outputs,
+                 cudaStream_t stream = nullptr) {
     if (n_rows == 0) return;
-    struct Prepared {
-      GgmlType format;
+    if (!stream) stream = s();
+    struct Group {
+      GgmlType type;
       int64_t n_in;
+      ActivationLayout layout;
       const void* act;
+      DenseOutput out[kMaxDenseMatrices];
+      int n;
     };
-    Prepared prepared[8];
-    int n_prepared = 0;
+    Group groups[8];
+    int n_groups = 0;
     for (const auto& [w, y] : outputs) {
-      const DeviceMatrix dm = matrix(*w);
       const ActivationLayout layout = activation_layout(w->type, w->n_in, n_rows);
+      Group* group = nullptr;
       const void* act = nullptr;
-      for (int i = 0; i < n_prepared; ++i)
-        if (prepared[i].format == layout.format && prepared[i].n_in == layout.n_in) act = prepared[i].act;
-      if (!act) {
-        act = prepare_activations(layout, x, scratch_.take(layout.total_bytes), s());
-        if (n_prepared < 8) prepared[n_prepared++] = {layout.format, layout.n_in, act};
+      for (int i = 0; i < n_groups; ++i) {
+        Group& g = groups[i];
+        if (g.layout.format == layout.format && g.n_in == layout.n_in) act = g.act;
+        if (g.type == w->type && g.n_in == w->n_in && g.n < kMaxDenseMatrices) group = &g;
       }
-      matmul_quantized(dm, layout, act, n_rows, y, s());
+      if (!act) act = prepare_activations(layout, x, scratch_.take(layout.total_bytes), stream);
+      if (!group) {
+        if (n_groups == 8) fail("cuda backend: more than 8 matrices share one input");
+        group = &groups[n_groups++];
+        *group = Group{w->type, w->n_in, layout, act, {}, 0};
+      }
+      group->out[group->n++] = DenseOutput{matrix(*w), y};
     }
+    for (int i = 0; i < n_groups; ++i)
+      matmul_quantized_many(std::span<const DenseOutput>(groups[i].out, size_t(groups[i].n)), groups[i].layout,
+                            groups[i].act, n_rows, stream);
   }
 
   const int32_t* positions(int64_t first, int64_t n, int64_t step = 1) {
@@ -628,6 +676,9 @@ class CudaBackend final : public Backend {
   KvMirror& kv_mirror(const AttentionDims& hp, const AttentionWeights& w, int layer, int64_t n_tokens);
 
   Stream stream_;
+  Stream side_stream_;  // fork_side / join_side
+  cudaEvent_t side_fork_ = nullptr, side_join_ = nullptr;
+  bool side_open_ = false;
   WindowGraph graph_;  // captures each window's launches (window_graph.h)
   std::vector<DeviceBuffer> buffers_;
   std::vector<uint32_t> free_ids_;

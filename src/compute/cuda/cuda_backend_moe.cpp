@@ -136,45 +136,89 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
     act_router = prepare_activations(in_router, xd, scratch_.take(in_router.total_bytes), s());
     act_gate = prepare_activations(in_gate, xd, scratch_.take(in_gate.total_bytes), s());
   }
+  // The activations (layout and bytes) above that a matrix of H inputs reads, if any.
+  auto shared_act = [&](const WeightMatrix& m) -> std::pair<const ActivationLayout*, const void*> {
+    const ActivationLayout l = activation_layout(m.type, m.n_in, n_rows);
+    if (l.format == in_router.format && l.n_in == H) return {&in_router, act_router};
+    if (l.format == in_gate.format && l.n_in == H) return {&in_gate, act_gate};
+    return {nullptr, nullptr};
+  };
+
+  // The shared expert does not depend on the routing: a side branch (fork_side) runs it beside
+  // router → top-k → handshake → experts, joined before the combine. Its scratch and weights are
+  // taken before the fork (see fork_side).
+  float* shared = nullptr;
+  float* gate_logit = nullptr;
+  if (w.has_shared()) {
+    const int64_t n_sh = w.shared_gate.n_out;
+    const WeightMatrix gate_inp = WeightMatrix::dense(GgmlType::F32, H, 1, w.shared_gate_inp.data());
+    const DenseOutput gate_up[] = {{matrix(w.shared_gate), scratch_.floats(n_rows * n_sh)},
+                                   {matrix(w.shared_up), scratch_.floats(n_rows * n_sh)}};
+    const DeviceMatrix down_m = matrix(w.shared_down), gate_inp_m = matrix(gate_inp);
+    shared = scratch_.floats(n_rows * H);
+    gate_logit = scratch_.floats(n_rows);
+    auto [gate_layout, gate_act] = shared_act(w.shared_gate);
+    auto [up_layout, up_act] = shared_act(w.shared_up);
+    const ActivationLayout own_gate = activation_layout(w.shared_gate.type, H, n_rows);
+    const ActivationLayout own_up = activation_layout(w.shared_up.type, H, n_rows);
+    void* own_gate_scratch = gate_layout ? nullptr : scratch_.take(own_gate.total_bytes);
+    void* own_up_scratch = up_layout ? nullptr : scratch_.take(own_up.total_bytes);
+    const ActivationLayout in_down = activation_layout(w.shared_down.type, n_sh, n_rows);
+    void* down_scratch = scratch_.take(in_down.total_bytes);
+    const ActivationLayout in_gate_inp = activation_layout(GgmlType::F32, H, n_rows);
+    void* gate_inp_scratch = scratch_.take(in_gate_inp.total_bytes);
+
+    cudaStream_t side = fork_side();
+    if (!gate_layout) {
+      gate_layout = &own_gate;
+      gate_act = prepare_activations(own_gate, xd, own_gate_scratch, side);
+    }
+    if (!up_layout) {
+      up_layout = &own_up;
+      up_act = prepare_activations(own_up, xd, own_up_scratch, side);
+    }
+    if (gate_act == up_act && w.shared_gate.type == w.shared_up.type) {
+      matmul_quantized_many(gate_up, *gate_layout, gate_act, n_rows, side);
+    } else {
+      matmul_quantized(gate_up[0].w, *gate_layout, gate_act, n_rows, gate_up[0].y, side);
+      matmul_quantized(gate_up[1].w, *up_layout, up_act, n_rows, gate_up[1].y, side);
+    }
+    quantize_activations_fused(in_down, ActivationPrologue::SiluMul, gate_up[0].y, gate_up[1].y, 0.0f, down_scratch,
+                               side);
+    matmul_quantized(down_m, in_down, down_scratch, n_rows, shared, side);
+    matmul_quantized(gate_inp_m, in_gate_inp, prepare_activations(in_gate_inp, xd, gate_inp_scratch, side), n_rows,
+                     gate_logit, side);
+  }
+
   // y = W·x from the activations above when W reads one of their formats, else quantized anew.
   auto mm_x = [&](const WeightMatrix& m, float* out) {
-    const ActivationLayout l = activation_layout(m.type, m.n_in, n_rows);
-    if (l.format == in_router.format && l.n_in == H) matmul_quantized(matrix(m), in_router, act_router, n_rows, out, s());
-    else if (l.format == in_gate.format && l.n_in == H) matmul_quantized(matrix(m), in_gate, act_gate, n_rows, out, s());
+    if (auto [l, act] = shared_act(m); l) matmul_quantized(matrix(m), *l, act, n_rows, out, s());
     else mm(m, xd, n_rows, out);
   };
-  // With read-ahead, the next layer's router runs on the same input and its top-k in the same
-  // launch (rows n_rows .. 2 n_rows - 1): the guess published with this layer's ids.
+  // With read-ahead, the next layer's router runs on the same input (in the same launch when it
+  // has this router's type) and its top-k in the same launch (rows n_rows .. 2 n_rows - 1): the
+  // guess published with this layer's ids.
   const bool guess = tier && tier->read_ahead_enabled() && next_router && tier->has_layer(layer + 1);
   const int64_t routed_rows = guess ? 2 * n_rows : n_rows;
   float* logits = scratch_.floats(routed_rows * n_expert);
-  mm_x(w.router, logits);
-  if (guess) mm_x(next_router->router, logits + n_rows * n_expert);
+  if (guess && next_router->router.type == w.router.type && next_router->router.n_in == H) {
+    const DenseOutput both[] = {{matrix(w.router), logits}, {matrix(next_router->router), logits + n_rows * n_expert}};
+    matmul_quantized_many(both, in_router, act_router, n_rows, s());
+  } else {
+    mm_x(w.router, logits);
+    if (guess) mm_x(next_router->router, logits + n_rows * n_expert);
+  }
   int32_t* ids = scratch_.ints(routed_rows * k);
   float* weights = scratch_.floats(routed_rows * k);
   mark("moe.router.top_k");
   route_top_k(logits, routed_rows, n_expert, k, ids, weights, s());
 
   if (tier) {
-    // The handshake: publish the ids (and the guess), run the shared expert while the host tier
-    // brings the misses, wait for them.
+    // The handshake: publish the ids (and the guess); the host tier brings the misses while the
+    // shared expert's branch runs; wait for them.
     mark("moe.tier.publish");
     tier->publish(layer, ids, pairs, guess ? ids + pairs : nullptr, guess ? weights + pairs : nullptr,
                   guess ? pairs : 0, s());
-  }
-  float* shared = nullptr;
-  float* gate_logit = nullptr;
-  if (w.has_shared()) {
-    mark("moe.shared");
-    const int64_t n_sh = w.shared_gate.n_out;
-    float* sg = scratch_.floats(n_rows * n_sh);
-    float* su = scratch_.floats(n_rows * n_sh);
-    mm_x(w.shared_gate, sg);
-    mm_x(w.shared_up, su);
-    shared = scratch_.floats(n_rows * H);
-    mm_prologue(w.shared_down, ActivationPrologue::SiluMul, sg, su, 0.0f, n_rows, shared);
-    gate_logit = scratch_.floats(n_rows);
-    mm(WeightMatrix::dense(GgmlType::F32, H, 1, w.shared_gate_inp.data()), xd, n_rows, gate_logit);
   }
   if (tier) {
     mark("moe.tier.wait");
@@ -210,6 +254,7 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
   expert_matmul_quantized(view, 0, down, ids, int(pairs), identity_.as<int32_t>(), ones, 1, in_down, act_down, out,
                           s());
   mark("moe.combine");
+  join_side();
   moe_combine(out, weights, n_rows, k, H, shared, gate_logit, yd, s());
 }
 

@@ -6,10 +6,13 @@
 // it has completed and its writes are visible; the launch latency overlaps the tail.
 //
 // Contract
-// - Every kernel launched through launch() calls pdl_begin() as its first statement, before any
-//   global memory access: then the kernel sees exactly what stream order would give it (the
-//   wait returns once the previous kernel in the stream has completed and flushed), so results
-//   are bitwise those of plain launches. pdl_begin() then lets its own dependents launch.
+// - Every kernel launched through launch() calls pdl_begin() before any access to memory that a
+//   kernel of the stream may write: then the kernel sees exactly what stream order would give it
+//   (the wait returns once the previous kernel in the stream has completed and flushed), so
+//   results are bitwise those of plain launches. pdl_begin() then lets its own dependents launch.
+//   Only memory no kernel writes may be touched before it: the quantized matmul loads its
+//   constant decode table and prefetches dense weight rows into L2 there (matmul.h), work that
+//   then overlaps the previous kernel.
 // - On devices before sm_90, or with STRATA_CUDA_PDL=0, launch() is a plain launch and
 //   pdl_begin() does nothing.
 // - Errors: the launch's error is thrown as strata::Error at the launch site (like check_launch).

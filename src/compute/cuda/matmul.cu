@@ -294,6 +294,14 @@ QuantizeTarget target_of(const ActivationLayout& layout, const void* scratch) {
 
 // ---- the matmul kernel -----------------------------------------------------------------------
 
+// One matrix of a dense launch over several matrices (matmul_quantized_many).
+struct DenseTarget {
+  const uint8_t* w;
+  size_t row_stride;
+  int64_t n_out;
+  float* y;
+};
+
 struct MatmulArgs {
   const uint8_t* w;  // dense: the matrix; experts: the arena base
   size_t row_stride;
@@ -318,7 +326,24 @@ struct MatmulArgs {
   // memory with coalesced 16-byte loads (stage_bytes per row, 0 = off) and decodes from there.
   int stage_bytes;
   int table_bytes;  // the dynamic shared memory before the staging buffers (Q::kTableBytes, rounded)
+  // Dense matrices reading the same activations, one per grid row (blockIdx.y picks dense[j]);
+  // n_dense == 0: the one matrix w / row_stride / n_out / y above.
+  int n_dense;
+  DenseTarget dense[kMaxDenseMatrices];
 };
+
+// L2 prefetch hints for the bytes of rows [first, first + n) of a dense matrix, spread over the
+// lanes of a warp. Issued before the dependency wait: the weights are never written by a kernel
+// of the stream (matmul.h), and a prefetch is only a hint, so the loads after the wait see
+// exactly what they would without it; the HBM latency overlaps the previous kernel's tail.
+__device__ __forceinline__ void prefetch_rows_l2(const uint8_t* w, size_t row_stride, int64_t first, int n,
+                                                 int64_t n_out, size_t row_bytes, int lane) {
+  for (int i = 0; i < n && first + i < n_out; ++i) {
+    const uintptr_t row = reinterpret_cast<uintptr_t>(w + size_t(first + i) * row_stride);
+    for (uintptr_t line = (row & ~uintptr_t(127)) + 128 * uintptr_t(lane); line < row + row_bytes; line += 128 * 32)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+  }
+}
 
 // Types describe a unit as decode / load_act / dot (preferred: activations are loaded once for
 // all the weight rows of a warp) or as one unit<NR>() doing all three.
@@ -337,19 +362,30 @@ constexpr int unroll_of() {
 // exactly that of RW = 1: the per-row sum order never depends on RW, NR or nr.
 template <class Q, int NR, int RW>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(MatmulArgs p) {
-  pdl_begin();
   extern __shared__ __align__(16) uint8_t table[];
-  if constexpr (Q::kTableBytes > 0) {
-    Q::load_table(table);
-    __syncthreads();
-  }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const uint8_t* w = p.w;
-  int rows[NR];
-  int nr;
+  size_t row_stride = p.row_stride;
+  int64_t n_out = p.n_out;
   float* y = p.y;
+  if (p.n_dense > 0) {
+    const DenseTarget& d = p.dense[blockIdx.y];
+    w = d.w;
+    row_stride = d.row_stride;
+    n_out = d.n_out;
+    y = d.y;
+  }
   const int64_t first_row = (int64_t(blockIdx.x) * kWarpsPerBlock + warp) * RW;
   const int64_t row_step = int64_t(gridDim.x) * kWarpsPerBlock * RW;
+  const size_t row_bytes = size_t(p.n_in / Q::kBlockElems) * Q::kBlockBytes;
+  // Before the wait for the previous kernel (launch.cuh): only what no kernel of the stream writes,
+  // the type's constant decode table and prefetches of a dense matrix's first rows.
+  if constexpr (Q::kTableBytes > 0) Q::load_table(table);
+  if (!p.expert_ids) prefetch_rows_l2(w, row_stride, first_row, RW, n_out, row_bytes, lane);
+  pdl_begin();
+  if constexpr (Q::kTableBytes > 0) __syncthreads();
+  int rows[NR];
+  int nr;
   if (p.expert_ids) {
     int j = blockIdx.y;
     size_t matrix_offset = p.matrix_offset;
@@ -361,12 +397,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
     nr = min(max(p.row_counts[j] - p.row_pass, 0), NR);
 #pragma unroll
     for (int r = 0; r < NR; ++r) rows[r] = r < nr ? p.row_ids[size_t(j) * p.max_rows + p.row_pass + r] : 0;
-    y += (size_t(j) * p.max_rows + p.row_pass) * size_t(p.n_out);
+    y += (size_t(j) * p.max_rows + p.row_pass) * size_t(n_out);
     const uint32_t slot = p.smap_layer[p.expert_ids[j]];
     if (slot == kSlotMiss) {  // the caller broke the residency promise: make it visible
-      for (int64_t o = first_row; o < p.n_out; o += row_step)
+      for (int64_t o = first_row; o < n_out; o += row_step)
         for (int i = 0; i < RW; ++i)
-          if (lane < nr && o + i < p.n_out) y[size_t(lane) * p.n_out + o + i] = __int_as_float(0x7fc00000);
+          if (lane < nr && o + i < n_out) y[size_t(lane) * n_out + o + i] = __int_as_float(0x7fc00000);
       return;
     }
     w += size_t(slot) * p.slot_bytes + matrix_offset;
@@ -374,15 +410,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
     nr = min(p.n_rows - p.row_pass, NR);
 #pragma unroll
     for (int r = 0; r < NR; ++r) rows[r] = p.row_pass + r;
-    y += size_t(p.row_pass) * size_t(p.n_out);
+    y += size_t(p.row_pass) * size_t(n_out);
   }
   const int n_units = int(p.n_in / Q::kBlockElems) * Q::kUnitsPerBlock;
-  const size_t row_bytes = size_t(p.n_in / Q::kBlockElems) * Q::kBlockBytes;
   uint8_t* stage = table + p.table_bytes + size_t(warp) * RW * p.stage_bytes;
-  for (int64_t o = first_row; o < p.n_out; o += row_step) {
+  for (int64_t o = first_row; o < n_out; o += row_step) {
     const uint8_t* wrow[RW];
 #pragma unroll
-    for (int i = 0; i < RW; ++i) wrow[i] = w + size_t(min(o + i, p.n_out - 1)) * p.row_stride;  // past the end: recompute the last row, never stored
+    for (int i = 0; i < RW; ++i) wrow[i] = w + size_t(min(o + i, n_out - 1)) * row_stride;  // past the end: recompute the last row, never stored
     if (p.stage_bytes > 0) {
       __syncwarp();  // the previous rows' units are all decoded
 #pragma unroll
@@ -443,7 +478,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
       for (int i = 0; i < RW; ++i)
 #pragma unroll
         for (int r = 0; r < NR; ++r)
-          if (r < nr && o + i < p.n_out) y[size_t(r) * p.n_out + o + i] = acc[i][r];
+          if (r < nr && o + i < n_out) y[size_t(r) * n_out + o + i] = acc[i][r];
     }
   }
 }
@@ -704,6 +739,42 @@ void matmul_quantized(const DeviceMatrix& w, const ActivationLayout& layout, con
     if (Q::kActivation != layout.format)
       cuda_fail("CUDA matmul: activations quantized for another weight type (" + std::string(type_name(layout.format)) + ")");
     launch<Q>(args, 1, int(n_rows), stream, tuning);
+  });
+}
+
+void matmul_quantized_many(std::span<const DenseOutput> outputs, const ActivationLayout& layout, const void* scratch,
+                           int64_t n_rows, cudaStream_t stream, const MatmulTuning* tuning) {
+  if (n_rows <= 0 || outputs.empty()) return;
+  if (outputs.size() > size_t(kMaxDenseMatrices))
+    cuda_fail("CUDA matmul: " + std::to_string(outputs.size()) + " matrices in one launch (at most " +
+              std::to_string(kMaxDenseMatrices) + ")");
+  const DeviceMatrix& first = outputs[0].w;
+  MatmulArgs args{};
+  args.n_in = first.n_in;
+  args.act = view_of(layout, scratch);
+  args.n_rows = int(n_rows);
+  args.n_dense = int(outputs.size());
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    const DeviceMatrix& w = outputs[j].w;
+    check_matrix(w.type, w.n_in, w.n_out, w.row_stride_bytes, w.data);
+    if (w.type != first.type || w.n_in != first.n_in)
+      cuda_fail("CUDA matmul: the matrices of one launch must share the type and input width (" +
+                std::string(type_name(first.type)) + " x " + std::to_string(first.n_in) + ", found " +
+                std::string(type_name(w.type)) + " x " + std::to_string(w.n_in) + ")");
+    args.dense[j] = DenseTarget{static_cast<const uint8_t*>(w.data), w.row_stride_bytes, w.n_out, outputs[j].y};
+    args.n_out = std::max(args.n_out, w.n_out);  // sizes the grid; each row of the grid stops at its own
+  }
+  if (layout.n_in != first.n_in || layout.n_rows < n_rows)
+    cuda_fail("CUDA matmul: activations of width " + std::to_string(layout.n_in) + " x " + std::to_string(layout.n_rows) +
+              " rows do not fit a " + std::to_string(first.n_in) + "-wide matrix over " + std::to_string(n_rows) + " rows");
+  // The unused fields of the one-matrix form point at the first matrix (never read with n_dense > 0).
+  args.w = args.dense[0].w;
+  args.row_stride = args.dense[0].row_stride;
+  args.y = args.dense[0].y;
+  with_weights(first.type, [&]<class Q>() {
+    if (Q::kActivation != layout.format)
+      cuda_fail("CUDA matmul: activations quantized for another weight type (" + std::string(type_name(layout.format)) + ")");
+    launch<Q>(args, int(outputs.size()), int(n_rows), stream, tuning);
   });
 }
 

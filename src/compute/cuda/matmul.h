@@ -26,12 +26,17 @@
 //   type and the values.
 // - All pointers are device pointers; launches go on `stream` and return at once. Errors in the
 //   arguments throw before anything is launched.
+// - Dense weights are read-only for the life of a launch's stream work: no kernel on the stream
+//   writes them (they are uploaded by synchronous copies). The kernel prefetches a dense matrix's
+//   rows into L2 before its dependent-launch wait (launch.cuh), so the HBM latency overlaps the
+//   previous kernel; a prefetch is a hint and never changes what the loads after the wait see.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "quant/ggml_type.h"
 
@@ -107,6 +112,17 @@ const void* prepare_activations(const ActivationLayout& layout, const float* x, 
 void matmul_quantized(const DeviceMatrix& w, const ActivationLayout& layout, const void* scratch,
                       int64_t n_rows, float* y, cudaStream_t stream,
                       const MatmulTuning* tuning = nullptr);
+// Several matrices of the same type and input width reading the same activations, in one launch
+// (the projections of one input: DeltaNet's qkv/z/beta/alpha, attention's q/k/v, the hyper-
+// connection's down and inject): outputs[j].y as matmul_quantized(outputs[j].w, ...) gives it,
+// bitwise (a row's arithmetic never depends on the launch), with the latency of one launch.
+inline constexpr int kMaxDenseMatrices = 4;
+struct DenseOutput {
+  DeviceMatrix w;
+  float* y = nullptr;
+};
+void matmul_quantized_many(std::span<const DenseOutput> outputs, const ActivationLayout& layout, const void* scratch,
+                           int64_t n_rows, cudaStream_t stream, const MatmulTuning* tuning = nullptr);
 // Both steps; `scratch` holds at least activation_layout(w.type, w.n_in, n_rows).total_bytes.
 void matmul(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, void* scratch,
             cudaStream_t stream);
