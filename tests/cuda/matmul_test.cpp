@@ -223,7 +223,7 @@ TEST_P(CudaMatmul, WindowIdentityAndRepeatability) {
 
 // Several matrices reading the same activations in one launch (matmul_quantized_many, as the
 // backend's mm_shared uses it): each output bitwise the one-matrix launch's, for matrices of
-// different heights (the grid is sized by the tallest; shorter ones stop at their own), 1..4
+// different heights (the grid is sized by the tallest; shorter ones stop at their own), 1..6
 // matrices, T = 1, 3 and 9 (two row passes), and every launch shape.
 TEST_P(CudaMatmul, SeveralMatricesInOneLaunchBitwiseAsOneEach) {
   STRATA_REQUIRE_CUDA_DEVICE();
@@ -232,7 +232,7 @@ TEST_P(CudaMatmul, SeveralMatricesInOneLaunchBitwiseAsOneEach) {
   Stream stream;
   const int64_t n_in = widths_for(type)[1];
   const size_t stride = row_bytes(type, n_in) + 16;  // padded rows, as a sliced tensor could be
-  const int64_t heights[] = {301, 7, 1024, 64};
+  const int64_t heights[] = {301, 7, 1024, 64, 33, 512};
   std::vector<DeviceBuffer> weights;
   for (const int64_t n_out : heights) weights.push_back(to_device(random_weights(type, n_in, n_out, stride, rng)));
   for (const int64_t n_rows : {int64_t(1), int64_t(3), int64_t(9)}) {

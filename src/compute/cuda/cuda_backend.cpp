@@ -133,64 +133,81 @@ void CudaBackend::attention(const AttentionDims& hp, const AttentionWeights& w, 
   KvMirror& kv = kv_mirror(hp, w, layer, first + n_rows);
   if (kv.first_in_window < 0) kv.first_in_window = first;
 
+  // The window's first position as a device word, so a replayed graph appends and attends at
+  // this window's n_past (the kernels read it when they run); staged first, then the positions.
+  const int32_t* first_device = upload_ints({int32_t(first)});
+  const int32_t* pos = positions(first, n_rows);
+  const int q_stride = w.gated ? 2 * hd : hd;
+
+  // Every projection of x in one launch where the types allow (mm_shared), the QSA indexer's too.
   mark("attn.projections");
   float* q = scratch_.floats(n_rows * q_row);
   float* k = scratch_.floats(n_rows * kv_dim);
   float* v = scratch_.floats(n_rows * kv_dim);
-  mm_shared(xd, n_rows, {{&w.q, q}, {&w.k, k}, {&w.v, v}});
-  mark("attn.norm+rope+append");
-  // The window's first position as a device word, so a replayed graph appends and attends at
-  // this window's n_past (the kernels read it when they run).
-  const int32_t* first_device = upload_ints({int32_t(first)});
-  const int32_t* pos = positions(first, n_rows);
-  const int q_stride = w.gated ? 2 * hd : hd;
-  if (!w.q_norm.empty()) rms_norm_strided(q, vec(w.q_norm), n_rows * n_head, hd, q_stride, hp.rms_eps, q, s());
-  rope_neox_strided(q, n_rows, q_row, n_head, q_stride, hd, hp.n_rot, pos, hp.rope_theta, s());
-  if (!w.k_norm.empty()) rms_norm_strided(k, vec(w.k_norm), n_rows * n_head_kv, hd, hd, hp.rms_eps, k, s());
-  rope_neox_rows(k, n_rows, n_head_kv, hd, hp.n_rot, pos, hp.rope_theta, s());
-  append_rows_at(k, n_rows, kv_dim, first_device, kv.k.as<float>(), s());
-  append_rows_at(v, n_rows, kv_dim, first_device, kv.v.as<float>(), s());
+  const int di = hp.indexer_head_dim, n_idx = hp.indexer_n_head, ratio = w.sparse() ? w.compress_ratio : 1;
+  float* index_q = w.sparse() ? scratch_.floats(n_rows * n_idx * di) : nullptr;
+  float* raw = w.sparse() ? scratch_.floats(n_rows * di) : nullptr;
+  if (w.sparse())
+    mm_shared(xd, n_rows, {{&w.q, q}, {&w.k, k}, {&w.v, v}, {&w.index_q, index_q}, {&w.index_k, raw}});
+  else
+    mm_shared(xd, n_rows, {{&w.q, q}, {&w.k, k}, {&w.v, v}});
 
-  const int32_t* token_lists = nullptr;
-  const int32_t* token_counts = nullptr;
+  // QSA's indexer (its keys, the block keys, the selection) does not depend on q, k, v: a side
+  // branch (side_branch) beside the heads' norms, RoPE and KV append, joined before the core. Its
+  // scratch and weights are taken before the fork.
+  int32_t* token_lists = nullptr;
+  int32_t* token_counts = nullptr;
   int max_tokens = 0;
+  const float* q_norm = vec(w.q_norm);
+  const float* k_norm = vec(w.k_norm);
   if (w.sparse()) {
     mark("attn.qsa");
-    const int di = hp.indexer_head_dim, n_idx = hp.indexer_n_head, ratio = w.compress_ratio;
-    float* index_q = scratch_.floats(n_rows * n_idx * di);
-    float* raw = scratch_.floats(n_rows * di);
-    mm_shared(xd, n_rows, {{&w.index_q, index_q}, {&w.index_k, raw}});
-    rms_norm_strided(index_q, vec(w.index_q_norm), n_rows * n_idx, di, di, hp.rms_eps, index_q, s());
-    rope_neox_rows(index_q, n_rows, n_idx, di, hp.n_rot, pos, hp.rope_theta, s());
-    append_rows_at(raw, n_rows, di, first_device, kv.index_raw.as<float>(), s());
+    const float* index_q_norm = vec(w.index_q_norm);
+    const float* index_k_norm = vec(w.index_k_norm);
     // Blocks completed by this window: κ_b = RoPE_{ratio·b}(N1p(mean of the block's raw keys)),
     // found on the device from the window's first position (blocks before it are done).
     if (kv.blocks_done != first / ratio)
       fail("cuda backend: attention layer {}: QSA block keys cover {} blocks at position {}, expected {}", layer,
            kv.blocks_done, first, first / ratio);
-    qsa_block_keys_at(kv.index_raw.as<float>(), first_device, n_rows, ratio, di, vec(w.index_k_norm), hp.rms_eps,
-                      hp.n_rot, hp.rope_theta, kv.block_keys.as<float>(), s());
     const int64_t total_blocks = (first + n_rows) / ratio;
     kv.blocks_done = total_blocks;
     // The last row has the most blocks: when it is within budget, every row attends densely.
     // Otherwise the device scores the blocks and selects each row's tokens: launch shapes
     // depend only on the window's attention bound, so a replayed window selects for any n_past.
     const int64_t budget_blocks = hp.indexer_top_k / ratio;
-    if (total_blocks > budget_blocks) {
-      const int64_t max_blocks = attention_bound(first + n_rows) / ratio;
+    const bool selecting = total_blocks > budget_blocks;
+    const int64_t max_blocks = attention_bound(first + n_rows) / ratio;
+    float* scores = nullptr;
+    if (selecting) {
       max_tokens = int((budget_blocks + 1) * ratio - 1);
-      float* scores = scratch_.floats(n_rows * max_blocks);
-      int32_t* lists = scratch_.ints(n_rows * max_tokens);
-      int32_t* counts = scratch_.ints(n_rows);
-      const float scale = 1.0f / std::sqrt(float(di));
-      qsa_block_scores_at(index_q, n_rows, n_idx, di, kv.block_keys.as<float>(), first_device, ratio, max_blocks,
-                          scale, scores, s());
-      qsa_select_tokens(scores, n_rows, max_blocks, first_device, ratio, budget_blocks, max_tokens, lists, counts,
-                        s());
-      token_lists = lists;
-      token_counts = counts;
+      scores = scratch_.floats(n_rows * max_blocks);
+      token_lists = scratch_.ints(n_rows * max_tokens);
+      token_counts = scratch_.ints(n_rows);
     }
+    side_branch([&](cudaStream_t side) {
+      rms_norm_strided(index_q, index_q_norm, n_rows * n_idx, di, di, hp.rms_eps, index_q, side);
+      rope_neox_rows(index_q, n_rows, n_idx, di, hp.n_rot, pos, hp.rope_theta, side);
+      append_rows_at(raw, n_rows, di, first_device, kv.index_raw.as<float>(), side);
+      qsa_block_keys_at(kv.index_raw.as<float>(), first_device, n_rows, ratio, di, index_k_norm, hp.rms_eps, hp.n_rot,
+                        hp.rope_theta, kv.block_keys.as<float>(), side);
+      if (selecting) {
+        const float scale = 1.0f / std::sqrt(float(di));
+        qsa_block_scores_at(index_q, n_rows, n_idx, di, kv.block_keys.as<float>(), first_device, ratio, max_blocks,
+                            scale, scores, side);
+        qsa_select_tokens(scores, n_rows, max_blocks, first_device, ratio, budget_blocks, max_tokens, token_lists,
+                          token_counts, side);
+      }
+    });
   }
+
+  mark("attn.norm+rope+append");
+  if (q_norm) rms_norm_strided(q, q_norm, n_rows * n_head, hd, q_stride, hp.rms_eps, q, s());
+  rope_neox_strided(q, n_rows, q_row, n_head, q_stride, hd, hp.n_rot, pos, hp.rope_theta, s());
+  if (k_norm) rms_norm_strided(k, k_norm, n_rows * n_head_kv, hd, hd, hp.rms_eps, k, s());
+  rope_neox_rows(k, n_rows, n_head_kv, hd, hp.n_rot, pos, hp.rope_theta, s());
+  append_rows_at(k, n_rows, kv_dim, first_device, kv.k.as<float>(), s());
+  append_rows_at(v, n_rows, kv_dim, first_device, kv.v.as<float>(), s());
+  join_side();
 
   mark("attn.core");
   float* attn = scratch_.floats(n_rows * n_head * hd);

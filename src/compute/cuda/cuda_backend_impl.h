@@ -482,20 +482,27 @@ class CudaBackend final : public Backend {
   cudaStream_t s() const { return stream_.get(); }
 
   // A side branch: work that does not depend on what the main stream does next (the shared
-  // expert beside the routing) runs on side_stream_, a parallel branch of the window's graph.
-  // fork_side() makes the side stream wait for everything launched on s() so far; join_side()
-  // makes s() wait for the side stream's work. Everything the branch needs (scratch, uploads)
-  // must be taken before the fork: an allocation is a host sync point (a capture boundary), and
-  // the boundary joins an open branch first, so the branch's own launches must all be issued by
-  // then. Bitwise: the same kernels on the same inputs; only their overlap changes.
-  cudaStream_t fork_side() {
+  // expert beside the routing, QSA's indexer beside the heads) runs on side_stream_, a parallel
+  // branch of the window's graph. side_branch(fn) makes the side stream wait for everything
+  // launched on s() so far and calls fn(side stream) to launch the branch's work; join_side()
+  // makes s() wait for it (the op calls it where the results are needed; a capture boundary
+  // calls it too). fn must take nothing from the scratch arena and upload nothing: an allocation
+  // is a host sync point, a capture boundary, and a launch after it on the side stream would
+  // escape the capture; that is checked (a bug, thrown). Bitwise: the same kernels on the same
+  // inputs; only their overlap changes.
+  template <class Fn>
+  void side_branch(Fn&& launches) {
     if (side_open_) fail("cuda backend: a side branch was forked while the last one was still open");
     STRATA_CUDA_CHECK(cudaEventRecord(side_fork_, s()));
     STRATA_CUDA_CHECK(cudaStreamWaitEvent(side_stream_.get(), side_fork_, 0));
-    side_open_ = true;
-    return side_stream_.get();
+    side_open_ = side_issuing_ = true;
+    launches(side_stream_.get());
+    side_issuing_ = false;
   }
   void join_side() {
+    if (side_issuing_)
+      fail("cuda backend: a capture boundary (an allocation or upload) inside a side branch's launches: take the "
+           "branch's scratch and weights before side_branch (a bug)");
     if (!side_open_) return;
     side_open_ = false;
     STRATA_CUDA_CHECK(cudaEventRecord(side_join_, side_stream_.get()));
@@ -676,9 +683,9 @@ class CudaBackend final : public Backend {
   KvMirror& kv_mirror(const AttentionDims& hp, const AttentionWeights& w, int layer, int64_t n_tokens);
 
   Stream stream_;
-  Stream side_stream_;  // fork_side / join_side
+  Stream side_stream_;  // side_branch / join_side
   cudaEvent_t side_fork_ = nullptr, side_join_ = nullptr;
-  bool side_open_ = false;
+  bool side_open_ = false, side_issuing_ = false;
   WindowGraph graph_;  // captures each window's launches (window_graph.h)
   std::vector<DeviceBuffer> buffers_;
   std::vector<uint32_t> free_ids_;

@@ -144,9 +144,9 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
     return {nullptr, nullptr};
   };
 
-  // The shared expert does not depend on the routing: a side branch (fork_side) runs it beside
+  // The shared expert does not depend on the routing: a side branch (side_branch) runs it beside
   // router → top-k → handshake → experts, joined before the combine. Its scratch and weights are
-  // taken before the fork (see fork_side).
+  // taken before the fork (see side_branch).
   float* shared = nullptr;
   float* gate_logit = nullptr;
   if (w.has_shared()) {
@@ -168,26 +168,27 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
     const ActivationLayout in_gate_inp = activation_layout(GgmlType::F32, H, n_rows);
     void* gate_inp_scratch = scratch_.take(in_gate_inp.total_bytes);
 
-    cudaStream_t side = fork_side();
-    if (!gate_layout) {
-      gate_layout = &own_gate;
-      gate_act = prepare_activations(own_gate, xd, own_gate_scratch, side);
-    }
-    if (!up_layout) {
-      up_layout = &own_up;
-      up_act = prepare_activations(own_up, xd, own_up_scratch, side);
-    }
-    if (gate_act == up_act && w.shared_gate.type == w.shared_up.type) {
-      matmul_quantized_many(gate_up, *gate_layout, gate_act, n_rows, side);
-    } else {
-      matmul_quantized(gate_up[0].w, *gate_layout, gate_act, n_rows, gate_up[0].y, side);
-      matmul_quantized(gate_up[1].w, *up_layout, up_act, n_rows, gate_up[1].y, side);
-    }
-    quantize_activations_fused(in_down, ActivationPrologue::SiluMul, gate_up[0].y, gate_up[1].y, 0.0f, down_scratch,
-                               side);
-    matmul_quantized(down_m, in_down, down_scratch, n_rows, shared, side);
-    matmul_quantized(gate_inp_m, in_gate_inp, prepare_activations(in_gate_inp, xd, gate_inp_scratch, side), n_rows,
-                     gate_logit, side);
+    side_branch([&](cudaStream_t side) {
+      if (!gate_layout) {
+        gate_layout = &own_gate;
+        gate_act = prepare_activations(own_gate, xd, own_gate_scratch, side);
+      }
+      if (!up_layout) {
+        up_layout = &own_up;
+        up_act = prepare_activations(own_up, xd, own_up_scratch, side);
+      }
+      if (gate_act == up_act && w.shared_gate.type == w.shared_up.type) {
+        matmul_quantized_many(gate_up, *gate_layout, gate_act, n_rows, side);
+      } else {
+        matmul_quantized(gate_up[0].w, *gate_layout, gate_act, n_rows, gate_up[0].y, side);
+        matmul_quantized(gate_up[1].w, *up_layout, up_act, n_rows, gate_up[1].y, side);
+      }
+      quantize_activations_fused(in_down, ActivationPrologue::SiluMul, gate_up[0].y, gate_up[1].y, 0.0f,
+                                 down_scratch, side);
+      matmul_quantized(down_m, in_down, down_scratch, n_rows, shared, side);
+      matmul_quantized(gate_inp_m, in_gate_inp, prepare_activations(in_gate_inp, xd, gate_inp_scratch, side), n_rows,
+                       gate_logit, side);
+    });
   }
 
   // y = W·x from the activations above when W reads one of their formats, else quantized anew.

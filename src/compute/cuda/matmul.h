@@ -116,7 +116,7 @@ void matmul_quantized(const DeviceMatrix& w, const ActivationLayout& layout, con
 // (the projections of one input: DeltaNet's qkv/z/beta/alpha, attention's q/k/v, the hyper-
 // connection's down and inject): outputs[j].y as matmul_quantized(outputs[j].w, ...) gives it,
 // bitwise (a row's arithmetic never depends on the launch), with the latency of one launch.
-inline constexpr int kMaxDenseMatrices = 4;
+inline constexpr int kMaxDenseMatrices = 8;
 struct DenseOutput {
   DeviceMatrix w;
   float* y = nullptr;
