@@ -13,6 +13,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compute/cuda/matmul.h"
@@ -130,7 +131,7 @@ int main(int argc, char** argv) {
   DeviceBuffer dense = random_buffer(q8_row * size_t(hidden) * 4, 9);
   quantize_activations(q8, x.as<float>(), q8_scratch.data(), stream.get());
   for (const int rw : {0, 1, 2, 4}) {
-    const MatmulTuning tuning{rw, 0};
+    const MatmulTuning tuning{rw, 0, 0};
     const DeviceMatrix m{GgmlType::Q8_0, hidden, hidden, dense.data(), q8_row};
     add("Q8_0 " + std::to_string(hidden) + " -> " + std::to_string(hidden) + ", rows/warp " +
             (rw ? std::to_string(rw) : std::string("default")),
@@ -177,9 +178,11 @@ int main(int argc, char** argv) {
   float* g = y.as<float>();
   float* u = y.as<float>() + size_t(k) * width;
   float* out = y.as<float>() + size_t(2 * k) * width;
-  for (const int rw : {0, 1, 2, 4}) {
-    const MatmulTuning tuning{rw, 0};
-    const std::string shape = rw ? std::to_string(rw) : std::string("default");
+  // lanes 32: a full warp per weight row (before narrow rows took fewer lanes); 0: the default.
+  for (const auto [rw, lanes] : {std::pair{0, 32}, std::pair{0, 0}, std::pair{1, 0}, std::pair{2, 0}}) {
+    const MatmulTuning tuning{rw, 0, lanes};
+    const std::string shape = (rw ? std::to_string(rw) : std::string("default")) +
+                              (lanes == 32 ? ", a full warp per row" : "");
     add("IQ2_XS experts gate+up pair, " + std::to_string(k) + " x " + std::to_string(hidden) + " -> " +
             std::to_string(width) + ", rows/warp " + shape,
         [&](cudaStream_t s) {
@@ -191,6 +194,34 @@ int main(int argc, char** argv) {
         [&](cudaStream_t s) {
           expert_matmul_quantized(view, 0, down, ids_d.as<int32_t>(), k, identity_d.as<int32_t>(), ones_d.as<int32_t>(),
                                   1, q8k_down, q8k_down_scratch.data(), out, s, &tuning);
+        });
+  }
+  // What the expert launches' time is made of: the same bytes as one dense IQ2_XS matrix (no slot
+  // map, full-width rows for the gate shape), one expert alone, and Q8_0 experts of the same shape.
+  {
+    const DeviceMatrix gate_flat{GgmlType::IQ2_XS, hidden, int64_t(2) * k * width, arena.data(), iq_gate_row};
+    add("IQ2_XS dense " + std::to_string(hidden) + " -> " + std::to_string(2 * k * width) + " (the pair's bytes)",
+        [&](cudaStream_t s) { matmul_quantized(gate_flat, q8k, q8k_scratch.data(), 1, y.as<float>(), s); });
+    const ActivationLayout q8k_narrow = activation_layout(GgmlType::IQ2_XS, width, 1);
+    const DeviceMatrix down_flat{GgmlType::IQ2_XS, width, int64_t(k) * hidden, arena.data(), iq_down_row};
+    add("IQ2_XS dense " + std::to_string(width) + " -> " + std::to_string(k * hidden) + " (the down's bytes)",
+        [&](cudaStream_t s) { matmul_quantized(down_flat, q8k_narrow, q8k_down_scratch.data(), 1, y.as<float>(), s); });
+    add("IQ2_XS experts gate+up pair, 1 expert",
+        [&](cudaStream_t s) {
+          expert_matmul_quantized_pair(view, 0, gate, up, ids_d.as<int32_t>(), 1, zeros_d.as<int32_t>(),
+                                       ones_d.as<int32_t>(), 1, q8k, q8k_scratch.data(), g, u, s);
+        });
+    const size_t q8_gate_row = size_t(hidden / 32) * 34;
+    const ExpertMatrixShape q8_gate{GgmlType::Q8_0, hidden, width, 0, q8_gate_row};
+    const ExpertMatrixShape q8_up{GgmlType::Q8_0, hidden, width, q8_gate_row * width, q8_gate_row};
+    const size_t q8_slot = (2 * q8_gate_row * width + 255) / 256 * 256;
+    DeviceBuffer q8_arena = random_buffer(q8_slot * n_expert, 13);
+    const ExpertArenaView q8_view{q8_arena.as<uint8_t>(), q8_slot, smap_d.as<uint32_t>(), n_expert};
+    add("Q8_0 experts gate+up pair, " + std::to_string(k) + " x " + std::to_string(hidden) + " -> " +
+            std::to_string(width),
+        [&](cudaStream_t s) {
+          expert_matmul_quantized_pair(q8_view, 0, q8_gate, q8_up, ids_d.as<int32_t>(), k, zeros_d.as<int32_t>(),
+                                       ones_d.as<int32_t>(), 1, q8, q8_scratch.data(), g, u, s);
         });
   }
   return 0;

@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
     for (const int64_t t : rows) for (const int rw : {0, 1, 2, 4}) for (const int staging : {0, 1, 2}) {
       if (rw > 2 && t > 4) continue;
       if ((rw != 0 || staging != 0) && !sweep) continue;
-      const MatmulTuning tuning{rw, staging};
+      const MatmulTuning tuning{rw, staging, 0};
       // Each timed sample is a batch of `copies` back-to-back calls, one per matrix copy, so the
       // few microseconds of launch latency around one event pair do not count as slowness.
       const float ms = median_ms([&](int) {

@@ -205,7 +205,7 @@ TEST_P(CudaMatmul, WindowIdentityAndRepeatability) {
     for (const int64_t rows : {int64_t(1), int64_t(2)}) {
       const ActivationLayout layout = compute::cuda::activation_layout(type, n_in, rows);
       compute::cuda::quantize_activations(layout, g.x.as<float>(), g.scratch.data(), stream.get());
-      const compute::cuda::MatmulTuning tuning{rows_per_warp, staging};
+      const compute::cuda::MatmulTuning tuning{rows_per_warp, staging, 0};
       compute::cuda::matmul_quantized(g.matrix, layout, g.scratch.data(), rows, g.y.as<float>(), stream.get(), &tuning);
       stream.synchronize();
       const auto shaped = from_device<float>(g.y, size_t(rows * n_out));
@@ -258,7 +258,7 @@ TEST_P(CudaMatmul, SeveralMatricesInOneLaunchBitwiseAsOneEach) {
           STRATA_CUDA_CHECK(cudaMemsetAsync(ys.back().data(), 0xff, ys.back().bytes(), stream.get()));
           outputs.push_back({DeviceMatrix{type, n_in, heights[j], weights[j].data(), stride}, ys.back().as<float>()});
         }
-        const compute::cuda::MatmulTuning tuning{rows_per_warp, 0};
+        const compute::cuda::MatmulTuning tuning{rows_per_warp, 0, 0};
         compute::cuda::matmul_quantized_many(outputs, layout, act, n_rows, stream.get(), &tuning);
         stream.synchronize();
         for (size_t j = 0; j < count; ++j) {
@@ -267,6 +267,47 @@ TEST_P(CudaMatmul, SeveralMatricesInOneLaunchBitwiseAsOneEach) {
               << type_name(type) << ": matrix " << j << " of " << count << " in one launch (" << n_rows
               << " rows, " << rows_per_warp << " weight rows per warp) differs from its own launch";
         }
+      }
+    }
+  }
+}
+
+// Rows of fewer than 32 units take fewer lanes, several rows per warp (matmul.cu): bitwise a full
+// warp per row, for unit counts 1 .. 31 that are and are not powers of two, every launch shape,
+// T = 1, 3 and 9, an output count that leaves a partial warp.
+TEST_P(CudaMatmul, NarrowRowsBitwiseAsAFullWarpPerRow) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  const GgmlType type = GetParam();
+  std::mt19937 rng(777 + uint32_t(type));
+  Stream stream;
+  const int64_t block = type_traits(type).block_elems;
+  const std::vector<int64_t> widths = block == 256 ? std::vector<int64_t>{256, 512, 768, 1024, 1792}
+                                      : block == 32 ? std::vector<int64_t>{32, 64, 224, 480, 512}
+                                                    : std::vector<int64_t>{8, 16, 40, 120, 248};
+  const int64_t n_out = 301;
+  for (const int64_t n_in : widths) {
+    const size_t stride = row_bytes(type, n_in);
+    const std::vector<uint8_t> w = random_weights(type, n_in, n_out, stride, rng);
+    const DeviceBuffer wd = to_device(w);
+    const DeviceMatrix m{type, n_in, n_out, wd.data(), stride};
+    for (const int64_t n_rows : {int64_t(1), int64_t(3), int64_t(9)}) {
+      const DeviceBuffer xd = to_device(random_floats(size_t(n_rows * n_in), rng));
+      const ActivationLayout layout = compute::cuda::activation_layout(type, n_in, n_rows);
+      DeviceBuffer scratch(layout.total_bytes), y(size_t(n_rows * n_out) * 4);
+      const void* act = compute::cuda::prepare_activations(layout, xd.as<float>(), scratch.data(), stream.get());
+      auto run_with = [&](int rows_per_warp, int lanes) {
+        STRATA_CUDA_CHECK(cudaMemsetAsync(y.data(), 0xff, y.bytes(), stream.get()));
+        const compute::cuda::MatmulTuning tuning{rows_per_warp, 0, lanes};
+        compute::cuda::matmul_quantized(m, layout, act, n_rows, y.as<float>(), stream.get(), &tuning);
+        stream.synchronize();
+        return from_device<float>(y, size_t(n_rows * n_out));
+      };
+      const std::vector<float> full = run_with(1, 32);
+      for (const int rows_per_warp : {0, 1, 2, 4}) {
+        const std::vector<float> narrow = run_with(rows_per_warp, 0);
+        ASSERT_EQ(0, std::memcmp(narrow.data(), full.data(), full.size() * 4))
+            << type_name(type) << ", " << n_in << " wide, " << n_rows << " rows, " << rows_per_warp
+            << " weight rows per warp: fewer lanes per row changed the result";
       }
     }
   }

@@ -330,6 +330,10 @@ struct MatmulArgs {
   // n_dense == 0: the one matrix w / row_stride / n_out / y above.
   int n_dense;
   DenseTarget dense[kMaxDenseMatrices];
+  // Lanes per weight row (a power of two, host-chosen by lanes_per_row()): 32, or for rows of
+  // fewer than 32 units the next power of two at or above the unit count, so one warp computes
+  // 32 / lanes row groups side by side instead of leaving lanes idle.
+  int lanes;
 };
 
 // L2 prefetch hints for the bytes of rows [first, first + n) of a dense matrix, spread over the
@@ -360,6 +364,13 @@ constexpr int unroll_of() {
 // One warp computes RW consecutive output rows (their units interleaved in each trip, so the
 // warp has RW rows' loads in flight) for nr <= NR activation rows. Each output's arithmetic is
 // exactly that of RW = 1: the per-row sum order never depends on RW, NR or nr.
+//
+// Narrow rows (fewer than 32 units: IQ2_XS experts' 1024- and 512-wide gate/up and down, 16 and
+// 8 units) take p.lanes < 32 lanes each, 32 / p.lanes groups of RW rows per warp: the expert
+// launches then fit one wave of the GPU instead of two (bench_cuda_latency). Bitwise the same as
+// a full warp per row: there lanes >= the unit count hold +0 (an accumulator that starts at +0
+// never becomes -0), so the butterfly's first steps add exact zeros and the rest is the same
+// tree over the first p.lanes lanes, which is the sub-group's butterfly.
 template <class Q, int NR, int RW>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(MatmulArgs p) {
   extern __shared__ __align__(16) uint8_t table[];
@@ -375,13 +386,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
     n_out = d.n_out;
     y = d.y;
   }
-  const int64_t first_row = (int64_t(blockIdx.x) * kWarpsPerBlock + warp) * RW;
-  const int64_t row_step = int64_t(gridDim.x) * kWarpsPerBlock * RW;
+  const int lanes = p.lanes, groups = 32 / lanes;
+  const int group = lane / lanes, lane_in = lane % lanes;
+  const int64_t first_row = (int64_t(blockIdx.x) * kWarpsPerBlock + warp) * RW * groups;
+  const int64_t row_step = int64_t(gridDim.x) * kWarpsPerBlock * RW * groups;
   const size_t row_bytes = size_t(p.n_in / Q::kBlockElems) * Q::kBlockBytes;
   // Before the wait for the previous kernel (launch.cuh): only what no kernel of the stream writes,
   // the type's constant decode table and prefetches of a dense matrix's first rows.
   if constexpr (Q::kTableBytes > 0) Q::load_table(table);
-  if (!p.expert_ids) prefetch_rows_l2(w, row_stride, first_row, RW, n_out, row_bytes, lane);
+  if (!p.expert_ids) prefetch_rows_l2(w, row_stride, first_row, RW * groups, n_out, row_bytes, lane);
   pdl_begin();
   if constexpr (Q::kTableBytes > 0) __syncthreads();
   int rows[NR];
@@ -400,9 +413,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
     y += (size_t(j) * p.max_rows + p.row_pass) * size_t(n_out);
     const uint32_t slot = p.smap_layer[p.expert_ids[j]];
     if (slot == kSlotMiss) {  // the caller broke the residency promise: make it visible
-      for (int64_t o = first_row; o < n_out; o += row_step)
+      for (int64_t o = first_row + group * RW; o < n_out; o += row_step)
         for (int i = 0; i < RW; ++i)
-          if (lane < nr && o + i < n_out) y[size_t(lane) * n_out + o + i] = __int_as_float(0x7fc00000);
+          for (int r = lane_in; r < nr; r += lanes)
+            if (o + i < n_out) y[size_t(r) * n_out + o + i] = __int_as_float(0x7fc00000);
       return;
     }
     w += size_t(slot) * p.slot_bytes + matrix_offset;
@@ -414,7 +428,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
   }
   const int n_units = int(p.n_in / Q::kBlockElems) * Q::kUnitsPerBlock;
   uint8_t* stage = table + p.table_bytes + size_t(warp) * RW * p.stage_bytes;
-  for (int64_t o = first_row; o < n_out; o += row_step) {
+  for (int64_t o_warp = first_row; o_warp < n_out; o_warp += row_step) {
+    const int64_t o = o_warp + group * RW;  // this lane group's first row
     const uint8_t* wrow[RW];
 #pragma unroll
     for (int i = 0; i < RW; ++i) wrow[i] = w + size_t(min(o + i, n_out - 1)) * row_stride;  // past the end: recompute the last row, never stored
@@ -438,12 +453,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
       for (int r = 0; r < NR; ++r) acc[i][r] = 0.0f;
     // kUnroll units per lane per trip, their loads issued together: one unit in flight per warp
     // was latency-bound (in-order issue stalls at the first use). The sum order is unchanged:
-    // units lane, lane+32, lane+64, ... in increasing order.
+    // units lane, lane+32, lane+64, ... in increasing order (lanes < 32: one unit per lane).
     constexpr int kUnroll = unroll_of<Q>();
-    for (int u0 = lane; u0 < n_units; u0 += 32 * kUnroll) {
+    for (int u0 = lane_in; u0 < n_units; u0 += lanes * kUnroll) {
 #pragma unroll
       for (int k = 0; k < kUnroll; ++k) {
-        const int u = u0 + 32 * k;
+        const int u = u0 + lanes * k;
         if (u >= n_units) break;
         if constexpr (kHasDecode<Q>) {
           // Each weight unit decoded once, each activation unit loaded once per row and used
@@ -471,9 +486,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
       for (int r = 0; r < NR; ++r) {
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1)
-          acc[i][r] = __fadd_rn(acc[i][r], __shfl_xor_sync(0xffffffffu, acc[i][r], off));
+          if (off < lanes) acc[i][r] = __fadd_rn(acc[i][r], __shfl_xor_sync(0xffffffffu, acc[i][r], off));
       }
-    if (lane == 0) {
+    if (lane_in == 0) {
 #pragma unroll
       for (int i = 0; i < RW; ++i)
 #pragma unroll
@@ -493,9 +508,21 @@ int sm_count() {
   return count;
 }
 
+// Lanes per weight row (MatmulArgs::lanes): a full warp for rows of 32 units or more, and when
+// staging (its copy loop is the whole warp's) or asked (tuning lanes_per_row = 32); else the
+// next power of two at or above the unit count.
+template <class Q>
+int lanes_per_row(int64_t n_in, bool staging, const MatmulTuning* tuning) {
+  const int64_t n_units = n_in / Q::kBlockElems * Q::kUnitsPerBlock;
+  if (staging || n_units >= 32 || (tuning && tuning->lanes_per_row == 32)) return 32;
+  int lanes = 1;
+  while (lanes < n_units) lanes *= 2;
+  return lanes;
+}
+
 template <class Q, int NR, int RW>
 void launch_nr(const MatmulArgs& args, int n_launch, cudaStream_t stream) {
-  const int64_t rows_per_block = int64_t(kWarpsPerBlock) * RW;
+  const int64_t rows_per_block = int64_t(kWarpsPerBlock) * RW * (32 / args.lanes);
   const int64_t blocks_needed = (args.n_out + rows_per_block - 1) / rows_per_block;
   // Enough blocks to fill every SM several times over (a shared-memory table costs one 4 KiB
   // copy per block, small next to the rows it serves).
@@ -548,6 +575,7 @@ void launch(MatmulArgs args, int n_launch, int rows_total, cudaStream_t stream, 
     const bool fits = staged <= kMaxStagedSharedBytes;
     const int choice = tuning ? tuning->staging : 0;
     args.stage_bytes = fits && choice == 1 ? 1 : 0;
+    args.lanes = lanes_per_row<Q>(args.n_in, args.stage_bytes > 0, tuning);
     if (rows == 1) launch_rw<Q, 1>(args, n_launch, stream, rw);
     else if (rows == 2) launch_rw<Q, 2>(args, n_launch, stream, rw);
     else if (rows <= 4) launch_rw<Q, 4>(args, n_launch, stream, rw);

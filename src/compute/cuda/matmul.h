@@ -13,7 +13,8 @@
 //   16 bytes at a time.
 // - The dot of one weight row with one activation row is an integer dot per block portion
 //   ("unit") scaled in f32, the units of a row summed by the 32 lanes of one warp in a fixed
-//   order (lane l takes units l, l+32, ...; then a fixed xor-butterfly). That order depends only
+//   order (lane l takes units l, l+32, ...; then a fixed xor-butterfly; rows of fewer than 32
+//   units use fewer lanes each, with the same sums bit for bit). That order depends only
 //   on n_in and the type, never on n_rows, n_out, the row's place in the window or the expert
 //   list: window identity holds bitwise (y[t] is the same in a T = 1 and a T = k call), and
 //   repeated runs are bitwise equal. No atomics, no split-K.
@@ -58,6 +59,7 @@ bool has_cuda_kernel(GgmlType type);
 struct MatmulTuning {
   int rows_per_warp = 0;  // 1, 2 or 4
   int staging = 0;        // 1: stage weight rows in shared memory when they fit; 0 or 2: never
+  int lanes_per_row = 0;  // 32: a full warp per weight row always; 0: fewer for rows of < 32 units
 };
 
 // Where the quantized activations of n_rows rows live inside one scratch allocation.
