@@ -18,23 +18,13 @@
 
 #include "compute/cuda/matmul.h"
 #include "compute/cuda/runtime.h"
+#include "fill_random.cuh"
 #include "quant/ggml_type.h"
 
 using namespace strata;
 using namespace strata::compute::cuda;
 
 namespace {
-
-__global__ void fill_kernel(uint32_t* data, size_t n, uint32_t seed) {
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t x = uint32_t(i) * 2654435761u ^ seed;
-    x ^= x >> 13;
-    x *= 0x5bd1e995u;
-    x ^= x >> 15;
-    // Keep f16 scale fields finite and small: the top bits of each half-word clear.
-    data[i] = x & 0x3bff3bffu;
-  }
-}
 
 // Median µs per launch of `launch` captured n times into one graph.
 double us_per_launch(const std::function<void(cudaStream_t)>& launch, int n, cudaStream_t stream) {
@@ -69,7 +59,7 @@ double us_per_launch(const std::function<void(cudaStream_t)>& launch, int n, cud
 
 DeviceBuffer random_buffer(size_t bytes, uint32_t seed) {
   DeviceBuffer b(bytes);
-  fill_kernel<<<1024, 256>>>(b.as<uint32_t>(), bytes / 4, seed);
+  fill_random_kernel<<<1024, 256>>>(b.as<uint32_t>(), bytes / 4, seed, 0x3bff3bffu);  // f16 scales finite
   STRATA_CUDA_CHECK(cudaDeviceSynchronize());
   return b;
 }

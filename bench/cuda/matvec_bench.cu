@@ -15,6 +15,7 @@
 
 #include "compute/cuda/matmul.h"
 #include "compute/cuda/runtime.h"
+#include "fill_random.cuh"
 
 using namespace strata;
 using namespace strata::compute::cuda;
@@ -28,16 +29,6 @@ __global__ void read_kernel(const uint4* data, size_t n, unsigned* sink) {
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x12345678u) *sink = acc;  // keeps the loads alive
-}
-
-__global__ void fill_kernel(uint32_t* data, size_t n, uint32_t seed) {
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t x = uint32_t(i) * 2654435761u ^ seed;
-    x ^= x >> 13;
-    x *= 0x5bd1e995u;
-    x ^= x >> 15;
-    data[i] = x;
-  }
 }
 
 template <typename Fn>
@@ -102,7 +93,7 @@ int main(int argc, char** argv) {
   // HBM ceilings, same run.
   const size_t big = size_t(4) << 30;
   DeviceBuffer a(big), b(big / 2);
-  fill_kernel<<<4096, 256>>>(a.as<uint32_t>(), big / 4, 1);
+  fill_random_kernel<<<4096, 256>>>(a.as<uint32_t>(), big / 4, 1);
   STRATA_CUDA_CHECK(cudaDeviceSynchronize());
   const float read_ms = median_ms([&](int) { read_kernel<<<132 * 16, 256>>>(a.as<uint4>(), big / 16, sink); }, 3, 15);
   const float copy_ms = median_ms([&](int) { STRATA_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), big / 2, cudaMemcpyDeviceToDevice)); }, 3, 15);
@@ -133,7 +124,7 @@ int main(int argc, char** argv) {
     // The random words make valid blocks of every type except that scale fields may be huge or
     // NaN: harmless for timing (no data-dependent control flow in the kernels).
     DeviceBuffer weights(matrix_bytes * size_t(copies));
-    fill_kernel<<<4096, 256>>>(weights.as<uint32_t>(), weights.bytes() / 4, 7);
+    fill_random_kernel<<<4096, 256>>>(weights.as<uint32_t>(), weights.bytes() / 4, 7);
     const ActivationLayout layout = activation_layout(*type, n_in, max_rows);
     DeviceBuffer scratch(layout.total_bytes);
     quantize_activations(layout, x.as<float>(), scratch.data(), nullptr);
