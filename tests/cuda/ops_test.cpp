@@ -14,6 +14,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "compute/cpu/ops.h"
@@ -41,6 +42,30 @@ void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, 
     ASSERT_LE(error, bound) << what << " at " << i << ": gpu " << gpu[i] << " cpu " << cpu[i];
   }
   std::printf("[ cuda ] %-22s worst = %.3f of the bound (%.0f ulp)\n", what, worst, relative_ulps);
+}
+
+// The launch guard (runtime.h check_launch_shape): shapes beyond the device's limits throw a
+// strata::Error naming the shape and the limit; shapes the kernels use pass.
+TEST(CudaLaunch, ShapesBeyondTheDeviceLimitsThrowNamingThem) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  using compute::cuda::check_launch_shape;
+  EXPECT_NO_THROW(check_launch_shape(dim3(2112, 20), dim3(256), 2048));
+  EXPECT_NO_THROW(check_launch_shape(dim3(1), dim3(1024), 0));
+  auto message = [](dim3 grid, dim3 block, size_t shared) {
+    try {
+      check_launch_shape(grid, block, shared);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string grid_y = message(dim3(4, 65536), dim3(256), 0);
+  EXPECT_NE(grid_y.find("(4, 65536, 1)"), std::string::npos) << grid_y;
+  EXPECT_NE(grid_y.find("65535"), std::string::npos) << grid_y;
+  EXPECT_NE(message(dim3(0), dim3(256), 0).find("empty"), std::string::npos);
+  const std::string threads = message(dim3(1), dim3(64, 32), 0);
+  EXPECT_NE(threads.find("(64, 32, 1)"), std::string::npos) << threads;
+  EXPECT_NE(message(dim3(1), dim3(32), size_t(1) << 30).find("1073741824 bytes"), std::string::npos);
 }
 
 TEST(CudaOps, RmsNormMatchesCpu) {

@@ -15,7 +15,9 @@
 //   then overlaps the previous kernel.
 // - On devices before sm_90, or with STRATA_CUDA_PDL=0, launch() is a plain launch and
 //   pdl_begin() does nothing.
-// - Errors: the launch's error is thrown as strata::Error at the launch site (like check_launch).
+// - Errors: a shape beyond the device's limits throws strata::Error naming it before the launch
+//   (runtime.h check_launch_shape: also inside a graph capture, where CUDA would only fail the
+//   capture); the launch's own error is thrown as strata::Error at the launch site.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,6 +38,7 @@ __device__ __forceinline__ void pdl_begin() {
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
             Args&&... args) {
+  check_launch_shape(grid, block, shared_bytes);
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;

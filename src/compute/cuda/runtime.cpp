@@ -40,6 +40,41 @@ bool dependent_launch_enabled() {
   return enabled;
 }
 
+void check_launch_shape(dim3 grid, dim3 block, size_t shared_bytes) {
+  struct Limits {
+    int grid[3], block[3], threads, shared_optin;
+  };
+  static const Limits limits = [] {
+    Limits l{};
+    int device = 0;
+    STRATA_CUDA_CHECK(cudaGetDevice(&device));
+    const cudaDeviceAttr grid_attrs[3] = {cudaDevAttrMaxGridDimX, cudaDevAttrMaxGridDimY, cudaDevAttrMaxGridDimZ};
+    const cudaDeviceAttr block_attrs[3] = {cudaDevAttrMaxBlockDimX, cudaDevAttrMaxBlockDimY, cudaDevAttrMaxBlockDimZ};
+    for (int i = 0; i < 3; ++i) {
+      STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&l.grid[i], grid_attrs[i], device));
+      STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&l.block[i], block_attrs[i], device));
+    }
+    STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&l.threads, cudaDevAttrMaxThreadsPerBlock, device));
+    STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&l.shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return l;
+  }();
+  const unsigned g[3] = {grid.x, grid.y, grid.z}, b[3] = {block.x, block.y, block.z};
+  for (int i = 0; i < 3; ++i) {
+    if (g[i] == 0 || g[i] > unsigned(limits.grid[i]))
+      cuda_fail(fmt::format("CUDA launch: grid ({}, {}, {}) is empty or beyond the device's ({}, {}, {})", g[0], g[1],
+                            g[2], limits.grid[0], limits.grid[1], limits.grid[2]));
+    if (b[i] == 0 || b[i] > unsigned(limits.block[i]))
+      cuda_fail(fmt::format("CUDA launch: block ({}, {}, {}) is empty or beyond the device's ({}, {}, {})", b[0], b[1],
+                            b[2], limits.block[0], limits.block[1], limits.block[2]));
+  }
+  if (uint64_t(b[0]) * b[1] * b[2] > uint64_t(limits.threads))
+    cuda_fail(fmt::format("CUDA launch: block ({}, {}, {}) has more threads than the device's {}", b[0], b[1], b[2],
+                          limits.threads));
+  if (shared_bytes > size_t(limits.shared_optin))
+    cuda_fail(fmt::format("CUDA launch: {} bytes of dynamic shared memory exceed the device's {} per block",
+                          shared_bytes, limits.shared_optin));
+}
+
 std::string describe_device() {
   int count = 0;
   const cudaError_t code = cudaGetDeviceCount(&count);

@@ -39,6 +39,13 @@ inline constexpr size_t kDevicePadBytes = 64;
 // STRATA_CUDA_PDL=0; decided once per process.
 bool dependent_launch_enabled();
 
+// Checks a launch shape against the current device's limits (grid dimensions, threads per block,
+// dynamic shared memory up to the opt-in maximum), read once per process: a shape beyond them
+// throws strata::Error naming the shape and the limit, before anything is launched or captured
+// (CUDA itself would fail the launch with a bare "invalid argument", or inside a graph capture).
+// launch() (launch.cuh) calls it for every kernel.
+void check_launch_shape(dim3 grid, dim3 block, size_t shared_bytes);
+
 // True when a CUDA device can be used by this process (driver and device present).
 bool usable_device();
 // "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" for device 0, or why none is usable.
