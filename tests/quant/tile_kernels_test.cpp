@@ -99,8 +99,9 @@ std::string describe(const TileKernel& k) {
 void expect_tile_is_bitwise_the_single_dot(const TileKernel& k) {
   constexpr int64_t kMaxWeights = 7;
   // Every n_acts up to 13 (each register tile and partial tile), then counts around the IQ2_XS
-  // wide path's activation groups (32 rows of 1024 weights, 64 of 512, 12 of 2560: a group
-  // boundary inside the call, a last group of 1 row) and its 4 × 4 tiles.
+  // wide paths' activation groups (AVX-512: 64 rows of 1024 weights, 25 of 2560; AVX2: 32 of
+  // 1024, 64 of 512, 12 of 2560: group boundaries inside the call, last groups of 1 or 2 rows)
+  // and their 4 × 4 and 3 × 2 tiles.
   constexpr int64_t kMaxActs = 66;
   std::vector<int64_t> act_counts;
   for (int64_t c = 1; c <= 13; ++c) act_counts.push_back(c);

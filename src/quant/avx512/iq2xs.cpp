@@ -478,17 +478,21 @@ template <int kW, int kA>
   }
 }
 
-// The activation group (widened once per call) is at most kWideActWords words: 64 KiB, in L2;
-// each weight panel streams it once.
-constexpr int64_t kWideActWords = 32768;
+// The activation group (widened once per call) is at most kWideActWords words: 128 KiB, in L2;
+// each weight panel streams it once. 64 rows of 1024 weights: a routed expert of mid-qwen4exp
+// gets ~32 rows of a 512-row window, and with 32-row groups (64 KiB) every expert above that
+// decoded its weight rows twice, the second time for a few rows.
+constexpr int64_t kWideActWords = 65536;
+// The longest row the wide path takes (the weight panel's buffer is sized for it).
+constexpr int64_t kWideMaxN = 4096;
 // Below this many activation rows per weight row the decode is not worth doing once per call
 // (dot_rows decodes once per 8 rows anyway).
 constexpr int64_t kWideMinActs = 8;
 
-// Whether the wide path takes a call: enough activation rows, and at least kWideMinActs rows
-// of this length fit the activation buffer.
+// Whether the wide path takes a call: enough activation rows, and rows no longer than
+// kWideMaxN (at least 16 of them fit the activation buffer).
 inline bool wide_path_fits(int64_t n_acts, int64_t n) {
-  return n_acts >= kWideMinActs && kWideMinActs * n <= kWideActWords;
+  return n_acts >= kWideMinActs && n <= kWideMaxN;
 }
 
 void wide_tiles(const std::byte* weights, size_t w_stride, int64_t n_w, const std::byte* acts,
@@ -500,8 +504,8 @@ void wide_tiles(const std::byte* weights, size_t w_stride, int64_t n_w, const st
   const int64_t a_d_stride = group_rows;
   alignas(64) int16_t act_words[kWideActWords];
   float a_d[kWideActWords / kBlockK + 4] = {};
-  alignas(64) int16_t w_words[kWideW * kWideActWords / kWideMinActs];
-  float w_d[kWideW * kWideActWords / kWideMinActs / kBlockK] = {};
+  alignas(64) int16_t w_words[kWideW * kWideMaxN];
+  float w_d[kWideW * kWideMaxN / kBlockK] = {};
   const BlockDecoder decoder;
   for (int64_t a_first = 0; a_first < n_acts; a_first += group_rows) {
     const int64_t a_count = std::min(group_rows, n_acts - a_first);
