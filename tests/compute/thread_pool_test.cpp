@@ -212,8 +212,7 @@ TEST(ThreadPool, EachTaskRunsExactlyOnceOnItsOwn) {
         std::atomic<bool> bad{false};
         pool.parallel_for_each_task(n_tasks, [&](int64_t begin, int64_t end, int thread_index) {
           if (begin < 0 || end != begin + 1 || end > n_tasks || thread_index < 0 ||
-              thread_index >= n_threads ||
-              pool.current_thread_index() != thread_index) {
+              thread_index >= n_threads || pool.current_thread_index() != thread_index) {
             bad = true;
             return;
           }

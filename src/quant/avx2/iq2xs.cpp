@@ -193,9 +193,9 @@ constexpr int64_t kWideWordsPerBlock = 256;  // 16 vectors of 16 i16
 [[gnu::always_inline]] inline void widen_sub_block(__m256i bytes, __m256i& low, __m256i& high) {
   // Per 128-bit lane: bytes 4k, 4k+1 of its 4 groups, then bytes 4k+2, 4k+3; then the two
   // lanes' low halves together and their high halves together.
-  const __m256i in_lane = _mm256_shuffle_epi8(
-      bytes, _mm256_broadcastsi128_si256(
-                 _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)));
+  const __m256i in_lane =
+      _mm256_shuffle_epi8(bytes, _mm256_broadcastsi128_si256(_mm_setr_epi8(
+                                     0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)));
   const __m256i grouped = _mm256_permute4x64_epi64(in_lane, 0xd8);
   low = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(grouped));
   high = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(grouped, 1));
@@ -242,9 +242,9 @@ void widen_weights(const BlockIQ2_XS* blocks, int64_t n_blocks, int16_t* words, 
       const __m256i sign_bytes =
           _mm256_or_si256(low_bits, _mm256_shuffle_epi8(parity_high_bit, folded));
       for (int lane = 0; lane < 2; ++lane) {
-        const __m256i lane_signs = _mm256_broadcastsi128_si256(
-            lane == 0 ? _mm256_castsi256_si128(sign_bytes)
-                      : _mm256_extracti128_si256(sign_bytes, 1));
+        const __m256i lane_signs =
+            _mm256_broadcastsi128_si256(lane == 0 ? _mm256_castsi256_si128(sign_bytes)
+                                                  : _mm256_extracti128_si256(sign_bytes, 1));
         for (int k = 0; k < 2; ++k) {
           const int sub = 4 * quad + 2 * lane + k;
           const __m256i spread = _mm256_shuffle_epi8(lane_signs, sign_spread[k]);
@@ -347,8 +347,9 @@ void wide_tiles(const std::byte* weights, size_t w_stride, int64_t n_w, const st
     for (int64_t w_first = 0; w_first < n_w; w_first += kWideW) {
       const int64_t w_count = std::min<int64_t>(kWideW, n_w - w_first);
       for (int64_t r = 0; r < w_count; ++r) {
-        widen_weights(reinterpret_cast<const BlockIQ2_XS*>(weights + size_t(w_first + r) * w_stride),
-                      n_blocks, w_words + r * n_blocks * kWideWordsPerBlock, w_d + r * n_blocks);
+        widen_weights(
+            reinterpret_cast<const BlockIQ2_XS*>(weights + size_t(w_first + r) * w_stride),
+            n_blocks, w_words + r * n_blocks * kWideWordsPerBlock, w_d + r * n_blocks);
       }
       for (int64_t t_first = 0; t_first < a_count; t_first += kWideA) {
         const int64_t t_count = std::min<int64_t>(kWideA, a_count - t_first);

@@ -371,9 +371,8 @@ void widen_weights(const BlockDecoder& decoder, const BlockIQ2_XS* blocks, int64
     int16_t* out = words + b * kWideWordsPerBlock;
     for (int p = 0; p < 4; ++p) {
       const DecodedPair pair = decoder.pair(block, codes, which, p);
-      const __m512i signed_w =
-          _mm512_mask_sub_epi8(pair.magnitudes, pair.negative, _mm512_setzero_si512(),
-                               pair.magnitudes);
+      const __m512i signed_w = _mm512_mask_sub_epi8(pair.magnitudes, pair.negative,
+                                                    _mm512_setzero_si512(), pair.magnitudes);
       __m512i low, high;
       widen_pair(signed_w, index, low, high);
       _mm512_store_si512(out + 64 * p, _mm512_mullo_epi16(low, pair.scale));
@@ -469,9 +468,9 @@ template <int kW, int kA>
   for (int r = 0; r < kW; ++r) {
     for (int t = 0; t < kA; ++t) {
       const __m512 v = acc[r][t / 2];
-      const __m256 half =
-          t % 2 == 0 ? _mm512_castps512_ps256(v)
-                     : _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+      const __m256 half = t % 2 == 0
+                              ? _mm512_castps512_ps256(v)
+                              : _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
       out[size_t(r) * out_w_stride + size_t(t) * out_a_stride] =
           canonical_nan(avx2::horizontal_sum(half));
     }
@@ -514,9 +513,9 @@ void wide_tiles(const std::byte* weights, size_t w_stride, int64_t n_w, const st
     for (int64_t w_first = 0; w_first < n_w; w_first += kWideW) {
       const int64_t w_count = std::min<int64_t>(kWideW, n_w - w_first);
       for (int64_t r = 0; r < w_count; ++r) {
-        widen_weights(decoder,
-                      reinterpret_cast<const BlockIQ2_XS*>(weights + size_t(w_first + r) * w_stride),
-                      n_blocks, w_words + r * n_blocks * kWideWordsPerBlock, w_d + r, kWideW);
+        widen_weights(
+            decoder, reinterpret_cast<const BlockIQ2_XS*>(weights + size_t(w_first + r) * w_stride),
+            n_blocks, w_words + r * n_blocks * kWideWordsPerBlock, w_d + r, kWideW);
       }
       for (int64_t t_first = 0; t_first < a_count; t_first += kWideA) {
         const int64_t t_count = std::min<int64_t>(kWideA, a_count - t_first);
