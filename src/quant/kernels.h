@@ -176,6 +176,8 @@ float dot_iq4_xs(const void* w, const void* a, int64_t n);
 // Tiles of one weight row × up to 4 (Q8_0, Q4_0, Q5_0, IQ4_NL) or 8 (Q4_K, Q5_K, IQ2_XS)
 // activation rows (quant/tiles.h): each weight block decoded once for the tile's activation rows;
 // each output bitwise the avx2 one-row dot of its pair (and the canonical NaN for a NaN).
+// IQ2_XS with >= 12 activation rows (12 rows as i16 within 64 KiB) takes a "wide" path: weight rows
+// decoded once per call to scaled i16, 3 weight × 2 activation row tiles of madd (iq2xs.cpp).
 void dot_tile_q8_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                    int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
                    size_t out_a_stride);
@@ -243,7 +245,9 @@ float dot_iq2_xs(const void* w, const void* a, int64_t n);
 // output is bitwise dot_iq2_xs of its activation row (shared per-block code, kernels_test checks).
 void dot_many_iq2_xs(const void* w, const void* a, size_t act_stride, int64_t n_acts, int64_t n,
                      float* out, size_t out_stride);
-// dot_many_iq2_xs for n_w weight rows, activation groups of 8 outer (they stay in L1).
+// dot_many_iq2_xs for n_w weight rows, activation groups of 8 outer (they stay in L1); with >= 8
+// activation rows (rows <= 4096 weights) the "wide" path instead: weight rows decoded once per
+// call to scaled i16, activations widened to i16 once, 4 × 4 tiles of vpdpwssd (iq2xs.cpp).
 void dot_tile_iq2_xs(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                      int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
                      size_t out_a_stride);

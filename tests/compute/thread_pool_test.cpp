@@ -198,6 +198,113 @@ TEST(ThreadPool, DestructionRightAfterAJobWhileWorkersPoll) {
   }
 }
 
+// parallel_for_each_task hands out one task at a time: fn(i, i + 1, thread) exactly once for
+// every i, each thread's tasks in increasing i, on every path (inline for one thread or one task,
+// the job otherwise, both wake settings).
+TEST(ThreadPool, EachTaskRunsExactlyOnceOnItsOwn) {
+  for (int spin_us : kSpinSettings) {
+    for (int n_threads : {1, 2, 3, 4}) {
+      ThreadPool pool(n_threads, spin_us);
+      for (int64_t n_tasks : {1, 2, 3, 5, 8, 64, 1001}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n_tasks));
+        std::vector<std::atomic<int64_t>> last_of_thread(static_cast<size_t>(n_threads));
+        for (auto& last : last_of_thread) last = -1;
+        std::atomic<bool> bad{false};
+        pool.parallel_for_each_task(n_tasks, [&](int64_t begin, int64_t end, int thread_index) {
+          if (begin < 0 || end != begin + 1 || end > n_tasks || thread_index < 0 ||
+              thread_index >= n_threads || pool.current_thread_index() != thread_index) {
+            bad = true;
+            return;
+          }
+          // Only this thread writes its slot: a smaller index than its previous one means the
+          // hand-out went backwards.
+          if (last_of_thread[size_t(thread_index)].exchange(begin) >= begin) bad = true;
+          hits[size_t(begin)].fetch_add(1);
+        });
+        EXPECT_FALSE(bad) << "threads " << n_threads << " tasks " << n_tasks;
+        for (int64_t i = 0; i < n_tasks; ++i) {
+          ASSERT_EQ(hits[size_t(i)].load(), 1)
+              << "task " << i << " threads " << n_threads << " tasks " << n_tasks;
+        }
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, EachTaskWithNoTasksCallsNothing) {
+  for (int n_threads : {1, 3}) {
+    ThreadPool pool(n_threads);
+    int calls = 0;
+    pool.parallel_for_each_task(0, [&](int64_t, int64_t, int) { ++calls; });
+    pool.parallel_for_each_task(-3, [&](int64_t, int64_t, int) { ++calls; });
+    EXPECT_EQ(calls, 0);
+  }
+}
+
+// With several threads the tasks really are spread: a task that waits until another thread has
+// started one can only finish if a second thread took a task of its own.
+TEST(ThreadPool, EachTaskSpreadsOverThreads) {
+  ThreadPool pool(2, 0);
+  std::atomic<int> started{0};
+  std::atomic<bool> timed_out{false};
+  std::atomic<int> threads_seen_mask{0};
+  pool.parallel_for_each_task(2, [&](int64_t, int64_t, int thread_index) {
+    threads_seen_mask.fetch_or(1 << thread_index);
+    started.fetch_add(1);
+    if (!wait_until([&] { return started.load() == 2; })) timed_out = true;
+  });
+  EXPECT_FALSE(timed_out);
+  EXPECT_EQ(threads_seen_mask.load(), 3);
+}
+
+// Exceptions propagate as from parallel_for, on the inline paths (one thread, one task) and from
+// any thread of a job; the pool keeps working afterwards.
+TEST(ThreadPool, EachTaskRethrowsInCaller) {
+  for (int n_threads : {1, 2, 3}) {
+    ThreadPool pool(n_threads);
+    for (int64_t n_tasks : {1, 2, 7, 200}) {
+      for (int64_t throwing_task : {int64_t(0), n_tasks - 1}) {
+        std::atomic<int64_t> ran{0};
+        EXPECT_THROW(pool.parallel_for_each_task(n_tasks,
+                                                 [&](int64_t begin, int64_t, int) {
+                                                   ran.fetch_add(1);
+                                                   if (begin == throwing_task) throw Error("task");
+                                                 }),
+                     Error)
+            << "threads " << n_threads << " tasks " << n_tasks << " throwing " << throwing_task;
+        EXPECT_LE(ran.load(), n_tasks);
+      }
+    }
+    std::atomic<int64_t> sum{0};
+    pool.parallel_for_each_task(100, [&](int64_t begin, int64_t, int) { sum += begin; });
+    EXPECT_EQ(sum.load(), 99 * 100 / 2);
+  }
+}
+
+// From inside a task of the same pool: inline on the calling thread, task by task, in order.
+TEST(ThreadPool, EachTaskNestedRunsInlineInOrder) {
+  ThreadPool pool(3);
+  std::atomic<bool> wrong{false};
+  std::vector<std::atomic<int>> inner_hits(16 * 5);
+  pool.parallel_for(16, [&](int64_t begin, int64_t end, int outer_index) {
+    for (int64_t outer = begin; outer < end; ++outer) {
+      const std::thread::id outer_thread = std::this_thread::get_id();
+      int64_t expected_next = 0;
+      pool.parallel_for_each_task(5, [&](int64_t inner_begin, int64_t inner_end, int inner_index) {
+        if (std::this_thread::get_id() != outer_thread || inner_index != outer_index ||
+            inner_begin != expected_next || inner_end != inner_begin + 1) {
+          wrong = true;
+        }
+        expected_next = inner_end;
+        inner_hits[size_t(outer * 5 + inner_begin)].fetch_add(1);
+      });
+      if (expected_next != 5) wrong = true;
+    }
+  });
+  EXPECT_FALSE(wrong);
+  for (auto& hit : inner_hits) ASSERT_EQ(hit.load(), 1);
+}
+
 TEST(ThreadPool, RejectsZeroThreads) {
   EXPECT_THROW(ThreadPool(0), Error);
   EXPECT_THROW(ThreadPool(-1), Error);

@@ -98,7 +98,14 @@ std::string describe(const TileKernel& k) {
 
 void expect_tile_is_bitwise_the_single_dot(const TileKernel& k) {
   constexpr int64_t kMaxWeights = 7;
-  constexpr int64_t kMaxActs = 13;
+  // Every n_acts up to 13 (each register tile and partial tile), then counts around the IQ2_XS
+  // wide paths' activation groups (AVX-512: 64 rows of 1024 weights, 25 of 2560; AVX2: 32 of
+  // 1024, 64 of 512, 12 of 2560: group boundaries inside the call, last groups of 1 or 2 rows)
+  // and their 4 × 4 and 3 × 2 tiles.
+  constexpr int64_t kMaxActs = 66;
+  std::vector<int64_t> act_counts;
+  for (int64_t c = 1; c <= 13; ++c) act_counts.push_back(c);
+  for (int64_t c : {16, 25, 31, 32, 33, 38, 63, 64, 65, 66}) act_counts.push_back(c);
   for (int64_t n : lengths_for(k.type)) {
     const size_t row_size = row_bytes(k.type, n);
     const size_t act_bytes = activation_row_bytes(k.type, n);
@@ -142,7 +149,7 @@ void expect_tile_is_bitwise_the_single_dot(const TileKernel& k) {
       }
       for (bool weight_major : {false, true}) {
         for (int64_t n_w = 1; n_w <= kMaxWeights; ++n_w) {
-          for (int64_t n_acts = 1; n_acts <= kMaxActs; ++n_acts) {
+          for (int64_t n_acts : act_counts) {
             // Outputs with a gap of one float between neighbours in both directions.
             const size_t out_w_stride = weight_major ? size_t(2 * n_acts + 1) : 2;
             const size_t out_a_stride = weight_major ? 2 : size_t(2 * n_w + 1);

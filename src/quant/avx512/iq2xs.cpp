@@ -296,6 +296,243 @@ void dot_rows(const BlockIQ2_XS* blocks, const std::byte* acts, size_t act_strid
   }
 }
 
+// ---- Windows of many activation rows: blocks decoded once per call into i16 -----------------
+//
+// dot_rows decodes each weight block again for every group of 8 activation rows, and its per-row
+// work is 3 vector ops per 64 weights (negate the activations, maddubs, vpdpwssd) besides the
+// decode share. For a window with enough activation rows, the weights are decoded once per call
+// into signed i16 values already times their sub-block scale (|w·(2s+1)| <= 43·31 = 1333), and the
+// activations are widened to i16 once per call; then a 32-weight step is one vpdpwssd per (weight
+// row, activation row): 8 per block, nothing else but the f32 step.
+//
+// Lane order. vpdpwssd adds i16 pairs, so each 64-weight pair of sub-blocks is stored as two
+// vectors: "low" holds bytes 4k, 4k+1 and "high" bytes 4k+2, 4k+3 (k = 0..15) as words 2k, 2k+1
+// (weights and activations alike). i32 lane k of either product then belongs to the same 4-byte
+// group k as lane k of accumulate_pair's sum, so the 16-lane block sum is the same exact integer
+// vector and add_halves gives avx2::dot_iq2_xs's 8 lanes; the f32 step is accumulate_block's
+// (d_w·d_a)·0.125 and one FMA per block. The sub-block scale of word 2k + j of either vector is
+// word 2k + j of DecodedPair::scale (same sub-block and nibble as bytes 4k..4k+3).
+
+// vpermb index: bytes 4k, 4k+1 to bytes 2k, 2k+1 (low 32), bytes 4k+2, 4k+3 to 32 + 2k, 2k+1.
+struct WideIndex {
+  alignas(64) uint8_t bytes[64];
+};
+constexpr WideIndex make_wide_index() {
+  WideIndex index{};
+  for (int k = 0; k < 16; ++k) {
+    for (int j = 0; j < 2; ++j) {
+      index.bytes[2 * k + j] = uint8_t(4 * k + j);
+      index.bytes[32 + 2 * k + j] = uint8_t(4 * k + 2 + j);
+    }
+  }
+  return index;
+}
+constexpr WideIndex kWideIndex = make_wide_index();
+
+// i16 words per 256-weight block in the wide layout (8 vectors of 32).
+constexpr int64_t kWideWordsPerBlock = 256;
+
+// The 64 signed bytes at `bytes` as the low and high i16 vectors of the wide layout.
+[[gnu::always_inline]] inline void widen_pair(__m512i bytes, __m512i index, __m512i& low,
+                                              __m512i& high) {
+  const __m512i grouped = _mm512_permutexvar_epi8(index, bytes);
+  low = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(grouped));
+  high = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(grouped, 1));
+}
+
+// Activation rows [0, n_rows) (Q8_K, row t at acts + t·act_stride) in the wide layout: row t's
+// block b at words + (t·n_blocks + b)·256, its d at d[b·d_stride + t].
+void widen_activations(const std::byte* acts, size_t act_stride, int64_t n_rows, int64_t n_blocks,
+                       int16_t* words, float* d, int64_t d_stride) {
+  const __m512i index = _mm512_load_si512(kWideIndex.bytes);
+  for (int64_t t = 0; t < n_rows; ++t) {
+    const auto* row = reinterpret_cast<const BlockQ8_K*>(acts + size_t(t) * act_stride);
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      int16_t* out = words + (t * n_blocks + b) * kWideWordsPerBlock;
+      for (int p = 0; p < 4; ++p) {
+        __m512i low, high;
+        widen_pair(_mm512_loadu_si512(row[b].qs + 64 * p), index, low, high);
+        _mm512_store_si512(out + 64 * p, low);
+        _mm512_store_si512(out + 64 * p + 32, high);
+      }
+      d[b * d_stride + t] = row[b].d;
+    }
+  }
+}
+
+// One weight row (n_blocks blocks) in the wide layout: block b's signed, scaled words at
+// words + b·256 and its d at d[b·d_stride].
+void widen_weights(const BlockDecoder& decoder, const BlockIQ2_XS* blocks, int64_t n_blocks,
+                   int16_t* words, float* d, int64_t d_stride) {
+  const __m512i index = _mm512_load_si512(kWideIndex.bytes);
+  const auto widen_block = [&](const BlockDecoder::Codes& codes, int which, int64_t b)
+      __attribute__((always_inline)) {
+    const BlockIQ2_XS& block = blocks[b];
+    int16_t* out = words + b * kWideWordsPerBlock;
+    for (int p = 0; p < 4; ++p) {
+      const DecodedPair pair = decoder.pair(block, codes, which, p);
+      const __m512i signed_w = _mm512_mask_sub_epi8(pair.magnitudes, pair.negative,
+                                                    _mm512_setzero_si512(), pair.magnitudes);
+      __m512i low, high;
+      widen_pair(signed_w, index, low, high);
+      _mm512_store_si512(out + 64 * p, _mm512_mullo_epi16(low, pair.scale));
+      _mm512_store_si512(out + 64 * p + 32, _mm512_mullo_epi16(high, pair.scale));
+    }
+    d[b * d_stride] = avx2::f16_scalar_to_f32(block.d);
+  };
+  int64_t b = 0;
+  for (; b + 2 <= n_blocks; b += 2) {
+    const BlockDecoder::Codes codes = decoder.codes(blocks[b], blocks[b + 1]);
+    widen_block(codes, 0, b);
+    widen_block(codes, 1, b + 1);
+  }
+  if (b < n_blocks) widen_block(decoder.codes(blocks[b], blocks[b]), 0, b);
+}
+
+// The wide path's register tile: 4 weight rows × 4 activation rows (16 i32 sums; 8 activation
+// and weight vectors loaded per 16 vpdpwssd). Measured against 2 × 8, 3 × 4, 2 × 4 and 1 × 16
+// in bench_matmul_tile (1024 -> 512, 32 rows): 3.7 ns per block-row, the others 3.8–8.3.
+constexpr int kWideW = 4;
+constexpr int kWideA = 4;
+
+// vpermps indices that spread the 16 block scales (lane 4r + t) to the f32 accumulator of weight
+// row r and activation rows 2q, 2q + 1: [lane 4r + 2q ×8 | lane 4r + 2q + 1 ×8].
+struct PackIndices {
+  alignas(64) int32_t lanes[8][16];
+};
+constexpr PackIndices make_pack_indices() {
+  PackIndices indices{};
+  for (int r = 0; r < 4; ++r) {
+    for (int q = 0; q < 2; ++q) {
+      for (int i = 0; i < 16; ++i) indices.lanes[2 * r + q][i] = 4 * r + 2 * q + i / 8;
+    }
+  }
+  return indices;
+}
+constexpr PackIndices kPackIndices = make_pack_indices();
+
+// kW wide weight rows (row r at w_words + r·n_blocks·256, block b's d at w_d[b·kWideW + r]) ×
+// kA wide activation rows (row t at a_words + t·n_blocks·256, d at a_d[b·a_d_stride + t]).
+// out[r·out_w_stride + t·out_a_stride]. Activation rows 2q and 2q + 1 of a weight row share one
+// f32 accumulator vector (2q in the low half); a last odd row fills both halves.
+template <int kW, int kA>
+[[gnu::always_inline]] inline void wide_tile(const int16_t* w_words, const float* w_d,
+                                             const int16_t* a_words, const float* a_d,
+                                             int64_t a_d_stride, int64_t n_blocks, float* out,
+                                             size_t out_w_stride, size_t out_a_stride) {
+  static_assert(kW <= 4 && kA <= 4, "the block scales of a tile are one 16-lane vector");
+  constexpr int kPacks = (kA + 1) / 2;
+  const int64_t row_words = n_blocks * kWideWordsPerBlock;
+  __m512 acc[kW][kPacks];
+  for (auto& row_acc : acc) {
+    for (__m512& a : row_acc) a = _mm512_setzero_ps();
+  }
+  const __m512i weight_of_lane = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512 eighth = _mm512_set1_ps(0.125f);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    __m512i sums[kW][kA];
+    for (auto& row_sums : sums) {
+      for (__m512i& sum : row_sums) sum = _mm512_setzero_si512();
+    }
+    const int64_t block_word = b * kWideWordsPerBlock;
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) {
+      __m512i w[kW];
+      for (int r = 0; r < kW; ++r)
+        w[r] = _mm512_load_si512(w_words + r * row_words + block_word + 32 * v);
+      for (int t = 0; t < kA; ++t) {
+        const __m512i x = _mm512_load_si512(a_words + t * row_words + block_word + 32 * v);
+        for (int r = 0; r < kW; ++r) sums[r][t] = _mm512_dpwssd_epi32(sums[r][t], x, w[r]);
+      }
+    }
+    // Lane 4r + t: (d_w[r]·d_a[t])·0.125, accumulate_block's product (lanes past kW or kA
+    // multiply padding and are never used).
+    const __m512 d_w = _mm512_permutexvar_ps(
+        weight_of_lane, _mm512_castps128_ps512(_mm_loadu_ps(w_d + b * kWideW)));
+    const __m512 d_a = _mm512_broadcast_f32x4(_mm_loadu_ps(a_d + b * a_d_stride));
+    const __m512 d = _mm512_mul_ps(_mm512_mul_ps(d_w, d_a), eighth);
+    for (int r = 0; r < kW; ++r) {
+      for (int q = 0; q < kPacks; ++q) {
+        const __m512i s0 = sums[r][2 * q];
+        const __m512i s1 = sums[r][std::min(2 * q + 1, kA - 1)];
+        // [low half of s0 | high half of s1] + [high half of s0 | low half of s1]: add_halves
+        // of both rows in one vector.
+        const __m512i lanes = _mm512_add_epi32(_mm512_mask_blend_epi64(0xf0, s0, s1),
+                                               _mm512_shuffle_i64x2(s0, s1, 0x4e));
+        const __m512 pack_d =
+            _mm512_permutexvar_ps(_mm512_load_si512(kPackIndices.lanes[2 * r + q]), d);
+        acc[r][q] = _mm512_fmadd_ps(pack_d, _mm512_cvtepi32_ps(lanes), acc[r][q]);
+      }
+    }
+  }
+  for (int r = 0; r < kW; ++r) {
+    for (int t = 0; t < kA; ++t) {
+      const __m512 v = acc[r][t / 2];
+      const __m256 half = t % 2 == 0
+                              ? _mm512_castps512_ps256(v)
+                              : _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+      out[size_t(r) * out_w_stride + size_t(t) * out_a_stride] =
+          canonical_nan(avx2::horizontal_sum(half));
+    }
+  }
+}
+
+// The activation group (widened once per call) is at most kWideActWords words: 128 KiB, in L2;
+// each weight panel streams it once. 64 rows of 1024 weights: a routed expert of mid-qwen4exp
+// gets ~32 rows of a 512-row window, and with 32-row groups (64 KiB) every expert above that
+// decoded its weight rows twice, the second time for a few rows.
+constexpr int64_t kWideActWords = 65536;
+// The longest row the wide path takes (the weight panel's buffer is sized for it).
+constexpr int64_t kWideMaxN = 4096;
+// Below this many activation rows per weight row the decode is not worth doing once per call
+// (dot_rows decodes once per 8 rows anyway).
+constexpr int64_t kWideMinActs = 8;
+
+// Whether the wide path takes a call: enough activation rows, and rows no longer than
+// kWideMaxN (at least 16 of them fit the activation buffer).
+inline bool wide_path_fits(int64_t n_acts, int64_t n) {
+  return n_acts >= kWideMinActs && n <= kWideMaxN;
+}
+
+void wide_tiles(const std::byte* weights, size_t w_stride, int64_t n_w, const std::byte* acts,
+                size_t a_stride, int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                size_t out_a_stride) {
+  const int64_t n_blocks = n / kBlockK;
+  const int64_t group_rows = std::min<int64_t>(n_acts, kWideActWords / n);
+  // d of the group's rows, block-major; 4 floats of padding so a tile's 4-lane load stays inside.
+  const int64_t a_d_stride = group_rows;
+  alignas(64) int16_t act_words[kWideActWords];
+  float a_d[kWideActWords / kBlockK + 4] = {};
+  alignas(64) int16_t w_words[kWideW * kWideMaxN];
+  float w_d[kWideW * kWideMaxN / kBlockK] = {};
+  const BlockDecoder decoder;
+  for (int64_t a_first = 0; a_first < n_acts; a_first += group_rows) {
+    const int64_t a_count = std::min(group_rows, n_acts - a_first);
+    widen_activations(acts + size_t(a_first) * a_stride, a_stride, a_count, n_blocks, act_words,
+                      a_d, a_d_stride);
+    for (int64_t w_first = 0; w_first < n_w; w_first += kWideW) {
+      const int64_t w_count = std::min<int64_t>(kWideW, n_w - w_first);
+      for (int64_t r = 0; r < w_count; ++r) {
+        widen_weights(
+            decoder, reinterpret_cast<const BlockIQ2_XS*>(weights + size_t(w_first + r) * w_stride),
+            n_blocks, w_words + r * n_blocks * kWideWordsPerBlock, w_d + r, kWideW);
+      }
+      for (int64_t t_first = 0; t_first < a_count; t_first += kWideA) {
+        const int64_t t_count = std::min<int64_t>(kWideA, a_count - t_first);
+        float* tile_out =
+            out + size_t(w_first) * out_w_stride + size_t(a_first + t_first) * out_a_stride;
+        tiles::with_count<kWideW>(w_count, [&](auto w_rows) {
+          tiles::with_count<kWideA>(t_count, [&](auto a_rows) {
+            wide_tile<decltype(w_rows)::value, decltype(a_rows)::value>(
+                w_words, w_d, act_words + t_first * n_blocks * kWideWordsPerBlock, a_d + t_first,
+                a_d_stride, n_blocks, tile_out, out_w_stride, out_a_stride);
+          });
+        });
+      }
+    }
+  }
+}
+
 }  // namespace
 
 float dot_iq2_xs(const void* w, const void* a, int64_t n) {
@@ -310,6 +547,10 @@ void dot_tile_iq2_xs(const void* w, size_t w_stride, int64_t n_w, const void* a,
                      size_t out_a_stride) {
   const auto* weights = static_cast<const std::byte*>(w);
   const auto* acts = static_cast<const std::byte*>(a);
+  if (wide_path_fits(n_acts, n)) {
+    wide_tiles(weights, w_stride, n_w, acts, a_stride, n_acts, n, out, out_w_stride, out_a_stride);
+    return;
+  }
   // One weight row per tile: the decoder's tables and the 8 rows' accumulators fill the registers.
   // The driver's order (activation groups outer) keeps a group of 8 activation rows in L1 while
   // the weight rows pass.
