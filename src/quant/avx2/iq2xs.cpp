@@ -28,6 +28,27 @@ inline __m256i grid_points(const uint16_t* words) {
                            static_cast<int64_t>(kIq2xsGrid[packed & 511]));
 }
 
+// The vectors every AVX2 IQ2_XS decode builds its grid points and sign selectors from
+// (dot_iq2_xs, the tile, the wide path's widen_weights).
+struct SignDecodeConstants {
+  __m256i parity_high_bit;  // parity(i) << 7 for i < 16: completes a 7-bit sign index to its byte
+  __m256i bit_of_byte;
+  __m256i bias;
+  // A 128-bit lane of sign words holds two sub-blocks (u16 lanes 0-3, 4-7; the sign byte is the
+  // low byte). For sub-block k of the lane: output bytes 8g..8g+7 repeat the sign byte of group g.
+  __m256i sign_spread[2];
+};
+[[gnu::always_inline]] inline SignDecodeConstants sign_decode_constants() {
+  return {_mm256_broadcastsi128_si256(
+              _mm_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0)),
+          _mm256_set1_epi64x(0x8040201008040201),
+          _mm256_set1_epi8(0x7f),
+          {_mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2,  //
+                            4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
+           _mm256_setr_epi8(8, 8, 8, 8, 8, 8, 8, 8, 10, 10, 10, 10, 10, 10, 10, 10,  //
+                            12, 12, 12, 12, 12, 12, 12, 12, 14, 14, 14, 14, 14, 14, 14, 14)}};
+}
+
 }  // namespace
 
 void dequantize_iq2_xs(const void* src, float* dst, int64_t n) {
@@ -58,18 +79,10 @@ void dequantize_iq2_xs(const void* src, float* dst, int64_t n) {
 float dot_iq2_xs(const void* w, const void* a, int64_t n) {
   const auto* blocks = static_cast<const BlockIQ2_XS*>(w);
   const auto* acts = static_cast<const BlockQ8_K*>(a);
-  // parity(i) << 7 for i < 16: completes a 7-bit sign index to its 8-bit sign byte.
-  const __m256i parity_high_bit = _mm256_broadcastsi128_si256(
-      _mm_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0));
-  const __m256i bit_of_byte = _mm256_set1_epi64x(0x8040201008040201);
-  const __m256i bias = _mm256_set1_epi8(0x7f);
-  // A 128-bit lane of sign words holds two sub-blocks (u16 lanes 0-3, 4-7; the sign byte is the
-  // low byte). For sub-block k of the lane: output bytes 8g..8g+7 repeat the sign byte of group g.
-  const __m256i sign_spread[2] = {
-      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2,  //
-                       4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
-      _mm256_setr_epi8(8, 8, 8, 8, 8, 8, 8, 8, 10, 10, 10, 10, 10, 10, 10, 10,  //
-                       12, 12, 12, 12, 12, 12, 12, 12, 14, 14, 14, 14, 14, 14, 14, 14)};
+  const SignDecodeConstants constants = sign_decode_constants();
+  const __m256i &parity_high_bit = constants.parity_high_bit, &bit_of_byte = constants.bit_of_byte,
+                &bias = constants.bias;
+  const __m256i(&sign_spread)[2] = constants.sign_spread;
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kBlockK; ++b) {
     const BlockIQ2_XS& block = blocks[b];
@@ -117,15 +130,10 @@ template <int kA>
 [[gnu::always_inline]] inline void iq2_xs_tile(const BlockIQ2_XS* blocks, const std::byte* acts,
                                                size_t act_stride, int64_t n_blocks, float* out,
                                                size_t out_stride) {
-  const __m256i parity_high_bit = _mm256_broadcastsi128_si256(
-      _mm_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0));
-  const __m256i bit_of_byte = _mm256_set1_epi64x(0x8040201008040201);
-  const __m256i bias = _mm256_set1_epi8(0x7f);
-  const __m256i sign_spread[2] = {
-      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2,  //
-                       4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
-      _mm256_setr_epi8(8, 8, 8, 8, 8, 8, 8, 8, 10, 10, 10, 10, 10, 10, 10, 10,  //
-                       12, 12, 12, 12, 12, 12, 12, 12, 14, 14, 14, 14, 14, 14, 14, 14)};
+  const SignDecodeConstants constants = sign_decode_constants();
+  const __m256i &parity_high_bit = constants.parity_high_bit, &bit_of_byte = constants.bit_of_byte,
+                &bias = constants.bias;
+  const __m256i(&sign_spread)[2] = constants.sign_spread;
   const auto act = [&](int t) {
     return reinterpret_cast<const BlockQ8_K*>(acts + size_t(t) * act_stride);
   };
@@ -223,15 +231,10 @@ void widen_activations(const std::byte* acts, size_t act_stride, int64_t n_rows,
 // One weight row in the wide layout: block b's signed, scaled words at words + b·256, its d at
 // d[b]. Grid points and sign selectors as dot_iq2_xs builds them.
 void widen_weights(const BlockIQ2_XS* blocks, int64_t n_blocks, int16_t* words, float* d) {
-  const __m256i parity_high_bit = _mm256_broadcastsi128_si256(
-      _mm_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0));
-  const __m256i bit_of_byte = _mm256_set1_epi64x(0x8040201008040201);
-  const __m256i bias = _mm256_set1_epi8(0x7f);
-  const __m256i sign_spread[2] = {
-      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2,  //
-                       4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
-      _mm256_setr_epi8(8, 8, 8, 8, 8, 8, 8, 8, 10, 10, 10, 10, 10, 10, 10, 10,  //
-                       12, 12, 12, 12, 12, 12, 12, 12, 14, 14, 14, 14, 14, 14, 14, 14)};
+  const SignDecodeConstants constants = sign_decode_constants();
+  const __m256i &parity_high_bit = constants.parity_high_bit, &bit_of_byte = constants.bit_of_byte,
+                &bias = constants.bias;
+  const __m256i(&sign_spread)[2] = constants.sign_spread;
   for (int64_t b = 0; b < n_blocks; ++b) {
     const BlockIQ2_XS& block = blocks[b];
     int16_t* out = words + b * kWideWordsPerBlock;

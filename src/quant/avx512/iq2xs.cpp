@@ -228,6 +228,21 @@ class BlockDecoder {
   __m512i magnitude_of_code_ = _mm512_set1_epi32(0x002b1908);
 };
 
+// fn(codes, which, b) for every block b of a row, the codes decoded two blocks at a time
+// (which = 0, 1 picks the block of the pair); an odd last block is decoded with itself as the
+// (unused) second block: no read past the row.
+template <class Fn>
+[[gnu::always_inline]] inline void for_each_block_pair(const BlockDecoder& decoder, const BlockIQ2_XS* blocks,
+                                                       int64_t n_blocks, Fn&& fn) {
+  int64_t b = 0;
+  for (; b + 2 <= n_blocks; b += 2) {
+    const BlockDecoder::Codes codes = decoder.codes(blocks[b], blocks[b + 1]);
+    fn(codes, 0, b);
+    fn(codes, 1, b + 1);
+  }
+  if (b < n_blocks) fn(decoder.codes(blocks[b], blocks[b]), 0, b);
+}
+
 // sum + (64 weights of `pair`)·(the same 64 activations), in the i32 lanes of avx2::dot_iq2_xs
 // (before its two 256-bit halves are added): maddubs(grid, ±a) gives exact i16 pair sums
 // (≤ 2·43·127) and vpdpwssd multiplies them by the scale and accumulates.
@@ -283,14 +298,7 @@ void dot_rows(const BlockIQ2_XS* blocks, const std::byte* acts, size_t act_strid
       acc[t] = accumulate_block(block_d, *act, row_sums, acc[t]);
     }
   };
-  int64_t b = 0;
-  for (; b + 2 <= n_blocks; b += 2) {
-    const BlockDecoder::Codes codes = decoder.codes(blocks[b], blocks[b + 1]);
-    accumulate(codes, 0, b);
-    accumulate(codes, 1, b + 1);
-  }
-  // An odd last block is decoded with itself as the (unused) second block: no read past the row.
-  if (b < n_blocks) accumulate(decoder.codes(blocks[b], blocks[b]), 0, b);
+  for_each_block_pair(decoder, blocks, n_blocks, accumulate);
   for (int t = 0; t < kRows; ++t) {
     out[size_t(t) * out_stride] = canonical_nan(avx2::horizontal_sum(acc[t]));
   }
@@ -380,13 +388,7 @@ void widen_weights(const BlockDecoder& decoder, const BlockIQ2_XS* blocks, int64
     }
     d[b * d_stride] = avx2::f16_scalar_to_f32(block.d);
   };
-  int64_t b = 0;
-  for (; b + 2 <= n_blocks; b += 2) {
-    const BlockDecoder::Codes codes = decoder.codes(blocks[b], blocks[b + 1]);
-    widen_block(codes, 0, b);
-    widen_block(codes, 1, b + 1);
-  }
-  if (b < n_blocks) widen_block(decoder.codes(blocks[b], blocks[b]), 0, b);
+  for_each_block_pair(decoder, blocks, n_blocks, widen_block);
 }
 
 // The wide path's register tile: 4 weight rows × 4 activation rows (16 i32 sums; 8 activation
