@@ -8,6 +8,9 @@
 //   list is reused, so a read allocates nothing once warm.
 // - load_slot(...) starts a cache slot's new read after finishing the slot's previous one (settle):
 //   two reads never write into one slot, and an evicted read-ahead never lands over its successor.
+// - Allocation: at construction the pool reserves room for every read this can have at once (a
+//   read per cache slot, one per transient slot, plus one finished ticket per I/O thread that a
+//   worker may still hold), so no read allocates, whatever the timing.
 // - wait(ticket) blocks until the ticket's jobs ran and rethrows the first job's strata::Error
 //   (it names the file, layer and expert). settle(...) waits without throwing: a slot being reused
 //   had its error seen by whoever needed it.
@@ -28,9 +31,10 @@ namespace strata {
 
 class ExpertReads {
  public:
-  // slots_per_layer[layer]: the cache slots whose reads are tracked (0: a layer without experts).
-  ExpertReads(ExpertReader& reader, const std::vector<int>& slots_per_layer, int io_threads,
-              int urgent_only_threads);
+  // slots_per_layer[layer]: the cache slots whose reads are tracked (0: a layer without experts);
+  // transient_slots: the untracked reads (start) that can be alive at once.
+  ExpertReads(ExpertReader& reader, const std::vector<int>& slots_per_layer, int transient_slots,
+              int io_threads, int urgent_only_threads);
 
   IoPool::TicketPtr start(int layer, int32_t expert, uint8_t* dest, IoPool::Priority priority);
   void load_slot(int layer, uint32_t slot, int32_t expert, uint8_t* dest,

@@ -65,7 +65,7 @@ ExpertStore::ExpertStore(ExpertLayout expert_layout, std::unique_ptr<ExpertReade
   // arena has n_stream of them, and misses beyond that wait for one to be recycled (next()).
   residency_ = SlotResidency(per_layer, n_expert, n_expert);
   arena_ = std::make_unique<ExpertArena>(slot_bytes, slots_per_layer_, n_stream);
-  reads_ = std::make_unique<ExpertReads>(*reader_, per_layer, options_.io_threads,
+  reads_ = std::make_unique<ExpertReads>(*reader_, per_layer, n_stream, options_.io_threads,
                                          options_.urgent_only_threads);
   prompt_heat_.resize(layout.n_block);
   for (uint32_t b = 0; b < layout.n_block; ++b)

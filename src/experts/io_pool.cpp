@@ -146,6 +146,21 @@ IoPool::TicketPtr IoPool::submit(Priority priority, const Job* jobs, size_t n_jo
   return ticket;
 }
 
+void IoPool::reserve(size_t tickets, size_t jobs) {
+  {
+    // Tickets made at once take the free blocks first and allocate the rest; dropped together,
+    // every block lands on the free list for the tickets to come.
+    std::vector<TicketPtr> warm;
+    warm.reserve(tickets);
+    for (size_t i = 0; i < tickets; ++i)
+      warm.push_back(std::allocate_shared<Ticket>(TicketAllocator<Ticket>(ticket_blocks_),
+                                                  Ticket::Key{}, *this, Priority::Urgent));
+  }
+  std::lock_guard lock(mutex_);
+  urgent_.reserve(jobs);
+  read_ahead_.reserve(jobs);
+}
+
 void IoPool::promote(const TicketPtr& ticket) {
   bool moved = false;
   {

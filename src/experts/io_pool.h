@@ -18,7 +18,11 @@
 //   see, submit / promote / wait allocate nothing (issue 19 item 4: the streaming decode step is
 //   allocation-free, tests/engine/zero_alloc_test.cpp). Jobs keep their captures inline (IoJob),
 //   a ticket's memory (shared_ptr control block included) is recycled through a free list, and the
-//   queues are vectors that keep their capacity.
+//   queues are vectors that keep their capacity. How many tickets are alive and how many jobs
+//   queued at once depends on timing (a worker still holds a finished job's ticket for a moment; a
+//   read-ahead ticket promoted while queued moves its jobs to the urgent queue), so "seen" is not
+//   something a warm-up can promise: `reserve(tickets, jobs)` makes room for the bound up front
+//   (the expert store reserves what its slots can have in flight), and within it nothing allocates.
 #pragma once
 
 #include <condition_variable>
@@ -42,8 +46,8 @@ class IoJob {
   static constexpr size_t kCaptureBytes = 48;
   IoJob() = default;
   template <class F>
-    requires(!std::is_same_v<std::decay_t<F>, IoJob> && std::is_invocable_v<const F&>)
-  IoJob(F fn) {  // NOLINT(google-explicit-constructor): lambdas convert like to std::function
+  requires(!std::is_same_v<std::decay_t<F>, IoJob> && std::is_invocable_v<const F&>)
+      IoJob(F fn) {  // NOLINT(google-explicit-constructor): lambdas convert like to std::function
     static_assert(sizeof(F) <= kCaptureBytes && alignof(F) <= alignof(std::max_align_t),
                   "IoJob: captures too large (capture pointers, not objects)");
     static_assert(std::is_trivially_copyable_v<F>, "IoJob: captures must be trivially copyable");
@@ -95,6 +99,9 @@ class IoPool {
   }
   void promote(const TicketPtr& ticket);
   void wait(const TicketPtr& ticket);
+  // Room for `tickets` tickets alive and `jobs` jobs queued in each queue at once: while a use
+  // stays within both, submit / promote / wait allocate nothing. Only grows.
+  void reserve(size_t tickets, size_t jobs);
 
   int n_threads() const { return int(threads_.size()); }
 
@@ -118,6 +125,7 @@ class IoPool {
     iterator end() { return items_.end(); }
     void push_back(QueuedJob job);
     QueuedJob pop_front();
+    void reserve(size_t n) { items_.reserve(n); }
     iterator erase(iterator it) { return items_.erase(it); }
     void clear() {
       items_.clear();

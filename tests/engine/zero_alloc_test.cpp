@@ -35,6 +35,7 @@
 #include "engine/session.h"
 #include "experts/block_reader.h"
 #include "experts/expert_store.h"
+#include "experts/io_pool.h"
 #include "experts/sidecar.h"
 #include "model/model.h"
 #include "spec/spec_decoder.h"
@@ -134,7 +135,9 @@ int posix_memalign(void** out, size_t alignment, size_t size) {
   *out = p;
   return 0;
 }
-void free(void* p) { __libc_free(p); }
+void free(void* p) {
+  __libc_free(p);
+}
 }
 #endif
 
@@ -154,7 +157,9 @@ void* operator new[](std::size_t size, std::align_val_t alignment) {
   if (void* p = counted_alloc(size, std::size_t(alignment))) return p;
   throw std::bad_alloc();
 }
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return counted_alloc(size, 0); }
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+  return counted_alloc(size, 0);
+}
 void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
   return counted_alloc(size, 0);
 }
@@ -164,18 +169,42 @@ void* operator new(std::size_t size, std::align_val_t alignment, const std::noth
 void* operator new[](std::size_t size, std::align_val_t alignment, const std::nothrow_t&) noexcept {
   return counted_alloc(size, std::size_t(alignment));
 }
-void operator delete(void* p) noexcept { release(p); }
-void operator delete[](void* p) noexcept { release(p); }
-void operator delete(void* p, std::size_t) noexcept { release(p); }
-void operator delete[](void* p, std::size_t) noexcept { release(p); }
-void operator delete(void* p, std::align_val_t) noexcept { release(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { release(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { release(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { release(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
+void operator delete(void* p) noexcept {
+  release(p);
+}
+void operator delete[](void* p) noexcept {
+  release(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  release(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  release(p);
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+  release(p);
+}
+void operator delete[](void* p, std::align_val_t) noexcept {
+  release(p);
+}
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  release(p);
+}
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+  release(p);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+  release(p);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  release(p);
+}
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  release(p);
+}
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  release(p);
+}
 
 namespace strata {
 namespace {
@@ -213,8 +242,9 @@ TEST(ZeroAlloc, CountingOperatorNewSeesAllocations) {
 
 TEST(ZeroAlloc, CountingMallocSeesAllocations) {
 #ifdef STRATA_ZERO_ALLOC_ASAN
-  GTEST_SKIP() << "AddressSanitizer owns malloc: this build counts operator new only (the release build "
-                  "counts malloc and runs this check)";
+  GTEST_SKIP()
+      << "AddressSanitizer owns malloc: this build counts operator new only (the release build "
+         "counts malloc and runs this check)";
 #endif
   const uint64_t n = allocations_during([] {
     void* p = std::malloc(100);
@@ -336,9 +366,8 @@ void expect_streaming_decode_allocates_nothing(const StreamingCase& c) {
     });
     const ExpertStoreStats during = store->stats() - before;
     EXPECT_GT(during.misses, 0u) << "the measured steps must read experts";
-    EXPECT_EQ(n, 0u) << "heap allocations in 8 steady streaming decode steps ("
-                     << during.misses << " misses, " << during.read_ahead_issued
-                     << " read-ahead reads)";
+    EXPECT_EQ(n, 0u) << "heap allocations in 8 steady streaming decode steps (" << during.misses
+                     << " misses, " << during.read_ahead_issued << " read-ahead reads)";
   }
 }
 
@@ -380,6 +409,47 @@ TEST(ZeroAlloc, FirstIoUringReadOnAThreadAllocatesNothing) {
   EXPECT_EQ(dest[0], 'x');
   EXPECT_EQ(dest[8191], 'x');
   EXPECT_EQ(n, 0u) << "heap allocations in a thread's first io_uring read";
+}
+
+// The I/O pool's worst timing, made deterministic: every worker is busy, so read-ahead tickets
+// pile up in the queue; they are then promoted (their jobs move to the urgent queue) and waited
+// for on this thread, while more tickets are made as older ones die. Within IoPool::reserve's
+// bound nothing may allocate, however the reads interleave. Without the reserve, the first such
+// pile-up inside steady decode grew a queue or the ticket free list: that made
+// SteadyStreamingDecodeFromSidecarAllocatesNothing fail now and then on CI.
+TEST(ZeroAlloc, IoPoolWithinItsReserveAllocatesNothing) {
+  constexpr int kThreads = 2;
+  constexpr size_t kTickets = 12, kJobsPerTicket = 3;
+  IoPool pool(kThreads, 1);
+  pool.reserve(kTickets + kThreads + 1, (kTickets + kThreads + 1) * kJobsPerTicket);
+  std::atomic<bool> release{false};
+  std::atomic<int> ran{0};
+  const IoPool::Job block_worker[] = {[&release] {
+    while (!release.load()) std::this_thread::yield();
+  }};
+  const IoPool::Job count[kJobsPerTicket] = {
+      [&ran] { ran.fetch_add(1); }, [&ran] { ran.fetch_add(1); }, [&ran] { ran.fetch_add(1); }};
+  std::vector<IoPool::TicketPtr> tickets;
+  tickets.reserve(kTickets);
+  const uint64_t n = allocations_during([&] {
+    for (int round = 0; round < 3; ++round) {
+      release = false;
+      // Occupy both workers, then queue read-ahead tickets behind them.
+      const IoPool::TicketPtr busy[kThreads] = {
+          pool.submit(IoPool::Priority::Urgent, block_worker, 1),
+          pool.submit(IoPool::Priority::Urgent, block_worker, 1)};
+      while (tickets.size() < kTickets - kThreads)
+        tickets.push_back(pool.submit(IoPool::Priority::ReadAhead, count, kJobsPerTicket));
+      for (const IoPool::TicketPtr& t : tickets) pool.promote(t);  // queued jobs change queues
+      pool.wait(tickets.front());  // this thread runs that ticket's queued jobs itself
+      release = true;
+      for (const IoPool::TicketPtr& t : busy) pool.wait(t);
+      for (const IoPool::TicketPtr& t : tickets) pool.wait(t);
+      tickets.clear();
+    }
+  });
+  EXPECT_EQ(ran.load(), int(3 * (kTickets - kThreads) * kJobsPerTicket));
+  EXPECT_EQ(n, 0u) << "heap allocations by the I/O pool within its reserve";
 }
 
 TEST(ZeroAlloc, SteadyStreamingDecodeFromGgufWithIoUringAllocatesNothing) {
