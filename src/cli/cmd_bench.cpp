@@ -127,10 +127,8 @@ double measure_read_bandwidth(const Model& model, const std::string& path, const
       if (std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
     }
     std::sort(ids.begin(), ids.end());
-    store.begin_layer(b, ids);
-    int index;
-    ExpertMatrices m;
-    while (store.next(index, m)) {
+    store.publish(b, ids);
+    while (!store.wait().empty()) {
     }
   }
   return double(store.stats().bytes_read) / seconds_since(start);

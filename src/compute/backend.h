@@ -18,9 +18,10 @@
 //   GPU can run each as one or a few kernels (the coarse ones — gated_deltanet, attention, ple,
 //   moe — are one function on the CPU today and one fused kernel sequence on a GPU).
 // - Host-facing points: reading back a tensor at the end of a window (`read`, the window
-//   runner's), the routed experts of a layer (inside `moe` today: the ExpertSource handshake; see
-//   docs/architecture.md for the planned publish/wait split) and the PLE rows (`ple` waits on the
-//   PleRowReader the window runner started).
+//   runner's), the routed experts of a layer (inside `moe`: the ExpertSource handshake of
+//   experts/expert_source.h — publish the layer's union and the read-ahead guess for the next
+//   layer, then wait for the experts as they become resident, the hits first) and the PLE rows
+//   (`ple` waits on the PleRowReader the window runner started).
 //
 // Contract (every backend)
 // - Results: the CPU backend is the reference; any backend that claims exactness must give
@@ -217,8 +218,9 @@ class Backend {
   virtual void ple(const PleDims& dims, const PleWeights& w, PleState& state, PleRowReader& rows,
                    Tensor X, int64_t n_rows, bool record_window) = 0;
 
-  // MoE (layers/moe.h): router, top-k, the routed experts as `experts` delivers them (resident
-  // first), the shared expert, the combine. next_router (optional) feeds read-ahead.
+  // MoE (layers/moe.h): router, top-k, publish the union to `experts`, the shared expert while
+  // the misses load, the routed experts in the batches `experts` delivers (resident first), the
+  // combine. next_router (optional) computes the read-ahead guess published for layer + 1.
   virtual void moe(const MoeDims& dims, const MoeWeights& w, ExpertSource& experts, int layer,
                    Tensor x, Tensor y, int64_t n_rows, const MoeWeights* next_router) = 0;
 

@@ -62,7 +62,7 @@ ExpertStore::ExpertStore(ExpertLayout expert_layout, std::unique_ptr<ExpertReade
   for (uint32_t b = 0; b < layout.n_block; ++b)
     if (layout_[b].present) per_layer[b] = slots_per_layer_;
   // Transient slots are counted by the residency without a limit (n_expert: a whole union); the
-  // arena has n_stream of them, and misses beyond that wait for one to be recycled (next()).
+  // arena has n_stream of them, and misses beyond that wait for one to be recycled (wait()).
   residency_ = SlotResidency(per_layer, n_expert, n_expert);
   arena_ = std::make_unique<ExpertArena>(slot_bytes, slots_per_layer_, n_stream);
   reads_ = std::make_unique<ExpertReads>(*reader_, per_layer, n_stream, options_.io_threads,
@@ -73,6 +73,8 @@ ExpertStore::ExpertStore(ExpertLayout expert_layout, std::unique_ptr<ExpertReade
   // A layer's union is at most n_expert experts: the per-layer lists never grow while decoding.
   for (auto* list : {&ready_, &waiting_, &deferred_}) list->reserve(size_t(n_expert));
   missing_.reserve(size_t(n_expert));
+  delivered_.reserve(size_t(n_expert));
+  handed_transients_.reserve(size_t(n_stream));
   loads_.reserve(size_t(n_expert));
   free_transient_.reserve(size_t(n_stream));
 }
@@ -125,7 +127,7 @@ ExpertMatrices ExpertStore::matrices(int layer_index, const uint8_t* data, int32
                         view(layer.down, data + at.down)};
 }
 
-void ExpertStore::begin_layer(int layer_index, std::span<const int32_t> experts) {
+void ExpertStore::publish(int layer_index, std::span<const int32_t> experts) {
   // Whatever an interrupted earlier layer left in flight is finished before its slots are reused.
   for (Pending& p : waiting_)
     if (p.load) {
@@ -137,7 +139,8 @@ void ExpertStore::begin_layer(int layer_index, std::span<const int32_t> experts)
   ready_.clear();
   waiting_.clear();
   deferred_.clear();
-  handed_transient_ = -1;
+  delivered_.clear();
+  handed_transients_.clear();
   free_transient_.clear();
   for (int i = arena_->n_transient() - 1; i >= 0; --i) free_transient_.push_back(i);
 
@@ -146,8 +149,8 @@ void ExpertStore::begin_layer(int layer_index, std::span<const int32_t> experts)
   current_layer_ = layer_index;
   residency_.resolve(layer_index, experts, loads_);
 
-  // Hits (the experts resolve did not load): handed out first, those still loading behind the
-  // ready ones. loads_ lists the misses in ascending id, a subsequence of `experts`.
+  // Hits (the experts resolve did not load): delivered first, those still loading with the misses.
+  // loads_ lists the misses in ascending id, a subsequence of `experts`.
   missing_.clear();
   size_t next_load = 0;
   for (size_t i = 0; i < experts.size(); ++i) {
@@ -190,62 +193,78 @@ void ExpertStore::begin_layer(int layer_index, std::span<const int32_t> experts)
   }
 }
 
-void ExpertStore::release_transient() {
-  if (handed_transient_ < 0) return;
-  const int t = handed_transient_;
-  handed_transient_ = -1;
-  if (deferred_.empty()) {
-    free_transient_.push_back(t);
-    return;
-  }
-  Pending p = std::move(deferred_.front());
-  deferred_.erase(deferred_.begin());
-  p.data = arena_->transient(t);
-  p.transient = t;
-  p.load = reads_->start(current_layer_, p.expert, p.data, IoPool::Priority::Urgent);
-  waiting_.push_back(std::move(p));
-}
-
-bool ExpertStore::next(int& index, ExpertMatrices& out) {
-  if (current_layer_ < 0) return false;
-  release_transient();
-  Pending p;
-  if (!ready_.empty()) {
-    p = std::move(ready_.front());
-    ready_.erase(ready_.begin());
-  } else if (!waiting_.empty()) {
-    // The first finished read, else wait for the oldest one.
-    size_t pick = 0;
-    for (size_t i = 0; i < waiting_.size(); ++i)
-      if (waiting_[i].load->done()) {
-        pick = i;
-        break;
-      }
-    p = std::move(waiting_[pick]);
-    waiting_.erase(waiting_.begin() + ptrdiff_t(pick));
-    try {
-      reads_->wait(p.load);
-    } catch (const Error&) {
-      // Never leave a slot that failed to load marked resident.
-      const uint32_t slot = residency_.slot_of(current_layer_, p.expert);
-      if (p.transient < 0 && slot != kMiss) {
-        reads_->forget(current_layer_, slot);
-        residency_.drop(current_layer_, p.expert);
-      }
-      current_layer_ = -1;
-      throw;
+// The transient slots of the last batch are free again (the caller is done with it): each goes
+// to the oldest deferred miss, whose read starts now, or back to the free list.
+void ExpertStore::release_transients() {
+  for (const int t : handed_transients_) {
+    if (deferred_.empty()) {
+      free_transient_.push_back(t);
+      continue;
     }
-  } else {
-    current_layer_ = -1;
-    return false;
+    Pending p = std::move(deferred_.front());
+    deferred_.erase(deferred_.begin());
+    p.data = arena_->transient(t);
+    p.transient = t;
+    p.load = reads_->start(current_layer_, p.expert, p.data, IoPool::Priority::Urgent);
+    waiting_.push_back(std::move(p));
   }
-  if (p.transient >= 0) handed_transient_ = p.transient;
-  index = p.index;
-  out = matrices(current_layer_, p.data, p.expert);
-  return true;
+  handed_transients_.clear();
 }
 
-void ExpertStore::predict(int layer_index, std::span<const int32_t> experts) {
+void ExpertStore::deliver(const Pending& p) {
+  if (p.transient >= 0) handed_transients_.push_back(p.transient);
+  delivered_.push_back(DeliveredExpert{p.index, matrices(current_layer_, p.data, p.expert)});
+}
+
+std::span<const DeliveredExpert> ExpertStore::wait() {
+  delivered_.clear();
+  if (current_layer_ < 0) return {};
+  release_transients();
+  // The hits first, with whatever already landed; else block for the oldest read in flight.
+  for (const Pending& p : ready_) deliver(p);
+  ready_.clear();
+  if (delivered_.empty() && !waiting_.empty()) {
+    bool any_done = false;
+    for (const Pending& p : waiting_) any_done = any_done || p.load->done();
+    if (!any_done) settle(waiting_.front());
+  }
+  // Every read that finished (a finished ticket waits for nothing: wait only rethrows its error).
+  size_t kept = 0;
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    if (!waiting_[i].load->done()) {
+      if (kept != i) waiting_[kept] = std::move(waiting_[i]);
+      ++kept;
+      continue;
+    }
+    settle(waiting_[i]);
+    deliver(waiting_[i]);
+  }
+  waiting_.resize(kept);
+  if (delivered_.empty()) {
+    if (!deferred_.empty())
+      fail("expert store: layer {}: {} misses wait for a transient slot that none will free",
+           current_layer_, deferred_.size());
+    current_layer_ = -1;
+  }
+  return delivered_;
+}
+
+// Waits for one expert's read; on a failure the slot is not left resident and the layer is over.
+void ExpertStore::settle(const Pending& p) {
+  try {
+    reads_->wait(p.load);
+  } catch (const Error&) {
+    const uint32_t slot = residency_.slot_of(current_layer_, p.expert);
+    if (p.transient < 0 && slot != kMiss) {
+      reads_->forget(current_layer_, slot);
+      residency_.drop(current_layer_, p.expert);
+    }
+    current_layer_ = -1;
+    throw;
+  }
+}
+
+void ExpertStore::publish_guess(int layer_index, std::span<const int32_t> experts) {
   if (!options_.read_ahead || !residency_.has_experts(layer_index)) return;
   // The residency caps the guesses at half the layer's slots and counts them as issued.
   residency_.predict(layer_index, experts, loads_);

@@ -7,7 +7,7 @@
 //   memory      experts/expert_arena.h    the one mapping and its slots
 //   I/O         experts/expert_reads.h    reads on the I/O pool, the read in flight per slot
 //   statistics  experts/store_stats.h     the counters (residency's, plus bytes and waits)
-// What is left here: the order next() hands experts out in, transient slots, and prompt-hot pins'
+// What is left here: which experts each wait() delivers, transient slots, and prompt-hot pins'
 // scores (prompt heat, usage history).
 //
 // What it promises
@@ -16,14 +16,15 @@
 //   size classes) plus `stream_slots` transient slots of the largest. A budget in bytes buys
 //   slots_per_layer = budget / Σ_layers slot_bytes (at least 1). Nothing else grows with the model:
 //   the GGUF mapping is never touched for routed experts (pread / io_uring reads only).
-//   No heap allocation per layer once warm: begin_layer / next / predict reuse member lists and the
-//   I/O pool recycles its tickets and queue storage (tests/engine/zero_alloc_test.cpp).
+//   No heap allocation per layer once warm: publish / wait / publish_guess reuse member lists and
+//   the I/O pool recycles its tickets and queue storage, reserved at construction for every read
+//   the slots can have in flight (tests/engine/zero_alloc_test.cpp).
 // - smap[layer][expert] holds the cache slot of every resident expert (or kMiss). Eviction is LRU
 //   per layer over unpinned slots not used by the current window. A miss takes a cache slot when
 //   one can be evicted, else a transient slot that is recycled as soon as that expert is computed
 //   (so even 1 slot per layer works, streaming the rest).
 // - Deterministic residency ("limbo"): smap and the LRU state change only on the window's thread,
-//   at fixed points — begin_layer (hits touched, misses given slots in ascending id) and predict
+//   at fixed points — publish (hits touched, misses given slots in ascending id) and publish_guess
 //   (read-ahead targets given slots, most likely first) — never when a read completes. A slot whose
 //   read is still in flight counts as resident; using it waits for the read. Which experts are
 //   resident after any window therefore depends only on the tokens, never on I/O timing, which is
@@ -32,9 +33,12 @@
 //   read-ahead target that the layer then needs is promoted). The reader cuts an expert into
 //   jobs (sidecar: chunk-aligned pieces of `split_bytes`, checksummed; GGUF: one io_uring
 //   submission of the three slices, or one pread job per slice). A failed/short read or a checksum
-//   mismatch throws strata::Error from next() naming the file, layer and expert. O_DIRECT is used
+//   mismatch throws strata::Error from wait() naming the file, layer and expert. O_DIRECT is used
 //   when the filesystem allows it (otherwise a one-time warning and buffered reads).
-// - Resident-first: next() hands out ready experts first, then misses as their reads finish.
+// - Resident-first: the first wait() delivers every hit whose bytes are there (and any read that
+//   already landed) at once; each later wait() blocks for the oldest read in flight unless one
+//   finished, then delivers every finished one. A miss beyond the transient slots waits for the
+//   slots of the batch before it (freed at the next wait).
 // - Startup fill: `fill` loads the given experts per layer (a profile's or usage history's ranking)
 //   and pins the first `n_pinned` of each layer; pinned slots are never evicted.
 // - Prompt-hot pins: observe_routing counts every routed (row, expert) since reset_prompt_heat();
@@ -47,7 +51,7 @@
 // - Values: a slot holds the exact bytes of the GGUF tensors (pack copies them verbatim; the GGUF
 //   reader reads them in place), so results are bitwise those of the mapped source for every
 //   budget, thread count, reader and setting.
-// - Single window thread: begin_layer/next/predict/fill and the stats are not thread-safe; the
+// - Single window thread: publish/wait/publish_guess/fill and the stats are not thread-safe; the
 //   I/O pool's threads only write slot bytes and completion flags.
 #pragma once
 
@@ -135,17 +139,17 @@ class ExpertStore final : public ExpertSource {
   void observe_routing(int layer, const Routing& routing) override;
   // REQUIRES: `experts` sorted and unique; `layer` has routed experts and the ids lie in
   // [0, n_expert) (else strata::Error). The previous layer's matrices are invalid from here on.
-  void begin_layer(int layer, std::span<const int32_t> experts) override;
-  // REQUIRES: after begin_layer. Throws strata::Error when a read failed; that expert is then not
-  // resident and the layer is over (next returns false until the following begin_layer).
-  bool next(int& index, ExpertMatrices& out) override;
+  void publish(int layer, std::span<const int32_t> experts) override;
+  // REQUIRES: after publish. Throws strata::Error when a read failed; that expert is then not
+  // resident and the layer is over (wait returns nothing until the following publish).
+  std::span<const DeliveredExpert> wait() override;
   // Read-ahead runs until every expert is resident (then the guess would only cost router time).
-  bool wants_prediction() const override {
+  bool wants_guess() const override {
     return options_.read_ahead && !residency_.every_expert_resident();
   }
   bool read_ahead_enabled() const { return options_.read_ahead; }
   // Ignored with read-ahead off or for a layer without experts. REQUIRES: ids unique, in range.
-  void predict(int layer, std::span<const int32_t> experts) override;
+  void publish_guess(int layer, std::span<const int32_t> experts) override;
   MocePolicy* moce() override { return moce_.get(); }
   bool resident(int layer, int32_t expert) const override {
     return residency_.has_experts(layer) && residency_.slot_of(layer, expert) != kMiss;
@@ -195,7 +199,7 @@ class ExpertStore final : public ExpertSource {
   bool pinned(int layer, int expert) const;
 
  private:
-  // One expert of the current layer's union, as next() will hand it out.
+  // One expert of the current layer's union, until a wait() delivers it.
   struct Pending {
     int index = 0;
     int32_t expert = 0;
@@ -208,7 +212,9 @@ class ExpertStore final : public ExpertSource {
   // Starts the reads of the cache slots a residency call assigned.
   void load_slots(int layer, IoPool::Priority priority);
   ExpertMatrices matrices(int layer, const uint8_t* data, int32_t expert) const;
-  void release_transient();
+  void release_transients();
+  void deliver(const Pending& p);
+  void settle(const Pending& p);
 
   // Declared in destruction order's reverse: the reads (and their threads) go before the arena
   // they write into and the reader whose jobs they run.
@@ -234,12 +240,13 @@ class ExpertStore final : public ExpertSource {
   uint64_t bytes_read_base_ = 0;  // reader_->bytes_read() at the last reset_stats
   double io_wait_base_ms_ = 0;    // reads_->wait_ms() at the last reset_stats
 
-  // The current layer (between begin_layer and the last next()).
+  // The current layer (between publish and the wait that delivers nothing more).
   int current_layer_ = -1;
   std::vector<Pending> ready_, waiting_, deferred_;  // deferred: no transient slot free yet
-  std::vector<int> missing_;  // begin_layer's misses (indices into its experts), as loads_
+  std::vector<int> missing_;  // publish's misses (indices into its experts), as loads_
   std::vector<int> free_transient_;
-  int handed_transient_ = -1;  // the transient slot handed out by the last next()
+  std::vector<int> handed_transients_;      // the transient slots of the last batch
+  std::vector<DeliveredExpert> delivered_;  // the last batch
 };
 
 }  // namespace strata

@@ -36,10 +36,14 @@ class ProfilingSource final : public ExpertSource {
     profile_.record(layer, routing, n_block_, n_expert_);
     inner_.observe_routing(layer, routing);
   }
-  void begin_layer(int layer, std::span<const int32_t> experts) override { inner_.begin_layer(layer, experts); }
-  bool next(int& index, ExpertMatrices& out) override { return inner_.next(index, out); }
-  bool wants_prediction() const override { return inner_.wants_prediction(); }
-  void predict(int layer, std::span<const int32_t> experts) override { inner_.predict(layer, experts); }
+  void publish(int layer, std::span<const int32_t> experts) override {
+    inner_.publish(layer, experts);
+  }
+  std::span<const DeliveredExpert> wait() override { return inner_.wait(); }
+  bool wants_guess() const override { return inner_.wants_guess(); }
+  void publish_guess(int layer, std::span<const int32_t> experts) override {
+    inner_.publish_guess(layer, experts);
+  }
   MocePolicy* moce() override { return inner_.moce(); }
   bool resident(int layer, int32_t expert) const override { return inner_.resident(layer, expert); }
 

@@ -17,7 +17,7 @@ struct SlotResidencyStats;
 struct ExpertStoreStats {
   uint64_t layer_visits = 0;
   uint64_t needed = 0;
-  uint64_t hits = 0;               // needed and resident at begin_layer (read-ahead ones included)
+  uint64_t hits = 0;               // needed and resident at publish (read-ahead ones included)
   uint64_t misses = 0;             // needed and not resident: urgent reads
   uint64_t read_ahead_issued = 0;  // read-ahead reads started
   uint64_t read_ahead_used = 0;    // of those, needed by the layer they were issued for

@@ -240,12 +240,111 @@ void run_expert(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
   swiglu(pool, ws, m.gate, m.up, m.down, rows_in.data(), n, n_rows, outputs + first * n_embd);
 }
 
-// Runs every expert of the union as the source hands them out (after its begin_layer) and writes
-// y = Σ over experts in ascending id of weight·output, so the hand-out order never matters.
-// A window of several rows whose source keeps its pointers valid (the file mapping, an
-// all-resident store) takes every expert first and runs them side by side on the pool's threads:
-// a decode step of 16 sequences routes to ~20 small experts of ~3 rows each, too little work per
-// expert to split one across threads. Each expert's rows give the same bits on any thread.
+// The buffers the experts of a window share when several run side by side (run_batch_side_by_side):
+// for every routed (row, expert) pair, at the rows [offsets[e], offsets[e+1]) of each, as
+// `outputs`. Taken once per layer, right after the first batch tells the formats, so how many
+// workspace vectors a layer takes, and their sizes, depend on the routing only, never on how the
+// source batched its deliveries.
+struct SideBySideScratch {
+  bool taken = false;
+  std::byte* gathered = nullptr;   // the converted input rows, gathered per expert
+  std::byte* down_rows = nullptr;  // silu(g)⊙u converted to the down weights' format
+  float* gate_out = nullptr;
+  float* up_out = nullptr;
+  int32_t* by_rows = nullptr;  // a batch's task order
+  size_t in_stride = 0, down_stride = 0;
+  int64_t n_ff = 0;
+};
+
+void take_side_by_side_scratch(compute::Workspace& ws, const ExpertRows& g,
+                               const ConvertedRows& converted, const ExpertMatrices& first,
+                               SideBySideScratch& s) {
+  s.taken = true;
+  s.n_ff = first.gate.n_out;
+  const size_t total_rows = g.rows->size();
+  s.in_stride = converted.rows.row_stride_bytes;
+  s.down_stride = compute::activation_row_stride(first.down.type, s.n_ff);
+  auto bytes_as_floats = [](size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); };
+  auto scratch_bytes = [&](size_t bytes) {
+    return reinterpret_cast<std::byte*>(ws.scratch_floats(bytes_as_floats(bytes)).data());
+  };
+  s.gathered = scratch_bytes(total_rows * s.in_stride);
+  s.down_rows = scratch_bytes(total_rows * s.down_stride);
+  s.gate_out = ws.scratch_floats(total_rows * size_t(s.n_ff)).data();
+  s.up_out = ws.scratch_floats(total_rows * size_t(s.n_ff)).data();
+  s.by_rows = ws.ids(g.used->size()).data();
+}
+
+// Whether the experts of a batch can run side by side over the shared scratch: every one takes
+// the converted rows and has the first expert's formats and shapes (true of every model here).
+bool uniform_batch(std::span<const DeliveredExpert> batch, const ExpertMatrices& first,
+                   const ConvertedRows& converted, int64_t n_embd) {
+  if (!converted.valid ||
+      converted.rows.activation_type != quant::activation_type(first.gate.type) ||
+      quant::activation_type(first.down.type) == GgmlType::F32 ||
+      first.up.n_out != first.gate.n_out || first.down.n_in != first.gate.n_out)
+    return false;
+  for (const DeliveredExpert& d : batch) {
+    const ExpertMatrices& m = d.matrices;
+    if (m.gate.type != first.gate.type || m.up.type != first.up.type ||
+        m.down.type != first.down.type || m.gate.n_out != first.gate.n_out ||
+        m.up.n_out != first.up.n_out || m.down.n_in != first.down.n_in || m.gate.n_in != n_embd ||
+        m.up.n_in != n_embd)
+      return false;
+  }
+  return true;
+}
+
+// The experts of one batch side by side on the pool's threads, each its own task: gate and up
+// over its gathered converted rows, silu(g)⊙u, that converted to the down weights' format, down.
+// A task allocates nothing and uses no thread's workspace or scratch. Bitwise run_expert's result
+// (matmul_rows gives matmul's bits on the converted rows).
+void run_batch_side_by_side(compute::ThreadPool& pool, int64_t n_embd, const ExpertRows& g,
+                            std::span<const DeliveredExpert> batch, const ConvertedRows& converted,
+                            const SideBySideScratch& s, float* outputs) {
+  const int64_t n_ff = s.n_ff;
+  // Largest expert first (longest processing time first): the threads finish together, and no
+  // thread is left with a chunk of big experts at the end.
+  int32_t* by_rows = s.by_rows;
+  for (size_t i = 0; i < batch.size(); ++i) by_rows[i] = int32_t(i);
+  std::sort(by_rows, by_rows + batch.size(), [&](int32_t a, int32_t b) {
+    const int64_t rows_a = g.count(size_t(batch[size_t(a)].index));
+    const int64_t rows_b = g.count(size_t(batch[size_t(b)].index));
+    return rows_a > rows_b || (rows_a == rows_b && a < b);
+  });
+  pool.parallel_for_each_task(int64_t(batch.size()), [&](int64_t begin, int64_t end, int) {
+    for (int64_t task = begin; task < end; ++task) {
+      const DeliveredExpert& d = batch[size_t(by_rows[task])];
+      const ExpertMatrices& m = d.matrices;
+      const size_t e = size_t(d.index);
+      const int64_t n = g.count(e), row0 = (*g.offsets)[e];
+      std::byte* rows_in = s.gathered + size_t(row0) * s.in_stride;
+      for (int64_t r = 0; r < n; ++r)
+        std::memcpy(rows_in + size_t(r) * s.in_stride,
+                    converted.rows.data + size_t((*g.rows)[size_t(row0 + r)]) * s.in_stride,
+                    s.in_stride);
+      float* gate_rows = s.gate_out + row0 * n_ff;
+      const float* up_rows = s.up_out + row0 * n_ff;
+      const compute::MatmulProduct gate_up[] = {{&m.gate, gate_rows},
+                                                {&m.up, s.up_out + row0 * n_ff}};
+      compute::matmul_rows(
+          pool, gate_up,
+          compute::ActivationRows{converted.rows.activation_type, n_embd, n, rows_in, s.in_stride});
+      compute::silu_mul(gate_rows, up_rows, n * n_ff);
+      const compute::ActivationRows down_in = compute::quantize_activation_rows(
+          pool, m.down.type, gate_rows, n, n_ff, s.down_rows + size_t(row0) * s.down_stride);
+      const compute::MatmulProduct down[] = {{&m.down, outputs + row0 * n_embd}};
+      compute::matmul_rows(pool, down, down_in);
+    }
+  });
+}
+
+// Runs every expert of the published union as the source delivers them (resident first) and
+// writes y = Σ over experts in ascending id of weight·output, so neither the delivery order nor
+// the batching ever matters. A window of several rows runs a batch of several experts side by
+// side on the pool's threads: a decode step of 16 sequences routes to ~20 small experts of ~3
+// rows each, too little work per expert to split one across threads. Each expert's rows give the
+// same bits on any thread.
 void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_embd,
                 ExpertSource& experts, int layer, const ExpertRows& g, const float* x,
                 int64_t n_rows, float* y) {
@@ -255,119 +354,46 @@ void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
   std::vector<float>& outputs = ws.scratch_floats(g.rows->size() * size_t(n_embd));
   std::vector<int32_t>& handed = ws.ids(used.size());
   ConvertedRows converted{&ws.floats(0)};
-  int index = -1;
-  ExpertMatrices matrices;
-  const bool side_by_side = n_rows >= compute::kParallelRowsMin && pool.size() > 1 &&
-                            used.size() > 1 && experts.pointers_stay_valid();
-  if (side_by_side) {
-    // The handed-out matrices, as bytes in a workspace vector (no allocation once warm).
-    static_assert(std::is_trivially_copyable_v<ExpertMatrices>);
-    constexpr size_t kFloatsPerExpert = (sizeof(ExpertMatrices) + sizeof(float) - 1) / sizeof(float);
-    std::vector<float>& taken = ws.floats(used.size() * kFloatsPerExpert);
-    std::vector<int32_t>& order = ws.ids(used.size());
-    size_t n_taken = 0;
+  const bool side_by_side =
+      n_rows >= compute::kParallelRowsMin && pool.size() > 1 && used.size() > 1;
+  SideBySideScratch scratch;
+  ExpertMatrices first{};
+  while (true) {
+    std::span<const DeliveredExpert> batch;
     {
       ScopedPhase phase(Phase::ExpertFetch);
-      while (experts.next(index, matrices)) {
-        handed[size_t(index)] = 1;
-        order[n_taken++] = index;
-        std::memcpy(taken.data() + size_t(index) * kFloatsPerExpert, &matrices, sizeof matrices);
-      }
+      batch = experts.wait();
     }
-    auto taken_expert = [&](size_t i) {
-      ExpertMatrices m;
-      std::memcpy(static_cast<void*>(&m), taken.data() + size_t(order[i]) * kFloatsPerExpert,
-                  sizeof m);
-      return m;
-    };
+    if (batch.empty()) break;
+    for (const DeliveredExpert& d : batch) {
+      if (d.index < 0 || size_t(d.index) >= used.size() || handed[size_t(d.index)])
+        fail("expert source delivered index {} of layer {}'s {} experts twice or out of range",
+             d.index, layer, used.size());
+      handed[size_t(d.index)] = 1;
+    }
     ScopedPhase phase(Phase::RoutedExperts);
-    if (n_taken > 0) convert_rows_once(pool, taken_expert(0), n_embd, x, n_rows, converted);
-    const ExpertMatrices first = n_taken > 0 ? taken_expert(0) : ExpertMatrices{};
-    bool uniform = n_taken > 0 && converted.valid &&
-                   converted.rows.activation_type == quant::activation_type(first.gate.type) &&
-                   quant::activation_type(first.down.type) != GgmlType::F32 &&
-                   first.up.n_out == first.gate.n_out && first.down.n_in == first.gate.n_out;
-    for (size_t i = 1; i < n_taken && uniform; ++i) {
-      const ExpertMatrices m = taken_expert(i);
-      uniform = m.gate.type == first.gate.type && m.up.type == first.up.type &&
-                m.down.type == first.down.type && m.gate.n_out == first.gate.n_out &&
-                m.up.n_out == first.up.n_out && m.down.n_in == first.down.n_in &&
-                m.gate.n_in == n_embd && m.up.n_in == n_embd;
+    if (!scratch.taken) {
+      first = batch.front().matrices;
+      convert_rows_once(pool, first, n_embd, x, n_rows, converted);
+      if (side_by_side && uniform_batch(std::span(&batch.front(), 1), first, converted, n_embd))
+        take_side_by_side_scratch(ws, g, converted, first, scratch);
+      else
+        scratch.taken = true;  // one expert at a time for this layer (no scratch to take)
     }
-    if (!uniform) {
-      // Mixed shapes or formats (no model here has them): one after the other, as handed out.
-      for (size_t i = 0; i < n_taken; ++i)
-        run_expert(pool, ws, n_embd, g, size_t(order[i]), taken_expert(i), converted, x, n_rows,
-                   outputs.data());
-    } else {
-      // Every expert's scratch is its rows' slice of buffers taken here for all of them (rows
-      // [offsets[e], offsets[e+1]) of each, as `outputs`), so a task allocates nothing and uses
-      // no thread's workspace or scratch: gate and up over its gathered converted rows,
-      // silu(g)⊙u, that converted to the down weights' format, down. Bitwise run_expert's
-      // result (matmul_rows gives matmul's bits on the converted rows).
-      const int64_t n_ff = first.gate.n_out;
-      const size_t total_rows = g.rows->size();
-      const size_t in_stride = converted.rows.row_stride_bytes;
-      const size_t down_stride = compute::activation_row_stride(first.down.type, n_ff);
-      auto bytes_as_floats = [](size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); };
-      auto scratch_bytes = [&](size_t bytes) {
-        return reinterpret_cast<std::byte*>(ws.scratch_floats(bytes_as_floats(bytes)).data());
-      };
-      std::byte* gathered = scratch_bytes(total_rows * in_stride);
-      std::byte* down_rows = scratch_bytes(total_rows * down_stride);
-      float* gate_out = ws.scratch_floats(total_rows * size_t(n_ff)).data();
-      float* up_out = ws.scratch_floats(total_rows * size_t(n_ff)).data();
-      // Largest expert first, each its own task: the threads finish together (longest
-      // processing time first), and no thread is left with a chunk of big experts at the end.
-      std::vector<int32_t>& by_rows = ws.ids(n_taken);
-      for (size_t i = 0; i < n_taken; ++i) by_rows[i] = int32_t(i);
-      std::sort(by_rows.begin(), by_rows.end(), [&](int32_t a, int32_t b) {
-        const int64_t rows_a = g.count(size_t(order[size_t(a)]));
-        const int64_t rows_b = g.count(size_t(order[size_t(b)]));
-        return rows_a > rows_b || (rows_a == rows_b && a < b);
-      });
-      pool.parallel_for_each_task(int64_t(n_taken), [&](int64_t begin, int64_t end, int) {
-        for (int64_t task = begin; task < end; ++task) {
-          const size_t i = size_t(by_rows[size_t(task)]);
-          const size_t e = size_t(order[i]);
-          const ExpertMatrices m = taken_expert(i);
-          const int64_t n = g.count(e), row0 = (*g.offsets)[e];
-          std::byte* rows_in = gathered + size_t(row0) * in_stride;
-          for (int64_t r = 0; r < n; ++r)
-            std::memcpy(rows_in + size_t(r) * in_stride,
-                        converted.rows.data + size_t((*g.rows)[size_t(row0 + r)]) * in_stride,
-                        in_stride);
-          float* gate_rows = gate_out + row0 * n_ff;
-          const float* up_rows = up_out + row0 * n_ff;
-          const compute::MatmulProduct gate_up[] = {{&m.gate, gate_rows},
-                                                    {&m.up, up_out + row0 * n_ff}};
-          compute::matmul_rows(
-              pool, gate_up,
-              compute::ActivationRows{converted.rows.activation_type, n_embd, n, rows_in, in_stride});
-          compute::silu_mul(gate_rows, up_rows, n * n_ff);
-          const compute::ActivationRows down_in = compute::quantize_activation_rows(
-              pool, m.down.type, gate_rows, n, n_ff, down_rows + size_t(row0) * down_stride);
-          const compute::MatmulProduct down[] = {{&m.down, outputs.data() + row0 * n_embd}};
-          compute::matmul_rows(pool, down, down_in);
-        }
-      });
+    if (scratch.gathered && batch.size() > 1 && uniform_batch(batch, first, converted, n_embd)) {
+      run_batch_side_by_side(pool, n_embd, g, batch, converted, scratch, outputs.data());
+      continue;
     }
-  } else {
-    while (true) {
-      {
-        ScopedPhase phase(Phase::ExpertFetch);
-        if (!experts.next(index, matrices)) break;
-      }
-      handed[size_t(index)] = 1;
-      ScopedPhase phase(Phase::RoutedExperts);
-      convert_rows_once(pool, matrices, n_embd, x, n_rows, converted);
-      run_expert(pool, ws, n_embd, g, size_t(index), matrices, converted, x, n_rows,
+    // One after the other (a lone expert, a one-row window, or mixed formats no model here has).
+    for (const DeliveredExpert& d : batch) {
+      convert_rows_once(pool, d.matrices, n_embd, x, n_rows, converted);
+      run_expert(pool, ws, n_embd, g, size_t(d.index), d.matrices, converted, x, n_rows,
                  outputs.data());
     }
   }
   for (size_t e = 0; e < used.size(); ++e)
     if (!handed[e] && g.count(e) > 0)
-      fail("expert source did not hand out layer {} expert {}", layer, used[e]);
+      fail("expert source did not deliver layer {} expert {}", layer, used[e]);
   // Split over columns: every output element still adds its experts in ascending id.
   constexpr int64_t kColumnsPerTask = 64;
   const int64_t column_tasks = (n_embd + kColumnsPerTask - 1) / kColumnsPerTask;
@@ -425,12 +451,12 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDim
   experts.observe_routing(layer, routing);
 
   const ExpertRows g = group_by_expert(ws, routing);
-  experts.begin_layer(layer, *g.used);
-  if (next_router && experts.wants_prediction()) {
+  experts.publish(layer, *g.used);
+  if (next_router && experts.wants_guess()) {
     ScopedPhase phase(Phase::Router);
     std::vector<int32_t>& predicted = ws.ids(0);
     moe_predict(pool, ws, dims, *next_router, x, n_rows, predicted, &experts, layer + 1);
-    experts.predict(layer + 1, predicted);
+    experts.publish_guess(layer + 1, predicted);
   }
 
   // The shared expert first: it needs no routed bytes, so it overlaps the misses' reads.
@@ -450,7 +476,7 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDim
       std::copy_n(y, n_rows * n_embd, y_exact.data());
     } else {
       const ExpertRows ge = group_by_expert(ws, exact);
-      moce->exact_source->begin_layer(layer, *ge.used);
+      moce->exact_source->publish(layer, *ge.used);
       run_routed(pool, ws, n_embd, *moce->exact_source, layer, ge, x, n_rows, y_exact.data());
       if (w.has_shared()) add_gated_shared(pool, w, n_embd, x, n_rows, shared.data(), y_exact.data());
     }

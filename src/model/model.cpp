@@ -30,26 +30,29 @@ class MappedExpertSource final : public ExpertSource {
     return {HostRegion{file_.mapped_data(), size_t(file_.file_size())}};
   }
   bool pointers_stay_valid() const override { return true; }
-  void begin_layer(int layer, std::span<const int32_t> experts) override {
-    layer_ = &layers_[size_t(layer)];
-    experts_.assign(experts.begin(), experts.end());
-    next_ = 0;
+  // Everything is resident: the first wait delivers the whole union, the next one nothing.
+  void publish(int layer, std::span<const int32_t> experts) override {
+    const LayerWeights& l = layers_[size_t(layer)];
+    delivered_.clear();
+    for (size_t i = 0; i < experts.size(); ++i) {
+      const int32_t e = experts[i];
+      delivered_.push_back(DeliveredExpert{
+          int(i),
+          ExpertMatrices{l.gate_exps.expert(e), l.up_exps.expert(e), l.down_exps.expert(e)}});
+    }
+    pending_ = true;
   }
-  bool next(int& index, ExpertMatrices& out) override {
-    if (next_ >= experts_.size()) return false;
-    const int32_t e = experts_[next_];
-    out = ExpertMatrices{layer_->gate_exps.expert(e), layer_->up_exps.expert(e),
-                         layer_->down_exps.expert(e)};
-    index = int(next_++);
-    return true;
+  std::span<const DeliveredExpert> wait() override {
+    if (!pending_) return {};
+    pending_ = false;
+    return delivered_;
   }
 
  private:
   const std::vector<LayerWeights>& layers_;
   const GgufFile& file_;
-  const LayerWeights* layer_ = nullptr;
-  std::vector<int32_t> experts_;
-  size_t next_ = 0;
+  std::vector<DeliveredExpert> delivered_;  // the published union's, reused
+  bool pending_ = false;                    // published and not yet delivered
 };
 
 }  // namespace

@@ -270,7 +270,7 @@ RoutingTrace RoutingTrace::load(const std::string& path) {
         rec.predict_offset = t.predicted.size();
         in.read_u16s("predicted", rec.predict_size, h.n_expert, t.predicted);
       }
-      // The union begin_layer got: the sorted unique routed ids.
+      // The union publish got: the sorted unique routed ids.
       rec.union_offset = t.union_ids.size();
       t.union_ids.resize(size_t(rec.union_offset + entries));
       std::copy(t.ids.begin() + ptrdiff_t(rec.routing_offset), t.ids.end(),
@@ -427,10 +427,10 @@ void TracingSource::observe_routing(int layer, const Routing& routing) {
   inner_.observe_routing(layer, routing);
 }
 
-void TracingSource::begin_layer(int layer, std::span<const int32_t> experts) {
+void TracingSource::publish(int layer, std::span<const int32_t> experts) {
   if (layer != routed_layer_)
     fail(
-        "routing trace: begin_layer({}) without that layer's routing (the trace stores the "
+        "routing trace: publish({}) without that layer's routing (the trace stores the "
         "routing, not the union)",
         layer);
   routed_layer_ = -1;
@@ -438,14 +438,14 @@ void TracingSource::begin_layer(int layer, std::span<const int32_t> experts) {
   std::sort(union_.begin(), union_.end());
   union_.erase(std::unique(union_.begin(), union_.end()), union_.end());
   if (!std::equal(union_.begin(), union_.end(), experts.begin(), experts.end()))
-    fail("routing trace: block {}: begin_layer's experts are not the union of the routing", layer);
+    fail("routing trace: block {}: publish's experts are not the union of the routing", layer);
   writer_.add_layer(layer, routing_);
-  inner_.begin_layer(layer, experts);
+  inner_.publish(layer, experts);
 }
 
-void TracingSource::predict(int layer, std::span<const int32_t> experts) {
+void TracingSource::publish_guess(int layer, std::span<const int32_t> experts) {
   writer_.add_prediction(layer, experts);
-  if (inner_.wants_prediction()) inner_.predict(layer, experts);
+  if (inner_.wants_guess()) inner_.publish_guess(layer, experts);
 }
 
 }  // namespace strata

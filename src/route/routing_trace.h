@@ -9,7 +9,7 @@
 //   lower or equal block, or with another row count, starts the next window): n_rows, then per
 //   layer the block index, each row's k expert ids and renormalised routing weights (fp16), and —
 //   when the MoE layer made one — the read-ahead prediction it offered for the next layer, in the
-//   order it was given. The union a layer hands to begin_layer is the sorted, unique set of its
+//   order it was given. The union a layer hands to publish is the sorted, unique set of its
 //   routed ids (the TracingSource checks that), so it is not stored twice.
 // - A trailer with the window and layer-record counts and an XXH3-64 of every byte before it.
 //
@@ -56,7 +56,8 @@ struct RoutingTrace {
   };
   struct LayerRecord {
     uint16_t layer = 0;
-    int32_t predict_layer = -1;  // the block predict() was called for, or -1 when it was not called
+    int32_t predict_layer =
+        -1;  // the block publish_guess() was called for, or -1 when it was not called
     uint64_t routing_offset = 0;  // into ids/weights: n_rows × k entries, row-major
     uint64_t union_offset = 0;    // into union_ids
     uint32_t union_size = 0;
@@ -120,10 +121,10 @@ class RoutingTraceWriter {
 };
 
 // An ExpertSource that passes everything to `inner` and records the routing and the read-ahead
-// predictions into a trace. It asks for a prediction at every layer (wants_prediction() is always
+// predictions into a trace. It asks for a prediction at every layer (wants_guess() is always
 // true, so the MoE layer runs the next layer's router once more per layer even when `inner`
 // does not read ahead: a trace then still lets a replay simulate read-ahead) and forwards a
-// prediction to `inner` only when inner.wants_prediction() says so at that moment, so `inner`
+// prediction to `inner` only when inner.wants_guess() says so at that moment, so `inner`
 // sees exactly the calls it would see without the tracer. The trace is written when the source
 // is destroyed (or at finish(); a failure there is reported on stderr by the destructor).
 class TracingSource final : public ExpertSource {
@@ -132,10 +133,10 @@ class TracingSource final : public ExpertSource {
   ~TracingSource() override;
 
   void observe_routing(int layer, const Routing& routing) override;
-  void begin_layer(int layer, std::span<const int32_t> experts) override;
-  bool next(int& index, ExpertMatrices& out) override { return inner_.next(index, out); }
-  bool wants_prediction() const override { return true; }
-  void predict(int layer, std::span<const int32_t> experts) override;
+  void publish(int layer, std::span<const int32_t> experts) override;
+  std::span<const DeliveredExpert> wait() override { return inner_.wait(); }
+  bool wants_guess() const override { return true; }
+  void publish_guess(int layer, std::span<const int32_t> experts) override;
   MocePolicy* moce() override { return inner_.moce(); }
   bool resident(int layer, int32_t expert) const override { return inner_.resident(layer, expert); }
   std::vector<HostRegion> host_regions() const override { return inner_.host_regions(); }
@@ -147,7 +148,7 @@ class TracingSource final : public ExpertSource {
  private:
   ExpertSource& inner_;
   RoutingTraceWriter writer_;
-  int routed_layer_ = -1;  // the layer whose routing was observed last, until its begin_layer
+  int routed_layer_ = -1;  // the layer whose routing was observed last, until its publish
   Routing routing_;
   std::vector<int32_t> union_;
 };

@@ -121,7 +121,7 @@ class DashboardRecorder::Monitor final : public ExpertSource {
     }
     inner_.observe_routing(layer, routing);
   }
-  void begin_layer(int layer, std::span<const int32_t> experts) override {
+  void publish(int layer, std::span<const int32_t> experts) override {
     if (size_t(layer) < fixed_.blocks.size()) {
       const uint64_t record = fixed_.blocks[size_t(layer)].record_bytes;
       uint64_t resident = 0;
@@ -130,12 +130,12 @@ class DashboardRecorder::Monitor final : public ExpertSource {
       ram_hit_bytes_ += resident * record;
       bytes_computed_ += uint64_t(experts.size()) * record;
     }
-    inner_.begin_layer(layer, experts);
+    inner_.publish(layer, experts);
   }
-  bool next(int& index, ExpertMatrices& out) override { return inner_.next(index, out); }
-  bool wants_prediction() const override { return inner_.wants_prediction(); }
-  void predict(int layer, std::span<const int32_t> experts) override {
-    inner_.predict(layer, experts);
+  std::span<const DeliveredExpert> wait() override { return inner_.wait(); }
+  bool wants_guess() const override { return inner_.wants_guess(); }
+  void publish_guess(int layer, std::span<const int32_t> experts) override {
+    inner_.publish_guess(layer, experts);
   }
   MocePolicy* moce() override { return inner_.moce(); }
   bool resident(int layer, int32_t expert) const override { return inner_.resident(layer, expert); }

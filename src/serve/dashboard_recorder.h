@@ -9,7 +9,7 @@
 //   - heat[block][expert]: every routed (row, expert) adds 1; a block's values are multiplied by
 //     kHeatDecayPerRow once per window row first (0.98: half-life ~34 tokens, about one sentence,
 //     so the map follows what the current text routes to and forgets a prompt within a reply);
-//   - per begin_layer, the union's record bytes, and how many of the union were already resident
+//   - per publish, the union's record bytes, and how many of the union were already resident
 //     (the store's hits, counted independently: the test checks they agree).
 //
 // When it publishes: at a generation's start and end always; after prefill chunks and tokens when

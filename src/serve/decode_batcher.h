@@ -116,7 +116,7 @@ class DecodeBatcher {
   uint64_t failed_step_ = UINT64_MAX;
   std::exception_ptr failure_;
   BatchStats stats_;
-  // Passes every call to `inner` unchanged and counts the union each begin_layer asks for.
+  // Passes every call to `inner` unchanged and counts the union each publish asks for.
   class UnionCounter final : public ExpertSource {
    public:
     ExpertSource* inner = nullptr;
@@ -124,14 +124,16 @@ class DecodeBatcher {
     void observe_routing(int layer, const Routing& routing) override {
       inner->observe_routing(layer, routing);
     }
-    void begin_layer(int layer, std::span<const int32_t> ids) override {
+    void publish(int layer, std::span<const int32_t> ids) override {
       ++layers;
       experts += ids.size();
-      inner->begin_layer(layer, ids);
+      inner->publish(layer, ids);
     }
-    bool next(int& index, ExpertMatrices& out) override { return inner->next(index, out); }
-    bool wants_prediction() const override { return inner->wants_prediction(); }
-    void predict(int layer, std::span<const int32_t> ids) override { inner->predict(layer, ids); }
+    std::span<const DeliveredExpert> wait() override { return inner->wait(); }
+    bool wants_guess() const override { return inner->wants_guess(); }
+    void publish_guess(int layer, std::span<const int32_t> ids) override {
+      inner->publish_guess(layer, ids);
+    }
     MocePolicy* moce() override { return inner->moce(); }
     bool resident(int layer, int32_t expert) const override {
       return inner->resident(layer, expert);

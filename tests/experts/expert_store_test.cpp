@@ -65,13 +65,14 @@ struct GreedyRun {
   std::vector<float> mtp;     // qwen4exp: MTP draft logits of the prompt
 };
 
-// Greedy: a prompt prefilled in windows of 3 rows, then `n` single-token steps.
-GreedyRun greedy(const Model& model, ExpertSource* source, int n, int threads = 2) {
+// Greedy: a prompt prefilled in windows of `window` rows, then `n` single-token steps. Window
+// identity: the logits do not depend on `window`.
+GreedyRun greedy(const Model& model, ExpertSource* source, int n, int threads = 2, int window = 3) {
   compute::ThreadPool pool(threads);
   Session session(model, pool, source);
   const std::vector<int32_t> prompt = {1, 17, 5, 42, 9, 3, 11};
   GreedyRun run;
-  session.prefill(prompt, 3);
+  session.prefill(prompt, window);
   if (model.has_mtp()) {
     std::vector<float> draft;
     ModelState& state = session.state();
@@ -196,16 +197,82 @@ TEST(ExpertStore, CorruptRecordIsCaughtWhenRead) {
     for (int i = 0; i < 32; ++i) ids[size_t(i)] = i;
     return ids;
   }();
-  store.begin_layer(0, all);
+  store.publish(0, all);
   const std::string message = expect_error([&] {
-    int index;
-    ExpertMatrices m;
-    while (store.next(index, m)) {
+    while (!store.wait().empty()) {
     }
   });
   EXPECT_NE(message.find("layer 0 expert 0"), std::string::npos) << message;
   EXPECT_NE(message.find("checksum"), std::string::npos) << message;
   EXPECT_EQ(store.slot_of(0, 0), ExpertStore::kMiss) << "a failed read must not stay resident";
+}
+
+// The handshake (experts/expert_source.h): after publish, the first wait delivers every hit in
+// one batch; later waits deliver the misses as their reads land (with two transient slots, the
+// misses beyond them wait for the batch before to be done); each expert exactly once, as the
+// bytes the GGUF holds; then nothing, until the next publish. Read-ahead guesses are published
+// for the next layer and become that layer's hits.
+TEST(ExpertStore, DeliversTheHitsFirstThenEveryMissOnceAsTheirReadsLand) {
+  TempDir dir;
+  const auto model = Model::load(synth_q4k(dir));
+  int layer = -1;
+  for (size_t l = 0; l < model->layers().size() && layer < 0; ++l)
+    if (model->layers()[l].gate_exps.mapped) layer = int(l);
+  ASSERT_GE(layer, 0);
+  const int n_expert = model->hparams().n_expert;
+  ASSERT_GE(n_expert, 16);
+  for (const int io_threads : {1, 3}) {
+    SCOPED_TRACE(fmt::format("{} I/O threads", io_threads));
+    ExpertStoreOptions options;
+    options.slots_per_layer = 4;
+    options.stream_slots = 2;
+    options.io_threads = io_threads;
+    options.direct_io = false;
+    ExpertStore store(*model, options);
+    const LayerWeights& w = model->layers()[size_t(layer)];
+    auto expect_bytes = [&](int32_t e, const ExpertMatrices& m) {
+      const std::pair<const compute::WeightMatrix*, compute::WeightMatrix> parts[] = {
+          {&m.gate, w.gate_exps.expert(e)},
+          {&m.up, w.up_exps.expert(e)},
+          {&m.down, w.down_exps.expert(e)}};
+      for (const auto& [got, want] : parts)
+        ASSERT_EQ(std::memcmp(got->data, want.data, size_t(want.n_out) * want.row_stride_bytes), 0)
+            << "expert " << e;
+    };
+    // Four misses into the four cache slots.
+    const std::vector<int32_t> first = {0, 1, 2, 3};
+    store.publish(layer, first);
+    std::vector<int> seen(first.size(), 0);
+    for (auto batch = store.wait(); !batch.empty(); batch = store.wait())
+      for (const DeliveredExpert& d : batch) {
+        ++seen[size_t(d.index)];
+        expect_bytes(first[size_t(d.index)], d.matrices);
+      }
+    EXPECT_EQ(seen, std::vector<int>(first.size(), 1));
+    // The four hits and eight misses: the cache slots are the window's own, so the misses stream
+    // through the two transient slots.
+    std::vector<int32_t> second = {0, 1, 2, 3};
+    for (int32_t e = 5; e < 13; ++e) second.push_back(e);
+    store.publish(layer, second);
+    std::span<const DeliveredExpert> batch = store.wait();
+    std::vector<int> count(second.size(), 0);
+    for (const DeliveredExpert& d : batch) ++count[size_t(d.index)];
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(count[size_t(i)], 1) << "hit " << i << " in the first batch";
+    size_t batches = 0;
+    for (; !batch.empty(); batch = store.wait(), ++batches) {
+      int misses = 0;
+      for (const DeliveredExpert& d : batch) {
+        if (batches > 0) ++count[size_t(d.index)];
+        misses += d.index >= 4;
+        expect_bytes(second[size_t(d.index)], d.matrices);
+      }
+      EXPECT_LE(misses, 2) << "batch " << batches << ": more misses than transient slots";
+    }
+    EXPECT_EQ(count, std::vector<int>(second.size(), 1));
+    EXPECT_GE(batches, 4u) << "eight misses through two transient slots take several batches";
+    EXPECT_TRUE(store.wait().empty()) << "a drained layer delivers nothing more";
+  }
 }
 
 TEST(ExpertStore, FileTruncatedAfterOpenIsAClearError) {
@@ -223,7 +290,7 @@ TEST(ExpertStore, FileTruncatedAfterOpenIsAClearError) {
 }
 
 // Without a sidecar the store reads the GGUF itself; a GGUF cut short after open is an error naming
-// the file and the tensor (driven through begin_layer/next: the forward would touch the mapping).
+// the file and the tensor (driven through publish/wait: the forward would touch the mapping).
 TEST(ExpertStore, GgufTruncatedAfterOpenNamesFileAndTensor) {
   TempDir dir;
   const std::string model_path = synth_q4k(dir);
@@ -240,11 +307,9 @@ TEST(ExpertStore, GgufTruncatedAfterOpenNamesFileAndTensor) {
     fs::resize_file(model_path, cut_in->file_offset + cut_in->n_bytes / 2);
     std::vector<int32_t> all(size_t(model->hparams().n_expert));
     std::iota(all.begin(), all.end(), 0);
-    store.begin_layer(block, all);
+    store.publish(block, all);
     const std::string message = expect_error([&] {
-      int index;
-      ExpertMatrices m;
-      while (store.next(index, m)) {
+      while (!store.wait().empty()) {
       }
     });
     EXPECT_NE(message.find(model_path), std::string::npos) << message;
@@ -320,12 +385,22 @@ TEST_P(Invariance, SameTokensAndBitwiseLogitsForEveryPlacement) {
         for (auto& ids : everything)
           for (int e = 0; e < n_expert; ++e) ids.push_back(e);
         store.fill(everything, 0);
-        EXPECT_FALSE(store.wants_prediction()) << label;
+        EXPECT_FALSE(store.wants_guess()) << label;
       }
       if (s.slots == 1) {
         EXPECT_GT(stats.misses, 0u) << label;
       }
     }
+    // The whole prompt in one window of 7 rows: the MoE layer then runs each delivered batch's
+    // experts side by side on the pool (3-row windows run them one after the other).
+    ExpertStore store(*model, Sidecar::open(path, model->file()), options);
+    const GreedyRun run = greedy(*model, &store, 12, 2, 7);
+    EXPECT_EQ(run.tokens, reference.tokens) << "one prefill window, slots " << s.slots;
+    ASSERT_EQ(run.logits.size(), reference.logits.size());
+    EXPECT_EQ(
+        std::memcmp(run.logits.data(), reference.logits.data(), run.logits.size() * sizeof(float)),
+        0)
+        << "one prefill window, slots " << s.slots << ": logits differ";
   }
 }
 

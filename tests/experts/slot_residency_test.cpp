@@ -37,9 +37,7 @@ std::vector<int32_t> random_union(std::mt19937& rng, int n_expert, int max_size,
 }
 
 void drain(ExpertStore& store) {
-  int index = 0;
-  ExpertMatrices m;
-  while (store.next(index, m)) {
+  while (!store.wait().empty()) {
   }
 }
 
@@ -120,7 +118,7 @@ struct DrivenResidency {
       residency.resolve(rec.layer, u, loads);
       bytes_read += loads.size() * bytes;
       miss_bytes += loads.size() * bytes;
-      // ExpertStore::wants_prediction: read-ahead until an all-resident store is full.
+      // ExpertStore::wants_guess: read-ahead until an all-resident store is full.
       const bool wants = read_ahead && !(all_resident && residency.filled_slots() == total_slots);
       if (rec.predict_layer < 0 || !wants) continue;
       std::vector<int32_t> guess(
@@ -217,7 +215,7 @@ TEST_P(SlotResidencyVsStore, SameSlotsAsTheExpertStoreAtEveryStep) {
     const int layer = moe_layers[size_t(step) % moe_layers.size()];
     const std::vector<int32_t> u = random_union(rng, hp.n_expert, std::min(hp.n_expert, slots + 3), 2.0);
     residency.resolve(layer, u, loads);
-    store.begin_layer(layer, u);
+    store.publish(layer, u);
     drain(store);
     for (const auto& load : loads) transients += load.transient;
     if (step % 3 == 0) {
@@ -225,9 +223,9 @@ TEST_P(SlotResidencyVsStore, SameSlotsAsTheExpertStoreAtEveryStep) {
       std::shuffle(guess.begin(), guess.end(), rng);  // most likely first: any order
       const int next = moe_layers[size_t(step + 1) % moe_layers.size()];
       const bool full = slots == hp.n_expert && residency.filled_slots() == total_slots;
-      ASSERT_EQ(store.wants_prediction(), !full) << "step " << step;
+      ASSERT_EQ(store.wants_guess(), !full) << "step " << step;
       residency.predict(next, guess, loads);
-      store.predict(next, guess);
+      store.publish_guess(next, guess);
     }
     for (const int l : moe_layers)
       for (int e = 0; e < hp.n_expert; ++e) {

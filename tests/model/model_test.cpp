@@ -170,16 +170,15 @@ TEST_P(ForwardInvariance, MappedExpertsNameTheRegionThatHoldsThem) {
   int checked = 0;
   for (int layer = 0; layer < model->hparams().n_layer; ++layer) {
     if (!model->layers()[size_t(layer)].gate_exps.mapped) continue;
-    source.begin_layer(layer, all);
-    int index = -1;
-    ExpertMatrices m;
-    while (source.next(index, m))
+    source.publish(layer, all);
+    for_each_delivered(source, [&](int index, const ExpertMatrices& m) {
       for (const compute::WeightMatrix* w : {&m.gate, &m.up, &m.down}) {
         const auto* p = static_cast<const uint8_t*>(w->data);
         EXPECT_GE(p, begin);
         EXPECT_LE(p + size_t(w->n_out) * w->row_stride_bytes, end) << "layer " << layer << " expert " << all[size_t(index)];
         ++checked;
       }
+    });
   }
   EXPECT_GT(checked, 0);
 }

@@ -200,12 +200,12 @@ TEST(RoutingTrace, UnfinishedWriterLeavesNoFile) {
 // Records what it is asked; wants a prediction only while `want` is set.
 class RecordingSource final : public ExpertSource {
  public:
-  void begin_layer(int layer, std::span<const int32_t> experts) override {
+  void publish(int layer, std::span<const int32_t> experts) override {
     calls.push_back(fmt::format("begin {} {}", layer, fmt::join(experts, ",")));
   }
-  bool next(int&, ExpertMatrices&) override { return false; }
-  bool wants_prediction() const override { return want; }
-  void predict(int layer, std::span<const int32_t> experts) override {
+  std::span<const DeliveredExpert> wait() override { return {}; }
+  bool wants_guess() const override { return want; }
+  void publish_guess(int layer, std::span<const int32_t> experts) override {
     calls.push_back(fmt::format("predict {} {}", layer, fmt::join(experts, ",")));
   }
   bool want = false;
@@ -218,17 +218,17 @@ TEST(TracingSource, PassesCallsThroughAndPredictionsOnlyWhenWanted) {
   RecordingSource inner;
   {
     TracingSource tracer(inner, path, small_header());
-    EXPECT_TRUE(tracer.wants_prediction());
+    EXPECT_TRUE(tracer.wants_guess());
     const Routing r = routing({3, 1, 1, 6}, {0.5f, 0.5f, 0.5f, 0.5f});
     tracer.observe_routing(0, r);
-    tracer.begin_layer(0, std::vector<int32_t>{1, 3, 6});
-    tracer.predict(2, std::vector<int32_t>{4, 2});
+    tracer.publish(0, std::vector<int32_t>{1, 3, 6});
+    tracer.publish_guess(2, std::vector<int32_t>{4, 2});
     inner.want = true;
     tracer.observe_routing(2, r);
-    tracer.begin_layer(2, std::vector<int32_t>{1, 3, 6});
-    tracer.predict(3, std::vector<int32_t>{5});
+    tracer.publish(2, std::vector<int32_t>{1, 3, 6});
+    tracer.publish_guess(3, std::vector<int32_t>{5});
     tracer.observe_routing(3, r);
-    EXPECT_THROW(tracer.begin_layer(3, std::vector<int32_t>{1, 3}),
+    EXPECT_THROW(tracer.publish(3, std::vector<int32_t>{1, 3}),
                  Error);  // not the routing's union
   }                       // the destructor writes the trace
   EXPECT_EQ(inner.calls,

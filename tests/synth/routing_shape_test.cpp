@@ -42,10 +42,10 @@ class RoutingRecorder final : public ExpertSource {
                                 routing.experts.end());
     inner_.observe_routing(layer, routing);
   }
-  void begin_layer(int layer, std::span<const int32_t> experts) override {
-    inner_.begin_layer(layer, experts);
+  void publish(int layer, std::span<const int32_t> experts) override {
+    inner_.publish(layer, experts);
   }
-  bool next(int& index, ExpertMatrices& out) override { return inner_.next(index, out); }
+  std::span<const DeliveredExpert> wait() override { return inner_.wait(); }
   // [layer][token·k + j], ascending ids within a token.
   const std::vector<std::vector<int32_t>>& rows() const { return rows_; }
   int k() const { return k_; }

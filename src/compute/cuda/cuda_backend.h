@@ -9,11 +9,12 @@
 // What lives where
 // - Window tensors, per-op scratch (a bump arena reset at every op), the uploaded weights (keyed
 //   by the host address of the GGUF view, uploaded on first use, shared by all the backends of
-//   one model through compute::BackendShared) and the sequence's states are device memory. The states are keyed by layer: this backend keeps layer l's KV cache, DeltaNet
-//   conv + recurrent state and the PLE conv history; the host structs keep only the bookkeeping
-//   (KvCache::n_tokens, the PLE n-gram context). One backend = one sequence (ModelState owns it).
+//   one model through compute::BackendShared) and the sequence's states are device memory. The
+//   states are keyed by layer: this backend keeps layer l's KV cache, DeltaNet conv + recurrent
+//   state and the PLE conv history; the host structs keep only the bookkeeping (KvCache::n_tokens,
+//   the PLE n-gram context). One backend = one sequence (ModelState owns it).
 // - Routed experts: all of a layer's experts are fetched once through the ExpertSource (a
-//   begin_layer with every id) into a device arena of slots [gate | up | down] with an identity
+//   publish of every id) into a device arena of slots [gate | up | down] with an identity
 //   slot map, the first time the layer runs (issue 15: all experts in VRAM; GPU tiers under a
 //   budget are the GPU-window issue's). Each (row, expert) pair is one entry of one grouped
 //   launch, so a row's result never depends on the other rows.
@@ -31,7 +32,8 @@
 // window's delta-rule inputs on the device; rollback restores and replays the kept rows, the
 // same kernels in the same order, so it is bitwise the state a plain run of the kept rows gives.
 //
-// Errors: strata::Error naming the op and the sizes (CUDA errors: the call, file:line, CUDA's text).
+// Errors: strata::Error naming the op and the sizes (CUDA errors: the call, file:line, CUDA's
+// text).
 #pragma once
 
 #include <memory>

@@ -15,16 +15,17 @@ LayerExperts& CudaBackend::layer_experts(const MoeDims& hp, ExpertSource& source
   const int n_expert = hp.n_expert;
   std::vector<int32_t> all(static_cast<size_t>(n_expert));
   std::iota(all.begin(), all.end(), 0);
-  source.begin_layer(layer, all);
+  source.publish(layer, all);
   LayerExperts le;
   std::vector<char> seen(static_cast<size_t>(n_expert), 0);
-  int index = -1, handed = 0;
-  ExpertMatrices m;
+  int handed = 0;
   size_t gate_bytes = 0, up_bytes = 0, down_bytes = 0;
-  while (source.next(index, m)) {
+  for_each_delivered(source, [&](int index, const ExpertMatrices& m) {
     if (index < 0 || index >= n_expert || seen[size_t(index)])
-      fail("cuda backend: layer {}: the expert source handed out index {} (of {}) twice or out of range", layer,
-           index, n_expert);
+      fail(
+          "cuda backend: layer {}: the expert source delivered index {} (of {}) twice or out of "
+          "range",
+          layer, index, n_expert);
     seen[size_t(index)] = 1;
     if (handed == 0) {
       gate_bytes = size_t(m.gate.n_out) * m.gate.row_stride_bytes;
@@ -43,12 +44,13 @@ LayerExperts& CudaBackend::layer_experts(const MoeDims& hp, ExpertSource& source
     STRATA_CUDA_CHECK(cudaMemcpy(dst + le.up.matrix_offset, m.up.data, up_bytes, cudaMemcpyHostToDevice));
     STRATA_CUDA_CHECK(cudaMemcpy(dst + le.down.matrix_offset, m.down.data, down_bytes, cudaMemcpyHostToDevice));
     ++handed;
-  }
+  });
   // The copies above are on the legacy stream and may return before their DMA ends (see
   // DeviceBuffer::upload); this backend's stream is non-blocking: wait for them.
   STRATA_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
   if (handed != n_expert)
-    fail("cuda backend: layer {}: the expert source handed out {} of {} experts", layer, handed, n_expert);
+    fail("cuda backend: layer {}: the expert source delivered {} of {} experts", layer, handed,
+         n_expert);
   std::vector<uint32_t> identity(static_cast<size_t>(n_expert));
   std::iota(identity.begin(), identity.end(), 0u);
   le.smap = DeviceBuffer(identity.size() * 4);

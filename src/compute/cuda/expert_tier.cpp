@@ -462,11 +462,9 @@ uint64_t GpuExpertTier::gather_copies(int layer, const std::vector<SlotResidency
   const bool in_place = direct_reads_ && stable_pointers_;
   load_ids_.clear();
   for (const SlotResidency::Load& load : loads) load_ids_.push_back(load.expert);
-  source_->begin_layer(layer, load_ids_);
-  int index = -1;
-  ExpertMatrices m;
+  source_->publish(layer, load_ids_);
   uint64_t bytes = 0;
-  while (source_->next(index, m)) {
+  for_each_delivered(*source_, [&](int index, const ExpertMatrices& m) {
     if (index < 0 || size_t(index) >= loads.size())
       fail("gpu expert tier: layer {}: the host tier handed out index {} of {}", layer, index, loads.size());
     uint8_t* dst = arena_.as<uint8_t>() + size_t(offset_units(layer, loads[size_t(index)])) * kUnit;
@@ -489,7 +487,7 @@ uint64_t GpuExpertTier::gather_copies(int layer, const std::vector<SlotResidency
       for (size_t at = 0; at < n; at += kChunk)
         copies_.push_back(TierCopy{src + at, dst + shape->matrix_offset + at, uint32_t(std::min(kChunk, n - at)), 0});
     }
-  }
+  });
   if (copies_.size() > max_chunks_)
     fail("gpu expert tier: layer {}: {} copy chunks exceed the job's {}", layer, copies_.size(), max_chunks_);
   return bytes;
