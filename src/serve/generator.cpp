@@ -164,20 +164,31 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
     std::optional<ThinkFilter> think;
     if (plan.split_thinking) think.emplace(ThinkFilter::Mode::Hide, plan.starts_in_thinking);
     // Tool calls (GenerationPlan::parse_tool_calls): the answer, after the think filter, goes
-    // through the parser; each call leaves as two deltas, id and name first, then the arguments.
+    // through the parser; a call leaves as a delta with its index, id and name, then deltas with
+    // fragments of its arguments (one for a whole response; streamed: as they are written).
     std::optional<ToolCallParser> tool_parser;
-    if (plan.parse_tool_calls) tool_parser.emplace(plan.tool_format, plan.tools, plan.tool_prefix);
+    if (plan.parse_tool_calls)
+      tool_parser.emplace(plan.tool_format, plan.tools, plan.tool_prefix, plan.stream_tool_calls);
     int calls_emitted = 0;
+    bool dropping_call = false;  // parallel_tool_calls false: a call after the first
     auto emit_pieces = [&](std::vector<ReplyPiece> pieces) {
       for (ReplyPiece& piece : pieces) {
-        if (!piece.call) {
-          job.emit({std::move(piece.content), {}, choice, {}, {}});
-          continue;
+        switch (piece.kind) {
+          case ReplyPiece::Kind::Content:
+            job.emit({std::move(piece.text), {}, choice, {}, {}});
+            break;
+          case ReplyPiece::Kind::CallStart: {
+            dropping_call = !plan.parallel_tool_calls && calls_emitted > 0;
+            if (dropping_call) break;
+            ToolCallDelta start{calls_emitted++, new_random_id("call_"), std::move(piece.text), {}};
+            job.emit({{}, {}, choice, {}, {std::move(start)}});
+            break;
+          }
+          case ReplyPiece::Kind::Arguments:
+            if (dropping_call) break;
+            job.emit({{}, {}, choice, {}, {{calls_emitted - 1, {}, {}, std::move(piece.text)}}});
+            break;
         }
-        if (!plan.parallel_tool_calls && calls_emitted > 0) continue;  // the first call only
-        const int index = calls_emitted++;
-        job.emit({{}, {}, choice, {}, {{index, new_random_id("call_"), piece.call->name, {}}}});
-        job.emit({{}, {}, choice, {}, {{index, {}, {}, std::move(piece.call->arguments)}}});
       }
     };
     auto emit_answer = [&](std::string answer, std::string reasoning,
@@ -233,8 +244,7 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
     outcome.usage.cached_tokens = cached;
     // The turn boundaries the cache keeps (Generator contract): the prompt, once its first token
     // is out and before anything more is fed, and the sequence at the end.
-    const bool prefill_complete =
-        int64_t(session.tokens().size()) == int64_t(full_prompt.size());
+    const bool prefill_complete = int64_t(session.tokens().size()) == int64_t(full_prompt.size());
     bool prompt_saved = !prefill_complete || cached == int64_t(full_prompt.size());
     auto save_prompt = [&] {
       if (prompt_saved) return;
