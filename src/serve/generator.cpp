@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <optional>
 #include <span>
+#include <thread>
 
 #include "decode/generate.h"
 #include "engine/sampler.h"
@@ -105,29 +107,84 @@ const grammar::TokenVocabulary& Generator::vocabulary() {
   return *vocabulary_;
 }
 
+// Choice 0's prompt state, handed to the other choices of its job (parallel slots): published
+// once, after choice 0's prefill, or empty when choice 0 stopped before its prompt was in.
+// Any thread.
+class PromptShare {
+ public:
+  void publish(std::shared_ptr<const SessionSnapshot> prompt) {
+    std::lock_guard lock(mutex_);
+    if (published_) return;
+    published_ = true;
+    prompt_ = std::move(prompt);
+    ready_.notify_all();
+  }
+  std::shared_ptr<const SessionSnapshot> wait() {
+    std::unique_lock lock(mutex_);
+    ready_.wait(lock, [&] { return published_; });
+    return prompt_;
+  }
+
+ private:
+  std::mutex mutex_;  // guards everything below
+  std::condition_variable ready_;
+  bool published_ = false;
+  std::shared_ptr<const SessionSnapshot> prompt_;
+};
+
 void Generator::run(Job& job) {
   const GenerationPlan& plan = job.plan();
+  const size_t n_choices = size_t(plan.n_choices);
+  std::vector<GenerationOutcome> outcomes;
+  if (batcher_ && n_choices > 1) {
+    // Together: choice 0 prefills on this thread; the others start from a copy of its prompt
+    // state, each on a thread of its own, and all decode as rows of the same batched steps.
+    outcomes.resize(n_choices);
+    std::vector<std::exception_ptr> errors(n_choices);
+    PromptShare share;
+    {
+      std::vector<std::jthread> others;
+      for (size_t choice = 1; choice < n_choices; ++choice)
+        others.emplace_back([&, choice] {
+          try {
+            const std::shared_ptr<const SessionSnapshot> prompt = share.wait();
+            if (!prompt) return void(outcomes[choice].cancelled = true);
+            outcomes[choice] = run_choice(job, int(choice), prompt.get(), nullptr);
+          } catch (...) {
+            errors[choice] = std::current_exception();
+          }
+        });
+      try {
+        outcomes[0] = run_choice(job, 0, nullptr, &share);
+      } catch (...) {
+        errors[0] = std::current_exception();
+      }
+      share.publish(nullptr);  // releases the others if choice 0 ended before its prompt was in
+    }                          // joins the other choices
+    for (const std::exception_ptr& error : errors)
+      if (error) std::rethrow_exception(error);
+  } else {
+    for (size_t choice = 0; choice < n_choices; ++choice) {
+      outcomes.push_back(run_choice(job, int(choice), nullptr, nullptr));
+      if (outcomes.back().cancelled) break;
+    }
+  }
   GenerationOutcome outcome;
   outcome.usage.prompt_tokens = int64_t(plan.prompt.size());
-  for (int choice = 0; choice < plan.n_choices; ++choice) {
-    const GenerationOutcome one = run_choice(job, choice);
-    if (choice == 0) {
-      outcome.finish = one.finish;
-      outcome.usage.cached_tokens = one.usage.cached_tokens;
-    }
+  outcome.finish = outcomes[0].finish;
+  outcome.usage.cached_tokens = outcomes[0].usage.cached_tokens;
+  for (const GenerationOutcome& one : outcomes) {
     outcome.choice_finish.push_back(one.finish);
     outcome.usage.completion_tokens += one.usage.completion_tokens;
     outcome.prefill_s += one.prefill_s;
     outcome.decode_s += one.decode_s;
-    if (one.cancelled) {
-      outcome.cancelled = true;
-      break;
-    }
+    outcome.cancelled = outcome.cancelled || one.cancelled;
   }
   job.finish(outcome);
 }
 
-GenerationOutcome Generator::run_choice(Job& job, int choice) {
+GenerationOutcome Generator::run_choice(Job& job, int choice, const SessionSnapshot* prompt_state,
+                                        PromptShare* share) {
   const GenerationPlan& plan = job.plan();
   const Clock::time_point started = Clock::now();
   ServeMetrics::Generation report;
@@ -237,15 +294,24 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
     // windows of kPrefillChunk from position 0, as without the cache, so the bits are the same);
     // cancellation is checked between windows.
     const std::span<const int32_t> full_prompt(plan.prompt);
-    const int64_t cached = cache_.prefill(
-        session, full_prompt, served_.end_of_turn, speculative ? &*speculative : nullptr,
-        [&] { return !job.cancel_requested(); },
-        [&] { record([&] { recorder_.prefill_progress(); }); });
+    int64_t cached = 0;
+    if (prompt_state) {
+      session.restore(*prompt_state);  // choice 0 prefilled the prompt (and saved it)
+    } else {
+      cached = cache_.prefill(
+          session, full_prompt, served_.end_of_turn, speculative ? &*speculative : nullptr,
+          [&] { return !job.cancel_requested(); },
+          [&] { record([&] { recorder_.prefill_progress(); }); });
+    }
     outcome.usage.cached_tokens = cached;
     // The turn boundaries the cache keeps (Generator contract): the prompt, once its first token
     // is out and before anything more is fed, and the sequence at the end.
     const bool prefill_complete = int64_t(session.tokens().size()) == int64_t(full_prompt.size());
-    bool prompt_saved = !prefill_complete || cached == int64_t(full_prompt.size());
+    if (share)
+      share->publish(prefill_complete ? std::make_shared<const SessionSnapshot>(session.snapshot())
+                                      : nullptr);
+    bool prompt_saved =
+        !prefill_complete || cached == int64_t(full_prompt.size()) || prompt_state != nullptr;
     auto save_prompt = [&] {
       if (prompt_saved) return;
       prompt_saved = true;
