@@ -131,30 +131,37 @@ void fuzz_tool_reply(std::string_view payload) {
   const std::vector<std::string> tools = {
       R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object",)"
       R"("properties":{"city":{"type":"string"},"days":{"type":"integer"}}}}})"};
-  auto flatten = [](std::vector<ReplyPiece>& into, std::vector<ReplyPiece> pieces) {
-    for (ReplyPiece& piece : pieces) {
-      if (!piece.call && !into.empty() && !into.back().call) {
-        into.back().content += piece.content;
-      } else {
-        into.push_back(std::move(piece));
-      }
-    }
+  // Whole and streamed mode, the reply pushed at once and byte by byte.
+  auto parse = [&](bool stream_arguments, size_t chunk, int& calls) {
+    ToolCallParser parser(format, tools, {}, stream_arguments);
+    std::vector<ReplyPart> parts;
+    for (size_t i = 0; i < reply.size(); i += chunk)
+      join_pieces(parts, parser.push(reply.substr(i, chunk)));
+    join_pieces(parts, parser.finish());
+    calls = parser.calls_found();
+    return parts;
   };
-  ToolCallParser whole(format, tools), bytes(format, tools);
-  std::vector<ReplyPiece> a, b;
-  flatten(a, whole.push(reply));
-  flatten(a, whole.finish());
-  for (size_t i = 0; i < reply.size(); ++i) flatten(b, bytes.push(reply.substr(i, 1)));
-  flatten(b, bytes.finish());
-  check(a.size() == b.size());
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    check(a[i].content == b[i].content && a[i].call.has_value() == b[i].call.has_value());
-    if (a[i].call) {
-      check(a[i].call->name == b[i].call->name && a[i].call->arguments == b[i].call->arguments);
-      check(nlohmann::json::parse(a[i].call->arguments, nullptr, false).is_object());
+  auto same = [](const std::vector<ReplyPart>& a, const std::vector<ReplyPart>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].content != b[i].content || a[i].call.has_value() != b[i].call.has_value())
+        return false;
+      if (a[i].call &&
+          (a[i].call->name != b[i].call->name || a[i].call->arguments != b[i].call->arguments))
+        return false;
     }
-  }
-  if (whole.calls_found() == 0) check(a.empty() ? reply.empty() : a[0].content == reply);
+    return true;
+  };
+  int calls = 0, streamed_calls = 0, ignored = 0;
+  const std::vector<ReplyPart> a = parse(false, reply.size() + 1, calls);
+  check(same(a, parse(false, 1, ignored)));
+  for (const ReplyPart& part : a)
+    if (part.call) check(nlohmann::json::parse(part.call->arguments, nullptr, false).is_object());
+  if (calls == 0) check(a.empty() ? reply.empty() : a[0].content == reply);
+  // Streamed: the same whatever the chunking; with no call found, what the whole mode gives.
+  const std::vector<ReplyPart> s = parse(true, reply.size() + 1, streamed_calls);
+  check(same(s, parse(true, 1, ignored)));
+  if (streamed_calls == 0) check(same(s, a));
 }
 
 void fuzz_stop(std::string_view payload) {

@@ -24,6 +24,7 @@
 #include "cli/spec_options.h"
 #include "compute/cpu/thread_pool.h"
 #include "model/model.h"
+#include "serve/heap_policy.h"
 #include "serve/http_server.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -71,6 +72,8 @@ void run_serve(const ServeOptions& options) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that hangs up must cost a failed write, not the process
+  // Before any thread starts: fewer malloc arenas keep RSS flat under load (serve/heap_policy.h).
+  serve::HeapPolicy::limit_arenas();
 
   const std::string path = resolve_model_path(options.model);
   const auto model = Model::load(path);
@@ -86,7 +89,8 @@ void run_serve(const ServeOptions& options) {
   served.tokenizer = &tokenizer;
   served.chat_template = &chat_template;
   served.expert_store = store.get();
-  served.backend = resolve_backend(options.model, store != nullptr && !wants_gpu_tier(options.experts));
+  served.backend =
+      resolve_backend(options.model, store != nullptr && !wants_gpu_tier(options.experts));
   check_gpu_tier_backend(options.experts, served.backend);
   served.id = options.alias.empty() ? std::filesystem::path(path).stem().string() : options.alias;
   served.n_ctx = model->hparams().n_ctx_train;

@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <optional>
 #include <span>
+#include <thread>
 
 #include "decode/generate.h"
 #include "engine/sampler.h"
@@ -105,29 +107,84 @@ const grammar::TokenVocabulary& Generator::vocabulary() {
   return *vocabulary_;
 }
 
+// Choice 0's prompt state, handed to the other choices of its job (parallel slots): published
+// once, after choice 0's prefill, or empty when choice 0 stopped before its prompt was in.
+// Any thread.
+class PromptShare {
+ public:
+  void publish(std::shared_ptr<const SessionSnapshot> prompt) {
+    std::lock_guard lock(mutex_);
+    if (published_) return;
+    published_ = true;
+    prompt_ = std::move(prompt);
+    ready_.notify_all();
+  }
+  std::shared_ptr<const SessionSnapshot> wait() {
+    std::unique_lock lock(mutex_);
+    ready_.wait(lock, [&] { return published_; });
+    return prompt_;
+  }
+
+ private:
+  std::mutex mutex_;  // guards everything below
+  std::condition_variable ready_;
+  bool published_ = false;
+  std::shared_ptr<const SessionSnapshot> prompt_;
+};
+
 void Generator::run(Job& job) {
   const GenerationPlan& plan = job.plan();
+  const size_t n_choices = size_t(plan.n_choices);
+  std::vector<GenerationOutcome> outcomes;
+  if (batcher_ && n_choices > 1) {
+    // Together: choice 0 prefills on this thread; the others start from a copy of its prompt
+    // state, each on a thread of its own, and all decode as rows of the same batched steps.
+    outcomes.resize(n_choices);
+    std::vector<std::exception_ptr> errors(n_choices);
+    PromptShare share;
+    {
+      std::vector<std::jthread> others;
+      for (size_t choice = 1; choice < n_choices; ++choice)
+        others.emplace_back([&, choice] {
+          try {
+            const std::shared_ptr<const SessionSnapshot> prompt = share.wait();
+            if (!prompt) return void(outcomes[choice].cancelled = true);
+            outcomes[choice] = run_choice(job, int(choice), prompt.get(), nullptr);
+          } catch (...) {
+            errors[choice] = std::current_exception();
+          }
+        });
+      try {
+        outcomes[0] = run_choice(job, 0, nullptr, &share);
+      } catch (...) {
+        errors[0] = std::current_exception();
+      }
+      share.publish(nullptr);  // releases the others if choice 0 ended before its prompt was in
+    }                          // joins the other choices
+    for (const std::exception_ptr& error : errors)
+      if (error) std::rethrow_exception(error);
+  } else {
+    for (size_t choice = 0; choice < n_choices; ++choice) {
+      outcomes.push_back(run_choice(job, int(choice), nullptr, nullptr));
+      if (outcomes.back().cancelled) break;
+    }
+  }
   GenerationOutcome outcome;
   outcome.usage.prompt_tokens = int64_t(plan.prompt.size());
-  for (int choice = 0; choice < plan.n_choices; ++choice) {
-    const GenerationOutcome one = run_choice(job, choice);
-    if (choice == 0) {
-      outcome.finish = one.finish;
-      outcome.usage.cached_tokens = one.usage.cached_tokens;
-    }
+  outcome.finish = outcomes[0].finish;
+  outcome.usage.cached_tokens = outcomes[0].usage.cached_tokens;
+  for (const GenerationOutcome& one : outcomes) {
     outcome.choice_finish.push_back(one.finish);
     outcome.usage.completion_tokens += one.usage.completion_tokens;
     outcome.prefill_s += one.prefill_s;
     outcome.decode_s += one.decode_s;
-    if (one.cancelled) {
-      outcome.cancelled = true;
-      break;
-    }
+    outcome.cancelled = outcome.cancelled || one.cancelled;
   }
   job.finish(outcome);
 }
 
-GenerationOutcome Generator::run_choice(Job& job, int choice) {
+GenerationOutcome Generator::run_choice(Job& job, int choice, const SessionSnapshot* prompt_state,
+                                        PromptShare* share) {
   const GenerationPlan& plan = job.plan();
   const Clock::time_point started = Clock::now();
   ServeMetrics::Generation report;
@@ -164,20 +221,31 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
     std::optional<ThinkFilter> think;
     if (plan.split_thinking) think.emplace(ThinkFilter::Mode::Hide, plan.starts_in_thinking);
     // Tool calls (GenerationPlan::parse_tool_calls): the answer, after the think filter, goes
-    // through the parser; each call leaves as two deltas, id and name first, then the arguments.
+    // through the parser; a call leaves as a delta with its index, id and name, then deltas with
+    // fragments of its arguments (one for a whole response; streamed: as they are written).
     std::optional<ToolCallParser> tool_parser;
-    if (plan.parse_tool_calls) tool_parser.emplace(plan.tool_format, plan.tools, plan.tool_prefix);
+    if (plan.parse_tool_calls)
+      tool_parser.emplace(plan.tool_format, plan.tools, plan.tool_prefix, plan.stream_tool_calls);
     int calls_emitted = 0;
+    bool dropping_call = false;  // parallel_tool_calls false: a call after the first
     auto emit_pieces = [&](std::vector<ReplyPiece> pieces) {
       for (ReplyPiece& piece : pieces) {
-        if (!piece.call) {
-          job.emit({std::move(piece.content), {}, choice, {}, {}});
-          continue;
+        switch (piece.kind) {
+          case ReplyPiece::Kind::Content:
+            job.emit({std::move(piece.text), {}, choice, {}, {}});
+            break;
+          case ReplyPiece::Kind::CallStart: {
+            dropping_call = !plan.parallel_tool_calls && calls_emitted > 0;
+            if (dropping_call) break;
+            ToolCallDelta start{calls_emitted++, new_random_id("call_"), std::move(piece.text), {}};
+            job.emit({{}, {}, choice, {}, {std::move(start)}});
+            break;
+          }
+          case ReplyPiece::Kind::Arguments:
+            if (dropping_call) break;
+            job.emit({{}, {}, choice, {}, {{calls_emitted - 1, {}, {}, std::move(piece.text)}}});
+            break;
         }
-        if (!plan.parallel_tool_calls && calls_emitted > 0) continue;  // the first call only
-        const int index = calls_emitted++;
-        job.emit({{}, {}, choice, {}, {{index, new_random_id("call_"), piece.call->name, {}}}});
-        job.emit({{}, {}, choice, {}, {{index, {}, {}, std::move(piece.call->arguments)}}});
       }
     };
     auto emit_answer = [&](std::string answer, std::string reasoning,
@@ -226,16 +294,24 @@ GenerationOutcome Generator::run_choice(Job& job, int choice) {
     // windows of kPrefillChunk from position 0, as without the cache, so the bits are the same);
     // cancellation is checked between windows.
     const std::span<const int32_t> full_prompt(plan.prompt);
-    const int64_t cached = cache_.prefill(
-        session, full_prompt, served_.end_of_turn, speculative ? &*speculative : nullptr,
-        [&] { return !job.cancel_requested(); },
-        [&] { record([&] { recorder_.prefill_progress(); }); });
+    int64_t cached = 0;
+    if (prompt_state) {
+      session.restore(*prompt_state);  // choice 0 prefilled the prompt (and saved it)
+    } else {
+      cached = cache_.prefill(
+          session, full_prompt, served_.end_of_turn, speculative ? &*speculative : nullptr,
+          [&] { return !job.cancel_requested(); },
+          [&] { record([&] { recorder_.prefill_progress(); }); });
+    }
     outcome.usage.cached_tokens = cached;
     // The turn boundaries the cache keeps (Generator contract): the prompt, once its first token
     // is out and before anything more is fed, and the sequence at the end.
-    const bool prefill_complete =
-        int64_t(session.tokens().size()) == int64_t(full_prompt.size());
-    bool prompt_saved = !prefill_complete || cached == int64_t(full_prompt.size());
+    const bool prefill_complete = int64_t(session.tokens().size()) == int64_t(full_prompt.size());
+    if (share)
+      share->publish(prefill_complete ? std::make_shared<const SessionSnapshot>(session.snapshot())
+                                      : nullptr);
+    bool prompt_saved =
+        !prefill_complete || cached == int64_t(full_prompt.size()) || prompt_state != nullptr;
     auto save_prompt = [&] {
       if (prompt_saved) return;
       prompt_saved = true;

@@ -17,11 +17,15 @@
 // refresh) carry across requests; with `log_spec`, one stderr line per request gives its windows
 // and drafts, and `spec_summary` the gate's line (`strata serve` prints it at exit).
 //
-// Choices (GenerationPlan::n_choices): generated one after the other, each from a fresh session
-// (the state cache gives the later ones the prompt), choice i with seed + i; the deltas carry
-// the choice's index and the outcome every choice's finish reason and the summed token counts.
-// Each choice is one generation in ServeMetrics and the dashboard; the time to first token is
-// choice 0's.
+// Choices (GenerationPlan::n_choices): choice i samples with seed + i; the deltas carry the
+// choice's index and the outcome every choice's finish reason and the summed token counts. With
+// one slot they are generated one after the other, each from a fresh session (the state cache
+// gives the later ones the prompt). With parallel slots they are generated together: choice 0
+// prefills on the slot's thread, then each other choice starts from a copy of that prompt state
+// (Session::snapshot / restore: the same bits as prefilling it) on a thread of its own for the
+// job's duration, and all decode as rows of the same batched steps (so a step can carry up to
+// slots x n rows); bitwise what each choice gives alone. Each choice is one generation in
+// ServeMetrics and the dashboard; the time to first token is choice 0's.
 //
 // Log-probabilities (GenerationPlan::logprobs): every generated token's entry travels with the
 // delta its text came out in (an entry may come with no text, while a stop string or a partial
@@ -57,7 +61,8 @@
 // (its verify windows and the shared SpecGate are per sequence) and a backend other than cpu.
 // The dashboard's `generation` card then shows the latest generation that started.
 //
-// Runs on the scheduler's worker threads only (they drive the shared compute::ThreadPool);
+// Runs on the scheduler's worker threads only (they drive the shared compute::ThreadPool), and
+// with parallel slots on the choice threads `run` starts and joins within one job;
 // the constructor runs before those threads start; `spec_summary` may be called once they have
 // stopped.
 #pragma once
@@ -79,6 +84,8 @@
 
 namespace strata::serve {
 
+class PromptShare;
+
 class Generator {
  public:
   Generator(const ServedModel& served, compute::ThreadPool& pool, ServeMetrics& metrics,
@@ -95,7 +102,10 @@ class Generator {
 
  private:
   // One choice of the job: emits its deltas and returns its outcome (finish, tokens, times).
-  GenerationOutcome run_choice(Job& job, int choice);
+  // `prompt_state`: start from this copy of the prompt's state instead of prefilling; `share`:
+  // publish the prompt's state there once prefilled (choices run together, below).
+  GenerationOutcome run_choice(Job& job, int choice, const SessionSnapshot* prompt_state,
+                               PromptShare* share);
   // Runs f under the engine lock when slots run in parallel (the recorder is the engine's).
   template <class F>
   void record(F&& f) {

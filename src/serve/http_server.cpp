@@ -18,6 +18,7 @@
 #include "serve/connection_guard.h"
 #include "serve/connection_probe.h"
 #include "serve/generator.h"
+#include "serve/heap_policy.h"
 #include "serve/http_reply.h"
 #include "serve/llama_endpoints.h"
 #include "serve/metrics.h"
@@ -217,6 +218,7 @@ struct HttpServer::Impl {
   ServeMetrics metrics;
   DashboardHub dashboard;  // before generator, which publishes the first snapshot
   Generator generator;
+  HeapPolicy heap;      // before scheduler, whose workers use it
   Scheduler scheduler;  // after generator: its worker runs generator.run
   GuardedHttpServer http;
   std::atomic<bool> draining{false};
@@ -240,7 +242,11 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
                 server_options.access_log, server_options.profile, server_options.cache_ram_bytes,
                 server_options.parallel),
       scheduler(
-          server_options.max_queue, [this](Job& job) { generator.run(job); },
+          server_options.max_queue,
+          [this](Job& job) {
+            generator.run(job);
+            heap.after_generation();
+          },
           size_t(server_options.parallel)),
       http(ConnectionLimits{server_options.io_timeout_s, server_options.io_timeout_s,
                             max_connections(server_options),
@@ -284,6 +290,7 @@ LiveGauges HttpServer::Impl::live() const {
   gauges.slots = scheduler.slots();
   gauges.running_count = scheduler.running_count();
   gauges.batch = generator.batch_stats();
+  gauges.heap_trims = heap.stats();
   return gauges;
 }
 
@@ -340,10 +347,13 @@ void HttpServer::Impl::add_routes() {
     Json answer = props_json(served, props);
     answer["default_generation_settings"]["is_processing"] = live().running;
     const StateCacheStats cache = generator.state_cache().stats();  // thread-safe
-    answer["strata"]["state_cache"] = {
-        {"max_bytes", cache.max_bytes}, {"bytes", cache.bytes},  {"entries", cache.entries},
-        {"hits", cache.hits},           {"misses", cache.misses}, {"evictions", cache.evictions},
-        {"cached_tokens", cache.cached_tokens}};
+    answer["strata"]["state_cache"] = {{"max_bytes", cache.max_bytes},
+                                       {"bytes", cache.bytes},
+                                       {"entries", cache.entries},
+                                       {"hits", cache.hits},
+                                       {"misses", cache.misses},
+                                       {"evictions", cache.evictions},
+                                       {"cached_tokens", cache.cached_tokens}};
     send_json(res, 200, answer);
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -568,12 +578,12 @@ void HttpServer::Impl::respond_whole(const std::shared_ptr<Job>& job,
       const GenerationOutcome& outcome = *update.outcome;
       for (size_t i = 0; i < choices.size() && i < outcome.choice_finish.size(); ++i)
         choices[i].finish = outcome.choice_finish[i];
-      return send_json(res, 200,
-                       wire == Wire::Anthropic
-                           ? anthropic_message_json(identity.id, identity.model, choices[0].text,
-                                                    outcome.finish, outcome.usage)
-                           : completion_json(identity, choices, outcome.usage,
-                                             plan.logprobs.has_value()));
+      return send_json(
+          res, 200,
+          wire == Wire::Anthropic
+              ? anthropic_message_json(identity.id, identity.model, choices[0].text, outcome.finish,
+                                       outcome.usage)
+              : completion_json(identity, choices, outcome.usage, plan.logprobs.has_value()));
     }
     if (probe.peer_closed()) {
       scheduler.cancel(job, CancelReason::ClientGone);

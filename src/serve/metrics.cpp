@@ -1,6 +1,10 @@
 #include "serve/metrics.h"
 
 #include <fmt/format.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <cmath>
 
@@ -99,6 +103,36 @@ ServeMetrics::Totals ServeMetrics::totals() const {
   return t;
 }
 
+namespace {
+
+void render_memory(std::string& out, const HeapTrimStats& trims) {
+  // glibc's heap over all arenas: what the program holds (small chunks in the arenas and large
+  // mmapped ones) and what the allocator keeps free inside them. RSS rising while in_use stays
+  // flat is the allocator's (fragmentation, free memory not returned), not a leak.
+  const struct mallinfo2 heap = mallinfo2();
+  header(out, "strata_heap_in_use_bytes", "gauge",
+         "malloc: bytes allocated and not yet freed (in the arenas, and mmapped chunks)");
+  out += fmt::format("strata_heap_in_use_bytes{{kind=\"arena\"}} {}\n", heap.uordblks);
+  out += fmt::format("strata_heap_in_use_bytes{{kind=\"mmap\"}} {}\n", heap.hblkhd);
+  header(out, "strata_heap_free_bytes", "gauge",
+         "malloc: free bytes held inside its arenas (not returned to the system)");
+  out += fmt::format("strata_heap_free_bytes {}\n", heap.fordblks);
+  header(out, "strata_heap_trims_total", "counter",
+         "malloc_trim calls after generations (at most one a second)");
+  out += fmt::format("strata_heap_trims_total {}\n", trims.trims);
+  header(out, "strata_heap_trim_seconds_total", "counter", "Time spent in those calls");
+  out += fmt::format("strata_heap_trim_seconds_total {}\n", number(trims.trim_seconds));
+  long pages = 0, resident = 0;
+  if (std::FILE* statm = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(statm, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(statm);
+  }
+  header(out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes");
+  out += fmt::format("process_resident_memory_bytes {}\n", resident * sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
 std::string ServeMetrics::render(const LiveGauges& live, const ExpertStoreStats* experts) const {
   std::string out;
   std::lock_guard lock(mutex_);
@@ -162,6 +196,7 @@ std::string ServeMetrics::render(const LiveGauges& live, const ExpertStoreStats*
   out += fmt::format("strata_batch_prefill_rows_total {}\n", live.batch.prefill_rows);
   header(out, "strata_batch_max_rows", "gauge", "The largest batched decode window so far");
   out += fmt::format("strata_batch_max_rows {}\n", live.batch.max_rows);
+  render_memory(out, live.heap_trims);
   if (experts) {
     const ExpertStoreStats& e = *experts;
     struct Counter {

@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 #include "serve/decode_batcher.h"
+#include "serve/heap_policy.h"
 
 #include "experts/expert_store.h"
 
@@ -60,6 +61,7 @@ struct LiveGauges {
   size_t slots = 1;          // --parallel
   size_t running_count = 0;  // generations running now
   BatchStats batch;          // batched decode steps (--parallel > 1)
+  HeapTrimStats heap_trims;  // HeapPolicy's malloc_trim calls
 };
 
 class ServeMetrics {

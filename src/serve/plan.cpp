@@ -14,7 +14,8 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
   // The reported log-probabilities would be those of the unconstrained distribution, not the
   // masked one the tokens are drawn from: refused until they are computed under the mask.
   if (plan.grammar && request.logprobs)
-    return invalid_field("logprobs", "log-probabilities are not supported together with a response_format");
+    return invalid_field("logprobs",
+                         "log-probabilities are not supported together with a response_format");
   if (chat) {
     ChatRenderOptions render;
     // A response_format reply is the JSON value alone, and a forced tool call opens the reply:
@@ -41,6 +42,7 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
       plan.tool_format = served.chat_template->tool_format();
       plan.tools = request.tools;
       plan.parallel_tool_calls = request.parallel_tool_calls;
+      plan.stream_tool_calls = request.stream;
       if (force_call)
         plan.tool_prefix = tool_call_prefix(
             plan.tool_format, request.tool_choice == ToolChoice::Function

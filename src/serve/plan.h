@@ -75,6 +75,9 @@ struct GenerationPlan {
   std::vector<std::string> tools;  // the tool objects' JSON texts
   std::string tool_prefix;
   bool parallel_tool_calls = true;
+  // A streamed response: tool-call arguments leave in fragments as they are generated
+  // (ToolCallParser's streamed mode); a whole one gets each call parsed at its close.
+  bool stream_tool_calls = false;
 };
 
 using PlanResult = std::variant<GenerationPlan, ApiError>;

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
+
 namespace strata::serve {
 namespace {
 
@@ -40,6 +42,26 @@ void skip_space(std::string_view& text) {
   text.remove_prefix(first == std::string_view::npos ? text.size() : first);
 }
 
+constexpr std::string_view kFunctionOpen = "<function=";
+constexpr std::string_view kFunctionClose = "</function>";
+constexpr std::string_view kParameterOpen = "<parameter=";
+constexpr std::string_view kParameterClose = "</parameter>";
+
+std::string compact(const OrderedJson& value) {
+  return value.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+}
+
+// The text as the inside of a JSON string (what compact() writes between the quotes).
+std::string escaped(std::string_view text) {
+  const std::string quoted = compact(OrderedJson(std::string(text)));
+  return quoted.substr(1, quoted.size() - 2);
+}
+
+// `text` is a proper prefix of `tag` (so more text may complete it).
+bool may_become(std::string_view text, std::string_view tag) {
+  return text.size() < tag.size() && tag.starts_with(text);
+}
+
 // The JSON type a parameter's schema names ("string", "integer", ...), "" when there is none.
 std::string schema_type(const OrderedJson& tool, std::string_view parameter) {
   const OrderedJson* function = tool.contains("function") ? &tool["function"] : nullptr;
@@ -55,11 +77,45 @@ std::string schema_type(const OrderedJson& tool, std::string_view parameter) {
   return {};
 }
 
+// XML: a parameter's value stays text for "string" (or no type, for a listed tool).
+bool value_is_text(const OrderedJson* tool, std::string_view key) {
+  const std::string type = tool ? schema_type(*tool, key) : std::string("?");
+  return type == "string" || (tool && type.empty());
+}
+
+// XML: a parameter's value as JSON (value_is_text, else parsed; text again when it does not parse).
+OrderedJson xml_value(const OrderedJson* tool, std::string_view key, std::string_view value) {
+  if (!value_is_text(tool, key)) {
+    OrderedJson parsed = OrderedJson::parse(value, nullptr, /*allow_exceptions=*/false);
+    if (!parsed.is_discarded()) return parsed;
+  }
+  return OrderedJson(std::string(value));
+}
+
 }  // namespace
 
+void join_pieces(std::vector<ReplyPart>& reply, std::span<const ReplyPiece> pieces) {
+  for (const ReplyPiece& piece : pieces) {
+    switch (piece.kind) {
+      case ReplyPiece::Kind::Content:
+        if (reply.empty() || reply.back().call) reply.emplace_back();
+        reply.back().content += piece.text;
+        break;
+      case ReplyPiece::Kind::CallStart:
+        reply.push_back({{}, ParsedToolCall{piece.text, {}}});
+        break;
+      case ReplyPiece::Kind::Arguments:
+        if (!reply.empty() && reply.back().call) reply.back().call->arguments += piece.text;
+        break;
+    }
+  }
+}
+
 ToolCallParser::ToolCallParser(ToolCallFormat format, std::span<const std::string> tools,
-                               std::string_view prefix)
-    : format_(format), tools_(tools.begin(), tools.end()) {
+                               std::string_view prefix, bool stream_arguments)
+    : format_(format), stream_arguments_(stream_arguments) {
+  tools_.reserve(tools.size());
+  for (const std::string& tool : tools) tools_.push_back(OrderedJson::parse(tool, nullptr, false));
   if (prefix.starts_with(kToolCallOpen)) {
     inside_ = true;
     pending_ = std::string(prefix.substr(kToolCallOpen.size()));
@@ -78,7 +134,12 @@ std::vector<ReplyPiece> ToolCallParser::push(std::string_view text) {
 std::vector<ReplyPiece> ToolCallParser::finish() {
   std::vector<ReplyPiece> out;
   drain(out, /*at_end=*/true);
-  if (inside_) {  // never closed: the block as generated
+  if (inside_ && stream_arguments_) {  // never closed
+    block_ += pending_;
+    pending_.clear();
+    advance(out, /*complete=*/true);
+    end_block(out, /*closed=*/false);
+  } else if (inside_) {  // never closed: the block as generated
     emit_content(out, separator_ + std::string(kToolCallOpen) + pending_);
   } else {
     emit_content(out, std::move(pending_));
@@ -90,10 +151,24 @@ std::vector<ReplyPiece> ToolCallParser::finish() {
 
 void ToolCallParser::emit_content(std::vector<ReplyPiece>& out, std::string text) {
   if (text.empty() || (calls_found_ > 0 && is_blank(text))) return;
-  if (!out.empty() && !out.back().call) {
-    out.back().content += text;
+  if (!out.empty() && out.back().kind == ReplyPiece::Kind::Content) {
+    out.back().text += text;
   } else {
-    out.push_back({std::move(text), std::nullopt});
+    out.push_back({ReplyPiece::Kind::Content, std::move(text)});
+  }
+}
+
+void ToolCallParser::emit_arguments(std::vector<ReplyPiece>& out, std::string_view fragment) {
+  if (!call_started_) {  // the block is a call from here on
+    call_started_ = true;
+    ++calls_found_;
+    out.push_back({ReplyPiece::Kind::CallStart, call_name_});
+  }
+  if (fragment.empty()) return;
+  if (!out.empty() && out.back().kind == ReplyPiece::Kind::Arguments) {
+    out.back().text += fragment;
+  } else {
+    out.push_back({ReplyPiece::Kind::Arguments, std::string(fragment)});
   }
 }
 
@@ -122,18 +197,288 @@ void ToolCallParser::drain(std::vector<ReplyPiece>& out, bool at_end) {
       inside_ = true;
     }
     const size_t close = pending_.find(kToolCallClose);
+    if (stream_arguments_) {
+      // The block's text up to its close (or what cannot be the start of the close) is read now.
+      const size_t take = close != std::string::npos
+                              ? close
+                              : pending_.size() - partial_tag_suffix(pending_, kToolCallClose);
+      block_.append(pending_, 0, take);
+      pending_.erase(0, close != std::string::npos ? close + kToolCallClose.size() : take);
+      advance(out, /*complete=*/close != std::string::npos);
+      if (close == std::string::npos) return;
+      end_block(out, /*closed=*/true);
+      inside_ = false;
+      continue;
+    }
     if (close == std::string::npos) return;
     const std::string body = pending_.substr(0, close);
     pending_.erase(0, close + kToolCallClose.size());
     inside_ = false;
     if (std::optional<ParsedToolCall> call = parse_block(body)) {
       ++calls_found_;
-      out.push_back({{}, std::move(call)});
+      out.push_back({ReplyPiece::Kind::CallStart, std::move(call->name)});
+      out.push_back({ReplyPiece::Kind::Arguments, std::move(call->arguments)});
     } else {
       emit_content(out,
                    separator_ + std::string(kToolCallOpen) + body + std::string(kToolCallClose));
     }
   }
+}
+
+void ToolCallParser::end_block(std::vector<ReplyPiece>& out, bool closed) {
+  const std::string close = closed ? std::string(kToolCallClose) : std::string();
+  if (step_ == Step::Whole) {
+    if (std::optional<ParsedToolCall> call = parse_block(block_)) {
+      call_name_ = std::move(call->name);
+      emit_arguments(out, call->arguments);
+    } else {
+      emit_content(out, separator_ + std::string(kToolCallOpen) + block_ + close);
+    }
+  } else if (!call_started_) {  // never became a call: as generated
+    emit_content(out, separator_ + std::string(kToolCallOpen) + block_ + close);
+  } else if (step_ != Step::AfterCall) {  // broke after the call was out: the rest is content
+    emit_content(out, block_.substr(position_) + close);
+  }
+  block_.clear();
+  position_ = 0;
+  step_ = Step::Header;
+  call_name_.clear();
+  call_started_ = false;
+  first_member_ = true;
+  value_started_ = false;
+}
+
+void ToolCallParser::advance(std::vector<ReplyPiece>& out, bool complete) {
+  while (format_ == ToolCallFormat::Xml ? advance_xml(out) : advance_hermes(out)) {
+  }
+  // A block that ends where it still needed text is broken there.
+  if (complete && step_ != Step::AfterCall && step_ != Step::Whole) step_ = Step::Broken;
+}
+
+const OrderedJson* ToolCallParser::find_tool(std::string_view name) const {
+  const OrderedJson* found = nullptr;  // the last tool of that name, as the request lists them
+  for (const OrderedJson& tool : tools_)
+    if (tool.is_object() && tool.contains("function") && tool["function"].is_object() &&
+        tool["function"].value("name", "") == name)
+      found = &tool;
+  return found;
+}
+
+// Returns true while it made progress (call again), false when it needs more text or the block
+// is decided.
+bool ToolCallParser::advance_xml(std::vector<ReplyPiece>& out) {
+  std::string_view text = std::string_view(block_).substr(position_);
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  const std::string_view word =
+      first == std::string_view::npos ? std::string_view() : text.substr(first);
+  switch (step_) {
+    case Step::Header: {
+      if (word.empty() || may_become(word, kFunctionOpen)) return false;
+      const size_t name_end = word.find('>');
+      if (!word.starts_with(kFunctionOpen) || name_end == kFunctionOpen.size()) {
+        step_ = Step::Broken;
+        return false;
+      }
+      if (name_end == std::string_view::npos) return false;
+      const std::string_view name =
+          trim(word.substr(kFunctionOpen.size(), name_end - kFunctionOpen.size()));
+      if (name.empty() || name.find_first_of("<\n") != std::string_view::npos) {
+        step_ = Step::Broken;
+        return false;
+      }
+      call_name_ = std::string(name);
+      position_ += first + name_end + 1;
+      step_ = Step::Parameters;
+      return true;
+    }
+    case Step::Parameters: {
+      if (word.empty() || may_become(word, kFunctionClose) || may_become(word, kParameterOpen))
+        return false;
+      if (word.starts_with(kFunctionClose)) {
+        emit_arguments(out, first_member_ ? "{}" : "}");
+        position_ += first + kFunctionClose.size();
+        step_ = Step::AfterCall;
+        return true;
+      }
+      const size_t key_end = word.find('>');
+      if (!word.starts_with(kParameterOpen) || key_end == kParameterOpen.size()) {
+        step_ = Step::Broken;
+        return false;
+      }
+      if (key_end == std::string_view::npos) return false;
+      key_ = std::string(trim(word.substr(kParameterOpen.size(), key_end - kParameterOpen.size())));
+      std::string member(first_member_ ? "{" : ",");
+      member += compact(OrderedJson(key_));
+      member += ':';
+      emit_arguments(out, member);
+      first_member_ = false;
+      value_is_text_ = value_is_text(find_tool(call_name_), key_);
+      value_started_ = false;
+      position_ += first + key_end + 1;
+      step_ = Step::Value;
+      return true;
+    }
+    case Step::Value: {
+      if (!value_started_) {  // the template writes "<parameter=k>\n" + value + "\n</parameter>"
+        if (text.empty()) return false;
+        if (text.front() == '\n') {
+          text.remove_prefix(1);
+          ++position_;
+        }
+        value_started_ = true;
+        if (value_is_text_) emit_arguments(out, "\"");
+      }
+      const size_t end = text.find(kParameterClose);
+      if (end != std::string_view::npos) {
+        std::string_view value = text.substr(0, end);
+        if (value.ends_with('\n')) value.remove_suffix(1);
+        emit_arguments(out, value_is_text_
+                                ? escaped(value) + "\""
+                                : compact(xml_value(find_tool(call_name_), key_, value)));
+        position_ += end + kParameterClose.size();
+        step_ = Step::Parameters;
+        return true;
+      }
+      if (!value_is_text_) return false;
+      // A string value streams as written, less what may be its closing "\n</parameter>".
+      size_t ready = text.size() - partial_tag_suffix(text, kParameterClose);
+      if (ready > 0 && text[ready - 1] == '\n') --ready;
+      emit_arguments(out, escaped(text.substr(0, ready)));
+      position_ += ready;
+      return false;
+    }
+    case Step::AfterCall:
+      if (!word.empty()) step_ = Step::Broken;
+      position_ += word.empty() ? text.size() : first;
+      return false;
+    case Step::CallClose:  // Hermes only
+    case Step::Whole:
+    case Step::Broken:
+      return false;
+  }
+  return false;
+}
+
+bool ToolCallParser::advance_hermes(std::vector<ReplyPiece>& out) {
+  const std::string_view text = std::string_view(block_).substr(position_);
+  switch (step_) {
+    case Step::Header: {
+      // {"name": "<name>", "arguments": {   -- anything else is parsed whole at the close.
+      size_t at = 0;
+      auto space = [&] {
+        while (at < text.size() &&
+               std::string_view(" \t\r\n").find(text[at]) != std::string_view::npos)
+          ++at;
+      };
+      enum Match { Need, No, Yes };
+      auto literal = [&](std::string_view expected) {
+        const size_t n = std::min(expected.size(), text.size() - at);
+        if (text.substr(at, n) != expected.substr(0, n)) return No;
+        if (n < expected.size()) return Need;
+        at += n;
+        return Yes;
+      };
+      std::string name;
+      auto string_value = [&] {
+        if (at >= text.size()) return Need;
+        if (text[at] != '"') return No;
+        size_t end = at + 1;
+        while (end < text.size() && text[end] != '"') end += text[end] == '\\' ? 2 : 1;
+        if (end >= text.size()) return Need;
+        const OrderedJson parsed =
+            OrderedJson::parse(text.substr(at, end + 1 - at), nullptr, /*allow_exceptions=*/false);
+        if (!parsed.is_string() || parsed.get_ref<const std::string&>().empty()) return No;
+        name = parsed.get<std::string>();
+        at = end + 1;
+        return Yes;
+      };
+      for (const auto& part : std::initializer_list<std::function<Match()>>{
+               [&] { return literal("{"); }, [&] { return literal("\"name\""); },
+               [&] { return literal(":"); }, string_value, [&] { return literal(","); },
+               [&] { return literal("\"arguments\""); }, [&] { return literal(":"); },
+               [&] { return literal("{"); }}) {
+        space();
+        const Match match = part();
+        if (match == Need) return false;
+        if (match == No) {
+          step_ = Step::Whole;
+          return false;
+        }
+      }
+      call_name_ = std::move(name);
+      position_ += at;
+      step_ = Step::Parameters;
+      return true;
+    }
+    case Step::Parameters: {
+      // The next top-level member of the arguments object: up to a ',' or the '}' at depth 0.
+      int depth = 0;
+      bool in_string = false;
+      size_t end = 0;
+      for (; end < text.size(); ++end) {
+        const char c = text[end];
+        if (in_string) {
+          if (c == '\\') {
+            ++end;
+          } else if (c == '"') {
+            in_string = false;
+          }
+        } else if (c == '"') {
+          in_string = true;
+        } else if (c == '{' || c == '[') {
+          ++depth;
+        } else if ((c == '}' || c == ']') && depth > 0) {
+          --depth;
+        } else if ((c == '}' || c == ',') && depth == 0) {
+          break;
+        }
+      }
+      if (end >= text.size()) return false;
+      const bool last = text[end] == '}';
+      const std::string_view member = text.substr(0, end);
+      if (last && first_member_ && is_blank(member)) {
+        emit_arguments(out, "{}");
+      } else {
+        std::string object(1, '{');
+        object.append(member).push_back('}');
+        const OrderedJson one = OrderedJson::parse(object, nullptr, /*allow_exceptions=*/false);
+        if (!one.is_object() || one.size() != 1) {
+          step_ = Step::Broken;
+          return false;
+        }
+        std::string dumped = compact(one);  // {"key":value}
+        if (!first_member_) dumped.front() = ',';
+        if (!last) dumped.pop_back();
+        emit_arguments(out, dumped);
+        first_member_ = false;
+      }
+      position_ += end + 1;
+      step_ = last ? Step::CallClose : Step::Parameters;
+      return true;
+    }
+    case Step::CallClose: {
+      const size_t first = text.find_first_not_of(" \t\r\n");
+      if (first == std::string_view::npos) return false;
+      if (text[first] != '}') {
+        step_ = Step::Broken;
+        return false;
+      }
+      position_ += first + 1;
+      step_ = Step::AfterCall;
+      return true;
+    }
+    case Step::AfterCall: {
+      const size_t first = text.find_first_not_of(" \t\r\n");
+      if (first != std::string_view::npos) step_ = Step::Broken;
+      position_ += first == std::string_view::npos ? text.size() : first;
+      return false;
+    }
+    case Step::Value:  // XML only
+    case Step::Whole:
+    case Step::Broken:
+      return false;
+  }
+  return false;
 }
 
 std::optional<ParsedToolCall> ToolCallParser::parse_block(std::string_view body) const {
@@ -166,49 +511,34 @@ std::optional<ParsedToolCall> ToolCallParser::parse_hermes(std::string_view body
 
 std::optional<ParsedToolCall> ToolCallParser::parse_xml(std::string_view body) const {
   std::string_view text = trim(body);
-  if (!consume(text, "<function=")) return std::nullopt;
+  if (!consume(text, kFunctionOpen)) return std::nullopt;
   const size_t name_end = text.find('>');
   if (name_end == std::string_view::npos || name_end == 0) return std::nullopt;
   ParsedToolCall out;
   out.name = std::string(trim(text.substr(0, name_end)));
   if (out.name.empty() || out.name.find_first_of("<\n") != std::string::npos) return std::nullopt;
   text.remove_prefix(name_end + 1);
-  const OrderedJson* tool = nullptr;
-  std::vector<OrderedJson> parsed_tools;
-  parsed_tools.reserve(tools_.size());
-  for (const std::string& t : tools_) {
-    parsed_tools.push_back(OrderedJson::parse(t, nullptr, false));
-    const OrderedJson& candidate = parsed_tools.back();
-    if (candidate.is_object() && candidate.contains("function") &&
-        candidate["function"].is_object() && candidate["function"].value("name", "") == out.name)
-      tool = &candidate;
-  }
+  const OrderedJson* tool = find_tool(out.name);
   OrderedJson arguments = OrderedJson::object();
   while (true) {
     skip_space(text);
-    if (consume(text, "</function>")) break;
-    if (!consume(text, "<parameter=")) return std::nullopt;
+    if (consume(text, kFunctionClose)) break;
+    if (!consume(text, kParameterOpen)) return std::nullopt;
     const size_t key_end = text.find('>');
     if (key_end == std::string_view::npos || key_end == 0) return std::nullopt;
     const std::string key(trim(text.substr(0, key_end)));
     text.remove_prefix(key_end + 1);
-    const size_t value_end = text.find("</parameter>");
+    const size_t value_end = text.find(kParameterClose);
     if (value_end == std::string_view::npos) return std::nullopt;
     std::string_view value = text.substr(0, value_end);
-    text.remove_prefix(value_end + std::string_view("</parameter>").size());
+    text.remove_prefix(value_end + kParameterClose.size());
     // The template writes "<parameter=k>\n" + value + "\n</parameter>".
     if (value.starts_with('\n')) value.remove_prefix(1);
     if (value.ends_with('\n')) value.remove_suffix(1);
-    const std::string type = tool ? schema_type(*tool, key) : std::string("?");
-    OrderedJson typed = OrderedJson(std::string(value));
-    if (type != "string" && !(tool && type.empty())) {
-      OrderedJson parsed = OrderedJson::parse(value, nullptr, /*allow_exceptions=*/false);
-      if (!parsed.is_discarded()) typed = std::move(parsed);
-    }
-    arguments[key] = std::move(typed);
+    arguments[key] = xml_value(tool, key, value);
   }
   if (!is_blank(text)) return std::nullopt;
-  out.arguments = arguments.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+  out.arguments = compact(arguments);
   return out;
 }
 

@@ -42,6 +42,29 @@ def rss_mib(pid):
     raise RuntimeError("no VmRSS")
 
 
+def metric_values(port, names):
+    """The values of unlabelled or fully labelled series of the server's /metrics (nan: absent)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("GET", "/metrics")
+        text = connection.getresponse().read().decode()
+    finally:
+        connection.close()
+    values = {}
+    for name in names:
+        match = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.M)
+        values[name] = float(match.group(1)) if match else float("nan")
+    return values
+
+
+def heap_mib(port):
+    """(in use, free) MiB of the server's malloc arenas, from /metrics (strata_heap_*_bytes; the
+    mmapped chunks, a few large buffers that come and go, are left out)."""
+    arena, free = 'strata_heap_in_use_bytes{kind="arena"}', "strata_heap_free_bytes"
+    values = metric_values(port, (arena, free))
+    return values[arena] / 1048576.0, values[free] / 1048576.0
+
+
 def percentile(values, q):
     if not values:
         return float("nan")
@@ -168,7 +191,7 @@ def main():
     parser.add_argument("--server-args", default="",
                         help="more strata serve options, one string (e.g. \"--parallel 8\")")
     parser.add_argument("--rss-every", type=float, default=0,
-                        help="also sample RSS every this many seconds of the measured run and print "
+                        help="also sample RSS (and the heap gauges of /metrics) every this many seconds of the measured run and print "
                              "the samples (0: only before and after)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json-out", help="also write the numbers as JSON here")
@@ -201,7 +224,7 @@ def main():
         def sample_rss():
             started = time.monotonic()
             while not sampling_done.wait(args.rss_every):
-                rss_samples.append((time.monotonic() - started, rss_mib(server.pid)))
+                rss_samples.append((time.monotonic() - started, rss_mib(server.pid), *heap_mib(port)))
 
         sampler = threading.Thread(target=sample_rss)
         if args.rss_every > 0:
@@ -212,6 +235,7 @@ def main():
             sampler.join()
         time.sleep(0.5)
         rss_after = rss_mib(server.pid)
+        trims = metric_values(port, ("strata_heap_trims_total", "strata_heap_trim_seconds_total"))
 
         errors = warm["errors"] + result["errors"]
         lat, ttft = result["latency"], result["ttft"]
@@ -233,9 +257,16 @@ def main():
         margin = "report only" if args.rss_margin_mib < 0 else f"margin {args.rss_margin_mib:g} MiB"
         print(f"RSS: {rss_before:.1f} MiB after warm-up, {rss_after:.1f} MiB after the run "
               f"({rss_after - rss_before:+.1f} MiB; {margin})")
+        if trims["strata_heap_trims_total"] > 0:
+            print(f"malloc_trim: {trims['strata_heap_trims_total']:.0f} calls, "
+                  f"{trims['strata_heap_trim_seconds_total'] * 1000:.1f} ms in all")
         if rss_samples:
-            print("RSS samples (s: MiB): " + ", ".join(f"{t:.0f}: {m:.1f}" for t, m in rss_samples))
-            report["rss_samples_mib"] = [m for _, m in rss_samples]
+            print("RSS samples (s: MiB): " + ", ".join(f"{t:.0f}: {m:.1f}" for t, m, _, _ in rss_samples))
+            print("malloc arenas, in use / free (s: MiB): " +
+                  ", ".join(f"{t:.0f}: {u:.1f}/{f:.1f}" for t, _, u, f in rss_samples))
+            report["rss_samples_mib"] = [m for _, m, _, _ in rss_samples]
+            report["heap_in_use_samples_mib"] = [u for _, _, u, _ in rss_samples]
+            report["heap_free_samples_mib"] = [f for _, _, _, f in rss_samples]
         for error in errors[:10]:
             print(f"error: {error}")
 

@@ -138,6 +138,68 @@ TEST(ServeParallel, ConcurrentRequestsAnswerAsTheSingleSlotServer) {
   EXPECT_EQ(server.terminate(15), 0);
 }
 
+// n > 1 with --parallel: the choices of one request decode together, as rows of the same batched
+// steps (3 rows on a 2-slot server with nothing else running), from one prefill of the prompt
+// (without the state cache: the other choices copy choice 0's prompt state), and each choice is
+// bitwise what it is alone: the same text, finish and log-probabilities as the single-slot
+// server's, whose choices run one after the other, and as the n = 1 request with seed + i.
+TEST(ServeParallel, ChoicesOfOneRequestDecodeTogether) {
+  const json request =
+      json::parse(R"({"prompt":"And God said","max_tokens":24,"temperature":0.9,"seed":21,"n":3,)"
+                  R"("logprobs":2,"ignore_eos":true})");
+  const json chat = json::parse(
+      R"({"messages":[{"role":"user","content":"Name three colours."}],"max_tokens":20,)"
+      R"("temperature":1.0,"seed":4,"n":2,"stream":true})");
+  auto choices = [](const HttpReply& reply) {
+    EXPECT_EQ(reply.status, 200) << reply.body;
+    return reply.json()["choices"];
+  };
+  // Streamed chat: each index's content, reasoning and finish.
+  auto streamed = [](const HttpReply& reply) {
+    EXPECT_EQ(reply.status, 200) << reply.body;
+    json out = json::array({json::object(), json::object()});
+    for (const std::string& event : sse_data(reply.body)) {
+      if (event == "[DONE]") break;
+      for (const json& c : json::parse(event)["choices"]) {
+        json& one = out[c["index"].get<size_t>()];
+        for (const char* key : {"content", "reasoning_content"})
+          one[key] = one.value(key, "") + c["delta"].value(key, "");
+        if (!c["finish_reason"].is_null()) one["finish"] = c["finish_reason"];
+      }
+    }
+    return out;
+  };
+  json expected, expected_chat;
+  std::vector<json> alone;
+  {
+    ServeProcess plain;
+    expected = choices(post(plain, kCompletions, request.dump()));
+    expected_chat = streamed(post(plain, kChat, chat.dump()));
+    for (int i = 0; i < 3; ++i) {
+      json one = request;
+      one["n"] = 1;
+      one["seed"] = 21 + i;
+      alone.push_back(choices(post(plain, kCompletions, one.dump()))[0]);
+    }
+  }
+  ASSERT_EQ(expected.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    json choice = alone[size_t(i)];
+    choice["index"] = i;
+    EXPECT_EQ(expected[size_t(i)], choice) << "choice " << i;
+  }
+  ServeProcess server({"--parallel", "2", "--cache-ram", "0"});
+  const HttpReply together = post(server, kCompletions, request.dump());
+  EXPECT_EQ(choices(together), expected);
+  EXPECT_EQ(metric_now(server, "strata_batch_max_rows"), 3);
+  // 3 choices x 24 tokens, the first of each sampled from the prompt's logits.
+  EXPECT_EQ(metric_now(server, "strata_batch_rows_total"), 3 * 23);
+  EXPECT_EQ(metric_now(server, "strata_batch_prefill_rows_total"),
+            together.json()["usage"]["prompt_tokens"].get<double>());
+  EXPECT_EQ(streamed(post(server, kChat, chat.dump())), expected_chat);
+  EXPECT_EQ(server.terminate(15), 0);
+}
+
 TEST(ServeParallel, QueueBeyondTheSlotsAnswers429) {
   ServeProcess server({"--parallel", "2", "--max-queue", "1"});
   auto stream = [&] {

@@ -2,8 +2,9 @@
 // format): the prompt holds exactly what the chat template renders for the tools, tool_choice
 // "none" leaves them out and a forced choice opens the call; tool calls and tool results sent
 // back as history are rendered; the random model's unfinished forced call comes back as content,
-// streamed and whole. Parsing of well-formed calls is tested on the templates' own text in
-// tool_calls_test.cpp (a random model cannot be made to write one).
+// streamed and whole, and is not announced as a call in the stream. Parsing of well-formed calls is
+// tested on the templates' own text in tool_calls_test.cpp (a random model cannot be made to write
+// one).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -130,21 +131,46 @@ TEST(ServeTools, AnUnfinishedForcedCallComesBackAsContent) {
     EXPECT_EQ(content.rfind(prefix, 0), 0u) << content;
     EXPECT_NE(choice["finish_reason"], "tool_calls");
   }
-  // Streamed: the same content and finish_reason.
+  // Streamed: the same content and finish_reason, and a call (if the model made one) in
+  // fragments: its first delta has index, id, type and name, the next ones arguments that join
+  // to the whole response's. The random model does not finish the call it was started in, and
+  // that malformed block must not be announced as a call before it breaks
+  // (tool_calls_test.cpp checks the fragments on the templates' own calls).
   body["stream"] = true;
   const HttpReply streamed = post(server, kChat, body.dump());
   ASSERT_EQ(streamed.status, 200);
-  std::string content;
-  json finish;
+  std::string content, arguments;
+  int argument_fragments = 0;
+  json finish, header;
   for (const std::string& event : sse_data(streamed.body)) {
     if (event == "[DONE]") break;
     const json c = json::parse(event)["choices"][0];
     content += c["delta"].value("content", "");
+    for (const json& call : c["delta"].value("tool_calls", json::array())) {
+      EXPECT_EQ(call["index"], 0);
+      if (call.contains("id")) {
+        EXPECT_TRUE(header.is_null()) << "a second call header";
+        header = call;
+        EXPECT_EQ(call["type"], "function");
+        EXPECT_EQ(call["function"]["arguments"], "");
+      } else {
+        ++argument_fragments;
+        arguments += call["function"]["arguments"].get<std::string>();
+      }
+    }
     if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
   }
   EXPECT_EQ(finish, choice["finish_reason"]);
   if (!choice["message"].contains("tool_calls")) {
     EXPECT_EQ(content, choice["message"]["content"].get<std::string>());
+    EXPECT_TRUE(header.is_null()) << header.dump();
+  } else {
+    const json& call = choice["message"]["tool_calls"][0];
+    EXPECT_EQ(header["function"]["name"], call["function"]["name"]);
+    EXPECT_EQ(arguments, call["function"]["arguments"].get<std::string>());
+    if (arguments.size() > 8) {
+      EXPECT_GT(argument_fragments, 1);
+    }
   }
 }
 

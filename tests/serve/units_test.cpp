@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "serve/access_control.h"
+#include "serve/heap_policy.h"
 #include "serve/metrics.h"
 #include "serve/openai_format.h"
 #include "serve/scheduler.h"
@@ -339,6 +340,29 @@ TEST(ServeMetrics, PrometheusTextIsWellFormed) {
         "strata_generations_total{finish_reason=\"stop\"} 1\n", "strata_prompt_tokens_total 10\n",
         "strata_completion_tokens_total 5\n", "strata_decode_tokens_per_second 40\n"})
     EXPECT_NE(text.find(expected), std::string::npos) << expected;
+}
+
+// The heap gauges that tell allocator growth from a leak (docs/serve.md "Load test"), and the
+// trim after generations: at most one per interval, however many generations end in it.
+TEST(ServeHeap, GaugesAndTrimsAtMostOncePerInterval) {
+  ServeMetrics metrics;
+  HeapPolicy heap;
+  for (int i = 0; i < 200; ++i) heap.after_generation();  // well within one interval
+  EXPECT_EQ(heap.stats().trims, 1u);
+  EXPECT_GE(heap.stats().trim_seconds, 0.0);
+  LiveGauges live;
+  live.heap_trims = heap.stats();
+  const std::string text = metrics.render(live);
+  auto value = [&](const std::string& series) {
+    const size_t at = text.find("\n" + series + " ");
+    EXPECT_NE(at, std::string::npos) << series;
+    return at == std::string::npos ? -1.0 : std::atof(text.c_str() + at + series.size() + 2);
+  };
+  EXPECT_EQ(value("strata_heap_trims_total"), 1);
+  EXPECT_GT(value("strata_heap_in_use_bytes{kind=\"arena\"}"), 0);
+  EXPECT_GE(value("strata_heap_in_use_bytes{kind=\"mmap\"}"), 0);
+  EXPECT_GE(value("strata_heap_free_bytes"), 0);
+  EXPECT_GT(value("process_resident_memory_bytes"), 1 << 20);
 }
 
 TEST(ServeAccess, ApiKeysMatchExactlyAndOriginsAsListed) {

@@ -136,6 +136,25 @@ await check("tools: the request and a tool round trip are accepted", async () =>
     ],
   });
   assert.ok(["stop", "length", "tool_calls"].includes(reply.choices[0].finish_reason));
+  // A forced call, whole and through the SDK's stream helper, which assembles the tool_calls
+  // deltas (index, id and name first, then argument fragments): the same message either way.
+  const forced = {
+    model: "strata-default", max_tokens: 24, temperature: 0, tools,
+    tool_choice: { type: "function", function: { name: "get_weather" } },
+    messages: [{ role: "user", content: "Weather in Paris?" }],
+  };
+  const whole = await client.chat.completions.create(forced);
+  let fragments = 0;
+  const runner = client.chat.completions.stream(forced);
+  runner.on("chunk", (chunk) => {
+    for (const call of chunk.choices[0]?.delta?.tool_calls ?? []) if (call.id === undefined) fragments += 1;
+  });
+  const final = await runner.finalChatCompletion();
+  assert.equal(final.choices[0].finish_reason, whole.choices[0].finish_reason);
+  assert.equal(final.choices[0].message.content ?? null, whole.choices[0].message.content);
+  const wholeCalls = whole.choices[0].message.tool_calls ?? [];
+  assert.deepEqual((final.choices[0].message.tool_calls ?? []).map((c) => c.function), wholeCalls.map((c) => c.function));
+  if (wholeCalls.length > 0 && wholeCalls[0].function.arguments.length > 8) assert.ok(fragments > 1);
   await assert.rejects(
     client.chat.completions.create({ model: "strata-default", messages: [{ role: "user", content: "x" }], tools, tool_choice: { type: "function", function: { name: "nope" } } }),
     (error) => {
