@@ -339,8 +339,9 @@ constexpr int64_t kWideActBytes = 65536;
 // panel's buffer is sized for it).
 constexpr int64_t kWideMaxN = 4096;
 // Below this many activation rows the decode (~20 ns per block and weight row) is not worth
-// doing once per call: at 8 rows the i16 wide path measured 7.2 ns per block-row, iq2_xs_tile 6.8.
-constexpr int64_t kWideMinActs = 12;
+// doing once per call. bench_matmul_tile (loaded box), ns per block-row: 8 rows 6.6-7.2 here vs
+// 7.7-8.0 for iq2_xs_tile; 4 rows 8.3 vs 7.3-8.3.
+constexpr int64_t kWideMinActs = 8;
 
 inline bool wide_path_fits(int64_t n_acts, int64_t n) {
   return n_acts >= kWideMinActs && n <= kWideMaxN;
