@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "more_types_util.h"
 #include "quant/kernels.h"
 #include "quant/quant.h"
-#include "more_types_util.h"
 #include "quant_test_util.h"
 
 namespace strata::quant {
@@ -89,7 +89,8 @@ std::vector<double> magnitudes_of(GgmlType type, const std::vector<uint8_t>& row
 
 std::vector<int64_t> lengths_for(GgmlType type) {
   if (type_traits(type).block_elems == 32) return {32, 64, 96, 160, 1024, 2592, 4128};
-  return {256, 512, 768, 2560, 4352};
+  // 4096: the longest row the IQ2_XS wide paths take (16 rows per activation group at AVX2).
+  return {256, 512, 768, 2560, 4096, 4352};
 }
 
 std::string describe(const TileKernel& k) {
@@ -98,10 +99,11 @@ std::string describe(const TileKernel& k) {
 
 void expect_tile_is_bitwise_the_single_dot(const TileKernel& k) {
   constexpr int64_t kMaxWeights = 7;
-  // Every n_acts up to 13 (each register tile and partial tile), then counts around the IQ2_XS
-  // wide paths' activation groups (AVX-512: 64 rows of 1024 weights, 25 of 2560; AVX2: 32 of
-  // 1024, 64 of 512, 12 of 2560: group boundaries inside the call, last groups of 1 or 2 rows)
-  // and their 4 × 4 and 3 × 2 tiles.
+  // Every n_acts up to 13 (each register tile and partial tile; 7 and 8 around the AVX2 IQ2_XS
+  // wide path's threshold), then counts around the IQ2_XS wide paths' activation groups
+  // (AVX-512: 64 rows of 1024 weights, 25 of 2560; AVX2: 64 of 1024, 25 of 2560, 16 of 4096:
+  // group boundaries inside the call, last groups of 1 or 2 rows) and their 4 × 4 and 4 × 2
+  // tiles.
   constexpr int64_t kMaxActs = 66;
   std::vector<int64_t> act_counts;
   for (int64_t c = 1; c <= 13; ++c) act_counts.push_back(c);
@@ -164,9 +166,9 @@ void expect_tile_is_bitwise_the_single_dot(const TileKernel& k) {
                 const size_t i = size_t(r) * out_w_stride + size_t(t) * out_a_stride;
                 written[i] = true;
                 ASSERT_EQ(f32_to_bits(out[i]), f32_to_bits(single[size_t(r * kMaxActs + t)]))
-                    << describe(k) << " n=" << n << " weight_pad=" << weight_pad
-                    << " n_w=" << n_w << " n_acts=" << n_acts << " r=" << r << " t=" << t
-                    << " got=" << out[i] << " want=" << single[size_t(r * kMaxActs + t)];
+                    << describe(k) << " n=" << n << " weight_pad=" << weight_pad << " n_w=" << n_w
+                    << " n_acts=" << n_acts << " r=" << r << " t=" << t << " got=" << out[i]
+                    << " want=" << single[size_t(r * kMaxActs + t)];
               }
             }
             for (size_t i = 0; i < out.size(); ++i) {
@@ -221,8 +223,8 @@ TEST(QuantDispatch, DotTileIsBitwiseOneDotPerPair) {
              kRows);
     for (int64_t r = 0; r < kRows; ++r) {
       for (int64_t t = 0; t < kActs; ++t) {
-        const float want = dot(type, weights.data() + size_t(r) * w_stride,
-                               acts.data() + size_t(t) * a_stride, n);
+        const float want =
+            dot(type, weights.data() + size_t(r) * w_stride, acts.data() + size_t(t) * a_stride, n);
         ASSERT_EQ(f32_to_bits(out[size_t(t * kRows + r)]), f32_to_bits(want))
             << traits->name << " r=" << r << " t=" << t << " at level "
             << kernel_level_name(active_kernel_level());

@@ -39,8 +39,8 @@ struct SignDecodeConstants {
   __m256i sign_spread[2];
 };
 [[gnu::always_inline]] inline SignDecodeConstants sign_decode_constants() {
-  return {_mm256_broadcastsi128_si256(
-              _mm_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0)),
+  return {_mm256_broadcastsi128_si256(_mm_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0,
+                                                    -128, 0, -128, -128, 0)),
           _mm256_set1_epi64x(0x8040201008040201),
           _mm256_set1_epi8(0x7f),
           {_mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2,  //
@@ -64,13 +64,14 @@ void dequantize_iq2_xs(const void* src, float* dst, int64_t n) {
         const int nibble = group < 2 ? (block.scales[sub] & 15) : (block.scales[sub] >> 4);
         const float db = d * (0.5f + nibble) * 0.25f;
         const uint16_t word = block.qs[4 * sub + group];
-        const __m256 magnitudes = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-            _mm_cvtsi64_si128(static_cast<int64_t>(kIq2xsGrid[word & 511]))));
+        const __m256 magnitudes = _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(kIq2xsGrid[word & 511]))));
         const __m256i sign_set = _mm256_cmpeq_epi32(
             _mm256_and_si256(_mm256_set1_epi32(kIq2xsSigns[word >> 9]), bit_of_lane), bit_of_lane);
         const __m256 scaled = _mm256_mul_ps(_mm256_set1_ps(db), magnitudes);
-        _mm256_storeu_ps(y + 32 * sub + 8 * group,
-                         _mm256_xor_ps(scaled, _mm256_castsi256_ps(_mm256_and_si256(sign_set, sign_bit))));
+        _mm256_storeu_ps(
+            y + 32 * sub + 8 * group,
+            _mm256_xor_ps(scaled, _mm256_castsi256_ps(_mm256_and_si256(sign_set, sign_bit))));
       }
     }
   }
@@ -92,21 +93,25 @@ float dot_iq2_xs(const void* w, const void* a, int64_t n) {
       const __m256i words = load32(block.qs + 16 * quad);
       const __m256i low_bits = _mm256_srli_epi16(words, 9);
       const __m256i folded = _mm256_xor_si256(low_bits, _mm256_srli_epi16(low_bits, 4));
-      const __m256i sign_bytes = _mm256_or_si256(low_bits, _mm256_shuffle_epi8(parity_high_bit, folded));
+      const __m256i sign_bytes =
+          _mm256_or_si256(low_bits, _mm256_shuffle_epi8(parity_high_bit, folded));
       for (int lane = 0; lane < 2; ++lane) {
-        const __m256i lane_signs = _mm256_broadcastsi128_si256(
-            lane == 0 ? _mm256_castsi256_si128(sign_bytes) : _mm256_extracti128_si256(sign_bytes, 1));
+        const __m256i lane_signs =
+            _mm256_broadcastsi128_si256(lane == 0 ? _mm256_castsi256_si128(sign_bytes)
+                                                  : _mm256_extracti128_si256(sign_bytes, 1));
         for (int k = 0; k < 2; ++k) {
           const int sub = 4 * quad + 2 * lane + k;
           const __m256i spread = _mm256_shuffle_epi8(lane_signs, sign_spread[k]);
           // Byte j keeps bit j of its sign byte (0 or 2^j); adding 127 makes it negative (as i8)
           // exactly when the bit is set and never zero, which is what sign_epi8 needs.
-          const __m256i sign_selector = _mm256_add_epi8(_mm256_and_si256(spread, bit_of_byte), bias);
+          const __m256i sign_selector =
+              _mm256_add_epi8(_mm256_and_si256(spread, bit_of_byte), bias);
           const __m256i signed_acts = _mm256_sign_epi8(load32(act.qs + 32 * sub), sign_selector);
-          const __m256i products = _mm256_maddubs_epi16(grid_points(block.qs + 4 * sub), signed_acts);
+          const __m256i products =
+              _mm256_maddubs_epi16(grid_points(block.qs + 4 * sub), signed_acts);
           // Scale vector from a table: no vector instruction (madd reads it from memory).
-          const __m256i scale =
-              _mm256_load_si256(reinterpret_cast<const __m256i*>(iq2xs_scale_vector(block.scales[sub])));
+          const __m256i scale = _mm256_load_si256(
+              reinterpret_cast<const __m256i*>(iq2xs_scale_vector(block.scales[sub])));
           sums = _mm256_add_epi32(sums, _mm256_madd_epi16(products, scale));
         }
       }
@@ -152,9 +157,9 @@ template <int kA>
       const __m256i sign_bytes =
           _mm256_or_si256(low_bits, _mm256_shuffle_epi8(parity_high_bit, folded));
       for (int lane = 0; lane < 2; ++lane) {
-        const __m256i lane_signs = _mm256_broadcastsi128_si256(
-            lane == 0 ? _mm256_castsi256_si128(sign_bytes)
-                      : _mm256_extracti128_si256(sign_bytes, 1));
+        const __m256i lane_signs =
+            _mm256_broadcastsi128_si256(lane == 0 ? _mm256_castsi256_si128(sign_bytes)
+                                                  : _mm256_extracti128_si256(sign_bytes, 1));
         for (int k = 0; k < 2; ++k) {
           const int sub = 4 * quad + 2 * lane + k;
           const __m256i spread = _mm256_shuffle_epi8(lane_signs, sign_spread[k]);
@@ -163,8 +168,7 @@ template <int kA>
           const __m256i scale = _mm256_load_si256(
               reinterpret_cast<const __m256i*>(iq2xs_scale_vector(block.scales[sub])));
           for (int t = 0; t < kA; ++t) {
-            const __m256i signed_acts =
-                _mm256_sign_epi8(load32(act(t)[b].qs + 32 * sub), selector);
+            const __m256i signed_acts = _mm256_sign_epi8(load32(act(t)[b].qs + 32 * sub), selector);
             const __m256i products = _mm256_maddubs_epi16(grid, signed_acts);
             sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(products, scale));
           }
@@ -180,64 +184,62 @@ template <int kA>
   for (int t = 0; t < kA; ++t) out[size_t(t) * out_stride] = canonical_nan(horizontal_sum(acc[t]));
 }
 
-// ---- Windows of many activation rows: blocks decoded once per call into i16 -----------------
+// ---- Windows of many activation rows: blocks decoded once per call, activations biased -----
 //
 // iq2_xs_tile's per-row work is 4 vector ops per 32 weights (sign, maddubs, madd, add) and it
 // rebuilds each sub-block's grid and signs for every group of 8 rows. For a window with enough
-// activation rows the weights are decoded once per call into signed i16 values already times
-// their sub-block scale (|w·(2s+1)| <= 43·31 = 1333) and the activations are widened to i16 once
-// per call; a 16-weight step is then one madd + one add per (weight row, activation row).
+// activation rows the weights are decoded once per call into signed bytes (±8/25/43, the values
+// sign_epi8 puts on the activations in dot_iq2_xs, moved onto the weights), and the activations
+// are biased to unsigned bytes x + 128 once per call. A 32-weight step is then maddubs(x + 128, w)
+// (exact i16 pair sums: |.| <= 2·255·43 = 21930), madd with the sub-block's scale vector and an
+// add per (weight row, activation row): 3 ops where the i16 form this replaced took 4, and half
+// the activation bytes per multiply.
 //
-// Lane order: each 32-weight sub-block is stored as two vectors, "low" with bytes 4k, 4k+1 and
-// "high" with bytes 4k+2, 4k+3 (k = 0..7) as words 2k, 2k+1 (weights and activations alike), so
-// i32 lane k of either madd belongs to dot_iq2_xs's lane k (bytes 4k..4k+3): the block's 8 lane
-// sums are the same exact integers, and the f32 step is the same (d·d_a)·0.125 and one FMA per
-// block. The scale of word e of either vector is word e of iq2xs_scale_vector (e < 8: bytes
-// 0-15, the low nibble), the vector dot_iq2_xs multiplies its maddubs pairs by.
+// Lane order: maddubs pairs bytes 2k, 2k+1 and madd pairs words 2k, 2k+1, so i32 lane k holds
+// bytes 4k..4k+3 of the sub-block times the scale of those bytes (iq2xs_scale_vector, the vector
+// dot_iq2_xs multiplies by): dot_iq2_xs's lane k plus 128·Σ scale·w of the same bytes. That bias
+// term is the same madd(maddubs(128, w), scale) summed over the block's sub-blocks, computed once
+// per weight block at decode and subtracted after the block's last sub-block, so the block's 8
+// lane sums are exactly dot_iq2_xs's integers; the f32 step is the same (d·d_a)·0.125 and one FMA
+// per block.
 
-constexpr int64_t kWideWordsPerBlock = 256;  // 16 vectors of 16 i16
+// One decoded weight block: per sub-block its 32 signed bytes and its 16 i16 scales (one ymm
+// each), then the 8 i32 lanes of the bias term.
+constexpr int64_t kWideVectorsPerBlock = 17;
+constexpr int64_t kWideBytesPerBlock = 32 * kWideVectorsPerBlock;
+// Biased activation bytes per block.
+constexpr int64_t kWideActBytesPerBlock = kBlockK;
 
-// 32 signed bytes in element order as the low and high i16 vectors of the wide layout.
-[[gnu::always_inline]] inline void widen_sub_block(__m256i bytes, __m256i& low, __m256i& high) {
-  // Per 128-bit lane: bytes 4k, 4k+1 of its 4 groups, then bytes 4k+2, 4k+3; then the two
-  // lanes' low halves together and their high halves together.
-  const __m256i in_lane =
-      _mm256_shuffle_epi8(bytes, _mm256_broadcastsi128_si256(_mm_setr_epi8(
-                                     0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)));
-  const __m256i grouped = _mm256_permute4x64_epi64(in_lane, 0xd8);
-  low = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(grouped));
-  high = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(grouped, 1));
-}
-
-// Activation rows [0, n_rows) (Q8_K, row t at acts + t·act_stride) in the wide layout: row t's
-// block b at words + (t·n_blocks + b)·256, its d at d[t·n_blocks + b].
-void widen_activations(const std::byte* acts, size_t act_stride, int64_t n_rows, int64_t n_blocks,
-                       int16_t* words, float* d) {
+// Activation rows [0, n_rows) (Q8_K, row t at acts + t·act_stride) biased: row t's block b at
+// bytes + (t·n_blocks + b)·256, its d at d[t·n_blocks + b].
+void bias_activations(const std::byte* acts, size_t act_stride, int64_t n_rows, int64_t n_blocks,
+                      uint8_t* bytes, float* d) {
+  const __m256i bias = _mm256_set1_epi8(char(0x80));
   for (int64_t t = 0; t < n_rows; ++t) {
     const auto* row = reinterpret_cast<const BlockQ8_K*>(acts + size_t(t) * act_stride);
     for (int64_t b = 0; b < n_blocks; ++b) {
-      int16_t* out = words + (t * n_blocks + b) * kWideWordsPerBlock;
+      uint8_t* out = bytes + (t * n_blocks + b) * kWideActBytesPerBlock;
       for (int sub = 0; sub < 8; ++sub) {
-        __m256i low, high;
-        widen_sub_block(load32(row[b].qs + 32 * sub), low, high);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32 * sub), low);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32 * sub + 16), high);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32 * sub),
+                           _mm256_xor_si256(load32(row[b].qs + 32 * sub), bias));
       }
       d[t * n_blocks + b] = row[b].d;
     }
   }
 }
 
-// One weight row in the wide layout: block b's signed, scaled words at words + b·256, its d at
-// d[b]. Grid points and sign selectors as dot_iq2_xs builds them.
-void widen_weights(const BlockIQ2_XS* blocks, int64_t n_blocks, int16_t* words, float* d) {
+// One weight row in the wide layout: block b at vectors + b·kWideVectorsPerBlock, its d at d[b].
+// Grid points and sign selectors as dot_iq2_xs builds them.
+void decode_weights(const BlockIQ2_XS* blocks, int64_t n_blocks, __m256i* vectors, float* d) {
   const SignDecodeConstants constants = sign_decode_constants();
   const __m256i &parity_high_bit = constants.parity_high_bit, &bit_of_byte = constants.bit_of_byte,
                 &bias = constants.bias;
   const __m256i(&sign_spread)[2] = constants.sign_spread;
+  const __m256i activation_bias = _mm256_set1_epi8(char(0x80));
   for (int64_t b = 0; b < n_blocks; ++b) {
     const BlockIQ2_XS& block = blocks[b];
-    int16_t* out = words + b * kWideWordsPerBlock;
+    __m256i* out = vectors + b * kWideVectorsPerBlock;
+    __m256i bias_sums = _mm256_setzero_si256();
     for (int quad = 0; quad < 2; ++quad) {
       const __m256i words16 = load32(block.qs + 16 * quad);
       const __m256i low_bits = _mm256_srli_epi16(words16, 9);
@@ -256,64 +258,70 @@ void widen_weights(const BlockIQ2_XS* blocks, int64_t n_blocks, int16_t* words, 
           const __m256i signed_w = _mm256_sign_epi8(grid_points(block.qs + 4 * sub), selector);
           const __m256i scale = _mm256_load_si256(
               reinterpret_cast<const __m256i*>(iq2xs_scale_vector(block.scales[sub])));
-          __m256i low, high;
-          widen_sub_block(signed_w, low, high);
-          _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32 * sub),
-                             _mm256_mullo_epi16(low, scale));
-          _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32 * sub + 16),
-                             _mm256_mullo_epi16(high, scale));
+          _mm256_store_si256(out + 2 * sub, signed_w);
+          _mm256_store_si256(out + 2 * sub + 1, scale);
+          bias_sums = _mm256_add_epi32(
+              bias_sums, _mm256_madd_epi16(_mm256_maddubs_epi16(activation_bias, signed_w), scale));
         }
       }
     }
+    _mm256_store_si256(out + 16, bias_sums);
     d[b] = f16_scalar_to_f32(block.d);
   }
 }
 
-// The wide path's register tile: 3 weight rows × 2 activation rows (6 i32 sums, 3 weight
-// vectors; with 16 ymm registers larger tiles spill). Measured in bench_matmul_tile (1024 -> 512,
-// 32 rows, loaded box): 3 × 2 4.8–5.0 ns per block-row, 4 × 1 4.9, 2 × 3 5.0–6.0, 4 × 2 5.9,
-// 3 × 3 and 4 × 3 6.1, 2 × 4 6.5–7.7; iq2_xs_tile 7.0.
-constexpr int kWideW = 3;
+// The wide path's register tile: kWideW weight rows × kWideA activation rows (i32 sums, one
+// weight vector per row and one activation vector in registers; the scales are memory operands).
+// Measured in bench_matmul_tile (1024 -> 512, 32 rows, box loaded to 2-6 by other builds; ns per
+// block-row): 4 × 2 5.7-6.0, 3 × 3 5.4-6.1, 3 × 2 4.9-5.7, 2 × 4 5.9, 5 × 2 6.4-6.5; the i16 wide
+// path this replaced 7.2-7.6 in the same runs.
+constexpr int kWideW = 4;
 constexpr int kWideA = 2;
 
-// kW wide weight rows (row r at w_words + r·n_blocks·256, d at w_d + r·n_blocks) × kA wide
-// activation rows (row t at a_words + t·n_blocks·256, d at a_d + t·n_blocks) into
+// kW decoded weight rows (row r at w_vectors + r·n_blocks·17, d at w_d + r·n_blocks) × kA biased
+// activation rows (row t at a_bytes + t·n_blocks·256, d at a_d + t·n_blocks) into
 // out[r·out_w_stride + t·out_a_stride].
 template <int kW, int kA>
-[[gnu::always_inline]] inline void wide_tile(const int16_t* w_words, const float* w_d,
-                                             const int16_t* a_words, const float* a_d,
+[[gnu::always_inline]] inline void wide_tile(const __m256i* w_vectors, const float* w_d,
+                                             const uint8_t* a_bytes, const float* a_d,
                                              int64_t n_blocks, float* out, size_t out_w_stride,
                                              size_t out_a_stride) {
-  const int64_t row_words = n_blocks * kWideWordsPerBlock;
+  const int64_t row_vectors = n_blocks * kWideVectorsPerBlock;
+  const int64_t row_bytes = n_blocks * kWideActBytesPerBlock;
   __m256 acc[kW][kA];
   for (auto& row_acc : acc) {
     for (__m256& a : row_acc) a = _mm256_setzero_ps();
   }
-  const auto load_words = [](const int16_t* p) {
-    return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
-  };
   for (int64_t b = 0; b < n_blocks; ++b) {
     __m256i sums[kW][kA];
     for (auto& row_sums : sums) {
       for (__m256i& sum : row_sums) sum = _mm256_setzero_si256();
     }
-    const int64_t block_word = b * kWideWordsPerBlock;
-    // Not unrolled: a 16-fold unroll makes GCC spill the sums.
+    const __m256i* block_w = w_vectors + b * kWideVectorsPerBlock;
+    const uint8_t* block_a = a_bytes + b * kWideActBytesPerBlock;
 #pragma GCC unroll 1
-    for (int v = 0; v < 16; ++v) {
+    for (int sub = 0; sub < 8; ++sub) {
       __m256i w[kW];
-      for (int r = 0; r < kW; ++r) w[r] = load_words(w_words + r * row_words + block_word + 16 * v);
+      for (int r = 0; r < kW; ++r) w[r] = _mm256_load_si256(block_w + r * row_vectors + 2 * sub);
       for (int t = 0; t < kA; ++t) {
-        const __m256i x = load_words(a_words + t * row_words + block_word + 16 * v);
-        for (int r = 0; r < kW; ++r)
-          sums[r][t] = _mm256_add_epi32(sums[r][t], _mm256_madd_epi16(x, w[r]));
+        const __m256i x =
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(block_a + t * row_bytes + 32 * sub));
+        for (int r = 0; r < kW; ++r) {
+          const __m256i products = _mm256_maddubs_epi16(x, w[r]);
+          sums[r][t] = _mm256_add_epi32(
+              sums[r][t], _mm256_madd_epi16(products, _mm256_load_si256(block_w + r * row_vectors +
+                                                                        2 * sub + 1)));
+        }
       }
     }
     for (int r = 0; r < kW; ++r) {
+      const __m256i bias_sums = _mm256_load_si256(block_w + r * row_vectors + 16);
       const float d_w = w_d[r * n_blocks + b];
       for (int t = 0; t < kA; ++t) {
         const float d = d_w * a_d[t * n_blocks + b] * 0.125f;
-        acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums[r][t]), acc[r][t]);
+        acc[r][t] =
+            _mm256_fmadd_ps(_mm256_set1_ps(d),
+                            _mm256_cvtepi32_ps(_mm256_sub_epi32(sums[r][t], bias_sums)), acc[r][t]);
       }
     }
   }
@@ -324,35 +332,40 @@ template <int kW, int kA>
   }
 }
 
-// The activation group (widened once per call) is at most kWideActWords words (64 KiB).
-constexpr int64_t kWideActWords = 32768;
+// The activation group (biased once per call) is at most kWideActBytes bytes (64 KiB, as the
+// i16 group this replaced).
+constexpr int64_t kWideActBytes = 65536;
+// The longest row the wide path takes (16 rows of it fill the activation group; the weight
+// panel's buffer is sized for it).
+constexpr int64_t kWideMaxN = 4096;
 // Below this many activation rows the decode (~20 ns per block and weight row) is not worth
-// doing once per call: at 8 rows the wide path measured 7.2 ns per block-row, iq2_xs_tile 6.8.
-constexpr int64_t kWideMinActs = 12;
+// doing once per call. bench_matmul_tile (loaded box), ns per block-row: 8 rows 6.6-7.2 here vs
+// 7.7-8.0 for iq2_xs_tile; 4 rows 8.3 vs 7.3-8.3.
+constexpr int64_t kWideMinActs = 8;
 
 inline bool wide_path_fits(int64_t n_acts, int64_t n) {
-  return n_acts >= kWideMinActs && kWideMinActs * n <= kWideActWords;
+  return n_acts >= kWideMinActs && n <= kWideMaxN;
 }
 
 void wide_tiles(const std::byte* weights, size_t w_stride, int64_t n_w, const std::byte* acts,
                 size_t a_stride, int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
                 size_t out_a_stride) {
   const int64_t n_blocks = n / kBlockK;
-  const int64_t group_rows = std::min<int64_t>(n_acts, kWideActWords / n);
-  alignas(64) int16_t act_words[kWideActWords];
-  float a_d[kWideActWords / kBlockK];
-  alignas(64) int16_t w_words[kWideW * kWideActWords / kWideMinActs];
-  float w_d[kWideW * kWideActWords / kWideMinActs / kBlockK];
+  const int64_t group_rows = std::min<int64_t>(n_acts, kWideActBytes / n);
+  alignas(64) uint8_t act_bytes[kWideActBytes];
+  float a_d[kWideActBytes / kBlockK];
+  __m256i w_vectors[kWideW * kWideMaxN / kBlockK * kWideVectorsPerBlock];
+  float w_d[kWideW * kWideMaxN / kBlockK];
   for (int64_t a_first = 0; a_first < n_acts; a_first += group_rows) {
     const int64_t a_count = std::min(group_rows, n_acts - a_first);
-    widen_activations(acts + size_t(a_first) * a_stride, a_stride, a_count, n_blocks, act_words,
-                      a_d);
+    bias_activations(acts + size_t(a_first) * a_stride, a_stride, a_count, n_blocks, act_bytes,
+                     a_d);
     for (int64_t w_first = 0; w_first < n_w; w_first += kWideW) {
       const int64_t w_count = std::min<int64_t>(kWideW, n_w - w_first);
       for (int64_t r = 0; r < w_count; ++r) {
-        widen_weights(
+        decode_weights(
             reinterpret_cast<const BlockIQ2_XS*>(weights + size_t(w_first + r) * w_stride),
-            n_blocks, w_words + r * n_blocks * kWideWordsPerBlock, w_d + r * n_blocks);
+            n_blocks, w_vectors + r * n_blocks * kWideVectorsPerBlock, w_d + r * n_blocks);
       }
       for (int64_t t_first = 0; t_first < a_count; t_first += kWideA) {
         const int64_t t_count = std::min<int64_t>(kWideA, a_count - t_first);
@@ -361,7 +374,7 @@ void wide_tiles(const std::byte* weights, size_t w_stride, int64_t n_w, const st
         tiles::with_count<kWideW>(w_count, [&](auto w_rows) {
           tiles::with_count<kWideA>(t_count, [&](auto a_rows) {
             wide_tile<decltype(w_rows)::value, decltype(a_rows)::value>(
-                w_words, w_d, act_words + t_first * n_blocks * kWideWordsPerBlock,
+                w_vectors, w_d, act_bytes + t_first * n_blocks * kWideActBytesPerBlock,
                 a_d + t_first * n_blocks, n_blocks, tile_out, out_w_stride, out_a_stride);
           });
         });
