@@ -206,7 +206,6 @@ template <int kA>
 // One decoded weight block: per sub-block its 32 signed bytes and its 16 i16 scales (one ymm
 // each), then the 8 i32 lanes of the bias term.
 constexpr int64_t kWideVectorsPerBlock = 17;
-constexpr int64_t kWideBytesPerBlock = 32 * kWideVectorsPerBlock;
 // Biased activation bytes per block.
 constexpr int64_t kWideActBytesPerBlock = kBlockK;
 
