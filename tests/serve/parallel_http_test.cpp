@@ -160,7 +160,8 @@ TEST(ServeParallel, ChoicesOfOneRequestDecodeTogether) {
     json out = json::array({json::object(), json::object()});
     for (const std::string& event : sse_data(reply.body)) {
       if (event == "[DONE]") break;
-      for (const json& c : json::parse(event)["choices"]) {
+      const json parsed = json::parse(event);  // the range-for's json must outlive the loop
+      for (const json& c : parsed["choices"]) {
         json& one = out[c["index"].get<size_t>()];
         for (const char* key : {"content", "reasoning_content"})
           one[key] = one.value(key, "") + c["delta"].value(key, "");
