@@ -264,6 +264,14 @@ const OrderedJson* ToolCallParser::find_tool(std::string_view name) const {
   return found;
 }
 
+// After a call's end, in either format, only whitespace may follow before </tool_call>: it is
+// consumed; anything else makes the rest of the block content.
+void ToolCallParser::skip_after_call(std::string_view text) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos) step_ = Step::Broken;
+  position_ += first == std::string_view::npos ? text.size() : first;
+}
+
 // Returns true while it made progress (call again), false when it needs more text or the block
 // is decided.
 bool ToolCallParser::advance_xml(std::vector<ReplyPiece>& out) {
@@ -348,8 +356,7 @@ bool ToolCallParser::advance_xml(std::vector<ReplyPiece>& out) {
       return false;
     }
     case Step::AfterCall:
-      if (!word.empty()) step_ = Step::Broken;
-      position_ += word.empty() ? text.size() : first;
+      skip_after_call(text);
       return false;
     case Step::CallClose:  // Hermes only
     case Step::Whole:
@@ -467,12 +474,9 @@ bool ToolCallParser::advance_hermes(std::vector<ReplyPiece>& out) {
       step_ = Step::AfterCall;
       return true;
     }
-    case Step::AfterCall: {
-      const size_t first = text.find_first_not_of(" \t\r\n");
-      if (first != std::string_view::npos) step_ = Step::Broken;
-      position_ += first == std::string_view::npos ? text.size() : first;
+    case Step::AfterCall:
+      skip_after_call(text);
       return false;
-    }
     case Step::Value:  // XML only
     case Step::Whole:
     case Step::Broken:

@@ -98,6 +98,7 @@ class ToolCallParser {
   void advance(std::vector<ReplyPiece>& out, bool complete);
   bool advance_xml(std::vector<ReplyPiece>& out);
   bool advance_hermes(std::vector<ReplyPiece>& out);
+  void skip_after_call(std::string_view text);
   const nlohmann::ordered_json* find_tool(std::string_view name) const;
   std::optional<ParsedToolCall> parse_block(std::string_view body) const;
   std::optional<ParsedToolCall> parse_hermes(std::string_view body) const;
