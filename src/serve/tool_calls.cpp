@@ -57,6 +57,45 @@ std::string escaped(std::string_view text) {
   return quoted.substr(1, quoted.size() - 2);
 }
 
+// How many bytes at the end of `text` begin a well-formed UTF-8 sequence that more bytes may
+// complete (0 to 3). A string value streamed in pieces holds them back: escaped() turns a sequence
+// cut in two into replacement characters, so a multi-byte character split across two pushes would
+// come out differently from the same value escaped whole. The rules are Unicode's well-formed byte
+// sequences (table 3-7), those of the JSON writer's decoder: a byte that breaks a sequence starts
+// the next one.
+size_t incomplete_utf8_tail(std::string_view text) {
+  size_t start = 0;
+  int need = 0;
+  unsigned char low = 0x80, high = 0xBF;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (need > 0) {
+      if (byte >= low && byte <= high) {
+        --need;
+        low = 0x80;
+        high = 0xBF;
+        continue;
+      }
+      need = 0;  // the sequence is broken; this byte is read again as a new one
+    }
+    start = i;
+    low = 0x80;
+    high = 0xBF;
+    if (byte >= 0xC2 && byte <= 0xDF) {
+      need = 1;
+    } else if (byte >= 0xE0 && byte <= 0xEF) {
+      need = 2;
+      if (byte == 0xE0) low = 0xA0;   // no overlong forms
+      if (byte == 0xED) high = 0x9F;  // no surrogates
+    } else if (byte >= 0xF0 && byte <= 0xF4) {
+      need = 3;
+      if (byte == 0xF0) low = 0x90;   // no overlong forms
+      if (byte == 0xF4) high = 0x8F;  // nothing above U+10FFFF
+    }  // ASCII, a stray continuation byte or an invalid lead byte stands alone
+  }
+  return need > 0 ? text.size() - start : 0;
+}
+
 // `text` is a proper prefix of `tag` (so more text may complete it).
 bool may_become(std::string_view text, std::string_view tag) {
   return text.size() < tag.size() && tag.starts_with(text);
@@ -351,6 +390,7 @@ bool ToolCallParser::advance_xml(std::vector<ReplyPiece>& out) {
       // A string value streams as written, less what may be its closing "\n</parameter>".
       size_t ready = text.size() - partial_tag_suffix(text, kParameterClose);
       if (ready > 0 && text[ready - 1] == '\n') --ready;
+      ready -= incomplete_utf8_tail(text.substr(0, ready));
       emit_arguments(out, escaped(text.substr(0, ready)));
       position_ += ready;
       return false;

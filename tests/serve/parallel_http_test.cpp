@@ -124,10 +124,14 @@ TEST(ServeParallel, ConcurrentRequestsAnswerAsTheSingleSlotServer) {
   EXPECT_TRUE(eventually([&] {
     return metric_now(server, R"(strata_generations_total{finish_reason="cancelled"})") == 1;
   }));
-  // The decode steps really were shared, by up to 4 slots.
+  // The decode steps really were shared, by up to 4 slots. How many rows met in one step at most
+  // depends on when the clients' requests arrived (4 when the three first ones and the endless
+  // one overlap; on a loaded machine a short one may be done before the last joins), so the
+  // bound is "shared, never more than the slots".
   EXPECT_EQ(metric_now(server, "strata_slots"), 4);
   EXPECT_GT(metric_now(server, "strata_batch_steps_total"), 0);
-  EXPECT_EQ(metric_now(server, "strata_batch_max_rows"), 4);
+  EXPECT_GE(metric_now(server, "strata_batch_max_rows"), 2);
+  EXPECT_LE(metric_now(server, "strata_batch_max_rows"), 4);
   EXPECT_GT(metric_now(server, "strata_batch_rows_total"),
             metric_now(server, "strata_batch_steps_total"));
   // The prompts went through the batched windows too.

@@ -251,5 +251,21 @@ TEST(ToolCallParser, AStreamedCallThatBreaksKeepsWhatWasSent) {
       {call("get_weather", R"({"city":"Rome"})")});
 }
 
+TEST(ToolCallParser, AStreamedStringValueNeverSplitsACharacter) {
+  // Multi-byte characters (2, 3 and 4 bytes), a broken sequence and a stray continuation byte in
+  // a string value, pushed a byte at a time: the arguments are the whole mode's, with the same
+  // replacement characters for the bytes that are not UTF-8 (the fuzzer found a split "ď" turned
+  // into two replacement characters).
+  const std::string value =
+      "Z\xc3\xbcrich \xe2\x82\xac \xf0\x9f\x8c\x8d \xc4\x8f\x9e\x8a \xe2\x82x";
+  const std::string block = "<tool_call>\n<function=get_weather>\n<parameter=city>\n" + value +
+                            "\n</parameter>\n</function>\n</tool_call>";
+  const std::string whole = parse(ToolCallFormat::Xml, block, block.size() + 1)[0].call->arguments;
+  EXPECT_NE(whole.find("Z\xc3\xbcrich \xe2\x82\xac \xf0\x9f\x8c\x8d \xc4\x8f\xef\xbf\xbd"),
+            std::string::npos)
+      << whole;
+  expect_same_for_every_chunking(ToolCallFormat::Xml, block, {call("get_weather", whole)});
+}
+
 }  // namespace
 }  // namespace strata::serve
