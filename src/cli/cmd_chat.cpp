@@ -114,7 +114,10 @@ class ChatLoop {
         tokenizer_(tokenizer),
         chat_template_(ChatTemplate::from_gguf(model.file())),
         store_(store),
-        session_(model, pool, tracer ? tracer : store, resolve_backend(options.model, store != nullptr && !wants_gpu_tier(options.experts))),
+        session_(
+            model, pool, tracer ? tracer : store,
+            resolve_backend(options.model, store != nullptr && !wants_gpu_tier(options.experts)),
+            options.model.ctx),
         sampler_(options.model.sampling),
         cache_(session_.backend() == "cpu" ? resolve_cache_ram(options.cache_ram) : 0,
                kPrefillChunk) {
@@ -138,7 +141,7 @@ class ChatLoop {
     fmt::print(
         "context {} tokens of {}; last turn: prompt {} tokens in {:.2f} s ({:.1f} tok/s), "
         "reply {} tokens in {:.2f} s ({:.1f} tok/s)\n",
-        session_.n_past(), model_.hparams().n_ctx_train, last_.prompt_tokens, last_.prefill_s,
+        session_.n_past(), session_.context_length(), last_.prompt_tokens, last_.prefill_s,
         double(last_.prompt_tokens) / std::max(last_.prefill_s, 1e-9), last_.reply_tokens,
         last_.reply_s, double(last_.reply_tokens) / std::max(last_.reply_s, 1e-9));
     if (store_)

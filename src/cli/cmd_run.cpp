@@ -284,7 +284,7 @@ void run(const RunOptions& options) {
   ExpertSource* experts = tracer ? static_cast<ExpertSource*>(tracer.get()) : store.get();
   const std::string backend = resolve_backend(options.model, store != nullptr && !wants_gpu_tier(options.experts));
   check_gpu_tier_backend(options.experts, backend);
-  Session session(*model, pool, experts, backend);
+  Session session(*model, pool, experts, backend, options.model.ctx);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> telemetry(nullptr, &std::fclose);
   if (!options.telemetry_out.empty()) {
     telemetry.reset(std::fopen(options.telemetry_out.c_str(), "w"));

@@ -23,6 +23,7 @@
 #include "cli/model_options.h"
 #include "cli/spec_options.h"
 #include "compute/cpu/thread_pool.h"
+#include "engine/session.h"
 #include "model/model.h"
 #include "serve/heap_policy.h"
 #include "serve/http_server.h"
@@ -93,7 +94,7 @@ void run_serve(const ServeOptions& options) {
       resolve_backend(options.model, store != nullptr && !wants_gpu_tier(options.experts));
   check_gpu_tier_backend(options.experts, served.backend);
   served.id = options.alias.empty() ? std::filesystem::path(path).stem().string() : options.alias;
-  served.n_ctx = model->hparams().n_ctx_train;
+  served.n_ctx = session_context_length(model->hparams(), options.model.ctx);
   served.end_of_turn = tokenizer.find_token(ChatTemplate::kEndOfTurn);
   served.default_sampling = options.model.sampling;
   if (options.seed_given) served.default_seed = options.model.sampling.seed;

@@ -33,6 +33,12 @@ void add_model_options(CLI::App& cmd, ModelOptions& options, bool with_backend) 
                  "compute backend: cpu, cuda (every expert in GPU memory, or --gpu-budget of them), or auto "
                  "(cuda when a GPU is usable and either no --ram-budget or a --gpu-budget is set, else cpu)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  cmd.add_option("--ctx", options.ctx,
+                 "context length in tokens (default: the model's). Every state (KV caches, "
+                 "recurrent states, PLE history) is reserved for exactly this many at start and "
+                 "nothing grows; a longer sequence is refused. Without it, up to 32768 tokens are "
+                 "reserved and the caches grow past that")
+      ->check(CLI::PositiveNumber);
 }
 
 void add_sampling_options(CLI::App& cmd, SamplerConfig& sampling) {

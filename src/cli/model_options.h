@@ -13,11 +13,12 @@ struct ModelOptions {
   std::string model_path;  // empty = the embedded default
   int threads = 0;         // 0 = hardware concurrency
   std::string backend = "auto";  // --backend: cpu, cuda, auto
+  int64_t ctx = 0;               // --ctx: the context length in tokens (0 = the model's)
   SamplerConfig sampling;
 };
 
-// with_backend: also --backend (the commands whose sessions run on a chosen backend: run, chat,
-// serve; bench and profile measure the CPU expert store and leave it out).
+// with_backend: also --backend and --ctx (the commands whose sessions run on a chosen backend:
+// run, chat, serve; bench and profile measure the CPU expert store and leave them out).
 void add_model_options(CLI::App& cmd, ModelOptions& options, bool with_backend = true);
 void add_sampling_options(CLI::App& cmd, SamplerConfig& sampling);
 // The model to load: -m, else the embedded default shipped in models/ (searched next to the

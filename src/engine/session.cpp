@@ -9,35 +9,48 @@
 
 namespace strata {
 
+namespace {}  // namespace
+
+int64_t session_context_length(const HParams& hp, int64_t requested) {
+  if (requested < 0) fail("context length (--ctx) must be >= 1, got {}", requested);
+  if (requested > 0 && hp.n_ctx_train > 0 && requested > hp.n_ctx_train)
+    fail("context length (--ctx) {} is more than the model's context length {}", requested,
+         hp.n_ctx_train);
+  return requested > 0 ? requested : hp.n_ctx_train;
+}
+
 namespace {
 
-int64_t tokens_to_reserve(const HParams& hp) {
-  return hp.n_ctx_train > 0 ? std::min(hp.n_ctx_train, Session::kMaxReservedTokens)
+int64_t tokens_to_reserve(int64_t context_length, int64_t requested) {
+  if (requested > 0) return requested;  // exactly what was asked for: nothing grows later
+  return context_length > 0 ? std::min(context_length, Session::kMaxReservedTokens)
                             : Session::kMaxReservedTokens;
 }
 
 }  // namespace
 
 Session::Session(const Model& model, compute::ThreadPool& pool, ExpertSource* experts,
-                 std::string backend)
+                 std::string backend, int64_t n_ctx)
     : model_(model),
       pool_(pool),
       experts_(experts),
       backend_(std::move(backend)),
-      reserved_tokens_(tokens_to_reserve(model.hparams())),
-      state_(model.new_state(reserved_tokens_, compute::make_backend(backend_, model.backend_shared()))) {
+      context_length_(session_context_length(model.hparams(), n_ctx)),
+      reserved_tokens_(tokens_to_reserve(context_length_, n_ctx)),
+      state_(model.new_state(reserved_tokens_,
+                             compute::make_backend(backend_, model.backend_shared()))) {
   tokens_.reserve(size_t(reserved_tokens_));
 }
 
 void Session::check_context(size_t more) const {
-  const int64_t limit = model_.hparams().n_ctx_train;
+  const int64_t limit = context_length_;
   if (limit > 0 && state_.n_past + int64_t(more) > limit)
-    fail("context full: {} tokens so far + {} new exceed the model's context length {}",
-         state_.n_past, more, limit);
+    fail("context full: {} tokens so far + {} new exceed the context length {}", state_.n_past,
+         more, limit);
 }
 
 int64_t Session::context_left() const {
-  const int64_t limit = model_.hparams().n_ctx_train;
+  const int64_t limit = context_length_;
   return limit > 0 ? std::max<int64_t>(limit - state_.n_past, 0) : INT64_MAX;
 }
 
@@ -169,6 +182,9 @@ void Session::restore(const SessionSnapshot& snapshot) {
       snapshot.state.deltanet.size() != state_.deltanet.size())
     fail("session restore: the snapshot has {} layers, the model {}", snapshot.state.kv.size(),
          state_.kv.size());
+  if (context_length_ > 0 && snapshot.state.n_past > context_length_)
+    fail("session restore: the snapshot holds {} tokens, more than the context length {}",
+         snapshot.state.n_past, context_length_);
   copy_sequence_state(snapshot.state, state_);
   tokens_ = snapshot.tokens;
   logits_ = snapshot.logits;

@@ -7,11 +7,16 @@
 //   longer ones run Gated DeltaNet in its chunked form, equal up to fp32 rounding (~1e-6).
 // - `decode(token)` feeds one token and returns its logits.
 // - `reset` returns to an empty sequence without reallocating the model.
+// - Context length: `n_ctx` tokens when given (> 0; at most the model's context length), else
+//   the model's (`context_length()`, 0 = the file names none: unlimited). Feeding past it throws
+//   "context full" before any state changes.
 // - Allocation: the KV caches and the token list are reserved at construction for
-//   `reserved_tokens()` (the model's context length, at most kMaxReservedTokens: reserving is
-//   virtual memory only, but a 262k-token reservation of a large model's KV is more than some
-//   machines allow), and the window scratch lives in the state, so a steady decode step
-//   allocates nothing (tests/engine/zero_alloc_test.cpp). Past the reservation the caches grow.
+//   `reserved_tokens()`, and the window scratch lives in the state, so a steady decode step
+//   allocates nothing (tests/engine/zero_alloc_test.cpp). With `n_ctx` given that is the whole
+//   context: nothing grows, ever (strata run/chat/serve --ctx). Without it, the model's context
+//   length, at most kMaxReservedTokens (reserving is virtual memory only, but a 262k-token
+//   reservation of a large model's KV is more than some machines allow); past that the caches
+//   grow.
 // - `backend` names the compute backend of the sequence (backends/backend_registry.h: "cpu",
 //   "cuda"; already resolved, not "auto"); reset() makes a fresh one of the same kind.
 // - `snapshot` / `restore`: a deep copy of the sequence (model/model.h: copy_sequence_state, plus
@@ -42,13 +47,19 @@ struct SessionSnapshot {
   uint64_t bytes() const;
 };
 
+// The context length of a Session asked for `requested` tokens (0 = the model's): `requested`,
+// else hp.n_ctx_train (0 = unlimited). Throws when `requested` is negative or above the model's.
+int64_t session_context_length(const HParams& hp, int64_t requested);
+
 class Session {
  public:
+  // Throws when `n_ctx` is negative or above the model's context length.
   Session(const Model& model, compute::ThreadPool& pool, ExpertSource* experts = nullptr,
-          std::string backend = "cpu");
+          std::string backend = "cpu", int64_t n_ctx = 0);
 
   static constexpr int64_t kMaxReservedTokens = 32768;
   int64_t reserved_tokens() const { return reserved_tokens_; }
+  int64_t context_length() const { return context_length_; }  // 0 = unlimited
 
   using ProgressFn = std::function<void(int64_t done, int64_t total)>;
   const std::vector<float>& prefill(std::span<const int32_t> tokens, int chunk_rows = 64,
@@ -107,7 +118,7 @@ class Session {
   void truncate(int64_t n_tokens);
 
   int64_t n_past() const { return state_.n_past; }
-  // Tokens that still fit in the model's context (INT64_MAX when the file sets no limit).
+  // Tokens that still fit in the context (INT64_MAX when it is unlimited).
   int64_t context_left() const;
   const std::vector<int32_t>& tokens() const { return tokens_; }
   const std::vector<float>& logits() const { return logits_; }
@@ -124,6 +135,7 @@ class Session {
   compute::ThreadPool& pool_;
   ExpertSource* experts_;
   std::string backend_;
+  int64_t context_length_;
   int64_t reserved_tokens_;
   ModelState state_;
   std::vector<int32_t> tokens_;

@@ -195,7 +195,7 @@ GenerationOutcome Generator::run_choice(Job& job, int choice, const SessionSnaps
   record([&] { recorder_.begin_generation(report.prompt_tokens, report.queue_wait_s); });
   try {
     ExpertSource* experts = recorder_.source();
-    Session session(*served_.model, pool_, experts, served_.backend);
+    Session session(*served_.model, pool_, experts, served_.backend, served_.n_ctx);
     if (batcher_) {
       session.set_window_lock(&engine_lock_);
       // The prompt's windows ride in the batched steps too (DecodeBatcher::prefill).

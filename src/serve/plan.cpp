@@ -63,18 +63,17 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
   const int64_t n_prompt = int64_t(plan.prompt.size());
   if (served.n_ctx > 0) {
     if (n_prompt >= served.n_ctx) {
-      ApiError error =
-          invalid_field(prompt_field,
-                        "the prompt is {} tokens but the model's context is {} tokens, and at "
-                        "least one must be left for the reply",
-                        n_prompt, served.n_ctx);
+      ApiError error = invalid_field(prompt_field,
+                                     "the prompt is {} tokens but the context is {} tokens, and at "
+                                     "least one must be left for the reply",
+                                     n_prompt, served.n_ctx);
       error.code = "context_length_exceeded";
       return error;
     }
     if (request.max_tokens && n_prompt + *request.max_tokens > served.n_ctx) {
       ApiError error =
           invalid_field("max_tokens",
-                        "the prompt ({} tokens) plus max_tokens ({}) exceed the model's context of "
+                        "the prompt ({} tokens) plus max_tokens ({}) exceed the context of "
                         "{} tokens; at most {} "
                         "tokens can be generated for this prompt",
                         n_prompt, *request.max_tokens, served.n_ctx, served.n_ctx - n_prompt);

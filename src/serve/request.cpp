@@ -572,8 +572,7 @@ void read_limits_and_stream(const json& body, const RequestLimits& limits, Gener
     if (value->is_number_integer() &&
         (value->is_number_unsigned() ? value->get<uint64_t>() > uint64_t(max_allowed)
                                      : value->get<int64_t>() > max_allowed))
-      reject(key, "{} exceeds the model's context length of {} tokens", describe(*value),
-             max_allowed);
+      reject(key, "{} exceeds the context length of {} tokens", describe(*value), max_allowed);
     out.max_tokens = read_int(body, key, key, 1, max_allowed);
   }
   if (auto n = read_int(body, "n", "n", 1, std::numeric_limits<int32_t>::max())) {

@@ -52,7 +52,7 @@ enum class Endpoint { ChatCompletions, Completions };
 struct RequestLimits {
   std::string model_id;         // the one model this server serves
   int32_t n_vocab = 0;          // token-id prompts must be in [0, n_vocab)
-  int64_t n_ctx = 0;            // the model's context length (0 = no limit)
+  int64_t n_ctx = 0;            // the context length (--ctx, else the model's; 0 = no limit)
   size_t max_stop_strings = 4;  // OpenAI's limit
   size_t max_stop_bytes = 256;
   int max_json_depth = 32;

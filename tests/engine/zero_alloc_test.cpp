@@ -39,6 +39,7 @@
 #include "experts/sidecar.h"
 #include "model/model.h"
 #include "spec/spec_decoder.h"
+#include "util/error.h"
 
 // The replacements below pair malloc/aligned_alloc with free on purpose.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -269,6 +270,35 @@ TEST(ZeroAlloc, SteadyPlainDecodeAllocatesNothing) {
       for (int i = 0; i < 8; ++i) token = greedy(session.decode(token));
     });
     EXPECT_EQ(n, 0u) << "heap allocations in 8 steady decode steps";
+  }
+}
+
+// --ctx: a session sized for its whole context at start decodes to the last token of it without
+// one heap allocation (nothing grows: KV caches, recurrent states, PLE history, token list), and
+// the token past it is refused before any state changes.
+TEST(ZeroAlloc, ASessionSizedForItsContextAllocatesNothingToItsEnd) {
+  for (const std::string& path : model_paths()) {
+    SCOPED_TRACE(path);
+    auto model = Model::load(path);
+    compute::ThreadPool pool(2);
+    constexpr int64_t kContext = 48;
+    Session session(*model, pool, nullptr, "cpu", kContext);
+    EXPECT_EQ(session.reserved_tokens(), kContext);
+    EXPECT_EQ(session.context_length(), kContext);
+    const int vocab = int(model->hparams().n_vocab);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 7; ++i) prompt.push_back(int32_t((i * 37 + 11) % vocab));
+    int32_t token = greedy(session.prefill(prompt));
+    for (int i = 0; i < 3; ++i) token = greedy(session.decode(token));  // warm-up
+    const int64_t steps = session.context_left();
+    EXPECT_EQ(steps, kContext - 10);
+    const uint64_t n = allocations_during([&] {
+      for (int64_t i = 0; i < steps; ++i) token = greedy(session.decode(token));
+    });
+    EXPECT_EQ(n, 0u) << "heap allocations in the last " << steps << " tokens of the context";
+    EXPECT_EQ(session.n_past(), kContext);
+    EXPECT_THROW(session.decode(token), Error);
+    EXPECT_EQ(session.n_past(), kContext);
   }
 }
 

@@ -97,6 +97,30 @@ TEST(ServeEndpoints, PropsReportContextModelAndBudgets) {
   EXPECT_GT(strata["experts"]["n_expert"].get<int>(), 0);
 }
 
+// --ctx: every request's session holds exactly that many tokens; /props reports it and a request
+// that would not fit is a 400 naming it (not the model's 4096).
+TEST(ServeEndpoints, CtxSetsTheContextOfEveryRequest) {
+  ServeProcess server({"--ctx", "24"});
+  const HttpReply props = get(server, "/props");
+  ASSERT_EQ(props.status, 200) << props.body;
+  EXPECT_EQ(props.json()["default_generation_settings"]["n_ctx"], 24);
+  const HttpReply too_long =
+      post(server, "/v1/completions", R"({"prompt":"And God said","max_tokens":22})");
+  EXPECT_EQ(too_long.status, 400) << too_long.body;
+  EXPECT_NE(too_long.body.find("exceed the context of 24 tokens"), std::string::npos)
+      << too_long.body;
+  // Without max_tokens the reply runs to the end of the context: finish_reason "length".
+  const HttpReply to_the_end = post(
+      server, "/v1/completions", R"({"prompt":"And God said","temperature":0,"ignore_eos":true})");
+  ASSERT_EQ(to_the_end.status, 200) << to_the_end.body;
+  const json reply = to_the_end.json();
+  EXPECT_EQ(reply["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(
+      reply["usage"]["prompt_tokens"].get<int>() + reply["usage"]["completion_tokens"].get<int>(),
+      24);
+  EXPECT_EQ(server.terminate(15), 0);
+}
+
 TEST(ServeEndpoints, CorsOriginsPreflightAndHeaders) {
   ServeProcess server(
       {"--cors-origin", "http://a.example", "--cors-origin", "http://b.example:3000"});
