@@ -3,6 +3,7 @@
 #include "compute/cuda/matmul.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -558,13 +559,29 @@ int default_rows_per_warp(int n_rows) {
   return n_rows <= 4 ? 4 : 2;
 }
 
+// STRATA_CUDA_NARROW_ROWS_PER_WARP=1|2|4: weight rows per warp for narrow rows (< 32 units: several
+// rows share a warp) when no tuning says otherwise; unset (0): default_rows_per_warp. For measuring
+// the default in one run without a rebuild (session 25: 1 row per warp was faster for the IQ2_XS
+// experts' 1024- and 512-wide rows, 5.09 / 3.74 against 6.67 / 4.59 µs); results do not change.
+int narrow_rows_per_warp_override() {
+  static const int value = [] {
+    const char* v = std::getenv("STRATA_CUDA_NARROW_ROWS_PER_WARP");
+    if (!v || !*v) return 0;
+    const int n = std::atoi(v);
+    if (n != 1 && n != 2 && n != 4)
+      cuda_fail(std::string("STRATA_CUDA_NARROW_ROWS_PER_WARP: expected 1, 2 or 4, found ") + v);
+    return n;
+  }();
+  return value;
+}
+
 template <class Q>
 void launch(MatmulArgs args, int n_launch, int rows_total, cudaStream_t stream, const MatmulTuning* tuning) {
   if (Q::kTableBytes > 0) upload_quant_tables();
   for (int pass = 0; pass < rows_total; pass += kMaxRowsPerPass) {
     args.row_pass = pass;
     const int rows = std::min(kMaxRowsPerPass, rows_total - pass);
-    const int rw = tuning && tuning->rows_per_warp > 0 ? tuning->rows_per_warp : default_rows_per_warp<Q>(rows);
+    int rw = tuning && tuning->rows_per_warp > 0 ? tuning->rows_per_warp : default_rows_per_warp<Q>(rows);
     // Staging is off unless asked for: measured on 2560-wide rows (bench_cuda_matvec --n-in 2560
     // --sweep, docs/bench-cuda.md) it cost 15-25 % (Q8_0 T=1 0.61 -> 0.46 of HBM, IQ2_XS 0.12 ->
     // 0.10): the copy and the decode of a warp's rows do not overlap without double buffering.
@@ -576,6 +593,8 @@ void launch(MatmulArgs args, int n_launch, int rows_total, cudaStream_t stream, 
     const int choice = tuning ? tuning->staging : 0;
     args.stage_bytes = fits && choice == 1 ? 1 : 0;
     args.lanes = lanes_per_row<Q>(args.n_in, args.stage_bytes > 0, tuning);
+    const bool tuned = tuning && tuning->rows_per_warp > 0;
+    if (!tuned && args.lanes < 32 && narrow_rows_per_warp_override() > 0) rw = narrow_rows_per_warp_override();
     if (rows == 1) launch_rw<Q, 1>(args, n_launch, stream, rw);
     else if (rows == 2) launch_rw<Q, 2>(args, n_launch, stream, rw);
     else if (rows <= 4) launch_rw<Q, 4>(args, n_launch, stream, rw);
