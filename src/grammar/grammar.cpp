@@ -174,6 +174,111 @@ uint32_t GrammarBuilder::separated(std::string name, const Sequence& item,
   return add(std::move(name), {first});
 }
 
+std::vector<std::pair<ByteSet, GrammarBuilder::Sequence>> GrammarBuilder::utf8_char_forms(
+    const ByteSet& ascii) {
+  auto bytes = [](uint8_t a, uint8_t b) {
+    ByteSet set;
+    set.add_range(a, b);
+    return set;
+  };
+  const Item tail = range(0x80, 0xBF);
+  return {{ascii, {}},
+          {bytes(0xC2, 0xDF), {tail}},
+          {bytes(0xE0, 0xE0), {range(0xA0, 0xBF), tail}},
+          {bytes(0xE1, 0xEC), {tail, tail}},
+          {bytes(0xED, 0xED), {range(0x80, 0x9F), tail}},
+          {bytes(0xEE, 0xEF), {tail, tail}},
+          {bytes(0xF0, 0xF0), {range(0x90, 0xBF), tail, tail}},
+          {bytes(0xF1, 0xF3), {tail, tail, tail}},
+          {bytes(0xF4, 0xF4), {range(0x80, 0x8F), tail, tail}}};
+}
+
+uint32_t GrammarBuilder::text_until(std::string name, std::string_view terminator,
+                                    const std::vector<std::string>& forbidden) {
+  std::vector<std::string_view> patterns = {terminator};
+  patterns.insert(patterns.end(), forbidden.begin(), forbidden.end());
+  for (std::string_view pattern : patterns)
+    if (pattern.empty() ||
+        std::any_of(pattern.begin(), pattern.end(), [](char c) { return uint8_t(c) >= 0x80; }))
+      throw std::logic_error("GrammarBuilder::text_until: strings must be ASCII and non-empty");
+  // The trie of the strings; `ends` of a node: the terminator ends there (1) or a forbidden
+  // string does (2), through its suffix links; the terminator wins (a forbidden string that is a
+  // suffix of it, "</parameter>" of "\n</parameter>", is its end, not a violation).
+  struct Node {
+    std::array<int32_t, 128> next;
+    int32_t link = 0;
+    uint8_t ends = 0;
+  };
+  std::vector<Node> nodes(1);
+  nodes[0].next.fill(-1);
+  for (size_t p = 0; p < patterns.size(); ++p) {
+    size_t at = 0;
+    for (char c : patterns[p]) {
+      if (nodes[at].next[size_t(c)] < 0) {
+        nodes[at].next[size_t(c)] = int32_t(nodes.size());
+        nodes.push_back({});
+        nodes.back().next.fill(-1);
+      }
+      at = size_t(nodes[at].next[size_t(c)]);
+    }
+    const uint8_t end = p == 0 ? 1 : 2;
+    if (nodes[at].ends == 0 || end < nodes[at].ends) nodes[at].ends = end;
+  }
+  // Breadth first: suffix links, inherited ends, and the full transition table (goto + fail).
+  std::vector<size_t> order = {0};
+  for (size_t i = 0; i < order.size(); ++i) {
+    const size_t u = order[i];
+    for (size_t c = 0; c < 128; ++c) {
+      const int32_t v = nodes[u].next[c];
+      if (v < 0) {
+        nodes[u].next[c] = u == 0 ? 0 : nodes[size_t(nodes[u].link)].next[c];
+        continue;
+      }
+      const int32_t link = u == 0 ? 0 : nodes[size_t(nodes[u].link)].next[c];
+      nodes[size_t(v)].link = link;
+      const uint8_t inherited = nodes[size_t(link)].ends;
+      if (inherited != 0 && (nodes[size_t(v)].ends == 0 || inherited < nodes[size_t(v)].ends))
+        nodes[size_t(v)].ends = inherited;
+      order.push_back(size_t(v));
+    }
+  }
+  ByteSet text_ascii;
+  text_ascii.add_range(0x20, 0x7E);
+  text_ascii.add('\t');
+  text_ascii.add('\n');
+  text_ascii.add('\r');
+  const std::vector<std::pair<ByteSet, Sequence>> forms = utf8_char_forms(ByteSet());
+  std::vector<uint32_t> rules(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) rules[i] = declare(fmt::format("{}-s{}", name, i));
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    // Bytes grouped by the state they lead to; the terminator's end closes the text.
+    std::vector<ByteSet> to(nodes.size());
+    ByteSet done;
+    for (int c = 0; c < 128; ++c) {
+      if (!text_ascii.has(uint8_t(c))) continue;
+      const size_t target = size_t(nodes[i].next[size_t(c)]);
+      if (nodes[target].ends == 1) {
+        done.add(uint8_t(c));
+      } else if (nodes[target].ends == 0) {
+        to[target].add(uint8_t(c));
+      }
+    }
+    std::vector<Sequence> alternatives;
+    if (!done.empty()) alternatives.push_back({bytes(done)});
+    for (size_t target = 0; target < nodes.size(); ++target)
+      if (!to[target].empty()) alternatives.push_back({bytes(to[target]), rule(rules[target])});
+    // A multi-byte character matches no (ASCII) string: back to the root.
+    for (size_t f = 1; f < forms.size(); ++f) {
+      Sequence form = {bytes(forms[f].first)};
+      form.insert(form.end(), forms[f].second.begin(), forms[f].second.end());
+      form.push_back(rule(rules[0]));
+      alternatives.push_back(std::move(form));
+    }
+    define(rules[i], alternatives);
+  }
+  return add(std::move(name), {{rule(rules[0])}});
+}
+
 Grammar GrammarBuilder::finish(uint32_t root) {
   for (size_t r = 0; r < defined_.size(); ++r)
     if (!defined_[r])

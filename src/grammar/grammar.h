@@ -15,12 +15,14 @@
 //
 // Contract: a grammar the JSON-schema compiler returns has no left recursion (it checks with
 // find_left_recursion and refuses such schemas), so expanding a position always terminates.
+// GrammarBuilder::text_until makes none either (every alternative starts with a byte).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace strata::grammar {
@@ -115,6 +117,19 @@ class GrammarBuilder {
   // `item (separator item)*` with the same bounds on the number of items (min >= 1).
   uint32_t separated(std::string name, const Sequence& item, const Sequence& separator, int64_t min,
                      int64_t max);
+  // Free text ended by `terminator` (included): well-formed UTF-8 without control characters
+  // other than tab, newline and carriage return, ending at the first occurrence of `terminator`,
+  // and in which no string of `forbidden` occurs except inside that terminator (the XML tool-call
+  // format's raw values: up to "\n</parameter>", with no "</parameter>" or "</tool_call>" that
+  // a parser would take for the end). An Aho-Corasick automaton over the strings, one rule per
+  // state, each alternative a byte set and a tail call: constant stack depth however long the
+  // text. REQUIRES: all strings ASCII and non-empty.
+  uint32_t text_until(std::string name, std::string_view terminator,
+                      const std::vector<std::string>& forbidden);
+  // One UTF-8 character per form, as its first byte's set and the rest: `ascii` (bytes < 0x80)
+  // and every well-formed multi-byte sequence (Unicode 15 Table 3-7: no overlongs, surrogates,
+  // nothing above U+10FFFF).
+  static std::vector<std::pair<ByteSet, Sequence>> utf8_char_forms(const ByteSet& ascii);
 
   size_t n_elements() const { return grammar_.elements.size(); }
   // The grammar with `root` as its start rule; the builder is left empty.

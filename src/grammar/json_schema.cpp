@@ -95,12 +95,11 @@ int64_t read_bound(const ojson& schema, const char* key, const std::string& path
 
 class Compiler {
  public:
-  explicit Compiler(const ojson& root) : root_(root) {}
+  Compiler(B& builder, const ojson& root) : root_(root), builder_(builder) {}
 
   // The rule for `schema` (found at `path`).
   uint32_t value(const ojson& schema, const std::string& path);
   uint32_t any_object();
-  Grammar finish(uint32_t root);
 
  private:
   uint32_t schema_object(const ojson& schema, const std::string& path);
@@ -124,7 +123,7 @@ class Compiler {
   uint32_t any_array();
 
   const ojson& root_;
-  B builder_;
+  B& builder_;
   int depth_ = 0;
   std::map<std::string, uint32_t> refs_;  // JSON pointer -> rule
   std::optional<uint32_t> ws_, plain_char_, string_char_, any_string_, number_, integer_, int_part_,
@@ -139,28 +138,13 @@ uint32_t Compiler::ws() {
   return *ws_;
 }
 
-// One character of a string other than '"', '\\' and controls, as well-formed UTF-8
-// (Unicode 15 Table 3-7: no overlongs, no surrogates, nothing above U+10FFFF): each form as its
-// first byte and the rest.
+// One character of a string other than '"', '\\' and controls, as well-formed UTF-8.
 std::vector<std::pair<ByteSet, Sequence>> plain_char_forms() {
-  auto bytes = [](uint8_t a, uint8_t b) {
-    ByteSet set;
-    set.add_range(a, b);
-    return set;
-  };
-  ByteSet ascii = bytes(0x20, 0x7F);
+  ByteSet ascii;
+  ascii.add_range(0x20, 0x7F);
   ascii.remove('"');
   ascii.remove('\\');
-  const B::Item tail = B::range(0x80, 0xBF);
-  return {{ascii, {}},
-          {bytes(0xC2, 0xDF), {tail}},
-          {bytes(0xE0, 0xE0), {B::range(0xA0, 0xBF), tail}},
-          {bytes(0xE1, 0xEC), {tail, tail}},
-          {bytes(0xED, 0xED), {B::range(0x80, 0x9F), tail}},
-          {bytes(0xEE, 0xEF), {tail, tail}},
-          {bytes(0xF0, 0xF0), {B::range(0x90, 0xBF), tail, tail}},
-          {bytes(0xF1, 0xF3), {tail, tail, tail}},
-          {bytes(0xF4, 0xF4), {B::range(0x80, 0x8F), tail, tail}}};
+  return B::utf8_char_forms(ascii);
 }
 
 uint32_t Compiler::plain_char() {
@@ -626,8 +610,14 @@ uint32_t Compiler::key_excluding(const std::vector<std::string>& names, const st
   return builder_.add(child(path, "key"), {{B::byte('"'), B::rule(rules[0])}});
 }
 
-Grammar Compiler::finish(uint32_t root) {
-  Grammar grammar = builder_.finish(root);
+}  // namespace
+
+bool is_annotation(std::string_view keyword) {
+  return kAnnotations.count(keyword) > 0;
+}
+
+Grammar finish_checked(GrammarBuilder& builder, uint32_t root) {
+  Grammar grammar = builder.finish(root);
   if (const int64_t rule = grammar.find_left_recursion(); rule >= 0) {
     const std::string& name = grammar.rule_names[size_t(rule)];
     refuse(name.rfind("#", 0) == 0 ? "$ref" : name,
@@ -638,18 +628,35 @@ Grammar Compiler::finish(uint32_t root) {
   return grammar;
 }
 
-}  // namespace
+struct SchemaRules::Impl {
+  Impl(GrammarBuilder& builder, const nlohmann::ordered_json& document)
+      : compiler(builder, document) {}
+  Compiler compiler;
+};
+
+SchemaRules::SchemaRules(GrammarBuilder& builder, const nlohmann::ordered_json& document)
+    : impl_(std::make_unique<Impl>(builder, document)) {}
+SchemaRules::~SchemaRules() = default;
+
+uint32_t SchemaRules::value(const nlohmann::ordered_json& schema, const std::string& path) {
+  return impl_->compiler.value(schema, path);
+}
+uint32_t SchemaRules::any_object() {
+  return impl_->compiler.any_object();
+}
 
 Grammar compile_json_schema(const nlohmann::ordered_json& schema) {
-  Compiler compiler(schema);
-  const uint32_t value = compiler.value(schema, "");
-  return compiler.finish(value);
+  GrammarBuilder builder;
+  SchemaRules rules(builder, schema);
+  const uint32_t value = rules.value(schema, "");
+  return finish_checked(builder, value);
 }
 
 Grammar json_object_grammar() {
   const nlohmann::ordered_json empty = nlohmann::ordered_json::object();
-  Compiler compiler(empty);
-  return compiler.finish(compiler.any_object());
+  GrammarBuilder builder;
+  SchemaRules rules(builder, empty);
+  return finish_checked(builder, rules.any_object());
 }
 
 }  // namespace strata::grammar

@@ -33,6 +33,7 @@
 //   as escapes.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -63,7 +64,31 @@ inline constexpr size_t kMaxGrammarElements = size_t(1) << 19;
 // the generated properties.
 Grammar compile_json_schema(const nlohmann::ordered_json& schema);
 
+// Whether `keyword` only describes a schema (title, description, ...: ignored by the compiler).
+bool is_annotation(std::string_view keyword);
+
 // Any JSON object (response_format json_object).
 Grammar json_object_grammar();
+
+// The compiler over a caller's builder, to compose a schema's values into a larger grammar (the
+// tool-call grammar, serve/tool_call_grammar.h: each tool's arguments). `document` is the schema
+// that local $refs resolve in; `value` compiles a schema found in it (at `path`, for the
+// SchemaError paths) and returns its rule. Throws SchemaError as compile_json_schema does. Both
+// the builder and the document must outlive this object.
+class SchemaRules {
+ public:
+  SchemaRules(GrammarBuilder& builder, const nlohmann::ordered_json& document);
+  ~SchemaRules();
+  uint32_t value(const nlohmann::ordered_json& schema, const std::string& path);
+  uint32_t any_object();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// builder.finish(root), refusing left recursion (SchemaError naming the rule) as
+// compile_json_schema does.
+Grammar finish_checked(GrammarBuilder& builder, uint32_t root);
 
 }  // namespace strata::grammar

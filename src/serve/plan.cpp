@@ -1,5 +1,7 @@
 #include "serve/plan.h"
 
+#include "serve/tool_call_grammar.h"
+
 #include "util/error.h"
 
 namespace strata::serve {
@@ -43,15 +45,32 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
       plan.tools = request.tools;
       plan.parallel_tool_calls = request.parallel_tool_calls;
       plan.stream_tool_calls = request.stream;
-      if (force_call)
-        plan.tool_prefix = tool_call_prefix(
-            plan.tool_format, request.tool_choice == ToolChoice::Function
-                                  ? std::optional<std::string_view>(request.tool_choice_function)
-                                  : std::nullopt);
+      if (force_call) {
+        const std::optional<std::string_view> function =
+            request.tool_choice == ToolChoice::Function
+                ? std::optional<std::string_view>(request.tool_choice_function)
+                : std::nullopt;
+        plan.tool_prefix = tool_call_prefix(plan.tool_format, function);
+        // The rest of the reply is drawn under the calls' grammar (serve/tool_call_grammar.h),
+        // which already fixes the reply: no response_format on top, and log-probabilities
+        // would be the unconstrained ones (as with a response_format).
+        if (plan.grammar)
+          return invalid_field("response_format",
+                               "a forced tool call (tool_choice \"required\" or a function) is "
+                               "the whole reply: it cannot also follow a response_format");
+        if (request.logprobs)
+          return invalid_field("logprobs",
+                               "log-probabilities are not supported with a forced tool call "
+                               "(tool_choice \"required\" or a function)");
+        auto calls = compile_tool_call_grammar(plan.tool_format, request.tools, function,
+                                               request.parallel_tool_calls);
+        if (ApiError* error = std::get_if<ApiError>(&calls)) return std::move(*error);
+        plan.grammar = std::move(std::get<std::shared_ptr<const grammar::Grammar>>(calls));
+      }
       text += plan.tool_prefix;
     }
     plan.prompt = served.tokenizer->encode(text);
-    plan.split_thinking = !plan.grammar;
+    plan.split_thinking = !request.response_format.grammar;
     plan.starts_in_thinking = served.chat_template->prompt_opens_thinking(render);
   } else if (request.prompt_is_tokens) {
     plan.prompt = request.prompt_tokens;

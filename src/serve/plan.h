@@ -6,7 +6,8 @@
 // ("prompt"), a prompt that leaves no room in the context (code context_length_exceeded, param
 // "messages"/"prompt"), max_tokens that do not fit after the prompt ("max_tokens"), or a
 // response_format with chat_template_kwargs.enable_thinking true (structured output is the
-// whole reply: it has no room for a thinking block).
+// whole reply: it has no room for a thinking block); with a forced tool call, a response_format
+// or logprobs, and a tool schema the call grammar refuses ("tools[0].function.parameters...").
 // Thread-safe: it only reads the model, tokenizer and template (all immutable).
 #pragma once
 
@@ -58,8 +59,9 @@ struct GenerationPlan {
   bool ignore_eos = false;
   bool split_thinking = false;      // chat: a leading <think> block goes to reasoning_content
   bool starts_in_thinking = false;  // the rendered prompt opened "<think>\n"
-  // Structured output (response_format): every token is drawn under this grammar, and the
-  // generation ends once the value is complete. Chat renders such requests without thinking.
+  // Structured output (response_format), or a forced tool call (below): every token is drawn
+  // under this grammar, and the generation ends once the value is complete (nothing can follow).
+  // Chat renders such requests without thinking.
   std::shared_ptr<const grammar::Grammar> grammar;
   // Choices: choice i samples with seed sampling.seed + i (wrapping), so a seeded request
   // reproduces every choice, and choice 0 equals the same request with n = 1.
@@ -68,8 +70,9 @@ struct GenerationPlan {
   // Tools offered (chat with tools, tool_choice not "none"): they are in the prompt and the
   // reply's content goes through a ToolCallParser (serve/tool_calls.h). tool_choice "required"
   // or a named function is kept by starting the assistant turn with tool_call_prefix (appended
-  // to the prompt, with thinking off for that turn, so the reply opens inside the call); the
-  // model still writes the rest, and a block it leaves malformed comes back as content.
+  // to the prompt, with thinking off for that turn, so the reply opens inside the call) and by
+  // `grammar` = the calls' grammar (serve/tool_call_grammar.h): the rest is well-formed calls
+  // whose arguments fit the tools' schemas, then the end of the turn.
   bool parse_tool_calls = false;
   ToolCallFormat tool_format = ToolCallFormat::Hermes;
   std::vector<std::string> tools;  // the tool objects' JSON texts

@@ -387,6 +387,10 @@ void read_tools(const json& body, const RequestLimits& limits, GenerationRequest
                describe(json(name)));
       names.push_back(name);
       read_string(*function, "description", child(child(at, "function"), "description"));
+      // OpenAI's strict: a forced call is always grammar-constrained (serve/tool_call_grammar.h),
+      // and tool_choice auto never is, whatever it says.
+      if (const json* strict = field(*function, "strict"); strict && !strict->is_null())
+        read_bool(*function, "strict", child(child(at, "function"), "strict"));
       if (const json* parameters = field(*function, "parameters");
           parameters && !parameters->is_object())
         reject(child(child(at, "function"), "parameters"),

@@ -22,11 +22,7 @@ std::shared_ptr<const grammar::Grammar> compile(const ojson& schema, const std::
   try {
     return std::make_shared<const grammar::Grammar>(grammar::compile_json_schema(schema));
   } catch (const grammar::SchemaError& error) {
-    const std::string param = error.path().empty() ? path : path + "." + error.path();
-    std::string message = error.what();
-    if (!error.path().empty() && message.rfind(error.path(), 0) == 0)
-      message = message.substr(error.path().size() + 2);  // invalid_field prefixes the path
-    throw invalid_field(param, "{}", message);
+    throw schema_error(error, path);
   }
 }
 
@@ -79,6 +75,14 @@ ResponseFormat parse(const ojson& format) {
 }
 
 }  // namespace
+
+ApiError schema_error(const grammar::SchemaError& error, const std::string& path) {
+  const std::string param = error.path().empty() ? path : path + "." + error.path();
+  std::string message = error.what();
+  if (!error.path().empty() && message.rfind(error.path(), 0) == 0)
+    message = message.substr(error.path().size() + 2);  // invalid_field prefixes the path
+  return invalid_field(param, "{}", message);
+}
 
 std::variant<ResponseFormat, ApiError> parse_response_format(const nlohmann::ordered_json& format) {
   try {

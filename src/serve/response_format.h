@@ -19,6 +19,7 @@
 #include <variant>
 
 #include "grammar/grammar.h"
+#include "grammar/json_schema.h"
 #include "serve/api_error.h"
 
 namespace strata::serve {
@@ -32,5 +33,9 @@ struct ResponseFormat {
 
 // `format` is the value of "response_format" (read in its key order: property order follows it).
 std::variant<ResponseFormat, ApiError> parse_response_format(const nlohmann::ordered_json& format);
+
+// The 400 for a schema the compiler refused, its param the keyword's path under `path` (the
+// schema's own JSON path in the request, "response_format.json_schema.schema").
+ApiError schema_error(const grammar::SchemaError& error, const std::string& path);
 
 }  // namespace strata::serve

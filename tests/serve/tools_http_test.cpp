@@ -1,12 +1,18 @@
 // Tools through a real `strata serve` on the default model (random weights, the Qwen3.5 chat
 // format): the prompt holds exactly what the chat template renders for the tools, tool_choice
 // "none" leaves them out and a forced choice opens the call; tool calls and tool results sent
-// back as history are rendered; the random model's unfinished forced call comes back as content,
-// streamed and whole, and is not announced as a call in the stream. Parsing of well-formed calls is
-// tested on the templates' own text in tool_calls_test.cpp (a random model cannot be made to write
-// one).
+// back as history are rendered; a forced call (tool_choice "required" or named), drawn under the
+// tools' grammar, is a real multi-token call whose arguments valijson accepts, whole and streamed
+// alike, for several seeds; a schema the grammar cannot honour is a 400; tool_choice auto and
+// requests without tools reply as before. Parsing is tested on the templates' own text in
+// tool_calls_test.cpp, the grammar in tool_call_grammar_test.cpp.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <valijson/adapters/nlohmann_json_adapter.hpp>
+#include <valijson/schema.hpp>
+#include <valijson/schema_parser.hpp>
+#include <valijson/validator.hpp>
 
 #include "serve_process.h"
 #include "text/chat_template.h"
@@ -110,68 +116,197 @@ TEST(ServeTools, ToolCallsAndResultsAreRenderedAsHistory) {
   EXPECT_EQ(rejected.json()["error"]["param"], "messages[1].tool_calls[0].function.arguments");
 }
 
-TEST(ServeTools, AnUnfinishedForcedCallComesBackAsContent) {
-  ServeProcess server;
-  json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
-               {"tools", kTools},
-               {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
-               {"max_tokens", 24},
-               {"temperature", 0}};
-  const json whole = chat(server, body);
-  const json& choice = whole["choices"][0];
-  const std::string prefix = tool_call_prefix(ToolCallFormat::Xml, "get_weather");
-  if (choice["message"].contains("tool_calls")) {  // the random model closed the call after all
-    EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather");
-    EXPECT_TRUE(
-        json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>())
-            .is_object());
-  } else {
-    // Malformed or unfinished: the block as written, the forced prefix included.
-    const std::string content = choice["message"]["content"];
-    EXPECT_EQ(content.rfind(prefix, 0), 0u) << content;
-    EXPECT_NE(choice["finish_reason"], "tool_calls");
+// Forced calls are drawn under the tools' grammar (serve/tool_call_grammar.h): every enum,
+// integer and boolean here is a handful of tokens, so the random model finishes its call.
+const json kStrictTools = json::parse(
+    R"([{"type":"function","function":{"name":"get_weather","strict":true,"parameters":)"
+    R"({"type":"object","properties":{"city":{"type":"string","enum":["Paris","Tokyo","Lima"]},)"
+    R"("days":{"type":"integer"},"metric":{"type":"boolean"}},"required":["city","days"],)"
+    R"("additionalProperties":false}}},)"
+    R"({"type":"function","function":{"name":"get_time","parameters":{"type":"object",)"
+    R"("properties":{"zone":{"type":"string","enum":["UTC","CET"]}},"required":["zone"]}}}])");
+
+// Validates `arguments` against `schema` with valijson (independent of our grammar); "" when
+// valid, else the reasons.
+std::string schema_errors(const json& schema, const std::string& arguments) {
+  json document;
+  try {
+    document = json::parse(arguments);
+  } catch (const json::exception& error) {
+    return fmt::format("not JSON ({}): {}", error.what(), arguments);
   }
-  // Streamed: the same content and finish_reason, and a call (if the model made one) in
-  // fragments: its first delta has index, id, type and name, the next ones arguments that join
-  // to the whole response's. The random model does not finish the call it was started in, and
-  // that malformed block must not be announced as a call before it breaks
-  // (tool_calls_test.cpp checks the fragments on the templates' own calls).
-  body["stream"] = true;
-  const HttpReply streamed = post(server, kChat, body.dump());
-  ASSERT_EQ(streamed.status, 200);
-  std::string content, arguments;
-  int argument_fragments = 0;
-  json finish, header;
-  for (const std::string& event : sse_data(streamed.body)) {
+  valijson::Schema compiled;
+  valijson::SchemaParser parser;
+  valijson::adapters::NlohmannJsonAdapter schema_adapter(schema);
+  parser.populateSchema(schema_adapter, compiled);
+  valijson::Validator validator;
+  valijson::ValidationResults results;
+  valijson::adapters::NlohmannJsonAdapter target(document);
+  if (validator.validate(compiled, target, &results)) return "";
+  std::string reasons = arguments + ":";
+  valijson::ValidationResults::Error error;
+  while (results.popError(error)) reasons += " " + error.description;
+  return reasons;
+}
+
+const json& parameters_of(const std::string& name) {
+  for (const json& tool : kStrictTools)
+    if (tool["function"]["name"] == name) return tool["function"]["parameters"];
+  throw std::runtime_error("no tool " + name);
+}
+
+struct StreamedCall {
+  std::string name, arguments;
+};
+
+// The calls of a streamed reply, joined from their deltas, and its content and finish_reason.
+std::vector<StreamedCall> streamed_calls(const HttpReply& reply, std::string& content,
+                                         json& finish) {
+  std::vector<StreamedCall> calls;
+  for (const std::string& event : sse_data(reply.body)) {
     if (event == "[DONE]") break;
     const json c = json::parse(event)["choices"][0];
     content += c["delta"].value("content", "");
     for (const json& call : c["delta"].value("tool_calls", json::array())) {
-      EXPECT_EQ(call["index"], 0);
+      const size_t index = call["index"];
       if (call.contains("id")) {
-        EXPECT_TRUE(header.is_null()) << "a second call header";
-        header = call;
+        EXPECT_EQ(index, calls.size());
         EXPECT_EQ(call["type"], "function");
-        EXPECT_EQ(call["function"]["arguments"], "");
+        calls.push_back({call["function"]["name"], call["function"]["arguments"]});
       } else {
-        ++argument_fragments;
-        arguments += call["function"]["arguments"].get<std::string>();
+        EXPECT_EQ(index + 1, calls.size());
+        calls.back().arguments += call["function"]["arguments"].get<std::string>();
       }
     }
     if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
   }
-  EXPECT_EQ(finish, choice["finish_reason"]);
-  if (!choice["message"].contains("tool_calls")) {
-    EXPECT_EQ(content, choice["message"]["content"].get<std::string>());
-    EXPECT_TRUE(header.is_null()) << header.dump();
-  } else {
-    const json& call = choice["message"]["tool_calls"][0];
-    EXPECT_EQ(header["function"]["name"], call["function"]["name"]);
-    EXPECT_EQ(arguments, call["function"]["arguments"].get<std::string>());
-    if (arguments.size() > 8) {
-      EXPECT_GT(argument_fragments, 1);
+  return calls;
+}
+
+TEST(ServeTools, AForcedCallIsAWellFormedCallThatFitsTheSchema) {
+  ServeProcess server;
+  const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  int calls_checked = 0;
+  for (const json& choice : {json("required"), named}) {
+    for (const uint64_t seed : {1, 2, 3, 4, 5}) {
+      SCOPED_TRACE(fmt::format("tool_choice {} seed {}", choice.dump(), seed));
+      json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+                   {"tools", kStrictTools},
+                   {"tool_choice", choice},
+                   {"parallel_tool_calls", false},
+                   {"max_tokens", 200},
+                   {"temperature", 0.9},
+                   {"seed", seed}};
+      const json whole = chat(server, body);
+      const json& reply = whole["choices"][0];
+      EXPECT_EQ(reply["finish_reason"], "tool_calls") << reply.dump();
+      EXPECT_TRUE(reply["message"]["content"].is_null()) << reply.dump();
+      ASSERT_EQ(reply["message"]["tool_calls"].size(), 1u) << reply.dump();
+      const json& call = reply["message"]["tool_calls"][0]["function"];
+      const std::string name = call["name"];
+      if (choice == named) {
+        EXPECT_EQ(name, "get_weather");
+      }
+      const std::string arguments = call["arguments"];
+      EXPECT_EQ(schema_errors(parameters_of(name), arguments), "");
+      // A real call: the model wrote it token by token after the prompt's "<tool_call>\n".
+      EXPECT_GT(whole["usage"]["completion_tokens"].get<int>(), 8);
+      ++calls_checked;
+
+      body["stream"] = true;
+      const HttpReply streamed = post(server, kChat, body.dump());
+      ASSERT_EQ(streamed.status, 200);
+      std::string content;
+      json finish;
+      const std::vector<StreamedCall> calls = streamed_calls(streamed, content, finish);
+      EXPECT_EQ(finish, "tool_calls");
+      EXPECT_EQ(content, "");
+      ASSERT_EQ(calls.size(), 1u);
+      EXPECT_EQ(calls[0].name, name);
+      EXPECT_EQ(calls[0].arguments, arguments);
     }
   }
+  EXPECT_EQ(calls_checked, 10);
+}
+
+TEST(ServeTools, ParallelForcedCallsEachFitTheirSchema) {
+  ServeProcess server;
+  int calls = 0;
+  for (const uint64_t seed : {11, 12, 13}) {
+    SCOPED_TRACE(fmt::format("seed {}", seed));
+    const json body = {{"messages", {{{"role", "user"}, {"content", "Weather and time?"}}}},
+                       {"tools", kStrictTools},
+                       {"tool_choice", "required"},
+                       {"max_tokens", 160},
+                       {"temperature", 0.9},
+                       {"seed", seed}};
+    const json reply = chat(server, body)["choices"][0];
+    // The end of the turn is the model's choice after each call; max_tokens may cut the next.
+    const std::string finish = reply["finish_reason"];
+    EXPECT_TRUE(finish == "tool_calls" || finish == "length") << reply.dump();
+    ASSERT_TRUE(reply["message"].contains("tool_calls")) << reply.dump();
+    for (const json& call : reply["message"]["tool_calls"]) {
+      EXPECT_EQ(
+          schema_errors(parameters_of(call["function"]["name"]), call["function"]["arguments"]),
+          "");
+      ++calls;
+    }
+  }
+  EXPECT_GE(calls, 3);
+}
+
+TEST(ServeTools, AForcedCallRefusesASchemaItCannotHonour) {
+  ServeProcess server;
+  json tools = kStrictTools;
+  tools[0]["function"]["parameters"]["properties"]["city"] = {{"type", "string"},
+                                                              {"maxLength", 20}};
+  json body = {{"messages", {{{"role", "user"}, {"content", "Weather?"}}}},
+               {"tools", tools},
+               {"tool_choice", "required"},
+               {"max_tokens", 4}};
+  const HttpReply refused = post(server, kChat, body.dump());
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.json()["error"]["param"],
+            "tools[0].function.parameters.properties.city.maxLength")
+      << refused.body;
+  body["tool_choice"] = "auto";  // not constrained: accepted as before
+  EXPECT_EQ(post(server, kChat, body.dump()).status, 200);
+  body["tools"][0]["function"]["strict"] = "yes";
+  const HttpReply bad_strict = post(server, kChat, body.dump());
+  EXPECT_EQ(bad_strict.status, 400);
+  EXPECT_EQ(bad_strict.json()["error"]["param"], "tools[0].function.strict");
+}
+
+// tool_choice auto (strict tools included) and requests without tools draw the same tokens as
+// before the grammar existed: the replies below were recorded with the server of commit 8caddb8
+// (strata serve on the default model, these bodies).
+TEST(ServeTools, AutoAndNoToolsRepliesAreUnchanged) {
+  ServeProcess server;
+  // Key order matters (the template renders each tool as sent): an order-keeping body.
+  nlohmann::ordered_json body = nlohmann::ordered_json::parse(
+      R"({"messages":[{"role":"user","content":"Weather in Paris?"}],"tools":[{"type":"function",)"
+      R"("function":{"name":"get_weather","strict":true,"parameters":{"type":"object","properties":)"
+      R"({"city":{"type":"string","enum":["Paris","Tokyo"]},"days":{"type":"integer"}},)"
+      R"("required":["city","days"]}}}],"tool_choice":"auto","max_tokens":24,"temperature":0.8,)"
+      R"("seed":7})");
+  auto reply = [&] {
+    const HttpReply answer = post(server, kChat, body.dump());
+    EXPECT_EQ(answer.status, 200) << answer.body;
+    return answer.json()["choices"][0];
+  };
+  const json thinking = reply();
+  EXPECT_EQ(thinking["message"]["reasoning_content"],
+            "<whatic> I'm guided by this plugin, of course, It gets trivial for");
+  EXPECT_EQ(thinking["message"]["content"], "");
+  body["chat_template_kwargs"] = {{"enable_thinking", false}};
+  const json answer = reply();
+  EXPECT_EQ(answer["message"]["content"],
+            "< angle - :-)\n* _Unfortunately we can want to hand-compare on the application,");
+  EXPECT_EQ(answer["finish_reason"], "length");
+  body.erase("tools");
+  body.erase("tool_choice");
+  EXPECT_EQ(reply()["message"]["content"],
+            "If you like to check for a lack of historical Slice on the will like\nmore you");
 }
 
 }  // namespace
