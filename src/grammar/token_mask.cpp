@@ -49,7 +49,12 @@ TokenVocabulary TokenVocabulary::from_tokenizer(const Tokenizer& tokenizer,
   std::vector<std::string> bytes(size_t(tokenizer.n_tokens()));
   for (int32_t id = 0; id < tokenizer.n_tokens(); ++id) {
     const TokenType type = tokenizer.token_type(id);
-    if (type == TokenType::Normal || type == TokenType::Byte)
+    // USER_DEFINED tokens are text the tokenizer matches wherever it occurs and decodes as that
+    // text (Qwen's <tool_call>, </tool_call>, <think>: llama.cpp's converter types added tokens
+    // that are not special so), so a grammar may take them as their bytes, as llama.cpp's does:
+    // a forced tool call then closes with the one "</tool_call>" token the model was trained
+    // on rather than spelling it in pieces. CONTROL tokens stay out (only the stop ids).
+    if (type == TokenType::Normal || type == TokenType::Byte || type == TokenType::UserDefined)
       bytes[size_t(id)] = tokenizer.token_bytes(id);
   }
   return TokenVocabulary(std::move(bytes), std::move(stop_ids), n_vocab);

@@ -3,8 +3,8 @@
 //
 // A token is allowed when every one of its bytes extends the matcher's current state (a token
 // may end inside a UTF-8 character: the grammar is over bytes). Stop tokens (end of sequence,
-// end of turn) are allowed exactly when the value so far is complete; every other token without
-// bytes of its own (control and user-defined tokens) is never allowed.
+// end of turn) are allowed exactly when the value so far is complete; every other control token
+// is never allowed. User-defined tokens (Qwen's <tool_call>, <think>) count as their text.
 //
 // How the mask is computed: TokenVocabulary holds the token byte strings sorted, with each one's
 // common prefix length with the one before, so walking them in order is a depth-first walk of
@@ -50,7 +50,7 @@ class TokenVocabulary {
   // width of a logits row; ids past token_bytes are never allowed.
   TokenVocabulary(std::vector<std::string> token_bytes, std::vector<int32_t> stop_ids,
                   size_t n_vocab);
-  // NORMAL and BYTE tokens with their bytes; the rest (control, user-defined) without.
+  // NORMAL, BYTE and USER_DEFINED tokens with their bytes; the rest (control, unused) without.
   static TokenVocabulary from_tokenizer(const Tokenizer& tokenizer, std::vector<int32_t> stop_ids,
                                         size_t n_vocab);
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "gguf/gguf.h"
+#include "grammar/grammar.h"
 #include "grammar/json_schema.h"
 #include "grammar/token_mask.h"
 #include "text/tokenizer.h"
@@ -117,6 +118,42 @@ TEST(TokenMask, CachesMasksOfRecurringStates) {
   // Inside the string every word boundary is the same state: most masks come from the cache.
   EXPECT_GE(constraint.stats().cache_hits, 4u);
   EXPECT_TRUE(constraint.valid());
+}
+
+// A vocabulary with Qwen's added tokens as llama.cpp's converter types them: <|im_end|> CONTROL,
+// <tool_call> / </tool_call> USER_DEFINED. Under a grammar that spells "</tool_call>", the
+// user-defined token is allowed as its text (the model's own token for it); the control token
+// only as a stop id.
+TEST(TokenMask, UserDefinedTokensCountAsTheirTextControlTokensDoNot) {
+  TokenizerSpec spec;
+  for (char c = 0x21; c < 0x7f; ++c) spec.tokens.push_back(std::string(1, c));  // printable ASCII
+  const int32_t im_end = int32_t(spec.tokens.size());
+  spec.tokens.push_back("<|im_end|>");
+  const int32_t open = int32_t(spec.tokens.size());
+  spec.tokens.push_back("<tool_call>");
+  const int32_t close = int32_t(spec.tokens.size());
+  spec.tokens.push_back("</tool_call>");
+  spec.token_types.assign(spec.tokens.size(), int32_t(TokenType::Normal));
+  spec.token_types[size_t(im_end)] = int32_t(TokenType::Control);
+  spec.token_types[size_t(open)] = int32_t(TokenType::UserDefined);
+  spec.token_types[size_t(close)] = int32_t(TokenType::UserDefined);
+  const Tokenizer tokenizer(spec);
+  const TokenVocabulary vocabulary =
+      TokenVocabulary::from_tokenizer(tokenizer, {im_end}, size_t(tokenizer.n_tokens()));
+  EXPECT_EQ(vocabulary.bytes(close), "</tool_call>");
+  EXPECT_EQ(vocabulary.bytes(open), "<tool_call>");
+  EXPECT_FALSE(vocabulary.has_bytes(im_end));
+
+  GrammarBuilder builder;
+  const uint32_t root = builder.add("root", {{GrammarBuilder::literal("x</tool_call>")}});
+  const Grammar grammar = builder.finish(root);
+  GrammarConstraint constraint(grammar, vocabulary);
+  constraint.accept(tokenizer.find_token("x").value());
+  EXPECT_TRUE(bit(constraint.allowed(), size_t(close)));   // the whole closing tag in one token
+  EXPECT_FALSE(bit(constraint.allowed(), size_t(open)));   // not what the grammar spells
+  EXPECT_FALSE(bit(constraint.allowed(), size_t(im_end)));  // not complete yet
+  constraint.accept(close);
+  EXPECT_TRUE(bit(constraint.allowed(), size_t(im_end)));  // complete: the stop may come
 }
 
 }  // namespace
