@@ -3,7 +3,7 @@
 //   bench_cuda_decode -m FILE [--backends cpu,cuda,cuda-eager,cuda@50%,cuda@1G/nora] [--prompt 64]
 //                     [--tokens 128] [--chunk 64] [--repeats 3] [--threads N] [--json out.json]
 //                     [--svg out.svg] [--llama-bench PATH [--llama-repeats 3]]
-//                     [--synth LAYERS:EXPERTS [--synth-tokenizer DIR]]
+//                     [--synth [SHAPE:]LAYERS:EXPERTS[:SKEW:CORR] [--synth-tokenizer DIR]]
 // STRATA_CUDA_PROFILE=1 prints the GPU time per op of the graphs.
 #include <cstdio>
 #include <exception>

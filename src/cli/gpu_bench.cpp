@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -384,11 +385,25 @@ void run_gpu_bench(const GpuBenchOptions& o) {
     fail("bench gpu: --prompt, --tokens, --chunk and --repeats must be >= 1");
   const std::vector<std::string>& backends = o.backends;
   if (!o.synth.empty() && !std::filesystem::exists(o.path)) {
-    const size_t colon = o.synth.find(':');
-    if (colon == std::string::npos) fail("bench gpu: --synth expects LAYERS:EXPERTS, found {}", o.synth);
+    // [SHAPE:]LAYERS:EXPERTS[:SKEW:CORRELATION]; SHAPE defaults to mid-qwen4exp.
+    std::vector<std::string> parts;
+    for (size_t at = 0;;) {
+      const size_t colon = o.synth.find(':', at);
+      parts.push_back(o.synth.substr(at, colon == std::string::npos ? std::string::npos : colon - at));
+      if (colon == std::string::npos) break;
+      at = colon + 1;
+    }
+    const bool named = !parts.empty() && !parts[0].empty() && !std::isdigit(static_cast<unsigned char>(parts[0][0]));
+    const size_t first = named ? 1 : 0;
+    if (parts.size() != first + 2 && parts.size() != first + 4)
+      fail("bench gpu: --synth expects [SHAPE:]LAYERS:EXPERTS[:SKEW:CORRELATION], found {}", o.synth);
     SynthOptions options;
-    options.hparams = synth_shape("mid-qwen4exp");
-    resize_synth_shape(options.hparams, std::stoi(o.synth.substr(0, colon)), std::stoi(o.synth.substr(colon + 1)));
+    options.hparams = synth_shape(named ? parts[0] : "mid-qwen4exp");
+    resize_synth_shape(options.hparams, std::stoi(parts[first]), std::stoi(parts[first + 1]));
+    if (parts.size() == first + 4) {
+      options.routing.skew = std::stod(parts[first + 2]);
+      options.routing.correlation = std::stod(parts[first + 3]);
+    }
     options.dense_type = GgmlType::Q8_0;
     options.expert_type = GgmlType::IQ2_XS;
     options.n_threads = 0;

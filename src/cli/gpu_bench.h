@@ -34,8 +34,10 @@ struct GpuBenchOptions {
   std::string json, svg;
   std::string llama_bench;  // llama.cpp's llama-bench binary; empty: strata only
   int llama_repeats = 3;
-  // Write `path` first when it does not exist: the mid-qwen4exp shape with LAYERS:EXPERTS, Q8_0
-  // dense and IQ2_XS experts (issue 15's 48:512 file), with the tokenizer dir's vocabulary if given.
+  // Write `path` first when it does not exist: [SHAPE:]LAYERS:EXPERTS[:SKEW:CORRELATION] (a
+  // `strata synth` shape, mid-qwen4exp by default, with that many layers and experts and, if
+  // given, skewed + correlated routing), Q8_0 dense and IQ2_XS experts (issue 15's file is 48:512),
+  // with the tokenizer dir's vocabulary if given.
   std::string synth, synth_tokenizer;
 };
 
