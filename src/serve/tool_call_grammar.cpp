@@ -151,7 +151,7 @@ class Compiler {
         for (size_t i = 0; i < names->size(); ++i) {
           const ojson& name = (*names)[i];
           const auto found = std::find_if(parameters.begin(), parameters.end(), [&](const auto& p) {
-            return name.is_string() && p.first == name;
+            return name.is_string() && p.first == name.get_ref<const std::string&>();
           });
           if (found == parameters.end())
             throw invalid_field(fmt::format("{}.required[{}]", tool.path, i),
