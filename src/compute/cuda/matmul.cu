@@ -559,14 +559,17 @@ int default_rows_per_warp(int n_rows) {
   return n_rows <= 4 ? 4 : 2;
 }
 
-// STRATA_CUDA_NARROW_ROWS_PER_WARP=1|2|4: weight rows per warp for narrow rows (< 32 units: several
-// rows share a warp) when no tuning says otherwise; unset (0): default_rows_per_warp. For measuring
-// the default in one run without a rebuild (session 25: 1 row per warp was faster for the IQ2_XS
-// experts' 1024- and 512-wide rows, 5.09 / 3.74 against 6.67 / 4.59 µs); results do not change.
-int narrow_rows_per_warp_override() {
+// Weight rows per warp for narrow rows (< 32 units: several rows share a warp) when no tuning
+// says otherwise: 1. Measured end to end on the 48-layer, 512-expert mid-qwen4exp (IQ2_XS
+// experts: 1024- and 512-wide rows), H200, session 32, three alternating rounds in one call:
+// decode 181.2 -> 202.4 tok/s all in VRAM (1.12x), 136.6 -> 145.5 at a 50 % GPU budget (1.07x)
+// against default_rows_per_warp's 4 (per kernel, session 25: 5.09 / 3.74 against 6.67 / 4.59 µs).
+// STRATA_CUDA_NARROW_ROWS_PER_WARP=2|4 selects another for measuring without a rebuild; results
+// do not change (the reduction order is fixed by the row's width).
+int narrow_rows_per_warp() {
   static const int value = [] {
     const char* v = std::getenv("STRATA_CUDA_NARROW_ROWS_PER_WARP");
-    if (!v || !*v) return 0;
+    if (!v || !*v) return 1;
     const int n = std::atoi(v);
     if (n != 1 && n != 2 && n != 4)
       cuda_fail(std::string("STRATA_CUDA_NARROW_ROWS_PER_WARP: expected 1, 2 or 4, found ") + v);
@@ -594,7 +597,7 @@ void launch(MatmulArgs args, int n_launch, int rows_total, cudaStream_t stream, 
     args.stage_bytes = fits && choice == 1 ? 1 : 0;
     args.lanes = lanes_per_row<Q>(args.n_in, args.stage_bytes > 0, tuning);
     const bool tuned = tuning && tuning->rows_per_warp > 0;
-    if (!tuned && args.lanes < 32 && narrow_rows_per_warp_override() > 0) rw = narrow_rows_per_warp_override();
+    if (!tuned && args.lanes < 32) rw = narrow_rows_per_warp();
     if (rows == 1) launch_rw<Q, 1>(args, n_launch, stream, rw);
     else if (rows == 2) launch_rw<Q, 2>(args, n_launch, stream, rw);
     else if (rows <= 4) launch_rw<Q, 4>(args, n_launch, stream, rw);
