@@ -2,7 +2,7 @@
 // runs and reports) as a binary that links no ICU, so it runs with the GPU box's slim kit.
 //   bench_cuda_decode -m FILE [--backends cpu,cuda,cuda-eager,cuda@50%,cuda@1G/nora] [--prompt 64]
 //                     [--tokens 128] [--chunk 64] [--repeats 3] [--threads N] [--json out.json]
-//                     [--svg out.svg] [--llama-bench PATH [--llama-repeats 3]]
+//                     [--svg out.svg] [--llama-bench PATH [--llama-repeats 3]] [--idle-ttft SECONDS]
 //                     [--synth [SHAPE:]LAYERS:EXPERTS[:SKEW:CORR] [--synth-tokenizer DIR]]
 // STRATA_CUDA_PROFILE=1 prints the GPU time per op of the graphs.
 #include <cstdio>
@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
       else if (key == "--llama-bench") o.llama_bench = value;
       else if (key == "--llama-repeats") o.llama_repeats = std::stoi(value);
       else if (key == "--synth") o.synth = value;
+      else if (key == "--idle-ttft") o.idle_ttft_s = std::stoi(value);
       else if (key == "--synth-tokenizer") o.synth_tokenizer = value;
       else fail("bench_cuda_decode: unknown option {}", key);
     }

@@ -357,6 +357,9 @@ void register_bench(CLI::App& app) {
   gpu->add_option("--llama-bench", g->bench.llama_bench,
                   "llama.cpp's llama-bench (CUDA build): runs the same file, -ngl 99 and -ncmoe K at each budget's VRAM");
   gpu->add_option("--llama-repeats", g->bench.llama_repeats, "llama-bench -r")->check(CLI::Range(1, 100));
+  gpu->add_option("--idle-ttft", g->bench.idle_ttft_s,
+                  "after the rounds: time to first token of a turn, hot and after this many seconds idle (0 = off)")
+      ->check(CLI::Range(0, 3600));
   gpu->add_option("--svg", g->bench.svg, "write a plot of tok/s per budget");
   gpu->add_option("--json", g->bench.json, "write the numbers as JSON");
   gpu->callback([g] {

@@ -186,7 +186,7 @@ class ChatLoop {
     g_interrupted.store(false);
     g_generating.store(true);
     const auto start = std::chrono::steady_clock::now();
-    begin_prompt(store_);
+    begin_prompt(store_, session_.state().backend.get());
     spec::SpecDecoder* spec = speculative_ ? &*speculative_ : nullptr;
     if (extends) {
       if (spec)
@@ -198,7 +198,7 @@ class ChatLoop {
       const int64_t cached = cache_.prefill(session_, prompt, end_of_turn_, spec);
       last_.prompt_tokens = prompt.size() - size_t(cached);
     }
-    end_prompt(store_, options_.experts);
+    end_prompt(store_, session_.state().backend.get(), options_.experts);
     cache_.save(session_, spec);  // the whole prompt (replaces an equal entry)
     last_.prefill_s = seconds_since(start);
 

@@ -318,7 +318,7 @@ void run(const RunOptions& options) {
   PhaseTimes prompt_phase_times;
   if (options.profile) active_phase_times() = &prompt_phase_times;
   const auto prefill_start = std::chrono::steady_clock::now();
-  begin_prompt(store.get());
+  begin_prompt(store.get(), session.state().backend.get());
   if (!options.logits_out.empty()) {
     // All-row logits need one window over the whole prompt.
     const std::vector<float>& all = session.forward_all(prompt);
@@ -339,7 +339,7 @@ void run(const RunOptions& options) {
   }
   const double prefill_s = seconds_since(prefill_start);
   active_phase_times() = nullptr;
-  if (const int changes = end_prompt(store.get(), options.experts); changes > 0)
+  if (const int changes = end_prompt(store.get(), session.state().backend.get(), options.experts); changes > 0)
     fmt::print(stderr, "strata: prompt-hot pins: {} per layer ({} pinned)\n",
                std::min(options.experts.pin_hot, store->slots_per_layer() / 2), changes);
   const ExpertStoreStats prefill_stats = store ? store->stats() : ExpertStoreStats{};
@@ -408,6 +408,9 @@ void run(const RunOptions& options) {
   if (const std::string moce = format_moce_stats(store.get(), double(prompt.size()) + generated);
       !moce.empty())
     fmt::print(stderr, "strata: {} (prompt and decode)\n", moce);
+  if (const std::string gpu = format_gpu_tier_stats(*session.state().backend, double(prompt.size()) + generated);
+      !gpu.empty())
+    fmt::print(stderr, "strata: {} (prompt and decode)\n", gpu);
   save_usage(store.get(), options.experts);
   if (options.profile) {
     active_phase_times() = nullptr;

@@ -12,6 +12,9 @@
 #include "experts/usage_history.h"
 #include "gguf/mapping_advice.h"
 #include "route/moce.h"
+#ifdef STRATA_HAVE_CUDA
+#include "compute/cuda/cuda_backend.h"
+#endif
 #include "util/byte_size.h"
 #include "util/error.h"
 #include "util/progress.h"
@@ -163,7 +166,23 @@ void check_gpu_tier_backend(const ExpertOptions& o, const std::string& backend) 
     fail("--gpu-budget and --gpu-slots-per-layer hold experts in GPU memory: they need --backend cuda and a CUDA "
          "device (this session runs on '{}')",
          backend);
+  // The CUDA router routes exactly; cache-aware routing runs only in the CPU backend's router.
+  if (o.moce_lambda > 0 && backend == "cuda")
+    fail("--moce (cache-aware routing) runs on the CPU backend only: the CUDA router always routes exactly; drop "
+         "--moce or use --backend cpu");
 }
+
+namespace {
+// The startup fill of the GPU arena: the same ranking the RAM arena is filled from, its first
+// `pinned` experts per layer pinned (GpuTierOptions::fill_ranking).
+void set_gpu_fill(const Model& model, const ExpertOptions& o, const std::vector<std::vector<int32_t>>& ranking,
+                  int pinned) {
+  if (!wants_gpu_tier(o)) return;
+  compute::GpuTierOptions& tier = model.backend_shared().gpu_tier;
+  tier.fill_ranking = ranking;
+  tier.fill_pinned = pinned;
+}
+}  // namespace
 
 std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::string& model_path,
                                                const ExpertOptions& o) {
@@ -181,7 +200,11 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
   const bool exceed_half_ram = available > 0 && expert_bytes > available / 2;
   // Through the mapping (like llama.cpp's mmap) only when nothing asks for a store and the experts
   // fit comfortably: then the page cache holds them all and reads cost nothing after the first.
-  if (!budget_given && !store_only && !o.pack && o.experts_from == "auto" && !exceed_half_ram) return nullptr;
+  if (!budget_given && !store_only && !o.pack && o.experts_from == "auto" && !exceed_half_ram) {
+    if (!o.fill_profile.empty() && wants_gpu_tier(o))  // the GPU arena's fill, from the mapping
+      set_gpu_fill(model, o, ExpertProfile::load(o.fill_profile, layout.gguf_identity).ranking(), o.pin);
+    return nullptr;
+  }
 
   // Experts now come from reads, never the mapping: the mapping serves the dense tensors only. Start
   // reading them in now, so the first token's prefill finds them in the page cache.
@@ -235,6 +258,7 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
             }
         }
       store->fill(ranking, o.pin);
+      set_gpu_fill(model, o, ranking, o.pin);
     } else if (o.pin > 0) {
       fail("--pin needs a ranking: --fill PROFILE, or a usage history of at least {} tokens", kMinHistoryTokens);
     }
@@ -242,6 +266,7 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
   } else if (!o.fill_profile.empty()) {
     const ExpertProfile profile = ExpertProfile::load(o.fill_profile, sl.gguf_identity);
     store->fill(profile.ranking(), o.pin);
+    set_gpu_fill(model, o, profile.ranking(), o.pin);
   } else if (o.pin > 0) {
     fail("--pin needs --fill PROFILE or --usage (the ranking that says which experts to pin)");
   }
@@ -292,19 +317,44 @@ std::string format_moce_stats(ExpertStore* store, double tokens) {
                      m.mse_samples);
 }
 
-void begin_prompt(ExpertStore* store) {
-  if (store) store->reset_prompt_heat();
+std::string format_gpu_tier_stats([[maybe_unused]] const compute::Backend& backend, [[maybe_unused]] double tokens) {
+#ifdef STRATA_HAVE_CUDA
+  const compute::cuda::GpuTierInfo info = compute::cuda::gpu_tier_info(backend);
+  if (!info.tiered) return "";
+  const compute::cuda::GpuTierStats& s = info.stats;
+  const double per_token = tokens > 0 ? 1.0 / tokens : 0.0;
+  return fmt::format(
+      "gpu experts: {} slots/layer ({}), hit {:.1f}%, {:.1f} misses/token, copied in {} ({:.2f} MB/token, read-ahead "
+      "{:.1f}% used), startup fill {} experts, hot pins {} ({} changes), fill pins {}",
+      info.slots_per_layer, format_bytes(info.arena_bytes), 100.0 * s.hit_rate(), double(s.misses) * per_token,
+      format_bytes(s.loaded_bytes + s.policy_bytes), double(s.loaded_bytes) * per_token / 1e6,
+      s.read_ahead_issued ? 100.0 * double(s.read_ahead_used) / double(s.read_ahead_issued) : 0.0, s.fill_loads,
+      s.hot_pins, s.pin_changes, s.fill_pins);
+#else
+  return "";
+#endif
 }
 
-int end_prompt(ExpertStore* store, const ExpertOptions& o) {
-  if (!store || o.pin_hot <= 0) return 0;
+void begin_prompt(ExpertStore* store, [[maybe_unused]] compute::Backend* backend) {
+  if (store) store->reset_prompt_heat();
+#ifdef STRATA_HAVE_CUDA
+  if (backend) compute::cuda::gpu_tier_reset_prompt_heat(*backend);
+#endif
+}
+
+int end_prompt(ExpertStore* store, [[maybe_unused]] compute::Backend* backend, const ExpertOptions& o) {
+  if (o.pin_hot <= 0) return 0;
   HotPinOptions pins;
   pins.n_hot = o.pin_hot;
   pins.max_swaps = o.repin_swaps;
   pins.hysteresis = o.repin_hysteresis;
   pins.alpha = o.usage_alpha;
   pins.min_history_tokens = kMinHistoryTokens;
-  return store->pin_prompt_hot(pins);
+  int changes = store ? store->pin_prompt_hot(pins) : 0;
+#ifdef STRATA_HAVE_CUDA
+  if (backend) changes += compute::cuda::gpu_tier_pin_prompt_hot(*backend, pins, store ? store->history() : nullptr);
+#endif
+  return changes;
 }
 
 void save_usage(ExpertStore* store, const ExpertOptions& o, bool only_if_due) {

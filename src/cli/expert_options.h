@@ -20,6 +20,10 @@
 #include "model/model.h"
 #include "route/routing_trace.h"
 
+namespace strata::compute {
+class Backend;
+}
+
 namespace strata::cli {
 
 struct ExpertOptions {
@@ -84,13 +88,18 @@ std::unique_ptr<TracingSource> open_routing_trace(const Model& model, ExpertStor
 
 // One summary line of the store's counters ("experts: hit 93.1% ...").
 std::string format_expert_stats(const ExpertStoreStats& stats, double tokens);
+// One line of the GPU expert tier's counters ("gpu experts: hit 84.1% ..."), or "" for a backend
+// without one (or a build without CUDA).
+std::string format_gpu_tier_stats(const compute::Backend& backend, double tokens);
 // One line of MoCE telemetry ("moce: 0.42 swaps/token ..."), or "" when MoCE is off.
 std::string format_moce_stats(ExpertStore* store, double tokens);
 
-// Around a prompt's prefill: count its routing, then pin its hottest experts (--pin-hot).
-void begin_prompt(ExpertStore* store);
-// Returns the number of pins added or dropped (0 without --pin-hot).
-int end_prompt(ExpertStore* store, const ExpertOptions& options);
+// Around a prompt's prefill: count its routing, then pin its hottest experts (--pin-hot) in the
+// RAM arena (store) and, under --gpu-budget, in the GPU arena of the sequence's backend (either
+// may be null). Call end_prompt between windows (after the prefill's logits were read).
+void begin_prompt(ExpertStore* store, compute::Backend* backend);
+// Returns the number of pins added or dropped in both arenas (0 without --pin-hot).
+int end_prompt(ExpertStore* store, compute::Backend* backend, const ExpertOptions& options);
 // Writes the usage history (if any); a failure is a warning, never fatal. With `only_if_due`,
 // only once --usage-save-every tokens have passed since the last save.
 void save_usage(ExpertStore* store, const ExpertOptions& options, bool only_if_due = false);

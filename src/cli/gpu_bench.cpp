@@ -378,6 +378,43 @@ std::vector<std::string> parse_gpu_bench_backends(const std::string& list) {
   return backends;
 }
 
+// Time to first token of a follow-up turn (prefill `turn` new tokens, read the logits) on a warm
+// sequence: three times back to back ("hot"), then once after `idle_s` seconds in which neither
+// the GPU nor the host did anything (issue 20 item 5: whether a warm-up after an idle gap pays).
+void idle_ttft(const Model& model, compute::ThreadPool& pool, const std::string& backend,
+               const std::vector<int32_t>& prompt, int chunk, int idle_s, nlohmann::json& json) {
+  const std::string name = backend.rfind("cuda@", 0) == 0 || backend == "cuda-eager" ? "cuda" : backend;
+  Session session(model, pool, nullptr, name);
+  session.prefill(prompt, chunk);
+  for (int i = 0; i < 8; ++i) {
+    const std::vector<float>& logits = session.logits();
+    session.decode(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+  }
+  (void)session.logits();
+  const int64_t vocab = model.hparams().n_vocab;
+  int turn_index = 0;
+  auto turn = [&] {
+    std::vector<int32_t> ids(16);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((uint64_t(turn_index) * 104729 + i * 7919 + 5) % uint64_t(vocab));
+    ++turn_index;
+    const auto start = std::chrono::steady_clock::now();
+    session.prefill(ids, chunk);
+    const std::vector<float>& logits = session.logits();
+    (void)std::max_element(logits.begin(), logits.end());
+    return seconds_since(start) * 1e3;
+  };
+  std::vector<double> hot;
+  for (int i = 0; i < 3; ++i) hot.push_back(turn());
+  std::this_thread::sleep_for(std::chrono::seconds(idle_s));
+  const double idle = turn();
+  const double again = turn();
+  std::sort(hot.begin(), hot.end());
+  fmt::print("{:5s}  TTFT of a 16-token turn: hot {:.2f} ms (median of 3: {:.2f} / {:.2f} / {:.2f}), after {} s idle "
+             "{:.2f} ms ({:.2f}x), the turn after that {:.2f} ms\n",
+             backend, hot[1], hot[0], hot[1], hot[2], idle_s, idle, idle / hot[1], again);
+  json["idle_ttft"][backend] = {{"hot_ms", hot}, {"idle_s", idle_s}, {"after_idle_ms", idle}, {"next_ms", again}};
+}
+
 void run_gpu_bench(const GpuBenchOptions& o) {
   compute::cuda::register_cuda_backend();
   if (o.path.empty()) fail("bench gpu: a model file is required (-m FILE)");
@@ -530,6 +567,9 @@ void run_gpu_bench(const GpuBenchOptions& o) {
     fmt::print("greedy tokens: {} and {} agree on the first {} of {}\n", backends[0], backends[i], same, a.size());
     json["tokens_agree"][backends[i]] = same;
   }
+
+  if (o.idle_ttft_s > 0)
+    for (const std::string& b : backends) idle_ttft(model_for(b), pool, b, prompt, o.chunk, o.idle_ttft_s, json);
 
   // llama.cpp on the same file, after strata's rounds (never sharing the machine with them).
   std::map<std::string, LlamaResult> llama;

@@ -34,6 +34,9 @@ struct GpuBenchOptions {
   std::string json, svg;
   std::string llama_bench;  // llama.cpp's llama-bench binary; empty: strata only
   int llama_repeats = 3;
+  // > 0: after the rounds, each entry's time to first token of a 16-token turn on a warm sequence,
+  // hot and after this many seconds idle.
+  int idle_ttft_s = 0;
   // Write `path` first when it does not exist: [SHAPE:]LAYERS:EXPERTS[:SKEW:CORRELATION] (a
   // `strata synth` shape, mid-qwen4exp by default, with that many layers and experts and, if
   // given, skewed + correlated routing), Q8_0 dense and IQ2_XS experts (issue 15's file is 48:512),

@@ -1,6 +1,7 @@
 // GPU expert tier settings — what a GPU backend needs to hold routed experts under a memory
-// budget (the arena of compute/cuda/expert_tier.h): the budget, read-ahead, and the shape of each
-// layer's experts (so the arena can be laid out before the first window). Set on the model's
+// budget (the arena of compute/cuda/expert_tier.h): the budget, read-ahead, the shape of each
+// layer's experts (so the arena can be laid out before the first window), and the startup fill
+// (a profile's or the usage history's ranking, as the RAM arena is filled from it). Set on the model's
 // compute::BackendShared before its first GPU sequence (cli/expert_options.h, benches, tests);
 // the default (no budget) keeps every expert resident on the device.
 #pragma once
@@ -31,6 +32,11 @@ struct GpuTierOptions {
   int slots_per_layer = 0;    // > 0: exactly this many cache slots per layer (overrides the budget)
   bool read_ahead = true;     // the next layer's router guess fills its slots while a layer runs
   std::vector<ExpertLayerLayout> layers;  // [layer], the trunk's layers
+  // Startup fill (SlotResidency::fill): per layer, the experts most wanted first; each layer's
+  // first `slots` are copied in when the arena is made, and its first `fill_pinned` pinned.
+  // Empty: the arena starts empty.
+  std::vector<std::vector<int32_t>> fill_ranking;
+  int fill_pinned = 0;
   // A budget below "every expert": the arena, its slot map and the per-layer handshake.
   bool tiered() const { return budget_bytes > 0 || slots_per_layer > 0; }
   uint64_t all_expert_bytes(int n_expert) const {

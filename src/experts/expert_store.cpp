@@ -348,30 +348,14 @@ void ExpertStore::set_moce(std::shared_ptr<MocePolicy> policy) {
 
 int ExpertStore::pin_prompt_hot(const HotPinOptions& o) {
   int changes = 0;
-  const int n_expert = int(reader_->layout().n_expert);
-  const bool use_history = history_ && history_->tokens() >= o.min_history_tokens;
-  const double alpha = use_history ? std::clamp(o.alpha, 0.0, 1.0) : 0.0;
-  std::vector<double> score(static_cast<size_t>(n_expert));
+  std::vector<double> score;
   for (size_t b = 0; b < layout_.size(); ++b) {
     if (!layout_[b].present) continue;
-    const auto& heat = prompt_heat_[b];
-    const double heat_sum = double(std::accumulate(heat.begin(), heat.end(), uint64_t{0}));
-    std::fill(score.begin(), score.end(), 0.0);
-    if (heat_sum > 0)
-      for (int e = 0; e < n_expert; ++e) score[size_t(e)] = (1.0 - alpha) * double(heat[size_t(e)]) / heat_sum;
-    if (use_history && int(b) < history_->n_block()) {
-      const auto h = history_->heat(int(b));
-      const double sum = std::accumulate(h.begin(), h.end(), 0.0);
-      if (sum > 0)
-        for (int e = 0; e < n_expert; ++e) score[size_t(e)] += alpha * double(h[size_t(e)]) / sum;
-    }
-    // Profile-pinned experts are pinned already: not candidates.
-    for (int e = 0; e < n_expert; ++e)
-      if (residency_.pinned(int(b), e)) score[size_t(e)] = 0.0;
     const int n_hot = std::min(o.n_hot, residency_.slots(int(b)) / 2);
     const std::vector<int32_t> current = residency_.hot_pins(int(b));
-    const int max_swaps = current.empty() ? n_hot : o.max_swaps;
-    const std::vector<int32_t> wanted = choose_hot_pins(current, score, n_hot, max_swaps, o.hysteresis);
+    const std::vector<int32_t> wanted =
+        prompt_hot_pins(prompt_heat_[b], history_.get(), int(b), o, n_hot, current,
+                        [&](int32_t e) { return residency_.pinned(int(b), e); }, score);
     changes += residency_.pin_hot(int(b), wanted, loads_);
     load_slots(int(b), IoPool::Priority::ReadAhead);
   }

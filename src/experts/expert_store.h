@@ -70,6 +70,7 @@
 #include "experts/sidecar.h"
 #include "experts/slot_residency.h"
 #include "experts/store_stats.h"
+#include "experts/usage_history.h"
 
 namespace strata {
 
@@ -99,14 +100,6 @@ template <class M>
 concept ExpertModel = requires(const M& m) {
   { m.block_expert_layouts() } -> std::convertible_to<ExpertLayout>;
   { m.file() } -> std::convertible_to<const GgufFile&>;
-};
-
-struct HotPinOptions {
-  int n_hot = 0;              // pins per layer (capped at half the layer's slots)
-  int max_swaps = 2;          // per layer per call, once a layer has its pins
-  double hysteresis = 0.25;   // a candidate must score > (1 + h) x the weakest pin to replace it
-  double alpha = 0.5;         // weight of the usage history against this prompt's counts
-  uint64_t min_history_tokens = 256;  // below this the history is not trusted
 };
 
 class ExpertStore final : public ExpertSource {

@@ -211,4 +211,27 @@ std::vector<int32_t> choose_hot_pins(std::span<const int32_t> current, std::span
   return pins;
 }
 
+std::vector<int32_t> prompt_hot_pins(std::span<const uint64_t> prompt_heat, const UsageHistory* history, int block,
+                                     const HotPinOptions& o, int n_hot, std::span<const int32_t> current,
+                                     const std::function<bool(int32_t)>& fill_pinned, std::vector<double>& score) {
+  const int n_expert = int(prompt_heat.size());
+  const bool use_history = history && history->tokens() >= o.min_history_tokens;
+  const double alpha = use_history ? std::clamp(o.alpha, 0.0, 1.0) : 0.0;
+  score.assign(size_t(n_expert), 0.0);
+  const double heat_sum = double(std::accumulate(prompt_heat.begin(), prompt_heat.end(), uint64_t{0}));
+  if (heat_sum > 0)
+    for (int e = 0; e < n_expert; ++e) score[size_t(e)] = (1.0 - alpha) * double(prompt_heat[size_t(e)]) / heat_sum;
+  if (use_history && block < history->n_block()) {
+    const auto h = history->heat(block);
+    const double sum = std::accumulate(h.begin(), h.end(), 0.0);
+    if (sum > 0)
+      for (int e = 0; e < n_expert && size_t(e) < h.size(); ++e) score[size_t(e)] += alpha * double(h[size_t(e)]) / sum;
+  }
+  // Experts the startup fill pinned are pinned already: not candidates.
+  for (int e = 0; e < n_expert; ++e)
+    if (fill_pinned(e)) score[size_t(e)] = 0.0;
+  const int max_swaps = current.empty() ? n_hot : o.max_swaps;
+  return choose_hot_pins(current, score, n_hot, max_swaps, o.hysteresis);
+}
+
 }  // namespace strata

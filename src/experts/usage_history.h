@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -90,5 +91,25 @@ std::vector<std::vector<int32_t>> rank_experts(const UsageHistory* history, cons
 // new pin set (ascending ids).
 std::vector<int32_t> choose_hot_pins(std::span<const int32_t> current, std::span<const double> score,
                                      int n_hot, int max_swaps, double hysteresis);
+
+struct HotPinOptions {
+  int n_hot = 0;              // pins per layer (capped at half the layer's slots)
+  int max_swaps = 2;          // per layer per call, once a layer has its pins
+  double hysteresis = 0.25;   // a candidate must score > (1 + h) x the weakest pin to replace it
+  double alpha = 0.5;         // weight of the usage history against this prompt's counts
+  uint64_t min_history_tokens = 256;  // below this the history is not trusted
+};
+
+// The prompt-hot pins block `block` should hold next (ascending ids), as every arena picks them
+// (the RAM arena, experts/expert_store.h, and the GPU arena, compute/cuda/expert_tier.h): experts
+// scored by (1 − alpha)·their share of this prompt's routed (row, expert) pairs (`prompt_heat`,
+// per expert) + alpha·their share of the history's heat (when `history` is given and holds at
+// least min_history_tokens; else the prompt counts fully), experts `fill_pinned` says the startup
+// fill pinned left out (score 0), then chosen from `current` (the block's pins now) with bounded
+// churn by choose_hot_pins: the first call of a block takes n_hot, later ones at most max_swaps.
+// `score` is scratch (n_expert values).
+std::vector<int32_t> prompt_hot_pins(std::span<const uint64_t> prompt_heat, const UsageHistory* history, int block,
+                                     const HotPinOptions& options, int n_hot, std::span<const int32_t> current,
+                                     const std::function<bool(int32_t)>& fill_pinned, std::vector<double>& score);
 
 }  // namespace strata

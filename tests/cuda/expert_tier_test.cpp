@@ -6,7 +6,9 @@
 // arena holding every expert (pinned), and a RAM arena of 2 slots per layer that streams from the
 // file (pointers that die at the next call: copied one by one). A budget below one slot per layer
 // plus the transient slots fails with the numbers. Each model: greedy decode of 24 tokens after a
-// 40-token prompt, compared logit for logit with memcmp.
+// 40-token prompt, compared logit for logit with memcmp. The policies on the GPU arena: the
+// startup fill (a usage history's ranking, counted from GPU windows) and prompt-hot pins change
+// residency, never the logits, and do what they are for (more hits; pinned slots held).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -21,6 +23,7 @@
 #include "cuda_test_util.h"
 #include "engine/session.h"
 #include "experts/expert_store.h"
+#include "experts/usage_history.h"
 #include "model/model.h"
 #include "synth/synth.h"
 #include "synthetic_models.h"
@@ -177,6 +180,109 @@ TEST(CudaExpertTier, EveryBudgetGivesTheAllResidentLogitsBitwise) {
         ADD_FAILURE() << m.name << ": " << s.name << " ran without a tier";
       }
     }
+    std::filesystem::remove(m.path);
+  }
+}
+
+// Greedy decode with the policies: optional startup fill, optional prompt-hot pins after the
+// prompt (GpuExpertTier::pin_prompt_hot through the backend), optional RAM arena with a usage
+// history as host tier (its history then counts the GPU windows).
+struct PolicyRun {
+  int slots = 4;
+  std::vector<std::vector<int32_t>> fill;
+  int fill_pinned = 0;
+  int pin_hot = 0;
+  bool history = false;
+};
+struct PolicyTrace {
+  Trace trace;
+  int pin_changes = 0;
+  uint64_t history_tokens = 0;
+  std::vector<std::vector<int32_t>> ranking;  // from the history, when kept
+};
+
+PolicyTrace run_policies(const std::string& path, const PolicyRun& p) {
+  compute::cuda::register_cuda_backend();
+  auto model = Model::load(path);
+  const HParams& hp = model->hparams();
+  compute::GpuTierOptions& tier = model->backend_shared().gpu_tier;
+  tier.layers = model->expert_layouts();
+  tier.slots_per_layer = p.slots;
+  tier.fill_ranking = p.fill;
+  tier.fill_pinned = p.fill_pinned;
+  std::unique_ptr<ExpertStore> store;
+  if (p.history) {
+    ExpertStoreOptions o;
+    o.slots_per_layer = hp.n_expert;
+    o.io_threads = 2;
+    store = std::make_unique<ExpertStore>(*model, o);
+    const auto& layout = store->layout();
+    store->attach_history(
+        std::make_unique<UsageHistory>(layout.gguf_identity, int(layout.n_block), int(layout.n_expert)),
+        std::filesystem::temp_directory_path().string() + "/strata-tier-policy.usage");
+  }
+  compute::ThreadPool pool(2);
+  PolicyTrace out;
+  {
+    Session session(*model, pool, store.get(), "cuda");
+    compute::cuda::gpu_tier_reset_prompt_heat(*session.state().backend);
+    session.prefill(prompt_for(hp, 40), 16);
+    if (p.pin_hot > 0) {
+      HotPinOptions pins;
+      pins.n_hot = p.pin_hot;
+      out.pin_changes = compute::cuda::gpu_tier_pin_prompt_hot(*session.state().backend, pins, nullptr);
+    }
+    for (int i = 0; i < 24; ++i) {
+      const std::vector<float>& logits = session.logits();
+      out.trace.logits.insert(out.trace.logits.end(), logits.begin(), logits.end());
+      const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      out.trace.tokens.push_back(next);
+      session.decode(next);
+    }
+    (void)session.logits();
+    out.trace.tier = compute::cuda::gpu_tier_info(*session.state().backend);
+  }
+  if (store) {
+    const UsageHistory& h = *store->history();
+    out.history_tokens = h.tokens();
+    out.ranking = rank_experts(&h, nullptr, 1.0, 0, h.n_block(), h.n_expert());
+  }
+  return out;
+}
+
+TEST(CudaExpertTier, UsageHistoryFillAndHotPinsKeepTheLogitsAndDoTheirJob) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  for (const TierModel& m : tier_models()) {
+    const Trace reference = run(m.path, Setting{"all resident"});
+    int moe_layers = 0;
+    for (const auto& l : Model::load(m.path)->expert_layouts()) moe_layers += l.present;
+
+    // The usage history of a RAM arena behind the GPU tier counts the GPU windows' routing: every
+    // row of the first MoE layer once (40 prompt rows + 24 decode steps).
+    const PolicyTrace counted = run_policies(m.path, PolicyRun{.slots = 4, .history = true});
+    expect_bitwise(reference, counted.trace, m.name + ": usage history");
+    EXPECT_EQ(counted.history_tokens, 64u) << m.name;
+    ASSERT_FALSE(counted.ranking.empty()) << m.name;
+
+    const PolicyTrace cold = run_policies(m.path, PolicyRun{.slots = 4});
+    const PolicyTrace filled =
+        run_policies(m.path, PolicyRun{.slots = 4, .fill = counted.ranking, .fill_pinned = 2});
+    expect_bitwise(reference, filled.trace, m.name + ": startup fill");
+    const compute::cuda::GpuTierStats& c = cold.trace.tier.stats;
+    const compute::cuda::GpuTierStats& f = filled.trace.tier.stats;
+    std::printf("[ tier ] %s, 4 slots: cold start %llu hits / %llu misses; filled from the history %llu hits / %llu "
+                "misses (%llu experts filled, %.1f MiB)\n",
+                m.name.c_str(), (unsigned long long)c.hits, (unsigned long long)c.misses, (unsigned long long)f.hits,
+                (unsigned long long)f.misses, (unsigned long long)f.fill_loads, double(f.policy_bytes) / (1 << 20));
+    EXPECT_EQ(f.fill_loads, uint64_t(4 * moe_layers)) << m.name;
+    EXPECT_EQ(f.fill_pins, uint64_t(2 * moe_layers)) << m.name;  // pinned slots are never evicted
+    EXPECT_GT(f.hits, c.hits) << m.name << ": a fill from the run's own usage must save misses";
+    EXPECT_EQ(c.fill_loads, 0u);
+
+    const PolicyTrace pinned = run_policies(m.path, PolicyRun{.slots = 4, .pin_hot = 2});
+    expect_bitwise(reference, pinned.trace, m.name + ": prompt-hot pins");
+    EXPECT_EQ(pinned.pin_changes, 2 * moe_layers) << m.name;
+    EXPECT_EQ(pinned.trace.tier.stats.hot_pins, uint64_t(2 * moe_layers)) << m.name;
     std::filesystem::remove(m.path);
   }
 }

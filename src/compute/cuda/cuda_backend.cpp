@@ -336,6 +336,17 @@ GpuTierInfo gpu_tier_info(const Backend& backend) {
   return cuda->tier_info();
 }
 
+int gpu_tier_pin_prompt_hot(Backend& backend, const HotPinOptions& options, const UsageHistory* history) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  GpuExpertTier* tier = cuda ? cuda->expert_tier_if_any() : nullptr;
+  return tier ? tier->pin_prompt_hot(options, history) : 0;
+}
+
+void gpu_tier_reset_prompt_heat(Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  if (GpuExpertTier* tier = cuda ? cuda->expert_tier_if_any() : nullptr) tier->reset_prompt_heat();
+}
+
 GraphCounters graph_counters(const Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   if (!cuda) return {};

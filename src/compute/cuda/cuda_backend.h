@@ -66,5 +66,10 @@ struct GpuTierInfo {
   GpuTierStats stats;
 };
 GpuTierInfo gpu_tier_info(const Backend& backend);
+// Between windows: the prompt-hot pins of the backend's GPU tier (GpuExpertTier::pin_prompt_hot;
+// returns the pins added or dropped) and the reset of its prompt heat. No-ops (0) for a backend
+// without a tier, or before its first window.
+int gpu_tier_pin_prompt_hot(Backend& backend, const HotPinOptions& options, const UsageHistory* history);
+void gpu_tier_reset_prompt_heat(Backend& backend);
 
 }  // namespace strata::compute::cuda

@@ -209,6 +209,10 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
   const WindowGraphStats& graph_stats() const { return graph_.stats(); }
+  GpuExpertTier* expert_tier_if_any() const {
+    std::lock_guard lock(weights_->mutex);
+    return weights_->tier.get();
+  }
   GpuTierInfo tier_info() const {
     GpuTierInfo info;
     std::lock_guard lock(weights_->mutex);
@@ -678,7 +682,7 @@ class CudaBackend final : public Backend {
   LayerExperts& layer_experts(const MoeDims& hp, ExpertSource& source, int layer);
   // The tiered arena when BackendShared::gpu_tier asks for a budget below every expert (made at
   // the first call), else nullptr (every expert resident: layer_experts).
-  GpuExpertTier* expert_tier(const MoeDims& hp, int64_t max_rows);
+  GpuExpertTier* expert_tier(const MoeDims& hp, int64_t max_rows, ExpertSource& source);
   GpuTierOptions tier_options_;
   KvMirror& kv_mirror(const AttentionDims& hp, const AttentionWeights& w, int layer, int64_t n_tokens);
 

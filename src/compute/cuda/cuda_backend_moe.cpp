@@ -61,7 +61,7 @@ LayerExperts& CudaBackend::layer_experts(const MoeDims& hp, ExpertSource& source
   return weights_->experts.emplace(layer, std::move(le)).first->second;
 }
 
-GpuExpertTier* CudaBackend::expert_tier(const MoeDims& hp, int64_t max_rows) {
+GpuExpertTier* CudaBackend::expert_tier(const MoeDims& hp, int64_t max_rows, ExpertSource& source) {
   std::lock_guard lock(weights_->mutex);
   if (weights_->tier_decided) return weights_->tier.get();
   weights_->tier_decided = true;
@@ -77,6 +77,7 @@ GpuExpertTier* CudaBackend::expert_tier(const MoeDims& hp, int64_t max_rows) {
   // sequences with other window sizes fit.
   weights_->tier = std::make_unique<GpuExpertTier>(tier_options_, hp.n_expert, hp.n_expert_used,
                                                    std::max<int64_t>(max_rows, 256));
+  weights_->tier->prime(source);  // the startup fill, copied in before this first window's handshakes
   return weights_->tier.get();
 }
 
@@ -86,7 +87,7 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
   // Every window, replayed or not, has this layer's handshake on the GPU: the tier's host thread
   // must expect it before the window's work is launched.
   GpuExpertTier* tier = weights_->tier_decided ? weights_->tier.get() : nullptr;
-  if (!weights_->tier_decided && !replaying()) tier = expert_tier(hp, x.max_rows);
+  if (!weights_->tier_decided && !replaying()) tier = expert_tier(hp, x.max_rows, experts);
   if (tier) tier->expect(experts);
   if (replaying()) return;
   const float* xd = rows(x, n_rows, "moe");
@@ -220,7 +221,7 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
     // The handshake: publish the ids (and the guess); the host tier brings the misses while the
     // shared expert's branch runs; wait for them.
     mark("moe.tier.publish");
-    tier->publish(layer, ids, pairs, guess ? ids + pairs : nullptr, guess ? weights + pairs : nullptr,
+    tier->publish(layer, ids, weights, pairs, guess ? ids + pairs : nullptr, guess ? weights + pairs : nullptr,
                   guess ? pairs : 0, s());
   }
   if (tier) {

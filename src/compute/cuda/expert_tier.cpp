@@ -51,6 +51,8 @@ double thread_cpu_ms() {
 GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k, int64_t max_rows)
     : n_expert_(n_expert), k_(k), max_rows_(max_rows), residency_({1}, 1, 0) {
   read_ahead_enabled_ = options.read_ahead;
+  fill_ranking_ = options.fill_ranking;
+  fill_pinned_ = options.fill_pinned;
   if (n_expert < 1 || k < 1 || max_rows < 1)
     fail("gpu expert tier: {} experts, top-{}, {} rows per window", n_expert, k, max_rows);
   // Slot layout per layer: [gate | up | down], each 16-byte aligned, the slot 256-byte aligned.
@@ -114,7 +116,7 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
 
   // Mapped host memory: the mailbox, the job ring and the abort flag.
   const size_t capacity = size_t(k) * size_t(max_rows);
-  const size_t mailbox_bytes = kMailboxHeader + capacity * 12;
+  const size_t mailbox_bytes = kMailboxHeader + capacity * 16;
   STRATA_CUDA_CHECK(cudaHostAlloc(&mailbox_host_, mailbox_bytes + 64, cudaHostAllocMapped));
   std::memset(mailbox_host_, 0, mailbox_bytes + 64);
   STRATA_CUDA_CHECK(cudaHostGetDevicePointer(&mailbox_dev_, mailbox_host_, 0));
@@ -140,6 +142,10 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   seen_.assign(size_t(n_expert), 0);
   best_.assign(size_t(n_expert), -1.0f);
+  heat_.assign(layers_.size() * size_t(n_expert), 0);
+  routing_.k = k;
+  routing_.experts.reserve(capacity);
+  routing_.weights.reserve(capacity);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -237,16 +243,95 @@ void GpuExpertTier::expect(ExpertSource& source) {
   cv_.notify_all();
 }
 
-void GpuExpertTier::publish(int layer, const int32_t* ids, int64_t n_pairs, const int32_t* guess_ids,
-                            const float* guess_weights, int64_t n_guess, cudaStream_t stream) {
+void GpuExpertTier::prime(ExpertSource& source) {
+  std::lock_guard lock(mutex_);
+  if (source_) fail("gpu expert tier: prime() after the host tier was bound");
+  prepare_source(source);
+  if (fill_ranking_.empty()) return;
+  std::vector<SlotResidency::Load> loads;
+  for (size_t l = 0; l < layers_.size() && l < fill_ranking_.size(); ++l) {
+    if (!layers_[l].present || fill_ranking_[l].empty()) continue;
+    residency_.fill(int(l), fill_ranking_[l], fill_pinned_, loads);
+    stats_.fill_loads += loads.size();
+    stats_.policy_bytes += copy_now(int(l), loads);
+  }
+  fill_ranking_.clear();
+  fill_ranking_.shrink_to_fit();
+}
+
+void GpuExpertTier::reset_prompt_heat() {
+  std::lock_guard lock(mutex_);
+  std::fill(heat_.begin(), heat_.end(), 0);
+}
+
+int GpuExpertTier::pin_prompt_hot(const HotPinOptions& options, const UsageHistory* history) {
+  std::lock_guard lock(mutex_);
+  if (error_) std::rethrow_exception(error_);
+  if (served_ != expected_) fail("gpu expert tier: pin_prompt_hot while a window's handshakes are in flight");
+  if (!source_) return 0;  // no window has run: nothing was routed yet
+  int changes = 0;
+  std::vector<double> score;
+  std::vector<SlotResidency::Load> loads;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (!layers_[l].present) continue;
+    const int n_hot = std::min(options.n_hot, slots_ / 2);
+    const std::vector<int32_t> current = residency_.hot_pins(int(l));
+    const std::span<const uint64_t> heat(heat_.data() + l * size_t(n_expert_), size_t(n_expert_));
+    const std::vector<int32_t> wanted = prompt_hot_pins(
+        heat, history, int(l), options, n_hot, current, [&](int32_t e) { return residency_.pinned(int(l), e); }, score);
+    changes += residency_.pin_hot(int(l), wanted, loads);
+    stats_.pin_loads += loads.size();
+    stats_.policy_bytes += copy_now(int(l), loads);
+  }
+  stats_.pin_changes += uint64_t(changes);
+  return changes;
+}
+
+// The host tier hands the loads out in batches of at most n_transient_ experts, in ascending id
+// (what a publish may hold; a streaming RAM arena's pointers die at its next call, so each batch is
+// copied and synchronized before the next). The device slot map is not written here: the layer's
+// next wait() writes its whole row, before any expert kernel of the layer reads it.
+uint64_t GpuExpertTier::copy_now(int layer, const std::vector<SlotResidency::Load>& loads) {
+  if (loads.empty()) return 0;
+  const TierLayer& t = layers_[size_t(layer)];
+  std::vector<SlotResidency::Load> sorted(loads);
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.expert < b.expert; });
+  const size_t batch = size_t(std::max(1, n_transient_));
+  uint64_t bytes = 0;
+  for (size_t first = 0; first < sorted.size(); first += batch) {
+    const size_t n = std::min(batch, sorted.size() - first);
+    load_ids_.clear();
+    for (size_t i = 0; i < n; ++i) load_ids_.push_back(sorted[first + i].expert);
+    source_->publish(layer, load_ids_);
+    for_each_delivered(*source_, [&](int index, const ExpertMatrices& m) {
+      if (index < 0 || size_t(index) >= n)
+        fail("gpu expert tier: layer {}: the host tier handed out index {} of {}", layer, index, n);
+      uint8_t* dst = arena_.as<uint8_t>() + size_t(offset_units(layer, sorted[first + size_t(index)])) * kUnit;
+      const std::pair<const compute::WeightMatrix*, const ExpertMatrixShape*> parts[] = {
+          {&m.gate, &t.gate}, {&m.up, &t.up}, {&m.down, &t.down}};
+      for (const auto& [matrix, shape] : parts) {
+        const size_t n_bytes = size_t(shape->n_out) * shape->row_stride_bytes;
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(dst + shape->matrix_offset, matrix->data, n_bytes, cudaMemcpyHostToDevice,
+                                          copy_stream_.get()));
+        bytes += n_bytes;
+      }
+    });
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(copy_stream_.get()));
+  }
+  return bytes;
+}
+
+void GpuExpertTier::publish(int layer, const int32_t* ids, const float* weights, int64_t n_pairs,
+                            const int32_t* guess_ids, const float* guess_weights, int64_t n_guess,
+                            cudaStream_t stream) {
   const int64_t capacity = int64_t(k_) * max_rows_;
   if (n_pairs > capacity || n_guess > capacity)
     fail("gpu expert tier: a window of {} routed pairs exceeds the {} the tier was sized for ({} rows)", n_pairs,
          capacity, max_rows_);
   if (layer < 0 || size_t(layer) >= layers_.size() || !layers_[size_t(layer)].present)
     fail("gpu expert tier: layer {} has no routed experts", layer);
-  tier_publish(ids, int(n_pairs), guess_ids, guess_weights, guess_ids ? int(n_guess) : 0, int(capacity), layer,
-               mailbox_dev_, words_.as<TierDeviceWords>(), times_dev_, stream);
+  tier_publish(ids, weights, int(n_pairs), guess_ids, guess_weights, guess_ids ? int(n_guess) : 0, int(capacity),
+               layer, mailbox_dev_, words_.as<TierDeviceWords>(), times_dev_, stream);
 }
 
 void GpuExpertTier::read_ahead(cudaStream_t stream) {
@@ -323,6 +408,13 @@ GpuTierStats GpuExpertTier::stats() const {
   s.transient = r.transient;
   s.read_ahead_issued = r.read_ahead_issued;
   s.read_ahead_used = r.read_ahead_used;
+  s.hot_pins = s.fill_pins = 0;
+  for (size_t l = 0; l < layers_.size(); ++l)
+    if (layers_[l].present)
+      for (int32_t e = 0; e < n_expert_; ++e) {
+        s.hot_pins += residency_.hot(int(l), e);
+        s.fill_pins += residency_.pinned(int(l), e);
+      }
   return s;
 }
 
@@ -403,6 +495,14 @@ void GpuExpertTier::serve() {
   }
   for (const int32_t e : union_) seen_[size_t(e)] = 0;
   std::sort(union_.begin(), union_.end());
+  // The policies' inputs: this prompt's heat and the host tier's own observers (usage history,
+  // prompt heat, a routing trace), with the rows as the router chose them.
+  uint64_t* heat = heat_.data() + size_t(layer) * size_t(n_expert_);
+  for (int i = 0; i < n_pairs; ++i) ++heat[ids[i]];
+  const float* weights = reinterpret_cast<const float*>(ids + 3 * int64_t(k_) * max_rows_);
+  routing_.experts.assign(ids, ids + n_pairs);
+  routing_.weights.assign(weights, weights + n_pairs);
+  source_->observe_routing(layer, routing_);
   residency_.resolve(layer, union_, loads_);
   ++stats_.handshakes;
   stats_.serve_resolve_ms += ms_since(start);

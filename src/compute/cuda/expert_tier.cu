@@ -16,14 +16,18 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
-__global__ void publish_kernel(const int32_t* ids, int n_pairs, const int32_t* guess_ids, const float* guess_weights,
-                               int n_guess, int capacity, int layer, uint8_t* mailbox, TierDeviceWords* words,
-                               TierTimes* times) {
+__global__ void publish_kernel(const int32_t* ids, const float* weights, int n_pairs, const int32_t* guess_ids,
+                               const float* guess_weights, int n_guess, int capacity, int layer, uint8_t* mailbox,
+                               TierDeviceWords* words, TierTimes* times) {
   pdl_begin();
   int32_t* out_ids = reinterpret_cast<int32_t*>(mailbox + kMailboxHeader);
   int32_t* out_guess = out_ids + capacity;
   float* out_weights = reinterpret_cast<float*>(out_guess + capacity);
-  for (int i = int(threadIdx.x); i < n_pairs; i += int(blockDim.x)) out_ids[i] = ids[i];
+  float* out_layer_weights = out_weights + capacity;
+  for (int i = int(threadIdx.x); i < n_pairs; i += int(blockDim.x)) {
+    out_ids[i] = ids[i];
+    out_layer_weights[i] = weights[i];
+  }
   for (int i = int(threadIdx.x); i < n_guess; i += int(blockDim.x)) {
     out_guess[i] = guess_ids[i];
     out_weights[i] = guess_weights[i];
@@ -158,11 +162,11 @@ __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_inde
 
 }  // namespace
 
-void tier_publish(const int32_t* ids, int n_pairs, const int32_t* guess_ids, const float* guess_weights, int n_guess,
-                  int capacity, int layer, void* mailbox_dev, TierDeviceWords* words, TierTimes* times,
-                  cudaStream_t stream) {
-  launch(publish_kernel, dim3(1), dim3(256), 0, stream, ids, n_pairs, guess_ids, guess_weights, n_guess, capacity,
-         layer, static_cast<uint8_t*>(mailbox_dev), words, times);
+void tier_publish(const int32_t* ids, const float* weights, int n_pairs, const int32_t* guess_ids,
+                  const float* guess_weights, int n_guess, int capacity, int layer, void* mailbox_dev,
+                  TierDeviceWords* words, TierTimes* times, cudaStream_t stream) {
+  launch(publish_kernel, dim3(1), dim3(256), 0, stream, ids, weights, n_pairs, guess_ids, guess_weights, n_guess,
+         capacity, layer, static_cast<uint8_t*>(mailbox_dev), words, times);
 }
 
 void tier_wait(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, int ring, int n_expert,

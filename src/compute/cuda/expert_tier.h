@@ -52,7 +52,19 @@
 //   (a RAM arena that streams, or memory that cannot be pinned) each miss is copied into the
 //   bounce buffer as it is handed out (read-ahead has its own part of it: wait(l) may still be
 //   reading layer l's part while the host stages the guess for l+1).
-// - Not yet: MoCE / usage history / hot pins on the GPU arena.
+// - Policies (the RAM arena's, experts/expert_store.h, on the GPU arena): the startup fill
+//   (GpuTierOptions::fill_ranking: a profile's or the usage history's ranking, the first
+//   `fill_pinned` of each layer pinned) is applied by prime() and copied in before the first
+//   window; prompt-hot pins (pin_prompt_hot, between windows: this tier's own count of the routed
+//   pairs since reset_prompt_heat, blended with the usage history, chosen by
+//   experts/usage_history.h prompt_hot_pins exactly as the RAM arena chooses) are copied in at
+//   once. Both change residency only between windows, at points the caller's token stream fixes,
+//   so limbo stays deterministic; the device slot map catches up at each layer's next wait(),
+//   whose job carries the layer's whole row. Every handshake also hands the layer's routing (ids
+//   and weights, per row) to the host tier's observe_routing on the handshake thread, so a RAM
+//   arena's usage history and prompt heat count GPU windows too (the window thread does not
+//   touch the host tier while a window runs).
+// - Not yet: MoCE (cache-aware routing) on the GPU path: the CLI refuses --moce with a GPU budget.
 // - Failure: an exception on the handshake thread (a read error of the host tier) is kept, the
 //   GPU is released with an abort flag (the window's results are garbage), and settle() rethrows
 //   it; the tier is then unusable (every later expect() throws). A window that does not finish
@@ -79,6 +91,7 @@
 #include "compute/expert_tier.h"
 #include "experts/expert_source.h"
 #include "experts/slot_residency.h"
+#include "experts/usage_history.h"
 
 namespace strata::compute::cuda {
 
@@ -107,6 +120,10 @@ struct GpuTierStats {
   double round_trip_ms = 0, before_wait_ms = 0;
   uint64_t timed_handshakes = 0;
   bool staged = false;              // the host tier is copied through the bounce buffer, not read in place
+  // Policies, between windows: the startup fill and the prompt-hot pins.
+  uint64_t fill_loads = 0, pin_changes = 0, pin_loads = 0;
+  uint64_t policy_bytes = 0;        // copied in for them
+  uint64_t hot_pins = 0, fill_pins = 0;  // pinned slots now, all layers
   double hit_rate() const { return needed ? double(hits) / double(needed) : 1.0; }
 };
 
@@ -138,10 +155,18 @@ class GpuExpertTier {
   // Window thread, in moe(), for every MoE layer of every window (eager, recorded or replayed):
   // one handshake will follow on the GPU, served from `source`.
   void expect(ExpertSource& source);
-  // Enqueued on `stream` (the backend's compute stream). pairs = rows · k ids (device); the
-  // guess (device, may be null) = rows · k ids and weights of the next layer's router.
-  void publish(int layer, const int32_t* ids, int64_t n_pairs, const int32_t* guess_ids, const float* guess_weights,
-               int64_t n_guess, cudaStream_t stream);
+  // Window thread, once, right after construction and outside any graph capture
+  // (CudaBackend::expert_tier): binds the host tier (the only one: expect() refuses another) and
+  // applies the startup fill of GpuTierOptions::fill_ranking, copying those experts in now.
+  void prime(ExpertSource& source);
+  // Window thread, between windows (after settle(), outside a capture): the prompt-hot pins of
+  // every layer (see the contract), copied in now. Returns the pins added or dropped.
+  int pin_prompt_hot(const HotPinOptions& options, const UsageHistory* history);
+  void reset_prompt_heat();
+  // Enqueued on `stream` (the backend's compute stream). pairs = rows · k ids and their weights
+  // (device); the guess (device, may be null) = rows · k ids and weights of the next layer's router.
+  void publish(int layer, const int32_t* ids, const float* weights, int64_t n_pairs, const int32_t* guess_ids,
+               const float* guess_weights, int64_t n_guess, cudaStream_t stream);
   void wait(int layer, cudaStream_t stream);
   // Read-ahead (only after a publish with a guess, right after that layer's wait): forks a side
   // branch off `stream` whose kernel copies the guessed experts of the next layer. join() puts the
@@ -172,6 +197,8 @@ class GpuExpertTier {
   uint64_t gather_copies(int layer, const std::vector<SlotResidency::Load>& loads, size_t bounce_first_slot);
   uint32_t offset_units(int layer, const SlotResidency::Load& load) const;
   void prepare_source(ExpertSource& source);
+  // Window thread, no window running: copies `loads` of `layer` into their cache slots now.
+  uint64_t copy_now(int layer, const std::vector<SlotResidency::Load>& loads);
   void account_timeline(uint32_t first_seq, uint32_t last_seq);  // mutex_ held
 
   std::vector<TierLayer> layers_;
@@ -235,6 +262,11 @@ class GpuExpertTier {
   std::vector<float> best_;            // read-ahead ranking: best guess weight per expert
   std::vector<int32_t> ranked_;
   std::vector<uint32_t> smap_mirror_;  // [n_layer][n_expert], offsets in 256-byte units
+  // Policies.
+  std::vector<std::vector<int32_t>> fill_ranking_;
+  int fill_pinned_ = 0;
+  std::vector<uint64_t> heat_;  // [n_layer][n_expert]: routed pairs since reset_prompt_heat (handshake thread)
+  Routing routing_;             // the layer's routing for the host tier's observe_routing
   std::vector<uint32_t> row_;          // the job being built: its slot-map row and chunks
   std::vector<TierCopy> copies_;
 };
@@ -274,8 +306,9 @@ struct TierMailboxHeader {
 };
 
 // The mailbox: TierMailboxHeader padded to 64 bytes, then ids[capacity], guess ids[capacity],
-// guess weights[capacity].
-void tier_publish(const int32_t* ids, int n_pairs, const int32_t* guess_ids, const float* guess_weights, int n_guess,
+// guess weights[capacity], weights[capacity].
+void tier_publish(const int32_t* ids, const float* weights, int n_pairs, const int32_t* guess_ids,
+                  const float* guess_weights, int n_guess,
                   int capacity, int layer, void* mailbox_dev, TierDeviceWords* words, TierTimes* times,
                   cudaStream_t stream);
 // The job of handshake `seq` lies at jobs + (seq % ring) · job_bytes: TierJobHeader, the layer's
