@@ -157,6 +157,9 @@ void configure_gpu_tier(const Model& model, const ExpertOptions& o) {
   if (!wants_gpu_tier(o)) return;
   tier.layers = model.expert_layouts();
   tier.slots_per_layer = o.gpu_slots_per_layer;
+  tier.moce_lambda = o.moce_lambda;
+  tier.moce_protect = o.moce_protect;
+  tier.moce_max_rank = o.moce_max_rank;
   if (!o.gpu_budget.empty() && o.gpu_slots_per_layer == 0)
     tier.budget_bytes = parse_byte_size(o.gpu_budget, tier.all_expert_bytes(model.hparams().n_expert), "--gpu-budget");
 }
@@ -166,10 +169,10 @@ void check_gpu_tier_backend(const ExpertOptions& o, const std::string& backend) 
     fail("--gpu-budget and --gpu-slots-per-layer hold experts in GPU memory: they need --backend cuda and a CUDA "
          "device (this session runs on '{}')",
          backend);
-  // The CUDA router routes exactly; cache-aware routing runs only in the CPU backend's router.
-  if (o.moce_lambda > 0 && backend == "cuda")
-    fail("--moce (cache-aware routing) runs on the CPU backend only: the CUDA router always routes exactly; drop "
-         "--moce or use --backend cpu");
+  // On CUDA, MoCE reads the GPU arena's residency: with every expert in VRAM nothing can miss.
+  if (o.moce_lambda > 0 && backend == "cuda" && !wants_gpu_tier(o))
+    fail("--moce on --backend cuda routes against the GPU expert arena: it needs --gpu-budget or "
+         "--gpu-slots-per-layer (with every expert in VRAM routing is exact)");
 }
 
 namespace {
@@ -310,7 +313,7 @@ std::string format_expert_stats(const ExpertStoreStats& s, double tokens) {
 
 std::string format_moce_stats(ExpertStore* store, double tokens) {
   const MocePolicy* policy = store ? store->moce() : nullptr;
-  if (!policy) return "";
+  if (!policy || policy->stats.rows == 0) return "";  // on the GPU path the tier's line has it
   const MoceStats& m = policy->stats;
   return fmt::format("moce: {:.2f} swaps/token, agreement {:.1f}%, KL {:.4f} nats/row, relMSE {:.2e} ({} samples)",
                      double(m.swaps) / std::max(tokens, 1.0), 100.0 * m.agreement(), m.kl(), m.relmse(),
@@ -329,7 +332,11 @@ std::string format_gpu_tier_stats([[maybe_unused]] const compute::Backend& backe
       info.slots_per_layer, format_bytes(info.arena_bytes), 100.0 * s.hit_rate(), double(s.misses) * per_token,
       format_bytes(s.loaded_bytes + s.policy_bytes), double(s.loaded_bytes) * per_token / 1e6,
       s.read_ahead_issued ? 100.0 * double(s.read_ahead_used) / double(s.read_ahead_issued) : 0.0, s.fill_loads,
-      s.hot_pins, s.pin_changes, s.fill_pins);
+      s.hot_pins, s.pin_changes, s.fill_pins) +
+         (s.moce_rows > 0 ? fmt::format("; moce: {:.2f} swaps/token, agreement {:.1f}%, KL {:.4f} nats/row",
+                                        s.moce_swaps * per_token, 100.0 * s.moce_agreement_sum / s.moce_rows,
+                                        s.moce_kl_sum / s.moce_rows)
+                          : std::string());
 #else
   return "";
 #endif

@@ -91,7 +91,8 @@ std::string format_expert_stats(const ExpertStoreStats& stats, double tokens);
 // One line of the GPU expert tier's counters ("gpu experts: hit 84.1% ..."), or "" for a backend
 // without one (or a build without CUDA).
 std::string format_gpu_tier_stats(const compute::Backend& backend, double tokens);
-// One line of MoCE telemetry ("moce: 0.42 swaps/token ..."), or "" when MoCE is off.
+// One line of the CPU router's MoCE telemetry ("moce: 0.42 swaps/token ..."), or "" when MoCE is
+// off or routed nothing on the CPU (under --backend cuda the "gpu experts:" line carries it).
 std::string format_moce_stats(ExpertStore* store, double tokens);
 
 // Around a prompt's prefill: count its routing, then pin its hottest experts (--pin-hot) in the

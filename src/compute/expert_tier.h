@@ -37,6 +37,10 @@ struct GpuTierOptions {
   // Empty: the arena starts empty.
   std::vector<std::vector<int32_t>> fill_ranking;
   int fill_pinned = 0;
+  // Cache-aware routing (MoCE, route/moce.h) against the GPU arena's residency: lambda > 0 turns it
+  // on (it changes tokens); protect and max_rank as MoceOptions.
+  double moce_lambda = 0.0;
+  int moce_protect = 1, moce_max_rank = 0;
   // A budget below "every expert": the arena, its slot map and the per-layer handshake.
   bool tiered() const { return budget_bytes > 0 || slots_per_layer > 0; }
   uint64_t all_expert_bytes(int n_expert) const {

@@ -193,6 +193,9 @@ struct PolicyRun {
   int fill_pinned = 0;
   int pin_hot = 0;
   bool history = false;
+  double moce_lambda = 0.0;
+  int moce_max_rank = 0;
+  bool eager = false;
 };
 struct PolicyTrace {
   Trace trace;
@@ -210,6 +213,8 @@ PolicyTrace run_policies(const std::string& path, const PolicyRun& p) {
   tier.slots_per_layer = p.slots;
   tier.fill_ranking = p.fill;
   tier.fill_pinned = p.fill_pinned;
+  tier.moce_lambda = p.moce_lambda;
+  tier.moce_max_rank = p.moce_max_rank;
   std::unique_ptr<ExpertStore> store;
   if (p.history) {
     ExpertStoreOptions o;
@@ -224,7 +229,9 @@ PolicyTrace run_policies(const std::string& path, const PolicyRun& p) {
   compute::ThreadPool pool(2);
   PolicyTrace out;
   {
+    if (p.eager) setenv("STRATA_CUDA_GRAPH", "0", 1);
     Session session(*model, pool, store.get(), "cuda");
+    if (p.eager) unsetenv("STRATA_CUDA_GRAPH");
     compute::cuda::gpu_tier_reset_prompt_heat(*session.state().backend);
     session.prefill(prompt_for(hp, 40), 16);
     if (p.pin_hot > 0) {
@@ -285,6 +292,34 @@ TEST(CudaExpertTier, UsageHistoryFillAndHotPinsKeepTheLogitsAndDoTheirJob) {
     EXPECT_EQ(pinned.trace.tier.stats.hot_pins, uint64_t(2 * moe_layers)) << m.name;
     std::filesystem::remove(m.path);
   }
+}
+
+// MoCE on the GPU path: it changes tokens by design, so its invariants are its own — the same
+// tokens and logits bitwise run to run and eager as replayed (residency is a function of the
+// tokens, never of timing), more hits than exact routing under the same budget, swaps counted.
+TEST(CudaExpertTier, MoceIsDeterministicAndRaisesTheHitRate) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  const std::string path = std::filesystem::temp_directory_path().string() + "/strata-tier-moce.gguf";
+  test_support::write_mid_qwen4exp_4_layers(path);
+  const PolicyTrace exact = run_policies(path, PolicyRun{.slots = 8});
+  const PolicyRun moce{.slots = 8, .moce_lambda = 2.0, .moce_max_rank = 16};
+  const PolicyTrace a = run_policies(path, moce), b = run_policies(path, moce);
+  PolicyRun moce_eager = moce;
+  moce_eager.eager = true;
+  const PolicyTrace c = run_policies(path, moce_eager);
+  expect_bitwise(a.trace, b.trace, "moce, run to run");
+  expect_bitwise(a.trace, c.trace, "moce, replayed vs eager");
+  const compute::cuda::GpuTierStats& e = exact.trace.tier.stats;
+  const compute::cuda::GpuTierStats& m = a.trace.tier.stats;
+  std::printf("[ tier ] moce lambda 2, max rank 16, 8 slots: hit rate %.3f (exact routing %.3f); %.0f swaps over %.0f "
+              "rows, agreement %.3f, KL %.4f\n",
+              m.hit_rate(), e.hit_rate(), m.moce_swaps, m.moce_rows, m.moce_agreement_sum / std::max(1.0, m.moce_rows),
+              m.moce_kl_sum / std::max(1.0, m.moce_rows));
+  EXPECT_GT(m.moce_rows, 0.0);
+  EXPECT_GT(m.moce_swaps, 0.0);
+  EXPECT_GT(m.hit_rate(), e.hit_rate());
+  EXPECT_EQ(e.moce_rows, 0.0);
+  std::filesystem::remove(path);
 }
 
 TEST(CudaExpertTier, SpeculativeWindowsAndRollbackStayBitwise) {

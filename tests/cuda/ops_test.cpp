@@ -19,6 +19,7 @@
 
 #include "compute/cpu/ops.h"
 #include "compute/cuda/ops.h"
+#include "route/moce.h"
 #include "cuda_test_util.h"
 #include "util/error.h"
 
@@ -219,6 +220,123 @@ TEST(CudaOps, RouterTopKMatchesCpu) {
       }
     }
     EXPECT_EQ(near_ties, 0);
+  }
+}
+
+// The MoCE router on the device against route/moce.h's moce_select on the same logits (the CPU's
+// softmax): the same experts wherever no two candidates' probabilities or boosted scores lie
+// within 64 ulp of each other (the two softmaxes differ by a few ulp, so such rows may choose
+// either; counted, and none expected with these seeds), weights within the router's bound, the
+// telemetry equal; rows past n_main read the next layer's slot map. With every expert resident,
+// or none, bitwise the exact router's ids and weights.
+TEST(CudaOps, MoceRouterFollowsTheCpuRule) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(9);
+  Stream stream;
+  struct Case {
+    int n_expert, k, protect, max_rank;
+    double lambda;
+  };
+  constexpr uint32_t kMiss = UINT32_MAX, kResidentBelow = 1000;
+  for (const Case& c : {Case{64, 8, 1, 16, 0.5}, Case{512, 10, 2, 0, 1.0}, Case{128, 4, 0, 12, 3.0},
+                        Case{33, 8, 1, 0, 0.25}, Case{2048, 8, 1, 64, 1.0}}) {
+    const int64_t rows = 40, n_main = 24;
+    const auto logits = random_floats(size_t(rows * c.n_expert), rng, -3.0f, 3.0f);
+    // Two layers' slot-map rows: ~40 % cache slots, some transient slots (not residency), misses.
+    std::vector<uint32_t> smap(size_t(2 * c.n_expert));
+    for (uint32_t& v : smap) {
+      const unsigned roll = rng() % 10;
+      v = roll < 4 ? roll : roll < 6 ? kResidentBelow + roll : kMiss;
+    }
+    DeviceBuffer dl = to_device(logits), dm = to_device(smap), de(size_t(rows * c.k) * 4), dw(size_t(rows * c.k) * 4),
+                 ds(4 * sizeof(double));
+    cudaMemset(ds.data(), 0, 4 * sizeof(double));
+    compute::cuda::RouteMoce moce;
+    moce.lambda = c.lambda;
+    moce.protect = c.protect;
+    moce.max_rank = c.max_rank;
+    moce.smap = dm.as<uint32_t>();
+    moce.smap_next = dm.as<uint32_t>() + c.n_expert;
+    moce.resident_below = kResidentBelow;
+    moce.stats = ds.as<double>();
+    compute::cuda::route_top_k_moce(dl.as<float>(), rows, n_main, c.n_expert, c.k, moce, de.as<int32_t>(),
+                                    dw.as<float>(), stream.get());
+    stream.synchronize();
+    const auto experts = from_device<int32_t>(de, size_t(rows * c.k));
+    const auto weights = from_device<float>(dw, size_t(rows * c.k));
+    const auto gpu_stats = from_device<double>(ds, 4);
+    MoceStats cpu_stats;
+    int near_ties = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint32_t* map = smap.data() + (r < n_main ? 0 : c.n_expert);
+      const auto resident = [&](int32_t e) { return map[e] < kResidentBelow; };
+      std::vector<float> p(logits.begin() + r * c.n_expert, logits.begin() + (r + 1) * c.n_expert);
+      compute::softmax(p.data(), c.n_expert);
+      std::vector<int32_t> scratch, ids(size_t(c.k));
+      std::vector<float> w(size_t(c.k));
+      MoceOptions options{c.lambda, c.protect, c.max_rank, 0};
+      moce_select(p, c.k, options, resident, scratch, ids.data(), w.data(), r < n_main ? &cpu_stats : nullptr);
+      // Near-ties where the rule compares (either choice is right there): the window's edge, the
+      // protected ranks' edge, the true top-k's edge (the telemetry), and the boosted scores at
+      // the edge of the places they fill.
+      const auto close = [](double a, double b) { return a != b && std::fabs(a - b) <= 64 * kU * std::max(a, b); };
+      std::vector<int32_t> order(size_t(c.n_expert));
+      for (int e = 0; e < c.n_expert; ++e) order[size_t(e)] = e;
+      std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        return p[size_t(a)] != p[size_t(b)] ? p[size_t(a)] > p[size_t(b)] : a < b;
+      });
+      const int window = std::clamp(c.max_rank > 0 ? std::max(c.max_rank, c.k) : c.n_expert, c.k, c.n_expert);
+      const int protect = std::clamp(c.protect, 0, c.k);
+      const auto p_at = [&](int rank) { return double(p[size_t(order[size_t(rank)])]); };
+      bool tie = (window < c.n_expert && close(p_at(window - 1), p_at(window))) ||
+                 (protect > 0 && close(p_at(protect - 1), p_at(protect))) ||
+                 (c.k < c.n_expert && close(p_at(c.k - 1), p_at(c.k)));
+      std::vector<double> scores;
+      for (int rank = protect; rank < window; ++rank)
+        scores.push_back(p_at(rank) * (resident(order[size_t(rank)]) ? 1.0 + c.lambda : 1.0));
+      std::sort(scores.rbegin(), scores.rend());
+      const size_t places = size_t(c.k - protect);
+      if (places > 0 && places < scores.size()) tie = tie || close(scores[places - 1], scores[places]);
+      if (tie) {
+        ++near_ties;
+        continue;
+      }
+      float sum = 0.0f;
+      for (int j = 0; j < c.k; ++j) sum += p[size_t(ids[size_t(j)])];
+      for (int j = 0; j < c.k; ++j) {
+        ASSERT_EQ(ids[size_t(j)], experts[size_t(r * c.k + j)]) << "row " << r << " n_expert " << c.n_expert;
+        const double bound = double(3 + 3 + c.n_expert / 8 + 16 + 2 * c.k) * kU * w[size_t(j)];
+        ASSERT_LE(std::fabs(double(weights[size_t(r * c.k + j)]) - w[size_t(j)]), bound) << "row " << r;
+      }
+    }
+    std::printf("[ cuda ] moce n_expert %d k %d protect %d max_rank %d lambda %.2f: %llu swaps over %llu rows, "
+                "agreement %.3f, KL %.4f; near-ties %d\n",
+                c.n_expert, c.k, c.protect, c.max_rank, c.lambda, (unsigned long long)cpu_stats.swaps,
+                (unsigned long long)cpu_stats.rows, cpu_stats.agreement(), cpu_stats.kl(), near_ties);
+    EXPECT_EQ(near_ties, 0);
+    EXPECT_EQ(gpu_stats[0], double(n_main));
+    if (near_ties == 0) {
+      EXPECT_EQ(gpu_stats[1], double(cpu_stats.swaps));
+    }
+    EXPECT_NEAR(gpu_stats[2], cpu_stats.agreement_sum, 1e-9 * double(n_main));
+    EXPECT_NEAR(gpu_stats[3], cpu_stats.kl_sum, 1e-6 * std::max(1.0, std::fabs(cpu_stats.kl_sum)));
+    EXPECT_GT(cpu_stats.swaps, 0u);  // the boost really moved experts
+
+    // Every expert resident, or none: the exact router's bits.
+    for (const uint32_t fill : {0u, kMiss}) {
+      std::vector<uint32_t> uniform(size_t(2 * c.n_expert), fill);
+      DeviceBuffer du = to_device(uniform), de2(size_t(rows * c.k) * 4), dw2(size_t(rows * c.k) * 4);
+      moce.smap = du.as<uint32_t>();
+      moce.smap_next = du.as<uint32_t>() + c.n_expert;
+      moce.stats = nullptr;
+      compute::cuda::route_top_k_moce(dl.as<float>(), rows, n_main, c.n_expert, c.k, moce, de2.as<int32_t>(),
+                                      dw2.as<float>(), stream.get());
+      compute::cuda::route_top_k(dl.as<float>(), rows, c.n_expert, c.k, de.as<int32_t>(), dw.as<float>(), stream.get());
+      stream.synchronize();
+      EXPECT_EQ(from_device<int32_t>(de2, size_t(rows * c.k)), from_device<int32_t>(de, size_t(rows * c.k)));
+      const auto a = from_device<float>(dw2, size_t(rows * c.k)), b = from_device<float>(dw, size_t(rows * c.k));
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << (fill ? "none" : "all") << " resident";
+    }
   }
 }
 

@@ -215,7 +215,10 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
   int32_t* ids = scratch_.ints(routed_rows * k);
   float* weights = scratch_.floats(routed_rows * k);
   mark("moe.router.top_k");
-  route_top_k(logits, routed_rows, n_expert, k, ids, weights, s());
+  if (const RouteMoce moce = tier ? tier->moce(layer) : RouteMoce{}; moce.lambda > 0)
+    route_top_k_moce(logits, routed_rows, n_rows, n_expert, k, moce, ids, weights, s());  // cache-aware
+  else
+    route_top_k(logits, routed_rows, n_expert, k, ids, weights, s());
 
   if (tier) {
     // The handshake: publish the ids (and the guess); the host tier brings the misses while the

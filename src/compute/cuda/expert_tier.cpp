@@ -53,6 +53,9 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   read_ahead_enabled_ = options.read_ahead;
   fill_ranking_ = options.fill_ranking;
   fill_pinned_ = options.fill_pinned;
+  moce_lambda_ = options.moce_lambda;
+  moce_protect_ = options.moce_protect;
+  moce_max_rank_ = options.moce_max_rank;
   if (n_expert < 1 || k < 1 || max_rows < 1)
     fail("gpu expert tier: {} experts, top-{}, {} rows per window", n_expert, k, max_rows);
   // Slot layout per layer: [gate | up | down], each 16-byte aligned, the slot 256-byte aligned.
@@ -111,6 +114,8 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   smap_mirror_.assign(layers_.size() * size_t(n_expert), kMiss);
   smap_ = DeviceBuffer(smap_mirror_.size() * 4);
   smap_.upload(smap_mirror_.data(), smap_mirror_.size() * 4);
+  moce_stats_ = DeviceBuffer(4 * sizeof(double));
+  STRATA_CUDA_CHECK(cudaMemset(moce_stats_.data(), 0, 4 * sizeof(double)));
   words_ = DeviceBuffer(sizeof(TierDeviceWords));
   STRATA_CUDA_CHECK(cudaMemset(words_.data(), 0, sizeof(TierDeviceWords)));
 
@@ -164,6 +169,19 @@ GpuExpertTier::~GpuExpertTier() {
   if (join_) cudaEventDestroy(join_);
   if (times_host_) cudaFreeHost(times_host_);
   if (mailbox_host_) cudaFreeHost(mailbox_host_);
+}
+
+RouteMoce GpuExpertTier::moce(int layer) const {
+  RouteMoce m;
+  if (moce_lambda_ <= 0.0) return m;
+  m.lambda = moce_lambda_;
+  m.protect = moce_protect_;
+  m.max_rank = moce_max_rank_;
+  m.smap = smap_.as<uint32_t>() + size_t(layer) * size_t(n_expert_);
+  m.smap_next = has_layer(layer + 1) ? m.smap + n_expert_ : nullptr;
+  m.resident_below = uint32_t(transient_offset_ / kUnit);  // cache slots lie below the transient ones
+  m.stats = moce_stats_.as<double>();
+  return m;
 }
 
 ExpertArenaView GpuExpertTier::view(int layer) const {
@@ -254,6 +272,7 @@ void GpuExpertTier::prime(ExpertSource& source) {
     residency_.fill(int(l), fill_ranking_[l], fill_pinned_, loads);
     stats_.fill_loads += loads.size();
     stats_.policy_bytes += copy_now(int(l), loads);
+    upload_row(int(l));
   }
   fill_ranking_.clear();
   fill_ranking_.shrink_to_fit();
@@ -282,15 +301,30 @@ int GpuExpertTier::pin_prompt_hot(const HotPinOptions& options, const UsageHisto
     changes += residency_.pin_hot(int(l), wanted, loads);
     stats_.pin_loads += loads.size();
     stats_.policy_bytes += copy_now(int(l), loads);
+    if (!loads.empty()) upload_row(int(l));
   }
   stats_.pin_changes += uint64_t(changes);
   return changes;
 }
 
+// The layer's device slot-map row from the residency now (cache slots; no transient ones), so
+// that what the router sees as resident (MoCE) follows a change made between windows at once
+// rather than at the layer's next wait().
+void GpuExpertTier::upload_row(int layer) {
+  row_.resize(size_t(n_expert_));
+  for (int32_t e = 0; e < n_expert_; ++e) {
+    const uint32_t s = residency_.slot_of(layer, e);
+    row_[size_t(e)] = s == SlotResidency::kMiss ? kMiss : offset_units(layer, {e, s, false});
+  }
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(smap_.as<uint32_t>() + size_t(layer) * size_t(n_expert_), row_.data(),
+                                    size_t(n_expert_) * 4, cudaMemcpyHostToDevice, copy_stream_.get()));
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(copy_stream_.get()));
+}
+
 // The host tier hands the loads out in batches of at most n_transient_ experts, in ascending id
 // (what a publish may hold; a streaming RAM arena's pointers die at its next call, so each batch is
-// copied and synchronized before the next). The device slot map is not written here: the layer's
-// next wait() writes its whole row, before any expert kernel of the layer reads it.
+// copied and synchronized before the next). The caller writes the device slot-map row after
+// (upload_row); the layer's next wait() writes it again from the residency of that handshake.
 uint64_t GpuExpertTier::copy_now(int layer, const std::vector<SlotResidency::Load>& loads) {
   if (loads.empty()) return 0;
   const TierLayer& t = layers_[size_t(layer)];
@@ -408,6 +442,13 @@ GpuTierStats GpuExpertTier::stats() const {
   s.transient = r.transient;
   s.read_ahead_issued = r.read_ahead_issued;
   s.read_ahead_used = r.read_ahead_used;
+  double moce[4] = {};
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(moce, moce_stats_.data(), sizeof(moce), cudaMemcpyDeviceToHost, copy_stream_.get()));
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(copy_stream_.get()));
+  s.moce_rows = moce[0];
+  s.moce_swaps = moce[1];
+  s.moce_agreement_sum = moce[2];
+  s.moce_kl_sum = moce[3];
   s.hot_pins = s.fill_pins = 0;
   for (size_t l = 0; l < layers_.size(); ++l)
     if (layers_[l].present)

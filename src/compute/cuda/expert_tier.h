@@ -59,12 +59,17 @@
 //   pairs since reset_prompt_heat, blended with the usage history, chosen by
 //   experts/usage_history.h prompt_hot_pins exactly as the RAM arena chooses) are copied in at
 //   once. Both change residency only between windows, at points the caller's token stream fixes,
-//   so limbo stays deterministic; the device slot map catches up at each layer's next wait(),
-//   whose job carries the layer's whole row. Every handshake also hands the layer's routing (ids
+//   so limbo stays deterministic; the changed layers' device slot-map rows are written at once
+//   (and again by each layer's next wait(), whose job carries the whole row). Every handshake also hands the layer's routing (ids
 //   and weights, per row) to the host tier's observe_routing on the handshake thread, so a RAM
 //   arena's usage history and prompt heat count GPU windows too (the window thread does not
 //   touch the host tier while a window runs).
-// - Not yet: MoCE (cache-aware routing) on the GPU path: the CLI refuses --moce with a GPU budget.
+// - MoCE (GpuTierOptions::moce_lambda > 0; route/moce.h's rule): the router kernel reads this
+//   tier's device slot map (ops.h route_top_k_moce via moce()). What it sees as resident is the
+//   layer's row as the last wait() of that layer wrote it (cache slots only, not transient ones):
+//   a function of the tokens, so MoCE's tokens depend on the tokens and the budget, never on
+//   timing. Telemetry (rows, swaps, agreement, KL) accumulates on the device; relMSE samples are
+//   the CPU path's only.
 // - Failure: an exception on the handshake thread (a read error of the host tier) is kept, the
 //   GPU is released with an abort flag (the window's results are garbage), and settle() rethrows
 //   it; the tier is then unusable (every later expect() throws). A window that does not finish
@@ -87,6 +92,7 @@
 #include <vector>
 
 #include "compute/cuda/matmul.h"
+#include "compute/cuda/ops.h"
 #include "compute/cuda/runtime.h"
 #include "compute/expert_tier.h"
 #include "experts/expert_source.h"
@@ -124,6 +130,8 @@ struct GpuTierStats {
   uint64_t fill_loads = 0, pin_changes = 0, pin_loads = 0;
   uint64_t policy_bytes = 0;        // copied in for them
   uint64_t hot_pins = 0, fill_pins = 0;  // pinned slots now, all layers
+  // MoCE telemetry (main rows of every layer): as MoceStats.
+  double moce_rows = 0, moce_swaps = 0, moce_agreement_sum = 0, moce_kl_sum = 0;
   double hit_rate() const { return needed ? double(hits) / double(needed) : 1.0; }
 };
 
@@ -175,6 +183,9 @@ class GpuExpertTier {
   void read_ahead(cudaStream_t stream);
   void join(cudaStream_t stream);
   bool read_ahead_enabled() const { return read_ahead_enabled_; }
+  // MoCE against this tier's residency (the layer's slot-map rows for route_top_k_moce); lambda 0
+  // when off.
+  RouteMoce moce(int layer) const;
   // Whether layer l's routed experts live in this tier (a guess is only made for such a layer).
   bool has_layer(int l) const { return l >= 0 && size_t(l) < layers_.size() && layers_[size_t(l)].present; }
   // After the compute stream was synchronized: waits until the handshake thread has served what
@@ -197,8 +208,10 @@ class GpuExpertTier {
   uint64_t gather_copies(int layer, const std::vector<SlotResidency::Load>& loads, size_t bounce_first_slot);
   uint32_t offset_units(int layer, const SlotResidency::Load& load) const;
   void prepare_source(ExpertSource& source);
-  // Window thread, no window running: copies `loads` of `layer` into their cache slots now.
+  // Window thread, no window running: copies `loads` of `layer` into their cache slots now, and
+  // writes the layer's device slot-map row from the residency.
   uint64_t copy_now(int layer, const std::vector<SlotResidency::Load>& loads);
+  void upload_row(int layer);
   void account_timeline(uint32_t first_seq, uint32_t last_seq);  // mutex_ held
 
   std::vector<TierLayer> layers_;
@@ -266,6 +279,9 @@ class GpuExpertTier {
   std::vector<std::vector<int32_t>> fill_ranking_;
   int fill_pinned_ = 0;
   std::vector<uint64_t> heat_;  // [n_layer][n_expert]: routed pairs since reset_prompt_heat (handshake thread)
+  double moce_lambda_ = 0.0;
+  int moce_protect_ = 1, moce_max_rank_ = 0;
+  DeviceBuffer moce_stats_;     // 4 doubles (ops.h RouteMoce::stats)
   Routing routing_;             // the layer's routing for the host tier's observe_routing
   std::vector<uint32_t> row_;          // the job being built: its slot-map row and chunks
   std::vector<TierCopy> copies_;

@@ -1,6 +1,8 @@
 // CUDA elementwise and small-reduction ops. Contract in ops.h.
 #include "compute/cuda/ops.h"
 
+#include <algorithm>
+#include <climits>
 #include <string>
 
 #include "compute/cuda/activation_math.cuh"
@@ -190,14 +192,13 @@ __device__ __forceinline__ uint64_t route_key(float p, int i) {
 }
 __device__ __forceinline__ int route_key_index(uint64_t key) { return int(0xffffffffu - uint32_t(key)); }
 
-__global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int32_t* experts_out, float* weights_out) {
-  pdl_begin();
-  extern __shared__ float probs[];  // n_expert, then n_expert chosen flags
-  __shared__ float shared_v[32];
-  __shared__ int picked[kMaxRouteK];
-  __shared__ float total_shared;
-  auto* chosen = reinterpret_cast<int*>(probs + n_expert);
-  const float* row = logits + size_t(blockIdx.x) * n_expert;
+// The router's first steps for one row (one block, blockDim a multiple of 32): probs[i] =
+// softmax(row)[i] in shared memory, then the n_picks best experts, best first (higher p, ties by
+// lower id, NaN first), into picked[0 .. n_picks). `chosen`: n_expert ints of shared scratch.
+// Both router kernels run exactly this, so the exact router's bits are the MoCE router's when
+// nothing is boosted.
+__device__ __forceinline__ void route_softmax_and_pick(const float* row, int n_expert, int n_picks, float* probs,
+                                                       int* chosen, int* picked, float* shared_v) {
   float m = -INFINITY;
   for (int i = threadIdx.x; i < n_expert; i += blockDim.x) {
     m = fmaxf(m, row[i]);
@@ -214,9 +215,9 @@ __global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int
   const float inverse = __fdiv_rn(1.0f, sum);
   for (int i = threadIdx.x; i < n_expert; i += blockDim.x) probs[i] = __fmul_rn(probs[i], inverse);
   __syncthreads();
-  // The k picks by one warp, without block barriers: lane l keeps the best unchosen expert among
+  // The picks by one warp, without block barriers: lane l keeps the best unchosen expert among
   // i ≡ l (mod 32); each pick is the warp's largest key (a total order, so every lane agrees),
-  // and only the winning lane looks for its next best. The same picks in the same order as k
+  // and only the winning lane looks for its next best. The same picks in the same order as
   // rounds of a block-wide search by ranks_before, whoever finds them. Up to 512 experts the
   // lane's keys live in registers; above, the winner rescans its share in shared memory.
   if (threadIdx.x < 32) {
@@ -235,7 +236,7 @@ __global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int
         return best;
       };
       uint64_t mine = lane_best();
-      for (int j = 0; j < k; ++j) {
+      for (int j = 0; j < n_picks; ++j) {
         uint64_t best = mine;
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) {
@@ -262,7 +263,7 @@ __global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int
         return best;
       };
       uint64_t mine = rescan();
-      for (int j = 0; j < k; ++j) {
+      for (int j = 0; j < n_picks; ++j) {
         uint64_t best = mine;
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) {
@@ -278,22 +279,126 @@ __global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int
       }
     }
     __syncwarp();
-    // Σ of the picked probabilities, best first (the CPU's order).
+  }
+}
+
+// Writes the k experts of `picked` (best first) in ascending id with w = p / Σ p, the sum taken
+// best first (the CPU's order). Lane 0 .. k-1 of warp 0; total_shared: one float of shared memory.
+__device__ __forceinline__ void route_write(const int* picked, int k, const float* probs, float* total_shared,
+                                            int32_t* experts_out, float* weights_out) {
+  const int lane = int(threadIdx.x);
+  if (lane == 0) {
+    float total = 0.0f;
+    for (int j = 0; j < k; ++j) total = __fadd_rn(total, probs[picked[j]]);
+    *total_shared = total;
+  }
+  __syncwarp();
+  // Written in ascending expert id: pick j goes to the place its id has among the k.
+  if (lane < k) {
+    const int id = picked[lane];
+    int place = 0;
+    for (int j = 0; j < k; ++j) place += picked[j] < id;
+    experts_out[size_t(blockIdx.x) * k + place] = id;
+    weights_out[size_t(blockIdx.x) * k + place] = __fdiv_rn(probs[id], *total_shared);
+  }
+}
+
+__global__ void route_top_k_kernel(const float* logits, int n_expert, int k, int32_t* experts_out, float* weights_out) {
+  pdl_begin();
+  extern __shared__ float probs[];  // n_expert, then n_expert chosen flags
+  __shared__ float shared_v[32];
+  __shared__ int picked[kMaxRouteK];
+  __shared__ float total_shared;
+  auto* chosen = reinterpret_cast<int*>(probs + n_expert);
+  route_softmax_and_pick(logits + size_t(blockIdx.x) * n_expert, n_expert, k, probs, chosen, picked, shared_v);
+  if (threadIdx.x < 32) route_write(picked, k, probs, &total_shared, experts_out, weights_out);
+}
+
+// MoCE (route/moce.h moce_select, the CPU's rule): the true order's first `window` experts, ranks
+// 0 .. protect-1 kept, the other k - protect places to the best of ranks protect .. window-1 by
+// p·boost for a resident expert and p otherwise (in double, as the CPU; ties to the lower rank),
+// weights p / Σ p over the chosen, summed best first. Resident: the row's slot-map entry names a
+// cache slot (below `resident_below`; transient slots are not residency). Rows >= n_main use the
+// next layer's slot map (the read-ahead guess) and count no telemetry; main rows add rows, swaps,
+// agreement and KL (as MoceStats) into stats[0..3].
+__global__ void route_top_k_moce_kernel(const float* logits, int n_main, int n_expert, int k, int window, int protect,
+                                        double boost, const uint32_t* smap, const uint32_t* smap_next,
+                                        uint32_t resident_below, int32_t* experts_out, float* weights_out,
+                                        double* stats) {
+  pdl_begin();
+  extern __shared__ float probs[];  // n_expert, n_expert chosen flags, n_expert picks (window)
+  __shared__ float shared_v[32];
+  __shared__ int final_picks[kMaxRouteK];
+  __shared__ float total_shared;
+  auto* chosen = reinterpret_cast<int*>(probs + n_expert);
+  int* picked = chosen + n_expert;
+  route_softmax_and_pick(logits + size_t(blockIdx.x) * n_expert, n_expert, window, probs, chosen, picked, shared_v);
+  if (threadIdx.x >= 32) return;
+  const int lane = int(threadIdx.x);
+  const bool main_row = int(blockIdx.x) < n_main;
+  const uint32_t* map = main_row ? smap : smap_next;
+  // `chosen` (the pick loop's flags, no longer needed) now holds per rank: bit 0 resident, bit 1
+  // taken. kMiss is above every offset, so one compare says resident.
+  for (int r = lane; r < window; r += 32) chosen[r] = map[picked[r]] < resident_below ? 1 : 0;
+  if (lane < protect) final_picks[lane] = picked[lane];
+  __syncwarp();
+  // Each of the k - protect places: the best untaken rank by (score, then lower rank), the score
+  // p·boost for a resident expert and p otherwise, in double as on the CPU; lanes scan the ranks
+  // r ≡ lane (mod 32), then a butterfly over the warp (a total order: every lane agrees).
+  for (int j = protect; j < k; ++j) {
+    double best_score = -1.0;
+    int best = INT_MAX;
+    for (int r = protect + lane; r < window; r += 32) {
+      if (chosen[r] & 2) continue;
+      const double score = double(probs[picked[r]]) * ((chosen[r] & 1) ? boost : 1.0);
+      if (score > best_score || (score == best_score && r < best)) {
+        best_score = score;
+        best = r;
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const double other_score = __shfl_xor_sync(0xffffffffu, best_score, off);
+      const int other = __shfl_xor_sync(0xffffffffu, best, off);
+      if (other_score > best_score || (other_score == best_score && other < best)) {
+        best_score = other_score;
+        best = other;
+      }
+    }
     if (lane == 0) {
-      float total = 0.0f;
-      for (int j = 0; j < k; ++j) total = __fadd_rn(total, probs[picked[j]]);
-      total_shared = total;
+      final_picks[j] = picked[best];
+      chosen[best] |= 2;
     }
     __syncwarp();
-    // Written in ascending expert id: pick j goes to the place its id has among the k.
-    if (lane < k) {
-      const int id = picked[lane];
-      int place = 0;
-      for (int j = 0; j < k; ++j) place += picked[j] < id;
-      experts_out[size_t(blockIdx.x) * k + place] = id;
-      weights_out[size_t(blockIdx.x) * k + place] = __fdiv_rn(probs[id], total_shared);
+  }
+  if (main_row && stats) {
+    // Telemetry as MoceStats counts it: KL(p ‖ p') = log Z − m·log(boost), m the boosted mass.
+    double boosted_mass = 0.0;
+    for (int r = protect + lane; r < window; r += 32)
+      if (chosen[r] & 1) boosted_mass += double(probs[picked[r]]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) boosted_mass += __shfl_xor_sync(0xffffffffu, boosted_mass, off);
+    if (lane == 0) {
+      int agree = 0;
+      for (int j = 0; j < k; ++j)
+        for (int t = 0; t < k; ++t) agree += final_picks[j] == picked[t];
+      const double z = 1.0 + boosted_mass * (boost - 1.0);
+      atomicAdd(stats + 0, 1.0);
+      atomicAdd(stats + 1, double(k - agree));
+      atomicAdd(stats + 2, double(agree) / double(k));
+      atomicAdd(stats + 3, log(z) - boosted_mass * log(boost));
     }
   }
+  if (lane == 0)  // best first by probability (ties: lower id), the order the sum is taken in
+    for (int a = 1; a < k; ++a)
+      for (int b = a; b > 0; --b) {
+        const int x = final_picks[b - 1], y = final_picks[b];
+        if (!(probs[y] > probs[x] || (probs[y] == probs[x] && y < x))) break;
+        final_picks[b - 1] = y;
+        final_picks[b] = x;
+      }
+  __syncwarp();
+  route_write(final_picks, k, probs, &total_shared, experts_out, weights_out);
 }
 
 __global__ void argmax_kernel(const float* x, int64_t n, int32_t* out) {
@@ -400,6 +505,25 @@ void route_top_k(const float* logits, int64_t n_rows, int n_expert, int k, int32
   if (n_rows <= 0) return;
   const size_t shared = size_t(n_expert) * (sizeof(float) + sizeof(int));
   launch(route_top_k_kernel, unsigned(n_rows), 128, shared, stream, logits, n_expert, k, experts_out, weights_out);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+void route_top_k_moce(const float* logits, int64_t n_rows, int64_t n_main, int n_expert, int k, const RouteMoce& moce,
+                      int32_t* experts_out, float* weights_out, cudaStream_t stream) {
+  // 12 bytes of shared memory per expert: 2048 experts stay within the default 48 KiB.
+  require(n_expert > 0 && n_expert <= 2048 && k > 0 && k <= kMaxRouteK && k <= n_expert,
+          "CUDA route_top_k_moce: expected 0 < k <= min(32, n_expert) and n_expert <= 2048, found k = " +
+              std::to_string(k) + ", n_expert = " + std::to_string(n_expert));
+  require(moce.lambda > 0 && moce.smap && (n_main == n_rows || moce.smap_next) && n_main <= n_rows,
+          "CUDA route_top_k_moce: expected lambda > 0, the layer's slot map, and the next layer's for guess rows");
+  if (n_rows <= 0) return;
+  // The CPU's window and protect (route/moce.cpp): max_rank 0 = every expert, never below k.
+  const int window = std::clamp(moce.max_rank > 0 ? std::max(moce.max_rank, k) : n_expert, k, n_expert);
+  const int protect = std::clamp(moce.protect, 0, k);
+  const size_t shared = size_t(n_expert) * (sizeof(float) + 2 * sizeof(int));
+  launch(route_top_k_moce_kernel, unsigned(n_rows), 128, shared, stream, logits, int(n_main), n_expert, k, window,
+         protect, 1.0 + moce.lambda, moce.smap, moce.smap_next, moce.resident_below, experts_out, weights_out,
+         moce.stats);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -58,6 +58,26 @@ void qsa_block_keys_at(const float* raw, const int32_t* first_pos_device, int64_
 // experts_out/weights_out [n_rows][k]. n_expert <= 4096, k <= 32.
 void route_top_k(const float* logits, int64_t n_rows, int n_expert, int k, int32_t* experts_out,
                  float* weights_out, cudaStream_t stream);
+// Cache-aware routing (MoCE, route/moce.h) on the device: the rule of moce_select with residency
+// read from the GPU expert tier's slot map (compute/cuda/expert_tier.h). smap / smap_next: the
+// slot-map rows (n_expert entries, 256-byte units, kMiss = not resident) of this layer and of the
+// next (for the read-ahead guess rows); an entry below resident_below is a cache slot (above it:
+// a transient slot of an earlier window, not residency). stats (device, 4 doubles: rows, swaps,
+// Σ agreement, Σ KL; may be null) accumulate over the main rows; atomics, so their last bits may
+// vary, the routing never does.
+struct RouteMoce {
+  double lambda = 0.0;
+  int protect = 1, max_rank = 0;
+  const uint32_t* smap = nullptr;
+  const uint32_t* smap_next = nullptr;
+  uint32_t resident_below = 0;
+  double* stats = nullptr;
+};
+// As route_top_k for rows [0, n_main) (this layer) and [n_main, n_rows) (the next layer's guess),
+// choosing by the MoCE rule (n_expert <= 2048). With every expert of the window resident, or
+// none, the exact router's experts and weights, bitwise (tested).
+void route_top_k_moce(const float* logits, int64_t n_rows, int64_t n_main, int n_expert, int k, const RouteMoce& moce,
+                      int32_t* experts_out, float* weights_out, cudaStream_t stream);
 // out[r] = argmax of row r (first index among ties, NaN wins).
 void argmax_rows(const float* x, int64_t n_rows, int64_t n, int32_t* out, cudaStream_t stream);
 
