@@ -205,6 +205,32 @@ TEST(UsageHistory, RankBlendsHistoryAndProfileByAlpha) {
   EXPECT_EQ(rank_experts(&h, nullptr, 0.2, 0, 1, 4)[0], (std::vector<int32_t>{3}));
 }
 
+// prompt_hot_pins: the one rule both arenas pin by (the RAM arena here, the GPU arena in
+// compute/cuda/expert_tier.h). Prompt counts alone below min_history_tokens, blended with the
+// history's shares at alpha once it is trusted; experts the startup fill pinned are no candidates;
+// the first call of a block takes n_hot, later ones swap at most max_swaps.
+TEST(HotPins, PromptHotPinsBlendThePromptWithTheHistory) {
+  UsageHistory h(0x42, 1, 6);
+  Routing r{1, {5, 5, 5, 5, 4, 4}, std::vector<float>(6, 1.0f)};  // history: 5 hot, then 4
+  h.record(0, r);
+  const std::vector<uint64_t> prompt = {0, 6, 3, 0, 1, 0};  // this prompt: 1, then 2
+  std::vector<double> score;
+  const auto none_pinned = [](int32_t) { return false; };
+  HotPinOptions o{.n_hot = 2, .max_swaps = 1, .hysteresis = 0.25, .alpha = 0.5, .min_history_tokens = 100};
+  // The history (6 tokens) is below min_history_tokens: the prompt alone.
+  EXPECT_EQ(prompt_hot_pins(prompt, &h, 0, o, 2, {}, none_pinned, score), (std::vector<int32_t>{1, 2}));
+  // Trusted at alpha 0.5: 1 = 0.5·0.6 = 0.30, 5 = 0.5·4/6 = 0.33, 2 = 0.15, 4 = 0.5·0.1 + 0.5·2/6 = 0.22.
+  o.min_history_tokens = 0;
+  EXPECT_EQ(prompt_hot_pins(prompt, &h, 0, o, 2, {}, none_pinned, score), (std::vector<int32_t>{1, 5}));
+  EXPECT_NEAR(score[5], 0.5 * 4.0 / 6.0, 1e-12);
+  // 5 pinned by the startup fill: not a candidate.
+  EXPECT_EQ(prompt_hot_pins(prompt, &h, 0, o, 2, {}, [](int32_t e) { return e == 5; }, score),
+            (std::vector<int32_t>{1, 4}));
+  // Held {2, 3}: one swap per call, the weakest (3, score 0) goes first.
+  EXPECT_EQ(prompt_hot_pins(prompt, &h, 0, o, 2, std::vector<int32_t>{2, 3}, none_pinned, score),
+            (std::vector<int32_t>{2, 5}));
+}
+
 TEST(HotPins, FillSwapBoundAndHysteresis) {
   const std::vector<double> score = {0.0, 0.30, 0.05, 0.20, 0.25, 0.10, 0.08, 0.02};
   // From nothing: the top 3.
