@@ -1,5 +1,7 @@
 #include "layers/hyper_connection.h"
 
+#include <algorithm>
+
 #include "compute/cpu/ops.h"
 
 namespace strata {
@@ -40,16 +42,17 @@ void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
     // The gates in place first (the same sigmoid bits, vectorised), then the stream sums.
     compute::sigmoid(gates.data() + begin * width, (end - begin) * width,
                      gates.data() + begin * width);
+    // out_i = (Σ_s g_si·xn_si, s = 0, 1, ... from 0.0f) · 1/S, summed stream by stream so the
+    // loops run along i (contiguous, vectorised) with each element's adds in the same order.
     for (int64_t t = begin; t < end; ++t) {
-      const float* g = gates.data() + t * width;
-      const float* xn = normed.data() + t * width;
-      float* out = x + t * n_embd;
-      for (int64_t i = 0; i < n_embd; ++i) {
-        float sum = 0.0f;
-        for (int s = 0; s < n_streams; ++s)
-          sum += g[s * n_embd + i] * xn[s * n_embd + i];
-        out[i] = sum * inv_streams;
+      float* __restrict out = x + t * n_embd;
+      std::fill_n(out, n_embd, 0.0f);
+      for (int s = 0; s < n_streams; ++s) {
+        const float* __restrict g = gates.data() + t * width + s * n_embd;
+        const float* __restrict xn = normed.data() + t * width + s * n_embd;
+        for (int64_t i = 0; i < n_embd; ++i) out[i] += g[i] * xn[i];
       }
+      for (int64_t i = 0; i < n_embd; ++i) out[i] *= inv_streams;
     }
   });
 
