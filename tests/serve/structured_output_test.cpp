@@ -115,13 +115,25 @@ Reply streamed(const ServeProcess& server, std::string body) {
   return out;
 }
 
+// Integer bounds (minimum / maximum and the exclusive forms, grammar/json_schema.h).
+const json kBounded = json::parse(R"({
+  "type": "object",
+  "properties": {
+    "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    "year": {"type": "integer", "minimum": 1900, "exclusiveMaximum": 2101},
+    "offset": {"type": "integer", "exclusiveMinimum": -10, "maximum": -3},
+    "count": {"type": "integer", "minimum": 1}
+  },
+  "required": ["age", "year", "offset", "count"],
+  "additionalProperties": false})");
+
 const std::vector<std::string> kSamplings = {
     R"("temperature":0)", R"("temperature":0.8,"top_p":0.95,"seed":11)",
     R"("temperature":1.2,"top_k":40,"repeat_penalty":1.1,"seed":5)"};
 
 TEST(StructuredOutput, ValuesValidateAgainstTheirSchemas) {
   ServeProcess server({"-t", "1"});
-  for (const json* schema : {&kNested, &kAnyOf, &kTree}) {
+  for (const json* schema : {&kNested, &kAnyOf, &kTree, &kBounded}) {
     for (const std::string& sampling : kSamplings) {
       SCOPED_TRACE(schema->dump() + " " + sampling);
       const std::string body = chat_body(json_schema_format(*schema), sampling);
