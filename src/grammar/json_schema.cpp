@@ -42,7 +42,6 @@ const std::set<std::string, std::less<>> kAnnotations = {
 };
 const std::set<std::string, std::less<>> kRefused = {
     "pattern",
-    "format",
     "minimum",
     "maximum",
     "exclusiveMinimum",
@@ -75,7 +74,9 @@ const std::set<std::string, std::less<>> kObjectKeywords = {"properties", "requi
                                                             "additionalProperties"};
 const std::set<std::string, std::less<>> kArrayKeywords = {"items", "minItems", "maxItems",
                                                            "uniqueItems"};
-const std::set<std::string, std::less<>> kStringKeywords = {"minLength", "maxLength"};
+const std::set<std::string, std::less<>> kStringKeywords = {"minLength", "maxLength", "format"};
+// The `format`s a string schema may carry (Compiler::formatted); any other is refused.
+const std::set<std::string, std::less<>> kFormats = {"date", "time", "date-time", "uuid"};
 const std::set<std::string, std::less<>> kTypes = {"object",  "array",   "string", "number",
                                                    "integer", "boolean", "null"};
 
@@ -209,6 +210,8 @@ class Compiler {
   uint32_t string(const ojson& schema, const std::string& path);
   uint32_t ref(const ojson& target, const std::string& path);
   uint32_t literal(const ojson& value, const std::string& path);
+  // The text (without quotes) of a string `format` in kFormats.
+  uint32_t formatted(const std::string& format);
   uint32_t key_excluding(const std::vector<std::string>& names, const std::string& path);
 
   // Shared rules, made on first use.
@@ -228,6 +231,7 @@ class Compiler {
   B& builder_;
   int depth_ = 0;
   std::map<std::string, uint32_t> refs_;  // JSON pointer -> rule
+  std::map<std::string, uint32_t> formats_;  // string format -> the rule of its text
   std::optional<uint32_t> ws_, plain_char_, string_char_, any_string_, number_, integer_, int_part_,
       any_value_, any_object_, any_array_;
 };
@@ -316,6 +320,76 @@ uint32_t Compiler::integer() {
     integer_ =
         builder_.add("integer", {{B::rule(int_part())}, {B::byte('-'), B::rule(int_part())}});
   return *integer_;
+}
+
+// The string formats as grammars of their text (RFC 3339's full-date, full-time and date-time,
+// RFC 4122's hyphenated UUID), each a subset of what validators accept: uppercase "T" and "Z",
+// days 29-31 only in the months that always have them (no February 29: no leap-year logic),
+// seconds up to 59 (no leap second), lowercase hex digits.
+uint32_t Compiler::formatted(const std::string& format) {
+  if (const auto it = formats_.find(format); it != formats_.end()) return it->second;
+  const B::Item digit = B::range('0', '9');
+  auto two = [&](char first_lo, char first_hi, char second_lo, char second_hi) {
+    return Sequence{B::range(uint8_t(first_lo), uint8_t(first_hi)),
+                    B::range(uint8_t(second_lo), uint8_t(second_hi))};
+  };
+  uint32_t rule = 0;
+  if (format == "date") {
+    const uint32_t day31 =
+        builder_.add("format-day31", {two('0', '0', '1', '9'), two('1', '2', '0', '9'),
+                                      two('3', '3', '0', '1')});
+    const uint32_t day30 =
+        builder_.add("format-day30", {two('0', '0', '1', '9'), two('1', '2', '0', '9'),
+                                      {B::literal("30")}});
+    const uint32_t day28 =
+        builder_.add("format-day28", {two('0', '0', '1', '9'), two('1', '1', '0', '9'),
+                                      two('2', '2', '0', '8')});
+    std::vector<Sequence> month_days;
+    for (const char* month : {"01", "03", "05", "07", "08", "10", "12"})
+      month_days.push_back({B::literal(month), B::byte('-'), B::rule(day31)});
+    for (const char* month : {"04", "06", "09", "11"})
+      month_days.push_back({B::literal(month), B::byte('-'), B::rule(day30)});
+    month_days.push_back({B::literal("02"), B::byte('-'), B::rule(day28)});
+    const uint32_t month_day = builder_.add("format-month-day", month_days);
+    rule = builder_.add("format-date",
+                        {{digit, digit, digit, digit, B::byte('-'), B::rule(month_day)}});
+  }
+  if (format == "time") {
+    const uint32_t hour = builder_.add("format-hour", {two('0', '1', '0', '9'), two('2', '2', '0', '3')});
+    const Sequence minute = two('0', '5', '0', '9');
+    const uint32_t fraction_digits = builder_.repeat("format-fraction", {digit}, 1, 9);
+    const uint32_t fraction = builder_.add("format-secfrac", {{}, {B::byte('.'), B::rule(fraction_digits)}});
+    ByteSet sign;
+    sign.add('+');
+    sign.add('-');
+    Sequence numeric_offset = {B::bytes(sign), B::rule(hour), B::byte(':')};
+    numeric_offset.insert(numeric_offset.end(), minute.begin(), minute.end());
+    const uint32_t offset = builder_.add("format-offset", {{B::byte('Z')}, numeric_offset});
+    Sequence time = {B::rule(hour), B::byte(':')};
+    time.insert(time.end(), minute.begin(), minute.end());
+    time.push_back(B::byte(':'));
+    time.insert(time.end(), minute.begin(), minute.end());  // seconds: 00-59
+    time.push_back(B::rule(fraction));
+    time.push_back(B::rule(offset));
+    rule = builder_.add("format-time", {time});
+  }
+  if (format == "date-time") {
+    const uint32_t date = formatted("date"), time = formatted("time");
+    rule = builder_.add("format-date-time", {{B::rule(date), B::byte('T'), B::rule(time)}});
+  }
+  if (format == "uuid") {
+    ByteSet hex;
+    hex.add_range('0', '9');
+    hex.add_range('a', 'f');
+    Sequence uuid;
+    for (const int group : {8, 4, 4, 4, 12}) {
+      if (!uuid.empty()) uuid.push_back(B::byte('-'));
+      for (int i = 0; i < group; ++i) uuid.push_back(B::bytes(hex));
+    }
+    rule = builder_.add("format-uuid", {uuid});
+  }
+  formats_.emplace(format, rule);
+  return rule;
 }
 
 uint32_t Compiler::integer(const ojson& schema, const std::string& path) {
@@ -539,6 +613,18 @@ uint32_t Compiler::typed(const std::string& type, const ojson& schema, const std
 }
 
 uint32_t Compiler::string(const ojson& schema, const std::string& path) {
+  if (const auto it = schema.find("format"); it != schema.end()) {
+    const std::string where = child(path, "format");
+    if (!it->is_string() || !kFormats.count(it->get_ref<const std::string&>()))
+      refuse(where, fmt::format("the format {} is not supported (supported: date, time, "
+                                "date-time, uuid)",
+                                describe(*it)));
+    for (const char* bound : {"minLength", "maxLength"})
+      if (schema.contains(bound))
+        refuse(child(path, bound), "minLength / maxLength together with a format are not supported");
+    return builder_.add(where, {{B::byte('"'), B::rule(formatted(it->get<std::string>())),
+                                 B::byte('"')}});
+  }
   const int64_t min = read_bound(schema, "minLength", path, 0);
   const int64_t max = read_bound(schema, "maxLength", path, -1);
   if (max >= 0 && min > max)

@@ -252,6 +252,39 @@ TEST(JsonSchemaGrammar, IntegerBoundsAllowExactlyTheIntegersWithin) {
   EXPECT_FALSE(matches(person, R"({"age": -1})"));
 }
 
+// String formats: RFC 3339 dates, times and date-times and hyphenated UUIDs, as a subset of the
+// valid spellings (no February 29, no leap second, uppercase T and Z, lowercase hex).
+TEST(JsonSchemaGrammar, StringFormatsSpellValidDatesTimesAndUuids) {
+  const Grammar date = compile(R"({"type": "string", "format": "date"})");
+  for (const char* ok : {R"("2024-01-31")", R"("1999-04-30")", R"("2023-02-28")", R"("0001-12-01")"})
+    EXPECT_TRUE(matches(date, ok)) << ok;
+  for (const char* bad : {R"("2024-02-30")", R"("2024-04-31")", R"("2024-13-01")", R"("2024-00-10")",
+                          R"("2024-01-00")", R"("2024-1-01")", R"("24-01-01")", "2024-01-01"})
+    EXPECT_FALSE(matches(date, bad)) << bad;
+  const Grammar time = compile(R"({"type": "string", "format": "time"})");
+  for (const char* ok : {R"("00:00:00Z")", R"("23:59:59.123456789+05:30")", R"("12:30:00-08:00")"})
+    EXPECT_TRUE(matches(time, ok)) << ok;
+  for (const char* bad : {R"("24:00:00Z")", R"("12:60:00Z")", R"("12:00:60Z")", R"("12:00:00")",
+                          R"("12:00:00.Z")", R"("12:00:00.1234567890Z")", R"("12:00Z")"})
+    EXPECT_FALSE(matches(time, bad)) << bad;
+  const Grammar stamp = compile(R"({"type": "string", "format": "date-time"})");
+  EXPECT_TRUE(matches(stamp, R"("2024-06-30T18:05:00.5Z")"));
+  EXPECT_FALSE(matches(stamp, R"("2024-06-30 18:05:00Z")"));
+  EXPECT_FALSE(matches(stamp, R"("2024-06-31T18:05:00Z")"));
+  const Grammar uuid = compile(R"({"type": "string", "format": "uuid"})");
+  EXPECT_TRUE(matches(uuid, R"("123e4567-e89b-12d3-a456-426614174000")"));
+  EXPECT_FALSE(matches(uuid, R"("123e4567e89b12d3a456426614174000")"));
+  EXPECT_FALSE(matches(uuid, R"("123e4567-e89b-12d3-a456-42661417400")"));
+  EXPECT_FALSE(matches(uuid, R"("123e4567-e89b-12d3-a456-42661417400g")"));
+  // Several formats in one schema share their rules.
+  const Grammar event = compile(
+      R"({"type": "object", "properties": {"id": {"type": "string", "format": "uuid"},
+          "day": {"type": "string", "format": "date"}, "at": {"type": "string", "format": "date-time"}},
+          "required": ["id", "day", "at"]})");
+  EXPECT_TRUE(matches(event,
+                      R"({"id": "00000000-0000-0000-0000-000000000000", "day": "2020-10-10", "at": "2020-10-10T10:10:10Z"})"));
+}
+
 TEST(JsonSchemaGrammar, RefusesWhatItCannotHonour) {
   EXPECT_EQ(refusal(R"({"type": "string", "pattern": "^a+$"})"), "pattern");
   EXPECT_EQ(
@@ -267,6 +300,8 @@ TEST(JsonSchemaGrammar, RefusesWhatItCannotHonour) {
   EXPECT_EQ(refusal(R"({"type": "integer", "minimum": "0"})"), "minimum");
   EXPECT_EQ(refusal(R"({"type": "integer", "multipleOf": 2})"), "multipleOf");
   EXPECT_EQ(refusal(R"({"type": "string", "format": "email"})"), "format");
+  EXPECT_EQ(refusal(R"({"type": "string", "format": 3})"), "format");
+  EXPECT_EQ(refusal(R"({"type": "string", "format": "date", "maxLength": 20})"), "maxLength");
   EXPECT_EQ(refusal(R"({"allOf": [{}]})"), "allOf");
   EXPECT_EQ(refusal(R"({"type": "array", "items": [{}]})"), "items");
   EXPECT_EQ(refusal(R"({"type": "array", "uniqueItems": true})"), "uniqueItems");
