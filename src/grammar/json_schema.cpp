@@ -140,8 +140,9 @@ std::pair<int64_t, int64_t> integer_bounds(const ojson& schema, const std::strin
   bound("maximum", false, false);
   bound("exclusiveMaximum", false, true);
   if (lo > hi)
-    refuse(child(path, schema.contains("minimum") ? "minimum" : "exclusiveMinimum"), fmt::format("no integer of at most 18 digits lies within the bounds (from {} to {})",
-                             lo, hi));
+    refuse(child(path, schema.contains("minimum") ? "minimum" : "exclusiveMinimum"),
+           fmt::format("no integer of at most 18 digits lies within the bounds (from {} to {})", lo,
+                       hi));
   return {lo, hi};
 }
 
@@ -230,7 +231,7 @@ class Compiler {
   const ojson& root_;
   B& builder_;
   int depth_ = 0;
-  std::map<std::string, uint32_t> refs_;  // JSON pointer -> rule
+  std::map<std::string, uint32_t> refs_;     // JSON pointer -> rule
   std::map<std::string, uint32_t> formats_;  // string format -> the rule of its text
   std::optional<uint32_t> ws_, plain_char_, string_char_, any_string_, number_, integer_, int_part_,
       any_value_, any_object_, any_array_;
@@ -336,14 +337,13 @@ uint32_t Compiler::formatted(const std::string& format) {
   uint32_t rule = 0;
   if (format == "date") {
     const uint32_t day31 =
-        builder_.add("format-day31", {two('0', '0', '1', '9'), two('1', '2', '0', '9'),
-                                      two('3', '3', '0', '1')});
-    const uint32_t day30 =
-        builder_.add("format-day30", {two('0', '0', '1', '9'), two('1', '2', '0', '9'),
-                                      {B::literal("30")}});
+        builder_.add("format-day31",
+                     {two('0', '0', '1', '9'), two('1', '2', '0', '9'), two('3', '3', '0', '1')});
+    const uint32_t day30 = builder_.add(
+        "format-day30", {two('0', '0', '1', '9'), two('1', '2', '0', '9'), {B::literal("30")}});
     const uint32_t day28 =
-        builder_.add("format-day28", {two('0', '0', '1', '9'), two('1', '1', '0', '9'),
-                                      two('2', '2', '0', '8')});
+        builder_.add("format-day28",
+                     {two('0', '0', '1', '9'), two('1', '1', '0', '9'), two('2', '2', '0', '8')});
     std::vector<Sequence> month_days;
     for (const char* month : {"01", "03", "05", "07", "08", "10", "12"})
       month_days.push_back({B::literal(month), B::byte('-'), B::rule(day31)});
@@ -355,10 +355,12 @@ uint32_t Compiler::formatted(const std::string& format) {
                         {{digit, digit, digit, digit, B::byte('-'), B::rule(month_day)}});
   }
   if (format == "time") {
-    const uint32_t hour = builder_.add("format-hour", {two('0', '1', '0', '9'), two('2', '2', '0', '3')});
+    const uint32_t hour =
+        builder_.add("format-hour", {two('0', '1', '0', '9'), two('2', '2', '0', '3')});
     const Sequence minute = two('0', '5', '0', '9');
     const uint32_t fraction_digits = builder_.repeat("format-fraction", {digit}, 1, 9);
-    const uint32_t fraction = builder_.add("format-secfrac", {{}, {B::byte('.'), B::rule(fraction_digits)}});
+    const uint32_t fraction =
+        builder_.add("format-secfrac", {{}, {B::byte('.'), B::rule(fraction_digits)}});
     ByteSet sign;
     sign.add('+');
     sign.add('-');
@@ -393,8 +395,9 @@ uint32_t Compiler::formatted(const std::string& format) {
 }
 
 uint32_t Compiler::integer(const ojson& schema, const std::string& path) {
-  const bool bounded = std::any_of(schema.items().begin(), schema.items().end(),
-                                   [](const auto& item) { return kNumericBounds.count(item.key()); });
+  const bool bounded =
+      std::any_of(schema.items().begin(), schema.items().end(),
+                  [](const auto& item) { return kNumericBounds.count(item.key()); });
   if (!bounded) return integer();
   const auto [lo, hi] = integer_bounds(schema, path);
   std::vector<Sequence> alternatives;
@@ -621,9 +624,10 @@ uint32_t Compiler::string(const ojson& schema, const std::string& path) {
                                 describe(*it)));
     for (const char* bound : {"minLength", "maxLength"})
       if (schema.contains(bound))
-        refuse(child(path, bound), "minLength / maxLength together with a format are not supported");
-    return builder_.add(where, {{B::byte('"'), B::rule(formatted(it->get<std::string>())),
-                                 B::byte('"')}});
+        refuse(child(path, bound),
+               "minLength / maxLength together with a format are not supported");
+    return builder_.add(where,
+                        {{B::byte('"'), B::rule(formatted(it->get<std::string>())), B::byte('"')}});
   }
   const int64_t min = read_bound(schema, "minLength", path, 0);
   const int64_t max = read_bound(schema, "maxLength", path, -1);

@@ -18,10 +18,11 @@
 // Refused with SchemaError naming the keyword's path (e.g. "properties.age.minimum"): pattern
 //   (no regex engine here yet), other formats (or one with min/maxLength), minimum / maximum /
 //   exclusive* on anything but an "integer" schema (a number's bounds, or a type array), an
-//   empty integer range, multipleOf, allOf, not, if / then / else, patternProperties, propertyNames, min/maxProperties, dependent*, prefixItems,
-//   contains, uniqueItems: true, unevaluated*, $ref outside the document, $ref with constraining
-//   siblings, anyOf / oneOf with constraining siblings, a `false` schema, required names that
-//   additionalProperties false forbids, bounds above kMaxRepeat.
+//   empty integer range, multipleOf, allOf, not, if / then / else, patternProperties,
+//   propertyNames, min/maxProperties, dependent*, prefixItems, contains, uniqueItems: true,
+//   unevaluated*, $ref outside the document, $ref with constraining siblings, anyOf / oneOf with
+//   constraining siblings, a `false` schema, required names that additionalProperties false
+//   forbids, bounds above kMaxRepeat.
 //
 // What the grammar generates (and the matcher accepts), a subset of the valid instances:
 // - Whitespace: none at the top level; after { [ , : and before } ] at most one of "", " " or

@@ -90,7 +90,8 @@ void delta_rule_chunked(const DeltaInputs& in, const DeltaNetDims& dims, int h, 
     const float* V = in.v.data() + c0 * value_dim + h * dv;  // rows value_dim apart
     auto beta = [&](int i) { return in.beta[size_t((c0 + i) * nv + h)]; };
     float acc_gamma = 0.0f;
-    for (int i = 0; i < n; ++i) gamma[size_t(i)] = acc_gamma += in.decay_log[size_t((c0 + i) * nv + h)];
+    for (int i = 0; i < n; ++i)
+      gamma[size_t(i)] = acc_gamma += in.decay_log[size_t((c0 + i) * nv + h)];
     for (int i = 0; i < n; ++i)
       for (int j = 0; j <= i; ++j)
         decay[size_t(i * C + j)] = std::exp(gamma[size_t(i)] - gamma[size_t(j)]);

@@ -7,9 +7,8 @@
 namespace strata {
 
 void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
-                         const HyperConnectionWeights& w, int n_streams,
-                         int64_t n_embd, float eps, const float* X, int64_t n_rows, float* x,
-                         float* inject) {
+                         const HyperConnectionWeights& w, int n_streams, int64_t n_embd, float eps,
+                         const float* X, int64_t n_rows, float* x, float* inject) {
   const int64_t width = n_streams * n_embd;
   const int64_t rank = w.down.n_out;
   const float inv_streams = 1.0f / float(n_streams);

@@ -204,9 +204,9 @@ TEST(JsonSchemaGrammar, WhitespaceIsBounded) {
 // one-sided and fractional and exclusive bounds, and bounds at the 18-digit limit.
 TEST(JsonSchemaGrammar, IntegerBoundsAllowExactlyTheIntegersWithin) {
   std::vector<std::pair<int64_t, int64_t>> ranges = {
-      {0, 0},     {1, 1},   {0, 9},     {5, 123},  {-15, 7},  {-300, -17}, {10, 99},
-      {7, 1000},  {99, 101}, {-1, -1},  {-9, 0},   {100, 100}, {190, 210}, {-1000, 1000},
-      {123, 987}, {0, 1099}, {-1099, -1}};
+      {0, 0},     {1, 1},        {0, 9},     {5, 123},  {-15, 7},   {-300, -17},
+      {10, 99},   {7, 1000},     {99, 101},  {-1, -1},  {-9, 0},    {100, 100},
+      {190, 210}, {-1000, 1000}, {123, 987}, {0, 1099}, {-1099, -1}};
   std::mt19937 rng(17);
   std::uniform_int_distribution<int64_t> pick(-1100, 1100);
   for (int i = 0; i < 12; ++i) {
@@ -236,7 +236,8 @@ TEST(JsonSchemaGrammar, IntegerBoundsAllowExactlyTheIntegersWithin) {
   EXPECT_TRUE(matches(fractional, "1"));
   EXPECT_TRUE(matches(fractional, "2"));
   EXPECT_FALSE(matches(fractional, "3"));
-  const Grammar exclusive = compile(R"({"type": "integer", "exclusiveMinimum": 9, "maximum": 1e300})");
+  const Grammar exclusive =
+      compile(R"({"type": "integer", "exclusiveMinimum": 9, "maximum": 1e300})");
   EXPECT_FALSE(matches(exclusive, "9"));
   EXPECT_TRUE(matches(exclusive, "10"));
   const Grammar huge = compile(
@@ -256,10 +257,12 @@ TEST(JsonSchemaGrammar, IntegerBoundsAllowExactlyTheIntegersWithin) {
 // valid spellings (no February 29, no leap second, uppercase T and Z, lowercase hex).
 TEST(JsonSchemaGrammar, StringFormatsSpellValidDatesTimesAndUuids) {
   const Grammar date = compile(R"({"type": "string", "format": "date"})");
-  for (const char* ok : {R"("2024-01-31")", R"("1999-04-30")", R"("2023-02-28")", R"("0001-12-01")"})
+  for (const char* ok :
+       {R"("2024-01-31")", R"("1999-04-30")", R"("2023-02-28")", R"("0001-12-01")"})
     EXPECT_TRUE(matches(date, ok)) << ok;
-  for (const char* bad : {R"("2024-02-30")", R"("2024-04-31")", R"("2024-13-01")", R"("2024-00-10")",
-                          R"("2024-01-00")", R"("2024-1-01")", R"("24-01-01")", "2024-01-01"})
+  for (const char* bad :
+       {R"("2024-02-30")", R"("2024-04-31")", R"("2024-13-01")", R"("2024-00-10")",
+        R"("2024-01-00")", R"("2024-1-01")", R"("24-01-01")", "2024-01-01"})
     EXPECT_FALSE(matches(date, bad)) << bad;
   const Grammar time = compile(R"({"type": "string", "format": "time"})");
   for (const char* ok : {R"("00:00:00Z")", R"("23:59:59.123456789+05:30")", R"("12:30:00-08:00")"})
@@ -281,8 +284,9 @@ TEST(JsonSchemaGrammar, StringFormatsSpellValidDatesTimesAndUuids) {
       R"({"type": "object", "properties": {"id": {"type": "string", "format": "uuid"},
           "day": {"type": "string", "format": "date"}, "at": {"type": "string", "format": "date-time"}},
           "required": ["id", "day", "at"]})");
-  EXPECT_TRUE(matches(event,
-                      R"({"id": "00000000-0000-0000-0000-000000000000", "day": "2020-10-10", "at": "2020-10-10T10:10:10Z"})"));
+  EXPECT_TRUE(matches(
+      event,
+      R"({"id": "00000000-0000-0000-0000-000000000000", "day": "2020-10-10", "at": "2020-10-10T10:10:10Z"})"));
 }
 
 TEST(JsonSchemaGrammar, RefusesWhatItCannotHonour) {

@@ -158,8 +158,8 @@ TEST(TokenMask, UserDefinedTokensCountAsTheirTextControlTokensDoNot) {
   const Grammar grammar = builder.finish(root);
   GrammarConstraint constraint(grammar, vocabulary);
   constraint.accept(tokenizer.find_token("x").value());
-  EXPECT_TRUE(bit(constraint.allowed(), size_t(close)));   // the whole closing tag in one token
-  EXPECT_FALSE(bit(constraint.allowed(), size_t(open)));   // not what the grammar spells
+  EXPECT_TRUE(bit(constraint.allowed(), size_t(close)));    // the whole closing tag in one token
+  EXPECT_FALSE(bit(constraint.allowed(), size_t(open)));    // not what the grammar spells
   EXPECT_FALSE(bit(constraint.allowed(), size_t(im_end)));  // not complete yet
   constraint.accept(close);
   EXPECT_TRUE(bit(constraint.allowed(), size_t(im_end)));  // complete: the stop may come

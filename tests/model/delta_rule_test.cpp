@@ -43,19 +43,19 @@ TEST(DeltaRuleToken, IsBitwiseThePlainLoops) {
     for (float& x : state) x = 0.1f * normal(rng);
     expected_state = state;
     for (int t = 0; t < 12; ++t) {
-      std::vector<float> q(static_cast<size_t>(dk)), k(static_cast<size_t>(dk)), v(static_cast<size_t>(dv));
+      std::vector<float> q(static_cast<size_t>(dk)), k(static_cast<size_t>(dk)),
+          v(static_cast<size_t>(dv));
       for (float& x : q) x = normal(rng) / std::sqrt(float(dk));
       for (float& x : k) x = normal(rng) / std::sqrt(float(dk));
       for (float& x : v) x = normal(rng);
       const float beta = unit(rng), decay_log = -unit(rng);
-      reference_token(q.data(), k.data(), v.data(), beta, decay_log, dk, dv,
-                      expected_state.data(), expected_out.data());
+      reference_token(q.data(), k.data(), v.data(), beta, decay_log, dk, dv, expected_state.data(),
+                      expected_out.data());
       // Every other token without an output (the rollback replay's form): same state bits.
       const bool with_out = t % 2 == 0;
       delta_rule_token(q.data(), k.data(), v.data(), beta, decay_log, dk, dv, state.data(),
                        with_out ? out.data() : nullptr);
-      ASSERT_EQ(std::memcmp(state.data(), expected_state.data(), state.size() * sizeof(float)),
-                0)
+      ASSERT_EQ(std::memcmp(state.data(), expected_state.data(), state.size() * sizeof(float)), 0)
           << "state after token " << t << ", dk " << dk << ", dv " << dv;
       if (with_out) {
         ASSERT_EQ(std::memcmp(out.data(), expected_out.data(), out.size() * sizeof(float)), 0)

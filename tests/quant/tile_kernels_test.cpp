@@ -236,8 +236,8 @@ TEST(QuantTiles, Avx512Q8_0OneBlockRowsInGroupsOf16AreBitwiseTheSingleRowDot) {
                                 out_w_stride, out_a_stride);
           for (int64_t r = 0; r < n_w; ++r) {
             for (int64_t t = 0; t < n_acts; ++t) {
-              const float want = canonical_nan(avx2::dot_q8_0(
-                  w + size_t(r) * w_stride, acts.data() + size_t(t) * a_stride, n));
+              const float want = canonical_nan(
+                  avx2::dot_q8_0(w + size_t(r) * w_stride, acts.data() + size_t(t) * a_stride, n));
               const float got = out[size_t(r) * out_w_stride + size_t(t) * out_a_stride];
               ASSERT_EQ(f32_to_bits(got), f32_to_bits(want))
                   << "weight_pad=" << weight_pad << " n_w=" << n_w << " n_acts=" << n_acts

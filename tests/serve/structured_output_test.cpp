@@ -136,7 +136,8 @@ const json kBounded = json::parse(R"({
 std::string format_errors(const std::string& text) {
   const json value = json::parse(text);
   const std::regex date(R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))");
-  const std::regex time(R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))");
+  const std::regex time(
+      R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))");
   const std::regex uuid(R"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})");
   std::string errors;
   const std::string day = value["day"], at = value["at"], id = value["id"];
