@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -41,7 +42,6 @@ const std::set<std::string, std::less<>> kAnnotations = {
 };
 const std::set<std::string, std::less<>> kRefused = {
     "pattern",
-    "format",
     "minimum",
     "maximum",
     "exclusiveMinimum",
@@ -74,7 +74,9 @@ const std::set<std::string, std::less<>> kObjectKeywords = {"properties", "requi
                                                             "additionalProperties"};
 const std::set<std::string, std::less<>> kArrayKeywords = {"items", "minItems", "maxItems",
                                                            "uniqueItems"};
-const std::set<std::string, std::less<>> kStringKeywords = {"minLength", "maxLength"};
+const std::set<std::string, std::less<>> kStringKeywords = {"minLength", "maxLength", "format"};
+// The `format`s a string schema may carry (Compiler::formatted); any other is refused.
+const std::set<std::string, std::less<>> kFormats = {"date", "time", "date-time", "uuid"};
 const std::set<std::string, std::less<>> kTypes = {"object",  "array",   "string", "number",
                                                    "integer", "boolean", "null"};
 
@@ -93,6 +95,106 @@ int64_t read_bound(const ojson& schema, const char* key, const std::string& path
   return value;
 }
 
+// The keywords that bound a number; honoured on integer schemas (integer_range), refused on
+// every other schema.
+const std::set<std::string, std::less<>> kNumericBounds = {"minimum", "maximum", "exclusiveMinimum",
+                                                           "exclusiveMaximum"};
+// The largest magnitude the integer grammar writes (18 digits: it fits an int64).
+constexpr int64_t kMaxInteger = 999'999'999'999'999'999;
+
+bool is_integer_schema(const ojson& schema) {
+  const auto type = schema.find("type");
+  return type != schema.end() && *type == "integer";
+}
+
+// The integers an integer schema's bounds allow, [lo, hi] within ±kMaxInteger: minimum m gives
+// ⌈m⌉, exclusiveMinimum e gives ⌊e⌋ + 1 (draft 6 on: a number), and the same downwards; a bound
+// past ±kMaxInteger is clamped. Refuses a bound that is not a number and an empty range.
+std::pair<int64_t, int64_t> integer_bounds(const ojson& schema, const std::string& path) {
+  int64_t lo = -kMaxInteger, hi = kMaxInteger;
+  auto bound = [&](const char* key, bool lower, bool exclusive) {
+    const auto it = schema.find(key);
+    if (it == schema.end()) return;
+    if (!it->is_number())
+      refuse(child(path, key), fmt::format("expected a number, found {}", describe(*it)));
+    int64_t exact;
+    if (it->is_number_integer()) {  // exact (a double holds only 53 bits), clamped
+      const int64_t n = it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(kMaxInteger)
+                            ? kMaxInteger + 1
+                            : std::clamp(it->get<int64_t>(), -kMaxInteger - 1, kMaxInteger + 1);
+      exact = !exclusive ? n : lower ? n + 1 : n - 1;
+    } else {
+      const double v = it->get<double>();
+      const double edge = lower ? (exclusive ? std::floor(v) + 1 : std::ceil(v))
+                                : (exclusive ? std::ceil(v) - 1 : std::floor(v));
+      // ±1e18 are doubles exactly; anything past them is as good as them.
+      exact = int64_t(std::clamp(edge, -1e18, 1e18));
+    }
+    if (lower)
+      lo = std::max(lo, exact);
+    else
+      hi = std::min(hi, exact);
+  };
+  bound("minimum", true, false);
+  bound("exclusiveMinimum", true, true);
+  bound("maximum", false, false);
+  bound("exclusiveMaximum", false, true);
+  if (lo > hi)
+    refuse(child(path, schema.contains("minimum") ? "minimum" : "exclusiveMinimum"),
+           fmt::format("no integer of at most 18 digits lies within the bounds (from {} to {})", lo,
+                       hi));
+  return {lo, hi};
+}
+
+// Alternatives spelling exactly the digit strings from `lo` to `hi`, both `n` digits long (leading
+// zeros included; lo <= hi as strings), as runs of digit ranges: the common first digit, then
+// lo's first digit with what may follow it, the digits strictly between with any digits after
+// them, hi's first digit with what may follow it.
+void digit_runs(const std::string& lo, const std::string& hi, Sequence prefix,
+                std::vector<Sequence>& out) {
+  const size_t n = lo.size();
+  if (n == 0) {
+    out.push_back(std::move(prefix));
+    return;
+  }
+  auto with = [&](Sequence items, B::Item item) {
+    items.push_back(item);
+    return items;
+  };
+  if (lo[0] == hi[0]) {
+    digit_runs(lo.substr(1), hi.substr(1), with(prefix, B::byte(uint8_t(lo[0]))), out);
+    return;
+  }
+  const std::string rest_lo = lo.substr(1), rest_hi = hi.substr(1);
+  const bool lo_from_zeros = rest_lo.find_first_not_of('0') == std::string::npos;
+  const bool hi_to_nines = rest_hi.find_first_not_of('9') == std::string::npos;
+  char full_first = lo[0], full_last = hi[0];
+  if (!lo_from_zeros) {
+    digit_runs(rest_lo, std::string(n - 1, '9'), with(prefix, B::byte(uint8_t(lo[0]))), out);
+    ++full_first;
+  }
+  if (!hi_to_nines) --full_last;
+  if (full_first <= full_last) {
+    Sequence run = with(prefix, B::range(uint8_t(full_first), uint8_t(full_last)));
+    for (size_t i = 1; i < n; ++i) run.push_back(B::range('0', '9'));
+    out.push_back(std::move(run));
+  }
+  if (!hi_to_nines)
+    digit_runs(std::string(n - 1, '0'), rest_hi, with(prefix, B::byte(uint8_t(hi[0]))), out);
+}
+
+// The decimal spellings (no leading zeros) of the integers from lo to hi, 0 <= lo <= hi, each
+// after `prefix`: one digit_runs per length.
+void natural_runs(int64_t lo, int64_t hi, const Sequence& prefix, std::vector<Sequence>& out) {
+  int64_t first = 0, last = 9;  // the numbers of `digits` digits
+  for (int digits = 1; digits <= 18 && first <= hi; ++digits) {
+    const int64_t a = std::max(lo, first), b = std::min(hi, last);
+    if (a <= b) digit_runs(std::to_string(a), std::to_string(b), prefix, out);
+    first = last + 1;
+    last = digits < 18 ? last * 10 + 9 : last;
+  }
+}
+
 class Compiler {
  public:
   Compiler(B& builder, const ojson& root) : root_(root), builder_(builder) {}
@@ -109,6 +211,8 @@ class Compiler {
   uint32_t string(const ojson& schema, const std::string& path);
   uint32_t ref(const ojson& target, const std::string& path);
   uint32_t literal(const ojson& value, const std::string& path);
+  // The text (without quotes) of a string `format` in kFormats.
+  uint32_t formatted(const std::string& format);
   uint32_t key_excluding(const std::vector<std::string>& names, const std::string& path);
 
   // Shared rules, made on first use.
@@ -118,6 +222,8 @@ class Compiler {
   uint32_t any_string();
   uint32_t number();
   uint32_t integer();
+  // An integer schema: its minimum / maximum / exclusive* bounds (integer_bounds), if any.
+  uint32_t integer(const ojson& schema, const std::string& path);
   uint32_t int_part();
   uint32_t any_value();
   uint32_t any_array();
@@ -125,7 +231,8 @@ class Compiler {
   const ojson& root_;
   B& builder_;
   int depth_ = 0;
-  std::map<std::string, uint32_t> refs_;  // JSON pointer -> rule
+  std::map<std::string, uint32_t> refs_;     // JSON pointer -> rule
+  std::map<std::string, uint32_t> formats_;  // string format -> the rule of its text
   std::optional<uint32_t> ws_, plain_char_, string_char_, any_string_, number_, integer_, int_part_,
       any_value_, any_object_, any_array_;
 };
@@ -214,6 +321,89 @@ uint32_t Compiler::integer() {
     integer_ =
         builder_.add("integer", {{B::rule(int_part())}, {B::byte('-'), B::rule(int_part())}});
   return *integer_;
+}
+
+// The string formats as grammars of their text (RFC 3339's full-date, full-time and date-time,
+// RFC 4122's hyphenated UUID), each a subset of what validators accept: uppercase "T" and "Z",
+// days 29-31 only in the months that always have them (no February 29: no leap-year logic),
+// seconds up to 59 (no leap second), lowercase hex digits.
+uint32_t Compiler::formatted(const std::string& format) {
+  if (const auto it = formats_.find(format); it != formats_.end()) return it->second;
+  const B::Item digit = B::range('0', '9');
+  auto two = [&](char first_lo, char first_hi, char second_lo, char second_hi) {
+    return Sequence{B::range(uint8_t(first_lo), uint8_t(first_hi)),
+                    B::range(uint8_t(second_lo), uint8_t(second_hi))};
+  };
+  uint32_t rule = 0;
+  if (format == "date") {
+    const uint32_t day31 =
+        builder_.add("format-day31",
+                     {two('0', '0', '1', '9'), two('1', '2', '0', '9'), two('3', '3', '0', '1')});
+    const uint32_t day30 = builder_.add(
+        "format-day30", {two('0', '0', '1', '9'), two('1', '2', '0', '9'), {B::literal("30")}});
+    const uint32_t day28 =
+        builder_.add("format-day28",
+                     {two('0', '0', '1', '9'), two('1', '1', '0', '9'), two('2', '2', '0', '8')});
+    std::vector<Sequence> month_days;
+    for (const char* month : {"01", "03", "05", "07", "08", "10", "12"})
+      month_days.push_back({B::literal(month), B::byte('-'), B::rule(day31)});
+    for (const char* month : {"04", "06", "09", "11"})
+      month_days.push_back({B::literal(month), B::byte('-'), B::rule(day30)});
+    month_days.push_back({B::literal("02"), B::byte('-'), B::rule(day28)});
+    const uint32_t month_day = builder_.add("format-month-day", month_days);
+    rule = builder_.add("format-date",
+                        {{digit, digit, digit, digit, B::byte('-'), B::rule(month_day)}});
+  }
+  if (format == "time") {
+    const uint32_t hour =
+        builder_.add("format-hour", {two('0', '1', '0', '9'), two('2', '2', '0', '3')});
+    const Sequence minute = two('0', '5', '0', '9');
+    const uint32_t fraction_digits = builder_.repeat("format-fraction", {digit}, 1, 9);
+    const uint32_t fraction =
+        builder_.add("format-secfrac", {{}, {B::byte('.'), B::rule(fraction_digits)}});
+    ByteSet sign;
+    sign.add('+');
+    sign.add('-');
+    Sequence numeric_offset = {B::bytes(sign), B::rule(hour), B::byte(':')};
+    numeric_offset.insert(numeric_offset.end(), minute.begin(), minute.end());
+    const uint32_t offset = builder_.add("format-offset", {{B::byte('Z')}, numeric_offset});
+    Sequence time = {B::rule(hour), B::byte(':')};
+    time.insert(time.end(), minute.begin(), minute.end());
+    time.push_back(B::byte(':'));
+    time.insert(time.end(), minute.begin(), minute.end());  // seconds: 00-59
+    time.push_back(B::rule(fraction));
+    time.push_back(B::rule(offset));
+    rule = builder_.add("format-time", {time});
+  }
+  if (format == "date-time") {
+    const uint32_t date = formatted("date"), time = formatted("time");
+    rule = builder_.add("format-date-time", {{B::rule(date), B::byte('T'), B::rule(time)}});
+  }
+  if (format == "uuid") {
+    ByteSet hex;
+    hex.add_range('0', '9');
+    hex.add_range('a', 'f');
+    Sequence uuid;
+    for (const int group : {8, 4, 4, 4, 12}) {
+      if (!uuid.empty()) uuid.push_back(B::byte('-'));
+      for (int i = 0; i < group; ++i) uuid.push_back(B::bytes(hex));
+    }
+    rule = builder_.add("format-uuid", {uuid});
+  }
+  formats_.emplace(format, rule);
+  return rule;
+}
+
+uint32_t Compiler::integer(const ojson& schema, const std::string& path) {
+  const bool bounded =
+      std::any_of(schema.items().begin(), schema.items().end(),
+                  [](const auto& item) { return kNumericBounds.count(item.key()); });
+  if (!bounded) return integer();
+  const auto [lo, hi] = integer_bounds(schema, path);
+  std::vector<Sequence> alternatives;
+  if (hi >= 0) natural_runs(std::max<int64_t>(lo, 0), hi, {}, alternatives);
+  if (lo < 0) natural_runs(hi < 0 ? -hi : 1, -lo, {B::byte('-')}, alternatives);
+  return builder_.add(path.empty() ? "integer-range" : path, alternatives);
 }
 
 uint32_t Compiler::number() {
@@ -305,7 +495,12 @@ uint32_t Compiler::value(const ojson& schema, const std::string& path) {
 
 uint32_t Compiler::schema_object(const ojson& schema, const std::string& path) {
   for (const auto& [key, setting] : schema.items()) {
-    if (kRefused.count(key))
+    if (kNumericBounds.count(key) && !is_integer_schema(schema))
+      refuse(child(path, key),
+             fmt::format("the keyword \"{}\" is not supported except on integer schemas "
+                         "(\"type\": \"integer\")",
+                         key));
+    if (kRefused.count(key) && !kNumericBounds.count(key))
       refuse(child(path, key), fmt::format("the keyword \"{}\" is not supported", key));
     if (key == "uniqueItems" && setting != false)
       refuse(child(path, key), "only uniqueItems: false is supported");
@@ -414,13 +609,26 @@ uint32_t Compiler::typed(const std::string& type, const ojson& schema, const std
   if (type == "array") return array(schema, path);
   if (type == "string") return string(schema, path);
   if (type == "number") return number();
-  if (type == "integer") return integer();
+  if (type == "integer") return integer(schema, path);
   if (type == "boolean")
     return builder_.add("boolean", {{B::literal("true")}, {B::literal("false")}});
   return builder_.add("null", {{B::literal("null")}});
 }
 
 uint32_t Compiler::string(const ojson& schema, const std::string& path) {
+  if (const auto it = schema.find("format"); it != schema.end()) {
+    const std::string where = child(path, "format");
+    if (!it->is_string() || !kFormats.count(it->get_ref<const std::string&>()))
+      refuse(where, fmt::format("the format {} is not supported (supported: date, time, "
+                                "date-time, uuid)",
+                                describe(*it)));
+    for (const char* bound : {"minLength", "maxLength"})
+      if (schema.contains(bound))
+        refuse(child(path, bound),
+               "minLength / maxLength together with a format are not supported");
+    return builder_.add(where,
+                        {{B::byte('"'), B::rule(formatted(it->get<std::string>())), B::byte('"')}});
+  }
   const int64_t min = read_bound(schema, "minLength", path, 0);
   const int64_t max = read_bound(schema, "maxLength", path, -1);
   if (max >= 0 && min > max)

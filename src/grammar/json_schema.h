@@ -8,15 +8,21 @@
 //   anyOf, oneOf (as anyOf: alternatives that overlap are not excluded from each other),
 //   $ref to "#", "#/$defs/..." or "#/definitions/..." (any local JSON pointer; recursion
 //   allowed, left recursion refused), string minLength / maxLength (in code points, an escape
-//   counting as one). A schema of `true` or {} is any
-//   JSON value. Annotations (title, description, examples, default, $schema, $id, $comment,
-//   deprecated, readOnly, writeOnly) are ignored; so are keywords JSON Schema does not define.
+//   counting as one), minimum / maximum / exclusiveMinimum / exclusiveMaximum on a schema whose
+//   type is "integer" (a number each; the grammar spells exactly the integers within them, as
+//   runs of digit ranges per length), format on a string: date, time, date-time (RFC 3339),
+//   uuid (RFC 4122), each as a subset of the valid spellings (Compiler::formatted says which).
+//   A schema of `true` or {} is any JSON value. Annotations (title, description, examples,
+//   default, $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored; so are
+//   keywords JSON Schema does not define.
 // Refused with SchemaError naming the keyword's path (e.g. "properties.age.minimum"): pattern
-//   (no regex engine here yet), format, minimum / maximum / exclusive* / multipleOf, allOf, not, if
-//   / then / else, patternProperties, propertyNames, min/maxProperties, dependent*, prefixItems,
-//   contains, uniqueItems: true, unevaluated*, $ref outside the document, $ref with constraining
-//   siblings, anyOf / oneOf with constraining siblings, a `false` schema, required names that
-//   additionalProperties false forbids, bounds above kMaxRepeat.
+//   (no regex engine here yet), other formats (or one with min/maxLength), minimum / maximum /
+//   exclusive* on anything but an "integer" schema (a number's bounds, or a type array), an
+//   empty integer range, multipleOf, allOf, not, if / then / else, patternProperties,
+//   propertyNames, min/maxProperties, dependent*, prefixItems, contains, uniqueItems: true,
+//   unevaluated*, $ref outside the document, $ref with constraining siblings, anyOf / oneOf with
+//   constraining siblings, a `false` schema, required names that additionalProperties false
+//   forbids, bounds above kMaxRepeat.
 //
 // What the grammar generates (and the matcher accepts), a subset of the valid instances:
 // - Whitespace: none at the top level; after { [ , : and before } ] at most one of "", " " or

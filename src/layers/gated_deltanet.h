@@ -102,6 +102,15 @@ void gated_deltanet_forward_rows(compute::ThreadPool& pool, compute::Workspace& 
                                  std::span<const compute::RowSegment> segments, const float* x,
                                  int64_t n_rows, float* y);
 
+// One token of the delta rule for one V head, in place on state [dk][dv] (row i, column j):
+//   S ← e^g·S;  u_j = (v_j − Σ_i S_ij·k_i)·β;  S_ij ← S_ij + k_i·u_j;  o_j = Σ_i S_ij·q_i
+// with every sum in index order i = 0, 1, ... from 0.0f and every product and sum rounded on its
+// own (no fused multiply-add): bitwise the plain loops written that way (tested), whatever the
+// vector width. out (dv floats) may be nullptr (state update only). q, k, v, out must not
+// overlap state.
+void delta_rule_token(const float* q, const float* k, const float* v, float beta, float decay_log,
+                      int dk, int dv, float* state, float* out);
+
 // Makes `state` what it would be had only the first keep_rows rows of the last recorded window
 // been fed (bitwise). keep_rows in [0, n_rows]; the log is consumed.
 void gated_deltanet_rollback(compute::ThreadPool& pool, const DeltaNetDims& dims,

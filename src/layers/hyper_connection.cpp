@@ -1,13 +1,14 @@
 #include "layers/hyper_connection.h"
 
+#include <algorithm>
+
 #include "compute/cpu/ops.h"
 
 namespace strata {
 
 void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
-                         const HyperConnectionWeights& w, int n_streams,
-                         int64_t n_embd, float eps, const float* X, int64_t n_rows, float* x,
-                         float* inject) {
+                         const HyperConnectionWeights& w, int n_streams, int64_t n_embd, float eps,
+                         const float* X, int64_t n_rows, float* x, float* inject) {
   const int64_t width = n_streams * n_embd;
   const int64_t rank = w.down.n_out;
   const float inv_streams = 1.0f / float(n_streams);
@@ -40,16 +41,17 @@ void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
     // The gates in place first (the same sigmoid bits, vectorised), then the stream sums.
     compute::sigmoid(gates.data() + begin * width, (end - begin) * width,
                      gates.data() + begin * width);
+    // out_i = (Σ_s g_si·xn_si, s = 0, 1, ... from 0.0f) · 1/S, summed stream by stream so the
+    // loops run along i (contiguous, vectorised) with each element's adds in the same order.
     for (int64_t t = begin; t < end; ++t) {
-      const float* g = gates.data() + t * width;
-      const float* xn = normed.data() + t * width;
-      float* out = x + t * n_embd;
-      for (int64_t i = 0; i < n_embd; ++i) {
-        float sum = 0.0f;
-        for (int s = 0; s < n_streams; ++s)
-          sum += g[s * n_embd + i] * xn[s * n_embd + i];
-        out[i] = sum * inv_streams;
+      float* __restrict out = x + t * n_embd;
+      std::fill_n(out, n_embd, 0.0f);
+      for (int s = 0; s < n_streams; ++s) {
+        const float* __restrict g = gates.data() + t * width + s * n_embd;
+        const float* __restrict xn = normed.data() + t * width + s * n_embd;
+        for (int64_t i = 0; i < n_embd; ++i) out[i] += g[i] * xn[i];
       }
+      for (int64_t i = 0; i < n_embd; ++i) out[i] *= inv_streams;
     }
   });
 

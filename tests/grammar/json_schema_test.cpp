@@ -1,8 +1,13 @@
 // The schema compiler and the matcher: valid instances of each schema form are accepted,
 // invalid ones rejected, unsupported keywords refused with the keyword's path.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
@@ -194,12 +199,113 @@ TEST(JsonSchemaGrammar, WhitespaceIsBounded) {
   EXPECT_FALSE(matches(object, indented));
 }
 
+// Integer bounds: the grammar spells exactly the integers within them (no leading zeros, no
+// "-0"), checked value by value around each range's ends on hand-picked and random ranges, then
+// one-sided and fractional and exclusive bounds, and bounds at the 18-digit limit.
+TEST(JsonSchemaGrammar, IntegerBoundsAllowExactlyTheIntegersWithin) {
+  std::vector<std::pair<int64_t, int64_t>> ranges = {
+      {0, 0},     {1, 1},        {0, 9},     {5, 123},  {-15, 7},   {-300, -17},
+      {10, 99},   {7, 1000},     {99, 101},  {-1, -1},  {-9, 0},    {100, 100},
+      {190, 210}, {-1000, 1000}, {123, 987}, {0, 1099}, {-1099, -1}};
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int64_t> pick(-1100, 1100);
+  for (int i = 0; i < 12; ++i) {
+    const int64_t a = pick(rng), b = pick(rng);
+    ranges.emplace_back(std::min(a, b), std::max(a, b));
+  }
+  for (const auto& [lo, hi] : ranges) {
+    const Grammar g =
+        compile(fmt::format(R"({{"type": "integer", "minimum": {}, "maximum": {}}})", lo, hi));
+    for (int64_t v = -1120; v <= 1120; ++v)
+      ASSERT_EQ(matches(g, std::to_string(v)), lo <= v && v <= hi)
+          << "[" << lo << ", " << hi << "]: " << v;
+    EXPECT_FALSE(matches(g, "-0")) << lo << " " << hi;
+    EXPECT_FALSE(matches(g, fmt::format("0{}", std::max<int64_t>(lo, 1)))) << lo << " " << hi;
+  }
+  const Grammar natural = compile(R"({"type": "integer", "minimum": 0})");
+  for (const char* ok : {"0", "7", "999999999999999999"}) EXPECT_TRUE(matches(natural, ok)) << ok;
+  for (const char* bad : {"-1", "1000000000000000000", "1.0", "00"})
+    EXPECT_FALSE(matches(natural, bad)) << bad;
+  const Grammar below = compile(R"({"type": "integer", "exclusiveMaximum": -4.5})");
+  EXPECT_TRUE(matches(below, "-5"));
+  EXPECT_TRUE(matches(below, "-999999999999999999"));
+  EXPECT_FALSE(matches(below, "-4"));
+  const Grammar fractional =
+      compile(R"({"type": "integer", "minimum": 0.5, "exclusiveMaximum": 3})");
+  EXPECT_FALSE(matches(fractional, "0"));
+  EXPECT_TRUE(matches(fractional, "1"));
+  EXPECT_TRUE(matches(fractional, "2"));
+  EXPECT_FALSE(matches(fractional, "3"));
+  const Grammar exclusive =
+      compile(R"({"type": "integer", "exclusiveMinimum": 9, "maximum": 1e300})");
+  EXPECT_FALSE(matches(exclusive, "9"));
+  EXPECT_TRUE(matches(exclusive, "10"));
+  const Grammar huge = compile(
+      R"({"type": "integer", "minimum": 999999999999999990, "maximum": 999999999999999999})");
+  EXPECT_TRUE(matches(huge, "999999999999999995"));
+  EXPECT_FALSE(matches(huge, "999999999999999989"));
+  // Inside an object, as response_format schemas use them.
+  const Grammar person = compile(
+      R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 150}},
+          "required": ["age"]})");
+  EXPECT_TRUE(matches(person, R"({"age": 42})"));
+  EXPECT_FALSE(matches(person, R"({"age": 151})"));
+  EXPECT_FALSE(matches(person, R"({"age": -1})"));
+}
+
+// String formats: RFC 3339 dates, times and date-times and hyphenated UUIDs, as a subset of the
+// valid spellings (no February 29, no leap second, uppercase T and Z, lowercase hex).
+TEST(JsonSchemaGrammar, StringFormatsSpellValidDatesTimesAndUuids) {
+  const Grammar date = compile(R"({"type": "string", "format": "date"})");
+  for (const char* ok :
+       {R"("2024-01-31")", R"("1999-04-30")", R"("2023-02-28")", R"("0001-12-01")"})
+    EXPECT_TRUE(matches(date, ok)) << ok;
+  for (const char* bad :
+       {R"("2024-02-30")", R"("2024-04-31")", R"("2024-13-01")", R"("2024-00-10")",
+        R"("2024-01-00")", R"("2024-1-01")", R"("24-01-01")", "2024-01-01"})
+    EXPECT_FALSE(matches(date, bad)) << bad;
+  const Grammar time = compile(R"({"type": "string", "format": "time"})");
+  for (const char* ok : {R"("00:00:00Z")", R"("23:59:59.123456789+05:30")", R"("12:30:00-08:00")"})
+    EXPECT_TRUE(matches(time, ok)) << ok;
+  for (const char* bad : {R"("24:00:00Z")", R"("12:60:00Z")", R"("12:00:60Z")", R"("12:00:00")",
+                          R"("12:00:00.Z")", R"("12:00:00.1234567890Z")", R"("12:00Z")"})
+    EXPECT_FALSE(matches(time, bad)) << bad;
+  const Grammar stamp = compile(R"({"type": "string", "format": "date-time"})");
+  EXPECT_TRUE(matches(stamp, R"("2024-06-30T18:05:00.5Z")"));
+  EXPECT_FALSE(matches(stamp, R"("2024-06-30 18:05:00Z")"));
+  EXPECT_FALSE(matches(stamp, R"("2024-06-31T18:05:00Z")"));
+  const Grammar uuid = compile(R"({"type": "string", "format": "uuid"})");
+  EXPECT_TRUE(matches(uuid, R"("123e4567-e89b-12d3-a456-426614174000")"));
+  EXPECT_FALSE(matches(uuid, R"("123e4567e89b12d3a456426614174000")"));
+  EXPECT_FALSE(matches(uuid, R"("123e4567-e89b-12d3-a456-42661417400")"));
+  EXPECT_FALSE(matches(uuid, R"("123e4567-e89b-12d3-a456-42661417400g")"));
+  // Several formats in one schema share their rules.
+  const Grammar event = compile(
+      R"({"type": "object", "properties": {"id": {"type": "string", "format": "uuid"},
+          "day": {"type": "string", "format": "date"}, "at": {"type": "string", "format": "date-time"}},
+          "required": ["id", "day", "at"]})");
+  EXPECT_TRUE(matches(
+      event,
+      R"({"id": "00000000-0000-0000-0000-000000000000", "day": "2020-10-10", "at": "2020-10-10T10:10:10Z"})"));
+}
+
 TEST(JsonSchemaGrammar, RefusesWhatItCannotHonour) {
   EXPECT_EQ(refusal(R"({"type": "string", "pattern": "^a+$"})"), "pattern");
   EXPECT_EQ(
-      refusal(R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}})"),
+      refusal(R"({"type": "object", "properties": {"age": {"type": "number", "minimum": 0}}})"),
       "properties.age.minimum");
+  EXPECT_EQ(refusal(R"({"type": ["integer", "null"], "maximum": 3})"), "maximum");
+  EXPECT_EQ(refusal(R"({"minimum": 3})"), "minimum");
+  EXPECT_EQ(refusal(R"({"type": "integer", "minimum": 5, "maximum": 4})"), "minimum");
+  EXPECT_EQ(refusal(R"({"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 3})"),
+            "exclusiveMinimum");
+  EXPECT_EQ(refusal(R"({"type": "integer", "minimum": 1e30})"), "minimum");
+  EXPECT_EQ(refusal(R"({"type": "integer", "exclusiveMinimum": true})"), "exclusiveMinimum");
+  EXPECT_EQ(refusal(R"({"type": "integer", "minimum": "0"})"), "minimum");
+  EXPECT_EQ(refusal(R"({"type": "integer", "multipleOf": 2})"), "multipleOf");
   EXPECT_EQ(refusal(R"({"type": "string", "format": "email"})"), "format");
+  EXPECT_EQ(refusal(R"({"type": "string", "format": 3})"), "format");
+  EXPECT_EQ(refusal(R"({"type": "string", "format": "date", "maxLength": 20})"), "maxLength");
   EXPECT_EQ(refusal(R"({"allOf": [{}]})"), "allOf");
   EXPECT_EQ(refusal(R"({"type": "array", "items": [{}]})"), "items");
   EXPECT_EQ(refusal(R"({"type": "array", "uniqueItems": true})"), "uniqueItems");

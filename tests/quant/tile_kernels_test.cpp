@@ -12,6 +12,7 @@
 // both layouts with gaps that must stay untouched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -193,6 +194,63 @@ TEST(QuantTiles, EveryTileKernelIsBitwiseTheSingleRowDot) {
     ++ran;
   }
   if (ran == 0) GTEST_SKIP() << "this CPU runs none of the tile kernels' levels";
+}
+
+// AVX-512 Q8_0 rows of one block (n = 32) go 16 weight rows at a time through a transposed path
+// (outputs in the lanes); the rows after the last group of 16 through the ordinary tiles. Every
+// output is bitwise avx2::dot_q8_0 of its pair: group counts 0-3 with remainders, both output
+// layouts (contiguous weight rows, as compute::matmul writes them, and strided), padded weight
+// strides, an activation of ±127 quants and one all-zero activation.
+TEST(QuantTiles, Avx512Q8_0OneBlockRowsInGroupsOf16AreBitwiseTheSingleRowDot) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512";
+  constexpr int64_t n = 32;
+  constexpr int64_t kMaxWeights = 50, kMaxActs = 17;
+  const size_t row_size = row_bytes(GgmlType::Q8_0, n);
+  const size_t act_bytes = activation_row_bytes(GgmlType::Q8_0, n);
+  for (size_t weight_pad : {size_t(0), size_t(2), size_t(38)}) {
+    const size_t w_stride = row_size + weight_pad;
+    std::vector<uint8_t> weights(2 + w_stride * kMaxWeights, 0xAB);
+    for (int64_t r = 0; r < kMaxWeights; ++r) {
+      const std::vector<uint8_t> row = random_row(GgmlType::Q8_0, n, uint32_t(r * 7 + weight_pad));
+      std::memcpy(weights.data() + 2 + size_t(r) * w_stride, row.data(), row_size);
+    }
+    const uint8_t* w = weights.data() + 2;
+    const size_t a_stride = act_bytes + 6;
+    std::vector<uint8_t> acts(a_stride * kMaxActs);
+    for (int64_t t = 0; t < kMaxActs; ++t) {
+      std::vector<float> x = gaussian(n, uint32_t(t * 101 + 5), std::ldexp(1.0f, int(t % 5) - 2));
+      if (t == 3) {
+        for (int64_t i = 0; i < n; ++i) x[size_t(i)] = (i * 5 % 3 == 0) ? -1.0f : 1.0f;
+      }
+      if (t == 4) std::fill(x.begin(), x.end(), 0.0f);
+      const testing::Activation act = make_activation(GgmlType::Q8_0, x);
+      std::memcpy(acts.data() + size_t(t) * a_stride, act.bytes.data(), act_bytes);
+    }
+    for (int64_t n_w : {15, 16, 17, 31, 32, 33, 48, 50}) {
+      for (int64_t n_acts : {1, 2, 5, 17}) {
+        for (bool contiguous : {true, false}) {
+          const size_t out_w_stride = contiguous ? 1 : 3;
+          const size_t out_a_stride = size_t(n_w) * out_w_stride + 1;
+          std::vector<float> out(size_t(n_acts) * out_a_stride, -1234.5f);
+          avx512::dot_tile_q8_0(w, w_stride, n_w, acts.data(), a_stride, n_acts, n, out.data(),
+                                out_w_stride, out_a_stride);
+          for (int64_t r = 0; r < n_w; ++r) {
+            for (int64_t t = 0; t < n_acts; ++t) {
+              const float want = canonical_nan(
+                  avx2::dot_q8_0(w + size_t(r) * w_stride, acts.data() + size_t(t) * a_stride, n));
+              const float got = out[size_t(r) * out_w_stride + size_t(t) * out_a_stride];
+              ASSERT_EQ(f32_to_bits(got), f32_to_bits(want))
+                  << "weight_pad=" << weight_pad << " n_w=" << n_w << " n_acts=" << n_acts
+                  << " r=" << r << " t=" << t << " contiguous=" << contiguous;
+            }
+          }
+          if (!contiguous) {
+            EXPECT_EQ(out[1], -1234.5f);  // between two outputs: untouched
+          }
+        }
+      }
+    }
+  }
 }
 
 // quant::dot_tile (the dispatched entry compute::matmul calls) is quant::dot per pair, bitwise,

@@ -247,7 +247,7 @@ TEST(ServeRequest, BadInputNamesTheField) {
        "response_format.type", "\"json_schema\""},
       {"unsupported schema keyword",
        chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"p","schema":)"
-            R"({"type":"object","properties":{"age":{"type":"integer","minimum":0}}}}})"),
+            R"({"type":"object","properties":{"age":{"type":"number","minimum":0}}}}})"),
        C, 400, "response_format.json_schema.schema.properties.age.minimum", "not supported"},
       {"no prompt", R"({"max_tokens":3})", P, 400, "prompt", "required"},
       {"prompt number", R"({"prompt":5})", P, 400, "prompt", "found 5"},

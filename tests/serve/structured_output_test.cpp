@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <valijson/adapters/nlohmann_json_adapter.hpp>
 #include <valijson/schema.hpp>
 #include <valijson/schema_parser.hpp>
@@ -115,19 +116,56 @@ Reply streamed(const ServeProcess& server, std::string body) {
   return out;
 }
 
+// Integer bounds (minimum / maximum and the exclusive forms) and string formats
+// (grammar/json_schema.h); the formats are also checked by regex below.
+const json kBounded = json::parse(R"({
+  "type": "object",
+  "properties": {
+    "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    "year": {"type": "integer", "minimum": 1900, "exclusiveMaximum": 2101},
+    "offset": {"type": "integer", "exclusiveMinimum": -10, "maximum": -3},
+    "count": {"type": "integer", "minimum": 1},
+    "day": {"type": "string", "format": "date"},
+    "at": {"type": "string", "format": "date-time"},
+    "id": {"type": "string", "format": "uuid"}
+  },
+  "required": ["age", "year", "offset", "count", "day", "at", "id"],
+  "additionalProperties": false})");
+
+// The formatted members of a kBounded value, by regex: "" when they match.
+std::string format_errors(const std::string& text) {
+  const json value = json::parse(text);
+  const std::regex date(R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))");
+  const std::regex time(
+      R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))");
+  const std::regex uuid(R"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})");
+  std::string errors;
+  const std::string day = value["day"], at = value["at"], id = value["id"];
+  if (!std::regex_match(day, date)) errors += "day " + day + "; ";
+  const size_t t = at.find('T');
+  if (t == std::string::npos || !std::regex_match(at.substr(0, t), date) ||
+      !std::regex_match(at.substr(t + 1), time))
+    errors += "at " + at + "; ";
+  if (!std::regex_match(id, uuid)) errors += "id " + id;
+  return errors;
+}
+
 const std::vector<std::string> kSamplings = {
     R"("temperature":0)", R"("temperature":0.8,"top_p":0.95,"seed":11)",
     R"("temperature":1.2,"top_k":40,"repeat_penalty":1.1,"seed":5)"};
 
 TEST(StructuredOutput, ValuesValidateAgainstTheirSchemas) {
   ServeProcess server({"-t", "1"});
-  for (const json* schema : {&kNested, &kAnyOf, &kTree}) {
+  for (const json* schema : {&kNested, &kAnyOf, &kTree, &kBounded}) {
     for (const std::string& sampling : kSamplings) {
       SCOPED_TRACE(schema->dump() + " " + sampling);
       const std::string body = chat_body(json_schema_format(*schema), sampling);
       const Reply reply = whole(server, body);
       ASSERT_EQ(reply.finish, "stop") << reply.content;
       EXPECT_EQ(schema_errors(*schema, reply.content), "");
+      if (schema == &kBounded) {
+        EXPECT_EQ(format_errors(reply.content), "");
+      }
       const Reply stream = streamed(server, body);
       EXPECT_EQ(stream.content, reply.content);
       EXPECT_EQ(stream.finish, "stop");

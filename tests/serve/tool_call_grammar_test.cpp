@@ -188,9 +188,13 @@ TEST(ToolCallGrammar, RefusesWhatItCannotHonourNamingTheField) {
     EXPECT_EQ(refusal(format, R"({"type": "object", "properties": {"a": {"type": "string",)"
                               R"( "pattern": "^x"}}})"),
               "tools[1].function.parameters.properties.a.pattern");
-    EXPECT_EQ(refusal(format, R"({"type": "object", "properties": {"n": {"type": "integer",)"
+    EXPECT_EQ(refusal(format, R"({"type": "object", "properties": {"n": {"type": "number",)"
                               R"( "minimum": 0}}})"),
               "tools[1].function.parameters.properties.n.minimum");
+    // An integer's bounds are honoured (grammar/json_schema.h).
+    EXPECT_EQ(refusal(format, R"({"type": "object", "properties": {"n": {"type": "integer",)"
+                              R"( "minimum": 0, "maximum": 9}}})"),
+              "");
     EXPECT_EQ(refusal(format, R"({"type": "array"})"), "tools[1].function.parameters.type");
     EXPECT_EQ(refusal(format, R"({"anyOf": [{"type": "object"}]})"),
               "tools[1].function.parameters");

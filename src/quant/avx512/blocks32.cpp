@@ -1,6 +1,6 @@
-// AVX-512 (F/BW/VL + VNNI) dot kernels for Q4_0, Q8_0, Q5_0 and IQ4_NL weights with Q8_0 activations:
-// one weight row against one activation row, and tiles of several weight rows × several
-// activation rows (dot_tile_*).
+// AVX-512 (F/BW/VL + VNNI) dot kernels for Q4_0, Q8_0, Q5_0 and IQ4_NL weights with Q8_0
+// activations: one weight row against one activation row, and tiles of several weight rows ×
+// several activation rows (dot_tile_*).
 //
 // Two 32-weight blocks per 512-bit step: the even block in the lower half, the odd block in the
 // upper half, which are exactly the AVX2 kernel's two accumulators (acc_even, acc_odd). The
@@ -12,6 +12,8 @@
 // in the same order; the tail block (odd count) and the final sum are the AVX2 code.
 #include <immintrin.h>
 
+#include <climits>
+#include <cstddef>
 #include <cstring>
 
 #include "quant/avx2/common.h"
@@ -65,11 +67,15 @@ void blocks32_tile(const std::byte* w, size_t w_stride, const std::byte* a, size
   }
   int64_t b = 0;
   for (; b + 2 <= n_blocks; b += 2) {
-    __m512i values[kW], offsets[kW];
+    // −128·Σ w per lane starts each activation's vpdpbusd, which adds Σ (a + 128)·w to it: the
+    // same exact i32 as subtracting afterwards (no sum comes near overflow), one op fewer per
+    // (weight row, activation row) pair.
+    __m512i values[kW], minus_offsets[kW];
     __m512 scales[kW];
     for (int r = 0; r < kW; ++r) {
       values[r] = weights.pair(weight(r), b);
-      offsets[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, values[r]);
+      minus_offsets[r] = _mm512_sub_epi32(
+          _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, values[r]));
       scales[r] = both_scales(weight(r), b);
     }
     for (int t = 0; t < kA; ++t) {
@@ -79,10 +85,9 @@ void blocks32_tile(const std::byte* w, size_t w_stride, const std::byte* a, size
       const __m512i biased = _mm512_xor_si512(quants, bias);
       const __m512 act_scales = both_scales(x, b);
       for (int r = 0; r < kW; ++r) {
-        const __m512i sums = _mm512_sub_epi32(
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), biased, values[r]), offsets[r]);
-        acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(scales[r], act_scales),
-                                    _mm512_cvtepi32_ps(sums), acc[r][t]);
+        const __m512i sums = _mm512_dpbusd_epi32(minus_offsets[r], biased, values[r]);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(scales[r], act_scales), _mm512_cvtepi32_ps(sums),
+                                    acc[r][t]);
       }
     }
   }
@@ -109,8 +114,8 @@ void blocks32_tile(const std::byte* w, size_t w_stride, const std::byte* a, size
 // activation fit the 32 registers).
 template <typename Block, typename Weights>
 void blocks32_tiles(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
-                    int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
-                    size_t out_a_stride, const Weights& weights) {
+                    int64_t n_acts, int64_t n, float* out, size_t out_w_stride, size_t out_a_stride,
+                    const Weights& weights) {
   const auto* weight_bytes = static_cast<const std::byte*>(w);
   const auto* act_bytes = static_cast<const std::byte*>(a);
   tiles::for_each_tile<2, 4>(
@@ -142,9 +147,9 @@ struct NibbleWeights {
                                                 load16(blocks[b + 1].qs), 1);
     const __m512i both =
         _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1);
-    const __m512i nibbles = _mm512_and_si512(
-        _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 4, 5, 2, 3, 6, 7), both),
-        _mm512_set1_epi8(15));
+    const __m512i nibbles =
+        _mm512_and_si512(_mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 4, 5, 2, 3, 6, 7), both),
+                         _mm512_set1_epi8(15));
     return _mm512_shuffle_epi8(table, nibbles);
   }
   [[gnu::always_inline]] __m256i tail(const Block& block) const {
@@ -182,6 +187,59 @@ __m512i table_of(const int8_t (&values)[16]) {
   return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values)));
 }
 
+// Q8_0 rows of ONE block (32 weights: the default model's hyper-connection up projections and
+// routed-expert down projections, rank 32 -> width): blocks32_tile spends its time on each
+// output's tail block and horizontal sum there. This path computes 16 weight rows at once with
+// the 16 outputs in the lanes instead (a transposed blocks32_tile), bitwise the same: lane k of
+// avx2::dot_blocks32's accumulator is the exact i32 Σ of bytes 4k..4k+3 (gathered here: lane r
+// holds row r's bytes 4k..4k+3), the block scale is the same f32 product, each lane gets the
+// same FMA onto +0, the + acc_odd (+0), and avx2::horizontal_sum's tree
+// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) runs on the 8 lane vectors.
+void q8_0_one_block_rows16(const std::byte* w, size_t w_stride, const std::byte* a, size_t a_stride,
+                           int64_t n_acts, float* out, size_t out_w_stride, size_t out_a_stride) {
+  const __m512i rows =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(int(w_stride)));
+  const __m512i bias = _mm512_set1_epi8(char(0x80));
+  const std::byte* qs = w + offsetof(BlockQ8_0, qs);
+  __m512i values[8], minus_offsets[8];
+  for (int k = 0; k < 8; ++k) {
+    values[k] = _mm512_i32gather_epi32(rows, qs + 4 * k, 1);
+    minus_offsets[k] = _mm512_sub_epi32(
+        _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, values[k]));
+  }
+  // The 16 scales: the low 16 bits of 4 bytes gathered at each row's start.
+  const __m512 weight_scales =
+      _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(rows, w, 1)));
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t t = 0; t < n_acts; ++t) {
+    const auto* x = reinterpret_cast<const BlockQ8_0*>(a + size_t(t) * a_stride);
+    const __m512 d = _mm512_mul_ps(weight_scales, _mm512_set1_ps(avx2::f16_scalar_to_f32(x->d)));
+    __m512 lane[8];
+    for (int k = 0; k < 8; ++k) {
+      int32_t group;
+      std::memcpy(&group, x->qs + 4 * k, sizeof group);
+      const __m512i biased = _mm512_xor_si512(_mm512_set1_epi32(group), bias);
+      const __m512i sums = _mm512_dpbusd_epi32(minus_offsets[k], biased, values[k]);
+      lane[k] = _mm512_add_ps(_mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sums), zero), zero);
+    }
+    const __m512 sum = _mm512_add_ps(
+        _mm512_add_ps(_mm512_add_ps(lane[0], lane[4]), _mm512_add_ps(lane[2], lane[6])),
+        _mm512_add_ps(_mm512_add_ps(lane[1], lane[5]), _mm512_add_ps(lane[3], lane[7])));
+    // canonical_nan per lane: NaN lanes become the canonical NaN.
+    const __m512 result = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q), sum,
+                                               _mm512_set1_ps(__builtin_nanf("")));
+    float* o = out + size_t(t) * out_a_stride;
+    if (out_w_stride == 1) {
+      _mm512_storeu_ps(o, result);
+    } else {
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, result);
+      for (int r = 0; r < 16; ++r) o[size_t(r) * out_w_stride] = lanes[r];
+    }
+  }
+}
+
 constexpr int8_t kQ4_0Values[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 constexpr int8_t kNibbleValues[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
@@ -190,8 +248,18 @@ constexpr int8_t kNibbleValues[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 
 void dot_tile_q8_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                    int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
                    size_t out_a_stride) {
-  blocks32_tiles<BlockQ8_0>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
-                            out_a_stride, Q8_0Weights{});
+  int64_t first = 0;
+  if (n == kBlock32 && w_stride <= size_t(INT32_MAX / 16)) {
+    for (; first + 16 <= n_w; first += 16)
+      q8_0_one_block_rows16(static_cast<const std::byte*>(w) + size_t(first) * w_stride, w_stride,
+                            static_cast<const std::byte*>(a), a_stride, n_acts,
+                            out + size_t(first) * out_w_stride, out_w_stride, out_a_stride);
+  }
+  if (first < n_w)
+    blocks32_tiles<BlockQ8_0>(static_cast<const std::byte*>(w) + size_t(first) * w_stride, w_stride,
+                              n_w - first, a, a_stride, n_acts, n,
+                              out + size_t(first) * out_w_stride, out_w_stride, out_a_stride,
+                              Q8_0Weights{});
 }
 
 void dot_tile_q4_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
