@@ -10,6 +10,7 @@
 #include "grammar/json_schema.h"
 #include "grammar/token_mask.h"
 #include "text/tokenizer.h"
+#include "text/utf8.h"
 
 namespace strata::grammar {
 namespace {
@@ -126,7 +127,15 @@ TEST(TokenMask, CachesMasksOfRecurringStates) {
 // only as a stop id.
 TEST(TokenMask, UserDefinedTokensCountAsTheirTextControlTokensDoNot) {
   TokenizerSpec spec;
-  for (char c = 0x21; c < 0x7f; ++c) spec.tokens.push_back(std::string(1, c));  // printable ASCII
+  // All 256 bytes as byte-level BPE spells them (GPT-2's table: printable bytes stand for
+  // themselves, the rest take code points from U+0100 on), as Qwen's vocabulary has them.
+  char32_t shifted = 0x100;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    std::string text;
+    append_utf8(text, printable ? char32_t(b) : shifted++);
+    spec.tokens.push_back(text);
+  }
   const int32_t im_end = int32_t(spec.tokens.size());
   spec.tokens.push_back("<|im_end|>");
   const int32_t open = int32_t(spec.tokens.size());
