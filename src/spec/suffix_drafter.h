@@ -27,7 +27,8 @@ class SuffixDrafter final : public Drafter {
   void propose_into(const Session& session, int32_t next, int max_tokens,
                     const KeepGoingFn& keep_going, Draft& out) override;
   std::unique_ptr<Drafter> clone() const override {
-    return std::make_unique<SuffixDrafter>(*this);  // no state but its settings
+    // No state but its settings: the copy starts with empty scratch (state_bytes() stays 0).
+    return std::make_unique<SuffixDrafter>(max_ngram_, min_ngram_);
   }
   // The same over a plain token sequence (the last token plays `next`); for tests and tools.
   Draft propose_from(std::span<const int32_t> sequence, int max_tokens) const;
