@@ -1,9 +1,10 @@
 // The forward goes only through the Backend interface (issue 19): a pass-through backend that
 // records every op and forwards it to the CPU backend runs every fixture — the three
-// architectures' transformers fixtures and the embedded default model — through prefill, decode
-// and a speculative verify + rollback, and must give bitwise the CPU backend's logits. The op log
-// also shows the forward's shape (one moe per layer and window, one ple per window, ...). The MTP
-// draft head (qwen4exp, qwen3next) goes through its own backend the same way.
+// architectures' transformers fixtures, the unseen shapes (dk != dv, compress ratio 0) and the
+// embedded default model — through prefill, decode and a speculative verify + rollback, and must
+// give bitwise the CPU backend's logits. The op log also shows the forward's shape (one moe per
+// layer and window, one ple per window, ...). The MTP draft head (qwen4exp, qwen3next) goes
+// through its own backend the same way.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -14,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "../common/fixture_convert.h"
 #include "../common/fixture_models.h"
+#include "../common/temp_dir.h"
 #include "backends/cpu_backend.h"
 #include "compute/backend.h"
 #include "compute/cpu/ops.h"
@@ -181,6 +184,18 @@ TEST(RecordingBackend, EveryFixtureGivesTheCpuBackendsLogitsBitwise) {
   for (const char* arch : {"qwen3moe", "qwen3next", "qwen4exp"})
     cases.push_back({arch, test_support::fixture_model_gguf(arch)});
   cases.push_back({"", std::string(STRATA_TEST_DATA_DIR) + "/../../models/strata-default.gguf"});
+  // The unseen shapes (key head dim != value head dim, and the dense-budget QSA model as
+  // converted and in llama.cpp's compress-ratio-0 form), converted here.
+  const test_support::ScratchDir scratch("recording");
+  for (const std::string arch : {"qwen4exp_dkdv", "qwen3next_dkdv", "qwen4exp_dense"}) {
+    const std::string path = scratch.file(arch + ".gguf");
+    test_support::convert_fixture(arch, path);
+    cases.push_back({arch, path});
+  }
+  const std::string ratio0 = scratch.file("qwen4exp_dense-ratio0.gguf");
+  test_support::convert_fixture("qwen4exp_dense", ratio0);
+  test_support::zero_compress_ratios(ratio0);
+  cases.push_back({"qwen4exp_dense", ratio0});
   for (const Case& c : cases) {
     SCOPED_TRACE(c.path);
     auto model = Model::load(c.path);

@@ -26,55 +26,27 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/f32_file.h"
+#include "../common/fixture_convert.h"
 #include "compute/cpu/ops.h"
 #include "compute/cpu/thread_pool.h"
-#include "convert/convert.h"
 #include "engine/session.h"
 #include "engine/window.h"
-#include "gguf/gguf.h"
-#include "gguf/gguf_writer.h"
 #include "model/model.h"
 
 namespace strata {
 namespace {
 
+using test_support::convert_fixture;
+using test_support::fixture_dir;
 using test_support::read_f32_file;
+using test_support::zero_compress_ratios;
 
 constexpr float kTolerance = 1e-4f;
-
-std::string fixture_dir(const std::string& arch) {
-  return std::string(STRATA_TEST_DATA_DIR) + "/models/" + arch;
-}
 
 float max_abs_diff(const float* a, const float* b, size_t n) {
   float worst = 0;
   for (size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
   return worst;
-}
-
-// Rewrites `path` in place with every attention.compress_ratios entry 0: the form llama.cpp's
-// converter gives a qwen4exp checkpoint whose config.json layer types are not "full_attention".
-void zero_compress_ratios(const std::string& path) {
-  const std::string key = "qwen4exp.attention.compress_ratios";
-  const std::string rewritten = path + ".ratio0";
-  {
-    const auto source = GgufFile::open(path);
-    GgufWriter writer;
-    for (const std::string& k : source->keys()) {
-      if (k != key) {
-        writer.add(k, *source->find(k));
-        continue;
-      }
-      const std::vector<int32_t> zeros(source->get<std::vector<int64_t>>(key).size(), 0);
-      writer.add_array_i32(key, zeros);
-    }
-    for (const TensorInfo& t : source->tensors())
-      writer.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims));
-    writer.write_file(rewritten, [&](const GgufTensorDecl& t, GgufTensorSink& sink) {
-      sink.write(std::span<const uint8_t>(source->tensor_data(source->tensor(t.name)), t.n_bytes));
-    });
-  }
-  std::filesystem::rename(rewritten, path);
 }
 
 // GetParam(): a fixture directory name, optionally followed by "@ratio0" (see the file comment).
@@ -98,12 +70,7 @@ class Fixture : public testing::TestWithParam<std::string> {
                  ("strata-fixture-" + arch + (ratio0 ? "-ratio0-" : "-") +
                   std::to_string(getpid()) + ".gguf"))
                     .string();
-    convert::ConvertOptions options;
-    options.hf_dir = fixture_dir(arch) + "/hf";
-    options.out_path = gguf_path;
-    options.type = GgmlType::F32;
-    options.show_progress = false;
-    convert::convert_hf_to_gguf(options);
+    convert_fixture(arch, gguf_path);
     if (ratio0) zero_compress_ratios(gguf_path);
     model = Model::load(gguf_path);
     const HParams& hp = model->hparams();
@@ -195,12 +162,7 @@ TEST(QsaRatioZero, AttendsDenselyWhereTransformersAttendsSparsely) {
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("strata-qsa-ratio0-" + std::to_string(getpid()) + ".gguf"))
                                .string();
-  convert::ConvertOptions options;
-  options.hf_dir = dir + "/hf";
-  options.out_path = path;
-  options.type = GgmlType::F32;
-  options.show_progress = false;
-  convert::convert_hf_to_gguf(options);
+  convert_fixture("qwen4exp", path);
   zero_compress_ratios(path);
   const auto model = Model::load(path);
   std::filesystem::remove(path);
