@@ -110,7 +110,6 @@ class ChatLoop {
   ChatLoop(const ChatOptions& options, const Model& model, const Tokenizer& tokenizer,
            compute::ThreadPool& pool, ExpertStore* store, ExpertSource* tracer)
       : options_(options),
-        model_(model),
         tokenizer_(tokenizer),
         chat_template_(ChatTemplate::from_gguf(model.file())),
         store_(store),
@@ -274,7 +273,6 @@ class ChatLoop {
   }
 
   const ChatOptions& options_;
-  const Model& model_;
   const Tokenizer& tokenizer_;
   ChatTemplate chat_template_;
   ExpertStore* store_;
