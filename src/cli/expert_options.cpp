@@ -328,11 +328,13 @@ std::string format_gpu_tier_stats([[maybe_unused]] const compute::Backend& backe
   const double per_token = tokens > 0 ? 1.0 / tokens : 0.0;
   return fmt::format(
       "gpu experts: {} slots/layer ({}), hit {:.1f}%, {:.1f} misses/token, copied in {} ({:.2f} MB/token, read-ahead "
-      "{:.1f}% used), startup fill {} experts, hot pins {} ({} changes), fill pins {}",
+      "{:.1f}% used), {:.1f}% of the layers went on without the host, startup fill {} experts, hot pins {} ({} changes), "
+      "fill pins {}",
       info.slots_per_layer, format_bytes(info.arena_bytes), 100.0 * s.hit_rate(), double(s.misses) * per_token,
       format_bytes(s.loaded_bytes + s.policy_bytes), double(s.loaded_bytes) * per_token / 1e6,
-      s.read_ahead_issued ? 100.0 * double(s.read_ahead_used) / double(s.read_ahead_issued) : 0.0, s.fill_loads,
-      s.hot_pins, s.pin_changes, s.fill_pins) +
+      s.read_ahead_issued ? 100.0 * double(s.read_ahead_used) / double(s.read_ahead_issued) : 0.0,
+      s.handshakes ? 100.0 * double(s.self_released) / double(s.handshakes) : 0.0, s.fill_loads, s.hot_pins,
+      s.pin_changes, s.fill_pins) +
          (s.moce_rows > 0 ? fmt::format("; moce: {:.2f} swaps/token, agreement {:.1f}%, KL {:.4f} nats/row",
                                         s.moce_swaps * per_token, 100.0 * s.moce_agreement_sum / s.moce_rows,
                                         s.moce_kl_sum / s.moce_rows)

@@ -65,6 +65,9 @@ struct TierDelta {
   // Read-ahead per token: the guesses copied in beside the previous layer (MiB), how many of its
   // loads a layer then used, and the side branch's kernels waiting for their job and copying.
   double ra_mib = 0, ra_issued = 0, ra_used = 0, ra_wait_ms = 0, ra_copy_ms = 0;
+  // Of the handshakes, the share whose wait kernel released itself (all routed experts resident);
+  // the GPU's count ÷ the host's (1 when they agree, as they must).
+  double self_share = 0, self_agreement = 1;
   int slots = 0;
   bool staged = false;
   uint64_t arena_bytes = 0;
@@ -110,6 +113,11 @@ Run run_once(const Model& model, compute::ThreadPool& pool, const std::string& b
     tier->ra_used = double(after.stats.read_ahead_used - before.stats.read_ahead_used) / n_tokens;
     tier->ra_wait_ms = (after.stats.gpu_read_ahead_wait_ms - before.stats.gpu_read_ahead_wait_ms) / n_tokens;
     tier->ra_copy_ms = (after.stats.gpu_read_ahead_copy_ms - before.stats.gpu_read_ahead_copy_ms) / n_tokens;
+    const double handshakes = double(after.stats.handshakes - before.stats.handshakes);
+    const double self_host = double(after.stats.self_released - before.stats.self_released);
+    const double self_gpu = double(after.stats.gpu_self_released - before.stats.gpu_self_released);
+    tier->self_share = handshakes > 0 ? self_host / handshakes : 0.0;
+    tier->self_agreement = self_host > 0 ? self_gpu / self_host : (self_gpu == 0 ? 1.0 : 0.0);
     const double timed = double(after.stats.timed_handshakes - before.stats.timed_handshakes);
     if (timed > 0) {
       tier->round_trip_us = (after.stats.round_trip_ms - before.stats.round_trip_ms) * 1e3 / timed;
@@ -158,14 +166,16 @@ double h2d_gbs() {
   return gbs;
 }
 
-// "cuda@25%", "cuda@1G", "cuda@slots=4", optionally "/nora": the tier settings of an entry.
+// "cuda@25%", "cuda@1G", "cuda@slots=4", then optionally "/nora" (no read-ahead) and/or
+// "/noself" (every wait hears from the host: GpuTierOptions::self_release off): an entry's tier.
 compute::GpuTierOptions tier_for(const Model& model, const std::string& entry) {
   compute::GpuTierOptions tier;
   std::string spec = entry.substr(entry.find('@') + 1);
-  if (const size_t comma = spec.find('/'); comma != std::string::npos) {
-    if (spec.substr(comma + 1) != "nora") fail("bench gpu: {}: expected '/nora' after the budget", entry);
-    tier.read_ahead = false;
-    spec = spec.substr(0, comma);
+  for (size_t slash; (slash = spec.rfind('/')) != std::string::npos; spec = spec.substr(0, slash)) {
+    const std::string flag = spec.substr(slash + 1);
+    if (flag == "nora") tier.read_ahead = false;
+    else if (flag == "noself") tier.self_release = false;
+    else fail("bench gpu: {}: expected '/nora' or '/noself' after the budget, found '/{}'", entry, flag);
   }
   tier.layers = model.expert_layouts();
   if (spec.rfind("slots=", 0) == 0) tier.slots_per_layer = std::stoi(spec.substr(6));
@@ -209,6 +219,7 @@ struct TierSummary {
   double hit = 0, mib = 0, serve = 0, resolve = 0, source = 0, job = 0, cpu = 0, wait = 0, copy = 0, token = 0;
   double round_trip = 0, before_wait = 0, serve_us = 0;
   double ra_mib = 0, ra_issued = 0, ra_used = 0, ra_wait = 0, ra_copy = 0;
+  double self_share = 0, self_agreement = 1;
   double miss_mib = 0;          // copied on the critical path (mib minus read-ahead)
   double arena_share = 0;       // the arena ÷ all routed-expert bytes (the VRAM it holds)
 };
@@ -240,6 +251,10 @@ TierSummary summarize(const std::vector<TierDelta>& runs, double arena_share) {
   s.ra_used = med(&TierDelta::ra_used);
   s.ra_wait = med(&TierDelta::ra_wait_ms);
   s.ra_copy = med(&TierDelta::ra_copy_ms);
+  s.self_share = med(&TierDelta::self_share);
+  s.self_agreement = std::min_element(runs.begin(), runs.end(), [](const TierDelta& a, const TierDelta& b) {
+                       return a.self_agreement < b.self_agreement;
+                     })->self_agreement;
   s.miss_mib = std::max(0.0, s.mib - s.ra_mib);
   s.arena_share = arena_share;
   return s;
@@ -248,7 +263,7 @@ TierSummary summarize(const std::vector<TierDelta>& runs, double arena_share) {
 // The entries a budget row stands for: all in VRAM ("cuda") and each budget with read-ahead; the
 // "/nora" entries fill that row's no-read-ahead column, and llama.cpp runs once per row.
 bool is_budget_group(const std::string& b) {
-  return b == "cuda" || (b.rfind("cuda@", 0) == 0 && b.find("/nora") == std::string::npos);
+  return b == "cuda" || (b.rfind("cuda@", 0) == 0 && b.find('/') == std::string::npos);
 }
 
 // llama.cpp's decode tok/s on the same file: llama-bench -p 0 -n TOKENS (-ngl 99, -ncmoe K).
@@ -528,8 +543,9 @@ void run_gpu_bench(const GpuBenchOptions& o) {
                  s.token, s.serve, s.resolve, s.source, s.job, s.cpu, s.wait, s.copy,
                  s.copy > 0 ? s.miss_mib * (1 << 20) / (s.copy * 1e6) : 0.0);
       fmt::print("       per handshake (us): GPU publish -> GPU sees the job ready {:.1f}, of it the host serving {:.1f} "
-                 "and the GPU's own work (shared expert) {:.1f}\n",
-                 s.round_trip, s.serve_us, s.before_wait);
+                 "and the GPU's own work (shared expert) {:.1f}; released by the GPU itself (all resident): {:.3f} of "
+                 "the handshakes (GPU count / host count {:.3f})\n",
+                 s.round_trip, s.serve_us, s.before_wait, s.self_share, s.self_agreement);
       fmt::print("       read-ahead per token: {:.1f} loads issued, {:.1f} of them used ({:.2f}), {:.1f} MiB; side "
                  "branch waiting {:.3f} ms, copying {:.3f} ms ({:.1f} GB/s)\n",
                  s.ra_issued, s.ra_used, s.ra_issued > 0 ? s.ra_used / s.ra_issued : 0.0, s.ra_mib, s.ra_wait, s.ra_copy,
@@ -550,6 +566,8 @@ void run_gpu_bench(const GpuBenchOptions& o) {
       e["read_ahead_issued"] = s.ra_issued;
       e["read_ahead_used"] = s.ra_used;
       e["read_ahead_copy_ms"] = s.ra_copy;
+      e["self_released_share"] = s.self_share;
+      e["self_released_gpu_over_host"] = s.self_agreement;
     }
   }
   if (have_cuda) {

@@ -31,6 +31,9 @@ struct GpuTierOptions {
   uint64_t budget_bytes = 0;  // the arena: cache slots + the transient slots of the largest window
   int slots_per_layer = 0;    // > 0: exactly this many cache slots per layer (overrides the budget)
   bool read_ahead = true;     // the next layer's router guess fills its slots while a layer runs
+  // A layer whose routed experts all have cache slots in the device's slot map goes on without
+  // waiting for the host (which still resolves it, in order). STRATA_TIER_SELF_RELEASE=0: off.
+  bool self_release = true;
   std::vector<ExpertLayerLayout> layers;  // [layer], the trunk's layers
   // Startup fill (SlotResidency::fill): per layer, the experts most wanted first; each layer's
   // first `slots` are copied in when the arena is made, and its first `fill_pinned` pinned.

@@ -56,6 +56,8 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   moce_lambda_ = options.moce_lambda;
   moce_protect_ = options.moce_protect;
   moce_max_rank_ = options.moce_max_rank;
+  self_release_ = options.self_release;
+  if (const char* v = std::getenv("STRATA_TIER_SELF_RELEASE"); v && std::strcmp(v, "0") == 0) self_release_ = false;
   if (n_expert < 1 || k < 1 || max_rows < 1)
     fail("gpu expert tier: {} experts, top-{}, {} rows per window", n_expert, k, max_rows);
   // Slot layout per layer: [gate | up | down], each 16-byte aligned, the slot 256-byte aligned.
@@ -111,9 +113,13 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   std::vector<int> per_layer(layers_.size(), 0);
   for (size_t l = 0; l < layers_.size(); ++l) per_layer[l] = layers_[l].present ? slots_ : 0;
   residency_ = SlotResidency(per_layer, n_expert, n_transient_);
-  smap_mirror_.assign(layers_.size() * size_t(n_expert), kMiss);
-  smap_ = DeviceBuffer(smap_mirror_.size() * 4);
-  smap_.upload(smap_mirror_.data(), smap_mirror_.size() * 4);
+  device_rows_.assign(layers_.size() * size_t(n_expert), kMiss);
+  smap_ = DeviceBuffer(device_rows_.size() * 4);
+  smap_.upload(device_rows_.data(), device_rows_.size() * 4);
+  pending_rows_ = DeviceBuffer(device_rows_.size() * 4);
+  pending_rows_.upload(device_rows_.data(), device_rows_.size() * 4);
+  pending_flags_ = DeviceBuffer(layers_.size() * 4);
+  STRATA_CUDA_CHECK(cudaMemset(pending_flags_.data(), 0, layers_.size() * 4));
   moce_stats_ = DeviceBuffer(4 * sizeof(double));
   STRATA_CUDA_CHECK(cudaMemset(moce_stats_.data(), 0, 4 * sizeof(double)));
   words_ = DeviceBuffer(sizeof(TierDeviceWords));
@@ -127,6 +133,8 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   STRATA_CUDA_CHECK(cudaHostGetDevicePointer(&mailbox_dev_, mailbox_host_, 0));
   abort_host_ = reinterpret_cast<volatile uint32_t*>(static_cast<uint8_t*>(mailbox_host_) + mailbox_bytes);
   abort_dev_ = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(mailbox_dev_) + mailbox_bytes);
+  consumed_host_ = reinterpret_cast<volatile uint32_t*>(static_cast<uint8_t*>(mailbox_host_) + mailbox_bytes + 32);
+  consumed_dev_ = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(mailbox_dev_) + mailbox_bytes + 32);
   // A job holds at most every expert of a layer: its three slices in chunks.
   max_chunks_ = size_t(n_expert) * 3 * chunks_of(largest_slice);
   job_bytes_ = align_up(sizeof(TierJobHeader) + align_up(size_t(n_expert) * 4, 16) + max_chunks_ * sizeof(TierCopy), 256);
@@ -139,7 +147,7 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   STRATA_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&times_dev_), times_host_, 0));
   // Read-ahead: its job ring (copies only) and the branch's fork and join events.
   max_read_ahead_loads_ = int(std::min<int64_t>({int64_t(std::max(1, slots_ / 2)), int64_t(n_expert), int64_t(capacity)}));
-  ra_job_bytes_ = align_up(sizeof(TierJobHeader) + max_chunks_ * sizeof(TierCopy), 256);
+  ra_job_bytes_ = job_bytes_;  // the same layout: header, the guessed layer's row, chunks
   STRATA_CUDA_CHECK(cudaHostAlloc(&ra_jobs_host_, ra_job_bytes_ * kJobRing, cudaHostAllocMapped));
   std::memset(ra_jobs_host_, 0, ra_job_bytes_ * kJobRing);
   STRATA_CUDA_CHECK(cudaHostGetDevicePointer(&ra_jobs_dev_, ra_jobs_host_, 0));
@@ -179,7 +187,7 @@ RouteMoce GpuExpertTier::moce(int layer) const {
   m.max_rank = moce_max_rank_;
   m.smap = smap_.as<uint32_t>() + size_t(layer) * size_t(n_expert_);
   m.smap_next = has_layer(layer + 1) ? m.smap + n_expert_ : nullptr;
-  m.resident_below = uint32_t(transient_offset_ / kUnit);  // cache slots lie below the transient ones
+  m.resident_below = resident_below();
   m.stats = moce_stats_.as<double>();
   return m;
 }
@@ -310,15 +318,26 @@ int GpuExpertTier::pin_prompt_hot(const HotPinOptions& options, const UsageHisto
 // The layer's device slot-map row from the residency now (cache slots; no transient ones), so
 // that what the router sees as resident (MoCE) follows a change made between windows at once
 // rather than at the layer's next wait().
+// The pending row gets the same (a read-ahead row still pending for the layer predates this change).
 void GpuExpertTier::upload_row(int layer) {
-  row_.resize(size_t(n_expert_));
+  residency_row(layer, row_);
+  const size_t at = size_t(layer) * size_t(n_expert_);
+  std::copy(row_.begin(), row_.end(), device_rows_.begin() + ptrdiff_t(at));
+  for (DeviceBuffer* rows : {&smap_, &pending_rows_})
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(rows->as<uint32_t>() + at, row_.data(), size_t(n_expert_) * 4,
+                                      cudaMemcpyHostToDevice, copy_stream_.get()));
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(copy_stream_.get()));
+}
+
+uint32_t GpuExpertTier::resident_below() const { return uint32_t(transient_offset_ / kUnit); }
+
+// The layer's slot-map row as the residency has it: cache slots only.
+void GpuExpertTier::residency_row(int layer, std::vector<uint32_t>& row) const {
+  row.resize(size_t(n_expert_));
   for (int32_t e = 0; e < n_expert_; ++e) {
     const uint32_t s = residency_.slot_of(layer, e);
-    row_[size_t(e)] = s == SlotResidency::kMiss ? kMiss : offset_units(layer, {e, s, false});
+    row[size_t(e)] = s == SlotResidency::kMiss ? kMiss : offset_units(layer, {e, s, false});
   }
-  STRATA_CUDA_CHECK(cudaMemcpyAsync(smap_.as<uint32_t>() + size_t(layer) * size_t(n_expert_), row_.data(),
-                                    size_t(n_expert_) * 4, cudaMemcpyHostToDevice, copy_stream_.get()));
-  STRATA_CUDA_CHECK(cudaStreamSynchronize(copy_stream_.get()));
 }
 
 // The host tier hands the loads out in batches of at most n_transient_ experts, in ascending id
@@ -365,7 +384,7 @@ void GpuExpertTier::publish(int layer, const int32_t* ids, const float* weights,
   if (layer < 0 || size_t(layer) >= layers_.size() || !layers_[size_t(layer)].present)
     fail("gpu expert tier: layer {} has no routed experts", layer);
   tier_publish(ids, weights, int(n_pairs), guess_ids, guess_weights, guess_ids ? int(n_guess) : 0, int(capacity),
-               layer, mailbox_dev_, words_.as<TierDeviceWords>(), times_dev_, stream);
+               layer, mailbox_dev_, consumed_dev_, abort_dev_, words_.as<TierDeviceWords>(), times_dev_, stream);
 }
 
 void GpuExpertTier::read_ahead(cudaStream_t stream) {
@@ -374,8 +393,8 @@ void GpuExpertTier::read_ahead(cudaStream_t stream) {
   STRATA_CUDA_CHECK(cudaStreamWaitEvent(side_stream_.get(), fork_, 0));
   // Fewer blocks than wait()'s: the branch shares the SMs with the layer's own kernels, and needs
   // only enough loads in flight to keep PCIe busy.
-  tier_read_ahead(words_.as<TierDeviceWords>(), ra_jobs_dev_, ra_job_bytes_, kJobRing, abort_dev_, kReadAheadBlocks,
-                  side_stream_.get());
+  tier_read_ahead(words_.as<TierDeviceWords>(), ra_jobs_dev_, ra_job_bytes_, kJobRing, n_expert_, abort_dev_,
+                  pending_rows_.as<uint32_t>(), pending_flags_.as<uint32_t>(), kReadAheadBlocks, side_stream_.get());
   STRATA_CUDA_CHECK(cudaEventRecord(join_, side_stream_.get()));
   branch_open_ = true;
 }
@@ -386,10 +405,19 @@ void GpuExpertTier::join(cudaStream_t stream) {
   STRATA_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
 }
 
-void GpuExpertTier::wait(int layer, cudaStream_t stream) {
+void GpuExpertTier::wait(int layer, const int32_t* ids, int64_t n_pairs, cudaStream_t stream) {
+  TierSelfRelease self;
+  if (self_release_) {
+    self.ids = ids;
+    self.n_pairs = int(n_pairs);
+    self.resident_below = resident_below();
+    self.pending_row = pending_rows_.as<uint32_t>() + size_t(layer) * size_t(n_expert_);
+    self.pending_flag = pending_flags_.as<uint32_t>() + layer;
+  }
   // 64 blocks: enough 16-byte loads in flight to keep PCIe busy (kWaitBlocks); only block 0 polls the host.
   tier_wait(words_.as<TierDeviceWords>(), jobs_dev_, job_bytes_, kJobRing, n_expert_,
-            smap_.as<uint32_t>() + size_t(layer) * size_t(n_expert_), abort_dev_, times_dev_, kWaitBlocks, stream);
+            smap_.as<uint32_t>() + size_t(layer) * size_t(n_expert_), abort_dev_, times_dev_, self, kWaitBlocks,
+            stream);
 }
 
 bool GpuExpertTier::trace() {
@@ -406,9 +434,11 @@ std::string GpuExpertTier::describe_state() {
   if (cudaMemcpyAsync(&words, words_.data(), sizeof(words), cudaMemcpyDeviceToHost, copy_stream_.get()) == cudaSuccess)
     cudaStreamSynchronize(copy_stream_.get());
   std::lock_guard lock(mutex_);
-  return fmt::format("expected {} served {} last served seq {}; mailbox seq {} (layer {}); device seq {}, released {}, "
+  return fmt::format("expected {} served {} last served seq {}; mailbox seq {} (layer {}), read by the host up to {}; "
+                     "device seq {}, released {} ({} by themselves, the last {}, the host heard up to {}), "
                      "{} blocks of the last wait kernel done; read-ahead released {}, {} blocks done",
-                     expected_, served_, last_seq_, header->seq, header->layer, words.seq, words.channel[0].released_seq,
+                     expected_, served_, last_seq_, header->seq, header->layer, *consumed_host_, words.seq,
+                     words.channel[0].released_seq, words.self_released, words.unconsumed_seq, words.consumed_seq,
                      words.channel[0].done_blocks, words.channel[1].released_seq, words.channel[1].done_blocks);
 }
 
@@ -434,6 +464,7 @@ GpuTierStats GpuExpertTier::stats() const {
   s.gpu_copy_ms = double(words.channel[0].copy_ns) * 1e-6;
   s.gpu_read_ahead_wait_ms = double(words.channel[1].wait_ns) * 1e-6;
   s.gpu_read_ahead_copy_ms = double(words.channel[1].copy_ns) * 1e-6;
+  s.gpu_self_released = words.self_released;
   s.staged = bounce_host_ != nullptr;
   const SlotResidencyStats& r = residency_.stats();
   s.needed = r.needed;
@@ -518,8 +549,24 @@ uint32_t GpuExpertTier::offset_units(int layer, const SlotResidency::Load& load)
 void GpuExpertTier::serve() {
   const auto* header = static_cast<const TierMailboxHeader*>(mailbox_host_);
   const int layer = int(header->layer);
-  const int n_pairs = int(header->n_pairs);
-  const int32_t* ids = reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(mailbox_host_) + kMailboxHeader);
+  const int n_pairs = int(header->n_pairs), n_guess = int(header->n_guess);
+  const int64_t capacity = int64_t(k_) * max_rows_;
+  if (n_pairs < 0 || n_pairs > capacity || n_guess < 0 || n_guess > capacity)
+    fail("gpu expert tier: the GPU published {} pairs and {} guesses; the mailbox holds {}", n_pairs, n_guess,
+         capacity);
+  // The mailbox is read once, then handed back: a wait that released itself lets the GPU publish
+  // the next handshake without hearing from this thread (publish_kernel checks consumed).
+  const auto* mailbox_ids = reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(mailbox_host_) + kMailboxHeader);
+  mailbox_.assign(mailbox_ids, mailbox_ids + n_pairs);
+  mailbox_.insert(mailbox_.end(), mailbox_ids + capacity, mailbox_ids + capacity + n_guess);  // guess ids
+  const auto* mailbox_weights = reinterpret_cast<const float*>(mailbox_ids + 3 * capacity);
+  const auto* mailbox_guess_weights = reinterpret_cast<const float*>(mailbox_ids + 2 * capacity);
+  mailbox_weights_.assign(mailbox_weights, mailbox_weights + n_pairs);
+  mailbox_weights_.insert(mailbox_weights_.end(), mailbox_guess_weights, mailbox_guess_weights + n_guess);
+  const uint32_t seq = last_seq_ + 1;
+  std::atomic_thread_fence(std::memory_order_release);
+  *consumed_host_ = seq;
+  const int32_t* ids = mailbox_.data();
   if (layer < 0 || size_t(layer) >= layers_.size() || !layers_[size_t(layer)].present)
     fail("gpu expert tier: the GPU published layer {}, which has no routed experts", layer);
 
@@ -540,23 +587,45 @@ void GpuExpertTier::serve() {
   // prompt heat, a routing trace), with the rows as the router chose them.
   uint64_t* heat = heat_.data() + size_t(layer) * size_t(n_expert_);
   for (int i = 0; i < n_pairs; ++i) ++heat[ids[i]];
-  const float* weights = reinterpret_cast<const float*>(ids + 3 * int64_t(k_) * max_rows_);
+  const float* weights = mailbox_weights_.data();
   routing_.experts.assign(ids, ids + n_pairs);
   routing_.weights.assign(weights, weights + n_pairs);
   source_->observe_routing(layer, routing_);
+  // The wait kernel's rule, on the row the device holds (expert_tier.cu): it released itself when
+  // every routed expert has a cache slot there. Such a handshake must resolve to hits only, with
+  // the device's row still the residency's; anything else would compute with wrong bytes.
+  const uint32_t* device_row = device_rows_.data() + size_t(layer) * size_t(n_expert_);
+  const bool released_itself =
+      self_release_ && std::all_of(union_.begin(), union_.end(), [&](int32_t e) { return device_row[e] < resident_below(); });
   residency_.resolve(layer, union_, loads_);
   ++stats_.handshakes;
   stats_.serve_resolve_ms += ms_since(start);
   if (trace())
-    std::fprintf(stderr, "tier: seq %u layer %d: %d pairs, union %zu, %zu loads\n", last_seq_ + 1, layer, n_pairs,
-                 union_.size(), loads_.size());
-  release(layer, last_seq_ + 1);
-  const int n_guess = int(header->n_guess);
-  if (n_guess > 0) {
-    const int32_t* guess_ids = ids + int64_t(k_) * max_rows_;
-    const float* guess_weights = reinterpret_cast<const float*>(guess_ids + int64_t(k_) * max_rows_);
-    release_read_ahead(layer + 1, last_seq_ + 1, guess_ids, guess_weights, n_guess);
+    std::fprintf(stderr, "tier: seq %u layer %d: %d pairs, union %zu, %zu loads%s\n", seq, layer, n_pairs,
+                 union_.size(), loads_.size(), released_itself ? ", released by the GPU" : "");
+  if (released_itself) {
+    check_device_row(layer);
+    ++stats_.self_released;
+  } else {
+    release(layer, seq);
   }
+  if (n_guess > 0) release_read_ahead(layer + 1, seq, ids + n_pairs, weights + n_pairs, n_guess);
+}
+
+// A handshake the GPU released by itself: no miss, and every expert the device's row places in a
+// cache slot sits there in the residency (entries above the cache slots are stale transient ones).
+void GpuExpertTier::check_device_row(int layer) {
+  const uint32_t* device_row = device_rows_.data() + size_t(layer) * size_t(n_expert_);
+  bool same = loads_.empty();
+  for (int32_t e = 0; e < n_expert_ && same; ++e) {
+    const uint32_t s = residency_.slot_of(layer, e);
+    const uint32_t want = s == SlotResidency::kMiss ? kMiss : offset_units(layer, {e, s, false});
+    same = device_row[e] == want || (s == SlotResidency::kMiss && device_row[e] >= resident_below());
+  }
+  if (!same)
+    fail("gpu expert tier: layer {}: the GPU released a handshake by itself ({} misses resolved) on a slot-map row that "
+         "is not the residency's: the tier's bookkeeping is broken",
+         layer, loads_.size());
 }
 
 // Fills the job of handshake `seq`: the layer's new slot-map row (from the residency, plus this
@@ -567,14 +636,10 @@ void GpuExpertTier::release(int layer, uint32_t seq) {
   auto* header = reinterpret_cast<TierJobHeader*>(job);
   // Built in ordinary memory, then copied into the mapped job in one pass: the job's lines are
   // read by the GPU's polling blocks across PCIe, so fewer, wider stores to them.
-  row_.resize(size_t(n_expert_));
-  uint32_t* row = row_.data();
-  for (int32_t e = 0; e < n_expert_; ++e) {
-    const uint32_t s = residency_.slot_of(layer, e);
-    row[e] = s == SlotResidency::kMiss ? kMiss : offset_units(layer, {e, s, false});
-  }
+  residency_row(layer, row_);
   for (const SlotResidency::Load& load : loads_)
-    if (load.transient) row[load.expert] = offset_units(layer, load);
+    if (load.transient) row_[size_t(load.expert)] = offset_units(layer, load);
+  std::copy(row_.begin(), row_.end(), device_rows_.begin() + ptrdiff_t(size_t(layer) * size_t(n_expert_)));
 
   stats_.serve_job_ms += ms_since(row_start);
   const auto source_start = std::chrono::steady_clock::now();
@@ -644,8 +709,10 @@ void GpuExpertTier::release_read_ahead(int layer, uint32_t seq, const int32_t* g
   const auto start = std::chrono::steady_clock::now();
   uint8_t* job = static_cast<uint8_t*>(ra_jobs_host_) + size_t(seq % kJobRing) * ra_job_bytes_;
   auto* header = reinterpret_cast<TierJobHeader*>(job);
+  const size_t row_bytes = align_up(size_t(n_expert_) * 4, 16);
   copies_.clear();
   uint64_t bytes = 0;
+  header->has_row = 0;
   if (read_ahead_enabled_ && layer >= 0 && size_t(layer) < layers_.size() && layers_[size_t(layer)].present) {
     ranked_.clear();
     for (int i = 0; i < n_guess; ++i) {
@@ -663,10 +730,18 @@ void GpuExpertTier::release_read_ahead(int layer, uint32_t seq, const int32_t* g
       fail("gpu expert tier: layer {}: {} read-ahead loads exceed the {} the tier was sized for", layer,
            ra_loads_.size(), max_read_ahead_loads_);
     bytes = gather_copies(layer, ra_loads_, size_t(n_transient_));
+    // The layer's row after the guess: the read-ahead kernel leaves it pending for the layer's
+    // next wait (whose self-release rule reads it); this thread's copy of the device row follows.
+    residency_row(layer, row_);
+    std::copy(row_.begin(), row_.end(), device_rows_.begin() + ptrdiff_t(size_t(layer) * size_t(n_expert_)));
+    std::memcpy(job + sizeof(TierJobHeader), row_.data(), size_t(n_expert_) * 4);
+    header->layer = uint32_t(layer);
+    header->has_row = 1;
   }
   stats_.loaded_bytes += bytes;
   stats_.read_ahead_bytes += bytes;
-  if (!copies_.empty()) std::memcpy(job + sizeof(TierJobHeader), copies_.data(), copies_.size() * sizeof(TierCopy));
+  if (!copies_.empty())
+    std::memcpy(job + sizeof(TierJobHeader) + row_bytes, copies_.data(), copies_.size() * sizeof(TierCopy));
   header->n_copies = uint32_t(copies_.size());
   std::atomic_thread_fence(std::memory_order_release);
   header->ready = seq;  // volatile: the read-ahead kernel sees it after the job above

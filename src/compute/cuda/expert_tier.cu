@@ -18,8 +18,24 @@ __device__ __forceinline__ uint64_t global_ns() {
 
 __global__ void publish_kernel(const int32_t* ids, const float* weights, int n_pairs, const int32_t* guess_ids,
                                const float* guess_weights, int n_guess, int capacity, int layer, uint8_t* mailbox,
-                               TierDeviceWords* words, TierTimes* times) {
+                               const uint32_t* consumed_host, const uint32_t* abort_flag, TierDeviceWords* words,
+                               TierTimes* times) {
   pdl_begin();
+  // A wait that released itself did not hear from the host: the host may still be reading the
+  // mailbox of that handshake. Unless a read-ahead kernel has since seen the host's answer to it
+  // (consumed_seq), ask the host word (one read across PCIe, usually already there).
+  if (threadIdx.x == 0) {
+    const volatile TierDeviceWords* v = words;
+    const uint32_t unconsumed = v->unconsumed_seq;
+    if (int32_t(unconsumed - v->consumed_seq) > 0) {
+      const volatile uint32_t* host = consumed_host;
+      const volatile uint32_t* abort = abort_flag;
+      for (uint32_t spins = 1; int32_t(unconsumed - *host) > 0; ++spins)
+        if ((spins & 255) == 0 && *abort != 0) break;
+      words->consumed_seq = unconsumed;
+    }
+  }
+  __syncthreads();
   int32_t* out_ids = reinterpret_cast<int32_t*>(mailbox + kMailboxHeader);
   int32_t* out_guess = out_ids + capacity;
   float* out_weights = reinterpret_cast<float*>(out_guess + capacity);
@@ -67,31 +83,65 @@ __global__ void publish_kernel(const int32_t* ids, const float* weights, int n_p
 // seq: channel 0 serves the last published handshake (words->seq); channel 1 (read-ahead) the one
 // whose wait ran last (channel 0's released_seq), which a later publish cannot change before this
 // kernel ran: the next wait follows the branch's join.
+// Self-release (channel 0, `self` non-null): block 0 first applies the layer's pending row (what
+// the read-ahead job of the previous handshake made of it), then, when every routed id of the
+// handshake has a cache slot in the row, releases at once: no job, no copy, the row kept. Else it
+// spins for the host's job as above. The host evaluates the same rule on its copy of the device
+// row and checks that such a handshake resolves with no miss (expert_tier.cpp serve).
+// Read-ahead (channel 1): after its copies, the job's row of the guessed layer goes to that layer's
+// pending row (flag set by the last block), for the layer's next wait to apply.
 __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_index, const uint8_t* jobs,
                                         size_t job_bytes, int ring, int n_expert, uint32_t* smap_row,
-                                        const uint32_t* abort_flag, TierTimes* times) {
+                                        const uint32_t* abort_flag, TierTimes* times, TierSelfRelease self,
+                                        uint32_t* pending_rows, uint32_t* pending_flags) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   __shared__ int n_copies;
-  __shared__ bool aborted;
+  __shared__ bool aborted, copy_row;
   TierChannel* channel = &words->channel[channel_index];
   const uint32_t seq = channel_index == 0 ? *reinterpret_cast<const volatile uint32_t*>(&words->seq)
                                           : *reinterpret_cast<const volatile uint32_t*>(&words->channel[0].released_seq);
   const uint8_t* job = jobs + size_t(seq % uint32_t(ring)) * job_bytes;
   const auto* header = reinterpret_cast<const volatile TierJobHeader*>(job);
+  bool released_self = false;
+  if (blockIdx.x == 0 && self.ids != nullptr) {
+    // Only block 0 touches the row before the release; the other blocks write it after.
+    volatile uint32_t* flag = self.pending_flag;
+    if (*flag != 0) {
+      for (int e = int(threadIdx.x); e < n_expert; e += int(blockDim.x)) smap_row[e] = self.pending_row[e];
+      __threadfence();  // before the other blocks' writes of the job's row, if the host's job comes
+      __syncthreads();
+      if (threadIdx.x == 0) *flag = 0;
+    }
+    bool resident = true;
+    for (int i = int(threadIdx.x); i < self.n_pairs; i += int(blockDim.x))
+      resident = resident && smap_row[self.ids[i]] < self.resident_below;
+    released_self = __syncthreads_and(resident) != 0;
+  }
   if (threadIdx.x == 0) {
     aborted = false;
+    copy_row = channel_index == 0;
     const uint64_t spin_start = global_ns();
     const volatile uint32_t* abort = abort_flag;
     if (blockIdx.x == 0) {
-      for (uint32_t spins = 1; header->ready != seq; ++spins) {
-        if ((spins & 255) == 0 && *abort != 0) {
-          aborted = true;
-          break;
+      if (released_self) {
+        copy_row = false;
+        channel->released_copies = 0;
+        channel->released_row = 0;
+        words->unconsumed_seq = seq;  // the host has not been heard from (publish_kernel)
+        ++words->self_released;
+      } else {
+        for (uint32_t spins = 1; header->ready != seq; ++spins) {
+          if ((spins & 255) == 0 && *abort != 0) {
+            aborted = true;
+            break;
+          }
         }
+        channel->released_copies = aborted ? 0u : header->n_copies;
+        channel->released_row = aborted || channel_index != 0 ? 0u : 1u;
+        copy_row = !aborted && channel_index == 0;
       }
-      channel->released_copies = aborted ? 0u : header->n_copies;
       __threadfence();
       *reinterpret_cast<volatile uint32_t*>(&channel->released_seq) = seq;
       const uint64_t released = global_ns();
@@ -100,7 +150,7 @@ __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_inde
       if (channel_index == 0) {
         TierTimes* t = times + seq % uint32_t(kTimelineRing);
         t->spin_ns = spin_start;
-        t->released_ns = released;
+        t->released_ns = released_self ? 0 : released;  // not a round trip: left out of the latency stats
       }
     } else {
       const volatile uint32_t* released = &channel->released_seq;
@@ -111,15 +161,19 @@ __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_inde
         }
       }
       __threadfence();
+      if (!aborted) copy_row = *reinterpret_cast<const volatile uint32_t*>(&channel->released_row) != 0;
     }
     n_copies = aborted ? 0 : int(*reinterpret_cast<const volatile uint32_t*>(&channel->released_copies));
   }
   __syncthreads();
   if (aborted) return;
+  // Both kinds of job: the header, a row of n_expert words (the layer's slot-map row; in a
+  // read-ahead job the guessed layer's row after the guess, when has_row), then the chunks.
   const size_t smap_bytes = (size_t(n_expert) * 4 + 15) / 16 * 16;
   const uint32_t* row = reinterpret_cast<const uint32_t*>(job + sizeof(TierJobHeader));
-  for (int e = int(blockIdx.x * blockDim.x + threadIdx.x); e < n_expert; e += int(gridDim.x * blockDim.x))
-    smap_row[e] = row[e];
+  if (copy_row)
+    for (int e = int(blockIdx.x * blockDim.x + threadIdx.x); e < n_expert; e += int(gridDim.x * blockDim.x))
+      smap_row[e] = row[e];
   const TierCopy* copies = reinterpret_cast<const TierCopy*>(job + sizeof(TierJobHeader) + smap_bytes);
   __shared__ TierCopy copy;
   for (int c = int(blockIdx.x); c < n_copies; c += int(gridDim.x)) {
@@ -147,10 +201,26 @@ __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_inde
       for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
     }
   }
+  // A read-ahead job's row becomes the guessed layer's pending row.
+  uint32_t* pending = nullptr;
+  if (channel_index == 1) {
+    const uint32_t has_row = header->has_row, layer = header->layer;
+    if (has_row != 0 && pending_rows != nullptr) {
+      pending = pending_rows + size_t(layer) * size_t(n_expert);
+      for (int e = int(blockIdx.x * blockDim.x + threadIdx.x); e < n_expert; e += int(gridDim.x * blockDim.x))
+        pending[e] = row[e];
+    }
+  }
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0 && atomicAdd(&channel->done_blocks, 1u) == gridDim.x - 1) {
     const volatile TierChannel* v = channel;
+    if (pending != nullptr) {
+      __threadfence();
+      *reinterpret_cast<volatile uint32_t*>(pending_flags + header->layer) = 1;
+    }
+    // The host answered this handshake's read-ahead job after it had read the mailbox.
+    if (channel_index == 1 && int32_t(seq - words->consumed_seq) > 0) words->consumed_seq = seq;
     const uint64_t released = v->released_ns;
     channel->wait_ns += released - v->spin_started_ns;
     const uint64_t copied = global_ns();
@@ -164,13 +234,15 @@ __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_inde
 
 void tier_publish(const int32_t* ids, const float* weights, int n_pairs, const int32_t* guess_ids,
                   const float* guess_weights, int n_guess, int capacity, int layer, void* mailbox_dev,
-                  TierDeviceWords* words, TierTimes* times, cudaStream_t stream) {
+                  const uint32_t* consumed_host, const uint32_t* abort_flag, TierDeviceWords* words,
+                  TierTimes* times, cudaStream_t stream) {
   launch(publish_kernel, dim3(1), dim3(256), 0, stream, ids, weights, n_pairs, guess_ids, guess_weights, n_guess,
-         capacity, layer, static_cast<uint8_t*>(mailbox_dev), words, times);
+         capacity, layer, static_cast<uint8_t*>(mailbox_dev), consumed_host, abort_flag, words, times);
 }
 
 void tier_wait(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, int ring, int n_expert,
-               uint32_t* smap_row, const uint32_t* abort_flag, TierTimes* times, int blocks, cudaStream_t stream) {
+               uint32_t* smap_row, const uint32_t* abort_flag, TierTimes* times, const TierSelfRelease& self,
+               int blocks, cudaStream_t stream) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(unsigned(blocks));
   config.blockDim = dim3(kLoadThreads);
@@ -182,14 +254,17 @@ void tier_wait(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, i
   config.numAttrs = dependent_launch_enabled() ? 1 : 0;
   STRATA_CUDA_CHECK(cudaLaunchKernelEx(&config, release_and_copy_kernel, words, 0,
                                        static_cast<const uint8_t*>(jobs_dev), job_bytes, ring, n_expert, smap_row,
-                                       abort_flag, times));
+                                       abort_flag, times, self, static_cast<uint32_t*>(nullptr),
+                                       static_cast<uint32_t*>(nullptr)));
 }
 
-void tier_read_ahead(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, int ring,
-                     const uint32_t* abort_flag, int blocks, cudaStream_t stream) {
+void tier_read_ahead(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, int ring, int n_expert,
+                     const uint32_t* abort_flag, uint32_t* pending_rows, uint32_t* pending_flags, int blocks,
+                     cudaStream_t stream) {
   // The branch's first node: no programmatic dependency to wait for.
   release_and_copy_kernel<<<unsigned(blocks), kLoadThreads, 0, stream>>>(
-      words, 1, static_cast<const uint8_t*>(jobs_dev), job_bytes, ring, 0, nullptr, abort_flag, nullptr);
+      words, 1, static_cast<const uint8_t*>(jobs_dev), job_bytes, ring, n_expert, nullptr, abort_flag, nullptr,
+      TierSelfRelease{}, pending_rows, pending_flags);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -106,6 +106,9 @@ struct TierTimes;  // a handshake's timestamps (below)
 
 struct GpuTierStats {
   uint64_t handshakes = 0, needed = 0, hits = 0, misses = 0, transient = 0;
+  // Handshakes whose wait kernel released itself (every routed expert already had a cache slot in
+  // the device's row): by the host's count of the rule, and as the GPU counted them (equal).
+  uint64_t self_released = 0, gpu_self_released = 0;
   uint64_t read_ahead_issued = 0, read_ahead_used = 0;
   uint64_t loaded_bytes = 0;        // host → device, misses and read-ahead
   uint64_t miss_bytes = 0;          // of those, what a layer waited for
@@ -175,7 +178,8 @@ class GpuExpertTier {
   // (device); the guess (device, may be null) = rows · k ids and weights of the next layer's router.
   void publish(int layer, const int32_t* ids, const float* weights, int64_t n_pairs, const int32_t* guess_ids,
                const float* guess_weights, int64_t n_guess, cudaStream_t stream);
-  void wait(int layer, cudaStream_t stream);
+  // ids: the layer's routed ids as published (device, n_pairs), for the wait kernel's self-release.
+  void wait(int layer, const int32_t* ids, int64_t n_pairs, cudaStream_t stream);
   // Read-ahead (only after a publish with a guess, right after that layer's wait): forks a side
   // branch off `stream` whose kernel copies the guessed experts of the next layer. join() puts the
   // branch back into `stream` (before the next wait, and before a capture segment ends: an
@@ -212,6 +216,9 @@ class GpuExpertTier {
   // writes the layer's device slot-map row from the residency.
   uint64_t copy_now(int layer, const std::vector<SlotResidency::Load>& loads);
   void upload_row(int layer);
+  void residency_row(int layer, std::vector<uint32_t>& row) const;
+  void check_device_row(int layer);
+  uint32_t resident_below() const;  // the first slot-map offset that is not a cache slot (transient ones lie above)
   void account_timeline(uint32_t first_seq, uint32_t last_seq);  // mutex_ held
 
   std::vector<TierLayer> layers_;
@@ -274,7 +281,16 @@ class GpuExpertTier {
   std::vector<SlotResidency::Load> loads_, ra_loads_;
   std::vector<float> best_;            // read-ahead ranking: best guess weight per expert
   std::vector<int32_t> ranked_;
-  std::vector<uint32_t> smap_mirror_;  // [n_layer][n_expert], offsets in 256-byte units
+  // [n_layer][n_expert], offsets in 256-byte units: each layer's slot-map row as the device holds
+  // it after its last wait (read-ahead rows counted once their layer's wait applies them); the
+  // handshake thread's, after prime/pin_prompt_hot's upload_row the window thread's.
+  std::vector<uint32_t> device_rows_;
+  bool self_release_ = true;
+  DeviceBuffer pending_rows_, pending_flags_;  // read-ahead rows waiting for their layer's wait
+  volatile uint32_t* consumed_host_ = nullptr;  // the mailbox was read up to this handshake
+  uint32_t* consumed_dev_ = nullptr;
+  std::vector<int32_t> mailbox_;        // the served handshake's ids, then its guess ids
+  std::vector<float> mailbox_weights_;  //   and their weights
   // Policies.
   std::vector<std::vector<int32_t>> fill_ranking_;
   int fill_pinned_ = 0;
@@ -307,14 +323,26 @@ struct TierChannel {
   uint32_t released_seq;     // block 0: the handshake's seq, once its job is ready
   uint32_t released_copies;  //   and the job's copy count, for the other blocks
   uint32_t done_blocks;      // blocks of the running kernel that finished
-  uint32_t pad;
+  uint32_t released_row;     //   and whether they write the job's slot-map row (0: released itself)
   uint64_t spin_started_ns, released_ns;  // block 0 of the running kernel (%globaltimer)
   uint64_t wait_ns, copy_ns;              // sums over every kernel of the channel
 };
 struct TierDeviceWords {
-  uint32_t seq;  // of the last published handshake
-  uint32_t pad[3];
+  uint32_t seq;             // of the last published handshake
+  uint32_t unconsumed_seq;  // the last handshake whose wait released itself (the host unheard)
+  uint32_t consumed_seq;    // the host has read the mailbox up to here (as a read-ahead kernel saw)
+  uint32_t self_released;   // waits that released themselves
   TierChannel channel[2];
+};
+// What a wait kernel needs to release itself: the handshake's routed ids (device, n_pairs of
+// them), the layer's pending row and its flag (set by a read-ahead kernel), and the first offset
+// that is not a cache slot (transient slots lie above the cache slots). ids == nullptr: off.
+struct TierSelfRelease {
+  const int32_t* ids = nullptr;
+  int n_pairs = 0;
+  uint32_t resident_below = 0;
+  const uint32_t* pending_row = nullptr;
+  uint32_t* pending_flag = nullptr;
 };
 struct TierMailboxHeader {
   volatile uint32_t seq;
@@ -323,24 +351,31 @@ struct TierMailboxHeader {
 
 // The mailbox: TierMailboxHeader padded to 64 bytes, then ids[capacity], guess ids[capacity],
 // guess weights[capacity], weights[capacity].
+// Before it writes the mailbox, the publish kernel makes sure the host has read the previous
+// handshake's (consumed_host: a mapped word the host writes) when that handshake's wait released
+// itself and no read-ahead kernel has since seen the host answer it.
 void tier_publish(const int32_t* ids, const float* weights, int n_pairs, const int32_t* guess_ids,
-                  const float* guess_weights, int n_guess,
-                  int capacity, int layer, void* mailbox_dev, TierDeviceWords* words, TierTimes* times,
-                  cudaStream_t stream);
-// The job of handshake `seq` lies at jobs + (seq % ring) · job_bytes: TierJobHeader, the layer's
-// slot-map row (n_expert words, padded to 16 bytes; none in a read-ahead job), then TierCopy ×
-// n_copies.
+                  const float* guess_weights, int n_guess, int capacity, int layer, void* mailbox_dev,
+                  const uint32_t* consumed_host, const uint32_t* abort_flag, TierDeviceWords* words,
+                  TierTimes* times, cudaStream_t stream);
+// The job of handshake `seq` lies at jobs + (seq % ring) · job_bytes: TierJobHeader, a slot-map
+// row (n_expert words, padded to 16 bytes: the layer's row in a wait job; in a read-ahead job the
+// guessed layer's row after the guess, when has_row), then TierCopy × n_copies.
 struct TierJobHeader {
   volatile uint32_t ready;  // == seq once the host filled the job
   uint32_t n_copies;
-  uint32_t pad[2];
+  uint32_t has_row;         // read-ahead jobs: the row is the guessed layer's
+  uint32_t layer;           //   that layer
 };
 void tier_wait(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, int ring, int n_expert,
-               uint32_t* smap_row, const uint32_t* abort_flag, TierTimes* times, int blocks, cudaStream_t stream);
+               uint32_t* smap_row, const uint32_t* abort_flag, TierTimes* times, const TierSelfRelease& self,
+               int blocks, cudaStream_t stream);
 // The read-ahead branch's kernel: the job of the handshake whose wait() ran last (channel 0's
-// released_seq: it precedes this kernel in the graph, and the next wait() follows the join).
-void tier_read_ahead(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, int ring,
-                     const uint32_t* abort_flag, int blocks, cudaStream_t stream);
+// released_seq: it precedes this kernel in the graph, and the next wait() follows the join). The
+// job's row goes to pending_rows[layer] (n_expert words a layer), pending_flags[layer] = 1.
+void tier_read_ahead(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, int ring, int n_expert,
+                     const uint32_t* abort_flag, uint32_t* pending_rows, uint32_t* pending_flags, int blocks,
+                     cudaStream_t stream);
 
 
 }  // namespace strata::compute::cuda
