@@ -2,8 +2,8 @@
 # Issue 20, the self-releasing wait (compute/cuda/expert_tier.h), on the GPU box in one device call
 # (~9 min): builds every CUDA test and bench_cuda_decode, runs the `cuda` ctest label while the
 # skewed + correlated 48 x 512 file (skew 1, correlation 0.9) is written, then alternates all in
-# VRAM against 25 % and 10 % budgets with self-release on and off (`/noself`: every wait hears
-# from the host), 3 rounds, prompt 64, 64 decode tokens.
+# VRAM against 25 % and 10 % budgets with self-release off (the default: every wait hears from
+# the host) and on (`/self`), 3 rounds, prompt 64, 64 decode tokens.
 # Carry .device/cuda-kit (scripts/make-cuda-kit.sh) after `scripts/device-stash.sh out` here.
 # Outputs under $OUT (or /tmp/cuda-self-release): ctest.log, synth.txt, skew.txt.
 set -uo pipefail
@@ -24,6 +24,6 @@ grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | tail -20
 grep -h "released by the GPU itself" build-cuda/Testing/Temporary/LastTest.log | head -40 >"$out/self-released.txt"
 wait
 grep wrote "$out/synth.txt"
-$B -m $skew --backends "${SELF_RELEASE_BACKENDS:-cuda,cuda@25%,cuda@25%/noself,cuda@10%,cuda@10%/noself}" --prompt 64 \
+$B -m $skew --backends "${SELF_RELEASE_BACKENDS:-cuda,cuda@25%,cuda@25%/self,cuda@10%,cuda@10%/self}" --prompt 64 \
   --tokens 64 --repeats 3 >"$out/skew.txt" 2>&1
 grep -E "decode|released by|greedy|per token" "$out/skew.txt"

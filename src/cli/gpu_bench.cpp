@@ -166,16 +166,17 @@ double h2d_gbs() {
   return gbs;
 }
 
-// "cuda@25%", "cuda@1G", "cuda@slots=4", then optionally "/nora" (no read-ahead) and/or
-// "/noself" (every wait hears from the host: GpuTierOptions::self_release off): an entry's tier.
+// "cuda@25%", "cuda@1G", "cuda@slots=4", then optionally "/nora" (no read-ahead) and/or "/self"
+// (a wait whose experts are all resident goes on without the host: GpuTierOptions::self_release)
+// or "/noself" (every wait hears from the host): an entry's tier.
 compute::GpuTierOptions tier_for(const Model& model, const std::string& entry) {
   compute::GpuTierOptions tier;
   std::string spec = entry.substr(entry.find('@') + 1);
   for (size_t slash; (slash = spec.rfind('/')) != std::string::npos; spec = spec.substr(0, slash)) {
     const std::string flag = spec.substr(slash + 1);
     if (flag == "nora") tier.read_ahead = false;
-    else if (flag == "noself") tier.self_release = false;
-    else fail("bench gpu: {}: expected '/nora' or '/noself' after the budget, found '/{}'", entry, flag);
+    else if (flag == "self" || flag == "noself") tier.self_release = flag == "self";
+    else fail("bench gpu: {}: expected '/nora', '/self' or '/noself' after the budget, found '/{}'", entry, flag);
   }
   tier.layers = model.expert_layouts();
   if (spec.rfind("slots=", 0) == 0) tier.slots_per_layer = std::stoi(spec.substr(6));

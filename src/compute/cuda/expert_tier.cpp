@@ -57,7 +57,8 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   moce_protect_ = options.moce_protect;
   moce_max_rank_ = options.moce_max_rank;
   self_release_ = options.self_release;
-  if (const char* v = std::getenv("STRATA_TIER_SELF_RELEASE"); v && std::strcmp(v, "0") == 0) self_release_ = false;
+  if (const char* v = std::getenv("STRATA_TIER_SELF_RELEASE"); v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0))
+    self_release_ = v[0] == '1';
   if (n_expert < 1 || k < 1 || max_rows < 1)
     fail("gpu expert tier: {} experts, top-{}, {} rows per window", n_expert, k, max_rows);
   // Slot layout per layer: [gate | up | down], each 16-byte aligned, the slot 256-byte aligned.

@@ -99,6 +99,7 @@ __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_inde
 #endif
   __shared__ int n_copies;
   __shared__ bool aborted, copy_row;
+  __shared__ uint32_t pending_layer;  // read-ahead: the guessed layer whose row the job carries, or none
   TierChannel* channel = &words->channel[channel_index];
   const uint32_t seq = channel_index == 0 ? *reinterpret_cast<const volatile uint32_t*>(&words->seq)
                                           : *reinterpret_cast<const volatile uint32_t*>(&words->channel[0].released_seq);
@@ -164,6 +165,10 @@ __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_inde
       if (!aborted) copy_row = *reinterpret_cast<const volatile uint32_t*>(&channel->released_row) != 0;
     }
     n_copies = aborted ? 0 : int(*reinterpret_cast<const volatile uint32_t*>(&channel->released_copies));
+    // Read once per block (the job is in host memory): written by the host before `ready`.
+    pending_layer = !aborted && channel_index == 1 && pending_rows != nullptr && header->has_row != 0
+                        ? header->layer
+                        : UINT32_MAX;
   }
   __syncthreads();
   if (aborted) return;
@@ -202,22 +207,18 @@ __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_inde
     }
   }
   // A read-ahead job's row becomes the guessed layer's pending row.
-  uint32_t* pending = nullptr;
-  if (channel_index == 1) {
-    const uint32_t has_row = header->has_row, layer = header->layer;
-    if (has_row != 0 && pending_rows != nullptr) {
-      pending = pending_rows + size_t(layer) * size_t(n_expert);
-      for (int e = int(blockIdx.x * blockDim.x + threadIdx.x); e < n_expert; e += int(gridDim.x * blockDim.x))
-        pending[e] = row[e];
-    }
+  if (pending_layer != UINT32_MAX) {
+    uint32_t* pending = pending_rows + size_t(pending_layer) * size_t(n_expert);
+    for (int e = int(blockIdx.x * blockDim.x + threadIdx.x); e < n_expert; e += int(gridDim.x * blockDim.x))
+      pending[e] = row[e];
   }
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0 && atomicAdd(&channel->done_blocks, 1u) == gridDim.x - 1) {
     const volatile TierChannel* v = channel;
-    if (pending != nullptr) {
+    if (pending_layer != UINT32_MAX) {
       __threadfence();
-      *reinterpret_cast<volatile uint32_t*>(pending_flags + header->layer) = 1;
+      *reinterpret_cast<volatile uint32_t*>(pending_flags + pending_layer) = 1;
     }
     // The host answered this handshake's read-ahead job after it had read the mailbox.
     if (channel_index == 1 && int32_t(seq - words->consumed_seq) > 0) words->consumed_seq = seq;

@@ -24,12 +24,27 @@
 //     be seen, one ≈ 4 µs), then copies the job's chunks (reading pinned host memory directly)
 //     and writes the layer's slot-map row → the expert kernels (launched after it completes: it
 //     does not trigger dependent launch early, so no SM is held while it waits).
-//   read-ahead (a side branch of the graph, forked after wait(l), joined before wait(l+1) or
+//   read-ahead (a side branch of the graph, forked after wait(l), joined before publish(l+1) or
 //     before the capture segment ends): a kernel like wait()'s that waits for the read-ahead job
 //     of the same sequence number and copies the guessed experts of layer l+1 into their slots
 //     while layer l's experts and layer l+1's mixer run (PCIe idle otherwise). It writes no slot
 //     map: wait(l+1)'s job carries layer l+1's whole row, read-ahead slots included, and the join
 //     orders the read-ahead copies before any copy or kernel of layer l+1.
+//   self-release (GpuTierOptions::self_release): the wait kernel first applies the layer's
+//     pending row (below), then, when every routed id of the handshake has a cache slot in the
+//     layer's device row, goes on at once: no job, no copy, the row kept. The host still serves
+//     that handshake in order (LRU, observers, the next read-ahead) and evaluates the same rule on
+//     its copy of the device row (device_rows_), checking that such a handshake resolves with no
+//     miss on a row equal to the residency's (else the tier fails: the bookkeeping broke). The
+//     host's answer then only gates the read-ahead kernel (joined before the next publish), so its
+//     latency hides behind a layer's expert work and the next mixer instead of the shared expert.
+//     Pending rows: a read-ahead job carries the guessed layer's row after the guess; the
+//     read-ahead kernel leaves it pending (pending_rows_/pending_flags_, per layer) and the layer's
+//     next wait applies it before the rule (the router's MoCE read of the row, before the wait,
+//     sees what it saw before this existed: the row as the layer's last wait left it).
+//     The mailbox: the previous read-ahead branch joins before each publish, and a publish after
+//     a self-released wait with no read-ahead kernel since polls the host's mapped `consumed`
+//     word, so a publish never overwrites ids the host has not read.
 //   host, one thread: sees the sequence number, resolves the layer's union with SlotResidency
 //     (experts/slot_residency.h: the RAM arena's policy, tested equal to it), takes each miss's
 //     bytes from the host tier and fills the job; then, with a guess, ranks it like the CPU path
