@@ -114,11 +114,12 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   std::vector<int> per_layer(layers_.size(), 0);
   for (size_t l = 0; l < layers_.size(); ++l) per_layer[l] = layers_[l].present ? slots_ : 0;
   residency_ = SlotResidency(per_layer, n_expert, n_transient_);
-  device_rows_.assign(layers_.size() * size_t(n_expert), kMiss);
-  smap_ = DeviceBuffer(device_rows_.size() * 4);
-  smap_.upload(device_rows_.data(), device_rows_.size() * 4);
-  pending_rows_ = DeviceBuffer(device_rows_.size() * 4);
-  pending_rows_.upload(device_rows_.data(), device_rows_.size() * 4);
+  device_rows_ = DeviceSlotRows(int(layers_.size()), n_expert, resident_below());
+  const std::vector<uint32_t> no_slots(layers_.size() * size_t(n_expert), kMiss);
+  smap_ = DeviceBuffer(no_slots.size() * 4);
+  smap_.upload(no_slots.data(), no_slots.size() * 4);
+  pending_rows_ = DeviceBuffer(no_slots.size() * 4);
+  pending_rows_.upload(no_slots.data(), no_slots.size() * 4);
   pending_flags_ = DeviceBuffer(layers_.size() * 4);
   STRATA_CUDA_CHECK(cudaMemset(pending_flags_.data(), 0, layers_.size() * 4));
   moce_stats_ = DeviceBuffer(4 * sizeof(double));
@@ -323,7 +324,7 @@ int GpuExpertTier::pin_prompt_hot(const HotPinOptions& options, const UsageHisto
 void GpuExpertTier::upload_row(int layer) {
   residency_row(layer, row_);
   const size_t at = size_t(layer) * size_t(n_expert_);
-  std::copy(row_.begin(), row_.end(), device_rows_.begin() + ptrdiff_t(at));
+  device_rows_.write(layer, row_);
   for (DeviceBuffer* rows : {&smap_, &pending_rows_})
     STRATA_CUDA_CHECK(cudaMemcpyAsync(rows->as<uint32_t>() + at, row_.data(), size_t(n_expert_) * 4,
                                       cudaMemcpyHostToDevice, copy_stream_.get()));
@@ -595,9 +596,7 @@ void GpuExpertTier::serve() {
   // The wait kernel's rule, on the row the device holds (expert_tier.cu): it released itself when
   // every routed expert has a cache slot there. Such a handshake must resolve to hits only, with
   // the device's row still the residency's; anything else would compute with wrong bytes.
-  const uint32_t* device_row = device_rows_.data() + size_t(layer) * size_t(n_expert_);
-  const bool released_itself =
-      self_release_ && std::all_of(union_.begin(), union_.end(), [&](int32_t e) { return device_row[e] < resident_below(); });
+  const bool released_itself = self_release_ && device_rows_.all_cached(layer, union_);
   residency_.resolve(layer, union_, loads_);
   ++stats_.handshakes;
   stats_.serve_resolve_ms += ms_since(start);
@@ -613,17 +612,11 @@ void GpuExpertTier::serve() {
   if (n_guess > 0) release_read_ahead(layer + 1, seq, ids + n_pairs, weights + n_pairs, n_guess);
 }
 
-// A handshake the GPU released by itself: no miss, and every expert the device's row places in a
-// cache slot sits there in the residency (entries above the cache slots are stale transient ones).
+// A handshake the GPU released by itself: no miss, and the device's row agrees with the residency
+// (DeviceSlotRows::agrees; tests/experts/device_slot_rows_test.cpp plays this protocol on the CPU).
 void GpuExpertTier::check_device_row(int layer) {
-  const uint32_t* device_row = device_rows_.data() + size_t(layer) * size_t(n_expert_);
-  bool same = loads_.empty();
-  for (int32_t e = 0; e < n_expert_ && same; ++e) {
-    const uint32_t s = residency_.slot_of(layer, e);
-    const uint32_t want = s == SlotResidency::kMiss ? kMiss : offset_units(layer, {e, s, false});
-    same = device_row[e] == want || (s == SlotResidency::kMiss && device_row[e] >= resident_below());
-  }
-  if (!same)
+  residency_row(layer, row_);
+  if (!loads_.empty() || !device_rows_.agrees(layer, row_))
     fail("gpu expert tier: layer {}: the GPU released a handshake by itself ({} misses resolved) on a slot-map row that "
          "is not the residency's: the tier's bookkeeping is broken",
          layer, loads_.size());
@@ -640,7 +633,7 @@ void GpuExpertTier::release(int layer, uint32_t seq) {
   residency_row(layer, row_);
   for (const SlotResidency::Load& load : loads_)
     if (load.transient) row_[size_t(load.expert)] = offset_units(layer, load);
-  std::copy(row_.begin(), row_.end(), device_rows_.begin() + ptrdiff_t(size_t(layer) * size_t(n_expert_)));
+  device_rows_.write(layer, row_);
 
   stats_.serve_job_ms += ms_since(row_start);
   const auto source_start = std::chrono::steady_clock::now();
@@ -734,7 +727,7 @@ void GpuExpertTier::release_read_ahead(int layer, uint32_t seq, const int32_t* g
     // The layer's row after the guess: the read-ahead kernel leaves it pending for the layer's
     // next wait (whose self-release rule reads it); this thread's copy of the device row follows.
     residency_row(layer, row_);
-    std::copy(row_.begin(), row_.end(), device_rows_.begin() + ptrdiff_t(size_t(layer) * size_t(n_expert_)));
+    device_rows_.write(layer, row_);
     std::memcpy(job + sizeof(TierJobHeader), row_.data(), size_t(n_expert_) * 4);
     header->layer = uint32_t(layer);
     header->has_row = 1;

@@ -110,6 +110,7 @@
 #include "compute/cuda/ops.h"
 #include "compute/cuda/runtime.h"
 #include "compute/expert_tier.h"
+#include "experts/device_slot_rows.h"
 #include "experts/expert_source.h"
 #include "experts/slot_residency.h"
 #include "experts/usage_history.h"
@@ -296,10 +297,10 @@ class GpuExpertTier {
   std::vector<SlotResidency::Load> loads_, ra_loads_;
   std::vector<float> best_;            // read-ahead ranking: best guess weight per expert
   std::vector<int32_t> ranked_;
-  // [n_layer][n_expert], offsets in 256-byte units: each layer's slot-map row as the device holds
-  // it after its last wait (read-ahead rows counted once their layer's wait applies them); the
-  // handshake thread's, after prime/pin_prompt_hot's upload_row the window thread's.
-  std::vector<uint32_t> device_rows_;
+  // Each layer's slot-map row as the device holds it after its last wait (read-ahead rows counted
+  // when made: the layer's next wait applies them before its rule); the handshake thread's, the
+  // window thread's in prime/pin_prompt_hot's upload_row.
+  DeviceSlotRows device_rows_;
   bool self_release_ = true;
   DeviceBuffer pending_rows_, pending_flags_;  // read-ahead rows waiting for their layer's wait
   volatile uint32_t* consumed_host_ = nullptr;  // the mailbox was read up to this handshake
