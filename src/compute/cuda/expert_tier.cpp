@@ -726,11 +726,14 @@ void GpuExpertTier::release_read_ahead(int layer, uint32_t seq, const int32_t* g
     bytes = gather_copies(layer, ra_loads_, size_t(n_transient_));
     // The layer's row after the guess: the read-ahead kernel leaves it pending for the layer's
     // next wait (whose self-release rule reads it); this thread's copy of the device row follows.
-    residency_row(layer, row_);
-    device_rows_.write(layer, row_);
-    std::memcpy(job + sizeof(TierJobHeader), row_.data(), size_t(n_expert_) * 4);
-    header->layer = uint32_t(layer);
-    header->has_row = 1;
+    // Without self-release the wait's job carries the whole row anyway: no pending row then.
+    if (self_release_) {
+      residency_row(layer, row_);
+      device_rows_.write(layer, row_);
+      std::memcpy(job + sizeof(TierJobHeader), row_.data(), size_t(n_expert_) * 4);
+      header->layer = uint32_t(layer);
+      header->has_row = 1;
+    }
   }
   stats_.loaded_bytes += bytes;
   stats_.read_ahead_bytes += bytes;
