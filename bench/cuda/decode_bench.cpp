@@ -1,6 +1,7 @@
 // bench_cuda_decode — the GPU decode benchmark of `strata bench gpu` (src/cli/gpu_bench.h: what it
 // runs and reports) as a binary that links no ICU, so it runs with the GPU box's slim kit.
-//   bench_cuda_decode -m FILE [--backends cpu,cuda,cuda-eager,cuda@50%,cuda@1G/nora] [--prompt 64]
+//   bench_cuda_decode -m FILE [--backends cpu,cuda,cuda-eager,cuda@50%,cuda@1G/nora,cuda@25%/self,
+//                     cuda@25%/ram=10%] [--prompt 64]
 //                     [--tokens 128] [--chunk 64] [--repeats 3] [--threads N] [--json out.json]
 //                     [--svg out.svg] [--llama-bench PATH [--llama-repeats 3]] [--idle-ttft SECONDS]
 //                     [--synth [SHAPE:]LAYERS:EXPERTS[:SKEW:CORR] [--synth-tokenizer DIR]]

@@ -347,7 +347,9 @@ void register_bench(CLI::App& app) {
   gpu->add_option("-m,--model", g->bench.path, "GGUF file")->required();
   gpu->add_option("--budgets", g->budgets,
                   "comma-separated GPU expert budgets: all, a share of the routed-expert bytes (50%), bytes (1G) or "
-                  "slots=N per layer");
+                  "slots=N per layer; each may add /self or /noself (a layer whose experts are all resident goes on "
+                  "without the host, or not) and /ram=SIZE (the host tier a RAM arena of SIZE reading the rest from "
+                  "the disk, instead of the page-cached file)");
   gpu->add_flag("--no-read-ahead-too", g->no_read_ahead_too, "also run every budget without read-ahead");
   gpu->add_option("--prompt-tokens", g->bench.prompt, "prompt length")->check(CLI::Range(1, 100000));
   gpu->add_option("-n,--n-decode", g->bench.tokens, "decode steps per run")->check(CLI::Range(1, 100000));

@@ -25,6 +25,7 @@
 #include "compute/cuda/cuda_backend.h"
 #include "compute/cuda/runtime.h"
 #include "engine/session.h"
+#include "experts/expert_store.h"
 #include "model/model.h"
 #include "quant/ggml_type.h"
 #include "synth/synth.h"
@@ -73,13 +74,14 @@ struct TierDelta {
   uint64_t arena_bytes = 0;
 };
 
+// store: the GPU tier's host tier when the entry has one of its own (/ram=), else the mapping.
 Run run_once(const Model& model, compute::ThreadPool& pool, const std::string& backend, const std::vector<int32_t>& prompt,
-             int n_tokens, int chunk, TierDelta* tier = nullptr) {
+             int n_tokens, int chunk, TierDelta* tier = nullptr, ExpertStore* store = nullptr) {
   Run r;
   const bool eager = backend == "cuda-eager";
   if (eager) setenv("STRATA_CUDA_GRAPH", "0", 1);
   const std::string name = eager || backend.rfind("cuda@", 0) == 0 ? "cuda" : backend;
-  Session session(model, pool, nullptr, name);
+  Session session(model, pool, store, name);
   if (eager) unsetenv("STRATA_CUDA_GRAPH");
   auto start = std::chrono::steady_clock::now();
   session.prefill(prompt, chunk);
@@ -166,22 +168,31 @@ double h2d_gbs() {
   return gbs;
 }
 
-// "cuda@25%", "cuda@1G", "cuda@slots=4", then optionally "/nora" (no read-ahead) and/or "/self"
-// (a wait whose experts are all resident goes on without the host: GpuTierOptions::self_release)
-// or "/noself" (every wait hears from the host): an entry's tier.
-compute::GpuTierOptions tier_for(const Model& model, const std::string& entry) {
+// "cuda@25%", "cuda@1G", "cuda@slots=4", then optionally "/nora" (no read-ahead), "/self" (a wait
+// whose experts are all resident goes on without the host: GpuTierOptions::self_release) or
+// "/noself" (every wait hears from the host), and "/ram=SIZE" (the host tier is a RAM arena of
+// SIZE, bytes or a share of the expert bytes, that reads the rest from the GGUF on the disk with
+// O_DIRECT — the SSD tier — instead of the page-cached mapping): an entry's tier.
+struct TierEntry {
   compute::GpuTierOptions tier;
+  std::string ram_budget;  // empty: the mapping is the host tier
+};
+
+TierEntry tier_for(const Model& model, const std::string& entry) {
+  TierEntry e;
+  compute::GpuTierOptions& tier = e.tier;
   std::string spec = entry.substr(entry.find('@') + 1);
   for (size_t slash; (slash = spec.rfind('/')) != std::string::npos; spec = spec.substr(0, slash)) {
     const std::string flag = spec.substr(slash + 1);
     if (flag == "nora") tier.read_ahead = false;
     else if (flag == "self" || flag == "noself") tier.self_release = flag == "self";
-    else fail("bench gpu: {}: expected '/nora', '/self' or '/noself' after the budget, found '/{}'", entry, flag);
+    else if (flag.rfind("ram=", 0) == 0 && flag.size() > 4) e.ram_budget = flag.substr(4);
+    else fail("bench gpu: {}: expected '/nora', '/self', '/noself' or '/ram=SIZE' after the budget, found '/{}'", entry, flag);
   }
   tier.layers = model.expert_layouts();
   if (spec.rfind("slots=", 0) == 0) tier.slots_per_layer = std::stoi(spec.substr(6));
   else if (spec != "all") tier.budget_bytes = parse_byte_size(spec, tier.all_expert_bytes(model.hparams().n_expert), entry);
-  return tier;
+  return e;
 }
 
 // Bytes of weights one decode token reads: every tensor except the routed experts, plus k experts
@@ -476,11 +487,26 @@ void run_gpu_bench(const GpuBenchOptions& o) {
   for (int i = 0; i < o.prompt; ++i) prompt[size_t(i)] = int32_t((uint64_t(i) * 7919 + 13) % uint64_t(hp.n_vocab));
 
   std::map<std::string, std::unique_ptr<Model>> tier_models;  // one model (and device copy) per tier entry
+  std::map<std::string, std::unique_ptr<ExpertStore>> host_tiers;  // the entries with /ram=: one store each, kept
   for (const std::string& b : backends)
     if (b.rfind("cuda@", 0) == 0) {
       tier_models[b] = Model::load(o.path);
-      tier_models[b]->backend_shared().gpu_tier = tier_for(*tier_models[b], b);
+      TierEntry entry = tier_for(*tier_models[b], b);
+      tier_models[b]->backend_shared().gpu_tier = std::move(entry.tier);
+      if (!entry.ram_budget.empty()) {
+        ExpertStoreOptions so;
+        so.budget_bytes = parse_byte_size(
+            entry.ram_budget, tier_models[b]->backend_shared().gpu_tier.all_expert_bytes(hp.n_expert), b);
+        host_tiers[b] = std::make_unique<ExpertStore>(*tier_models[b], so);
+        fmt::print("{}: host tier a RAM arena of {} slots per layer ({:.1f} MiB), the rest read from {} (O_DIRECT {})\n",
+                   b, host_tiers[b]->slots_per_layer(), double(host_tiers[b]->arena_bytes()) / (1 << 20),
+                   host_tiers[b]->reader().path(), host_tiers[b]->direct_io() ? "on" : "off");
+      }
     }
+  auto host_tier_for = [&](const std::string& b) -> ExpertStore* {
+    auto it = host_tiers.find(b);
+    return it == host_tiers.end() ? nullptr : it->second.get();
+  };
   auto model_for = [&](const std::string& b) -> const Model& {
     auto it = tier_models.find(b);
     return it == tier_models.end() ? *model : *it->second;
@@ -490,11 +516,11 @@ void run_gpu_bench(const GpuBenchOptions& o) {
   std::map<std::string, std::vector<TierDelta>> tiers;
   std::map<std::string, double> arena_share;
   for (const std::string& b : backends)
-    tokens[b] = run_once(model_for(b), pool, b, prompt, std::min(o.tokens, 8), o.chunk).tokens;
+    tokens[b] = run_once(model_for(b), pool, b, prompt, std::min(o.tokens, 8), o.chunk, nullptr, host_tier_for(b)).tokens;
   for (int rep = 0; rep < o.repeats; ++rep)
     for (const std::string& b : backends) {
       TierDelta t;
-      const Run r = run_once(model_for(b), pool, b, prompt, o.tokens, o.chunk, &t);
+      const Run r = run_once(model_for(b), pool, b, prompt, o.tokens, o.chunk, &t, host_tier_for(b));
       fmt::print("  run {} {:5s} prefill {:8.1f} tok/s  decode {:8.2f} tok/s\n", rep, b, r.prefill_tps, r.decode_tps);
       std::fflush(stdout);
       decode[b].push_back(r.decode_tps);

@@ -44,8 +44,10 @@ struct GpuBenchOptions {
   std::string synth, synth_tokenizer;
 };
 
-// "cpu,cuda@50%,cuda@50%/nora" → entries (cpu/cuda resolved like --backend). Throws strata::Error
-// naming an unknown entry.
+// "cpu,cuda@50%,cuda@50%/nora" → entries (cpu/cuda resolved like --backend). A tier entry may
+// add /nora (no read-ahead), /self or /noself (GpuTierOptions::self_release) and /ram=SIZE (a RAM
+// arena of SIZE as the host tier, reading the rest from the GGUF with O_DIRECT: the SSD tier).
+// Throws strata::Error naming an unknown entry.
 std::vector<std::string> parse_gpu_bench_backends(const std::string& list);
 
 // Runs the benchmark and prints its report to stdout. Throws strata::Error (bad options, a model
