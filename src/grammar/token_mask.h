@@ -21,6 +21,16 @@
 // the same filters over the allowed tokens renormalised (a disallowed token has probability 0 and
 // never enters top-k/top-p). Greedy takes the argmax of the allowed tokens.
 //
+// Lazy (a LazyTrigger, grammar/lazy_trigger.h; tool_choice "auto"): until the trigger word has
+// been written the constraint allows every token (stops and control tokens too) but those whose
+// bytes would complete the word and then go on with bytes the grammar rejects at its start (so
+// the reply can always continue under the grammar once it fires); from the byte after the word
+// on, it is the grammar's constraint as above, the rest of the firing token its first bytes.
+// Before the trigger nothing is finished and a stop is like a control token (the caller ends the
+// reply there, or goes on past it with ignore_eos and the constraint still waits). The banned
+// tokens depend only on the scanner's state: computed once per state (a pass over the tokens
+// that hold the word's last byte), then a lookup.
+//
 // Thread safety: a TokenVocabulary is immutable (share it between requests); a GrammarConstraint
 // belongs to one sequence. The Grammar and the vocabulary must outlive the constraint.
 #pragma once
@@ -28,13 +38,16 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/sampling_constraint.h"
 #include "grammar/grammar.h"
+#include "grammar/lazy_trigger.h"
 #include "grammar/matcher.h"
 
 namespace strata {
@@ -76,7 +89,9 @@ class TokenVocabulary {
 
 class GrammarConstraint : public SamplingConstraint {
  public:
-  GrammarConstraint(const Grammar& grammar, const TokenVocabulary& vocabulary);
+  // `trigger`: start the grammar lazily, after the trigger's word (above); none: at once.
+  GrammarConstraint(const Grammar& grammar, const TokenVocabulary& vocabulary,
+                    const std::optional<LazyTrigger>& trigger = std::nullopt);
 
   // Bit i set: token i may come next. Cached per matcher state.
   const std::vector<uint64_t>& allowed();
@@ -85,11 +100,15 @@ class GrammarConstraint : public SamplingConstraint {
   // false from then on): the sampler only draws allowed tokens, so that means a caller bug.
   void accept(int32_t token) override;
 
-  // The bytes so far form a complete value (a stop token would be allowed).
-  bool complete() const { return matcher_.accepting(states_[size_t(current_)]); }
+  // The grammar applies: there is no trigger, or its word was written.
+  bool triggered() const { return !scanner_ || scanner_->fired(); }
+  // The bytes so far form a complete value (a stop token would be allowed); before a lazy
+  // grammar's trigger, always (but a stop taken then does not finish it: see accept).
+  bool complete() const { return !triggered() || matcher_.accepting(states_[size_t(current_)]); }
   // Nothing but a stop can follow: the value is complete and cannot go on, or a stop was taken.
   bool finished() const {
-    return stopped_ || (complete() && !matcher_.can_continue(states_[size_t(current_)]));
+    return stopped_ ||
+           (triggered() && complete() && !matcher_.can_continue(states_[size_t(current_)]));
   }
   bool valid() const { return valid_; }
 
@@ -112,6 +131,10 @@ class GrammarConstraint : public SamplingConstraint {
   // Drops every interned state but the current one (bounds the tables' memory).
   void reset_tables();
   void compute(std::vector<uint64_t>& bits);
+  // Advances the current state by `bytes`; false (valid_ false, state kept) when one is rejected.
+  bool advance(std::string_view bytes);
+  // Lazy, before the trigger: the tokens banned in the scanner's current state (class comment).
+  const std::vector<int32_t>& banned();
 
   const TokenVocabulary& vocabulary_;
   Matcher matcher_;
@@ -123,6 +146,9 @@ class GrammarConstraint : public SamplingConstraint {
   std::vector<int32_t> levels_;  // trie walk: the state after each prefix length
   int32_t current_ = 0;
   std::vector<uint64_t> stop_only_;
+  std::optional<TriggerScanner> scanner_;                      // lazy grammars only
+  std::unordered_map<uint32_t, std::vector<int32_t>> banned_;  // by TriggerScanner::key
+  std::vector<uint64_t> lazy_bits_;                            // allowed() before the trigger
   bool stopped_ = false;
   bool valid_ = true;
   Stats stats_;
