@@ -20,11 +20,14 @@
 // Choices (GenerationPlan::n_choices): choice i samples with seed + i; the deltas carry the
 // choice's index and the outcome every choice's finish reason and the summed token counts. With
 // one slot they are generated one after the other, each from a fresh session (the state cache
-// gives the later ones the prompt). With parallel slots they are generated together: choice 0
-// prefills on the slot's thread, then each other choice starts from a copy of that prompt state
-// (Session::snapshot / restore: the same bits as prefilling it) on a thread of its own for the
-// job's duration, and all decode as rows of the same batched steps (so a step can carry up to
-// slots x n rows); bitwise what each choice gives alone. Each choice is one generation in
+// gives the later ones the prompt). With parallel slots they are generated together on the
+// scheduler's slots: choice 0 prefills on the job's worker, then each other choice starts from a
+// copy of that prompt state (Session::snapshot / restore: the same bits as prefilling it) on a
+// worker that is free (`lend`: Scheduler::lend, taken before queued requests), and all decode
+// as rows of the same batched steps; the choices no free worker took run on the job's worker
+// after choice 0. No thread beyond the N slots: a step carries at most N rows, choices
+// included, and an n = 3 request on 2 free slots decodes two choices together, then the third.
+// Bitwise what each choice gives alone. Each choice is one generation in
 // ServeMetrics and the dashboard; the time to first token is choice 0's.
 //
 // Log-probabilities (GenerationPlan::logprobs): every generated token's entry travels with the
@@ -61,12 +64,13 @@
 // (its verify windows and the shared SpecGate are per sequence) and a backend other than cpu.
 // The dashboard's `generation` card then shows the latest generation that started.
 //
-// Runs on the scheduler's worker threads only (they drive the shared compute::ThreadPool), and
-// with parallel slots on the choice threads `run` starts and joins within one job;
+// Runs on the scheduler's worker threads only (they drive the shared compute::ThreadPool), a
+// job's choices on the workers that took its lent tasks;
 // the constructor runs before those threads start; `spec_summary` may be called once they have
 // stopped.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -92,7 +96,9 @@ class Generator {
             DashboardHub& dashboard, const spec::SpecOptions& spec = {}, bool log_spec = false,
             bool profile = true, uint64_t cache_ram_bytes = StateCache::kDefaultMaxBytes,
             int parallel = 1);
-  void run(Job& job);
+  // `lend`: hands a task to a free scheduler worker (Scheduler::lend); empty: the job's worker
+  // runs every choice itself.
+  void run(Job& job, const std::function<void(std::function<void()>)>& lend = {});
   // "spec: T(1) ..." over every request so far, or "" without speculative decoding.
   std::string spec_summary() const;
   const StateCache& state_cache() const { return cache_; }
@@ -106,6 +112,10 @@ class Generator {
   // publish the prompt's state there once prefilled (choices run together, below).
   GenerationOutcome run_choice(Job& job, int choice, const SessionSnapshot* prompt_state,
                                PromptShare* share);
+  struct ChoiceGroup;
+  // Runs a claimed choice (> 0) of `group` from choice 0's prompt state, keeping its outcome or
+  // error there.
+  void run_claimed(ChoiceGroup& group, size_t choice);
   // Runs f under the engine lock when slots run in parallel (the recorder is the engine's).
   template <class F>
   void record(F&& f) {

@@ -244,7 +244,8 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
       scheduler(
           server_options.max_queue,
           [this](Job& job) {
-            generator.run(job);
+            generator.run(job,
+                          [this](std::function<void()> task) { scheduler.lend(std::move(task)); });
             heap.after_generation();
           },
           size_t(server_options.parallel)),
