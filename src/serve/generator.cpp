@@ -252,9 +252,9 @@ GenerationOutcome Generator::run_choice(Job& job, int choice, const SessionSnaps
     std::optional<grammar::GrammarConstraint> constraint, delivered;
     if (plan.grammar) {
       const grammar::TokenVocabulary& tokens = vocabulary();
-      constraint.emplace(*plan.grammar, tokens);
+      constraint.emplace(*plan.grammar, tokens, plan.grammar_trigger);
       sampler.set_constraint(&*constraint);
-      delivered.emplace(*plan.grammar, tokens);
+      delivered.emplace(*plan.grammar, tokens, plan.grammar_trigger);
     }
     // The value is complete and nothing can follow it: the generation ends there ("stop"). Judged
     // on the tokens delivered so far (`delivered` follows them), not on the sampler's constraint:
@@ -372,7 +372,10 @@ GenerationOutcome Generator::run_choice(Job& job, int choice, const SessionSnaps
 
     const std::optional<int32_t> eos = served_.tokenizer->eos_id();
     auto ends_generation = [&](int32_t token) {
-      return (!plan.ignore_eos || constraint) && (token == eos || token == served_.end_of_turn);
+      // Under a grammar the stops end the value (ignore_eos or not); a lazy one's free text
+      // before its trigger keeps ignore_eos.
+      return (!plan.ignore_eos || (delivered && delivered->triggered())) &&
+             (token == eos || token == served_.end_of_turn);
     };
     int64_t generated = 0;
     auto on_token = [&](int32_t token, std::span<const float> logits) {

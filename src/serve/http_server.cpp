@@ -216,6 +216,7 @@ struct HttpServer::Impl {
   const ServerOptions options;
   RequestLimits limits;
   ServeMetrics metrics;
+  GrammarCache grammars;   // response_format / tools grammars of every request (thread-safe)
   DashboardHub dashboard;  // before generator, which publishes the first snapshot
   Generator generator;
   HeapPolicy heap;      // before scheduler, whose workers use it
@@ -355,6 +356,12 @@ void HttpServer::Impl::add_routes() {
                                        {"misses", cache.misses},
                                        {"evictions", cache.evictions},
                                        {"cached_tokens", cache.cached_tokens}};
+    const GrammarCache::Stats compiled = grammars.stats();
+    answer["strata"]["grammar_cache"] = {{"max_entries", compiled.max_entries},
+                                         {"entries", compiled.entries},
+                                         {"hits", compiled.hits},
+                                         {"misses", compiled.misses},
+                                         {"evictions", compiled.evictions}};
     send_json(res, 200, answer);
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -502,11 +509,12 @@ void HttpServer::Impl::handle_generation(Endpoint endpoint, Wire wire, const htt
     send_wire_error(res, wire, error);
   };
   if (draining) return reply_error(shutting_down());
-  ParseResult parsed = wire == Wire::Anthropic ? parse_anthropic_messages_request(body, limits)
-                                               : parse_generation_request(body, endpoint, limits);
+  ParseResult parsed = wire == Wire::Anthropic
+                           ? parse_anthropic_messages_request(body, limits)
+                           : parse_generation_request(body, endpoint, limits, &grammars);
   if (const ApiError* error = std::get_if<ApiError>(&parsed)) return reply_error(*error);
   const GenerationRequest& request = std::get<GenerationRequest>(parsed);
-  PlanResult planned = plan_generation(request, served, fresh_seed());
+  PlanResult planned = plan_generation(request, served, fresh_seed(), &grammars);
   if (const ApiError* error = std::get_if<ApiError>(&planned)) return reply_error(*error);
 
   auto active_request = std::make_unique<ActiveRequest>(*this);

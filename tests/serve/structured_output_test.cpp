@@ -211,6 +211,27 @@ TEST(StructuredOutput, MaxTokensCutsWithLength) {
   EXPECT_NE(schema_errors(kNested, cut.content), "");  // an unfinished value
 }
 
+// The grammar cache (serve/grammar_cache.h, in /props): the same schema sent again is not
+// compiled again, and the request gives the same tokens as the first time; another schema is
+// compiled once.
+TEST(StructuredOutput, ASchemaSentAgainReusesItsGrammar) {
+  ServeProcess server({"-t", "1"});
+  auto cache = [&] { return get(server, "/props").json()["strata"]["grammar_cache"]; };
+  const std::string body = chat_body(json_schema_format(kNested), R"("temperature":0.8,"seed":5)");
+  const Reply first = whole(server, body);
+  EXPECT_EQ(cache()["misses"], 1);
+  EXPECT_EQ(cache()["hits"], 0);
+  const Reply again = whole(server, body);
+  EXPECT_EQ(cache()["misses"], 1);
+  EXPECT_EQ(cache()["hits"], 1);
+  EXPECT_EQ(again.content, first.content);
+  EXPECT_EQ(again.finish, first.finish);
+  EXPECT_EQ(schema_errors(kNested, again.content), "");
+  whole(server, chat_body(json_schema_format(kAnyOf), R"("temperature":0)"));
+  EXPECT_EQ(cache()["misses"], 2);
+  EXPECT_EQ(cache()["entries"], 2);
+}
+
 TEST(StructuredOutput, BadSchemasAre400sNamingThePath) {
   ServeProcess server({"-t", "1"});
   const HttpReply reply = post(
