@@ -64,15 +64,42 @@ bool TokenVocabulary::is_stop(int32_t id) const {
   return std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end();
 }
 
-size_t GrammarConstraint::StateHash::operator()(const MatcherState& state) const {
+size_t MatcherStateHash::operator()(const MatcherState& state) const {
   uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a over the positions
   for (uint32_t v : state) hash = (hash ^ v) * 0x100000001b3ull;
   return size_t(hash);
 }
 
+bool SharedMasks::find(const MatcherState& state, std::vector<uint64_t>& bits) const {
+  std::lock_guard lock(mutex_);
+  const auto found = masks_.find(state);
+  if (found == masks_.end()) return false;
+  bits = found->second;
+  ++hits_;
+  return true;
+}
+
+void SharedMasks::insert(const MatcherState& state, const std::vector<uint64_t>& bits) {
+  std::lock_guard lock(mutex_);
+  if (masks_.size() < max_masks_) masks_.try_emplace(state, bits);
+}
+
+size_t SharedMasks::size() const {
+  std::lock_guard lock(mutex_);
+  return masks_.size();
+}
+
+uint64_t SharedMasks::hits() const {
+  std::lock_guard lock(mutex_);
+  return hits_;
+}
+
 GrammarConstraint::GrammarConstraint(const Grammar& grammar, const TokenVocabulary& vocabulary,
-                                     const std::optional<LazyTrigger>& trigger)
-    : vocabulary_(vocabulary), matcher_(grammar), levels_(vocabulary.max_token_bytes() + 1) {
+                                     const std::optional<LazyTrigger>& trigger, SharedMasks* shared)
+    : vocabulary_(vocabulary),
+      matcher_(grammar),
+      levels_(vocabulary.max_token_bytes() + 1),
+      shared_(shared) {
   current_ = intern(matcher_.initial());
   if (trigger) scanner_.emplace(*trigger);
 }
@@ -184,7 +211,12 @@ const std::vector<uint64_t>& GrammarConstraint::allowed() {
   }
   if (states_.size() >= kMaxStates) reset_tables();
   std::vector<uint64_t> bits;
-  compute(bits);
+  if (shared_ && shared_->find(states_[size_t(current_)], bits)) {
+    ++stats_.shared_hits;
+  } else {
+    compute(bits);
+    if (shared_) shared_->insert(states_[size_t(current_)], bits);
+  }
   masks_[size_t(current_)] = std::move(bits);
   return masks_[size_t(current_)];
 }

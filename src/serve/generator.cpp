@@ -109,6 +109,32 @@ const grammar::TokenVocabulary& Generator::vocabulary() {
   return *vocabulary_;
 }
 
+std::shared_ptr<grammar::SharedMasks> Generator::shared_masks(
+    const std::shared_ptr<const grammar::Grammar>& grammar) {
+  // 8 grammars, 256 masks each: Generator's class comment has the bytes.
+  constexpr size_t kGrammars = 8, kMasksPerGrammar = 256;
+  std::lock_guard lock(masks_mutex_);
+  for (auto it = shared_masks_.begin(); it != shared_masks_.end(); ++it)
+    if (it->grammar == grammar) {
+      shared_masks_.splice(shared_masks_.begin(), shared_masks_, it);
+      return it->masks;
+    }
+  shared_masks_.push_front({grammar, std::make_shared<grammar::SharedMasks>(kMasksPerGrammar)});
+  if (shared_masks_.size() > kGrammars) shared_masks_.pop_back();  // in use: lives on meanwhile
+  return shared_masks_.front().masks;
+}
+
+Generator::SharedMaskStats Generator::shared_mask_stats() const {
+  std::lock_guard lock(masks_mutex_);
+  SharedMaskStats stats;
+  stats.grammars = shared_masks_.size();
+  for (const GrammarMasks& kept : shared_masks_) {
+    stats.masks += kept.masks->size();
+    stats.hits += kept.masks->hits();
+  }
+  return stats;
+}
+
 // Choice 0's prompt state, handed to the other choices of its job (parallel slots): published
 // once, after choice 0's prefill, or empty when choice 0 stopped before its prompt was in.
 // Any thread.
@@ -249,10 +275,12 @@ GenerationOutcome Generator::run_choice(Job& job, int choice, const SessionSnaps
     SamplerConfig sampling = plan.sampling;
     sampling.seed += uint64_t(choice);  // GenerationPlan::n_choices: choice i's seed
     Sampler sampler(sampling);
+    std::shared_ptr<grammar::SharedMasks> masks;  // outlives `constraint`, which uses it
     std::optional<grammar::GrammarConstraint> constraint, delivered;
     if (plan.grammar) {
       const grammar::TokenVocabulary& tokens = vocabulary();
-      constraint.emplace(*plan.grammar, tokens, plan.grammar_trigger);
+      masks = shared_masks(plan.grammar);
+      constraint.emplace(*plan.grammar, tokens, plan.grammar_trigger, masks.get());
       sampler.set_constraint(&*constraint);
       delivered.emplace(*plan.grammar, tokens, plan.grammar_trigger);
     }

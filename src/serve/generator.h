@@ -48,7 +48,11 @@
 // is complete (whatever ignore_eos says), and the generation ends with "stop" as soon as nothing
 // else can follow. With speculative decoding the same sampler judges every verify row in order
 // (spec/spec_decoder.h), so a draft the grammar forbids never stands and the tokens are those of
-// plain constrained decoding.
+// plain constrained decoding. The masks a request's walks compute are kept for the later requests
+// with the same grammar object (the grammar cache hands the same one out for the same schema:
+// serve/grammar_cache.h): grammar::SharedMasks, for the 8 grammars used last, at most 256 masks
+// each (n_vocab / 8 bytes a mask: 39 MiB at most on a 151,936-token vocabulary, 1.5 MiB on the
+// default model's 6,144), so a schema sent again skips the walks of the states seen before.
 //
 // Dashboard: every window fetches its experts through a DashboardRecorder, which publishes
 // snapshots of the engine (heat, residency, counters, this generation's progress) to the hub
@@ -71,6 +75,7 @@
 #pragma once
 
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -105,6 +110,13 @@ class Generator {
   int parallel() const { return parallel_; }
   // The batched decode steps so far (all zero with parallel 1). Any thread.
   BatchStats batch_stats() const { return batcher_ ? batcher_->stats() : BatchStats{}; }
+  // The token masks kept across requests (grammar::SharedMasks, class comment).
+  struct SharedMaskStats {
+    size_t grammars = 0;  // grammars with masks kept
+    size_t masks = 0;     // masks kept over all of them
+    uint64_t hits = 0;    // masks a constraint took instead of walking the vocabulary
+  };
+  SharedMaskStats shared_mask_stats() const;  // any thread
 
  private:
   // One choice of the job: emits its deltas and returns its outcome (finish, tokens, times).
@@ -124,6 +136,9 @@ class Generator {
     f();
   }
   const grammar::TokenVocabulary& vocabulary();
+  // The masks kept for `grammar` (see the class comment). Any thread.
+  std::shared_ptr<grammar::SharedMasks> shared_masks(
+      const std::shared_ptr<const grammar::Grammar>& grammar);
 
   const ServedModel& served_;
   compute::ThreadPool& pool_;
@@ -135,6 +150,12 @@ class Generator {
   StateCache cache_;
   std::mutex vocabulary_mutex_;  // guards vocabulary_ (built once, then read only)
   std::unique_ptr<grammar::TokenVocabulary> vocabulary_;  // built by the first constrained job
+  struct GrammarMasks {
+    std::shared_ptr<const grammar::Grammar> grammar;  // keeps the key's address its own
+    std::shared_ptr<grammar::SharedMasks> masks;
+  };
+  mutable std::mutex masks_mutex_;        // guards shared_masks_
+  std::list<GrammarMasks> shared_masks_;  // most recently used first
   const int parallel_;
   FairMutex engine_lock_;                   // with parallel > 1: every window and recorder call
   std::unique_ptr<DecodeBatcher> batcher_;  // null with parallel 1

@@ -362,6 +362,9 @@ void HttpServer::Impl::add_routes() {
                                          {"hits", compiled.hits},
                                          {"misses", compiled.misses},
                                          {"evictions", compiled.evictions}};
+    const Generator::SharedMaskStats masks = generator.shared_mask_stats();
+    answer["strata"]["grammar_cache"]["shared_masks"] = {
+        {"grammars", masks.grammars}, {"masks", masks.masks}, {"hits", masks.hits}};
     send_json(res, 200, answer);
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

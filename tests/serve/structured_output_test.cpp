@@ -212,8 +212,8 @@ TEST(StructuredOutput, MaxTokensCutsWithLength) {
 }
 
 // The grammar cache (serve/grammar_cache.h, in /props): the same schema sent again is not
-// compiled again, and the request gives the same tokens as the first time; another schema is
-// compiled once.
+// compiled again, its masks are taken from the first request's (grammar::SharedMasks), and the
+// request gives the same tokens as the first time; another schema is compiled once.
 TEST(StructuredOutput, ASchemaSentAgainReusesItsGrammar) {
   ServeProcess server({"-t", "1"});
   auto cache = [&] { return get(server, "/props").json()["strata"]["grammar_cache"]; };
@@ -221,9 +221,15 @@ TEST(StructuredOutput, ASchemaSentAgainReusesItsGrammar) {
   const Reply first = whole(server, body);
   EXPECT_EQ(cache()["misses"], 1);
   EXPECT_EQ(cache()["hits"], 0);
+  const json masks_before = cache()["shared_masks"];
+  EXPECT_EQ(masks_before["grammars"], 1);
+  EXPECT_GT(masks_before["masks"].get<int>(), 0);
+  EXPECT_EQ(masks_before["hits"], 0);
   const Reply again = whole(server, body);
   EXPECT_EQ(cache()["misses"], 1);
   EXPECT_EQ(cache()["hits"], 1);
+  // The second request took the first one's masks instead of walking the vocabulary again.
+  EXPECT_GT(cache()["shared_masks"]["hits"].get<int>(), 0);
   EXPECT_EQ(again.content, first.content);
   EXPECT_EQ(again.finish, first.finish);
   EXPECT_EQ(schema_errors(kNested, again.content), "");
