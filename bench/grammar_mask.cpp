@@ -4,7 +4,10 @@
 //   constraint each iteration, fed the prefix's tokens first, which costs little next to it);
 // - BM_MaskWalkLarge/<state>: the same on a synthetic vocabulary of Qwen's size (151,936);
 // - BM_GenerationStep/<schema>: allowed + mask + accept per token along a realistic reply, with
-//   the cache as generation uses it: the mean per-step cost the server pays.
+//   the cache as generation uses it: the mean per-step cost the server pays;
+// - BM_LazyFreeText/<vocabulary>: a lazy grammar (tool_choice "auto") over free text that ends
+//   half way into the trigger word: every new trigger state costs one pass over the tokens that
+//   hold the word's last byte, the other steps a lookup of the banned ids.
 #include <benchmark/benchmark.h>
 
 #include <string>
@@ -125,6 +128,35 @@ void BM_GenerationStep(benchmark::State& state, bool schema) {
   state.counters["steps"] = double(tokens.size());
 }
 BENCHMARK_CAPTURE(BM_GenerationStep, schema, true)->Unit(benchmark::kMillisecond);
+
+void BM_LazyFreeText(benchmark::State& state, bool large) {
+  const Fixture& f = fixture();
+  const TokenVocabulary& vocabulary = large ? large_vocabulary() : f.vocabulary;
+  const std::vector<int32_t> tokens = f.tokenizer.encode(
+      "Sure, let me look up the weather in Paris for the next three days. <tool_c",
+      {.parse_special = false});
+  std::vector<float> logits(vocabulary.n_vocab(), 0.0f);
+  uint64_t steps = 0;
+  size_t banned = 0;
+  for (auto _ : state) {
+    GrammarConstraint constraint(f.any_object, vocabulary, LazyTrigger{.word = "<tool_call>"});
+    for (int32_t id : tokens) {
+      constraint.mask(logits);
+      constraint.accept(id);
+    }
+    if (constraint.triggered() || !constraint.valid()) state.SkipWithError("fired early");
+    const std::vector<uint64_t>& bits = constraint.allowed();
+    banned = 0;
+    for (size_t id = 0; id < vocabulary.n_vocab(); ++id)
+      banned += !((bits[id >> 6] >> (id & 63)) & 1);
+    steps += tokens.size();
+  }
+  state.SetItemsProcessed(int64_t(steps));
+  state.counters["steps"] = double(tokens.size());
+  state.counters["banned_at_end"] = double(banned);
+}
+BENCHMARK_CAPTURE(BM_LazyFreeText, default_vocabulary, false)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_LazyFreeText, qwen_size, true)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GenerationStep, json_object, false)->Unit(benchmark::kMillisecond);
 
 }  // namespace

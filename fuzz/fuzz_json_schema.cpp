@@ -5,7 +5,10 @@
 //   its path);
 // - an instance the matcher accepts as complete is valid JSON (nlohmann parses it);
 // - the token mask over a small vocabulary cut from the instance (pieces of 1..4 bytes, plus a
-//   stop token) equals the brute-force answer at every token boundary of the instance.
+//   stop token) equals the brute-force answer at every token boundary of the instance;
+// - the same for a lazy constraint (grammar/lazy_trigger.h) over "say <go>" + the instance, cut
+//   the same way: before the word every token but those that would complete it and go on with
+//   bytes the grammar rejects, after it the grammar's mask from the bytes that followed the word.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -64,6 +67,41 @@ void check_mask(const Grammar& grammar, std::string_view instance) {
   }
 }
 
+void check_lazy(const Grammar& grammar, std::string_view instance) {
+  const std::string text = "say <go>" + std::string(instance);
+  const std::string word = "<go>";
+  std::vector<std::string> pieces;
+  std::vector<int32_t> tokens;
+  for (size_t at = 0; at < text.size() && pieces.size() < 256;) {
+    const size_t n = std::min<size_t>(1 + (uint8_t(text[at]) & 3), text.size() - at);
+    tokens.push_back(int32_t(pieces.size()));
+    pieces.emplace_back(text.substr(at, n));
+    at += n;
+  }
+  const TokenVocabulary vocabulary(pieces, {}, pieces.size());
+  GrammarConstraint constraint(grammar, vocabulary, LazyTrigger{.word = word, .block_open = ""});
+  std::string written;
+  for (int32_t token : tokens) {
+    const std::vector<uint64_t> bits = constraint.allowed();
+    const size_t fired = written.find(word);
+    for (size_t id = 0; id < vocabulary.n_vocab(); ++id) {
+      const std::string candidate = written + vocabulary.bytes(int32_t(id));
+      const size_t at = fired != std::string::npos ? fired : candidate.find(word);
+      bool expected = true;
+      if (at != std::string::npos) {
+        Matcher reference(grammar);
+        expected = reference.accept(std::string_view(candidate).substr(at + word.size()));
+      }
+      check(bit(bits, id) == expected);
+    }
+    if (!bit(bits, size_t(token))) return;  // the text leaves the grammar here
+    constraint.accept(token);
+    written += vocabulary.bytes(token);
+    check(constraint.valid());
+    check(constraint.triggered() == (written.find(word) != std::string::npos));
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -88,5 +126,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (matcher.accept(instance) && matcher.accepting())
     check(!nlohmann::json::parse(instance, nullptr, false).is_discarded());
   check_mask(grammar, instance.substr(0, 512));
+  check_lazy(grammar, instance.substr(0, 256));
   return 0;
 }

@@ -10,7 +10,8 @@
 //             them; history tool-call arguments JSON objects; a response_format grammar unless
 //             its type is text); the completion and chunk JSON
 //             built from its text (with logprobs and tool calls) parse back; the chat templates
-//             render its messages and tools or throw strata::Error.
+//             render its messages and tools or throw strata::Error; parsed through a grammar
+//             cache the answer is the same, and a second parse finds the same grammar.
 //   mode 2:   StopMatcher: "stop1\x1fstop2...\x1etext"; the text cut after each stop-string search
 //             is the same fed whole or byte by byte.
 //   mode 3/4: the payload is a /tokenize or /detokenize body (llama-server's); a rejection is a
@@ -51,6 +52,16 @@ void fuzz_parse(std::string_view body, Endpoint endpoint) {
   limits.n_vocab = 6144;
   limits.n_ctx = 4096;
   const ParseResult result = parse_generation_request(body, endpoint, limits);
+  // Through the grammar cache (one across inputs, two entries: it evicts often): the same answer,
+  // and a response_format grammar found again the second time.
+  static GrammarCache cache(2);
+  const ParseResult cached = parse_generation_request(body, endpoint, limits, &cache);
+  check(cached.index() == result.index());
+  if (const auto* first = std::get_if<GenerationRequest>(&cached)) {
+    const ParseResult again = parse_generation_request(body, endpoint, limits, &cache);
+    check(std::get<GenerationRequest>(again).response_format.grammar ==
+          first->response_format.grammar);
+  }
   if (const ApiError* error = std::get_if<ApiError>(&result)) {
     check(error->status >= 400 && error->status < 500);
     check(!error->message.empty());

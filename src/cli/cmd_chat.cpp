@@ -14,6 +14,10 @@
 // --spec, replies go through the SpecDecoder (the same tokens as without, greedy or sampled with
 // the same seed); its drafters follow the session across turns and its gate lives as long as the
 // chat, whose line it prints at exit (and in /stats).
+// --json-schema FILE / --json (cli/grammar_options.h): every reply is one JSON value of the
+// schema, drawn under the grammar as `strata serve`'s response_format is (a fresh constraint per
+// turn; the reply ends once the value is complete, or at the end-of-turn token, which is allowed
+// only then); the template renders without thinking, as the server does for response_format.
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -26,6 +30,7 @@
 
 #include "cli/commands.h"
 #include "cli/expert_options.h"
+#include "cli/grammar_options.h"
 #include "cli/model_options.h"
 #include "cli/reply_view.h"
 #include "cli/spec_options.h"
@@ -61,6 +66,7 @@ struct ChatOptions {
   ModelOptions model;
   ExpertOptions experts;
   SpecCliOptions spec;
+  GrammarCliOptions grammar;  // --json-schema FILE / --json
   std::string cache_ram;
   std::string system_prompt;
   int max_reply_tokens = 512;
@@ -91,18 +97,25 @@ struct TurnStats {
 // cancels it.
 class ReplyTokens final : public GenerationCallbacks {
  public:
-  ReplyTokens(FunctionRef<bool(int32_t)> ends_reply, FunctionRef<void(int32_t)> show_token)
-      : ends_reply_(ends_reply), show_token_(show_token) {}
+  // `delivered` (--json-schema): follows the shown tokens; the reply ends once it is finished.
+  ReplyTokens(FunctionRef<bool(int32_t)> ends_reply, FunctionRef<void(int32_t)> show_token,
+              grammar::GrammarConstraint* delivered)
+      : ends_reply_(ends_reply), show_token_(show_token), delivered_(delivered) {}
   bool is_stop_token(int32_t token) override { return ends_reply_(token); }
   bool on_token(int32_t token, std::span<const float>) override {
     show_token_(token);
-    return true;
+    if (!delivered_) return true;
+    // Judged on the tokens shown so far: a verify window samples (and so advances the sampler's
+    // constraint) before its tokens are shown.
+    delivered_->accept(token);
+    return !delivered_->finished();
   }
   bool cancel_requested() override { return g_interrupted.load(); }
 
  private:
   FunctionRef<bool(int32_t)> ends_reply_;
   FunctionRef<void(int32_t)> show_token_;
+  grammar::GrammarConstraint* delivered_;
 };
 
 class ChatLoop {
@@ -119,10 +132,19 @@ class ChatLoop {
             options.model.ctx),
         sampler_(options.model.sampling),
         cache_(session_.backend() == "cpu" ? resolve_cache_ram(options.cache_ram) : 0,
-               kPrefillChunk) {
+               kPrefillChunk),
+        grammar_(output_grammar(options.grammar)) {
     check_gpu_tier_backend(options.experts, session_.backend());
-    render_.enable_thinking = !options.no_thinking;
+    // A --json-schema reply is the value alone: no thinking block before it.
+    render_.enable_thinking = !options.no_thinking && !grammar_;
     end_of_turn_ = tokenizer.find_token(ChatTemplate::kEndOfTurn);
+    if (grammar_) {
+      std::vector<int32_t> stops;
+      if (tokenizer.eos_id()) stops.push_back(*tokenizer.eos_id());
+      if (end_of_turn_) stops.push_back(*end_of_turn_);
+      vocabulary_.emplace(output_vocabulary(&tokenizer, std::move(stops), model.hparams().n_vocab,
+                                            model.file().path()));
+    }
     if (const spec::SpecOptions spec = resolve_spec_options(options.spec);
         spec.mode != spec::SpecMode::Off)
       speculative_.emplace(session_, sampler_, spec, pool, tracer ? tracer : store);
@@ -213,19 +235,28 @@ class ChatLoop {
     };
     const auto reply_start = std::chrono::steady_clock::now();
     const ExpertStoreStats experts_before = store_ ? store_->stats() : ExpertStoreStats{};
-    auto ends_reply = [&](int32_t token) {
-      return !options_.ignore_eos && (token == end_of_turn_ || token == tokenizer_.eos_id());
+    // --json-schema: this reply's constraint (drawn) and its copy that follows the shown tokens.
+    std::optional<grammar::GrammarConstraint> constraint, delivered;
+    if (grammar_) {
+      constraint.emplace(*grammar_, *vocabulary_);
+      delivered.emplace(*grammar_, *vocabulary_);
+    }
+    sampler_.set_constraint(constraint ? &*constraint : nullptr);
+    auto ends_reply = [&](int32_t token) {  // under a grammar the stops end the value
+      return (!options_.ignore_eos || grammar_) &&
+             (token == end_of_turn_ || token == tokenizer_.eos_id());
     };
     auto show_token = [&](int32_t token) {
       show(filter.push(decoder.push(token)));
       ++last_.reply_tokens;
     };
-    ReplyTokens reply_tokens(ends_reply, show_token);
+    ReplyTokens reply_tokens(ends_reply, show_token, delivered ? &*delivered : nullptr);
     // feed_last: the next turn's prompt must find the session holding the whole reply.
     const GenerationResult result =
         generate(session_, sampler_, session_.logits(),
                  {.max_tokens = options_.max_reply_tokens, .feed_last = true, .speculative = spec},
                  reply_tokens);
+    sampler_.set_constraint(nullptr);  // `constraint` ends with this turn
     std::string stop_note;
     if (result.end == GenerationEnd::Cancelled) stop_note = kStopped;
     if (result.end == GenerationEnd::ContextFull) stop_note = kContextFull;
@@ -284,6 +315,8 @@ class ChatLoop {
   TurnStats last_;
   StateCache cache_;
   std::optional<spec::SpecDecoder> speculative_;  // after session_ and sampler_, which it uses
+  const std::optional<grammar::Grammar> grammar_;       // --json-schema / --json
+  std::optional<grammar::TokenVocabulary> vocabulary_;  // with grammar_
 };
 
 void run_chat(const ChatOptions& options) {
@@ -351,6 +384,7 @@ void register_chat(CLI::App& app) {
   add_expert_options(*cmd, options->experts);
   add_spec_options(*cmd, options->spec);
   add_cache_ram_option(*cmd, options->cache_ram);
+  add_grammar_options(*cmd, options->grammar, "each reply");
   cmd->add_option("--system", options->system_prompt, "system prompt");
   cmd->add_option("--max-reply", options->max_reply_tokens, "tokens per reply at most")
       ->check(CLI::Range(1, 1 << 20));

@@ -8,21 +8,20 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/expert_options.h"
+#include "cli/grammar_options.h"
 #include "cli/model_options.h"
 #include "cli/spec_options.h"
 #include "compute/cpu/thread_pool.h"
 #include "decode/generate.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
-#include "grammar/json_schema.h"
+#include "grammar/grammar.h"
 #include "grammar/token_mask.h"
 #include "model/model.h"
 #include "spec/spec_decoder.h"
@@ -66,26 +65,8 @@ struct RunOptions {
   std::string logits_out;  // prompt logits, every position, [T, vocab] f32 LE
   std::string ids_out;     // generated ids, one per line
   SpecCliOptions spec;
-  std::string json_schema_file;  // --json-schema: the output is a value of this schema
-  bool json_object = false;      // --json: the output is a JSON object
+  GrammarCliOptions grammar;  // --json-schema FILE / --json
 };
-
-// The grammar --json / --json-schema ask for, or nullopt. Errors name the file and the keyword.
-std::optional<grammar::Grammar> output_grammar(const RunOptions& options) {
-  if (options.json_object) return grammar::json_object_grammar();
-  if (options.json_schema_file.empty()) return std::nullopt;
-  const std::string& path = options.json_schema_file;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open: {}", path, std::strerror(errno));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto schema = nlohmann::ordered_json::parse(text, nullptr, false);
-  if (schema.is_discarded()) fail("{}: not valid JSON (expected a JSON schema)", path);
-  try {
-    return grammar::compile_json_schema(schema);
-  } catch (const grammar::SchemaError& error) {
-    fail("{}: {}", path, error.what());
-  }
-}
 
 void write_binary(const std::string& path, const void* data, size_t bytes) {
   std::FILE* file = std::fopen(path.c_str(), "wb");
@@ -294,15 +275,14 @@ void run(const RunOptions& options) {
   Sampler sampler(options.model.sampling);
   // --json / --json-schema: every token drawn under the grammar (grammar/token_mask.h); the
   // output ends once the value is complete.
-  const std::optional<grammar::Grammar> grammar = output_grammar(options);
+  const std::optional<grammar::Grammar> grammar = output_grammar(options.grammar);
   std::optional<grammar::TokenVocabulary> vocabulary;
   std::optional<grammar::GrammarConstraint> constraint, delivered;  // drawn / emitted so far
   if (grammar) {
-    if (!tokenizer) fail("{}: --json / --json-schema need the file's tokenizer", path);
     std::vector<int32_t> stops;
-    if (tokenizer->eos_id()) stops.push_back(*tokenizer->eos_id());
-    vocabulary.emplace(grammar::TokenVocabulary::from_tokenizer(*tokenizer, std::move(stops),
-                                                                size_t(hp.n_vocab)));
+    if (tokenizer && tokenizer->eos_id()) stops.push_back(*tokenizer->eos_id());
+    vocabulary.emplace(
+        output_vocabulary(tokenizer ? &*tokenizer : nullptr, std::move(stops), hp.n_vocab, path));
     constraint.emplace(*grammar, *vocabulary);
     sampler.set_constraint(&*constraint);
     delivered.emplace(*grammar, *vocabulary);
@@ -451,10 +431,7 @@ void register_run(CLI::App& app) {
   add_spec_options(*cmd, options->spec);
   cmd->add_flag("--ignore-eos", options->ignore_eos,
                 "keep generating past the end-of-sequence token");
-  auto* json_schema = cmd->add_option("--json-schema", options->json_schema_file,
-                                      "constrain the output to a value of the JSON schema in FILE");
-  cmd->add_flag("--json", options->json_object, "constrain the output to a JSON object")
-      ->excludes(json_schema);
+  add_grammar_options(*cmd, options->grammar, "the output");
   cmd->callback([options, cmd] {
     options->prompt_given = cmd->count("--prompt") > 0;
     run(*options);

@@ -64,15 +64,62 @@ bool TokenVocabulary::is_stop(int32_t id) const {
   return std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end();
 }
 
-size_t GrammarConstraint::StateHash::operator()(const MatcherState& state) const {
+size_t MatcherStateHash::operator()(const MatcherState& state) const {
   uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a over the positions
   for (uint32_t v : state) hash = (hash ^ v) * 0x100000001b3ull;
   return size_t(hash);
 }
 
-GrammarConstraint::GrammarConstraint(const Grammar& grammar, const TokenVocabulary& vocabulary)
-    : vocabulary_(vocabulary), matcher_(grammar), levels_(vocabulary.max_token_bytes() + 1) {
+bool SharedMasks::find(const MatcherState& state, std::vector<uint64_t>& bits) const {
+  std::lock_guard lock(mutex_);
+  const auto found = masks_.find(state);
+  if (found == masks_.end()) return false;
+  bits = found->second;
+  ++hits_;
+  return true;
+}
+
+void SharedMasks::insert(const MatcherState& state, const std::vector<uint64_t>& bits) {
+  std::lock_guard lock(mutex_);
+  if (masks_.size() < max_masks_) masks_.try_emplace(state, bits);
+}
+
+size_t SharedMasks::size() const {
+  std::lock_guard lock(mutex_);
+  return masks_.size();
+}
+
+uint64_t SharedMasks::hits() const {
+  std::lock_guard lock(mutex_);
+  return hits_;
+}
+
+GrammarConstraint::GrammarConstraint(const Grammar& grammar, const TokenVocabulary& vocabulary,
+                                     const std::optional<LazyTrigger>& trigger, SharedMasks* shared)
+    : vocabulary_(vocabulary),
+      matcher_(grammar),
+      levels_(vocabulary.max_token_bytes() + 1),
+      shared_(shared) {
   current_ = intern(matcher_.initial());
+  if (trigger) scanner_.emplace(*trigger);
+}
+
+const std::vector<int32_t>& GrammarConstraint::banned() {
+  const auto [it, added] = banned_.try_emplace(scanner_->key());
+  if (!added) return it->second;
+  // A token can fire the word only if it holds the word's last byte: the few that do are run
+  // through a copy of the scanner, and the bytes after the word through the grammar's start.
+  const char last = char(scanner_->last_word_byte());
+  for (int32_t id : vocabulary_.sorted_ids()) {
+    const std::string& bytes = vocabulary_.bytes(id);
+    if (bytes.find(last) == std::string::npos) continue;
+    TriggerScanner scanner = *scanner_;
+    const size_t after = scanner.feed(bytes);
+    if (after == std::string_view::npos) continue;
+    matcher_.reset();
+    if (!matcher_.accept(std::string_view(bytes).substr(after))) it->second.push_back(id);
+  }
+  return it->second;
 }
 
 int32_t GrammarConstraint::intern(const MatcherState& state) {
@@ -143,6 +190,13 @@ void GrammarConstraint::compute(std::vector<uint64_t>& bits) {
 
 const std::vector<uint64_t>& GrammarConstraint::allowed() {
   ++stats_.masks;
+  if (!triggered()) {
+    lazy_bits_.assign((vocabulary_.n_vocab() + 63) / 64, ~uint64_t(0));
+    if (const size_t tail = vocabulary_.n_vocab() % 64)
+      lazy_bits_.back() = (uint64_t(1) << tail) - 1;
+    for (int32_t id : banned()) lazy_bits_[size_t(id) >> 6] &= ~(uint64_t(1) << (id & 63));
+    return lazy_bits_;
+  }
   if (stopped_) {  // after a stop only stops (a speculative window may sample past one)
     if (stop_only_.empty()) {
       stop_only_.assign((vocabulary_.n_vocab() + 63) / 64, 0);
@@ -157,12 +211,23 @@ const std::vector<uint64_t>& GrammarConstraint::allowed() {
   }
   if (states_.size() >= kMaxStates) reset_tables();
   std::vector<uint64_t> bits;
-  compute(bits);
+  if (shared_ && shared_->find(states_[size_t(current_)], bits)) {
+    ++stats_.shared_hits;
+  } else {
+    compute(bits);
+    if (shared_) shared_->insert(states_[size_t(current_)], bits);
+  }
   masks_[size_t(current_)] = std::move(bits);
   return masks_[size_t(current_)];
 }
 
 void GrammarConstraint::mask(std::span<float> logits) {
+  if (!triggered()) {  // only the banned tokens: no pass over the logits
+    ++stats_.masks;
+    for (int32_t id : banned())
+      if (size_t(id) < logits.size()) logits[size_t(id)] = -std::numeric_limits<float>::infinity();
+    return;
+  }
   const std::vector<uint64_t>& bits = allowed();
   bool any = false;
   for (uint64_t word : bits) any |= word != 0;
@@ -179,6 +244,14 @@ void GrammarConstraint::mask(std::span<float> logits) {
 }
 
 void GrammarConstraint::accept(int32_t token) {
+  if (!triggered()) {  // free text; stops and control tokens add no bytes (nor end anything:
+                       // a caller that goes on after a stop, ignore_eos, stays free)
+    const std::string_view bytes =
+        vocabulary_.has_bytes(token) ? std::string_view(vocabulary_.bytes(token)) : "";
+    const size_t after = scanner_->feed(bytes);
+    if (after != std::string_view::npos) advance(bytes.substr(after));
+    return;
+  }
   if (vocabulary_.is_stop(token)) {
     if (complete()) {
       stopped_ = true;
@@ -191,15 +264,20 @@ void GrammarConstraint::accept(int32_t token) {
     valid_ = false;
     return;
   }
+  advance(vocabulary_.bytes(token));
+}
+
+bool GrammarConstraint::advance(std::string_view bytes) {
   int32_t id = current_;
-  for (char c : vocabulary_.bytes(token)) {
+  for (char c : bytes) {
     id = step(id, uint8_t(c));
     if (id == kDead) {
       valid_ = false;
-      return;
+      return false;
     }
   }
   current_ = id;
+  return true;
 }
 
 }  // namespace strata::grammar

@@ -13,13 +13,24 @@
 // matcher. Matcher states are interned (an id each) and their transitions by byte memoised in a
 // table, so the walk is mostly table lookups: the JSON grammar comes back to the same state
 // character after character inside strings, digit after digit, item after item. The masks are
-// cached by state id too, so a step at a state seen before costs the pass over the logits.
+// cached by state id too, so a step at a state seen before costs the pass over the logits; and
+// with SharedMasks, by matcher state across the constraints of one grammar (requests).
 // Numbers: docs/serve.md (bench/grammar_mask.cpp).
 //
 // Composition with sampling (engine/sampler.h): the mask runs first, on a copy of the logits;
 // repetition penalty, temperature, top-k, top-p and min-p then act on what is left, so they are
 // the same filters over the allowed tokens renormalised (a disallowed token has probability 0 and
 // never enters top-k/top-p). Greedy takes the argmax of the allowed tokens.
+//
+// Lazy (a LazyTrigger, grammar/lazy_trigger.h; tool_choice "auto"): until the trigger word has
+// been written the constraint allows every token (stops and control tokens too) but those whose
+// bytes would complete the word and then go on with bytes the grammar rejects at its start (so
+// the reply can always continue under the grammar once it fires); from the byte after the word
+// on, it is the grammar's constraint as above, the rest of the firing token its first bytes.
+// Before the trigger nothing is finished and a stop is like a control token (the caller ends the
+// reply there, or goes on past it with ignore_eos and the constraint still waits). The banned
+// tokens depend only on the scanner's state: computed once per state (a pass over the tokens
+// that hold the word's last byte), then a lookup.
 //
 // Thread safety: a TokenVocabulary is immutable (share it between requests); a GrammarConstraint
 // belongs to one sequence. The Grammar and the vocabulary must outlive the constraint.
@@ -28,13 +39,17 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/sampling_constraint.h"
 #include "grammar/grammar.h"
+#include "grammar/lazy_trigger.h"
 #include "grammar/matcher.h"
 
 namespace strata {
@@ -74,9 +89,41 @@ class TokenVocabulary {
   size_t max_bytes_ = 0;
 };
 
+struct MatcherStateHash {
+  size_t operator()(const MatcherState& state) const;
+};
+
+// SharedMasks — masks computed by the constraints of one grammar over one vocabulary, for the
+// later constraints of the same pair (a server's requests that send a schema again, whose
+// grammar the grammar cache hands out again: serve/generator.h), keyed by matcher state. A mask
+// depends on nothing else, so a mask found here is the one the walk would compute. At most
+// `max_masks` are kept (the first ones computed: the states every reply of a schema passes
+// through come first); each is n_vocab / 8 bytes (19 KiB for Qwen's 151,936 tokens).
+// Thread-safe (the constraints of concurrent requests share one).
+class SharedMasks {
+ public:
+  explicit SharedMasks(size_t max_masks) : max_masks_(max_masks) {}
+  // Copies the mask of `state` into `bits`; false when none is kept.
+  bool find(const MatcherState& state, std::vector<uint64_t>& bits) const;
+  void insert(const MatcherState& state, const std::vector<uint64_t>& bits);
+  size_t size() const;
+  uint64_t hits() const;
+
+ private:
+  const size_t max_masks_;
+  mutable std::mutex mutex_;  // guards masks_ and hits_
+  std::unordered_map<MatcherState, std::vector<uint64_t>, MatcherStateHash> masks_;
+  mutable uint64_t hits_ = 0;
+};
+
 class GrammarConstraint : public SamplingConstraint {
  public:
-  GrammarConstraint(const Grammar& grammar, const TokenVocabulary& vocabulary);
+  // `trigger`: start the grammar lazily, after the trigger's word (above); none: at once.
+  // `shared`: masks of earlier constraints of this grammar and vocabulary, looked up before a
+  // walk and given the walks' results (null: none); it must outlive the constraint.
+  GrammarConstraint(const Grammar& grammar, const TokenVocabulary& vocabulary,
+                    const std::optional<LazyTrigger>& trigger = std::nullopt,
+                    SharedMasks* shared = nullptr);
 
   // Bit i set: token i may come next. Cached per matcher state.
   const std::vector<uint64_t>& allowed();
@@ -85,26 +132,28 @@ class GrammarConstraint : public SamplingConstraint {
   // false from then on): the sampler only draws allowed tokens, so that means a caller bug.
   void accept(int32_t token) override;
 
-  // The bytes so far form a complete value (a stop token would be allowed).
-  bool complete() const { return matcher_.accepting(states_[size_t(current_)]); }
+  // The grammar applies: there is no trigger, or its word was written.
+  bool triggered() const { return !scanner_ || scanner_->fired(); }
+  // The bytes so far form a complete value (a stop token would be allowed); before a lazy
+  // grammar's trigger, always (but a stop taken then does not finish it: see accept).
+  bool complete() const { return !triggered() || matcher_.accepting(states_[size_t(current_)]); }
   // Nothing but a stop can follow: the value is complete and cannot go on, or a stop was taken.
   bool finished() const {
-    return stopped_ || (complete() && !matcher_.can_continue(states_[size_t(current_)]));
+    return stopped_ ||
+           (triggered() && complete() && !matcher_.can_continue(states_[size_t(current_)]));
   }
   bool valid() const { return valid_; }
 
   struct Stats {
     uint64_t masks = 0;  // calls of allowed()
     uint64_t cache_hits = 0;
+    uint64_t shared_hits = 0;    // masks taken from SharedMasks instead of a walk
     uint64_t matcher_steps = 0;  // transitions computed by the matcher (not memoised yet)
     uint64_t states = 0;         // distinct matcher states interned so far
   };
   const Stats& stats() const { return stats_; }
 
  private:
-  struct StateHash {
-    size_t operator()(const MatcherState& state) const;
-  };
   static constexpr int32_t kDead = -1, kUnknown = -2;
   // Interning: the id of `state`; and the memoised transition of state `id` by `byte`.
   int32_t intern(const MatcherState& state);
@@ -112,17 +161,25 @@ class GrammarConstraint : public SamplingConstraint {
   // Drops every interned state but the current one (bounds the tables' memory).
   void reset_tables();
   void compute(std::vector<uint64_t>& bits);
+  // Advances the current state by `bytes`; false (valid_ false, state kept) when one is rejected.
+  bool advance(std::string_view bytes);
+  // Lazy, before the trigger: the tokens banned in the scanner's current state (class comment).
+  const std::vector<int32_t>& banned();
 
   const TokenVocabulary& vocabulary_;
   Matcher matcher_;
   std::vector<MatcherState> states_;
-  std::unordered_map<MatcherState, int32_t, StateHash> state_ids_;
+  std::unordered_map<MatcherState, int32_t, MatcherStateHash> state_ids_;
   std::vector<std::array<int32_t, 256>> next_;
   std::vector<std::vector<uint64_t>> masks_;  // per state id; empty = not computed
   MatcherState scratch_;
   std::vector<int32_t> levels_;  // trie walk: the state after each prefix length
   int32_t current_ = 0;
   std::vector<uint64_t> stop_only_;
+  SharedMasks* shared_;
+  std::optional<TriggerScanner> scanner_;                      // lazy grammars only
+  std::unordered_map<uint32_t, std::vector<int32_t>> banned_;  // by TriggerScanner::key
+  std::vector<uint64_t> lazy_bits_;                            // allowed() before the trigger
   bool stopped_ = false;
   bool valid_ = true;
   Stats stats_;

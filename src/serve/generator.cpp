@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
+#include <exception>
+#include <functional>
 #include <optional>
 #include <span>
-#include <thread>
+#include <vector>
 
 #include "decode/generate.h"
 #include "engine/sampler.h"
@@ -107,6 +109,32 @@ const grammar::TokenVocabulary& Generator::vocabulary() {
   return *vocabulary_;
 }
 
+std::shared_ptr<grammar::SharedMasks> Generator::shared_masks(
+    const std::shared_ptr<const grammar::Grammar>& grammar) {
+  // 8 grammars, 256 masks each: Generator's class comment has the bytes.
+  constexpr size_t kGrammars = 8, kMasksPerGrammar = 256;
+  std::lock_guard lock(masks_mutex_);
+  for (auto it = shared_masks_.begin(); it != shared_masks_.end(); ++it)
+    if (it->grammar == grammar) {
+      shared_masks_.splice(shared_masks_.begin(), shared_masks_, it);
+      return it->masks;
+    }
+  shared_masks_.push_front({grammar, std::make_shared<grammar::SharedMasks>(kMasksPerGrammar)});
+  if (shared_masks_.size() > kGrammars) shared_masks_.pop_back();  // in use: lives on meanwhile
+  return shared_masks_.front().masks;
+}
+
+Generator::SharedMaskStats Generator::shared_mask_stats() const {
+  std::lock_guard lock(masks_mutex_);
+  SharedMaskStats stats;
+  stats.grammars = shared_masks_.size();
+  for (const GrammarMasks& kept : shared_masks_) {
+    stats.masks += kept.masks->size();
+    stats.hits += kept.masks->hits();
+  }
+  return stats;
+}
+
 // Choice 0's prompt state, handed to the other choices of its job (parallel slots): published
 // once, after choice 0's prefill, or empty when choice 0 stopped before its prompt was in.
 // Any thread.
@@ -132,37 +160,79 @@ class PromptShare {
   std::shared_ptr<const SessionSnapshot> prompt_;
 };
 
-void Generator::run(Job& job) {
+// The choices of one job with parallel slots (Generator::run): which are claimed, their
+// outcomes and errors, choice 0's prompt state. Shared with the tasks lent to the scheduler,
+// which may start after the job ended (they then find nothing to claim and touch nothing else).
+struct Generator::ChoiceGroup {
+  explicit ChoiceGroup(Job& job_, size_t n) : job(job_), outcomes(n), errors(n) {}
+  // The next unclaimed choice (1, 2, ...), or none left.
+  std::optional<size_t> claim() {
+    std::lock_guard lock(mutex);
+    if (next == outcomes.size()) return std::nullopt;
+    ++running;
+    return next++;
+  }
+  void done() {
+    std::lock_guard lock(mutex);
+    --running;
+    finished.notify_all();
+  }
+  // Once nothing is left to claim: returns when every claimed choice has ended.
+  void wait_claimed() {
+    std::unique_lock lock(mutex);
+    finished.wait(lock, [&] { return running == 0; });
+  }
+
+  Job& job;  // valid while a choice is claimed and running (run waits for them)
+  PromptShare share;
+  std::vector<GenerationOutcome> outcomes;  // by choice; each written by its runner
+  std::vector<std::exception_ptr> errors;   // likewise
+  std::mutex mutex;                         // guards next, running
+  std::condition_variable finished;
+  size_t next = 1;
+  size_t running = 0;
+};
+
+void Generator::run_claimed(ChoiceGroup& group, size_t choice) {
+  try {
+    const std::shared_ptr<const SessionSnapshot> prompt = group.share.wait();
+    if (!prompt) {
+      group.outcomes[choice].cancelled = true;
+    } else {
+      group.outcomes[choice] = run_choice(group.job, int(choice), prompt.get(), nullptr);
+    }
+  } catch (...) {
+    group.errors[choice] = std::current_exception();
+  }
+  group.done();
+}
+
+void Generator::run(Job& job, const std::function<void(std::function<void()>)>& lend) {
   const GenerationPlan& plan = job.plan();
   const size_t n_choices = size_t(plan.n_choices);
   std::vector<GenerationOutcome> outcomes;
   if (batcher_ && n_choices > 1) {
-    // Together: choice 0 prefills on this thread; the others start from a copy of its prompt
-    // state, each on a thread of its own, and all decode as rows of the same batched steps.
-    outcomes.resize(n_choices);
-    std::vector<std::exception_ptr> errors(n_choices);
-    PromptShare share;
-    {
-      std::vector<std::jthread> others;
-      for (size_t choice = 1; choice < n_choices; ++choice)
-        others.emplace_back([&, choice] {
-          try {
-            const std::shared_ptr<const SessionSnapshot> prompt = share.wait();
-            if (!prompt) return void(outcomes[choice].cancelled = true);
-            outcomes[choice] = run_choice(job, int(choice), prompt.get(), nullptr);
-          } catch (...) {
-            errors[choice] = std::current_exception();
-          }
+    // Together, on the scheduler's slots: choice 0 prefills on this worker; the others start
+    // from a copy of its prompt state, each on a worker that is free (lent tasks, before queued
+    // requests), and all decode as rows of the same batched steps. What no free worker took,
+    // this one runs after choice 0. So --parallel N bounds the rows of a step, choices included.
+    auto group = std::make_shared<ChoiceGroup>(job, n_choices);
+    if (lend)
+      for (size_t i = 1; i < n_choices; ++i)
+        lend([this, group] {
+          if (const std::optional<size_t> choice = group->claim()) run_claimed(*group, *choice);
         });
-      try {
-        outcomes[0] = run_choice(job, 0, nullptr, &share);
-      } catch (...) {
-        errors[0] = std::current_exception();
-      }
-      share.publish(nullptr);  // releases the others if choice 0 ended before its prompt was in
-    }                          // joins the other choices
-    for (const std::exception_ptr& error : errors)
+    try {
+      group->outcomes[0] = run_choice(job, 0, nullptr, &group->share);
+    } catch (...) {
+      group->errors[0] = std::current_exception();
+    }
+    group->share.publish(nullptr);  // releases the others if choice 0 ended before its prompt
+    while (const std::optional<size_t> choice = group->claim()) run_claimed(*group, *choice);
+    group->wait_claimed();
+    for (const std::exception_ptr& error : group->errors)
       if (error) std::rethrow_exception(error);
+    outcomes = std::move(group->outcomes);
   } else {
     for (size_t choice = 0; choice < n_choices; ++choice) {
       outcomes.push_back(run_choice(job, int(choice), nullptr, nullptr));
@@ -205,12 +275,14 @@ GenerationOutcome Generator::run_choice(Job& job, int choice, const SessionSnaps
     SamplerConfig sampling = plan.sampling;
     sampling.seed += uint64_t(choice);  // GenerationPlan::n_choices: choice i's seed
     Sampler sampler(sampling);
+    std::shared_ptr<grammar::SharedMasks> masks;  // outlives `constraint`, which uses it
     std::optional<grammar::GrammarConstraint> constraint, delivered;
     if (plan.grammar) {
       const grammar::TokenVocabulary& tokens = vocabulary();
-      constraint.emplace(*plan.grammar, tokens);
+      masks = shared_masks(plan.grammar);
+      constraint.emplace(*plan.grammar, tokens, plan.grammar_trigger, masks.get());
       sampler.set_constraint(&*constraint);
-      delivered.emplace(*plan.grammar, tokens);
+      delivered.emplace(*plan.grammar, tokens, plan.grammar_trigger);
     }
     // The value is complete and nothing can follow it: the generation ends there ("stop"). Judged
     // on the tokens delivered so far (`delivered` follows them), not on the sampler's constraint:
@@ -328,7 +400,10 @@ GenerationOutcome Generator::run_choice(Job& job, int choice, const SessionSnaps
 
     const std::optional<int32_t> eos = served_.tokenizer->eos_id();
     auto ends_generation = [&](int32_t token) {
-      return (!plan.ignore_eos || constraint) && (token == eos || token == served_.end_of_turn);
+      // Under a grammar the stops end the value (ignore_eos or not); a lazy one's free text
+      // before its trigger keeps ignore_eos.
+      return (!plan.ignore_eos || (delivered && delivered->triggered())) &&
+             (token == eos || token == served_.end_of_turn);
     };
     int64_t generated = 0;
     auto on_token = [&](int32_t token, std::span<const float> logits) {

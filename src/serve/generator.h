@@ -20,11 +20,14 @@
 // Choices (GenerationPlan::n_choices): choice i samples with seed + i; the deltas carry the
 // choice's index and the outcome every choice's finish reason and the summed token counts. With
 // one slot they are generated one after the other, each from a fresh session (the state cache
-// gives the later ones the prompt). With parallel slots they are generated together: choice 0
-// prefills on the slot's thread, then each other choice starts from a copy of that prompt state
-// (Session::snapshot / restore: the same bits as prefilling it) on a thread of its own for the
-// job's duration, and all decode as rows of the same batched steps (so a step can carry up to
-// slots x n rows); bitwise what each choice gives alone. Each choice is one generation in
+// gives the later ones the prompt). With parallel slots they are generated together on the
+// scheduler's slots: choice 0 prefills on the job's worker, then each other choice starts from a
+// copy of that prompt state (Session::snapshot / restore: the same bits as prefilling it) on a
+// worker that is free (`lend`: Scheduler::lend, taken before queued requests), and all decode
+// as rows of the same batched steps; the choices no free worker took run on the job's worker
+// after choice 0. No thread beyond the N slots: a step carries at most N rows, choices
+// included, and an n = 3 request on 2 free slots decodes two choices together, then the third.
+// Bitwise what each choice gives alone. Each choice is one generation in
 // ServeMetrics and the dashboard; the time to first token is choice 0's.
 //
 // Log-probabilities (GenerationPlan::logprobs): every generated token's entry travels with the
@@ -45,7 +48,11 @@
 // is complete (whatever ignore_eos says), and the generation ends with "stop" as soon as nothing
 // else can follow. With speculative decoding the same sampler judges every verify row in order
 // (spec/spec_decoder.h), so a draft the grammar forbids never stands and the tokens are those of
-// plain constrained decoding.
+// plain constrained decoding. The masks a request's walks compute are kept for the later requests
+// with the same grammar object (the grammar cache hands the same one out for the same schema:
+// serve/grammar_cache.h): grammar::SharedMasks, for the 8 grammars used last, at most 256 masks
+// each (n_vocab / 8 bytes a mask: 39 MiB at most on a 151,936-token vocabulary, 1.5 MiB on the
+// default model's 6,144), so a schema sent again skips the walks of the states seen before.
 //
 // Dashboard: every window fetches its experts through a DashboardRecorder, which publishes
 // snapshots of the engine (heat, residency, counters, this generation's progress) to the hub
@@ -61,12 +68,14 @@
 // (its verify windows and the shared SpecGate are per sequence) and a backend other than cpu.
 // The dashboard's `generation` card then shows the latest generation that started.
 //
-// Runs on the scheduler's worker threads only (they drive the shared compute::ThreadPool), and
-// with parallel slots on the choice threads `run` starts and joins within one job;
+// Runs on the scheduler's worker threads only (they drive the shared compute::ThreadPool), a
+// job's choices on the workers that took its lent tasks;
 // the constructor runs before those threads start; `spec_summary` may be called once they have
 // stopped.
 #pragma once
 
+#include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -92,13 +101,22 @@ class Generator {
             DashboardHub& dashboard, const spec::SpecOptions& spec = {}, bool log_spec = false,
             bool profile = true, uint64_t cache_ram_bytes = StateCache::kDefaultMaxBytes,
             int parallel = 1);
-  void run(Job& job);
+  // `lend`: hands a task to a free scheduler worker (Scheduler::lend); empty: the job's worker
+  // runs every choice itself.
+  void run(Job& job, const std::function<void(std::function<void()>)>& lend = {});
   // "spec: T(1) ..." over every request so far, or "" without speculative decoding.
   std::string spec_summary() const;
   const StateCache& state_cache() const { return cache_; }
   int parallel() const { return parallel_; }
   // The batched decode steps so far (all zero with parallel 1). Any thread.
   BatchStats batch_stats() const { return batcher_ ? batcher_->stats() : BatchStats{}; }
+  // The token masks kept across requests (grammar::SharedMasks, class comment).
+  struct SharedMaskStats {
+    size_t grammars = 0;  // grammars with masks kept
+    size_t masks = 0;     // masks kept over all of them
+    uint64_t hits = 0;    // masks a constraint took instead of walking the vocabulary
+  };
+  SharedMaskStats shared_mask_stats() const;  // any thread
 
  private:
   // One choice of the job: emits its deltas and returns its outcome (finish, tokens, times).
@@ -106,6 +124,10 @@ class Generator {
   // publish the prompt's state there once prefilled (choices run together, below).
   GenerationOutcome run_choice(Job& job, int choice, const SessionSnapshot* prompt_state,
                                PromptShare* share);
+  struct ChoiceGroup;
+  // Runs a claimed choice (> 0) of `group` from choice 0's prompt state, keeping its outcome or
+  // error there.
+  void run_claimed(ChoiceGroup& group, size_t choice);
   // Runs f under the engine lock when slots run in parallel (the recorder is the engine's).
   template <class F>
   void record(F&& f) {
@@ -114,6 +136,9 @@ class Generator {
     f();
   }
   const grammar::TokenVocabulary& vocabulary();
+  // The masks kept for `grammar` (see the class comment). Any thread.
+  std::shared_ptr<grammar::SharedMasks> shared_masks(
+      const std::shared_ptr<const grammar::Grammar>& grammar);
 
   const ServedModel& served_;
   compute::ThreadPool& pool_;
@@ -125,6 +150,12 @@ class Generator {
   StateCache cache_;
   std::mutex vocabulary_mutex_;  // guards vocabulary_ (built once, then read only)
   std::unique_ptr<grammar::TokenVocabulary> vocabulary_;  // built by the first constrained job
+  struct GrammarMasks {
+    std::shared_ptr<const grammar::Grammar> grammar;  // keeps the key's address its own
+    std::shared_ptr<grammar::SharedMasks> masks;
+  };
+  mutable std::mutex masks_mutex_;        // guards shared_masks_
+  std::list<GrammarMasks> shared_masks_;  // most recently used first
   const int parallel_;
   FairMutex engine_lock_;                   // with parallel > 1: every window and recorder call
   std::unique_ptr<DecodeBatcher> batcher_;  // null with parallel 1

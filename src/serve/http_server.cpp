@@ -216,6 +216,7 @@ struct HttpServer::Impl {
   const ServerOptions options;
   RequestLimits limits;
   ServeMetrics metrics;
+  GrammarCache grammars;   // response_format / tools grammars of every request (thread-safe)
   DashboardHub dashboard;  // before generator, which publishes the first snapshot
   Generator generator;
   HeapPolicy heap;      // before scheduler, whose workers use it
@@ -244,7 +245,8 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
       scheduler(
           server_options.max_queue,
           [this](Job& job) {
-            generator.run(job);
+            generator.run(job,
+                          [this](std::function<void()> task) { scheduler.lend(std::move(task)); });
             heap.after_generation();
           },
           size_t(server_options.parallel)),
@@ -354,6 +356,15 @@ void HttpServer::Impl::add_routes() {
                                        {"misses", cache.misses},
                                        {"evictions", cache.evictions},
                                        {"cached_tokens", cache.cached_tokens}};
+    const GrammarCache::Stats compiled = grammars.stats();
+    answer["strata"]["grammar_cache"] = {{"max_entries", compiled.max_entries},
+                                         {"entries", compiled.entries},
+                                         {"hits", compiled.hits},
+                                         {"misses", compiled.misses},
+                                         {"evictions", compiled.evictions}};
+    const Generator::SharedMaskStats masks = generator.shared_mask_stats();
+    answer["strata"]["grammar_cache"]["shared_masks"] = {
+        {"grammars", masks.grammars}, {"masks", masks.masks}, {"hits", masks.hits}};
     send_json(res, 200, answer);
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -501,11 +512,12 @@ void HttpServer::Impl::handle_generation(Endpoint endpoint, Wire wire, const htt
     send_wire_error(res, wire, error);
   };
   if (draining) return reply_error(shutting_down());
-  ParseResult parsed = wire == Wire::Anthropic ? parse_anthropic_messages_request(body, limits)
-                                               : parse_generation_request(body, endpoint, limits);
+  ParseResult parsed = wire == Wire::Anthropic
+                           ? parse_anthropic_messages_request(body, limits)
+                           : parse_generation_request(body, endpoint, limits, &grammars);
   if (const ApiError* error = std::get_if<ApiError>(&parsed)) return reply_error(*error);
   const GenerationRequest& request = std::get<GenerationRequest>(parsed);
-  PlanResult planned = plan_generation(request, served, fresh_seed());
+  PlanResult planned = plan_generation(request, served, fresh_seed(), &grammars);
   if (const ApiError* error = std::get_if<ApiError>(&planned)) return reply_error(*error);
 
   auto active_request = std::make_unique<ActiveRequest>(*this);

@@ -1,13 +1,32 @@
 #include "serve/plan.h"
 
+#include <fmt/format.h>
+
 #include "serve/tool_call_grammar.h"
 
 #include "util/error.h"
 
 namespace strata::serve {
 
+namespace {
+
+// The tools' call grammar, from `cache` when the same tools were compiled for the same choice.
+GrammarResult tool_call_grammar(GrammarCache* cache, ToolCallFormat format,
+                                std::span<const std::string> tools,
+                                std::optional<std::string_view> forced, bool parallel,
+                                std::string_view lead) {
+  std::string key = fmt::format("tools\n{}\n{}\n{}\n{}", int(format),
+                                forced ? fmt::format("function {}", *forced) : "any",
+                                parallel ? "parallel" : "one", lead);
+  for (const std::string& tool : tools) key += "\n" + tool;  // JSON texts: no raw newline
+  return cached_grammar(
+      cache, key, [&] { return compile_tool_call_grammar(format, tools, forced, parallel, lead); });
+}
+
+}  // namespace
+
 PlanResult plan_generation(const GenerationRequest& request, const ServedModel& served,
-                           uint64_t fresh_seed) {
+                           uint64_t fresh_seed, GrammarCache* grammars) {
   GenerationPlan plan;
   plan.endpoint = request.endpoint;
   const bool chat = request.endpoint == Endpoint::ChatCompletions;
@@ -62,10 +81,22 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
           return invalid_field("logprobs",
                                "log-probabilities are not supported with a forced tool call "
                                "(tool_choice \"required\" or a function)");
-        auto calls = compile_tool_call_grammar(plan.tool_format, request.tools, function,
-                                               request.parallel_tool_calls);
+        auto calls = tool_call_grammar(grammars, plan.tool_format, request.tools, function,
+                                       request.parallel_tool_calls, "");
         if (ApiError* error = std::get_if<ApiError>(&calls)) return std::move(*error);
         plan.grammar = std::move(std::get<std::shared_ptr<const grammar::Grammar>>(calls));
+      }
+      if (!force_call && !plan.grammar && !request.logprobs) {
+        // tool_choice "auto": once the model opens a call, the rest of the reply is the calls'
+        // grammar, started right after its "<tool_call>" (the forced prefix's "\n" leads it).
+        auto calls = tool_call_grammar(grammars, plan.tool_format, request.tools, std::nullopt,
+                                       request.parallel_tool_calls, "\n");
+        if (auto* compiled = std::get_if<std::shared_ptr<const grammar::Grammar>>(&calls)) {
+          plan.grammar = std::move(*compiled);
+          plan.grammar_trigger = grammar::LazyTrigger{
+              .word = std::string(kToolCallOpen),
+              .starts_in_block = served.chat_template->prompt_opens_thinking(render)};
+        }
       }
       text += plan.tool_prefix;
     }

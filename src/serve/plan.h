@@ -8,6 +8,10 @@
 // response_format with chat_template_kwargs.enable_thinking true (structured output is the
 // whole reply: it has no room for a thinking block); with a forced tool call, a response_format
 // or logprobs, and a tool schema the call grammar refuses ("tools[0].function.parameters...").
+// With tool_choice "auto" the calls' grammar starts lazily (GenerationPlan::grammar_trigger)
+// unless the request has a response_format (its grammar holds the whole reply) or logprobs
+// (they would be the unconstrained ones), or a schema the grammar refuses: then calls are free
+// text as before (never a 400: auto requests did not depend on the grammar).
 // Thread-safe: it only reads the model, tokenizer and template (all immutable).
 #pragma once
 
@@ -19,7 +23,9 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "grammar/lazy_trigger.h"
 #include "serve/api_error.h"
+#include "serve/grammar_cache.h"
 #include "serve/request.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -63,6 +69,11 @@ struct GenerationPlan {
   // under this grammar, and the generation ends once the value is complete (nothing can follow).
   // Chat renders such requests without thinking.
   std::shared_ptr<const grammar::Grammar> grammar;
+  // Set: `grammar` starts lazily, after this trigger's word (grammar/lazy_trigger.h): tool_choice
+  // "auto" lets the model write freely until it opens a call ("<tool_call>"), then the rest of
+  // the reply is the calls' grammar (with its leading "\n"). Its think block counts as in
+  // ThinkFilter (starts_in_thinking). Only the grammar's part ends the generation early.
+  std::optional<grammar::LazyTrigger> grammar_trigger;
   // Choices: choice i samples with seed sampling.seed + i (wrapping), so a seeded request
   // reproduces every choice, and choice 0 equals the same request with n = 1.
   int n_choices = 1;
@@ -86,7 +97,8 @@ struct GenerationPlan {
 using PlanResult = std::variant<GenerationPlan, ApiError>;
 
 // Seeds: the request's, else served.default_seed, else `fresh_seed` (requests then differ).
+// `grammars`: where the tools' compiled call grammars are looked up and kept (null: none).
 PlanResult plan_generation(const GenerationRequest& request, const ServedModel& served,
-                           uint64_t fresh_seed);
+                           uint64_t fresh_seed, GrammarCache* grammars = nullptr);
 
 }  // namespace strata::serve

@@ -721,7 +721,7 @@ std::variant<Result, ApiError> parse_with(std::string_view body, const RequestLi
 }  // namespace
 
 ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
-                                     const RequestLimits& limits) {
+                                     const RequestLimits& limits, GrammarCache* grammars) {
   return parse_with<GenerationRequest>(body, limits, [&](const json& parsed) {
     GenerationRequest request = parse_fields(parsed, endpoint, limits);
     // The template renders each tool as the client wrote it (key order too), and a schema's
@@ -733,7 +733,7 @@ ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
         request.tools[i] =
             ordered.at("tools").at(i).dump(-1, ' ', false, json::error_handler_t::replace);
       if (field(parsed, "response_format")) {
-        auto format = parse_response_format(ordered["response_format"]);
+        auto format = parse_response_format(ordered["response_format"], grammars);
         if (ApiError* error = std::get_if<ApiError>(&format)) throw Rejection{std::move(*error)};
         request.response_format = std::move(std::get<ResponseFormat>(format));
       }

@@ -109,8 +109,9 @@ struct GenerationRequest {
 
 using ParseResult = std::variant<GenerationRequest, ApiError>;
 
+// `grammars`: where a response_format's compiled grammar is looked up and kept (null: none).
 ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
-                                     const RequestLimits& limits);
+                                     const RequestLimits& limits, GrammarCache* grammars = nullptr);
 
 // Anthropic's Messages API (POST /v1/messages) through the same validation: the body is
 // translated to the OpenAI chat shape (`system`, a string or text blocks, becomes a first system

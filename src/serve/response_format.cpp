@@ -18,15 +18,23 @@ std::string describe(const ojson& value) {
   return value.type_name();
 }
 
-std::shared_ptr<const grammar::Grammar> compile(const ojson& schema, const std::string& path) {
-  try {
-    return std::make_shared<const grammar::Grammar>(grammar::compile_json_schema(schema));
-  } catch (const grammar::SchemaError& error) {
-    throw schema_error(error, path);
-  }
+// The grammar of `schema` (from `cache` when it was compiled before: keyed by its text); a
+// refused schema throws the 400 whose param is under `path`.
+std::shared_ptr<const grammar::Grammar> compile(const ojson& schema, const std::string& path,
+                                                GrammarCache* cache) {
+  GrammarResult result =
+      cached_grammar(cache, "json-schema\n" + schema.dump(), [&]() -> GrammarResult {
+        try {
+          return std::make_shared<const grammar::Grammar>(grammar::compile_json_schema(schema));
+        } catch (const grammar::SchemaError& error) {
+          return schema_error(error, path);
+        }
+      });
+  if (ApiError* error = std::get_if<ApiError>(&result)) throw std::move(*error);
+  return std::get<std::shared_ptr<const grammar::Grammar>>(std::move(result));
 }
 
-ResponseFormat parse(const ojson& format) {
+ResponseFormat parse(const ojson& format, GrammarCache* cache) {
   if (!format.is_object())
     throw invalid_field("response_format", "expected an object, found {}", describe(format));
   const auto type = format.find("type");
@@ -41,9 +49,12 @@ ResponseFormat parse(const ojson& format) {
     out.type = ResponseFormat::Type::JsonObject;
     const auto schema = format.find("schema");
     if (schema != format.end() && !schema->is_null()) {
-      out.grammar = compile(*schema, "response_format.schema");
+      out.grammar = compile(*schema, "response_format.schema", cache);
     } else {
-      out.grammar = std::make_shared<const grammar::Grammar>(grammar::json_object_grammar());
+      out.grammar = std::get<std::shared_ptr<const grammar::Grammar>>(
+          cached_grammar(cache, "json-object", []() -> GrammarResult {
+            return std::make_shared<const grammar::Grammar>(grammar::json_object_grammar());
+          }));
     }
     return out;
   }
@@ -70,7 +81,7 @@ ResponseFormat parse(const ojson& format) {
                         describe(*strict));
   const auto schema = spec->find("schema");
   out.grammar = compile(schema == spec->end() || schema->is_null() ? ojson(true) : *schema,
-                        "response_format.json_schema.schema");
+                        "response_format.json_schema.schema", cache);
   return out;
 }
 
@@ -84,9 +95,10 @@ ApiError schema_error(const grammar::SchemaError& error, const std::string& path
   return invalid_field(param, "{}", message);
 }
 
-std::variant<ResponseFormat, ApiError> parse_response_format(const nlohmann::ordered_json& format) {
+std::variant<ResponseFormat, ApiError> parse_response_format(const nlohmann::ordered_json& format,
+                                                             GrammarCache* cache) {
   try {
-    return parse(format);
+    return parse(format, cache);
   } catch (ApiError& error) {
     return std::move(error);
   } catch (const std::bad_alloc&) {

@@ -7,8 +7,8 @@
 //   {"type": "json_schema", "json_schema": {"name": "...", "schema": {...}, "strict": true,
 //    "description": "..."}}                           a value of that schema (no schema: any JSON)
 //
-// Contract: pure (no model); never throws. A malformed field or a schema the compiler refuses
-// is an ApiError (400) whose param is the JSON path of the keyword at fault, e.g.
+// Contract: no model; never throws; thread-safe (the cache is). A malformed field or a schema the
+// compiler refuses is an ApiError (400) whose param is the JSON path of the keyword at fault, e.g.
 // "response_format.json_schema.schema.properties.age.minimum". `strict` is accepted either way:
 // the grammar is always enforced.
 #pragma once
@@ -21,6 +21,7 @@
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
 #include "serve/api_error.h"
+#include "serve/grammar_cache.h"
 
 namespace strata::serve {
 
@@ -32,7 +33,10 @@ struct ResponseFormat {
 };
 
 // `format` is the value of "response_format" (read in its key order: property order follows it).
-std::variant<ResponseFormat, ApiError> parse_response_format(const nlohmann::ordered_json& format);
+// `cache`: the server's compiled grammars (serve/grammar_cache.h), keyed by the schema's text;
+// null compiles every time.
+std::variant<ResponseFormat, ApiError> parse_response_format(const nlohmann::ordered_json& format,
+                                                             GrammarCache* cache = nullptr);
 
 // The 400 for a schema the compiler refused, its param the keyword's path under `path` (the
 // schema's own JSON path in the request, "response_format.json_schema.schema").

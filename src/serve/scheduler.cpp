@@ -130,16 +130,36 @@ size_t Scheduler::running_count() const {
   return running_.size();
 }
 
+void Scheduler::lend(std::function<void()> task) {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;  // dropped: the lender does the part itself
+    lent_.push_back(std::move(task));
+  }
+  wake_.notify_one();
+}
+
 void Scheduler::work() {
   while (true) {
     std::shared_ptr<Job> job;
+    std::function<void()> task;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return !queue_.empty() || stopping_; });
-      if (queue_.empty()) return;  // stopping
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      running_.push_back(job);
+      wake_.wait(lock, [&] { return !queue_.empty() || !lent_.empty() || stopping_; });
+      if (!lent_.empty() && !stopping_) {
+        task = std::move(lent_.front());
+        lent_.pop_front();
+      } else if (queue_.empty()) {
+        return;  // stopping
+      } else {
+        job = std::move(queue_.front());
+        queue_.pop_front();
+        running_.push_back(job);
+      }
+    }
+    if (task) {
+      task();  // its exceptions are the lender's business: it catches them
+      continue;
     }
     job->mark_running();
     try {
@@ -177,6 +197,7 @@ void Scheduler::shutdown(std::chrono::milliseconds grace) {
     std::unique_lock lock(mutex_);
     stopping_ = true;
     waiting.swap(queue_);
+    lent_.clear();  // optional help: their lenders do the parts themselves
   }
   wake_.notify_all();
   for (const auto& job : waiting) {

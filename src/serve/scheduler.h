@@ -18,8 +18,15 @@
 // `Job::cancel_requested` between tokens and prefill chunks). `shutdown` refuses new jobs, fails
 // the waiting ones (503), gives the running ones a grace period, then cancels them, and joins.
 //
-// Thread safety: every method of both classes may be called from any thread; the runner is
-// called on up to `slots` workers at once.
+// Lent tasks (`lend`): a running job may ask for more of the slots it runs on, for parts of its
+// own work (the other choices of an n > 1 request, serve/generator.h): a worker that is free takes
+// a lent task before any queued job, so the job's parts and the other requests share the `slots`
+// workers (no thread beyond them). A lent task is optional help: the job must be able to do the
+// part itself when no worker takes it (all busy, or shutting down: pending tasks are then dropped
+// unrun), so a job never waits for a task that has not started.
+//
+// Thread safety: every method of both classes may be called from any thread; the runner and the
+// lent tasks run on up to `slots` workers at once.
 #pragma once
 
 #include <atomic>
@@ -109,6 +116,8 @@ class Scheduler {
 
   enum class Admission { Accepted, QueueFull, ShuttingDown };
   Admission submit(const std::shared_ptr<Job>& job);
+  // Runs `task` on the next free worker, before the queued jobs (see the class comment).
+  void lend(std::function<void()> task);
   void cancel(const std::shared_ptr<Job>& job, CancelReason reason);
 
   size_t queue_depth() const;
@@ -128,10 +137,11 @@ class Scheduler {
   const size_t max_queue_;
   const size_t slots_;
   const Runner runner_;
-  mutable std::mutex mutex_;  // guards queue_, running_, stopping_
+  mutable std::mutex mutex_;  // guards queue_, lent_, running_, stopping_
   std::condition_variable wake_;
   std::condition_variable idle_;
   std::deque<std::shared_ptr<Job>> queue_;
+  std::deque<std::function<void()>> lent_;
   std::vector<std::shared_ptr<Job>> running_;
   bool stopping_ = false;
   std::mutex join_mutex_;  // one thread joins the workers

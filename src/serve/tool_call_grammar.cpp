@@ -62,7 +62,8 @@ class Compiler {
   Compiler(ToolCallFormat format, std::vector<Tool> tools)
       : format_(format), tools_(std::move(tools)) {}
 
-  grammar::Grammar compile(std::optional<std::string_view> forced, bool parallel) {
+  grammar::Grammar compile(std::optional<std::string_view> forced, bool parallel,
+                           std::string_view lead) {
     std::vector<Sequence> calls;
     std::optional<Sequence> named_rest;
     for (const Tool& tool : tools_) {
@@ -84,6 +85,7 @@ class Compiler {
     }
     const uint32_t any_call = builder_.add("call", calls);
     Sequence root = forced ? *named_rest : Sequence{B::rule(any_call)};
+    if (!lead.empty()) root.insert(root.begin(), B::literal(lead));
     if (parallel)
       root.push_back(B::rule(
           builder_.repeat("more-calls", {B::literal(kNextCall), B::rule(any_call)}, 0, -1)));
@@ -241,7 +243,7 @@ class Compiler {
 
 std::variant<std::shared_ptr<const grammar::Grammar>, ApiError> compile_tool_call_grammar(
     ToolCallFormat format, std::span<const std::string> tools,
-    std::optional<std::string_view> forced_function, bool parallel_calls) {
+    std::optional<std::string_view> forced_function, bool parallel_calls, std::string_view lead) {
   try {
     std::vector<ojson> parsed;
     parsed.reserve(tools.size());  // Tool points into these
@@ -258,7 +260,7 @@ std::variant<std::shared_ptr<const grammar::Grammar>, ApiError> compile_tool_cal
     }
     Compiler compiler(format, std::move(listed));
     return std::make_shared<const grammar::Grammar>(
-        compiler.compile(forced_function, parallel_calls));
+        compiler.compile(forced_function, parallel_calls, lead));
   } catch (ApiError& error) {
     return std::move(error);
   } catch (const ojson::exception& error) {  // serve/request.h validated them: not expected

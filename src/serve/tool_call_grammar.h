@@ -10,6 +10,9 @@
 //           with no "</parameter>" or "</tool_call>" in it) when the property's type is "string"
 //           (its enum / const as raw text), else the subschema's JSON value, exactly what
 //           serve/tool_calls.h parses into those arguments.
+// With `lead`, the grammar first spells that text: tool_choice "auto" starts the grammar lazily
+// right after the "<tool_call>" the model wrote (grammar/lazy_trigger.h), so its `lead` is the
+// "\n" the forced prefix ("<tool_call>\n") would have held.
 // After the first call (its name already in the prefix when tool_choice names the function),
 // with `parallel_calls` more calls may follow, each "\n<tool_call>\n" and a call; without, the
 // grammar ends after the first "</tool_call>".
@@ -42,6 +45,7 @@ namespace strata::serve {
 // "required" (any of the tools).
 std::variant<std::shared_ptr<const grammar::Grammar>, ApiError> compile_tool_call_grammar(
     ToolCallFormat format, std::span<const std::string> tools,
-    std::optional<std::string_view> forced_function, bool parallel_calls);
+    std::optional<std::string_view> forced_function, bool parallel_calls,
+    std::string_view lead = {});
 
 }  // namespace strata::serve

@@ -121,6 +121,46 @@ TEST(TokenMask, CachesMasksOfRecurringStates) {
   EXPECT_TRUE(constraint.valid());
 }
 
+// SharedMasks: a second constraint of the same grammar (a request that sends the schema again)
+// takes the masks the first one computed, and they are the masks it would compute itself.
+TEST(TokenMask, SharedMasksGiveALaterConstraintTheSameMasksWithoutWalking) {
+  const Tokenizer& tokenizer = default_tokenizer();
+  const TokenVocabulary vocabulary =
+      TokenVocabulary::from_tokenizer(tokenizer, {}, size_t(tokenizer.n_tokens()));
+  const Grammar grammar = json_object_grammar();
+  const std::vector<int32_t> reply =
+      tokenizer.encode("{\"key\":\"some words\", \"n\": [1, 2]}", {.parse_special = false});
+  SharedMasks shared(256);
+  GrammarConstraint first(grammar, vocabulary, std::nullopt, &shared);
+  GrammarConstraint alone(grammar, vocabulary);
+  for (int32_t id : reply) {
+    ASSERT_EQ(first.allowed(), alone.allowed());
+    first.accept(id);
+    alone.accept(id);
+  }
+  EXPECT_EQ(first.stats().shared_hits, 0u);
+  const size_t kept = shared.size();
+  EXPECT_GT(kept, 4u);
+  GrammarConstraint second(grammar, vocabulary, std::nullopt, &shared);
+  GrammarConstraint fresh(grammar, vocabulary);
+  for (int32_t id : reply) {
+    ASSERT_EQ(second.allowed(), fresh.allowed());
+    second.accept(id);
+    fresh.accept(id);
+  }
+  EXPECT_EQ(second.stats().shared_hits, kept);  // every state the reply visits: no walk
+  EXPECT_LT(second.stats().matcher_steps, fresh.stats().matcher_steps);
+  EXPECT_EQ(shared.hits(), kept);
+  // The bound: a table of 2 keeps the first two masks only.
+  SharedMasks small(2);
+  GrammarConstraint bounded(grammar, vocabulary, std::nullopt, &small);
+  for (int32_t id : reply) {
+    bounded.allowed();
+    bounded.accept(id);
+  }
+  EXPECT_EQ(small.size(), 2u);
+}
+
 // A vocabulary with Qwen's added tokens as llama.cpp's converter types them: <|im_end|> CONTROL,
 // <tool_call> / </tool_call> USER_DEFINED. Under a grammar that spells "</tool_call>", the
 // user-defined token is allowed as its text (the model's own token for it); the control token

@@ -193,10 +193,18 @@ TEST(ServeParallel, ChoicesOfOneRequestDecodeTogether) {
     choice["index"] = i;
     EXPECT_EQ(expected[size_t(i)], choice) << "choice " << i;
   }
+  {
+    // Three free slots: the three choices decode as rows of the same steps.
+    ServeProcess wide({"--parallel", "3", "--cache-ram", "0"});
+    EXPECT_EQ(choices(post(wide, kCompletions, request.dump())), expected);
+    EXPECT_EQ(metric_now(wide, "strata_batch_max_rows"), 3);
+  }
+  // Two slots: the choices take slots as requests do (no thread beyond them), so a step carries
+  // at most two rows; the third choice runs when a slot is free, with the same tokens.
   ServeProcess server({"--parallel", "2", "--cache-ram", "0"});
   const HttpReply together = post(server, kCompletions, request.dump());
   EXPECT_EQ(choices(together), expected);
-  EXPECT_EQ(metric_now(server, "strata_batch_max_rows"), 3);
+  EXPECT_EQ(metric_now(server, "strata_batch_max_rows"), 2);
   // 3 choices x 24 tokens, the first of each sampled from the prompt's logits.
   EXPECT_EQ(metric_now(server, "strata_batch_rows_total"), 3 * 23);
   EXPECT_EQ(metric_now(server, "strata_batch_prefill_rows_total"),

@@ -112,3 +112,56 @@ TEST(ResponseFormat, NotOnTheMessagesApi) {
 
 }  // namespace
 }  // namespace strata::serve
+
+namespace strata::serve {
+namespace {
+
+// The server's grammar cache (serve/grammar_cache.h): a schema sent again gets the grammar
+// compiled the first time (the same object), another key order is another schema, a refused
+// schema is compiled (and refused) every time, and the least recently used entry goes first.
+TEST(GrammarCache, ASchemaSentAgainIsNotCompiledAgain) {
+  GrammarCache cache(2);
+  auto format_of = [&](const std::string& body) {
+    ParseResult result =
+        parse_generation_request(chat_with(body), Endpoint::ChatCompletions, limits(), &cache);
+    EXPECT_TRUE(std::holds_alternative<GenerationRequest>(result)) << body;
+    return std::holds_alternative<GenerationRequest>(result)
+               ? std::get<GenerationRequest>(result).response_format.grammar
+               : nullptr;
+  };
+  const std::string a =
+      R"({"type":"json_schema","json_schema":{"name":"a","schema":{"type":"object","properties":)"
+      R"({"x":{"type":"integer"},"y":{"type":"string"}},"required":["x","y"]}}})";
+  const std::string a_reordered =
+      R"({"type":"json_schema","json_schema":{"name":"a","schema":{"type":"object","properties":)"
+      R"({"y":{"type":"string"},"x":{"type":"integer"}},"required":["x","y"]}}})";
+  const auto first = format_of(a);
+  const auto again = format_of(a);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first.get(), again.get());
+  EXPECT_EQ(cache.stats().hits, 1u);
+  EXPECT_EQ(cache.stats().misses, 1u);
+  EXPECT_TRUE(accepts(*again, R"({"x":1,"y":"z"})"));
+  const auto reordered = format_of(a_reordered);  // properties are generated in their order
+  EXPECT_NE(reordered.get(), first.get());
+  EXPECT_TRUE(accepts(*reordered, R"({"y":"z","x":1})"));
+  EXPECT_FALSE(accepts(*reordered, R"({"x":1,"y":"z"})"));
+  // Refused schemas are not kept.
+  const std::string refused = R"({"type":"json_object","schema":{"type":"string","pattern":"a+"}})";
+  for (int i = 0; i < 2; ++i) {
+    ParseResult result =
+        parse_generation_request(chat_with(refused), Endpoint::ChatCompletions, limits(), &cache);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(result));
+    EXPECT_EQ(std::get<ApiError>(result).param, "response_format.schema.pattern");
+  }
+  EXPECT_EQ(cache.stats().entries, 2u);
+  // LRU: `a` was used before `a_reordered`; a third schema evicts it.
+  const auto plain = format_of(R"({"type":"json_object"})");
+  EXPECT_EQ(cache.stats().evictions, 1u);
+  EXPECT_EQ(format_of(a_reordered).get(), reordered.get());
+  EXPECT_NE(format_of(a).get(), first.get());  // compiled again
+  EXPECT_EQ(cache.stats().entries, 2u);
+}
+
+}  // namespace
+}  // namespace strata::serve

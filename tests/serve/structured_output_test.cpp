@@ -211,6 +211,33 @@ TEST(StructuredOutput, MaxTokensCutsWithLength) {
   EXPECT_NE(schema_errors(kNested, cut.content), "");  // an unfinished value
 }
 
+// The grammar cache (serve/grammar_cache.h, in /props): the same schema sent again is not
+// compiled again, its masks are taken from the first request's (grammar::SharedMasks), and the
+// request gives the same tokens as the first time; another schema is compiled once.
+TEST(StructuredOutput, ASchemaSentAgainReusesItsGrammar) {
+  ServeProcess server({"-t", "1"});
+  auto cache = [&] { return get(server, "/props").json()["strata"]["grammar_cache"]; };
+  const std::string body = chat_body(json_schema_format(kNested), R"("temperature":0.8,"seed":5)");
+  const Reply first = whole(server, body);
+  EXPECT_EQ(cache()["misses"], 1);
+  EXPECT_EQ(cache()["hits"], 0);
+  const json masks_before = cache()["shared_masks"];
+  EXPECT_EQ(masks_before["grammars"], 1);
+  EXPECT_GT(masks_before["masks"].get<int>(), 0);
+  EXPECT_EQ(masks_before["hits"], 0);
+  const Reply again = whole(server, body);
+  EXPECT_EQ(cache()["misses"], 1);
+  EXPECT_EQ(cache()["hits"], 1);
+  // The second request took the first one's masks instead of walking the vocabulary again.
+  EXPECT_GT(cache()["shared_masks"]["hits"].get<int>(), 0);
+  EXPECT_EQ(again.content, first.content);
+  EXPECT_EQ(again.finish, first.finish);
+  EXPECT_EQ(schema_errors(kNested, again.content), "");
+  whole(server, chat_body(json_schema_format(kAnyOf), R"("temperature":0)"));
+  EXPECT_EQ(cache()["misses"], 2);
+  EXPECT_EQ(cache()["entries"], 2);
+}
+
 TEST(StructuredOutput, BadSchemasAre400sNamingThePath) {
   ServeProcess server({"-t", "1"});
   const HttpReply reply = post(

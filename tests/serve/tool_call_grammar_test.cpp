@@ -164,6 +164,25 @@ TEST_P(ToolCallGrammarBoth, ANamedFunctionContinuesItsPrefixAndOnlyIt) {
   EXPECT_FALSE(takes(*grammar, ping, tool_call_prefix(format, "ping")));
 }
 
+// tool_choice "auto": the grammar starts right after the "<tool_call>" the model wrote, so it
+// leads with the "\n" the forced prefix holds, then the same calls.
+TEST_P(ToolCallGrammarBoth, TheAutoGrammarLeadsWithTheNewlineAfterTheOpenTag) {
+  const ToolCallFormat format = GetParam();
+  auto result = compile_tool_call_grammar(format, std::vector<std::string>{kWeather, kPing},
+                                          std::nullopt, true, "\n");
+  ASSERT_TRUE(std::holds_alternative<std::shared_ptr<const grammar::Grammar>>(result));
+  const auto& lazy = *std::get<std::shared_ptr<const grammar::Grammar>>(result);
+  const auto forced = compile(format, {kWeather, kPing}, std::nullopt, true);
+  ASSERT_TRUE(forced);
+  const std::string one = render_tool_calls(format, std::span(kCalls).subspan(1, 1), "");
+  const std::string two = render_tool_calls(format, std::span(kCalls).subspan(2, 2), "");
+  for (const std::string& calls : {one, two}) {
+    EXPECT_TRUE(takes(lazy, calls, std::string(kToolCallOpen))) << calls;
+    EXPECT_FALSE(takes(*forced, calls, std::string(kToolCallOpen))) << calls;  // needs the "\n"
+    EXPECT_FALSE(takes(lazy, calls, tool_call_prefix(format, std::nullopt))) << calls;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, ToolCallGrammarBoth,
                          testing::Values(ToolCallFormat::Hermes, ToolCallFormat::Xml),
                          [](const auto& info) {

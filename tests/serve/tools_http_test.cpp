@@ -14,6 +14,10 @@
 #include <valijson/schema_parser.hpp>
 #include <valijson/validator.hpp>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "serve_process.h"
 #include "text/chat_template.h"
 
@@ -227,6 +231,10 @@ TEST(ServeTools, AForcedCallIsAWellFormedCallThatFitsTheSchema) {
     }
   }
   EXPECT_EQ(calls_checked, 10);
+  // The tools' grammar was compiled once per tool_choice (serve/grammar_cache.h), then reused.
+  const json cache = get(server, "/props").json()["strata"]["grammar_cache"];
+  EXPECT_EQ(cache["misses"], 2) << cache;
+  EXPECT_EQ(cache["hits"], 18) << cache;
 }
 
 TEST(ServeTools, ParallelForcedCallsEachFitTheirSchema) {
@@ -307,6 +315,96 @@ TEST(ServeTools, AutoAndNoToolsRepliesAreUnchanged) {
   body.erase("tool_choice");
   EXPECT_EQ(reply()["message"]["content"],
             "If you like to check for a lack of historical Slice on the will like\nmore you");
+}
+
+// A random-weight model with a real Qwen vocabulary: the text module's fixture tokenizer
+// (tests/data/tokenizer, <tool_call> one user-defined token), `strata synth` in `shape`'s
+// architecture (tiny-qwen3moe: the Qwen3 template, Hermes calls; tiny-qwen4exp: Qwen3.5, XML).
+class QwenVocabularyModel {
+ public:
+  explicit QwenVocabularyModel(const std::string& shape)
+      : path_((std::filesystem::temp_directory_path() /
+               fmt::format("strata-tools-{}-{}.gguf", shape, getpid()))
+                  .string()) {
+    ChildProcess synth({STRATA_BINARY, "synth", "--shape", shape, "--tokenizer",
+                        std::string(STRATA_TEST_DATA_DIR) + "/tokenizer", path_});
+    EXPECT_EQ(synth.wait(120), 0) << synth.stderr_text();
+  }
+  ~QwenVocabularyModel() { std::filesystem::remove(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Short calls for a random model: an enum and a bounded integer.
+const json kShortTools = json::parse(
+    R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",)"
+    R"("properties":{"city":{"type":"string","enum":["Paris","Tokyo","Lima"]},)"
+    R"("days":{"type":"integer","minimum":1,"maximum":7}},"required":["city","days"],)"
+    R"("additionalProperties":false}}}])");
+
+// tool_choice "auto" once the model opens a call (GenerationPlan::grammar_trigger): the random
+// model never writes <tool_call> by itself, so logit_bias pushes that one token (+100); from the
+// byte after it the calls' grammar holds the reply, which is then one well-formed call whose
+// arguments valijson accepts (a random model left free would write noise after the tag), whole
+// and streamed alike, greedy and sampled, in both formats. The same bias inside the think block
+// (the Qwen3.5 prompt opens one) is thinking text: nothing is constrained there.
+TEST(ServeTools, AutoConstrainsACallOnceTheModelOpensIt) {
+  for (const std::string shape : {"tiny-qwen3moe", "tiny-qwen4exp"}) {
+    SCOPED_TRACE(shape);
+    const QwenVocabularyModel model(shape);
+    ServeProcess server({"-m", model.path()});
+    const HttpReply open = post(server, "/tokenize", json{{"content", "<tool_call>"}}.dump());
+    ASSERT_EQ(open.status, 200) << open.body;
+    ASSERT_EQ(open.json()["tokens"].size(), 1u) << open.body;  // the user-defined token
+    const std::string open_id = std::to_string(open.json()["tokens"][0].get<int>());
+    for (const uint64_t seed : {0, 1, 2}) {
+      SCOPED_TRACE(fmt::format("seed {}", seed));
+      json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+                   {"tools", kShortTools},
+                   {"tool_choice", "auto"},
+                   {"parallel_tool_calls", false},
+                   {"logit_bias", {{open_id, 100}}},
+                   {"chat_template_kwargs", {{"enable_thinking", false}}},
+                   {"max_tokens", 300},
+                   {"temperature", seed == 0 ? 0.0 : 0.9},
+                   {"seed", seed}};
+      const json whole = chat(server, body);
+      const json& reply = whole["choices"][0];
+      EXPECT_EQ(reply["finish_reason"], "tool_calls") << reply.dump();
+      ASSERT_EQ(reply["message"]["tool_calls"].size(), 1u) << reply.dump();
+      const json& call = reply["message"]["tool_calls"][0]["function"];
+      const std::string name = call["name"];
+      EXPECT_EQ(name, "get_weather");
+      const std::string arguments = call["arguments"];
+      EXPECT_EQ(schema_errors(kShortTools[0]["function"]["parameters"], arguments), "");
+
+      body["stream"] = true;
+      const HttpReply streamed = post(server, kChat, body.dump());
+      ASSERT_EQ(streamed.status, 200);
+      std::string content;
+      json finish;
+      const std::vector<StreamedCall> calls = streamed_calls(streamed, content, finish);
+      EXPECT_EQ(finish, "tool_calls");
+      ASSERT_EQ(calls.size(), 1u);
+      EXPECT_EQ(calls[0].name, name);
+      EXPECT_EQ(calls[0].arguments, arguments);
+    }
+    if (shape == "tiny-qwen4exp") {
+      json thinking = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+                       {"tools", kShortTools},
+                       {"logit_bias", {{open_id, 100}}},
+                       {"max_tokens", 6},
+                       {"temperature", 0}};
+      const json reply = chat(server, thinking)["choices"][0];
+      EXPECT_EQ(reply["finish_reason"], "length") << reply.dump();
+      EXPECT_EQ(reply["message"]["reasoning_content"],
+                "<tool_call><tool_call><tool_call><tool_call><tool_call><tool_call>")
+          << reply.dump();
+      EXPECT_FALSE(reply["message"].contains("tool_calls")) << reply.dump();
+    }
+  }
 }
 
 }  // namespace
