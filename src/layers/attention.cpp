@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "compute/cpu/gemm_f32.h"
 #include "compute/cpu/ops.h"
+#include "util/phase_timer.h"
 
 namespace strata {
 
@@ -205,11 +207,14 @@ namespace {
 void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const AttentionDims& dims,
                     const AttentionWeights& w, const Shape& shape, KvCache& cache, float* q,
                     float* k, const float* v, float* index_q, const float* raw, int64_t n_rows,
-                    float* attn) {
+                    float* attn, bool time_parts) {
   compute::Workspace::Frame frame(ws);
   const int hd = shape.head_dim;
   const int64_t first_pos = cache.n_tokens;
   const int q_stride = w.gated ? 2 * hd : hd;  // per head: [q | gate] when gated
+  // Timed on the window thread only (a batched window runs this inside pool tasks).
+  std::optional<ScopedPart> part;
+  if (time_parts) part.emplace(Part::AttnPrep);
   compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t pos = first_pos + t;
@@ -239,6 +244,7 @@ void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const Att
     extend_index(ws, w, dims, shape, cache, raw, n_rows);
   }
   cache.n_tokens += n_rows;
+  if (time_parts) part.emplace(Part::AttnCore);
 
   // Attention per (row, head); every pair is independent, so the split across threads cannot
   // change any result.
@@ -263,20 +269,32 @@ void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const Att
     compute::Workspace::Frame reserve_frame(ws.for_thread(i));
     take_row_scratch(ws.for_thread(i), capacity_tokens, ratio, heads_per_kv);
   }
-  pool.parallel_for(n_rows, [&](int64_t begin, int64_t end, int thread_index) {
+  // Short windows (decode) split each row's heads over the threads too: a decode step is one row,
+  // and its heads were one thread's work. A task is (row, head) there, a row in the matrix path;
+  // a task selects its row's tokens itself (the same deterministic set for every head).
+  const int64_t heads_per_task = matrix_path ? shape.n_head : 1;
+  const int64_t tasks_per_row = shape.n_head / heads_per_task;
+  pool.parallel_for(n_rows * tasks_per_row, [&](int64_t begin, int64_t end, int thread_index) {
     compute::Workspace& tw = ws.for_thread(thread_index);
     compute::Workspace::Frame task_frame(tw);
     RowScratch scratch = take_row_scratch(tw, capacity_tokens, ratio, heads_per_kv);
     std::vector<int64_t>& tokens = scratch.tokens;
     std::vector<float>& weights = scratch.weights;
-    for (int64_t t = begin; t < end; ++t) {
+    int64_t selected_row = -1;  // the row `tokens` holds
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t t = task / tasks_per_row;
+      const int h_begin = int((task % tasks_per_row) * heads_per_task);
+      const int h_end = int(h_begin + heads_per_task);
       const int64_t pos = first_pos + t;
-      if (w.sparse()) {
-        select_tokens(scratch, w, dims, shape, cache, index_q + t * shape.idx_heads * shape.idx_dim,
-                      pos);
-      } else {
-        tokens.resize(static_cast<size_t>(pos + 1));
-        std::iota(tokens.begin(), tokens.end(), int64_t{0});
+      if (selected_row != t) {
+        if (w.sparse()) {
+          select_tokens(scratch, w, dims, shape, cache,
+                        index_q + t * shape.idx_heads * shape.idx_dim, pos);
+        } else {
+          tokens.resize(static_cast<size_t>(pos + 1));
+          std::iota(tokens.begin(), tokens.end(), int64_t{0});
+        }
+        selected_row = t;
       }
       // Every visible token selected (dense attention, or QSA within its budget): the matrix path.
       if (matrix_path && int64_t(tokens.size()) == pos + 1) {
@@ -285,7 +303,7 @@ void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const Att
         continue;
       }
       weights.resize(tokens.size());
-      for (int h = 0; h < shape.n_head; ++h) {
+      for (int h = h_begin; h < h_end; ++h) {
         const float* qh = q + t * shape.q_row + h * q_stride;
         const int kvh = h / heads_per_kv;
         for (size_t i = 0; i < tokens.size(); ++i) {
@@ -334,6 +352,7 @@ void attention_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Att
   // Every projection of x in one call (x converted once per activation format, one wait).
   std::vector<float>& index_q = ws.floats(0);
   std::vector<float>& raw = ws.floats(0);
+  std::optional<ScopedPart> part(std::in_place, Part::AttnProj);
   if (w.sparse()) {
     index_q.resize(static_cast<size_t>(n_rows * shape.idx_heads * shape.idx_dim));
     raw.resize(static_cast<size_t>(n_rows * shape.idx_dim));
@@ -349,27 +368,30 @@ void attention_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Att
     compute::matmul_many(pool, projections, x, n_rows);
   }
 
+  part.reset();
   const int64_t attn_width = int64_t(shape.n_head) * hd;
   std::vector<float>& attn = ws.floats(static_cast<size_t>(n_rows * attn_width));
   const int64_t idx_row = int64_t(shape.idx_heads) * shape.idx_dim;
-  auto core = [&](compute::Workspace& core_ws, size_t s) {
+  auto core = [&](compute::Workspace& core_ws, size_t s, bool time_parts) {
     const int64_t first = segments[s].first_row;
     attention_core(pool, core_ws, dims, w, shape, *caches[s], q.data() + first * shape.q_row,
                    k.data() + first * shape.kv_dim, v.data() + first * shape.kv_dim,
                    w.sparse() ? index_q.data() + first * idx_row : nullptr,
                    w.sparse() ? raw.data() + first * shape.idx_dim : nullptr, segments[s].n_rows,
-                   attn.data() + first * attn_width);
+                   attn.data() + first * attn_width, time_parts);
   };
   if (segments.size() == 1) {
-    core(ws, 0);
+    core(ws, 0, true);
   } else {
     // Several sequences side by side, each on its thread's workspace (its own cache and rows;
     // the hand-outs inside a task run inline, so each sequence's work is what it does alone).
     ws.reserve_threads(pool.size());
+    ScopedPart core_part(Part::AttnCore);
     pool.parallel_for(int64_t(segments.size()), [&](int64_t begin, int64_t end, int thread) {
-      for (int64_t s = begin; s < end; ++s) core(ws.for_thread(thread), size_t(s));
+      for (int64_t s = begin; s < end; ++s) core(ws.for_thread(thread), size_t(s), false);
     });
   }
+  part.emplace(Part::AttnOut);
   compute::matmul(pool, w.o, attn.data(), n_rows, y);
 }
 
