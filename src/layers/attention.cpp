@@ -1,12 +1,14 @@
 #include "layers/attention.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <optional>
 
 #include "compute/cpu/gemm_f32.h"
 #include "compute/cpu/ops.h"
+#include "util/error.h"
 #include "util/phase_timer.h"
 
 namespace strata {
@@ -31,6 +33,8 @@ void torch_cpu_top_k_set(const std::vector<float>& values, int64_t k, std::vecto
 }
 
 namespace {
+
+constexpr int kMaxRopeHalf = 512;  // rotary pairs a row's table holds (real models: n_rot <= 256)
 
 struct Shape {
   int n_head, n_head_kv, head_dim, n_rot;
@@ -215,34 +219,41 @@ void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const Att
   // Timed on the window thread only (a batched window runs this inside pool tasks).
   std::optional<ScopedPart> part;
   if (time_parts) part.emplace(Part::AttnPrep);
+  // The rotation of a row's position once for all its heads (q, k and the indexer's q share
+  // n_rot and theta): rope_neox is rope_cos_sin then rope_neox_apply, so the same bits, without
+  // ~15 sets of pow/cos/sin per decode row (~50 µs of a QSA layer's step, on one thread).
+  if (shape.n_rot / 2 > kMaxRopeHalf)
+    fail("attention: n_rot {} above the supported {}", shape.n_rot, 2 * kMaxRopeHalf);
   compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+    std::array<float, kMaxRopeHalf> cos_values, sin_values;
     for (int64_t t = begin; t < end; ++t) {
       const int64_t pos = first_pos + t;
+      compute::rope_cos_sin(shape.n_rot, pos, dims.rope_theta, cos_values.data(), sin_values.data());
+      auto rotate = [&](float* x, int dim) {
+        compute::rope_neox_apply(x, dim, shape.n_rot, cos_values.data(), sin_values.data());
+      };
       for (int h = 0; h < shape.n_head; ++h) {
         float* qh = q + t * shape.q_row + h * q_stride;
         if (!w.q_norm.empty()) compute::rms_norm(qh, w.q_norm.data(), hd, dims.rms_eps, qh);
-        compute::rope_neox(qh, hd, shape.n_rot, pos, dims.rope_theta);
+        rotate(qh, hd);
       }
       for (int h = 0; h < shape.n_head_kv; ++h) {
         float* kh = k + t * shape.kv_dim + h * hd;
         if (!w.k_norm.empty()) compute::rms_norm(kh, w.k_norm.data(), hd, dims.rms_eps, kh);
-        compute::rope_neox(kh, hd, shape.n_rot, pos, dims.rope_theta);
+        rotate(kh, hd);
+      }
+      if (!w.sparse()) continue;
+      for (int h = 0; h < shape.idx_heads; ++h) {
+        float* qh = index_q + (t * shape.idx_heads + h) * shape.idx_dim;
+        compute::rms_norm(qh, w.index_q_norm.data(), shape.idx_dim, dims.rms_eps, qh);
+        rotate(qh, shape.idx_dim);
       }
     }
   });
   cache.k.insert(cache.k.end(), k, k + n_rows * shape.kv_dim);
   cache.v.insert(cache.v.end(), v, v + n_rows * shape.kv_dim);
 
-  if (w.sparse()) {
-    const int di = shape.idx_dim;
-    for (int64_t t = 0; t < n_rows; ++t)
-      for (int h = 0; h < shape.idx_heads; ++h) {
-        float* qh = index_q + (t * shape.idx_heads + h) * di;
-        compute::rms_norm(qh, w.index_q_norm.data(), di, dims.rms_eps, qh);
-        compute::rope_neox(qh, di, shape.n_rot, first_pos + t, dims.rope_theta);
-      }
-    extend_index(ws, w, dims, shape, cache, raw, n_rows);
-  }
+  if (w.sparse()) extend_index(ws, w, dims, shape, cache, raw, n_rows);
   cache.n_tokens += n_rows;
   if (time_parts) part.emplace(Part::AttnCore);
 

@@ -194,10 +194,9 @@ void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const De
       compute::silu(row + ch_begin, ch_end - ch_begin, row + ch_begin);
     }
   };
-  if (n_rows >= compute::kParallelRowsMin)
-    pool.parallel_for(conv_tasks, convolve);
-  else
-    convolve(0, conv_tasks, 0);
+  // On the pool for decode rows too: 2560 channels x 4 taps were ~20 µs of a decode step on one
+  // thread while the others waited (strata bench cpu, "gdn conv+gates").
+  pool.parallel_for(conv_tasks, convolve);
   // The new history: the last K-1 rows of the concatenation (moved in order, oldest first, so a
   // history row is read before it is overwritten).
   for (int64_t j = 0; j < history_rows && n_rows > 0; ++j)
