@@ -12,14 +12,18 @@
 #   2. strata (CPU only, no tests) in build-cpu/;
 #   3. the model, unless given: `strata synth --shape mid-qwen4exp --layers 48 --experts 512
 #      --type q8_0 --expert-type iq2_xs` (11.0 GiB, ~14 s on that box) to /root/cpu-scaling.gguf;
-#   4. once llama-bench is built (never timed while a build runs), `strata bench cpu`: REPEATS
-#      interleaved rounds of decode (-n DECODE steps after a 16-token prompt) and a PROMPT-token
-#      prompt (64-row windows) at each of THREADS, llama-bench at the same count right after
-#      strata's runs, then the tables (tok/s and ratio to llama.cpp, ms per part, pool hand-outs).
-# Knobs (environment): THREADS (1,2,4,8,16), PROMPT_THREADS (default: all of THREADS), PROMPT (512),
-# DECODE (32), REPEATS (2), JOBS (build jobs, nproc), LLAMA_BENCH (a prebuilt CPU llama-bench).
-# Expected wall time there: builds ~2.5 min (llama-bench's is the longer, overlapped with strata's
-# build and the synth), runs ~3.5 min with the defaults (see docs/bench-cpu-scaling.md).
+#   4. once llama-bench is built (never timed while a build runs; a build still running at
+#      LLAMA_WAIT s is stopped and strata runs alone), `strata bench cpu`: REPEATS interleaved
+#      rounds of decode (-n DECODE steps after a 16-token prompt) at each of THREADS, the first
+#      PROMPT_REPEATS rounds also a PROMPT-token prompt (64-row windows) at each of PROMPT_THREADS,
+#      llama-bench at the same count right after strata's runs (-r 1, its own warm-up), the tables
+#      after every round (tok/s and the ratio to llama.cpp, ms per part, pool hand-outs). The bench
+#      runs under `timeout` so the call ends by LIMIT s (default 570) with what it has.
+# Knobs (environment): THREADS (1,2,4,8,16), PROMPT_THREADS (2,4,8,16: a 1-thread pp512 costs
+# ~1 min per engine), PROMPT (512), DECODE (32), REPEATS (3), PROMPT_REPEATS (1), JOBS (build jobs,
+# nproc), LLAMA_BENCH (a prebuilt CPU llama-bench: no build), LLAMA_WAIT (270), LIMIT (570).
+# Expected wall time there: ~2.5 min of builds (llama-bench's the longer, overlapped with strata's
+# build and the synth), ~4.5 min of runs with the defaults; docs/bench-cpu-scaling.md.
 # Outputs under $OUT: llbuild.log, build.log, synth.log, bench.txt (the tables), bench.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +32,7 @@ out=${OUT:-/tmp/cpu-scaling}
 mkdir -p "$out"
 model=${1:-/root/cpu-scaling.gguf}
 threads=${THREADS:-1,2,4,8,16}
-prompt_threads=${PROMPT_THREADS:-$threads}
+prompt_threads=${PROMPT_THREADS:-2,4,8,16}
 jobs=${JOBS:-$(nproc)}
 start=$(date +%s)
 stamp() { echo "[$(($(date +%s) - start)) s] $*"; }
@@ -45,6 +49,7 @@ if [ -z "$llama" ] && [ -f .device/peer/llama-src.tar.xz ]; then
       -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null &&
     cmake --build build --target llama-bench -j $jobs >$out/llbuild.log 2>&1; touch /root/llcpu-done" \
     </dev/null >/dev/null 2>&1 &
+  llama_build=$!
   stamp "llama.cpp CPU llama-bench build started"
 elif [ -z "$llama" ]; then
   stamp "no .device/peer/llama-src.tar.xz and no LLAMA_BENCH: strata alone"
@@ -64,7 +69,11 @@ fi
 peer=()
 if [ -n "$llama" ]; then
   if [ -z "${LLAMA_BENCH:-}" ]; then
-    while [ ! -f /root/llcpu-done ]; do sleep 2; done
+    while [ ! -f /root/llcpu-done ] && [ $(($(date +%s) - start)) -lt "${LLAMA_WAIT:-270}" ]; do sleep 2; done
+    if [ ! -f /root/llcpu-done ]; then
+      kill -- -"$llama_build" 2>/dev/null  # its own session (setsid): the build's process group
+      stamp "llama-bench still building at ${LLAMA_WAIT:-270} s: stopped"
+    fi
   fi
   if [ -x "$llama" ]; then
     peer=(--llama-bench "$llama")
@@ -74,7 +83,9 @@ if [ -n "$llama" ]; then
     tail -15 "$out/llbuild.log" 2>/dev/null
   fi
 fi
-./build-cpu/strata bench cpu -m "$model" --threads "$threads" --prompt-threads "$prompt_threads" \
-  --prompt-tokens "${PROMPT:-512}" -n "${DECODE:-32}" --repeats "${REPEATS:-2}" "${peer[@]}" \
-  --json "$out/bench.json" 2>&1 | tee "$out/bench.txt"
+left=$(( ${LIMIT:-570} - ($(date +%s) - start) ))
+stamp "bench cpu, ${left} s left"
+timeout "$left" ./build-cpu/strata bench cpu -m "$model" --threads "$threads" --prompt-threads "$prompt_threads" \
+  --prompt-tokens "${PROMPT:-512}" -n "${DECODE:-32}" --repeats "${REPEATS:-3}" \
+  --prompt-repeats "${PROMPT_REPEATS:-1}" "${peer[@]}" --json "$out/bench.json" 2>&1 | tee "$out/bench.txt"
 stamp "done"

@@ -341,9 +341,11 @@ void register_bench(CLI::App& app) {
 
   auto c = std::make_shared<CpuBenchOptions>();
   CLI::App* cpu = bench->add_subcommand(
-      "cpu", "CPU decode and prompt time per part of the layer at several thread counts, side by side");
+      "cpu",
+      "CPU decode and prompt time per part of the layer at several thread counts, side by side");
   cpu->add_option("-m,--model", c->model.model_path, "GGUF model (default: the embedded model)");
-  cpu->add_option("--threads", c->threads, "comma-separated thread counts, run interleaved (e.g. 1,2,4,8,16)");
+  cpu->add_option("--threads", c->threads,
+                  "comma-separated thread counts, run interleaved (e.g. 1,2,4,8,16)");
   cpu->add_option("--prompt-threads", c->prompt_threads,
                   "thread counts that also run the prompt (default: all of --threads)");
   cpu->add_option("--prompt-tokens", c->prompt_tokens, "prompt length (0: no prompt runs)")
@@ -351,11 +353,17 @@ void register_bench(CLI::App& app) {
   cpu->add_option("--chunk", c->chunk_rows, "prefill window rows")->check(CLI::Range(1, 4096));
   cpu->add_option("--decode-context", c->decode_context, "tokens before the timed decode steps")
       ->check(CLI::Range(1, 32768));
-  cpu->add_option("-n,--n-decode", c->n_decode, "timed decode steps per run")->check(CLI::Range(1, 100000));
-  cpu->add_option("--repeats", c->repeats, "interleaved rounds (medians)")->check(CLI::Range(1, 1000));
+  cpu->add_option("-n,--n-decode", c->n_decode, "timed decode steps per run")
+      ->check(CLI::Range(1, 100000));
+  cpu->add_option("--repeats", c->repeats, "interleaved rounds (medians)")
+      ->check(CLI::Range(1, 1000));
+  cpu->add_option("--prompt-repeats", c->prompt_repeats,
+                  "rounds (the first ones) that also run the prompt (0: all)")
+      ->check(CLI::Range(0, 1000));
   cpu->add_option("--json", c->json, "write every round's numbers as JSON");
   cpu->add_option("--llama-bench", c->llama_bench,
-                  "llama.cpp's llama-bench (a CPU build): run it on the same file at each thread count, side by side");
+                  "llama.cpp's llama-bench (a CPU build): run it on the same file at each thread "
+                  "count, side by side");
   cpu->callback([c] { run_cpu_bench(*c); });
 #ifdef STRATA_HAVE_CUDA
   struct GpuCommand {

@@ -52,7 +52,8 @@ void print_profile(const std::string& what, const PhaseTimes& times, double tota
   for (size_t p = 0; p < times.part_ms.size(); ++p) {
     const double ms = times.part_ms[p] / steps;
     accounted += ms;
-    if (ms > 0) line += fmt::format(" {} {:.3f} ms ({:.0f}%),", part_name(Part(p)), ms, 100 * ms / total_ms);
+    if (ms > 0)
+      line += fmt::format(" {} {:.3f} ms ({:.0f}%),", part_name(Part(p)), ms, 100 * ms / total_ms);
   }
   line += fmt::format(" other {:.3f} ms", total_ms - accounted);
   fmt::print(stderr, "{}\n", line);

@@ -228,7 +228,8 @@ void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const Att
     std::array<float, kMaxRopeHalf> cos_values, sin_values;
     for (int64_t t = begin; t < end; ++t) {
       const int64_t pos = first_pos + t;
-      compute::rope_cos_sin(shape.n_rot, pos, dims.rope_theta, cos_values.data(), sin_values.data());
+      compute::rope_cos_sin(shape.n_rot, pos, dims.rope_theta, cos_values.data(),
+                            sin_values.data());
       auto rotate = [&](float* x, int dim) {
         compute::rope_neox_apply(x, dim, shape.n_rot, cos_values.data(), sin_values.data());
       };

@@ -373,8 +373,8 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
   part.reset();
   std::vector<float>& core = ws.floats(static_cast<size_t>(n_rows * value_dim));
   if (segments.size() == 1) {
-    deltanet_core(pool, ws, dims, w, *states[0], mixed.data(), beta.data(), alpha.data(),
-                  z.data(), segments[0].n_rows, core.data(), record_window);
+    deltanet_core(pool, ws, dims, w, *states[0], mixed.data(), beta.data(), alpha.data(), z.data(),
+                  segments[0].n_rows, core.data(), record_window);
   } else {
     // Several sequences (never recorded): phase 1 per sequence, then the delta rule of every
     // (sequence, V head) pair in one hand-out to the threads rather than one per sequence (the

@@ -387,8 +387,9 @@ void run_batch_grouped(compute::ThreadPool& pool, int64_t n_embd, const ExpertRo
       const int64_t n = g.count(size_t(d.index)), row0 = (*g.offsets)[size_t(d.index)];
       float* gate_rows = s.gate_out + row0 * n_ff;
       compute::silu_mul(gate_rows, s.up_out + row0 * n_ff, n * n_ff);
-      const compute::ActivationRows down_in = compute::quantize_activation_rows(
-          pool, d.matrices.down.type, gate_rows, n, n_ff, s.down_rows + size_t(row0) * s.down_stride);
+      const compute::ActivationRows down_in =
+          compute::quantize_activation_rows(pool, d.matrices.down.type, gate_rows, n, n_ff,
+                                            s.down_rows + size_t(row0) * s.down_stride);
       products[n_products++] = {&d.matrices.down, outputs + row0 * n_embd, down_in};
     }
     compute::matmul_rows_each(pool, std::span(products.data(), n_products));
@@ -515,8 +516,9 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDim
   {
     ScopedPart part(Part::Router);
     if (w.has_shared()) {
-      const compute::MatmulProduct products[] = {
-          {&w.router, probs.data()}, {&w.shared_gate, shared_g.data()}, {&w.shared_up, shared_u.data()}};
+      const compute::MatmulProduct products[] = {{&w.router, probs.data()},
+                                                 {&w.shared_gate, shared_g.data()},
+                                                 {&w.shared_up, shared_u.data()}};
       compute::matmul_many(pool, products, x, n_rows);
     } else {
       compute::matmul(pool, w.router, x, n_rows, probs.data());

@@ -23,25 +23,25 @@ enum class Phase { Mixer, Router, SharedExpert, ExpertFetch, RoutedExperts, Head
 std::string_view phase_name(Phase phase);
 
 enum class Part {
-  Embed,           // token embedding, stream copies
-  HcIn,            // hyper-connection mixer in (norm, down, up, stream sums, inject)
-  HcOut,           // X += inject·y
-  GdnProj,         // Gated DeltaNet input projections (qkv, z, beta, alpha)
-  GdnConv,         // its causal conv + SiLU, split, L2 norms, gates
-  GdnDeltaRule,    // the delta rule per V head (recurrent or chunked), then its gated RMS norm
-  GdnOut,          // output projection
-  AttnProj,        // attention input projections (q, k, v, indexer)
-  AttnPrep,        // q/k norms, RoPE, KV append, QSA index keys
-  AttnCore,        // token selection, scores, softmax, weighted values, gate
-  AttnOut,         // output projection
-  Ple,             // the PLE layer
-  Router,          // router matmul with the shared expert's gate and up (one hand-out), softmax,
-                   // top-k (and the read-ahead guess)
-  SharedExpert,    // the shared expert's silu(g)·u and down
-  ExpertFetch,     // waiting for routed experts to be resident
-  RoutedExperts,   // the routed experts' SwiGLUs
-  Combine,         // Σ w·expert outputs + gated shared expert
-  Head,            // final norm / head matmul / argmax
+  Embed,          // token embedding, stream copies
+  HcIn,           // hyper-connection mixer in (norm, down, up, stream sums, inject)
+  HcOut,          // X += inject·y
+  GdnProj,        // Gated DeltaNet input projections (qkv, z, beta, alpha)
+  GdnConv,        // its causal conv + SiLU, split, L2 norms, gates
+  GdnDeltaRule,   // the delta rule per V head (recurrent or chunked), then its gated RMS norm
+  GdnOut,         // output projection
+  AttnProj,       // attention input projections (q, k, v, indexer)
+  AttnPrep,       // q/k norms, RoPE, KV append, QSA index keys
+  AttnCore,       // token selection, scores, softmax, weighted values, gate
+  AttnOut,        // output projection
+  Ple,            // the PLE layer
+  Router,         // router matmul with the shared expert's gate and up (one hand-out), softmax,
+                  // top-k (and the read-ahead guess)
+  SharedExpert,   // the shared expert's silu(g)·u and down
+  ExpertFetch,    // waiting for routed experts to be resident
+  RoutedExperts,  // the routed experts' SwiGLUs
+  Combine,        // Σ w·expert outputs + gated shared expert
+  Head,           // final norm / head matmul / argmax
   kCount
 };
 std::string_view part_name(Part part);
@@ -64,9 +64,11 @@ class ScopedPart {
   ~ScopedPart() {
     if (!times_) return;
     const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+            .count();
     times_->part_ms[size_t(part_)] += ms;
-    if (const Phase phase = part_phase(part_); phase != Phase::kCount) times_->ms[size_t(phase)] += ms;
+    if (const Phase phase = part_phase(part_); phase != Phase::kCount)
+      times_->ms[size_t(phase)] += ms;
   }
   ScopedPart(const ScopedPart&) = delete;
   ScopedPart& operator=(const ScopedPart&) = delete;

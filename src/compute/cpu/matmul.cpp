@@ -275,7 +275,8 @@ void matmul_rows_each(ThreadPool& pool, std::span<const RowsProduct> products) {
           "type {} with {} inputs",
           type_traits(p.w->type).name, p.w->n_in, type_traits(rows.activation_type).name,
           rows.n_in);
-    jobs[n_jobs++] = make_job(*p.w, p.y, rows.data, rows.row_stride_bytes, rows.n_rows, pool.size());
+    jobs[n_jobs++] =
+        make_job(*p.w, p.y, rows.data, rows.row_stride_bytes, rows.n_rows, pool.size());
   }
   if (n_jobs > 0) run_jobs(pool, std::span<const ProductJob>(jobs.data(), n_jobs));
 }
