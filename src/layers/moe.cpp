@@ -365,9 +365,12 @@ void run_batch_side_by_side(compute::ThreadPool& pool, int64_t n_embd, const Exp
 // calling thread (a row of n_ff values per routed row), then every expert's down tiles in one.
 // Each expert's tiles spread over all threads, so 8 experts of one row keep 16 threads busy.
 // Bitwise run_expert's result (the same products, conversions and order per expert).
+// extra_down (the shared expert's down, when given) joins the first hand-out of downs and is
+// then set to nullptr: one hand-out less per layer.
 void run_batch_grouped(compute::ThreadPool& pool, int64_t n_embd, const ExpertRows& g,
                        std::span<const DeliveredExpert> batch, const ConvertedRows& converted,
-                       const SideBySideScratch& s, float* outputs) {
+                       const SideBySideScratch& s, float* outputs,
+                       const compute::RowsProduct*& extra_down) {
   const int64_t n_ff = s.n_ff;
   constexpr size_t kExpertsPerHandOut = compute::kMaxRowsProducts / 2;
   for (size_t first = 0; first < batch.size(); first += kExpertsPerHandOut) {
@@ -392,6 +395,10 @@ void run_batch_grouped(compute::ThreadPool& pool, int64_t n_embd, const ExpertRo
                                             s.down_rows + size_t(row0) * s.down_stride);
       products[n_products++] = {&d.matrices.down, outputs + row0 * n_embd, down_in};
     }
+    if (extra_down) {
+      products[n_products++] = *extra_down;
+      extra_down = nullptr;
+    }
     compute::matmul_rows_each(pool, std::span(products.data(), n_products));
   }
 }
@@ -401,10 +408,12 @@ void run_batch_grouped(compute::ThreadPool& pool, int64_t n_embd, const ExpertRo
 // the batching ever matters. A window of several rows runs a batch of several experts side by
 // side on the pool's threads: a decode step of 16 sequences routes to ~20 small experts of ~3
 // rows each, too little work per expert to split one across threads. Each expert's rows give the
-// same bits on any thread.
-void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_embd,
+// same bits on any thread. shared_down (optional) is run with the first grouped batch's downs;
+// returns whether it was (false: the caller runs it).
+bool run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_embd,
                 ExpertSource& experts, int layer, const ExpertRows& g, const float* x,
-                int64_t n_rows, float* y) {
+                int64_t n_rows, float* y, const compute::RowsProduct* shared_down = nullptr) {
+  const compute::RowsProduct* pending_down = shared_down;
   compute::Workspace::Frame frame(ws);
   const std::vector<int32_t>& used = *g.used;
   // Expert e's output rows sit at rows [offsets[e], offsets[e+1]) of `outputs`.
@@ -441,7 +450,7 @@ void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
     }
     if (scratch.gathered && batch.size() > 1 && uniform_batch(batch, first, converted, n_embd)) {
       if (few_rows)
-        run_batch_grouped(pool, n_embd, g, batch, converted, scratch, outputs.data());
+        run_batch_grouped(pool, n_embd, g, batch, converted, scratch, outputs.data(), pending_down);
       else
         run_batch_side_by_side(pool, n_embd, g, batch, converted, scratch, outputs.data());
       continue;
@@ -475,6 +484,7 @@ void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
     pool.parallel_for(column_tasks, combine);
   else
     combine(0, column_tasks, 0);
+  return shared_down != nullptr && pending_down == nullptr;
 }
 
 // y += σ(w_sg·x)·shared, row by row (after the routed sum: the reference's order).
@@ -537,14 +547,43 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDim
     experts.publish_guess(layer + 1, predicted);
   }
 
-  // The shared expert first: it needs no routed bytes, so it overlaps the misses' reads.
+  // The shared expert first: it needs no routed bytes, so it overlaps the misses' reads. In a
+  // window of a few rows on several threads its down joins the routed experts' downs (one
+  // hand-out less per layer; bitwise the same: matmul_rows on the converted rows is matmul).
   std::vector<float>& shared =
       ws.scratch_floats(w.has_shared() ? static_cast<size_t>(n_rows * n_embd) : 0);
-  if (w.has_shared()) {
+  const bool fuse_shared_down = w.has_shared() && n_rows < compute::kParallelRowsMin &&
+                                pool.size() > 1 &&
+                                quant::activation_type(w.shared_down.type) != GgmlType::F32;
+  const size_t shared_stride =
+      w.has_shared() ? compute::activation_row_stride(w.shared_down.type, n_ff_shared) : 0;
+  auto shared_in_floats = [&](int64_t rows) {
+    return (size_t(rows) * shared_stride + sizeof(float) - 1) / sizeof(float);
+  };
+  std::vector<float>& shared_in =
+      ws.scratch_floats(fuse_shared_down ? shared_in_floats(n_rows) : 0);
+  // Sized for its largest use at once (a fused window has fewer than kParallelRowsMin rows, so the
+  // largest is not the largest window's): a steady state of varying windows allocates nothing.
+  shared_in.reserve(shared_in_floats(compute::kParallelRowsMin - 1));
+  compute::RowsProduct shared_down;
+  if (fuse_shared_down) {
+    ScopedPart part(Part::SharedExpert);
+    compute::silu_mul(shared_g.data(), shared_u.data(), n_rows * n_ff_shared);
+    shared_down = {&w.shared_down, shared.data(),
+                   compute::quantize_activation_rows(
+                       pool, w.shared_down.type, shared_g.data(), n_rows, n_ff_shared,
+                       reinterpret_cast<std::byte*>(shared_in.data()))};
+  } else if (w.has_shared()) {
     ScopedPart part(Part::SharedExpert);
     glu_and_down(pool, w.shared_down, shared_g, shared_u, n_rows, shared.data());
   }
-  run_routed(pool, ws, n_embd, experts, layer, g, x, n_rows, y);
+  if (!run_routed(pool, ws, n_embd, experts, layer, g, x, n_rows, y,
+                  fuse_shared_down ? &shared_down : nullptr) &&
+      fuse_shared_down) {
+    ScopedPart part(Part::SharedExpert);
+    const compute::MatmulProduct down[] = {{shared_down.w, shared_down.y}};
+    compute::matmul_rows(pool, down, shared_down.rows);
+  }
   if (w.has_shared()) add_gated_shared(pool, w, n_embd, x, n_rows, shared.data(), y);
 
   if (sample) {
