@@ -84,6 +84,7 @@ if [ -n "$llama" ]; then
   fi
 fi
 left=$(( ${LIMIT:-570} - ($(date +%s) - start) ))
+[ "$left" -lt 60 ] && left=60  # at least one decode round
 stamp "bench cpu, ${left} s left"
 timeout "$left" ./build-cpu/strata bench cpu -m "$model" --threads "$threads" --prompt-threads "$prompt_threads" \
   --prompt-tokens "${PROMPT:-512}" -n "${DECODE:-32}" --repeats "${REPEATS:-3}" \

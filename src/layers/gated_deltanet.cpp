@@ -241,10 +241,11 @@ void gated_norm_head(const DeltaNetDims& dims, const GatedDeltaNetWeights& w, fl
   }
 }
 
-// Phases 1, 2 and 3 for one sequence: conv + SiLU (with its history), split, normalise, gates, and
-// the delta rule, over its n_rows rows of the projections (mixed [n][conv_dim], beta and alpha
-// [n][nv]) into core [n][value_dim]. Everything here is the sequence's own (state, positions);
-// the projections before and the norm and output after are row-wise.
+// Phases 1, 2 and 3 for one sequence: conv + SiLU (with its history), split, normalise, gates,
+// the delta rule and the gated norm, over its n_rows rows of the projections (mixed [n][conv_dim],
+// beta and alpha [n][nv], z [n][value_dim]) into core [n][value_dim]. Everything here is the
+// sequence's own (state, positions) except the norm, which is per (row, head) and rides along in
+// each head's task; the projections before and the output after are row-wise.
 void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const DeltaNetDims& dims,
                    const GatedDeltaNetWeights& w, GatedDeltaNetState& state, const float* mixed,
                    const float* beta, const float* alpha, const float* z, int64_t n_rows,
