@@ -18,12 +18,14 @@
 #      PROMPT_REPEATS rounds also a PROMPT-token prompt (64-row windows) at each of PROMPT_THREADS,
 #      llama-bench at the same count right after strata's runs (-r 1, its own warm-up), the tables
 #      after every round (tok/s and the ratio to llama.cpp, ms per part, pool hand-outs). The bench
-#      runs under `timeout` so the call ends by LIMIT s (default 570) with what it has.
+#      runs under `timeout` so the call ends by LIMIT s (default 480) with what it has.
 # Knobs (environment): THREADS (1,2,4,8,16), PROMPT_THREADS (2,4,8,16: a 1-thread pp512 costs
 # ~1 min per engine), PROMPT (512), DECODE (32), REPEATS (3), PROMPT_REPEATS (1), JOBS (build jobs,
-# nproc), LLAMA_BENCH (a prebuilt CPU llama-bench: no build), LLAMA_WAIT (270), LIMIT (570).
-# Expected wall time there: ~2.5 min of builds (llama-bench's the longer, overlapped with strata's
-# build and the synth), ~4.5 min of runs with the defaults; docs/bench-cpu-scaling.md.
+# nproc), LLAMA_BENCH (a prebuilt CPU llama-bench: no build), LLAMA_WAIT (240), LIMIT (480).
+# Expected wall time there (estimated, not yet run there): ~3 min until the bench starts
+# (llama-bench's build the longer, overlapped with strata's build and the synth), then ~3 min for
+# round 1 (with the prompts; llama-bench's pp512 warm-up doubles its prompt time) and ~45 s per
+# further round: ~7.5 min; LIMIT cuts it at 8 min with the rounds done. docs/bench-cpu-scaling.md.
 # Outputs under $OUT: llbuild.log, build.log, synth.log, bench.txt (the tables), bench.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -69,10 +71,10 @@ fi
 peer=()
 if [ -n "$llama" ]; then
   if [ -z "${LLAMA_BENCH:-}" ]; then
-    while [ ! -f /root/llcpu-done ] && [ $(($(date +%s) - start)) -lt "${LLAMA_WAIT:-270}" ]; do sleep 2; done
+    while [ ! -f /root/llcpu-done ] && [ $(($(date +%s) - start)) -lt "${LLAMA_WAIT:-240}" ]; do sleep 2; done
     if [ ! -f /root/llcpu-done ]; then
       kill -- -"$llama_build" 2>/dev/null  # its own session (setsid): the build's process group
-      stamp "llama-bench still building at ${LLAMA_WAIT:-270} s: stopped"
+      stamp "llama-bench still building at ${LLAMA_WAIT:-240} s: stopped"
     fi
   fi
   if [ -x "$llama" ]; then
@@ -83,7 +85,7 @@ if [ -n "$llama" ]; then
     tail -15 "$out/llbuild.log" 2>/dev/null
   fi
 fi
-left=$(( ${LIMIT:-570} - ($(date +%s) - start) ))
+left=$(( ${LIMIT:-480} - ($(date +%s) - start) ))
 [ "$left" -lt 60 ] && left=60  # at least one decode round
 stamp "bench cpu, ${left} s left"
 timeout "$left" ./build-cpu/strata bench cpu -m "$model" --threads "$threads" --prompt-threads "$prompt_threads" \
