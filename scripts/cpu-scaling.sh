@@ -45,7 +45,7 @@ if [ -z "$llama" ] && [ -f .device/peer/llama-src.tar.xz ]; then
   llama=/root/llcpu/build/bin/llama-bench
   rm -f /root/llcpu-done
   mkdir -p /root/llcpu
-  # Half the cores while strata builds and synth writes; the rest is llama.cpp's.
+  # All cores, beside strata's build and the synth (nothing is timed until both builds are done).
   setsid bash -c "tar xJf .device/peer/llama-src.tar.xz -C /root/llcpu && cd /root/llcpu &&
     cmake -B build -G Ninja -DGGML_CUDA=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
       -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null &&
@@ -75,6 +75,7 @@ if [ -n "$llama" ]; then
     if [ ! -f /root/llcpu-done ]; then
       kill -- -"$llama_build" 2>/dev/null  # its own session (setsid): the build's process group
       stamp "llama-bench still building at ${LLAMA_WAIT:-240} s: stopped"
+      llama=/nonexistent  # a half-linked binary is no peer
     fi
   fi
   if [ -x "$llama" ]; then
