@@ -86,6 +86,7 @@ void CpuBackend::pair_rows(Tensor a, Tensor b, int n_streams, Tensor out, int64_
 void CpuBackend::embed(const WeightMatrix& table, std::span<const int32_t> tokens, Tensor out) {
   const int64_t n_rows = int64_t(tokens.size());
   float* y = rows(out, n_rows, "embed", table.n_in);
+  ScopedPart part(Part::Embed);
   for (int64_t t = 0; t < n_rows; ++t)
     quant::dequantize_row(table.type, table.row(tokens[size_t(t)]), y + t * table.n_in,
                           table.n_in);
@@ -94,6 +95,7 @@ void CpuBackend::embed(const WeightMatrix& table, std::span<const int32_t> token
 void CpuBackend::repeat(Tensor x, int n_copies, Tensor out, int64_t n_rows) {
   const float* src = rows(x, n_rows, "repeat");
   float* dst = rows(out, n_rows, "repeat", x.width * n_copies);
+  ScopedPart part(Part::Embed);
   for (int64_t t = 0; t < n_rows; ++t)
     for (int s = 0; s < n_copies; ++s)
       std::copy_n(src + t * x.width, x.width, dst + t * out.width + s * x.width);
@@ -137,6 +139,7 @@ void CpuBackend::hyper_connection_in(const HyperConnectionWeights& w, int n_stre
   const int64_t n_embd = X.width / n_streams;
   float* xd = rows(x, n_rows, "hyper_connection_in", n_embd);
   float* inj = inject.valid() ? rows(inject, n_rows, "hyper_connection_in", n_streams) : nullptr;
+  ScopedPart part(Part::HcIn);
   strata::hyper_connection_in(pool("hyper_connection_in"), ws_, w, n_streams, n_embd, eps, Xd,
                               n_rows, xd, inj);
 }
@@ -147,6 +150,7 @@ void CpuBackend::hyper_connection_out(int n_streams, Tensor y, Tensor inject, Te
   const int64_t n_embd = X.width / n_streams;
   const float* yd = rows(y, n_rows, "hyper_connection_out", n_embd);
   const float* inj = rows(inject, n_rows, "hyper_connection_out", n_streams);
+  ScopedPart part(Part::HcOut);
   strata::hyper_connection_out(n_streams, n_embd, yd, inj, n_rows, Xd);
 }
 
@@ -155,7 +159,6 @@ void CpuBackend::gated_deltanet(const DeltaNetDims& dims, const GatedDeltaNetWei
                                 int64_t n_rows, bool record_window) {
   const float* xd = rows(x, n_rows, "gated_deltanet");
   float* yd = rows(y, n_rows, "gated_deltanet", x.width);
-  ScopedPhase phase(Phase::Mixer);
   gated_deltanet_forward(pool("gated_deltanet"), ws_, dims, w, state, xd, n_rows, yd,
                          record_window);
 }
@@ -166,7 +169,6 @@ void CpuBackend::gated_deltanet_rows(const DeltaNetDims& dims, const GatedDeltaN
                                      Tensor y, int64_t n_rows) {
   const float* xd = rows(x, n_rows, "gated_deltanet_rows");
   float* yd = rows(y, n_rows, "gated_deltanet_rows", x.width);
-  ScopedPhase phase(Phase::Mixer);
   gated_deltanet_forward_rows(pool("gated_deltanet_rows"), ws_, dims, w, states, segments, xd,
                               n_rows, yd);
 }
@@ -177,7 +179,6 @@ void CpuBackend::attention_rows(const AttentionDims& dims, const AttentionWeight
                                 Tensor y, int64_t n_rows) {
   const float* xd = rows(x, n_rows, "attention_rows");
   float* yd = rows(y, n_rows, "attention_rows", x.width);
-  ScopedPhase phase(Phase::Mixer);
   attention_forward_rows(pool("attention_rows"), ws_, dims, w, caches, segments, xd, n_rows, yd);
 }
 
@@ -185,13 +186,13 @@ void CpuBackend::attention(const AttentionDims& dims, const AttentionWeights& w,
                            int /*layer*/, Tensor x, Tensor y, int64_t n_rows) {
   const float* xd = rows(x, n_rows, "attention");
   float* yd = rows(y, n_rows, "attention", x.width);
-  ScopedPhase phase(Phase::Mixer);
   attention_forward(pool("attention"), ws_, dims, w, cache, xd, n_rows, yd);
 }
 
 void CpuBackend::ple(const PleDims& dims, const PleWeights& w, PleState& state,
                      PleRowReader& reader, Tensor X, int64_t n_rows, bool record_window) {
   float* Xd = rows(X, n_rows, "ple");
+  ScopedPart part(Part::Ple);
   const std::vector<float>& embeddings = reader.collect();
   ple_forward(pool("ple"), ws_, dims, w, state, embeddings.data(), n_rows, Xd, record_window);
 }

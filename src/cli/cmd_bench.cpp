@@ -14,6 +14,9 @@
 //      token must wait for; read-ahead reads are shown too but can overlap compute).
 // Prints a Markdown table; --svg draws tok/s and ceilings per budget; --json keeps the numbers.
 //
+// `strata bench cpu` — CPU decode and prompt time per part of the layer at several thread counts
+// side by side; cli/cpu_bench.h says what it runs and reports.
+//
 // `strata bench gpu` (builds with the CUDA backend) — decode tok/s per GPU expert budget next to
 // llama.cpp's CUDA backend on the same file; cli/gpu_bench.h says what it runs and reports.
 #include <fmt/format.h>
@@ -28,6 +31,7 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/cpu_bench.h"
 #include "cli/expert_options.h"
 #ifdef STRATA_HAVE_CUDA
 #include "cli/gpu_bench.h"
@@ -334,6 +338,33 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--svg", o->svg, "write a plot of tok/s per budget");
   cmd->add_option("--json", o->json, "write the numbers as JSON");
   cmd->callback([o] { bench_experts(*o); });
+
+  auto c = std::make_shared<CpuBenchOptions>();
+  CLI::App* cpu = bench->add_subcommand(
+      "cpu",
+      "CPU decode and prompt time per part of the layer at several thread counts, side by side");
+  cpu->add_option("-m,--model", c->model.model_path, "GGUF model (default: the embedded model)");
+  cpu->add_option("--threads", c->threads,
+                  "comma-separated thread counts, run interleaved (e.g. 1,2,4,8,16)");
+  cpu->add_option("--prompt-threads", c->prompt_threads,
+                  "thread counts that also run the prompt (default: all of --threads)");
+  cpu->add_option("--prompt-tokens", c->prompt_tokens, "prompt length (0: no prompt runs)")
+      ->check(CLI::Range(0, 32768));
+  cpu->add_option("--chunk", c->chunk_rows, "prefill window rows")->check(CLI::Range(1, 4096));
+  cpu->add_option("--decode-context", c->decode_context, "tokens before the timed decode steps")
+      ->check(CLI::Range(1, 32768));
+  cpu->add_option("-n,--n-decode", c->n_decode, "timed decode steps per run")
+      ->check(CLI::Range(1, 100000));
+  cpu->add_option("--repeats", c->repeats, "interleaved rounds (medians)")
+      ->check(CLI::Range(1, 1000));
+  cpu->add_option("--prompt-repeats", c->prompt_repeats,
+                  "rounds (the first ones) that also run the prompt (0: all)")
+      ->check(CLI::Range(0, 1000));
+  cpu->add_option("--json", c->json, "write every round's numbers as JSON");
+  cpu->add_option("--llama-bench", c->llama_bench,
+                  "llama.cpp's llama-bench (a CPU build): run it on the same file at each thread "
+                  "count, side by side");
+  cpu->callback([c] { run_cpu_bench(*c); });
 #ifdef STRATA_HAVE_CUDA
   struct GpuCommand {
     GpuBenchOptions bench;

@@ -45,6 +45,17 @@ void print_profile(const std::string& what, const PhaseTimes& times, double tota
   }
   line += fmt::format(" other {:.3f} ms", total_ms - accounted);
   fmt::print(stderr, "{}\n", line);
+  // The same time by part (util/phase_timer.h), the parts that took any.
+  line = fmt::format("strata: profile {} by part:", what);
+  accounted = 0;
+  for (size_t p = 0; p < times.part_ms.size(); ++p) {
+    const double ms = times.part_ms[p] / steps;
+    accounted += ms;
+    if (ms > 0)
+      line += fmt::format(" {} {:.3f} ms ({:.0f}%),", part_name(Part(p)), ms, 100 * ms / total_ms);
+  }
+  line += fmt::format(" other {:.3f} ms", total_ms - accounted);
+  fmt::print(stderr, "{}\n", line);
 }
 
 constexpr const char* kDemoPrompt = "Once upon a time";

@@ -32,7 +32,7 @@ void WindowRunner::run(compute::ThreadPool& pool, ModelState& state,
   model_.run_layers(window, experts ? *experts : model_.mapped_experts());
   state.n_past += n_rows;
 
-  ScopedPhase phase(Phase::Head);
+  ScopedPart part(Part::Head);
   const WindowTensors& t = state.tensors;
   switch (rows) {
     case LogitRows::None:
@@ -94,7 +94,7 @@ void WindowRunner::run_batch(compute::ThreadPool& pool, BatchWindow& batch,
   model_.start_window_inputs(window);
   model_.run_layers(window, experts ? *experts : model_.mapped_experts());
 
-  ScopedPhase phase(Phase::Head);
+  ScopedPart part(Part::Head);
   // The head over each sequence's last row only: gathered into x (free by now), one matmul.
   const WindowTensors& t = batch.tensors;
   const int64_t n_seq = int64_t(states.size());

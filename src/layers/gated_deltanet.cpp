@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "compute/cpu/gemm_f32.h"
 #include "compute/cpu/ops.h"
 #include "util/error.h"
+#include "util/phase_timer.h"
 
 namespace strata {
 
@@ -192,10 +194,9 @@ void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const De
       compute::silu(row + ch_begin, ch_end - ch_begin, row + ch_begin);
     }
   };
-  if (n_rows >= compute::kParallelRowsMin)
-    pool.parallel_for(conv_tasks, convolve);
-  else
-    convolve(0, conv_tasks, 0);
+  // On the pool for decode rows too: 2560 channels x 4 taps were ~20 µs of a decode step on one
+  // thread while the others waited (strata bench cpu, "gdn conv+gates").
+  pool.parallel_for(conv_tasks, convolve);
   // The new history: the last K-1 rows of the concatenation (moved in order, oldest first, so a
   // history row is read before it is overwritten).
   for (int64_t j = 0; j < history_rows && n_rows > 0; ++j)
@@ -222,14 +223,33 @@ void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const De
   });
 }
 
-// Phases 1 and 2 for one sequence: conv + SiLU (with its history), split, normalise, gates, and
-// the delta rule, over its n_rows rows of the projections (mixed [n][conv_dim], beta and alpha
-// [n][nv]) into core [n][value_dim]. Everything here is the sequence's own (state, positions);
-// the projections before and the norm and output after are row-wise.
+// Phase 3 for V head h of rows [0, n_rows): the gated RMS norm of its core output, in place.
+// Heads are independent, so it runs in the task that ran the head's delta rule (no pass of its
+// own over the window after every head is done).
+void gated_norm_head(const DeltaNetDims& dims, const GatedDeltaNetWeights& w, float* core_rows,
+                     const float* z_rows, int64_t n_rows, int h) {
+  const int dv = dims.head_v_dim;
+  const int64_t value_dim = dims.value_dim();
+  for (int64_t t = 0; t < n_rows; ++t) {
+    float* o = core_rows + t * value_dim + h * dv;
+    const float* zh = z_rows + t * value_dim + h * dv;
+    compute::rms_norm(o, w.norm.data(), dv, dims.rms_eps, o);
+    if (dims.gate_sigmoid)
+      compute::mul_sigmoid(o, zh, dv);
+    else
+      compute::mul_silu(o, zh, dv);
+  }
+}
+
+// Phases 1, 2 and 3 for one sequence: conv + SiLU (with its history), split, normalise, gates,
+// the delta rule and the gated norm, over its n_rows rows of the projections (mixed [n][conv_dim],
+// beta and alpha [n][nv], z [n][value_dim]) into core [n][value_dim]. Everything here is the
+// sequence's own (state, positions) except the norm, which is per (row, head) and rides along in
+// each head's task; the projections before and the output after are row-wise.
 void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const DeltaNetDims& dims,
                    const GatedDeltaNetWeights& w, GatedDeltaNetState& state, const float* mixed,
-                   const float* beta, const float* alpha, int64_t n_rows, float* core_rows,
-                   bool record_window) {
+                   const float* beta, const float* alpha, const float* z, int64_t n_rows,
+                   float* core_rows, bool record_window) {
   compute::Workspace::Frame frame(ws);
   const int nk = dims.n_k_heads, nv = dims.n_v_heads;
   const int dk = dims.head_k_dim, dv = dims.head_v_dim;
@@ -270,13 +290,17 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
     log.ssm_before = state.ssm;
     log.conv_before = state.conv;
   }
-  deltanet_inputs(pool, ws, dims, w, state, mixed, beta, alpha, n_rows, in);
+  {
+    ScopedPart part(Part::GdnConv);
+    deltanet_inputs(pool, ws, dims, w, state, mixed, beta, alpha, n_rows, in);
+  }
 
   // Phase 2: the delta rule per V head (heads are independent, so the split across threads
   // cannot change a bit). Short windows (decode, speculative verify) use the recurrent form,
   // which is what makes a row's result independent of the window size; long prefill windows use
   // the chunked form, which touches the state once per chunk instead of once per token.
   const bool chunked = n_rows >= kChunkedMinRows;
+  ScopedPart delta_rule_part(Part::GdnDeltaRule);
   pool.parallel_for(nv, [&](int64_t begin, int64_t end, int) {
     for (int64_t h = begin; h < end; ++h) {
       const int kh = dims.v_heads_tiled ? int(h) % nk : int(h) / v_per_k;
@@ -285,6 +309,7 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
         delta_rule_chunked(in, dims, int(h), kh, head_state, core_rows);
       else
         delta_rule_recurrent(in, in.n_rows, dims, int(h), kh, head_state, core_rows);
+      gated_norm_head(dims, w, core_rows, z, n_rows, int(h));
     }
   });
   if (record_window) {
@@ -326,6 +351,7 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
   // The input projections in one call: x converted once per activation format, one wait.
   std::vector<float>& ba =
       ws.floats(static_cast<size_t>(w.fused_beta_alpha() ? n_rows * 2 * nv : 0));
+  std::optional<ScopedPart> part(std::in_place, Part::GdnProj);
   if (w.fused_beta_alpha()) {
     const compute::MatmulProduct projections[] = {
         {&w.qkv, mixed.data()}, {&w.z, z.data()}, {&w.beta_alpha, ba.data()}};
@@ -345,9 +371,10 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
         }
   }
 
+  part.reset();
   std::vector<float>& core = ws.floats(static_cast<size_t>(n_rows * value_dim));
   if (segments.size() == 1) {
-    deltanet_core(pool, ws, dims, w, *states[0], mixed.data(), beta.data(), alpha.data(),
+    deltanet_core(pool, ws, dims, w, *states[0], mixed.data(), beta.data(), alpha.data(), z.data(),
                   segments[0].n_rows, core.data(), record_window);
   } else {
     // Several sequences (never recorded): phase 1 per sequence, then the delta rule of every
@@ -372,6 +399,7 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
     // Phase 1 of the sequences side by side (each is its own state and rows; nested hand-outs
     // inside run inline), each on its thread's workspace.
     ws.reserve_threads(pool.size());
+    part.emplace(Part::GdnConv);
     pool.parallel_for(int64_t(segments.size()), [&](int64_t begin, int64_t end, int thread) {
       for (int64_t s = begin; s < end; ++s) {
         const int64_t first = segments[size_t(s)].first_row;
@@ -380,6 +408,7 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
                         alpha.data() + first * nv, segments[size_t(s)].n_rows, inputs[size_t(s)]);
       }
     });
+    part.emplace(Part::GdnDeltaRule);
     pool.parallel_for(int64_t(segments.size()) * nv, [&](int64_t begin, int64_t end, int) {
       for (int64_t task = begin; task < end; ++task) {
         const size_t s = size_t(task / nv);
@@ -391,6 +420,8 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
           delta_rule_chunked(inputs[s], dims, h, kh, head_state, out);
         else
           delta_rule_recurrent(inputs[s], inputs[s].n_rows, dims, h, kh, head_state, out);
+        gated_norm_head(dims, w, out, z.data() + segments[s].first_row * value_dim,
+                        inputs[s].n_rows, h);
       }
     });
     for (size_t s = 0; s < segments.size(); ++s) {
@@ -400,19 +431,7 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
     }
   }
 
-  // Phase 3: gated RMS norm per V head.
-  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t)
-      for (int h = 0; h < nv; ++h) {
-        float* o = core.data() + t * value_dim + h * dv;
-        const float* zh = z.data() + t * value_dim + h * dv;
-        compute::rms_norm(o, w.norm.data(), dv, dims.rms_eps, o);
-        if (dims.gate_sigmoid)
-          compute::mul_sigmoid(o, zh, dv);
-        else
-          compute::mul_silu(o, zh, dv);
-      }
-  });
+  part.emplace(Part::GdnOut);
   compute::matmul(pool, w.out, core.data(), n_rows, y);
 }
 

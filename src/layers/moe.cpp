@@ -1,6 +1,7 @@
 #include "layers/moe.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <functional>
 #include <type_traits>
@@ -77,15 +78,17 @@ class LentRouting {
 
 }  // namespace
 
-void moe_route(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDims& dims,
-               const MoeWeights& w, const float* x, int64_t n_rows, Routing& routing,
-               ExpertSource* cache_aware, int layer, Routing* exact, bool count_stats) {
+namespace {
+
+// moe_route after the router's matmul: `probs` holds the n_rows rows of router logits (and is
+// overwritten by their softmax).
+void route_logits(compute::Workspace& ws, const MoeDims& dims, std::vector<float>& probs,
+                  int64_t n_rows, Routing& routing, ExpertSource* cache_aware, int layer,
+                  Routing* exact, bool count_stats) {
   compute::Workspace::Frame frame(ws);
   const int n_expert = dims.n_expert, k = dims.n_expert_used;
   MocePolicy* moce = cache_aware ? cache_aware->moce() : nullptr;
   if (moce && !moce->options.enabled()) moce = nullptr;
-  std::vector<float>& probs = ws.scratch_floats(static_cast<size_t>(n_rows * n_expert));
-  compute::matmul(pool, w.router, x, n_rows, probs.data());
   auto shape = [&](Routing& r) {
     r.k = k;
     r.experts.resize(static_cast<size_t>(n_rows * k));
@@ -116,6 +119,17 @@ void moe_route(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDims&
     }
   }
   if (exact && !moce) *exact = routing;
+}
+
+}  // namespace
+
+void moe_route(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDims& dims,
+               const MoeWeights& w, const float* x, int64_t n_rows, Routing& routing,
+               ExpertSource* cache_aware, int layer, Routing* exact, bool count_stats) {
+  compute::Workspace::Frame frame(ws);
+  std::vector<float>& probs = ws.scratch_floats(static_cast<size_t>(n_rows * dims.n_expert));
+  compute::matmul(pool, w.router, x, n_rows, probs.data());
+  route_logits(ws, dims, probs, n_rows, routing, cache_aware, layer, exact, count_stats);
 }
 
 void moe_predict(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDims& dims,
@@ -295,6 +309,19 @@ bool uniform_batch(std::span<const DeliveredExpert> batch, const ExpertMatrices&
   return true;
 }
 
+// Gathers expert d's rows of the converted window into the side-by-side scratch and returns them.
+compute::ActivationRows gather_rows(const ExpertRows& g, const DeliveredExpert& d,
+                                    const ConvertedRows& converted, const SideBySideScratch& s,
+                                    int64_t n_embd) {
+  const int64_t n = g.count(size_t(d.index)), row0 = (*g.offsets)[size_t(d.index)];
+  std::byte* rows_in = s.gathered + size_t(row0) * s.in_stride;
+  for (int64_t r = 0; r < n; ++r)
+    std::memcpy(rows_in + size_t(r) * s.in_stride,
+                converted.rows.data + size_t((*g.rows)[size_t(row0 + r)]) * s.in_stride,
+                s.in_stride);
+  return compute::ActivationRows{converted.rows.activation_type, n_embd, n, rows_in, s.in_stride};
+}
+
 // The experts of one batch side by side on the pool's threads, each its own task: gate and up
 // over its gathered converted rows, silu(g)⊙u, that converted to the down weights' format, down.
 // A task allocates nothing and uses no thread's workspace or scratch. Bitwise run_expert's result
@@ -318,18 +345,11 @@ void run_batch_side_by_side(compute::ThreadPool& pool, int64_t n_embd, const Exp
       const ExpertMatrices& m = d.matrices;
       const size_t e = size_t(d.index);
       const int64_t n = g.count(e), row0 = (*g.offsets)[e];
-      std::byte* rows_in = s.gathered + size_t(row0) * s.in_stride;
-      for (int64_t r = 0; r < n; ++r)
-        std::memcpy(rows_in + size_t(r) * s.in_stride,
-                    converted.rows.data + size_t((*g.rows)[size_t(row0 + r)]) * s.in_stride,
-                    s.in_stride);
       float* gate_rows = s.gate_out + row0 * n_ff;
       const float* up_rows = s.up_out + row0 * n_ff;
       const compute::MatmulProduct gate_up[] = {{&m.gate, gate_rows},
                                                 {&m.up, s.up_out + row0 * n_ff}};
-      compute::matmul_rows(
-          pool, gate_up,
-          compute::ActivationRows{converted.rows.activation_type, n_embd, n, rows_in, s.in_stride});
+      compute::matmul_rows(pool, gate_up, gather_rows(g, d, converted, s, n_embd));
       compute::silu_mul(gate_rows, up_rows, n * n_ff);
       const compute::ActivationRows down_in = compute::quantize_activation_rows(
           pool, m.down.type, gate_rows, n, n_ff, s.down_rows + size_t(row0) * s.down_stride);
@@ -339,29 +359,77 @@ void run_batch_side_by_side(compute::ThreadPool& pool, int64_t n_embd, const Exp
   });
 }
 
+// The experts of one batch of a window of a few rows (decode, short verify windows) in two
+// hand-outs for the whole batch rather than two per expert: the gate and up tiles of every expert
+// in one (compute::matmul_rows_each), silu(g)⊙u converted to the down weights' format on the
+// calling thread (a row of n_ff values per routed row), then every expert's down tiles in one.
+// Each expert's tiles spread over all threads, so 8 experts of one row keep 16 threads busy.
+// Bitwise run_expert's result (the same products, conversions and order per expert).
+// extra_down (the shared expert's down, when given) joins the first hand-out of downs and is
+// then set to nullptr: one hand-out less per layer.
+void run_batch_grouped(compute::ThreadPool& pool, int64_t n_embd, const ExpertRows& g,
+                       std::span<const DeliveredExpert> batch, const ConvertedRows& converted,
+                       const SideBySideScratch& s, float* outputs,
+                       const compute::RowsProduct*& extra_down) {
+  const int64_t n_ff = s.n_ff;
+  constexpr size_t kExpertsPerHandOut = compute::kMaxRowsProducts / 2;
+  for (size_t first = 0; first < batch.size(); first += kExpertsPerHandOut) {
+    const std::span<const DeliveredExpert> part =
+        batch.subspan(first, std::min(kExpertsPerHandOut, batch.size() - first));
+    std::array<compute::RowsProduct, compute::kMaxRowsProducts> products;
+    size_t n_products = 0;
+    for (const DeliveredExpert& d : part) {
+      const int64_t row0 = (*g.offsets)[size_t(d.index)];
+      const compute::ActivationRows rows = gather_rows(g, d, converted, s, n_embd);
+      products[n_products++] = {&d.matrices.gate, s.gate_out + row0 * n_ff, rows};
+      products[n_products++] = {&d.matrices.up, s.up_out + row0 * n_ff, rows};
+    }
+    compute::matmul_rows_each(pool, std::span(products.data(), n_products));
+    n_products = 0;
+    for (const DeliveredExpert& d : part) {
+      const int64_t n = g.count(size_t(d.index)), row0 = (*g.offsets)[size_t(d.index)];
+      float* gate_rows = s.gate_out + row0 * n_ff;
+      compute::silu_mul(gate_rows, s.up_out + row0 * n_ff, n * n_ff);
+      const compute::ActivationRows down_in =
+          compute::quantize_activation_rows(pool, d.matrices.down.type, gate_rows, n, n_ff,
+                                            s.down_rows + size_t(row0) * s.down_stride);
+      products[n_products++] = {&d.matrices.down, outputs + row0 * n_embd, down_in};
+    }
+    if (extra_down) {
+      products[n_products++] = *extra_down;
+      extra_down = nullptr;
+    }
+    compute::matmul_rows_each(pool, std::span(products.data(), n_products));
+  }
+}
+
 // Runs every expert of the published union as the source delivers them (resident first) and
 // writes y = Σ over experts in ascending id of weight·output, so neither the delivery order nor
 // the batching ever matters. A window of several rows runs a batch of several experts side by
 // side on the pool's threads: a decode step of 16 sequences routes to ~20 small experts of ~3
 // rows each, too little work per expert to split one across threads. Each expert's rows give the
-// same bits on any thread.
-void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_embd,
+// same bits on any thread. shared_down (optional) is run with the first grouped batch's downs;
+// returns whether it was (false: the caller runs it).
+bool run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_embd,
                 ExpertSource& experts, int layer, const ExpertRows& g, const float* x,
-                int64_t n_rows, float* y) {
+                int64_t n_rows, float* y, const compute::RowsProduct* shared_down = nullptr) {
+  const compute::RowsProduct* pending_down = shared_down;
   compute::Workspace::Frame frame(ws);
   const std::vector<int32_t>& used = *g.used;
   // Expert e's output rows sit at rows [offsets[e], offsets[e+1]) of `outputs`.
   std::vector<float>& outputs = ws.scratch_floats(g.rows->size() * size_t(n_embd));
   std::vector<int32_t>& handed = ws.ids(used.size());
   ConvertedRows converted{&ws.floats(0)};
-  const bool side_by_side =
-      n_rows >= compute::kParallelRowsMin && pool.size() > 1 && used.size() > 1;
+  // Several experts at once (needs the shared scratch): side by side, one task each, for windows
+  // of several rows; grouped, every expert's tiles in one hand-out, for a few rows.
+  const bool several_at_once = pool.size() > 1 && used.size() > 1;
+  const bool few_rows = n_rows < compute::kParallelRowsMin;
   SideBySideScratch scratch;
   ExpertMatrices first{};
   while (true) {
     std::span<const DeliveredExpert> batch;
     {
-      ScopedPhase phase(Phase::ExpertFetch);
+      ScopedPart part(Part::ExpertFetch);
       batch = experts.wait();
     }
     if (batch.empty()) break;
@@ -371,17 +439,20 @@ void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
              d.index, layer, used.size());
       handed[size_t(d.index)] = 1;
     }
-    ScopedPhase phase(Phase::RoutedExperts);
+    ScopedPart part(Part::RoutedExperts);
     if (!scratch.taken) {
       first = batch.front().matrices;
       convert_rows_once(pool, first, n_embd, x, n_rows, converted);
-      if (side_by_side && uniform_batch(std::span(&batch.front(), 1), first, converted, n_embd))
+      if (several_at_once && uniform_batch(std::span(&batch.front(), 1), first, converted, n_embd))
         take_side_by_side_scratch(ws, g, converted, first, scratch);
       else
         scratch.taken = true;  // one expert at a time for this layer (no scratch to take)
     }
     if (scratch.gathered && batch.size() > 1 && uniform_batch(batch, first, converted, n_embd)) {
-      run_batch_side_by_side(pool, n_embd, g, batch, converted, scratch, outputs.data());
+      if (few_rows)
+        run_batch_grouped(pool, n_embd, g, batch, converted, scratch, outputs.data(), pending_down);
+      else
+        run_batch_side_by_side(pool, n_embd, g, batch, converted, scratch, outputs.data());
       continue;
     }
     // One after the other (a lone expert, a one-row window, or mixed formats no model here has).
@@ -395,6 +466,7 @@ void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
     if (!handed[e] && g.count(e) > 0)
       fail("expert source did not deliver layer {} expert {}", layer, used[e]);
   // Split over columns: every output element still adds its experts in ascending id.
+  ScopedPart part(Part::Combine);
   constexpr int64_t kColumnsPerTask = 64;
   const int64_t column_tasks = (n_embd + kColumnsPerTask - 1) / kColumnsPerTask;
   auto combine = [&](int64_t begin, int64_t end, int) {
@@ -412,11 +484,13 @@ void run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
     pool.parallel_for(column_tasks, combine);
   else
     combine(0, column_tasks, 0);
+  return shared_down != nullptr && pending_down == nullptr;
 }
 
 // y += σ(w_sg·x)·shared, row by row (after the routed sum: the reference's order).
 void add_gated_shared(compute::ThreadPool& pool, const MoeWeights& w, int64_t n_embd,
                       const float* x, int64_t n_rows, const float* shared, float* y) {
+  ScopedPart part(Part::Combine);
   compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       const float* xt = x + t * n_embd;
@@ -443,30 +517,73 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDim
                       moce->stats.windows++ % uint64_t(moce->options.sample_every) == 0;
   LentRouting lent_routing(ws), lent_exact(ws);
   Routing &routing = lent_routing.routing, &exact = lent_exact.routing;
+  // The router and the shared expert's gate and up read the same rows: one hand-out (x converted
+  // once per format, one wait), each product bitwise its own matmul.
+  std::vector<float>& probs = ws.scratch_floats(static_cast<size_t>(n_rows * dims.n_expert));
+  const int64_t n_ff_shared = w.has_shared() ? w.shared_gate.n_out : 0;
+  std::vector<float>& shared_g = ws.scratch_floats(static_cast<size_t>(n_rows * n_ff_shared));
+  std::vector<float>& shared_u = ws.scratch_floats(static_cast<size_t>(n_rows * n_ff_shared));
   {
-    ScopedPhase phase(Phase::Router);
-    moe_route(pool, ws, dims, w, x, n_rows, routing, moce ? &experts : nullptr, layer,
-              sample ? &exact : nullptr, /*count_stats=*/true);
+    ScopedPart part(Part::Router);
+    if (w.has_shared()) {
+      const compute::MatmulProduct products[] = {{&w.router, probs.data()},
+                                                 {&w.shared_gate, shared_g.data()},
+                                                 {&w.shared_up, shared_u.data()}};
+      compute::matmul_many(pool, products, x, n_rows);
+    } else {
+      compute::matmul(pool, w.router, x, n_rows, probs.data());
+    }
+    route_logits(ws, dims, probs, n_rows, routing, moce ? &experts : nullptr, layer,
+                 sample ? &exact : nullptr, /*count_stats=*/true);
   }
   experts.observe_routing(layer, routing);
 
   const ExpertRows g = group_by_expert(ws, routing);
   experts.publish(layer, *g.used);
   if (next_router && experts.wants_guess()) {
-    ScopedPhase phase(Phase::Router);
+    ScopedPart part(Part::Router);
     std::vector<int32_t>& predicted = ws.ids(0);
     moe_predict(pool, ws, dims, *next_router, x, n_rows, predicted, &experts, layer + 1);
     experts.publish_guess(layer + 1, predicted);
   }
 
-  // The shared expert first: it needs no routed bytes, so it overlaps the misses' reads.
+  // The shared expert first: it needs no routed bytes, so it overlaps the misses' reads. In a
+  // window of a few rows on several threads its down joins the routed experts' downs (one
+  // hand-out less per layer; bitwise the same: matmul_rows on the converted rows is matmul).
   std::vector<float>& shared =
       ws.scratch_floats(w.has_shared() ? static_cast<size_t>(n_rows * n_embd) : 0);
-  if (w.has_shared()) {
-    ScopedPhase phase(Phase::SharedExpert);
-    swiglu(pool, ws, w.shared_gate, w.shared_up, w.shared_down, x, n_rows, n_rows, shared.data());
+  const bool fuse_shared_down = w.has_shared() && n_rows < compute::kParallelRowsMin &&
+                                pool.size() > 1 &&
+                                quant::activation_type(w.shared_down.type) != GgmlType::F32;
+  const size_t shared_stride =
+      w.has_shared() ? compute::activation_row_stride(w.shared_down.type, n_ff_shared) : 0;
+  auto shared_in_floats = [&](int64_t rows) {
+    return (size_t(rows) * shared_stride + sizeof(float) - 1) / sizeof(float);
+  };
+  std::vector<float>& shared_in =
+      ws.scratch_floats(fuse_shared_down ? shared_in_floats(n_rows) : 0);
+  // Sized for its largest use at once (a fused window has fewer than kParallelRowsMin rows, so the
+  // largest is not the largest window's): a steady state of varying windows allocates nothing.
+  shared_in.reserve(shared_in_floats(compute::kParallelRowsMin - 1));
+  compute::RowsProduct shared_down;
+  if (fuse_shared_down) {
+    ScopedPart part(Part::SharedExpert);
+    compute::silu_mul(shared_g.data(), shared_u.data(), n_rows * n_ff_shared);
+    shared_down = {&w.shared_down, shared.data(),
+                   compute::quantize_activation_rows(
+                       pool, w.shared_down.type, shared_g.data(), n_rows, n_ff_shared,
+                       reinterpret_cast<std::byte*>(shared_in.data()))};
+  } else if (w.has_shared()) {
+    ScopedPart part(Part::SharedExpert);
+    glu_and_down(pool, w.shared_down, shared_g, shared_u, n_rows, shared.data());
   }
-  run_routed(pool, ws, n_embd, experts, layer, g, x, n_rows, y);
+  if (!run_routed(pool, ws, n_embd, experts, layer, g, x, n_rows, y,
+                  fuse_shared_down ? &shared_down : nullptr) &&
+      fuse_shared_down) {
+    ScopedPart part(Part::SharedExpert);
+    const compute::MatmulProduct down[] = {{shared_down.w, shared_down.y}};
+    compute::matmul_rows(pool, down, shared_down.rows);
+  }
   if (w.has_shared()) add_gated_shared(pool, w, n_embd, x, n_rows, shared.data(), y);
 
   if (sample) {

@@ -8,7 +8,8 @@
 // other rows share the window. Expert bytes come from an ExpertSource, which may hand experts out
 // in any order (resident first, misses as they arrive): each expert's output rows are kept apart
 // and combined in ascending id afterwards, so the order never changes a bit of the result. The
-// shared expert runs right after the misses are requested, overlapping their reads.
+// shared expert's gate and up run with the router (one hand-out to the threads), its down right
+// after the misses are requested, overlapping their reads.
 // Read-ahead: with `next_router` given and a source that wants predictions, the next layer's
 // router is applied to this layer's input and its top-k union (most probable first) is passed to
 // the source as a hint; it never affects the result.

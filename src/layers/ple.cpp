@@ -148,8 +148,9 @@ void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const PleDim
 
   std::vector<float>& keys = ws.floats(static_cast<size_t>(n_rows * width));
   std::vector<float>& values = ws.floats(static_cast<size_t>(n_rows * H));
-  compute::matmul(pool, w.key, embeddings, n_rows, keys.data());
-  compute::matmul(pool, w.value, embeddings, n_rows, values.data());
+  // Both read the embeddings: one conversion, one hand-out (each bitwise its own matmul).
+  const compute::MatmulProduct products[] = {{&w.key, keys.data()}, {&w.value, values.data()}};
+  compute::matmul_many(pool, products, embeddings, n_rows);
 
   std::vector<float>& query = ws.floats(static_cast<size_t>(width));
   std::vector<float>& gated = ws.floats(static_cast<size_t>(n_rows * width));

@@ -258,6 +258,29 @@ TEST(ForwardInvariance, QuantizedModelsKeepWindowIdentity) {
   EXPECT_EQ(all_logits(*model, pool, tokens, {12}), all_logits(*model, pool, tokens, {1}));
 }
 
+// Quantized weights take the paths a decode step runs on several threads (F32 ones do not: their
+// experts go one at a time): the routed experts of a few-row window grouped into one hand-out for
+// every expert's gate and up and one for the downs, attention split over (row, head), the gated
+// norm inside each DeltaNet head's task. Every thread count must give the one-thread bits, for
+// decode rows, short windows and long ones (side-by-side experts, matrix attention, chunked
+// DeltaNet, compared against one thread in the same windows).
+TEST_P(ForwardInvariance, QuantizedDecodeIsBitwiseAtEveryThreadCount) {
+  const SynthFile file(GetParam(), GgmlType::Q8_0, GgmlType::Q8_0);
+  const auto model = Model::load(file.path);
+  const std::vector<int32_t> tokens = prompt_tokens(40, int(model->hparams().n_vocab));
+  compute::ThreadPool one(1);
+  const std::vector<float> rows = all_logits(*model, one, tokens, {1});
+  const std::vector<float> long_windows = all_logits(*model, one, tokens, {36, 4});
+  for (int threads : {2, 3, 4, 7}) {
+    compute::ThreadPool pool(threads);
+    EXPECT_EQ(all_logits(*model, pool, tokens, {1}), rows) << threads << " threads, decode rows";
+    EXPECT_EQ(all_logits(*model, pool, tokens, {3, 1, 2, 5}), rows)
+        << threads << " threads, short windows";
+    EXPECT_EQ(all_logits(*model, pool, tokens, {36, 4}), long_windows)
+        << threads << " threads, a 36-row window";
+  }
+}
+
 TEST(ModelLoad, ShapeMismatchNamesTensorAndShapes) {
   // Metadata says 32-wide experts, tensors are written for 16.
   HParams meta = synth_shape("tiny-qwen3moe");

@@ -258,6 +258,29 @@ void matmul_rows(ThreadPool& pool, std::span<const MatmulProduct> products,
   run_jobs(pool, std::span<const ProductJob>(jobs.data(), products.size()));
 }
 
+void matmul_rows_each(ThreadPool& pool, std::span<const RowsProduct> products) {
+  if (products.size() > kMaxRowsProducts)
+    fail("matmul_rows_each: expected at most {} products, found {}", kMaxRowsProducts,
+         products.size());
+  std::array<ProductJob, kMaxRowsProducts> jobs;
+  size_t n_jobs = 0;
+  for (const RowsProduct& p : products) {
+    const ActivationRows& rows = p.rows;
+    if (rows.n_rows == 0) continue;
+    if (p.w == nullptr) fail("matmul_rows_each: null weight matrix");
+    validate(*p.w, reinterpret_cast<const float*>(rows.data), rows.n_rows, p.y);
+    if (quant::activation_type(p.w->type) != rows.activation_type || p.w->n_in != rows.n_in)
+      fail(
+          "matmul_rows_each: weights of type {} with {} inputs cannot take activation rows of "
+          "type {} with {} inputs",
+          type_traits(p.w->type).name, p.w->n_in, type_traits(rows.activation_type).name,
+          rows.n_in);
+    jobs[n_jobs++] =
+        make_job(*p.w, p.y, rows.data, rows.row_stride_bytes, rows.n_rows, pool.size());
+  }
+  if (n_jobs > 0) run_jobs(pool, std::span<const ProductJob>(jobs.data(), n_jobs));
+}
+
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_rows, float* y) {
   matmul(pool, w, x, n_rows, y, pool.scratch(pool.current_thread_index()));
 }

@@ -87,6 +87,18 @@ void matmul_rows(ThreadPool& pool, std::span<const MatmulProduct> products,
                  const ActivationRows& rows);
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_rows, float* y);
 
+// Products each over its own converted rows, every tile of every product in one hand-out (one
+// wait): the routed experts of a decode step, gate and up of all of them at once, then all the
+// downs. Each y_i is bitwise matmul_rows(pool, {W_i, y_i}, rows_i). At most kMaxRowsProducts
+// products (throws strata::Error beyond); the y_i must not overlap each other or any rows.
+struct RowsProduct {
+  const WeightMatrix* w = nullptr;
+  float* y = nullptr;
+  ActivationRows rows;
+};
+inline constexpr size_t kMaxRowsProducts = 64;
+void matmul_rows_each(ThreadPool& pool, std::span<const RowsProduct> products);
+
 // n_rows = 1.
 void matvec(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y);
 

@@ -151,6 +151,7 @@ void ThreadPool::parallel_for_each_task(int64_t n_tasks, const TaskFn& fn) {
 
 void ThreadPool::run_job(const TaskFn& fn, int64_t n_tasks, int64_t chunk_tasks) {
   std::lock_guard caller_lock(caller_mutex_);
+  jobs_run_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(mutex_);
     job_fn_ = &fn;

@@ -83,6 +83,11 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
+  // Jobs handed to the workers so far (parallel_for calls that woke them; calls run inline on
+  // one thread do not count): each is a synchronisation point of the caller with every worker,
+  // what `strata bench cpu` reports per token. Read by the calling thread between calls.
+  uint64_t jobs_run() const { return jobs_run_.load(std::memory_order_relaxed); }
+
   void parallel_for(int64_t n_tasks, const TaskFn& fn);
   // As parallel_for, but every task is handed out on its own (fn(i, i + 1, thread_index)), in
   // increasing i: for a few uneven tasks (a window's routed experts), where a chunk of several
@@ -130,6 +135,7 @@ class ThreadPool {
     std::atomic<int64_t> value{0};
   };
   PaddedCounter next_task_;
+  std::atomic<uint64_t> jobs_run_{0};
 };
 
 // Row-wise elementwise work of a window (norms, gates, activations: each row's result depends on
