@@ -235,26 +235,31 @@ ActivationRows quantize_activation_rows(ThreadPool& pool, GgmlType weight_type, 
   return ActivationRows{quant::activation_type(weight_type), n_in, n_rows, dst, stride};
 }
 
+namespace {
+
+// The job of y = W·rows, after checking that W can take the rows (`caller` names the function
+// in the error).
+ProductJob rows_job(const char* caller, const ThreadPool& pool, const WeightMatrix* w, float* y,
+                    const ActivationRows& rows) {
+  if (w == nullptr) fail("{}: null weight matrix", caller);
+  // validate() checks the pointers against the f32 view; the rows' data stands in for x.
+  validate(*w, reinterpret_cast<const float*>(rows.data), rows.n_rows, y);
+  if (quant::activation_type(w->type) != rows.activation_type || w->n_in != rows.n_in)
+    fail("{}: weights of type {} with {} inputs cannot take activation rows of type {} with {} inputs",
+         caller, type_traits(w->type).name, w->n_in, type_traits(rows.activation_type).name, rows.n_in);
+  return make_job(*w, y, rows.data, rows.row_stride_bytes, rows.n_rows, pool.size());
+}
+
+}  // namespace
+
 void matmul_rows(ThreadPool& pool, std::span<const MatmulProduct> products,
                  const ActivationRows& rows) {
   if (products.size() > kMaxProducts)
     fail("matmul_rows: expected at most {} products, found {}", kMaxProducts, products.size());
-  std::array<ProductJob, kMaxProducts> jobs;
-  for (size_t i = 0; i < products.size(); ++i) {
-    const MatmulProduct& p = products[i];
-    if (rows.n_rows == 0) break;
-    if (p.w == nullptr) fail("matmul_rows: null weight matrix");
-    // validate() checks the pointers against the f32 view; the rows' data stands in for x.
-    validate(*p.w, reinterpret_cast<const float*>(rows.data), rows.n_rows, p.y);
-    if (quant::activation_type(p.w->type) != rows.activation_type || p.w->n_in != rows.n_in)
-      fail(
-          "matmul_rows: weights of type {} with {} inputs cannot take activation rows of type {} "
-          "with {} inputs",
-          type_traits(p.w->type).name, p.w->n_in, type_traits(rows.activation_type).name,
-          rows.n_in);
-    jobs[i] = make_job(*p.w, p.y, rows.data, rows.row_stride_bytes, rows.n_rows, pool.size());
-  }
   if (rows.n_rows == 0) return;
+  std::array<ProductJob, kMaxProducts> jobs;
+  for (size_t i = 0; i < products.size(); ++i)
+    jobs[i] = rows_job("matmul_rows", pool, products[i].w, products[i].y, rows);
   run_jobs(pool, std::span<const ProductJob>(jobs.data(), products.size()));
 }
 
@@ -264,20 +269,8 @@ void matmul_rows_each(ThreadPool& pool, std::span<const RowsProduct> products) {
          products.size());
   std::array<ProductJob, kMaxRowsProducts> jobs;
   size_t n_jobs = 0;
-  for (const RowsProduct& p : products) {
-    const ActivationRows& rows = p.rows;
-    if (rows.n_rows == 0) continue;
-    if (p.w == nullptr) fail("matmul_rows_each: null weight matrix");
-    validate(*p.w, reinterpret_cast<const float*>(rows.data), rows.n_rows, p.y);
-    if (quant::activation_type(p.w->type) != rows.activation_type || p.w->n_in != rows.n_in)
-      fail(
-          "matmul_rows_each: weights of type {} with {} inputs cannot take activation rows of "
-          "type {} with {} inputs",
-          type_traits(p.w->type).name, p.w->n_in, type_traits(rows.activation_type).name,
-          rows.n_in);
-    jobs[n_jobs++] =
-        make_job(*p.w, p.y, rows.data, rows.row_stride_bytes, rows.n_rows, pool.size());
-  }
+  for (const RowsProduct& p : products)
+    if (p.rows.n_rows > 0) jobs[n_jobs++] = rows_job("matmul_rows_each", pool, p.w, p.y, p.rows);
   if (n_jobs > 0) run_jobs(pool, std::span<const ProductJob>(jobs.data(), n_jobs));
 }
 
