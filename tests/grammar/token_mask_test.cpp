@@ -130,24 +130,24 @@ TEST(TokenMask, SharedMasksGiveALaterConstraintTheSameMasksWithoutWalking) {
   const Grammar grammar = json_object_grammar();
   const std::vector<int32_t> reply =
       tokenizer.encode("{\"key\":\"some words\", \"n\": [1, 2]}", {.parse_special = false});
+  // The reply through a constraint on the shared masks and a fresh one, the same mask at every step.
+  auto walk = [&](GrammarConstraint& with_shared, GrammarConstraint& fresh) {
+    for (int32_t id : reply) {
+      ASSERT_EQ(with_shared.allowed(), fresh.allowed());
+      with_shared.accept(id);
+      fresh.accept(id);
+    }
+  };
   SharedMasks shared(256);
   GrammarConstraint first(grammar, vocabulary, std::nullopt, &shared);
   GrammarConstraint alone(grammar, vocabulary);
-  for (int32_t id : reply) {
-    ASSERT_EQ(first.allowed(), alone.allowed());
-    first.accept(id);
-    alone.accept(id);
-  }
+  ASSERT_NO_FATAL_FAILURE(walk(first, alone));
   EXPECT_EQ(first.stats().shared_hits, 0u);
   const size_t kept = shared.size();
   EXPECT_GT(kept, 4u);
   GrammarConstraint second(grammar, vocabulary, std::nullopt, &shared);
   GrammarConstraint fresh(grammar, vocabulary);
-  for (int32_t id : reply) {
-    ASSERT_EQ(second.allowed(), fresh.allowed());
-    second.accept(id);
-    fresh.accept(id);
-  }
+  ASSERT_NO_FATAL_FAILURE(walk(second, fresh));
   EXPECT_EQ(second.stats().shared_hits, kept);  // every state the reply visits: no walk
   EXPECT_LT(second.stats().matcher_steps, fresh.stats().matcher_steps);
   EXPECT_EQ(shared.hits(), kept);

@@ -187,6 +187,25 @@ std::vector<StreamedCall> streamed_calls(const HttpReply& reply, std::string& co
   return calls;
 }
 
+// `body` sent again streamed: one call, the same name and arguments as the whole reply's, finish
+// reason tool_calls; returns the streamed content.
+std::string expect_the_call_streamed(const ServeProcess& server, json body, const std::string& name,
+                                     const std::string& arguments) {
+  body["stream"] = true;
+  const HttpReply streamed = post(server, kChat, body.dump());
+  EXPECT_EQ(streamed.status, 200);
+  std::string content;
+  json finish;
+  const std::vector<StreamedCall> calls = streamed_calls(streamed, content, finish);
+  EXPECT_EQ(finish, "tool_calls");
+  EXPECT_EQ(calls.size(), 1u);
+  if (!calls.empty()) {
+    EXPECT_EQ(calls[0].name, name);
+    EXPECT_EQ(calls[0].arguments, arguments);
+  }
+  return content;
+}
+
 TEST(ServeTools, AForcedCallIsAWellFormedCallThatFitsTheSchema) {
   ServeProcess server;
   const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
@@ -217,17 +236,7 @@ TEST(ServeTools, AForcedCallIsAWellFormedCallThatFitsTheSchema) {
       EXPECT_GT(whole["usage"]["completion_tokens"].get<int>(), 8);
       ++calls_checked;
 
-      body["stream"] = true;
-      const HttpReply streamed = post(server, kChat, body.dump());
-      ASSERT_EQ(streamed.status, 200);
-      std::string content;
-      json finish;
-      const std::vector<StreamedCall> calls = streamed_calls(streamed, content, finish);
-      EXPECT_EQ(finish, "tool_calls");
-      EXPECT_EQ(content, "");
-      ASSERT_EQ(calls.size(), 1u);
-      EXPECT_EQ(calls[0].name, name);
-      EXPECT_EQ(calls[0].arguments, arguments);
+      EXPECT_EQ(expect_the_call_streamed(server, body, name, arguments), "");
     }
   }
   EXPECT_EQ(calls_checked, 10);
@@ -380,16 +389,7 @@ TEST(ServeTools, AutoConstrainsACallOnceTheModelOpensIt) {
       const std::string arguments = call["arguments"];
       EXPECT_EQ(schema_errors(kShortTools[0]["function"]["parameters"], arguments), "");
 
-      body["stream"] = true;
-      const HttpReply streamed = post(server, kChat, body.dump());
-      ASSERT_EQ(streamed.status, 200);
-      std::string content;
-      json finish;
-      const std::vector<StreamedCall> calls = streamed_calls(streamed, content, finish);
-      EXPECT_EQ(finish, "tool_calls");
-      ASSERT_EQ(calls.size(), 1u);
-      EXPECT_EQ(calls[0].name, name);
-      EXPECT_EQ(calls[0].arguments, arguments);
+      expect_the_call_streamed(server, body, name, arguments);
     }
     if (shape == "tiny-qwen4exp") {
       json thinking = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
