@@ -364,6 +364,9 @@ void register_bench(CLI::App& app) {
   cpu->add_option("--llama-bench", c->llama_bench,
                   "llama.cpp's llama-bench (a CPU build): run it on the same file at each thread "
                   "count, side by side");
+  cpu->add_flag("--mapped-weights", c->mapped_weights,
+                "read the weights through the file mapping (every page faulted in first) instead of the "
+                "huge-page copy that run, chat and serve make");
   cpu->callback([c] { run_cpu_bench(*c); });
 #ifdef STRATA_HAVE_CUDA
   struct GpuCommand {

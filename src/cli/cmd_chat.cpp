@@ -135,6 +135,7 @@ class ChatLoop {
                kPrefillChunk),
         grammar_(output_grammar(options.grammar)) {
     check_gpu_tier_backend(options.experts, session_.backend());
+    place_resident_weights(model, store, session_.backend(), options.experts);
     // A --json-schema reply is the value alone: no thinking block before it.
     render_.enable_thinking = !options.no_thinking && !grammar_;
     end_of_turn_ = tokenizer.find_token(ChatTemplate::kEndOfTurn);

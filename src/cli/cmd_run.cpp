@@ -276,6 +276,7 @@ void run(const RunOptions& options) {
   ExpertSource* experts = tracer ? static_cast<ExpertSource*>(tracer.get()) : store.get();
   const std::string backend = resolve_backend(options.model, store != nullptr && !wants_gpu_tier(options.experts));
   check_gpu_tier_backend(options.experts, backend);
+  place_resident_weights(*model, store.get(), backend, options.experts);
   Session session(*model, pool, experts, backend, options.model.ctx);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> telemetry(nullptr, &std::fclose);
   if (!options.telemetry_out.empty()) {

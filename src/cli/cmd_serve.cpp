@@ -93,6 +93,7 @@ void run_serve(const ServeOptions& options) {
   served.backend =
       resolve_backend(options.model, store != nullptr && !wants_gpu_tier(options.experts));
   check_gpu_tier_backend(options.experts, served.backend);
+  place_resident_weights(*model, store.get(), served.backend, options.experts);
   served.id = options.alias.empty() ? std::filesystem::path(path).stem().string() : options.alias;
   served.n_ctx = session_context_length(model->hparams(), options.model.ctx);
   served.end_of_turn = tokenizer.find_token(ChatTemplate::kEndOfTurn);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -12,9 +13,11 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "compute/cpu/thread_pool.h"
 #include "engine/session.h"
+#include "gguf/resident_weights.h"
 #include "model/model.h"
 #include "util/error.h"
 #include "util/phase_timer.h"
@@ -210,13 +213,22 @@ void run_cpu_bench(const CpuBenchOptions& o) {
   const std::string path = resolve_model_path(o.model);
   const auto load_start = std::chrono::steady_clock::now();
   const auto model = Model::load(path);
-  // Every page of the file mapped before anything is timed (the experts are read through the
-  // mapping; a first-touch fault inside a timed step would be counted as compute).
-  model->file().advise(0, model->file().file_size(), MADV_POPULATE_READ);
+  // The weights as run, chat and serve hold them: copied into huge-page memory
+  // (gguf/resident_weights.h), experts included (they are read through the mapping here). With
+  // --mapped-weights every page of the mapping is faulted in before anything is timed instead (a
+  // first-touch fault inside a timed step would be counted as compute).
+  const GgufFile& file = model->file();
+  if (o.mapped_weights)
+    file.advise(0, file.file_size(), MADV_POPULATE_READ);
+  else
+    copy_resident_weights(file,
+                          plan_resident_weights(file.tensors(), file.file_size(),
+                                                uint64_t(sysconf(_SC_PAGESIZE)), /*experts_resident=*/true),
+                          int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u)));
   const HParams& hp = model->hparams();
-  fmt::print("model {} ({}), {} layers, {} experts top-{}; loaded and mapped in {:.1f} s\n", path,
+  fmt::print("model {} ({}), {} layers, {} experts top-{}; loaded in {:.1f} s ({})\n", path,
              arch_name(hp.arch), hp.n_layer, hp.n_expert, hp.n_expert_used,
-             seconds_since(load_start));
+             seconds_since(load_start), o.mapped_weights ? "mapped, every page faulted in" : "weights in huge-page memory");
   std::vector<int32_t> prompt(size_t(std::max(o.prompt_tokens, o.decode_context)));
   for (size_t i = 0; i < prompt.size(); ++i)
     prompt[i] = int32_t((i * 7919 + 13) % uint64_t(hp.n_vocab));

@@ -39,6 +39,7 @@ struct CpuBenchOptions {
   int prompt_repeats = 0;  // rounds (the first ones) that also run the prompt; 0: every round
   std::string json;
   std::string llama_bench;  // empty: no peer
+  bool mapped_weights = false;  // read the weights through the mapping (else the resident copy)
 };
 
 void run_cpu_bench(const CpuBenchOptions& options);

@@ -1,16 +1,21 @@
 #include "cli/expert_options.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <thread>
 
 #include "experts/gguf_reader.h"
 #include "experts/profile.h"
 #include "experts/sidecar_reader.h"
 #include "experts/usage_history.h"
 #include "gguf/mapping_advice.h"
+#include "gguf/resident_weights.h"
 #include "route/moce.h"
 #ifdef STRATA_HAVE_CUDA
 #include "compute/cuda/cuda_backend.h"
@@ -70,6 +75,9 @@ void add_expert_options(CLI::App& cmd, ExpertOptions& o) {
       ->check(CLI::IsMember({"auto", "gguf", "sidecar"}));
   cmd.add_flag("--pack", o.pack, "build MODEL.experts first when it is missing or stale (and stream from it)");
   cmd.add_flag("--mapped-experts", o.mapped, "read experts through the GGUF mapping (no store)");
+  cmd.add_flag("--mapped-weights", o.mapped_weights,
+               "CPU: read the weights through the file mapping (4 KiB pages, faulted in on first use) instead "
+               "of copying them into huge-page memory at start (faster start, slower tokens)");
   cmd.add_option("--fill", o.fill_profile, "expert profile (strata profile) to fill the cache from at start");
   cmd.add_option("--pin", o.pin, "with --fill or --usage: pin this many top experts per layer")
       ->check(CLI::NonNegativeNumber);
@@ -186,6 +194,31 @@ void set_gpu_fill(const Model& model, const ExpertOptions& o, const std::vector<
   tier.fill_pinned = pinned;
 }
 }  // namespace
+
+void place_resident_weights(const Model& model, const ExpertStore* store, const std::string& backend,
+                            const ExpertOptions& o) {
+  if (backend != "cpu" || o.mapped_weights) return;
+  const GgufFile& file = model.file();
+  const std::vector<ByteRange> ranges = plan_resident_weights(
+      file.tensors(), file.file_size(), uint64_t(sysconf(_SC_PAGESIZE)), /*experts_resident=*/store == nullptr);
+  uint64_t total = 0;
+  for (const ByteRange& r : ranges) total += r.length;
+  const auto start = std::chrono::steady_clock::now();
+  ProgressBar bar("weights into RAM", 0, total);
+  if (o.quiet) bar.set_enabled(false);
+  uint64_t shown = 0;
+  const int threads = int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+  const uint64_t copied = copy_resident_weights(file, ranges, threads, [&](uint64_t done, uint64_t) {
+    bar.advance(0, done - shown);
+    shown = done;
+  });
+  bar.finish();
+  if (!o.quiet)
+    fmt::print(stderr, "strata: weights in RAM: {} of {} copied into huge-page memory in {:.2f} s{}\n",
+               format_bytes(copied), format_bytes(total),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+               copied < total ? " (the rest stays mapped: the system refused memory)" : "");
+}
 
 std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::string& model_path,
                                                const ExpertOptions& o) {

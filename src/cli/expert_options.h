@@ -36,6 +36,7 @@ struct ExpertOptions {
   std::string experts_from = "auto";  // auto | gguf | sidecar
   bool pack = false;       // build/rebuild the sidecar when missing or stale
   bool mapped = false;     // force the GGUF mapping (no store)
+  bool mapped_weights = false;  // --mapped-weights: no resident copy (gguf/resident_weights.h)
   std::string fill_profile;
   int pin = 0;
   std::string trace_routing;  // write a routing trace here (route/routing_trace.h)
@@ -72,6 +73,14 @@ std::unique_ptr<ExpertReader> open_expert_reader(const Model& model, const std::
 // Also sets the model's GPU expert tier from --gpu-budget / --gpu-slots-per-layer (configure_gpu_tier).
 std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::string& model_path,
                                                const ExpertOptions& options);
+
+// On the CPU backend, copies the weights every token reads into huge-page memory at their mapped
+// addresses (gguf/resident_weights.h): the dense tensors, and the routed experts too when `store` is
+// null (they are read through the mapping). Nothing on another backend (its weights live in device
+// memory) or with --mapped-weights. Shows progress on a terminal and prints one line unless quiet.
+// Call it after open_expert_store and before the first session runs.
+void place_resident_weights(const Model& model, const ExpertStore* store, const std::string& backend,
+                            const ExpertOptions& options);
 
 // model.backend_shared().gpu_tier from the options (before the model's first GPU sequence).
 void configure_gpu_tier(const Model& model, const ExpertOptions& options);

@@ -123,6 +123,13 @@ class GgufFile {
   // dense ranges in ahead of the first token.
   void advise(uint64_t offset, uint64_t length, int advice) const;
 
+  // Replaces the pages of [offset, offset + length) (widened to whole pages) with an anonymous copy
+  // of the same bytes, at the same addresses, in memory that may use transparent huge pages; see
+  // gguf/resident_weights.h, the only caller. Returns the bytes copied (0: nothing changed: an
+  // in-memory file, or a system call refused, in which case the range stays mapped from the file).
+  // Not thread-safe: no other thread may read the range while it runs.
+  uint64_t copy_in_place(uint64_t offset, uint64_t length) const;
+
  private:
   GgufFile() = default;
   friend class GgufParser;

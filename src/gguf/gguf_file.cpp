@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <limits>
@@ -231,6 +232,48 @@ void GgufFile::advise(uint64_t offset, uint64_t length, int advice) const {
   const uint64_t end = std::min<uint64_t>(mapped_bytes_, offset + length);
   // Advice is a hint: a refusal changes speed, never results, so errors are ignored.
   madvise(const_cast<uint8_t*>(base_) + begin, size_t(end - begin), advice);
+}
+
+uint64_t GgufFile::copy_in_place(uint64_t offset, uint64_t length) const {
+  if (mapped_bytes_ == 0 || length == 0 || offset >= mapped_bytes_) return 0;
+  const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+  const auto round_up = [page](uint64_t v) { return (v + page - 1) / page * page; };
+  const uint64_t begin = offset / page * page;
+  const uint64_t end = std::min(round_up(offset + length), round_up(mapped_bytes_));
+  const size_t n = size_t(end - begin);
+  auto* target = const_cast<uint8_t*>(base_) + begin;
+  // The copy is made at an address congruent to the target modulo 2 MiB, so the huge pages it gets
+  // stay whole when mremap moves them (a huge page moved off that alignment is split).
+  static constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  void* raw = mmap(nullptr, n + kHugePage, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return 0;
+  const auto raw_at = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t shift =
+      (reinterpret_cast<uintptr_t>(target) % kHugePage + kHugePage - raw_at % kHugePage) % kHugePage;
+  auto* copy = reinterpret_cast<uint8_t*>(raw_at + shift);
+  if (shift > 0) munmap(raw, shift);
+  if (kHugePage - shift > 0) munmap(copy + n, kHugePage - shift);
+  madvise(copy, n, MADV_HUGEPAGE);  // a hint: without it the copy is still correct
+  // pread, not a copy from the mapping: the file's pages are never mapped (no faults, no page tables).
+  static constexpr size_t kChunkBytes = size_t{8} << 20;
+  for (size_t at = 0; at < n;) {
+    const ssize_t got = pread(fd_, copy + at, std::min(kChunkBytes, n - at), off_t(begin + at));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      munmap(copy, n);
+      return 0;
+    }
+    if (got == 0) break;  // end of file: the rest of the last page stays zero, as in the mapping
+    at += size_t(got);
+  }
+  mprotect(copy, n, PROT_READ);
+  // Atomically replaces the file pages at `target` (MREMAP_FIXED unmaps what was there).
+  if (mremap(copy, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, target) == MAP_FAILED) {
+    munmap(copy, n);
+    return 0;
+  }
+  return n;
 }
 
 }  // namespace strata

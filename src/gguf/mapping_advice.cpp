@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -49,27 +50,37 @@ bool is_sparse_tensor(const TensorInfo& tensor) {
   return name.find("_exps") != std::string_view::npos || name.starts_with("per_layer_token_embd");
 }
 
+std::vector<ByteRange> outward_page_ranges(std::span<const TensorInfo> tensors, uint64_t file_size,
+                                           uint64_t page_bytes,
+                                           const std::function<bool(const TensorInfo&)>& selected) {
+  std::vector<const TensorInfo*> by_offset;
+  for (const TensorInfo& t : tensors)
+    if (t.n_bytes > 0 && selected(t)) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) {
+    return a->file_offset < b->file_offset;
+  });
+  std::vector<ByteRange> ranges;
+  for (const TensorInfo* t : by_offset)
+    append_merged(ranges, t->file_offset & ~(page_bytes - 1),
+                  std::min(file_size, (t->file_offset + t->n_bytes + page_bytes - 1) & ~(page_bytes - 1)));
+  return ranges;
+}
+
 MappingAdvicePlan plan_mapping_advice(std::span<const TensorInfo> tensors, uint64_t file_size,
                                       uint64_t page_bytes) {
   std::vector<const TensorInfo*> by_offset;
   for (const TensorInfo& t : tensors)
-    if (t.n_bytes > 0) by_offset.push_back(&t);
+    if (t.n_bytes > 0 && is_sparse_tensor(t)) by_offset.push_back(&t);
   std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) {
     return a->file_offset < b->file_offset;
   });
-  const auto down = [&](uint64_t v) { return v & ~(page_bytes - 1); };
-  const auto up = [&](uint64_t v) {
-    return std::min(file_size, (v + page_bytes - 1) & ~(page_bytes - 1));
-  };
+  std::vector<ByteRange> sparse_pages;  // inward: only pages holding nothing but sparse bytes
+  for (const TensorInfo* t : by_offset)
+    append_merged(sparse_pages, std::min(file_size, (t->file_offset + page_bytes - 1) & ~(page_bytes - 1)),
+                  (t->file_offset + t->n_bytes) & ~(page_bytes - 1));
   MappingAdvicePlan plan;
-  std::vector<ByteRange> sparse_pages;
-  for (const TensorInfo* t : by_offset) {
-    const uint64_t begin = t->file_offset, end = t->file_offset + t->n_bytes;
-    if (is_sparse_tensor(*t))
-      append_merged(sparse_pages, up(begin), down(end));
-    else
-      append_merged(plan.dense, down(begin), up(end));
-  }
+  plan.dense = outward_page_ranges(tensors, file_size, page_bytes,
+                                   [](const TensorInfo& t) { return !is_sparse_tensor(t); });
   plan.sparse = subtract(sparse_pages, plan.dense);
   return plan;
 }

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <stop_token>
 #include <thread>
@@ -43,6 +44,13 @@ struct MappingAdvicePlan {
 
 // True for the tensors the expert store streams or that are read by sparse row gathers.
 bool is_sparse_tensor(const TensorInfo& tensor);
+
+// The pages holding the bytes of the `selected` tensors (with bytes): each tensor's range widened
+// to whole pages (the last clipped to the file), ascending, touching ranges merged.
+// REQUIRES: page_bytes a power of two; tensors lie inside [0, file_size).
+std::vector<ByteRange> outward_page_ranges(std::span<const TensorInfo> tensors, uint64_t file_size,
+                                           uint64_t page_bytes,
+                                           const std::function<bool(const TensorInfo&)>& selected);
 
 // REQUIRES: page_bytes a power of two; tensors lie inside [0, file_size).
 MappingAdvicePlan plan_mapping_advice(std::span<const TensorInfo> tensors, uint64_t file_size,

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <cctype>
 #include <nlohmann/json.hpp>
@@ -64,6 +65,17 @@ double number_before(const std::string& output, const std::string& suffix) {
 
 double peak_rss_mib(const std::string& output) { return number_after(output, "peak RSS "); }
 
+// A size as format_bytes writes it ("512 B", "3.0 KiB", "1.21 GiB") right after `prefix`, in MiB;
+// -1 when absent.
+double mib_after(const std::string& output, const std::string& prefix) {
+  const double number = number_after(output, prefix);
+  if (number < 0) return -1;
+  const size_t unit_at = output.find(' ', output.find(prefix) + prefix.size()) + 1;
+  const std::string unit = output.substr(unit_at, 3);
+  const double scale = unit == "GiB" ? 1024.0 : unit == "MiB" ? 1.0 : unit == "KiB" ? 1.0 / 1024 : 1.0 / (1 << 20);
+  return number * scale;
+}
+
 // The first line made only of comma-separated token ids (what --print-ids prints).
 std::string last_line_of_ids(const std::string& output) {
   size_t begin = 0;
@@ -107,6 +119,37 @@ class ExpertCli : public testing::Test {
 
   fs::path dir_;
 };
+
+// The CPU copies the weights it reads every token into huge-page memory (gguf/resident_weights.h):
+// all of them with the experts mapped, the dense ones with a store; --mapped-weights keeps the
+// mapping. Same bytes, so the same ids and bitwise the same logits either way.
+TEST_F(ExpertCli, ResidentWeightsKeepTheTokensAndLogits) {
+  const std::string model = streaming_model("r.gguf", 5);
+  const std::string args = fmt::format("run -m {} --tokens 1,2,3,4,5,6,7 -n 16 --temp 0 --print-ids -t 2", model);
+  const Result mapped = run(args + " --mapped-experts --mapped-weights --logits-out " + file("mapped.f32"));
+  ASSERT_EQ(mapped.status, 0) << mapped.output;
+  EXPECT_EQ(mapped.output.find("weights in RAM"), std::string::npos) << mapped.output;
+  const Result copied = run(args + " --mapped-experts --logits-out " + file("copied.f32"));
+  ASSERT_EQ(copied.status, 0) << copied.output;
+  const double file_mib = double(fs::file_size(model)) / (1 << 20);
+  const double all_mib = mib_after(copied.output, "weights in RAM: ");
+  EXPECT_GT(all_mib, 0.9 * file_mib) << copied.output;  // the experts are most of the file
+  EXPECT_EQ(last_line_of_ids(copied.output), last_line_of_ids(mapped.output)) << copied.output;
+  const auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  ASSERT_FALSE(bytes(file("mapped.f32")).empty());
+  EXPECT_EQ(bytes(file("copied.f32")), bytes(file("mapped.f32"))) << "logits differ";
+  // With a store the experts are streamed: only the dense tensors are copied.
+  const Result streamed = run(args + " --slots-per-layer 2 --logits-out " + file("streamed.f32"));
+  ASSERT_EQ(streamed.status, 0) << streamed.output;
+  const double dense_mib = mib_after(streamed.output, "weights in RAM: ");
+  EXPECT_GT(dense_mib, 0.0) << streamed.output;
+  EXPECT_LT(dense_mib, 0.1 * file_mib) << streamed.output;
+  EXPECT_EQ(last_line_of_ids(streamed.output), last_line_of_ids(mapped.output)) << streamed.output;
+  EXPECT_EQ(bytes(file("streamed.f32")), bytes(file("mapped.f32"))) << "logits differ";
+}
 
 TEST_F(ExpertCli, BudgetBoundsPeakRssAndKeepsTheTokens) {
   const std::string model = streaming_model("m.gguf", 3);
