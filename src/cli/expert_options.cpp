@@ -195,6 +195,20 @@ void set_gpu_fill(const Model& model, const ExpertOptions& o, const std::vector<
 }
 }  // namespace
 
+namespace {
+// Appends to each layer's ranking the experts it lacks, in id order (the ranking stays first).
+void complete_ranking(std::vector<std::vector<int32_t>>& ranking, int n_block, int n_expert) {
+  ranking.resize(size_t(n_block));
+  for (std::vector<int32_t>& layer : ranking) {
+    std::vector<char> listed(size_t(n_expert), 0);
+    for (int32_t e : layer)
+      if (e >= 0 && e < n_expert) listed[size_t(e)] = 1;
+    for (int32_t e = 0; e < n_expert; ++e)
+      if (!listed[size_t(e)]) layer.push_back(e);
+  }
+}
+}  // namespace
+
 void place_resident_weights(const Model& model, const ExpertStore* store, const std::string& backend,
                             const ExpertOptions& o) {
   if (backend != "cpu" || o.mapped_weights) return;
@@ -259,6 +273,7 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
                "with a budget of that half (set it with --ram-budget)\n",
                format_bytes(expert_bytes), format_bytes(available));
   const SidecarLayout& sl = store->layout();
+  std::optional<std::vector<std::vector<int32_t>>> fill_ranking;  // what the store reads at start
   std::unique_ptr<UsageHistory> history;
   if (!o.usage.empty()) {
     const std::string usage_path = o.usage == "auto" ? usage_path_for(model_path) : o.usage;
@@ -293,7 +308,7 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
               ranking[b].push_back(e);
             }
         }
-      store->fill(ranking, o.pin);
+      fill_ranking = ranking;
       set_gpu_fill(model, o, ranking, o.pin);
     } else if (o.pin > 0) {
       fail("--pin needs a ranking: --fill PROFILE, or a usage history of at least {} tokens", kMinHistoryTokens);
@@ -301,11 +316,20 @@ std::unique_ptr<ExpertStore> open_expert_store(const Model& model, const std::st
     store->attach_history(std::move(history), usage_path);
   } else if (!o.fill_profile.empty()) {
     const ExpertProfile profile = ExpertProfile::load(o.fill_profile, sl.gguf_identity);
-    store->fill(profile.ranking(), o.pin);
+    fill_ranking = profile.ranking();
     set_gpu_fill(model, o, profile.ranking(), o.pin);
   } else if (o.pin > 0) {
     fail("--pin needs --fill PROFILE or --usage (the ranking that says which experts to pin)");
   }
+  // A store with a slot for every expert that nobody sized (it exists for --usage, --pin-hot or
+  // --moce, and the experts fit in half the RAM) reads them all now, ranked ones first, instead
+  // of one cold read per expert at its first use: as the GPU tier's host tier it served 15.6 tok/s
+  // where the page-cached mapping served 136 (docs/bench-cuda.md, session 32).
+  if (!budget_given && store->slots_per_layer() >= int(sl.n_expert)) {
+    if (!fill_ranking) fill_ranking.emplace(size_t(sl.n_block));
+    complete_ranking(*fill_ranking, int(sl.n_block), int(sl.n_expert));
+  }
+  if (fill_ranking) store->fill(*fill_ranking, o.pin);
   if (o.moce_lambda > 0) {
     auto policy = std::make_unique<MocePolicy>();
     policy->options = MoceOptions{o.moce_lambda, o.moce_protect, o.moce_max_rank, o.moce_sample_every};

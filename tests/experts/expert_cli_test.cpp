@@ -151,6 +151,26 @@ TEST_F(ExpertCli, ResidentWeightsKeepTheTokensAndLogits) {
   EXPECT_EQ(bytes(file("streamed.f32")), bytes(file("mapped.f32"))) << "logits differ";
 }
 
+// --usage without a budget makes a store with a slot for every expert: it reads them all at start,
+// so no token waits for a cold read (and the tokens are the mapping's).
+TEST_F(ExpertCli, AStoreWithRoomForEveryExpertReadsThemAllAtStart) {
+  const std::string model = streaming_model("w.gguf", 6);
+  const std::string args = fmt::format("run -m {} --tokens 1,2,3,4,5,6,7 -n 16 --temp 0 --print-ids -t 2", model);
+  const Result mapped = run(args + " --mapped-experts");
+  ASSERT_EQ(mapped.status, 0) << mapped.output;
+  const Result warm = run(args + " --usage " + file("w.usage"));
+  ASSERT_EQ(warm.status, 0) << warm.output;
+  EXPECT_NE(warm.output.find("64 slots/layer of 64"), std::string::npos) << warm.output;
+  EXPECT_NE(warm.output.find("prefill experts: hit 100.0% ("), std::string::npos) << warm.output;
+  EXPECT_NE(warm.output.find("decode experts: hit 100.0% ("), std::string::npos) << warm.output;
+  EXPECT_EQ(last_line_of_ids(warm.output), last_line_of_ids(mapped.output)) << warm.output;
+  // A budget the user set is still filled on demand.
+  const Result cold = run(args + " --usage " + file("w2.usage") + " --slots-per-layer 64");
+  ASSERT_EQ(cold.status, 0) << cold.output;
+  EXPECT_EQ(cold.output.find("prefill experts: hit 100.0% ("), std::string::npos) << cold.output;
+  EXPECT_EQ(last_line_of_ids(cold.output), last_line_of_ids(mapped.output)) << cold.output;
+}
+
 TEST_F(ExpertCli, BudgetBoundsPeakRssAndKeepsTheTokens) {
   const std::string model = streaming_model("m.gguf", 3);
   const std::string tokens = "--tokens 1,2,3,4,5 -n 24 --temp 0 --print-ids -t 2";
