@@ -11,21 +11,15 @@
 #include <vector>
 
 #include "../common/temp_dir.h"
+#include "tensor_table.h"
 #include "gguf/gguf.h"
 #include "gguf/mapping_advice.h"
 
 namespace strata {
 namespace {
 
-constexpr uint64_t kPage = 4096;
-
-TensorInfo tensor(const std::string& name, uint64_t offset, uint64_t n_bytes) {
-  TensorInfo t;
-  t.name = name;
-  t.file_offset = offset;
-  t.n_bytes = n_bytes;
-  return t;
-}
+using test_support::kPage;
+using test_support::tensor;
 
 TEST(GgufMappingAdvice, ExpertsAreSparseAndSharedPagesCountAsDense) {
   const std::vector<TensorInfo> tensors = {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../common/temp_dir.h"
+#include "tensor_table.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
 #include "gguf/resident_weights.h"
@@ -19,15 +20,8 @@
 namespace strata {
 namespace {
 
-constexpr uint64_t kPage = 4096;
-
-TensorInfo tensor(const std::string& name, uint64_t offset, uint64_t n_bytes) {
-  TensorInfo t;
-  t.name = name;
-  t.file_offset = offset;
-  t.n_bytes = n_bytes;
-  return t;
-}
+using test_support::kPage;
+using test_support::tensor;
 
 TEST(ResidentWeights, PlanCopiesDenseTensorsAndResidentExpertsButNeverThePerLayerEmbedding) {
   const std::vector<TensorInfo> tensors = {
