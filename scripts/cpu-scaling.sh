@@ -21,7 +21,8 @@
 #      runs under `timeout` so the call ends by LIMIT s (default 480) with what it has.
 # Knobs (environment): THREADS (1,2,4,8,16), PROMPT_THREADS (2,4,8,16: a 1-thread pp512 costs
 # ~1 min per engine), PROMPT (512), DECODE (32), REPEATS (3), PROMPT_REPEATS (1), JOBS (build jobs,
-# nproc), LLAMA_BENCH (a prebuilt CPU llama-bench: no build), LLAMA_WAIT (240), LIMIT (480).
+# nproc), LLAMA_BENCH (a prebuilt CPU llama-bench: no build), LLAMA_WAIT (240), LIMIT (480),
+# BENCH_ARGS (more `bench cpu` options, e.g. --mapped-weights for the weights as file pages).
 # Expected wall time there (estimated, not yet run there): ~3 min until the bench starts
 # (llama-bench's build the longer, overlapped with strata's build and the synth), then ~3 min for
 # round 1 (with the prompts; llama-bench's pp512 warm-up doubles its prompt time) and ~45 s per
@@ -91,5 +92,5 @@ left=$(( ${LIMIT:-480} - ($(date +%s) - start) ))
 stamp "bench cpu, ${left} s left"
 timeout "$left" ./build-cpu/strata bench cpu -m "$model" --threads "$threads" --prompt-threads "$prompt_threads" \
   --prompt-tokens "${PROMPT:-512}" -n "${DECODE:-32}" --repeats "${REPEATS:-3}" \
-  --prompt-repeats "${PROMPT_REPEATS:-1}" "${peer[@]}" --json "$out/bench.json" 2>&1 | tee "$out/bench.txt"
+  --prompt-repeats "${PROMPT_REPEATS:-1}" "${peer[@]}" ${BENCH_ARGS:-} --json "$out/bench.json" 2>&1 | tee "$out/bench.txt"
 stamp "done"
