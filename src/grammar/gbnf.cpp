@@ -33,7 +33,9 @@ bool is_name_char(char c) {
          c == '_';
 }
 
-bool is_continuation(uint8_t byte) { return (byte & 0xC0) == 0x80; }
+bool is_continuation(uint8_t byte) {
+  return (byte & 0xC0) == 0x80;
+}
 
 // The length of the well-formed UTF-8 character at text[at] (Unicode Table 3-7), 0 if none.
 size_t utf8_length(std::string_view text, size_t at) {
@@ -124,7 +126,7 @@ void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<Sequence>& out) {
 // What a generated rule came from, for the left-recursion message.
 struct RuleInfo {
   std::string name;
-  size_t first_use = std::string_view::npos;  // offset of the first reference
+  size_t first_use = std::string_view::npos;   // offset of the first reference
   size_t defined_at = std::string_view::npos;  // offset of the definition (or the construct)
   bool defined = false;
   std::string construct;  // empty for a named rule; else "the group", "the repetition `*`", ...
@@ -144,7 +146,7 @@ class Parser {
   std::pair<size_t, size_t> line_column(size_t offset) const;  // 1-based, columns in characters
   std::string position(size_t offset) const;                   // "LINE:COLUMN"
 
-  bool skip_space();  // blanks, comments, line breaks; whether a line break was crossed
+  bool skip_space();   // blanks, comments, line breaks; whether a line break was crossed
   void skip_blanks();  // spaces and tabs only
   std::string_view read_name();
   bool rule_starts_here() const;  // `name ::=` at at_
@@ -167,10 +169,10 @@ class Parser {
   size_t at_ = 0;
   GrammarBuilder builder_;
   std::unordered_map<std::string, uint32_t> by_name_;
-  std::vector<RuleInfo> rules_;  // by rule id, generated ones included
-  std::string current_rule_;     // the named rule being parsed
-  size_t generated_count_ = 0;   // rules generated within it, for their names
-  std::vector<size_t> open_groups_;  // offsets of the '(' being parsed
+  std::vector<RuleInfo> rules_;                     // by rule id, generated ones included
+  std::string current_rule_;                        // the named rule being parsed
+  size_t generated_count_ = 0;                      // rules generated within it, for their names
+  std::vector<size_t> open_groups_;                 // offsets of the '(' being parsed
   std::map<std::vector<CodeRange>, Item> classes_;  // character classes compiled so far
 };
 
@@ -255,8 +257,8 @@ uint32_t Parser::rule_id(std::string_view name, size_t offset) {
 
 void Parser::record_generated(size_t offset, const std::string& construct) {
   for (size_t r = rules_.size(); r < builder_.n_rules(); ++r)
-    rules_.push_back({.defined_at = offset, .defined = true, .construct = construct,
-                      .parent = current_rule_});
+    rules_.push_back(
+        {.defined_at = offset, .defined = true, .construct = construct, .parent = current_rule_});
 }
 
 uint32_t Parser::generated_rule(size_t offset, std::string construct) {
@@ -302,8 +304,9 @@ Grammar Parser::parse() {
   for (const RuleInfo& rule : rules_)
     if (!rule.defined && (!undefined || rule.first_use < undefined->first_use)) undefined = &rule;
   if (undefined)
-    fail_at(undefined->first_use, fmt::format("undefined rule '{}' (no '{} ::= ...' in the grammar)",
-                                              undefined->name, undefined->name));
+    fail_at(undefined->first_use,
+            fmt::format("undefined rule '{}' (no '{} ::= ...' in the grammar)", undefined->name,
+                        undefined->name));
   const auto root = by_name_.find("root");
   if (root == by_name_.end())
     fail_at(0, "no rule named 'root': the grammar starts at 'root ::= ...'");
@@ -451,7 +454,7 @@ uint32_t Parser::escape() {
       const std::string shown =
           uint8_t(c) >= 0x80 ? std::string(text_.substr(at_ - 1, utf8_length(text_, at_ - 1)))
           : uint8_t(c) >= 0x20 && c != 0x7F ? std::string(1, c)
-                                             : fmt::format("x{:02X}", uint8_t(c));
+                                            : fmt::format("x{:02X}", uint8_t(c));
       fail_at(start, fmt::format("bad escape '\\{}': expected \\n, \\t, \\r, \\\\, \\\", \\[, "
                                  "\\], \\xHH, \\uHHHH or \\UHHHHHHHH",
                                  shown));
@@ -465,8 +468,8 @@ uint32_t Parser::escape() {
     if (h >= 'a' && h <= 'f') v = h - 'a' + 10;
     if (h >= 'A' && h <= 'F') v = h - 'A' + 10;
     if (v < 0)
-      fail_at(start, fmt::format("bad escape: '\\{}' takes {} hex digits, found {}", c, digits,
-                                 found()));
+      fail_at(start,
+              fmt::format("bad escape: '\\{}' takes {} hex digits, found {}", c, digits, found()));
     value = value * 16 + uint64_t(v);
     ++at_;
   }
@@ -534,7 +537,9 @@ Item Parser::char_class() {
   return code_points(std::move(merged), start, "the character class");
 }
 
-Item Parser::any_char() { return code_points({{0, kMaxCodePoint}}, at_ - 1, "'.'"); }
+Item Parser::any_char() {
+  return code_points({{0, kMaxCodePoint}}, at_ - 1, "'.'");
+}
 
 // The characters of `ranges` (sorted, disjoint) as one byte set when all are one byte long, else
 // a rule: the one-byte ones as one alternative, each multi-byte sequence as another.
@@ -625,8 +630,8 @@ void Parser::postfix(Sequence& items, std::optional<size_t> last) {
     ++at_;
     spelled = std::string(text_.substr(start, at_ - start));
     if (max >= 0 && max < min)
-      fail_at(start, fmt::format("bad repetition bounds {}: the maximum is below the minimum",
-                                 spelled));
+      fail_at(start,
+              fmt::format("bad repetition bounds {}: the maximum is below the minimum", spelled));
   }
   // The copies the builder writes (grammar/grammar.h repeat): refuse before building them.
   const Item& item = items[*last];
@@ -636,14 +641,16 @@ void Parser::postfix(Sequence& items, std::optional<size_t> last) {
     fail_at(start, fmt::format("the repetition {} makes the grammar too large (more than {} "
                                "elements)",
                                spelled, kMaxGrammarElements));
-  const uint32_t id = builder_.repeat(fmt::format("{}-{}", current_rule_, ++generated_count_),
-                                      {item}, min, max);
+  const uint32_t id =
+      builder_.repeat(fmt::format("{}-{}", current_rule_, ++generated_count_), {item}, min, max);
   record_generated(start, fmt::format("the repetition '{}'", spelled));
   items[*last] = GrammarBuilder::rule(id);
 }
 
 }  // namespace
 
-Grammar parse_gbnf(std::string_view text) { return Parser(text).parse(); }
+Grammar parse_gbnf(std::string_view text) {
+  return Parser(text).parse();
+}
 
 }  // namespace strata::grammar

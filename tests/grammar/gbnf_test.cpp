@@ -126,7 +126,8 @@ TEST(Gbnf, ErrorsNameLineColumnAndWhatWasExpected) {
   expect_error(R"(root ::= "abc)", "1:10", "unterminated string");
   expect_error("root ::= [a-z\n", "1:10", "unterminated character class: expected ']'");
   expect_error("root ::= (\"a\" | \"b\"", "1:10", "unterminated group: expected ')'");
-  expect_error("root ::= (\"a\"\nx ::= \"b\"", "2:1", "expected ')' to close the group opened at 1:10");
+  expect_error("root ::= (\"a\"\nx ::= \"b\"", "2:1",
+               "expected ')' to close the group opened at 1:10");
   expect_error(R"(root ::= "a"))", "1:13", "unmatched ')'");
   expect_error(R"(root ::= "\q")", "1:11", "bad escape '\\q': expected \\n, \\t");
   expect_error(R"(root ::= "\x4")", "1:11", "'\\x' takes 2 hex digits, found '\"'");
@@ -147,7 +148,8 @@ TEST(Gbnf, ErrorsNameLineColumnAndWhatWasExpected) {
   expect_error("root ::= \"a\"\n!", "2:1", "found '!'");
   expect_error("::= \"a\"", "1:1", "expected a rule (name ::= ...), found ':'");
   expect_error("root ::= a a ::= \"b\"", "1:12", "expected a line break before the next rule 'a'");
-  expect_error("root ::= \"a\"\nroot ::= \"b\"", "2:1", "rule 'root' is defined twice (first at 1:1)");
+  expect_error("root ::= \"a\"\nroot ::= \"b\"", "2:1",
+               "rule 'root' is defined twice (first at 1:1)");
   expect_error("root ::= \"é\" \xFF", "1:14", "invalid UTF-8 (byte 0xFF)");
   expect_error("root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\"", "2:1",
                "rule 'expr' can reach itself without reading any input (left recursion");
@@ -164,8 +166,7 @@ TEST(Gbnf, ErrorsNameLineColumnAndWhatWasExpected) {
 // to the same language (for ASCII grammars: the rendering spells bytes, the parser code points).
 TEST(Gbnf, RenderingParsesBackToTheSameLanguage) {
   const std::vector<std::string> grammars = {
-      R"(root ::= ("yes" | "no") ", " [0-9]{3})",
-      R"(root ::= "a" ("b" | "c")* "d"?)",
+      R"(root ::= ("yes" | "no") ", " [0-9]{3})", R"(root ::= "a" ("b" | "c")* "d"?)",
       R"g(root ::= item ("," item){0,2}
 item ::= [a-b]+ | "(" root ")")g",
       R"(root ::= [^a-c\x00-\x1F\x7F-\U0010FFFF]{1,2} | "")",  // printable ASCII but a-c
@@ -241,16 +242,17 @@ TEST(Gbnf, MatcherAcceptsExactlyTheLanguageOnShortStrings) {
   expect_same_language(R"(root ::= "a" ("b" | "cd")* "d"?)", regex("a(b|cd)*d?"), "abcd", 8);
   expect_same_language(R"(root ::= ("ab"){1,3} [^a]? | "b"{2,})", regex("(ab){1,3}[^a]?|b{2,}"),
                        "abc", 8);
-  expect_same_language("root ::= x\nx ::= \"(\" x \")\" x | \"\"",
-                       [](const std::string& s) {  // balanced parentheses
-                         int depth = 0;
-                         for (char c : s) {
-                           depth += c == '(' ? 1 : -1;
-                           if (depth < 0) return false;
-                         }
-                         return depth == 0;
-                       },
-                       "()", 12);
+  expect_same_language(
+      "root ::= x\nx ::= \"(\" x \")\" x | \"\"",
+      [](const std::string& s) {  // balanced parentheses
+        int depth = 0;
+        for (char c : s) {
+          depth += c == '(' ? 1 : -1;
+          if (depth < 0) return false;
+        }
+        return depth == 0;
+      },
+      "()", 12);
   // Bytes, not characters: one well-formed UTF-8 character other than "a", twice.
   const auto one_char = [](const std::string& s, size_t& at) {
     const auto b = [&](size_t i) { return i < s.size() ? uint8_t(s[i]) : uint8_t(0); };
