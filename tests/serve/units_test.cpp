@@ -305,7 +305,8 @@ TEST(ServeScheduler, LentTasksHoldSlotsAndAreFollowedByAfterWork) {
   release = true;
   EXPECT_EQ(lender->wait_update(5s).state, JobState::Finished);
   EXPECT_EQ(waiting->wait_update(5s).state, JobState::Finished);
-  EXPECT_EQ(after_work_before_job_ended, 1);
+  // At least the lent task's (the waiting job may have run after it on that worker, also before).
+  EXPECT_GE(after_work_before_job_ended, 1);
   for (int i = 0; i < 5000 && after_work < 3; ++i) std::this_thread::sleep_for(1ms);
   EXPECT_EQ(after_work, 3);  // two jobs and the lent task
   EXPECT_EQ(scheduler->busy_slots(), 0u);
