@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "grammar/json_schema.h"  // kMaxRepeat, kMaxGrammarElements
+#include "text/utf8.h"
 
 namespace strata::grammar {
 
@@ -39,48 +40,13 @@ bool is_continuation(uint8_t byte) {
 
 // The length of the well-formed UTF-8 character at text[at] (Unicode Table 3-7), 0 if none.
 size_t utf8_length(std::string_view text, size_t at) {
-  const auto byte = [&](size_t i) { return i < text.size() ? uint8_t(text[i]) : uint8_t(0); };
-  const uint8_t b0 = byte(at);
-  if (b0 < 0x80) return 1;
-  auto in = [](uint8_t b, uint8_t lo, uint8_t hi) { return b >= lo && b <= hi; };
-  const uint8_t b1 = byte(at + 1), b2 = byte(at + 2), b3 = byte(at + 3);
-  if (in(b0, 0xC2, 0xDF)) return is_continuation(b1) ? 2 : 0;
-  if (in(b0, 0xE0, 0xEF)) {
-    const uint8_t lo = b0 == 0xE0 ? 0xA0 : 0x80, hi = b0 == 0xED ? 0x9F : 0xBF;
-    return in(b1, lo, hi) && is_continuation(b2) ? 3 : 0;
-  }
-  if (in(b0, 0xF0, 0xF4)) {
-    const uint8_t lo = b0 == 0xF0 ? 0x90 : 0x80, hi = b0 == 0xF4 ? 0x8F : 0xBF;
-    return in(b1, lo, hi) && is_continuation(b2) && is_continuation(b3) ? 4 : 0;
-  }
-  return 0;
-}
-
-uint32_t decode_utf8(std::string_view text, size_t at, size_t length) {
-  const uint8_t b0 = uint8_t(text[at]);
-  if (length == 1) return b0;
-  uint32_t cp = b0 & (0x7F >> length);
-  for (size_t i = 1; i < length; ++i) cp = (cp << 6) | (uint8_t(text[at + i]) & 0x3F);
-  return cp;
+  char32_t cp = 0;
+  return utf8_sequence_at(text, at, cp);
 }
 
 std::string encode_utf8(uint32_t cp) {
   std::string out;
-  if (cp < 0x80) {
-    out.push_back(char(cp));
-  } else if (cp < 0x800) {
-    out.push_back(char(0xC0 | (cp >> 6)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(char(0xE0 | (cp >> 12)));
-    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(char(0xF0 | (cp >> 18)));
-    out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  }
+  append_utf8(out, char32_t(cp));
   return out;
 }
 
@@ -491,10 +457,9 @@ Item Parser::char_class() {
                                  "line break as \\n)",
                                  found()));
     if (text_[at_] == '\\') return escape();
-    const size_t n = utf8_length(text_, at_);
-    const uint32_t cp = decode_utf8(text_, at_, n);
-    at_ += n;
-    return cp;
+    char32_t cp = 0;
+    at_ += utf8_sequence_at(text_, at_, cp);  // the text is valid UTF-8 (checked first)
+    return uint32_t(cp);
   };
   for (;;) {
     if (at_char(']')) {

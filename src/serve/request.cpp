@@ -719,10 +719,6 @@ std::variant<Result, ApiError> parse_with(std::string_view body, const RequestLi
   }
 }
 
-}  // namespace
-
-namespace {
-
 // llama-server's `grammar`: GBNF text the whole reply is drawn under ("" is none, as there).
 // Compiled through `grammars`, keyed by the text.
 void read_grammar(const json& value, GenerationRequest& out, GrammarCache* grammars) {
