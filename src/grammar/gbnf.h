@@ -16,7 +16,9 @@
 //   an error (write \n).
 // - `#` starts a comment to the end of the line. A rule may span lines: it ends where the next
 //   line starts another rule (`name ::=`) or at the end of the text. (llama.cpp ends a rule at
-//   a line break outside parentheses; every grammar it reads reads the same here.)
+//   a line break outside parentheses: the layouts it reads read the same here. It also takes a
+//   raw line break inside a string as a character and a rule defined twice as its last
+//   definition; both are errors here.)
 // - A postfix (* + ? {..}) applies to the element before it (a whole string, class, name, `.` or
 //   group); postfixes may be stacked.
 //
