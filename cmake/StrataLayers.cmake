@@ -30,7 +30,7 @@
 #   spec      drafters, acceptance, SpecGate, SpecDecoder on engine's Session and Sampler.
 #   decode    the generation loop and the conversation state cache: they drive spec/, so they
 #             cannot live in engine/ (moved from there to break the engine <-> spec cycle).
-#   grammar   JSON schema -> grammar, its matcher and token masks (an engine SamplingConstraint).
+#   grammar   JSON schema / GBNF -> grammar, its matcher and token masks (an engine SamplingConstraint).
 #   serve     the HTTP server.
 #   cli       the `strata` executable (a target of its own, not a library).
 #

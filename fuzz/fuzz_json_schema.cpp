@@ -1,21 +1,30 @@
-// libFuzzer target for the structured-output grammar (src/grammar/): the JSON-schema compiler,
-// the matcher and the token mask. Input: "SCHEMA\x1eINSTANCE" (no separator: the whole input is
-// the instance, under the any-JSON-object grammar). Invariants (trap on violation):
+// libFuzzer target for the structured-output grammar (src/grammar/): the JSON-schema compiler, the
+// GBNF parser, the matcher and the token mask. Input: "SCHEMA\x1eINSTANCE", or "GBNF\x1dINSTANCE"
+// (GBNF text: a \x1d before any \x1e), or no separator: the whole input is the instance, under the
+// any-JSON-object grammar. Invariants (trap on violation):
+// - parse_gbnf on any bytes throws nothing but GbnfError, whose what() is "LINE:COLUMN: DETAIL"
+//   with a position inside the text; a grammar it returns has no left recursion, and when all
+//   its byte sets are ASCII its rendering (to_text) parses back to a grammar that agrees on the
+//   instance;
 // - compile_json_schema on any JSON value throws nothing but SchemaError (whose message names
 //   its path);
-// - an instance the matcher accepts as complete is valid JSON (nlohmann parses it);
+// - an instance the matcher accepts as complete under a schema's grammar is valid JSON (nlohmann
+//   parses it);
 // - the token mask over a small vocabulary cut from the instance (pieces of 1..4 bytes, plus a
 //   stop token) equals the brute-force answer at every token boundary of the instance;
 // - the same for a lazy constraint (grammar/lazy_trigger.h) over "say <go>" + the instance, cut
 //   the same way: before the word every token but those that would complete it and go on with
 //   bytes the grammar rejects, after it the grammar's mask from the bytes that followed the word.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "grammar/token_mask.h"
@@ -102,14 +111,51 @@ void check_lazy(const Grammar& grammar, std::string_view instance) {
   }
 }
 
+bool matches(const Grammar& grammar, std::string_view text) {
+  Matcher matcher(grammar);
+  return matcher.accept(text) && matcher.accepting();
+}
+
+// The GBNF text's grammar, or nothing when the parser refuses it (checking how).
+std::optional<Grammar> parse_checked(std::string_view text, std::string_view instance) {
+  Grammar grammar;
+  try {
+    grammar = parse_gbnf(text);
+  } catch (const GbnfError& error) {
+    const size_t lines = size_t(std::count(text.begin(), text.end(), '\n')) + 1;
+    check(error.line() >= 1 && error.line() <= lines && error.column() >= 1);
+    check(!error.detail().empty());
+    check(std::string_view(error.what()) == std::to_string(error.line()) + ":" +
+                                                std::to_string(error.column()) + ": " +
+                                                error.detail());
+    return std::nullopt;
+  }
+  check(grammar.find_left_recursion() < 0);
+  bool ascii = true;
+  for (const ByteSet& set : grammar.byte_sets)
+    for (int b = 0x80; b < 0x100 && ascii; ++b) ascii = !set.has(uint8_t(b));
+  if (ascii) {
+    const Grammar again = parse_gbnf(grammar.to_text());  // a GbnfError here escapes: a finding
+    check(matches(again, instance) == matches(grammar, instance));
+  }
+  return grammar;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
   const size_t cut = input.find('\x1e');
+  const size_t gbnf_cut = input.find('\x1d');
   std::string_view instance = input;
   Grammar grammar;
-  if (cut == std::string_view::npos) {
+  const bool from_gbnf = gbnf_cut != std::string_view::npos && gbnf_cut < cut;
+  if (from_gbnf) {
+    instance = input.substr(gbnf_cut + 1);
+    std::optional<Grammar> parsed = parse_checked(input.substr(0, gbnf_cut), instance);
+    if (!parsed) return 0;
+    grammar = std::move(*parsed);
+  } else if (cut == std::string_view::npos) {
     grammar = json_object_grammar();
   } else {
     instance = input.substr(cut + 1);
@@ -123,7 +169,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   Matcher matcher(grammar);
-  if (matcher.accept(instance) && matcher.accepting())
+  if (!from_gbnf && matcher.accept(instance) && matcher.accepting())
     check(!nlohmann::json::parse(instance, nullptr, false).is_discarded());
   check_mask(grammar, instance.substr(0, 512));
   check_lazy(grammar, instance.substr(0, 256));

@@ -8,10 +8,11 @@
 //             vocabulary, sorted, biases in [-100, 100]; penalties in [-2, 2]; n in
 //             [1, max_choices]; logprobs in [0, 20]; tools JSON objects, a named tool_choice among
 //             them; history tool-call arguments JSON objects; a response_format grammar unless
-//             its type is text); the completion and chunk JSON
+//             its type is text; a GBNF `grammar` only without a json response_format and
+//             offered tools); the completion and chunk JSON
 //             built from its text (with logprobs and tool calls) parse back; the chat templates
 //             render its messages and tools or throw strata::Error; parsed through a grammar
-//             cache the answer is the same, and a second parse finds the same grammar.
+//             cache the answer is the same, and a second parse finds the same grammars.
 //   mode 2:   StopMatcher: "stop1\x1fstop2...\x1etext"; the text cut after each stop-string search
 //             is the same fed whole or byte by byte.
 //   mode 3/4: the payload is a /tokenize or /detokenize body (llama-server's); a rejection is a
@@ -61,6 +62,7 @@ void fuzz_parse(std::string_view body, Endpoint endpoint) {
     const ParseResult again = parse_generation_request(body, endpoint, limits, &cache);
     check(std::get<GenerationRequest>(again).response_format.grammar ==
           first->response_format.grammar);
+    check(std::get<GenerationRequest>(again).grammar == first->grammar);
   }
   if (const ApiError* error = std::get_if<ApiError>(&result)) {
     check(error->status >= 400 && error->status < 500);
@@ -78,6 +80,10 @@ void fuzz_parse(std::string_view body, Endpoint endpoint) {
   // response_format: a grammar exactly when the type is not text.
   check((request.response_format.type == ResponseFormat::Type::Text) ==
         (request.response_format.grammar == nullptr));
+  // A GBNF grammar only alone: no json response_format, no tools offered.
+  if (request.grammar)
+    check(!request.response_format.grammar &&
+          (request.tools.empty() || request.tool_choice == ToolChoice::None));
   if (endpoint == Endpoint::ChatCompletions) {
     check(!request.messages.empty());
   } else if (request.prompt_is_tokens) {

@@ -14,10 +14,11 @@
 // --spec, replies go through the SpecDecoder (the same tokens as without, greedy or sampled with
 // the same seed); its drafters follow the session across turns and its gate lives as long as the
 // chat, whose line it prints at exit (and in /stats).
-// --json-schema FILE / --json (cli/grammar_options.h): every reply is one JSON value of the
-// schema, drawn under the grammar as `strata serve`'s response_format is (a fresh constraint per
-// turn; the reply ends once the value is complete, or at the end-of-turn token, which is allowed
-// only then); the template renders without thinking, as the server does for response_format.
+// --json-schema FILE / --json / --grammar FILE (cli/grammar_options.h): every reply is one JSON
+// value of the schema (or one sentence of the GBNF grammar), drawn under the grammar as `strata
+// serve`'s response_format is (a fresh constraint per turn; the reply ends once the value is
+// complete, or at the end-of-turn token, which is allowed only then); the template renders without
+// thinking, as the server does for response_format.
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -66,7 +67,7 @@ struct ChatOptions {
   ModelOptions model;
   ExpertOptions experts;
   SpecCliOptions spec;
-  GrammarCliOptions grammar;  // --json-schema FILE / --json
+  GrammarCliOptions grammar;  // --json-schema FILE / --json / --grammar FILE
   std::string cache_ram;
   std::string system_prompt;
   int max_reply_tokens = 512;
@@ -136,7 +137,7 @@ class ChatLoop {
         grammar_(output_grammar(options.grammar)) {
     check_gpu_tier_backend(options.experts, session_.backend());
     place_resident_weights(model, store, session_.backend(), options.experts);
-    // A --json-schema reply is the value alone: no thinking block before it.
+    // A --json-schema / --grammar reply is the value alone: no thinking block before it.
     render_.enable_thinking = !options.no_thinking && !grammar_;
     end_of_turn_ = tokenizer.find_token(ChatTemplate::kEndOfTurn);
     if (grammar_) {
@@ -316,7 +317,7 @@ class ChatLoop {
   TurnStats last_;
   StateCache cache_;
   std::optional<spec::SpecDecoder> speculative_;  // after session_ and sampler_, which it uses
-  const std::optional<grammar::Grammar> grammar_;       // --json-schema / --json
+  const std::optional<grammar::Grammar> grammar_;       // --json-schema / --json / --grammar
   std::optional<grammar::TokenVocabulary> vocabulary_;  // with grammar_
 };
 

@@ -76,7 +76,7 @@ struct RunOptions {
   std::string logits_out;  // prompt logits, every position, [T, vocab] f32 LE
   std::string ids_out;     // generated ids, one per line
   SpecCliOptions spec;
-  GrammarCliOptions grammar;  // --json-schema FILE / --json
+  GrammarCliOptions grammar;  // --json-schema FILE / --json / --grammar FILE
 };
 
 void write_binary(const std::string& path, const void* data, size_t bytes) {
@@ -206,9 +206,10 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 // What `strata run` does with the loop's tokens (decode/generate.h): streams them to stdout (text
 // through the streaming decoder, or ids printed at the end), ends before the stop token, ends
-// after a token that completes the --json value, and writes one --telemetry line per window: a
-// plain step as before, a speculative window with its shape ("token" is the index of the window's
-// first token, so consecutive lines differ by "kept" and the kept rows add up to the tokens fed).
+// after a token that completes the --json (--grammar) value, and writes one --telemetry line per
+// window: a plain step as before, a speculative window with its shape ("token" is the index of the
+// window's first token, so consecutive lines differ by "kept" and the kept rows add up to the
+// tokens fed).
 class RunTokens final : public GenerationCallbacks {
  public:
   std::optional<int32_t> eos;                       // the stop token, if any
@@ -285,8 +286,8 @@ void run(const RunOptions& options) {
       fail("{}: cannot open for writing: {}", options.telemetry_out, std::strerror(errno));
   }
   Sampler sampler(options.model.sampling);
-  // --json / --json-schema: every token drawn under the grammar (grammar/token_mask.h); the
-  // output ends once the value is complete.
+  // --json / --json-schema / --grammar: every token drawn under the grammar (grammar/token_mask.h);
+  // the output ends once the value is complete.
   const std::optional<grammar::Grammar> grammar = output_grammar(options.grammar);
   std::optional<grammar::TokenVocabulary> vocabulary;
   std::optional<grammar::GrammarConstraint> constraint, delivered;  // drawn / emitted so far

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
 #include <stdexcept>
 
 namespace strata::grammar {
@@ -286,9 +287,11 @@ Grammar GrammarBuilder::finish(uint32_t root) {
                              " declared but never defined");
   grammar_.root = root;
   // first / nullable of every suffix, to a fixpoint (rules refer to each other, recursively).
-  // Alternatives in the order they were defined, each from its end backwards, and a rule's sets
-  // updated as soon as one of its alternatives changes: the builder defines a rule after the
-  // rules it uses (repeat chains of 10,000 rules), so one pass settles all but recursion.
+  // A worklist of alternatives, each walked from its end backwards; when a rule's sets grow, the
+  // alternatives that refer to it are walked again. Seeded in the order the alternatives were
+  // defined: the builder defines a rule after the rules it uses (repeat chains of 10,000 rules),
+  // so that settles all but recursion at once; a GBNF grammar's rules come in any order (a
+  // chain written top-down would otherwise cost a pass over every alternative per rule).
   const std::vector<Element>& elements = grammar_.elements;
   std::vector<ByteSet>& first = grammar_.first;
   std::vector<uint8_t>& nullable = grammar_.nullable;
@@ -298,31 +301,47 @@ Grammar GrammarBuilder::finish(uint32_t root) {
   for (size_t r = 0; r < grammar_.rules.size(); ++r)
     for (uint32_t start : grammar_.rules[r]) alternatives.push_back({start, uint32_t(r)});
   std::sort(alternatives.begin(), alternatives.end());
+  std::vector<std::vector<uint32_t>> users(grammar_.rules.size());  // rule -> alternatives
+  for (size_t a = 0; a < alternatives.size(); ++a)
+    for (uint32_t p = alternatives[a].first; elements[p].kind != Element::Kind::End; ++p)
+      if (elements[p].kind == Element::Kind::Rule &&
+          (users[elements[p].value].empty() || users[elements[p].value].back() != a))
+        users[elements[p].value].push_back(uint32_t(a));
   std::vector<ByteSet> rule_first(grammar_.rules.size());
   std::vector<uint8_t> rule_nullable(grammar_.rules.size(), 0);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (const auto& [start, rule] : alternatives) {
-      uint32_t end = start;
-      while (elements[end].kind != Element::Kind::End) ++end;
-      nullable[end] = 1;
-      for (uint32_t p = end; p-- > start;) {
-        const Element& e = elements[p];
-        ByteSet set;
-        bool can_skip = false;
-        if (e.kind == Element::Kind::Bytes) {
-          set = grammar_.byte_sets[e.value];
-        } else {
-          set = rule_first[e.value];
-          can_skip = rule_nullable[e.value];
-        }
-        if (can_skip) set.merge(first[p + 1]);
-        changed |= first[p].merge(set);
-        if (can_skip && nullable[p + 1] && !nullable[p]) nullable[p] = changed = true;
+  std::deque<uint32_t> pending(alternatives.size());
+  for (size_t a = 0; a < alternatives.size(); ++a) pending[a] = uint32_t(a);
+  std::vector<uint8_t> queued(alternatives.size(), 1);
+  while (!pending.empty()) {
+    const uint32_t a = pending.front();
+    pending.pop_front();
+    queued[a] = 0;
+    const auto [start, rule] = alternatives[a];
+    uint32_t end = start;
+    while (elements[end].kind != Element::Kind::End) ++end;
+    nullable[end] = 1;
+    for (uint32_t p = end; p-- > start;) {
+      const Element& e = elements[p];
+      ByteSet set;
+      bool can_skip = false;
+      if (e.kind == Element::Kind::Bytes) {
+        set = grammar_.byte_sets[e.value];
+      } else {
+        set = rule_first[e.value];
+        can_skip = rule_nullable[e.value];
       }
-      changed |= rule_first[rule].merge(first[start]);
-      if (nullable[start] && !rule_nullable[rule]) rule_nullable[rule] = changed = true;
+      if (can_skip) set.merge(first[p + 1]);
+      first[p].merge(set);
+      if (can_skip && nullable[p + 1]) nullable[p] = 1;
     }
+    bool changed = rule_first[rule].merge(first[start]);
+    if (nullable[start] && !rule_nullable[rule]) rule_nullable[rule] = changed = true;
+    if (changed)
+      for (uint32_t user : users[rule])
+        if (!queued[user]) {
+          queued[user] = 1;
+          pending.push_back(user);
+        }
   }
   Grammar out = std::move(grammar_);
   grammar_ = Grammar();

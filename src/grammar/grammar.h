@@ -132,6 +132,7 @@ class GrammarBuilder {
   static std::vector<std::pair<ByteSet, Sequence>> utf8_char_forms(const ByteSet& ascii);
 
   size_t n_elements() const { return grammar_.elements.size(); }
+  size_t n_rules() const { return grammar_.rules.size(); }
   // The grammar with `root` as its start rule; the builder is left empty.
   Grammar finish(uint32_t root);
 

@@ -24,6 +24,7 @@ bool HeapPolicy::limit_arenas() {
 }
 
 void HeapPolicy::after_generation() {
+  checks_.fetch_add(1, std::memory_order_relaxed);
   const int64_t now = now_ns();
   int64_t next = next_trim_ns_.load(std::memory_order_relaxed);
   if (now < next) return;
@@ -35,7 +36,8 @@ void HeapPolicy::after_generation() {
 }
 
 HeapTrimStats HeapPolicy::stats() const {
-  return {trims_.load(std::memory_order_relaxed), double(trim_ns_.load()) * 1e-9};
+  return {trims_.load(std::memory_order_relaxed), double(trim_ns_.load()) * 1e-9,
+          checks_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace strata::serve

@@ -9,8 +9,9 @@
 // - `limit_arenas` (at start, before the threads): at most kMaxArenas arenas, unless the
 //   environment chose (MALLOC_ARENA_MAX, or GLIBC_TUNABLES naming arena_max). Decode steps
 //   allocate nothing (tests/engine zero_alloc_test), so fewer arenas cost no contention there.
-// - `after_generation` (a slot thread, after each job, no lock of the engine held): malloc_trim(0)
-//   at most once per kTrimInterval, which gives the free pages of every arena back to the system.
+// - `after_generation` (a slot thread, after each job and after each choice it ran for another
+//   job — Scheduler's after_work —, no lock of the engine held): malloc_trim(0) at most once per
+//   kTrimInterval, which gives the free pages of every arena back to the system.
 //
 // Thread safety: every method from any thread (an atomic decides which caller trims).
 #pragma once
@@ -24,6 +25,7 @@ namespace strata::serve {
 struct HeapTrimStats {
   uint64_t trims = 0;       // malloc_trim calls
   double trim_seconds = 0;  // time spent in them
+  uint64_t checks = 0;      // after_generation calls (each may trim)
 };
 
 class HeapPolicy {
@@ -42,6 +44,7 @@ class HeapPolicy {
   std::atomic<int64_t> next_trim_ns_{0};  // steady_clock time before which nobody trims
   std::atomic<uint64_t> trims_{0};
   std::atomic<uint64_t> trim_ns_{0};
+  std::atomic<uint64_t> checks_{0};
 };
 
 }  // namespace strata::serve

@@ -247,9 +247,11 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
           [this](Job& job) {
             generator.run(job,
                           [this](std::function<void()> task) { scheduler.lend(std::move(task)); });
-            heap.after_generation();
           },
-          size_t(server_options.parallel)),
+          size_t(server_options.parallel),
+          // After each job and each choice run for another job (a lent task): those end
+          // generations too, on their own slots.
+          [this] { heap.after_generation(); }),
       http(ConnectionLimits{server_options.io_timeout_s, server_options.io_timeout_s,
                             max_connections(server_options),
                             refusal_response(max_connections(server_options)),
@@ -291,6 +293,7 @@ LiveGauges HttpServer::Impl::live() const {
   LiveGauges gauges{scheduler.queue_depth(), scheduler.max_queue(), scheduler.busy()};
   gauges.slots = scheduler.slots();
   gauges.running_count = scheduler.running_count();
+  gauges.busy_slots = scheduler.busy_slots();
   gauges.batch = generator.batch_stats();
   gauges.heap_trims = heap.stats();
   return gauges;
@@ -386,7 +389,10 @@ void HttpServer::Impl::add_routes() {
               json{{"status", draining ? "shutting down" : "ok"},
                    {"model", served.id},
                    {"queue_depth", gauges.queue_depth},
-                   {"generation_running", gauges.running}});
+                   {"generation_running", gauges.running},
+                   // llama-server's names: slots running a request or another one's choices.
+                   {"slots_processing", gauges.busy_slots},
+                   {"slots_idle", gauges.slots - std::min(gauges.slots, gauges.busy_slots)}});
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     // The expert counters from the same snapshot /api/dashboard reports.

@@ -122,6 +122,9 @@ void render_memory(std::string& out, const HeapTrimStats& trims) {
   out += fmt::format("strata_heap_trims_total {}\n", trims.trims);
   header(out, "strata_heap_trim_seconds_total", "counter", "Time spent in those calls");
   out += fmt::format("strata_heap_trim_seconds_total {}\n", number(trims.trim_seconds));
+  header(out, "strata_heap_trim_checks_total", "counter",
+         "Generations (jobs, and choices run on other slots) after which a trim was considered");
+  out += fmt::format("strata_heap_trim_checks_total {}\n", trims.checks);
   long pages = 0, resident = 0;
   if (std::FILE* statm = std::fopen("/proc/self/statm", "r")) {
     if (std::fscanf(statm, "%ld %ld", &pages, &resident) != 2) resident = 0;
@@ -176,6 +179,9 @@ std::string ServeMetrics::render(const LiveGauges& live, const ExpertStoreStats*
   out += fmt::format("strata_slots {}\n", live.slots);
   header(out, "strata_generations_running", "gauge", "Generations running now");
   out += fmt::format("strata_generations_running {}\n", live.running_count);
+  header(out, "strata_slots_busy", "gauge",
+         "Slots running a generation or a choice of another one (n > 1)");
+  out += fmt::format("strata_slots_busy {}\n", live.busy_slots);
   header(out, "strata_batch_steps_total", "counter",
          "Batched windows (--parallel > 1; one row per decoding slot, plus joining slots' prompt "
          "windows)");

@@ -60,6 +60,7 @@ struct LiveGauges {
   bool running = false;
   size_t slots = 1;          // --parallel
   size_t running_count = 0;  // generations running now
+  size_t busy_slots = 0;     // slots running a generation or a choice of another one
   BatchStats batch;          // batched decode steps (--parallel > 1)
   HeapTrimStats heap_trims;  // HeapPolicy's malloc_trim calls
 };

@@ -31,12 +31,15 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
   plan.endpoint = request.endpoint;
   const bool chat = request.endpoint == Endpoint::ChatCompletions;
   const char* prompt_field = chat ? "messages" : "prompt";
-  plan.grammar = request.response_format.grammar;
+  // The request's own constraint on the whole reply: a response_format or a GBNF grammar (the
+  // parser lets only one through).
+  plan.grammar = request.grammar ? request.grammar : request.response_format.grammar;
+  const char* constraint = request.grammar ? "grammar" : "response_format";
   // The reported log-probabilities would be those of the unconstrained distribution, not the
   // masked one the tokens are drawn from: refused until they are computed under the mask.
   if (plan.grammar && request.logprobs)
-    return invalid_field("logprobs",
-                         "log-probabilities are not supported together with a response_format");
+    return invalid_field("logprobs", "log-probabilities are not supported together with a {}",
+                         constraint);
   if (chat) {
     ChatRenderOptions render;
     // A response_format reply is the JSON value alone, and a forced tool call opens the reply:
@@ -44,8 +47,9 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
     render.enable_thinking = request.enable_thinking.value_or(!plan.grammar);
     if (plan.grammar && render.enable_thinking)
       return invalid_field("chat_template_kwargs.enable_thinking",
-                           "a response_format reply is the JSON value alone, without a thinking "
-                           "block: set enable_thinking false or leave it out");
+                           "a {} reply is the {} alone, without a thinking block: set "
+                           "enable_thinking false or leave it out",
+                           constraint, request.grammar ? "grammar's text" : "JSON value");
     const bool offer_tools = !request.tools.empty() && request.tool_choice != ToolChoice::None;
     const bool force_call =
         request.tool_choice == ToolChoice::Required || request.tool_choice == ToolChoice::Function;
@@ -101,7 +105,7 @@ PlanResult plan_generation(const GenerationRequest& request, const ServedModel& 
       text += plan.tool_prefix;
     }
     plan.prompt = served.tokenizer->encode(text);
-    plan.split_thinking = !request.response_format.grammar;
+    plan.split_thinking = !request.response_format.grammar && !request.grammar;
     plan.starts_in_thinking = served.chat_template->prompt_opens_thinking(render);
   } else if (request.prompt_is_tokens) {
     plan.prompt = request.prompt_tokens;

@@ -5,13 +5,13 @@
 // the conversation the chat template rejects ("messages"), a prompt that encodes to no tokens
 // ("prompt"), a prompt that leaves no room in the context (code context_length_exceeded, param
 // "messages"/"prompt"), max_tokens that do not fit after the prompt ("max_tokens"), or a
-// response_format with chat_template_kwargs.enable_thinking true (structured output is the
-// whole reply: it has no room for a thinking block); with a forced tool call, a response_format
-// or logprobs, and a tool schema the call grammar refuses ("tools[0].function.parameters...").
-// With tool_choice "auto" the calls' grammar starts lazily (GenerationPlan::grammar_trigger)
-// unless the request has a response_format (its grammar holds the whole reply) or logprobs
-// (they would be the unconstrained ones), or a schema the grammar refuses: then calls are free
-// text as before (never a 400: auto requests did not depend on the grammar).
+// response_format or grammar with chat_template_kwargs.enable_thinking true (structured output
+// is the whole reply: it has no room for a thinking block); with a forced tool call, a
+// response_format or logprobs, and a tool schema the call grammar refuses
+// ("tools[0].function.parameters..."). With tool_choice "auto" the calls' grammar starts lazily
+// (GenerationPlan::grammar_trigger) unless the request has a response_format (its grammar holds the
+// whole reply) or logprobs (they would be the unconstrained ones), or a schema the grammar refuses:
+// then calls are free text as before (never a 400: auto requests did not depend on the grammar).
 // Thread-safe: it only reads the model, tokenizer and template (all immutable).
 #pragma once
 
@@ -65,9 +65,9 @@ struct GenerationPlan {
   bool ignore_eos = false;
   bool split_thinking = false;      // chat: a leading <think> block goes to reasoning_content
   bool starts_in_thinking = false;  // the rendered prompt opened "<think>\n"
-  // Structured output (response_format), or a forced tool call (below): every token is drawn
-  // under this grammar, and the generation ends once the value is complete (nothing can follow).
-  // Chat renders such requests without thinking.
+  // Structured output (response_format or grammar), or a forced tool call (below): every token is
+  // drawn under this grammar, and the generation ends once the value is complete (nothing can
+  // follow). Chat renders such requests without thinking.
   std::shared_ptr<const grammar::Grammar> grammar;
   // Set: `grammar` starts lazily, after this trigger's word (grammar/lazy_trigger.h): tool_choice
   // "auto" lets the model write freely until it opens a call ("<tool_call>"), then the rest of

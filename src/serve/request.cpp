@@ -8,6 +8,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "grammar/gbnf.h"
 #include "text/utf8.h"
 
 namespace strata::serve {
@@ -718,6 +719,35 @@ std::variant<Result, ApiError> parse_with(std::string_view body, const RequestLi
   }
 }
 
+// llama-server's `grammar`: GBNF text the whole reply is drawn under ("" is none, as there).
+// Compiled through `grammars`, keyed by the text.
+void read_grammar(const json& value, GenerationRequest& out, GrammarCache* grammars) {
+  if (!value.is_string())
+    reject("grammar", "expected GBNF text (a string), found {}", describe(value));
+  const std::string& text = value.get_ref<const std::string&>();
+  if (text.empty()) return;
+  if (out.response_format.grammar)
+    reject("grammar",
+           "cannot be combined with a response_format of type {}: each constrains the whole "
+           "reply; send one of them",
+           out.response_format.type == ResponseFormat::Type::JsonObject ? "json_object"
+                                                                        : "json_schema");
+  if (!out.tools.empty() && out.tool_choice != ToolChoice::None)
+    reject("grammar",
+           "cannot be combined with tools: tool calls are drawn under their own grammar; send "
+           "one or the other (or tool_choice \"none\")");
+  GrammarResult result = cached_grammar(grammars, "gbnf\n" + text, [&]() -> GrammarResult {
+    try {
+      return std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(text));
+    } catch (const grammar::GbnfError& error) {
+      return invalid_field("grammar", "line {}, column {}: {}", error.line(), error.column(),
+                           error.detail());
+    }
+  });
+  if (ApiError* error = std::get_if<ApiError>(&result)) throw Rejection{std::move(*error)};
+  out.grammar = std::get<std::shared_ptr<const grammar::Grammar>>(std::move(result));
+}
+
 }  // namespace
 
 ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
@@ -738,6 +768,8 @@ ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
         request.response_format = std::move(std::get<ResponseFormat>(format));
       }
     }
+    if (const json* gbnf = field(parsed, "grammar"); gbnf && !gbnf->is_null())
+      read_grammar(*gbnf, request, grammars);
     return request;
   });
 }
@@ -749,6 +781,8 @@ json anthropic_to_chat(const json& body) {
   if (!field(body, "max_tokens")) reject("max_tokens", "required by the Messages API");
   if (field(body, "response_format"))
     reject("response_format", "not part of the Messages API (use /v1/chat/completions)");
+  if (field(body, "grammar"))
+    reject("grammar", "not part of the Messages API (use /v1/chat/completions)");
   // Anthropic's tool shapes (input_schema, tool_use blocks) are not translated.
   if (const json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
     reject("tools", "tools are not supported on /v1/messages; use /v1/chat/completions");

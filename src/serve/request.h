@@ -19,8 +19,11 @@
 //   (chat: a boolean and 0..20; completions: the legacy integer 0..20)) and the llama.cpp server
 //   extensions top_k, min_p, repeat_penalty (alias repetition_penalty), ignore_eos and
 //   chat_template_kwargs.enable_thinking, and response_format (serve/response_format.h: text,
-//   json_object, json_schema; both endpoints). Chat also takes tools (function tools: name
-//   [a-zA-Z0-9_-]{1,64}, optional description and parameters object; at most
+//   json_object, json_schema; both endpoints), and llama-server's grammar (GBNF text,
+//   grammar/gbnf.h; both endpoints; "" or null is none; a syntax error is a 400 naming its line
+//   and column; refused together with a json_object / json_schema response_format or with tools
+//   offered, each of which constrains the reply on its own). Chat also takes tools (function tools:
+//   name [a-zA-Z0-9_-]{1,64}, optional description and parameters object; at most
 //   RequestLimits::max_tools), tool_choice ("none", "auto", "required" or {"type": "function",
 //   "function": {"name": …}} naming one of the tools), parallel_tool_calls, assistant messages
 //   with tool_calls (function.arguments a JSON object, as a string or an object) and tool
@@ -34,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -97,6 +101,9 @@ struct GenerationRequest {
   bool ignore_eos = false;
   std::optional<bool> enable_thinking;  // chat_template_kwargs.enable_thinking
   ResponseFormat response_format;       // structured output (grammar set unless type Text)
+  // The `grammar` field compiled: every token of the reply is drawn under it (as under a
+  // response_format's grammar, which it excludes). Null when not given.
+  std::shared_ptr<const grammar::Grammar> grammar;
   int n = 1;                            // choices, each generated on its own
   // Set when the response carries log-probabilities: how many alternatives per token (chat:
   // top_logprobs with logprobs: true; completions: logprobs N).
@@ -109,7 +116,8 @@ struct GenerationRequest {
 
 using ParseResult = std::variant<GenerationRequest, ApiError>;
 
-// `grammars`: where a response_format's compiled grammar is looked up and kept (null: none).
+// `grammars`: where a response_format's or a grammar field's compiled grammar is looked up and
+// kept (null: none).
 ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
                                      const RequestLimits& limits, GrammarCache* grammars = nullptr);
 

@@ -71,8 +71,12 @@ Job::Update Job::wait_update(std::chrono::milliseconds timeout) {
   return update;
 }
 
-Scheduler::Scheduler(size_t max_queue, Runner runner, size_t slots)
-    : max_queue_(max_queue), slots_(slots), runner_(std::move(runner)) {
+Scheduler::Scheduler(size_t max_queue, Runner runner, size_t slots,
+                     std::function<void()> after_work)
+    : max_queue_(max_queue),
+      slots_(slots),
+      runner_(std::move(runner)),
+      after_work_(std::move(after_work)) {
   if (slots < 1) fail("scheduler: expected at least 1 slot, found {}", slots);
   for (size_t i = 0; i < slots; ++i) workers_.emplace_back([this] { work(); });
 }
@@ -85,10 +89,10 @@ Scheduler::Admission Scheduler::submit(const std::shared_ptr<Job>& job) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return Admission::ShuttingDown;
-    // Waiting = everything in the system but the jobs that run (or are about to): a free slot
-    // takes a queued job at once, so queued + running may reach max_queue + slots.
-    const size_t in_system = queue_.size() + running_.size();
-    if (in_system >= max_queue_ + slots_) return Admission::QueueFull;
+    // Waiting = the queued jobs no free worker takes at once: a worker that runs a job, or a lent
+    // part of one (another choice of an n > 1 request), is not free, so queued + busy workers
+    // may reach max_queue + slots.
+    if (queue_.size() + busy_workers_ >= max_queue_ + slots_) return Admission::QueueFull;
     queue_.push_back(job);
   }
   wake_.notify_one();
@@ -130,6 +134,11 @@ size_t Scheduler::running_count() const {
   return running_.size();
 }
 
+size_t Scheduler::busy_slots() const {
+  std::lock_guard lock(mutex_);
+  return busy_workers_;
+}
+
 void Scheduler::lend(std::function<void()> task) {
   {
     std::lock_guard lock(mutex_);
@@ -156,9 +165,14 @@ void Scheduler::work() {
         queue_.pop_front();
         running_.push_back(job);
       }
+      ++busy_workers_;
     }
     if (task) {
       task();  // its exceptions are the lender's business: it catches them
+      task = nullptr;  // what it holds (the lender's state) is released before the next wait
+      if (after_work_) after_work_();
+      std::lock_guard lock(mutex_);
+      --busy_workers_;
       continue;
     }
     job->mark_running();
@@ -178,9 +192,11 @@ void Scheduler::work() {
       error.message = "generation ended without a result";
       job->fail(std::move(error));
     }
+    if (after_work_) after_work_();
     {
       std::lock_guard lock(mutex_);
       running_.erase(std::find(running_.begin(), running_.end(), job));
+      --busy_workers_;
     }
     idle_.notify_all();
   }

@@ -14,7 +14,11 @@
 // (bounded by max_tokens) while the socket drains at its own pace.
 //
 // Scheduler: a bounded FIFO (`max_queue` waiting jobs, not counting the running ones) and its
-// workers. `cancel` removes a waiting job at once, or asks a running one to stop (the runner polls
+// workers. A job is admitted while the queue plus the busy workers (running a job or a lent task)
+// stay below max_queue + slots: a free worker takes a queued job at once, a worker busy with
+// another job's lent part does not, so the bound counts slots, not jobs (an n=3 request on two
+// slots holds both). Lent tasks waiting for a worker are not counted: they are optional and end
+// at once when the lender already did their part. `cancel` removes a waiting job at once, or asks a running one to stop (the runner polls
 // `Job::cancel_requested` between tokens and prefill chunks). `shutdown` refuses new jobs, fails
 // the waiting ones (503), gives the running ones a grace period, then cancels them, and joins.
 //
@@ -24,6 +28,10 @@
 // workers (no thread beyond them). A lent task is optional help: the job must be able to do the
 // part itself when no worker takes it (all busy, or shutting down: pending tasks are then dropped
 // unrun), so a job never waits for a task that has not started.
+//
+// `after_work` (optional) runs on the worker after each job and after each lent task, with no
+// lock held: the server's heap trim (serve/heap_policy.h), which must follow the choices that ran
+// on other slots as well as whole jobs.
 //
 // Thread safety: every method of both classes may be called from any thread; the runner and the
 // lent tasks run on up to `slots` workers at once.
@@ -109,7 +117,8 @@ class Scheduler {
   // Runs one job: emits its deltas and ends it with finish() or fail(). Exceptions become a 500.
   using Runner = std::function<void(Job&)>;
   // REQUIRES: slots >= 1.
-  Scheduler(size_t max_queue, Runner runner, size_t slots = 1);
+  Scheduler(size_t max_queue, Runner runner, size_t slots = 1,
+            std::function<void()> after_work = {});
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -125,6 +134,7 @@ class Scheduler {
   size_t slots() const { return slots_; }
   bool busy() const;             // a job is running
   size_t running_count() const;  // jobs running now (<= slots)
+  size_t busy_slots() const;     // workers running a job or a lent task now (<= slots)
 
   // Idempotent; returns once the worker has exited.
   void shutdown(std::chrono::milliseconds grace);
@@ -137,12 +147,14 @@ class Scheduler {
   const size_t max_queue_;
   const size_t slots_;
   const Runner runner_;
-  mutable std::mutex mutex_;  // guards queue_, lent_, running_, stopping_
+  const std::function<void()> after_work_;
+  mutable std::mutex mutex_;  // guards queue_, lent_, running_, busy_workers_, stopping_
   std::condition_variable wake_;
   std::condition_variable idle_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::deque<std::function<void()>> lent_;
   std::vector<std::shared_ptr<Job>> running_;
+  size_t busy_workers_ = 0;  // running a job (in running_) or a lent task
   bool stopping_ = false;
   std::mutex join_mutex_;  // one thread joins the workers
   std::vector<std::thread> workers_;

@@ -237,6 +237,46 @@ TEST(ServeParallel, QueueBeyondTheSlotsAnswers429) {
   EXPECT_EQ(metric_now(server, R"(strata_generations_total{finish_reason="cancelled"})"), 3);
 }
 
+// An n=3 request on two slots holds both (its second choice runs on the other one): /health and
+// /metrics say so, the queue counts that slot (--max-queue 1: one request waits, the next is a
+// 429), and the heap policy runs after the choices on the other slot as after whole requests.
+TEST(ServeParallel, ChoicesOnOtherSlotsCountAsBusySlots) {
+  ServeProcess server({"--parallel", "2", "--max-queue", "1", "--cache-ram", "0"});
+  const std::string three = kEndless.substr(0, kEndless.size() - 1) + R"(,"n":3})";
+  auto stream = [&](const std::string& body) {
+    return std::make_unique<ChildProcess>(
+        std::vector<std::string>{"curl", "-s", "-N", "-H", "Content-Type: application/json",
+                                 "--data-binary", body, server.url(kCompletions)});
+  };
+  const auto choices = stream(three);
+  ASSERT_TRUE(eventually([&] { return metric_now(server, "strata_slots_busy") == 2; }));
+  EXPECT_EQ(metric_now(server, "strata_generations_running"), 1);
+  const json health = get(server, "/health").json();
+  EXPECT_EQ(health["slots_processing"], 2) << health;
+  EXPECT_EQ(health["slots_idle"], 0) << health;
+  const auto waiting = stream(kEndless);  // no slot is free: it waits
+  ASSERT_TRUE(eventually([&] { return metric_now(server, "strata_queue_depth") == 1; }));
+  const HttpReply refused = post(server, kCompletions, R"({"prompt":"hi","max_tokens":2})");
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  choices->signal(SIGKILL);  // its slots free: the waiting request runs
+  EXPECT_TRUE(eventually([&] {
+    return metric_now(server, "strata_queue_depth") == 0 &&
+           metric_now(server, "strata_generations_running") == 1;
+  }));
+  waiting->signal(SIGKILL);
+  EXPECT_TRUE(eventually([&] { return metric_now(server, "strata_slots_busy") == 0; }));
+  // The two requests ran, and the n=3 one lent two choices (each task is followed by the check,
+  // run or not): four checks, where only the two requests were followed by one before.
+  const double before = metric_now(server, "strata_heap_trim_checks_total");
+  EXPECT_EQ(before, 4);
+  const HttpReply short_three =
+      post(server, kCompletions, R"({"prompt":"x","max_tokens":3,"ignore_eos":true,"n":3})");
+  EXPECT_EQ(short_three.status, 200) << short_three.body;
+  EXPECT_TRUE(eventually(
+      [&] { return metric_now(server, "strata_heap_trim_checks_total") == before + 3; }, 5));
+  EXPECT_TRUE(eventually([&] { return get(server, "/health").json()["slots_idle"] == 2; }));
+}
+
 TEST(ServeParallel, BadValuesAndRefusedCombinationsFailAtStart) {
   auto start = [](std::vector<std::string> args) {
     std::vector<std::string> argv = {STRATA_BINARY, "serve", "--port", "0"};

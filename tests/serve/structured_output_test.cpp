@@ -2,7 +2,8 @@
 // is gibberish) answers response_format requests with JSON that parses and validates against the
 // schema — checked by an independent validator (Debian's libvalijson-dev) — greedy and sampled,
 // whole and streamed, on /v1/chat/completions and /v1/completions; max_tokens cuts a value with
-// "length"; speculative decoding gives the same tokens as plain constrained decoding.
+// "length"; speculative decoding gives the same tokens as plain constrained decoding. The same
+// for a GBNF `grammar` (checked by regex).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -263,6 +264,78 @@ TEST(StructuredOutput, BadSchemasAre400sNamingThePath) {
       R"("logprobs":true})");
   EXPECT_EQ(logprobs.status, 400);
   EXPECT_EQ(logprobs.json()["error"]["param"], "logprobs");
+}
+
+// The `grammar` field (GBNF, llama-server's): every reply is a sentence of the grammar, greedy and
+// sampled, whole and streamed, on both endpoints, n=2 too; the grammar is compiled once (the
+// cache, keyed by its text); a bad grammar is a 400 naming its line and column; with logprobs or
+// thinking on, or with a json response_format, a 400 naming the field.
+TEST(StructuredOutput, GbnfGrammarRepliesAreSentencesOfTheGrammar) {
+  ServeProcess server({"-t", "1"});
+  const std::string gbnf = "# an answer and a three-digit code\n"
+                           "root ::= answer \", \" code\n"
+                           "answer ::= \"yes\" | \"no\"\n"
+                           "code ::= [0-9]{3}\n";
+  const std::regex sentence("(yes|no), [0-9]{3}");
+  auto cache = [&] { return get(server, "/props").json()["strata"]["grammar_cache"]; };
+  for (const std::string& sampling : kSamplings) {
+    SCOPED_TRACE(sampling);
+    const std::string body =
+        json{{"messages", {{{"role", "user"}, {"content", "Answer with a code."}}}},
+             {"max_tokens", 40},
+             {"grammar", gbnf}}
+            .dump();
+    std::string with_sampling = body;
+    with_sampling.insert(with_sampling.size() - 1, "," + sampling);
+    const Reply reply = whole(server, with_sampling);
+    EXPECT_EQ(reply.finish, "stop");
+    EXPECT_TRUE(std::regex_match(reply.content, sentence)) << reply.content;
+    const Reply stream = streamed(server, with_sampling);
+    EXPECT_EQ(stream.content, reply.content);
+    EXPECT_EQ(stream.finish, "stop");
+  }
+  EXPECT_EQ(cache()["misses"], 1);
+  EXPECT_EQ(cache()["hits"], 2 * kSamplings.size() - 1);
+  // /v1/completions, two choices.
+  const HttpReply completion =
+      post(server, "/v1/completions",
+           json{{"prompt", "Q: yes or no? A:"}, {"max_tokens", 40}, {"n", 2}, {"seed", 7},
+                {"temperature", 1.0}, {"grammar", gbnf}}
+               .dump());
+  ASSERT_EQ(completion.status, 200) << completion.body;
+  const json choices = completion.json()["choices"];
+  ASSERT_EQ(choices.size(), 2u);
+  for (const json& choice : choices) {
+    EXPECT_EQ(choice["finish_reason"], "stop");
+    EXPECT_TRUE(std::regex_match(choice["text"].get<std::string>(), sentence)) << choice;
+  }
+  // Errors: the syntax error's line and column, and the combinations refused.
+  const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
+  struct Case {
+    std::string extra;
+    std::string param;
+    std::string in_message;
+  };
+  const std::vector<Case> cases = {
+      {R"("grammar":"root ::= answer\nanswer ::= \"yes\" | maybe")", "grammar",
+       "grammar: line 2, column 20: undefined rule 'maybe'"},
+      {R"("grammar":"root ::= [a-z")", "grammar",
+       "grammar: line 1, column 10: unterminated character class"},
+      {R"("grammar":"root ::= \"a\"","response_format":{"type":"json_object"})", "grammar",
+       "cannot be combined with a response_format"},
+      {R"("grammar":"root ::= \"a\"","logprobs":true)", "logprobs",
+       "not supported together with a grammar"},
+      {R"("grammar":"root ::= \"a\"","chat_template_kwargs":{"enable_thinking":true})",
+       "chat_template_kwargs.enable_thinking", "a grammar reply is the grammar's text alone"},
+  };
+  for (const Case& c : cases) {
+    const HttpReply reply = post(server, "/v1/chat/completions", chat + c.extra + "}");
+    EXPECT_EQ(reply.status, 400) << c.extra;
+    const json error = reply.json()["error"];
+    EXPECT_EQ(error["param"], c.param) << reply.body;
+    EXPECT_NE(error["message"].get<std::string>().find(c.in_message), std::string::npos)
+        << reply.body;
+  }
 }
 
 // The drafts are judged by the constrained sampler row by row: the same tokens as without --spec.

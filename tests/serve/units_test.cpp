@@ -266,6 +266,53 @@ TEST(ServeScheduler, ShutdownFailsWaitingJobsAndCancelsTheRunningOneAfterGrace) 
             Scheduler::Admission::ShuttingDown);
 }
 
+// A job that lends a part of its work to the other slot (an n > 1 request's choices) holds both
+// slots: the queue admits max_queue waiting jobs behind the busy slots, not behind the running
+// jobs (it admitted one more before), and busy_slots says 2 while running_count says 1.
+// after_work runs after the job and after the lent task, each on its own worker.
+TEST(ServeScheduler, LentTasksHoldSlotsAndAreFollowedByAfterWork) {
+  std::atomic<bool> release{false}, lent_running{false};
+  std::atomic<int> after_work{0}, after_work_before_job_ended{0};
+  std::unique_ptr<Scheduler> scheduler;
+  scheduler = std::make_unique<Scheduler>(
+      1,
+      [&](Job& job) {
+        if (job.plan().max_new_tokens == 1) {
+          scheduler->lend([&] {
+            lent_running = true;
+            while (!release) std::this_thread::sleep_for(1ms);
+          });
+          while (!release) std::this_thread::sleep_for(1ms);
+          // The lent task's after_work follows it on the other worker, before this job ends.
+          for (int i = 0; i < 5000 && after_work == 0; ++i) std::this_thread::sleep_for(1ms);
+          after_work_before_job_ended = after_work.load();
+        }
+        job.finish({});
+      },
+      2, [&] { ++after_work; });
+  auto lender = std::make_shared<Job>(tiny_plan(), Clock::now());
+  ASSERT_EQ(scheduler->submit(lender), Scheduler::Admission::Accepted);
+  for (int i = 0; i < 5000 && !lent_running; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(lent_running);
+  EXPECT_EQ(scheduler->running_count(), 1u);
+  EXPECT_EQ(scheduler->busy_slots(), 2u);
+  GenerationPlan plan = tiny_plan();
+  plan.max_new_tokens = 2;
+  auto waiting = std::make_shared<Job>(plan, Clock::now());
+  EXPECT_EQ(scheduler->submit(waiting), Scheduler::Admission::Accepted);  // --max-queue 1
+  EXPECT_EQ(scheduler->submit(std::make_shared<Job>(plan, Clock::now())),
+            Scheduler::Admission::QueueFull);
+  release = true;
+  EXPECT_EQ(lender->wait_update(5s).state, JobState::Finished);
+  EXPECT_EQ(waiting->wait_update(5s).state, JobState::Finished);
+  // At least the lent task's (the waiting job may have run after it on that worker, also before).
+  EXPECT_GE(after_work_before_job_ended, 1);
+  for (int i = 0; i < 5000 && after_work < 3; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(after_work, 3);  // two jobs and the lent task
+  EXPECT_EQ(scheduler->busy_slots(), 0u);
+  scheduler->shutdown(0ms);
+}
+
 TEST(ServeScheduler, RunnerExceptionBecomesA500) {
   Scheduler scheduler(1, [](Job&) { throw std::runtime_error("boom"); });
   auto job = std::make_shared<Job>(tiny_plan(), Clock::now());
