@@ -105,6 +105,24 @@ template <int kA>
   }
 }
 
+// Where a tile reads activation t's 256 quants of block b: in place in the Q8_K rows, or from a
+// staged copy (stage_quants) whose blocks start on 64-byte boundaries. A Q8_K block is 292
+// bytes with its quants at offset 4, so in place almost every 64-byte load spans two cache lines;
+// on the Zen 5 of docs/bench-cpu-prompt.md those split loads cost the 1 × 12 tile ~6 % (integer
+// part ~14 %). The staged bytes are the same quants, so the results are the same bits.
+struct ActivationQuants {
+  const int8_t* first;  // activation 0, block 0
+  size_t row_stride;    // bytes from activation t to t + 1
+  size_t block_stride;  // bytes from block b to b + 1
+  [[gnu::always_inline]] const int8_t* of(int t, int64_t b) const {
+    return first + size_t(t) * row_stride + size_t(b) * block_stride;
+  }
+};
+
+[[gnu::always_inline]] inline ActivationQuants quants_in_place(const std::byte* a, size_t a_stride) {
+  return {reinterpret_cast<const BlockQ8_K*>(a)->qs, a_stride, sizeof(BlockQ8_K)};
+}
+
 // One tile: kW weight rows (row r at w + r·w_stride bytes) × kA activation rows (row t at
 // a + t·a_stride); each weight block's nibbles and scales are unpacked once for all kA rows and
 // each activation vector is loaded once for all kW weight rows. Every pair runs exactly the
@@ -113,7 +131,8 @@ template <int kA>
 // acc_mins in lanes 8-15, each lane getting the same FMA as there.
 template <int kW, int kA>
 void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a_stride,
-               int64_t n_blocks, float* out, size_t out_w_stride, size_t out_a_stride) {
+               ActivationQuants quants, int64_t n_blocks, float* out, size_t out_w_stride,
+               size_t out_a_stride) {
   const __m512i nibble = _mm512_set1_epi8(15);
   const __m512i low_word_up = low_word_to_high_word();
   const auto block_of = [&](int r, int64_t b) -> const BlockQ4_K& {
@@ -160,7 +179,7 @@ void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
             _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1),
             nibble);
         const __m512i products =
-            _mm512_maddubs_epi16(q, _mm512_loadu_si512(activation(0, b).qs + 64 * chunk));
+            _mm512_maddubs_epi16(q, _mm512_loadu_si512(quants.of(0, b) + 64 * chunk));
         sums[0][0] = _mm512_dpwssd_epi32(
             sums[0][0], products, _mm512_permutexvar_epi16(chunk_scale_index(chunk), scales[0]));
       }
@@ -177,7 +196,7 @@ void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
           pair_scales[r] = _mm512_permutexvar_epi16(chunk_pair_scale_index(chunk), scales[r]);
         }
         for (int t = 0; t < kA; ++t) {
-          const int8_t* x = activation(t, b).qs + 64 * chunk;
+          const int8_t* x = quants.of(t, b) + 64 * chunk;
           const __m512i x0 = _mm512_loadu_si512(x);
           const __m512i x1 = _mm512_loadu_si512(x + 64);
           for (int r = 0; r < kW; ++r) {
@@ -320,9 +339,30 @@ void q6_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
 
 float dot_q4_K(const void* w, const void* a, int64_t n) {
   float result = 0.0f;
-  q4_K_tile<1, 1>(static_cast<const std::byte*>(w), 0, static_cast<const std::byte*>(a), 0,
+  const auto* acts = static_cast<const std::byte*>(a);
+  q4_K_tile<1, 1>(static_cast<const std::byte*>(w), 0, acts, 0, quants_in_place(acts, 0),
                   n / kBlockK, &result, 0, 0);
   return result;
+}
+
+// The staging buffer of dot_tile_q4_K: kQ4KTileActs rows of up to kQ4KMaxStagedBlocks blocks
+// (4096 weights: every mid-qwen4exp Q4_K input; 48 KiB, the L1 of a Zen 5 core, which the staged
+// group replaces rather than adds to). Longer rows read the quants in place.
+constexpr int64_t kQ4KMaxStagedBlocks = 16;
+
+// Copies the quants of activations [0, n_acts) (n_acts ≤ kQ4KTileActs) into staged, block b of
+// activation t at staged + (t·n_blocks + b)·256.
+void stage_quants(const std::byte* a, size_t a_stride, int64_t n_acts, int64_t n_blocks,
+                  int8_t* staged) {
+  for (int64_t t = 0; t < n_acts; ++t) {
+    const auto* blocks = reinterpret_cast<const BlockQ8_K*>(a + size_t(t) * a_stride);
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      int8_t* to = staged + size_t(t * n_blocks + b) * kBlockK;
+      for (int i = 0; i < kBlockK; i += 64) {
+        _mm512_store_si512(to + i, _mm512_loadu_si512(blocks[b].qs + i));
+      }
+    }
+  }
 }
 
 void dot_tile_q4_K(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
@@ -330,14 +370,36 @@ void dot_tile_q4_K(const void* w, size_t w_stride, int64_t n_w, const void* a, s
                    size_t out_a_stride) {
   const auto* weights = static_cast<const std::byte*>(w);
   const auto* acts = static_cast<const std::byte*>(a);
-  tiles::for_each_tile<kQ4KTileWeights, kQ4KTileActs>(
-      n_w, n_acts, [&](auto w_rows, auto a_rows, int64_t w_first, int64_t a_first) {
-        q4_K_tile<decltype(w_rows)::value, decltype(a_rows)::value>(
-            weights + size_t(w_first) * w_stride, w_stride, acts + size_t(a_first) * a_stride,
-            a_stride, n / kBlockK,
-            out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride, out_w_stride,
-            out_a_stride);
-      });
+  const int64_t n_blocks = n / kBlockK;
+  // One activation row (or rows too long to stage): the quants in place.
+  if (n_acts == 1 || n_blocks > kQ4KMaxStagedBlocks) {
+    tiles::for_each_tile<kQ4KTileWeights, kQ4KTileActs>(
+        n_w, n_acts, [&](auto w_rows, auto a_rows, int64_t w_first, int64_t a_first) {
+          const std::byte* first_act = acts + size_t(a_first) * a_stride;
+          q4_K_tile<decltype(w_rows)::value, decltype(a_rows)::value>(
+              weights + size_t(w_first) * w_stride, w_stride, first_act, a_stride,
+              quants_in_place(first_act, a_stride), n_blocks,
+              out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride,
+              out_w_stride, out_a_stride);
+        });
+    return;
+  }
+  // Activation groups outer (as tiles::for_each_tile): each group's quants are staged once and
+  // every weight row of the call passes over them.
+  alignas(64) int8_t staged[kQ4KTileActs * kQ4KMaxStagedBlocks * kBlockK];
+  const ActivationQuants staged_quants{staged, size_t(n_blocks) * kBlockK, kBlockK};
+  for (int64_t a_first = 0; a_first < n_acts; a_first += kQ4KTileActs) {
+    const int64_t a_count = std::min<int64_t>(kQ4KTileActs, n_acts - a_first);
+    const std::byte* first_act = acts + size_t(a_first) * a_stride;
+    stage_quants(first_act, a_stride, a_count, n_blocks, staged);
+    tiles::for_each_tile<kQ4KTileWeights, kQ4KTileActs>(
+        n_w, a_count, [&](auto w_rows, auto a_rows, int64_t w_first, int64_t) {
+          q4_K_tile<decltype(w_rows)::value, decltype(a_rows)::value>(
+              weights + size_t(w_first) * w_stride, w_stride, first_act, a_stride, staged_quants,
+              n_blocks, out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride,
+              out_w_stride, out_a_stride);
+        });
+  }
 }
 
 void dot_many_q4_K(const void* w, const void* a, size_t act_stride, int64_t n_acts, int64_t n,
