@@ -349,9 +349,6 @@ float dot_q4_K(const void* w, const void* a, int64_t n) {
 // (4096 weights: every mid-qwen4exp Q4_K input; 48 KiB, the L1 of a Zen 5 core, which the staged
 // group replaces rather than adds to). Longer rows read the quants in place.
 constexpr int64_t kQ4KMaxStagedBlocks = 16;
-// Fewer activation rows read in place: the copy then weighs more than the split loads it saves
-// (bench_matmul_tile at 4 rows, 56 weight rows per call: ~6 % slower staged).
-constexpr int64_t kQ4KMinStagedActs = 8;
 
 // Copies the quants of activations [0, n_acts) (n_acts ≤ kQ4KTileActs) into staged, block b of
 // activation t at staged + (t·n_blocks + b)·256.
@@ -374,8 +371,8 @@ void dot_tile_q4_K(const void* w, size_t w_stride, int64_t n_w, const void* a, s
   const auto* weights = static_cast<const std::byte*>(w);
   const auto* acts = static_cast<const std::byte*>(a);
   const int64_t n_blocks = n / kBlockK;
-  // Few activation rows (decode among them) or rows too long to stage: the quants in place.
-  if (n_acts < kQ4KMinStagedActs || n_blocks > kQ4KMaxStagedBlocks) {
+  // One activation row (or rows too long to stage): the quants in place.
+  if (n_acts == 1 || n_blocks > kQ4KMaxStagedBlocks) {
     tiles::for_each_tile<kQ4KTileWeights, kQ4KTileActs>(
         n_w, n_acts, [&](auto w_rows, auto a_rows, int64_t w_first, int64_t a_first) {
           const std::byte* first_act = acts + size_t(a_first) * a_stride;
