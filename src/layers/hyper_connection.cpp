@@ -14,7 +14,8 @@ void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
   const float inv_streams = 1.0f / float(n_streams);
   compute::Workspace::Frame frame(ws);
   // normed and gates are written whole before they are read (every row's norm; the up
-  // projection's n_rows × width outputs): no zeroing, which was 16 MiB per call in a 512-row window.
+  // projection's n_rows × width outputs): no zeroing, which was 16 MiB per call in a 512-row
+  // window.
   std::vector<float>& normed = ws.scratch_floats(static_cast<size_t>(n_rows * width));
   // Row-wise loops run split over the pool's threads (each row on its own: same bits).
   compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {

@@ -109,8 +109,9 @@ std::string describe(const TileKernel& k) {
 
 void expect_tile_is_bitwise_the_single_dot(const TileKernel& k) {
   constexpr int64_t kMaxWeights = 7;
-  // Every n_acts up to 17 (each register tile and partial tile, AVX-512 Q4_K's 1 × 16 included;
-  // 7 and 8 around the AVX2 IQ2_XS wide path's threshold), then counts around the IQ2_XS wide paths' activation groups
+  // Every n_acts up to 17 (each register tile and partial tile; AVX-512 Q4_K's 1 × 12 and the
+  // groups of 12 + 1..5 after it, each staged; 7 and 8 around the AVX2 IQ2_XS wide path's
+  // threshold), then counts around the IQ2_XS wide paths' activation groups
   // (AVX-512: 64 rows of 1024 weights, 25 of 2560; AVX2: 64 of 1024, 25 of 2560, 16 of 4096:
   // group boundaries inside the call, last groups of 1 or 2 rows) and their 4 × 4 and 4 × 2
   // tiles.
@@ -131,7 +132,9 @@ void expect_tile_is_bitwise_the_single_dot(const TileKernel& k) {
             valid_row(k.type, n, uint32_t(n * 131 + r * 7 + weight_pad));
         std::memcpy(weights.data() + 2 + size_t(r) * w_stride, row.data(), row_size);
       }
-      if (k.type == GgmlType::Q4_K) set_every_q4_K_quant_to_15(weights.data() + 2 + 6 * w_stride, n);
+      if (k.type == GgmlType::Q4_K) {
+        set_every_q4_K_quant_to_15(weights.data() + 2 + 6 * w_stride, n);
+      }
       const uint8_t* w = weights.data() + 2;
       const size_t a_stride = act_bytes + (n % 512 == 0 ? 4 : 64 - act_bytes % 64);
       std::vector<uint8_t> acts(a_stride * kMaxActs);

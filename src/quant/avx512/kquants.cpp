@@ -93,7 +93,8 @@ template <int kA>
   }
   if constexpr (kGroups % 2 == 1) singles[kGroups] = singles[kGroups - 1];
   for (int g = 0; g < kGroups; g += 2) {
-    // Sums minus mins of 16 rows: element e is row 16·(g/2) + 8·(e / 8) + [0,2,4,6,1,3,5,7][e % 8].
+    // Sums minus mins of 16 rows: element e is row
+    // 16·(g/2) + 8·(e / 8) + [0, 2, 4, 6, 1, 3, 5, 7][e % 8].
     const __m512 results = _mm512_sub_ps(_mm512_shuffle_f32x4(singles[g], singles[g + 1], 0x88),
                                          _mm512_shuffle_f32x4(singles[g], singles[g + 1], 0xdd));
     alignas(64) float values[16];
@@ -119,7 +120,8 @@ struct ActivationQuants {
   }
 };
 
-[[gnu::always_inline]] inline ActivationQuants quants_in_place(const std::byte* a, size_t a_stride) {
+[[gnu::always_inline]] inline ActivationQuants quants_in_place(const std::byte* a,
+                                                               size_t a_stride) {
   return {reinterpret_cast<const BlockQ8_K*>(a)->qs, a_stride, sizeof(BlockQ8_K)};
 }
 
