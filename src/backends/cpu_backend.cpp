@@ -30,7 +30,11 @@ Tensor CpuBackend::alloc(DType type, int64_t max_rows, int64_t width) {
     id = uint32_t(buffers_.size());
     buffers_.emplace_back();
   }
-  buffers_[id].assign(size_t(max_rows * width), 0.0f);
+  // Storage first, advised for huge pages before the zeroing touches it (see Workspace::grow).
+  std::vector<float>& buffer = buffers_[id];
+  buffer.reserve(size_t(max_rows * width));
+  compute::advise_huge_pages(buffer.data(), buffer.capacity() * sizeof(float));
+  buffer.assign(size_t(max_rows * width), 0.0f);
   return Tensor{id, type, max_rows, width};
 }
 

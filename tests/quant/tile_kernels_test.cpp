@@ -7,7 +7,7 @@
 // gets the SIMD error bound of kernels_test.cpp instead.
 //
 // Awkward sizes: odd and even block counts (Q8_0's kernels take blocks in pairs), every register
-// tile shape and the partial tiles after it (n_w 1..7, n_acts 1..13), weight rows at odd 2-byte
+// tile shape and the partial tiles after it (n_w 1..7, n_acts 1..17), weight rows at odd 2-byte
 // offsets and with padded strides, activation strides that are not multiples of 64, outputs in
 // both layouts with gaps that must stay untouched.
 #include <gtest/gtest.h>
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "more_types_util.h"
+#include "quant/blocks.h"
 #include "quant/kernels.h"
 #include "quant/quant.h"
 #include "quant_test_util.h"
@@ -88,9 +89,17 @@ std::vector<double> magnitudes_of(GgmlType type, const std::vector<uint8_t>& row
                             : weight_magnitudes(type, row, n);
 }
 
+// Weight row 6 of the Q4_K runs: every nibble 15 (scales and mins stay random), the largest
+// quants, so that against all-±127 activations every 4-product sum is at its bound.
+void set_every_q4_K_quant_to_15(uint8_t* row, int64_t n) {
+  auto* blocks = reinterpret_cast<BlockQ4_K*>(row);
+  for (int64_t b = 0; b < n / kBlockK; ++b) std::memset(blocks[b].qs, 0xff, sizeof(blocks[b].qs));
+}
+
 std::vector<int64_t> lengths_for(GgmlType type) {
   if (type_traits(type).block_elems == 32) return {32, 64, 96, 160, 1024, 2592, 4128};
-  // 4096: the longest row the IQ2_XS wide paths take (16 rows per activation group at AVX2).
+  // 4096: the longest row the IQ2_XS wide paths take (16 rows per activation group at AVX2) and
+  // the AVX-512 Q4_K tile stages (4352 reads its quants in place).
   return {256, 512, 768, 2560, 4096, 4352};
 }
 
@@ -100,15 +109,16 @@ std::string describe(const TileKernel& k) {
 
 void expect_tile_is_bitwise_the_single_dot(const TileKernel& k) {
   constexpr int64_t kMaxWeights = 7;
-  // Every n_acts up to 13 (each register tile and partial tile; 7 and 8 around the AVX2 IQ2_XS
-  // wide path's threshold), then counts around the IQ2_XS wide paths' activation groups
+  // Every n_acts up to 17 (each register tile and partial tile; AVX-512 Q4_K's 1 × 12 and the
+  // groups of 12 + 1..5 after it, each staged; 7 and 8 around the AVX2 IQ2_XS wide path's
+  // threshold), then counts around the IQ2_XS wide paths' activation groups
   // (AVX-512: 64 rows of 1024 weights, 25 of 2560; AVX2: 64 of 1024, 25 of 2560, 16 of 4096:
   // group boundaries inside the call, last groups of 1 or 2 rows) and their 4 × 4 and 4 × 2
   // tiles.
   constexpr int64_t kMaxActs = 66;
   std::vector<int64_t> act_counts;
-  for (int64_t c = 1; c <= 13; ++c) act_counts.push_back(c);
-  for (int64_t c : {16, 25, 31, 32, 33, 38, 63, 64, 65, 66}) act_counts.push_back(c);
+  for (int64_t c = 1; c <= 17; ++c) act_counts.push_back(c);
+  for (int64_t c : {25, 31, 32, 33, 38, 63, 64, 65, 66}) act_counts.push_back(c);
   for (int64_t n : lengths_for(k.type)) {
     const size_t row_size = row_bytes(k.type, n);
     const size_t act_bytes = activation_row_bytes(k.type, n);
@@ -122,6 +132,9 @@ void expect_tile_is_bitwise_the_single_dot(const TileKernel& k) {
             valid_row(k.type, n, uint32_t(n * 131 + r * 7 + weight_pad));
         std::memcpy(weights.data() + 2 + size_t(r) * w_stride, row.data(), row_size);
       }
+      if (k.type == GgmlType::Q4_K) {
+        set_every_q4_K_quant_to_15(weights.data() + 2 + 6 * w_stride, n);
+      }
       const uint8_t* w = weights.data() + 2;
       const size_t a_stride = act_bytes + (n % 512 == 0 ? 4 : 64 - act_bytes % 64);
       std::vector<uint8_t> acts(a_stride * kMaxActs);
@@ -131,6 +144,9 @@ void expect_tile_is_bitwise_the_single_dot(const TileKernel& k) {
         if (t == 3) {  // exact ±127 quants: the largest products
           for (int64_t i = 0; i < n; ++i) x[size_t(i)] = (i * 5 % 3 == 0) ? -1.0f : 1.0f;
         }
+        // All −127 and all +127: with the all-15 Q4_K row, the extreme 4-product sums ±7620 in
+        // every lane (the bounds of the AVX-512 Q4_K tile's packed i16 words).
+        if (t == 4 || t == 5) std::fill(x.begin(), x.end(), t == 4 ? -1.0f : 1.0f);
         act_rows.push_back(make_activation(k.type, x));
         std::memcpy(acts.data() + size_t(t) * a_stride, act_rows.back().bytes.data(), act_bytes);
       }
@@ -264,7 +280,8 @@ TEST(QuantDispatch, DotTileIsBitwiseOneDotPerPair) {
     const int64_t n = traits->block_elems == 32 ? 2592 : 2560;
     const size_t w_stride = row_bytes(type, n) + 2;
     constexpr int64_t kRows = 5;
-    constexpr int64_t kActs = 9;
+    // A whole AVX-512 Q4_K tile of 16 rows and a partial one of 5.
+    constexpr int64_t kActs = 21;
     std::vector<uint8_t> weights(w_stride * kRows);
     for (int64_t r = 0; r < kRows; ++r) {
       const std::vector<uint8_t> row = valid_row(type, n, id * 13 + uint32_t(r));

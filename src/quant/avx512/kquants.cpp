@@ -59,6 +59,72 @@ inline __m512i chunk_pair_scale_index(int chunk) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(low_lanes), high_lanes, 1);
 }
 
+// The tile's final sums: out[t·out_a_stride] = canonical_nan(horizontal_sum(acc[t] lanes 0-7) −
+// horizontal_sum(acc[t] lanes 8-15)) for t < kA, with the additions of avx2::horizontal_sum
+// (lane k + lane k+4, then k + k+2, then 0 + 1) done for 8 rows at once: each step adds the same
+// pairs of floats, rows moved between vectors by shuffles instead of reduced one at a time
+// (≈ 3 instead of ≈ 14 vector ops per output; with rows of 2-4 blocks, as in mid-qwen4exp's
+// experts, the one-at-a-time sums were a fifth of the tile's work). Rows past kA are zeros and
+// their results are dropped.
+template <int kA>
+[[gnu::always_inline]] inline void store_q4_K_results(const __m512 (&acc)[kA], float* out,
+                                                      size_t out_a_stride) {
+  constexpr int kGroups = (kA + 7) / 8;
+  __m512 singles[2 * ((kGroups + 1) / 2)];
+  for (int g = 0; g < kGroups; ++g) {
+    __m512 rows[8];
+    for (int i = 0; i < 8; ++i) rows[i] = 8 * g + i < kA ? acc[8 * g + i] : _mm512_setzero_ps();
+    // Quads: 128-bit lanes [sum, mins] of row 2i, then of row 2i + 1; element k = v[k] + v[k+4].
+    __m512 quads[4];
+    for (int i = 0; i < 4; ++i) {
+      quads[i] = _mm512_add_ps(_mm512_shuffle_f32x4(rows[2 * i], rows[2 * i + 1], 0x88),
+                               _mm512_shuffle_f32x4(rows[2 * i], rows[2 * i + 1], 0xdd));
+    }
+    // Pairs: per 128-bit lane, elements 0-1 of quads[2i] and 0-1 of quads[2i+1]; k = q[k] + q[k+2].
+    __m512 pairs[2];
+    for (int i = 0; i < 2; ++i) {
+      pairs[i] = _mm512_add_ps(_mm512_shuffle_ps(quads[2 * i], quads[2 * i + 1], 0x44),
+                               _mm512_shuffle_ps(quads[2 * i], quads[2 * i + 1], 0xee));
+    }
+    // Singles (p[0] + p[1]): 128-bit lane 0 holds the sums of rows 0, 2, 4, 6, lane 1 their mins,
+    // lane 2 the sums of rows 1, 3, 5, 7, lane 3 their mins.
+    singles[g] = _mm512_add_ps(_mm512_shuffle_ps(pairs[0], pairs[1], 0x88),
+                               _mm512_shuffle_ps(pairs[0], pairs[1], 0xdd));
+  }
+  if constexpr (kGroups % 2 == 1) singles[kGroups] = singles[kGroups - 1];
+  for (int g = 0; g < kGroups; g += 2) {
+    // Sums minus mins of 16 rows: element e is row
+    // 16·(g/2) + 8·(e / 8) + [0, 2, 4, 6, 1, 3, 5, 7][e % 8].
+    const __m512 results = _mm512_sub_ps(_mm512_shuffle_f32x4(singles[g], singles[g + 1], 0x88),
+                                         _mm512_shuffle_f32x4(singles[g], singles[g + 1], 0xdd));
+    alignas(64) float values[16];
+    _mm512_store_ps(values, results);
+    for (int e = 0; e < 16; ++e) {
+      const int t = 8 * g + 8 * (e / 8) + (e % 8 < 4 ? 2 * (e % 8) : 2 * (e % 8 - 4) + 1);
+      if (t < kA) out[size_t(t) * out_a_stride] = canonical_nan(values[e]);
+    }
+  }
+}
+
+// Where a tile reads activation t's 256 quants of block b: in place in the Q8_K rows, or from a
+// staged copy (stage_quants) whose blocks start on 64-byte boundaries. A Q8_K block is 292
+// bytes with its quants at offset 4, so in place almost every 64-byte load spans two cache lines;
+// on the Zen 5 of docs/bench-cpu-prompt.md those split loads cost the 1 × 12 tile ~6 % (integer
+// part ~14 %). The staged bytes are the same quants, so the results are the same bits.
+struct ActivationQuants {
+  const int8_t* first;  // activation 0, block 0
+  size_t row_stride;    // bytes from activation t to t + 1
+  size_t block_stride;  // bytes from block b to b + 1
+  [[gnu::always_inline]] const int8_t* of(int t, int64_t b) const {
+    return first + size_t(t) * row_stride + size_t(b) * block_stride;
+  }
+};
+
+[[gnu::always_inline]] inline ActivationQuants quants_in_place(const std::byte* a,
+                                                               size_t a_stride) {
+  return {reinterpret_cast<const BlockQ8_K*>(a)->qs, a_stride, sizeof(BlockQ8_K)};
+}
+
 // One tile: kW weight rows (row r at w + r·w_stride bytes) × kA activation rows (row t at
 // a + t·a_stride); each weight block's nibbles and scales are unpacked once for all kA rows and
 // each activation vector is loaded once for all kW weight rows. Every pair runs exactly the
@@ -67,7 +133,8 @@ inline __m512i chunk_pair_scale_index(int chunk) {
 // acc_mins in lanes 8-15, each lane getting the same FMA as there.
 template <int kW, int kA>
 void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a_stride,
-               int64_t n_blocks, float* out, size_t out_w_stride, size_t out_a_stride) {
+               ActivationQuants quants, int64_t n_blocks, float* out, size_t out_w_stride,
+               size_t out_a_stride) {
   const __m512i nibble = _mm512_set1_epi8(15);
   const __m512i low_word_up = low_word_to_high_word();
   const auto block_of = [&](int r, int64_t b) -> const BlockQ4_K& {
@@ -114,7 +181,7 @@ void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
             _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1),
             nibble);
         const __m512i products =
-            _mm512_maddubs_epi16(q, _mm512_loadu_si512(activation(0, b).qs + 64 * chunk));
+            _mm512_maddubs_epi16(q, _mm512_loadu_si512(quants.of(0, b) + 64 * chunk));
         sums[0][0] = _mm512_dpwssd_epi32(
             sums[0][0], products, _mm512_permutexvar_epi16(chunk_scale_index(chunk), scales[0]));
       }
@@ -131,7 +198,7 @@ void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
           pair_scales[r] = _mm512_permutexvar_epi16(chunk_pair_scale_index(chunk), scales[r]);
         }
         for (int t = 0; t < kA; ++t) {
-          const int8_t* x = activation(t, b).qs + 64 * chunk;
+          const int8_t* x = quants.of(t, b) + 64 * chunk;
           const __m512i x0 = _mm512_loadu_si512(x);
           const __m512i x1 = _mm512_loadu_si512(x + 64);
           for (int r = 0; r < kW; ++r) {
@@ -159,10 +226,12 @@ void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
     }
   }
   for (int r = 0; r < kW; ++r) {
-    for (int t = 0; t < kA; ++t) {
-      const __m256 sum = _mm512_castps512_ps256(acc[r][t]);
-      const __m256 mins = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][t]), 1));
-      out[size_t(r) * out_w_stride + size_t(t) * out_a_stride] =
+    if constexpr (kA > 1) {
+      store_q4_K_results(acc[r], out + size_t(r) * out_w_stride, out_a_stride);
+    } else {
+      const __m256 sum = _mm512_castps512_ps256(acc[r][0]);
+      const __m256 mins = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][0]), 1));
+      out[size_t(r) * out_w_stride] =
           canonical_nan(avx2::horizontal_sum(sum) - avx2::horizontal_sum(mins));
     }
   }
@@ -272,9 +341,30 @@ void q6_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
 
 float dot_q4_K(const void* w, const void* a, int64_t n) {
   float result = 0.0f;
-  q4_K_tile<1, 1>(static_cast<const std::byte*>(w), 0, static_cast<const std::byte*>(a), 0,
+  const auto* acts = static_cast<const std::byte*>(a);
+  q4_K_tile<1, 1>(static_cast<const std::byte*>(w), 0, acts, 0, quants_in_place(acts, 0),
                   n / kBlockK, &result, 0, 0);
   return result;
+}
+
+// The staging buffer of dot_tile_q4_K: kQ4KTileActs rows of up to kQ4KMaxStagedBlocks blocks
+// (4096 weights: every mid-qwen4exp Q4_K input; 48 KiB, the L1 of a Zen 5 core, which the staged
+// group replaces rather than adds to). Longer rows read the quants in place.
+constexpr int64_t kQ4KMaxStagedBlocks = 16;
+
+// Copies the quants of activations [0, n_acts) (n_acts ≤ kQ4KTileActs) into staged, block b of
+// activation t at staged + (t·n_blocks + b)·256.
+void stage_quants(const std::byte* a, size_t a_stride, int64_t n_acts, int64_t n_blocks,
+                  int8_t* staged) {
+  for (int64_t t = 0; t < n_acts; ++t) {
+    const auto* blocks = reinterpret_cast<const BlockQ8_K*>(a + size_t(t) * a_stride);
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      int8_t* to = staged + size_t(t * n_blocks + b) * kBlockK;
+      for (int i = 0; i < kBlockK; i += 64) {
+        _mm512_store_si512(to + i, _mm512_loadu_si512(blocks[b].qs + i));
+      }
+    }
+  }
 }
 
 void dot_tile_q4_K(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
@@ -282,14 +372,36 @@ void dot_tile_q4_K(const void* w, size_t w_stride, int64_t n_w, const void* a, s
                    size_t out_a_stride) {
   const auto* weights = static_cast<const std::byte*>(w);
   const auto* acts = static_cast<const std::byte*>(a);
-  tiles::for_each_tile<kQ4KTileWeights, kQ4KTileActs>(
-      n_w, n_acts, [&](auto w_rows, auto a_rows, int64_t w_first, int64_t a_first) {
-        q4_K_tile<decltype(w_rows)::value, decltype(a_rows)::value>(
-            weights + size_t(w_first) * w_stride, w_stride, acts + size_t(a_first) * a_stride,
-            a_stride, n / kBlockK,
-            out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride, out_w_stride,
-            out_a_stride);
-      });
+  const int64_t n_blocks = n / kBlockK;
+  // One activation row (or rows too long to stage): the quants in place.
+  if (n_acts == 1 || n_blocks > kQ4KMaxStagedBlocks) {
+    tiles::for_each_tile<kQ4KTileWeights, kQ4KTileActs>(
+        n_w, n_acts, [&](auto w_rows, auto a_rows, int64_t w_first, int64_t a_first) {
+          const std::byte* first_act = acts + size_t(a_first) * a_stride;
+          q4_K_tile<decltype(w_rows)::value, decltype(a_rows)::value>(
+              weights + size_t(w_first) * w_stride, w_stride, first_act, a_stride,
+              quants_in_place(first_act, a_stride), n_blocks,
+              out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride,
+              out_w_stride, out_a_stride);
+        });
+    return;
+  }
+  // Activation groups outer (as tiles::for_each_tile): each group's quants are staged once and
+  // every weight row of the call passes over them.
+  alignas(64) int8_t staged[kQ4KTileActs * kQ4KMaxStagedBlocks * kBlockK];
+  const ActivationQuants staged_quants{staged, size_t(n_blocks) * kBlockK, kBlockK};
+  for (int64_t a_first = 0; a_first < n_acts; a_first += kQ4KTileActs) {
+    const int64_t a_count = std::min<int64_t>(kQ4KTileActs, n_acts - a_first);
+    const std::byte* first_act = acts + size_t(a_first) * a_stride;
+    stage_quants(first_act, a_stride, a_count, n_blocks, staged);
+    tiles::for_each_tile<kQ4KTileWeights, kQ4KTileActs>(
+        n_w, a_count, [&](auto w_rows, auto a_rows, int64_t w_first, int64_t) {
+          q4_K_tile<decltype(w_rows)::value, decltype(a_rows)::value>(
+              weights + size_t(w_first) * w_stride, w_stride, first_act, a_stride, staged_quants,
+              n_blocks, out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride,
+              out_w_stride, out_a_stride);
+        });
+  }
 }
 
 void dot_many_q4_K(const void* w, const void* a, size_t act_stride, int64_t n_acts, int64_t n,
