@@ -164,11 +164,14 @@ class PromptShare {
 // outcomes and errors, choice 0's prompt state. Shared with the tasks lent to the scheduler,
 // which may start after the job ended (they then find nothing to claim and touch nothing else).
 struct Generator::ChoiceGroup {
-  explicit ChoiceGroup(Job& job_, size_t n) : job(job_), outcomes(n), errors(n) {}
-  // The next unclaimed choice (1, 2, ...), or none left.
+  explicit ChoiceGroup(Job& job_, size_t n) : job(job_), n_choices(n), outcomes(n), errors(n) {}
+  // The next unclaimed choice (1, 2, ...), or none left. Counts against n_choices, never
+  // outcomes.size(): run() moves the outcomes out when the job ends, and a lent task that starts
+  // after that must find nothing to claim (it claimed choice n and wrote past the end: a crash
+  // under load, seen by ServeParallel.ChoicesOnOtherSlotsCountAsBusySlots).
   std::optional<size_t> claim() {
     std::lock_guard lock(mutex);
-    if (next == outcomes.size()) return std::nullopt;
+    if (next == n_choices) return std::nullopt;
     ++running;
     return next++;
   }
@@ -184,6 +187,7 @@ struct Generator::ChoiceGroup {
   }
 
   Job& job;  // valid while a choice is claimed and running (run waits for them)
+  const size_t n_choices;
   PromptShare share;
   std::vector<GenerationOutcome> outcomes;  // by choice; each written by its runner
   std::vector<std::exception_ptr> errors;   // likewise

@@ -224,7 +224,9 @@ std::optional<double> metric(const std::string& metrics_text, const std::string&
 double metric_now(const ServeProcess& server, const std::string& series) {
   const HttpReply reply = get(server, "/metrics");
   const std::optional<double> value = metric(reply.body, series);
-  EXPECT_TRUE(value) << series << " missing from /metrics";
+  EXPECT_TRUE(value) << series << " missing from /metrics (status " << reply.status << ", curl exit "
+                     << reply.curl_exit << "): "
+                     << reply.body.substr(0, 300);
   return value.value_or(-1);
 }
 
