@@ -6,17 +6,12 @@
 
 #include "grammar/matcher.h"
 #include "serve/request.h"
+#include "test_limits.h"
 
 namespace strata::serve {
 namespace {
 
-RequestLimits limits() {
-  RequestLimits out;
-  out.model_id = "m";
-  out.n_vocab = 1000;
-  out.n_ctx = 4096;
-  return out;
-}
+RequestLimits limits() { return test_support::test_limits("m"); }
 
 const std::string kMessages = R"("messages":[{"role":"user","content":"hi"}])";
 const std::string kYesNo = R"("root ::= (\"yes\" | \"no\") \", \" [0-9]{3}")";

@@ -1,6 +1,7 @@
 // The request parser (serve/request.h): valid requests become the right struct; every kind of bad
 // input becomes an ApiError with the right status, the field named in `param` and in the message.
 #include "serve/request.h"
+#include "test_limits.h"
 
 #include <gtest/gtest.h>
 
@@ -12,13 +13,7 @@
 namespace strata::serve {
 namespace {
 
-RequestLimits limits() {
-  RequestLimits l;
-  l.model_id = "strata-default";
-  l.n_vocab = 1000;
-  l.n_ctx = 4096;
-  return l;
-}
+RequestLimits limits() { return test_support::test_limits("strata-default"); }
 
 GenerationRequest accept(std::string_view body, Endpoint endpoint = Endpoint::ChatCompletions) {
   ParseResult result = parse_generation_request(body, endpoint, limits());
