@@ -15,7 +15,7 @@ out=${OUT:-/tmp/cuda-self-release}
 mkdir -p "$out"
 source .device/cuda-kit/env.sh
 cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_WERROR=OFF >/dev/null
-targets=$(ninja -C build-cuda -t targets all | sed -n 's/^\(cuda_[a-z_]*_test\|bench_cuda_decode\|bench_cuda_matvec\): .*/\1/p' | sort -u)
+targets=$(ninja -C build-cuda -t targets all | sed -n 's/^\(cuda_[a-z_]*_test\|bench_cuda_decode\): .*/\1/p' | sort -u)
 ninja -C build-cuda -j "$(nproc)" $targets >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
 B=./build-cuda/bench/bench_cuda_decode
 skew=/root/skew.gguf
@@ -29,14 +29,6 @@ if [ "$stage" != bench ]; then
   grep -h "released by the GPU itself" build-cuda/Testing/Temporary/LastTest.log | head -40 >"$out/self-released.txt"
   wait
   grep wrote "$out/synth.txt"
-fi
-# MATVEC=1: the matvec bandwidth table (bench_cuda_matvec) after the tests, IQ2_XS's grid-table copies side by side.
-if [ "${MATVEC:-0}" = 1 ]; then
-  ./build-cuda/bench/bench_cuda_matvec --types q8_0,q4_0,q4_K,q5_K,q6_K,q3_K,iq4_nl,iq2_xs --rows 1,2,4 \
-    --table-copies 0,1,4,16 >"$out/matvec.txt" 2>&1
-  ./build-cuda/bench/bench_cuda_matvec --types q8_0,q4_K,iq2_xs --rows 1 --n-in 2560 --n-out 10240 \
-    --table-copies 1,16 >>"$out/matvec.txt" 2>&1
-  grep -E "GB/s|^(q|iq)" "$out/matvec.txt"
 fi
 [ "$stage" = tests ] && exit 0
 # STAGE=bench on a fresh machine: TEST_REGEX reruns those tests first; the file is written if missing.

@@ -3,9 +3,7 @@
 // kernel over 4 GiB, and cudaMemcpy device-to-device counting read + write). Matrices rotate
 // through ≥ 1 GiB per type so the 60 MB L2 never holds them. Times are medians of 9 CUDA-event
 // timed batches (one call per matrix copy, back to back) after a warm-up, divided per call. Prints a table; --json FILE writes the numbers.
-//   bench_cuda_matvec [--types q8_0,q4_K,iq2_xs] [--rows 1,2,4,8] [--n-in 8192 --n-out 16384] [--sweep]
-//                     [--table-copies 0,1,16] [--json out.json]
-// --table-copies: the IQ2_XS grid's copies in shared memory to time (0: the launch's own choice).
+//   bench_cuda_matvec [--types q8_0,q4_K,iq2_xs] [--rows 1,2,4,8] [--n-in 8192 --n-out 16384] [--sweep] [--json out.json]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -70,7 +68,7 @@ std::vector<std::string> split(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string types_arg = "f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,iq4_nl,q2_K,q3_K,q4_K,q5_K,q6_K,iq4_xs,iq2_xxs,iq2_xs,iq2_s,iq3_xxs,iq3_s,iq1_s,iq1_m", rows_arg = "1,2,4,8", json_path, copies_arg = "0";
+  std::string types_arg = "f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,iq4_nl,q2_K,q3_K,q4_K,q5_K,q6_K,iq4_xs,iq2_xxs,iq2_xs,iq2_s,iq3_xxs,iq3_s,iq1_s,iq1_m", rows_arg = "1,2,4,8", json_path;
   int64_t n_in = 8192, n_out = 16384;
   bool sweep = false;  // --sweep: also every rows-per-warp launch shape, not just the default
   for (int i = 1; i < argc; ++i) {
@@ -83,7 +81,6 @@ int main(int argc, char** argv) {
     else if (key == "--n-in") n_in = std::stoll(value);
     else if (key == "--n-out") n_out = std::stoll(value);
     else if (key == "--json") json_path = value;
-    else if (key == "--table-copies") copies_arg = value;
     else { std::fprintf(stderr, "bench_cuda_matvec: unknown option %s\n", key.c_str()); return 2; }
   }
   if (!usable_device()) {
@@ -117,8 +114,7 @@ int main(int argc, char** argv) {
   std::string json = "{\"device\": \"" + describe_device() + "\", \"hbm_read_gbs\": " + std::to_string(read_gbs) +
                      ", \"hbm_copy_gbs\": " + std::to_string(copy_gbs) + ", \"n_in\": " + std::to_string(n_in) +
                      ", \"n_out\": " + std::to_string(n_out) + ", \"results\": [";
-  std::printf("\n%-8s %10s %6s %4s %5s %6s %10s %10s %8s\n", "type", "MB/matrix", "rows", "r/w", "stage", "copies", "us/call",
-              "GB/s", "÷read");
+  std::printf("\n%-8s %10s %6s %4s %5s %10s %10s %8s\n", "type", "MB/matrix", "rows", "r/w", "stage", "us/call", "GB/s", "÷read");
   bool first = true;
   for (const auto& name : split(types_arg)) {
     const auto type = type_from_name(name);
@@ -133,14 +129,10 @@ int main(int argc, char** argv) {
     DeviceBuffer scratch(layout.total_bytes);
     quantize_activations(layout, x.as<float>(), scratch.data(), nullptr);
     STRATA_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<int> table_copies;
-    for (const auto& c : split(copies_arg)) table_copies.push_back(std::stoi(c));
-    if (*type != GgmlType::IQ2_XS) table_copies = {0};
-    for (const int64_t t : rows) for (const int rw : {0, 1, 2, 4}) for (const int staging : {0, 1, 2})
-    for (const int tc : table_copies) {
+    for (const int64_t t : rows) for (const int rw : {0, 1, 2, 4}) for (const int staging : {0, 1, 2}) {
       if (rw > 2 && t > 4) continue;
       if ((rw != 0 || staging != 0) && !sweep) continue;
-      const MatmulTuning tuning{rw, staging, 0, tc};
+      const MatmulTuning tuning{rw, staging, 0};
       // Each timed sample is a batch of `copies` back-to-back calls, one per matrix copy, so the
       // few microseconds of launch latency around one event pair do not count as slowness.
       const float ms = median_ms([&](int) {
@@ -150,12 +142,11 @@ int main(int argc, char** argv) {
         }
       }, 2, 9) / float(copies);
       const double gbs = double(matrix_bytes) / ms / 1e6;
-      std::printf("%-8s %10.1f %6lld %4s %5s %6s %10.1f %10.0f %8.2f\n", name.c_str(), matrix_bytes / 1e6, (long long)t,
+      std::printf("%-8s %10.1f %6lld %4s %5s %10.1f %10.0f %8.2f\n", name.c_str(), matrix_bytes / 1e6, (long long)t,
                   rw == 0 ? "def" : std::to_string(rw).c_str(), staging == 0 ? "def" : staging == 1 ? "on" : "off",
-                  tc == 0 ? "def" : std::to_string(tc).c_str(), ms * 1e3, gbs, gbs / read_gbs);
+                  ms * 1e3, gbs, gbs / read_gbs);
       json += std::string(first ? "" : ", ") + "{\"type\": \"" + name + "\", \"rows\": " + std::to_string(t) +
               ", \"rows_per_warp\": " + std::to_string(rw) + ", \"staging\": " + std::to_string(staging) +
-              ", \"table_copies\": " + std::to_string(tc) +
               ", \"us\": " + std::to_string(ms * 1e3) + ", \"gbs\": " + std::to_string(gbs) + "}";
       first = false;
     }

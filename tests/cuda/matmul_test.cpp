@@ -313,50 +313,6 @@ TEST_P(CudaMatmul, NarrowRowsBitwiseAsAFullWarpPerRow) {
   }
 }
 
-// IQ2_XS's grid table stored 1, 4 or 16 times in shared memory (lanes read their own copy, fewer
-// bank conflicts; quant/iq2xs.cuh): the same values looked up, so the same bits, for narrow and
-// wide rows (the default picks 16 copies from 2048 weights on), every launch shape, T = 1, 3, 9.
-TEST(CudaMatmulTableCopies, Iq2xsGridCopiesBitwiseAsOne) {
-  STRATA_REQUIRE_CUDA_DEVICE();
-  const GgmlType type = GgmlType::IQ2_XS;
-  std::mt19937 rng(4242);
-  Stream stream;
-  const int64_t n_out = 301;
-  for (const int64_t n_in : {int64_t(256), int64_t(1024), int64_t(2560), int64_t(8192)}) {
-    const size_t stride = row_bytes(type, n_in);
-    const DeviceBuffer wd = to_device(random_weights(type, n_in, n_out, stride, rng));
-    const DeviceMatrix m{type, n_in, n_out, wd.data(), stride};
-    for (const int64_t n_rows : {int64_t(1), int64_t(3), int64_t(9)}) {
-      const DeviceBuffer xd = to_device(random_floats(size_t(n_rows * n_in), rng));
-      const ActivationLayout layout = compute::cuda::activation_layout(type, n_in, n_rows);
-      DeviceBuffer scratch(layout.total_bytes), y(size_t(n_rows * n_out) * 4);
-      const void* act = compute::cuda::prepare_activations(layout, xd.as<float>(), scratch.data(), stream.get());
-      auto run_with = [&](int rows_per_warp, int copies) {
-        STRATA_CUDA_CHECK(cudaMemsetAsync(y.data(), 0xff, y.bytes(), stream.get()));
-        const compute::cuda::MatmulTuning tuning{rows_per_warp, 0, 0, copies};
-        compute::cuda::matmul_quantized(m, layout, act, n_rows, y.as<float>(), stream.get(), &tuning);
-        stream.synchronize();
-        return from_device<float>(y, size_t(n_rows * n_out));
-      };
-      const std::vector<float> one = run_with(0, 1);
-      for (const int rows_per_warp : {0, 1, 4})
-        for (const int copies : {0, 1, 4, 16}) {
-          const std::vector<float> other = run_with(rows_per_warp, copies);
-          ASSERT_EQ(0, std::memcmp(other.data(), one.data(), one.size() * 4))
-              << n_in << " wide, " << n_rows << " rows, " << rows_per_warp << " weight rows per warp, " << copies
-              << " table copies: the copies changed the result";
-        }
-    }
-  }
-  const DeviceBuffer wd = to_device(random_weights(type, 256, 4, row_bytes(type, 256), rng));
-  const ActivationLayout layout = compute::cuda::activation_layout(type, 256, 1);
-  DeviceBuffer scratch(layout.total_bytes), y(16);
-  const compute::cuda::MatmulTuning bad{0, 0, 0, 8};
-  EXPECT_THROW(compute::cuda::matmul_quantized(DeviceMatrix{type, 256, 4, wd.data(), row_bytes(type, 256)}, layout,
-                                               scratch.data(), 1, y.as<float>(), stream.get(), &bad),
-               Error);
-}
-
 TEST_P(CudaMatmul, ExpertsThroughTheSlotMap) {
   STRATA_REQUIRE_CUDA_DEVICE();
   const GgmlType type = GetParam();

@@ -223,16 +223,17 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
   if (tier) {
     // The handshake: publish the ids (and the guess); the host tier brings the misses while the
     // shared expert's branch runs; wait for them. The previous layer's read-ahead branch joins
-    // first: its copies into this layer's slots have landed, its pending row is written, and the
-    // host has read the previous mailbox (publish may overwrite it) and left the read-ahead part
-    // of the bounce buffer (serving this layer stages the next guess there).
+    // before the wait: its copies into this layer's slots have landed and its pending row is
+    // written before the wait applies the row; publish and the host's serving overlap its last
+    // copies (expert_tier.h: the mailbox and the staging parts are safe either way).
     mark("moe.tier.publish");
-    tier->join(s());
+    if (tier->join_before_publish()) tier->join(s());
     tier->publish(layer, ids, weights, pairs, guess ? ids + pairs : nullptr, guess ? weights + pairs : nullptr,
                   guess ? pairs : 0, s());
   }
   if (tier) {
     mark("moe.tier.wait");
+    tier->join(s());  // a no-op when joined before publish
     tier->wait(layer, ids, pairs, s());
     if (guess) tier->read_ahead(s());  // the next layer's guessed experts, beside this layer's work
   }

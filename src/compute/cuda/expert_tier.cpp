@@ -59,6 +59,9 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   self_release_ = options.self_release;
   if (const char* v = std::getenv("STRATA_TIER_SELF_RELEASE"); v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0))
     self_release_ = v[0] == '1';
+  // Measuring knob (docs/bench-cuda.md, session 35): STRATA_TIER_JOIN=publish joins the read-ahead
+  // branch before the next publish (session 33's placement) instead of before the next wait.
+  if (const char* v = std::getenv("STRATA_TIER_JOIN"); v && std::strcmp(v, "publish") == 0) join_before_publish_ = true;
   if (n_expert < 1 || k < 1 || max_rows < 1)
     fail("gpu expert tier: {} experts, top-{}, {} rows per window", n_expert, k, max_rows);
   // Slot layout per layer: [gate | up | down], each 16-byte aligned, the slot 256-byte aligned.
@@ -237,9 +240,12 @@ void GpuExpertTier::prepare_source(ExpertSource& source) {
   }
   // Misses that cannot be read in place are staged here (allocated now, on the window thread: the
   // handshake thread makes no CUDA call). A layer loads at most n_transient experts, a guess at
-  // most max_read_ahead_loads_.
+  // most max_read_ahead_loads_, into one of two read-ahead parts by the handshake's parity: the
+  // read-ahead kernel of handshake s may still read its part while this thread, serving s + 1,
+  // stages the next guess (the branch joins before wait(s + 1), after that publish).
   if (!(direct_reads_ && stable_pointers_)) {
-    bounce_bytes_ = size_t(n_transient_ + (read_ahead_enabled_ ? max_read_ahead_loads_ : 0)) * transient_slot_bytes_;
+    bounce_bytes_ =
+        size_t(n_transient_ + (read_ahead_enabled_ ? 2 * max_read_ahead_loads_ : 0)) * transient_slot_bytes_;
     STRATA_CUDA_CHECK(cudaHostAlloc(&bounce_host_, bounce_bytes_, cudaHostAllocMapped));
     STRATA_CUDA_CHECK(cudaHostGetDevicePointer(&bounce_dev_, bounce_host_, 0));
   }
@@ -723,7 +729,7 @@ void GpuExpertTier::release_read_ahead(int layer, uint32_t seq, const int32_t* g
     if (int(ra_loads_.size()) > max_read_ahead_loads_)
       fail("gpu expert tier: layer {}: {} read-ahead loads exceed the {} the tier was sized for", layer,
            ra_loads_.size(), max_read_ahead_loads_);
-    bytes = gather_copies(layer, ra_loads_, size_t(n_transient_));
+    bytes = gather_copies(layer, ra_loads_, size_t(n_transient_) + size_t(seq & 1u) * size_t(max_read_ahead_loads_));
     // The layer's row after the guess: the read-ahead kernel leaves it pending for the layer's
     // next wait (whose self-release rule reads it); this thread's copy of the device row follows.
     // Without self-release the wait's job carries the whole row anyway: no pending row then.

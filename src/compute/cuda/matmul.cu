@@ -578,29 +578,8 @@ int narrow_rows_per_warp() {
   return value;
 }
 
-// Copies of a lookup table in shared memory (quant/iq2xs.cuh, kCopies) for rows of n_in weights
-// when no tuning says: 16 for rows a full warp decodes (≥ 32 units: thousands of lookups per
-// thread block against the 32 KiB fill), 1 for the narrow rows (the experts of small models:
-// a block's few lookups would not pay for the fill). Results are the same bits for every count.
-template <class Q>
-int table_copies(int64_t n_in, const MatmulTuning* tuning) {
-  if (tuning && tuning->table_copies > 0) {
-    if (tuning->table_copies != 1 && tuning->table_copies != 4 && tuning->table_copies != 16)
-      cuda_fail("CUDA matmul: table_copies must be 1, 4 or 16, found " + std::to_string(tuning->table_copies));
-    return tuning->table_copies;
-  }
-  return n_in / Q::kBlockElems * Q::kUnitsPerBlock >= 32 ? 16 : 1;
-}
-
 template <class Q>
 void launch(MatmulArgs args, int n_launch, int rows_total, cudaStream_t stream, const MatmulTuning* tuning) {
-  if constexpr (requires { Q::kTableCopies; }) {
-    if constexpr (Q::kTableCopies == 1) {
-      const int copies = table_copies<Q>(args.n_in, tuning);
-      if (copies == 16) return launch<typename Q::template WithCopies<16>>(args, n_launch, rows_total, stream, tuning);
-      if (copies == 4) return launch<typename Q::template WithCopies<4>>(args, n_launch, rows_total, stream, tuning);
-    }
-  }
   if (Q::kTableBytes > 0) upload_quant_tables();
   for (int pass = 0; pass < rows_total; pass += kMaxRowsPerPass) {
     args.row_pass = pass;

@@ -60,7 +60,6 @@ struct MatmulTuning {
   int rows_per_warp = 0;  // 1, 2 or 4
   int staging = 0;        // 1: stage weight rows in shared memory when they fit; 0 or 2: never
   int lanes_per_row = 0;  // 32: a full warp per weight row always; 0: fewer for rows of < 32 units
-  int table_copies = 0;   // IQ2_XS: copies of its grid table in shared memory (1, 4 or 16); 0: by row width
 };
 
 // Where the quantized activations of n_rows rows live inside one scratch allocation.

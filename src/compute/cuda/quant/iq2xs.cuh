@@ -3,16 +3,9 @@
 // scale nibble per 16 weights, db = d·(2s+1)/8. Every grid byte is 8, 25 or 43, so a point is
 // kept as eight 4-bit codes (0, 1, 2) in one 32-bit word, expanded to bytes by two __byte_perm
 // from the word 0x002B1908: a 2 KiB table in shared memory, one 4-byte lookup per 8 weights
-// instead of an 8-byte one from 4 KiB. The sign byte is the 7 stored bits plus their parity.
-//
-// The kernel is bound by shared-memory/L1 wavefronts (docs/bench-cuda.md): 32 lanes looking up
-// random points of one table conflict on its banks (about 3.5 wavefronts per lookup). With
-// kCopies > 1 the table is stored kCopies times, interleaved (point p's copy c at word
-// p·kCopies + c), and lane l reads copy l mod kCopies: lanes then share a bank only when they
-// share a copy, so 16 copies leave at most two lanes per bank. The copies cost kCopies × 2 KiB of
-// shared memory and their fill per thread block, so they pay on wide rows (many lookups per
-// block) and not on the narrow expert rows of small models; matmul.cu chooses. The values looked
-// up, and so every result bit, are the same for every kCopies.
+// instead of an 8-byte one from 4 KiB (the kernel is bound by shared-memory/L1 wavefronts, and
+// random 8-byte lookups conflict about twice as much; docs/bench-cuda.md). The sign byte is the
+// 7 stored bits plus their parity.
 #pragma once
 
 #include "compute/cuda/quant/common.cuh"
@@ -37,31 +30,25 @@ inline uint32_t iq2xs_codes(uint64_t point) {
 // The byte magnitudes, from the code nibbles as __byte_perm selectors.
 inline constexpr uint32_t kIq2xsMagnitudes = 0x002b1908u;
 
-template <int kCopies>
-struct IQ2_XSWeightsT {
-  static_assert(kCopies >= 1 && kCopies <= 32 && (kCopies & (kCopies - 1)) == 0);
-  template <int C>
-  using WithCopies = IQ2_XSWeightsT<C>;
-  static constexpr int kTableCopies = kCopies;
+struct IQ2_XSWeights {
   static constexpr int kRowsPerWarp = 4;  // at T = 1 (bench_cuda_matvec: 0.21 -> 0.23 of HBM)
   static constexpr int kBlockElems = 256;
   static constexpr int kBlockBytes = 74;
   static constexpr int kUnitsPerBlock = 4;
   static constexpr GgmlType kActivation = GgmlType::Q8_K;
   static constexpr int kRowAlign = 2;  // bytes: the widest aligned load
-  static constexpr int kTableBytes = 512 * 4 * kCopies;
+  static constexpr int kTableBytes = 512 * 4;
   __device__ static void load_table(uint8_t* shared) {
     auto* codes = reinterpret_cast<uint32_t*>(shared);
-    for (int i = threadIdx.x; i < 512 * kCopies; i += blockDim.x) codes[i] = g_iq2xs_codes[i / kCopies];
+    for (int i = threadIdx.x; i < 512; i += blockDim.x) codes[i] = g_iq2xs_codes[i];
   }
 
-  // The 32 signed values of one sub-block from its four 16-bit words, four per int. `codes` is
-  // this lane's copy of the table (its points kCopies words apart).
+  // The 32 signed values of one sub-block from its four 16-bit words, four per int.
   __device__ static void decode_sub_block(const uint32_t w0, const uint32_t w1, const uint32_t* codes, int (&v)[8]) {
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
       const uint32_t word = ((g < 2 ? w0 : w1) >> (16 * (g & 1))) & 0xffffu;
-      const uint32_t code = codes[(word & 511) * kCopies];
+      const uint32_t code = codes[word & 511];
       const uint32_t low = __byte_perm(kIq2xsMagnitudes, 0, code & 0xffffu);
       const uint32_t high = __byte_perm(kIq2xsMagnitudes, 0, code >> 16);
       const uint32_t sign7 = word >> 9;
@@ -91,7 +78,7 @@ struct IQ2_XSWeightsT {
     uint32_t words[4];
     ld_words_a2_wide<4>(block + 2 + 16 * pair, words);
     const uint16_t scale_bytes = ld_u16(block + 66 + 2 * pair);
-    const auto* codes = reinterpret_cast<const uint32_t*>(table) + (threadIdx.x & (kCopies - 1));
+    const auto* codes = reinterpret_cast<const uint32_t*>(table);
     decode_sub_block(words[0], words[1], codes, out.v0);
     decode_sub_block(words[2], words[3], codes, out.v1);
     out.s0_low = 2 * (scale_bytes & 15) + 1;
@@ -119,6 +106,5 @@ struct IQ2_XSWeightsT {
     return __fmaf_rn(__fmul_rn(w.d, a.d), __fmul_rn(float(scaled), 0.125f), acc);
   }
 };
-using IQ2_XSWeights = IQ2_XSWeightsT<1>;
 
 }  // namespace strata::compute::cuda::quant_device
