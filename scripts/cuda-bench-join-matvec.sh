@@ -4,7 +4,7 @@
 # ctest label while the skewed + correlated 48 x 512 file is written; then
 #   1. where the read-ahead branch joins (expert_tier.h): before the next wait (the default) against
 #      before the next publish (STRATA_TIER_JOIN=publish, session 33's placement), all in VRAM and
-#      at a 25 % GPU budget, alternated over 3 rounds in separate processes;
+#      at a 25 % GPU budget with self-release off and on, alternated over 3 rounds in separate processes;
 #   2. bench_cuda_matvec baseline against the working tree, alternated over 2 rounds.
 #   git archive BASE CMakeLists.txt cmake src bench scripts | xz > .baseline/src.tar.xz
 #   device: OUT=$OUT scripts/cuda-bench-join-matvec.sh .baseline/src.tar.xz
@@ -38,7 +38,7 @@ for r in 1 2 3; do
   for join in wait publish; do
     echo "=== join before $join, round $r ($(date +%T))" >>"$out/join.txt"
     if [ $join = publish ]; then export STRATA_TIER_JOIN=publish; else unset STRATA_TIER_JOIN; fi
-    $B -m $skew --backends cuda,cuda@25% --prompt 64 --tokens 64 --repeats 1 >>"$out/join.txt" 2>&1
+    $B -m $skew --backends cuda,cuda@25%,cuda@25%/self --prompt 64 --tokens 64 --repeats 1 >>"$out/join.txt" 2>&1
   done
 done
 unset STRATA_TIER_JOIN
