@@ -2,10 +2,11 @@
 # Session 35 on the GPU box in one device call (~8 min): builds the CUDA tests and benches of the
 # working tree, and bench_cuda_matvec of a baseline source tarball beside them; runs the `cuda`
 # ctest label while the skewed + correlated 48 x 512 file is written; then
-#   1. where the read-ahead branch joins (expert_tier.h): before the next wait (the default) against
-#      before the next publish (STRATA_TIER_JOIN=publish, session 33's placement), all in VRAM and
+#   1. where the read-ahead branch joins (expert_tier.h): before the next wait (STRATA_TIER_JOIN=wait)
+#      against before the next publish (the default, session 33's placement), all in VRAM and
 #      at a 25 % GPU budget with self-release off and on, alternated over 3 rounds in separate processes;
-#   2. bench_cuda_matvec baseline against the working tree, alternated over 2 rounds.
+#   2. bench_cuda_matvec baseline against the working tree, alternated over 2 rounds (session 35's
+#      load changes, reverted unmeasured, are commit 7f7d7ff's src/compute/cuda/quant/*.cuh).
 #   git archive BASE CMakeLists.txt cmake src bench scripts | xz > .baseline/src.tar.xz
 #   device: OUT=$OUT scripts/cuda-bench-join-matvec.sh .baseline/src.tar.xz
 # carrying [".device/cuda-kit", ".baseline"] after scripts/device-stash.sh out.
@@ -37,7 +38,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 for r in 1 2 3; do
   for join in wait publish; do
     echo "=== join before $join, round $r ($(date +%T))" >>"$out/join.txt"
-    if [ $join = publish ]; then export STRATA_TIER_JOIN=publish; else unset STRATA_TIER_JOIN; fi
+    export STRATA_TIER_JOIN=$join
     $B -m $skew --backends cuda,cuda@25%,cuda@25%/self --prompt 64 --tokens 64 --repeats 1 >>"$out/join.txt" 2>&1
   done
 done

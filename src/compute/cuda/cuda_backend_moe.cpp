@@ -223,9 +223,9 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
   if (tier) {
     // The handshake: publish the ids (and the guess); the host tier brings the misses while the
     // shared expert's branch runs; wait for them. The previous layer's read-ahead branch joins
-    // before the wait: its copies into this layer's slots have landed and its pending row is
-    // written before the wait applies the row; publish and the host's serving overlap its last
-    // copies (expert_tier.h: the mailbox and the staging parts are safe either way).
+    // before the publish, or (STRATA_TIER_JOIN=wait) before the wait: either way its copies into
+    // this layer's slots have landed and its pending row is written before the wait applies the
+    // row (expert_tier.h: the mailbox and the staging parts are safe either way).
     mark("moe.tier.publish");
     if (tier->join_before_publish()) tier->join(s());
     tier->publish(layer, ids, weights, pairs, guess ? ids + pairs : nullptr, guess ? weights + pairs : nullptr,

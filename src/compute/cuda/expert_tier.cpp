@@ -59,9 +59,10 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   self_release_ = options.self_release;
   if (const char* v = std::getenv("STRATA_TIER_SELF_RELEASE"); v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0))
     self_release_ = v[0] == '1';
-  // Measuring knob (docs/bench-cuda.md, session 35): STRATA_TIER_JOIN=publish joins the read-ahead
-  // branch before the next publish (session 33's placement) instead of before the next wait.
-  if (const char* v = std::getenv("STRATA_TIER_JOIN"); v && std::strcmp(v, "publish") == 0) join_before_publish_ = true;
+  // Where the read-ahead branch joins (docs/bench-cuda.md, session 35): before the next publish
+  // (session 33's placement, the one run on the GPU) unless STRATA_TIER_JOIN=wait, the candidate
+  // that session 35 could compile but not measure (scripts/cuda-bench-join-matvec.sh compares them).
+  if (const char* v = std::getenv("STRATA_TIER_JOIN"); v && std::strcmp(v, "wait") == 0) join_before_publish_ = false;
   if (n_expert < 1 || k < 1 || max_rows < 1)
     fail("gpu expert tier: {} experts, top-{}, {} rows per window", n_expert, k, max_rows);
   // Slot layout per layer: [gate | up | down], each 16-byte aligned, the slot 256-byte aligned.

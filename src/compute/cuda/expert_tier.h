@@ -24,8 +24,8 @@
 //     be seen, one ≈ 4 µs), then copies the job's chunks (reading pinned host memory directly)
 //     and writes the layer's slot-map row → the expert kernels (launched after it completes: it
 //     does not trigger dependent launch early, so no SM is held while it waits).
-//   read-ahead (a side branch of the graph, forked after wait(l), joined before wait(l+1) or
-//     before the capture segment ends): a kernel like wait()'s that waits for the read-ahead job
+//   read-ahead (a side branch of the graph, forked after wait(l), joined before publish(l+1), or
+//     with STRATA_TIER_JOIN=wait before wait(l+1), or before the capture segment ends): a kernel like wait()'s that waits for the read-ahead job
 //     of the same sequence number and copies the guessed experts of layer l+1 into their slots
 //     while layer l's experts and layer l+1's mixer run (PCIe idle otherwise). It writes no slot
 //     map: wait(l+1)'s job carries layer l+1's whole row, read-ahead slots included, and the join
@@ -36,7 +36,7 @@
 //     that handshake in order (LRU, observers, the next read-ahead) and evaluates the same rule on
 //     its copy of the device row (device_rows_), checking that such a handshake resolves with no
 //     miss on a row equal to the residency's (else the tier fails: the bookkeeping broke). The
-//     host's answer then only gates the read-ahead kernel (joined before the next wait), so its
+//     host's answer then only gates the read-ahead kernel (joined before the next publish), so its
 //     latency hides behind a layer's expert work and the next mixer instead of the shared expert.
 //     Pending rows: a read-ahead job carries the guessed layer's row after the guess; the
 //     read-ahead kernel leaves it pending (pending_rows_/pending_flags_, per layer) and the layer's
@@ -44,9 +44,11 @@
 //     sees what it saw before this existed: the row as the layer's last wait left it).
 //     The mailbox: a publish after a self-released wait polls the host's mapped `consumed` word
 //     unless a read-ahead kernel has since seen the host answer that handshake, so a publish
-//     never overwrites ids the host has not read. (Session 33 joined the branch before publish;
-//     that put the branch's last copies and the host's round trip in series and cost 0.83 ->
-//     0.69 of all-in-VRAM speed at a 25 % budget: docs/bench-cuda.md, session 35.)
+//     never overwrites ids the host has not read, wherever the branch joins. (Session 33 moved the
+//     join from before wait to before publish, which puts the branch's last copies and the host's
+//     round trip in series; the 25 % budget fell from 0.83 to 0.69 of all-in-VRAM speed between
+//     sessions 32 and 35: docs/bench-cuda.md, session 35. STRATA_TIER_JOIN=wait restores the old
+//     placement, to be measured before it becomes the default.)
 //   host, one thread: sees the sequence number, resolves the layer's union with SlotResidency
 //     (experts/slot_residency.h: the RAM arena's policy, tested equal to it), takes each miss's
 //     bytes from the host tier and fills the job; then, with a guess, ranks it like the CPU path
@@ -204,8 +206,9 @@ class GpuExpertTier {
   // unjoined branch cannot be captured); a no-op when no branch is open.
   void read_ahead(cudaStream_t stream);
   void join(cudaStream_t stream);
-  // Where the backend joins the previous read-ahead branch: before wait() (the default: publish
-  // and the host's serving overlap the branch's last copies), or before publish().
+  // Where the backend joins the previous read-ahead branch: before publish() (the default), or
+  // before wait() (STRATA_TIER_JOIN=wait: publish and the host's serving overlap the branch's last
+  // copies; not yet measured on the GPU).
   bool join_before_publish() const { return join_before_publish_; }
   bool read_ahead_enabled() const { return read_ahead_enabled_; }
   // MoCE against this tier's residency (the layer's slot-map rows for route_top_k_moce); lambda 0
@@ -307,7 +310,7 @@ class GpuExpertTier {
   // window thread's in prime/pin_prompt_hot's upload_row.
   DeviceSlotRows device_rows_;
   bool self_release_ = true;
-  bool join_before_publish_ = false;  // STRATA_TIER_JOIN=publish (measuring); else the join precedes wait()
+  bool join_before_publish_ = true;  // STRATA_TIER_JOIN=wait: the join precedes wait() instead
   DeviceBuffer pending_rows_, pending_flags_;  // read-ahead rows waiting for their layer's wait
   volatile uint32_t* consumed_host_ = nullptr;  // the mailbox was read up to this handshake
   uint32_t* consumed_dev_ = nullptr;

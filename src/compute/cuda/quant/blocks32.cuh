@@ -43,7 +43,7 @@ struct Q8_0Weights {
     Decoded out;
     const uint8_t* block = row + size_t(u) * kBlockBytes;
     out.d = f16_bits_to_f32(ld_u16(block));
-    ld_words_a2_wide<8>(block + 2, out.q);
+    ld_words_a2<8>(block + 2, out.q);
     return out;
   }
   __device__ static Act load_act(const ActView& act, int row, int u) { return Q8Act32::load(act, row, u); }
@@ -83,7 +83,7 @@ struct Nibble32Weights {
     const uint8_t* block = row + size_t(u) * kBlockBytes;
     out.d = f16_bits_to_f32(ld_u16(block));
     uint32_t q[4];
-    ld_words_a2_wide<4>(block + 2, q);
+    ld_words_a2<4>(block + 2, q);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       if constexpr (kCodebook) {

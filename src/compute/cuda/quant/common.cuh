@@ -83,33 +83,6 @@ __device__ __forceinline__ void ld_words_a2(const uint8_t* p, uint32_t (&out)[N]
 #pragma unroll
   for (int i = 0; i < N; ++i) out[i] = __funnelshift_r(words[i], words[i + 1], shift);
 }
-// The same N words (N even) from N/2 aligned 8-byte loads, plus one where the address is not
-// 8-byte aligned: about half the load instructions of ld_words_a2, and a warp's load whose lanes
-// read scattered units costs L1 wavefronts by the lines it touches, whatever its width
-// (docs/bench-cuda.md). Reads only the aligned 8-byte words that hold the 4N bytes, so nothing
-// past the 8-byte word of the last byte (never another page).
-template <int N>
-__device__ __forceinline__ void ld_words_a2_wide(const uint8_t* p, uint32_t (&out)[N]) {
-  static_assert(N % 2 == 0);
-  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
-  const auto* aligned = reinterpret_cast<const uint2*>(address & ~uintptr_t(7));
-  const unsigned offset = unsigned(address & 7);  // 0, 2, 4 or 6
-  uint32_t w[N + 2];
-#pragma unroll
-  for (int i = 0; i < N / 2; ++i) {
-    const uint2 v = aligned[i];
-    w[2 * i] = v.x;
-    w[2 * i + 1] = v.y;
-  }
-  const uint2 last = offset != 0 ? aligned[N / 2] : make_uint2(0u, 0u);
-  w[N] = last.x;
-  w[N + 1] = last.y;
-  const unsigned shift = (offset & 3) * 8;
-  const bool skip_word = offset >= 4;
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-    out[i] = skip_word ? __funnelshift_r(w[i + 1], w[i + 2], shift) : __funnelshift_r(w[i], w[i + 1], shift);
-}
 __device__ __forceinline__ int ld_i32(const int8_t* p) { return *reinterpret_cast<const int*>(p); }
 __device__ __forceinline__ int4 ld_i32x4(const int8_t* p) { return *reinterpret_cast<const int4*>(p); }
 

@@ -76,7 +76,7 @@ struct IQ2_XSWeights {
     const uint8_t* block = row + size_t(b) * kBlockBytes;
     out.d = f16_bits_to_f32(ld_u16(block));
     uint32_t words[4];
-    ld_words_a2_wide<4>(block + 2 + 16 * pair, words);
+    ld_words_a2<4>(block + 2 + 16 * pair, words);
     const uint16_t scale_bytes = ld_u16(block + 66 + 2 * pair);
     const auto* codes = reinterpret_cast<const uint32_t*>(table);
     decode_sub_block(words[0], words[1], codes, out.v0);

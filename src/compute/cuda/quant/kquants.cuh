@@ -46,12 +46,10 @@ struct Q4_KWeights {
     Decoded out;
     const int b = u >> 2, chunk = u & 3;
     const uint8_t* block = row + size_t(b) * kBlockBytes;
-    // d, dmin and the 12 scale bytes are the block's first 16 bytes: one load (four 4-byte loads
-    // cost four times the L1 wavefronts, each warp instruction touching 8 blocks' lines).
-    const uint4 head = *reinterpret_cast<const uint4*>(block);
-    out.d = f16_bits_to_f32(uint16_t(head.x & 0xffffu));
-    out.dmin = f16_bits_to_f32(uint16_t(head.x >> 16));
-    const uint32_t s[3] = {head.y, head.z, head.w};
+    const uint32_t dd = ld_u32(block);
+    out.d = f16_bits_to_f32(uint16_t(dd & 0xffffu));
+    out.dmin = f16_bits_to_f32(uint16_t(dd >> 16));
+    const uint32_t s[3] = {ld_u32(block + 4), ld_u32(block + 8), ld_u32(block + 12)};
     scale_min(s, 2 * chunk, out.sc0, out.m0);
     scale_min(s, 2 * chunk + 1, out.sc1, out.m1);
     const uint4* qp = reinterpret_cast<const uint4*>(block + 16 + 32 * chunk);
@@ -63,10 +61,8 @@ struct Q4_KWeights {
   __device__ static Act load_act(const ActView& act, int row, int u) {
     const int b = u >> 2, chunk = u & 3;
     const int8_t* a = act.qs(row) + 256 * b + 64 * chunk;
-    // The four 16-quant sums of the chunk in one 16-byte load (a row's sums are 16-byte aligned:
-    // n_in / 16 of them, n_in a multiple of 256).
-    const int4 bs = *reinterpret_cast<const int4*>(act.sums(row) + 16 * b + 4 * chunk);
-    return Act{ld_i32x4(a), ld_i32x4(a + 16), ld_i32x4(a + 32), ld_i32x4(a + 48), bs.x + bs.y, bs.z + bs.w,
+    const int32_t* bs = act.sums(row) + 16 * b + 4 * chunk;
+    return Act{ld_i32x4(a), ld_i32x4(a + 16), ld_i32x4(a + 32), ld_i32x4(a + 48), bs[0] + bs[1], bs[2] + bs[3],
                act.scales(row)[b]};
   }
   __device__ static float dot(const Decoded& w, const Act& a, float acc) {
@@ -110,8 +106,8 @@ struct Q6_KWeights {
     const int b = u >> 3, half = (u >> 2) & 1, quarter = u & 3;
     const uint8_t* block = row + size_t(b) * kBlockBytes;
     uint32_t ql[8], qh[8];
-    ld_words_a2_wide<8>(block + 64 * half + 32 * (quarter & 1), ql);
-    ld_words_a2_wide<8>(block + 128 + 32 * half, qh);
+    ld_words_a2<8>(block + 64 * half + 32 * (quarter & 1), ql);
+    ld_words_a2<8>(block + 128 + 32 * half, qh);
     const int low_shift = quarter < 2 ? 0 : 4, high_shift = 2 * quarter;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -228,10 +224,10 @@ struct Q5_KWeights {
                               int nr, const uint8_t*, float (&acc)[NR]) {
     const int b = u >> 2, chunk = u & 3;
     const uint8_t* block = row + size_t(b) * kBlockBytes;
-    const uint4 head = *reinterpret_cast<const uint4*>(block);  // d, dmin, scales: one load (as Q4_K)
-    const float d = f16_bits_to_f32(uint16_t(head.x & 0xffffu));
-    const float dmin = f16_bits_to_f32(uint16_t(head.x >> 16));
-    const uint32_t s[3] = {head.y, head.z, head.w};
+    const uint32_t dd = ld_u32(block);
+    const float d = f16_bits_to_f32(uint16_t(dd & 0xffffu));
+    const float dmin = f16_bits_to_f32(uint16_t(dd >> 16));
+    const uint32_t s[3] = {ld_u32(block + 4), ld_u32(block + 8), ld_u32(block + 12)};
     int sc0, m0, sc1, m1;
     Q4_KWeights::scale_min(s, 2 * chunk, sc0, m0);
     Q4_KWeights::scale_min(s, 2 * chunk + 1, sc1, m1);
@@ -264,9 +260,9 @@ struct Q5_KWeights {
           high = __dp4a(hi[i + 2], ah.z, high);
           high = __dp4a(hi[i + 3], ah.w, high);
         }
-        const int4 bs = *reinterpret_cast<const int4*>(act.sums(rows[r]) + 16 * b + 4 * chunk);
+        const int32_t* bs = act.sums(rows[r]) + 16 * b + 4 * chunk;
         const int scaled = sc0 * low + sc1 * high;
-        const int mins = m0 * (bs.x + bs.y) + m1 * (bs.z + bs.w);
+        const int mins = m0 * (bs[0] + bs[1]) + m1 * (bs[2] + bs[3]);
         const float da = act.scales(rows[r])[b];
         float t = __fmaf_rn(__fmul_rn(d, da), float(scaled), acc[r]);
         acc[r] = __fmaf_rn(-__fmul_rn(dmin, da), float(mins), t);
@@ -295,8 +291,8 @@ struct Q3_KWeights {
     const int b = u >> 2, half = (u >> 1) & 1, part = u & 1;
     const uint8_t* block = row + size_t(b) * kBlockBytes;
     uint32_t q[4], hm[4], sc[3];
-    ld_words_a2_wide<4>(block + 32 + 32 * half + 16 * part, q);
-    ld_words_a2_wide<4>(block + 16 * part, hm);
+    ld_words_a2<4>(block + 32 + 32 * half + 16 * part, q);
+    ld_words_a2<4>(block + 16 * part, hm);
     ld_words_a2<3>(block + 96, sc);
     const float d = f16_bits_to_f32(ld_u16(block + 108));
     auto byte = [&](int i) { return int((sc[i >> 2] >> (8 * (i & 3))) & 0xffu); };
