@@ -211,7 +211,7 @@ void Generator::run_claimed(ChoiceGroup& group, size_t choice) {
   group.done();
 }
 
-void Generator::run(Job& job, const std::function<void(std::function<void()>)>& lend) {
+void Generator::run(Job& job, const std::function<void(Scheduler::LentTask)>& lend) {
   const GenerationPlan& plan = job.plan();
   const size_t n_choices = size_t(plan.n_choices);
   std::vector<GenerationOutcome> outcomes;
@@ -224,7 +224,11 @@ void Generator::run(Job& job, const std::function<void(std::function<void()>)>& 
     if (lend)
       for (size_t i = 1; i < n_choices; ++i)
         lend([this, group] {
-          if (const std::optional<size_t> choice = group->claim()) run_claimed(*group, *choice);
+          // Nothing to claim (the job's worker ran the choice, or the job ended): no generation
+          // here, so no heap check follows (Scheduler's after_work).
+          const std::optional<size_t> choice = group->claim();
+          if (choice) run_claimed(*group, *choice);
+          return choice.has_value();
         });
     try {
       group->outcomes[0] = run_choice(job, 0, nullptr, &group->share);

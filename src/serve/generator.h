@@ -102,8 +102,8 @@ class Generator {
             bool profile = true, uint64_t cache_ram_bytes = StateCache::kDefaultMaxBytes,
             int parallel = 1);
   // `lend`: hands a task to a free scheduler worker (Scheduler::lend); empty: the job's worker
-  // runs every choice itself.
-  void run(Job& job, const std::function<void(std::function<void()>)>& lend = {});
+  // runs every choice itself. A lent task returns whether it ran a choice.
+  void run(Job& job, const std::function<void(Scheduler::LentTask)>& lend = {});
   // "spec: T(1) ..." over every request so far, or "" without speculative decoding.
   std::string spec_summary() const;
   const StateCache& state_cache() const { return cache_; }

@@ -246,11 +246,11 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
           server_options.max_queue,
           [this](Job& job) {
             generator.run(job,
-                          [this](std::function<void()> task) { scheduler.lend(std::move(task)); });
+                          [this](Scheduler::LentTask task) { scheduler.lend(std::move(task)); });
           },
           size_t(server_options.parallel),
-          // After each job and each choice run for another job (a lent task): those end
-          // generations too, on their own slots.
+          // After each job and each choice run for another job (a lent task that claimed one):
+          // those end generations too, on their own slots. It only wakes the heap's trim thread.
           [this] { heap.after_generation(); }),
       http(ConnectionLimits{server_options.io_timeout_s, server_options.io_timeout_s,
                             max_connections(server_options),

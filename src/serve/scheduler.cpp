@@ -139,7 +139,7 @@ size_t Scheduler::busy_slots() const {
   return busy_workers_;
 }
 
-void Scheduler::lend(std::function<void()> task) {
+void Scheduler::lend(LentTask task) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return;  // dropped: the lender does the part itself
@@ -151,7 +151,7 @@ void Scheduler::lend(std::function<void()> task) {
 void Scheduler::work() {
   while (true) {
     std::shared_ptr<Job> job;
-    std::function<void()> task;
+    LentTask task;
     {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [&] { return !queue_.empty() || !lent_.empty() || stopping_; });
@@ -168,9 +168,9 @@ void Scheduler::work() {
       ++busy_workers_;
     }
     if (task) {
-      task();  // its exceptions are the lender's business: it catches them
+      const bool worked = task();  // its exceptions are the lender's business: it catches them
       task = nullptr;  // what it holds (the lender's state) is released before the next wait
-      if (after_work_) after_work_();
+      if (worked && after_work_) after_work_();
       std::lock_guard lock(mutex_);
       --busy_workers_;
       continue;

@@ -18,9 +18,10 @@
 // stay below max_queue + slots: a free worker takes a queued job at once, a worker busy with
 // another job's lent part does not, so the bound counts slots, not jobs (an n=3 request on two
 // slots holds both). Lent tasks waiting for a worker are not counted: they are optional and end
-// at once when the lender already did their part. `cancel` removes a waiting job at once, or asks a running one to stop (the runner polls
-// `Job::cancel_requested` between tokens and prefill chunks). `shutdown` refuses new jobs, fails
-// the waiting ones (503), gives the running ones a grace period, then cancels them, and joins.
+// at once when the lender already did their part. `cancel` removes a waiting job at once, or asks a
+// running one to stop (the runner polls `Job::cancel_requested` between tokens and prefill chunks).
+// `shutdown` refuses new jobs, fails the waiting ones (503), gives the running ones a grace period,
+// then cancels them, and joins.
 //
 // Lent tasks (`lend`): a running job may ask for more of the slots it runs on, for parts of its
 // own work (the other choices of an n > 1 request, serve/generator.h): a worker that is free takes
@@ -29,9 +30,10 @@
 // part itself when no worker takes it (all busy, or shutting down: pending tasks are then dropped
 // unrun), so a job never waits for a task that has not started.
 //
-// `after_work` (optional) runs on the worker after each job and after each lent task, with no
-// lock held: the server's heap trim (serve/heap_policy.h), which must follow the choices that ran
-// on other slots as well as whole jobs.
+// `after_work` (optional) runs on the worker after each job and after each lent task that did
+// some work (it returns true), with no lock held: the server's heap trim (serve/heap_policy.h),
+// which must follow the choices that ran on other slots as well as whole jobs, and only
+// generations that happened (a lent choice that found nothing left to claim ran none).
 //
 // Thread safety: every method of both classes may be called from any thread; the runner and the
 // lent tasks run on up to `slots` workers at once.
@@ -125,8 +127,11 @@ class Scheduler {
 
   enum class Admission { Accepted, QueueFull, ShuttingDown };
   Admission submit(const std::shared_ptr<Job>& job);
+  // A part of a job, run on another worker; returns whether it did any work (false: the lender
+  // had done it already), which decides whether after_work follows it.
+  using LentTask = std::function<bool()>;
   // Runs `task` on the next free worker, before the queued jobs (see the class comment).
-  void lend(std::function<void()> task);
+  void lend(LentTask task);
   void cancel(const std::shared_ptr<Job>& job, CancelReason reason);
 
   size_t queue_depth() const;
@@ -152,7 +157,7 @@ class Scheduler {
   std::condition_variable wake_;
   std::condition_variable idle_;
   std::deque<std::shared_ptr<Job>> queue_;
-  std::deque<std::function<void()>> lent_;
+  std::deque<LentTask> lent_;
   std::vector<std::shared_ptr<Job>> running_;
   size_t busy_workers_ = 0;  // running a job (in running_) or a lent task
   bool stopping_ = false;
