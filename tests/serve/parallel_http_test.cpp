@@ -270,7 +270,16 @@ TEST(ServeParallel, ChoicesOnOtherSlotsCountAsBusySlots) {
   // left (a check) or the job's worker had run it (none) is a race between the two cancelled
   // choices. So three or four checks (LentChoiceThatFindsNothingCountsNoHeapCheck: the case
   // without the race).
-  const double before = metric_now(server, "strata_heap_trim_checks_total");
+  // The second lent choice may still wait in the scheduler's list when the slots first read
+  // idle, and count its check after: wait for three, then until the count holds still for 0.5 s.
+  EXPECT_TRUE(eventually([&] { return metric_now(server, "strata_heap_trim_checks_total") >= 3; }));
+  double before = metric_now(server, "strata_heap_trim_checks_total");
+  for (int settle = 0; settle < 40; ++settle) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const double now = metric_now(server, "strata_heap_trim_checks_total");
+    if (now == before && metric_now(server, "strata_slots_busy") == 0) break;
+    before = now;
+  }
   EXPECT_GE(before, 3);
   EXPECT_LE(before, 4);
   const HttpReply short_three =
