@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -13,7 +12,6 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "compute/cpu/thread_pool.h"
 #include "engine/session.h"
@@ -221,10 +219,7 @@ void run_cpu_bench(const CpuBenchOptions& o) {
   if (o.mapped_weights)
     file.advise(0, file.file_size(), MADV_POPULATE_READ);
   else
-    copy_resident_weights(file,
-                          plan_resident_weights(file.tensors(), file.file_size(),
-                                                uint64_t(sysconf(_SC_PAGESIZE)), /*experts_resident=*/true),
-                          int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u)));
+    copy_resident_weights(file, plan_resident_weights(file, /*experts_resident=*/true));
   const HParams& hp = model->hparams();
   fmt::print("model {} ({}), {} layers, {} experts top-{}; loaded in {:.1f} s ({})\n", path,
              arch_name(hp.arch), hp.n_layer, hp.n_expert, hp.n_expert_used,

@@ -1,14 +1,12 @@
 #include "cli/expert_options.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <thread>
 
 #include "experts/gguf_reader.h"
 #include "experts/profile.h"
@@ -213,16 +211,14 @@ void place_resident_weights(const Model& model, const ExpertStore* store, const 
                             const ExpertOptions& o) {
   if (backend != "cpu" || o.mapped_weights) return;
   const GgufFile& file = model.file();
-  const std::vector<ByteRange> ranges = plan_resident_weights(
-      file.tensors(), file.file_size(), uint64_t(sysconf(_SC_PAGESIZE)), /*experts_resident=*/store == nullptr);
+  const std::vector<ByteRange> ranges = plan_resident_weights(file, /*experts_resident=*/store == nullptr);
   uint64_t total = 0;
   for (const ByteRange& r : ranges) total += r.length;
   const auto start = std::chrono::steady_clock::now();
   ProgressBar bar("weights into RAM", 0, total);
   if (o.quiet) bar.set_enabled(false);
   uint64_t shown = 0;
-  const int threads = int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
-  const uint64_t copied = copy_resident_weights(file, ranges, threads, [&](uint64_t done, uint64_t) {
+  const uint64_t copied = copy_resident_weights(file, ranges, /*threads=*/0, [&](uint64_t done, uint64_t) {
     bar.advance(0, done - shown);
     shown = done;
   });

@@ -1,5 +1,7 @@
 #include "gguf/resident_weights.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -18,9 +20,14 @@ std::vector<ByteRange> plan_resident_weights(std::span<const TensorInfo> tensors
   });
 }
 
+std::vector<ByteRange> plan_resident_weights(const GgufFile& gguf, bool experts_resident) {
+  return plan_resident_weights(gguf.tensors(), gguf.file_size(), uint64_t(sysconf(_SC_PAGESIZE)), experts_resident);
+}
+
 uint64_t copy_resident_weights(const GgufFile& gguf, std::span<const ByteRange> ranges, int threads,
                                const std::function<void(uint64_t, uint64_t)>& progress, uint64_t piece_bytes) {
   if (gguf.fd() < 0) return 0;
+  if (threads <= 0) threads = int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
   const uint64_t align = std::min(uint64_t{2} << 20, piece_bytes);  // a huge page, or less in tests
   const auto base = reinterpret_cast<uintptr_t>(gguf.mapped_data());
   std::vector<ByteRange> pieces;

@@ -243,7 +243,8 @@ void GpuExpertTier::prepare_source(ExpertSource& source) {
   // handshake thread makes no CUDA call). A layer loads at most n_transient experts, a guess at
   // most max_read_ahead_loads_, into one of two read-ahead parts by the handshake's parity: the
   // read-ahead kernel of handshake s may still read its part while this thread, serving s + 1,
-  // stages the next guess (the branch joins before wait(s + 1), after that publish).
+  // stages the next guess (with STRATA_TIER_JOIN=wait the branch joins only before wait(s + 1),
+  // after that publish).
   if (!(direct_reads_ && stable_pointers_)) {
     bounce_bytes_ =
         size_t(n_transient_ + (read_ahead_enabled_ ? 2 * max_read_ahead_loads_ : 0)) * transient_slot_bytes_;

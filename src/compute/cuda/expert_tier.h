@@ -25,8 +25,8 @@
 //     and writes the layer's slot-map row → the expert kernels (launched after it completes: it
 //     does not trigger dependent launch early, so no SM is held while it waits).
 //   read-ahead (a side branch of the graph, forked after wait(l), joined before publish(l+1), or
-//     with STRATA_TIER_JOIN=wait before wait(l+1), or before the capture segment ends): a kernel like wait()'s that waits for the read-ahead job
-//     of the same sequence number and copies the guessed experts of layer l+1 into their slots
+//     with STRATA_TIER_JOIN=wait before wait(l+1), or before the capture segment ends): a kernel
+//     like wait()'s that waits for the read-ahead job of the same sequence number and copies the guessed experts of layer l+1 into their slots
 //     while layer l's experts and layer l+1's mixer run (PCIe idle otherwise). It writes no slot
 //     map: wait(l+1)'s job carries layer l+1's whole row, read-ahead slots included, and the join
 //     orders the read-ahead copies before any copy or kernel of layer l+1.
