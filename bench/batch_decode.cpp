@@ -65,6 +65,37 @@ void BM_DecodeTogether(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeTogether)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseRealTime();
 
+// The step cut into two groups of consecutive sequences run side by side (strata serve
+// --batch-groups 2): each group on its own thread with a 1-thread pool, its own window buffers and
+// its own view of the mapping's experts, the first group on the benchmark's thread.
+void BM_DecodeInTwoGroups(benchmark::State& state) {
+  Sequences seqs(int(state.range(0)));
+  struct Group {
+    compute::ThreadPool pool{1};
+    std::unique_ptr<ExpertSource> experts = model().new_mapped_experts();
+    BatchWindow batch;
+    std::vector<Session*> sessions;
+    std::vector<std::span<const int32_t>> rows;
+  };
+  Group groups[2];
+  const size_t half = seqs.pointers.size() / 2;
+  for (size_t i = 0; i < seqs.pointers.size(); ++i) {
+    Group& g = groups[i < half ? 0 : 1];
+    g.sessions.push_back(seqs.pointers[i]);
+    g.rows.push_back(std::span<const int32_t>(&seqs.tokens[i], 1));
+  }
+  compute::ThreadPool runner(2);
+  for (auto _ : state)
+    runner.parallel_for_each_task(2, [&](int64_t begin, int64_t end, int) {
+      for (int64_t g = begin; g < end; ++g)
+        Session::feed_together(groups[g].sessions, groups[g].rows, groups[g].batch,
+                               groups[g].experts.get(), &groups[g].pool);
+    });
+  state.counters["tok/s"] =
+      benchmark::Counter(double(state.iterations() * state.range(0)), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_DecodeInTwoGroups)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseRealTime();
+
 void BM_DecodeOneByOne(benchmark::State& state) {
   Sequences seqs(int(state.range(0)));
   for (auto _ : state)

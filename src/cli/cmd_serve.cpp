@@ -222,6 +222,13 @@ void register_serve(CLI::App& app) {
                   "experts read once per step; every reply bitwise as with 1); more wait in the "
                   "queue. cpu backend only; not with --spec or --moce")
       ->capture_default_str();
+  cmd->add_option("--batch-groups", server.batch_groups,
+                  "cut each batched step into G windows of consecutive requests run side by side, "
+                  "each on threads/G threads: faster when the model is small enough that a step "
+                  "is compute rather than weight reads (every reply still bitwise as with 1); "
+                  "experts from the file mapping only (not with --ram-budget)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   add_cache_ram_option(*cmd, options->cache_ram);
   cmd->add_option("--alias", options->alias,
                   "model id clients use (default: the file name without .gguf)");

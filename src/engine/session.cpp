@@ -105,25 +105,35 @@ void Session::decode_together(std::span<Session* const> sessions, std::span<cons
   feed_together(sessions, rows, batch, experts);
 }
 
-void Session::feed_together(std::span<Session* const> sessions,
-                            std::span<const std::span<const int32_t>> tokens, BatchWindow& batch,
-                            ExpertSource* experts) {
-  if (sessions.empty()) return;
+void Session::check_together(std::span<Session* const> sessions,
+                             std::span<const std::span<const int32_t>> tokens) {
   if (tokens.size() != sessions.size())
     fail("feed_together: {} sessions and {} token lists", sessions.size(), tokens.size());
-  Session& first = *sessions[0];
-  std::vector<ModelState*> states;
-  std::vector<std::vector<float>*> logits;
+  if (sessions.empty()) return;
+  const Session& first = *sessions[0];
   for (size_t i = 0; i < sessions.size(); ++i) {
-    Session& s = *sessions[i];
+    const Session& s = *sessions[i];
     if (&s.model_ != &first.model_ || &s.pool_ != &first.pool_ || s.experts_ != first.experts_)
       fail("feed_together: session {} has another model, thread pool or expert source", i);
     s.check_context(tokens[i].size());
-    states.push_back(&s.state_);
-    logits.push_back(&s.logits_);
   }
-  WindowRunner(first.model_).run_batch(first.pool_, batch, states, tokens, logits,
-                                      experts ? experts : first.experts_);
+}
+
+void Session::feed_together(std::span<Session* const> sessions,
+                            std::span<const std::span<const int32_t>> tokens, BatchWindow& batch,
+                            ExpertSource* experts, compute::ThreadPool* pool) {
+  check_together(sessions, tokens);
+  if (sessions.empty()) return;
+  Session& first = *sessions[0];
+  std::vector<ModelState*> states;
+  std::vector<std::vector<float>*> logits;
+  for (Session* s : sessions) {
+    states.push_back(&s->state_);
+    logits.push_back(&s->logits_);
+  }
+  WindowRunner(first.model_)
+      .run_batch(pool ? *pool : first.pool_, batch, states, tokens, logits,
+                 experts ? experts : first.experts_);
   for (size_t i = 0; i < sessions.size(); ++i)
     sessions[i]->tokens_.insert(sessions[i]->tokens_.end(), tokens[i].begin(), tokens[i].end());
 }

@@ -79,9 +79,17 @@ class Session {
   // window as other sessions' decode rows): sessions[i] is fed tokens[i] (non-empty), and its
   // state, tokens() and logits() (its last row's) are bitwise what feeding them alone in one
   // window gives (prefill's windows, decode). Same requirements as decode_together.
+  // `pool` (optional) runs the window instead of the sessions' shared pool: a caller that runs
+  // several groups of sessions side by side gives each group a pool of its own (the results do
+  // not depend on the pool: bitwise the same at every thread count).
   static void feed_together(std::span<Session* const> sessions,
                             std::span<const std::span<const int32_t>> tokens, BatchWindow& batch,
-                            ExpertSource* experts = nullptr);
+                            ExpertSource* experts = nullptr, compute::ThreadPool* pool = nullptr);
+  // The checks feed_together makes before it changes anything (same model, pool and expert
+  // source; room in each context): a caller that splits one step into several feed_together
+  // calls runs them first, so that a full context fails the whole step before any group ran.
+  static void check_together(std::span<Session* const> sessions,
+                             std::span<const std::span<const int32_t>> tokens);
   // prefill hands each of its windows to `runner` instead of running it alone (strata serve
   // --parallel: the DecodeBatcher puts it into the coming batched step). The runner must feed
   // exactly that window to this session (feed_together), tokens() included. Empty: alone.

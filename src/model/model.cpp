@@ -110,6 +110,10 @@ const MoeWeights* Model::next_router(int layer) const {
   return layer + 1 < hp_.n_layer ? &layers_[size_t(layer + 1)].moe : nullptr;
 }
 
+std::unique_ptr<ExpertSource> Model::new_mapped_experts() const {
+  return std::make_unique<MappedExpertSource>(layers_, *file_);
+}
+
 ModelState Model::new_state(int64_t n_ctx, std::unique_ptr<compute::Backend> backend) const {
   ModelState state;
   if (!backend) backend = std::make_unique<compute::CpuBackend>();

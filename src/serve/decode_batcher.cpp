@@ -1,10 +1,29 @@
 #include "serve/decode_batcher.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "util/error.h"
+#include "util/phase_timer.h"
 
 namespace strata::serve {
+
+DecodeBatcher::DecodeBatcher(FairMutex& engine, const BatchGroups& groups) : engine_(engine) {
+  if (groups.groups < 1) fail("--batch-groups: expected at least 1 group, found {}", groups.groups);
+  if (groups.groups == 1) return;
+  if (!groups.model)
+    fail("decode batcher: {} groups need the model whose mapping they read", groups.groups);
+  const int threads_per_group = std::max(1, groups.threads / groups.groups);
+  for (int g = 0; g < groups.groups; ++g) {
+    auto group = std::make_unique<Group>();
+    group->pool = std::make_unique<compute::ThreadPool>(threads_per_group);
+    group->experts = groups.model->new_mapped_experts();
+    groups_.push_back(std::move(group));
+  }
+  group_runner_ = std::make_unique<compute::ThreadPool>(groups.groups);
+}
+
+DecodeBatcher::~DecodeBatcher() = default;
 
 void DecodeBatcher::join() {
   std::lock_guard lock(mutex_);
@@ -71,9 +90,15 @@ void DecodeBatcher::run_step(std::unique_lock<std::mutex>& lock) {
       at += n;
     }
     std::lock_guard engine(engine_);
-    counter_.inner = &step_sessions_.front()->expert_source();
     counter_.layers = counter_.experts = 0;
-    Session::feed_together(step_sessions_, step_spans_, window_, &counter_);
+    for (const std::unique_ptr<Group>& group : groups_)
+      group->counter.layers = group->counter.experts = 0;
+    if (groups_.size() > 1 && step_sessions_.size() > 1) {
+      run_groups();
+    } else {
+      counter_.inner = &step_sessions_.front()->expert_source();
+      Session::feed_together(step_sessions_, step_spans_, window_, &counter_);
+    }
   } catch (...) {
     error = std::current_exception();
   }
@@ -85,6 +110,12 @@ void DecodeBatcher::run_step(std::unique_lock<std::mutex>& lock) {
   ++stats_.steps;
   stats_.layer_steps += counter_.layers;
   stats_.expert_union += counter_.experts;
+  for (const std::unique_ptr<Group>& group : groups_) {
+    // A step cut in groups counts each group's layers: the experts a layer-step read are the
+    // union within each group.
+    stats_.layer_steps += group->counter.layers;
+    stats_.expert_union += group->counter.experts;
+  }
   uint64_t decode_rows = 0;
   for (size_t i = 0; i < step_sessions_.size(); ++i) {
     if (step_decoding_[i]) {
@@ -99,6 +130,42 @@ void DecodeBatcher::run_step(std::unique_lock<std::mutex>& lock) {
   ++completed_;
   running_ = false;
   changed_.notify_all();
+}
+
+void DecodeBatcher::run_groups() {
+  Session::check_together(step_sessions_, step_spans_);
+  // Consecutive sequences, about total / n rows a group, at least one sequence each.
+  const size_t n = std::min(groups_.size(), step_sessions_.size());
+  size_t total = 0;
+  for (const size_t count : step_counts_) total += count;
+  size_t next = 0, rows_so_far = 0;
+  for (size_t g = 0; g < n; ++g) {
+    Group& group = *groups_[g];
+    group.sessions.clear();
+    group.spans.clear();
+    const size_t rows_by_end = total * (g + 1) / n;
+    const size_t sessions_left_after = n - g - 1;
+    while (next < step_sessions_.size() - sessions_left_after &&
+           (group.sessions.empty() || rows_so_far < rows_by_end)) {
+      group.sessions.push_back(step_sessions_[next]);
+      group.spans.push_back(step_spans_[next]);
+      rows_so_far += step_counts_[next];
+      ++next;
+    }
+  }
+  group_runner_->parallel_for_each_task(
+      int64_t(n), [&](int64_t begin, int64_t end, int thread_index) {
+        // The step's own thread (index 0) records the forward's phases for the dashboard; the
+        // others would add to the same times from a second thread.
+        std::optional<PhaseTimingOff> timing_off;
+        if (thread_index != 0) timing_off.emplace();
+        for (int64_t g = begin; g < end; ++g) {
+          Group& group = *groups_[size_t(g)];
+          group.counter.inner = group.experts.get();
+          Session::feed_together(group.sessions, group.spans, group.window, &group.counter,
+                                 group.pool.get());
+        }
+      });
 }
 
 BatchStats DecodeBatcher::stats() const {

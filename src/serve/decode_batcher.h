@@ -20,6 +20,16 @@
 //   the same windows as the others' decode rows, and the windows of prompts that arrive while a
 //   step runs share the next one.
 //   Each sequence's rows give the bits they give alone (Session::feed_together).
+// - Groups (`BatchGroups`, strata serve --batch-groups G): a step of at least two sequences is
+//   cut into up to G windows of consecutive sequences, about the same rows each, run side by side,
+//   each on its own thread pool (threads / G threads) with its own window buffers and its own
+//   view of the file mapping's experts. Why: on a small model a step is compute, not weight
+//   reads, and a window split over threads hands out hundreds of tiny products per step whose
+//   cache lines cross between cores; a group keeps its rows on its own cores (docs/serve.md,
+//   "Batch groups"). The bits do not change (each sequence's rows give what they give alone), but
+//   the dense weights and a shared expert are read once per group, not once per step. Groups need
+//   the experts read from the mapping (no RAM-budget store: its residency is one state). A full
+//   context fails the whole step before any group runs (Session::check_together).
 //
 // Counters (`stats`): steps, rows (slot-steps), the largest step, and the experts each step's
 // layers fetched (the union over its rows, counted by a pass-through ExpertSource around the
@@ -33,6 +43,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -56,10 +67,18 @@ struct BatchStats {
   uint64_t prefill_rows = 0;
 };
 
+struct BatchGroups {
+  int groups = 1;                // windows a step is cut into (1: one window, the default)
+  int threads = 1;               // threads in all; each group's pool has threads / groups (>= 1)
+  const Model* model = nullptr;  // whose mapping each group reads its experts from (groups > 1)
+};
+
 class DecodeBatcher {
  public:
   // `engine` is the lock every window of the server runs under (Session::set_window_lock).
-  explicit DecodeBatcher(FairMutex& engine) : engine_(engine) {}
+  // Throws when groups > 1 without a model, or groups < 1.
+  explicit DecodeBatcher(FairMutex& engine, const BatchGroups& groups = {});
+  ~DecodeBatcher();
 
   void join();
   // REQUIRES: joined, not inside decode.
@@ -142,8 +161,22 @@ class DecodeBatcher {
     bool pointers_stay_valid() const override { return inner->pointers_stay_valid(); }
   };
 
+  // One window of a step cut into groups: its pool, buffers and expert views, and its sequences.
+  struct Group {
+    std::unique_ptr<compute::ThreadPool> pool;
+    std::unique_ptr<ExpertSource> experts;
+    BatchWindow window;
+    UnionCounter counter;
+    std::vector<Session*> sessions;
+    std::vector<std::span<const int32_t>> spans;
+  };
+  // Runs step_sessions_ as groups (REQUIRES: at least two groups and two sequences, engine_ held).
+  void run_groups();
+
   BatchWindow window_;  // only the thread running a step, under engine_
   UnionCounter counter_;
+  std::vector<std::unique_ptr<Group>> groups_;         // empty: one window per step
+  std::unique_ptr<compute::ThreadPool> group_runner_;  // one thread per group, the caller's first
   std::vector<Session*> step_sessions_;
   std::vector<int32_t> step_tokens_;
   std::vector<size_t> step_counts_;

@@ -61,7 +61,7 @@ class ChoiceCallbacks final : public GenerationCallbacks {
 
 Generator::Generator(const ServedModel& served, compute::ThreadPool& pool, ServeMetrics& metrics,
                      DashboardHub& dashboard, const spec::SpecOptions& spec, bool log_spec,
-                     bool profile, uint64_t cache_ram_bytes, int parallel)
+                     bool profile, uint64_t cache_ram_bytes, int parallel, int batch_groups)
     : served_(served),
       pool_(pool),
       metrics_(metrics),
@@ -83,7 +83,21 @@ Generator::Generator(const ServedModel& served, compute::ThreadPool& pool, Serve
         "--parallel {} needs the cpu backend (batched windows run the sequences' states as host "
         "structs), found --backend {}; use --backend cpu or --parallel 1",
         parallel, served.backend);
-  if (parallel > 1) batcher_ = std::make_unique<DecodeBatcher>(engine_lock_);
+  if (batch_groups < 1 || batch_groups > 256)
+    fail("--batch-groups: expected 1 to 256 groups, found {}", batch_groups);
+  if (batch_groups > 1 && parallel == 1)
+    fail(
+        "--batch-groups {} cuts the batched steps of --parallel slots; with --parallel 1 there are "
+        "none",
+        batch_groups);
+  if (batch_groups > 1 && served.expert_store)
+    fail(
+        "--batch-groups {}: the groups read their experts from the file mapping side by side, and "
+        "a RAM-budget expert store keeps one residency state; use --batch-groups 1 with it",
+        batch_groups);
+  if (parallel > 1)
+    batcher_ = std::make_unique<DecodeBatcher>(
+        engine_lock_, BatchGroups{batch_groups, pool.size(), served.model});
   // At start, not as a 500 on every request.
   if ((spec.mode == spec::SpecMode::Mtp || spec.mode == spec::SpecMode::Both) &&
       !served.model->has_mtp())

@@ -100,7 +100,7 @@ class Generator {
   Generator(const ServedModel& served, compute::ThreadPool& pool, ServeMetrics& metrics,
             DashboardHub& dashboard, const spec::SpecOptions& spec = {}, bool log_spec = false,
             bool profile = true, uint64_t cache_ram_bytes = StateCache::kDefaultMaxBytes,
-            int parallel = 1);
+            int parallel = 1, int batch_groups = 1);
   // `lend`: hands a task to a free scheduler worker (Scheduler::lend); empty: the job's worker
   // runs every choice itself. A lent task returns whether it ran a choice.
   void run(Job& job, const std::function<void(Scheduler::LentTask)>& lend = {});

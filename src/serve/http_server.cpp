@@ -241,7 +241,7 @@ HttpServer::Impl::Impl(const ServedModel& served_model, compute::ThreadPool& poo
       options(server_options),
       generator(served_model, pool, metrics, dashboard, server_options.spec,
                 server_options.access_log, server_options.profile, server_options.cache_ram_bytes,
-                server_options.parallel),
+                server_options.parallel, server_options.batch_groups),
       scheduler(
           server_options.max_queue,
           [this](Job& job) {

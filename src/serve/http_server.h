@@ -51,7 +51,8 @@ struct ServerOptions {
   AccessOptions access;              // API keys and CORS origins (serve/access_control.h)
   std::string build_info;            // reported by /props (`strata --version`'s text)
   uint64_t cache_ram_bytes = StateCache::kDefaultMaxBytes;  // --cache-ram; 0 = no state cache
-  int parallel = 1;  // --parallel: generations decoded together (serve/decode_batcher.h)
+  int parallel = 1;      // --parallel: generations decoded together (serve/decode_batcher.h)
+  int batch_groups = 1;  // --batch-groups: windows a batched step is cut into (BatchGroups)
 };
 
 class HttpServer {

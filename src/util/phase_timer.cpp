@@ -97,4 +97,19 @@ PhaseTimes*& active_phase_times() {
   return times;
 }
 
+namespace {
+thread_local bool tls_phase_timing_off = false;
+}  // namespace
+
+bool phase_timing_off_here() {
+  return tls_phase_timing_off;
+}
+
+PhaseTimingOff::PhaseTimingOff() : saved_(tls_phase_timing_off) {
+  tls_phase_timing_off = true;
+}
+PhaseTimingOff::~PhaseTimingOff() {
+  tls_phase_timing_off = saved_;
+}
+
 }  // namespace strata

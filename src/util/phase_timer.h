@@ -10,7 +10,8 @@
 // Off by default and then nearly free (one branch per scope). Parts never nest (the forward marks
 // leaf work only, and a part's time is counted once); work outside every part is "other".
 // One window thread: not thread-safe by design (the scopes run on the thread that runs the
-// window, around pool hand-outs, never inside a pool task).
+// window, around pool hand-outs, never inside a pool task; a second window thread turns its
+// scopes off with PhaseTimingOff).
 #pragma once
 
 #include <array>
@@ -56,9 +57,25 @@ struct PhaseTimes {
 // The times ScopedPart adds to (nullptr: profiling off).
 PhaseTimes*& active_phase_times();
 
+// While one lives, the scopes on its thread add nothing: a window that runs beside the one whose
+// thread records the times (strata serve --batch-groups) would otherwise add to the same
+// PhaseTimes from a second thread.
+bool phase_timing_off_here();
+class PhaseTimingOff {
+ public:
+  PhaseTimingOff();
+  ~PhaseTimingOff();
+  PhaseTimingOff(const PhaseTimingOff&) = delete;
+  PhaseTimingOff& operator=(const PhaseTimingOff&) = delete;
+
+ private:
+  bool saved_;
+};
+
 class ScopedPart {
  public:
-  explicit ScopedPart(Part part) : part_(part), times_(active_phase_times()) {
+  explicit ScopedPart(Part part)
+      : part_(part), times_(phase_timing_off_here() ? nullptr : active_phase_times()) {
     if (times_) start_ = std::chrono::steady_clock::now();
   }
   ~ScopedPart() {

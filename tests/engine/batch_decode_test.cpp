@@ -15,6 +15,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../common/fixture_models.h"
@@ -34,8 +35,8 @@ int32_t argmax(const std::vector<float>& logits) {
   return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-using test_support::same_bits;
 using test_support::random_tokens;
+using test_support::same_bits;
 
 std::string model_path(const std::string& name) {
   if (name == "default") return std::string(STRATA_SOURCE_DIR) + "/models/strata-default.gguf";
@@ -203,6 +204,62 @@ TEST_P(BatchDecode, PrefillWindowsInsideDecodeStepsEqualPrefillAlone) {
   Session::decode_together(all, next, batch);
   for (std::vector<Pair>* group : {&decoders, &joiners})
     for (Pair& p : *group) ASSERT_TRUE(same_bits(p.alone->logits(), p.batched->logits()));
+}
+
+// strata serve --batch-groups: a step cut into two windows of consecutive sequences that run at
+// the same time on two threads, each with its own pool, window buffers and view of the mapping's
+// experts (Model::new_mapped_experts), gives every sequence bitwise what it gets alone, over
+// decode steps with a prompt window riding in one group; so the windows share nothing mutable.
+TEST_P(BatchDecode, GroupsRunSideBySideOnTheirOwnPoolsEqualDecodingAlone) {
+  const auto model = Model::load(model_path(GetParam()));
+  compute::ThreadPool shared_pool(2);
+  const int64_t n_vocab = model->hparams().n_vocab;
+  constexpr size_t kSequences = 5;
+  std::vector<Pair> pairs(kSequences);
+  for (size_t i = 0; i < kSequences; ++i) {
+    pairs[i].alone = std::make_unique<Session>(*model, shared_pool);
+    pairs[i].batched = std::make_unique<Session>(*model, shared_pool);
+    pairs[i].prompt = random_tokens(n_vocab, 2 + 7 * i, 500 + uint32_t(i));
+    pairs[i].alone->prefill(pairs[i].prompt);
+    if (i + 1 < kSequences) pairs[i].batched->prefill(pairs[i].prompt);
+  }
+  struct Group {
+    compute::ThreadPool pool;
+    std::unique_ptr<ExpertSource> experts;
+    BatchWindow window;
+    std::vector<Session*> sessions;
+    std::vector<std::span<const int32_t>> rows;
+    explicit Group(int threads, const Model& m) : pool(threads), experts(m.new_mapped_experts()) {}
+  };
+  Group first(1, *model), second(2, *model);
+  for (int step = 0; step < 6; ++step) {
+    Tokens next(kSequences);
+    for (Group* g : {&first, &second}) g->sessions.clear(), g->rows.clear();
+    for (size_t i = 0; i < kSequences; ++i) {
+      Group& g = i < 2 ? first : second;
+      g.sessions.push_back(pairs[i].batched.get());
+      if (i + 1 == kSequences && step == 0) {
+        g.rows.push_back(pairs[i].prompt);  // its prompt rides in the first step
+        continue;
+      }
+      next[i] = argmax(pairs[i].alone->logits());
+      pairs[i].alone->decode(next[i]);
+      g.rows.push_back(std::span<const int32_t>(&next[i], 1));
+    }
+    for (Group* g : {&first, &second}) Session::check_together(g->sessions, g->rows);
+    std::thread beside([&] {
+      Session::feed_together(second.sessions, second.rows, second.window, second.experts.get(),
+                             &second.pool);
+    });
+    Session::feed_together(first.sessions, first.rows, first.window, first.experts.get(),
+                           &first.pool);
+    beside.join();
+    for (size_t i = 0; i < kSequences; ++i) {
+      ASSERT_TRUE(same_bits(pairs[i].alone->logits(), pairs[i].batched->logits()))
+          << "sequence " << i << ", step " << step;
+      ASSERT_EQ(pairs[i].alone->tokens(), pairs[i].batched->tokens());
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, BatchDecode,

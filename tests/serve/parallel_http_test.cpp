@@ -97,7 +97,7 @@ json essence(const HttpReply& reply, const Request& r) {
   return {{"content", content}, {"reasoning", reasoning}, {"finish", finish}};
 }
 
-TEST(ServeParallel, ConcurrentRequestsAnswerAsTheSingleSlotServer) {
+void expect_concurrent_requests_answer_as_the_single_slot_server(std::vector<std::string> args) {
   const std::vector<Request> all = requests();
   std::vector<json> expected;
   {
@@ -105,7 +105,8 @@ TEST(ServeParallel, ConcurrentRequestsAnswerAsTheSingleSlotServer) {
     for (const Request& r : all)
       expected.push_back(essence(post(plain, *r.path, with_stream(r)), r));
   }
-  ServeProcess server({"--parallel", "4", "--max-queue", "16"});
+  args.insert(args.end(), {"--parallel", "4", "--max-queue", "16"});
+  ServeProcess server(args);
   // A client that hangs up mid-stream: its slot leaves the batch, the others go on.
   auto cut = std::async(std::launch::async, [&] {
     return post(server, kCompletions, kEndless, {"--max-time", "1.5"});
@@ -140,6 +141,17 @@ TEST(ServeParallel, ConcurrentRequestsAnswerAsTheSingleSlotServer) {
             metric_now(server, "strata_batch_prefill_windows_total"));
   EXPECT_EQ(get(server, "/props").json()["total_slots"], 4);
   EXPECT_EQ(server.terminate(15), 0);
+}
+
+TEST(ServeParallel, ConcurrentRequestsAnswerAsTheSingleSlotServer) {
+  expect_concurrent_requests_answer_as_the_single_slot_server({});
+}
+
+// --batch-groups 2: the steps are cut into two windows run side by side (2 threads each here, so
+// the groups' own pools hand out work too); every reply is still the single-slot server's.
+TEST(ServeParallel, BatchGroupsAnswerAsTheSingleSlotServer) {
+  expect_concurrent_requests_answer_as_the_single_slot_server(
+      {"--batch-groups", "2", "--threads", "4"});
 }
 
 // n > 1 with --parallel: the choices of one request decode together, as rows of the same batched
@@ -332,6 +344,11 @@ TEST(ServeParallel, BadValuesAndRefusedCombinationsFailAtStart) {
   EXPECT_NE(start({"--parallel", "2", "--spec", "suffix"}).find("--parallel 2 with --spec"),
             std::string::npos);
   EXPECT_NE(start({"--parallel", "2", "--moce", "0.5"}).find("--parallel 2 with --moce"),
+            std::string::npos);
+  EXPECT_NE(start({"--batch-groups", "2"}).find("with --parallel 1 there are none"),
+            std::string::npos);
+  EXPECT_NE(start({"--parallel", "2", "--batch-groups", "2", "--slots-per-layer", "2"})
+                .find("a RAM-budget expert store keeps one residency state"),
             std::string::npos);
 }
 
