@@ -134,6 +134,23 @@ void GuardedHttpServer::close_after_response() {
   if (it != streams_.end()) it->second->request_close();
 }
 
+template <typename Self, typename Stream>
+bool GuardedHttpServer::process_one_request(Self& self, Stream& stream, bool close_connection,
+                                            bool& connection_closed) {
+  if constexpr (requires {
+                  self.process_request(stream, close_connection, connection_closed, nullptr);
+                }) {
+    return self.process_request(stream, close_connection, connection_closed, nullptr);
+  } else {
+    std::string remote_addr, local_addr;
+    int remote_port = 0, local_port = 0;
+    stream.get_remote_ip_and_port(remote_addr, remote_port);
+    stream.get_local_ip_and_port(local_addr, local_port);
+    return self.process_request(stream, remote_addr, remote_port, local_addr, local_port,
+                                close_connection, connection_closed, nullptr);
+  }
+}
+
 bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   if (open_.fetch_add(1) >= limits_.max_connections) {
     open_.fetch_sub(1);
@@ -160,7 +177,7 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
     }
     if (!readable || svr_sock_ == INVALID_SOCKET) break;
     bool connection_closed = false;
-    ok = process_request(stream, /*close_connection=*/remaining == 1, connection_closed, nullptr);
+    ok = process_one_request(*this, stream, /*close_connection=*/remaining == 1, connection_closed);
     if (!ok || connection_closed || stream.timed_out() || stream.close_requested()) break;
   }
   {

@@ -67,6 +67,13 @@ class GuardedHttpServer : public httplib::Server {
  private:
   class DeadlineStream;
   bool process_and_close_socket(socket_t sock) override;
+  // httplib's process_request for one request on `stream`, in whichever form the installed
+  // httplib has: 0.11 (Debian 12) reads the peer's address itself; 0.14 and later (Ubuntu
+  // 24.04, Debian 13) take it as arguments. A template, so that only the form that exists is
+  // compiled.
+  template <typename Self, typename Stream>
+  static bool process_one_request(Self& self, Stream& stream, bool close_connection,
+                                  bool& connection_closed);
   void refuse(socket_t sock);
 
   const ConnectionLimits limits_;
