@@ -8,10 +8,10 @@
 # models/strata-default.gguf in the tree; `scripts/device-stash.sh out-hf` leaves room for it.
 # Steps: strata (CPU only, no tests) in build-cpu/ unless already there (scripts/cpu-scaling.sh
 # builds the same), then ROUNDS rounds, each running bench/serve/parallel_bench.py once per
-# GROUPS value in rotating order (--parallel 16, streams 16 then 1, --runs 3, MAX_TOKENS tokens
+# BATCH_GROUPS value in rotating order (--parallel 16, streams 16 then 1, --runs 3, MAX_TOKENS tokens
 # per stream, no load test): tok/s of 16 streams and of one, ITL, rows per step, replies equal.
 # The whole call ends by LIMIT s (default 540) with the rounds done.
-# Knobs: GROUPS (1,2,4,8), ROUNDS (2), MAX_TOKENS (128), THREADS (server --threads; default all
+# Knobs: BATCH_GROUPS (1,2,4,8), ROUNDS (2), MAX_TOKENS (128), THREADS (server --threads; default all
 # cores), JOBS (build jobs), LIMIT (540).
 # Outputs under $OUT: build.log, serve.txt (every bench's lines, then a summary per group count).
 set -uo pipefail
@@ -33,7 +33,7 @@ fi
 stamp "strata built"
 [ -f models/strata-default.gguf ] || { echo "models/strata-default.gguf is not in the tree" >&2; exit 1; }
 
-IFS=, read -r -a groups <<<"${GROUPS:-1,2,4,8}"
+IFS=, read -r -a groups <<<"${BATCH_GROUPS:-1,2,4,8}"
 threads=()
 [ -n "${THREADS:-}" ] && threads=(--threads "$THREADS")
 for round in $(seq 1 "${ROUNDS:-2}"); do
