@@ -162,6 +162,8 @@ void DecodeBatcher::run_groups() {
         for (int64_t g = begin; g < end; ++g) {
           Group& group = *groups_[size_t(g)];
           group.counter.inner = group.experts.get();
+      group.counter.observer = &group.sessions.front()->expert_source();
+      group.counter.observer_mutex = &observer_mutex_;
           Session::feed_together(group.sessions, group.spans, group.window, &group.counter,
                                  group.pool.get());
         }

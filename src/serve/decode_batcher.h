@@ -28,7 +28,9 @@
 //   cache lines cross between cores; a group keeps its rows on its own cores (docs/serve.md,
 //   "Batch groups"). The bits do not change (each sequence's rows give what they give alone), but
 //   the dense weights and a shared expert are read once per group, not once per step. Groups need
-//   the experts read from the mapping (no RAM-budget store: its residency is one state). A full
+//   the experts read from the mapping (no RAM-budget store: its residency is one state). The
+//   sessions' own source still sees every group's routing and publishes, one group at a time
+//   (UnionCounter), so the dashboard's expert heat and byte counts cover grouped steps. A full
 //   context fails the whole step before any group runs (Session::check_together).
 //
 // Counters (`stats`): steps, rows (slot-steps), the largest step, and the experts each step's
@@ -135,18 +137,31 @@ class DecodeBatcher {
   uint64_t failed_step_ = UINT64_MAX;
   std::exception_ptr failure_;
   BatchStats stats_;
-  // Passes every call to `inner` unchanged and counts the union each publish asks for.
+  // Passes every call to `inner` unchanged and counts the union each publish asks for. In a group
+  // (`observer` set), the sessions' own source (the dashboard's monitor around the model's
+  // mapping) also sees each routing and each publish, one group at a time under
+  // `observer_mutex`, so its expert heat and byte counts cover grouped steps; what it would
+  // deliver is drained and dropped (the group computes with its own views of the same matrices).
   class UnionCounter final : public ExpertSource {
    public:
     ExpertSource* inner = nullptr;
+    ExpertSource* observer = nullptr;
+    std::mutex* observer_mutex = nullptr;
     uint64_t layers = 0, experts = 0;
     void observe_routing(int layer, const Routing& routing) override {
       inner->observe_routing(layer, routing);
+      if (!observer) return;
+      std::lock_guard lock(*observer_mutex);
+      observer->observe_routing(layer, routing);
     }
     void publish(int layer, std::span<const int32_t> ids) override {
       ++layers;
       experts += ids.size();
       inner->publish(layer, ids);
+      if (!observer) return;
+      std::lock_guard lock(*observer_mutex);
+      observer->publish(layer, ids);
+      observer->wait();
     }
     std::span<const DeliveredExpert> wait() override { return inner->wait(); }
     bool wants_guess() const override { return inner->wants_guess(); }
@@ -176,6 +191,7 @@ class DecodeBatcher {
   BatchWindow window_;  // only the thread running a step, under engine_
   UnionCounter counter_;
   std::vector<std::unique_ptr<Group>> groups_;         // empty: one window per step
+  std::mutex observer_mutex_;  // the groups' calls into the sessions' source (UnionCounter)
   std::unique_ptr<compute::ThreadPool> group_runner_;  // one thread per group, the caller's first
   std::vector<Session*> step_sessions_;
   std::vector<int32_t> step_tokens_;
