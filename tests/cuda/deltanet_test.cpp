@@ -150,7 +150,8 @@ TEST(CudaDeltaNet, PrepareMatchesCpu) {
   DeviceBuffer q(size_t(rows * key_dim) * 4), k(size_t(rows * key_dim) * 4), v(size_t(rows * value_dim) * 4);
   DeviceBuffer beta(size_t(rows * nv) * 4), decay(size_t(rows * nv) * 4);
   compute::cuda::deltanet_prepare(dc.as<float>(), db.as<float>(), da.as<float>(), dA.as<float>(), ddt.as<float>(), rows, nk, nv,
-                                  d, d, q.as<float>(), k.as<float>(), v.as<float>(), beta.as<float>(), decay.as<float>(), stream.get());
+                                  d, d, q.as<float>(), k.as<float>(), v.as<float>(), beta.as<float>(), decay.as<float>(),
+                                  nullptr, stream.get());
   stream.synchronize();
   const auto gq = from_device<float>(q, size_t(rows * key_dim)), gk = from_device<float>(k, size_t(rows * key_dim));
   const auto gb = from_device<float>(beta, size_t(rows * nv)), gd = from_device<float>(decay, size_t(rows * nv));

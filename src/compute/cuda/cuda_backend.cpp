@@ -75,7 +75,7 @@ void CudaBackend::gated_deltanet(const DeltaNetDims& hp, const GatedDeltaNetWeig
   float* conv_out = scratch_.floats(n_rows * conv_dim);
   deltanet_conv_silu(mixed, n_rows, conv_dim, vec(w.conv), kernel, m.conv.as<float>(), conv_out, s());
   deltanet_prepare(conv_out, beta_raw, alpha_raw, vec(w.a), vec(w.dt_bias), n_rows, nk, nv, dk, dv, q, k, v, beta,
-                   decay, s());
+                   decay, nullptr, s());
   float* core = scratch_.floats(n_rows * value_dim);
   mark("dn.recurrent");
   delta_rule_recurrent(q, k, v, beta, decay, n_rows, nk, nv, dk, dv, hp.v_heads_tiled, m.ssm.as<float>(), core,
