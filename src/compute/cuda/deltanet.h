@@ -32,14 +32,14 @@
 //   STRATA_CUDA_CHUNKED_DELTANET=1: it has not run on a GPU yet (written without one), so it is
 //   off by default until tests/cuda/deltanet_test.cpp has passed on one and it is measured.
 //   Design: one thread block (kChunkedThreads) per V head; the state stays in device memory
-//   ([nv][dk][dv], as above), read and written once per chunk by its update (and read by the
-//   W·S and Q·S products); the chunk's k̂ and q̂ rows, −L, QKᵀ ⊙ Γ, [U|W] (U becomes V' in place)
-//   and γ, β, e^γ, β·e^γ, e^{γ_last−γ} live in shared memory: 64·(3·dk + dv + 134) floats for
-//   even dk (the k̂ rows padded to dk + 1 against bank conflicts; 133 for odd dk), 165,376 bytes
-//   for dk = dv = 128, 198,144 for dk 128, dv 256. Shapes needing more than
-//   kMaxChunkedSharedBytes (227 KiB, the H100/H200 per-block opt-in maximum) or the device's
-//   opt-in maximum are refused with strata::Error (no global-memory fallback):
-//   delta_rule_chunked_supported says beforehand. out is required (nullptr throws).
+//   ([nv][dk][dv], as above), read and written once per chunk by its update and read once per
+//   8 rows by the W·S and Q·S products (coalesced, from L2); the chunk's k̂ and q̂ rows, −L,
+//   QKᵀ ⊙ Γ, [U|W] (U becomes V' in place) and γ, β, e^γ, β·e^γ, e^{γ_last−γ} live in shared
+//   memory: 64·(3·dk + dv + 134) floats for even dk (the k̂ rows padded to dk + 1 against bank
+//   conflicts; 133 for odd dk), 165,376 bytes for dk = dv = 128, 198,144 for dk 128, dv 256.
+//   Shapes needing more than kMaxChunkedSharedBytes (227 KiB, the H100/H200 per-block opt-in
+//   maximum) or the device's opt-in maximum are refused with strata::Error (no global-memory
+//   fallback): delta_rule_chunked_supported says beforehand. out is required (nullptr throws).
 // - Window identity: each row is processed by the same code whatever the window size; a T-row
 //   recurrent call equals T one-row calls bitwise (tested). The chunked form depends on where
 //   the chunks start, so it has no such property (as on the CPU).
