@@ -35,11 +35,6 @@ void delta_rule_token(const float* q, const float* k, const float* v, float beta
 
 namespace {
 
-// Windows of at least this many rows run the chunked form (prefill); shorter ones (decode,
-// speculative verify windows of 1+k rows) the recurrent form.
-constexpr int64_t kChunkedMinRows = 32;
-constexpr int kChunkRows = 64;  // HF's chunk size
-
 // Scales v to unit L2 norm the way HF does: v·rsqrt(Σv² + 1e-6), then by `extra`.
 void l2_normalize(float* v, int n, float extra) {
   float sum = 0.0f;
@@ -65,43 +60,55 @@ void delta_rule_recurrent(const DeltaInputs& in, int64_t n_rows, const DeltaNetD
   }
 }
 
-// Chunked (WY) form over chunks of kChunkRows tokens; mathematically equal to the recurrent
-// form (shared/reference/qwen4exp.md §6). Per chunk with γ = inclusive cumsum of g and
-// Γ_ij = e^{γ_i−γ_j} (i ≥ j):
-//   (I + L)U = diag(β)V,  (I + L)W = diag(β e^γ)K,  L = strict_lower(diag(β) K Kᵀ ⊙ Γ)
-//   V' = U − W S;  O = diag(e^γ) Q S + (Q Kᵀ ⊙ Γ) V';  S ← e^{γ_C} S + (diag(e^{γ_C−γ}) K)ᵀ V'
-// The triangular systems are solved by forward substitution, as HF does. Every product runs
-// through compute::gemm_f32, whose per-element order (a sum in index order from its start value,
-// no fused multiply-add) is the order of the plain loops this replaced, so the bits are those
-// loops' too: each entry of K Kᵀ, Q Kᵀ, W S, Q S is a dot in index order from 0, the
-// substitution subtracts l_ij·u_j for j = 0, 1, ... (as + (−l_ij)·u_j), O_i adds a_ij·V'_j for
-// j = 0..i after e^{γ_i}·(QS)_i, and S adds the chunk's rows in order after its decay.
+// Chunked form for V head h of `in` (contract and order in the header's delta_rule_chunked_head).
 void delta_rule_chunked(const DeltaInputs& in, const DeltaNetDims& dims, int h, int kh,
                         float* state, float* out) {
   const int dk = dims.head_k_dim, dv = dims.head_v_dim, nv = dims.n_v_heads;
   const int64_t key_dim = dims.key_dim(), value_dim = dims.value_dim();
-  constexpr int C = kChunkRows;
+  const DeltaRuleHeadRows rows{.q = in.q.data() + kh * dk,
+                               .k = in.k.data() + kh * dk,
+                               .key_stride = key_dim,
+                               .v = in.v.data() + h * dv,
+                               .value_stride = value_dim,
+                               .beta = in.beta.data() + h,
+                               .decay_log = in.decay_log.data() + h,
+                               .gate_stride = nv,
+                               .n_rows = in.n_rows,
+                               .dk = dk,
+                               .dv = dv};
+  delta_rule_chunked_head(rows, state, out + h * dv, value_dim);
+}
+
+}  // namespace
+
+// Each product is a compute::gemm_f32 call, whose per-element order (a sum in index order from its
+// start value, no fused multiply-add) is the one the header's contract spells out per entry.
+void delta_rule_chunked_head(const DeltaRuleHeadRows& rows, float* state, float* out,
+                             int64_t out_stride) {
+  const int dk = rows.dk, dv = rows.dv;
+  const int64_t key_stride = rows.key_stride, value_stride = rows.value_stride;
+  constexpr int C = kDeltaRuleChunkRows;
   const int uw_width = dv + dk;  // a row of [U | W]: both substitutions share L
   std::vector<float> gamma(C), decay(size_t(C) * C), kk(size_t(C) * C), qk(size_t(C) * C);
   std::vector<float> kt(size_t(dk) * C), uw(size_t(C) * uw_width), wsp(size_t(C) * dv),
       vp(size_t(C) * dv);
-  for (int64_t c0 = 0; c0 < in.n_rows; c0 += C) {
-    const int n = int(std::min<int64_t>(C, in.n_rows - c0));
-    const float* K = in.k.data() + c0 * key_dim + kh * dk;  // rows key_dim apart
-    const float* Q = in.q.data() + c0 * key_dim + kh * dk;
-    const float* V = in.v.data() + c0 * value_dim + h * dv;  // rows value_dim apart
-    auto beta = [&](int i) { return in.beta[size_t((c0 + i) * nv + h)]; };
+  for (int64_t c0 = 0; c0 < rows.n_rows; c0 += C) {
+    const int n = int(std::min<int64_t>(C, rows.n_rows - c0));
+    const float* K = rows.k + c0 * key_stride;  // rows key_stride apart
+    const float* Q = rows.q + c0 * key_stride;
+    const float* V = rows.v + c0 * value_stride;  // rows value_stride apart
+    auto beta = [&](int i) { return rows.beta[(c0 + i) * rows.gate_stride]; };
     float acc_gamma = 0.0f;
     for (int i = 0; i < n; ++i)
-      gamma[size_t(i)] = acc_gamma += in.decay_log[size_t((c0 + i) * nv + h)];
+      gamma[size_t(i)] = acc_gamma += rows.decay_log[(c0 + i) * rows.gate_stride];
     for (int i = 0; i < n; ++i)
       for (int j = 0; j <= i; ++j)
         decay[size_t(i * C + j)] = std::exp(gamma[size_t(i)] - gamma[size_t(j)]);
     // Kᵀ [dk][C], then K Kᵀ and Q Kᵀ [n][n] (row i, column j: the dot of rows i and j).
     for (int i = 0; i < n; ++i)
-      for (int r = 0; r < dk; ++r) kt[size_t(r * C + i)] = K[i * key_dim + r];
-    compute::gemm_f32(n, n, dk, K, key_dim, kt.data(), C, kk.data(), C, false);
-    compute::gemm_f32(n, n, dk, Q, key_dim, kt.data(), C, qk.data(), C, false);
+      for (int r = 0; r < dk; ++r) kt[size_t(r * C + i)] = K[i * key_stride + r];
+    compute::gemm_f32(n, n, dk, K, key_stride, kt.data(), C, kk.data(), C, false);
+    compute::gemm_f32(n, n, dk, Q, key_stride, kt.data(), C, qk.data(), C, false);
     // −L in kk's strict lower triangle.
     for (int i = 0; i < n; ++i)
       for (int j = 0; j < i; ++j)
@@ -110,8 +117,8 @@ void delta_rule_chunked(const DeltaInputs& in, const DeltaNetDims& dims, int h, 
     for (int i = 0; i < n; ++i) {
       float* u = uw.data() + size_t(i) * uw_width;
       float* wv = u + dv;
-      const float* v = V + i * value_dim;
-      const float* k = K + i * key_dim;
+      const float* v = V + i * value_stride;
+      const float* k = K + i * key_stride;
       const float scale_w = beta(i) * std::exp(gamma[size_t(i)]);
       for (int c = 0; c < dv; ++c) u[c] = beta(i) * v[c];
       for (int c = 0; c < dk; ++c) wv[c] = scale_w * k[c];
@@ -124,14 +131,14 @@ void delta_rule_chunked(const DeltaInputs& in, const DeltaNetDims& dims, int h, 
       for (int c = 0; c < dv; ++c)
         vp[size_t(i) * dv + c] = uw[size_t(i) * uw_width + c] - wsp[size_t(i) * dv + c];
     // O = diag(e^γ)·Q·S + (Q Kᵀ ⊙ Γ)·V'  (the causal part: j ≤ i).
-    compute::gemm_f32(n, dv, dk, Q, key_dim, state, dv, wsp.data(), dv, false);
+    compute::gemm_f32(n, dv, dk, Q, key_stride, state, dv, wsp.data(), dv, false);
     for (int i = 0; i < n; ++i) {
-      float* o = out + (c0 + i) * value_dim + h * dv;
+      float* o = out + (c0 + i) * out_stride;
       const float eg = std::exp(gamma[size_t(i)]);
       for (int c = 0; c < dv; ++c) o[c] = eg * wsp[size_t(i) * dv + c];
       float* a = qk.data() + size_t(i) * C;
       for (int j = 0; j <= i; ++j) a[j] = a[j] * decay[size_t(i * C + j)];
-      compute::gemm_f32(1, dv, i + 1, a, C, vp.data(), dv, o, value_dim, true);
+      compute::gemm_f32(1, dv, i + 1, a, C, vp.data(), dv, o, out_stride, true);
     }
     // S ← e^{γ_C}·S + Σ_i e^{γ_C−γ_i} k_i V'_iᵀ  (kt becomes the scaled Kᵀ).
     const float g_last = gamma[size_t(n - 1)];
@@ -144,8 +151,6 @@ void delta_rule_chunked(const DeltaInputs& in, const DeltaNetDims& dims, int h, 
     compute::gemm_f32(dk, dv, n, kt.data(), C, vp.data(), dv, state, dv, true);
   }
 }
-
-}  // namespace
 
 void GatedDeltaNetState::reset(const DeltaNetDims& dims) {
   conv.assign(static_cast<size_t>((dims.conv_kernel - 1) * dims.conv_dim()), 0.0f);
@@ -282,11 +287,11 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
   GatedDeltaNetWindowLog& log = state.window_log;
   log.valid = false;
   if (record_window) {
-    if (n_rows >= kChunkedMinRows)
+    if (n_rows >= kDeltaRuleChunkedMinRows)
       fail(
           "gated deltanet: a recorded (speculative verify) window must have fewer than {} rows, "
           "got {}",
-          kChunkedMinRows, n_rows);
+          kDeltaRuleChunkedMinRows, n_rows);
     log.ssm_before = state.ssm;
     log.conv_before = state.conv;
   }
@@ -299,7 +304,7 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
   // cannot change a bit). Short windows (decode, speculative verify) use the recurrent form,
   // which is what makes a row's result independent of the window size; long prefill windows use
   // the chunked form, which touches the state once per chunk instead of once per token.
-  const bool chunked = n_rows >= kChunkedMinRows;
+  const bool chunked = n_rows >= kDeltaRuleChunkedMinRows;
   ScopedPart delta_rule_part(Part::GdnDeltaRule);
   pool.parallel_for(nv, [&](int64_t begin, int64_t end, int) {
     for (int64_t h = begin; h < end; ++h) {
@@ -416,7 +421,7 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
         const int kh = dims.v_heads_tiled ? h % nk : h / v_per_k;
         float* head_state = states[s]->ssm.data() + size_t(h) * dk * dv;
         float* out = core.data() + segments[s].first_row * value_dim;
-        if (inputs[s].n_rows >= kChunkedMinRows)
+        if (inputs[s].n_rows >= kDeltaRuleChunkedMinRows)
           delta_rule_chunked(inputs[s], dims, h, kh, head_state, out);
         else
           delta_rule_recurrent(inputs[s], inputs[s].n_rows, dims, h, kh, head_state, out);

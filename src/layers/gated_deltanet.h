@@ -29,28 +29,28 @@
 namespace strata {
 
 struct GatedDeltaNetWeights {
-  compute::WeightMatrix qkv;     // [conv_dim x H]: all q | all k | all v
-  compute::WeightMatrix z;       // [Vd x H] output gate input
+  compute::WeightMatrix qkv;  // [conv_dim x H]: all q | all k | all v
+  compute::WeightMatrix z;    // [Vd x H] output gate input
   // qwen4exp: separate beta/alpha [nv x H]; qwen3next: one fused [2nv x H] in groups of
   // (b[r] | a[r]) per K head.
   compute::WeightMatrix beta;
   compute::WeightMatrix alpha;
   compute::WeightMatrix beta_alpha;
-  std::vector<float> conv;       // [conv_dim][K] taps, oldest first
-  std::vector<float> dt_bias;    // [nv]
-  std::vector<float> a;          // [nv], = −exp(A_log)
-  std::vector<float> norm;       // [dv], plain weight (no +1)
-  compute::WeightMatrix out;     // [H x Vd]
+  std::vector<float> conv;     // [conv_dim][K] taps, oldest first
+  std::vector<float> dt_bias;  // [nv]
+  std::vector<float> a;        // [nv], = −exp(A_log)
+  std::vector<float> norm;     // [dv], plain weight (no +1)
+  compute::WeightMatrix out;   // [H x Vd]
   bool fused_beta_alpha() const { return beta_alpha.data != nullptr; }
 };
 
 // Per-token inputs of the delta rule, after conv, split and normalisation.
 struct GatedDeltaNetInputs {
   int64_t n_rows = 0;
-  std::vector<float> q, k;        // [n_rows][nk·dk], q̂ already scaled by 1/√dk
-  std::vector<float> v;           // [n_rows][nv·dv]
-  std::vector<float> beta;        // [n_rows][nv], σ(b)
-  std::vector<float> decay_log;   // [n_rows][nv], g ≤ 0 (the decay is e^g)
+  std::vector<float> q, k;       // [n_rows][nk·dk], q̂ already scaled by 1/√dk
+  std::vector<float> v;          // [n_rows][nv·dv]
+  std::vector<float> beta;       // [n_rows][nv], σ(b)
+  std::vector<float> decay_log;  // [n_rows][nv], g ≤ 0 (the decay is e^g)
 };
 
 // What a recorded window keeps so that `gated_deltanet_rollback` can undo its last rows
@@ -60,9 +60,9 @@ struct GatedDeltaNetInputs {
 //   (K-1 rows) and the window's conv inputs (one copy of the window's rows).
 // - recurrent state S: the delta rule is not invertible in floating point (undoing e^g·S and the
 //   rank-1 update does not give back the same bits), so the log keeps ONE snapshot of S from
-//   before the window plus the window's delta-rule inputs (swapped in, not copied). Rollback restores
-//   the snapshot and replays the state update of the kept rows only: no matmul, no expert, the
-//   same code and float order as the forward, hence bitwise the state a plain run would have.
+//   before the window plus the window's delta-rule inputs (swapped in, not copied). Rollback
+//   restores the snapshot and replays the state update of the kept rows only: no matmul, no expert,
+//   the same code and float order as the forward, hence bitwise the state a plain run would have.
 //   Versus a copy of S after every row (colibri: 113 MiB per row on Qwen3.8), this is one copy
 //   per window whatever its depth, and the replay (d² flops per head per kept row) is paid only
 //   when a draft is rejected.
@@ -74,8 +74,8 @@ struct GatedDeltaNetWindowLog {
 };
 
 struct GatedDeltaNetState {
-  std::vector<float> conv;  // [K-1][conv_dim], oldest first; zeros at sequence start
-  std::vector<float> ssm;   // [nv][dk][dv]
+  std::vector<float> conv;            // [K-1][conv_dim], oldest first; zeros at sequence start
+  std::vector<float> ssm;             // [nv][dk][dv]
   GatedDeltaNetWindowLog window_log;  // the last recorded window (speculative verify only)
   // A recorded window computes into these and swaps them with the log's (which become the next
   // recorded window's), so recording allocates nothing once warm: buffers never change role.
@@ -110,6 +110,48 @@ void gated_deltanet_forward_rows(compute::ThreadPool& pool, compute::Workspace& 
 // overlap state.
 void delta_rule_token(const float* q, const float* k, const float* v, float beta, float decay_log,
                       int dk, int dv, float* state, float* out);
+
+// Windows of at least this many rows run the chunked form (prefill); shorter ones (decode,
+// speculative verify windows of 1+k rows) the recurrent form. The CUDA backend switches at the
+// same count.
+inline constexpr int64_t kDeltaRuleChunkedMinRows = 32;
+inline constexpr int kDeltaRuleChunkRows = 64;  // HF's chunk size
+
+// One V head's rows of the delta rule's inputs, as plain strided arrays: row t's q̂ and k̂ (dk
+// floats each) at q + t·key_stride and k + t·key_stride, its v (dv floats) at v + t·value_stride,
+// its β and g (log-decay, ≤ 0) at beta[t·gate_stride] and decay_log[t·gate_stride].
+struct DeltaRuleHeadRows {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  int64_t key_stride = 0;
+  const float* v = nullptr;
+  int64_t value_stride = 0;
+  const float* beta = nullptr;
+  const float* decay_log = nullptr;
+  int64_t gate_stride = 0;
+  int64_t n_rows = 0;
+  int dk = 0, dv = 0;
+};
+
+// The chunked (WY) form of the delta rule for one V head (the form windows of >= 32 rows run):
+// advances state [dk][dv] by rows.n_rows tokens and writes row t's output (dv floats) at
+// out + t·out_stride. Mathematically the recurrent form (shared/reference/qwen4exp.md §6), equal
+// to it up to fp32 rounding. Chunks of 64 rows in order (the last may be shorter: n rows, the
+// last one z = n − 1); per chunk, with γ_i = g_0 + g_1 + ... + g_i (a running f32 sum from 0, in
+// order) and Γ_ij = e^{γ_i−γ_j} (i ≥ j):
+//   (I + L)U = diag(β)V,  (I + L)W = diag(β e^γ)K,  L = strict_lower(diag(β) K Kᵀ ⊙ Γ)
+//   V' = U − W S;  O = diag(e^γ) Q S + (Q Kᵀ ⊙ Γ) V';  S ← e^{γ_z} S + (diag(e^{γ_z−γ}) K)ᵀ V'
+// Operation order, which compute/cuda's delta_rule_chunked repeats (every product and sum rounded
+// on its own, no fused multiply-add; each dot a sum in index order from 0.0f):
+//   (KKᵀ)_ij, (QKᵀ)_ij: dots over r < dk;  −l_ij = −((β_i·(KKᵀ)_ij)·Γ_ij) for j < i;
+//   a_ij = (QKᵀ)_ij·Γ_ij for j ≤ i;  row i of [U|W] starts at [β_i·v_i | (β_i·e^{γ_i})·k_i] and
+//   adds (−l_ij)·row j for j = 0..i−1 (forward substitution);  V'_ic = U_ic − (W S)_ic;
+//   O_ic starts at e^{γ_i}·(Q S)_ic and adds a_ij·V'_jc for j = 0..i;  S_rc ← S_rc·e^{γ_z},
+//   then adds (e^{γ_z−γ_i}·k_ir)·V'_ic for i = 0..z.  Each e^x is std::exp of the f32 x.
+// The reference of compute/cuda's delta_rule_chunked (tests/cuda/deltanet_test.cpp). Allocates
+// its chunk scratch; out must not overlap the inputs or state.
+void delta_rule_chunked_head(const DeltaRuleHeadRows& rows, float* state, float* out,
+                             int64_t out_stride);
 
 // Makes `state` what it would be had only the first keep_rows rows of the last recorded window
 // been fed (bitwise). keep_rows in [0, n_rows]; the log is consumed.

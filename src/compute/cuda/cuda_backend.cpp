@@ -5,6 +5,8 @@
 namespace strata::compute::cuda {
 namespace detail {
 
+static_assert(kChunkedDeltaRuleRows == kDeltaRuleChunkRows, "the CUDA and CPU chunked forms use the same chunks");
+
 // ---------------------------------------------------------------------------------------------
 // Gated DeltaNet
 
@@ -45,7 +47,13 @@ void CudaBackend::gated_deltanet(const DeltaNetDims& hp, const GatedDeltaNetWeig
     mm_shared(xd, n_rows, {{&w.qkv, mixed}, {&w.z, z}, {&w.beta, beta_raw}, {&w.alpha, alpha_raw}});
   }
 
-  float *q, *k, *v, *beta, *decay;
+  // Prefill windows run the chunked form where enabled (chunked_deltanet_enabled) and the head dims
+  // fit its shared memory; recorded (speculative verify) windows are shorter than the switch, and
+  // their rollback replays the recurrent form, so they stay recurrent. The choice depends on the
+  // window's rows and flag only: fixed per recorded graph.
+  const bool chunked = chunked_deltanet_ && !record_window && n_rows >= kDeltaRuleChunkedMinRows &&
+                       delta_rule_chunked_supported(dk, dv);
+  float *q, *k, *v, *beta, *decay, *decay_log = nullptr;
   if (record_window) {
     if (m.log_capacity < n_rows) {
       EagerScope eager(*this);
@@ -70,16 +78,23 @@ void CudaBackend::gated_deltanet(const DeltaNetDims& hp, const GatedDeltaNetWeig
     q = scratch_.floats(n_rows * key_dim), k = scratch_.floats(n_rows * key_dim);
     v = scratch_.floats(n_rows * value_dim);
     beta = scratch_.floats(n_rows * nv), decay = scratch_.floats(n_rows * nv);
+    if (chunked) decay_log = scratch_.floats(n_rows * nv);
   }
   mark("dn.conv+prepare");
   float* conv_out = scratch_.floats(n_rows * conv_dim);
   deltanet_conv_silu(mixed, n_rows, conv_dim, vec(w.conv), kernel, m.conv.as<float>(), conv_out, s());
   deltanet_prepare(conv_out, beta_raw, alpha_raw, vec(w.a), vec(w.dt_bias), n_rows, nk, nv, dk, dv, q, k, v, beta,
-                   decay, s());
+                   decay, decay_log, s());
   float* core = scratch_.floats(n_rows * value_dim);
-  mark("dn.recurrent");
-  delta_rule_recurrent(q, k, v, beta, decay, n_rows, nk, nv, dk, dv, hp.v_heads_tiled, m.ssm.as<float>(), core,
+  if (chunked) {
+    mark("dn.chunked");
+    delta_rule_chunked(q, k, v, beta, decay_log, n_rows, nk, nv, dk, dv, hp.v_heads_tiled, m.ssm.as<float>(), core,
                        s());
+  } else {
+    mark("dn.recurrent");
+    delta_rule_recurrent(q, k, v, beta, decay, n_rows, nk, nv, dk, dv, hp.v_heads_tiled, m.ssm.as<float>(), core,
+                         s());
+  }
   mark("dn.norm+gate+out");
   rms_norm_rows(core, vec(w.norm), n_rows * nv, dv, hp.rms_eps, core, s());
   gate_rows(core, z, n_rows * value_dim, hp.gate_sigmoid, s());

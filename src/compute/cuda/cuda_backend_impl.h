@@ -90,6 +90,15 @@ inline bool graphs_enabled() {
   return !(v && std::strcmp(v, "0") == 0);
 }
 
+// Prefill windows (>= 32 rows, not recorded) run Gated DeltaNet's chunked form only with
+// STRATA_CUDA_CHUNKED_DELTANET=1, else the recurrent form like shorter windows. Off by default:
+// the chunked kernel (deltanet.h) was written without a GPU and has not run on one yet; turn it
+// on by default once tests/cuda/deltanet_test.cpp passes on the GPU and prefill is measured.
+inline bool chunked_deltanet_enabled() {
+  const char* v = std::getenv("STRATA_CUDA_CHUNKED_DELTANET");
+  return v && std::strcmp(v, "1") == 0;
+}
+
 // Grows `buffer` to at least `bytes`, keeping its first `keep` bytes.
 inline void grow(DeviceBuffer& buffer, size_t bytes, size_t keep, cudaStream_t stream) {
   if (buffer.bytes() >= bytes) return;
@@ -699,6 +708,8 @@ class CudaBackend final : public Backend {
   int current_staging_ = 0;
   std::shared_ptr<DeviceWeights> weights_;
   std::unordered_map<int, DeltaNetMirror> deltanet_;
+  // Read once per backend, so a window's kernels depend on its shape only (recorded graphs).
+  const bool chunked_deltanet_ = chunked_deltanet_enabled();
   std::unordered_map<int, KvMirror> kv_;
   PleMirror ple_;
   const ForwardDims* hp_ = nullptr;  // the model's (describe_window), for rollback

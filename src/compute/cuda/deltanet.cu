@@ -1,6 +1,9 @@
-// Gated DeltaNet recurrent steps on CUDA. Contract in deltanet.h.
+// Gated DeltaNet steps on CUDA (conv, prepare, the recurrent and the chunked delta rule). Contract
+// in deltanet.h.
 #include "compute/cuda/deltanet.h"
 
+#include <algorithm>
+#include <mutex>
 #include <string>
 
 #include "compute/cuda/launch.cuh"
@@ -148,7 +151,7 @@ bool launch_registers(const float* q, const float* k, const float* v, const floa
 // what makes it fast: the sequential sum reads shared memory instead of waiting on global loads.
 __global__ void prepare_kernel(const float* conv_out, const float* beta_raw, const float* alpha_raw, const float* a,
                                const float* dt_bias, int nk, int nv, int dk, int dv, float* q, float* k, float* v,
-                               float* beta, float* decay) {
+                               float* beta, float* decay, float* decay_log) {
   pdl_begin();
   extern __shared__ float staged[];  // [2·key_dim] q then k, then [2·nk] scales
   const int64_t t = blockIdx.x;
@@ -176,7 +179,219 @@ __global__ void prepare_kernel(const float* conv_out, const float* beta_raw, con
     beta[t * nv + h] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-b)));
     const float x = __fadd_rn(alpha_raw[t * nv + h], dt_bias[h]);
     const float softplus = x > 20.0f ? x : log1pf(expf(x));
-    decay[t * nv + h] = expf(__fmul_rn(a[h], softplus));
+    const float g = __fmul_rn(a[h], softplus);
+    decay[t * nv + h] = expf(g);
+    if (decay_log) decay_log[t * nv + h] = g;
+  }
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Chunked (WY) form: one block per V head, chunks of C rows in order (contract in deltanet.h;
+// the per-element order is layers/gated_deltanet.h's delta_rule_chunked_head, every step below
+// names the CPU line it repeats).
+
+// Rows per thread in the products with the state (W·S and Q·S; the state update): a thread's
+// kChunkedRowsPerTask accumulators share each state value it loads (coalesced, from device
+// memory) or each V' value (shared memory), instead of loading it once per row.
+constexpr int kChunkedRowsPerTask = 8;
+
+// Offsets (in floats) of the chunk's intermediates in dynamic shared memory.
+struct ChunkedLayout {
+  int key_stride;  // floats per staged k̂ row: dk rounded up to odd, so that a warp reading row j's
+                   // element r for 32 consecutive j hits 32 different banks
+  int uw_width;    // dv + dk: a row of [U | W]
+  size_t keys, queries, neg_l, attn, uw, gamma, beta, exp_gamma, scale_w, tail, floats;
+};
+
+__host__ __device__ inline ChunkedLayout chunked_layout(int dk, int dv) {
+  constexpr size_t C = kChunkedDeltaRuleRows;
+  ChunkedLayout l{};
+  l.key_stride = dk | 1;
+  l.uw_width = dv + dk;
+  l.keys = 0;                                   // [C][key_stride]  k̂ rows (scaled in place late)
+  l.queries = l.keys + C * l.key_stride;        // [C][dk]          q̂ rows
+  l.neg_l = l.queries + C * dk;                 // [C][C]           −L (strictly lower)
+  l.attn = l.neg_l + C * C;                     // [C][C]           QKᵀ ⊙ Γ (lower, diagonal too)
+  l.uw = l.attn + C * C;                        // [C][dv + dk]     [U | W]; U becomes V'
+  l.gamma = l.uw + C * l.uw_width;              // [C] g, then γ
+  l.beta = l.gamma + C;                         // [C] β
+  l.exp_gamma = l.beta + C;                     // [C] e^γ
+  l.scale_w = l.exp_gamma + C;                  // [C] β·e^γ
+  l.tail = l.scale_w + C;                       // [C] e^{γ_{n−1}−γ}
+  l.floats = l.tail + C;
+  return l;
+}
+
+// Row i of the lower triangle's pair p (pairs numbered row by row: p = i(i+1)/2 + j, j <= i).
+__device__ inline int triangle_row(int p) {
+  int i = int((sqrtf(8.0f * float(p) + 1.0f) - 1.0f) * 0.5f);
+  while (i * (i + 1) / 2 > p) --i;
+  while ((i + 1) * (i + 2) / 2 <= p) ++i;
+  return i;
+}
+
+// Phases per chunk of n rows, separated by __syncthreads (each reads only what an earlier phase
+// wrote; the comment of each says what it writes):
+//   0 stage k̂, q̂ rows, β and g;  γ (one thread: a running sum in row order)
+//   1 −L and QKᵀ ⊙ Γ (one thread per (i, j ≤ i)); e^γ, β·e^γ, e^{γ_{n−1}−γ} (one per row)
+//   2 forward substitution for [U | W] (one thread per column: rows in order)
+//   3 V' = U − W·S in place of U; e^γ_i·(Q S)_i into out (one thread per column and row group)
+//   4 out += (QKᵀ ⊙ Γ)·V' (the same threads, rows and columns as phase 3); k̂ rows scaled
+//   5 S ← e^{γ_{n−1}}·S + Σ_i (scaled k̂_i)·V'_iᵀ (one thread per column and group of state rows)
+__global__ void __launch_bounds__(kChunkedThreads)
+    delta_rule_chunked_kernel(const float* q, const float* k, const float* v, const float* beta,
+                              const float* decay_log, int64_t n_rows, int nk, int nv, int dk, int dv, bool tiled,
+                              float* state, float* out) {
+  pdl_begin();
+  constexpr int C = kChunkedDeltaRuleRows, R = kChunkedRowsPerTask;
+  extern __shared__ float shared[];
+  const ChunkedLayout layout = chunked_layout(dk, dv);
+  float* keys = shared + layout.keys;
+  float* queries = shared + layout.queries;
+  float* neg_l = shared + layout.neg_l;
+  float* attn = shared + layout.attn;
+  float* uw = shared + layout.uw;
+  float* gamma = shared + layout.gamma;
+  float* betas = shared + layout.beta;
+  float* exp_gamma = shared + layout.exp_gamma;
+  float* scale_w = shared + layout.scale_w;
+  float* tail = shared + layout.tail;
+  const int key_stride = layout.key_stride, uw_width = layout.uw_width;
+  const int h = blockIdx.x, tid = threadIdx.x, threads = blockDim.x;
+  const int kh = tiled ? h % nk : h / (nv / nk);
+  const int64_t key_dim = int64_t(nk) * dk, value_dim = int64_t(nv) * dv;
+  float* S = state + size_t(h) * dk * dv;  // [dk][dv]
+  for (int64_t c0 = 0; c0 < n_rows; c0 += C) {
+    const int n = n_rows - c0 < C ? int(n_rows - c0) : C;
+    __syncthreads();  // the previous chunk's phase 5 no longer reads keys, uw, exp_gamma (nor S)
+
+    // Phase 0. Only rows < n are staged, and no phase reads a row >= n.
+    for (int e = tid; e < n * dk; e += threads) {
+      const int i = e / dk, r = e % dk;
+      const int64_t at = (c0 + i) * key_dim + int64_t(kh) * dk + r;
+      keys[i * key_stride + r] = k[at];
+      queries[i * dk + r] = q[at];
+    }
+    for (int i = tid; i < n; i += threads) {
+      betas[i] = beta[(c0 + i) * nv + h];
+      gamma[i] = decay_log[(c0 + i) * nv + h];
+    }
+    __syncthreads();
+    if (tid == 0) {  // gamma[i] = acc_gamma += g_i
+      float acc = 0.0f;
+      for (int i = 0; i < n; ++i) gamma[i] = acc = __fadd_rn(acc, gamma[i]);
+    }
+    __syncthreads();
+
+    // Phase 1. kk, qk: gemm_f32(n, n, dk, K, ., Kᵀ) and (Q, Kᵀ), dots in r order from 0;
+    // decay = exp(γ_i − γ_j);  kk ← −(β_i·kk·decay) below the diagonal;  a = qk·decay.
+    for (int p = tid; p < n * (n + 1) / 2; p += threads) {
+      const int i = triangle_row(p), j = p - i * (i + 1) / 2;
+      const float* ki = keys + i * key_stride;
+      const float* kj = keys + j * key_stride;
+      const float* qi = queries + i * dk;
+      float kk = 0.0f, qk = 0.0f;
+      for (int r = 0; r < dk; ++r) {
+        kk = __fadd_rn(kk, __fmul_rn(ki[r], kj[r]));
+        qk = __fadd_rn(qk, __fmul_rn(qi[r], kj[r]));
+      }
+      const float decay = expf(__fsub_rn(gamma[i], gamma[j]));
+      if (j < i) neg_l[i * C + j] = -__fmul_rn(__fmul_rn(betas[i], kk), decay);
+      attn[i * C + j] = __fmul_rn(qk, decay);
+    }
+    // scale_w = β_i·exp(γ_i) (and e^γ_i for the outputs: the same exp);  e^{γ_{n−1}−γ_i}.
+    for (int i = tid; i < n; i += threads) {
+      const float e = expf(gamma[i]);
+      exp_gamma[i] = e;
+      scale_w[i] = __fmul_rn(betas[i], e);
+      tail[i] = expf(__fsub_rn(gamma[n - 1], gamma[i]));
+    }
+    __syncthreads();
+
+    // Phase 2. Row i of [U | W] = [β_i·v_i | scale_w_i·k_i], then gemm_f32(1, uw_width, i, −L row
+    // i, [U | W]) accumulating: + (−l_ij)·row j for j = 0..i−1. A column depends on itself only.
+    for (int c = tid; c < uw_width; c += threads) {
+      const float* v_column = v + c0 * value_dim + int64_t(h) * dv + c;  // valid for c < dv only
+      for (int i = 0; i < n; ++i) {
+        float x = c < dv ? __fmul_rn(betas[i], v_column[i * value_dim])
+                         : __fmul_rn(scale_w[i], keys[i * key_stride + (c - dv)]);
+        const float* l_row = neg_l + i * C;
+        for (int j = 0; j < i; ++j) x = __fadd_rn(x, __fmul_rn(l_row[j], uw[j * uw_width + c]));
+        uw[i * uw_width + c] = x;
+      }
+    }
+    __syncthreads();
+
+    // Phase 3. wsp = gemm_f32(n, dv, dk, W, S) and gemm_f32(n, dv, dk, Q, S), dots in r order
+    // from 0;  vp = U − wsp (in U's place);  o = exp(γ_i)·(Q S)_i. Task = (row group, column).
+    const int row_groups = (n + R - 1) / R;
+    for (int task = tid; task < row_groups * dv; task += threads) {
+      const int c = task % dv, i0 = (task / dv) * R, rows = min(R, n - i0);
+      float ws[R], qs[R];
+#pragma unroll
+      for (int a = 0; a < R; ++a) ws[a] = qs[a] = 0.0f;
+      for (int r = 0; r < dk; ++r) {
+        const float s = S[r * dv + c];
+#pragma unroll
+        for (int a = 0; a < R; ++a) {
+          if (a < rows) {
+            ws[a] = __fadd_rn(ws[a], __fmul_rn(uw[(i0 + a) * uw_width + dv + r], s));
+            qs[a] = __fadd_rn(qs[a], __fmul_rn(queries[(i0 + a) * dk + r], s));
+          }
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < R; ++a) {
+        if (a < rows) {
+          float* u = uw + (i0 + a) * uw_width + c;
+          *u = __fsub_rn(*u, ws[a]);
+          out[(c0 + i0 + a) * value_dim + int64_t(h) * dv + c] = __fmul_rn(exp_gamma[i0 + a], qs[a]);
+        }
+      }
+    }
+    __syncthreads();
+
+    // Phase 4. gemm_f32(1, dv, i + 1, a row i, V') accumulating onto o: + a_ij·V'_j for j = 0..i.
+    // The same task → thread map as phase 3, so each thread reads back its own writes of out.
+    for (int task = tid; task < row_groups * dv; task += threads) {
+      const int c = task % dv, i0 = (task / dv) * R, rows = min(R, n - i0);
+      for (int a = 0; a < rows; ++a) {
+        const int i = i0 + a;
+        float* o = out + (c0 + i) * value_dim + int64_t(h) * dv + c;
+        float acc = *o;
+        const float* a_row = attn + i * C;
+        for (int j = 0; j <= i; ++j) acc = __fadd_rn(acc, __fmul_rn(a_row[j], uw[j * uw_width + c]));
+        *o = acc;
+      }
+    }
+    // kt = scale·kt with scale = exp(g_last − γ_i) (keys are not read by phases 3 and 4).
+    for (int e = tid; e < n * dk; e += threads) {
+      const int i = e / dk, r = e % dk;
+      keys[i * key_stride + r] = __fmul_rn(tail[i], keys[i * key_stride + r]);
+    }
+    __syncthreads();
+
+    // Phase 5. state *= exp(g_last), then gemm_f32(dk, dv, n, scaled Kᵀ, V') accumulating:
+    // + kt_ri·V'_ic for i = 0..n−1. Task = (state row group, column); each S value has one owner.
+    const float e_last = exp_gamma[n - 1];
+    const int state_groups = (dk + R - 1) / R;
+    for (int task = tid; task < state_groups * dv; task += threads) {
+      const int c = task % dv, r0 = (task / dv) * R, rows = min(R, dk - r0);
+      float acc[R];
+#pragma unroll
+      for (int a = 0; a < R; ++a) acc[a] = a < rows ? __fmul_rn(S[(r0 + a) * dv + c], e_last) : 0.0f;
+      for (int i = 0; i < n; ++i) {
+        const float vp = uw[i * uw_width + c];
+        const float* k_row = keys + i * key_stride + r0;
+#pragma unroll
+        for (int a = 0; a < R; ++a)
+          if (a < rows) acc[a] = __fadd_rn(acc[a], __fmul_rn(k_row[a], vp));
+      }
+#pragma unroll
+      for (int a = 0; a < R; ++a)
+        if (a < rows) S[(r0 + a) * dv + c] = acc[a];
+    }
   }
 }
 
@@ -185,7 +400,7 @@ __global__ void prepare_kernel(const float* conv_out, const float* beta_raw, con
 void deltanet_prepare(const float* conv_out, const float* beta_raw, const float* alpha_raw, const float* a,
                       const float* dt_bias, int64_t n_rows, int n_k_heads, int n_v_heads, int key_head_dim,
                       int value_head_dim, float* q, float* k, float* v, float* beta, float* decay,
-                      cudaStream_t stream) {
+                      float* decay_log, cudaStream_t stream) {
   if (n_k_heads <= 0 || n_v_heads <= 0 || key_head_dim <= 0 || value_head_dim <= 0)
     cuda_fail("CUDA deltanet prepare: expected positive head counts and head dims");
   if (n_rows <= 0) return;
@@ -195,7 +410,7 @@ void deltanet_prepare(const float* conv_out, const float* beta_raw, const float*
               " need " + std::to_string(staged_bytes) + " bytes of shared memory, above the " +
               std::to_string(kMaxPrepareSharedBytes) + " allowed");
   launch(prepare_kernel, unsigned(n_rows), 256, staged_bytes, stream, conv_out, beta_raw, alpha_raw, a, dt_bias, n_k_heads,
-         n_v_heads, key_head_dim, value_head_dim, q, k, v, beta, decay);
+         n_v_heads, key_head_dim, value_head_dim, q, k, v, beta, decay, decay_log);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -236,6 +451,58 @@ void delta_rule_recurrent(const float* q, const float* k, const float* v, const 
   const int threads = (value_head_dim + 31) / 32 * 32;
   launch(delta_rule_kernel, unsigned(n_v_heads), threads, size_t(2 * key_head_dim) * sizeof(float), stream, q, k, v,
          beta, decay, n_rows, n_k_heads, n_v_heads, key_head_dim, value_head_dim, tiled, state, out);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+size_t delta_rule_chunked_shared_bytes(int key_head_dim, int value_head_dim) {
+  return chunked_layout(key_head_dim, value_head_dim).floats * sizeof(float);
+}
+
+namespace {
+
+// The device's per-block opt-in maximum of shared memory, read once.
+size_t shared_optin_bytes() {
+  static const size_t bytes = [] {
+    int device = 0, optin = 0;
+    STRATA_CUDA_CHECK(cudaGetDevice(&device));
+    STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return size_t(optin);
+  }();
+  return bytes;
+}
+
+}  // namespace
+
+bool delta_rule_chunked_supported(int key_head_dim, int value_head_dim) {
+  if (key_head_dim <= 0 || value_head_dim <= 0) return false;
+  const size_t bytes = delta_rule_chunked_shared_bytes(key_head_dim, value_head_dim);
+  return bytes <= kMaxChunkedSharedBytes && bytes <= shared_optin_bytes();
+}
+
+void delta_rule_chunked(const float* q, const float* k, const float* v, const float* beta, const float* decay_log,
+                        int64_t n_rows, int n_k_heads, int n_v_heads, int key_head_dim, int value_head_dim,
+                        bool tiled, float* state, float* out, cudaStream_t stream) {
+  if (n_k_heads <= 0 || n_v_heads <= 0 || n_v_heads % n_k_heads != 0 || key_head_dim <= 0 || value_head_dim <= 0)
+    cuda_fail("CUDA chunked delta rule: expected n_v_heads a multiple of n_k_heads and head dims > 0, found " +
+              std::to_string(n_k_heads) + " K heads, " + std::to_string(n_v_heads) + " V heads, head dims " +
+              std::to_string(key_head_dim) + " x " + std::to_string(value_head_dim));
+  if (!out)
+    cuda_fail("CUDA chunked delta rule: out is required (a state-only replay runs delta_rule_recurrent)");
+  if (n_rows <= 0) return;
+  const size_t bytes = delta_rule_chunked_shared_bytes(key_head_dim, value_head_dim);
+  const size_t allowed = std::min(kMaxChunkedSharedBytes, shared_optin_bytes());
+  if (bytes > allowed)
+    cuda_fail("CUDA chunked delta rule: head dims " + std::to_string(key_head_dim) + " x " +
+              std::to_string(value_head_dim) + " need " + std::to_string(bytes) +
+              " bytes of shared memory per block, above the " + std::to_string(allowed) +
+              " allowed (64·(3·dk + dv + 134) floats; the recurrent form has no such limit)");
+  static std::once_flag raised;  // past the default 48 KiB of shared memory
+  std::call_once(raised, [allowed] {
+    STRATA_CUDA_CHECK(cudaFuncSetAttribute(delta_rule_chunked_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(allowed)));
+  });
+  launch(delta_rule_chunked_kernel, unsigned(n_v_heads), kChunkedThreads, bytes, stream, q, k, v, beta, decay_log,
+         n_rows, n_k_heads, n_v_heads, key_head_dim, value_head_dim, tiled, state, out);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
