@@ -17,6 +17,7 @@
 #include "engine/session.h"
 #include "gguf/resident_weights.h"
 #include "model/model.h"
+#include "util/core_latency.h"
 #include "util/error.h"
 #include "util/phase_timer.h"
 
@@ -224,6 +225,21 @@ void run_cpu_bench(const CpuBenchOptions& o) {
   fmt::print("model {} ({}), {} layers, {} experts top-{}; loaded in {:.1f} s ({})\n", path,
              arch_name(hp.arch), hp.n_layer, hp.n_expert, hp.n_expert_used,
              seconds_since(load_start), o.mapped_weights ? "mapped, every page faulted in" : "weights in huge-page memory");
+  // What a hand-out and a shared output cost between cores (util/core_latency.h): from the first
+  // allowed CPU to each of the next ones (at most 15 pairs), before anything is timed.
+  std::vector<std::pair<int, double>> round_trips;
+  {
+    const std::vector<int> cpus = allowed_cpus();
+    for (size_t k = 1; k < cpus.size() && k <= 15; ++k)
+      if (const std::optional<double> ns = cache_line_round_trip_ns(cpus[0], cpus[k]))
+        round_trips.emplace_back(cpus[k], *ns);
+    if (!round_trips.empty()) {
+      std::string line;
+      for (const auto& [cpu, ns] : round_trips)
+        line += fmt::format("{}{}: {:.0f}", line.empty() ? "" : ", ", cpu, ns);
+      fmt::print("cache-line round trip from cpu {}, ns: {}\n", cpus[0], line);
+    }
+  }
   std::vector<int32_t> prompt(size_t(std::max(o.prompt_tokens, o.decode_context)));
   for (size_t i = 0; i < prompt.size(); ++i)
     prompt[i] = int32_t((i * 7919 + 13) % uint64_t(hp.n_vocab));
@@ -323,6 +339,8 @@ void run_cpu_bench(const CpuBenchOptions& o) {
       j["decode_context"] = o.decode_context;
       j["rounds"] = rounds_done;
       j["bitwise_identical"] = same;
+      for (const auto& [cpu, ns] : round_trips)
+        j["cache_line_round_trip_ns"][std::to_string(cpu)] = ns;
       for (int n : counts) {
         nlohmann::json t;
         for (const Sample& s : results[n].decode) t["decode"].push_back(sample_json(s));
