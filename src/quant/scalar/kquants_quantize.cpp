@@ -71,7 +71,7 @@ AffineFit fit_affine(const float* x, const float* weight, int n, int q_max, floa
   float best_inverse = 0.0f;
   for (int first = 0; first <= n_steps; first += kBatch) {
     const int n_batch = std::min(kBatch, n_steps + 1 - first);
-    float inverse[kBatch];
+    float inverse[kBatch] = {};  // set for c < n_batch below; g++ 14 cannot see that
     double sum_wq[kBatch] = {}, sum_wqq[kBatch] = {}, sum_wqx[kBatch] = {};
     for (int c = 0; c < n_batch; ++c)
       inverse[c] = (float(q_max) + first_shift + shift_step * float(first + c)) / (hi - lo);
