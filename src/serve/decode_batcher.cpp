@@ -115,6 +115,7 @@ void DecodeBatcher::run_step(std::unique_lock<std::mutex>& lock) {
     // union within each group.
     stats_.layer_steps += group->counter.layers;
     stats_.expert_union += group->counter.experts;
+    stats_.group_windows += group->counter.layers > 0 ? 1 : 0;
   }
   uint64_t decode_rows = 0;
   for (size_t i = 0; i < step_sessions_.size(); ++i) {

@@ -67,6 +67,9 @@ struct BatchStats {
   // Prefill windows that rode in the steps, and their rows (prompt tokens; not in `rows`).
   uint64_t prefill_windows = 0;
   uint64_t prefill_rows = 0;
+  // Windows run by steps cut into groups (--batch-groups; 0 with one group): a step of g groups
+  // counts g here and 1 in `steps`.
+  uint64_t group_windows = 0;
 };
 
 struct BatchGroups {

@@ -200,6 +200,9 @@ std::string ServeMetrics::render(const LiveGauges& live, const ExpertStoreStats*
   header(out, "strata_batch_prefill_rows_total", "counter",
          "Prompt tokens processed inside batched windows");
   out += fmt::format("strata_batch_prefill_rows_total {}\n", live.batch.prefill_rows);
+  header(out, "strata_batch_group_windows_total", "counter",
+         "Windows of the batched steps cut into groups (--batch-groups), run side by side");
+  out += fmt::format("strata_batch_group_windows_total {}\n", live.batch.group_windows);
   header(out, "strata_batch_max_rows", "gauge", "The largest batched decode window so far");
   out += fmt::format("strata_batch_max_rows {}\n", live.batch.max_rows);
   render_memory(out, live.heap_trims);
