@@ -18,6 +18,7 @@ if [ ! -x "$root/usr/bin/apt-get" ]; then
 fi
 mountpoint -q "$root/proc" || mount --bind /proc "$root/proc"
 mountpoint -q "$root/dev" || mount --bind /dev "$root/dev"
+mountpoint -q "$root/dev/pts" || mount --bind /dev/pts "$root/dev/pts"  # tmux (ChatRepl test)
 chroot "$root" bash -c 'apt-get update -q && apt-get install -y -q --no-install-recommends \
   g++ g++-13 cmake ninja-build pkg-config git ca-certificates libfmt-dev nlohmann-json3-dev libcli11-dev \
   libcpp-httplib-dev liburing-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev \
