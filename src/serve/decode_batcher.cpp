@@ -81,6 +81,7 @@ void DecodeBatcher::run_step(std::unique_lock<std::mutex>& lock) {
   member_rows_ = 0;
   const uint64_t step = completed_;
   std::exception_ptr error;
+  size_t group_windows = 0;  // windows of this step if it was cut into groups
   lock.unlock();
   try {
     step_spans_.clear();
@@ -94,7 +95,7 @@ void DecodeBatcher::run_step(std::unique_lock<std::mutex>& lock) {
     for (const std::unique_ptr<Group>& group : groups_)
       group->counter.layers = group->counter.experts = 0;
     if (groups_.size() > 1 && step_sessions_.size() > 1) {
-      run_groups();
+      group_windows = run_groups();
     } else {
       counter_.inner = &step_sessions_.front()->expert_source();
       Session::feed_together(step_sessions_, step_spans_, window_, &counter_);
@@ -115,8 +116,8 @@ void DecodeBatcher::run_step(std::unique_lock<std::mutex>& lock) {
     // union within each group.
     stats_.layer_steps += group->counter.layers;
     stats_.expert_union += group->counter.experts;
-    stats_.group_windows += group->counter.layers > 0 ? 1 : 0;
   }
+  stats_.group_windows += group_windows;
   uint64_t decode_rows = 0;
   for (size_t i = 0; i < step_sessions_.size(); ++i) {
     if (step_decoding_[i]) {
@@ -133,7 +134,7 @@ void DecodeBatcher::run_step(std::unique_lock<std::mutex>& lock) {
   changed_.notify_all();
 }
 
-void DecodeBatcher::run_groups() {
+size_t DecodeBatcher::run_groups() {
   Session::check_together(step_sessions_, step_spans_);
   // Consecutive sequences, about total / n rows a group, at least one sequence each.
   const size_t n = std::min(groups_.size(), step_sessions_.size());
@@ -163,12 +164,13 @@ void DecodeBatcher::run_groups() {
         for (int64_t g = begin; g < end; ++g) {
           Group& group = *groups_[size_t(g)];
           group.counter.inner = group.experts.get();
-      group.counter.observer = &group.sessions.front()->expert_source();
-      group.counter.observer_mutex = &observer_mutex_;
+          group.counter.observer = &group.sessions.front()->expert_source();
+          group.counter.observer_mutex = &observer_mutex_;
           Session::feed_together(group.sessions, group.spans, group.window, &group.counter,
                                  group.pool.get());
         }
       });
+  return n;
 }
 
 BatchStats DecodeBatcher::stats() const {

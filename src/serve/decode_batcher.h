@@ -188,8 +188,9 @@ class DecodeBatcher {
     std::vector<Session*> sessions;
     std::vector<std::span<const int32_t>> spans;
   };
-  // Runs step_sessions_ as groups (REQUIRES: at least two groups and two sequences, engine_ held).
-  void run_groups();
+  // Runs step_sessions_ as groups (REQUIRES: at least two groups and two sequences, engine_ held);
+  // returns how many groups ran.
+  size_t run_groups();
 
   BatchWindow window_;  // only the thread running a step, under engine_
   UnionCounter counter_;

@@ -83,8 +83,6 @@ Generator::Generator(const ServedModel& served, compute::ThreadPool& pool, Serve
         "--parallel {} needs the cpu backend (batched windows run the sequences' states as host "
         "structs), found --backend {}; use --backend cpu or --parallel 1",
         parallel, served.backend);
-  if (batch_groups < 1 || batch_groups > 256)
-    fail("--batch-groups: expected 1 to 256 groups, found {}", batch_groups);
   if (batch_groups > 1 && parallel == 1)
     fail(
         "--batch-groups {} cuts the batched steps of --parallel slots; with --parallel 1 there are "
