@@ -188,10 +188,10 @@ class Model {
   // The default expert source: views straight into the file mapping. Its publish/wait pair keeps
   // the published layer's views, so one window at a time uses it.
   ExpertSource& mapped_experts() const { return *mapped_experts_; }
-  // What the compute backends of this model's sequences share (a GPU's copy of the weights); lives
   // Another source of the same views, for a window that runs beside the one using
   // mapped_experts() (strata serve --batch-groups). Lives no longer than the model.
   std::unique_ptr<ExpertSource> new_mapped_experts() const;
+  // What the compute backends of this model's sequences share (a GPU's copy of the weights); lives
   // as long as the model. compute::make_backend(name, model.backend_shared()).
   compute::BackendShared& backend_shared() const { return *backend_shared_; }
   // The shapes of each trunk layer's routed experts, for a GPU expert tier
