@@ -1,4 +1,5 @@
-// CUDA attention core (compute/cuda/attention.h) against the CPU's per-(row, head) loop, which
+// CUDA attention core (compute/cuda/attention.h), both forms (one block per (row, head), and the
+// split form at 1..32 splits per row), against the CPU's per-(row, head) loop, which
 // the reference below transcribes from layers/attention.cpp (scores, compute::softmax, weighted
 // values, σ gate); with the seam issue the test calls the CPU op itself.
 // Bound per output: the scores are bitwise equal; the softmax weights differ by at most ε_w
@@ -7,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -31,8 +33,11 @@ TEST(CudaAttention, MatchesCpuDenseAndSelected) {
   std::mt19937 rng(21);
   Stream stream;
   for (const auto& [n_head, n_kv, hd, gated] : {std::tuple{8, 2, 256, true}, std::tuple{4, 4, 64, false}, std::tuple{6, 3, 72, true}}) {
-    for (const bool selected : {false, true}) {
-      const int64_t first_pos = 37, n_rows = 5, kv_dim = int64_t(n_kv) * hd, n_cache = first_pos + n_rows;
+    for (const auto& [first_pos, selected] : {std::pair<int64_t, bool>{37, false}, {37, true}, {126, false}, {700, true},
+                                                {4200, false}, {5000, true}}) {
+      // 37: one split per row; 126: rows of 127..131 tokens cross from one split to two; 700 and
+      // 4200: several splits (6, 32); 5000 with every third token: ~1670 tokens in 14 splits.
+      const int64_t n_rows = 5, kv_dim = int64_t(n_kv) * hd, n_cache = first_pos + n_rows;
       const int64_t q_row = int64_t(n_head) * hd * (gated ? 2 : 1);
       const AttentionShape shape{n_head, n_kv, hd, gated, q_row, kv_dim};
       const auto q = random_floats(size_t(n_rows * q_row), rng, -1.0f, 1.0f);
@@ -47,51 +52,87 @@ TEST(CudaAttention, MatchesCpuDenseAndSelected) {
           if (!selected || i % 3 == 0 || i == pos) lists[size_t(t * max_tokens + counts[size_t(t)]++)] = int32_t(i);
       }
       DeviceBuffer dq = to_device(q), dk = to_device(k), dv = to_device(v), dl = to_device(lists), dc = to_device(counts);
-      DeviceBuffer dout(size_t(n_rows * n_head * hd) * 4), dout1(size_t(n_rows * n_head * hd) * 4);
-      const int32_t* lp = selected ? dl.as<int32_t>() : nullptr;
-      compute::cuda::attention_rows(shape, dq.as<float>(), n_rows, dk.as<float>(), dv.as<float>(), first_pos, lp,
-                                    dc.as<int32_t>(), max_tokens, dout.as<float>(), stream.get());
-      for (int64_t t = 0; t < n_rows; ++t)  // the same rows one at a time
-        compute::cuda::attention_rows(shape, dq.as<float>() + t * q_row, 1, dk.as<float>(), dv.as<float>(), first_pos + t,
-                                      selected ? dl.as<int32_t>() + t * max_tokens : nullptr, dc.as<int32_t>() + t,
-                                      max_tokens, dout1.as<float>() + t * n_head * hd, stream.get());
-      stream.synchronize();
-      const auto gpu = from_device<float>(dout, size_t(n_rows * n_head * hd));
-      EXPECT_EQ(0, std::memcmp(gpu.data(), from_device<float>(dout1, gpu.size()).data(), gpu.size() * 4))
-          << "a row alone differs from the same row in the window";
-      const float scale = 1.0f / std::sqrt(float(hd));
-      double worst = 0.0;
-      for (int64_t t = 0; t < n_rows; ++t) {
-        const int n_tok = counts[size_t(t)];
-        for (int h = 0; h < n_head; ++h) {
-          const float* qh = q.data() + t * q_row + h * hd * (gated ? 2 : 1);
-          const int kvh = h / (n_head / n_kv);
-          std::vector<float> w(static_cast<size_t>(n_tok));
-          for (int i = 0; i < n_tok; ++i) {
-            const float* kt = k.data() + int64_t(lists[size_t(t * max_tokens + i)]) * kv_dim + kvh * hd;
-            float dot = 0.0f;
-            for (int j = 0; j < hd; ++j) dot += qh[j] * kt[j];
-            w[size_t(i)] = dot * scale;
-          }
-          compute::softmax(w.data(), n_tok);
-          const double eps_w = double(3 + 3 + n_tok / 8 + 3 + n_tok / 256 + 13 + 2) * kU;
-          for (int j = 0; j < hd; ++j) {
-            float acc = 0.0f;
-            double magnitude = 0.0;
+      std::vector<float> rows_form;  // the one-block form's output, for the split form's single-split rows
+      for (const char* form : {"rows", "split"}) {
+        setenv("STRATA_CUDA_ATTENTION", form, 1);  // read at each launch (attention.h)
+        DeviceBuffer dout(size_t(n_rows * n_head * hd) * 4), dout1(size_t(n_rows * n_head * hd) * 4);
+        DeviceBuffer partials(size_t(std::max<int64_t>(1, compute::cuda::attention_partial_floats(shape, n_rows, n_cache))) * 4);
+        const int32_t* lp = selected ? dl.as<int32_t>() : nullptr;
+        compute::cuda::attention_rows(shape, dq.as<float>(), n_rows, dk.as<float>(), dv.as<float>(), first_pos, lp,
+                                      dc.as<int32_t>(), max_tokens, partials.as<float>(), dout.as<float>(), stream.get());
+        for (int64_t t = 0; t < n_rows; ++t)  // the same rows one at a time
+          compute::cuda::attention_rows(shape, dq.as<float>() + t * q_row, 1, dk.as<float>(), dv.as<float>(), first_pos + t,
+                                        selected ? dl.as<int32_t>() + t * max_tokens : nullptr, dc.as<int32_t>() + t,
+                                        max_tokens, partials.as<float>(), dout1.as<float>() + t * n_head * hd,
+                                        stream.get());
+        stream.synchronize();
+        const auto gpu = from_device<float>(dout, size_t(n_rows * n_head * hd));
+        EXPECT_EQ(0, std::memcmp(gpu.data(), from_device<float>(dout1, gpu.size()).data(), gpu.size() * 4))
+            << "a row alone differs from the same row in the window";
+        // The device-position form with a launch bound far above the rows' tokens (more split blocks,
+        // more partials): the same bits (a recorded window serves every n_past up to its bound).
+        {
+          const int64_t bound = n_cache + 3000;
+          const int64_t most = selected ? std::max<int64_t>(max_tokens, bound) : bound;
+          DeviceBuffer wide(size_t(std::max<int64_t>(1, compute::cuda::attention_partial_floats(shape, n_rows, most))) * 4);
+          DeviceBuffer first = to_device(std::vector<int32_t>{int32_t(first_pos)});
+          DeviceBuffer dout2(size_t(n_rows * n_head * hd) * 4);
+          compute::cuda::attention_rows_at(shape, dq.as<float>(), n_rows, dk.as<float>(), dv.as<float>(), first.as<int32_t>(),
+                                           bound, lp, dc.as<int32_t>(), max_tokens, wide.as<float>(), dout2.as<float>(),
+                                           stream.get());
+          stream.synchronize();
+          EXPECT_EQ(0, std::memcmp(gpu.data(), from_device<float>(dout2, gpu.size()).data(), gpu.size() * 4))
+              << "a larger launch bound changed the rows";
+        }
+        const float scale = 1.0f / std::sqrt(float(hd));
+        double worst = 0.0;
+        for (int64_t t = 0; t < n_rows; ++t) {
+          const int n_tok = counts[size_t(t)];
+          for (int h = 0; h < n_head; ++h) {
+            const float* qh = q.data() + t * q_row + h * hd * (gated ? 2 : 1);
+            const int kvh = h / (n_head / n_kv);
+            std::vector<float> w(static_cast<size_t>(n_tok));
             for (int i = 0; i < n_tok; ++i) {
-              const float vi = v[size_t(int64_t(lists[size_t(t * max_tokens + i)]) * kv_dim + kvh * hd + j)];
-              acc += w[size_t(i)] * vi;
-              magnitude += double(w[size_t(i)]) * std::fabs(vi);
+              const float* kt = k.data() + int64_t(lists[size_t(t * max_tokens + i)]) * kv_dim + kvh * hd;
+              float dot = 0.0f;
+              for (int j = 0; j < hd; ++j) dot += qh[j] * kt[j];
+              w[size_t(i)] = dot * scale;
             }
-            if (gated) acc *= compute::sigmoid(qh[hd + j]);
-            const double bound = (eps_w + 2.0 * n_tok * kU) * magnitude + 6.0 * kU * std::fabs(acc) + 1e-30;
-            const float got = gpu[size_t(t * n_head * hd + h * hd + j)];
-            worst = std::max(worst, std::fabs(double(got) - acc) / bound);
-            ASSERT_LE(std::fabs(double(got) - acc), bound) << "row " << t << " head " << h << " dim " << j;
+            compute::softmax(w.data(), n_tok);
+            const double eps_w = double(3 + 3 + n_tok / 8 + 3 + n_tok / 256 + 13 + 2) * kU;
+            for (int j = 0; j < hd; ++j) {
+              float acc = 0.0f;
+              double magnitude = 0.0;
+              for (int i = 0; i < n_tok; ++i) {
+                const float vi = v[size_t(int64_t(lists[size_t(t * max_tokens + i)]) * kv_dim + kvh * hd + j)];
+                acc += w[size_t(i)] * vi;
+                magnitude += double(w[size_t(i)]) * std::fabs(vi);
+              }
+              if (gated) acc *= compute::sigmoid(qh[hd + j]);
+              const double bound = (eps_w + 2.0 * n_tok * kU) * magnitude + 6.0 * kU * std::fabs(acc) + 1e-30;
+              const float got = gpu[size_t(t * n_head * hd + h * hd + j)];
+              worst = std::max(worst, std::fabs(double(got) - acc) / bound);
+              ASSERT_LE(std::fabs(double(got) - acc), bound) << "row " << t << " head " << h << " dim " << j;
+            }
           }
         }
+        std::printf("[ cuda ] attention (%s) hd %d %s, %lld..%lld tokens (%d..%d splits): worst = %.3f of the bound\n",
+                    form, hd, selected ? "selected" : "dense", static_cast<long long>(counts.front()),
+                    static_cast<long long>(counts.back()), compute::cuda::attention_split(counts.front()).count,
+                    compute::cuda::attention_split(counts.back()).count, worst);
+        if (std::strcmp(form, "rows") == 0) {
+          rows_form = gpu;
+          continue;
+        }
+        // Rows of one split compute exactly as the one-block form.
+        for (int64_t t = 0; t < n_rows; ++t) {
+          if (compute::cuda::attention_split(counts[size_t(t)]).count != 1) continue;
+          EXPECT_EQ(0, std::memcmp(gpu.data() + t * n_head * hd, rows_form.data() + t * n_head * hd,
+                                   size_t(n_head * hd) * 4))
+              << "row " << t << " of one split differs from the one-block form";
+        }
       }
-      std::printf("[ cuda ] attention hd %d %s worst = %.3f of the bound\n", hd, selected ? "selected" : "dense", worst);
+      unsetenv("STRATA_CUDA_ATTENTION");
     }
   }
 }
@@ -109,12 +150,27 @@ TEST(CudaAttention, KvAppendAndLimits) {
   EXPECT_EQ(0, std::memcmp(from_device<float>(vc, v.size(), size_t(at * kv_dim) * 4).data(), v.data(), v.size() * 4));
   const AttentionShape shape{4, 3, 64, false, 256, 192};  // 4 heads over 3 KV heads: refused
   EXPECT_THROW(compute::cuda::attention_rows(shape, kc.as<float>(), 1, kc.as<float>(), vc.as<float>(), 0, nullptr, nullptr, 0,
-                                             vc.as<float>(), stream.get()),
+                                             nullptr, vc.as<float>(), stream.get()),
                Error);
   const AttentionShape ok{4, 2, 64, false, 256, 128};
   EXPECT_THROW(compute::cuda::attention_rows(ok, kc.as<float>(), 1, kc.as<float>(), vc.as<float>(),
-                                             compute::cuda::kMaxAttentionTokens, nullptr, nullptr, 0, vc.as<float>(), stream.get()),
+                                             compute::cuda::kMaxAttentionTokens, nullptr, nullptr, 0, nullptr,
+                                             vc.as<float>(), stream.get()),
                Error);
+  // In the split form, rows of several splits need the partials buffer: refused without one.
+  setenv("STRATA_CUDA_ATTENTION", "split", 1);
+  EXPECT_GT(compute::cuda::attention_partial_floats(ok, 1, 501), 0);
+  EXPECT_THROW(compute::cuda::attention_rows(ok, kc.as<float>(), 1, kc.as<float>(), vc.as<float>(), 500, nullptr, nullptr, 0,
+                                             nullptr, vc.as<float>(), stream.get()),
+               Error);
+  unsetenv("STRATA_CUDA_ATTENTION");
+  EXPECT_EQ(compute::cuda::attention_partial_floats(ok, 1, 501), 0);  // the one-block form needs none
+  // The split rule of attention.h.
+  for (const auto& [n, count, tokens] : {std::tuple{1, 1, 1}, {128, 1, 128}, {129, 2, 65}, {700, 6, 117},
+                                         {4096, 32, 128}, {4097, 32, 129}, {49152, 32, 1536}}) {
+    EXPECT_EQ(compute::cuda::attention_split(n).count, count) << n;
+    EXPECT_EQ(compute::cuda::attention_split(n).tokens, tokens) << n;
+  }
 }
 
 }  // namespace

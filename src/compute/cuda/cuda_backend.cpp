@@ -227,8 +227,14 @@ void CudaBackend::attention(const AttentionDims& hp, const AttentionWeights& w, 
   mark("attn.core");
   float* attn = scratch_.floats(n_rows * n_head * hd);
   const AttentionShape shape{n_head, n_head_kv, hd, w.gated, q_row, kv_dim};
-  attention_rows_at(shape, q, n_rows, kv.k.as<float>(), kv.v.as<float>(), first_device, attention_bound(first + n_rows),
-                    token_lists, token_counts, max_tokens, attn, s());
+  const int64_t bound = attention_bound(first + n_rows);
+  // The split form's per-split partials (attention.h): sized by the launch's bound, not by this
+  // window's tokens, so the recorded launch serves every n_past up to the bound.
+  const int64_t partial_floats =
+      attention_partial_floats(shape, n_rows, token_lists ? std::max<int64_t>(max_tokens, bound) : bound);
+  float* partials = partial_floats > 0 ? scratch_.floats(partial_floats) : nullptr;
+  attention_rows_at(shape, q, n_rows, kv.k.as<float>(), kv.v.as<float>(), first_device, bound, token_lists,
+                    token_counts, max_tokens, partials, attn, s());
   mark("attn.out");
   mm(w.o, attn, n_rows, yd);
   cache.n_tokens += n_rows;
