@@ -394,7 +394,8 @@ void run_cpu_bench(const CpuBenchOptions& o) {
       if (!o.llama_bench.empty())
         r.llama.push_back(run_llama_bench(o, path, n, prompt_round ? o.prompt_tokens : 0));
       fmt::print(
-          stderr, "round {}/{}, {} threads: decode {:.2f} tok/s{}{}\n", round + 1, o.repeats, n,
+          stderr, "round {}/{}, {} threads (inline under {:.1f} µs): decode {:.2f} tok/s{}{}\n",
+          round + 1, o.repeats, n, pool.inline_work_ns() * 1e-3,
           o.n_decode / r.decode.back().seconds,
           r.prompt.size() > size_t(round)
               ? fmt::format(", prompt {:.1f} tok/s", o.prompt_tokens / r.prompt.back().seconds)

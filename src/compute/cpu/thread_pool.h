@@ -28,7 +28,7 @@
 //   when work_ns < inline_work_ns(); without an estimate it always hands out. inline_work_ns()
 //   comes from the constructor argument, else the environment (STRATA_INLINE_WORK_NS,
 //   nanoseconds; 0 turns the rule off), else a measurement at construction (see
-//   measured_handout_ns; ~0.1-1 ms, pools of 2+ threads only). Where a task runs never changes
+//   measured_handout_ns; ~0.3-1 ms, pools of 2+ threads only). Where a task runs never changes
 //   its result, so the rule cannot change a bit of what callers compute.
 // - Nested use: parallel_for called from inside a task of this same pool runs fn(0, n_tasks,
 //   current thread_index) inline on that thread, so it cannot deadlock. (A cycle across pools —

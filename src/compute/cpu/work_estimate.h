@@ -9,10 +9,10 @@
 // - f32_loop_work_ns(multiply_adds): the layers' plain f32 loops (attention's scores and value
 //   sums, the DeltaNet conv), at the rate of eight independent multiply-add chains over eight
 //   rows, compiled like the layers (score_tokens's shape).
-// - The rates are measured on the first call of either (every type with kernels, well under a
-//   millisecond in all) and kept for the process, as quant's kernel table is. They only decide
-//   where work runs, never a result bit; a loaded machine measures slower rates, which runs a
-//   little more on the caller.
+// - The rates are measured on the first call of either (every type with kernels, ~1.5 ms in all
+//   on the 2-vCPU build VM) and kept for the process, as quant's kernel table is. They only decide
+//   where work runs, never a result bit. Each rate is the best of 3 passes, so a loaded machine
+//   still measures about its unloaded speed.
 // - Thread safety: any thread.
 #pragma once
 
