@@ -251,6 +251,9 @@ void ThreadPool::parallel_for(int64_t n_tasks, double work_ns, const TaskFn& fn)
   if (n_tasks > 1 && n_threads_ > 1 && work_ns < inline_work_ns_ && tls_running_pool != this) {
     jobs_inline_.fetch_add(1, std::memory_order_relaxed);
     note_caller_activity();
+    // Serialised with other outside callers like a hand-out: the task uses slot 0's scratch,
+    // which a concurrent caller's job would use too (an uncontended lock costs ~20 ns).
+    std::lock_guard caller_lock(caller_mutex_);
     run_inline(n_tasks, fn);
     return;
   }
