@@ -307,6 +307,7 @@ void run(const RunOptions& options) {
                         experts);  // the MTP head's windows are traced too
   fmt::print(stderr, "strata: {} ({}), {} layers, {} experts top-{}, {} threads, backend {}\n", path,
              arch_name(hp.arch), hp.n_layer, hp.n_expert, hp.n_expert_used, pool.size(), backend);
+  if (options.profile) fmt::print(stderr, "strata: thread pool: {}\n", pool.describe_inline_rule());
 
   PhaseTimes prompt_phase_times;
   if (options.profile) active_phase_times() = &prompt_phase_times;
@@ -356,6 +357,7 @@ void run(const RunOptions& options) {
   output.speculative = speculative.has_value();
   output.window_before = store ? store->stats() : ExpertStoreStats{};
   const auto decode_start = std::chrono::steady_clock::now();
+  const uint64_t jobs_before = pool.jobs_run(), inline_before = pool.jobs_inline();
   std::vector<float> last_logits;  // --logits-out: the session holds every row's logits
   if (!options.logits_out.empty()) {
     const std::vector<float>& all = session.logits();
@@ -410,6 +412,12 @@ void run(const RunOptions& options) {
     print_profile(fmt::format("of the prompt ({} tokens, whole)", prompt.size()), prompt_phase_times,
                   prefill_s * 1e3, 1);
     print_profile("per decoded token", phase_times, decode_s * 1e3, std::max(generated - 1, 1));
+    const double steps = std::max(generated - 1, 1);
+    fmt::print(stderr,
+               "strata: profile per decoded token: {:.1f} pool hand-outs, {:.1f} run on the caller "
+               "by the inline rule\n",
+               double(pool.jobs_run() - jobs_before) / steps,
+               double(pool.jobs_inline() - inline_before) / steps);
   }
 }
 

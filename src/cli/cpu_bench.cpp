@@ -64,6 +64,7 @@ struct Sample {
   double seconds = 0;
   PhaseTimes times;
   uint64_t jobs = 0;
+  uint64_t jobs_inline = 0;  // estimated hand-outs the pool's inline rule ran on the caller
 };
 
 // llama-bench's prompt and generation tok/s (avg_ts) at one thread count, one repetition each.
@@ -78,6 +79,8 @@ struct PerThreads {
   std::vector<float> decode_logits;  // the last step's logits (first round)
   std::vector<float> prompt_logits;  // the prompt's last row (first round)
   std::vector<LlamaSample> llama;
+  std::string inline_rule;  // ThreadPool::describe_inline_rule of the first round's pool
+  double inline_work_ns = 0;
 };
 
 int32_t argmax_token(const std::vector<float>& logits) {
@@ -94,7 +97,7 @@ Sample run_decode(const Model& model, compute::ThreadPool& pool, std::span<const
   ids.clear();
   Sample s;
   active_phase_times() = &s.times;
-  const uint64_t jobs_before = pool.jobs_run();
+  const uint64_t jobs_before = pool.jobs_run(), inline_before = pool.jobs_inline();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < n_decode; ++i) {
     token = argmax_token(session.logits());
@@ -103,6 +106,7 @@ Sample run_decode(const Model& model, compute::ThreadPool& pool, std::span<const
   }
   s.seconds = seconds_since(start);
   s.jobs = pool.jobs_run() - jobs_before;
+  s.jobs_inline = pool.jobs_inline() - inline_before;
   active_phase_times() = nullptr;
   logits = session.logits();
   return s;
@@ -113,11 +117,12 @@ Sample run_prompt(const Model& model, compute::ThreadPool& pool, std::span<const
   Session session(model, pool);
   Sample s;
   active_phase_times() = &s.times;
-  const uint64_t jobs_before = pool.jobs_run();
+  const uint64_t jobs_before = pool.jobs_run(), inline_before = pool.jobs_inline();
   const auto start = std::chrono::steady_clock::now();
   session.prefill(prompt, chunk_rows);
   s.seconds = seconds_since(start);
   s.jobs = pool.jobs_run() - jobs_before;
+  s.jobs_inline = pool.jobs_inline() - inline_before;
   active_phase_times() = nullptr;
   logits = session.logits();
   return s;
@@ -154,6 +159,8 @@ void print_parts(const std::string& title, const std::vector<int>& counts,
   });
   row("**total**", [](const Sample& s) { return s.seconds * 1e3; });
   row("pool hand-outs (count)", [](const Sample& s) { return double(s.jobs); });
+  row("run on the caller by the inline rule (count)",
+      [](const Sample& s) { return double(s.jobs_inline); });
 }
 
 std::string shell_quote(const std::string& s) {
@@ -200,7 +207,10 @@ nlohmann::json sample_json(const Sample& s) {
   nlohmann::json parts = nlohmann::json::object();
   for (size_t p = 0; p < size_t(Part::kCount); ++p)
     parts[std::string(part_name(Part(p)))] = s.times.part_ms[p];
-  return {{"seconds", s.seconds}, {"pool_jobs", s.jobs}, {"part_ms", parts}};
+  return {{"seconds", s.seconds},
+          {"pool_jobs", s.jobs},
+          {"pool_jobs_inline", s.jobs_inline},
+          {"part_ms", parts}};
 }
 
 }  // namespace
@@ -330,6 +340,8 @@ void run_cpu_bench(const CpuBenchOptions& o) {
     }
     fmt::print("\ntokens and logits bitwise identical at every thread count: {}\n",
                same ? "yes" : "NO (a bug)");
+    fmt::print("\nthe pools' inline rule (first round; each round's pool measures its own):\n");
+    for (int n : counts) fmt::print("- {} threads: {}\n", n, results[n].inline_rule);
     if (!o.json.empty()) {
       nlohmann::json j;
       j["model"] = path;
@@ -343,6 +355,7 @@ void run_cpu_bench(const CpuBenchOptions& o) {
         j["cache_line_round_trip_ns"][std::to_string(cpu)] = ns;
       for (int n : counts) {
         nlohmann::json t;
+        t["inline_work_ns"] = results[n].inline_work_ns;
         for (const Sample& s : results[n].decode) t["decode"].push_back(sample_json(s));
         for (const Sample& s : results[n].prompt) t["prompt"].push_back(sample_json(s));
         for (const LlamaSample& l : results[n].llama)
@@ -360,6 +373,10 @@ void run_cpu_bench(const CpuBenchOptions& o) {
     for (int n : counts) {
       compute::ThreadPool pool(n);
       PerThreads& r = results[n];
+      if (round == 0) {
+        r.inline_rule = pool.describe_inline_rule();
+        r.inline_work_ns = pool.inline_work_ns();
+      }
       std::vector<int32_t> ids;
       std::vector<float> logits;
       r.decode.push_back(run_decode(*model, pool, context, o.n_decode, o.chunk_rows, ids, logits));
@@ -377,7 +394,8 @@ void run_cpu_bench(const CpuBenchOptions& o) {
       if (!o.llama_bench.empty())
         r.llama.push_back(run_llama_bench(o, path, n, prompt_round ? o.prompt_tokens : 0));
       fmt::print(
-          stderr, "round {}/{}, {} threads: decode {:.2f} tok/s{}{}\n", round + 1, o.repeats, n,
+          stderr, "round {}/{}, {} threads (inline under {:.1f} µs): decode {:.2f} tok/s{}{}\n",
+          round + 1, o.repeats, n, pool.inline_work_ns() * 1e-3,
           o.n_decode / r.decode.back().seconds,
           r.prompt.size() > size_t(round)
               ? fmt::format(", prompt {:.1f} tok/s", o.prompt_tokens / r.prompt.back().seconds)

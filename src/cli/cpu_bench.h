@@ -16,9 +16,12 @@
 // file) and the first table shows its decode and prompt tok/s and strata's ratio beside them.
 // After every round (so a run cut short by a time limit keeps the rounds so far) prints Markdown:
 // tok/s per thread count (median, min–max, speedup over the fewest threads),
-// then ms per decode token and per prompt window by part (medians), and whether the greedy tokens
-// and the logits were bitwise identical at every thread count (they must be: a "no" is a bug).
-// --json keeps every round (rewritten after each).
+// then ms per decode token and per prompt window by part (medians) with the hand-outs and the
+// hand-outs the pool's inline rule ran on the caller (compute/cpu/thread_pool.h), whether the
+// greedy tokens and the logits were bitwise identical at every thread count (they must be: a "no"
+// is a bug), and the first round's inline threshold per thread count (every round's pool measures
+// its own; each round's progress line on stderr names it). --json keeps every round (rewritten
+// after each).
 #pragma once
 
 #include <string>

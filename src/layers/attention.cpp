@@ -8,6 +8,7 @@
 
 #include "compute/cpu/gemm_f32.h"
 #include "compute/cpu/ops.h"
+#include "compute/cpu/work_estimate.h"
 #include "util/error.h"
 #include "util/phase_timer.h"
 
@@ -159,6 +160,25 @@ void score_tokens(const float* q, const float* keys, int64_t stride, int hd,
     for (int j = 0; j < hd; ++j) dot += q[j] * k[j];
     weights[i] = dot * scale;
   }
+}
+
+// The inline rule's estimate (compute/cpu/work_estimate.h) of attention_core's hand-out, 0 on a
+// pool without the rule: per row, every head's scores and value sums over the tokens it attends
+// (a sparse layer: at most its budget and the partial block) and the indexer's block scores, at
+// the rate of the layers' plain f32 loops.
+double attention_work_ns(const compute::ThreadPool& pool, const AttentionWeights& w,
+                         const AttentionDims& dims, const Shape& shape, int64_t first_pos,
+                         int64_t n_rows) {
+  if (pool.inline_work_ns() <= 0) return 0;
+  int64_t multiply_adds = 0;
+  for (int64_t t = 0; t < n_rows; ++t) {
+    const int64_t visible = first_pos + t + 1;
+    const int64_t attended =
+        w.sparse() ? std::min(visible, int64_t(dims.indexer_top_k) + w.compress_ratio) : visible;
+    multiply_adds += int64_t(shape.n_head) * attended * 2 * shape.head_dim;
+    if (w.sparse()) multiply_adds += visible / w.compress_ratio * shape.idx_heads * shape.idx_dim;
+  }
+  return compute::f32_loop_work_ns(multiply_adds);
 }
 
 // Windows of at least this many rows (prefill, as for Gated DeltaNet's chunked form) attend
@@ -316,7 +336,9 @@ void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const Att
   // a task selects its row's tokens itself (the same deterministic set for every head).
   const int64_t heads_per_task = matrix_path ? shape.n_head : 1;
   const int64_t tasks_per_row = shape.n_head / heads_per_task;
-  pool.parallel_for(n_rows * tasks_per_row, [&](int64_t begin, int64_t end, int thread_index) {
+  const int64_t n_tasks = n_rows * tasks_per_row;
+  const double work_ns = attention_work_ns(pool, w, dims, shape, first_pos, n_rows);
+  pool.parallel_for(n_tasks, work_ns, [&](int64_t begin, int64_t end, int thread_index) {
     compute::Workspace& tw = ws.for_thread(thread_index);
     compute::Workspace::Frame task_frame(tw);
     RowScratch scratch = take_row_scratch(tw, capacity_tokens, ratio, heads_per_kv);

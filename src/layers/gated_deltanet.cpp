@@ -6,6 +6,7 @@
 
 #include "compute/cpu/gemm_f32.h"
 #include "compute/cpu/ops.h"
+#include "compute/cpu/work_estimate.h"
 #include "util/error.h"
 #include "util/phase_timer.h"
 
@@ -159,6 +160,21 @@ void GatedDeltaNetState::reset(const DeltaNetDims& dims) {
 
 namespace {
 
+// Estimates for the pool's inline rule (compute/cpu/work_estimate.h), 0 on a pool that has no
+// rule (the rates are then never measured). The delta rule: per row and V head, four passes over
+// its dk x dv state (decay, recall, update, read-out), gemm_f32's vectorised work, costed as the
+// F32 dot's. The conv: per row and channel, its taps and the SiLU, the layers' plain loops.
+double delta_rule_work_ns(const compute::ThreadPool& pool, const DeltaNetDims& dims,
+                          int64_t n_rows) {
+  if (pool.inline_work_ns() <= 0) return 0;
+  return compute::dot_work_ns(GgmlType::F32, n_rows * dims.n_v_heads * 4 * dims.head_v_dim,
+                              dims.head_k_dim);
+}
+double conv_work_ns(const compute::ThreadPool& pool, const DeltaNetDims& dims, int64_t n_rows) {
+  if (pool.inline_work_ns() <= 0) return 0;
+  return compute::f32_loop_work_ns(n_rows * dims.conv_dim() * (dims.conv_kernel + 1));
+}
+
 // Phase 1 for one sequence (sequential in t: the conv history): conv + SiLU, split, normalise,
 // gates, from its rows of the projections into `in` (sized for n_rows by the caller).
 void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const DeltaNetDims& dims,
@@ -200,8 +216,9 @@ void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const De
     }
   };
   // On the pool for decode rows too: 2560 channels x 4 taps were ~20 µs of a decode step on one
-  // thread while the others waited (strata bench cpu, "gdn conv+gates").
-  pool.parallel_for(conv_tasks, convolve);
+  // thread while the others waited (strata bench cpu, "gdn conv+gates"); a conv smaller than a
+  // hand-out runs on the caller (the inline rule).
+  pool.parallel_for(conv_tasks, conv_work_ns(pool, dims, n_rows), convolve);
   // The new history: the last K-1 rows of the concatenation (moved in order, oldest first, so a
   // history row is read before it is overwritten).
   for (int64_t j = 0; j < history_rows && n_rows > 0; ++j)
@@ -306,7 +323,8 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
   // the chunked form, which touches the state once per chunk instead of once per token.
   const bool chunked = n_rows >= kDeltaRuleChunkedMinRows;
   ScopedPart delta_rule_part(Part::GdnDeltaRule);
-  pool.parallel_for(nv, [&](int64_t begin, int64_t end, int) {
+  const double delta_rule_ns = delta_rule_work_ns(pool, dims, n_rows);
+  pool.parallel_for(nv, delta_rule_ns, [&](int64_t begin, int64_t end, int) {
     for (int64_t h = begin; h < end; ++h) {
       const int kh = dims.v_heads_tiled ? int(h) % nk : int(h) / v_per_k;
       float* head_state = state.ssm.data() + size_t(h) * dk * dv;
@@ -414,7 +432,9 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
       }
     });
     part.emplace(Part::GdnDeltaRule);
-    pool.parallel_for(int64_t(segments.size()) * nv, [&](int64_t begin, int64_t end, int) {
+    const int64_t n_tasks = int64_t(segments.size()) * nv;
+    const double delta_rule_ns = delta_rule_work_ns(pool, dims, n_rows);
+    pool.parallel_for(n_tasks, delta_rule_ns, [&](int64_t begin, int64_t end, int) {
       for (int64_t task = begin; task < end; ++task) {
         const size_t s = size_t(task / nv);
         const int h = int(task % nv);
@@ -485,7 +505,8 @@ void gated_deltanet_rollback(compute::ThreadPool& pool, const DeltaNetDims& dims
   // Recurrent state: the snapshot, then the kept rows' updates again.
   state.ssm.swap(log.ssm_before);
   if (keep_rows == 0) return;
-  pool.parallel_for(nv, [&](int64_t begin, int64_t end, int) {
+  const double replay_ns = delta_rule_work_ns(pool, dims, keep_rows);
+  pool.parallel_for(nv, replay_ns, [&](int64_t begin, int64_t end, int) {
     for (int64_t h = begin; h < end; ++h) {
       const int kh = dims.v_heads_tiled ? int(h) % nk : int(h) / v_per_k;
       delta_rule_recurrent(log.inputs, keep_rows, dims, int(h), kh,

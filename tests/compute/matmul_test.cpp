@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "compute/cpu/work_estimate.h"
 #include "quant/quant.h"
 #include "util/error.h"
 #include "util/fp16.h"
@@ -137,7 +138,8 @@ TEST(Matmul, MatchesDoublePrecisionReferenceForEveryKernelType) {
 }
 
 // Window identity: y[t, o] is bitwise quant::dot of that row alone, for every window size, offset
-// of the row in the window, and thread count.
+// of the row in the window, and thread count, with the pool's inline rule off (every product
+// split over the threads) and always on (every product on the caller, in the threads' tiling).
 TEST(Matmul, WindowIdentityIsBitwiseForEverySizeAndThreadCount) {
   std::mt19937 rng(7);
   const int64_t n_in = 1024;
@@ -149,8 +151,9 @@ TEST(Matmul, WindowIdentityIsBitwiseForEverySizeAndThreadCount) {
         random_weights(type, n_in, n_out, row_bytes(type, n_in), rng);
     const WeightMatrix w = WeightMatrix::dense(type, n_in, n_out, data.data());
     const std::vector<float> expected = expected_by_direct_dots(w, x.data(), max_rows);
-    for (int n_threads : {1, 2, 3}) {
-      ThreadPool pool(n_threads);
+    for (int n_threads : {1, 2, 3})
+    for (double inline_work_ns : {ThreadPool::kInlineNever, ThreadPool::kInlineAlways}) {
+      ThreadPool pool(n_threads, ThreadPool::kDefaultWorkerSpinMicros, inline_work_ns);
       for (int64_t n_rows : {1, 2, 3, 5, 8, 17}) {
         for (int64_t first_row : {int64_t(0), max_rows - n_rows, (max_rows - n_rows) / 2}) {
           std::vector<float> y(static_cast<size_t>(n_rows * n_out));
@@ -160,14 +163,80 @@ TEST(Matmul, WindowIdentityIsBitwiseForEverySizeAndThreadCount) {
               const float got = y[size_t(t * n_out + o)];
               const float want = expected[size_t((first_row + t) * n_out + o)];
               ASSERT_EQ(f32_to_bits(got), f32_to_bits(want))
-                  << type_name(type) << " threads " << n_threads << " n_rows " << n_rows << " row "
-                  << first_row + t << " o " << o;
+                  << type_name(type) << " threads " << n_threads << " inline_work_ns "
+                  << inline_work_ns << " n_rows " << n_rows << " row " << first_row + t << " o "
+                  << o;
             }
           }
         }
       }
     }
   }
+}
+
+// The inline rule engages on matmul: with the threshold between a small product's estimate and a
+// large one's, the small one (alone, in matmul_many, in matmul_rows_each) runs with no hand-out to
+// the workers, the large one is still split, and both give the bits of a one-thread pool.
+TEST(Matmul, InlineRuleRunsSmallProductsOnTheCallerAndSplitsLargeOnes) {
+  std::mt19937 rng(11);
+  const GgmlType type = GgmlType::Q8_0;
+  const int64_t n_in = 256, small_out = 256, large_out = 8192;  // 3 and 69 tiles on 2 threads
+  const std::vector<std::byte> small_data =
+      random_weights(type, n_in, small_out, row_bytes(type, n_in), rng);
+  const std::vector<std::byte> large_data =
+      random_weights(type, n_in, large_out, row_bytes(type, n_in), rng);
+  const WeightMatrix small = WeightMatrix::dense(type, n_in, small_out, small_data.data());
+  const WeightMatrix large = WeightMatrix::dense(type, n_in, large_out, large_data.data());
+  const std::vector<float> x = random_inputs(n_in, rng);
+  const double small_ns = dot_work_ns(type, small_out, n_in);
+  const double large_ns = dot_work_ns(type, large_out, n_in);
+  ASSERT_GT(small_ns, 0);
+  ASSERT_NEAR(large_ns / small_ns, 32.0, 1e-9);  // linear in the outputs
+  ThreadPool one(1);
+  std::vector<float> small_ref(static_cast<size_t>(small_out));
+  std::vector<float> large_ref(static_cast<size_t>(large_out));
+  matvec(one, small, x.data(), small_ref.data());
+  matvec(one, large, x.data(), large_ref.data());
+
+  ThreadPool pool(2, ThreadPool::kDefaultWorkerSpinMicros, std::sqrt(small_ns * large_ns));
+  std::vector<float> y_small(static_cast<size_t>(small_out));
+  std::vector<float> y_large(static_cast<size_t>(large_out));
+  matvec(pool, small, x.data(), y_small.data());
+  EXPECT_EQ(pool.jobs_run(), 0u) << "the small product was handed out";
+  EXPECT_EQ(pool.jobs_inline(), 1u);
+  matvec(pool, large, x.data(), y_large.data());
+  EXPECT_EQ(pool.jobs_run(), 1u) << "the large product ran on the caller";
+  // Two small products together (matmul_many: the estimates add up, 2x small stays below).
+  std::vector<float> y_small2(static_cast<size_t>(small_out));
+  const MatmulProduct two_small[] = {{&small, y_small2.data()}, {&small, y_small.data()}};
+  matmul_many(pool, two_small, x.data(), 1);
+  EXPECT_EQ(pool.jobs_run(), 1u);
+  // Converted rows, one product each (the routed experts' path).
+  std::vector<std::byte> converted(activation_row_stride(type, n_in));
+  const ActivationRows rows =
+      quantize_activation_rows(pool, type, x.data(), 1, n_in, converted.data());
+  std::vector<float> y_rows(static_cast<size_t>(small_out));
+  const RowsProduct each[] = {{&small, y_rows.data(), rows}};
+  matmul_rows_each(pool, each);
+  EXPECT_EQ(pool.jobs_run(), 1u);
+  EXPECT_EQ(pool.jobs_inline(), 3u);
+  for (const std::vector<float>* y : {&y_small, &y_small2, &y_rows})
+    for (int64_t o = 0; o < small_out; ++o)
+      ASSERT_EQ(f32_to_bits((*y)[size_t(o)]), f32_to_bits(small_ref[size_t(o)])) << "o " << o;
+  for (int64_t o = 0; o < large_out; ++o)
+    ASSERT_EQ(f32_to_bits(y_large[size_t(o)]), f32_to_bits(large_ref[size_t(o)])) << "o " << o;
+}
+
+// Every type with kernels has a measured rate, and an estimate grows with the work.
+TEST(Matmul, WorkEstimatesArePositiveForEveryKernelType) {
+  for (GgmlType type : types_with_kernels()) {
+    const double one_row = dot_work_ns(type, 1, 1024);
+    EXPECT_GT(one_row, 0) << type_name(type);
+    EXPECT_TRUE(std::isfinite(one_row)) << type_name(type);
+    EXPECT_DOUBLE_EQ(dot_work_ns(type, 8, 1024), 8 * one_row) << type_name(type);
+  }
+  EXPECT_GT(f32_loop_work_ns(1000), 0);
+  EXPECT_TRUE(std::isinf(dot_work_ns(GgmlType::I32, 1, 1024))) << "no kernels: never small";
 }
 
 // A window larger than one activation row tile (256 KiB of activations) must still give each row

@@ -4,8 +4,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -309,6 +312,132 @@ TEST(ThreadPool, RejectsZeroThreads) {
   EXPECT_THROW(ThreadPool(0), Error);
   EXPECT_THROW(ThreadPool(-1), Error);
   EXPECT_THROW(ThreadPool(2, -1), Error);
+  EXPECT_THROW(ThreadPool(2, 0, -5.0), Error);  // neither >= 0 nor kMeasureInlineWork
+}
+
+// The inline rule: an estimated hand-out under inline_work_ns runs every task on the caller as
+// thread 0 and wakes no worker; at or above it, or without an estimate, it is handed out.
+TEST(ThreadPool, InlineRuleRunsSmallHandOutsOnTheCaller) {
+  for (int spin_us : kSpinSettings) {
+    ThreadPool pool(3, spin_us, 10'000);
+    EXPECT_EQ(pool.inline_work_ns(), 10'000);
+    EXPECT_EQ(pool.inline_work_origin(), ThreadPool::InlineWorkOrigin::kConstructor);
+    const std::thread::id caller = std::this_thread::get_id();
+    std::atomic<bool> off_caller{false};
+    std::vector<std::atomic<int>> hits(64);
+    const auto task = [&](int64_t begin, int64_t end, int thread_index) {
+      if (std::this_thread::get_id() != caller || thread_index != 0 ||
+          pool.current_thread_index() != 0)
+        off_caller = true;
+      for (int64_t i = begin; i < end; ++i) hits[size_t(i)].fetch_add(1);
+    };
+    const uint64_t jobs = pool.jobs_run(), inline_jobs = pool.jobs_inline();
+    pool.parallel_for(64, 9'999.0, task);
+    EXPECT_FALSE(off_caller);
+    EXPECT_EQ(pool.jobs_run(), jobs) << "no hand-out to the workers";
+    EXPECT_EQ(pool.jobs_inline(), inline_jobs + 1);
+    for (auto& hit : hits) ASSERT_EQ(hit.exchange(0), 1);
+
+    // At the threshold: handed out, and (the tasks wait for each other) every thread takes part.
+    std::vector<std::atomic<int>> arrived(3);
+    std::atomic<int> n_arrived{0};
+    std::atomic<bool> timed_out{false};
+    pool.parallel_for(64, 10'000.0, [&](int64_t begin, int64_t end, int thread_index) {
+      if (arrived[size_t(thread_index)].fetch_add(1) == 0) {
+        n_arrived.fetch_add(1);
+        if (!wait_until([&] { return n_arrived.load() == 3; })) timed_out = true;
+      }
+      for (int64_t i = begin; i < end; ++i) hits[size_t(i)].fetch_add(1);
+    });
+    EXPECT_FALSE(timed_out);
+    EXPECT_EQ(pool.jobs_run(), jobs + 1);
+    EXPECT_EQ(pool.jobs_inline(), inline_jobs + 1);
+    for (auto& hit : hits) ASSERT_EQ(hit.exchange(0), 1);
+    pool.parallel_for(64, [&](int64_t begin, int64_t end, int) {
+      for (int64_t i = begin; i < end; ++i) hits[size_t(i)].fetch_add(1);
+    });
+    EXPECT_EQ(pool.jobs_run(), jobs + 2) << "no estimate: handed out";
+    for (auto& hit : hits) ASSERT_EQ(hit.exchange(0), 1);
+  }
+}
+
+TEST(ThreadPool, InlineRuleOffAndAlways) {
+  ThreadPool never(2, ThreadPool::kDefaultWorkerSpinMicros, ThreadPool::kInlineNever);
+  never.parallel_for(8, 0.0, [](int64_t, int64_t, int) {});
+  EXPECT_EQ(never.jobs_run(), 1u);
+  EXPECT_EQ(never.jobs_inline(), 0u);
+  ThreadPool always(2, ThreadPool::kDefaultWorkerSpinMicros, ThreadPool::kInlineAlways);
+  always.parallel_for(8, 1e12, [](int64_t, int64_t, int) {});
+  EXPECT_EQ(always.jobs_run(), 0u);
+  EXPECT_EQ(always.jobs_inline(), 1u);
+  // A one-thread pool has nothing to hand out: no rule, nothing counted.
+  ThreadPool one(1, ThreadPool::kDefaultWorkerSpinMicros, 5'000);
+  EXPECT_EQ(one.inline_work_ns(), 0);
+  EXPECT_EQ(one.inline_work_origin(), ThreadPool::InlineWorkOrigin::kOneThread);
+  int calls = 0;
+  one.parallel_for(8, 1.0, [&](int64_t begin, int64_t end, int) { calls += int(end - begin); });
+  EXPECT_EQ(calls, 8);
+  EXPECT_EQ(one.jobs_run() + one.jobs_inline(), 0u);
+}
+
+// Nested calls inside a task the rule ran inline stay inline on that thread; an exception from
+// an inline run reaches the caller and leaves the pool usable.
+TEST(ThreadPool, InlineRuleNestsAndRethrows) {
+  ThreadPool pool(3, ThreadPool::kDefaultWorkerSpinMicros, ThreadPool::kInlineAlways);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> wrong{false};
+  std::atomic<int> inner{0};
+  pool.parallel_for(4, 1.0, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i)
+      pool.parallel_for(5, [&](int64_t b, int64_t e, int index) {
+        if (std::this_thread::get_id() != caller || index != 0) wrong = true;
+        inner += int(e - b);
+      });
+  });
+  EXPECT_FALSE(wrong);
+  EXPECT_EQ(inner.load(), 20);
+  EXPECT_EQ(pool.jobs_run(), 0u);
+  EXPECT_THROW(pool.parallel_for(4, 1.0, [](int64_t, int64_t, int) { throw Error("stop"); }),
+               Error);
+  std::atomic<int> after{0};
+  pool.parallel_for(100, [&](int64_t begin, int64_t end, int) { after += int(end - begin); });
+  EXPECT_EQ(after.load(), 100);
+}
+
+// Without an argument the threshold comes from STRATA_INLINE_WORK_NS, else from the measured
+// cost of a hand-out (>= 0, the threshold that cost times n/(n-1)); a bad value is an error that
+// names the variable.
+TEST(ThreadPool, InlineWorkFromTheEnvironmentOrMeasured) {
+  ASSERT_EQ(unsetenv("STRATA_INLINE_WORK_NS"), 0);
+  {
+    ThreadPool measured(2);
+    EXPECT_EQ(measured.inline_work_origin(), ThreadPool::InlineWorkOrigin::kMeasured);
+    EXPECT_GE(measured.measured_handout_ns(), 0);
+    EXPECT_TRUE(std::isfinite(measured.measured_handout_ns()));
+    EXPECT_DOUBLE_EQ(measured.inline_work_ns(), measured.measured_handout_ns() * 2);
+    EXPECT_EQ(measured.jobs_run(), 0u) << "the measurement's hand-outs are not counted";
+    EXPECT_NE(measured.describe_inline_rule().find("measured"), std::string::npos);
+    ThreadPool three(3);
+    EXPECT_DOUBLE_EQ(three.inline_work_ns(), three.measured_handout_ns() * 3 / 2);
+  }
+  ASSERT_EQ(setenv("STRATA_INLINE_WORK_NS", "1234.5", 1), 0);
+  {
+    ThreadPool from_environment(2);
+    EXPECT_EQ(from_environment.inline_work_ns(), 1234.5);
+    EXPECT_EQ(from_environment.inline_work_origin(), ThreadPool::InlineWorkOrigin::kEnvironment);
+    ThreadPool given(2, ThreadPool::kDefaultWorkerSpinMicros, 7.0);  // the argument wins
+    EXPECT_EQ(given.inline_work_ns(), 7.0);
+  }
+  for (const char* bad : {"abc", "-5", "12us", "", "nan", "inf"}) {
+    ASSERT_EQ(setenv("STRATA_INLINE_WORK_NS", bad, 1), 0);
+    try {
+      ThreadPool pool(2);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("STRATA_INLINE_WORK_NS"), std::string::npos) << e.what();
+    }
+  }
+  ASSERT_EQ(unsetenv("STRATA_INLINE_WORK_NS"), 0);
 }
 
 TEST(ScratchBuffer, GrowsAlignedAndIsReusedWhenLargeEnough) {

@@ -85,7 +85,9 @@ TEST_P(ForwardInvariance, WindowSizeAndThreadsDoNotChangeBits) {
   const SynthFile file(GetParam());
   const auto model = Model::load(file.path);
   const std::vector<int32_t> tokens = prompt_tokens(30, int(model->hparams().n_vocab));
-  compute::ThreadPool one(1), two(2);
+  // The inline rule off: every hand-out of the tiny model really splits over the two threads.
+  compute::ThreadPool one(1), two(2, compute::ThreadPool::kDefaultWorkerSpinMicros,
+                                   compute::ThreadPool::kInlineNever);
   const std::vector<float> reference = all_logits(*model, one, tokens, {1});
   ASSERT_EQ(reference.size(), tokens.size() * size_t(model->hparams().n_vocab));
   for (float v : reference) ASSERT_TRUE(std::isfinite(v));
@@ -101,7 +103,8 @@ TEST(ForwardInvariance, MatrixAttentionIsBitwiseTheOneRowPath) {
   const SynthFile file("tiny-qwen3moe");
   const auto model = Model::load(file.path);
   const std::vector<int32_t> tokens = prompt_tokens(75, int(model->hparams().n_vocab));
-  compute::ThreadPool one(1), two(2);
+  compute::ThreadPool one(1), two(2, compute::ThreadPool::kDefaultWorkerSpinMicros,
+                                   compute::ThreadPool::kInlineNever);
   const std::vector<float> reference = all_logits(*model, one, tokens, {1});
   EXPECT_EQ(all_logits(*model, two, tokens, {40, 35}), reference) << "windows of 40 and 35";
   EXPECT_EQ(all_logits(*model, one, tokens, {3, 33, 39}), reference) << "3, then 33 and 39";
@@ -263,7 +266,9 @@ TEST(ForwardInvariance, QuantizedModelsKeepWindowIdentity) {
 // every expert's gate and up and one for the downs, attention split over (row, head), the gated
 // norm inside each DeltaNet head's task. Every thread count must give the one-thread bits, for
 // decode rows, short windows and long ones (side-by-side experts, matrix attention, chunked
-// DeltaNet, compared against one thread in the same windows).
+// DeltaNet, compared against one thread in the same windows). The pools' inline rule is off here
+// (the tiny models' hand-outs would otherwise mostly run on the caller); InlineRuleDoesNotChangeBits
+// covers it.
 TEST_P(ForwardInvariance, QuantizedDecodeIsBitwiseAtEveryThreadCount) {
   const SynthFile file(GetParam(), GgmlType::Q8_0, GgmlType::Q8_0);
   const auto model = Model::load(file.path);
@@ -272,12 +277,51 @@ TEST_P(ForwardInvariance, QuantizedDecodeIsBitwiseAtEveryThreadCount) {
   const std::vector<float> rows = all_logits(*model, one, tokens, {1});
   const std::vector<float> long_windows = all_logits(*model, one, tokens, {36, 4});
   for (int threads : {2, 3, 4, 7}) {
-    compute::ThreadPool pool(threads);
+    compute::ThreadPool pool(threads, compute::ThreadPool::kDefaultWorkerSpinMicros,
+                             compute::ThreadPool::kInlineNever);
     EXPECT_EQ(all_logits(*model, pool, tokens, {1}), rows) << threads << " threads, decode rows";
     EXPECT_EQ(all_logits(*model, pool, tokens, {3, 1, 2, 5}), rows)
         << threads << " threads, short windows";
     EXPECT_EQ(all_logits(*model, pool, tokens, {36, 4}), long_windows)
         << threads << " threads, a 36-row window";
+  }
+}
+
+// The pool's inline rule (compute/cpu/thread_pool.h) only moves work to the caller: off, always
+// on and measured, the logits are the one-thread bits in decode rows, short and long windows. With
+// it always on a decode row hands nothing out to the workers (every hand-out of a decode row
+// carries a work estimate), and with it off the same rows do hand out.
+TEST_P(ForwardInvariance, InlineRuleDoesNotChangeBits) {
+  const SynthFile file(GetParam(), GgmlType::Q8_0, GgmlType::Q8_0);
+  const auto model = Model::load(file.path);
+  const std::vector<int32_t> tokens = prompt_tokens(40, int(model->hparams().n_vocab));
+  compute::ThreadPool one(1);
+  const std::vector<float> rows = all_logits(*model, one, tokens, {1});
+  const std::vector<float> long_windows = all_logits(*model, one, tokens, {36, 4});
+  for (double inline_work_ns : {compute::ThreadPool::kInlineNever,
+                                compute::ThreadPool::kInlineAlways,
+                                compute::ThreadPool::kMeasureInlineWork}) {
+    compute::ThreadPool pool(3, compute::ThreadPool::kDefaultWorkerSpinMicros, inline_work_ns);
+    EXPECT_EQ(all_logits(*model, pool, tokens, {1}), rows) << "decode rows, " << inline_work_ns;
+    EXPECT_EQ(all_logits(*model, pool, tokens, {3, 1, 2, 5}), rows)
+        << "short windows, " << inline_work_ns;
+    EXPECT_EQ(all_logits(*model, pool, tokens, {36, 4}), long_windows)
+        << "a 36-row window, " << inline_work_ns;
+  }
+  for (double inline_work_ns :
+       {compute::ThreadPool::kInlineNever, compute::ThreadPool::kInlineAlways}) {
+    compute::ThreadPool pool(2, compute::ThreadPool::kDefaultWorkerSpinMicros, inline_work_ns);
+    Session session(*model, pool);
+    session.prefill(std::span(tokens).first(8), 8);
+    const uint64_t jobs = pool.jobs_run(), inline_jobs = pool.jobs_inline();
+    for (size_t i = 8; i < 12; ++i) session.decode(tokens[i]);
+    if (inline_work_ns == compute::ThreadPool::kInlineAlways) {
+      EXPECT_EQ(pool.jobs_run(), jobs) << "a decode row handed work to the workers";
+      EXPECT_GT(pool.jobs_inline(), inline_jobs);
+    } else {
+      EXPECT_GT(pool.jobs_run(), jobs);
+      EXPECT_EQ(pool.jobs_inline(), inline_jobs);
+    }
   }
 }
 

@@ -14,7 +14,9 @@
 //   activation block once for a tile of weight rows, and promise exactly those bits.)
 // - Memory traffic: outputs are processed in tiles against all n_rows rows (a tile of weight rows
 //   stays in cache while every activation row passes over it), so each weight byte is read from
-//   DRAM once per call, not once per row. Work is split over outputs between the pool's threads.
+//   DRAM once per call, not once per row. Work is split over outputs between the pool's threads,
+//   unless the call's estimated time (compute/cpu/work_estimate.h) is under the pool's
+//   inline_work_ns(): then it runs on the calling thread (thread_pool.h, the inline rule).
 // - Several matrices over the same rows (matmul_many) or rows converted once and gathered
 //   (matmul_rows, the routed experts) share one conversion: same bits as one matmul each.
 // - Scratch: activations are quantized once per call into a ScratchBuffer that only grows, so

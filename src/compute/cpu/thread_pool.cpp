@@ -1,8 +1,13 @@
 #include "compute/cpu/thread_pool.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <new>
+#include <optional>
 #include <utility>
 
 #include "util/error.h"
@@ -41,11 +46,17 @@ constexpr size_t kScratchAlignment = 64;
 // shorter; past this the caller sleeps on done_cv_).
 constexpr int kCallerSpinMicros = 100;
 
-// Polls `done` with a CPU pause between polls for at most `micros` microseconds; true if it held.
-template <typename Done>
-bool spin_until(Done done, int micros) {
-  if (micros <= 0) return done();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(micros);
+using Clock = std::chrono::steady_clock;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+// Polls `done` with a CPU pause between polls until it holds or the time `deadline_ns()` gives
+// (re-read between rounds of polls, so it may move later) has passed; true if it held.
+template <typename Done, typename Deadline>
+bool spin_until(Done done, Deadline deadline_ns) {
   for (;;) {
     for (int i = 0; i < 64; ++i) {
       if (done()) return true;
@@ -53,8 +64,27 @@ bool spin_until(Done done, int micros) {
       __builtin_ia32_pause();  // tells the core we spin: saves power, frees the pipeline
 #endif
     }
-    if (std::chrono::steady_clock::now() >= deadline) return done();
+    if (now_ns() >= deadline_ns()) return done();
   }
+}
+
+constexpr const char* kInlineWorkVariable = "STRATA_INLINE_WORK_NS";
+
+// STRATA_INLINE_WORK_NS when set: nanoseconds >= 0 (a plain number, "1e9" too).
+std::optional<double> inline_work_from_environment() {
+  const char* value = std::getenv(kInlineWorkVariable);
+  if (value == nullptr) return std::nullopt;
+  char* end = nullptr;
+  const double ns = std::strtod(value, &end);
+  if (end == value || *end != '\0' || !std::isfinite(ns) || ns < 0)
+    fail("{}: expected a number of nanoseconds >= 0 (0 turns the inline rule off), found '{}'",
+         kInlineWorkVariable, value);
+  return ns;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 }  // namespace
@@ -76,13 +106,96 @@ std::byte* ScratchBuffer::reserve(size_t bytes) {
   return data_.get();
 }
 
-ThreadPool::ThreadPool(int n_threads, int worker_spin_us)
+ThreadPool::ThreadPool(int n_threads, int worker_spin_us, double inline_work_ns)
     : n_threads_(n_threads), worker_spin_us_(worker_spin_us) {
   if (n_threads < 1) fail("ThreadPool: expected n_threads >= 1, found {}", n_threads);
   if (worker_spin_us < 0) fail("ThreadPool: expected worker_spin_us >= 0, found {}", worker_spin_us);
+  if (!(inline_work_ns >= 0 || inline_work_ns == kMeasureInlineWork))
+    fail("ThreadPool: expected inline_work_ns >= 0 or kMeasureInlineWork, found {}",
+         inline_work_ns);
+  const std::optional<double> from_environment =
+      inline_work_ns == kMeasureInlineWork ? inline_work_from_environment() : std::nullopt;
   scratch_.resize(size_t(n_threads));
   workers_.reserve(size_t(n_threads - 1));
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+  if (n_threads == 1) return;  // nothing is ever handed out
+  if (inline_work_ns != kMeasureInlineWork) {
+    inline_work_ns_ = inline_work_ns;
+    inline_work_origin_ = InlineWorkOrigin::kConstructor;
+  } else if (from_environment) {
+    inline_work_ns_ = *from_environment;
+    inline_work_origin_ = InlineWorkOrigin::kEnvironment;
+  } else {
+    measured_handout_ns_ = measure_handout_ns();
+    inline_work_ns_ = measured_handout_ns_ * n_threads / (n_threads - 1);
+    inline_work_origin_ = InlineWorkOrigin::kMeasured;
+  }
+}
+
+double ThreadPool::measure_handout_ns() {
+  // 4 tasks per thread (parallel_for's chunking), each ~1 µs of a dependent integer chain that
+  // ends in its own cache line, read by the caller after the job as a product's outputs are. Run
+  // back to back the workers stay in their poll, as in a decode step's stream of hand-outs.
+  constexpr int kTasksPerThread = 4, kWarmups = 3, kRounds = 9;
+  const int64_t n_tasks = int64_t(n_threads_) * kTasksPerThread;
+  struct alignas(64) Slot {
+    uint64_t value = 0;
+  };
+  std::vector<Slot> slots(static_cast<size_t>(n_tasks));
+  // Read through a volatile so the compiler cannot fold the chain.
+  volatile int64_t steps_source = 512;
+  const int64_t steps = steps_source;
+  const auto task = [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      uint64_t x = uint64_t(t) + 1;
+      for (int64_t i = 0; i < steps; ++i) x = x * 6364136223846793005u + 1442695040888963407u;
+      slots[size_t(t)].value = x;
+    }
+  };
+  uint64_t sink = 0;
+  const auto timed = [&](bool split) {
+    const auto start = std::chrono::steady_clock::now();
+    if (split) {
+      run_job(task, n_tasks, 1);
+    } else {
+      RunningPoolScope scope(this, 0);
+      task(0, n_tasks, 0);
+    }
+    for (const Slot& slot : slots) sink += slot.value;
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  // Threads that have not started yet would be timed as slow workers.
+  while (workers_started_.load(std::memory_order_acquire) < n_threads_ - 1)
+    std::this_thread::yield();
+  for (int i = 0; i < kWarmups; ++i) timed(true);
+  std::vector<double> split_ns, inline_ns;
+  for (int i = 0; i < kRounds; ++i) split_ns.push_back(timed(true));
+  for (int i = 0; i < kRounds; ++i) inline_ns.push_back(timed(false));
+  volatile uint64_t keep = sink;
+  (void)keep;
+  jobs_run_.store(0, std::memory_order_relaxed);  // the calibration is not the caller's work
+  return std::max(0.0, median_of(split_ns) - median_of(inline_ns) / n_threads_);
+}
+
+std::string ThreadPool::describe_inline_rule() const {
+  switch (inline_work_origin_) {
+    case InlineWorkOrigin::kOneThread:
+      return "1 thread: every hand-out runs on the caller";
+    case InlineWorkOrigin::kConstructor:
+      return fmt::format(
+          "hand-outs under {:.1f} µs of one thread's work run on the caller (set by the caller)",
+          inline_work_ns_ * 1e-3);
+    case InlineWorkOrigin::kEnvironment:
+      return fmt::format("hand-outs under {:.1f} µs of one thread's work run on the caller ({}={})",
+                         inline_work_ns_ * 1e-3, kInlineWorkVariable, inline_work_ns_);
+    case InlineWorkOrigin::kMeasured:
+      break;
+  }
+  return fmt::format(
+      "hand-outs under {:.1f} µs of one thread's work run on the caller (measured: a hand-out "
+      "costs {:.1f} µs over an even split on {} threads; {} overrides, 0 = off)",
+      inline_work_ns_ * 1e-3, measured_handout_ns_ * 1e-3, n_threads_, kInlineWorkVariable);
 }
 
 ThreadPool::~ThreadPool() {
@@ -125,14 +238,45 @@ void ThreadPool::parallel_for(int64_t n_tasks, const TaskFn& fn) {
     return;
   }
   if (n_threads_ == 1 || n_tasks == 1) {
-    RunningPoolScope scope(this, 0);
-    fn(0, n_tasks, 0);
+    run_inline(n_tasks, fn);
     return;
   }
 
   // About 4 chunks per thread: enough slack to absorb a worker that wakes late, few enough that
   // each chunk is a long contiguous stretch of work (matters for streaming weights from DRAM).
   run_job(fn, n_tasks, std::max<int64_t>(1, n_tasks / (int64_t(n_threads_) * 4)));
+}
+
+void ThreadPool::parallel_for(int64_t n_tasks, double work_ns, const TaskFn& fn) {
+  if (n_tasks > 1 && n_threads_ > 1 && work_ns < inline_work_ns_ && tls_running_pool != this) {
+    jobs_inline_.fetch_add(1, std::memory_order_relaxed);
+    note_caller_activity();
+    // Serialised with other outside callers like a hand-out: the task uses slot 0's scratch,
+    // which a concurrent caller's job would use too (an uncontended lock costs ~20 ns).
+    std::lock_guard caller_lock(caller_mutex_);
+    run_inline(n_tasks, fn);
+    return;
+  }
+  parallel_for(n_tasks, fn);
+}
+
+void ThreadPool::note_caller_activity() {
+  // At most one store per quarter of the poll: the line is read by every polling worker, so each
+  // store costs them a transfer (and the caller a store that waits for ownership, off its path).
+  if (worker_spin_us_ == 0) return;  // the workers sleep at once anyway
+  const int64_t now = now_ns();
+  if (now - caller_activity_ns_.value.load(std::memory_order_relaxed) >
+      int64_t(worker_spin_us_) * 250)
+    caller_activity_ns_.value.store(now, std::memory_order_relaxed);
+}
+
+void ThreadPool::run_inline(int64_t n_tasks, const TaskFn& fn) {
+  if (tls_running_pool == this) {
+    fn(0, n_tasks, tls_thread_index);
+    return;
+  }
+  RunningPoolScope scope(this, 0);
+  fn(0, n_tasks, 0);
 }
 
 void ThreadPool::parallel_for_each_task(int64_t n_tasks, const TaskFn& fn) {
@@ -178,8 +322,9 @@ void ThreadPool::run_job(const TaskFn& fn, int64_t n_tasks, int64_t chunk_tasks)
   }
   // The caller has nothing else to do: poll briefly before sleeping, since waking a sleeping
   // caller costs as much as waking a worker (tens of µs on this VM).
+  const int64_t caller_deadline_ns = now_ns() + int64_t(kCallerSpinMicros) * 1000;
   spin_until([this] { return active_workers_.load(std::memory_order_acquire) == 0; },
-             kCallerSpinMicros);
+             [&] { return caller_deadline_ns; });
   std::exception_ptr exception;
   {
     std::unique_lock lock(mutex_);
@@ -192,14 +337,25 @@ void ThreadPool::run_job(const TaskFn& fn, int64_t n_tasks, int64_t chunk_tasks)
 
 void ThreadPool::worker_main(int thread_index) {
   RunningPoolScope scope(this, thread_index);
+  workers_started_.fetch_add(1, std::memory_order_release);
   uint64_t seen_generation = 0;
   for (;;) {
     const TaskFn* fn = nullptr;
     int64_t n_tasks = 0;
     int64_t chunk_tasks = 1;
-    spin_until(
-        [&] { return published_generation_.load(std::memory_order_acquire) != seen_generation; },
-        worker_spin_us_);
+    // Poll until worker_spin_us_ after the later of this job's end and the caller's last run of
+    // a hand-out on its own (note_caller_activity): a caller that runs a stretch of small
+    // hand-outs inline keeps the workers ready for its next large one.
+    if (worker_spin_us_ > 0) {
+      const int64_t spin_ns = int64_t(worker_spin_us_) * 1000, idle_since_ns = now_ns();
+      spin_until(
+          [&] { return published_generation_.load(std::memory_order_acquire) != seen_generation; },
+          [&] {
+            return std::max(idle_since_ns,
+                            caller_activity_ns_.value.load(std::memory_order_relaxed)) +
+                   spin_ns;
+          });
+    }
     {
       std::unique_lock lock(mutex_);
       work_cv_.wait(lock, [&] { return stop_ || generation_ != seen_generation; });

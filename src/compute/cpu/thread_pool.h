@@ -10,13 +10,26 @@
 //   Which thread runs which range is NOT deterministic; callers whose results must be bitwise
 //   reproducible must make every task's result independent of the thread that runs it.
 // - Idle workers sleep on a condition variable. Between jobs a worker first polls for up to
-//   worker_spin_us (default 100 µs, constructor argument; 0 disables it) because back-to-back
-//   small jobs — a decode step is hundreds of matvecs of 20–100 µs — otherwise pay a futex
-//   wake-up each, which made 2 threads slower than 1 (numbers in docs/bench-matvec.md). An idle
-//   pool therefore stops using CPU 100 µs after its last job. The caller likewise polls up to
-//   100 µs for the workers' last chunks before sleeping.
+//   worker_spin_us (default 100 µs, constructor argument; 0 disables it) after its last job, or
+//   after the caller's last hand-out that the inline rule (below) ran on the caller if that is
+//   later, because back-to-back small jobs — a decode step is hundreds of matvecs of 20–100 µs —
+//   otherwise pay a futex wake-up each, which made 2 threads slower than 1 (numbers in
+//   docs/bench-matvec.md). An idle pool therefore stops using CPU 100 µs after its last call.
+//   The caller likewise polls up to 100 µs for the workers' last chunks before sleeping.
 // - An exception thrown by fn on any thread stops the hand-out of further chunks, waits for the
 //   chunks already running, and is rethrown on the calling thread (the first one; others dropped).
+// - Small hand-outs run on the caller. A hand-out costs a few cache-line round trips between the
+//   caller and every worker (publish, join, the shared chunk counter, the wait) plus the
+//   transfer of the chunks' outputs to whoever reads them next: on the 2-vCPU build VM, whose two
+//   CPUs are ~470 ns apart, a decode row of the small default model ran slower on two threads
+//   than on one (docs/bench-cpu-scaling.md, "Small hand-outs on the caller"). parallel_for with a
+//   work estimate (work_ns: how long one thread needs for all n_tasks) runs fn(0, n_tasks, 0) on
+//   the calling thread, as a one-thread pool would (thread_index 0: the caller's scratch slot),
+//   when work_ns < inline_work_ns(); without an estimate it always hands out. inline_work_ns()
+//   comes from the constructor argument, else the environment (STRATA_INLINE_WORK_NS,
+//   nanoseconds; 0 turns the rule off), else a measurement at construction (see
+//   measured_handout_ns; ~0.3-1 ms, pools of 2+ threads only). Where a task runs never changes
+//   its result, so the rule cannot change a bit of what callers compute.
 // - Nested use: parallel_for called from inside a task of this same pool runs fn(0, n_tasks,
 //   current thread_index) inline on that thread, so it cannot deadlock. (A cycle across pools —
 //   a task of A calling B whose task calls A — is not detected and would deadlock; don't.)
@@ -40,6 +53,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -73,10 +87,20 @@ class ThreadPool {
   // wake-up of an idle vCPU costs tens of µs); with a 100 µs poll it takes ~35 µs.
   static constexpr int kDefaultWorkerSpinMicros = 100;
 
+  // inline_work_ns arguments: take STRATA_INLINE_WORK_NS when set, else measure (the default);
+  // never run an estimated hand-out inline (the rule off); always run it inline.
+  static constexpr double kMeasureInlineWork = -1;
+  static constexpr double kInlineNever = 0;
+  static constexpr double kInlineAlways = 1e18;
+
   // n_threads counts the caller: n_threads - 1 workers are started. After a job a worker polls
   // for the next one for worker_spin_us (a pause instruction between polls, no memory traffic)
-  // before sleeping; 0 sleeps at once. Throws strata::Error if n_threads < 1 or spin < 0.
-  explicit ThreadPool(int n_threads, int worker_spin_us = kDefaultWorkerSpinMicros);
+  // before sleeping; 0 sleeps at once. inline_work_ns: see the contract (>= 0, or
+  // kMeasureInlineWork). Throws strata::Error if n_threads < 1, spin < 0, inline_work_ns is
+  // negative and not kMeasureInlineWork, or STRATA_INLINE_WORK_NS is set to anything but a
+  // number >= 0.
+  explicit ThreadPool(int n_threads, int worker_spin_us = kDefaultWorkerSpinMicros,
+                      double inline_work_ns = kMeasureInlineWork);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -87,8 +111,28 @@ class ThreadPool {
   // one thread do not count): each is a synchronisation point of the caller with every worker,
   // what `strata bench cpu` reports per token. Read by the calling thread between calls.
   uint64_t jobs_run() const { return jobs_run_.load(std::memory_order_relaxed); }
+  // parallel_for calls with a work estimate that the inline rule ran on the caller (a one-thread
+  // pool counts none: it has nothing to hand out).
+  uint64_t jobs_inline() const { return jobs_inline_.load(std::memory_order_relaxed); }
+
+  // Estimated hand-outs under this much single-thread work (ns) run on the caller; 0 for a
+  // one-thread pool. Where the value came from: InlineWorkOrigin.
+  double inline_work_ns() const { return inline_work_ns_; }
+  enum class InlineWorkOrigin { kOneThread, kConstructor, kEnvironment, kMeasured };
+  InlineWorkOrigin inline_work_origin() const { return inline_work_origin_; }
+  // What the construction measured (kMeasured only, else 0): the median time a hand-out of
+  // 4 small tasks per thread took beyond an even split of the same tasks run on the caller.
+  // inline_work_ns is that times n/(n-1): splitting work W saves W(n-1)/n and costs this.
+  double measured_handout_ns() const { return measured_handout_ns_; }
+  // One line for `strata run --profile` and `strata bench cpu`: the threshold, its origin and
+  // the override.
+  std::string describe_inline_rule() const;
 
   void parallel_for(int64_t n_tasks, const TaskFn& fn);
+  // As parallel_for, but on the calling thread alone (fn(0, n_tasks, 0) there, or nested as
+  // above) when work_ns, the caller's estimate of how long one thread takes for every task, is
+  // below inline_work_ns().
+  void parallel_for(int64_t n_tasks, double work_ns, const TaskFn& fn);
   // As parallel_for, but every task is handed out on its own (fn(i, i + 1, thread_index)), in
   // increasing i: for a few uneven tasks (a window's routed experts), where a chunk of several
   // would leave one thread with the tail. Order the tasks largest first for a balanced finish.
@@ -108,6 +152,12 @@ class ThreadPool {
   void run_job(const TaskFn& fn, int64_t n_tasks, int64_t chunk_tasks);
   // Takes chunks from the current job until none are left; records the first exception.
   void run_chunks(const TaskFn& fn, int64_t n_tasks, int64_t chunk_tasks, int thread_index);
+  // All of fn on the calling thread as thread_index 0 (nested calls inside run inline too).
+  void run_inline(int64_t n_tasks, const TaskFn& fn);
+  // Restarts the workers' poll (see worker_spin_us) when the caller runs a hand-out itself.
+  void note_caller_activity();
+  // The construction's measurement (see measured_handout_ns).
+  double measure_handout_ns();
 
   const int n_threads_;
   std::vector<std::thread> workers_;
@@ -135,7 +185,15 @@ class ThreadPool {
     std::atomic<int64_t> value{0};
   };
   PaddedCounter next_task_;
+  // steady_clock ns of the caller's last noted inline run; written by callers, read by polling
+  // workers (its own line: they read it between polls).
+  PaddedCounter caller_activity_ns_;
   std::atomic<uint64_t> jobs_run_{0};
+  std::atomic<uint64_t> jobs_inline_{0};
+  std::atomic<int> workers_started_{0};  // workers that entered worker_main (the measurement waits)
+  double inline_work_ns_ = 0;
+  InlineWorkOrigin inline_work_origin_ = InlineWorkOrigin::kOneThread;
+  double measured_handout_ns_ = 0;
 };
 
 // Row-wise elementwise work of a window (norms, gates, activations: each row's result depends on
