@@ -2,6 +2,7 @@
 #include "compute/cuda/attention.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
