@@ -266,50 +266,31 @@ TEST(ForwardInvariance, QuantizedModelsKeepWindowIdentity) {
 // every expert's gate and up and one for the downs, attention split over (row, head), the gated
 // norm inside each DeltaNet head's task. Every thread count must give the one-thread bits, for
 // decode rows, short windows and long ones (side-by-side experts, matrix attention, chunked
-// DeltaNet, compared against one thread in the same windows). The pools' inline rule is off here
-// (the tiny models' hand-outs would otherwise mostly run on the caller); InlineRuleDoesNotChangeBits
-// covers it.
-TEST_P(ForwardInvariance, QuantizedDecodeIsBitwiseAtEveryThreadCount) {
+// DeltaNet, compared against one thread in the same windows). The pools' inline rule
+// (compute/cpu/thread_pool.h) is off for the thread counts (the tiny models' hand-outs would
+// otherwise mostly run on the caller), and on 3 threads also always on and measured: it only moves
+// work to the caller, so the bits are the same. With it always on a decode row hands nothing out
+// to the workers (every hand-out of a decode row carries a work estimate); with it off it does.
+TEST_P(ForwardInvariance, QuantizedDecodeIsBitwiseAtEveryThreadCountAndInlineRule) {
   const SynthFile file(GetParam(), GgmlType::Q8_0, GgmlType::Q8_0);
   const auto model = Model::load(file.path);
   const std::vector<int32_t> tokens = prompt_tokens(40, int(model->hparams().n_vocab));
   compute::ThreadPool one(1);
   const std::vector<float> rows = all_logits(*model, one, tokens, {1});
   const std::vector<float> long_windows = all_logits(*model, one, tokens, {36, 4});
-  for (int threads : {2, 3, 4, 7}) {
-    compute::ThreadPool pool(threads, compute::ThreadPool::kDefaultWorkerSpinMicros,
-                             compute::ThreadPool::kInlineNever);
-    EXPECT_EQ(all_logits(*model, pool, tokens, {1}), rows) << threads << " threads, decode rows";
+  constexpr double kNever = compute::ThreadPool::kInlineNever;
+  for (const auto& [threads, inline_work_ns] :
+       {std::pair{2, kNever}, {3, kNever}, {4, kNever}, {7, kNever}, {3, compute::ThreadPool::kInlineAlways},
+        {3, compute::ThreadPool::kMeasureInlineWork}}) {
+    compute::ThreadPool pool(threads, compute::ThreadPool::kDefaultWorkerSpinMicros, inline_work_ns);
+    EXPECT_EQ(all_logits(*model, pool, tokens, {1}), rows)
+        << threads << " threads, inline rule " << inline_work_ns << ", decode rows";
     EXPECT_EQ(all_logits(*model, pool, tokens, {3, 1, 2, 5}), rows)
-        << threads << " threads, short windows";
+        << threads << " threads, inline rule " << inline_work_ns << ", short windows";
     EXPECT_EQ(all_logits(*model, pool, tokens, {36, 4}), long_windows)
-        << threads << " threads, a 36-row window";
+        << threads << " threads, inline rule " << inline_work_ns << ", a 36-row window";
   }
-}
-
-// The pool's inline rule (compute/cpu/thread_pool.h) only moves work to the caller: off, always
-// on and measured, the logits are the one-thread bits in decode rows, short and long windows. With
-// it always on a decode row hands nothing out to the workers (every hand-out of a decode row
-// carries a work estimate), and with it off the same rows do hand out.
-TEST_P(ForwardInvariance, InlineRuleDoesNotChangeBits) {
-  const SynthFile file(GetParam(), GgmlType::Q8_0, GgmlType::Q8_0);
-  const auto model = Model::load(file.path);
-  const std::vector<int32_t> tokens = prompt_tokens(40, int(model->hparams().n_vocab));
-  compute::ThreadPool one(1);
-  const std::vector<float> rows = all_logits(*model, one, tokens, {1});
-  const std::vector<float> long_windows = all_logits(*model, one, tokens, {36, 4});
-  for (double inline_work_ns : {compute::ThreadPool::kInlineNever,
-                                compute::ThreadPool::kInlineAlways,
-                                compute::ThreadPool::kMeasureInlineWork}) {
-    compute::ThreadPool pool(3, compute::ThreadPool::kDefaultWorkerSpinMicros, inline_work_ns);
-    EXPECT_EQ(all_logits(*model, pool, tokens, {1}), rows) << "decode rows, " << inline_work_ns;
-    EXPECT_EQ(all_logits(*model, pool, tokens, {3, 1, 2, 5}), rows)
-        << "short windows, " << inline_work_ns;
-    EXPECT_EQ(all_logits(*model, pool, tokens, {36, 4}), long_windows)
-        << "a 36-row window, " << inline_work_ns;
-  }
-  for (double inline_work_ns :
-       {compute::ThreadPool::kInlineNever, compute::ThreadPool::kInlineAlways}) {
+  for (double inline_work_ns : {kNever, compute::ThreadPool::kInlineAlways}) {
     compute::ThreadPool pool(2, compute::ThreadPool::kDefaultWorkerSpinMicros, inline_work_ns);
     Session session(*model, pool);
     session.prefill(std::span(tokens).first(8), 8);
