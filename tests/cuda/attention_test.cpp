@@ -1,5 +1,5 @@
-// CUDA attention core (compute/cuda/attention.h), both forms (one block per (row, head), and the
-// split form at 1..32 splits per row), against the CPU's per-(row, head) loop, which
+// CUDA attention core (compute/cuda/attention.h) at 1..32 splits per row, against the CPU's
+// per-(row, head) loop, which
 // the reference below transcribes from layers/attention.cpp (scores, compute::softmax, weighted
 // values, σ gate); with the seam issue the test calls the CPU op itself.
 // Bound per output: the scores are bitwise equal; the softmax weights differ by at most ε_w
@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -52,9 +51,7 @@ TEST(CudaAttention, MatchesCpuDenseAndSelected) {
           if (!selected || i % 3 == 0 || i == pos) lists[size_t(t * max_tokens + counts[size_t(t)]++)] = int32_t(i);
       }
       DeviceBuffer dq = to_device(q), dk = to_device(k), dv = to_device(v), dl = to_device(lists), dc = to_device(counts);
-      std::vector<float> rows_form;  // the one-block form's output, for the split form's single-split rows
-      for (const char* form : {"rows", "split"}) {
-        setenv("STRATA_CUDA_ATTENTION", form, 1);  // read at each launch (attention.h)
+      {
         DeviceBuffer dout(size_t(n_rows * n_head * hd) * 4), dout1(size_t(n_rows * n_head * hd) * 4);
         DeviceBuffer partials(size_t(std::max<int64_t>(1, compute::cuda::attention_partial_floats(shape, n_rows, n_cache))) * 4);
         const int32_t* lp = selected ? dl.as<int32_t>() : nullptr;
@@ -116,23 +113,11 @@ TEST(CudaAttention, MatchesCpuDenseAndSelected) {
             }
           }
         }
-        std::printf("[ cuda ] attention (%s) hd %d %s, %lld..%lld tokens (%d..%d splits): worst = %.3f of the bound\n",
-                    form, hd, selected ? "selected" : "dense", static_cast<long long>(counts.front()),
+        std::printf("[ cuda ] attention hd %d %s, %lld..%lld tokens (%d..%d splits): worst = %.3f of the bound\n",
+                    hd, selected ? "selected" : "dense", static_cast<long long>(counts.front()),
                     static_cast<long long>(counts.back()), compute::cuda::attention_split(counts.front()).count,
                     compute::cuda::attention_split(counts.back()).count, worst);
-        if (std::strcmp(form, "rows") == 0) {
-          rows_form = gpu;
-          continue;
-        }
-        // Rows of one split compute exactly as the one-block form.
-        for (int64_t t = 0; t < n_rows; ++t) {
-          if (compute::cuda::attention_split(counts[size_t(t)]).count != 1) continue;
-          EXPECT_EQ(0, std::memcmp(gpu.data() + t * n_head * hd, rows_form.data() + t * n_head * hd,
-                                   size_t(n_head * hd) * 4))
-              << "row " << t << " of one split differs from the one-block form";
-        }
       }
-      unsetenv("STRATA_CUDA_ATTENTION");
     }
   }
 }
@@ -157,14 +142,12 @@ TEST(CudaAttention, KvAppendAndLimits) {
                                              compute::cuda::kMaxAttentionTokens, nullptr, nullptr, 0, nullptr,
                                              vc.as<float>(), stream.get()),
                Error);
-  // In the split form, rows of several splits need the partials buffer: refused without one.
-  setenv("STRATA_CUDA_ATTENTION", "split", 1);
-  EXPECT_GT(compute::cuda::attention_partial_floats(ok, 1, 501), 0);
+  // Rows of several splits need the partials buffer: refused without one; one split needs none.
+  EXPECT_EQ(compute::cuda::attention_partial_floats(ok, 3, 128), 0);
+  EXPECT_EQ(compute::cuda::attention_partial_floats(ok, 3, 501), 3 * 4 * 4 * (64 + 2));
   EXPECT_THROW(compute::cuda::attention_rows(ok, kc.as<float>(), 1, kc.as<float>(), vc.as<float>(), 500, nullptr, nullptr, 0,
                                              nullptr, vc.as<float>(), stream.get()),
                Error);
-  unsetenv("STRATA_CUDA_ATTENTION");
-  EXPECT_EQ(compute::cuda::attention_partial_floats(ok, 1, 501), 0);  // the one-block form needs none
   // The split rule of attention.h.
   for (const auto& [n, count, tokens] : {std::tuple{1, 1, 1}, {128, 1, 128}, {129, 2, 65}, {700, 6, 117},
                                          {4096, 32, 128}, {4097, 32, 129}, {49152, 32, 1536}}) {

@@ -2,8 +2,6 @@
 #include "compute/cuda/attention.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <mutex>
 #include <string>
 
 #include "compute/cuda/launch.cuh"
@@ -43,65 +41,8 @@ __device__ float reduce_sum(float v, float* shared) {
   return total;
 }
 
-// Block (t, h): shared = q_h [hd] | weights [n_tok].
-__global__ void attention_kernel(AttentionShape s, const float* q, const float* k_cache, const float* v_cache,
-                                 int64_t first_pos, const int32_t* first_pos_device, const int32_t* token_lists,
-                                 const int32_t* token_counts, int max_tokens, float* out) {
-  pdl_begin();
-  extern __shared__ float shared[];
-  __shared__ float reduce[32];
-  const int t = blockIdx.x, h = blockIdx.y, hd = s.head_dim;
-  const int kvh = h / (s.n_head / s.n_head_kv);
-  const int q_head_stride = s.gated ? 2 * hd : hd;
-  const float* qh = q + size_t(t) * s.q_row_stride + size_t(h) * q_head_stride;
-  float* qs = shared;
-  float* weights = shared + hd;
-  const bool dense = token_lists == nullptr;
-  if (first_pos_device) first_pos = *first_pos_device;
-  const int n_tok = dense ? int(first_pos + t + 1) : token_counts[t];
-  const int32_t* list = dense ? nullptr : token_lists + size_t(t) * max_tokens;
-  for (int j = threadIdx.x; j < hd; j += blockDim.x) qs[j] = qh[j];
-  __syncthreads();
-  const float scale = __fdiv_rn(1.0f, __fsqrt_rn(float(hd)));
-  float m = -INFINITY;
-  for (int i = threadIdx.x; i < n_tok; i += blockDim.x) {
-    const int64_t token = dense ? i : list[i];
-    const float* kt = k_cache + token * s.kv_dim + size_t(kvh) * hd;
-    float dot = 0.0f;
-    for (int j = 0; j < hd; ++j) dot = __fadd_rn(dot, __fmul_rn(qs[j], kt[j]));
-    const float w = __fmul_rn(dot, scale);
-    weights[i] = w;
-    m = fmaxf(m, w);
-  }
-  m = reduce_max(m, reduce);
-  float sum = 0.0f;
-  for (int i = threadIdx.x; i < n_tok; i += blockDim.x) {
-    const float e = expf(__fsub_rn(weights[i], m));
-    weights[i] = e;
-    sum = __fadd_rn(sum, e);
-  }
-  sum = reduce_sum(sum, reduce);
-  const float inverse = __fdiv_rn(1.0f, sum);
-  for (int i = threadIdx.x; i < n_tok; i += blockDim.x) weights[i] = __fmul_rn(weights[i], inverse);
-  __syncthreads();
-  float* o = out + size_t(t) * s.n_head * hd + size_t(h) * hd;
-  for (int j = threadIdx.x; j < hd; j += blockDim.x) {
-    float acc = 0.0f;
-    for (int i = 0; i < n_tok; ++i) {
-      const int64_t token = dense ? i : list[i];
-      acc = __fadd_rn(acc, __fmul_rn(weights[i], v_cache[token * s.kv_dim + size_t(kvh) * hd + j]));
-    }
-    if (s.gated) {
-      const float gate = qh[hd + j];
-      acc = __fmul_rn(acc, __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gate))));
-    }
-    o[j] = acc;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Split form (flash-decoding): block (t, h, z) takes split z of row t's tokens (attention_split);
-// a row of one split is finished by its block, a row of several by attention_combine_kernel.
+// Flash-decoding: block (t, h, z) takes split z of row t's tokens (attention_split); a row of
+// one split is finished by its block, a row of several by attention_combine_kernel.
 // Partials of (t, h, z) at ((t·n_head + h)·max_splits + z)·(hd + 2): m, l, then acc[hd].
 
 __global__ void attention_split_kernel(AttentionShape s, const float* q, const float* k_cache, const float* v_cache,
@@ -234,18 +175,6 @@ __global__ void attention_combine_kernel(AttentionShape s, const float* q, int64
   }
 }
 
-}  // namespace
-
-namespace {
-
-// Which form runs: the one-block-per-(row, head) kernel unless STRATA_CUDA_ATTENTION=split (read
-// at each launch, so a test can switch; a replayed window keeps the launches it recorded). The
-// split form becomes the default once the whole `cuda` label has passed with it on a GPU.
-bool split_form() {
-  const char* v = std::getenv("STRATA_CUDA_ATTENTION");
-  return v && std::string(v) == "split";
-}
-
 void launch_attention(const AttentionShape& shape, const float* q, int64_t n_rows, const float* k_cache,
                       const float* v_cache, int64_t first_pos, const int32_t* first_pos_device, int64_t most,
                       const int32_t* token_lists, const int32_t* token_counts, int max_tokens, float* partials,
@@ -258,19 +187,6 @@ void launch_attention(const AttentionShape& shape, const float* q, int64_t n_row
   if (most > kMaxAttentionTokens)
     cuda_fail("CUDA attention: " + std::to_string(most) + " tokens per row exceed the supported " +
               std::to_string(kMaxAttentionTokens));
-  if (!split_form()) {
-    const size_t shared = size_t(shape.head_dim + most) * sizeof(float);
-    static std::once_flag raised;  // allow the weights past the default 48 KiB of shared memory
-    std::call_once(raised, [] {
-      STRATA_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             int((kMaxAttentionTokens + 1024) * sizeof(float))));
-    });
-    const dim3 grid(unsigned(n_rows), unsigned(shape.n_head));
-    launch(attention_kernel, grid, kThreads, shared, stream, shape, q, k_cache, v_cache, first_pos, first_pos_device,
-           token_lists, token_counts, max_tokens, out);
-    STRATA_CUDA_CHECK(cudaGetLastError());
-    return;
-  }
   // Every row's split depends on its own token count only; the grid covers the most splits any
   // row of up to `most` tokens has, and blocks past a row's splits return at once. The split rule
   // is monotone in the token count, so `most` also bounds the tokens of any split.
@@ -319,7 +235,6 @@ void attention_rows_at(const AttentionShape& shape, const float* q, int64_t n_ro
 AttentionSplit attention_split(int n_tok) { return split_of(n_tok); }
 
 int64_t attention_partial_floats(const AttentionShape& shape, int64_t n_rows, int64_t most_tokens) {
-  if (!split_form()) return 0;
   const int splits = split_of(int(std::clamp<int64_t>(most_tokens, 1, kMaxAttentionTokens))).count;
   return splits > 1 ? n_rows * shape.n_head * splits * int64_t(shape.head_dim + 2) : 0;
 }

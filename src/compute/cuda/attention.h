@@ -8,19 +8,17 @@
 //   token_lists[t·max_tokens + i] for i < token_counts[t] (ascending positions, as the CPU's
 //   select_tokens gives them). Head h reads KV head h / (n_head / n_head_kv).
 // - Per (row, head): score_i = (Σ_j q_j·k_ij, j ascending)·(1/√hd), bitwise the CPU's; softmax
-//   with CUDA's expf, the max and the sum in a fixed tree order; ·σ(gate_j) when gated. Two forms:
-//   - rows (the default): one block per (row, head); w_i = e_i·(1/Σe), out_j = Σ_i w_i·v_ij
-//     (i ascending, the CPU's order).
-//   - split (STRATA_CUDA_ATTENTION=split, read at each launch): the row's tokens are cut into
-//     attention_split(n_tok) consecutive splits, one thread block each, so a decode row of a long
-//     context spreads over many SMs (flash-decoding). A row of one split (≤ 128 tokens) computes
-//     exactly as the rows form (same bits). With several, split z keeps its own max m_z,
-//     e_i = e^(s_i − m_z), l_z = Σ e_i and acc_z,j = Σ_i e_i·v_ij (i ascending); then M = max m_z,
-//     α_z = e^(m_z − M), out_j = (Σ_z α_z·acc_z,j)·(1/Σ_z α_z·l_z) (z ascending), within a few
-//     ulp per token of the CPU (tests/cuda/attention_test.cpp states the bound). Not the default
-//     until the whole `cuda` label has run with it on a GPU (session 37 ran only two of its tests).
-//   Either way the result depends on the row's own tokens only: not on the other rows of the
-//   window, the window size or the launch's token bound (window identity), nor on launch timing.
+//   with CUDA's expf, the max and the sum in a fixed tree order; ·σ(gate_j) when gated.
+//   Flash-decoding: the row's tokens are cut into attention_split(n_tok) consecutive splits, one
+//   thread block each, so a decode row of a long context spreads over many SMs.
+//   - A row of one split (≤ 128 tokens): w_i = e_i·(1/Σe), out_j = Σ_i w_i·v_ij (i ascending),
+//     the CPU's order (on the tiny qwen3moe fixture another order moved a router past a near-tie).
+//   - Several: split z keeps its own max m_z, e_i = e^(s_i − m_z), l_z = Σ e_i and
+//     acc_z,j = Σ_i e_i·v_ij (i ascending); then M = max m_z, α_z = e^(m_z − M),
+//     out_j = (Σ_z α_z·acc_z,j)·(1/Σ_z α_z·l_z) (z ascending), within a few ulp per token of the
+//     CPU (tests/cuda/attention_test.cpp states the bound).
+//   The result depends on the row's own tokens only: not on the other rows of the window, the
+//   window size or the launch's token bound (window identity), nor on launch timing.
 // - Rows whose split count is above 1 need `partials`: attention_partial_floats(shape, n_rows,
 //   most) floats of device memory (scratch, no initial contents), where `most` is the bound the
 //   call works to: first_pos + n_rows for attention_rows (max_tokens with token lists), and

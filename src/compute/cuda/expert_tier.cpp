@@ -63,7 +63,6 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   // (session 33's placement, the one run on the GPU) unless STRATA_TIER_JOIN=wait, the candidate
   // that session 35 could compile but not measure (scripts/cuda-bench-join-matvec.sh compares them).
   if (const char* v = std::getenv("STRATA_TIER_JOIN"); v && std::strcmp(v, "wait") == 0) join_before_publish_ = false;
-  if (const char* v = std::getenv("STRATA_TIER_RA_PENDING"); v && std::strcmp(v, "1") == 0) ra_pending_always_ = true;
   if (n_expert < 1 || k < 1 || max_rows < 1)
     fail("gpu expert tier: {} experts, top-{}, {} rows per window", n_expert, k, max_rows);
   // Slot layout per layer: [gate | up | down], each 16-byte aligned, the slot 256-byte aligned.
@@ -405,9 +404,9 @@ void GpuExpertTier::read_ahead(cudaStream_t stream) {
   // Fewer blocks than wait()'s: the branch shares the SMs with the layer's own kernels, and needs
   // only enough loads in flight to keep PCIe busy.
   // Pending rows exist only with self-release (release_read_ahead writes a row into the job then):
-  // without it the kernel gets none, so no block reads the job header's has_row across PCIe.
-  // STRATA_TIER_RA_PENDING=1 passes them anyway (session 37's A/B of the 25 % tier's regression).
-  const bool pending = self_release_ || ra_pending_always_;
+  // without it the kernel gets none, so no block reads the job header's has_row across PCIe: that
+  // read cost the branch 0.50 -> 1.8 ms per token at the 25 % tier (docs/bench-cuda.md, session 38).
+  const bool pending = self_release_;
   tier_read_ahead(words_.as<TierDeviceWords>(), ra_jobs_dev_, ra_job_bytes_, kJobRing, n_expert_, abort_dev_,
                   pending ? pending_rows_.as<uint32_t>() : nullptr, pending ? pending_flags_.as<uint32_t>() : nullptr,
                   kReadAheadBlocks, side_stream_.get());

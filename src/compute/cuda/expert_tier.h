@@ -311,7 +311,6 @@ class GpuExpertTier {
   DeviceSlotRows device_rows_;
   bool self_release_ = true;
   bool join_before_publish_ = true;  // STRATA_TIER_JOIN=wait: the join precedes wait() instead
-  bool ra_pending_always_ = false;   // STRATA_TIER_RA_PENDING=1: pending rows to read-ahead kernels without self-release
   DeviceBuffer pending_rows_, pending_flags_;  // read-ahead rows waiting for their layer's wait
   volatile uint32_t* consumed_host_ = nullptr;  // the mailbox was read up to this handshake
   uint32_t* consumed_dev_ = nullptr;
