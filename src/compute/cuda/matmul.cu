@@ -3,9 +3,13 @@
 #include "compute/cuda/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "compute/cuda/activation_math.cuh"
 #include "compute/cuda/block_reduce.cuh"
@@ -15,6 +19,7 @@
 #include "compute/cuda/quant/iq4.cuh"
 #include "compute/cuda/quant/iq_lowbit.cuh"
 #include "compute/cuda/quant/kquants.cuh"
+#include "compute/cuda/quant/staging.cuh"
 #include "compute/cuda/launch.cuh"
 #include "compute/cuda/runtime.h"
 #include "quant/iq2xs_tables.h"
@@ -26,8 +31,6 @@ namespace {
 using namespace quant_device;
 
 constexpr int kWarpsPerBlock = 8;
-// Staging buffers stay within the default 48 KiB per block, so 4 blocks (32 warps) still fit an SM.
-constexpr size_t kMaxStagedSharedBytes = 48 * 1024;
 constexpr int kMaxRowsPerPass = 8;
 
 void upload_quant_tables() {
@@ -323,10 +326,12 @@ struct MatmulArgs {
   int n_listed;
   size_t second_offset;
   float* second_y;
-  // Staging (opt-in, MatmulTuning::staging): each warp first copies its rows' bytes into shared
-  // memory with coalesced 16-byte loads (stage_bytes per row, 0 = off) and decodes from there.
-  int stage_bytes;
-  int table_bytes;  // the dynamic shared memory before the staging buffers (Q::kTableBytes, rounded)
+  // Dynamic shared memory: the type's decode table (Q::kTableBytes rounded to 16), then for the
+  // staged kernel the window's activations (act_bytes, 0 unless MatmulTuning::act_shared) and each
+  // warp's `stages` weight stage buffers.
+  int table_bytes;
+  int act_bytes;
+  int stages;
   // Dense matrices reading the same activations, one per grid row (blockIdx.y picks dense[j]);
   // n_dense == 0: the one matrix w / row_stride / n_out / y above.
   int n_dense;
@@ -428,25 +433,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
     y += size_t(p.row_pass) * size_t(n_out);
   }
   const int n_units = int(p.n_in / Q::kBlockElems) * Q::kUnitsPerBlock;
-  uint8_t* stage = table + p.table_bytes + size_t(warp) * RW * p.stage_bytes;
   for (int64_t o_warp = first_row; o_warp < n_out; o_warp += row_step) {
     const int64_t o = o_warp + group * RW;  // this lane group's first row
     const uint8_t* wrow[RW];
 #pragma unroll
     for (int i = 0; i < RW; ++i) wrow[i] = w + size_t(min(o + i, n_out - 1)) * row_stride;  // past the end: recompute the last row, never stored
-    if (p.stage_bytes > 0) {
-      __syncwarp();  // the previous rows' units are all decoded
-#pragma unroll
-      for (int i = 0; i < RW; ++i) {
-        const uintptr_t address = reinterpret_cast<uintptr_t>(wrow[i]);
-        const auto* from = reinterpret_cast<const uint4*>(address & ~uintptr_t(15));
-        auto* to = reinterpret_cast<uint4*>(stage + size_t(i) * p.stage_bytes);
-        const int n_vectors = int(((address & 15) + row_bytes + 15) / 16);
-        for (int v = lane; v < n_vectors; v += 32) to[v] = from[v];
-        wrow[i] = stage + size_t(i) * p.stage_bytes + (address & 15);  // same alignment mod 16
-      }
-      __syncwarp();
-    }
     float acc[RW][NR];
 #pragma unroll
     for (int i = 0; i < RW; ++i)
@@ -499,6 +490,151 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
   }
 }
 
+// ---- the staged kernel (MatmulTuning::staging, quant/staging.cuh) -----------------------------
+
+// The types the staged kernel is compiled for: the 2-byte-aligned blocks whose direct loads cost
+// the most L1 wavefronts (Q8_0, IQ4_NL, Q3_K, IQ2_XS), and Q4_K (16-byte loads, but each warp
+// instruction spans 8 blocks). Every type costs 20 more instantiations of compile time.
+template <class Q>
+constexpr bool kStageable = std::is_same_v<Q, Q8_0Weights> || std::is_same_v<Q, IQ4_NLWeights> ||
+                            std::is_same_v<Q, Q3_KWeights> || std::is_same_v<Q, Q4_KWeights> ||
+                            std::is_same_v<Q, IQ2_XSWeights>;
+
+// quant_matmul_kernel's arithmetic with the weights read from shared memory: each warp walks its
+// groups of RW rows (a full warp per row), each row in stages of kStageUnits units; stage k + S − 1
+// is copied (cp.async, issue_stage) while stage k is decoded, S = p.stages buffers per warp. A
+// lane's units are l, l + 32, ... in increasing order across the stages and the reduction is the
+// same butterfly, so every output is bitwise quant_matmul_kernel's. With kSharedAct the window's
+// activation rows are first copied into shared memory by the whole block (copy_activations).
+//
+// Synchronisation, per warp: cp.async.wait_group leaves this lane's copies of stage k complete;
+// the __syncwarp after it makes every lane's copies visible to every lane; the __syncwarp after
+// the decode orders all of the stage's reads before the next issue() overwrites that buffer.
+template <class Q, int NR, int RW, bool kSharedAct>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) staged_matmul_kernel(MatmulArgs p) {
+  extern __shared__ __align__(16) uint8_t shared[];
+  constexpr int kUnits = kStageUnits<RW>;
+  constexpr int kRowBytes = stage_row_bytes<Q, RW>();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const uint8_t* w = p.w;
+  size_t row_stride = p.row_stride;
+  int64_t n_out = p.n_out;
+  float* y = p.y;
+  if (p.n_dense > 0) {
+    const DenseTarget& d = p.dense[blockIdx.y];
+    w = d.w;
+    row_stride = d.row_stride;
+    n_out = d.n_out;
+    y = d.y;
+  }
+  const int64_t first_row = (int64_t(blockIdx.x) * kWarpsPerBlock + warp) * RW;
+  const int64_t row_step = int64_t(gridDim.x) * kWarpsPerBlock * RW;
+  const int n_units = int(p.n_in / Q::kBlockElems) * Q::kUnitsPerBlock;
+  const int n_chunks = (n_units + kUnits - 1) / kUnits;
+  const int n_stages = p.stages;
+  uint8_t* buffers = shared + p.table_bytes + p.act_bytes + size_t(warp) * n_stages * RW * kRowBytes;
+  StageIssuer<Q, RW> issuer{buffers, w, row_stride, n_out, row_step, first_row, n_units, n_chunks, n_stages};
+  // Before the wait for the previous kernel (launch.cuh): the decode table, and for a dense matrix
+  // (never written by a kernel of the stream) the first stages' copies and an L2 prefetch of the
+  // warp's first rows.
+  if constexpr (Q::kTableBytes > 0) Q::load_table(shared);
+  if (!p.expert_ids) {
+    const size_t row_bytes = size_t(p.n_in / Q::kBlockElems) * Q::kBlockBytes;
+    prefetch_rows_l2(w, row_stride, first_row, RW, n_out, row_bytes, lane);
+    for (int k = 1; k < n_stages; ++k) issuer.next(lane);
+  }
+  pdl_begin();
+  int rows[NR];
+  int nr;
+  if (p.expert_ids) {
+    int j = blockIdx.y;
+    size_t matrix_offset = p.matrix_offset;
+    if (p.second_y && j >= p.n_listed) {
+      j -= p.n_listed;
+      matrix_offset = p.second_offset;
+      y = p.second_y;
+    }
+    nr = min(max(p.row_counts[j] - p.row_pass, 0), NR);
+#pragma unroll
+    for (int r = 0; r < NR; ++r) rows[r] = r < nr ? p.row_ids[size_t(j) * p.max_rows + p.row_pass + r] : 0;
+    y += (size_t(j) * p.max_rows + p.row_pass) * size_t(n_out);
+    const uint32_t slot = p.smap_layer[p.expert_ids[j]];
+    if (slot == kSlotMiss) {  // the caller broke the residency promise: make it visible (the whole block returns)
+      for (int64_t o = first_row; o < n_out; o += row_step)
+        for (int i = 0; i < RW; ++i)
+          for (int r = lane; r < nr; r += 32)
+            if (o + i < n_out) y[size_t(r) * n_out + o + i] = __int_as_float(0x7fc00000);
+      return;
+    }
+    w += size_t(slot) * p.slot_bytes + matrix_offset;
+    issuer.w = w;
+    for (int k = 1; k < n_stages; ++k) issuer.next(lane);
+  } else {
+    nr = min(p.n_rows - p.row_pass, NR);
+#pragma unroll
+    for (int r = 0; r < NR; ++r) rows[r] = p.row_pass + r;
+    y += size_t(p.row_pass) * size_t(n_out);
+  }
+  [[maybe_unused]] SharedActView shared_act{};
+  if constexpr (kSharedAct) shared_act = copy_activations<NR>(p.act, rows, nr, int(p.n_in), shared + p.table_bytes);
+  if constexpr (Q::kTableBytes > 0 || kSharedAct) __syncthreads();
+  int buffer = 0;
+  for (int64_t o = first_row; o < n_out; o += row_step) {
+    float acc[RW][NR];
+#pragma unroll
+    for (int i = 0; i < RW; ++i)
+#pragma unroll
+      for (int r = 0; r < NR; ++r) acc[i][r] = 0.0f;
+    for (int chunk = 0; chunk < n_chunks; ++chunk) {
+      issuer.next(lane);
+      if (n_stages == 3) cp_async_wait<2>();
+      else cp_async_wait<1>();
+      __syncwarp();
+      const uint8_t* stage = buffers + buffer * RW * kRowBytes;
+      const uint8_t* wrow[RW];
+#pragma unroll
+      for (int i = 0; i < RW; ++i) wrow[i] = staged_row<Q, RW>(stage, w, row_stride, min(o + i, n_out - 1), chunk, i);
+      const int first_unit = chunk * kUnits;
+#pragma unroll
+      for (int k = 0; k < kUnits / 32; ++k) {
+        const int u = first_unit + lane + 32 * k;
+        if (u < n_units) {
+          typename Q::Decoded decoded[RW];
+#pragma unroll
+          for (int i = 0; i < RW; ++i) decoded[i] = Q::decode(wrow[i], u - first_unit, shared);
+#pragma unroll
+          for (int r = 0; r < NR; ++r) {
+            if (r < nr) {
+              typename Q::Act a;
+              if constexpr (kSharedAct) a = Q::load_act(shared_act, r, u);
+              else a = Q::load_act(p.act, rows[r], u);
+#pragma unroll
+              for (int i = 0; i < RW; ++i) acc[i][r] = Q::dot(decoded[i], a, acc[i][r]);
+            }
+          }
+        }
+      }
+      __syncwarp();
+      buffer = buffer + 1 == n_stages ? 0 : buffer + 1;
+    }
+#pragma unroll
+    for (int i = 0; i < RW; ++i)
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[i][r] = __fadd_rn(acc[i][r], __shfl_xor_sync(0xffffffffu, acc[i][r], off));
+      }
+    if (lane == 0) {
+#pragma unroll
+      for (int i = 0; i < RW; ++i)
+#pragma unroll
+        for (int r = 0; r < NR; ++r)
+          if (r < nr && o + i < n_out) y[size_t(r) * n_out + o + i] = acc[i][r];
+    }
+  }
+  cp_async_wait<0>();
+}
+
 int sm_count() {
   static int count = [] {
     int device = 0, value = 0;
@@ -509,13 +645,37 @@ int sm_count() {
   return count;
 }
 
-// Lanes per weight row (MatmulArgs::lanes): a full warp for rows of 32 units or more, and when
-// staging (its copy loop is the whole warp's) or asked (tuning lanes_per_row = 32); else the
-// next power of two at or above the unit count.
+// The most dynamic shared memory a block may ask for (cudaFuncSetAttribute raises a kernel's limit
+// from the default 48 KiB up to it): 227 KiB on Hopper.
+size_t shared_optin_bytes() {
+  static const size_t bytes = [] {
+    int device = 0, value = 0;
+    STRATA_CUDA_CHECK(cudaGetDevice(&device));
+    STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return size_t(value);
+  }();
+  return bytes;
+}
+
+// Blocks of kWarpsPerBlock warps of `kernel` with `shared_bytes` of dynamic shared memory that
+// fit one SM at once (the CUDA occupancy calculator; registers, shared memory, threads), cached.
+int resident_blocks_per_sm(const void* kernel, size_t shared_bytes) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, size_t>, int> cache;
+  const std::lock_guard lock(mutex);
+  const auto key = std::pair(kernel, shared_bytes);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  int blocks = 0;
+  STRATA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarpsPerBlock * 32, shared_bytes));
+  return cache[key] = std::max(blocks, 1);
+}
+
+// Lanes per weight row (MatmulArgs::lanes): a full warp for rows of 32 units or more, or when
+// asked (tuning lanes_per_row = 32); else the next power of two at or above the unit count.
 template <class Q>
-int lanes_per_row(int64_t n_in, bool staging, const MatmulTuning* tuning) {
+int lanes_per_row(int64_t n_in, const MatmulTuning* tuning) {
   const int64_t n_units = n_in / Q::kBlockElems * Q::kUnitsPerBlock;
-  if (staging || n_units >= 32 || (tuning && tuning->lanes_per_row == 32)) return 32;
+  if (n_units >= 32 || (tuning && tuning->lanes_per_row == 32)) return 32;
   int lanes = 1;
   while (lanes < n_units) lanes *= 2;
   return lanes;
@@ -531,12 +691,7 @@ void launch_nr(const MatmulArgs& args, int n_launch, cudaStream_t stream) {
   const dim3 grid(unsigned(std::min(blocks_needed, std::max<int64_t>(1, cap / std::max(1, n_launch)))), unsigned(n_launch));
   MatmulArgs a = args;
   a.table_bytes = int((Q::kTableBytes + 15) / 16 * 16);
-  const size_t row_bytes = size_t(a.n_in / Q::kBlockElems) * Q::kBlockBytes;
-  // One row plus its alignment offset and the funnel-shift over-read, in 16-byte vectors.
-  const size_t stage_bytes = (row_bytes + 15 + 16 + 15) / 16 * 16;
-  const size_t shared = size_t(a.table_bytes) + (a.stage_bytes ? size_t(kWarpsPerBlock) * RW * stage_bytes : 0);
-  if (a.stage_bytes) a.stage_bytes = int(stage_bytes);
-  launch(quant_matmul_kernel<Q, NR, RW>, grid, kWarpsPerBlock * 32, shared, stream, a);
+  launch(quant_matmul_kernel<Q, NR, RW>, grid, kWarpsPerBlock * 32, size_t(a.table_bytes), stream, a);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -578,30 +733,145 @@ int narrow_rows_per_warp() {
   return value;
 }
 
+// Weight rows per warp of one pass of `rows` activation rows: the tuning's, else the default (the
+// narrow rows' own for rows of < 32 units), as the kernels take it: 1, 2 or 4, at most 2 for
+// windows of more than 4 rows.
+template <class Q>
+int pass_rows_per_warp(int rows, int lanes, const MatmulTuning* tuning) {
+  const bool tuned = tuning && tuning->rows_per_warp > 0;
+  int rw = tuned ? tuning->rows_per_warp : default_rows_per_warp<Q>(rows);
+  if (!tuned && lanes < 32) rw = narrow_rows_per_warp();
+  rw = rw >= 4 ? 4 : rw == 2 ? 2 : 1;
+  return rows > 4 ? std::min(rw, 2) : rw;
+}
+
+// STRATA_CUDA_STAGED=0|1: the staged path off or on for every type that has it when no tuning
+// says otherwise (end-to-end A/B without a rebuild); unset: default_staged.
+int staged_env() {
+  static const int value = [] {
+    const char* v = std::getenv("STRATA_CUDA_STAGED");
+    if (!v || !*v) return -1;
+    if (std::string(v) != "0" && std::string(v) != "1")
+      cuda_fail(std::string("STRATA_CUDA_STAGED: expected 0 or 1, found ") + v);
+    return std::atoi(v);
+  }();
+  return value;
+}
+
+// The staged path by default: IQ2_XS only, where the direct kernel reads 0.21-0.31 of HBM and the
+// L1 wavefronts of its 2-byte-aligned loads are the recorded limit (docs/bench-cuda.md). Written
+// without a GPU (session 37); the other types wait for bench_cuda_matvec's side-by-side numbers.
+template <class Q>
+constexpr bool default_staged() {
+  return std::is_same_v<Q, IQ2_XSWeights>;
+}
+
+// What the staged kernel needs for one pass, or staged = false for the direct kernel.
+struct StagedPlan {
+  bool staged = false;
+  bool shared_act = false;
+  int stages = 2;
+  size_t act_bytes = 0;     // activations in shared memory
+  size_t shared_bytes = 0;  // all dynamic shared memory
+};
+
+template <class Q>
+StagedPlan plan_staged([[maybe_unused]] int64_t n_in, [[maybe_unused]] int rows, [[maybe_unused]] int rw,
+                       [[maybe_unused]] int lanes, [[maybe_unused]] const MatmulTuning* tuning) {
+  StagedPlan plan;
+  if constexpr (kStageable<Q>) {
+    const int choice = tuning ? tuning->staging : 0;
+    const int env = staged_env();
+    const bool wanted = choice == 1 || (choice == 0 && (env >= 0 ? env == 1 : default_staged<Q>()));
+    if (!wanted || lanes != 32) return plan;
+    plan.stages = tuning && tuning->stages == 3 ? 3 : 2;
+    const int row_bytes = rw == 4 ? stage_row_bytes<Q, 4>() : rw == 2 ? stage_row_bytes<Q, 2>() : stage_row_bytes<Q, 1>();
+    const size_t table = size_t(Q::kTableBytes + 15) / 16 * 16;
+    const size_t buffers = size_t(kWarpsPerBlock) * size_t(plan.stages) * size_t(rw) * size_t(row_bytes);
+    const size_t limit = shared_optin_bytes();
+    if (table + buffers > limit) return plan;
+    plan.staged = true;
+    const int act_choice = tuning ? tuning->act_shared : 0;
+    if (rows <= 4 && (act_choice == 1 || (act_choice == 0 && rows == 1))) {
+      const bool q8_k = Q::kActivation == GgmlType::Q8_K;
+      const int scale_count = int(n_in / (q8_k ? 256 : 32)), sum_count = int(n_in / (q8_k ? 16 : 32));
+      const size_t act = size_t(shared_activation_bytes(rows, int(n_in), scale_count, sum_count));
+      if (table + act + buffers <= limit) {
+        plan.shared_act = true;
+        plan.act_bytes = act;
+      }
+    }
+    plan.shared_bytes = table + plan.act_bytes + buffers;
+  }
+  return plan;
+}
+
+template <class Q, int NR, int RW, bool kSharedAct>
+void launch_staged_kernel(const MatmulArgs& args, int n_launch, cudaStream_t stream, const StagedPlan& plan) {
+  const auto kernel = staged_matmul_kernel<Q, NR, RW, kSharedAct>;
+  if (plan.shared_bytes > 48 * 1024) {  // raise this kernel's limit once per device
+    static std::atomic<uint32_t> raised{0};
+    int device = 0;
+    STRATA_CUDA_CHECK(cudaGetDevice(&device));
+    const uint32_t bit = 1u << (device & 31);
+    if (!(raised.load() & bit)) {
+      STRATA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_optin_bytes())));
+      raised.fetch_or(bit);
+    }
+  }
+  // As many blocks as fit the GPU at once (each warp then walks its rows, its next stage's copy in
+  // flight across row boundaries), or fewer when the matrix has fewer rows.
+  const int64_t rows_per_block = int64_t(kWarpsPerBlock) * RW;
+  const int64_t blocks_needed = (args.n_out + rows_per_block - 1) / rows_per_block;
+  const int64_t resident = int64_t(sm_count()) * resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), plan.shared_bytes);
+  const dim3 grid(unsigned(std::min(blocks_needed, std::max<int64_t>(1, resident / std::max(1, n_launch)))), unsigned(n_launch));
+  MatmulArgs a = args;
+  a.table_bytes = int((Q::kTableBytes + 15) / 16 * 16);
+  a.act_bytes = int(plan.act_bytes);
+  a.stages = plan.stages;
+  launch(kernel, grid, kWarpsPerBlock * 32, plan.shared_bytes, stream, a);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class Q, int NR, int RW>
+void launch_staged_act(const MatmulArgs& args, int n_launch, cudaStream_t stream, const StagedPlan& plan) {
+  if constexpr (NR <= 4) {
+    if (plan.shared_act) return launch_staged_kernel<Q, NR, RW, true>(args, n_launch, stream, plan);
+  }
+  launch_staged_kernel<Q, NR, RW, false>(args, n_launch, stream, plan);
+}
+
+template <class Q, int NR>
+void launch_staged(const MatmulArgs& args, int n_launch, cudaStream_t stream, int rw, const StagedPlan& plan) {
+  if constexpr (NR <= 4) {
+    if (rw == 4) return launch_staged_act<Q, NR, 4>(args, n_launch, stream, plan);
+  }
+  if (rw == 2) launch_staged_act<Q, NR, 2>(args, n_launch, stream, plan);
+  else launch_staged_act<Q, NR, 1>(args, n_launch, stream, plan);
+}
+
 template <class Q>
 void launch(MatmulArgs args, int n_launch, int rows_total, cudaStream_t stream, const MatmulTuning* tuning) {
   if (Q::kTableBytes > 0) upload_quant_tables();
+  args.lanes = lanes_per_row<Q>(args.n_in, tuning);
   for (int pass = 0; pass < rows_total; pass += kMaxRowsPerPass) {
     args.row_pass = pass;
     const int rows = std::min(kMaxRowsPerPass, rows_total - pass);
-    int rw = tuning && tuning->rows_per_warp > 0 ? tuning->rows_per_warp : default_rows_per_warp<Q>(rows);
-    // Staging is off unless asked for: measured on 2560-wide rows (bench_cuda_matvec --n-in 2560
-    // --sweep, docs/bench-cuda.md) it cost 15-25 % (Q8_0 T=1 0.61 -> 0.46 of HBM, IQ2_XS 0.12 ->
-    // 0.10): the copy and the decode of a warp's rows do not overlap without double buffering.
-    // It needs the warp's rows to fit the shared memory.
-    const size_t row_bytes = size_t(args.n_in / Q::kBlockElems) * Q::kBlockBytes;
-    const size_t staged = (size_t(Q::kTableBytes) + 15) / 16 * 16 +
-                          size_t(kWarpsPerBlock) * size_t(std::min(rw, 4)) * ((row_bytes + 46) / 16 * 16);
-    const bool fits = staged <= kMaxStagedSharedBytes;
-    const int choice = tuning ? tuning->staging : 0;
-    args.stage_bytes = fits && choice == 1 ? 1 : 0;
-    args.lanes = lanes_per_row<Q>(args.n_in, args.stage_bytes > 0, tuning);
-    const bool tuned = tuning && tuning->rows_per_warp > 0;
-    if (!tuned && args.lanes < 32) rw = narrow_rows_per_warp();
+    const int rw = pass_rows_per_warp<Q>(rows, args.lanes, tuning);
+    if constexpr (kStageable<Q>) {
+      const StagedPlan plan = plan_staged<Q>(args.n_in, rows, rw, args.lanes, tuning);
+      if (plan.staged) {
+        if (rows == 1) launch_staged<Q, 1>(args, n_launch, stream, rw, plan);
+        else if (rows == 2) launch_staged<Q, 2>(args, n_launch, stream, rw, plan);
+        else if (rows <= 4) launch_staged<Q, 4>(args, n_launch, stream, rw, plan);
+        else launch_staged<Q, 8>(args, n_launch, stream, rw, plan);
+        continue;
+      }
+    }
     if (rows == 1) launch_rw<Q, 1>(args, n_launch, stream, rw);
     else if (rows == 2) launch_rw<Q, 2>(args, n_launch, stream, rw);
     else if (rows <= 4) launch_rw<Q, 4>(args, n_launch, stream, rw);
-    else launch_rw<Q, 8>(args, n_launch, stream, std::min(rw, 2));
+    else launch_rw<Q, 8>(args, n_launch, stream, rw);
   }
 }
 
@@ -667,6 +937,18 @@ bool has_cuda_kernel(GgmlType type) {
     default:
       return false;
   }
+}
+
+MatvecPath matvec_path(GgmlType type, int64_t n_in, int64_t n_rows, const MatmulTuning* tuning) {
+  MatvecPath path = MatvecPath::Direct;
+  with_weights(type, [&]<class Q>() {
+    if (n_in <= 0 || n_in % Q::kBlockElems != 0) return;
+    const int rows = int(std::clamp<int64_t>(n_rows, 1, kMaxRowsPerPass));
+    const int lanes = lanes_per_row<Q>(n_in, tuning);
+    const StagedPlan plan = plan_staged<Q>(n_in, rows, pass_rows_per_warp<Q>(rows, lanes, tuning), lanes, tuning);
+    if (plan.staged) path = plan.shared_act ? MatvecPath::StagedSharedActivations : MatvecPath::Staged;
+  });
+  return path;
 }
 
 ActivationLayout activation_layout(GgmlType weight_type, int64_t n_in, int64_t n_rows) {

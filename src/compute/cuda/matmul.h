@@ -56,11 +56,27 @@ bool has_cuda_kernel(GgmlType type);
 
 // Launch shape knobs for benchmarks and tests; they never change a result bit (every output's
 // arithmetic is the same whatever the shape). Zero means the default.
+//
+// The staged path (staging = 1; Q8_0, IQ4_NL, Q3_K, Q4_K, IQ2_XS, rows of >= 32 units): each warp
+// copies its weight rows' raw bytes into shared memory with coalesced 16-byte cp.async, `stages`
+// buffers deep (the next stage's copy in flight while the current one is decoded), and decodes
+// from there; optionally the window's activations are copied into shared memory once per thread
+// block (act_shared, windows of <= 4 rows). The grid is the number of blocks that fit the GPU at
+// once, each warp walking its rows. Bitwise the direct path (tests/cuda/matmul_test.cpp).
+// Default: on for IQ2_XS only (written without a GPU, session 37: docs/bench-cuda.md), or as
+// STRATA_CUDA_STAGED=0|1 says for every type that has it.
 struct MatmulTuning {
   int rows_per_warp = 0;  // 1, 2 or 4
-  int staging = 0;        // 1: stage weight rows in shared memory when they fit; 0 or 2: never
+  int staging = 0;        // 1: the staged path where the type and shape have it; 2: never; 0: the default
   int lanes_per_row = 0;  // 32: a full warp per weight row always; 0: fewer for rows of < 32 units
+  int stages = 0;         // staged path: shared-memory buffers per warp, 2 or 3 (0: 2)
+  int act_shared = 0;     // staged path: 1: activations in shared memory when they fit; 2: never; 0: T = 1 only
 };
+
+// Which kernel matmul_quantized (and the expert and many-matrix forms) runs for a window of
+// n_rows (its first pass of at most 8 rows) under `tuning`: benchmarks print it, tests assert it.
+enum class MatvecPath { Direct, Staged, StagedSharedActivations };
+MatvecPath matvec_path(GgmlType type, int64_t n_in, int64_t n_rows, const MatmulTuning* tuning = nullptr);
 
 // Where the quantized activations of n_rows rows live inside one scratch allocation.
 struct ActivationLayout {

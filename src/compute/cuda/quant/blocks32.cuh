@@ -17,8 +17,9 @@ namespace strata::compute::cuda::quant_device {
 struct Q8Act32 {
   int4 a0, a1;
   float d;
-  __device__ static Q8Act32 load(const ActView& act, int row, int block) {
-    const int8_t* a = act.qs(row) + 32 * block;
+  template <class View>
+  __device__ static Q8Act32 load(const View& act, int row, int block) {
+    const int8_t* a = act.qs_at(row, 32 * block);
     return Q8Act32{ld_i32x4(a), ld_i32x4(a + 16), act.scales(row)[block]};
   }
 };
@@ -46,7 +47,8 @@ struct Q8_0Weights {
     ld_words_a2<8>(block + 2, out.q);
     return out;
   }
-  __device__ static Act load_act(const ActView& act, int row, int u) { return Q8Act32::load(act, row, u); }
+  template <class View>
+  __device__ static Act load_act(const View& act, int row, int u) { return Q8Act32::load(act, row, u); }
   __device__ static float dot(const Decoded& w, const Act& a, float acc) {
     int isum = __dp4a(int(w.q[0]), a.a0.x, 0);
     isum = __dp4a(int(w.q[1]), a.a0.y, isum);
@@ -97,7 +99,8 @@ struct Nibble32Weights {
     }
     return out;
   }
-  __device__ static Act load_act(const ActView& act, int row, int u) { return Q8Act32::load(act, row, u); }
+  template <class View>
+  __device__ static Act load_act(const View& act, int row, int u) { return Q8Act32::load(act, row, u); }
   __device__ static float dot(const Decoded& w, const Act& a, float acc) {
     int isum = __dp4a(w.low[0], a.a0.x, 0);
     isum = __dp4a(w.low[1], a.a0.y, isum);

@@ -12,7 +12,9 @@
 //   kTableBytes, load_table()    optional lookup table copied into shared memory per block
 //   Decoded decode(row, u, table) the unit's weights in registers (quants as packed signed bytes,
 //                                scales as integers, d as f32)
-//   Act load_act(act, row, u)    the matching activation quants, scale and sums of one row
+//   Act load_act(act, row, u)    the matching activation quants, scale and sums of one row,
+//                                through act.qs_at/scales/sums (a template over the view for the
+//                                types the staged kernel takes: ActView or SharedActView)
 //   float dot(Decoded, Act, acc) acc + the unit's contribution: exact integer dot products, then
 //                                explicitly rounded f32 operations (__fmaf_rn, __fmul_rn, ...) so no
 //                                compiler contraction can differ between instantiations
@@ -41,6 +43,9 @@ struct ActView {
   __device__ const int8_t* qs(int row) const {
     return reinterpret_cast<const int8_t*>(base + qs_offset + size_t(row) * qs_row_bytes);
   }
+  // The quants of `row` from byte `offset` on; load_act reads through this (and scales, sums) so
+  // the same code also reads SharedActView (staging.cuh), where a row is padded.
+  __device__ const int8_t* qs_at(int row, int offset) const { return qs(row) + offset; }
   __device__ const float* floats(int row) const {
     return reinterpret_cast<const float*>(base + qs_offset + size_t(row) * qs_row_bytes);
   }

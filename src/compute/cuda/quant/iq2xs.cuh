@@ -87,9 +87,10 @@ struct IQ2_XSWeights {
     out.s1_high = 2 * (scale_bytes >> 12) + 1;
     return out;
   }
-  __device__ static Act load_act(const ActView& act, int row, int u) {
+  template <class View>
+  __device__ static Act load_act(const View& act, int row, int u) {
     const int b = u >> 2;
-    const int8_t* a = act.qs(row) + 256 * b + 64 * (u & 3);
+    const int8_t* a = act.qs_at(row, 256 * b + 64 * (u & 3));
     return Act{ld_i32x4(a), ld_i32x4(a + 16), ld_i32x4(a + 32), ld_i32x4(a + 48), act.scales(row)[b]};
   }
   __device__ static float dot(const Decoded& w, const Act& a, float acc) {

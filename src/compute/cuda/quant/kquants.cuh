@@ -20,14 +20,17 @@ struct Q4_KWeights {
   __device__ static void load_table(uint8_t*) {}
 
   // 6-bit scale and min of sub-block `sub` (unpack_q4_K_scales), from the 12 scale bytes as words.
+  // Bytes k of the three words (k = sub mod 4) by shifts, never a run-time index into s (which
+  // put s in local memory in the staged kernel).
   __device__ static void scale_min(const uint32_t (&s)[3], int sub, int& scale, int& min) {
-    auto byte = [&](int i) { return int((s[i >> 2] >> (8 * (i & 3))) & 0xffu); };
-    if (sub < 4) {
-      scale = byte(sub) & 63;
-      min = byte(sub + 4) & 63;
-    } else {
-      scale = (byte(sub + 4) & 15) | ((byte(sub - 4) >> 6) << 4);
-      min = (byte(sub + 4) >> 4) | ((byte(sub) >> 6) << 4);
+    const int shift = 8 * (sub & 3);
+    const int b0 = int((s[0] >> shift) & 0xffu), b1 = int((s[1] >> shift) & 0xffu), b2 = int((s[2] >> shift) & 0xffu);
+    if (sub < 4) {  // bytes sub and sub + 4
+      scale = b0 & 63;
+      min = b1 & 63;
+    } else {  // bytes sub + 4 (low and high nibble), sub − 4 and sub (top two bits)
+      scale = (b2 & 15) | ((b0 >> 6) << 4);
+      min = (b2 >> 4) | ((b1 >> 6) << 4);
     }
   }
 
@@ -58,9 +61,10 @@ struct Q4_KWeights {
     out.q[4] = qb.x; out.q[5] = qb.y; out.q[6] = qb.z; out.q[7] = qb.w;
     return out;
   }
-  __device__ static Act load_act(const ActView& act, int row, int u) {
+  template <class View>
+  __device__ static Act load_act(const View& act, int row, int u) {
     const int b = u >> 2, chunk = u & 3;
-    const int8_t* a = act.qs(row) + 256 * b + 64 * chunk;
+    const int8_t* a = act.qs_at(row, 256 * b + 64 * chunk);
     const int32_t* bs = act.sums(row) + 16 * b + 4 * chunk;
     return Act{ld_i32x4(a), ld_i32x4(a + 16), ld_i32x4(a + 32), ld_i32x4(a + 48), bs[0] + bs[1], bs[2] + bs[3],
                act.scales(row)[b]};
@@ -285,52 +289,64 @@ struct Q3_KWeights {
   static constexpr int kTableBytes = 0;
   __device__ static void load_table(uint8_t*) {}
 
-  template <int NR>
-  __device__ static void unit(const uint8_t* row, int u, const ActView& act, const int (&rows)[NR],
-                              int nr, const uint8_t*, float (&acc)[NR]) {
+  struct Decoded {
+    int v[4][4];   // v[s][i]: signed quants (−4..3) of sub-block k = 8h + 2s + p, elements 4i..4i+3
+    int scale[4];  // q3_K_scale(k) − 32
+    float d;
+  };
+  struct Act {
+    int4 a[4];  // the quants of sub-blocks 8h + 2s + p, s = 0..3
+    float d;
+  };
+
+  __device__ static Decoded decode(const uint8_t* row, int u, const uint8_t*) {
+    Decoded out;
     const int b = u >> 2, half = (u >> 1) & 1, part = u & 1;
     const uint8_t* block = row + size_t(b) * kBlockBytes;
     uint32_t q[4], hm[4], sc[3];
     ld_words_a2<4>(block + 32 + 32 * half + 16 * part, q);
     ld_words_a2<4>(block + 16 * part, hm);
     ld_words_a2<3>(block + 96, sc);
-    const float d = f16_bits_to_f32(ld_u16(block + 108));
+    out.d = f16_bits_to_f32(ld_u16(block + 108));
     auto byte = [&](int i) { return int((sc[i >> 2] >> (8 * (i & 3))) & 0xffu); };
-    int scale[4];  // q3_K_scale(k) − 32 for k = 8h + 2s + p
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       const int k = 8 * half + 2 * s + part;
       const int low = (byte(k & 7) >> (4 * half)) & 15;  // k < 8: byte k bits 0-3; else byte k − 8 bits 4-7
       const int high = (byte(8 + (k & 3)) >> (2 * (k >> 2))) & 3;
-      scale[s] = (low | (high << 4)) - 32;
+      out.scale[s] = (low | (high << 4)) - 32;
     }
-    int v[4][4];  // v[s][i]: signed quants (−4..3) of sub-block k, elements 4i..4i+3
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const uint32_t low = (q[i] >> (2 * s)) & 0x03030303u;
         const uint32_t third = ((hm[i] >> (4 * half + s)) & 0x01010101u) << 2;
-        v[s][i] = int(__vsub4(low | third, 0x04040404u));
+        out.v[s][i] = int(__vsub4(low | third, 0x04040404u));
       }
     }
+    return out;
+  }
+  template <class View>
+  __device__ static Act load_act(const View& act, int row, int u) {
+    const int b = u >> 2, half = (u >> 1) & 1, part = u & 1;
+    Act out;
 #pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      if (r < nr) {
-        const int8_t* a = act.qs(rows[r]) + 256 * b;
-        int scaled = 0;
+    for (int s = 0; s < 4; ++s) out.a[s] = ld_i32x4(act.qs_at(row, 256 * b + 16 * (8 * half + 2 * s + part)));
+    out.d = act.scales(row)[b];
+    return out;
+  }
+  __device__ static float dot(const Decoded& w, const Act& a, float acc) {
+    int scaled = 0;
 #pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          const int4 av = ld_i32x4(a + 16 * (8 * half + 2 * s + part));
-          int isum = __dp4a(v[s][0], av.x, 0);
-          isum = __dp4a(v[s][1], av.y, isum);
-          isum = __dp4a(v[s][2], av.z, isum);
-          isum = __dp4a(v[s][3], av.w, isum);
-          scaled += scale[s] * isum;
-        }
-        acc[r] = __fmaf_rn(__fmul_rn(d, act.scales(rows[r])[b]), float(scaled), acc[r]);
-      }
+    for (int s = 0; s < 4; ++s) {
+      int isum = __dp4a(w.v[s][0], a.a[s].x, 0);
+      isum = __dp4a(w.v[s][1], a.a[s].y, isum);
+      isum = __dp4a(w.v[s][2], a.a[s].z, isum);
+      isum = __dp4a(w.v[s][3], a.a[s].w, isum);
+      scaled += w.scale[s] * isum;
     }
+    return __fmaf_rn(__fmul_rn(w.d, a.d), float(scaled), acc);
   }
 };
 
