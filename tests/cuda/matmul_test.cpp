@@ -205,7 +205,7 @@ TEST_P(CudaMatmul, WindowIdentityAndRepeatability) {
     for (const int64_t rows : {int64_t(1), int64_t(2)}) {
       const ActivationLayout layout = compute::cuda::activation_layout(type, n_in, rows);
       compute::cuda::quantize_activations(layout, g.x.as<float>(), g.scratch.data(), stream.get());
-      const compute::cuda::MatmulTuning tuning{rows_per_warp, staging, 0};
+      const compute::cuda::MatmulTuning tuning{rows_per_warp, staging, 0, 0, 0};
       compute::cuda::matmul_quantized(g.matrix, layout, g.scratch.data(), rows, g.y.as<float>(), stream.get(), &tuning);
       stream.synchronize();
       const auto shaped = from_device<float>(g.y, size_t(rows * n_out));
@@ -258,7 +258,7 @@ TEST_P(CudaMatmul, SeveralMatricesInOneLaunchBitwiseAsOneEach) {
           STRATA_CUDA_CHECK(cudaMemsetAsync(ys.back().data(), 0xff, ys.back().bytes(), stream.get()));
           outputs.push_back({DeviceMatrix{type, n_in, heights[j], weights[j].data(), stride}, ys.back().as<float>()});
         }
-        const compute::cuda::MatmulTuning tuning{rows_per_warp, 0, 0};
+        const compute::cuda::MatmulTuning tuning{rows_per_warp, 0, 0, 0, 0};
         compute::cuda::matmul_quantized_many(outputs, layout, act, n_rows, stream.get(), &tuning);
         stream.synchronize();
         for (size_t j = 0; j < count; ++j) {
@@ -297,7 +297,7 @@ TEST_P(CudaMatmul, NarrowRowsBitwiseAsAFullWarpPerRow) {
       const void* act = compute::cuda::prepare_activations(layout, xd.as<float>(), scratch.data(), stream.get());
       auto run_with = [&](int rows_per_warp, int lanes) {
         STRATA_CUDA_CHECK(cudaMemsetAsync(y.data(), 0xff, y.bytes(), stream.get()));
-        const compute::cuda::MatmulTuning tuning{rows_per_warp, 0, lanes};
+        const compute::cuda::MatmulTuning tuning{rows_per_warp, 0, lanes, 0, 0};
         compute::cuda::matmul_quantized(m, layout, act, n_rows, y.as<float>(), stream.get(), &tuning);
         stream.synchronize();
         return from_device<float>(y, size_t(n_rows * n_out));
@@ -396,6 +396,253 @@ TEST_P(CudaMatmul, ExpertsThroughTheSlotMap) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaMatmul, ::testing::ValuesIn(cuda_types()),
                          [](const ::testing::TestParamInfo<GgmlType>& info) { return std::string(type_name(info.param)); });
+
+// ---- the staged path (MatmulTuning::staging = 1: weight rows copied into shared memory by
+// cp.async, 2 or 3 stages deep; optionally the activations too) ----------------------------------
+
+using compute::cuda::MatmulTuning;
+using compute::cuda::MatvecPath;
+
+const GgmlType kStagedTypes[] = {GgmlType::Q8_0, GgmlType::IQ4_NL, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::IQ2_XS};
+
+// The direct kernel (staging 2) at the default launch shape: the reference of every staged run.
+constexpr MatmulTuning kDirect{0, 2, 0, 0, 0};
+
+// Every staged launch shape the tests try: weight rows per warp (0: default), stage buffers per
+// warp, activations in shared memory (1) or global (2). lanes_per_row 32 so that rows of fewer
+// than 32 units (256-wide IQ2_XS: 4) take the staged path too, with idle lanes.
+std::vector<MatmulTuning> staged_tunings() {
+  std::vector<MatmulTuning> out;
+  for (const int rows_per_warp : {0, 1, 2, 4})
+    for (const int stages : {2, 3})
+      for (const int act_shared : {1, 2}) out.push_back(MatmulTuning{rows_per_warp, 1, 32, stages, act_shared});
+  return out;
+}
+
+std::string describe(const MatmulTuning& t) {
+  return "rows/warp " + std::to_string(t.rows_per_warp) + ", staging " + std::to_string(t.staging) + ", stages " +
+         std::to_string(t.stages) + ", act_shared " + std::to_string(t.act_shared);
+}
+
+// y of matmul_quantized under `tuning`, the output poisoned first.
+std::vector<float> run_tuned(const DeviceMatrix& m, const ActivationLayout& layout, const void* act, int64_t n_rows,
+                             DeviceBuffer& y, const Stream& stream, const MatmulTuning& tuning) {
+  STRATA_CUDA_CHECK(cudaMemsetAsync(y.data(), 0xff, y.bytes(), stream.get()));
+  compute::cuda::matmul_quantized(m, layout, act, n_rows, y.as<float>(), stream.get(), &tuning);
+  stream.synchronize();
+  return from_device<float>(y, size_t(n_rows * m.n_out));
+}
+
+// The path a staged tuning must take: staged, with the activations in shared memory when asked
+// for a window of <= 4 rows (every shape here fits the shared memory).
+MatvecPath expected_path(const MatmulTuning& t, int64_t n_rows) {
+  return t.act_shared == 1 && std::min<int64_t>(n_rows, 8) <= 4 ? MatvecPath::StagedSharedActivations
+                                                                : MatvecPath::Staged;
+}
+
+class CudaMatmulStaged : public ::testing::TestWithParam<GgmlType> {};
+
+// Bitwise the direct kernel for every staged launch shape, widths 256 .. 8192 (a stage is 32 or 64
+// units: rows of one partial stage up to 8 stages), heights that leave partial tiles, T = 1 .. 8
+// and 11 (two passes), padded rows; and a tall matrix, so that each warp walks several row groups
+// and the copies run ahead across rows.
+TEST_P(CudaMatmulStaged, BitwiseAsTheDirectKernel) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  const GgmlType type = GetParam();
+  std::mt19937 rng(3737 + uint32_t(type));
+  Stream stream;
+  struct Shape {
+    int64_t n_in, n_out;
+    std::vector<int64_t> windows;
+  };
+  const std::vector<int64_t> all_windows = {1, 2, 3, 4, 5, 6, 7, 8, 11};
+  const std::vector<Shape> shapes = {{256, 45, all_windows},  {512, 301, all_windows},  {1024, 37, all_windows},
+                                     {2560, 301, all_windows}, {8192, 45, all_windows}, {512, 20011, {1, 4, 8}}};
+  for (const Shape& sh : shapes) {
+    // 1024 wide: padded rows (6 bytes, so the rows' alignment modulo 16 varies; Q4_K keeps 16)
+    const size_t pad = sh.n_in != 1024 ? 0 : type == GgmlType::Q4_K ? 16 : 6;
+    const size_t stride = row_bytes(type, sh.n_in) + pad;
+    const DeviceBuffer wd = to_device(random_weights(type, sh.n_in, sh.n_out, stride, rng));
+    const DeviceMatrix m{type, sh.n_in, sh.n_out, wd.data(), stride};
+    for (const int64_t n_rows : sh.windows) {
+      const DeviceBuffer xd = to_device(random_floats(size_t(n_rows * sh.n_in), rng));
+      const ActivationLayout layout = compute::cuda::activation_layout(type, sh.n_in, n_rows);
+      DeviceBuffer scratch(layout.total_bytes), y(size_t(n_rows * sh.n_out) * 4);
+      compute::cuda::quantize_activations(layout, xd.as<float>(), scratch.data(), stream.get());
+      ASSERT_EQ(MatvecPath::Direct, compute::cuda::matvec_path(type, sh.n_in, n_rows, &kDirect));
+      const std::vector<float> direct = run_tuned(m, layout, scratch.data(), n_rows, y, stream, kDirect);
+      for (const MatmulTuning& tuning : staged_tunings()) {
+        ASSERT_EQ(expected_path(tuning, n_rows), compute::cuda::matvec_path(type, sh.n_in, n_rows, &tuning))
+            << type_name(type) << " " << sh.n_in << " wide, " << n_rows << " rows, " << describe(tuning);
+        const std::vector<float> staged = run_tuned(m, layout, scratch.data(), n_rows, y, stream, tuning);
+        ASSERT_EQ(0, std::memcmp(staged.data(), direct.data(), direct.size() * 4))
+            << type_name(type) << " " << sh.n_in << " x " << sh.n_out << ", " << n_rows << " rows, "
+            << describe(tuning) << ": the staged kernel differs from the direct one";
+      }
+    }
+  }
+}
+
+// The staged path against the CPU specification directly (the direct kernel's own test bounds it
+// too): IQ2_XS's default at T = 1 on the models' width, and every staged type at T = 3.
+TEST_P(CudaMatmulStaged, MatchesCpuReference) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  const GgmlType type = GetParam();
+  std::mt19937 rng(4343 + uint32_t(type));
+  Stream stream;
+  const int64_t n_in = 2560, n_out = 77;
+  const size_t stride = row_bytes(type, n_in);
+  const std::vector<uint8_t> w = random_weights(type, n_in, n_out, stride, rng);
+  for (const int64_t n_rows : {int64_t(1), int64_t(3)}) {
+    const std::vector<float> x = random_floats(size_t(n_rows * n_in), rng);
+    GpuMatmul g = upload(type, n_in, n_out, w, stride, x, n_rows);
+    compute::cuda::quantize_activations(g.layout, g.x.as<float>(), g.scratch.data(), stream.get());
+    const MatmulTuning tuning{0, 1, 0, 0, 1};
+    ASSERT_NE(MatvecPath::Direct, compute::cuda::matvec_path(type, n_in, n_rows, &tuning));
+    const std::vector<float> y = run_tuned(g.matrix, g.layout, g.scratch.data(), n_rows, g.y, stream, tuning);
+    std::vector<uint8_t> act(quant::activation_row_bytes(type, n_in));
+    for (int64_t t = 0; t < n_rows; ++t) {
+      quant::ref::quantize_activation(type, x.data() + t * n_in, act.data(), n_in);
+      for (int64_t o = 0; o < n_out; ++o) {
+        const float ref = quant::ref::dot(type, w.data() + size_t(o) * stride, act.data(), n_in);
+        const float got = y[size_t(t * n_out + o)];
+        ASSERT_LE(std::fabs(double(got) - ref), 1e-4 * (std::fabs(ref) + 1.0))
+            << type_name(type) << " rows " << n_rows << " at (" << t << ", " << o << "): gpu " << got << " cpu " << ref;
+      }
+    }
+  }
+}
+
+// Several matrices in one launch and routed experts through the slot map (one and paired) take
+// the staged kernel too: each output bitwise the direct kernel's, a missing expert NaN.
+TEST_P(CudaMatmulStaged, ManyMatricesAndExpertsBitwiseAsDirect) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  const GgmlType type = GetParam();
+  std::mt19937 rng(5151 + uint32_t(type));
+  Stream stream;
+  const int64_t n_in = 2560;
+  const size_t stride = row_bytes(type, n_in);
+  const MatmulTuning staged{0, 1, 0, 2, 1}, staged3{2, 1, 0, 3, 2};
+  {  // matmul_quantized_many, matrices of different heights
+    const int64_t heights[] = {301, 7, 1000};
+    std::vector<DeviceBuffer> weights;
+    for (const int64_t n_out : heights) weights.push_back(to_device(random_weights(type, n_in, n_out, stride, rng)));
+    for (const int64_t n_rows : {int64_t(1), int64_t(3), int64_t(9)}) {
+      const DeviceBuffer xd = to_device(random_floats(size_t(n_rows * n_in), rng));
+      const ActivationLayout layout = compute::cuda::activation_layout(type, n_in, n_rows);
+      DeviceBuffer scratch(layout.total_bytes);
+      compute::cuda::quantize_activations(layout, xd.as<float>(), scratch.data(), stream.get());
+      for (const MatmulTuning& tuning : {staged, staged3}) {
+        std::vector<DeviceBuffer> ys;
+        std::vector<compute::cuda::DenseOutput> outputs;
+        for (size_t j = 0; j < weights.size(); ++j) {
+          ys.emplace_back(size_t(n_rows * heights[j]) * 4);
+          STRATA_CUDA_CHECK(cudaMemsetAsync(ys.back().data(), 0xff, ys.back().bytes(), stream.get()));
+          outputs.push_back({DeviceMatrix{type, n_in, heights[j], weights[j].data(), stride}, ys.back().as<float>()});
+        }
+        compute::cuda::matmul_quantized_many(outputs, layout, scratch.data(), n_rows, stream.get(), &tuning);
+        stream.synchronize();
+        for (size_t j = 0; j < weights.size(); ++j) {
+          DeviceBuffer y(size_t(n_rows * heights[j]) * 4);
+          const DeviceMatrix m{type, n_in, heights[j], weights[j].data(), stride};
+          const std::vector<float> direct = run_tuned(m, layout, scratch.data(), n_rows, y, stream, kDirect);
+          const auto got = from_device<float>(ys[j], direct.size());
+          ASSERT_EQ(0, std::memcmp(got.data(), direct.data(), direct.size() * 4))
+              << type_name(type) << ": matrix " << j << " of a staged many-matrix launch, " << n_rows << " rows, "
+              << describe(tuning);
+        }
+      }
+    }
+  }
+  // Experts: as ExpertsThroughTheSlotMap, 2560 wide (40 or 80 units: the staged path by width).
+  const int64_t n_out = 45, n_rows = 6;
+  const int n_expert = 6;
+  const size_t matrix_bytes = stride * size_t(n_out);
+  const size_t offset = 16 * ((matrix_bytes + 15) / 16);
+  const size_t slot_bytes = 16 * ((offset + matrix_bytes + 15) / 16);
+  const int n_slots = 5;
+  std::vector<uint8_t> arena(slot_bytes * n_slots, 0);
+  std::vector<uint32_t> smap(size_t(2 * n_expert), compute::cuda::kSlotMiss);
+  for (int e = 0; e < 5; ++e) {
+    smap[size_t(n_expert + e)] = uint32_t((e * 3) % 5);
+    for (const size_t at : {size_t(0), offset}) {
+      const std::vector<uint8_t> m = random_weights(type, n_in, n_out, stride, rng);
+      std::memcpy(arena.data() + smap[size_t(n_expert + e)] * slot_bytes + at, m.data(), matrix_bytes);
+    }
+  }
+  const std::vector<int32_t> experts = {3, 0, 5, 4};
+  const int max_rows = 4;
+  const std::vector<int32_t> row_ids = {1, 2, 5, 0, /**/ 0, 0, 0, 0, /**/ 3, 0, 0, 0, /**/ 4, 1, 0, 0};
+  const std::vector<int32_t> counts = {3, 1, 1, 2};
+  DeviceBuffer d_arena = to_device(arena), d_smap = to_device(smap), d_x = to_device(random_floats(size_t(n_rows * n_in), rng));
+  DeviceBuffer d_experts = to_device(experts), d_rows = to_device(row_ids), d_counts = to_device(counts);
+  const ActivationLayout layout = compute::cuda::activation_layout(type, n_in, n_rows);
+  DeviceBuffer scratch(layout.total_bytes);
+  compute::cuda::quantize_activations(layout, d_x.as<float>(), scratch.data(), stream.get());
+  const compute::cuda::ExpertArenaView view{d_arena.as<uint8_t>(), slot_bytes, d_smap.as<uint32_t>(), n_expert};
+  const compute::cuda::ExpertMatrixShape first{type, n_in, n_out, 0, stride}, second{type, n_in, n_out, offset, stride};
+  const size_t n_y = experts.size() * max_rows * size_t(n_out);
+  const auto experts_run = [&](const MatmulTuning& tuning, bool pair) {
+    DeviceBuffer y1(n_y * 4), y2(n_y * 4);
+    STRATA_CUDA_CHECK(cudaMemsetAsync(y1.data(), 0, y1.bytes(), stream.get()));
+    STRATA_CUDA_CHECK(cudaMemsetAsync(y2.data(), 0, y2.bytes(), stream.get()));
+    if (pair)
+      compute::cuda::expert_matmul_quantized_pair(view, 1, first, second, d_experts.as<int32_t>(), int(experts.size()),
+                                                  d_rows.as<int32_t>(), d_counts.as<int32_t>(), max_rows, layout,
+                                                  scratch.data(), y1.as<float>(), y2.as<float>(), stream.get(), &tuning);
+    else
+      compute::cuda::expert_matmul_quantized(view, 1, second, d_experts.as<int32_t>(), int(experts.size()),
+                                             d_rows.as<int32_t>(), d_counts.as<int32_t>(), max_rows, layout,
+                                             scratch.data(), y1.as<float>(), stream.get(), &tuning);
+    stream.synchronize();
+    std::vector<float> out = from_device<float>(y1, n_y);
+    if (pair) {
+      const std::vector<float> more = from_device<float>(y2, n_y);
+      out.insert(out.end(), more.begin(), more.end());
+    }
+    return out;
+  };
+  for (const bool pair : {false, true}) {
+    const std::vector<float> direct = experts_run(kDirect, pair);
+    for (const MatmulTuning& tuning : {staged, staged3}) {
+      ASSERT_NE(MatvecPath::Direct, compute::cuda::matvec_path(type, n_in, max_rows, &tuning));
+      const std::vector<float> got = experts_run(tuning, pair);
+      EXPECT_TRUE(std::isnan(got[2 * max_rows * size_t(n_out)])) << "a missing expert must produce NaN";
+      ASSERT_EQ(0, std::memcmp(got.data(), direct.data(), direct.size() * 4))
+          << type_name(type) << ": staged experts (" << (pair ? "pair" : "one matrix") << ", " << describe(tuning)
+          << ") differ from the direct kernel";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(StagedTypes, CudaMatmulStaged, ::testing::ValuesIn(kStagedTypes),
+                         [](const ::testing::TestParamInfo<GgmlType>& info) { return std::string(type_name(info.param)); });
+
+// A few staged launches, small enough for compute-sanitizer racecheck (scripts/cuda-matvec-staged.sh):
+// the shared-memory stage ring and the shared activations are where a missing barrier would show.
+TEST(CudaMatmulStagedRacecheck, SmallLaunches) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(99);
+  Stream stream;
+  for (const GgmlType type : {GgmlType::IQ2_XS, GgmlType::Q4_K, GgmlType::Q8_0}) {
+    const int64_t n_in = 2560, n_out = 600;
+    const size_t stride = row_bytes(type, n_in);
+    const DeviceBuffer wd = to_device(random_weights(type, n_in, n_out, stride, rng));
+    const DeviceMatrix m{type, n_in, n_out, wd.data(), stride};
+    for (const int64_t n_rows : {int64_t(1), int64_t(3)}) {
+      const DeviceBuffer xd = to_device(random_floats(size_t(n_rows * n_in), rng));
+      const ActivationLayout layout = compute::cuda::activation_layout(type, n_in, n_rows);
+      DeviceBuffer scratch(layout.total_bytes), y(size_t(n_rows * n_out) * 4);
+      compute::cuda::quantize_activations(layout, xd.as<float>(), scratch.data(), stream.get());
+      const std::vector<float> direct = run_tuned(m, layout, scratch.data(), n_rows, y, stream, kDirect);
+      for (const MatmulTuning& tuning : {MatmulTuning{1, 1, 0, 2, 1}, MatmulTuning{4, 1, 0, 3, 1}, MatmulTuning{2, 1, 0, 2, 2}}) {
+        const std::vector<float> staged = run_tuned(m, layout, scratch.data(), n_rows, y, stream, tuning);
+        ASSERT_EQ(0, std::memcmp(staged.data(), direct.data(), direct.size() * 4))
+            << type_name(type) << ", " << n_rows << " rows, " << describe(tuning);
+      }
+    }
+  }
+}
 
 TEST(CudaActivations, QuantizedBitwiseAsTheCpu) {
   STRATA_REQUIRE_CUDA_DEVICE();
