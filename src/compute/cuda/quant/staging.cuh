@@ -1,16 +1,16 @@
-// Device pieces of the staged matvec path (matmul.cu staged_matmul_kernel; internal to compute/cuda/):
-// asynchronous global → shared copies (cp.async), a warp's weight-row chunks copied into one
-// shared-memory stage buffer while it decodes another, and a window's activations copied once per
-// thread block into shared memory in a bank-friendly layout.
+// Device pieces of the staged matvec path (matmul.cu staged_matmul_kernel; internal to
+// compute/cuda/): asynchronous global → shared copies (cp.async), a warp's weight-row chunks copied
+// into one shared-memory stage buffer while it decodes another, and a window's activations copied
+// once per thread block into shared memory in a bank-friendly layout.
 //
 // Why (docs/bench-cuda.md, "Why IQ2_XS stays at a quarter of HBM"): blocks of 74, 34, 18 or 110
 // bytes keep rows only 2-byte aligned, so the direct kernel reads each unit with narrow loads that
 // span ~8 blocks per warp instruction (~35 L1 wavefronts per 592 bytes of IQ2_XS against 4 for a
 // coalesced 16-byte load). Copying the rows' raw bytes with coalesced 16-byte cp.async and decoding
 // from shared memory (any alignment is free there; ~13 wavefronts per 592 bytes of IQ2_XS, at most
-// 2-way bank conflicts) moves the same bytes through fewer wavefronts. A one-stage copy lost 15-25 %
-// (session 33: copy and decode serialised); here each warp keeps 2 or 3 stage buffers and the copy
-// of the next stage is in flight while the current one is decoded.
+// 2-way bank conflicts) moves the same bytes through fewer wavefronts. A one-stage copy lost 15-25
+// % (session 33: copy and decode serialised); here each warp keeps 2 or 3 stage buffers and the
+// copy of the next stage is in flight while the current one is decoded.
 //
 // Nothing here changes a result bit: a staged row holds the same bytes at the same offsets modulo
 // 16 as the row in global memory, and the types' decode() reads them with the same operations.
@@ -26,10 +26,13 @@ namespace strata::compute::cuda::quant_device {
 
 __device__ __forceinline__ void cp_async_16(void* shared, const void* global) {
   const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(address), "l"(global)
+               : "memory");
 }
 // Closes this thread's copies issued since the last commit into one group (possibly empty).
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
 // Waits until at most N of this thread's committed groups are still in flight. Other lanes' copies
 // become visible to this lane only after a barrier that both take part in (__syncwarp).
 template <int N>
@@ -66,8 +69,9 @@ __device__ __forceinline__ int stage_offset(int chunk) {
 // aligned vectors covering [row + offset, row + offset + bytes): the vector holding a row's last
 // byte is read whole, as the direct kernel's aligned over-reads do (DeviceBuffer pads its end).
 template <class Q, int RW>
-__device__ __forceinline__ void issue_stage(uint8_t* buffer, const uint8_t* w, size_t row_stride, int64_t first_row,
-                                           int64_t n_out, int chunk, int n_units, int lane) {
+__device__ __forceinline__ void issue_stage(uint8_t* buffer, const uint8_t* w, size_t row_stride,
+                                            int64_t first_row, int64_t n_out, int chunk,
+                                            int n_units, int lane) {
   constexpr int kRowBytes = stage_row_bytes<Q, RW>();
   constexpr int kRowVectors = kRowBytes / 16;
   const int first_unit = chunk * kStageUnits<RW>;
@@ -79,10 +83,14 @@ __device__ __forceinline__ void issue_stage(uint8_t* buffer, const uint8_t* w, s
     const int v = lane + 32 * k;
     const int i = v / kRowVectors, j = v - i * kRowVectors;  // row i of the stage, vector j of it
     if (i < RW) {
-      const uintptr_t start = reinterpret_cast<uintptr_t>(w + size_t(min(first_row + i, n_out - 1)) * row_stride) + offset;
+      const uintptr_t start =
+          reinterpret_cast<uintptr_t>(w + size_t(min(first_row + i, n_out - 1)) * row_stride) +
+          offset;
       const uintptr_t aligned = start & ~uintptr_t(15);
       const int n_vectors = int((start + uintptr_t(bytes) - aligned + 15) / 16);
-      if (j < n_vectors) cp_async_16(buffer + i * kRowBytes + 16 * j, reinterpret_cast<const void*>(aligned + 16 * uintptr_t(j)));
+      if (j < n_vectors)
+        cp_async_16(buffer + i * kRowBytes + 16 * j,
+                    reinterpret_cast<const void*>(aligned + 16 * uintptr_t(j)));
     }
   }
   cp_async_commit();
@@ -91,9 +99,11 @@ __device__ __forceinline__ void issue_stage(uint8_t* buffer, const uint8_t* w, s
 // The staged copy of row first_row + i, stage `chunk`: decode(row, u − chunk·kStageUnits) reads the
 // bytes decode(global row, u) would.
 template <class Q, int RW>
-__device__ __forceinline__ const uint8_t* staged_row(const uint8_t* buffer, const uint8_t* w, size_t row_stride,
-                                                     int64_t row, int chunk, int i) {
-  const uintptr_t start = reinterpret_cast<uintptr_t>(w + size_t(row) * row_stride) + stage_offset<Q, RW>(chunk);
+__device__ __forceinline__ const uint8_t* staged_row(const uint8_t* buffer, const uint8_t* w,
+                                                     size_t row_stride, int64_t row, int chunk,
+                                                     int i) {
+  const uintptr_t start =
+      reinterpret_cast<uintptr_t>(w + size_t(row) * row_stride) + stage_offset<Q, RW>(chunk);
   return buffer + i * stage_row_bytes<Q, RW>() + int(start & 15);
 }
 
@@ -113,7 +123,8 @@ struct StageIssuer {
   // wait_group's count stays the same every trip).
   __device__ __forceinline__ void next(int lane) {
     if (o < n_out) {
-      issue_stage<Q, RW>(buffers + buffer * RW * stage_row_bytes<Q, RW>(), w, row_stride, o, n_out, chunk, n_units, lane);
+      issue_stage<Q, RW>(buffers + buffer * RW * stage_row_bytes<Q, RW>(), w, row_stride, o, n_out,
+                         chunk, n_units, lane);
       if (++chunk == n_chunks) {
         chunk = 0;
         o += row_step;
@@ -143,29 +154,38 @@ struct SharedActView {
   // The span [offset, offset + len) of row `row` must lie inside one 128-byte-aligned piece of the
   // row (true of every use: 16-, 32- and 64-byte spans at multiples of their size).
   __device__ const int8_t* qs_at(int row, int offset) const {
-    return reinterpret_cast<const int8_t*>(qs_base + row * qs_row_bytes + offset + ((offset >> 7) << 4));
+    return reinterpret_cast<const int8_t*>(qs_base + row * qs_row_bytes + offset +
+                                           ((offset >> 7) << 4));
   }
   __device__ const float* scales(int row) const { return scale_base + row * scale_row_count; }
   __device__ const int32_t* sums(int row) const { return sum_base + row * sum_row_count; }
 };
 
-__host__ __device__ constexpr int padded_qs_row_bytes(int n_in) { return n_in + (n_in + 127) / 128 * 16; }
+__host__ __device__ constexpr int padded_qs_row_bytes(int n_in) {
+  return n_in + (n_in + 127) / 128 * 16;
+}
 
 // Shared bytes of `n_rows` activation rows of width n_in in the layout above (scale and sum counts
 // per row as ActivationLayout's), a multiple of 16.
-__host__ __device__ constexpr int shared_activation_bytes(int n_rows, int n_in, int scale_count, int sum_count) {
+__host__ __device__ constexpr int shared_activation_bytes(int n_rows, int n_in, int scale_count,
+                                                          int sum_count) {
   return (n_rows * (padded_qs_row_bytes(n_in) + 4 * scale_count + 4 * sum_count) + 15) / 16 * 16;
 }
 
 // Every thread of the block copies its share of the nr <= NR rows `rows` of `act` into `shared`;
 // the caller synchronises the block before reading the view.
 template <int NR>
-__device__ __forceinline__ SharedActView copy_activations(const ActView& act, const int (&rows)[NR], int nr, int n_in,
-                                                          uint8_t* shared) {
+__device__ __forceinline__ SharedActView copy_activations(const ActView& act, const int (&rows)[NR],
+                                                          int nr, int n_in, uint8_t* shared) {
   const int row_bytes = padded_qs_row_bytes(n_in), scale_count = int(act.scale_row_count),
             sum_count = int(act.sum_row_count);
-  SharedActView view{shared, row_bytes, reinterpret_cast<const float*>(shared + nr * row_bytes), scale_count,
-                     reinterpret_cast<const int32_t*>(shared + nr * row_bytes + 4 * nr * scale_count), sum_count};
+  SharedActView view{
+      shared,
+      row_bytes,
+      reinterpret_cast<const float*>(shared + nr * row_bytes),
+      scale_count,
+      reinterpret_cast<const int32_t*>(shared + nr * row_bytes + 4 * nr * scale_count),
+      sum_count};
   const int n_vectors = n_in / 16;
 #pragma unroll
   for (int r = 0; r < NR; ++r) {
@@ -175,7 +195,8 @@ __device__ __forceinline__ SharedActView copy_activations(const ActView& act, co
       for (int v = threadIdx.x; v < n_vectors; v += blockDim.x)
         *reinterpret_cast<int4*>(to + 16 * v + ((v >> 3) << 4)) = from[v];
       float* scales = const_cast<float*>(view.scales(r));
-      for (int i = threadIdx.x; i < scale_count; i += blockDim.x) scales[i] = act.scales(rows[r])[i];
+      for (int i = threadIdx.x; i < scale_count; i += blockDim.x)
+        scales[i] = act.scales(rows[r])[i];
       int32_t* sums = const_cast<int32_t*>(view.sums(r));
       for (int i = threadIdx.x; i < sum_count; i += blockDim.x) sums[i] = act.sums(rows[r])[i];
     }
