@@ -15,6 +15,9 @@
 # every staged row not copied), rebuilt, CudaMatmulStaged.* must FAIL; the source is restored after.
 # From the project root, carrying [".device/cuda-kit"]:
 #   OUT=$OUT scripts/cuda-matvec-staged.sh
+# matmul.cu takes ~3.5 min to compile; PREBUILT=dir (cuda_matmul_test, bench_cuda_matvec and, for
+# MUTATE, cuda_matmul_test.mutated, built where the code is written with the same CUDA 13 and
+# sm_90a, carried) skips the build.
 # Outputs under $OUT: build.log, matmul_test.log, racecheck.log, compare-1.txt/json, compare-2.txt/json
 # (and mutate-build.log, mutate-test.log).
 set -uo pipefail
@@ -26,12 +29,18 @@ stamp() { echo "[$(($(date +%s) - start)) s] $*"; }
 source .device/cuda-kit/env.sh
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1
 # -Werror is checked where the code is written (g++ 12); the device's g++ warns where 12 does not.
-cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_WERROR=OFF >"$out/cmake.log" 2>&1 ||
-  { tail -20 "$out/cmake.log"; exit 1; }
-ninja -C build-cuda -j 12 cuda_matmul_test bench_cuda_matvec >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+if [ -n "${PREBUILT:-}" ]; then
+  T=$PREBUILT/cuda_matmul_test
+  B=$PREBUILT/bench_cuda_matvec
+  export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64:/usr/local/cuda/lib
+else
+  cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_WERROR=OFF >"$out/cmake.log" 2>&1 ||
+    { tail -20 "$out/cmake.log"; exit 1; }
+  ninja -C build-cuda -j 12 cuda_matmul_test bench_cuda_matvec >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+  T=./build-cuda/tests/cuda/cuda_matmul_test
+  B=./build-cuda/bench/bench_cuda_matvec
+fi
 stamp "built"
-T=./build-cuda/tests/cuda/cuda_matmul_test
-B=./build-cuda/bench/bench_cuda_matvec
 
 timeout 150 $T >"$out/matmul_test.log" 2>&1
 stamp "cuda_matmul_test rc=$?"
@@ -47,7 +56,11 @@ for r in 1 2; do
   stamp "bench round $r rc=$?"
 done
 
-if [ "${MUTATE:-0}" = 1 ]; then
+if [ "${MUTATE:-0}" = 1 ] && [ -n "${PREBUILT:-}" ]; then
+  timeout 120 $PREBUILT/cuda_matmul_test.mutated --gtest_filter='CudaMatmulStaged.*' >"$out/mutate-test.log" 2>&1
+  rc=$?
+  stamp "MUTATE: the broken staged copy gives rc=$rc (must be non-zero): $(grep -c '^\[  FAILED' "$out/mutate-test.log") failed lines"
+elif [ "${MUTATE:-0}" = 1 ]; then
   file=src/compute/cuda/quant/staging.cuh
   cp "$file" "$out/staging.cuh.orig"
   sed -i 's/if (j < n_vectors)/if (j + 1 < n_vectors)/' "$file"
