@@ -57,7 +57,7 @@ for r in 1 2; do
 done
 
 if [ "${MUTATE:-0}" = 1 ] && [ -n "${PREBUILT:-}" ]; then
-  timeout 120 $PREBUILT/cuda_matmul_test.mutated --gtest_filter='CudaMatmulStaged.*' >"$out/mutate-test.log" 2>&1
+  timeout 120 $PREBUILT/cuda_matmul_test.mutated --gtest_filter='*CudaMatmulStaged.*' >"$out/mutate-test.log" 2>&1
   rc=$?
   stamp "MUTATE: the broken staged copy gives rc=$rc (must be non-zero): $(grep -c '^\[  FAILED' "$out/mutate-test.log") failed lines"
 elif [ "${MUTATE:-0}" = 1 ]; then
@@ -68,7 +68,7 @@ elif [ "${MUTATE:-0}" = 1 ]; then
     echo "MUTATE: the pattern was not found; nothing broken"
   else
     ninja -C build-cuda -j 12 cuda_matmul_test >"$out/mutate-build.log" 2>&1 &&
-      timeout 120 $T --gtest_filter='CudaMatmulStaged.*' >"$out/mutate-test.log" 2>&1
+      timeout 120 $T --gtest_filter='*CudaMatmulStaged.*' >"$out/mutate-test.log" 2>&1
     rc=$?
     stamp "MUTATE: the broken staged copy gives rc=$rc (must be non-zero): $(grep -c '^\[  FAILED' "$out/mutate-test.log") failed lines"
   fi

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -481,6 +482,24 @@ TEST_P(CudaMatmulStaged, BitwiseAsTheDirectKernel) {
       }
     }
   }
+}
+
+// Without tuning, the path is session 38's measured rule (matmul.h): staged with the activations
+// in shared memory for Q8_0 and Q4_K windows of 1-4 rows and the other staged types' windows of
+// 2-4 rows, the direct kernel otherwise (unless STRATA_CUDA_STAGED overrides it).
+TEST_P(CudaMatmulStaged, DefaultPathIsTheMeasuredRule) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  if (std::getenv("STRATA_CUDA_STAGED")) GTEST_SKIP() << "STRATA_CUDA_STAGED overrides the default";
+  const GgmlType type = GetParam();
+  const bool from_one = type == GgmlType::Q8_0 || type == GgmlType::Q4_K;
+  for (const int64_t n_in : {int64_t(2560), int64_t(8192)})
+    for (int64_t n_rows = 1; n_rows <= 11; ++n_rows) {
+      const int64_t pass = std::min<int64_t>(n_rows, 8);
+      const bool staged = pass <= 4 && (from_one || pass >= 2);
+      EXPECT_EQ(staged ? MatvecPath::StagedSharedActivations : MatvecPath::Direct,
+                compute::cuda::matvec_path(type, n_in, n_rows))
+          << type_name(type) << " " << n_in << " wide, " << n_rows << " rows";
+    }
 }
 
 // The staged path against the CPU specification directly (the direct kernel's own test bounds it

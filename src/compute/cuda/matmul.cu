@@ -758,12 +758,16 @@ int staged_env() {
   return value;
 }
 
-// The staged path by default: IQ2_XS only, where the direct kernel reads 0.21-0.31 of HBM and the
-// L1 wavefronts of its 2-byte-aligned loads are the recorded limit (docs/bench-cuda.md). Written
-// without a GPU (session 37); the other types wait for bench_cuda_matvec's side-by-side numbers.
+// The staged path by default, from bench_cuda_matvec --compare on the H100 (session 38,
+// docs/bench-cuda.md; 8192 x 16384 and 2560 x 10240, 3 stages, activations in shared memory, ×
+// the direct kernel): Q8_0 1.26-1.30 at T = 1, 1.43-1.56 at T = 4; Q4_K 1.11-1.18 and 1.27-1.41;
+// Q3_K 1.00-1.01 and 1.21-1.33; IQ4_NL 0.89-0.92 and 1.06-1.17; IQ2_XS 0.93-1.09 and 1.13-1.31.
+// So: Q8_0 and Q4_K for windows of 1-4 rows, the others for 2-4 rows. Windows of 5-8 rows keep
+// the direct kernel (no shared activations there, and staged Q4_K without them ran at 0.86).
 template <class Q>
-constexpr bool default_staged() {
-  return std::is_same_v<Q, IQ2_XSWeights>;
+bool default_staged(int rows) {
+  if (rows > 4) return false;
+  return std::is_same_v<Q, Q8_0Weights> || std::is_same_v<Q, Q4_KWeights> || rows >= 2;
 }
 
 // What the staged kernel needs for one pass, or staged = false for the direct kernel.
@@ -782,17 +786,21 @@ StagedPlan plan_staged([[maybe_unused]] int64_t n_in, [[maybe_unused]] int rows,
   if constexpr (kStageable<Q>) {
     const int choice = tuning ? tuning->staging : 0;
     const int env = staged_env();
-    const bool wanted = choice == 1 || (choice == 0 && (env >= 0 ? env == 1 : default_staged<Q>()));
+    // By default (no tuning and no STRATA_CUDA_STAGED): 3 stages where they fit, the activations in
+    // shared memory, and the direct kernel where those do not fit (what was measured).
+    const bool by_default = choice == 0 && env < 0;
+    const bool wanted = choice == 1 || (choice == 0 && (env >= 0 ? env == 1 : default_staged<Q>(rows)));
     if (!wanted || lanes != 32) return plan;
-    plan.stages = tuning && tuning->stages == 3 ? 3 : 2;
     const int row_bytes = rw == 4 ? stage_row_bytes<Q, 4>() : rw == 2 ? stage_row_bytes<Q, 2>() : stage_row_bytes<Q, 1>();
     const size_t table = size_t(Q::kTableBytes + 15) / 16 * 16;
-    const size_t buffers = size_t(kWarpsPerBlock) * size_t(plan.stages) * size_t(rw) * size_t(row_bytes);
     const size_t limit = shared_optin_bytes();
+    const auto buffer_bytes = [&](int stages) { return size_t(kWarpsPerBlock) * size_t(stages) * size_t(rw) * size_t(row_bytes); };
+    const int asked_stages = tuning ? tuning->stages : 0;
+    plan.stages = asked_stages == 3 || (asked_stages == 0 && by_default && table + buffer_bytes(3) <= limit) ? 3 : 2;
+    const size_t buffers = buffer_bytes(plan.stages);
     if (table + buffers > limit) return plan;
-    plan.staged = true;
     const int act_choice = tuning ? tuning->act_shared : 0;
-    if (rows <= 4 && (act_choice == 1 || (act_choice == 0 && rows == 1))) {
+    if (rows <= 4 && (act_choice == 1 || (act_choice == 0 && (by_default || rows == 1)))) {
       const bool q8_k = Q::kActivation == GgmlType::Q8_K;
       const int scale_count = int(n_in / (q8_k ? 256 : 32)), sum_count = int(n_in / (q8_k ? 16 : 32));
       const size_t act = size_t(shared_activation_bytes(rows, int(n_in), scale_count, sum_count));
@@ -801,6 +809,8 @@ StagedPlan plan_staged([[maybe_unused]] int64_t n_in, [[maybe_unused]] int rows,
         plan.act_bytes = act;
       }
     }
+    if (by_default && !plan.shared_act) return plan;  // not measured without them: the direct kernel
+    plan.staged = true;
     plan.shared_bytes = table + plan.act_bytes + buffers;
   }
   return plan;

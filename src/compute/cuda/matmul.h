@@ -63,14 +63,16 @@ bool has_cuda_kernel(GgmlType type);
 // from there; optionally the window's activations are copied into shared memory once per thread
 // block (act_shared, windows of <= 4 rows). The grid is the number of blocks that fit the GPU at
 // once, each warp walking its rows. Bitwise the direct path (tests/cuda/matmul_test.cpp).
-// Default: on for IQ2_XS only (written without a GPU, session 37: docs/bench-cuda.md), or as
-// STRATA_CUDA_STAGED=0|1 says for every type that has it.
+// Default (measured on the H100, session 38: docs/bench-cuda.md): Q8_0 and Q4_K windows of 1-4
+// rows, IQ4_NL, Q3_K and IQ2_XS windows of 2-4 rows, 3 stages where they fit, the activations in
+// shared memory (else the direct kernel); or as STRATA_CUDA_STAGED=0|1 says for every type that
+// has it.
 struct MatmulTuning {
   int rows_per_warp = 0;  // 1, 2 or 4
   int staging = 0;        // 1: the staged path where the type and shape have it; 2: never; 0: the default
   int lanes_per_row = 0;  // 32: a full warp per weight row always; 0: fewer for rows of < 32 units
   int stages = 0;         // staged path: shared-memory buffers per warp, 2 or 3 (0: 2)
-  int act_shared = 0;     // staged path: 1: activations in shared memory when they fit; 2: never; 0: T = 1 only
+  int act_shared = 0;     // staged path: 1: activations in shared memory when they fit; 2: never; 0: T = 1 only (the default's rule without tuning)
 };
 
 // Which kernel matmul_quantized (and the expert and many-matrix forms) runs for a window of
