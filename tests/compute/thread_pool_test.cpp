@@ -141,6 +141,30 @@ TEST(ThreadPool, ManyRapidJobs) {
   }
 }
 
+// More threads than the machine's cores (workers late, preempted between counting themselves
+// into a job and checking it is open): every job's tasks run exactly once, all before its
+// parallel_for returns, and never again after (a worker still holding an old job would add to
+// that job's counts later; each job's closure captures its own row).
+TEST(ThreadPool, JobsRunExactlyOnceAndNeverAfterTheyReturn) {
+  for (int spin_us : kSpinSettings) {
+    ThreadPool pool(8, spin_us);
+    constexpr int kJobs = 3000, kTasks = 24;
+    std::vector<std::atomic<int>> hits(size_t(kJobs) * kTasks);
+    for (int job = 0; job < kJobs; ++job) {
+      std::atomic<int>* row = hits.data() + size_t(job) * kTasks;
+      const int64_t n_tasks = 1 + job % kTasks;
+      pool.parallel_for(n_tasks, [row](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin; i < end; ++i) row[i].fetch_add(1, std::memory_order_relaxed);
+      });
+      for (int64_t i = 0; i < n_tasks; ++i)
+        ASSERT_EQ(row[i].load(), 1) << "job " << job << " task " << i << " spin " << spin_us;
+    }
+    for (size_t i = 0; i < hits.size(); ++i)
+      ASSERT_EQ(hits[i].load(), (int64_t(i % kTasks) < 1 + int64_t(i / kTasks) % kTasks) ? 1 : 0)
+          << "job " << i / kTasks << " task " << i % kTasks << " ran after its call returned";
+  }
+}
+
 TEST(ThreadPool, NestedCallRunsInlineOnSameThread) {
   ThreadPool pool(3);
   std::atomic<bool> wrong{false};

@@ -200,8 +200,10 @@ std::string ThreadPool::describe_inline_rule() const {
 
 ThreadPool::~ThreadPool() {
   {
+    // A new generation wakes the polling workers too; they see stop_ before joining anything.
     std::lock_guard lock(mutex_);
-    stop_ = true;
+    stop_.store(true, std::memory_order_seq_cst);
+    published_generation_.fetch_add(1, std::memory_order_seq_cst);
   }
   work_cv_.notify_all();
   for (std::thread& worker : workers_) worker.join();
@@ -293,42 +295,54 @@ void ThreadPool::parallel_for_each_task(int64_t n_tasks, const TaskFn& fn) {
   run_job(fn, n_tasks, 1);
 }
 
+// The hand-out protocol takes no lock on its fast path (session 38): on the 16-core GPU box a
+// hand-out cost 34 µs over an even split at 16 threads (15 at 8, 4.5 at 4) when every worker
+// took mutex_ to join a job and again to leave it — a convoy of futex hand-offs, ~480 of them a
+// decode token. Now:
+// - the caller writes the job, opens it (job_open_) and bumps published_generation_; it takes
+//   mutex_ to notify only when a worker sleeps (sleepers_);
+// - a worker that sees the new generation counts itself in active_workers_ and then reads
+//   job_open_: both seq_cst, against the caller's close (job_open_ = false, then reading
+//   active_workers_), so either the worker sees the job closed and reads nothing, or the caller
+//   sees the worker and waits for it — the job's fields never change under a worker;
+// - the last worker out takes mutex_ to notify only when the caller sleeps (caller_waiting_).
+// Each pair (generation / sleepers_, active_workers_ / caller_waiting_) is a store then a load
+// of the other's variable on each side, all seq_cst, so one side always sees the other.
 void ThreadPool::run_job(const TaskFn& fn, int64_t n_tasks, int64_t chunk_tasks) {
   std::lock_guard caller_lock(caller_mutex_);
   jobs_run_.fetch_add(1, std::memory_order_relaxed);
-  {
-    std::lock_guard lock(mutex_);
-    job_fn_ = &fn;
-    job_n_tasks_ = n_tasks;
-    job_chunk_tasks_ = chunk_tasks;
-    first_exception_ = nullptr;
-    next_task_.value.store(0, std::memory_order_relaxed);
-    job_open_ = true;
-    ++generation_;
-    published_generation_.store(generation_, std::memory_order_release);
+  job_fn_ = &fn;
+  job_n_tasks_ = n_tasks;
+  job_chunk_tasks_ = chunk_tasks;
+  next_task_.value.store(0, std::memory_order_relaxed);
+  job_open_.store(true, std::memory_order_seq_cst);  // publishes the fields above
+  published_generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard lock(mutex_);  // a sleeper is in wait() or about to test the generation
+    work_cv_.notify_all();
   }
-  work_cv_.notify_all();
 
   {
     RunningPoolScope scope(this, 0);
     run_chunks(fn, n_tasks, chunk_tasks, 0);
   }
 
-  {
-    // The counter is exhausted, so every chunk still running belongs to a worker that joined the
-    // job; closing it keeps late wakers out, then we wait for the joined ones to leave.
-    std::lock_guard lock(mutex_);
-    job_open_ = false;
-  }
-  // The caller has nothing else to do: poll briefly before sleeping, since waking a sleeping
-  // caller costs as much as waking a worker (tens of µs on this VM).
+  // The counter is exhausted, so every chunk still running belongs to a worker that joined the
+  // job; closing it keeps late joiners out, then we wait for the joined ones to leave. The
+  // caller has nothing else to do: poll briefly before sleeping, since waking a sleeping caller
+  // costs as much as waking a worker (tens of µs on this VM).
+  job_open_.store(false, std::memory_order_seq_cst);
   const int64_t caller_deadline_ns = now_ns() + int64_t(kCallerSpinMicros) * 1000;
-  spin_until([this] { return active_workers_.load(std::memory_order_acquire) == 0; },
-             [&] { return caller_deadline_ns; });
+  const auto all_left = [this] { return active_workers_.load(std::memory_order_seq_cst) == 0; };
   std::exception_ptr exception;
   {
+    const bool left = spin_until(all_left, [&] { return caller_deadline_ns; });
     std::unique_lock lock(mutex_);
-    done_cv_.wait(lock, [this] { return active_workers_.load(std::memory_order_relaxed) == 0; });
+    if (!left) {
+      caller_waiting_.store(true, std::memory_order_seq_cst);
+      done_cv_.wait(lock, all_left);
+      caller_waiting_.store(false, std::memory_order_relaxed);
+    }
     job_fn_ = nullptr;
     exception = std::exchange(first_exception_, nullptr);
   }
@@ -339,41 +353,38 @@ void ThreadPool::worker_main(int thread_index) {
   RunningPoolScope scope(this, thread_index);
   workers_started_.fetch_add(1, std::memory_order_release);
   uint64_t seen_generation = 0;
+  const auto new_generation = [&] {
+    return published_generation_.load(std::memory_order_seq_cst) != seen_generation;
+  };
   for (;;) {
-    const TaskFn* fn = nullptr;
-    int64_t n_tasks = 0;
-    int64_t chunk_tasks = 1;
     // Poll until worker_spin_us_ after the later of this job's end and the caller's last run of
     // a hand-out on its own (note_caller_activity): a caller that runs a stretch of small
     // hand-outs inline keeps the workers ready for its next large one.
     if (worker_spin_us_ > 0) {
       const int64_t spin_ns = int64_t(worker_spin_us_) * 1000, idle_since_ns = now_ns();
-      spin_until(
-          [&] { return published_generation_.load(std::memory_order_acquire) != seen_generation; },
-          [&] {
-            return std::max(idle_since_ns,
-                            caller_activity_ns_.value.load(std::memory_order_relaxed)) +
-                   spin_ns;
-          });
+      spin_until(new_generation, [&] {
+        return std::max(idle_since_ns, caller_activity_ns_.value.load(std::memory_order_relaxed)) +
+               spin_ns;
+      });
     }
-    {
+    if (!new_generation()) {
       std::unique_lock lock(mutex_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen_generation; });
-      if (stop_) return;
-      seen_generation = generation_;
-      if (!job_open_) continue;  // woke after the caller finished this job alone
-      active_workers_.fetch_add(1, std::memory_order_relaxed);
-      fn = job_fn_;
-      n_tasks = job_n_tasks_;
-      chunk_tasks = job_chunk_tasks_;
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      work_cv_.wait(lock, new_generation);
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
     }
-    run_chunks(*fn, n_tasks, chunk_tasks, thread_index);
-    bool last = false;
-    {
+    seen_generation = published_generation_.load(std::memory_order_seq_cst);
+    if (stop_.load(std::memory_order_seq_cst)) return;
+    active_workers_.fetch_add(1, std::memory_order_seq_cst);
+    if (job_open_.load(std::memory_order_seq_cst)) {
+      // Open after we counted ourselves: the caller waits for us before it changes the job.
+      run_chunks(*job_fn_, job_n_tasks_, job_chunk_tasks_, thread_index);
+    }
+    if (active_workers_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+        caller_waiting_.load(std::memory_order_seq_cst)) {
       std::lock_guard lock(mutex_);
-      last = active_workers_.fetch_sub(1, std::memory_order_release) == 1;
+      done_cv_.notify_one();
     }
-    if (last) done_cv_.notify_one();
   }
 }
 

@@ -165,20 +165,21 @@ class ThreadPool {
 
   std::mutex caller_mutex_;  // serialises parallel_for calls from different outside threads
 
-  // Job state. Guarded by mutex_ except next_task_ (atomic, the hand-out counter).
+  // Job state: the lock-free hand-out protocol is described at ThreadPool::run_job. mutex_
+  // guards first_exception_ and the sleeps (work_cv_, done_cv_) only.
   std::mutex mutex_;
-  std::condition_variable work_cv_;  // workers wait here for a new generation or stop
-  std::condition_variable done_cv_;  // the caller waits here for active_workers_ == 0
-  uint64_t generation_ = 0;
-  bool job_open_ = false;  // workers may join the current job only while this is true
-  bool stop_ = false;
+  std::condition_variable work_cv_;  // sleeping workers wait here for a new generation
+  std::condition_variable done_cv_;  // a sleeping caller waits here for active_workers_ == 0
+  std::atomic<bool> job_open_{false};  // workers may join the current job only while this is true
+  std::atomic<bool> stop_{false};
+  // The job's fields: written by the caller before it opens the job, read by joined workers.
   const TaskFn* job_fn_ = nullptr;
   int64_t job_n_tasks_ = 0;
   int64_t job_chunk_tasks_ = 1;
-  // Workers that joined the current job and have not left it; changed under mutex_, read
-  // without it by the caller's spin.
-  std::atomic<int> active_workers_{0};
-  std::atomic<uint64_t> published_generation_{0};  // generation_, readable without mutex_
+  std::atomic<int> active_workers_{0};  // workers counted into the current job (or checking it)
+  std::atomic<uint64_t> published_generation_{0};  // bumped for every job and for stop
+  std::atomic<int> sleepers_{0};          // workers in (or entering) work_cv_.wait
+  std::atomic<bool> caller_waiting_{false};  // the caller sleeps on done_cv_
   const int worker_spin_us_;
   std::exception_ptr first_exception_;
   struct alignas(64) PaddedCounter {
