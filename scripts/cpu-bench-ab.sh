@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Before/after of a CPU change on the GPU box's 16 host cores, in ONE device call (~5 min; no GPU
+# used): strata (CPU only, no tests) built from a baseline source tarball and from the working
+# tree side by side, the 48 x 512 mid-qwen4exp file written meanwhile, then `strata bench cpu` of
+# each binary in alternation, ROUNDS rounds (separate processes), and llama.cpp's llama-bench
+# once at the end when LLAMA_BENCH names one or .device/peer is carried (built in the
+# background: not timed while it builds).
+#   git archive HEAD~1 CMakeLists.txt cmake src bench scripts tests/CMakeLists.txt | xz > .baseline/src.tar.xz
+#   device: OUT=$OUT scripts/cpu-bench-ab.sh .baseline/src.tar.xz
+# carrying [".device/build", ".baseline"] (and ".device/peer" for llama.cpp) after
+# scripts/device-stash.sh out-hf with models/ moved out (the 64 MiB limit).
+# Knobs: MODEL (a GGUF instead of the synthesized file), ROUNDS (3), THREADS (8,16), PROMPT_THREADS (16), PROMPT (512), DECODE (32), LIMIT (420).
+# Outputs under $OUT: build-*.log, synth.log, base-<r>.txt, new-<r>.txt (each run's tables, with
+# the pool's measured hand-out cost), summary.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+base_tar=${1:?usage: scripts/cpu-bench-ab.sh BASE.tar.xz}
+out=${OUT:-/tmp/cpu-bench-ab}
+mkdir -p "$out"
+start=$(date +%s)
+stamp() { echo "[$(($(date +%s) - start)) s] $*"; }
+[ -f .device/build/env.sh ] && source .device/build/env.sh
+lscpu | grep -E '^(Model name|CPU\(s\)|Thread|L3)' || true
+base_dir=/root/cpu-ab-base
+rm -rf "$base_dir" && mkdir -p "$base_dir" && tar xJf "$base_tar" -C "$base_dir"
+configure() {  # source dir, build dir
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=OFF -DSTRATA_WERROR=OFF \
+    -DSTRATA_BUILD_TESTS=OFF -DSTRATA_BUILD_BENCH=OFF
+}
+(configure "$base_dir" "$base_dir/build" && ninja -C "$base_dir/build" -j 8 strata) >"$out/build-base.log" 2>&1 &
+base_pid=$!
+(configure . build-cpu && ninja -C build-cpu -j 8 strata) >"$out/build-new.log" 2>&1 ||
+  { tail -30 "$out/build-new.log"; exit 1; }
+wait "$base_pid" || { tail -30 "$out/build-base.log"; exit 1; }
+stamp "both built"
+model=${MODEL:-/root/cpu-scaling.gguf}
+if [ ! -f "$model" ]; then
+  tok=()
+  [ -d .device/build/tok ] && tok=(--tokenizer .device/build/tok)
+  ./build-cpu/strata synth --shape mid-qwen4exp --layers 48 --experts 512 --type q8_0 --expert-type iq2_xs \
+    "${tok[@]}" "$model" >"$out/synth.log" 2>&1 || { tail -5 "$out/synth.log"; exit 1; }
+  stamp "synth done"
+fi
+limit=${LIMIT:-420}
+bench() {  # binary, output file
+  local left=$((limit - ($(date +%s) - start)))
+  [ "$left" -lt 30 ] && { stamp "out of time"; return 1; }
+  timeout "$left" "$1" bench cpu -m "$model" --threads "${THREADS:-8,16}" --prompt-threads "${PROMPT_THREADS:-16}" \
+    --prompt-tokens "${PROMPT:-512}" -n "${DECODE:-32}" --repeats 1 >"$2" 2>&1
+}
+for r in $(seq 1 "${ROUNDS:-3}"); do
+  if [ $((r % 2)) = 1 ]; then order="base new"; else order="new base"; fi
+  for side in $order; do
+    bin=./build-cpu/strata
+    [ "$side" = base ] && bin=$base_dir/build/strata
+    bench "$bin" "$out/$side-$r.txt" || break 2
+    stamp "round $r $side"
+  done
+done
+{
+  echo "== per run: threads, decode tok/s, prompt tok/s (the first table of each run), then the pool's hand-out cost"
+  for f in "$out"/base-*.txt "$out"/new-*.txt; do
+    [ -f "$f" ] || continue
+    echo "--- $(basename "$f")"
+    awk '/^\| threads/{t=1; next} t && /^\|---/{next} t && /^\|/{print; next} t{exit}' "$f"
+    grep -E "^- (8|16) threads" "$f"
+  done
+} | tee "$out/summary.txt"
+stamp "done"
