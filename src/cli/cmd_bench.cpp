@@ -32,6 +32,7 @@
 
 #include "cli/commands.h"
 #include "cli/cpu_bench.h"
+#include "cli/cpu_bench_report.h"
 #include "cli/expert_options.h"
 #ifdef STRATA_HAVE_CUDA
 #include "cli/gpu_bench.h"
@@ -352,14 +353,29 @@ void register_bench(CLI::App& app) {
   cpu->add_option("--prompt-repeats", c->prompt_repeats,
                   "rounds (the first ones) that also run the prompt (0: all)")
       ->check(CLI::Range(0, 1000));
-  cpu->add_option("--json", c->json, "write every round's numbers as JSON");
-  cpu->add_option("--llama-bench", c->llama_bench,
-                  "llama.cpp's llama-bench (a CPU build): run it on the same file at each thread "
-                  "count, side by side");
+  CLI::Option* cpu_json = cpu->add_option("--json", c->json, "write every round's numbers as JSON");
+  cpu->add_option("--svg", c->svg,
+                  "plot decode and prompt tok/s against the thread count (llama.cpp's too), "
+                  "rewritten after every round");
+  CLI::Option* cpu_llama = cpu->add_option(
+      "--llama-bench", c->llama_bench,
+      "llama.cpp's llama-bench (a CPU build): run it on the same file at each thread "
+      "count, side by side");
   cpu->add_flag("--mapped-weights", c->mapped_weights,
                 "read the weights through the file mapping (every page faulted in first) instead of the "
                 "huge-page copy that run, chat and serve make");
-  cpu->callback([c] { run_cpu_bench(*c); });
+  cpu->add_option("--from-json", c->from_json,
+                  "run nothing: print the tables of a JSON an earlier run wrote (--json) and, with "
+                  "--svg, draw its plot")
+      ->check(CLI::ExistingFile)
+      ->excludes(cpu_json)
+      ->excludes(cpu_llama);
+  cpu->callback([c] {
+    if (!c->from_json.empty())
+      redraw_cpu_bench(c->from_json, c->svg);
+    else
+      run_cpu_bench(*c);
+  });
 #ifdef STRATA_HAVE_CUDA
   struct GpuCommand {
     GpuBenchOptions bench;
