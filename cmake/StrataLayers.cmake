@@ -8,7 +8,8 @@
 # checks the libraries' undefined symbols against it).
 #
 # The order, and why each layer sits where it does:
-#   util      error type, fp16, atomic files, byte sizes, progress: no strata dependency.
+#   util      error type, fp16, atomic files, byte sizes, progress, the plots' SVG pieces: no strata
+#             dependency.
 #   quant     ggml block formats and their kernels (scalar, AVX2, AVX-512).
 #   gguf      the GGUF reader and writer; tensor types are quant's.
 #   text      tokenizer (its vocabulary comes from a GGUF), chat templates, Unicode.

@@ -27,7 +27,8 @@
 # (llama-bench's build the longer, overlapped with strata's build and the synth), then ~3 min for
 # round 1 (with the prompts; llama-bench's pp512 warm-up doubles its prompt time) and ~45 s per
 # further round: ~7.5 min; LIMIT cuts it at 8 min with the rounds done. docs/bench-cpu-scaling.md.
-# Outputs under $OUT: llbuild.log, build.log, synth.log, bench.txt (the tables), bench.json.
+# Outputs under $OUT: llbuild.log, build.log, synth.log, bench.txt (the tables), bench.json,
+# bench.svg (the plot).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -f .device/build/env.sh ] && source .device/build/env.sh
@@ -92,5 +93,6 @@ left=$(( ${LIMIT:-480} - ($(date +%s) - start) ))
 stamp "bench cpu, ${left} s left"
 timeout "$left" ./build-cpu/strata bench cpu -m "$model" --threads "$threads" --prompt-threads "$prompt_threads" \
   --prompt-tokens "${PROMPT:-512}" -n "${DECODE:-32}" --repeats "${REPEATS:-3}" \
-  --prompt-repeats "${PROMPT_REPEATS:-1}" "${peer[@]}" ${BENCH_ARGS:-} --json "$out/bench.json" 2>&1 | tee "$out/bench.txt"
+  --prompt-repeats "${PROMPT_REPEATS:-1}" "${peer[@]}" ${BENCH_ARGS:-} --json "$out/bench.json" \
+  --svg "$out/bench.svg" 2>&1 | tee "$out/bench.txt"
 stamp "done"

@@ -32,6 +32,7 @@
 
 #include "cli/commands.h"
 #include "cli/cpu_bench.h"
+#include "cli/cpu_bench_report.h"
 #include "cli/expert_options.h"
 #ifdef STRATA_HAVE_CUDA
 #include "cli/gpu_bench.h"
@@ -43,6 +44,7 @@
 #include "util/byte_size.h"
 #include "util/error.h"
 #include "util/progress.h"
+#include "util/svg.h"
 
 namespace strata::cli {
 namespace {
@@ -146,15 +148,10 @@ std::string svg_plot(const std::vector<BudgetResult>& results, const std::string
   }
   max_y = max_y > 0 ? max_y * 1.25 : 1;
   const double plot_h = height - top - bottom, slot_w = (width - left - 20) / double(results.size());
-  std::string svg = fmt::format(
-      "<svg xmlns='http://www.w3.org/2000/svg' width='{0}' height='{1}' font-family='sans-serif' font-size='12'>\n"
-      "<rect width='{0}' height='{1}' fill='white'/>\n<text x='{2}' y='22' font-size='14'>{3}</text>\n",
-      width, height, left, title);
-  for (int i = 0; i <= 4; ++i) {
-    const double y = top + plot_h * (1 - i / 4.0);
-    svg += fmt::format("<line x1='{}' x2='{}' y1='{:.1f}' y2='{:.1f}' stroke='#ddd'/><text x='8' y='{:.1f}'>{:.1f}</text>\n",
-                       left, width - 20, y, y, y + 4, max_y * i / 4.0);
-  }
+  std::string svg = svg::open(width, height, title, left);
+  for (int i = 0; i <= 4; ++i)
+    svg += svg::gridline(top + plot_h * (1 - i / 4.0), left, width - 20, 8,
+                         fmt::format("{:.1f}", max_y * i / 4.0));
   for (size_t i = 0; i < results.size(); ++i) {
     const BudgetResult& r = results[i];
     const double x = left + slot_w * double(i) + slot_w * 0.2, w = slot_w * 0.6;
@@ -178,13 +175,7 @@ std::string svg_plot(const std::vector<BudgetResult>& results, const std::string
   }
   svg += fmt::format("<text x='{}' y='{}'>budget (share of expert bytes); bars: median tok/s, whiskers: min-max, red: I/O ceiling</text>\n",
                      left, height - 12);
-  return svg + "</svg>\n";
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  AtomicFile out(path);
-  out.write(std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
-  out.commit();
+  return svg + std::string(svg::kClose);
 }
 
 void bench_experts(const BenchOptions& o) {
@@ -297,7 +288,9 @@ void bench_experts(const BenchOptions& o) {
                ceiling > 0 ? fmt::format("{:.0f}%", 100 * r.median() / ceiling) : "-", r.arena_mib, r.rss_mib);
   }
   if (!o.svg.empty()) {
-    write_text(o.svg, svg_plot(results, fmt::format("strata decode tok/s vs expert RAM budget ({})", path)));
+    write_text_file(
+        o.svg,
+        svg_plot(results, fmt::format("strata decode tok/s vs expert RAM budget ({})", path)));
     fmt::print("\nplot: {}\n", o.svg);
   }
   if (!o.json.empty()) {
@@ -315,7 +308,7 @@ void bench_experts(const BenchOptions& o) {
                               {"misses_per_token", r.misses_per_token}, {"mb_per_token", r.mb_per_token},
                               {"miss_mb_per_token", r.miss_mb_per_token}, {"rss_mib", r.rss_mib}, {"arena_mib", r.arena_mib},
                               {"io_wait_ms_per_token", r.io_wait_ms_per_token}});
-    write_text(o.json, j.dump(2) + "\n");
+    write_text_file(o.json, j.dump(2) + "\n");
   }
 }
 
@@ -360,14 +353,29 @@ void register_bench(CLI::App& app) {
   cpu->add_option("--prompt-repeats", c->prompt_repeats,
                   "rounds (the first ones) that also run the prompt (0: all)")
       ->check(CLI::Range(0, 1000));
-  cpu->add_option("--json", c->json, "write every round's numbers as JSON");
-  cpu->add_option("--llama-bench", c->llama_bench,
-                  "llama.cpp's llama-bench (a CPU build): run it on the same file at each thread "
-                  "count, side by side");
+  CLI::Option* cpu_json = cpu->add_option("--json", c->json, "write every round's numbers as JSON");
+  cpu->add_option("--svg", c->svg,
+                  "plot decode and prompt tok/s against the thread count (llama.cpp's too), "
+                  "rewritten after every round");
+  CLI::Option* cpu_llama = cpu->add_option(
+      "--llama-bench", c->llama_bench,
+      "llama.cpp's llama-bench (a CPU build): run it on the same file at each thread "
+      "count, side by side");
   cpu->add_flag("--mapped-weights", c->mapped_weights,
                 "read the weights through the file mapping (every page faulted in first) instead of the "
                 "huge-page copy that run, chat and serve make");
-  cpu->callback([c] { run_cpu_bench(*c); });
+  cpu->add_option("--from-json", c->from_json,
+                  "run nothing: print the tables of a JSON an earlier run wrote (--json) and, with "
+                  "--svg, draw its plot")
+      ->check(CLI::ExistingFile)
+      ->excludes(cpu_json)
+      ->excludes(cpu_llama);
+  cpu->callback([c] {
+    if (!c->from_json.empty())
+      redraw_cpu_bench(c->from_json, c->svg);
+    else
+      run_cpu_bench(*c);
+  });
 #ifdef STRATA_HAVE_CUDA
   struct GpuCommand {
     GpuBenchOptions bench;

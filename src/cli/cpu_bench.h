@@ -20,8 +20,10 @@
 // hand-outs the pool's inline rule ran on the caller (compute/cpu/thread_pool.h), whether the
 // greedy tokens and the logits were bitwise identical at every thread count (they must be: a "no"
 // is a bug), and the first round's inline threshold per thread count (every round's pool measures
-// its own; each round's progress line on stderr names it). --json keeps every round (rewritten
-// after each).
+// its own; each round's progress line on stderr names it). --json keeps every round and --svg
+// draws them (decode and prompt tok/s against the thread count, llama.cpp's beside strata's),
+// both rewritten after each round (cli/cpu_bench_report.h). `--from-json FILE` runs nothing: it
+// prints the tables of a JSON written earlier and, with --svg, draws its plot.
 #pragma once
 
 #include <string>
@@ -41,7 +43,9 @@ struct CpuBenchOptions {
   int repeats = 3;
   int prompt_repeats = 0;  // rounds (the first ones) that also run the prompt; 0: every round
   std::string json;
-  std::string llama_bench;  // empty: no peer
+  std::string svg;
+  std::string from_json;        // not empty: report this JSON (and plot it), run nothing
+  std::string llama_bench;      // empty: no peer
   bool mapped_weights = false;  // read the weights through the mapping (else the resident copy)
 };
 

@@ -32,6 +32,7 @@
 #include "util/atomic_file.h"
 #include "util/byte_size.h"
 #include "util/error.h"
+#include "util/svg.h"
 
 namespace strata::cli {
 namespace {
@@ -43,12 +44,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  AtomicFile out(path);
-  out.write(std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
-  out.commit();
 }
 
 struct Run {
@@ -332,14 +327,10 @@ std::string svg_plot(const std::vector<PlotGroup>& groups, const std::string& ti
   for (const PlotGroup& g : groups) top_value = std::max({top_value, g.strata_hi, g.nora, g.llama});
   top_value *= 1.25;
   auto y = [&](double v) { return double(bottom) - (std::min(v, top_value) / top_value) * double(bottom - top); };
-  std::string svg = fmt::format(
-      "<svg xmlns='http://www.w3.org/2000/svg' width='{0}' height='{1}' font-family='sans-serif' font-size='12'>\n"
-      "<rect width='{0}' height='{1}' fill='white'/>\n<text x='{2}' y='20' font-size='14'>{3}</text>\n",
-      width, height, left, title);
+  std::string svg = svg::open(width, height, title, left);
   for (int i = 0; i <= 4; ++i) {
     const double v = top_value * i / 4;
-    svg += fmt::format("<line x1='{}' x2='{}' y1='{:.1f}' y2='{:.1f}' stroke='#ddd'/><text x='8' y='{:.1f}'>{:.0f}</text>\n",
-                       left, width - 20, y(v), y(v), y(v) + 4, v);
+    svg += svg::gridline(y(v), left, width - 20, 8, fmt::format("{:.0f}", v));
   }
   const double bar = 36;
   for (size_t i = 0; i < groups.size(); ++i) {
@@ -386,7 +377,7 @@ std::string svg_plot(const std::vector<PlotGroup>& groups, const std::string& ti
   svg += fmt::format("<text x='{}' y='{}'>decode tok/s per GPU expert budget (share of routed-expert bytes in VRAM; the "
                      "rest in pinned host RAM)</text>\n",
                      left, height - 6);
-  return svg + "</svg>\n";
+  return svg + std::string(svg::kClose);
 }
 
 }  // namespace
@@ -665,12 +656,15 @@ void run_gpu_bench(const GpuBenchOptions& o) {
     groups.push_back(g);
   }
   if (!o.svg.empty() && !groups.empty()) {
-    write_text(o.svg, svg_plot(groups, fmt::format("strata vs llama.cpp, CUDA decode on {} ({} layers x {} experts)",
-                                                   std::filesystem::path(o.path).filename().string(), hp.n_layer,
-                                                   hp.n_expert)));
+    write_text_file(
+        o.svg,
+        svg_plot(groups,
+                 fmt::format("strata vs llama.cpp, CUDA decode on {} ({} layers x {} experts)",
+                             std::filesystem::path(o.path).filename().string(), hp.n_layer,
+                             hp.n_expert)));
     fmt::print("\nplot: {}\n", o.svg);
   }
-  if (!o.json.empty()) write_text(o.json, json.dump(2) + "\n");
+  if (!o.json.empty()) write_text_file(o.json, json.dump(2) + "\n");
 }
 
 }  // namespace strata::cli

@@ -94,4 +94,10 @@ void AtomicFile::commit() {
   }
 }
 
+void write_text_file(const std::string& path, std::string_view text) {
+  AtomicFile out(path);
+  out.write(std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+  out.commit();
+}
+
 }  // namespace strata

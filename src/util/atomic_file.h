@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace strata {
@@ -47,5 +48,10 @@ class AtomicFile {
   size_t buffered_ = 0;
   uint64_t bytes_written_ = 0;
 };
+
+// The whole of `text` as the file at `path`, through an AtomicFile (a report rewritten after every
+// round: a run cut short leaves the previous round's file, never half of one). Throws like
+// AtomicFile.
+void write_text_file(const std::string& path, std::string_view text);
 
 }  // namespace strata
