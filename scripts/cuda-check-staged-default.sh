@@ -3,7 +3,7 @@
 # Q8_0 and Q4_K windows of 1-4 rows, the other staged types 2-4 rows, 3 stages, activations in
 # shared memory) through the whole `cuda` label, and end to end against the direct kernel
 # (STRATA_CUDA_STAGED=0) in the same binary.
-#   1. builds every CUDA test, bench_cuda_decode and bench_cuda_matvec (matmul.cu alone ~3.5 min);
+#   1. builds every CUDA test, bench_cuda_decode and bench_cuda_matvec (matmul.cu alone ~3.5 min; see scripts/pending/split-matmul.mbox);
 #      writes the skewed + correlated 48 x 512 file meanwhile;
 #   2. the whole `cuda` label (the new default everywhere a matvec runs: graph capture, replay,
 #      window identity, the fixtures against transformers, the tier);
