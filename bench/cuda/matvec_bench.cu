@@ -59,6 +59,25 @@ float median_ms(Fn&& fn, int warmup, int reps) {
   return ms[ms.size() / 2];
 }
 
+// Copies of a random n_in x n_out matrix of `type`, ≥ 1 GiB of them so that the L2 (50-60 MB)
+// never holds the next one: each timed sample is a batch of back-to-back calls, one per copy.
+// The random words make valid blocks of every type except that scale fields may be huge or NaN:
+// harmless for timing (no data-dependent control flow in the kernels).
+struct WeightCopies {
+  size_t stride = 0, matrix_bytes = 0;
+  int copies = 0;
+  DeviceBuffer weights;
+};
+WeightCopies random_weight_copies(GgmlType type, int64_t n_in, int64_t n_out) {
+  WeightCopies w;
+  w.stride = row_bytes(type, n_in);
+  w.matrix_bytes = w.stride * size_t(n_out);
+  w.copies = int(std::max<size_t>(2, (size_t(1) << 30) / w.matrix_bytes + 1));
+  w.weights = DeviceBuffer(w.matrix_bytes * size_t(w.copies));
+  fill_random_kernel<<<4096, 256>>>(w.weights.as<uint32_t>(), w.weights.bytes() / 4, 7);
+  return w;
+}
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -110,11 +129,10 @@ int run_compare(const std::vector<std::string>& types, const std::vector<std::st
     for (const auto& name : types) {
       const auto type = type_from_name(name);
       if (!type || !has_cuda_kernel(*type)) { std::fprintf(stderr, "skip %s: no CUDA kernel\n", name.c_str()); continue; }
-      const size_t stride = row_bytes(*type, n_in), matrix_bytes = stride * size_t(n_out);
-      // ≥ 1 GiB of copies: the L2 (50-60 MB) never holds the next one.
-      const int copies = int(std::max<size_t>(2, (size_t(1) << 30) / matrix_bytes + 1));
-      DeviceBuffer weights(matrix_bytes * size_t(copies));
-      fill_random_kernel<<<4096, 256>>>(weights.as<uint32_t>(), weights.bytes() / 4, 7);
+      WeightCopies matrix = random_weight_copies(*type, n_in, n_out);
+      const size_t stride = matrix.stride, matrix_bytes = matrix.matrix_bytes;
+      const int copies = matrix.copies;
+      const DeviceBuffer& weights = matrix.weights;
       for (const auto& window : windows) {
         const int64_t t = std::stoll(window);
         std::vector<float> x_host(size_t(t * n_in));
@@ -246,12 +264,10 @@ int main(int argc, char** argv) {
   for (const auto& name : split(types_arg)) {
     const auto type = type_from_name(name);
     if (!type || !has_cuda_kernel(*type)) { std::fprintf(stderr, "skip %s: no CUDA kernel\n", name.c_str()); continue; }
-    const size_t stride = row_bytes(*type, n_in), matrix_bytes = stride * size_t(n_out);
-    const int copies = int(std::max<size_t>(2, (size_t(1) << 30) / matrix_bytes + 1));
-    // The random words make valid blocks of every type except that scale fields may be huge or
-    // NaN: harmless for timing (no data-dependent control flow in the kernels).
-    DeviceBuffer weights(matrix_bytes * size_t(copies));
-    fill_random_kernel<<<4096, 256>>>(weights.as<uint32_t>(), weights.bytes() / 4, 7);
+    WeightCopies matrix = random_weight_copies(*type, n_in, n_out);
+    const size_t stride = matrix.stride, matrix_bytes = matrix.matrix_bytes;
+    const int copies = matrix.copies;
+    const DeviceBuffer& weights = matrix.weights;
     const ActivationLayout layout = activation_layout(*type, n_in, max_rows);
     DeviceBuffer scratch(layout.total_bytes);
     quantize_activations(layout, x.as<float>(), scratch.data(), nullptr);
