@@ -273,9 +273,9 @@ TEST_P(CudaMatmul, SeveralMatricesInOneLaunchBitwiseAsOneEach) {
   }
 }
 
-// Rows of fewer than 32 units take fewer lanes, several rows per warp (matmul.cu): bitwise a full
-// warp per row, for unit counts 1 .. 31 that are and are not powers of two, every launch shape,
-// T = 1, 3 and 9, an output count that leaves a partial warp.
+// Rows of fewer than 32 units take fewer lanes, several rows per warp (matmul_kernels.cuh):
+// bitwise a full warp per row, for unit counts 1 .. 31 that are and are not powers of two, every
+// launch shape, T = 1, 3 and 9, an output count that leaves a partial warp.
 TEST_P(CudaMatmul, NarrowRowsBitwiseAsAFullWarpPerRow) {
   STRATA_REQUIRE_CUDA_DEVICE();
   const GgmlType type = GetParam();

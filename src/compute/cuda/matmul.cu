@@ -1,14 +1,14 @@
-// CUDA quantized matmul: activation quantizers (bitwise the CPU's) and one generic warp-per-row
-// kernel instantiated per weight type (compute/cuda/quant/*.cuh). Contract in matmul.h.
+// CUDA quantized matmul: activation quantizers (bitwise the CPU's) and the dispatch to one generic
+// warp-per-row kernel instantiated per weight type (compute/cuda/quant/*.cuh): the launch-shape
+// rules in matmul_plan.cuh, the kernels in matmul_kernels.cuh, compiled in matmul/*.cu (split off
+// for compile time; matmul_plan.cuh says why). Contract in matmul.h.
 #include "compute/cuda/matmul.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 #include "compute/cuda/activation_math.cuh"
@@ -21,36 +21,14 @@
 #include "compute/cuda/quant/kquants.cuh"
 #include "compute/cuda/quant/staging.cuh"
 #include "compute/cuda/launch.cuh"
+#include "compute/cuda/matmul_plan.cuh"
 #include "compute/cuda/runtime.h"
-#include "quant/iq2xs_tables.h"
-#include "quant/iq_lowbit_tables.h"
 
 namespace strata::compute::cuda {
 namespace {
 
 using namespace quant_device;
-
-constexpr int kWarpsPerBlock = 8;
-constexpr int kMaxRowsPerPass = 8;
-
-void upload_quant_tables() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    namespace q = strata::quant;
-    static_assert(sizeof(g_iq2xxs_grid) == sizeof(q::kIq2xxsGrid) &&
-                  sizeof(g_iq2s_grid) == sizeof(q::kIq2sGrid) && sizeof(g_iq3xxs_grid) == sizeof(q::kIq3xxsGrid) &&
-                  sizeof(g_iq3s_grid) == sizeof(q::kIq3sGrid) && sizeof(g_iq1s_grid) == sizeof(q::kIq1sGrid));
-    static_assert(sizeof(g_iq2xs_codes) / 4 == q::kIq2xsGridSize);
-    uint32_t iq2xs[q::kIq2xsGridSize];
-    for (int i = 0; i < q::kIq2xsGridSize; ++i) iq2xs[i] = iq2xs_codes(q::kIq2xsGrid[i]);
-    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq2xs_codes, iq2xs, sizeof(iq2xs)));
-    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq2xxs_grid, q::kIq2xxsGrid, sizeof(g_iq2xxs_grid)));
-    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq2s_grid, q::kIq2sGrid, sizeof(g_iq2s_grid)));
-    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq3xxs_grid, q::kIq3xxsGrid, sizeof(g_iq3xxs_grid)));
-    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq3s_grid, q::kIq3sGrid, sizeof(g_iq3s_grid)));
-    STRATA_CUDA_CHECK(cudaMemcpyToSymbol(g_iq1s_grid, q::kIq1sGrid, sizeof(g_iq1s_grid)));
-  });
-}
+using namespace matmul_detail;
 
 size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
@@ -296,595 +274,6 @@ QuantizeTarget target_of(const ActivationLayout& layout, const void* scratch) {
   return QuantizeTarget{layout.format, view_of(layout, scratch), per_row * layout.n_rows, per_row};
 }
 
-// ---- the matmul kernel -----------------------------------------------------------------------
-
-// One matrix of a dense launch over several matrices (matmul_quantized_many).
-struct DenseTarget {
-  const uint8_t* w;
-  size_t row_stride;
-  int64_t n_out;
-  float* y;
-};
-
-struct MatmulArgs {
-  const uint8_t* w;  // dense: the matrix; experts: the arena base
-  size_t row_stride;
-  int64_t n_in, n_out;
-  ActView act;
-  float* y;
-  int row_pass;  // first row of this pass (dense: window row; experts: index into each row list)
-  int n_rows;    // dense: rows in the window
-  // experts (expert_ids == nullptr for a dense matrix)
-  size_t slot_bytes, matrix_offset;
-  const uint32_t* smap_layer;
-  const int32_t* expert_ids;
-  const int32_t* row_ids;
-  const int32_t* row_counts;
-  int max_rows;
-  // A second matrix of the same shape in each listed expert's slot (gate and up in one launch):
-  // grid rows n_listed .. 2·n_listed − 1 compute it into second_y. second_y == nullptr: none.
-  int n_listed;
-  size_t second_offset;
-  float* second_y;
-  // Dynamic shared memory: the type's decode table (Q::kTableBytes rounded to 16), then for the
-  // staged kernel the window's activations (act_bytes, 0 unless MatmulTuning::act_shared) and each
-  // warp's `stages` weight stage buffers.
-  int table_bytes;
-  int act_bytes;
-  int stages;
-  // Dense matrices reading the same activations, one per grid row (blockIdx.y picks dense[j]);
-  // n_dense == 0: the one matrix w / row_stride / n_out / y above.
-  int n_dense;
-  DenseTarget dense[kMaxDenseMatrices];
-  // Lanes per weight row (a power of two, host-chosen by lanes_per_row()): 32, or for rows of
-  // fewer than 32 units the next power of two at or above the unit count, so one warp computes
-  // 32 / lanes row groups side by side instead of leaving lanes idle.
-  int lanes;
-};
-
-// L2 prefetch hints for the bytes of rows [first, first + n) of a dense matrix, spread over the
-// lanes of a warp. Issued before the dependency wait: the weights are never written by a kernel
-// of the stream (matmul.h), and a prefetch is only a hint, so the loads after the wait see
-// exactly what they would without it; the HBM latency overlaps the previous kernel's tail.
-__device__ __forceinline__ void prefetch_rows_l2(const uint8_t* w, size_t row_stride, int64_t first, int n,
-                                                 int64_t n_out, size_t row_bytes, int lane) {
-  for (int i = 0; i < n && first + i < n_out; ++i) {
-    const uintptr_t row = reinterpret_cast<uintptr_t>(w + size_t(first + i) * row_stride);
-    for (uintptr_t line = (row & ~uintptr_t(127)) + 128 * uintptr_t(lane); line < row + row_bytes; line += 128 * 32)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
-  }
-}
-
-// Types describe a unit as decode / load_act / dot (preferred: activations are loaded once for
-// all the weight rows of a warp) or as one unit<NR>() doing all three.
-template <class Q>
-constexpr bool kHasDecode = requires { typename Q::Decoded; };
-
-// Units per lane per loop trip: the type's kUnroll, else 2.
-template <class Q>
-constexpr int unroll_of() {
-  if constexpr (requires { Q::kUnroll; }) return Q::kUnroll;
-  else return 2;
-}
-
-// One warp computes RW consecutive output rows (their units interleaved in each trip, so the
-// warp has RW rows' loads in flight) for nr <= NR activation rows. Each output's arithmetic is
-// exactly that of RW = 1: the per-row sum order never depends on RW, NR or nr.
-//
-// Narrow rows (fewer than 32 units: IQ2_XS experts' 1024- and 512-wide gate/up and down, 16 and
-// 8 units) take p.lanes < 32 lanes each, 32 / p.lanes groups of RW rows per warp: the expert
-// launches then fit one wave of the GPU instead of two (bench_cuda_latency). Bitwise the same as
-// a full warp per row: there lanes >= the unit count hold +0 (an accumulator that starts at +0
-// never becomes -0), so the butterfly's first steps add exact zeros and the rest is the same
-// tree over the first p.lanes lanes, which is the sub-group's butterfly.
-template <class Q, int NR, int RW>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(MatmulArgs p) {
-  extern __shared__ __align__(16) uint8_t table[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const uint8_t* w = p.w;
-  size_t row_stride = p.row_stride;
-  int64_t n_out = p.n_out;
-  float* y = p.y;
-  if (p.n_dense > 0) {
-    const DenseTarget& d = p.dense[blockIdx.y];
-    w = d.w;
-    row_stride = d.row_stride;
-    n_out = d.n_out;
-    y = d.y;
-  }
-  const int lanes = p.lanes, groups = 32 / lanes;
-  const int group = lane / lanes, lane_in = lane % lanes;
-  const int64_t first_row = (int64_t(blockIdx.x) * kWarpsPerBlock + warp) * RW * groups;
-  const int64_t row_step = int64_t(gridDim.x) * kWarpsPerBlock * RW * groups;
-  const size_t row_bytes = size_t(p.n_in / Q::kBlockElems) * Q::kBlockBytes;
-  // Before the wait for the previous kernel (launch.cuh): only what no kernel of the stream writes,
-  // the type's constant decode table and prefetches of a dense matrix's first rows.
-  if constexpr (Q::kTableBytes > 0) Q::load_table(table);
-  if (!p.expert_ids) prefetch_rows_l2(w, row_stride, first_row, RW * groups, n_out, row_bytes, lane);
-  pdl_begin();
-  if constexpr (Q::kTableBytes > 0) __syncthreads();
-  int rows[NR];
-  int nr;
-  if (p.expert_ids) {
-    int j = blockIdx.y;
-    size_t matrix_offset = p.matrix_offset;
-    if (p.second_y && j >= p.n_listed) {
-      j -= p.n_listed;
-      matrix_offset = p.second_offset;
-      y = p.second_y;
-    }
-    nr = min(max(p.row_counts[j] - p.row_pass, 0), NR);
-#pragma unroll
-    for (int r = 0; r < NR; ++r) rows[r] = r < nr ? p.row_ids[size_t(j) * p.max_rows + p.row_pass + r] : 0;
-    y += (size_t(j) * p.max_rows + p.row_pass) * size_t(n_out);
-    const uint32_t slot = p.smap_layer[p.expert_ids[j]];
-    if (slot == kSlotMiss) {  // the caller broke the residency promise: make it visible
-      for (int64_t o = first_row + group * RW; o < n_out; o += row_step)
-        for (int i = 0; i < RW; ++i)
-          for (int r = lane_in; r < nr; r += lanes)
-            if (o + i < n_out) y[size_t(r) * n_out + o + i] = __int_as_float(0x7fc00000);
-      return;
-    }
-    w += size_t(slot) * p.slot_bytes + matrix_offset;
-  } else {
-    nr = min(p.n_rows - p.row_pass, NR);
-#pragma unroll
-    for (int r = 0; r < NR; ++r) rows[r] = p.row_pass + r;
-    y += size_t(p.row_pass) * size_t(n_out);
-  }
-  const int n_units = int(p.n_in / Q::kBlockElems) * Q::kUnitsPerBlock;
-  for (int64_t o_warp = first_row; o_warp < n_out; o_warp += row_step) {
-    const int64_t o = o_warp + group * RW;  // this lane group's first row
-    const uint8_t* wrow[RW];
-#pragma unroll
-    for (int i = 0; i < RW; ++i) wrow[i] = w + size_t(min(o + i, n_out - 1)) * row_stride;  // past the end: recompute the last row, never stored
-    float acc[RW][NR];
-#pragma unroll
-    for (int i = 0; i < RW; ++i)
-#pragma unroll
-      for (int r = 0; r < NR; ++r) acc[i][r] = 0.0f;
-    // kUnroll units per lane per trip, their loads issued together: one unit in flight per warp
-    // was latency-bound (in-order issue stalls at the first use). The sum order is unchanged:
-    // units lane, lane+32, lane+64, ... in increasing order (lanes < 32: one unit per lane).
-    constexpr int kUnroll = unroll_of<Q>();
-    for (int u0 = lane_in; u0 < n_units; u0 += lanes * kUnroll) {
-#pragma unroll
-      for (int k = 0; k < kUnroll; ++k) {
-        const int u = u0 + lanes * k;
-        if (u >= n_units) break;
-        if constexpr (kHasDecode<Q>) {
-          // Each weight unit decoded once, each activation unit loaded once per row and used
-          // for all RW weight rows.
-          typename Q::Decoded decoded[RW];
-#pragma unroll
-          for (int i = 0; i < RW; ++i) decoded[i] = Q::decode(wrow[i], u, table);
-#pragma unroll
-          for (int r = 0; r < NR; ++r) {
-            if (r < nr) {
-              const typename Q::Act a = Q::load_act(p.act, rows[r], u);
-#pragma unroll
-              for (int i = 0; i < RW; ++i) acc[i][r] = Q::dot(decoded[i], a, acc[i][r]);
-            }
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < RW; ++i) Q::template unit<NR>(wrow[i], u, p.act, rows, nr, table, acc[i]);
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < RW; ++i)
-#pragma unroll
-      for (int r = 0; r < NR; ++r) {
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-          if (off < lanes) acc[i][r] = __fadd_rn(acc[i][r], __shfl_xor_sync(0xffffffffu, acc[i][r], off));
-      }
-    if (lane_in == 0) {
-#pragma unroll
-      for (int i = 0; i < RW; ++i)
-#pragma unroll
-        for (int r = 0; r < NR; ++r)
-          if (r < nr && o + i < n_out) y[size_t(r) * n_out + o + i] = acc[i][r];
-    }
-  }
-}
-
-// ---- the staged kernel (MatmulTuning::staging, quant/staging.cuh) -----------------------------
-
-// The types the staged kernel is compiled for: the 2-byte-aligned blocks whose direct loads cost
-// the most L1 wavefronts (Q8_0, IQ4_NL, Q3_K, IQ2_XS), and Q4_K (16-byte loads, but each warp
-// instruction spans 8 blocks). Every type costs 20 more instantiations of compile time.
-template <class Q>
-constexpr bool kStageable = std::is_same_v<Q, Q8_0Weights> || std::is_same_v<Q, IQ4_NLWeights> ||
-                            std::is_same_v<Q, Q3_KWeights> || std::is_same_v<Q, Q4_KWeights> ||
-                            std::is_same_v<Q, IQ2_XSWeights>;
-
-// quant_matmul_kernel's arithmetic with the weights read from shared memory: each warp walks its
-// groups of RW rows (a full warp per row), each row in stages of kStageUnits units; stage k + S − 1
-// is copied (cp.async, issue_stage) while stage k is decoded, S = p.stages buffers per warp. A
-// lane's units are l, l + 32, ... in increasing order across the stages and the reduction is the
-// same butterfly, so every output is bitwise quant_matmul_kernel's. With kSharedAct the window's
-// activation rows are first copied into shared memory by the whole block (copy_activations).
-//
-// Synchronisation, per warp: cp.async.wait_group leaves this lane's copies of stage k complete;
-// the __syncwarp after it makes every lane's copies visible to every lane; the __syncwarp after
-// the decode orders all of the stage's reads before the next issue() overwrites that buffer.
-template <class Q, int NR, int RW, bool kSharedAct>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) staged_matmul_kernel(MatmulArgs p) {
-  extern __shared__ __align__(16) uint8_t shared[];
-  constexpr int kUnits = kStageUnits<RW>;
-  constexpr int kRowBytes = stage_row_bytes<Q, RW>();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const uint8_t* w = p.w;
-  size_t row_stride = p.row_stride;
-  int64_t n_out = p.n_out;
-  float* y = p.y;
-  if (p.n_dense > 0) {
-    const DenseTarget& d = p.dense[blockIdx.y];
-    w = d.w;
-    row_stride = d.row_stride;
-    n_out = d.n_out;
-    y = d.y;
-  }
-  const int64_t first_row = (int64_t(blockIdx.x) * kWarpsPerBlock + warp) * RW;
-  const int64_t row_step = int64_t(gridDim.x) * kWarpsPerBlock * RW;
-  const int n_units = int(p.n_in / Q::kBlockElems) * Q::kUnitsPerBlock;
-  const int n_chunks = (n_units + kUnits - 1) / kUnits;
-  const int n_stages = p.stages;
-  uint8_t* buffers = shared + p.table_bytes + p.act_bytes + size_t(warp) * n_stages * RW * kRowBytes;
-  StageIssuer<Q, RW> issuer{buffers, w, row_stride, n_out, row_step, first_row, n_units, n_chunks, n_stages};
-  // Before the wait for the previous kernel (launch.cuh): the decode table, and for a dense matrix
-  // (never written by a kernel of the stream) the first stages' copies and an L2 prefetch of the
-  // warp's first rows.
-  if constexpr (Q::kTableBytes > 0) Q::load_table(shared);
-  if (!p.expert_ids) {
-    const size_t row_bytes = size_t(p.n_in / Q::kBlockElems) * Q::kBlockBytes;
-    prefetch_rows_l2(w, row_stride, first_row, RW, n_out, row_bytes, lane);
-    for (int k = 1; k < n_stages; ++k) issuer.next(lane);
-  }
-  pdl_begin();
-  int rows[NR];
-  int nr;
-  if (p.expert_ids) {
-    int j = blockIdx.y;
-    size_t matrix_offset = p.matrix_offset;
-    if (p.second_y && j >= p.n_listed) {
-      j -= p.n_listed;
-      matrix_offset = p.second_offset;
-      y = p.second_y;
-    }
-    nr = min(max(p.row_counts[j] - p.row_pass, 0), NR);
-#pragma unroll
-    for (int r = 0; r < NR; ++r) rows[r] = r < nr ? p.row_ids[size_t(j) * p.max_rows + p.row_pass + r] : 0;
-    y += (size_t(j) * p.max_rows + p.row_pass) * size_t(n_out);
-    const uint32_t slot = p.smap_layer[p.expert_ids[j]];
-    if (slot == kSlotMiss) {  // the caller broke the residency promise: make it visible (the whole block returns)
-      for (int64_t o = first_row; o < n_out; o += row_step)
-        for (int i = 0; i < RW; ++i)
-          for (int r = lane; r < nr; r += 32)
-            if (o + i < n_out) y[size_t(r) * n_out + o + i] = __int_as_float(0x7fc00000);
-      return;
-    }
-    w += size_t(slot) * p.slot_bytes + matrix_offset;
-    issuer.w = w;
-    for (int k = 1; k < n_stages; ++k) issuer.next(lane);
-  } else {
-    nr = min(p.n_rows - p.row_pass, NR);
-#pragma unroll
-    for (int r = 0; r < NR; ++r) rows[r] = p.row_pass + r;
-    y += size_t(p.row_pass) * size_t(n_out);
-  }
-  [[maybe_unused]] SharedActView shared_act{};
-  if constexpr (kSharedAct) shared_act = copy_activations<NR>(p.act, rows, nr, int(p.n_in), shared + p.table_bytes);
-  if constexpr (Q::kTableBytes > 0 || kSharedAct) __syncthreads();
-  int buffer = 0;
-  for (int64_t o = first_row; o < n_out; o += row_step) {
-    float acc[RW][NR];
-#pragma unroll
-    for (int i = 0; i < RW; ++i)
-#pragma unroll
-      for (int r = 0; r < NR; ++r) acc[i][r] = 0.0f;
-    for (int chunk = 0; chunk < n_chunks; ++chunk) {
-      issuer.next(lane);
-      if (n_stages == 3) cp_async_wait<2>();
-      else cp_async_wait<1>();
-      __syncwarp();
-      const uint8_t* stage = buffers + buffer * RW * kRowBytes;
-      const uint8_t* wrow[RW];
-#pragma unroll
-      for (int i = 0; i < RW; ++i) wrow[i] = staged_row<Q, RW>(stage, w, row_stride, min(o + i, n_out - 1), chunk, i);
-      const int first_unit = chunk * kUnits;
-#pragma unroll
-      for (int k = 0; k < kUnits / 32; ++k) {
-        const int u = first_unit + lane + 32 * k;
-        if (u < n_units) {
-          typename Q::Decoded decoded[RW];
-#pragma unroll
-          for (int i = 0; i < RW; ++i) decoded[i] = Q::decode(wrow[i], u - first_unit, shared);
-#pragma unroll
-          for (int r = 0; r < NR; ++r) {
-            if (r < nr) {
-              typename Q::Act a;
-              if constexpr (kSharedAct) a = Q::load_act(shared_act, r, u);
-              else a = Q::load_act(p.act, rows[r], u);
-#pragma unroll
-              for (int i = 0; i < RW; ++i) acc[i][r] = Q::dot(decoded[i], a, acc[i][r]);
-            }
-          }
-        }
-      }
-      __syncwarp();
-      buffer = buffer + 1 == n_stages ? 0 : buffer + 1;
-    }
-#pragma unroll
-    for (int i = 0; i < RW; ++i)
-#pragma unroll
-      for (int r = 0; r < NR; ++r) {
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) acc[i][r] = __fadd_rn(acc[i][r], __shfl_xor_sync(0xffffffffu, acc[i][r], off));
-      }
-    if (lane == 0) {
-#pragma unroll
-      for (int i = 0; i < RW; ++i)
-#pragma unroll
-        for (int r = 0; r < NR; ++r)
-          if (r < nr && o + i < n_out) y[size_t(r) * n_out + o + i] = acc[i][r];
-    }
-  }
-  cp_async_wait<0>();
-}
-
-int sm_count() {
-  static int count = [] {
-    int device = 0, value = 0;
-    STRATA_CUDA_CHECK(cudaGetDevice(&device));
-    STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
-    return value;
-  }();
-  return count;
-}
-
-// The most dynamic shared memory a block may ask for (cudaFuncSetAttribute raises a kernel's limit
-// from the default 48 KiB up to it): 227 KiB on Hopper.
-size_t shared_optin_bytes() {
-  static const size_t bytes = [] {
-    int device = 0, value = 0;
-    STRATA_CUDA_CHECK(cudaGetDevice(&device));
-    STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    return size_t(value);
-  }();
-  return bytes;
-}
-
-// Blocks of kWarpsPerBlock warps of `kernel` with `shared_bytes` of dynamic shared memory that
-// fit one SM at once (the CUDA occupancy calculator; registers, shared memory, threads), cached.
-int resident_blocks_per_sm(const void* kernel, size_t shared_bytes) {
-  static std::mutex mutex;
-  static std::map<std::pair<const void*, size_t>, int> cache;
-  const std::lock_guard lock(mutex);
-  const auto key = std::pair(kernel, shared_bytes);
-  if (const auto it = cache.find(key); it != cache.end()) return it->second;
-  int blocks = 0;
-  STRATA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarpsPerBlock * 32, shared_bytes));
-  return cache[key] = std::max(blocks, 1);
-}
-
-// Lanes per weight row (MatmulArgs::lanes): a full warp for rows of 32 units or more, or when
-// asked (tuning lanes_per_row = 32); else the next power of two at or above the unit count.
-template <class Q>
-int lanes_per_row(int64_t n_in, const MatmulTuning* tuning) {
-  const int64_t n_units = n_in / Q::kBlockElems * Q::kUnitsPerBlock;
-  if (n_units >= 32 || (tuning && tuning->lanes_per_row == 32)) return 32;
-  int lanes = 1;
-  while (lanes < n_units) lanes *= 2;
-  return lanes;
-}
-
-template <class Q, int NR, int RW>
-void launch_nr(const MatmulArgs& args, int n_launch, cudaStream_t stream) {
-  const int64_t rows_per_block = int64_t(kWarpsPerBlock) * RW * (32 / args.lanes);
-  const int64_t blocks_needed = (args.n_out + rows_per_block - 1) / rows_per_block;
-  // Enough blocks to fill every SM several times over (a shared-memory table costs one 4 KiB
-  // copy per block, small next to the rows it serves).
-  const int64_t cap = int64_t(sm_count()) * 16;
-  const dim3 grid(unsigned(std::min(blocks_needed, std::max<int64_t>(1, cap / std::max(1, n_launch)))), unsigned(n_launch));
-  MatmulArgs a = args;
-  a.table_bytes = int((Q::kTableBytes + 15) / 16 * 16);
-  launch(quant_matmul_kernel<Q, NR, RW>, grid, kWarpsPerBlock * 32, size_t(a.table_bytes), stream, a);
-  STRATA_CUDA_CHECK(cudaGetLastError());
-}
-
-template <class Q, int NR>
-void launch_rw(const MatmulArgs& args, int n_launch, cudaStream_t stream, int rows_per_warp) {
-  if (rows_per_warp >= 4) launch_nr<Q, NR, 4>(args, n_launch, stream);
-  else if (rows_per_warp == 2) launch_nr<Q, NR, 2>(args, n_launch, stream);
-  else launch_nr<Q, NR, 1>(args, n_launch, stream);
-}
-
-// Weight rows per warp by window size, from bench_cuda_matvec's sweep on the H200 (8192 x 16384,
-// docs/bench-cuda.md): one row (or the type's kRowsPerWarp) for T = 1; sharing each activation
-// load over 2-4 weight rows pays from T = 2 on (Q4_K T = 2: 0.24 -> 0.39 of HBM with 4).
-template <class Q>
-int default_rows_per_warp(int n_rows) {
-  if (n_rows == 1) {
-    if constexpr (requires { Q::kRowsPerWarp; }) return Q::kRowsPerWarp;
-    return 1;
-  }
-  return n_rows <= 4 ? 4 : 2;
-}
-
-// Weight rows per warp for narrow rows (< 32 units: several rows share a warp) when no tuning
-// says otherwise: 1. Measured end to end on the 48-layer, 512-expert mid-qwen4exp (IQ2_XS
-// experts: 1024- and 512-wide rows), H200, session 32, three alternating rounds in one call:
-// decode 181.2 -> 202.4 tok/s all in VRAM (1.12x), 136.6 -> 145.5 at a 50 % GPU budget (1.07x)
-// against default_rows_per_warp's 4 (per kernel, session 25: 5.09 / 3.74 against 6.67 / 4.59 µs).
-// STRATA_CUDA_NARROW_ROWS_PER_WARP=2|4 selects another for measuring without a rebuild; results
-// do not change (the reduction order is fixed by the row's width).
-int narrow_rows_per_warp() {
-  static const int value = [] {
-    const char* v = std::getenv("STRATA_CUDA_NARROW_ROWS_PER_WARP");
-    if (!v || !*v) return 1;
-    const int n = std::atoi(v);
-    if (n != 1 && n != 2 && n != 4)
-      cuda_fail(std::string("STRATA_CUDA_NARROW_ROWS_PER_WARP: expected 1, 2 or 4, found ") + v);
-    return n;
-  }();
-  return value;
-}
-
-// Weight rows per warp of one pass of `rows` activation rows: the tuning's, else the default (the
-// narrow rows' own for rows of < 32 units), as the kernels take it: 1, 2 or 4, at most 2 for
-// windows of more than 4 rows.
-template <class Q>
-int pass_rows_per_warp(int rows, int lanes, const MatmulTuning* tuning) {
-  const bool tuned = tuning && tuning->rows_per_warp > 0;
-  int rw = tuned ? tuning->rows_per_warp : default_rows_per_warp<Q>(rows);
-  if (!tuned && lanes < 32) rw = narrow_rows_per_warp();
-  rw = rw >= 4 ? 4 : rw == 2 ? 2 : 1;
-  return rows > 4 ? std::min(rw, 2) : rw;
-}
-
-// STRATA_CUDA_STAGED=0|1: the staged path off or on for every type that has it when no tuning
-// says otherwise (end-to-end A/B without a rebuild); unset: default_staged.
-int staged_env() {
-  static const int value = [] {
-    const char* v = std::getenv("STRATA_CUDA_STAGED");
-    if (!v || !*v) return -1;
-    if (std::string(v) != "0" && std::string(v) != "1")
-      cuda_fail(std::string("STRATA_CUDA_STAGED: expected 0 or 1, found ") + v);
-    return std::atoi(v);
-  }();
-  return value;
-}
-
-// The staged path by default, from bench_cuda_matvec --compare on the H100 (session 38,
-// docs/bench-cuda.md; 8192 x 16384 and 2560 x 10240, 3 stages, activations in shared memory, ×
-// the direct kernel): Q8_0 1.26-1.30 at T = 1, 1.43-1.56 at T = 4; Q4_K 1.11-1.18 and 1.27-1.41;
-// Q3_K 1.00-1.01 and 1.21-1.33; IQ4_NL 0.89-0.92 and 1.06-1.17; IQ2_XS 0.93-1.09 and 1.13-1.31.
-// So: Q8_0 and Q4_K for windows of 1-4 rows, the others for 2-4 rows. Windows of 5-8 rows keep
-// the direct kernel (no shared activations there, and staged Q4_K without them ran at 0.86).
-template <class Q>
-bool default_staged(int rows) {
-  if (rows > 4) return false;
-  return std::is_same_v<Q, Q8_0Weights> || std::is_same_v<Q, Q4_KWeights> || rows >= 2;
-}
-
-// What the staged kernel needs for one pass, or staged = false for the direct kernel.
-struct StagedPlan {
-  bool staged = false;
-  bool shared_act = false;
-  int stages = 2;
-  size_t act_bytes = 0;     // activations in shared memory
-  size_t shared_bytes = 0;  // all dynamic shared memory
-};
-
-template <class Q>
-StagedPlan plan_staged([[maybe_unused]] int64_t n_in, [[maybe_unused]] int rows, [[maybe_unused]] int rw,
-                       [[maybe_unused]] int lanes, [[maybe_unused]] const MatmulTuning* tuning) {
-  StagedPlan plan;
-  if constexpr (kStageable<Q>) {
-    const int choice = tuning ? tuning->staging : 0;
-    const int env = staged_env();
-    // By default (no tuning and no STRATA_CUDA_STAGED): 3 stages where they fit, the activations in
-    // shared memory, and the direct kernel where those do not fit (what was measured).
-    const bool by_default = choice == 0 && env < 0;
-    const bool wanted = choice == 1 || (choice == 0 && (env >= 0 ? env == 1 : default_staged<Q>(rows)));
-    if (!wanted || lanes != 32) return plan;
-    const int row_bytes = rw == 4 ? stage_row_bytes<Q, 4>() : rw == 2 ? stage_row_bytes<Q, 2>() : stage_row_bytes<Q, 1>();
-    const size_t table = size_t(Q::kTableBytes + 15) / 16 * 16;
-    const size_t limit = shared_optin_bytes();
-    const auto buffer_bytes = [&](int stages) { return size_t(kWarpsPerBlock) * size_t(stages) * size_t(rw) * size_t(row_bytes); };
-    const int asked_stages = tuning ? tuning->stages : 0;
-    plan.stages = asked_stages == 3 || (asked_stages == 0 && by_default && table + buffer_bytes(3) <= limit) ? 3 : 2;
-    const size_t buffers = buffer_bytes(plan.stages);
-    if (table + buffers > limit) return plan;
-    const int act_choice = tuning ? tuning->act_shared : 0;
-    if (rows <= 4 && (act_choice == 1 || (act_choice == 0 && (by_default || rows == 1)))) {
-      const bool q8_k = Q::kActivation == GgmlType::Q8_K;
-      const int scale_count = int(n_in / (q8_k ? 256 : 32)), sum_count = int(n_in / (q8_k ? 16 : 32));
-      const size_t act = size_t(shared_activation_bytes(rows, int(n_in), scale_count, sum_count));
-      if (table + act + buffers <= limit) {
-        plan.shared_act = true;
-        plan.act_bytes = act;
-      }
-    }
-    if (by_default && !plan.shared_act) return plan;  // not measured without them: the direct kernel
-    plan.staged = true;
-    plan.shared_bytes = table + plan.act_bytes + buffers;
-  }
-  return plan;
-}
-
-template <class Q, int NR, int RW, bool kSharedAct>
-void launch_staged_kernel(const MatmulArgs& args, int n_launch, cudaStream_t stream, const StagedPlan& plan) {
-  const auto kernel = staged_matmul_kernel<Q, NR, RW, kSharedAct>;
-  if (plan.shared_bytes > 48 * 1024) {  // raise this kernel's limit once per device
-    static std::atomic<uint32_t> raised{0};
-    int device = 0;
-    STRATA_CUDA_CHECK(cudaGetDevice(&device));
-    const uint32_t bit = 1u << (device & 31);
-    if (!(raised.load() & bit)) {
-      STRATA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_optin_bytes())));
-      raised.fetch_or(bit);
-    }
-  }
-  // As many blocks as fit the GPU at once (each warp then walks its rows, its next stage's copy in
-  // flight across row boundaries), or fewer when the matrix has fewer rows.
-  const int64_t rows_per_block = int64_t(kWarpsPerBlock) * RW;
-  const int64_t blocks_needed = (args.n_out + rows_per_block - 1) / rows_per_block;
-  const int64_t resident = int64_t(sm_count()) * resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), plan.shared_bytes);
-  const dim3 grid(unsigned(std::min(blocks_needed, std::max<int64_t>(1, resident / std::max(1, n_launch)))), unsigned(n_launch));
-  MatmulArgs a = args;
-  a.table_bytes = int((Q::kTableBytes + 15) / 16 * 16);
-  a.act_bytes = int(plan.act_bytes);
-  a.stages = plan.stages;
-  launch(kernel, grid, kWarpsPerBlock * 32, plan.shared_bytes, stream, a);
-  STRATA_CUDA_CHECK(cudaGetLastError());
-}
-
-template <class Q, int NR, int RW>
-void launch_staged_act(const MatmulArgs& args, int n_launch, cudaStream_t stream, const StagedPlan& plan) {
-  if constexpr (NR <= 4) {
-    if (plan.shared_act) return launch_staged_kernel<Q, NR, RW, true>(args, n_launch, stream, plan);
-  }
-  launch_staged_kernel<Q, NR, RW, false>(args, n_launch, stream, plan);
-}
-
-template <class Q, int NR>
-void launch_staged(const MatmulArgs& args, int n_launch, cudaStream_t stream, int rw, const StagedPlan& plan) {
-  if constexpr (NR <= 4) {
-    if (rw == 4) return launch_staged_act<Q, NR, 4>(args, n_launch, stream, plan);
-  }
-  if (rw == 2) launch_staged_act<Q, NR, 2>(args, n_launch, stream, plan);
-  else launch_staged_act<Q, NR, 1>(args, n_launch, stream, plan);
-}
-
-template <class Q>
-void launch(MatmulArgs args, int n_launch, int rows_total, cudaStream_t stream, const MatmulTuning* tuning) {
-  if (Q::kTableBytes > 0) upload_quant_tables();
-  args.lanes = lanes_per_row<Q>(args.n_in, tuning);
-  for (int pass = 0; pass < rows_total; pass += kMaxRowsPerPass) {
-    args.row_pass = pass;
-    const int rows = std::min(kMaxRowsPerPass, rows_total - pass);
-    const int rw = pass_rows_per_warp<Q>(rows, args.lanes, tuning);
-    if constexpr (kStageable<Q>) {
-      const StagedPlan plan = plan_staged<Q>(args.n_in, rows, rw, args.lanes, tuning);
-      if (plan.staged) {
-        if (rows == 1) launch_staged<Q, 1>(args, n_launch, stream, rw, plan);
-        else if (rows == 2) launch_staged<Q, 2>(args, n_launch, stream, rw, plan);
-        else if (rows <= 4) launch_staged<Q, 4>(args, n_launch, stream, rw, plan);
-        else launch_staged<Q, 8>(args, n_launch, stream, rw, plan);
-        continue;
-      }
-    }
-    if (rows == 1) launch_rw<Q, 1>(args, n_launch, stream, rw);
-    else if (rows == 2) launch_rw<Q, 2>(args, n_launch, stream, rw);
-    else if (rows <= 4) launch_rw<Q, 4>(args, n_launch, stream, rw);
-    else launch_rw<Q, 8>(args, n_launch, stream, rw);
-  }
-}
-
 // Calls fn.template operator()<Q>() with the device description of `type`.
 template <typename Fn>
 void with_weights(GgmlType type, Fn&& fn) {
@@ -1080,7 +469,7 @@ void matmul_quantized(const DeviceMatrix& w, const ActivationLayout& layout, con
   with_weights(w.type, [&]<class Q>() {
     if (Q::kActivation != layout.format)
       cuda_fail("CUDA matmul: activations quantized for another weight type (" + std::string(type_name(layout.format)) + ")");
-    launch<Q>(args, 1, int(n_rows), stream, tuning);
+    launch_matmul<Q>(args, 1, int(n_rows), stream, tuning);
   });
 }
 
@@ -1116,7 +505,7 @@ void matmul_quantized_many(std::span<const DenseOutput> outputs, const Activatio
   with_weights(first.type, [&]<class Q>() {
     if (Q::kActivation != layout.format)
       cuda_fail("CUDA matmul: activations quantized for another weight type (" + std::string(type_name(layout.format)) + ")");
-    launch<Q>(args, int(outputs.size()), int(n_rows), stream, tuning);
+    launch_matmul<Q>(args, int(outputs.size()), int(n_rows), stream, tuning);
   });
 }
 
@@ -1180,7 +569,7 @@ void launch_experts(const ExpertArenaView& arena, int layer, const ExpertMatrixS
   with_weights(shape.type, [&]<class Q>() {
     if (Q::kActivation != layout.format)
       cuda_fail("CUDA matmul: activations quantized for another weight type (" + std::string(type_name(layout.format)) + ")");
-    launch<Q>(args, grid_rows, max_rows, stream, tuning);
+    launch_matmul<Q>(args, grid_rows, max_rows, stream, tuning);
   });
 }
 
@@ -1206,5 +595,78 @@ void expert_matmul_quantized_pair(const ExpertArenaView& arena, int layer, const
   launch_experts(arena, layer, first, &second, expert_ids, n_launch, row_ids, row_counts, max_rows, layout, scratch,
                  y_first, y_second, stream, tuning);
 }
+
+// ---- matmul_plan.cuh's host helpers: one definition each, so one cache each -----------------
+
+namespace matmul_detail {
+
+int sm_count() {
+  static int count = [] {
+    int device = 0, value = 0;
+    STRATA_CUDA_CHECK(cudaGetDevice(&device));
+    STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
+    return value;
+  }();
+  return count;
+}
+
+// The most dynamic shared memory a block may ask for (cudaFuncSetAttribute raises a kernel's limit
+// from the default 48 KiB up to it): 227 KiB on Hopper.
+size_t shared_optin_bytes() {
+  static const size_t bytes = [] {
+    int device = 0, value = 0;
+    STRATA_CUDA_CHECK(cudaGetDevice(&device));
+    STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return size_t(value);
+  }();
+  return bytes;
+}
+
+// Blocks of kWarpsPerBlock warps of `kernel` with `shared_bytes` of dynamic shared memory that
+// fit one SM at once (the CUDA occupancy calculator; registers, shared memory, threads), cached.
+int resident_blocks_per_sm(const void* kernel, size_t shared_bytes) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, size_t>, int> cache;
+  const std::lock_guard lock(mutex);
+  const auto key = std::pair(kernel, shared_bytes);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  int blocks = 0;
+  STRATA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarpsPerBlock * 32, shared_bytes));
+  return cache[key] = std::max(blocks, 1);
+}
+
+// Weight rows per warp for narrow rows (< 32 units: several rows share a warp) when no tuning
+// says otherwise: 1. Measured end to end on the 48-layer, 512-expert mid-qwen4exp (IQ2_XS
+// experts: 1024- and 512-wide rows), H200, session 32, three alternating rounds in one call:
+// decode 181.2 -> 202.4 tok/s all in VRAM (1.12x), 136.6 -> 145.5 at a 50 % GPU budget (1.07x)
+// against default_rows_per_warp's 4 (per kernel, session 25: 5.09 / 3.74 against 6.67 / 4.59 µs).
+// STRATA_CUDA_NARROW_ROWS_PER_WARP=2|4 selects another for measuring without a rebuild; results
+// do not change (the reduction order is fixed by the row's width).
+int narrow_rows_per_warp() {
+  static const int value = [] {
+    const char* v = std::getenv("STRATA_CUDA_NARROW_ROWS_PER_WARP");
+    if (!v || !*v) return 1;
+    const int n = std::atoi(v);
+    if (n != 1 && n != 2 && n != 4)
+      cuda_fail(std::string("STRATA_CUDA_NARROW_ROWS_PER_WARP: expected 1, 2 or 4, found ") + v);
+    return n;
+  }();
+  return value;
+}
+
+// STRATA_CUDA_STAGED=0|1: the staged path off or on for every type that has it when no tuning
+// says otherwise (end-to-end A/B without a rebuild); unset: default_staged.
+int staged_env() {
+  static const int value = [] {
+    const char* v = std::getenv("STRATA_CUDA_STAGED");
+    if (!v || !*v) return -1;
+    if (std::string(v) != "0" && std::string(v) != "1")
+      cuda_fail(std::string("STRATA_CUDA_STAGED: expected 0 or 1, found ") + v);
+    return std::atoi(v);
+  }();
+  return value;
+}
+
+}  // namespace matmul_detail
 
 }  // namespace strata::compute::cuda

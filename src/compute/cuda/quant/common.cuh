@@ -1,6 +1,6 @@
 // Device-side building blocks of the CUDA quantized matmul (internal to compute/cuda/).
 //
-// A weight type is described to the generic kernel (matmul.cu) by a struct with:
+// A weight type is described to the generic kernel (matmul_kernels.cuh) by a struct with:
 //   kBlockElems, kBlockBytes     the GGUF block
 //   kUnitsPerBlock               how many "units" one block is cut into; one lane decodes one
 //                                unit at a time (a unit is one sub-block or a few, chosen so a

@@ -12,10 +12,11 @@
 
 namespace strata::compute::cuda::quant_device {
 
-// Filled once from quant/iq2xs_tables.cpp's kIq2xsGrid, converted to codes by iq2xs_codes() below
-// (upload_quant_tables in matmul.cu). Defined here, not declared: without relocatable device code
-// a __device__ variable lives in the one translation unit that uses it, and only matmul.cu
-// includes this header.
+// Filled from quant/iq2xs_tables.cpp's kIq2xsGrid, converted to codes by iq2xs_codes() below
+// (upload_tables<IQ2_XSWeights> in matmul/iq2_xs.cu). Defined here, not declared: without
+// relocatable device code a __device__ variable lives in the translation unit that defines it, so
+// every one that includes this header (matmul.cu and each matmul/*.cu, through matmul_plan.cuh)
+// has its own copy, and matmul/iq2_xs.cu, whose kernels read it, uploads its own.
 __device__ uint32_t g_iq2xs_codes[512];
 
 // The code word of one grid point: nibble j = 0, 1, 2 for byte j = 8, 25, 43 (host side).

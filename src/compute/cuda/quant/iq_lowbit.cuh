@@ -17,9 +17,10 @@
 
 namespace strata::compute::cuda::quant_device {
 
-// Filled once from quant/iq_lowbit_tables.cpp (upload_quant_tables in matmul.cu). Defined here, not
-// declared: without relocatable device code a __device__ variable lives in the one translation
-// unit that uses it, and only matmul.cu includes this header.
+// Filled from quant/iq_lowbit_tables.cpp (upload_tables<Q> in matmul/*.cu). Defined here, not
+// declared: without relocatable device code a __device__ variable lives in the translation unit
+// that defines it, so every one that includes this header (matmul.cu and each matmul/*.cu, through
+// matmul_plan.cuh) has its own copy, and the file whose kernels read a grid uploads its own copy.
 __device__ uint64_t g_iq2xxs_grid[256];
 __device__ uint64_t g_iq2s_grid[1024];
 __device__ uint32_t g_iq3xxs_grid[256];

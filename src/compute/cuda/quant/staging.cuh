@@ -1,4 +1,4 @@
-// Device pieces of the staged matvec path (matmul.cu staged_matmul_kernel; internal to
+// Device pieces of the staged matvec path (matmul_kernels.cuh staged_matmul_kernel; internal to
 // compute/cuda/): asynchronous global → shared copies (cp.async), a warp's weight-row chunks copied
 // into one shared-memory stage buffer while it decodes another, and a window's activations copied
 // once per thread block into shared memory in a bank-friendly layout.

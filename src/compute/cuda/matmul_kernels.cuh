@@ -1,0 +1,426 @@
+// The CUDA quantized matmul's kernels and their launches (internal to compute/cuda/, included
+// only by matmul/*.cu): one generic warp-per-row kernel and the staged kernel, instantiated per
+// weight type (quant/*.cuh), rows per pass NR, rows per warp RW and (staged) activations in shared
+// memory; launch_matmul<Q> (declared in matmul_plan.cuh) picks the instantiation of each pass.
+//
+// Why apart from matmul.cu: ~3.5 min of compile time as one translation unit (matmul_plan.cuh).
+// Each matmul/*.cu explicitly instantiates launch_matmul<Q> for its types, so every kernel is
+// compiled in exactly one file and a parallel build runs the files side by side.
+//
+// Decode tables: quant/iq2xs.cuh and quant/iq_lowbit.cuh define them as __device__ variables.
+// Without relocatable device code (kept off: it slows kernels and links) every translation unit
+// that includes them has its own device copy and its own host shadow (internal linkage), so the
+// file whose kernels read a table uploads its own copy: upload_tables<Q>, specialised there.
+//
+// Per-kernel state: launch_staged_kernel's `raised` flag is a function-local static of each
+// instantiation, which lives in exactly one matmul/*.cu, as the kernel it guards does.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "compute/cuda/launch.cuh"
+#include "compute/cuda/matmul_plan.cuh"
+#include "compute/cuda/runtime.h"
+
+namespace strata::compute::cuda::matmul_detail {
+
+// Copies this translation unit's decode table of Q (a type with Q::kTableBytes > 0) to the
+// device, once; launch_matmul<Q> calls it first. Specialised in the matmul/*.cu that instantiates
+// Q's kernels (no generic definition: a missing one fails at link time).
+template <class Q>
+void upload_tables();
+
+// Copies a host table into the caller's translation unit's copy of a __device__ table (its host
+// shadow `device`) of the same size.
+template <typename Device, size_t N, typename Host, size_t M>
+void upload_table(Device (&device)[N], const Host (&host)[M]) {
+  static_assert(sizeof(device) == sizeof(host));
+  STRATA_CUDA_CHECK(cudaMemcpyToSymbol(device, host, sizeof(device)));
+}
+
+// ---- the matmul kernel -----------------------------------------------------------------------
+
+// L2 prefetch hints for the bytes of rows [first, first + n) of a dense matrix, spread over the
+// lanes of a warp. Issued before the dependency wait: the weights are never written by a kernel
+// of the stream (matmul.h), and a prefetch is only a hint, so the loads after the wait see
+// exactly what they would without it; the HBM latency overlaps the previous kernel's tail.
+__device__ __forceinline__ void prefetch_rows_l2(const uint8_t* w, size_t row_stride, int64_t first, int n,
+                                                 int64_t n_out, size_t row_bytes, int lane) {
+  for (int i = 0; i < n && first + i < n_out; ++i) {
+    const uintptr_t row = reinterpret_cast<uintptr_t>(w + size_t(first + i) * row_stride);
+    for (uintptr_t line = (row & ~uintptr_t(127)) + 128 * uintptr_t(lane); line < row + row_bytes; line += 128 * 32)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+  }
+}
+
+// Types describe a unit as decode / load_act / dot (preferred: activations are loaded once for
+// all the weight rows of a warp) or as one unit<NR>() doing all three.
+template <class Q>
+constexpr bool kHasDecode = requires { typename Q::Decoded; };
+
+// Units per lane per loop trip: the type's kUnroll, else 2.
+template <class Q>
+constexpr int unroll_of() {
+  if constexpr (requires { Q::kUnroll; }) return Q::kUnroll;
+  else return 2;
+}
+
+// One warp computes RW consecutive output rows (their units interleaved in each trip, so the
+// warp has RW rows' loads in flight) for nr <= NR activation rows. Each output's arithmetic is
+// exactly that of RW = 1: the per-row sum order never depends on RW, NR or nr.
+//
+// Narrow rows (fewer than 32 units: IQ2_XS experts' 1024- and 512-wide gate/up and down, 16 and
+// 8 units) take p.lanes < 32 lanes each, 32 / p.lanes groups of RW rows per warp: the expert
+// launches then fit one wave of the GPU instead of two (bench_cuda_latency). Bitwise the same as
+// a full warp per row: there lanes >= the unit count hold +0 (an accumulator that starts at +0
+// never becomes -0), so the butterfly's first steps add exact zeros and the rest is the same
+// tree over the first p.lanes lanes, which is the sub-group's butterfly.
+template <class Q, int NR, int RW>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(MatmulArgs p) {
+  extern __shared__ __align__(16) uint8_t table[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const uint8_t* w = p.w;
+  size_t row_stride = p.row_stride;
+  int64_t n_out = p.n_out;
+  float* y = p.y;
+  if (p.n_dense > 0) {
+    const DenseTarget& d = p.dense[blockIdx.y];
+    w = d.w;
+    row_stride = d.row_stride;
+    n_out = d.n_out;
+    y = d.y;
+  }
+  const int lanes = p.lanes, groups = 32 / lanes;
+  const int group = lane / lanes, lane_in = lane % lanes;
+  const int64_t first_row = (int64_t(blockIdx.x) * kWarpsPerBlock + warp) * RW * groups;
+  const int64_t row_step = int64_t(gridDim.x) * kWarpsPerBlock * RW * groups;
+  const size_t row_bytes = size_t(p.n_in / Q::kBlockElems) * Q::kBlockBytes;
+  // Before the wait for the previous kernel (launch.cuh): only what no kernel of the stream writes,
+  // the type's constant decode table and prefetches of a dense matrix's first rows.
+  if constexpr (Q::kTableBytes > 0) Q::load_table(table);
+  if (!p.expert_ids) prefetch_rows_l2(w, row_stride, first_row, RW * groups, n_out, row_bytes, lane);
+  pdl_begin();
+  if constexpr (Q::kTableBytes > 0) __syncthreads();
+  int rows[NR];
+  int nr;
+  if (p.expert_ids) {
+    int j = blockIdx.y;
+    size_t matrix_offset = p.matrix_offset;
+    if (p.second_y && j >= p.n_listed) {
+      j -= p.n_listed;
+      matrix_offset = p.second_offset;
+      y = p.second_y;
+    }
+    nr = min(max(p.row_counts[j] - p.row_pass, 0), NR);
+#pragma unroll
+    for (int r = 0; r < NR; ++r) rows[r] = r < nr ? p.row_ids[size_t(j) * p.max_rows + p.row_pass + r] : 0;
+    y += (size_t(j) * p.max_rows + p.row_pass) * size_t(n_out);
+    const uint32_t slot = p.smap_layer[p.expert_ids[j]];
+    if (slot == kSlotMiss) {  // the caller broke the residency promise: make it visible
+      for (int64_t o = first_row + group * RW; o < n_out; o += row_step)
+        for (int i = 0; i < RW; ++i)
+          for (int r = lane_in; r < nr; r += lanes)
+            if (o + i < n_out) y[size_t(r) * n_out + o + i] = __int_as_float(0x7fc00000);
+      return;
+    }
+    w += size_t(slot) * p.slot_bytes + matrix_offset;
+  } else {
+    nr = min(p.n_rows - p.row_pass, NR);
+#pragma unroll
+    for (int r = 0; r < NR; ++r) rows[r] = p.row_pass + r;
+    y += size_t(p.row_pass) * size_t(n_out);
+  }
+  const int n_units = int(p.n_in / Q::kBlockElems) * Q::kUnitsPerBlock;
+  for (int64_t o_warp = first_row; o_warp < n_out; o_warp += row_step) {
+    const int64_t o = o_warp + group * RW;  // this lane group's first row
+    const uint8_t* wrow[RW];
+#pragma unroll
+    for (int i = 0; i < RW; ++i) wrow[i] = w + size_t(min(o + i, n_out - 1)) * row_stride;  // past the end: recompute the last row, never stored
+    float acc[RW][NR];
+#pragma unroll
+    for (int i = 0; i < RW; ++i)
+#pragma unroll
+      for (int r = 0; r < NR; ++r) acc[i][r] = 0.0f;
+    // kUnroll units per lane per trip, their loads issued together: one unit in flight per warp
+    // was latency-bound (in-order issue stalls at the first use). The sum order is unchanged:
+    // units lane, lane+32, lane+64, ... in increasing order (lanes < 32: one unit per lane).
+    constexpr int kUnroll = unroll_of<Q>();
+    for (int u0 = lane_in; u0 < n_units; u0 += lanes * kUnroll) {
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int u = u0 + lanes * k;
+        if (u >= n_units) break;
+        if constexpr (kHasDecode<Q>) {
+          // Each weight unit decoded once, each activation unit loaded once per row and used
+          // for all RW weight rows.
+          typename Q::Decoded decoded[RW];
+#pragma unroll
+          for (int i = 0; i < RW; ++i) decoded[i] = Q::decode(wrow[i], u, table);
+#pragma unroll
+          for (int r = 0; r < NR; ++r) {
+            if (r < nr) {
+              const typename Q::Act a = Q::load_act(p.act, rows[r], u);
+#pragma unroll
+              for (int i = 0; i < RW; ++i) acc[i][r] = Q::dot(decoded[i], a, acc[i][r]);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < RW; ++i) Q::template unit<NR>(wrow[i], u, p.act, rows, nr, table, acc[i]);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < RW; ++i)
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+          if (off < lanes) acc[i][r] = __fadd_rn(acc[i][r], __shfl_xor_sync(0xffffffffu, acc[i][r], off));
+      }
+    if (lane_in == 0) {
+#pragma unroll
+      for (int i = 0; i < RW; ++i)
+#pragma unroll
+        for (int r = 0; r < NR; ++r)
+          if (r < nr && o + i < n_out) y[size_t(r) * n_out + o + i] = acc[i][r];
+    }
+  }
+}
+
+// ---- the staged kernel (MatmulTuning::staging, quant/staging.cuh) -----------------------------
+
+// quant_matmul_kernel's arithmetic with the weights read from shared memory: each warp walks its
+// groups of RW rows (a full warp per row), each row in stages of kStageUnits units; stage k + S − 1
+// is copied (cp.async, issue_stage) while stage k is decoded, S = p.stages buffers per warp. A
+// lane's units are l, l + 32, ... in increasing order across the stages and the reduction is the
+// same butterfly, so every output is bitwise quant_matmul_kernel's. With kSharedAct the window's
+// activation rows are first copied into shared memory by the whole block (copy_activations).
+//
+// Synchronisation, per warp: cp.async.wait_group leaves this lane's copies of stage k complete;
+// the __syncwarp after it makes every lane's copies visible to every lane; the __syncwarp after
+// the decode orders all of the stage's reads before the next issue() overwrites that buffer.
+template <class Q, int NR, int RW, bool kSharedAct>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) staged_matmul_kernel(MatmulArgs p) {
+  extern __shared__ __align__(16) uint8_t shared[];
+  constexpr int kUnits = kStageUnits<RW>;
+  constexpr int kRowBytes = stage_row_bytes<Q, RW>();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const uint8_t* w = p.w;
+  size_t row_stride = p.row_stride;
+  int64_t n_out = p.n_out;
+  float* y = p.y;
+  if (p.n_dense > 0) {
+    const DenseTarget& d = p.dense[blockIdx.y];
+    w = d.w;
+    row_stride = d.row_stride;
+    n_out = d.n_out;
+    y = d.y;
+  }
+  const int64_t first_row = (int64_t(blockIdx.x) * kWarpsPerBlock + warp) * RW;
+  const int64_t row_step = int64_t(gridDim.x) * kWarpsPerBlock * RW;
+  const int n_units = int(p.n_in / Q::kBlockElems) * Q::kUnitsPerBlock;
+  const int n_chunks = (n_units + kUnits - 1) / kUnits;
+  const int n_stages = p.stages;
+  uint8_t* buffers = shared + p.table_bytes + p.act_bytes + size_t(warp) * n_stages * RW * kRowBytes;
+  StageIssuer<Q, RW> issuer{buffers, w, row_stride, n_out, row_step, first_row, n_units, n_chunks, n_stages};
+  // Before the wait for the previous kernel (launch.cuh): the decode table, and for a dense matrix
+  // (never written by a kernel of the stream) the first stages' copies and an L2 prefetch of the
+  // warp's first rows.
+  if constexpr (Q::kTableBytes > 0) Q::load_table(shared);
+  if (!p.expert_ids) {
+    const size_t row_bytes = size_t(p.n_in / Q::kBlockElems) * Q::kBlockBytes;
+    prefetch_rows_l2(w, row_stride, first_row, RW, n_out, row_bytes, lane);
+    for (int k = 1; k < n_stages; ++k) issuer.next(lane);
+  }
+  pdl_begin();
+  int rows[NR];
+  int nr;
+  if (p.expert_ids) {
+    int j = blockIdx.y;
+    size_t matrix_offset = p.matrix_offset;
+    if (p.second_y && j >= p.n_listed) {
+      j -= p.n_listed;
+      matrix_offset = p.second_offset;
+      y = p.second_y;
+    }
+    nr = min(max(p.row_counts[j] - p.row_pass, 0), NR);
+#pragma unroll
+    for (int r = 0; r < NR; ++r) rows[r] = r < nr ? p.row_ids[size_t(j) * p.max_rows + p.row_pass + r] : 0;
+    y += (size_t(j) * p.max_rows + p.row_pass) * size_t(n_out);
+    const uint32_t slot = p.smap_layer[p.expert_ids[j]];
+    if (slot == kSlotMiss) {  // the caller broke the residency promise: make it visible (the whole block returns)
+      for (int64_t o = first_row; o < n_out; o += row_step)
+        for (int i = 0; i < RW; ++i)
+          for (int r = lane; r < nr; r += 32)
+            if (o + i < n_out) y[size_t(r) * n_out + o + i] = __int_as_float(0x7fc00000);
+      return;
+    }
+    w += size_t(slot) * p.slot_bytes + matrix_offset;
+    issuer.w = w;
+    for (int k = 1; k < n_stages; ++k) issuer.next(lane);
+  } else {
+    nr = min(p.n_rows - p.row_pass, NR);
+#pragma unroll
+    for (int r = 0; r < NR; ++r) rows[r] = p.row_pass + r;
+    y += size_t(p.row_pass) * size_t(n_out);
+  }
+  [[maybe_unused]] SharedActView shared_act{};
+  if constexpr (kSharedAct) shared_act = copy_activations<NR>(p.act, rows, nr, int(p.n_in), shared + p.table_bytes);
+  if constexpr (Q::kTableBytes > 0 || kSharedAct) __syncthreads();
+  int buffer = 0;
+  for (int64_t o = first_row; o < n_out; o += row_step) {
+    float acc[RW][NR];
+#pragma unroll
+    for (int i = 0; i < RW; ++i)
+#pragma unroll
+      for (int r = 0; r < NR; ++r) acc[i][r] = 0.0f;
+    for (int chunk = 0; chunk < n_chunks; ++chunk) {
+      issuer.next(lane);
+      if (n_stages == 3) cp_async_wait<2>();
+      else cp_async_wait<1>();
+      __syncwarp();
+      const uint8_t* stage = buffers + buffer * RW * kRowBytes;
+      const uint8_t* wrow[RW];
+#pragma unroll
+      for (int i = 0; i < RW; ++i) wrow[i] = staged_row<Q, RW>(stage, w, row_stride, min(o + i, n_out - 1), chunk, i);
+      const int first_unit = chunk * kUnits;
+#pragma unroll
+      for (int k = 0; k < kUnits / 32; ++k) {
+        const int u = first_unit + lane + 32 * k;
+        if (u < n_units) {
+          typename Q::Decoded decoded[RW];
+#pragma unroll
+          for (int i = 0; i < RW; ++i) decoded[i] = Q::decode(wrow[i], u - first_unit, shared);
+#pragma unroll
+          for (int r = 0; r < NR; ++r) {
+            if (r < nr) {
+              typename Q::Act a;
+              if constexpr (kSharedAct) a = Q::load_act(shared_act, r, u);
+              else a = Q::load_act(p.act, rows[r], u);
+#pragma unroll
+              for (int i = 0; i < RW; ++i) acc[i][r] = Q::dot(decoded[i], a, acc[i][r]);
+            }
+          }
+        }
+      }
+      __syncwarp();
+      buffer = buffer + 1 == n_stages ? 0 : buffer + 1;
+    }
+#pragma unroll
+    for (int i = 0; i < RW; ++i)
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[i][r] = __fadd_rn(acc[i][r], __shfl_xor_sync(0xffffffffu, acc[i][r], off));
+      }
+    if (lane == 0) {
+#pragma unroll
+      for (int i = 0; i < RW; ++i)
+#pragma unroll
+        for (int r = 0; r < NR; ++r)
+          if (r < nr && o + i < n_out) y[size_t(r) * n_out + o + i] = acc[i][r];
+    }
+  }
+  cp_async_wait<0>();
+}
+
+// ---- launches -------------------------------------------------------------------------------
+
+template <class Q, int NR, int RW>
+void launch_nr(const MatmulArgs& args, int n_launch, cudaStream_t stream) {
+  const int64_t rows_per_block = int64_t(kWarpsPerBlock) * RW * (32 / args.lanes);
+  const int64_t blocks_needed = (args.n_out + rows_per_block - 1) / rows_per_block;
+  // Enough blocks to fill every SM several times over (a shared-memory table costs one 4 KiB
+  // copy per block, small next to the rows it serves).
+  const int64_t cap = int64_t(sm_count()) * 16;
+  const dim3 grid(unsigned(std::min(blocks_needed, std::max<int64_t>(1, cap / std::max(1, n_launch)))), unsigned(n_launch));
+  MatmulArgs a = args;
+  a.table_bytes = int((Q::kTableBytes + 15) / 16 * 16);
+  launch(quant_matmul_kernel<Q, NR, RW>, grid, kWarpsPerBlock * 32, size_t(a.table_bytes), stream, a);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class Q, int NR>
+void launch_rw(const MatmulArgs& args, int n_launch, cudaStream_t stream, int rows_per_warp) {
+  if (rows_per_warp >= 4) launch_nr<Q, NR, 4>(args, n_launch, stream);
+  else if (rows_per_warp == 2) launch_nr<Q, NR, 2>(args, n_launch, stream);
+  else launch_nr<Q, NR, 1>(args, n_launch, stream);
+}
+
+template <class Q, int NR, int RW, bool kSharedAct>
+void launch_staged_kernel(const MatmulArgs& args, int n_launch, cudaStream_t stream, const StagedPlan& plan) {
+  const auto kernel = staged_matmul_kernel<Q, NR, RW, kSharedAct>;
+  if (plan.shared_bytes > 48 * 1024) {  // raise this kernel's limit once per device
+    static std::atomic<uint32_t> raised{0};
+    int device = 0;
+    STRATA_CUDA_CHECK(cudaGetDevice(&device));
+    const uint32_t bit = 1u << (device & 31);
+    if (!(raised.load() & bit)) {
+      STRATA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_optin_bytes())));
+      raised.fetch_or(bit);
+    }
+  }
+  // As many blocks as fit the GPU at once (each warp then walks its rows, its next stage's copy in
+  // flight across row boundaries), or fewer when the matrix has fewer rows.
+  const int64_t rows_per_block = int64_t(kWarpsPerBlock) * RW;
+  const int64_t blocks_needed = (args.n_out + rows_per_block - 1) / rows_per_block;
+  const int64_t resident = int64_t(sm_count()) * resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), plan.shared_bytes);
+  const dim3 grid(unsigned(std::min(blocks_needed, std::max<int64_t>(1, resident / std::max(1, n_launch)))), unsigned(n_launch));
+  MatmulArgs a = args;
+  a.table_bytes = int((Q::kTableBytes + 15) / 16 * 16);
+  a.act_bytes = int(plan.act_bytes);
+  a.stages = plan.stages;
+  launch(kernel, grid, kWarpsPerBlock * 32, plan.shared_bytes, stream, a);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class Q, int NR, int RW>
+void launch_staged_act(const MatmulArgs& args, int n_launch, cudaStream_t stream, const StagedPlan& plan) {
+  if constexpr (NR <= 4) {
+    if (plan.shared_act) return launch_staged_kernel<Q, NR, RW, true>(args, n_launch, stream, plan);
+  }
+  launch_staged_kernel<Q, NR, RW, false>(args, n_launch, stream, plan);
+}
+
+template <class Q, int NR>
+void launch_staged(const MatmulArgs& args, int n_launch, cudaStream_t stream, int rw, const StagedPlan& plan) {
+  if constexpr (NR <= 4) {
+    if (rw == 4) return launch_staged_act<Q, NR, 4>(args, n_launch, stream, plan);
+  }
+  if (rw == 2) launch_staged_act<Q, NR, 2>(args, n_launch, stream, plan);
+  else launch_staged_act<Q, NR, 1>(args, n_launch, stream, plan);
+}
+
+template <class Q>
+void launch_matmul(MatmulArgs args, int n_launch, int rows_total, cudaStream_t stream,
+                   const MatmulTuning* tuning) {
+  if constexpr (Q::kTableBytes > 0) upload_tables<Q>();
+  args.lanes = lanes_per_row<Q>(args.n_in, tuning);
+  for (int pass = 0; pass < rows_total; pass += kMaxRowsPerPass) {
+    args.row_pass = pass;
+    const int rows = std::min(kMaxRowsPerPass, rows_total - pass);
+    const int rw = pass_rows_per_warp<Q>(rows, args.lanes, tuning);
+    if constexpr (kStageable<Q>) {
+      const StagedPlan plan = plan_staged<Q>(args.n_in, rows, rw, args.lanes, tuning);
+      if (plan.staged) {
+        if (rows == 1) launch_staged<Q, 1>(args, n_launch, stream, rw, plan);
+        else if (rows == 2) launch_staged<Q, 2>(args, n_launch, stream, rw, plan);
+        else if (rows <= 4) launch_staged<Q, 4>(args, n_launch, stream, rw, plan);
+        else launch_staged<Q, 8>(args, n_launch, stream, rw, plan);
+        continue;
+      }
+    }
+    if (rows == 1) launch_rw<Q, 1>(args, n_launch, stream, rw);
+    else if (rows == 2) launch_rw<Q, 2>(args, n_launch, stream, rw);
+    else if (rows <= 4) launch_rw<Q, 4>(args, n_launch, stream, rw);
+    else launch_rw<Q, 8>(args, n_launch, stream, rw);
+  }
+}
+
+}  // namespace strata::compute::cuda::matmul_detail
