@@ -232,6 +232,13 @@ void WindowGraph::launch_profiled(cudaGraph_t graph) {
   size_t n_nodes = 0;
   STRATA_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n_nodes));
   stats_.nodes += int64_t(n_nodes);
+  std::vector<cudaGraphNode_t> nodes(n_nodes);
+  STRATA_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n_nodes));
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    STRATA_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    if (type == cudaGraphNodeTypeKernel) ++stats_.kernels;
+  }
   const double t0 = now_s();
   cudaGraphExec_t& exec = execs_[{rows_, segment_}];
   if (exec) {
@@ -270,6 +277,29 @@ void WindowGraph::abandon() {
   mode_ = enabled_ ? Mode::Eager : Mode::Off;
 }
 
+namespace {
+// Nodes in the graph `stream` is capturing into; -1 where this CUDA cannot say.
+int64_t captured_nodes(cudaStream_t stream) {
+#if CUDART_VERSION >= 13000
+  cudaStreamCaptureStatus status{};
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph) != cudaSuccess || !graph) {
+    cudaGetLastError();
+    return -1;
+  }
+  size_t n = 0;
+  if (cudaGraphGetNodes(graph, nullptr, &n) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return int64_t(n);
+#else
+  (void)stream;
+  return -1;
+#endif
+}
+}  // namespace
+
 void WindowGraph::mark(const char* label) {
   if (!profiling_ || !capturing_) return;
   if (n_marks_ == events_.size()) {
@@ -278,7 +308,9 @@ void WindowGraph::mark(const char* label) {
     events_.push_back(e);
     labels_.push_back(nullptr);
     event_segments_.push_back(0);
+    mark_nodes_.push_back(0);
   }
+  mark_nodes_[n_marks_] = captured_nodes(stream_);
   STRATA_CUDA_CHECK(cudaEventRecordWithFlags(events_[n_marks_], stream_, cudaEventRecordExternal));
   labels_[n_marks_] = label;
   event_segments_[n_marks_] = segment_;
@@ -290,9 +322,11 @@ void WindowGraph::collect_profile() {
     if (!labels_[i] || event_segments_[i] != event_segments_[i + 1]) continue;
     float ms = 0;
     STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
-    auto& [count, seconds] = profile_[labels_[i]];
-    ++count;
-    seconds += double(ms) * 1e-3;
+    OpProfile& op = profile_[labels_[i]];
+    ++op.intervals;
+    op.seconds += double(ms) * 1e-3;
+    // Less the event node of mark i itself.
+    if (mark_nodes_[i] >= 0 && mark_nodes_[i + 1] > mark_nodes_[i]) op.nodes += mark_nodes_[i + 1] - mark_nodes_[i] - 1;
   }
   n_marks_ = 0;
 }
@@ -304,24 +338,27 @@ std::string WindowGraph::profile_table() {
   collect_profile();
   std::vector<std::pair<double, std::string>> order;
   double total = 0;
-  for (const auto& [label, entry] : profile_) {
-    order.emplace_back(entry.second, label);
-    total += entry.second;
+  for (const auto& [label, op] : profile_) {
+    order.emplace_back(op.seconds, label);
+    total += op.seconds;
   }
   std::sort(order.rbegin(), order.rend());
   const double w = double(std::max<int64_t>(stats_.windows, 1));
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof line, "%-22s %9s %12s %10s %7s\n", "GPU time by op", "calls/win", "ms/window",
-                "us/call", "share");
+  std::snprintf(line, sizeof line, "%-22s %9s %9s %12s %10s %7s\n", "GPU time by op", "calls/win", "nodes/call",
+                "ms/window", "us/call", "share");
   out += line;
   for (const auto& [seconds, label] : order) {
-    const auto& [count, s] = profile_[label];
-    std::snprintf(line, sizeof line, "%-22s %9.1f %12.3f %10.2f %6.1f%%\n", label.c_str(), double(count) / w,
-                  s / w * 1e3, s / double(count) * 1e6, 100.0 * s / total);
+    const OpProfile& op = profile_[label];
+    std::snprintf(line, sizeof line, "%-22s %9.1f %9.1f %12.3f %10.2f %6.1f%%\n", label.c_str(),
+                  double(op.intervals) / w, double(op.nodes) / double(op.intervals), op.seconds / w * 1e3,
+                  op.seconds / double(op.intervals) * 1e6, 100.0 * op.seconds / total);
     out += line;
   }
-  std::snprintf(line, sizeof line, "%-22s %9s %12.3f\n", "total", "", total / w * 1e3);
+  std::snprintf(line, sizeof line, "%-22s %9s %9s %12.3f\n", "total", "", "", total / w * 1e3);
+  out += line;
+  std::snprintf(line, sizeof line, "kernel launches per window: %.1f\n", double(stats_.kernels) / w);
   out += line;
   return out;
 }

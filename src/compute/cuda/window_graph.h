@@ -61,6 +61,7 @@ namespace strata::compute::cuda {
 struct WindowGraphStats {
   int64_t windows = 0, replays = 0, records = 0, segments = 0, instantiations = 0, updates = 0, nodes = 0;
   int64_t forgotten = 0;  // times the recorded programs were dropped (a buffer was replaced)
+  int64_t kernels = 0;    // kernel nodes of the profiled windows' graphs (Capture mode only)
   double capture_s = 0, update_s = 0, launch_s = 0;  // host time
 };
 
@@ -116,7 +117,9 @@ class WindowGraph {
   const WindowGraphStats& stats() const { return stats_; }
   // Profiling only: the GPU time from here to the next mark goes to `label` (a string literal).
   void mark(const char* label);
-  // "label  calls  ms/window  us/call  share" rows, largest first (profiling only).
+  // "label  calls  nodes  ms/window  us/call  share" rows, largest first, and the kernel launches
+  // per window (profiling only). `nodes`: graph nodes captured per call of the op (kernels,
+  // copies, memsets, side branches' events), counted where CUDA reports the capture's graph.
   std::string profile_table();
 
  private:
@@ -166,8 +169,13 @@ class WindowGraph {
   std::vector<cudaEvent_t> events_;
   std::vector<const char*> labels_;
   std::vector<int> event_segments_;
+  std::vector<int64_t> mark_nodes_;  // the capture graph's node count when each mark was made
   size_t n_marks_ = 0;
-  std::map<std::string, std::pair<int64_t, double>> profile_;  // label → (intervals, seconds)
+  struct OpProfile {
+    int64_t intervals = 0, nodes = 0;
+    double seconds = 0;
+  };
+  std::map<std::string, OpProfile> profile_;  // label → totals
 };
 
 // Page-locked host memory for the host → device copies a window makes (token embeddings,
