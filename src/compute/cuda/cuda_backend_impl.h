@@ -212,6 +212,14 @@ class CudaBackend final : public Backend {
                    double(g.segments) / w,
                    double(g.nodes) / w, (long long)g.instantiations, (long long)g.updates, g.capture_s / w * 1e6,
                    g.update_s / w * 1e6, g.launch_s / w * 1e6);
+      if (g.timed_replays > 0) {
+        const double r = double(g.timed_replays);
+        std::fprintf(stderr,
+                     "cuda backend replayed windows: host before the first launch %.1f us, GPU from the first "
+                     "launch to the end %.1f us (per window, %lld timed)\n",
+                     g.replay_host_before_s / double(g.replays) * 1e6, g.replay_gpu_s / r * 1e6,
+                     (long long)g.timed_replays);
+      }
     }
     if (graph_.profiling()) std::fputs(graph_.profile_table().c_str(), stderr);
   }

@@ -25,6 +25,12 @@ WindowGraph::WindowGraph(cudaStream_t stream, bool enabled) : stream_(stream), e
   profiling_ = v && std::strcmp(v, "1") == 0;
   if (profiling_) enabled_ = true;
   mode_ = enabled_ ? Mode::Eager : Mode::Off;
+  const char* stats = std::getenv("STRATA_CUDA_GRAPH_STATS");
+  timing_ = enabled_ && !profiling_ && stats && std::strcmp(stats, "1") == 0;
+  if (timing_) {
+    STRATA_CUDA_CHECK(cudaEventCreate(&replay_start_));
+    STRATA_CUDA_CHECK(cudaEventCreate(&replay_end_));
+  }
 }
 
 WindowGraph::~WindowGraph() {
@@ -33,6 +39,18 @@ WindowGraph::~WindowGraph() {
   for (auto& [key, program] : programs_) destroy(program);
   for (auto& [key, exec] : execs_) cudaGraphExecDestroy(exec);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  if (replay_start_) cudaEventDestroy(replay_start_);
+  if (replay_end_) cudaEventDestroy(replay_end_);
+}
+
+void WindowGraph::collect_replay_timing() {
+  if (!timing_pending_) return;
+  timing_pending_ = false;
+  float ms = 0;
+  STRATA_CUDA_CHECK(cudaEventSynchronize(replay_end_));
+  STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, replay_start_, replay_end_));
+  stats_.replay_gpu_s += double(ms) * 1e-3;
+  ++stats_.timed_replays;
 }
 
 void WindowGraph::destroy(Program& program) {
@@ -72,6 +90,10 @@ void WindowGraph::begin_window() {
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     collect_profile();
   }
+  if (timing_) {
+    collect_replay_timing();
+    window_begun_ = now_s();
+  }
   mode_ = profiling_ ? Mode::Capture : Mode::Eager;
   segment_ = 0;
   rows_ = 0;
@@ -98,6 +120,10 @@ void WindowGraph::finish_window() {
       while (replay_next_ < replay_->segments.size()) replay_segment();
       replay_ = nullptr;
       ++stats_.replays;
+      if (timing_) {
+        STRATA_CUDA_CHECK(cudaEventRecord(replay_end_, stream_));
+        timing_pending_ = true;
+      }
       break;
     case Mode::Capture:
       end_segment(false);
@@ -205,6 +231,10 @@ void WindowGraph::end_segment(bool) {
 void WindowGraph::replay_segment() {
   if (replay_next_ >= replay_->segments.size())
     cuda_fail("cuda backend: graph replay: more reads than the recorded window had (a bug)");
+  if (timing_ && replay_next_ == 0) {
+    stats_.replay_host_before_s += now_s() - window_begun_;
+    STRATA_CUDA_CHECK(cudaEventRecord(replay_start_, stream_));
+  }
   const Segment& segment = replay_->segments[replay_next_++];
   if (segment.signature != signature_)
     cuda_fail("cuda backend: graph replay: the window's ops differ from the recorded window's (a bug in the "

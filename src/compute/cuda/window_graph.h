@@ -62,6 +62,12 @@ struct WindowGraphStats {
   int64_t windows = 0, replays = 0, records = 0, segments = 0, instantiations = 0, updates = 0, nodes = 0;
   int64_t forgotten = 0;  // times the recorded programs were dropped (a buffer was replaced)
   int64_t kernels = 0;    // kernel nodes of the profiled windows' graphs (Capture mode only)
+  // Replayed windows, timed (STRATA_CUDA_GRAPH_STATS=1): host time from begin_window to the first
+  // segment's launch (the ops' bookkeeping, which the GPU waits for), and GPU time from just
+  // before that launch to the end of the window's last segment (idle gaps between segments, while
+  // the host reads and launches the next, included).
+  int64_t timed_replays = 0;
+  double replay_host_before_s = 0, replay_gpu_s = 0;
   double capture_s = 0, update_s = 0, launch_s = 0;  // host time
 };
 
@@ -166,6 +172,11 @@ class WindowGraph {
   WindowGraphStats stats_;
   // Profiling: events recorded this window, with their labels and segments.
   bool profiling_ = false;
+  // Replay timing (STRATA_CUDA_GRAPH_STATS=1).
+  bool timing_ = false, timing_pending_ = false;
+  double window_begun_ = 0;
+  cudaEvent_t replay_start_ = nullptr, replay_end_ = nullptr;
+  void collect_replay_timing();
   std::vector<cudaEvent_t> events_;
   std::vector<const char*> labels_;
   std::vector<int> event_segments_;
