@@ -14,6 +14,7 @@
 #include "compute/cuda/hyper_connection.h"
 #include "cuda_test_util.h"
 #include "layers/hyper_connection.h"
+#include "util/error.h"
 
 namespace strata {
 namespace {
@@ -109,6 +110,48 @@ TEST(CudaMoeCombine, AscendingExpertOrderAsCpu) {
       ASSERT_LE(std::fabs(double(y[size_t(t * H + c)]) - with_shared), 4.0 * kU * std::fabs(gate * shared[size_t(t * H + c)]) + kU * std::fabs(with_shared) + 1e-38);
     }
   }
+}
+
+// The deferred MoE combine folded into hc_out (one launch): y and X bitwise moe_combine then hc_out,
+// with and without the shared expert, for several stream counts and awkward widths.
+TEST(CudaMoeCombine, FoldedIntoHcOutBitwiseAsTheSteps) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(33);
+  Stream stream;
+  for (const int S : {1, 2, 4}) {
+    for (const int64_t H : {int64_t(40), int64_t(777), int64_t(1024)}) {
+      for (const int64_t rows : {int64_t(1), int64_t(3)}) {
+        for (const bool with_shared : {false, true}) {
+          const int k = 10;
+          const auto out = random_floats(size_t(rows * k * H), rng), w = random_floats(size_t(rows * k), rng, 0.0f, 0.3f);
+          const auto shared = random_floats(size_t(rows * H), rng), logits = random_floats(size_t(rows), rng, -3.0f, 3.0f);
+          const auto X = random_floats(size_t(rows * S * H), rng), inject = random_floats(size_t(rows * S), rng, 0.0f, 2.0f);
+          DeviceBuffer dout = to_device(out), dw = to_device(w), ds = to_device(shared), dl = to_device(logits),
+                       di = to_device(inject), dX_fused = to_device(X), dX_steps = to_device(X);
+          DeviceBuffer dy_fused(size_t(rows * H) * 4), dy_steps(size_t(rows * H) * 4);
+          const float* sh = with_shared ? ds.as<float>() : nullptr;
+          const float* lg = with_shared ? dl.as<float>() : nullptr;
+          compute::cuda::moe_combine(dout.as<float>(), dw.as<float>(), rows, k, H, sh, lg, dy_steps.as<float>(), stream.get());
+          compute::cuda::hc_out(dy_steps.as<float>(), di.as<float>(), rows, S, H, dX_steps.as<float>(), stream.get());
+          compute::cuda::moe_combine_hc_out(compute::cuda::MoeCombineInputs{dout.as<float>(), dw.as<float>(), k, sh, lg},
+                                            di.as<float>(), rows, S, H, dy_fused.as<float>(), dX_fused.as<float>(),
+                                            stream.get());
+          stream.synchronize();
+          const std::string where = "S " + std::to_string(S) + ", H " + std::to_string(H) + ", rows " +
+                                    std::to_string(rows) + (with_shared ? ", shared" : "");
+          const size_t ny = size_t(rows * H) * 4, nx = size_t(rows * S * H) * 4;
+          ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(dy_fused, ny).data(), from_device<uint8_t>(dy_steps, ny).data(), ny)) << where;
+          ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(dX_fused, nx).data(), from_device<uint8_t>(dX_steps, nx).data(), nx)) << where;
+        }
+      }
+    }
+  }
+  // The shared expert's output and its gate logit go together; k must be positive.
+  DeviceBuffer b(1 << 16);
+  float* f = b.as<float>();
+  const compute::cuda::MoeCombineInputs no_logit{f, f, 2, f, nullptr}, no_experts{f, f, 0, nullptr, nullptr};
+  EXPECT_THROW(compute::cuda::moe_combine_hc_out(no_logit, f, 1, 2, 8, f, f, stream.get()), Error);
+  EXPECT_THROW(compute::cuda::moe_combine_hc_out(no_experts, f, 1, 2, 8, f, f, stream.get()), Error);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "compute/cuda/hyper_connection.h"
 #include "compute/cuda/matmul.h"
 #include "compute/cuda/ops.h"
+#include "compute/cuda/window_ops.h"
 #include "cuda_test_util.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
@@ -36,9 +37,10 @@ using compute::cuda::DeviceMatrix;
 using compute::cuda::Stream;
 using namespace test_support;
 
-std::string fmt_case(GgmlType type, int64_t n_groups, int64_t group_size, int64_t n_rows, bool fold) {
+std::string fmt_case(GgmlType type, int64_t n_groups, int64_t group_size, int64_t n_rows, int fold) {
   return std::string(type_name(type)) + ", " + std::to_string(n_groups) + " groups of " + std::to_string(group_size) +
-         ", " + std::to_string(n_rows) + " rows" + (fold ? ", folded hc_out" : "");
+         ", " + std::to_string(n_rows) + " rows" +
+         (fold == 2 ? ", folded MoE combine and hc_out" : fold ? ", folded hc_out" : "");
 }
 
 std::vector<GgmlType> cuda_types() {
@@ -773,6 +775,125 @@ TEST(CudaActivations, TwoLayoutsInOneLaunchBitwiseAsTwo) {
   }
 }
 
+// Gated DeltaNet's output step fused (rms_norm_gate_quantize_activations) against its steps:
+// rms_norm_rows with the heads' shared weight, gate_rows, quantize_activations. The gated values
+// (written back in place) and every activation byte equal, both gate kinds, with and without a
+// weight, for head widths the formats take.
+TEST(CudaActivations, NormGateQuantizeBitwiseAsTheSteps) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(13);
+  Stream stream;
+  struct Case {
+    GgmlType weight_type;
+    int64_t n_heads, head_dim;
+  };
+  for (const Case c : {Case{GgmlType::Q8_0, 48, 128}, Case{GgmlType::Q8_0, 3, 64}, Case{GgmlType::Q4_K, 16, 256},
+                       Case{GgmlType::F16, 5, 40}}) {
+    for (const int64_t n_rows : {int64_t(1), int64_t(4)}) {
+      for (const bool sigmoid_gate : {false, true}) {
+        for (const bool with_weight : {false, true}) {
+          const int64_t width = c.n_heads * c.head_dim;
+          const size_t n = size_t(n_rows * width);
+          const auto x = random_floats(n, rng, -3.0f, 3.0f), z = random_floats(n, rng, -4.0f, 4.0f),
+                     weight = random_floats(size_t(c.head_dim), rng, 0.5f, 1.5f);
+          const ActivationLayout layout = compute::cuda::activation_layout(c.weight_type, width, n_rows);
+          ASSERT_TRUE(compute::cuda::can_norm_quantize(layout, c.n_heads, c.head_dim)) << type_name(c.weight_type);
+          DeviceBuffer x_fused = to_device(x), x_steps = to_device(x), dz = to_device(z), dw = to_device(weight);
+          DeviceBuffer fused(layout.total_bytes), steps(layout.total_bytes);
+          STRATA_CUDA_CHECK(cudaMemsetAsync(fused.data(), 0, layout.total_bytes, stream.get()));
+          STRATA_CUDA_CHECK(cudaMemsetAsync(steps.data(), 0, layout.total_bytes, stream.get()));
+          const float eps = 1e-6f;
+          const float* w = with_weight ? dw.as<float>() : nullptr;
+          compute::cuda::rms_norm_gate_quantize_activations(layout, x_fused.as<float>(), w, c.n_heads, c.head_dim, eps,
+                                                            dz.as<float>(), sigmoid_gate, fused.data(), stream.get());
+          compute::cuda::rms_norm_rows(x_steps.as<float>(), w, n_rows * c.n_heads, c.head_dim, eps, x_steps.as<float>(),
+                                       stream.get());
+          compute::cuda::gate_rows(x_steps.as<float>(), dz.as<float>(), int64_t(n), sigmoid_gate, stream.get());
+          compute::cuda::quantize_activations(layout, x_steps.as<float>(), steps.data(), stream.get());
+          stream.synchronize();
+          const std::string where = std::string(type_name(c.weight_type)) + ", " + std::to_string(c.n_heads) + " x " +
+                                    std::to_string(c.head_dim) + ", " + std::to_string(n_rows) + " rows" +
+                                    (sigmoid_gate ? ", sigmoid" : ", silu") + (with_weight ? ", weight" : "");
+          ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(x_fused, n * 4).data(), from_device<uint8_t>(x_steps, n * 4).data(), n * 4)) << where;
+          const auto a = from_device<uint8_t>(fused, layout.total_bytes), b = from_device<uint8_t>(steps, layout.total_bytes);
+          ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size())) << where;
+        }
+      }
+    }
+  }
+  DeviceBuffer buffer(1 << 16);
+  const ActivationLayout q8_0 = compute::cuda::activation_layout(GgmlType::Q8_0, 96, 1);
+  EXPECT_THROW(compute::cuda::rms_norm_gate_quantize_activations(q8_0, buffer.as<float>(), nullptr, 2, 48, 1e-6f,
+                                                                 buffer.as<float>(), true, buffer.data(), stream.get()),
+               Error);  // 48 is not whole Q8_0 blocks
+  EXPECT_THROW(compute::cuda::rms_norm_gate_quantize_activations(q8_0, buffer.as<float>(), nullptr, 3, 32, 1e-6f,
+                                                                 nullptr, true, buffer.data(), stream.get()),
+               Error);  // no gate
+}
+
+// hyper_connection_in's combine deferred into the next matmul's quantizer
+// (quantize_activations_combined, and in quantize_activations_two) against its steps: hc_combine,
+// then quantize_activations of x. x, the injection weights and every activation byte equal, for
+// one and two layouts, 1-4 streams, with and without the injection step.
+TEST(CudaActivations, CombinedQuantizerBitwiseAsTheSteps) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(12);
+  Stream stream;
+  for (const auto& [a_type, b_type] : {std::pair{GgmlType::Q8_0, GgmlType::IQ2_XS}, std::pair{GgmlType::Q4_K, GgmlType::Q5_0},
+                                       std::pair{GgmlType::Q8_0, GgmlType::Q8_0}}) {
+    for (const int S : {1, 2, 4}) {
+      for (const int64_t n_rows : {int64_t(1), int64_t(3), int64_t(9)}) {
+        for (const bool with_inject : {false, true}) {
+          const int64_t n_in = 1536, width = S * n_in;
+          const float inv = 1.0f / float(S);
+          const auto gates = random_floats(size_t(n_rows * width), rng, -4.0f, 4.0f),
+                     normed = random_floats(size_t(n_rows * width), rng, -3.0f, 3.0f),
+                     inject = random_floats(size_t(n_rows * S), rng, -2.0f, 2.0f);
+          DeviceBuffer dg = to_device(gates), dn = to_device(normed), inj_fused = to_device(inject),
+                       inj_two = to_device(inject), inj_steps = to_device(inject);
+          DeviceBuffer x_fused(size_t(n_rows * n_in) * 4), x_two(size_t(n_rows * n_in) * 4), x_steps(size_t(n_rows * n_in) * 4);
+          const ActivationLayout la = compute::cuda::activation_layout(a_type, n_in, n_rows),
+                                 lb = compute::cuda::activation_layout(b_type, n_in, n_rows);
+          DeviceBuffer a_fused(la.total_bytes), a_two(la.total_bytes), b_two(lb.total_bytes), a_steps(la.total_bytes),
+              b_steps(lb.total_bytes);
+          for (DeviceBuffer* d : {&a_fused, &a_two, &b_two, &a_steps, &b_steps})
+            STRATA_CUDA_CHECK(cudaMemset(d->data(), 0, d->bytes()));
+          auto in = [&](DeviceBuffer& x, DeviceBuffer& inj) {
+            return compute::cuda::HcCombineInputs{dg.as<float>(), dn.as<float>(), S, inv, x.as<float>(),
+                                                  with_inject ? inj.as<float>() : nullptr};
+          };
+          const compute::cuda::HcCombineInputs fused_in = in(x_fused, inj_fused), two_in = in(x_two, inj_two);
+          compute::cuda::quantize_activations_combined(la, fused_in, a_fused.data(), stream.get());
+          compute::cuda::quantize_activations_two(la, a_two.data(), lb, b_two.data(), nullptr, stream.get(), &two_in);
+          compute::cuda::hc_combine(dg.as<float>(), dn.as<float>(), n_rows, S, n_in, inv, x_steps.as<float>(), stream.get(),
+                                    with_inject ? inj_steps.as<float>() : nullptr);
+          compute::cuda::quantize_activations(la, x_steps.as<float>(), a_steps.data(), stream.get());
+          compute::cuda::quantize_activations(lb, x_steps.as<float>(), b_steps.data(), stream.get());
+          stream.synchronize();
+          const std::string where = std::string(type_name(a_type)) + " + " + std::string(type_name(b_type)) + ", " +
+                                    std::to_string(S) + " streams, " + std::to_string(n_rows) + " rows" +
+                                    (with_inject ? ", inject" : "");
+          const size_t nx = size_t(n_rows * n_in) * 4, ni = size_t(n_rows * S) * 4;
+          const auto x_ref = from_device<uint8_t>(x_steps, nx), inj_ref = from_device<uint8_t>(inj_steps, ni);
+          ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(x_fused, nx).data(), x_ref.data(), nx)) << where << ": x (one layout)";
+          ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(x_two, nx).data(), x_ref.data(), nx)) << where << ": x (two layouts)";
+          ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(inj_fused, ni).data(), inj_ref.data(), ni)) << where << ": inject (one)";
+          ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(inj_two, ni).data(), inj_ref.data(), ni)) << where << ": inject (two)";
+          const auto a_ref = from_device<uint8_t>(a_steps, la.total_bytes), b_ref = from_device<uint8_t>(b_steps, lb.total_bytes);
+          ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(a_fused, la.total_bytes).data(), a_ref.data(), la.total_bytes)) << where;
+          ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(a_two, la.total_bytes).data(), a_ref.data(), la.total_bytes)) << where;
+          ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(b_two, lb.total_bytes).data(), b_ref.data(), lb.total_bytes)) << where;
+        }
+      }
+    }
+  }
+  // F32 activations are x itself: the combined quantizer refuses them rather than launching.
+  const ActivationLayout f32 = compute::cuda::activation_layout(GgmlType::F16, 64, 1);
+  DeviceBuffer buffer(1 << 16);
+  const compute::cuda::HcCombineInputs in{buffer.as<float>(), buffer.as<float>(), 2, 0.5f, buffer.as<float>(), nullptr};
+  EXPECT_THROW(compute::cuda::quantize_activations_combined(f32, in, buffer.data(), stream.get()), Error);
+}
+
 // The fused grouped norm + quantizer (hyper_connection_in's first launch) against its steps:
 // hc_out (when folded), rms_norm_grouped_rows, quantize_activations. The updated x, the normed
 // floats and every byte of the activation scratch must be equal, for each activation format and
@@ -788,25 +909,41 @@ TEST(CudaActivations, NormQuantizeBitwiseAsTheSteps) {
   for (const Case c : {Case{GgmlType::F16, 4, 1000}, Case{GgmlType::Q8_0, 4, 1024}, Case{GgmlType::Q8_0, 3, 96},
                        Case{GgmlType::Q8_0, 1, 2080}, Case{GgmlType::Q4_K, 4, 1024}, Case{GgmlType::Q4_K, 2, 2560}}) {
     for (const int64_t n_rows : {int64_t(1), int64_t(3), int64_t(8)}) {
-      for (const bool fold : {false, true}) {
+      // fold 0: the norm alone; 1: hc_out folded in; 2: the MoE combine and hc_out folded in (with
+      // the shared expert on odd row counts).
+      for (const int fold : {0, 1, 2}) {
         const int64_t width = c.n_groups * c.group_size;
-        const size_t n = size_t(n_rows * width);
+        const size_t n = size_t(n_rows * width), ny = size_t(n_rows * c.group_size);
+        const int k = 3;
+        const bool with_shared = n_rows % 2 == 1;
         const std::vector<float> x = random_floats(n, rng, -3.0f, 3.0f),
                                  weight = random_floats(size_t(width), rng, 0.5f, 1.5f),
-                                 y = random_floats(size_t(n_rows * c.group_size), rng, -1.0f, 1.0f),
-                                 inject = random_floats(size_t(n_rows * c.n_groups), rng, 0.0f, 2.0f);
+                                 y = random_floats(ny, rng, -1.0f, 1.0f),
+                                 inject = random_floats(size_t(n_rows * c.n_groups), rng, 0.0f, 2.0f),
+                                 expert_out = random_floats(ny * k, rng, -1.0f, 1.0f),
+                                 routing = random_floats(size_t(n_rows * k), rng, 0.0f, 0.5f),
+                                 shared = random_floats(ny, rng, -1.0f, 1.0f),
+                                 logit = random_floats(size_t(n_rows), rng, -3.0f, 3.0f);
         const ActivationLayout layout = compute::cuda::activation_layout(c.weight_type, width, n_rows);
         ASSERT_TRUE(compute::cuda::can_norm_quantize(layout, c.n_groups, c.group_size)) << type_name(c.weight_type);
         DeviceBuffer dx_fused = to_device(x), dx_steps = to_device(x), dw = to_device(weight), dy = to_device(y),
-                     dinj = to_device(inject), normed_fused(n * 4), normed_steps(n * 4);
+                     dy_fused = to_device(y), dinj = to_device(inject), normed_fused(n * 4), normed_steps(n * 4),
+                     dout = to_device(expert_out), drouting = to_device(routing), dshared = to_device(shared),
+                     dlogit = to_device(logit);
         DeviceBuffer fused(layout.total_bytes), steps(layout.total_bytes);
         STRATA_CUDA_CHECK(cudaMemsetAsync(fused.data(), 0, layout.total_bytes, stream.get()));
         STRATA_CUDA_CHECK(cudaMemsetAsync(steps.data(), 0, layout.total_bytes, stream.get()));
         const float eps = 1e-6f;
+        const compute::cuda::MoeCombineInputs combine{dout.as<float>(), drouting.as<float>(), k,
+                                                      with_shared ? dshared.as<float>() : nullptr,
+                                                      with_shared ? dlogit.as<float>() : nullptr};
         compute::cuda::rms_norm_quantize_activations(layout, dx_fused.as<float>(), dw.as<float>(), c.n_groups,
                                                      c.group_size, eps, normed_fused.as<float>(), fused.data(),
-                                                     stream.get(), fold ? dy.as<float>() : nullptr,
-                                                     fold ? dinj.as<float>() : nullptr);
+                                                     stream.get(), fold ? dy_fused.as<float>() : nullptr,
+                                                     fold ? dinj.as<float>() : nullptr, fold == 2 ? &combine : nullptr);
+        if (fold == 2)
+          compute::cuda::moe_combine(combine.expert_out, combine.weights, n_rows, k, c.group_size, combine.shared,
+                                     combine.shared_gate_logit, dy.as<float>(), stream.get());
         if (fold)
           compute::cuda::hc_out(dy.as<float>(), dinj.as<float>(), n_rows, int(c.n_groups), c.group_size,
                                 dx_steps.as<float>(), stream.get());
@@ -817,6 +954,7 @@ TEST(CudaActivations, NormQuantizeBitwiseAsTheSteps) {
         const std::string where = fmt_case(c.weight_type, c.n_groups, c.group_size, n_rows, fold);
         ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(dx_fused, n * 4).data(), from_device<uint8_t>(dx_steps, n * 4).data(), n * 4)) << where;
         ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(normed_fused, n * 4).data(), from_device<uint8_t>(normed_steps, n * 4).data(), n * 4)) << where;
+        ASSERT_EQ(0, std::memcmp(from_device<uint8_t>(dy_fused, ny * 4).data(), from_device<uint8_t>(dy, ny * 4).data(), ny * 4)) << where;
         const auto a = from_device<uint8_t>(fused, layout.total_bytes), b = from_device<uint8_t>(steps, layout.total_bytes);
         ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size())) << where;
       }

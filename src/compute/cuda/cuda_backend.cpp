@@ -20,6 +20,7 @@ void CudaBackend::gated_deltanet(const DeltaNetDims& hp, const GatedDeltaNetWeig
     }
     return;
   }
+  std::optional<PendingHcCombine> fold = take_hc_combine(x, n_rows);  // before rows(), which would flush it
   const float* xd = rows(x, n_rows, "gated_deltanet");
   float* yd = rows(y, n_rows, "gated_deltanet", x.width);
   scratch_.reset();
@@ -41,10 +42,10 @@ void CudaBackend::gated_deltanet(const DeltaNetDims& hp, const GatedDeltaNetWeig
   float* alpha_raw = scratch_.floats(n_rows * nv);
   if (w.fused_beta_alpha()) {
     float* ba = scratch_.floats(n_rows * 2 * nv);
-    mm_shared(xd, n_rows, {{&w.qkv, mixed}, {&w.z, z}, {&w.beta_alpha, ba}});
+    mm_shared(xd, n_rows, {{&w.qkv, mixed}, {&w.z, z}, {&w.beta_alpha, ba}}, nullptr, &fold);
     split_beta_alpha(ba, n_rows, nk, nv / nk, beta_raw, alpha_raw, s());
   } else {
-    mm_shared(xd, n_rows, {{&w.qkv, mixed}, {&w.z, z}, {&w.beta, beta_raw}, {&w.alpha, alpha_raw}});
+    mm_shared(xd, n_rows, {{&w.qkv, mixed}, {&w.z, z}, {&w.beta, beta_raw}, {&w.alpha, alpha_raw}}, nullptr, &fold);
   }
 
   // Prefill windows run the chunked form where enabled (chunked_deltanet_enabled) and the head dims
@@ -96,9 +97,17 @@ void CudaBackend::gated_deltanet(const DeltaNetDims& hp, const GatedDeltaNetWeig
                          s());
   }
   mark("dn.norm+gate+out");
-  rms_norm_rows(core, vec(w.norm), n_rows * nv, dv, hp.rms_eps, core, s());
-  gate_rows(core, z, n_rows * value_dim, hp.gate_sigmoid, s());
-  mm(w.out, core, n_rows, yd);
+  const ActivationLayout out_layout = activation_layout(w.out.type, value_dim, n_rows);
+  if (can_norm_quantize(out_layout, nv, dv) && out_layout.format != GgmlType::F32) {
+    // The norm, the gate and the out projection's quantizer in one launch (the same bits).
+    void* act = scratch_.take(out_layout.total_bytes);
+    rms_norm_gate_quantize_activations(out_layout, core, vec(w.norm), nv, dv, hp.rms_eps, z, hp.gate_sigmoid, act, s());
+    matmul_quantized(matrix(w.out), out_layout, act, n_rows, yd, s());
+  } else {
+    rms_norm_rows(core, vec(w.norm), n_rows * nv, dv, hp.rms_eps, core, s());
+    gate_rows(core, z, n_rows * value_dim, hp.gate_sigmoid, s());
+    mm(w.out, core, n_rows, yd);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -137,6 +146,7 @@ void CudaBackend::attention(const AttentionDims& hp, const AttentionWeights& w, 
     cache.n_tokens += n_rows;
     return;
   }
+  std::optional<PendingHcCombine> fold = take_hc_combine(x, n_rows);  // before rows(), which would flush it
   const float* xd = rows(x, n_rows, "attention");
   float* yd = rows(y, n_rows, "attention", x.width);
   scratch_.reset();
@@ -163,9 +173,9 @@ void CudaBackend::attention(const AttentionDims& hp, const AttentionWeights& w, 
   float* index_q = w.sparse() ? scratch_.floats(n_rows * n_idx * di) : nullptr;
   float* raw = w.sparse() ? scratch_.floats(n_rows * di) : nullptr;
   if (w.sparse())
-    mm_shared(xd, n_rows, {{&w.q, q}, {&w.k, k}, {&w.v, v}, {&w.index_q, index_q}, {&w.index_k, raw}});
+    mm_shared(xd, n_rows, {{&w.q, q}, {&w.k, k}, {&w.v, v}, {&w.index_q, index_q}, {&w.index_k, raw}}, nullptr, &fold);
   else
-    mm_shared(xd, n_rows, {{&w.q, q}, {&w.k, k}, {&w.v, v}});
+    mm_shared(xd, n_rows, {{&w.q, q}, {&w.k, k}, {&w.v, v}}, nullptr, &fold);
 
   // QSA's indexer (its keys, the block keys, the selection) does not depend on q, k, v: a side
   // branch (side_branch) beside the heads' norms, RoPE and KV append, joined before the core. Its
@@ -309,7 +319,7 @@ void CudaBackend::ple(const PleDims& hp, const PleWeights& w, PleState& state, P
 // Rollback
 
 bool CudaBackend::rollback_window(int64_t keep_rows) {
-  flush_hc_out();
+  flush_deferred();
   if (!hp_) return true;  // nothing ran yet
   const ForwardDims& hp = *hp_;
   for (const int layer : recorded_deltanet_) {

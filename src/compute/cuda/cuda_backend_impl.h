@@ -165,6 +165,7 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(BackendShared& shared)
       : graph_(stream_.get(), graphs_enabled()), scratch_([this] { graph_.pause(false); }),
+        hc_scratch_([this] { graph_.pause(false); }),
         staging_{PinnedStaging([this] { graph_.pause(false); }), PinnedStaging([this] { graph_.pause(false); })} {
     if (!usable_device()) fail("cuda backend: no usable CUDA device ({})", describe_device());
     for (cudaEvent_t& e : staging_done_) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -185,7 +186,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     // Pending work must finish before the buffers it uses go away.
     try {
-      flush_hc_out();
+      flush_deferred();
       graph_.finish_window();
     } catch (...) {
       graph_.abandon();
@@ -261,7 +262,7 @@ class CudaBackend final : public Backend {
 
   void release(Tensor t) override {
     if (!t.valid() || t.id >= buffers_.size()) return;
-    flush_hc_out();
+    flush_deferred();
     EagerScope eager(*this);
     STRATA_CUDA_CHECK(cudaStreamSynchronize(s()));
     buffers_[t.id] = DeviceBuffer();
@@ -269,7 +270,7 @@ class CudaBackend final : public Backend {
   }
 
   void read(Tensor t, int64_t first_row, int64_t n_rows, float* out) override {
-    flush_hc_out();
+    flush_deferred();
     const float* data = tensor_data(t, first_row + n_rows, "read");
     graph_.pause(true);  // the window so far runs (replay: its next recorded segment)
     STRATA_CUDA_CHECK(cudaMemcpyAsync(out, data + first_row * t.width, size_t(n_rows * t.width) * 4,
@@ -297,7 +298,7 @@ class CudaBackend final : public Backend {
   }
 
   void begin_window(ThreadPool&) override {
-    flush_hc_out();  // (a window ends with a read, which flushed; this is for one that did not)
+    flush_deferred();  // (a window ends with a read, which flushed; this is for one that did not)
     // What an earlier window left captured (a window without a read) is launched first.
     graph_.begin_window();
     // Staging alternates between two buffers: this window reuses the one of the window before
@@ -433,17 +434,19 @@ class CudaBackend final : public Backend {
     float* inj = inject.valid() ? rows(inject, n_rows, "hyper_connection_in", n_streams) : nullptr;
     const float inv_streams = 1.0f / float(n_streams);
     const bool inject_here = w.has_inject() && inj;
-    scratch_.reset();
-    float* normed = scratch_.floats(n_rows * width);
-    float* mix = scratch_.floats(n_rows * rank);
+    // Its own arena: a deferred MoE combine folded in here reads the MoE layer's scratch_.
+    hc_scratch_.reset();
+    float* normed = hc_scratch_.floats(n_rows * width);
+    float* mix = hc_scratch_.floats(n_rows * rank);
     const ActivationLayout layout = activation_layout(w.down.type, w.down.n_in, n_rows);
     if (can_norm_quantize(layout, n_streams, n_embd)) {
       // One launch for [hc_out,] norm and the down matmul's quantizer; the inject matrix reads
       // the same activations when its format matches (as mm_shared would share them).
       mark(fold ? "hc_in.out+norm" : "hc_in.norm");
-      void* act = scratch_.take(layout.total_bytes);
+      void* act = hc_scratch_.take(layout.total_bytes);
       rms_norm_quantize_activations(layout, Xd, vec(w.norm), n_streams, n_embd, eps, normed, act, s(),
-                                    fold ? fold->y : nullptr, fold ? fold->inject : nullptr);
+                                    fold ? fold->y : nullptr, fold ? fold->inject : nullptr,
+                                    fold && fold->combine.k > 0 ? &fold->combine : nullptr);
       mark("hc_in.down+inject");
       const bool one_launch = inject_here && w.inject.type == w.down.type && w.inject.n_in == w.down.n_in;
       if (one_launch) {
@@ -469,24 +472,34 @@ class CudaBackend final : public Backend {
       else
         mm(w.down, normed, n_rows, mix);
     }
-    float* gates = scratch_.floats(n_rows * width);
+    float* gates = hc_scratch_.floats(n_rows * width);
     mark("hc_in.up");
     mm_prologue(w.up, ActivationPrologue::ScaledSilu, mix, nullptr, inv_streams, n_rows, gates);
-    mark("hc_in.combine");
-    hc_combine(gates, normed, n_rows, n_streams, n_embd, inv_streams, xd, s(), inject_here ? inj : nullptr);
+    // The combine (and the injection weights) deferred: the op reading x next computes it in its
+    // quantizer's launch (PendingHcCombine), else it is launched first (flush_deferred).
+    pending_hc_combine_ =
+        PendingHcCombine{x.id, n_rows, n_embd, HcCombineInputs{gates, normed, n_streams, inv_streams, xd, inject_here ? inj : nullptr}};
   }
 
   // X_s += inject_s·y. Deferred: the next op launches it, or the next hyper_connection_in on the
-  // same X folds it into its first launch (one launch fewer per block; the same bits).
+  // same X folds it into its first launch (one launch fewer per block; the same bits). A deferred
+  // MoE combine into y (moe) travels with it: y is computed in that launch.
   void hyper_connection_out(int n_streams, Tensor y, Tensor inject, Tensor X, int64_t n_rows) override {
     sign(Op::HcOut, y, inject, X, n_streams, n_rows);
     if (replaying()) return;
-    float* Xd = rows(X, n_rows, "hyper_connection_out");
     const int64_t n_embd = X.width / n_streams;
-    const float* yd = rows(y, n_rows, "hyper_connection_out", n_embd);
+    // A deferred MoE combine into y comes along (y is then computed where it is read).
+    std::optional<PendingMoeCombine> combine;
+    if (pending_combine_ && pending_combine_->y_id == y.id && pending_combine_->n_rows == n_rows &&
+        pending_combine_->n_embd == n_embd) {
+      combine = pending_combine_;
+      pending_combine_.reset();
+    }
+    float* Xd = rows(X, n_rows, "hyper_connection_out");
+    float* yd = rows(y, n_rows, "hyper_connection_out", n_embd);
     const float* inj = rows(inject, n_rows, "hyper_connection_out", n_streams);
     if (n_rows == 0) return;
-    pending_hc_out_ = PendingHcOut{X.id, n_rows, n_streams, n_embd, Xd, yd, inj};
+    pending_hc_out_ = PendingHcOut{X.id, n_rows, n_streams, n_embd, Xd, yd, inj, combine ? combine->in : MoeCombineInputs{}};
   }
 
   void gated_deltanet(const DeltaNetDims& hp, const GatedDeltaNetWeights& w, GatedDeltaNetState&, int layer, Tensor x,
@@ -540,16 +553,85 @@ class CudaBackend final : public Backend {
     int n_streams;
     int64_t n_embd;
     float* X;
-    const float* y;
+    float* y;
     const float* inject;
+    MoeCombineInputs combine;  // k > 0: y is this combine's, computed (and stored) by the launch
   };
   std::optional<PendingHcOut> pending_hc_out_;
   void launch_hc_out(const PendingHcOut& p) {
     graph_.ensure_capturing();
     mark("hc_out");
-    hc_out(p.y, p.inject, p.n_rows, p.n_streams, p.n_embd, p.X, s());
+    if (p.combine.k > 0) moe_combine_hc_out(p.combine, p.inject, p.n_rows, p.n_streams, p.n_embd, p.y, p.X, s());
+    else hc_out(p.y, p.inject, p.n_rows, p.n_streams, p.n_embd, p.X, s());
   }
-  void flush_hc_out() {
+  // A deferred MoE combine (moe's last step): taken by hyper_connection_out on y, else launched by
+  // the next op that touches any tensor, like the deferred hc_out. Its inputs are the MoE layer's
+  // scratch_ (hyper_connection_in, which may fold it, takes its own from hc_scratch_).
+  struct PendingMoeCombine {
+    uint32_t y_id;
+    int64_t n_rows;
+    int64_t n_embd;
+    float* y;
+    MoeCombineInputs in;
+  };
+  std::optional<PendingMoeCombine> pending_combine_;
+  // A deferred hc_combine (hyper_connection_in's last step): the next op that reads x takes it
+  // (take_hc_combine, before its rows()) and computes x in the quantizer of its first matmul
+  // (quantize_activations_combined: one launch fewer per block, the same bits); anything else
+  // launches it first. Its inputs live in hc_scratch_, which only the next hyper_connection_in
+  // resets (after flushing).
+  struct PendingHcCombine {
+    uint32_t x_id;
+    int64_t n_rows;
+    int64_t n_embd;
+    HcCombineInputs in;
+  };
+  std::optional<PendingHcCombine> pending_hc_combine_;
+  std::optional<PendingHcCombine> take_hc_combine(Tensor x, int64_t n_rows) {
+    std::optional<PendingHcCombine> taken;
+    if (pending_hc_combine_ && pending_hc_combine_->x_id == x.id && pending_hc_combine_->n_rows == n_rows &&
+        pending_hc_combine_->n_embd == x.width)
+      taken.swap(pending_hc_combine_);
+    return taken;
+  }
+  void launch_hc_combine(const PendingHcCombine& p) {
+    graph_.ensure_capturing();
+    mark("hc_in.combine");
+    hc_combine(p.in.gates, p.in.normed, p.n_rows, p.in.n_streams, p.n_embd, p.in.inv_streams, p.in.x, s(), p.in.inject);
+  }
+  // x's activations in `layout` for a matmul, with a taken hc_combine folded in where it can be
+  // (a quantized layout); else the combine is launched first. `fold` is empty afterwards.
+  const void* prepare_x(const ActivationLayout& layout, const float* x, void* scratch,
+                        std::optional<PendingHcCombine>& fold, cudaStream_t stream) {
+    if (fold && stream != s())  // a side branch forked before the combine would not see it
+      fail("cuda backend: a deferred hc_combine taken into a side branch's matmul (a bug)");
+    if (fold && layout.format != GgmlType::F32) {
+      quantize_activations_combined(layout, fold->in, scratch, stream);
+      fold.reset();
+      return scratch;
+    }
+    if (fold) {
+      launch_hc_combine(*fold);
+      fold.reset();
+    }
+    return prepare_activations(layout, x, scratch, stream);
+  }
+  // Launches what is deferred, in program order (at most one is pending at a time: each deferring
+  // op flushes on entry): the hc_combine, the MoE combine, the hc_out.
+  void flush_deferred() {
+    if (pending_hc_combine_) {
+      const PendingHcCombine p = *pending_hc_combine_;
+      pending_hc_combine_.reset();
+      launch_hc_combine(p);
+    }
+    if (pending_combine_) {
+      const PendingMoeCombine p = *pending_combine_;
+      pending_combine_.reset();
+      graph_.ensure_capturing();
+      mark("moe.combine");
+      moe_combine(p.in.expert_out, p.in.weights, p.n_rows, p.in.k, p.n_embd, p.in.shared, p.in.shared_gate_logit,
+                  p.y, s());
+    }
     if (!pending_hc_out_) return;
     const PendingHcOut p = *pending_hc_out_;
     pending_hc_out_.reset();
@@ -579,7 +661,7 @@ class CudaBackend final : public Backend {
   // An op's tensor: its device rows, after starting a capture segment if none is running.
   float* rows(Tensor t, int64_t n_rows, const char* op, int64_t width = -1) {
     if (replaying()) fail("cuda backend: {}: launched inside a replayed window (a bug: ops return before)", op);
-    flush_hc_out();
+    flush_deferred();
     graph_.ensure_capturing();
     return tensor_data(t, n_rows, op, width);
   }
@@ -654,10 +736,17 @@ class CudaBackend final : public Backend {
   // y_i = W_i·x for matrices that read the same input: x is quantized once per activation format
   // (the same bits each matmul would make alone), and matrices of one type and width run in one
   // launch (matmul_quantized_many: one launch's latency instead of one per matrix).
+  // With `fold` (a taken hc_combine of x), x is computed by the first quantizer launched.
   void mm_shared(const float* x, int64_t n_rows, std::initializer_list<std::pair<const WeightMatrix*, float*>> outputs,
-                 cudaStream_t stream = nullptr) {
-    if (n_rows == 0) return;
+                 cudaStream_t stream = nullptr, std::optional<PendingHcCombine>* fold = nullptr) {
+    std::optional<PendingHcCombine> none;
+    if (!fold) fold = &none;
     if (!stream) stream = s();
+    if (n_rows == 0) {
+      if (*fold) launch_hc_combine(**fold);
+      fold->reset();
+      return;
+    }
     struct Group {
       GgmlType type;
       int64_t n_in;
@@ -677,7 +766,7 @@ class CudaBackend final : public Backend {
         if (g.layout.format == layout.format && g.n_in == layout.n_in) act = g.act;
         if (g.type == w->type && g.n_in == w->n_in && g.n < kMaxDenseMatrices) group = &g;
       }
-      if (!act) act = prepare_activations(layout, x, scratch_.take(layout.total_bytes), stream);
+      if (!act) act = prepare_x(layout, x, scratch_.take(layout.total_bytes), *fold, stream);
       if (!group) {
         if (n_groups == 8) fail("cuda backend: more than 8 matrices share one input");
         group = &groups[n_groups++];
@@ -711,6 +800,7 @@ class CudaBackend final : public Backend {
   std::vector<DeviceBuffer> buffers_;
   std::vector<uint32_t> free_ids_;
   DeviceArena scratch_;
+  DeviceArena hc_scratch_;  // hyper_connection_in's (see PendingMoeCombine)
   PinnedStaging staging_[2];  // alternating per window (begin_window)
   cudaEvent_t staging_done_[2] = {nullptr, nullptr};
   int current_staging_ = 0;

@@ -90,6 +90,7 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
   if (!weights_->tier_decided && !replaying()) tier = expert_tier(hp, x.max_rows, experts);
   if (tier) tier->expect(experts);
   if (replaying()) return;
+  std::optional<PendingHcCombine> fold = take_hc_combine(x, n_rows);  // before rows(), which would flush it
   const float* xd = rows(x, n_rows, "moe");
   float* yd = rows(y, n_rows, "moe", x.width);
   const int k = hp.n_expert_used, n_expert = hp.n_expert;
@@ -128,16 +129,17 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
   const void* act_router = nullptr;
   const void* act_gate = nullptr;
   if (in_gate.format == in_router.format) {
-    act_router = act_gate = prepare_activations(in_router, xd, scratch_.take(in_router.total_bytes), s());
+    act_router = act_gate = prepare_x(in_router, xd, scratch_.take(in_router.total_bytes), fold, s());
   } else if (in_router.format != GgmlType::F32 && in_gate.format != GgmlType::F32) {
     void* a = scratch_.take(in_router.total_bytes);
     void* b = scratch_.take(in_gate.total_bytes);
-    quantize_activations_two(in_router, a, in_gate, b, xd, s());
+    quantize_activations_two(in_router, a, in_gate, b, xd, s(), fold ? &fold->in : nullptr);
+    fold.reset();
     act_router = a;
     act_gate = b;
   } else {
-    act_router = prepare_activations(in_router, xd, scratch_.take(in_router.total_bytes), s());
-    act_gate = prepare_activations(in_gate, xd, scratch_.take(in_gate.total_bytes), s());
+    act_router = prepare_x(in_router, xd, scratch_.take(in_router.total_bytes), fold, s());
+    act_gate = prepare_x(in_gate, xd, scratch_.take(in_gate.total_bytes), fold, s());
   }
   // The activations (layout and bytes) above that a matrix of H inputs reads, if any.
   auto shared_act = [&](const WeightMatrix& m) -> std::pair<const ActivationLayout*, const void*> {
@@ -264,9 +266,10 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
   float* out = scratch_.floats(pairs * H);
   expert_matmul_quantized(view, 0, down, ids, int(pairs), identity_.as<int32_t>(), ones, 1, in_down, act_down, out,
                           s());
-  mark("moe.combine");
   join_side();
-  moe_combine(out, weights, n_rows, k, H, shared, gate_logit, yd, s());
+  // Deferred: the hyper_connection_out that reads y takes it (one launch fewer per layer, the
+  // same bits); anything else launches it first (flush_deferred).
+  pending_combine_ = PendingMoeCombine{y.id, n_rows, H, yd, MoeCombineInputs{out, weights, k, shared, gate_logit}};
 }
 
 }  // namespace strata::compute::cuda::detail

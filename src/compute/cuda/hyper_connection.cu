@@ -27,17 +27,11 @@ __global__ void scaled_silu_kernel(float* m, int64_t n, float inv_streams) {
 __global__ void combine_kernel(const float* gates, const float* normed, int64_t n_rows, int n_streams, int64_t n_embd,
                                float inv_streams, float* x, float* inject, int64_t n_inject) {
   pdl_begin();
-  const int64_t total = n_rows * n_embd, width = int64_t(n_streams) * n_embd;
+  const int64_t total = n_rows * n_embd;
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t e = first; e < total; e += stride) {
-    const int64_t t = e / n_embd, i = e % n_embd;
-    float sum = 0.0f;
-    for (int s = 0; s < n_streams; ++s)
-      sum = __fadd_rn(sum, __fmul_rn(sigmoid_value(gates[t * width + s * n_embd + i]), normed[t * width + s * n_embd + i]));
-    x[e] = __fmul_rn(sum, inv_streams);
-  }
-  for (int64_t i = first; i < n_inject; i += stride)
-    inject[i] = __fmul_rn(2.0f, sigmoid_value(__fmul_rn(inject[i], inv_streams)));
+  for (int64_t e = first; e < total; e += stride)
+    x[e] = hc_combine_value(gates, normed, n_streams, n_embd, e / n_embd, e % n_embd, inv_streams);
+  for (int64_t i = first; i < n_inject; i += stride) inject[i] = hc_inject_value(inject[i], inv_streams);
 }
 
 __global__ void out_kernel(const float* y, const float* inject, int64_t n_rows, int n_streams, int64_t n_embd, float* X) {
@@ -57,11 +51,24 @@ __global__ void moe_combine_kernel(const float* out, const float* weights, int k
   pdl_begin();
   const int64_t t = blockIdx.x;
   const float gate = shared ? sigmoid_value(shared_gate_logit[t]) : 0.0f;
+  for (int64_t c = threadIdx.x; c < n_embd; c += blockDim.x)
+    y[t * n_embd + c] = moe_combine_value(out, weights, k, n_embd, t, c, shared, gate);
+}
+
+// moe_combine_kernel then out_kernel in one launch: one block per row; each thread computes y_t[c]
+// (stored) and adds inject_s·y_t[c] to the row's n_streams streams, the two kernels' operations.
+__global__ void moe_combine_out_kernel(MoeCombineInputs in, const float* inject, int n_streams, int64_t n_embd,
+                                       float* y, float* X) {
+  pdl_begin();
+  const int64_t t = blockIdx.x, width = int64_t(n_streams) * n_embd;
+  const float gate = in.shared ? sigmoid_value(in.shared_gate_logit[t]) : 0.0f;
   for (int64_t c = threadIdx.x; c < n_embd; c += blockDim.x) {
-    float acc = 0.0f;
-    for (int j = 0; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(weights[t * k + j], out[(t * k + j) * n_embd + c]));
-    if (shared) acc = __fadd_rn(acc, __fmul_rn(gate, shared[t * n_embd + c]));
-    y[t * n_embd + c] = acc;
+    const float v = moe_combine_value(in.expert_out, in.weights, in.k, n_embd, t, c, in.shared, gate);
+    y[t * n_embd + c] = v;
+    for (int s = 0; s < n_streams; ++s) {
+      float& dst = X[t * width + s * n_embd + c];
+      dst = __fadd_rn(dst, __fmul_rn(inject[t * n_streams + s], v));
+    }
   }
 }
 
@@ -97,11 +104,23 @@ void hc_out(const float* y, const float* inject, int64_t n_rows, int n_streams, 
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
+static void check_moe_combine(const MoeCombineInputs& in, int64_t n_embd) {
+  if (in.k <= 0 || n_embd <= 0) cuda_fail("CUDA moe_combine: expected k > 0 and n_embd > 0");
+  if ((in.shared == nullptr) != (in.shared_gate_logit == nullptr))
+    cuda_fail("CUDA moe_combine: the shared expert's output and gate logit go together");
+}
+
+void moe_combine_hc_out(const MoeCombineInputs& in, const float* inject, int64_t n_rows, int n_streams,
+                        int64_t n_embd, float* y, float* X, cudaStream_t stream) {
+  check_moe_combine(in, n_embd);
+  if (n_rows <= 0) return;
+  launch(moe_combine_out_kernel, unsigned(n_rows), kThreads, 0, stream, in, inject, n_streams, n_embd, y, X);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
 void moe_combine(const float* expert_out, const float* weights, int64_t n_rows, int k, int64_t n_embd,
                  const float* shared, const float* shared_gate_logit, float* y, cudaStream_t stream) {
-  if (k <= 0 || n_embd <= 0) cuda_fail("CUDA moe_combine: expected k > 0 and n_embd > 0");
-  if ((shared == nullptr) != (shared_gate_logit == nullptr))
-    cuda_fail("CUDA moe_combine: the shared expert's output and gate logit go together");
+  check_moe_combine(MoeCombineInputs{expert_out, weights, k, shared, shared_gate_logit}, n_embd);
   if (n_rows <= 0) return;
   launch(moe_combine_kernel, unsigned(n_rows), kThreads, 0, stream, expert_out, weights, k, n_embd, shared,
          shared_gate_logit, y);

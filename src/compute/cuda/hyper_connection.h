@@ -8,6 +8,7 @@
 //   hc_combine:      x_i = (Σ_s σ(g_{s,i})·xn_{s,i}, s ascending) · inv_streams
 //   hc_inject:       inj = 2·σ(inj · inv_streams)                                 (in place)
 //   hc_out:          X_s += inj_s · y
+//   moe_combine_hc_out: moe_combine then hc_out in one launch (y stored too)
 //   moe_combine:     y_t = Σ_j w_tj·out_tj over the row's k experts in ascending expert id (the
 //                    order route_top_k writes them), from 0, then + σ(gate_logit_t)·shared_t when
 //                    shared is given; `out` holds expert j's output for row t at
@@ -30,7 +31,21 @@ void hc_out(const float* y, const float* inject, int64_t n_rows, int n_streams, 
             cudaStream_t stream);
 
 // weights [n_rows][k]; shared and shared_gate_logit may be null (no shared expert).
+// (moe_combine_value in activation_math.cuh is the per-element arithmetic every launch shares.)
 void moe_combine(const float* expert_out, const float* weights, int64_t n_rows, int k, int64_t n_embd,
                  const float* shared, const float* shared_gate_logit, float* y, cudaStream_t stream);
+
+// moe_combine's inputs, for launches that fold the combine into the next step (the backend defers
+// it: hyper_connection_out's X update or the next block's norm computes y_t[c] where it reads it).
+struct MoeCombineInputs {
+  const float* expert_out = nullptr;         // [n_rows·k][n_embd]
+  const float* weights = nullptr;            // [n_rows][k]
+  int k = 0;
+  const float* shared = nullptr;             // [n_rows][n_embd], or null: no shared expert
+  const float* shared_gate_logit = nullptr;  // [n_rows], with shared
+};
+// moe_combine into y, then hc_out with it (X_s += inject_s·y), in one launch: bitwise the two.
+void moe_combine_hc_out(const MoeCombineInputs& in, const float* inject, int64_t n_rows, int n_streams,
+                        int64_t n_embd, float* y, float* X, cudaStream_t stream);
 
 }  // namespace strata::compute::cuda

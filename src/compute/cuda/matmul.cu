@@ -49,14 +49,40 @@ __device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
 
 // The 8 floats at x + offset (16-byte aligned) the quantizers read, after the optional
 // elementwise prologue (activation_math.cuh): the floats themselves, silu(a)·b, or silu(a·scale).
+// HcCombine (hyper_connection_in's last step, deferred into the quantizer of the matmul that
+// reads x): x_i = hc_combine_value(gates, normed, ...) computed here and stored to `store`; the
+// launch's first CUDA block also turns the block's injection logits into weights in place
+// (hc_inject_value), as hc_combine's launch does.
 struct Inputs {
   ActivationPrologue prologue;
-  const float* a;  // x
-  const float* b;  // SiluMul's up
-  float scale;     // ScaledSilu's
+  const float* a;  // x; HcCombine's gates
+  const float* b;  // SiluMul's up; HcCombine's normed
+  float scale;     // ScaledSilu's; HcCombine's 1/n_streams
+  int n_streams = 0;        // HcCombine
+  int64_t n_in = 0;         // HcCombine: the row width of x
+  float* store = nullptr;   // HcCombine: x (null: not stored, e.g. the second layout of a two-layout launch)
+  float* inject = nullptr;  // HcCombine: [n_inject] logits → weights, or null
+  int64_t n_inject = 0;
 };
 
+// HcCombine's injection step, by the first CUDA block of the launch (every kernel with a prologue
+// calls it after pdl_begin).
+__device__ __forceinline__ void apply_inject(const Inputs& in) {
+  if (in.prologue != ActivationPrologue::HcCombine || !in.inject || blockIdx.x != 0 || blockIdx.y != 0) return;
+  for (int64_t i = threadIdx.x; i < in.n_inject; i += blockDim.x) in.inject[i] = hc_inject_value(in.inject[i], in.scale);
+}
+
 __device__ __forceinline__ void load8(const Inputs& in, int64_t offset, float v[8]) {
+  if (in.prologue == ActivationPrologue::HcCombine) {
+    const int64_t t = offset / in.n_in, i = offset % in.n_in;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = hc_combine_value(in.a, in.b, in.n_streams, in.n_in, t, i + j, in.scale);
+    if (in.store) {
+      reinterpret_cast<float4*>(in.store + offset)[0] = make_float4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<float4*>(in.store + offset)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    }
+    return;
+  }
   const float4 a0 = reinterpret_cast<const float4*>(in.a + offset)[0], a1 = reinterpret_cast<const float4*>(in.a + offset)[1];
   v[0] = a0.x; v[1] = a0.y; v[2] = a0.z; v[3] = a0.w; v[4] = a1.x; v[5] = a1.y; v[6] = a1.z; v[7] = a1.w;
   if (in.prologue == ActivationPrologue::SiluMul) {
@@ -175,12 +201,14 @@ __host__ __device__ inline int64_t quantize_blocks(GgmlType format, int64_t n_bl
 __global__ void quantize_q8_K_kernel(Inputs in, int64_t n_in, int64_t n_blocks_total, ActView act,
                                      int64_t blocks_per_row) {
   pdl_begin();
+  apply_inject(in);
   quantize_q8_K_part(in, n_in, n_blocks_total, act, blocks_per_row, blockIdx.x);
 }
 
 __global__ void quantize_q8_0_kernel(Inputs in, int64_t n_in, int64_t n_blocks_total, ActView act,
                                      int64_t blocks_per_row) {
   pdl_begin();
+  apply_inject(in);
   quantize_q8_0_part(in, n_in, n_blocks_total, act, blocks_per_row, blockIdx.x);
 }
 
@@ -192,6 +220,8 @@ struct QuantizeTarget {
 };
 __global__ void quantize_two_kernel(Inputs in, int64_t n_in, QuantizeTarget first, QuantizeTarget second) {
   pdl_begin();
+  apply_inject(in);
+  if (blockIdx.y != 0) in.store = nullptr;  // the first layout's blocks store x
   const QuantizeTarget& t = blockIdx.y == 0 ? first : second;
   if (int64_t(blockIdx.x) >= quantize_blocks(t.format, t.n_blocks_total)) return;
   if (t.format == GgmlType::Q8_K) quantize_q8_K_part(in, n_in, t.n_blocks_total, t.act, t.blocks_per_row, blockIdx.x);
@@ -203,18 +233,23 @@ __global__ void quantize_two_kernel(Inputs in, int64_t n_in, QuantizeTarget firs
 // the same block size) and the same per-element operations, so `normed` is bitwise
 // rms_norm_grouped_rows' output; each thread then quantizes 8 consecutive normed values, the
 // quantizers' own per-block arithmetic. With fold_y, X_s += inject_s·y first (hc_out's f32
-// operations), written back.
+// operations), written back; with fold_combine (k > 0) y is moe_combine's, computed here from its
+// inputs (moe_combine_value, the combine kernel's arithmetic) and stored to fold_y by group 0's block.
 constexpr int kNormThreads = 256;
 struct NormQuantizeArgs {
   float* x;
-  const float* fold_y;
+  float* fold_y;
   const float* fold_inject;
+  MoeCombineInputs fold_combine;
   const float* weight;
   int64_t n_groups, group_size;
   float eps;
   float* normed;
   GgmlType format;
   ActView act;
+  bool weight_shared = false;  // one weight of group_size for every group (else one per group)
+  const float* gate = nullptr;  // laid out as x: normed values ·= σ(gate) or silu(gate) (gate_rows)
+  bool sigmoid_gate = false;
 };
 
 __global__ void __launch_bounds__(kNormThreads) norm_quantize_kernel(NormQuantizeArgs p) {
@@ -223,11 +258,20 @@ __global__ void __launch_bounds__(kNormThreads) norm_quantize_kernel(NormQuantiz
   const int64_t t = blockIdx.x / p.n_groups, g = blockIdx.x % p.n_groups, gs = p.group_size;
   const int64_t offset = t * p.n_groups * gs + g * gs;
   float* x = p.x + offset;
+  const MoeCombineInputs& c = p.fold_combine;
+  const float shared_gate = c.k > 0 && c.shared ? sigmoid_value(c.shared_gate_logit[t]) : 0.0f;
   float sum = 0.0f;
   for (int64_t i = threadIdx.x; i < gs; i += blockDim.x) {
     float v = x[i];
     if (p.fold_y) {
-      v = __fadd_rn(v, __fmul_rn(p.fold_inject[t * p.n_groups + g], p.fold_y[t * gs + i]));
+      float y;
+      if (c.k > 0) {
+        y = moe_combine_value(c.expert_out, c.weights, c.k, gs, t, i, c.shared, shared_gate);
+        if (g == 0) p.fold_y[t * gs + i] = y;
+      } else {
+        y = p.fold_y[t * gs + i];
+      }
+      v = __fadd_rn(v, __fmul_rn(p.fold_inject[t * p.n_groups + g], y));
       x[i] = v;
     }
     sum = __fmaf_rn(v, v, sum);
@@ -235,7 +279,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_quantize_kernel(NormQuantiz
   sum = block_sum(sum, shared);
   const float mean = __fdiv_rn(sum, float(gs));
   const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
-  const float* w = p.weight ? p.weight + g * gs : nullptr;
+  const float* w = p.weight ? p.weight + (p.weight_shared ? 0 : g * gs) : nullptr;
+  const float* gate = p.gate ? p.gate + offset : nullptr;
   float* normed = p.normed + offset;
   const int64_t per_pass = int64_t(blockDim.x) * 8;
   for (int64_t base = 0; base < gs; base += per_pass) {
@@ -247,6 +292,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_quantize_kernel(NormQuantiz
       for (int j = 0; j < 8; ++j) {
         const float a = __fmul_rn(x[i0 + j], r);
         v[j] = w ? __fmul_rn(a, w[i0 + j]) : a;
+        if (gate) v[j] = __fmul_rn(v[j], p.sigmoid_gate ? sigmoid_value(gate[i0 + j]) : silu_value(gate[i0 + j]));
         normed[i0 + j] = v[j];
       }
     }
@@ -384,6 +430,8 @@ void quantize_activations_fused(const ActivationLayout& layout, ActivationProlog
               std::to_string(layout.n_in) + ")");
   if (prologue == ActivationPrologue::SiluMul && !b)
     cuda_fail("CUDA quantize_activations: the silu-mul prologue needs its second input");
+  if (prologue == ActivationPrologue::HcCombine)
+    cuda_fail("CUDA quantize_activations_fused: hc_combine goes through quantize_activations_combined");
   const ActView act = view_of(layout, scratch);
   const Inputs in{prologue, a, b, scale};
   if (layout.format == GgmlType::F32) {
@@ -409,22 +457,59 @@ void quantize_activations(const ActivationLayout& layout, const float* x, void* 
   quantize_activations_fused(layout, ActivationPrologue::None, x, nullptr, 0.0f, scratch, stream);
 }
 
+// The quantizer's inputs for hc_combine's output (quantize_activations_combined).
+static Inputs combined_inputs(const HcCombineInputs& in, const ActivationLayout& layout) {
+  if (!in.gates || !in.normed || !in.x || in.n_streams <= 0)
+    cuda_fail("CUDA quantize_activations_combined: gates, normed, x and a positive stream count are required");
+  if (reinterpret_cast<uintptr_t>(in.x) % 16 != 0 || layout.n_in % 8 != 0)
+    cuda_fail("CUDA quantize_activations_combined: x must be 16-byte aligned and the width a multiple of 8 (width " +
+              std::to_string(layout.n_in) + ")");
+  Inputs inputs{ActivationPrologue::HcCombine, in.gates, in.normed, in.inv_streams};
+  inputs.n_streams = in.n_streams;
+  inputs.n_in = layout.n_in;
+  inputs.store = in.x;
+  inputs.inject = in.inject;
+  inputs.n_inject = in.inject ? layout.n_rows * in.n_streams : 0;
+  return inputs;
+}
+
+void quantize_activations_combined(const ActivationLayout& layout, const HcCombineInputs& in, void* scratch,
+                                   cudaStream_t stream) {
+  if (layout.format == GgmlType::F32)
+    cuda_fail("CUDA quantize_activations_combined: F32 activations are x itself (run hc_combine)");
+  if (layout.n_rows <= 0) return;
+  const Inputs inputs = combined_inputs(in, layout);
+  const QuantizeTarget t = target_of(layout, scratch);
+  launch(t.format == GgmlType::Q8_K ? quantize_q8_K_kernel : quantize_q8_0_kernel,
+         unsigned(quantize_blocks(t.format, t.n_blocks_total)), kQuantizeThreads, 0, stream, inputs, layout.n_in,
+         t.n_blocks_total, t.act, t.blocks_per_row);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
 void quantize_activations_two(const ActivationLayout& first, void* first_scratch, const ActivationLayout& second,
-                              void* second_scratch, const float* x, cudaStream_t stream) {
+                              void* second_scratch, const float* x, cudaStream_t stream,
+                              const HcCombineInputs* combine) {
   const bool quantized = first.format != GgmlType::F32 && second.format != GgmlType::F32;
   if (!quantized || first.n_rows != second.n_rows || first.n_in != second.n_in) {
+    if (combine) {
+      if (first.format == GgmlType::F32) cuda_fail("CUDA quantize_activations_two: F32 with hc_combine folded in");
+      quantize_activations_combined(first, *combine, first_scratch, stream);
+      quantize_activations(second, combine->x, second_scratch, stream);
+      return;
+    }
     quantize_activations(first, x, first_scratch, stream);
     quantize_activations(second, x, second_scratch, stream);
     return;
   }
   if (first.n_rows <= 0) return;
-  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || first.n_in % 8 != 0)
+  if (!combine && (reinterpret_cast<uintptr_t>(x) % 16 != 0 || first.n_in % 8 != 0))
     cuda_fail("CUDA quantize_activations: inputs must be 16-byte aligned and the width a multiple of 8 (width " +
               std::to_string(first.n_in) + ")");
   const QuantizeTarget a = target_of(first, first_scratch), b = target_of(second, second_scratch);
   const int64_t blocks = std::max(quantize_blocks(a.format, a.n_blocks_total), quantize_blocks(b.format, b.n_blocks_total));
   launch(quantize_two_kernel, dim3(unsigned(blocks), 2), kQuantizeThreads, 0, stream,
-         Inputs{ActivationPrologue::None, x, nullptr, 0.0f}, first.n_in, a, b);
+         combine ? combined_inputs(*combine, first) : Inputs{ActivationPrologue::None, x, nullptr, 0.0f}, first.n_in, a,
+         b);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -437,7 +522,7 @@ bool can_norm_quantize(const ActivationLayout& layout, int64_t n_groups, int64_t
 
 void rms_norm_quantize_activations(const ActivationLayout& layout, float* x, const float* weight, int64_t n_groups,
                                    int64_t group_size, float eps, float* normed, void* scratch, cudaStream_t stream,
-                                   const float* fold_y, const float* fold_inject) {
+                                   float* fold_y, const float* fold_inject, const MoeCombineInputs* fold_combine) {
   if (!can_norm_quantize(layout, n_groups, group_size))
     cuda_fail("CUDA rms_norm_quantize_activations: " + std::to_string(n_groups) + " groups of " +
               std::to_string(group_size) + " do not fit " + std::string(type_name(layout.format)) +
@@ -445,8 +530,28 @@ void rms_norm_quantize_activations(const ActivationLayout& layout, float* x, con
   if ((fold_y == nullptr) != (fold_inject == nullptr))
     cuda_fail("CUDA rms_norm_quantize_activations: the folded residual update needs both y and inject");
   if (layout.n_rows <= 0) return;
-  const NormQuantizeArgs args{x, fold_y, fold_inject, weight, n_groups, group_size, eps, normed, layout.format,
+  if (fold_combine && !fold_y)
+    cuda_fail("CUDA rms_norm_quantize_activations: a folded MoE combine needs y (where it is stored)");
+  const NormQuantizeArgs args{x, fold_y, fold_inject, fold_combine ? *fold_combine : MoeCombineInputs{}, weight, n_groups, group_size, eps, normed, layout.format,
                               view_of(layout, scratch)};
+  launch(norm_quantize_kernel, unsigned(layout.n_rows * n_groups), kNormThreads, 0, stream, args);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+void rms_norm_gate_quantize_activations(const ActivationLayout& layout, float* x, const float* weight,
+                                        int64_t n_groups, int64_t group_size, float eps, const float* gate,
+                                        bool sigmoid_gate, void* scratch, cudaStream_t stream) {
+  if (!can_norm_quantize(layout, n_groups, group_size))
+    cuda_fail("CUDA rms_norm_gate_quantize_activations: " + std::to_string(n_groups) + " heads of " +
+              std::to_string(group_size) + " do not fit " + std::string(type_name(layout.format)) +
+              " activations of width " + std::to_string(layout.n_in) + " (see can_norm_quantize)");
+  if (!gate) cuda_fail("CUDA rms_norm_gate_quantize_activations: the gate input is required");
+  if (layout.n_rows <= 0) return;
+  NormQuantizeArgs args{x, nullptr, nullptr, MoeCombineInputs{}, weight, n_groups, group_size, eps, x, layout.format,
+                        view_of(layout, scratch)};
+  args.weight_shared = true;
+  args.gate = gate;
+  args.sigmoid_gate = sigmoid_gate;
   launch(norm_quantize_kernel, unsigned(layout.n_rows * n_groups), kNormThreads, 0, stream, args);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }

@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <span>
 
+#include "compute/cuda/hyper_connection.h"
 #include "quant/ggml_type.h"
 
 namespace strata::compute::cuda {
@@ -97,16 +98,37 @@ void quantize_activations(const ActivationLayout& layout, const float* x, void* 
                           cudaStream_t stream);
 // x into two layouts at once (the experts' Q8_K and the router's Q8_0, say): one launch where both
 // are quantized formats of the same width and rows, the same bytes as two quantize_activations.
+// With `combine`, x is hc_combine's output, computed in the launch (below) instead of read.
+struct HcCombineInputs;
 void quantize_activations_two(const ActivationLayout& first, void* first_scratch, const ActivationLayout& second,
-                              void* second_scratch, const float* x, cudaStream_t stream);
+                              void* second_scratch, const float* x, cudaStream_t stream,
+                              const HcCombineInputs* combine = nullptr);
 // The same with an elementwise step applied to the inputs first, in the quantizer's launch (one
 // launch instead of two): x_i = silu(a_i)·b_i (SwiGLU's middle) or silu(a_i·scale) (the
 // hyper-connection's mixing activation), with the f32 operations of compute/cuda/ops.h silu_mul
 // and hyper_connection.h hc_scaled_silu (activation_math.cuh): bitwise the two steps
 // (tests/cuda/matmul_test.cpp). a and b are [n_rows][n_in], 16-byte aligned.
-enum class ActivationPrologue { None, SiluMul, ScaledSilu };
+// (HcCombine is quantize_activations_combined's, not accepted here.)
+enum class ActivationPrologue { None, SiluMul, ScaledSilu, HcCombine };
 void quantize_activations_fused(const ActivationLayout& layout, ActivationPrologue prologue, const float* a,
                                 const float* b, float scale, void* scratch, cudaStream_t stream);
+
+// hyper_connection_in's last step deferred into the quantizer of the matmul that reads its
+// output (one launch instead of two): x = hc_combine(gates, normed) (hyper_connection.h) is
+// computed per element with hc_combine's f32 operations (activation_math.cuh hc_combine_value),
+// stored to `x` and quantized into `layout` (Q8_0 or Q8_K, n_in = the row width of x); with
+// `inject`, its n_rows·n_streams logits become weights in place (hc_inject). Bitwise hc_combine
+// then quantize_activations (tests/cuda/matmul_test.cpp).
+struct HcCombineInputs {
+  const float* gates = nullptr;   // [n_rows][n_streams·n_in]
+  const float* normed = nullptr;  // [n_rows][n_streams·n_in]
+  int n_streams = 0;
+  float inv_streams = 0.0f;
+  float* x = nullptr;       // [n_rows][n_in], 16-byte aligned
+  float* inject = nullptr;  // [n_rows][n_streams] or null
+};
+void quantize_activations_combined(const ActivationLayout& layout, const HcCombineInputs& in, void* scratch,
+                                   cudaStream_t stream);
 
 // The grouped RMS norm of hyper_connection_in fused with the quantizer of the matmul that reads
 // it (one launch instead of two): x is [n_rows][n_groups·group_size], group g normalised with
@@ -114,12 +136,24 @@ void quantize_activations_fused(const ActivationLayout& layout, ActivationProlog
 // and `scratch` bitwise as quantize_activations(layout, normed) (tests/cuda/matmul_test.cpp).
 // With fold_y/fold_inject ([n_rows][group_size] / [n_rows][n_groups]), first x_g += inject_g·y in
 // place, bitwise hc_out (hyper_connection.h): the previous block's residual update, folded in.
+// With fold_combine too, y is not read but computed from moe_combine's inputs and stored to
+// fold_y, bitwise moe_combine (the MoE layer's combine, folded in as well).
 // can_norm_quantize says whether the layout allows it (F32, Q8_0 with group_size % 32 == 0, Q8_K
 // with group_size % 256 == 0); otherwise the call throws.
 bool can_norm_quantize(const ActivationLayout& layout, int64_t n_groups, int64_t group_size);
 void rms_norm_quantize_activations(const ActivationLayout& layout, float* x, const float* weight, int64_t n_groups,
                                    int64_t group_size, float eps, float* normed, void* scratch, cudaStream_t stream,
-                                   const float* fold_y = nullptr, const float* fold_inject = nullptr);
+                                   float* fold_y = nullptr, const float* fold_inject = nullptr,
+                                   const MoeCombineInputs* fold_combine = nullptr);
+
+// Gated DeltaNet's output norm fused the same way (one launch instead of three): x is
+// [n_rows][n_groups·group_size] (the heads), each head RMS-normed with the one `weight` they
+// share, then ·= σ(gate) (sigmoid_gate) or silu(gate) (gate laid out as x), written back to x in
+// place and quantized into `layout`: bitwise rms_norm_rows, gate_rows (window_ops.h) and
+// quantize_activations (tests/cuda/matmul_test.cpp). The layouts of can_norm_quantize.
+void rms_norm_gate_quantize_activations(const ActivationLayout& layout, float* x, const float* weight,
+                                        int64_t n_groups, int64_t group_size, float eps, const float* gate,
+                                        bool sigmoid_gate, void* scratch, cudaStream_t stream);
 
 // The activations matmul_quantized reads for `layout`: x itself when its floats already are the
 // layout (F32 activations, x 16-byte aligned, rows contiguous: no copy, no launch), else `scratch`
