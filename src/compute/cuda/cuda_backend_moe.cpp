@@ -138,8 +138,17 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
     act_router = a;
     act_gate = b;
   } else {
-    act_router = prepare_x(in_router, xd, scratch_.take(in_router.total_bytes), fold, s());
-    act_gate = prepare_x(in_gate, xd, scratch_.take(in_gate.total_bytes), fold, s());
+    // One of them is F32, which reads x itself: the quantized one first, so a deferred hc_combine
+    // is computed by its quantizer (prepare_x) rather than by a launch of its own.
+    void* router_scratch = scratch_.take(in_router.total_bytes);
+    void* gate_scratch = scratch_.take(in_gate.total_bytes);
+    if (in_router.format == GgmlType::F32) {
+      act_gate = prepare_x(in_gate, xd, gate_scratch, fold, s());
+      act_router = prepare_x(in_router, xd, router_scratch, fold, s());
+    } else {
+      act_router = prepare_x(in_router, xd, router_scratch, fold, s());
+      act_gate = prepare_x(in_gate, xd, gate_scratch, fold, s());
+    }
   }
   // The activations (layout and bytes) above that a matrix of H inputs reads, if any.
   auto shared_act = [&](const WeightMatrix& m) -> std::pair<const ActivationLayout*, const void*> {
@@ -154,6 +163,12 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
   // taken before the fork (see side_branch).
   float* shared = nullptr;
   float* gate_logit = nullptr;
+  // An F32 router reads x's floats, as the shared expert's F32 gate logit does: the logit then
+  // rides in the router's launch on the main stream (one launch fewer in the side branch).
+  const bool gate_logit_with_router = w.has_shared() && w.router.type == GgmlType::F32 &&
+                                      in_router.format == GgmlType::F32 && w.router.n_in == H;
+  const DeviceMatrix gate_inp_matrix =
+      gate_logit_with_router ? matrix(WeightMatrix::dense(GgmlType::F32, H, 1, w.shared_gate_inp.data())) : DeviceMatrix{};
   if (w.has_shared()) {
     const int64_t n_sh = w.shared_gate.n_out;
     const WeightMatrix gate_inp = WeightMatrix::dense(GgmlType::F32, H, 1, w.shared_gate_inp.data());
@@ -166,8 +181,10 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
     auto [up_layout, up_act] = shared_act(w.shared_up);
     const ActivationLayout own_gate = activation_layout(w.shared_gate.type, H, n_rows);
     const ActivationLayout own_up = activation_layout(w.shared_up.type, H, n_rows);
+    // Neither reads the router's or the experts' format, but both the same one: quantized once.
+    const bool up_reads_gates = !gate_layout && !up_layout && own_up.format == own_gate.format;
     void* own_gate_scratch = gate_layout ? nullptr : scratch_.take(own_gate.total_bytes);
-    void* own_up_scratch = up_layout ? nullptr : scratch_.take(own_up.total_bytes);
+    void* own_up_scratch = up_layout || up_reads_gates ? nullptr : scratch_.take(own_up.total_bytes);
     const ActivationLayout in_down = activation_layout(w.shared_down.type, n_sh, n_rows);
     void* down_scratch = scratch_.take(in_down.total_bytes);
     const ActivationLayout in_gate_inp = activation_layout(GgmlType::F32, H, n_rows);
@@ -178,7 +195,10 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
         gate_layout = &own_gate;
         gate_act = prepare_activations(own_gate, xd, own_gate_scratch, side);
       }
-      if (!up_layout) {
+      if (up_reads_gates) {
+        up_layout = gate_layout;
+        up_act = gate_act;
+      } else if (!up_layout) {
         up_layout = &own_up;
         up_act = prepare_activations(own_up, xd, own_up_scratch, side);
       }
@@ -191,8 +211,9 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
       quantize_activations_fused(in_down, ActivationPrologue::SiluMul, gate_up[0].y, gate_up[1].y, 0.0f,
                                  down_scratch, side);
       matmul_quantized(down_m, in_down, down_scratch, n_rows, shared, side);
-      matmul_quantized(gate_inp_m, in_gate_inp, prepare_activations(in_gate_inp, xd, gate_inp_scratch, side), n_rows,
-                       gate_logit, side);
+      if (!gate_logit_with_router)
+        matmul_quantized(gate_inp_m, in_gate_inp, prepare_activations(in_gate_inp, xd, gate_inp_scratch, side),
+                         n_rows, gate_logit, side);
     });
   }
 
@@ -208,8 +229,15 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
   const int64_t routed_rows = guess ? 2 * n_rows : n_rows;
   float* logits = scratch_.floats(routed_rows * n_expert);
   if (guess && next_router->router.type == w.router.type && next_router->router.n_in == H) {
-    const DenseOutput both[] = {{matrix(w.router), logits}, {matrix(next_router->router), logits + n_rows * n_expert}};
+    const DenseOutput all[] = {{matrix(w.router), logits},
+                               {matrix(next_router->router), logits + n_rows * n_expert},
+                               {gate_inp_matrix, gate_logit}};
+    matmul_quantized_many(std::span<const DenseOutput>(all, gate_logit_with_router ? 3 : 2), in_router, act_router,
+                          n_rows, s());
+  } else if (gate_logit_with_router) {
+    const DenseOutput both[] = {{matrix(w.router), logits}, {gate_inp_matrix, gate_logit}};
     matmul_quantized_many(both, in_router, act_router, n_rows, s());
+    if (guess) mm_x(next_router->router, logits + n_rows * n_expert);
   } else {
     mm_x(w.router, logits);
     if (guess) mm_x(next_router->router, logits + n_rows * n_expert);
