@@ -58,6 +58,66 @@ __device__ __forceinline__ void prefetch_rows_l2(const uint8_t* w, size_t row_st
   }
 }
 
+// What a block of either matmul kernel works on, decided after the wait for the previous kernel
+// (the expert list, row lists and slot map are written by the stream's routing kernels): the
+// activation rows of its pass, rows[0, nr) with nr <= NR; its outputs, y moved to the pass's first
+// row (for an expert: that expert's row list, and grid rows n_listed and on write the second
+// matrix's outputs to p.second_y); and for an expert its matrix, w moved into the expert's
+// resident slot at the matrix's offset, where `stages` starts copying it (StageIssuer::start; the
+// direct kernel passes NoStages). Shared by quant_matmul_kernel and staged_matmul_kernel so the
+// two cannot read MatmulArgs' pass and expert fields differently.
+//
+// w, row_stride, n_out and y are the block's matrix and outputs as the kernel chose them (its
+// dense target, or p's fields). All four are taken by reference, row_stride unread, and the staged
+// kernel's first stages go through `stages` rather than a callback: of the forms tried, the one
+// whose SASS (nvcc 13.0, sm_90a) stays closest to the prologue written out in each kernel. Every
+// staged kernel is byte-identical to it, as is the direct kernel for the float types, Q8_0,
+// IQ4_NL, IQ2_XS, Q4_K and Q6_K; for the other types the direct kernel loads the four fields in
+// the reverse order, which reschedules it (same registers, instruction counts within 3).
+//
+// An expert missing from the slot map gets NaN outputs, written by the lanes lane_in,
+// lane_in + lanes, ... of the lane group `group` (RW rows each) from first_row on, and false is
+// returned: the block returns without computing.
+struct NoStages {
+  __device__ __forceinline__ void start(const uint8_t*, int) {}
+};
+
+template <int NR, int RW, class Stages>
+__device__ __forceinline__ bool select_pass(const MatmulArgs& p, const uint8_t*& w,
+                                            [[maybe_unused]] const size_t& row_stride, const int64_t& n_out, float*& y,
+                                            int (&rows)[NR], int& nr, int64_t first_row, int64_t row_step, int group,
+                                            int lane_in, int lanes, Stages& stages) {
+  if (p.expert_ids) {
+    int j = blockIdx.y;
+    size_t matrix_offset = p.matrix_offset;
+    if (p.second_y && j >= p.n_listed) {
+      j -= p.n_listed;
+      matrix_offset = p.second_offset;
+      y = p.second_y;
+    }
+    nr = min(max(p.row_counts[j] - p.row_pass, 0), NR);
+#pragma unroll
+    for (int r = 0; r < NR; ++r) rows[r] = r < nr ? p.row_ids[size_t(j) * p.max_rows + p.row_pass + r] : 0;
+    y += (size_t(j) * p.max_rows + p.row_pass) * size_t(n_out);
+    const uint32_t slot = p.smap_layer[p.expert_ids[j]];
+    if (slot == kSlotMiss) {  // the caller broke the residency promise: make it visible
+      for (int64_t o = first_row + group * RW; o < n_out; o += row_step)
+        for (int i = 0; i < RW; ++i)
+          for (int r = lane_in; r < nr; r += lanes)
+            if (o + i < n_out) y[size_t(r) * n_out + o + i] = __int_as_float(0x7fc00000);
+      return false;
+    }
+    w += size_t(slot) * p.slot_bytes + matrix_offset;
+    stages.start(w, lane_in);
+  } else {
+    nr = min(p.n_rows - p.row_pass, NR);
+#pragma unroll
+    for (int r = 0; r < NR; ++r) rows[r] = p.row_pass + r;
+    y += size_t(p.row_pass) * size_t(n_out);
+  }
+  return true;
+}
+
 // Types describe a unit as decode / load_act / dot (preferred: activations are loaded once for
 // all the weight rows of a warp) or as one unit<NR>() doing all three.
 template <class Q>
@@ -108,33 +168,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
   if constexpr (Q::kTableBytes > 0) __syncthreads();
   int rows[NR];
   int nr;
-  if (p.expert_ids) {
-    int j = blockIdx.y;
-    size_t matrix_offset = p.matrix_offset;
-    if (p.second_y && j >= p.n_listed) {
-      j -= p.n_listed;
-      matrix_offset = p.second_offset;
-      y = p.second_y;
-    }
-    nr = min(max(p.row_counts[j] - p.row_pass, 0), NR);
-#pragma unroll
-    for (int r = 0; r < NR; ++r) rows[r] = r < nr ? p.row_ids[size_t(j) * p.max_rows + p.row_pass + r] : 0;
-    y += (size_t(j) * p.max_rows + p.row_pass) * size_t(n_out);
-    const uint32_t slot = p.smap_layer[p.expert_ids[j]];
-    if (slot == kSlotMiss) {  // the caller broke the residency promise: make it visible
-      for (int64_t o = first_row + group * RW; o < n_out; o += row_step)
-        for (int i = 0; i < RW; ++i)
-          for (int r = lane_in; r < nr; r += lanes)
-            if (o + i < n_out) y[size_t(r) * n_out + o + i] = __int_as_float(0x7fc00000);
-      return;
-    }
-    w += size_t(slot) * p.slot_bytes + matrix_offset;
-  } else {
-    nr = min(p.n_rows - p.row_pass, NR);
-#pragma unroll
-    for (int r = 0; r < NR; ++r) rows[r] = p.row_pass + r;
-    y += size_t(p.row_pass) * size_t(n_out);
-  }
+  NoStages no_stages;
+  if (!select_pass<NR, RW>(p, w, row_stride, n_out, y, rows, nr, first_row, row_step, group, lane_in, lanes, no_stages))
+    return;
   const int n_units = int(p.n_in / Q::kBlockElems) * Q::kUnitsPerBlock;
   for (int64_t o_warp = first_row; o_warp < n_out; o_warp += row_step) {
     const int64_t o = o_warp + group * RW;  // this lane group's first row
@@ -241,35 +277,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) staged_matmul_kernel(Matm
   pdl_begin();
   int rows[NR];
   int nr;
-  if (p.expert_ids) {
-    int j = blockIdx.y;
-    size_t matrix_offset = p.matrix_offset;
-    if (p.second_y && j >= p.n_listed) {
-      j -= p.n_listed;
-      matrix_offset = p.second_offset;
-      y = p.second_y;
-    }
-    nr = min(max(p.row_counts[j] - p.row_pass, 0), NR);
-#pragma unroll
-    for (int r = 0; r < NR; ++r) rows[r] = r < nr ? p.row_ids[size_t(j) * p.max_rows + p.row_pass + r] : 0;
-    y += (size_t(j) * p.max_rows + p.row_pass) * size_t(n_out);
-    const uint32_t slot = p.smap_layer[p.expert_ids[j]];
-    if (slot == kSlotMiss) {  // the caller broke the residency promise: make it visible (the whole block returns)
-      for (int64_t o = first_row; o < n_out; o += row_step)
-        for (int i = 0; i < RW; ++i)
-          for (int r = lane; r < nr; r += 32)
-            if (o + i < n_out) y[size_t(r) * n_out + o + i] = __int_as_float(0x7fc00000);
-      return;
-    }
-    w += size_t(slot) * p.slot_bytes + matrix_offset;
-    issuer.w = w;
-    for (int k = 1; k < n_stages; ++k) issuer.next(lane);
-  } else {
-    nr = min(p.n_rows - p.row_pass, NR);
-#pragma unroll
-    for (int r = 0; r < NR; ++r) rows[r] = p.row_pass + r;
-    y += size_t(p.row_pass) * size_t(n_out);
-  }
+  // A full warp per row group; a missing expert: the whole block returns.
+  if (!select_pass<NR, RW>(p, w, row_stride, n_out, y, rows, nr, first_row, row_step, 0, lane, 32, issuer)) return;
   [[maybe_unused]] SharedActView shared_act{};
   if constexpr (kSharedAct) shared_act = copy_activations<NR>(p.act, rows, nr, int(p.n_in), shared + p.table_bytes);
   if constexpr (Q::kTableBytes > 0 || kSharedAct) __syncthreads();

@@ -119,6 +119,13 @@ struct StageIssuer {
   int n_units, n_chunks, n_stages;
   int chunk = 0, buffer = 0;  // the next stage's chunk and buffer
 
+  // Points the issuer at `matrix` and copies its first n_stages − 1 stages (the kernel's loop
+  // issues one more per stage it decodes); for an expert's matrix once the slot is known.
+  __device__ __forceinline__ void start(const uint8_t* matrix, int lane) {
+    w = matrix;
+    for (int k = 1; k < n_stages; ++k) next(lane);
+  }
+
   // Copies the next stage (one committed group; an empty one past the warp's last row, so that
   // wait_group's count stays the same every trip).
   __device__ __forceinline__ void next(int lane) {
