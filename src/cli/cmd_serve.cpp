@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "cli/build_info.h"
@@ -25,6 +26,7 @@
 #include "compute/cpu/thread_pool.h"
 #include "engine/session.h"
 #include "model/model.h"
+#include "serve/batch_groups.h"
 #include "serve/heap_policy.h"
 #include "serve/http_server.h"
 #include "text/chat_template.h"
@@ -42,6 +44,8 @@ struct ServeOptions {
   std::string alias;
   std::string api_key_file;
   std::string cache_ram;
+  std::string batch_groups = "auto";      // --batch-groups as given
+  std::optional<int> batch_groups_given;  // parsed: nullopt = auto, decided at start
   bool seed_given = false;
 };
 
@@ -114,6 +118,13 @@ void run_serve(const ServeOptions& options) {
           "which other requests change, so replies would depend on what else runs; use "
           "--parallel 1 or leave --moce off",
           server_options.parallel);
+    const serve::BatchGroupsChoice groups = serve::choose_batch_groups(
+        options.batch_groups_given,
+        {int(pool.size()), server_options.parallel, model->file().file_size(), serve::llc_bytes(),
+         store != nullptr});
+    server_options.batch_groups = groups.groups;
+    server_options.batch_groups_reason = groups.reason;
+    fmt::print(stderr, "strata serve: batch groups {} ({})\n", groups.groups, groups.reason);
     if (server_options.cache_ram_bytes > 0 && served.backend != "cpu")
       fmt::print(stderr,
                  "strata serve: no conversation state cache on the {} backend (its states live "
@@ -222,12 +233,14 @@ void register_serve(CLI::App& app) {
                   "experts read once per step; every reply bitwise as with 1); more wait in the "
                   "queue. cpu backend only; not with --spec or --moce")
       ->capture_default_str();
-  cmd->add_option("--batch-groups", server.batch_groups,
-                  "cut each batched step into G windows of consecutive requests run side by side, "
-                  "each on threads/G threads: faster when the model is small enough that a step "
-                  "is compute rather than weight reads (every reply still bitwise as with 1); "
-                  "experts from the file mapping only (not with --ram-budget)")
-      ->check(CLI::Range(1, 256))
+  cmd->add_option("--batch-groups", options->batch_groups,
+                  "G or auto: cut each batched step into G windows of consecutive requests run "
+                  "side by side, each on threads/G threads (every reply still bitwise as with 1); "
+                  "experts from the file mapping only (not with --ram-budget). auto, decided at "
+                  "start: when the model file fits in the last-level cache (a step is compute), "
+                  "threads/2 rounded down to a power of two, at most --parallel; otherwise (a "
+                  "step is weight reads), unknown cache size or a RAM-budget store, 1")
+      ->type_name("G|auto")
       ->capture_default_str();
   add_cache_ram_option(*cmd, options->cache_ram);
   cmd->add_option("--alias", options->alias,
@@ -237,6 +250,7 @@ void register_serve(CLI::App& app) {
       "no access log on stderr");
   cmd->callback([options, cmd] {
     options->seed_given = cmd->count("--seed") > 0;
+    options->batch_groups_given = serve::parse_batch_groups(options->batch_groups);
     options->server.cache_ram_bytes = resolve_cache_ram(options->cache_ram);  // before the load
     run_serve(*options);
   });

@@ -20,8 +20,9 @@
 //   the same windows as the others' decode rows, and the windows of prompts that arrive while a
 //   step runs share the next one.
 //   Each sequence's rows give the bits they give alone (Session::feed_together).
-// - Groups (`BatchGroups`, strata serve --batch-groups G): a step of at least two sequences is
-//   cut into up to G windows of consecutive sequences, about the same rows each, run side by side,
+// - Groups (`BatchGroups`, strata serve --batch-groups G; by default G is chosen at start by
+//   the auto rule of serve/batch_groups.h): a step of at least two sequences is cut into up to G
+//   windows of consecutive sequences, about the same rows each, run side by side,
 //   each on its own thread pool (threads / G threads) with its own window buffers and its own
 //   view of the file mapping's experts. Why: on a small model a step is compute, not weight
 //   reads, and a window split over threads hands out hundreds of tiny products per step whose

@@ -349,6 +349,8 @@ void HttpServer::Impl::add_routes() {
     props.speculative = spec_mode_name(options.spec.mode);
     props.build_info = options.build_info;
     props.slots = options.parallel;
+    props.batch_groups = options.batch_groups;
+    props.batch_groups_reason = options.batch_groups_reason;
     Json answer = props_json(served, props);
     answer["default_generation_settings"]["is_processing"] = live().running;
     const StateCacheStats cache = generator.state_cache().stats();  // thread-safe

@@ -53,6 +53,7 @@ struct ServerOptions {
   uint64_t cache_ram_bytes = StateCache::kDefaultMaxBytes;  // --cache-ram; 0 = no state cache
   int parallel = 1;      // --parallel: generations decoded together (serve/decode_batcher.h)
   int batch_groups = 1;  // --batch-groups: windows a batched step is cut into (BatchGroups)
+  std::string batch_groups_reason;  // how that number was chosen (serve/batch_groups.h), /props
 };
 
 class HttpServer {

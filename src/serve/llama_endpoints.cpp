@@ -90,6 +90,7 @@ Json props_json(const ServedModel& served, const PropsLimits& limits) {
         {"max_connections", limits.max_connections},
         {"max_body_bytes", limits.max_body_bytes},
         {"timeout_s", limits.timeout_s},
+        {"batch_groups", {{"groups", limits.batch_groups}, {"reason", limits.batch_groups_reason}}},
         {"experts", std::move(experts)}}}};
 }
 

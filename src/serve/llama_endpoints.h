@@ -7,8 +7,9 @@
 //                      with U+FFFD by the JSON writer)
 //   GET  /props      → llama-server's fields (default_generation_settings with n_ctx and the
 //                      default sampling params, total_slots, model_path, chat_template,
-//                      build_info, modalities) plus "strata": the served id, the request limits
-//                      and the expert budget (how the routed experts are held)
+//                      build_info, modalities) plus "strata": the served id, the request limits,
+//                      the batch groups (how many, and why) and the expert budget (how the
+//                      routed experts are held)
 // No state; thread-safe as far as the tokenizer is (its encode/decode are const).
 #pragma once
 
@@ -32,6 +33,8 @@ struct PropsLimits {
   std::string speculative;  // "off", "mtp", "suffix", "both"
   std::string build_info;   // `strata --version`'s text, "" when not given
   int slots = 1;            // --parallel
+  int batch_groups = 1;     // --batch-groups, as chosen at start
+  std::string batch_groups_reason;
 };
 Json props_json(const ServedModel& served, const PropsLimits& limits);
 

@@ -93,6 +93,8 @@ TEST(ServeEndpoints, PropsReportContextModelAndBudgets) {
   EXPECT_EQ(strata["max_connections"], 7 + 16);
   EXPECT_EQ(strata["timeout_s"], 9);
   EXPECT_EQ(strata["speculative"], "off");
+  EXPECT_EQ(strata["batch_groups"]["groups"], 1);  // auto with one slot
+  EXPECT_EQ(strata["batch_groups"]["reason"], "auto: --parallel 1 has no batched steps");
   EXPECT_EQ(strata["experts"]["source"], "mapped");
   EXPECT_GT(strata["experts"]["n_expert"].get<int>(), 0);
 }

@@ -146,8 +146,10 @@ double expect_concurrent_requests_answer_as_the_single_slot_server(std::vector<s
   return group_windows;
 }
 
+// One window a step (given: the default, auto, may pick groups on a many-core box).
 TEST(ServeParallel, ConcurrentRequestsAnswerAsTheSingleSlotServer) {
-  EXPECT_EQ(expect_concurrent_requests_answer_as_the_single_slot_server({}), 0);
+  EXPECT_EQ(expect_concurrent_requests_answer_as_the_single_slot_server({"--batch-groups", "1"}),
+            0);
 }
 
 // --batch-groups 2: the steps are cut into two windows run side by side (2 threads each here, so
@@ -157,6 +159,34 @@ TEST(ServeParallel, BatchGroupsAnswerAsTheSingleSlotServer) {
   EXPECT_GE(expect_concurrent_requests_answer_as_the_single_slot_server(
                 {"--batch-groups", "2", "--threads", "4"}),
             2);
+}
+
+// --batch-groups auto (the default): decided once at start, logged on one line and reported by
+// /props with its reason; how many depends on the box (serve/batch_groups.h), so this checks that
+// the line, /props and the rule's bounds agree, and that a given number is reported as given.
+TEST(ServeParallel, AutoBatchGroupsAreLoggedAndReported) {
+  ServeProcess server({"--parallel", "4"});
+  const json groups = get(server, "/props").json()["strata"]["batch_groups"];
+  const int chosen = groups["groups"].get<int>();
+  EXPECT_GE(chosen, 1);
+  EXPECT_LE(chosen, 4);
+  const std::string reason = groups["reason"].get<std::string>();
+  EXPECT_EQ(reason.rfind("auto: ", 0), 0u) << reason;
+  EXPECT_NE(server.process().stderr_text().find(
+                fmt::format("strata serve: batch groups {} ({})\n", chosen, reason)),
+            std::string::npos)
+      << server.process().stderr_text();
+
+  ServeProcess given({"--parallel", "4", "--batch-groups", "2"});
+  const json reported = get(given, "/props").json()["strata"]["batch_groups"];
+  EXPECT_EQ(reported, json({{"groups", 2}, {"reason", "given"}}));
+
+  // Groups are refused with a RAM-budget store; auto picks 1 there on any box, so it starts.
+  ServeProcess store({"--parallel", "2", "--slots-per-layer", "2"});
+  const json with_store = get(store, "/props").json()["strata"]["batch_groups"];
+  EXPECT_EQ(with_store["groups"], 1);
+  EXPECT_NE(with_store["reason"].get<std::string>().find("RAM-budget store"), std::string::npos)
+      << with_store.dump();
 }
 
 // n > 1 with --parallel: the choices of one request decode together, as rows of the same batched
@@ -352,6 +382,13 @@ TEST(ServeParallel, BadValuesAndRefusedCombinationsFailAtStart) {
             std::string::npos);
   EXPECT_NE(start({"--batch-groups", "2"}).find("with --parallel 1 there are none"),
             std::string::npos);
+  for (const char* bad : {"0", "-1", "many"})
+    EXPECT_NE(start({"--parallel", "2", fmt::format("--batch-groups={}", bad)})
+                  .find(fmt::format("--batch-groups: expected auto or a number of groups from 1 "
+                                    "to 256, found '{}'",
+                                    bad)),
+              std::string::npos)
+        << bad;
   EXPECT_NE(start({"--parallel", "2", "--batch-groups", "2", "--slots-per-layer", "2"})
                 .find("a RAM-budget expert store keeps one residency state"),
             std::string::npos);

@@ -1,0 +1,74 @@
+// How many windows `strata serve --parallel N` cuts a batched decode step into (`--batch-groups`,
+// DecodeBatcher's BatchGroups, serve/decode_batcher.h), decided once at server start.
+//
+// `--batch-groups auto` (the default) applies one rule to what is known at start:
+//   W   = the bytes of weights decode steps read: taken as the model file's size, an upper bound
+//         that is close for batched steps (16 rows of the default model touch 23.9 of a layer's 64
+//         experts per step, and the next steps other ones, so what must stay cached is most of the
+//         file, not one token's dense part and active experts);
+//   LLC = the last-level cache (sysfs: level 3, else level 2; not exposed → 0, taken as small);
+//   T   = the compute threads (--threads).
+//   W ≤ LLC: the weights stay in cache, so a step is compute and its rows share little memory
+//            traffic, while one window split over many threads is all hand-outs (34 µs each at 16
+//            threads): G = T/2 rounded down to a power of two (two threads a group), within
+//            [1, parallel].
+//   W > LLC: a step is weight reads, and each group would read the dense weights and its experts
+//            again: G = 1.
+// Measured (docs/serve.md, "Batch groups", 16-core Xeon with 300 MiB L3, --parallel 16, 16 streams
+// ÷ one stream): the 27 MB default model 2.4× with 1 group, 3.6× with 2, 5.9× with 4, 5.4× with 8
+// (the rule picks 8); an 11 GiB model with uniform routing 2.7× with 1 group, 2.6× with 8 (the
+// rule picks 1). With a RAM-budget expert store auto is 1: groups read the experts from the file
+// mapping (their residency state is one).
+//
+// Everything here is a pure function but `llc_bytes`, which reads sysfs. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace strata::serve {
+
+// The most groups --batch-groups accepts.
+inline constexpr int kMaxBatchGroups = 256;
+
+// Whether a step's weights stay cache-resident: step_bytes ≤ llc_bytes, an unknown (0) LLC
+// counting as too small.
+bool weights_fit_cache(uint64_t step_bytes, uint64_t llc_bytes);
+
+// The auto rule above. threads or parallel below 1 count as 1; llc_bytes 0 = unknown. Returns a
+// value in [1, max(1, parallel)].
+int auto_batch_groups(int threads, int parallel, uint64_t step_bytes, uint64_t llc_bytes);
+
+// The last-level cache of CPU 0 in bytes, from `cache_dir`/index*/{level,size,type} (sizes as the
+// kernel writes them, "32768K"; instruction caches skipped): the largest level-3 cache, else the
+// largest level-2 one; 0 when neither can be read (e.g. a VM that exposes no cache sizes).
+uint64_t llc_bytes(const std::filesystem::path& cache_dir = "/sys/devices/system/cpu/cpu0/cache");
+
+// `--batch-groups` as given: "auto" → nullopt, else a number of groups in [1, kMaxBatchGroups].
+// Throws strata::Error naming the option, what it expects and what it found.
+std::optional<int> parse_batch_groups(std::string_view text);
+
+// What the server knows at start.
+struct BatchGroupsInputs {
+  int threads = 1;
+  int parallel = 1;
+  uint64_t model_file_bytes = 0;  // W
+  uint64_t llc_bytes = 0;         // 0 = unknown
+  bool expert_store = false;      // experts from a RAM-budget store (groups refused)
+};
+
+struct BatchGroupsChoice {
+  int groups = 1;
+  // For the startup line and /props: "given", or "auto: " and why, e.g. "auto: model 26.2 MiB
+  // fits in the 300 MiB last-level cache, a step is compute: 16 threads, 2 a group, ...".
+  std::string reason;
+};
+
+// `given` (a number from parse_batch_groups) is kept as it is (the server checks it against
+// --parallel and the store); nullopt applies the auto rule to `inputs`.
+BatchGroupsChoice choose_batch_groups(std::optional<int> given, const BatchGroupsInputs& inputs);
+
+}  // namespace strata::serve
