@@ -50,45 +50,6 @@ std::string encode_utf8(uint32_t cp) {
   return out;
 }
 
-// The UTF-8 encodings of the code points lo..hi as sequences of byte ranges, each sequence a
-// range of the same length whose every byte position is a contiguous range (the split of RE2
-// and Rust's regex-syntax utf8 module). Surrogates are left out.
-void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<Sequence>& out) {
-  if (lo > hi) return;
-  if (lo <= 0xDFFF && hi >= 0xD800) {
-    if (lo < 0xD800) utf8_sequences(lo, 0xD7FF, out);
-    if (hi > 0xDFFF) utf8_sequences(0xE000, hi, out);
-    return;
-  }
-  for (uint32_t max : {0x7Fu, 0x7FFu, 0xFFFFu})
-    if (lo <= max && max < hi) {
-      utf8_sequences(lo, max, out);
-      utf8_sequences(max + 1, hi, out);
-      return;
-    }
-  if (hi >= 0x80) {
-    for (uint32_t i = 1; i < 4; ++i) {
-      const uint32_t m = (uint32_t(1) << (6 * i)) - 1;
-      if ((lo & ~m) == (hi & ~m)) continue;
-      if ((lo & m) != 0) {
-        utf8_sequences(lo, lo | m, out);
-        utf8_sequences((lo | m) + 1, hi, out);
-        return;
-      }
-      if ((hi & m) != m) {
-        utf8_sequences(lo, (hi & ~m) - 1, out);
-        utf8_sequences(hi & ~m, hi, out);
-        return;
-      }
-    }
-  }
-  const std::string first = encode_utf8(lo), last = encode_utf8(hi);
-  Sequence sequence;
-  for (size_t i = 0; i < first.size(); ++i)
-    sequence.push_back(GrammarBuilder::range(uint8_t(first[i]), uint8_t(last[i])));
-  out.push_back(std::move(sequence));
-}
-
 // What a generated rule came from, for the left-recursion message.
 struct RuleInfo {
   std::string name;
@@ -512,7 +473,7 @@ Item Parser::code_points(std::vector<CodeRange> ranges, size_t offset,
                          const std::string& construct) {
   if (const auto known = classes_.find(ranges); known != classes_.end()) return known->second;
   std::vector<Sequence> sequences;
-  for (const CodeRange& r : ranges) utf8_sequences(r.first, r.second, sequences);
+  for (const CodeRange& r : ranges) GrammarBuilder::utf8_sequences(r.first, r.second, sequences);
   ByteSet single;
   std::vector<Sequence> alternatives;
   for (Sequence& s : sequences) {

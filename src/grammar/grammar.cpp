@@ -6,6 +6,8 @@
 #include <deque>
 #include <stdexcept>
 
+#include "text/utf8.h"
+
 namespace strata::grammar {
 namespace {
 
@@ -192,6 +194,44 @@ std::vector<std::pair<ByteSet, GrammarBuilder::Sequence>> GrammarBuilder::utf8_c
           {bytes(0xF0, 0xF0), {range(0x90, 0xBF), tail, tail}},
           {bytes(0xF1, 0xF3), {tail, tail, tail}},
           {bytes(0xF4, 0xF4), {range(0x80, 0x8F), tail, tail}}};
+}
+
+void GrammarBuilder::utf8_sequences(uint32_t lo, uint32_t hi, std::vector<Sequence>& out) {
+  if (lo > hi) return;
+  if (lo <= 0xDFFF && hi >= 0xD800) {
+    if (lo < 0xD800) utf8_sequences(lo, 0xD7FF, out);
+    if (hi > 0xDFFF) utf8_sequences(0xE000, hi, out);
+    return;
+  }
+  for (uint32_t max : {0x7Fu, 0x7FFu, 0xFFFFu})
+    if (lo <= max && max < hi) {
+      utf8_sequences(lo, max, out);
+      utf8_sequences(max + 1, hi, out);
+      return;
+    }
+  if (hi >= 0x80) {
+    for (uint32_t i = 1; i < 4; ++i) {
+      const uint32_t m = (uint32_t(1) << (6 * i)) - 1;
+      if ((lo & ~m) == (hi & ~m)) continue;
+      if ((lo & m) != 0) {
+        utf8_sequences(lo, lo | m, out);
+        utf8_sequences((lo | m) + 1, hi, out);
+        return;
+      }
+      if ((hi & m) != m) {
+        utf8_sequences(lo, (hi & ~m) - 1, out);
+        utf8_sequences(hi & ~m, hi, out);
+        return;
+      }
+    }
+  }
+  std::string first, last;
+  append_utf8(first, char32_t(lo));
+  append_utf8(last, char32_t(hi));
+  Sequence sequence;
+  for (size_t i = 0; i < first.size(); ++i)
+    sequence.push_back(range(uint8_t(first[i]), uint8_t(last[i])));
+  out.push_back(std::move(sequence));
 }
 
 uint32_t GrammarBuilder::text_until(std::string name, std::string_view terminator,

@@ -130,6 +130,11 @@ class GrammarBuilder {
   // and every well-formed multi-byte sequence (Unicode 15 Table 3-7: no overlongs, surrogates,
   // nothing above U+10FFFF).
   static std::vector<std::pair<ByteSet, Sequence>> utf8_char_forms(const ByteSet& ascii);
+  // Appends the UTF-8 encodings of the code points lo..hi (surrogates left out) as sequences of
+  // byte ranges: each sequence covers code points of one encoded length, and every byte position
+  // of it is a contiguous range (the split of RE2 and Rust's regex-syntax utf8 module).
+  // REQUIRES: hi <= 0x10FFFF.
+  static void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<Sequence>& out);
 
   size_t n_elements() const { return grammar_.elements.size(); }
   size_t n_rules() const { return grammar_.rules.size(); }
