@@ -8,6 +8,8 @@
 #include <optional>
 #include <set>
 
+#include "grammar/pattern.h"
+
 namespace strata::grammar {
 namespace {
 
@@ -41,7 +43,6 @@ const std::set<std::string, std::less<>> kAnnotations = {
     "deprecated", "readOnly",    "writeOnly", "$defs",   "definitions", "$anchor",
 };
 const std::set<std::string, std::less<>> kRefused = {
-    "pattern",
     "minimum",
     "maximum",
     "exclusiveMinimum",
@@ -74,7 +75,8 @@ const std::set<std::string, std::less<>> kObjectKeywords = {"properties", "requi
                                                             "additionalProperties"};
 const std::set<std::string, std::less<>> kArrayKeywords = {"items", "minItems", "maxItems",
                                                            "uniqueItems"};
-const std::set<std::string, std::less<>> kStringKeywords = {"minLength", "maxLength", "format"};
+const std::set<std::string, std::less<>> kStringKeywords = {"minLength", "maxLength", "format",
+                                                            "pattern"};
 // The `format`s a string schema may carry (Compiler::formatted); any other is refused.
 const std::set<std::string, std::less<>> kFormats = {"date", "time", "date-time", "uuid"};
 const std::set<std::string, std::less<>> kTypes = {"object",  "array",   "string", "number",
@@ -622,10 +624,10 @@ uint32_t Compiler::string(const ojson& schema, const std::string& path) {
       refuse(where, fmt::format("the format {} is not supported (supported: date, time, "
                                 "date-time, uuid)",
                                 describe(*it)));
-    for (const char* bound : {"minLength", "maxLength"})
-      if (schema.contains(bound))
-        refuse(child(path, bound),
-               "minLength / maxLength together with a format are not supported");
+    for (const char* other : {"minLength", "maxLength", "pattern"})
+      if (schema.contains(other))
+        refuse(child(path, other),
+               fmt::format("{} together with a format is not supported", other));
     return builder_.add(where,
                         {{B::byte('"'), B::rule(formatted(it->get<std::string>())), B::byte('"')}});
   }
@@ -633,6 +635,23 @@ uint32_t Compiler::string(const ojson& schema, const std::string& path) {
   const int64_t max = read_bound(schema, "maxLength", path, -1);
   if (max >= 0 && min > max)
     refuse(child(path, "minLength"), fmt::format("minLength {} exceeds maxLength {}", min, max));
+  if (const auto it = schema.find("pattern"); it != schema.end()) {
+    const std::string where = child(path, "pattern");
+    if (!it->is_string())
+      refuse(where,
+             fmt::format("expected a string (a regular expression), found {}", describe(*it)));
+    uint32_t text;
+    try {
+      text = add_pattern_rule(builder_, it->get_ref<const std::string&>(), min, max, where);
+    } catch (const PatternError& error) {
+      refuse(where, error.what());
+    }
+    if (builder_.n_elements() > kMaxGrammarElements)
+      refuse(where,
+             fmt::format("schema too large (its grammar passed {} elements)", kMaxGrammarElements));
+    return builder_.add(path.empty() ? "string" : path,
+                        {{B::byte('"'), B::rule(text), B::byte('"')}});
+  }
   if (min == 0 && max < 0) return any_string();
   const uint32_t chars = builder_.repeat(child(path, "chars"), {B::rule(string_char())}, min, max);
   return builder_.add(path.empty() ? "string" : path,

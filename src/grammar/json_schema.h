@@ -11,18 +11,21 @@
 //   counting as one), minimum / maximum / exclusiveMinimum / exclusiveMaximum on a schema whose
 //   type is "integer" (a number each; the grammar spells exactly the integers within them, as
 //   runs of digit ranges per length), format on a string: date, time, date-time (RFC 3339),
-//   uuid (RFC 4122), each as a subset of the valid spellings (Compiler::formatted says which).
+//   uuid (RFC 4122), each as a subset of the valid spellings (Compiler::formatted says which),
+//   pattern on a string (grammar/pattern.h: the regular subset of ECMA-262 regexes, unanchored
+//   as JSON Schema says, together with minLength / maxLength if given).
 //   A schema of `true` or {} is any JSON value. Annotations (title, description, examples,
 //   default, $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored; so are
 //   keywords JSON Schema does not define.
-// Refused with SchemaError naming the keyword's path (e.g. "properties.age.minimum"): pattern
-//   (no regex engine here yet), other formats (or one with min/maxLength), minimum / maximum /
-//   exclusive* on anything but an "integer" schema (a number's bounds, or a type array), an
-//   empty integer range, multipleOf, allOf, not, if / then / else, patternProperties,
-//   propertyNames, min/maxProperties, dependent*, prefixItems, contains, uniqueItems: true,
-//   unevaluated*, $ref outside the document, $ref with constraining siblings, anyOf / oneOf with
-//   constraining siblings, a `false` schema, required names that additionalProperties false
-//   forbids, bounds above kMaxRepeat.
+// Refused with SchemaError naming the keyword's path (e.g. "properties.age.minimum"): a pattern
+//   outside the subset (lookaround, backreferences, \b, \p{..}, bounds over kMaxPatternRepeat,
+//   an automaton too large: grammar/regex.h, grammar/pattern.h), other formats (or one with
+//   min/maxLength or pattern), minimum / maximum / exclusive* on anything but an "integer"
+//   schema (a number's bounds, or a type array), an empty integer range, multipleOf, allOf,
+//   not, if / then / else, patternProperties, propertyNames, min/maxProperties, dependent*,
+//   prefixItems, contains, uniqueItems: true, unevaluated*, $ref outside the document, $ref
+//   with constraining siblings, anyOf / oneOf with constraining siblings, a `false` schema,
+//   required names that additionalProperties false forbids, bounds above kMaxRepeat.
 //
 // What the grammar generates (and the matcher accepts), a subset of the valid instances:
 // - Whitespace: none at the top level; after { [ , : and before } ] at most one of "", " " or
@@ -36,7 +39,7 @@
 //   and 2 of exponent (so a number fits a double); integers without fraction or exponent. enum /
 //   const values in nlohmann's compact form.
 // - Strings: well-formed UTF-8 (no lone surrogates, escaped or not), control characters only
-//   as escapes.
+//   as escapes. A string with a pattern spells each character one way (grammar/pattern.h).
 #pragma once
 
 #include <memory>

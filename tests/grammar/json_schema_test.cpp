@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <random>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
+#include "grammar/pattern.h"
 
 namespace strata::grammar {
 namespace {
@@ -289,8 +291,225 @@ TEST(JsonSchemaGrammar, StringFormatsSpellValidDatesTimesAndUuids) {
       R"({"id": "00000000-0000-0000-0000-000000000000", "day": "2020-10-10", "at": "2020-10-10T10:10:10Z"})"));
 }
 
+// A string schema with `pattern` (and `extra` keywords), compiled.
+Grammar pattern_grammar(const std::string& pattern, const ojson& extra = ojson::object()) {
+  ojson schema = {{"type", "string"}, {"pattern", pattern}};
+  schema.update(extra);
+  return compile_json_schema(schema);
+}
+
+// Whether the grammar accepts `text` written as a JSON string (nlohmann's escapes: \" \\ \n ...,
+// \u00XX for other controls).
+bool accepts_text(const Grammar& grammar, const std::string& text) {
+  return matches(grammar, ojson(text).dump());
+}
+
+struct PatternCase {
+  std::string pattern;
+  std::vector<std::string> match, no_match;
+};
+
+void expect_language(const PatternCase& c) {
+  SCOPED_TRACE(c.pattern);
+  const Grammar grammar = pattern_grammar(c.pattern);
+  for (const std::string& text : c.match) EXPECT_TRUE(accepts_text(grammar, text)) << text;
+  for (const std::string& text : c.no_match) EXPECT_FALSE(accepts_text(grammar, text)) << text;
+}
+
+TEST(JsonSchemaPattern, EachConstructMatchesItsLanguage) {
+  const std::vector<PatternCase> cases = {
+      // Literals and escapes.
+      {"^abc$", {"abc"}, {"", "ab", "abcd", "xabc", "ABC"}},
+      {R"(^a\.b\-c\/d\"$)", {"a.b-c/d\""}, {"axb-c/d\"", "a.b-c/d"}},
+      {R"(^\d\w\s$)", {"1_ ", "9a\t", "0Z\n", "5b\xC2\xA0"}, {"a_ ", "1- ", "-a ", "1_x"}},
+      {R"(^\D\W\S$)", {"a-x", "-!1", "\xC3\xA9 \xC3\xA9"}, {"1-x", "aax", "a- "}},
+      {R"(^\u00e9\x41\u{1F600}$)",
+       {"\xC3\xA9"
+        "A\xF0\x9F\x98\x80"},
+       {"eA\xF0\x9F\x98\x80"}},
+      {R"(^\uD83D\uDE00$)", {"\xF0\x9F\x98\x80"}, {"", "\xF0\x9F\x98\x81"}},  // one character
+      {R"(^\t\n\r\f\v\0\cA$)", {std::string("\t\n\r\f\v\0\x01", 7)}, {"\t\n\r\f\v"}},
+      // Classes, ranges, negation.
+      {"^[a-z0-9_]+$", {"ab_9", "z", "0"}, {"", "aB", "a-b", "\xC3\xA9"}},
+      {R"(^[^"\\]*$)", {"", "plain text", "\xE2\x82\xAC", "a\nb"}, {"a\"b", "a\\b", "\""}},
+      {R"(^[\d.\-]+$)", {"1.5", "-2", "..."}, {"1,5", "a"}},
+      {R"(^[-a]$)", {"-", "a"}, {"b"}},
+      {R"(^[\b]$)", {"\b"}, {"b"}},
+      {"^[^]$", {"x", "\n", "\xF0\x9F\x98\x80"}, {"", "xy"}},
+      {"^a[]?b$", {"ab"}, {"axb"}},  // [] matches nothing
+      {"^.$", {"a", "\"", "\\", "\xC3\xA9", "\t"}, {"", "\n", "\r", "\xE2\x80\xA8", "ab"}},
+      // Groups and alternation.
+      {"^(ab|cd)+$", {"ab", "cdab", "abcdab"}, {"", "ac", "abc"}},
+      {"^(?:x|y)z$", {"xz", "yz"}, {"z", "xyz"}},
+      {"^(?<word>a+)-$", {"a-", "aaa-"}, {"-", "a"}},
+      {"^a|b$", {"ax", "xb", "a", "b"}, {"xa", "bx", ""}},
+      {"^(a|)$", {"", "a"}, {"aa"}},
+      // Quantifiers: greedy and lazy give the same language.
+      {"^a*b+c?$", {"b", "aabbc", "bbb"}, {"", "ac", "abcc"}},
+      {"^a{3}$", {"aaa"}, {"aa", "aaaa"}},
+      {"^a{2,}$", {"aa", "aaaaaaa"}, {"a", ""}},
+      {"^(ab){1,3}$", {"ab", "abab", "ababab"}, {"", "abababab", "aba"}},
+      {"^a{0,2}$", {"", "a", "aa"}, {"aaa"}},
+      {"^a+?b*?c??$", {"a", "aabbc"}, {"b", "acc"}},
+      {"^x{2,3}?$", {"xx", "xxx"}, {"x", "xxxx"}},
+      // Annex B literals: `{` that opens no quantifier, a lone `}` or `]`.
+      {"^a{b}]$", {"a{b}]"}, {"ab"}},
+      {"^(a*)*$", {"", "aaa"}, {"b"}},  // a repetition of something that can match nothing
+      {"^$", {""}, {"a"}},
+  };
+  for (const PatternCase& c : cases) expect_language(c);
+}
+
+TEST(JsonSchemaPattern, UnanchoredMeansTheStringContainsAMatch) {
+  expect_language({"foo", {"foo", "xxfooyy", "\n\"foo\\", "ffoo"}, {"", "fo", "fxoo", "FOO"}});
+  expect_language({"^foo", {"foo", "foobar"}, {"xfoo", "fo"}});
+  expect_language({"foo$", {"foo", "barfoo"}, {"foox", "foo\n"}});  // $ is the end, not a line's
+  expect_language({"a.c", {"abc", "xxa-cxx"}, {"a\nc", "ac"}});
+  expect_language({"", {"", "anything"}, {}});
+  expect_language({"[0-9]{3}", {"a123b", "4567"}, {"12a3", "1 2 3"}});
+}
+
+TEST(JsonSchemaPattern, MinAndMaxLengthHoldTogetherWithThePattern) {
+  const Grammar bounded = pattern_grammar("^[a-z]+$", {{"minLength", 2}, {"maxLength", 4}});
+  for (const char* ok : {"ab", "abcd"}) EXPECT_TRUE(accepts_text(bounded, ok)) << ok;
+  for (const char* bad : {"a", "abcde", "AB"}) EXPECT_FALSE(accepts_text(bounded, bad)) << bad;
+  // Code points, not bytes; unanchored: the length is the whole string's.
+  const Grammar contains = pattern_grammar("\xC3\xA9", {{"maxLength", 3}});
+  EXPECT_TRUE(accepts_text(contains, "\xC3\xA9\xC3\xA9\xC3\xA9"));
+  EXPECT_FALSE(accepts_text(contains, "\xC3\xA9\xC3\xA9\xC3\xA9x"));
+  EXPECT_FALSE(accepts_text(contains, "abc"));
+  const Grammar at_least = pattern_grammar("x", {{"minLength", 3}});
+  EXPECT_FALSE(accepts_text(at_least, "xx"));
+  EXPECT_TRUE(accepts_text(at_least, "axa"));
+  EXPECT_TRUE(accepts_text(at_least, std::string(200, 'x')));
+}
+
+TEST(JsonSchemaPattern, CharactersAreSpelledOneWayAsJson) {
+  const Grammar any = pattern_grammar("^.*$");
+  for (const char* ok : {R"("a\"b\\c")", R"("\b\f\t")", R"("\u0001\u001f\u001F")", "\"\x7F\""})
+    EXPECT_TRUE(matches(any, ok)) << ok;
+  // Raw controls, other escapes of a character that has a short one, \u of printable characters.
+  for (const char* bad : {"\"a\tb\"", R"("\u0009")", R"("\u0041")", R"("\/")", R"("\u0022")"})
+    EXPECT_FALSE(matches(any, bad)) << bad;
+  // A model can always finish: every prefix the grammar allows extends to a match.
+  const Grammar digits = pattern_grammar("^[0-9]{2}$");
+  Matcher matcher(digits);
+  EXPECT_TRUE(matcher.accept("\"4"));
+  EXPECT_FALSE(matcher.accept("\""));
+  EXPECT_FALSE(matcher.accept("x"));
+  EXPECT_TRUE(matcher.accept("2\""));
+  EXPECT_TRUE(matcher.accepting());
+}
+
+// The message of the SchemaError that a string schema with `pattern` raises ("" if none).
+std::string pattern_refusal(const std::string& pattern, const ojson& extra = ojson::object()) {
+  try {
+    pattern_grammar(pattern, extra);
+  } catch (const SchemaError& error) {
+    EXPECT_EQ(error.path(), "pattern") << error.what();
+    return error.what();
+  }
+  return "";
+}
+
+TEST(JsonSchemaPattern, RefusesWhatTheSubsetDoesNotCoverNamingTheField) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"^(?=a)", "pattern: lookahead (?= at offset 1 of the pattern is not supported"},
+      {"a(?!b)", "negative lookahead (?! at offset 1 of the pattern is not supported"},
+      {"(?<=a)b", "lookbehind (?<= at offset 0 of the pattern is not supported"},
+      {"(?<!a)b", "negative lookbehind (?<! at offset 0"},
+      {R"((a)\1)", "the backreference \\1 at offset 3 of the pattern is not supported"},
+      {R"((?<x>a)\k<x>)", "the named backreference \\k<...> at offset 7"},
+      {R"(\bword\b)", "the word boundary \\b at offset 0"},
+      {R"(\Ba)", "the word boundary \\B at offset 0"},
+      {R"(^\p{L}+$)", "the Unicode property escape \\p{...} at offset 1"},
+      {R"(\P{Lu})", "the Unicode property escape \\P{...} at offset 0"},
+      {"(?i)abc", "the group form \"(?i\" (inline flags are not ECMA-262) at offset 0"},
+      {"^a{0,5000}$", "{0,5000}: a repetition bound above 1000 is not supported"},
+      {"^a{1001,}$", "{1001,}: a repetition bound above 1000"},
+      {"^a{3,2}$", "{3,2}: the bounds are out of order"},
+      {"^(a{100}){300}$", "more than 20000 automaton states"},
+      {"a.{20}$", "needs more than 10000 automaton states"},
+      {"^[z-a]$", "character range U+007A-U+0061 ends before it starts"},
+      {R"(^[\d-z]$)", "cannot start or end with a class escape"},
+      {"^(ab$", "unterminated group: no ')' closes this '(' (at offset 1"},
+      {"ab)", "unbalanced ')'"},
+      {"^[ab", "unterminated character class"},
+      {"*a", "nothing to repeat"},
+      {"a**", "nothing to repeat: a quantifier after a quantifier"},
+      {"^*", "nothing to repeat: a quantifier after ^ or $"},
+      {R"(\q)", "unknown escape \\q"},
+      {R"(\x4)", "\\x must be followed by two hex digits"},
+      {"a\\", "lone backslash"},
+      {"^[]$", "no string matches the pattern"},
+      {"a$b", "no string matches the pattern"},
+  };
+  for (const auto& [pattern, message] : cases)
+    EXPECT_NE(pattern_refusal(pattern).find(message), std::string::npos)
+        << pattern << " -> " << pattern_refusal(pattern);
+  EXPECT_NE(pattern_refusal("^a{3}$", {{"maxLength", 2}}).find("no string of 0 to 2 characters"),
+            std::string::npos);
+  EXPECT_EQ(pattern_refusal("^.{1,1000}$", {{"maxLength", 1000}}), "");  // large but fine
+  EXPECT_EQ(refusal(R"({"type": "string", "pattern": 3})"), "pattern");
+  EXPECT_EQ(refusal(R"({"type": "string", "format": "uuid", "pattern": "^a"})"), "pattern");
+  EXPECT_EQ(refusal(R"j({"type": "object", "properties": {"code": {"pattern": "(?=x)"}}})j"),
+            "properties.code.pattern");
+  EXPECT_EQ(refusal(R"({"anyOf": [{"type": "string"}], "pattern": "a"})"), "pattern");
+}
+
+TEST(JsonSchemaPattern, InsideObjectsAndWithoutAType) {
+  const Grammar person = compile(R"({"type": "object", "properties": {
+      "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+      "tag": {"pattern": "^#"}}, "required": ["code"]})");
+  EXPECT_TRUE(matches(person, R"({"code": "AB-123", "tag": "#x"})"));
+  EXPECT_FALSE(matches(person, R"({"code": "AB-12"})"));
+  EXPECT_FALSE(matches(person, R"({"code": "AB-123", "tag": "x#"})"));
+  EXPECT_FALSE(matches(person, R"({"code": "AB-123", "tag": 1})"));  // as minLength: a string
+}
+
+// Random strings over a small alphabet: the grammar accepts exactly what std::regex (ECMAScript)
+// finds a match in (regex_search; regex_match for patterns anchored at both ends).
+TEST(JsonSchemaPattern, AgreesWithStdRegexOnRandomStrings) {
+  const std::vector<std::string> patterns = {
+      "^[ab]+-?[0-9]{1,2}$",
+      "a+b",
+      "^(ab|ba)*$",
+      "b{2,3}$",
+      "^a|b$",
+      R"(^[^a"]*1[^b]*$)",
+      "(?:a1|b-){2}",
+      R"(^\w*\s?\W+$)",
+      "^.a.$",
+      R"(-\d)",
+      "^(a?){3}b$",
+      R"("|\\)",
+      "^$",
+      "^a*?(b|1){1,3}?-*$",
+  };
+  const std::string alphabet = "ab1-\" \\\n";
+  std::mt19937 random(17);
+  for (const std::string& pattern : patterns) {
+    SCOPED_TRACE(pattern);
+    const Grammar grammar = pattern_grammar(pattern);
+    const std::regex reference(pattern, std::regex::ECMAScript);
+    const bool anchored = pattern.size() >= 2 && pattern.front() == '^' && pattern.back() == '$' &&
+                          pattern.find('|') == std::string::npos;
+    size_t accepted = 0;
+    for (int i = 0; i < 1500; ++i) {
+      std::string text(random() % 8, ' ');
+      for (char& c : text) c = alphabet[random() % alphabet.size()];
+      const bool expected =
+          anchored ? std::regex_match(text, reference) : std::regex_search(text, reference);
+      EXPECT_EQ(accepts_text(grammar, text), expected) << ojson(text).dump();
+      accepted += expected;
+    }
+    EXPECT_GT(accepted, 0u);  // each pattern is exercised on both sides
+    EXPECT_LT(accepted, 1500u);
+  }
+}
+
 TEST(JsonSchemaGrammar, RefusesWhatItCannotHonour) {
-  EXPECT_EQ(refusal(R"({"type": "string", "pattern": "^a+$"})"), "pattern");
+  EXPECT_EQ(refusal(R"j({"type": "string", "pattern": "^(?=a)"})j"), "pattern");
   EXPECT_EQ(
       refusal(R"({"type": "object", "properties": {"age": {"type": "number", "minimum": 0}}})"),
       "properties.age.minimum");
