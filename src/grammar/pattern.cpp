@@ -174,6 +174,7 @@ class SubsetConstruction {
     for (size_t i = 0; i < states.size(); ++i) {
       const std::vector<uint32_t> from = states[i].nfa;  // `states` grows below
       const int64_t length = states[i].length;
+      charge(from.size());
       const std::vector<uint32_t> at_end = closure(from, i == 0, true);
       states[i].accepting =
           length >= min_length_ && std::binary_search(at_end.begin(), at_end.end(), nfa_.match);
@@ -204,6 +205,9 @@ class SubsetConstruction {
         std::erase_if(next, [&](uint32_t s) { return !live_[s]; });
         if (next.empty()) continue;
         next = absorb(std::move(next));
+        // Sorting it, and comparing it with the keys of the map (log2 of 10,000 states; keys
+        // share long prefixes in a long counted repetition).
+        charge(next.size() * 4);
         const auto [it, inserted] = index.try_emplace({next, next_length}, uint32_t(states.size()));
         if (inserted) {
           if (states.size() >= kMaxPatternDfaStates)

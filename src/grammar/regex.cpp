@@ -70,9 +70,7 @@ class Parser {
     for (size_t at = 0; at < pattern.size();) {
       char32_t cp = 0;
       const size_t n = utf8_sequence_at(pattern, at, cp);
-      if (n == 0)
-        throw PatternError(
-            fmt::format("invalid UTF-8 at byte {} of the pattern", at));  // not from JSON text
+      if (n == 0) throw PatternError(fmt::format("invalid UTF-8 at byte {} of the pattern", at));
       text_.push_back(uint32_t(cp));
       at += n;
     }
@@ -166,7 +164,17 @@ class Parser {
         value = std::min<int64_t>(value * 10 + int64_t(text_[at] - '0'), 1'000'000'000);
       return at > first;
     };
-    if (!number(min)) return false;
+    if (!number(min)) {
+      // Python reads {,n} as {0,n}, ECMA-262 as the text "{,n}": refused rather than guessed.
+      if (at < text_.size() && text_[at] == ',') {
+        ++at;
+        int64_t bound = 0;
+        if (number(bound) && at < text_.size() && text_[at] == '}')
+          fail(at_,
+               fmt::format("{{,{}}} is no quantifier in ECMA-262 (write {{0,{}}})", bound, bound));
+      }
+      return false;
+    }
     max = min;
     if (at < text_.size() && text_[at] == ',') {
       ++at;
@@ -175,9 +183,8 @@ class Parser {
     if (at >= text_.size() || text_[at] != '}') return false;
     const size_t start = at_;
     at_ = at + 1;
-    const std::string written(fmt::format(
-        "{{{}}}", max == min ? std::to_string(min)
-                             : fmt::format("{},{}", min, max < 0 ? "" : std::to_string(max))));
+    std::string written;  // as typed: braces, digits, a comma
+    for (size_t i = start; i < at_; ++i) written.push_back(char(text_[i]));
     if (max >= 0 && max < min) fail(start, fmt::format("{}: the bounds are out of order", written));
     if (std::max(min, max) > kMaxPatternRepeat)
       fail(start, fmt::format("{}: a repetition bound above {} is not supported (each unit of "

@@ -428,6 +428,7 @@ TEST(JsonSchemaPattern, RefusesWhatTheSubsetDoesNotCoverNamingTheField) {
       {"^a{0,5000}$", "{0,5000}: a repetition bound above 1000 is not supported"},
       {"^a{1001,}$", "{1001,}: a repetition bound above 1000"},
       {"^a{3,2}$", "{3,2}: the bounds are out of order"},
+      {"^a{,2}$", "{,2} is no quantifier in ECMA-262 (write {0,2})"},
       {"^(a{100}){300}$", "more than 20000 automaton states"},
       {"a.{20}$", "needs more than 10000 automaton states"},
       {"^[z-a]$", "character range U+007A-U+0061 ends before it starts"},
