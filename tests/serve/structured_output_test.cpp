@@ -51,6 +51,20 @@ const json kTree = json::parse(R"({
   },
   "$ref": "#/$defs/node"})");
 
+// String patterns (grammar/pattern.h), each string bounded so a random model ends it: anchored,
+// a class with `"` and `\` (written escaped in JSON), unanchored (contains a match). ASCII
+// classes only: valijson runs std::regex over bytes, the grammar over code points.
+const json kPatterned = json::parse(R"({
+  "type": "object",
+  "properties": {
+    "code": {"type": "string", "pattern": "^[A-Z]{3}-\\d{2,4}$"},
+    "slug": {"type": "string", "pattern": "^[a-z0-9]+(?:-[a-z0-9]+)*$", "maxLength": 20},
+    "quoted": {"type": "string", "pattern": "^[a-z]{1,4}[\"\\\\][a-z]{1,4}$"},
+    "mention": {"type": "string", "pattern": "@[a-z]+", "maxLength": 16}
+  },
+  "required": ["code", "slug", "quoted", "mention"],
+  "additionalProperties": false})");
+
 // Validates `text` against `schema` with valijson; "" when valid, else the reasons.
 std::string schema_errors(const json& schema, const std::string& text) {
   json document;
@@ -157,7 +171,7 @@ const std::vector<std::string> kSamplings = {
 
 TEST(StructuredOutput, ValuesValidateAgainstTheirSchemas) {
   ServeProcess server({"-t", "1"});
-  for (const json* schema : {&kNested, &kAnyOf, &kTree, &kBounded}) {
+  for (const json* schema : {&kNested, &kAnyOf, &kTree, &kBounded, &kPatterned}) {
     for (const std::string& sampling : kSamplings) {
       SCOPED_TRACE(schema->dump() + " " + sampling);
       const std::string body = chat_body(json_schema_format(*schema), sampling);
@@ -245,7 +259,7 @@ TEST(StructuredOutput, BadSchemasAre400sNamingThePath) {
       server, "/v1/chat/completions",
       chat_body(
           json_schema_format(json::parse(
-              R"({"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]+$"}}})")),
+              R"j({"type":"object","properties":{"code":{"type":"string","pattern":"(?=A)"}}})j")),
           R"("temperature":0)"));
   EXPECT_EQ(reply.status, 400);
   const json error = reply.json()["error"];

@@ -205,7 +205,7 @@ std::string refusal(ToolCallFormat format, const std::string& parameters) {
 TEST(ToolCallGrammar, RefusesWhatItCannotHonourNamingTheField) {
   for (const ToolCallFormat format : {ToolCallFormat::Hermes, ToolCallFormat::Xml}) {
     EXPECT_EQ(refusal(format, R"({"type": "object", "properties": {"a": {"type": "string",)"
-                              R"( "pattern": "^x"}}})"),
+                              R"j( "pattern": "^(?=x)"}}})j"),
               "tools[1].function.parameters.properties.a.pattern");
     EXPECT_EQ(refusal(format, R"({"type": "object", "properties": {"n": {"type": "number",)"
                               R"( "minimum": 0}}})"),
@@ -236,10 +236,17 @@ TEST(ToolCallGrammar, RefusesWhatItCannotHonourNamingTheField) {
   EXPECT_EQ(refusal(xml, R"({"type": "object", "properties": {"a>b": {"type": "integer"}}})"),
             "tools[1].function.parameters.properties.a>b");
   EXPECT_EQ(refusal(xml, R"({"type": "object", "properties": {"a": {"enum": ["x", "y"]}}})"), "");
-  // The Hermes arguments are JSON: the compiler's string bounds apply.
+  EXPECT_EQ(refusal(xml, R"({"type": "object", "properties": {"a": {"type": "string",)"
+                         R"( "pattern": "^x"}}})"),
+            "tools[1].function.parameters.properties.a.pattern");
+  // The Hermes arguments are JSON: the compiler's string bounds and patterns apply.
   EXPECT_EQ(
       refusal(ToolCallFormat::Hermes,
               R"({"type": "object", "properties": {"a": {"type": "string", "maxLength": 4}}})"),
+      "");
+  EXPECT_EQ(
+      refusal(ToolCallFormat::Hermes,
+              R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}})"),
       "");
 }
 
