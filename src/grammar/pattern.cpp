@@ -136,6 +136,24 @@ struct DfaState {
   std::vector<std::pair<uint32_t, std::vector<uint32_t>>> edges;  // target, its atoms
 };
 
+// The states from which one of `targets` is reachable (targets included), given each state's
+// predecessors `into`: a flood fill backwards. Used for the NFA (states that can still match)
+// and the DFA (states that can still accept).
+std::vector<bool> reaching(const std::vector<std::vector<uint32_t>>& into, std::vector<uint32_t> targets) {
+  std::vector<bool> marked(into.size(), false);
+  for (uint32_t t : targets) marked[t] = true;
+  while (!targets.empty()) {
+    const uint32_t s = targets.back();
+    targets.pop_back();
+    for (uint32_t before : into[s])
+      if (!marked[before]) {
+        marked[before] = true;
+        targets.push_back(before);
+      }
+  }
+  return marked;
+}
+
 class SubsetConstruction {
  public:
   SubsetConstruction(const Nfa& nfa, const Atoms& atoms, int64_t min_length, int64_t max_length)
@@ -143,24 +161,13 @@ class SubsetConstruction {
         atoms_(atoms),
         min_length_(min_length),
         max_length_(max_length),
-        seen_(nfa.states.size(), 0),
-        live_(nfa.states.size(), false) {
+        seen_(nfa.states.size(), 0) {
     // live_: the states from which `match` is reachable without `^`, i.e. after a character.
     std::vector<std::vector<uint32_t>> into(nfa.states.size());
     for (uint32_t s = 0; s < nfa.states.size(); ++s)
       if (nfa.states[s].kind != NfaState::Kind::LineStart)
         for (uint32_t next : nfa.states[s].next) into[next].push_back(s);
-    std::vector<uint32_t> stack = {nfa.match};
-    live_[nfa.match] = true;
-    while (!stack.empty()) {
-      const uint32_t s = stack.back();
-      stack.pop_back();
-      for (uint32_t before : into[s])
-        if (!live_[before]) {
-          live_[before] = true;
-          stack.push_back(before);
-        }
-    }
+    live_ = reaching(into, {nfa.match});
   }
 
   // The DFA; state 0 is the start. The length is counted up to max_length, or up to min_length
@@ -383,24 +390,12 @@ uint32_t add_pattern_rule(GrammarBuilder& builder, std::string_view pattern, int
   // Keep the states from which an accepting one is reachable: the matcher must never let a
   // model into a string it cannot finish.
   std::vector<std::vector<uint32_t>> into(dfa.size());
-  for (uint32_t i = 0; i < dfa.size(); ++i)
+  std::vector<uint32_t> accepting;
+  for (uint32_t i = 0; i < dfa.size(); ++i) {
     for (const auto& [target, atom_list] : dfa[i].edges) into[target].push_back(i);
-  std::vector<bool> live(dfa.size(), false);
-  std::vector<uint32_t> stack;
-  for (uint32_t i = 0; i < dfa.size(); ++i)
-    if (dfa[i].accepting) {
-      live[i] = true;
-      stack.push_back(i);
-    }
-  while (!stack.empty()) {
-    const uint32_t i = stack.back();
-    stack.pop_back();
-    for (uint32_t before : into[i])
-      if (!live[before]) {
-        live[before] = true;
-        stack.push_back(before);
-      }
+    if (dfa[i].accepting) accepting.push_back(i);
   }
+  const std::vector<bool> live = reaching(into, accepting);
   if (!live[0]) {
     if (max_length >= 0)
       throw PatternError(
