@@ -236,6 +236,7 @@ __global__ void quantize_two_kernel(Inputs in, int64_t n_in, QuantizeTarget firs
 // operations), written back; with fold_combine (k > 0) y is moe_combine's, computed here from its
 // inputs (moe_combine_value, the combine kernel's arithmetic) and stored to fold_y by group 0's block.
 constexpr int kNormThreads = 256;
+constexpr int kNormHeld = 8;  // elements a thread holds in registers: groups up to 2048 wide
 struct NormQuantizeArgs {
   float* x;
   float* fold_y;
@@ -260,21 +261,49 @@ __global__ void __launch_bounds__(kNormThreads) norm_quantize_kernel(NormQuantiz
   float* x = p.x + offset;
   const MoeCombineInputs& c = p.fold_combine;
   const float shared_gate = c.k > 0 && c.shared ? sigmoid_value(c.shared_gate_logit[t]) : 0.0f;
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < gs; i += blockDim.x) {
+  // Element i's value (after the folded update) and the y it used; loads only.
+  auto folded = [&](int64_t i, float& y) {
     float v = x[i];
+    y = 0.0f;
     if (p.fold_y) {
-      float y;
-      if (c.k > 0) {
-        y = moe_combine_value(c.expert_out, c.weights, c.k, gs, t, i, c.shared, shared_gate);
-        if (g == 0) p.fold_y[t * gs + i] = y;
-      } else {
-        y = p.fold_y[t * gs + i];
-      }
+      y = c.k > 0 ? moe_combine_value(c.expert_out, c.weights, c.k, gs, t, i, c.shared, shared_gate)
+                  : p.fold_y[t * gs + i];
       v = __fadd_rn(v, __fmul_rn(p.fold_inject[t * p.n_groups + g], y));
-      x[i] = v;
     }
-    sum = __fmaf_rn(v, v, sum);
+    return v;
+  };
+  auto store = [&](int64_t i, float v, float y) {
+    if (!p.fold_y) return;
+    if (c.k > 0 && g == 0) p.fold_y[t * gs + i] = y;
+    x[i] = v;
+  };
+  float sum = 0.0f;
+  if (gs <= int64_t(kNormThreads) * kNormHeld) {
+    // A thread's elements held in registers, every load issued before the first store: the
+    // stores to x and y may alias later loads as far as the compiler knows, so the loop below
+    // waits out one L2 round trip per element (the folded MoE combine makes each ~10 loads).
+    // The same values, summed in the same order: bitwise the loop.
+    float held[kNormHeld], held_y[kNormHeld];
+#pragma unroll
+    for (int n = 0; n < kNormHeld; ++n) {
+      const int64_t i = threadIdx.x + int64_t(n) * kNormThreads;
+      held[n] = i < gs ? folded(i, held_y[n]) : 0.0f;
+    }
+#pragma unroll
+    for (int n = 0; n < kNormHeld; ++n) {
+      const int64_t i = threadIdx.x + int64_t(n) * kNormThreads;
+      if (i < gs) {
+        store(i, held[n], held_y[n]);
+        sum = __fmaf_rn(held[n], held[n], sum);
+      }
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < gs; i += blockDim.x) {
+      float y;
+      const float v = folded(i, y);
+      store(i, v, y);
+      sum = __fmaf_rn(v, v, sum);
+    }
   }
   sum = block_sum(sum, shared);
   const float mean = __fdiv_rn(sum, float(gs));
