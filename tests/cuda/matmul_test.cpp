@@ -834,14 +834,14 @@ TEST(CudaActivations, NormGateQuantizeBitwiseAsTheSteps) {
 // hyper_connection_in's combine deferred into the next matmul's quantizer
 // (quantize_activations_combined, and in quantize_activations_two) against its steps: hc_combine,
 // then quantize_activations of x. x, the injection weights and every activation byte equal, for
-// one and two layouts, 1-4 streams, with and without the injection step.
+// one and two layouts, 1-5 streams, with and without the injection step.
 TEST(CudaActivations, CombinedQuantizerBitwiseAsTheSteps) {
   STRATA_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(12);
   Stream stream;
   for (const auto& [a_type, b_type] : {std::pair{GgmlType::Q8_0, GgmlType::IQ2_XS}, std::pair{GgmlType::Q4_K, GgmlType::Q5_0},
                                        std::pair{GgmlType::Q8_0, GgmlType::Q8_0}}) {
-    for (const int S : {1, 2, 4}) {
+    for (const int S : {1, 2, 4, 5}) {  // 5: more streams than load8 holds in registers
       for (const int64_t n_rows : {int64_t(1), int64_t(3), int64_t(9)}) {
         for (const bool with_inject : {false, true}) {
           const int64_t n_in = 1536, width = S * n_in;

@@ -173,7 +173,22 @@ __global__ void prepare_kernel(const float* conv_out, const float* beta_raw, con
     if (i < key_dim) q[t * key_dim + i] = value;
     else k[t * key_dim + i - key_dim] = value;
   }
-  for (int64_t i = threadIdx.x; i < value_dim; i += blockDim.x) v[t * value_dim + i] = row[2 * key_dim + i];
+  // v copied 8 values a thread at a time, all loaded before any is stored: v and conv_out may
+  // alias as far as the compiler knows, so a load-store loop waited out one L2 round trip per value.
+  constexpr int kHeld = 8;
+  for (int64_t base = threadIdx.x; base < value_dim; base += int64_t(blockDim.x) * kHeld) {
+    float held[kHeld];
+#pragma unroll
+    for (int n = 0; n < kHeld; ++n) {
+      const int64_t i = base + int64_t(n) * blockDim.x;
+      held[n] = i < value_dim ? row[2 * key_dim + i] : 0.0f;
+    }
+#pragma unroll
+    for (int n = 0; n < kHeld; ++n) {
+      const int64_t i = base + int64_t(n) * blockDim.x;
+      if (i < value_dim) v[t * value_dim + i] = held[n];
+    }
+  }
   for (int h = threadIdx.x; h < nv; h += blockDim.x) {
     const float b = beta_raw[t * nv + h];
     beta[t * nv + h] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-b)));

@@ -72,11 +72,42 @@ __device__ __forceinline__ void apply_inject(const Inputs& in) {
   for (int64_t i = threadIdx.x; i < in.n_inject; i += blockDim.x) in.inject[i] = hc_inject_value(in.inject[i], in.scale);
 }
 
+// Streams whose inputs load8 holds in registers for HcCombine (the hyper-connections' 4; more take
+// hc_combine_value's loop).
+constexpr int kHeldStreams = 4;
+__device__ __forceinline__ float component(const float4& f, int c) { return c == 0 ? f.x : c == 1 ? f.y : c == 2 ? f.z : f.w; }
+
 __device__ __forceinline__ void load8(const Inputs& in, int64_t offset, float v[8]) {
   if (in.prologue == ActivationPrologue::HcCombine) {
     const int64_t t = offset / in.n_in, i = offset % in.n_in;
+    if (in.n_streams <= kHeldStreams) {
+      // Every stream's 8 gates and normed values loaded first (16-byte loads, all in flight at
+      // once), then hc_combine_value's operations in its order: the same bits, one L2 round trip
+      // instead of one per stream.
+      const int64_t row = t * in.n_streams * in.n_in + i;
+      float4 gates[kHeldStreams][2], normed[kHeldStreams][2];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = hc_combine_value(in.a, in.b, in.n_streams, in.n_in, t, i + j, in.scale);
+      for (int s = 0; s < kHeldStreams; ++s)
+        if (s < in.n_streams) {
+          gates[s][0] = reinterpret_cast<const float4*>(in.a + row + s * in.n_in)[0];
+          gates[s][1] = reinterpret_cast<const float4*>(in.a + row + s * in.n_in)[1];
+          normed[s][0] = reinterpret_cast<const float4*>(in.b + row + s * in.n_in)[0];
+          normed[s][1] = reinterpret_cast<const float4*>(in.b + row + s * in.n_in)[1];
+        }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kHeldStreams; ++s)
+          if (s < in.n_streams)
+            sum = __fadd_rn(sum, __fmul_rn(sigmoid_value(component(gates[s][j / 4], j % 4)),
+                                           component(normed[s][j / 4], j % 4)));
+        v[j] = __fmul_rn(sum, in.scale);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = hc_combine_value(in.a, in.b, in.n_streams, in.n_in, t, i + j, in.scale);
+    }
     if (in.store) {
       reinterpret_cast<float4*>(in.store + offset)[0] = make_float4(v[0], v[1], v[2], v[3]);
       reinterpret_cast<float4*>(in.store + offset)[1] = make_float4(v[4], v[5], v[6], v[7]);
@@ -490,9 +521,11 @@ void quantize_activations(const ActivationLayout& layout, const float* x, void* 
 static Inputs combined_inputs(const HcCombineInputs& in, const ActivationLayout& layout) {
   if (!in.gates || !in.normed || !in.x || in.n_streams <= 0)
     cuda_fail("CUDA quantize_activations_combined: gates, normed, x and a positive stream count are required");
-  if (reinterpret_cast<uintptr_t>(in.x) % 16 != 0 || layout.n_in % 8 != 0)
-    cuda_fail("CUDA quantize_activations_combined: x must be 16-byte aligned and the width a multiple of 8 (width " +
-              std::to_string(layout.n_in) + ")");
+  if ((reinterpret_cast<uintptr_t>(in.x) | reinterpret_cast<uintptr_t>(in.gates) |
+       reinterpret_cast<uintptr_t>(in.normed)) % 16 != 0 ||
+      layout.n_in % 8 != 0)
+    cuda_fail("CUDA quantize_activations_combined: x, gates and normed must be 16-byte aligned and the width a "
+              "multiple of 8 (width " + std::to_string(layout.n_in) + ")");
   Inputs inputs{ActivationPrologue::HcCombine, in.gates, in.normed, in.inv_streams};
   inputs.n_streams = in.n_streams;
   inputs.n_in = layout.n_in;

@@ -120,8 +120,8 @@ void quantize_activations_fused(const ActivationLayout& layout, ActivationProlog
 // `inject`, its n_rows·n_streams logits become weights in place (hc_inject). Bitwise hc_combine
 // then quantize_activations (tests/cuda/matmul_test.cpp).
 struct HcCombineInputs {
-  const float* gates = nullptr;   // [n_rows][n_streams·n_in]
-  const float* normed = nullptr;  // [n_rows][n_streams·n_in]
+  const float* gates = nullptr;   // [n_rows][n_streams·n_in], 16-byte aligned
+  const float* normed = nullptr;  // [n_rows][n_streams·n_in], 16-byte aligned
   int n_streams = 0;
   float inv_streams = 0.0f;
   float* x = nullptr;       // [n_rows][n_in], 16-byte aligned

@@ -89,14 +89,28 @@ __global__ void rope_neox_kernel(float* x, int64_t row_stride, int n_heads, int6
   const int half = n_rot / 2;
   float* row = x + size_t(blockIdx.x) * row_stride;
   const float pos = float(positions[blockIdx.x]);
+  // Heads taken kHeld at a time, their pairs loaded before any is stored: the stores may alias
+  // the next head's loads as far as the compiler knows, so one head at a time waited out an L2
+  // round trip per head. The same operations per element.
+  constexpr int kHeld = 8;
   for (int j = threadIdx.x; j < half; j += blockDim.x) {
     float c, s;
     rope_cos_sin(j, n_rot, pos, theta, c, s);
-    for (int h = 0; h < n_heads; ++h) {
-      float* head = row + size_t(h) * head_stride;
-      const float a = head[j], b = head[j + half];
-      head[j] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-      head[j + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+    for (int h0 = 0; h0 < n_heads; h0 += kHeld) {
+      float a[kHeld], b[kHeld];
+#pragma unroll
+      for (int n = 0; n < kHeld; ++n) {
+        const float* head = row + size_t(h0 + n) * head_stride;
+        a[n] = h0 + n < n_heads ? head[j] : 0.0f;
+        b[n] = h0 + n < n_heads ? head[j + half] : 0.0f;
+      }
+#pragma unroll
+      for (int n = 0; n < kHeld; ++n) {
+        if (h0 + n >= n_heads) break;
+        float* head = row + size_t(h0 + n) * head_stride;
+        head[j] = __fsub_rn(__fmul_rn(a[n], c), __fmul_rn(b[n], s));
+        head[j + half] = __fadd_rn(__fmul_rn(b[n], c), __fmul_rn(a[n], s));
+      }
     }
   }
 }
