@@ -6,6 +6,9 @@
 #   device: OUT=$OUT scripts/cuda-bench-ab.sh .baseline/src.tar.xz [ROUNDS] [BACKENDS]
 # carrying [".device/cuda-kit/deps.tar.xz", ".device/cuda-kit/env.sh", ".baseline"].
 # With AB_TESTS=1 the working tree's `cuda` ctest label runs too (while the baseline builds).
+# With AB_MATVEC=TYPES (e.g. q8_0,iq2_xs) bench_cuda_matvec of both runs too, alternated over the
+# same rounds after the decode rounds (windows of 1 and 4 rows on its default 8192 x 16384 shape,
+# and 1 row on 2560 x 10240): matvec.txt.
 # Outputs under $OUT: build-*.log, cuda-test.log, ab.txt (every run's table and the graph
 # statistics: nodes captured per window), synth.log.
 set -uo pipefail
@@ -26,10 +29,13 @@ configure() {  # source dir, build dir, tests ON|OFF
     -DSTRATA_BUILD_TESTS="$3" >/dev/null
 }
 configure "$base_dir" "$base_dir/build" OFF
-(ninja -C "$base_dir/build" -j 6 bench_cuda_decode >"$out/build-base.log" 2>&1; echo $? >"$out/build-base.rc") &
+base_targets=bench_cuda_decode
+[ -n "${AB_MATVEC:-}" ] && base_targets="$base_targets bench_cuda_matvec"
+(ninja -C "$base_dir/build" -j 6 $base_targets >"$out/build-base.log" 2>&1; echo $? >"$out/build-base.rc") &
 base_pid=$!
 configure . build-cuda "$([ "${AB_TESTS:-0}" = 1 ] && echo ON || echo OFF)"
 targets=bench_cuda_decode
+[ -n "${AB_MATVEC:-}" ] && targets="$targets bench_cuda_matvec"
 [ "${AB_TESTS:-0}" = 1 ] &&
   targets="$targets $(ninja -C build-cuda -t targets all | sed -n 's/^\(cuda_[a-z_]*_test\): .*/\1/p' | sort -u | tr '\n' ' ')"
 ninja -C build-cuda -j 10 $targets >"$out/build-new.log" 2>&1 || { tail -40 "$out/build-new.log"; exit 1; }
@@ -51,3 +57,14 @@ for r in $(seq 1 "$rounds"); do
   run "before round $r" "$base_dir/build/bench/bench_cuda_decode"
 done
 grep -E "^===|tok/s|nodes captured" "$out/ab.txt" | head -80
+[ -n "${AB_MATVEC:-}" ] || exit 0
+for r in $(seq 1 "$rounds"); do
+  for which in after before; do
+    bin=./build-cuda/bench/bench_cuda_matvec
+    [ $which = before ] && bin=$base_dir/build/bench/bench_cuda_matvec
+    echo "=== matvec $which round $r ($(date +%T))" >>"$out/matvec.txt"
+    "$bin" --types "$AB_MATVEC" --rows 1,4 >>"$out/matvec.txt" 2>&1
+    "$bin" --types "$AB_MATVEC" --rows 1 --n-in 2560 --n-out 10240 >>"$out/matvec.txt" 2>&1
+  done
+done
+grep -E "^===|^(q|iq)" "$out/matvec.txt"

@@ -103,13 +103,19 @@ __device__ __forceinline__ int codebook16_lookup4(const uint32_t (&table)[4], ui
   return int(__byte_perm(low, high, pick));
 }
 
-// Per-byte 0xff where bit i of the low 4 bits of `bits` is set (byte i), else 0.
+// Per-byte 0xff where bit i of `bits` (< 16) is set (byte i), else 0. The multiply puts copies of
+// the 4 bits at shifts 0, 7, 14 and 21 (disjoint, so no carries): bit i lands on bit 8i; the
+// second multiply widens each 0/1 byte to 0x00/0xff. Three integer instructions, where
+// __vcmpne4 is emulated on sm_90.
 __device__ __forceinline__ uint32_t sign_mask4(uint32_t bits) {
-  return __vcmpne4((bits * 0x01010101u) & 0x08040201u, 0u);
+  return ((bits * 0x00204081u) & 0x01010101u) * 0xffu;
 }
-// Negates the bytes of v where mask is 0xff (two's complement, bytes never -128 here).
+// Negates the bytes of v where mask is 0xff. Precondition: those bytes are 1..127 (grid
+// magnitudes: every grid byte of the IQ2/IQ3 types is; IqLowbitTables.GridBytesAreLatticeLevels
+// pins them), so ~b + 1 never carries into the next byte and the add is __vsub4's per-byte two's
+// complement (emulated on sm_90) in two instructions.
 __device__ __forceinline__ int apply_signs4(uint32_t v, uint32_t mask) {
-  return int(__vsub4(v ^ mask, mask));
+  return int((v ^ mask) + (mask & 0x01010101u));
 }
 
 }  // namespace strata::compute::cuda::quant_device

@@ -1,11 +1,13 @@
 // IQ2_XS against Q8_K-style activations (CPU twin: quant/scalar/iq2xs.cpp). A sub-block of 32
 // weights is four 16-bit words (9-bit grid index | 7-bit sign index << 9) and one
 // scale nibble per 16 weights, db = d·(2s+1)/8. Every grid byte is 8, 25 or 43, so a point is
-// kept as eight 4-bit codes (0, 1, 2) in one 32-bit word, expanded to bytes by two __byte_perm
-// from the word 0x002B1908: a 2 KiB table in shared memory, one 4-byte lookup per 8 weights
-// instead of an 8-byte one from 4 KiB (the kernel is bound by shared-memory/L1 wavefronts, and
-// random 8-byte lookups conflict about twice as much; docs/bench-cuda.md). The sign byte is the
-// 7 stored bits plus their parity.
+// kept as eight 4-bit codes (0, 1, 2) in one 32-bit word, and the sign index as eight nibbles
+// with bit 2 set where element j is negative (the 7 stored bits plus their parity as bit 7).
+// Their OR is, per 4 elements, a __byte_perm selector into the 8 bytes {8, 25, 43, 0, -8, -25,
+// -43, 0}: four signed bytes in one instruction, where masking magnitudes with emulated
+// __vcmpne4/__vsub4 took ~30 instructions per 8 weights (the kernel is instruction-bound:
+// docs/bench-cuda.md, sessions 38 and 40; Iq2xsTables.GridBytesAreLatticeLevels pins the three
+// magnitudes). Both tables live in shared memory (2 KiB of codes, 512 B of sign selectors).
 #pragma once
 
 #include "compute/cuda/quant/common.cuh"
@@ -28,8 +30,10 @@ inline uint32_t iq2xs_codes(uint64_t point) {
   }
   return codes;
 }
-// The byte magnitudes, from the code nibbles as __byte_perm selectors.
+// The byte magnitudes and their negations, selected by (code | sign << 2) nibbles: bytes 0-3 of
+// __byte_perm's first word are 8, 25, 43, 0; bytes 4-7 (its second word) -8, -25, -43, 0.
 inline constexpr uint32_t kIq2xsMagnitudes = 0x002b1908u;
+inline constexpr uint32_t kIq2xsNegated = 0x00d5e7f8u;
 
 struct IQ2_XSWeights {
   static constexpr int kRowsPerWarp = 4;  // at T = 1 (bench_cuda_matvec: 0.21 -> 0.23 of HBM)
@@ -38,24 +42,31 @@ struct IQ2_XSWeights {
   static constexpr int kUnitsPerBlock = 4;
   static constexpr GgmlType kActivation = GgmlType::Q8_K;
   static constexpr int kRowAlign = 2;  // bytes: the widest aligned load
-  static constexpr int kTableBytes = 512 * 4;
+  static constexpr int kTableBytes = 512 * 4 + 128 * 4;  // the codes, then the sign selectors
   __device__ static void load_table(uint8_t* shared) {
     auto* codes = reinterpret_cast<uint32_t*>(shared);
     for (int i = threadIdx.x; i < 512; i += blockDim.x) codes[i] = g_iq2xs_codes[i];
+    // Sign index s7 -> bit 2 of nibble j (elements 0-3 in bits 0-15, 4-7 in bits 16-31) for each
+    // negative element j: the 7 stored bits and their parity as element 7.
+    for (int i = threadIdx.x; i < 128; i += blockDim.x) {
+      const uint32_t signs = uint32_t(i) | ((__popc(uint32_t(i)) & 1u) << 7);
+      uint32_t selector = 0;
+      for (int j = 0; j < 8; ++j) selector |= ((signs >> j) & 1u) << (4 * j + 2);
+      codes[512 + i] = selector;
+    }
   }
 
-  // The 32 signed values of one sub-block from its four 16-bit words, four per int.
+  // The 32 signed values of one sub-block from its four 16-bit words, four per int. `codes` is
+  // the shared table: 512 code words, then 128 sign selectors.
   __device__ static void decode_sub_block(const uint32_t w0, const uint32_t w1, const uint32_t* codes, int (&v)[8]) {
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
       const uint32_t word = ((g < 2 ? w0 : w1) >> (16 * (g & 1))) & 0xffffu;
-      const uint32_t code = codes[word & 511];
-      const uint32_t low = __byte_perm(kIq2xsMagnitudes, 0, code & 0xffffu);
-      const uint32_t high = __byte_perm(kIq2xsMagnitudes, 0, code >> 16);
-      const uint32_t sign7 = word >> 9;
-      const uint32_t signs = sign7 | ((__popc(sign7) & 1) << 7);
-      v[2 * g] = apply_signs4(low, sign_mask4(signs & 15));
-      v[2 * g + 1] = apply_signs4(high, sign_mask4(signs >> 4));
+      // Nibble j: code_j (0-2) | sign_j << 2, a byte index 0-2 or 4-6 (bit 3 never set: no
+      // sign-replicate mode); __byte_perm reads only the selector's low 16 bits.
+      const uint32_t selector = codes[word & 511] | codes[512 + (word >> 9)];
+      v[2 * g] = int(__byte_perm(kIq2xsMagnitudes, kIq2xsNegated, selector));
+      v[2 * g + 1] = int(__byte_perm(kIq2xsMagnitudes, kIq2xsNegated, selector >> 16));
     }
   }
 
