@@ -30,8 +30,13 @@ fi
 log=$(mktemp)
 # With an API key: the SDK sends it on every call (Authorization: Bearer), and a wrong one is
 # checked to come back as the SDK's AuthenticationError.
+# --parallel 16 for the check of 16 concurrent streams. One server for every check rather than a
+# second one for that check alone (one start, one port, one SIGTERM check): a request on it
+# answers bitwise as on a --parallel 1 server (ServeParallel.* compare the two), and the curl
+# tests keep the single-slot server covered. --parallel > 1 refuses --spec, --moce and --backend
+# cuda; none is used here.
 key="strata-test-key-$$"
-"$strata" serve --port 0 --quiet --api-key "$key" >"$log" 2>&1 &
+"$strata" serve --port 0 --quiet --parallel 16 --api-key "$key" >"$log" 2>&1 &
 server=$!
 cleanup() { kill "$server" 2>/dev/null || true; rm -f "$log"; }
 trap cleanup EXIT
