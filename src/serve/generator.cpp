@@ -266,6 +266,7 @@ void Generator::run(Job& job, const std::function<void(Scheduler::LentTask)>& le
   for (const GenerationOutcome& one : outcomes) {
     outcome.choice_finish.push_back(one.finish);
     outcome.usage.completion_tokens += one.usage.completion_tokens;
+    outcome.usage.reasoning_tokens += one.usage.reasoning_tokens;
     outcome.prefill_s += one.prefill_s;
     outcome.decode_s += one.decode_s;
     outcome.cancelled = outcome.cancelled || one.cancelled;
@@ -425,9 +426,12 @@ GenerationOutcome Generator::run_choice(Job& job, int choice, const SessionSnaps
       return (!plan.ignore_eos || (delivered && delivered->triggered())) &&
              (token == eos || token == served_.end_of_turn);
     };
-    int64_t generated = 0;
+    int64_t generated = 0, reasoning_tokens = 0;
     auto on_token = [&](int32_t token, std::span<const float> logits) {
       ++generated;
+      // Inside the think block when the token arrives (its text may still be held back by the
+      // decoder or the filter): a reasoning token, the closing tag's included.
+      if (think && think->in_thinking()) ++reasoning_tokens;
       if (generated == 1 && choice == 0) first_token();
       record([&] { recorder_.token(); });
       if (delivered) delivered->accept(token);
@@ -498,6 +502,7 @@ GenerationOutcome Generator::run_choice(Job& job, int choice, const SessionSnaps
     const Clock::time_point ended = Clock::now();
     outcome.decode_s = seconds_between(prefilled, ended);
     outcome.usage.completion_tokens = generated;
+    outcome.usage.reasoning_tokens = reasoning_tokens;
     report.finish_reason = outcome.cancelled ? "cancelled" : finish_reason_name(outcome.finish);
     report.completion_tokens = generated;
     report.prefill_s = outcome.prefill_s;

@@ -122,7 +122,8 @@ json usage_json(const Usage& usage) {
   return json{{"prompt_tokens", usage.prompt_tokens},
               {"completion_tokens", usage.completion_tokens},
               {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
-              {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
+              {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}},
+              {"completion_tokens_details", {{"reasoning_tokens", usage.reasoning_tokens}}}};
 }
 
 json error_json(const ApiError& error) {

@@ -40,6 +40,9 @@ struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens resumed from the state cache, not prefilled
+  // Of completion_tokens, those generated inside the reply's leading think block (its closing
+  // tag included; ThinkFilter decides where the block is): OpenAI's reasoning_tokens.
+  int64_t reasoning_tokens = 0;
 };
 
 // What every object of one completion shares.

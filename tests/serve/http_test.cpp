@@ -217,6 +217,17 @@ TEST(ServeHttp, ChatStreamHasOpenAiChunksAndMatchesWholeResponse) {
     if (!thinking) {
       EXPECT_TRUE(reasoning.empty());
     }
+    // usage.completion_tokens_details.reasoning_tokens: none without thinking; with it, every
+    // token of this reply, which never leaves its think block (the random default model does not
+    // close it in 16 tokens, and a grammar, which could force the tag, refuses thinking).
+    const int64_t reasoning_tokens = r["usage"]["completion_tokens_details"]["reasoning_tokens"];
+    if (!thinking) {
+      EXPECT_EQ(reasoning_tokens, 0);
+    } else {
+      EXPECT_TRUE(message["content"].get<std::string>().empty()) << message.dump();
+      EXPECT_FALSE(message.value("reasoning_content", "").empty());
+      EXPECT_EQ(reasoning_tokens, r["usage"]["completion_tokens"].get<int64_t>());
+    }
   }
 }
 
