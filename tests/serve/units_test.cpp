@@ -39,10 +39,11 @@ TEST(ServeFormat, ChatChunksHaveOpenAiShapeAndKeyOrder) {
   EXPECT_EQ(dump_json(finish_chunk(chat_identity(), FinishReason::Length, false)["choices"][0]),
             R"({"index":0,"delta":{},"logprobs":null,"finish_reason":"length"})");
   EXPECT_EQ(
-      dump_json(usage_chunk(chat_identity(), {5, 3, 2})),
+      dump_json(usage_chunk(chat_identity(), {5, 3, 2, 1})),
       R"({"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,"model":"m",)"
       R"("system_fingerprint":"fp_strata","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,)"
-      R"("total_tokens":8,"prompt_tokens_details":{"cached_tokens":2}}})");
+      R"("total_tokens":8,"prompt_tokens_details":{"cached_tokens":2},)"
+      R"("completion_tokens_details":{"reasoning_tokens":1}}})");
   EXPECT_EQ(dump_json(delta_chunk(chat_identity(), {"", "think"}, false)["choices"][0]["delta"]),
             R"({"reasoning_content":"think"})");
 }

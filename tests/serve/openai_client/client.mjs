@@ -46,6 +46,10 @@ await check("chat.completions.create", async () => {
   assert.equal(typeof wholeChat.choices[0].message.content, "string");
   assert.ok(["stop", "length"].includes(wholeChat.choices[0].finish_reason));
   assert.equal(wholeChat.usage.total_tokens, wholeChat.usage.prompt_tokens + wholeChat.usage.completion_tokens);
+  // Reasoning tokens are part of the completion tokens (OpenAI's completion_tokens_details).
+  const reasoningTokens = wholeChat.usage.completion_tokens_details.reasoning_tokens;
+  assert.ok(Number.isInteger(reasoningTokens) && reasoningTokens >= 0);
+  assert.ok(reasoningTokens <= wholeChat.usage.completion_tokens);
 });
 
 await check("chat.completions.create stream + include_usage", async () => {
