@@ -1,6 +1,6 @@
 // Batched decode steps (Session::decode_together, serve --parallel): one step of N sequences
 // on the default model (or STRATA_BENCH_MODEL), N = 1, 2, 4, 8, 16, 32, against N separate
-// decode calls. Counters: tok/s (N tokens per step) and the experts each layer fetched.
+// decode calls. Counters: tok/s (N tokens per step) and ms per step of each part of the layer.
 //   ninja -C build bench_batch_decode && build/bench/bench_batch_decode
 #include <benchmark/benchmark.h>
 
@@ -60,8 +60,11 @@ void BM_DecodeTogether(benchmark::State& state) {
   active_phase_times() = nullptr;
   state.counters["tok/s"] =
       benchmark::Counter(double(state.iterations() * state.range(0)), benchmark::Counter::kIsRate);
-  for (size_t p = 0; p < size_t(Phase::kCount); ++p)
-    state.counters[std::string(phase_name(Phase(p)))] = phases.ms[p] / double(state.iterations());
+  // ms per step of each part of the layer (util/phase_timer.h): which parts grow with the rows.
+  for (size_t p = 0; p < size_t(Part::kCount); ++p)
+    if (phases.part_ms[p] > 0)
+      state.counters[std::string(part_name(Part(p)))] =
+          phases.part_ms[p] / double(state.iterations());
 }
 BENCHMARK(BM_DecodeTogether)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->UseRealTime();
 
