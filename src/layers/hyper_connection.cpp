@@ -6,62 +6,109 @@
 
 namespace strata {
 
-void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
-                         const HyperConnectionWeights& w, int n_streams, int64_t n_embd, float eps,
-                         const float* X, int64_t n_rows, float* x, float* inject) {
+namespace {
+
+// Windows cut into one slice of rows per thread (hyper_connection_in): at least this many rows
+// per thread, at most this many rows in all (see there).
+constexpr int64_t kHcRowSlicesMin = 2;
+constexpr int64_t kHcRowSlicesMax = 64;
+
+// Scratch for rows [0, n_rows) of a window; a row range uses its own rows of each.
+struct HcScratch {
+  float* normed;  // [n_rows][width]
+  float* mix;     // [n_rows][rank]
+  float* gates;   // [n_rows][width]
+};
+
+// Rows [begin, end) of hyper_connection_in. Called on the whole window (its products and row
+// loops hand out over the pool), or from inside a pool task on a slice of it (every call on the
+// pool then runs inline on that thread: ThreadPool's nested rule). Rows never mix, so either
+// way each row gets the same bits.
+void hc_in_rows(compute::ThreadPool& pool, const HyperConnectionWeights& w, int n_streams,
+                int64_t n_embd, float eps, const float* X, int64_t begin, int64_t end, float* x,
+                float* inject, const HcScratch& scratch) {
   const int64_t width = n_streams * n_embd;
   const int64_t rank = w.down.n_out;
+  const int64_t n_rows = end - begin;
   const float inv_streams = 1.0f / float(n_streams);
-  compute::Workspace::Frame frame(ws);
-  // normed and gates are written whole before they are read (every row's norm; the up
-  // projection's n_rows × width outputs): no zeroing, which was 16 MiB per call in a 512-row
-  // window.
-  std::vector<float>& normed = ws.scratch_floats(static_cast<size_t>(n_rows * width));
+  X += begin * width;
+  x += begin * n_embd;
+  if (inject) inject += begin * n_streams;
+  float* normed = scratch.normed + begin * width;
+  float* mix = scratch.mix + begin * rank;
+  float* gates = scratch.gates + begin * width;
   // Row-wise loops run split over the pool's threads (each row on its own: same bits).
-  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t)
+  compute::parallel_rows(pool, n_rows, [&](int64_t first, int64_t last, int) {
+    for (int64_t t = first; t < last; ++t)
       compute::rms_norm_grouped(X + t * width, w.norm.data(), n_streams, n_embd, eps,
-                                normed.data() + t * width);
+                                normed + t * width);
   });
 
-  std::vector<float>& mix = ws.floats(static_cast<size_t>(n_rows * rank));
   // down and inject read the same normed rows: one call converts them once.
-  const bool with_inject = w.has_inject() && inject;
-  if (with_inject) {
-    const compute::MatmulProduct products[] = {{&w.down, mix.data()}, {&w.inject, inject}};
-    compute::matmul_many(pool, products, normed.data(), n_rows);
+  if (inject) {
+    const compute::MatmulProduct products[] = {{&w.down, mix}, {&w.inject, inject}};
+    compute::matmul_many(pool, products, normed, n_rows);
   } else {
-    compute::matmul(pool, w.down, normed.data(), n_rows, mix.data());
+    compute::matmul(pool, w.down, normed, n_rows, mix);
   }
-  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
-    for (int64_t i = begin * rank; i < end * rank; ++i) mix[size_t(i)] *= inv_streams;
-    compute::silu(mix.data() + begin * rank, (end - begin) * rank, mix.data() + begin * rank);
+  compute::parallel_rows(pool, n_rows, [&](int64_t first, int64_t last, int) {
+    for (int64_t i = first * rank; i < last * rank; ++i) mix[size_t(i)] *= inv_streams;
+    compute::silu(mix + first * rank, (last - first) * rank, mix + first * rank);
   });
-  std::vector<float>& gates = ws.scratch_floats(static_cast<size_t>(n_rows * width));
-  compute::matmul(pool, w.up, mix.data(), n_rows, gates.data());
+  compute::matmul(pool, w.up, mix, n_rows, gates);
 
-  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+  compute::parallel_rows(pool, n_rows, [&](int64_t first, int64_t last, int) {
     // The gates in place first (the same sigmoid bits, vectorised), then the stream sums.
-    compute::sigmoid(gates.data() + begin * width, (end - begin) * width,
-                     gates.data() + begin * width);
+    compute::sigmoid(gates + first * width, (last - first) * width, gates + first * width);
     // out_i = (Σ_s g_si·xn_si, s = 0, 1, ... from 0.0f) · 1/S, summed stream by stream so the
     // loops run along i (contiguous, vectorised) with each element's adds in the same order.
-    for (int64_t t = begin; t < end; ++t) {
+    for (int64_t t = first; t < last; ++t) {
       float* __restrict out = x + t * n_embd;
       std::fill_n(out, n_embd, 0.0f);
       for (int s = 0; s < n_streams; ++s) {
-        const float* __restrict g = gates.data() + t * width + s * n_embd;
-        const float* __restrict xn = normed.data() + t * width + s * n_embd;
+        const float* __restrict g = gates + t * width + s * n_embd;
+        const float* __restrict xn = normed + t * width + s * n_embd;
         for (int64_t i = 0; i < n_embd; ++i) out[i] += g[i] * xn[i];
       }
       for (int64_t i = 0; i < n_embd; ++i) out[i] *= inv_streams;
     }
   });
 
-  if (with_inject) {
+  if (inject)
     for (int64_t i = 0; i < n_rows * n_streams; ++i)
       inject[i] = 2.0f * compute::sigmoid(inject[i] * inv_streams);
+}
+
+}  // namespace
+
+void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
+                         const HyperConnectionWeights& w, int n_streams, int64_t n_embd, float eps,
+                         const float* X, int64_t n_rows, float* x, float* inject) {
+  const int64_t width = n_streams * n_embd;
+  const int64_t rank = w.down.n_out;
+  compute::Workspace::Frame frame(ws);
+  // normed and gates are written whole before they are read (every row's norm; the up
+  // projection's n_rows × width outputs): no zeroing, which was 16 MiB per call in a 512-row
+  // window.
+  const HcScratch scratch{ws.scratch_floats(static_cast<size_t>(n_rows * width)).data(),
+                          ws.floats(static_cast<size_t>(n_rows * rank)).data(),
+                          ws.scratch_floats(static_cast<size_t>(n_rows * width)).data()};
+  float* const inject_out = w.has_inject() ? inject : nullptr;
+  // A window of a few rows per thread (batched decode steps of `serve --parallel`): each thread
+  // runs its own slice of rows through every step, one hand-out instead of five. The steps are
+  // small here (rank 32 of a few thousand wide), so five waits for five short splits cost more
+  // than the work they share, and a thread's slice still fills the tile kernels' rows. Prompt
+  // windows (hundreds of rows) keep the split per step, whose products then tile over all rows.
+  const int threads = pool.size();
+  if (threads > 1 && n_rows >= kHcRowSlicesMin * threads && n_rows <= kHcRowSlicesMax) {
+    pool.parallel_for_each_task(threads, [&](int64_t slice, int64_t, int) {
+      const int64_t begin = n_rows * slice / threads;
+      const int64_t end = n_rows * (slice + 1) / threads;
+      hc_in_rows(pool, w, n_streams, n_embd, eps, X, begin, end, x, inject_out, scratch);
+    });
+    return;
   }
+  hc_in_rows(pool, w, n_streams, n_embd, eps, X, 0, n_rows, x, inject_out, scratch);
 }
 
 void hyper_connection_out(int n_streams, int64_t n_embd, const float* y, const float* inject,

@@ -64,8 +64,43 @@ PleRowReader::~PleRowReader() {
   thread_.join();
 }
 
+namespace {
+
+// A row id inside the table, or an error naming the file, the tensor and the row.
+void check_row(const PleWeights& w, uint64_t row) {
+  if (row >= uint64_t(w.table.ne[1]))
+    fail("{}: tensor {}: n-gram row {} is outside the table ({} rows)", w.file->path(),
+         w.table.name, row, w.table.ne[1]);
+}
+
+}  // namespace
+
+bool PleRowReader::reads_from_mapping(const PleWeights& w) const {
+  return w.file->mapped_data() != nullptr && w.table.n_bytes <= mapped_table_max_bytes_;
+}
+
 void PleRowReader::start(const PleDims& dims, const PleWeights& w,
                          std::span<const uint64_t> row_ids) {
+  if (reads_from_mapping(w)) {
+    // A small table: copied from the mapping here, on the window thread (see the header).
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [this] { return done_; });
+    width_ = dims.row_width;
+    out_.resize(row_ids.size() * size_t(width_));
+    error_ = nullptr;
+    try {
+      const size_t row_bytes = w.table.row_bytes();
+      const uint8_t* table = w.file->tensor_data(w.table);
+      for (size_t i = 0; i < row_ids.size(); ++i) {
+        check_row(w, row_ids[i]);
+        quant::dequantize_row(w.table.type, table + row_ids[i] * row_bytes,
+                              out_.data() + i * size_t(width_), width_);
+      }
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+    return;
+  }
   {
     std::unique_lock lock(mutex_);
     cv_.wait(lock, [this] { return done_; });
@@ -103,9 +138,7 @@ void PleRowReader::run() {
       const TensorInfo& table = w.table;
       const size_t row_bytes = table.row_bytes();
       for (size_t i = 0; i < rows_.size(); ++i) {
-        if (rows_[i] >= uint64_t(table.ne[1]))
-          fail("{}: tensor {}: n-gram row {} is outside the table ({} rows)", w.file->path(),
-               table.name, rows_[i], table.ne[1]);
+        check_row(w, rows_[i]);
         const uint64_t offset = table.file_offset + rows_[i] * row_bytes;
         size_t done = 0;
         while (done < row_bytes) {

@@ -54,9 +54,22 @@ PleContext ple_advance(const PleDims& dims, PleContext context, std::span<const 
 // Reads the table rows of one window at a time on its own background thread (started by the
 // first `start`, joined by the destructor), into buffers it keeps, so a steady decode step
 // allocates nothing. Owned by one sequence; start/collect from that sequence's window thread.
+// A table of at most kMappedTableMaxBytes in a mapped file is instead copied from the mapping
+// inside `start`, on the window thread (no reader thread, no system call): its pages stay cached
+// once touched, and a row is a few dozen bytes, far less than the hand-over to a thread and a pread
+// per row cost (16 sequences of a batched step each woke their own reader on 2 cores). The big
+// tables this reader is for (the flagship's is larger than RAM) keep the preads, whose misses
+// wait on the reader thread while the window computes, never as page faults on the window thread.
+// The same bytes either way.
 class PleRowReader {
  public:
-  PleRowReader() = default;
+  static constexpr uint64_t kMappedTableMaxBytes = uint64_t(64) << 20;
+  // mapped_table_max_bytes: the bound above (0: always the reader thread; tests compare both).
+  explicit PleRowReader(uint64_t mapped_table_max_bytes = kMappedTableMaxBytes)
+      : mapped_table_max_bytes_(mapped_table_max_bytes) {}
+  // Whether `start` copies w's rows from the mapping (above) rather than reading them.
+  bool reads_from_mapping(const PleWeights& w) const;
+
   ~PleRowReader();
   PleRowReader(const PleRowReader&) = delete;
   PleRowReader& operator=(const PleRowReader&) = delete;
@@ -70,6 +83,7 @@ class PleRowReader {
 
  private:
   void run();
+  const uint64_t mapped_table_max_bytes_;
   std::thread thread_;
   std::mutex mutex_;
   std::condition_variable cv_;  // guards the flags below and hands jobs/results over

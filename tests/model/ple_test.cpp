@@ -2,9 +2,17 @@
 // shared/reference/qwen4exp.md §9 and §14 (computed independently of this code).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <random>
+#include <unistd.h>
+
 #include "layers/ple.h"
 #include "model/hparams.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
 #include "synth/synth.h"
+#include "util/error.h"
+#include "util/fp16.h"
 
 namespace strata {
 namespace {
@@ -75,6 +83,66 @@ TEST(PleHash, EosCutsContextAndWindowsCompose) {
   const std::vector<uint64_t> c = ple_row_ids(dims, PleContext{}, other_start);
   for (int h = 0; h < 8; ++h) EXPECT_EQ(c[2 * 16 + h], whole[2 * 16 + h]);
   for (int h = 8; h < 16; ++h) EXPECT_NE(c[2 * 16 + h], whole[2 * 16 + h]);
+}
+
+// PleRowReader: a small table copied from the mapping on the window thread and the same table read
+// with preads on the reader thread give the same floats, window after window, and both name the
+// file, tensor and row of an id outside the table.
+TEST(PleRowReader, MappedCopyAndReaderThreadGiveTheSameRows) {
+  constexpr int64_t kWidth = 24, kRows = 1000;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint8_t> bytes(size_t(kWidth * kRows) * 2);
+  for (size_t i = 0; i < bytes.size(); i += 2) {
+    const uint16_t h = f32_to_f16(normal(rng));
+    std::memcpy(bytes.data() + i, &h, 2);
+  }
+  const std::string path = "/tmp/strata-ple-reader-" + std::to_string(getpid()) + ".gguf";
+  GgufWriter writer;
+  writer.add_string("general.architecture", "test");
+  writer.add_tensor("per_layer_token_embd.weight", GgmlType::F16, {kWidth, kRows}, bytes);
+  writer.write_file(path);
+  const auto file = GgufFile::open(path);
+  PleWeights w;
+  w.file = file.get();
+  w.table = file->tensor("per_layer_token_embd.weight");
+  PleDims dims;
+  dims.row_width = kWidth;
+
+  PleRowReader mapped, threaded(0);
+  ASSERT_TRUE(mapped.reads_from_mapping(w));
+  ASSERT_FALSE(threaded.reads_from_mapping(w));
+  std::uniform_int_distribution<uint64_t> row(0, kRows - 1);
+  for (size_t n_ids : {1, 16, 160, 3}) {
+    std::vector<uint64_t> ids(n_ids);
+    for (uint64_t& id : ids) id = row(rng);
+    ids[0] = kRows - 1;  // the table's last row
+    mapped.start(dims, w, ids);
+    threaded.start(dims, w, ids);
+    const std::vector<float> a = mapped.collect(), b = threaded.collect();
+    ASSERT_EQ(a.size(), n_ids * size_t(kWidth));
+    ASSERT_EQ(a, b) << n_ids << " rows";
+    for (int64_t i = 0; i < kWidth; ++i) {
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + size_t(ids[1 % n_ids] * kWidth + uint64_t(i)) * 2, 2);
+      ASSERT_EQ(a[size_t((1 % n_ids) * kWidth + i)], f16_to_f32(h));
+    }
+  }
+  const uint64_t outside[] = {3, uint64_t(kRows)};
+  for (PleRowReader* reader : {&mapped, &threaded}) {
+    reader->start(dims, w, outside);
+    try {
+      reader->collect();
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(path), std::string::npos) << message;
+      EXPECT_NE(message.find("n-gram row 1000 is outside the table (1000 rows)"),
+                std::string::npos)
+          << message;
+    }
+  }
+  std::remove(path.c_str());
 }
 
 }  // namespace

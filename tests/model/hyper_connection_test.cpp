@@ -1,0 +1,109 @@
+// hyper_connection_in on the CPU: a window's rows give the bits each row gives alone on one thread,
+// whatever the thread count, the window size and where the rows sit. Windows of a few rows per
+// thread take the per-thread row slices (layers/hyper_connection.cpp), the others the split per
+// step; both must agree with the row-by-row reference, with an inject (blocks) and without one (the
+// final mixer).
+#include "layers/hyper_connection.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "quant/quant.h"
+
+namespace strata {
+namespace {
+
+struct QuantMatrix {
+  std::vector<std::byte> bytes;
+  compute::WeightMatrix view;
+};
+
+QuantMatrix random_q8_0(int64_t n_in, int64_t n_out, std::mt19937& rng) {
+  QuantMatrix m;
+  const size_t row_size = row_bytes(GgmlType::Q8_0, n_in);
+  m.bytes.resize(row_size * size_t(n_out));
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  std::vector<float> row(static_cast<size_t>(n_in));
+  for (int64_t o = 0; o < n_out; ++o) {
+    for (float& v : row) v = normal(rng);
+    quant::quantize_row(GgmlType::Q8_0, row.data(), m.bytes.data() + size_t(o) * row_size, n_in);
+  }
+  m.view = compute::WeightMatrix::dense(GgmlType::Q8_0, n_in, n_out, m.bytes.data());
+  return m;
+}
+
+uint32_t bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+TEST(HyperConnectionIn, EveryWindowAndThreadCountGivesTheRowByRowBits) {
+  constexpr int kStreams = 4;
+  constexpr int64_t kEmbd = 96;  // width 384: 12 Q8_0 blocks
+  constexpr int64_t kRank = 32;  // the up projection's one-block path
+  constexpr int64_t kMaxRows = 100;
+  constexpr float kEps = 1e-6f;
+  const int64_t width = kStreams * kEmbd;
+  std::mt19937 rng(11);
+  const QuantMatrix down = random_q8_0(width, kRank, rng);
+  const QuantMatrix up = random_q8_0(kRank, width, rng);
+  const QuantMatrix inject = random_q8_0(width, kStreams, rng);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  HyperConnectionWeights with_inject;
+  with_inject.norm.resize(size_t(width));
+  for (float& v : with_inject.norm) v = 1.0f + 0.3f * normal(rng);
+  with_inject.down = down.view;
+  with_inject.up = up.view;
+  with_inject.inject = inject.view;
+  HyperConnectionWeights mixer = with_inject;
+  mixer.inject = {};
+  std::vector<float> X(static_cast<size_t>(kMaxRows * width));
+  for (float& v : X) v = normal(rng);
+
+  for (const HyperConnectionWeights* w : {&with_inject, &mixer}) {
+    const bool has_inject = w->has_inject();
+    // The reference: every row alone, one thread.
+    std::vector<float> want_x(static_cast<size_t>(kMaxRows * kEmbd));
+    std::vector<float> want_inject(static_cast<size_t>(kMaxRows * kStreams));
+    {
+      compute::ThreadPool one(1);
+      compute::Workspace ws;
+      for (int64_t t = 0; t < kMaxRows; ++t)
+        hyper_connection_in(one, ws, *w, kStreams, kEmbd, kEps, X.data() + t * width, 1,
+                            want_x.data() + t * kEmbd,
+                            has_inject ? want_inject.data() + t * kStreams : nullptr);
+    }
+    for (int threads : {1, 2, 3, 4})
+      for (double inline_work_ns :
+           {compute::ThreadPool::kInlineNever, compute::ThreadPool::kInlineAlways}) {
+        compute::ThreadPool pool(threads, compute::ThreadPool::kDefaultWorkerSpinMicros,
+                                 inline_work_ns);
+        compute::Workspace ws;
+        // 1..3: inline rows; 4..64 rows: the per-thread slices (at 2+ threads, 2+ rows each);
+        // 65 and 100: the split per step.
+        for (int64_t n_rows : {1, 3, 4, 5, 8, 16, 17, 33, 64, 65, 100}) {
+          const int64_t first = (kMaxRows - n_rows) / 2;
+          std::vector<float> x(static_cast<size_t>(n_rows * kEmbd), -1.0f);
+          std::vector<float> inj(static_cast<size_t>(n_rows * kStreams), -1.0f);
+          hyper_connection_in(pool, ws, *w, kStreams, kEmbd, kEps, X.data() + first * width,
+                              n_rows, x.data(), has_inject ? inj.data() : nullptr);
+          for (int64_t i = 0; i < n_rows * kEmbd; ++i)
+            ASSERT_EQ(bits(x[size_t(i)]), bits(want_x[size_t(first * kEmbd + i)]))
+                << "x, " << threads << " threads, inline " << inline_work_ns << ", " << n_rows
+                << " rows, element " << i << (has_inject ? "" : ", mixer");
+          if (has_inject) {
+            for (int64_t i = 0; i < n_rows * kStreams; ++i)
+              ASSERT_EQ(bits(inj[size_t(i)]), bits(want_inject[size_t(first * kStreams + i)]))
+                  << "inject, " << threads << " threads, " << n_rows << " rows, element " << i;
+          }
+        }
+      }
+  }
+}
+
+}  // namespace
+}  // namespace strata
