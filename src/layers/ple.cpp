@@ -208,20 +208,25 @@ void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const PleDim
                               normed.data() + t * width);
   }
 
-  // Dilated causal depthwise conv over [history | window], then X += Gv + silu(conv).
+  // Dilated causal depthwise conv over [history | window], then X += Gv + silu(conv). A row's
+  // sums first, then their SiLU in one vector call (bitwise the scalar silu; one expf per
+  // channel was most of a decode row's PLE time), then the adds.
+  std::vector<float>& conv = ws.scratch_floats(static_cast<size_t>(width));
   for (int64_t t = 0; t < n_rows; ++t) {
     auto step = [&](int64_t back) -> const float* {  // N at t - back
       const int64_t idx = t - back;
       return idx >= 0 ? normed.data() + idx * width
                       : state.conv_history.data() + (history_steps + idx) * width;
     };
-    float* xt = X + t * width;
     for (int64_t c = 0; c < width; ++c) {
       const float* taps = w.conv.data() + c * kernel;
       float sum = 0.0f;
       for (int j = 0; j < kernel; ++j) sum += taps[j] * step(int64_t(kernel - 1 - j) * dilation)[c];
-      xt[c] += gated[size_t(t * width + c)] + compute::silu(sum);
+      conv[size_t(c)] = sum;
     }
+    compute::silu(conv.data(), width, conv.data());
+    float* xt = X + t * width;
+    for (int64_t c = 0; c < width; ++c) xt[c] += gated[size_t(t * width + c)] + conv[size_t(c)];
   }
   // Keep the last history_steps rows of N.
   std::vector<float>& next = state.next_history;
