@@ -238,8 +238,9 @@ void register_serve(CLI::App& app) {
                   "side by side, each on threads/G threads (every reply still bitwise as with 1); "
                   "experts from the file mapping only (not with --ram-budget). auto, decided at "
                   "start: when the model file fits in the last-level cache (a step is compute), "
-                  "threads/2 rounded down to a power of two, at most --parallel; otherwise (a "
-                  "step is weight reads), unknown cache size or a RAM-budget store, 1")
+                  "min(threads, --parallel/4) rounded down to a power of two (4 rows and one "
+                  "thread a group at least); otherwise (a step is weight reads), unknown cache "
+                  "size or a RAM-budget store, 1")
       ->type_name("G|auto")
       ->capture_default_str();
   add_cache_ram_option(*cmd, options->cache_ram);

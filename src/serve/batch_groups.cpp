@@ -43,8 +43,9 @@ bool weights_fit_cache(uint64_t step_bytes, uint64_t llc_bytes) {
 
 int auto_batch_groups(int threads, int parallel, uint64_t step_bytes, uint64_t llc_bytes) {
   if (!weights_fit_cache(step_bytes, llc_bytes)) return 1;
-  const auto half_threads = unsigned(std::max(1, threads / 2));
-  return std::clamp(int(std::bit_floor(half_threads)), 1, std::max(1, parallel));
+  const int slots = std::max(1, parallel);
+  const int most = std::min(std::max(1, threads), std::max(1, slots / kRowsPerGroup));
+  return std::clamp(int(std::bit_floor(unsigned(most))), 1, slots);
 }
 
 uint64_t llc_bytes(const std::filesystem::path& cache_dir) {
@@ -86,8 +87,9 @@ BatchGroupsChoice choose_batch_groups(std::optional<int> given, const BatchGroup
   if (!fit) return {1, fmt::format("auto: {}, a step is weight reads", sizes)};
   return {
       auto_batch_groups(inputs.threads, inputs.parallel, inputs.model_file_bytes, inputs.llc_bytes),
-      fmt::format("auto: {}, a step is compute: {} threads, 2 a group, at most --parallel {}",
-                  sizes, inputs.threads, inputs.parallel)};
+      fmt::format("auto: {}, a step is compute: --parallel {} rows, {} a group at least, on {} "
+                  "threads, one a group at least",
+                  sizes, inputs.parallel, kRowsPerGroup, inputs.threads)};
 }
 
 }  // namespace strata::serve

@@ -8,17 +8,21 @@
 //         file, not one token's dense part and active experts);
 //   LLC = the last-level cache (sysfs: level 3, else level 2; not exposed → 0, taken as small);
 //   T   = the compute threads (--threads).
+//   P   = --parallel, the most rows a step has.
 //   W ≤ LLC: the weights stay in cache, so a step is compute and its rows share little memory
 //            traffic, while one window split over many threads is all hand-outs (34 µs each at 16
-//            threads): G = T/2 rounded down to a power of two (two threads a group), within
-//            [1, parallel].
+//            threads): as many groups as keep kRowsPerGroup rows and one thread in each, i.e.
+//            G = min(T, P / kRowsPerGroup) rounded down to a power of two, within [1, P].
 //   W > LLC: a step is weight reads, and each group would read the dense weights and its experts
 //            again: G = 1.
-// Measured (docs/serve.md, "Batch groups", 16-core Xeon with 300 MiB L3, --parallel 16, 16 streams
-// ÷ one stream): the 27 MB default model 2.4× with 1 group, 3.6× with 2, 5.9× with 4, 5.4× with 8
-// (the rule picks 8); an 11 GiB model with uniform routing 2.7× with 1 group, 2.6× with 8 (the
-// rule picks 1). With a RAM-budget expert store auto is 1: groups read the experts from the file
-// mapping (their residency state is one).
+// Measured (docs/serve.md, "Batch groups", 16 streams at --parallel 16): on the 16-core Xeon with
+// 300 MiB L3, the 27 MB default model 2.4× one stream with 1 group, 3.6× with 2, 5.9× with 4,
+// 5.4× with 8 (the rule picks 4: 4 rows and 4 threads a group); on 2 cores 2648 and 2925 tok/s
+// with 2 groups against 2151 and 2212 with 1 (the rule picks 2: 8 rows and 1 thread a group);
+// an 11 GiB model with uniform routing 2.7× with 1 group, 2.6× with 8 (the rule picks 1). Until
+// session 41 the rule was T/2 (two threads a group), which picked 8 there and 1 on 2 cores. With
+// a RAM-budget expert store auto is 1: groups read the experts from the file mapping (their
+// residency state is one).
 //
 // Everything here is a pure function but `llc_bytes`, which reads sysfs. Thread-safe.
 #pragma once
@@ -33,6 +37,9 @@ namespace strata::serve {
 
 // The most groups --batch-groups accepts.
 inline constexpr int kMaxBatchGroups = 256;
+// The auto rule's fewest rows a group (of --parallel's): fewer and a group's window is mostly
+// per-window overhead (measured: 4 rows a group beat 2 on 16 cores).
+inline constexpr int kRowsPerGroup = 4;
 
 // Whether a step's weights stay cache-resident: step_bytes ≤ llc_bytes, an unknown (0) LLC
 // counting as too small.
@@ -63,7 +70,7 @@ struct BatchGroupsInputs {
 struct BatchGroupsChoice {
   int groups = 1;
   // For the startup line and /props: "given", or "auto: " and why, e.g. "auto: model 26.2 MiB
-  // fits in the 300 MiB last-level cache, a step is compute: 16 threads, 2 a group, ...".
+  // fits in the 300 MiB last-level cache, a step is compute: --parallel 16 rows, 4 a group ...".
   std::string reason;
 };
 

@@ -1,6 +1,6 @@
-// --batch-groups (serve/batch_groups.h): the auto rule on its edges (one thread, one slot, weights
-// just below and above the last-level cache, an unknown cache, power-of-two and other thread
-// counts), the sysfs reader on fixture trees, and the option's parser.
+// --batch-groups (serve/batch_groups.h): the auto rule on its edges (one thread, few slots, four
+// rows a group, weights just below and above the last-level cache, an unknown cache, power-of-two
+// and other thread counts), the sysfs reader on fixture trees, and the option's parser.
 #include "serve/batch_groups.h"
 
 #include <gtest/gtest.h>
@@ -16,34 +16,50 @@ namespace {
 constexpr uint64_t kMiB = uint64_t(1) << 20;
 constexpr uint64_t kLlc = 300 * kMiB;  // the 16-core box the rule was measured on
 
-TEST(ServeBatchGroups, SixteenThreadsOnACacheResidentModelGiveEightGroups) {
-  // The default model (27 MB) on the 16-core box: 5.4-5.9× with 4-8 groups against 2.4× with 1.
-  EXPECT_EQ(auto_batch_groups(16, 16, 27'455'392, kLlc), 8);
+TEST(ServeBatchGroups, SixteenThreadsOnACacheResidentModelGiveFourGroups) {
+  // The default model (27 MB) on the 16-core box: 5.9× one stream with 4 groups, 5.4× with 8,
+  // 2.4× with 1 (16 streams, --parallel 16).
+  EXPECT_EQ(auto_batch_groups(16, 16, 27'455'392, kLlc), 4);
+}
+
+TEST(ServeBatchGroups, TwoThreadsOnACacheResidentModelGiveTwoGroups) {
+  // On 2 cores 2 groups (one thread, 8 rows each) beat 1 by 1.23-1.32× (16 streams).
+  EXPECT_EQ(auto_batch_groups(2, 16, 27'455'392, kLlc), 2);
+  EXPECT_EQ(auto_batch_groups(2, 8, kMiB, kLlc), 2);
+  EXPECT_EQ(auto_batch_groups(2, 7, kMiB, kLlc), 1);  // 7 / 4 rows → 1 group
+}
+
+TEST(ServeBatchGroups, GroupsKeepFourRowsEach) {
+  EXPECT_EQ(auto_batch_groups(16, 32, kMiB, kLlc), 8);
+  EXPECT_EQ(auto_batch_groups(16, 64, kMiB, kLlc), 16);
+  EXPECT_EQ(auto_batch_groups(16, 256, kMiB, kLlc), 16);  // and one thread each at least
+  EXPECT_EQ(auto_batch_groups(64, 256, kMiB, kLlc), 64);
+  EXPECT_EQ(auto_batch_groups(16, 8, kMiB, kLlc), 2);
+  EXPECT_EQ(auto_batch_groups(16, 4, kMiB, kLlc), 1);
 }
 
 TEST(ServeBatchGroups, ThreadCountsThatAreNoPowerOfTwoRoundDown) {
-  EXPECT_EQ(auto_batch_groups(12, 16, kMiB, kLlc), 4);  // 12 / 2 = 6 → 4
-  EXPECT_EQ(auto_batch_groups(6, 16, kMiB, kLlc), 2);   // 3 → 2
-  EXPECT_EQ(auto_batch_groups(3, 16, kMiB, kLlc), 1);   // 1
-  EXPECT_EQ(auto_batch_groups(64, 256, kMiB, kLlc), 32);
+  EXPECT_EQ(auto_batch_groups(12, 64, kMiB, kLlc), 8);  // min(12, 16) = 12 → 8
+  EXPECT_EQ(auto_batch_groups(6, 64, kMiB, kLlc), 4);   // 6 → 4
+  EXPECT_EQ(auto_batch_groups(3, 64, kMiB, kLlc), 2);   // 3 → 2
+  EXPECT_EQ(auto_batch_groups(16, 24, kMiB, kLlc), 4);  // 24 / 4 = 6 → 4
 }
 
-TEST(ServeBatchGroups, FewThreadsGiveOneGroup) {
+TEST(ServeBatchGroups, OneThreadGivesOneGroup) {
   EXPECT_EQ(auto_batch_groups(1, 16, kMiB, kLlc), 1);
-  EXPECT_EQ(auto_batch_groups(2, 16, kMiB, kLlc), 1);
   EXPECT_EQ(auto_batch_groups(0, 16, kMiB, kLlc), 1);  // below 1 counts as 1
 }
 
 TEST(ServeBatchGroups, GroupsNeverExceedTheSlots) {
   EXPECT_EQ(auto_batch_groups(16, 1, kMiB, kLlc), 1);
-  EXPECT_EQ(auto_batch_groups(16, 2, kMiB, kLlc), 2);
-  EXPECT_EQ(auto_batch_groups(16, 3, kMiB, kLlc), 3);  // the clamp is to parallel, as stated
+  EXPECT_EQ(auto_batch_groups(16, 2, kMiB, kLlc), 1);
+  EXPECT_EQ(auto_batch_groups(16, 3, kMiB, kLlc), 1);
   EXPECT_EQ(auto_batch_groups(16, 0, kMiB, kLlc), 1);
 }
 
 TEST(ServeBatchGroups, WeightsAboveTheCacheGiveOneGroup) {
-  EXPECT_EQ(auto_batch_groups(16, 16, kLlc, kLlc), 8);  // equal: still resident
-  EXPECT_EQ(auto_batch_groups(16, 16, kLlc - 1, kLlc), 8);
+  EXPECT_EQ(auto_batch_groups(16, 16, kLlc, kLlc), 4);  // equal: still resident
+  EXPECT_EQ(auto_batch_groups(16, 16, kLlc - 1, kLlc), 4);
   EXPECT_EQ(auto_batch_groups(16, 16, kLlc + 1, kLlc), 1);
   // The 11 GiB mid model: 2.7× with 1 group, 2.6× with 8.
   EXPECT_EQ(auto_batch_groups(16, 16, 11 * 1024 * kMiB, kLlc), 1);
@@ -62,8 +78,11 @@ TEST(ServeBatchGroups, ChoiceKeepsAGivenNumberAndSaysWhyForAuto) {
   EXPECT_EQ(choose_batch_groups(3, inputs).reason, "given");
 
   BatchGroupsChoice fits = choose_batch_groups(std::nullopt, inputs);
-  EXPECT_EQ(fits.groups, 8);
+  EXPECT_EQ(fits.groups, 4);
   EXPECT_NE(fits.reason.find("auto: model 26.2 MiB fits in the 300 MiB last-level cache"),
+            std::string::npos)
+      << fits.reason;
+  EXPECT_NE(fits.reason.find("--parallel 16 rows, 4 a group at least, on 16 threads"),
             std::string::npos)
       << fits.reason;
 
