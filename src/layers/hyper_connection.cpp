@@ -9,9 +9,11 @@ namespace strata {
 namespace {
 
 // Windows cut into one slice of rows per thread (hyper_connection_in): at least this many rows
-// per thread, at most this many rows in all (see there).
+// per thread, at most this many rows in all (see there). The bound keeps prompt windows (64 rows
+// and more: `bench cpu` and `run` chunks) on the split per step, whose thread counts were measured;
+// the slices were measured on batched decode steps (2 threads, 4-32 rows).
 constexpr int64_t kHcRowSlicesMin = 2;
-constexpr int64_t kHcRowSlicesMax = 64;
+constexpr int64_t kHcRowSlicesMax = 32;
 
 // Scratch for rows [0, n_rows) of a window; a row range uses its own rows of each.
 struct HcScratch {
@@ -96,9 +98,9 @@ void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
   float* const inject_out = w.has_inject() ? inject : nullptr;
   // A window of a few rows per thread (batched decode steps of `serve --parallel`): each thread
   // runs its own slice of rows through every step, one hand-out instead of five. The steps are
-  // small here (rank 32 of a few thousand wide), so five waits for five short splits cost more
-  // than the work they share, and a thread's slice still fills the tile kernels' rows. Prompt
-  // windows (hundreds of rows) keep the split per step, whose products then tile over all rows.
+  // small here (rank 32 against a 1024-wide X on the default model), so five waits for five short
+  // splits cost more than the work they share, and a thread's slice still fills the tile kernels'
+  // rows. Prompt windows keep the split per step, whose products then tile over all rows.
   const int threads = pool.size();
   if (threads > 1 && n_rows >= kHcRowSlicesMin * threads && n_rows <= kHcRowSlicesMax) {
     pool.parallel_for_each_task(threads, [&](int64_t slice, int64_t, int) {

@@ -83,9 +83,9 @@ TEST(HyperConnectionIn, EveryWindowAndThreadCountGivesTheRowByRowBits) {
         compute::ThreadPool pool(threads, compute::ThreadPool::kDefaultWorkerSpinMicros,
                                  inline_work_ns);
         compute::Workspace ws;
-        // 1..3: inline rows; 4..64 rows: the per-thread slices (at 2+ threads, 2+ rows each);
-        // 65 and 100: the split per step.
-        for (int64_t n_rows : {1, 3, 4, 5, 8, 16, 17, 33, 64, 65, 100}) {
+        // 1..3: inline rows; 4..32 rows: the per-thread slices (at 2+ threads, 2+ rows each);
+        // 33 and more: the split per step.
+        for (int64_t n_rows : {1, 3, 4, 5, 8, 16, 17, 32, 33, 64, 65, 100}) {
           const int64_t first = (kMaxRows - n_rows) / 2;
           std::vector<float> x(static_cast<size_t>(n_rows * kEmbd), -1.0f);
           std::vector<float> inj(static_cast<size_t>(n_rows * kStreams), -1.0f);
