@@ -3,7 +3,11 @@
 
 For each model, each round runs `BEFORE run`, `AFTER run` and llama.cpp (node-llama-cpp 3.21.1's
 prebuilt CPU libllama, tools/llama_cpp/decode_speed.mjs; scripts/install-llama-cpp-peer.sh) in turn,
-so a shared machine's load changes land on every side alike. Every run gets the same prompt of
+so a shared machine's load changes land on every side alike, each round in the next of the sides'
+orders (all 6 permutations in turn; 2 with --no-llama): on the 2-vCPU build VM a strata run right
+after the other strata binary's read its prompt 1.1-1.3x faster than one that ran first or right
+after llama.cpp (session 41), so the fixed order this script had (before, after, llama.cpp)
+favoured `after`. Use a multiple of 6 rounds (2 with --no-llama) for every order equally often. Every run gets the same prompt of
 --prompt-tokens ids ((i·7919 + 13) mod --vocab, no tokenizer involved), --threads threads, the
 whole prompt as one window (strata --chunk = prompt length; llama.cpp one batch), then -n greedy
 decode steps. strata's prompt and decode tok/s come from the summary line `strata run` prints on
@@ -11,12 +15,13 @@ stderr; llama.cpp's prompt tok/s is prompt tokens / prompt_ms and its decode tok
 two strata binaries must generate the same ids (checked every round). Prints every run, then a
 table of medians and the after/llama.cpp ratios.
 
-  bench/prompt_side_by_side.py --before OLD/strata --after build/strata --rounds 5 \\
+  bench/prompt_side_by_side.py --before OLD/strata --after build/strata --rounds 6 \\
       /tmp/q4k.gguf /tmp/iq2xs.gguf
 
 STRATA_QUANT_MAX in the environment (e.g. avx2) caps both strata binaries' kernel level.
 """
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -65,8 +70,9 @@ def main():
     for model in opts.models:
         results = {s: [] for s in sides}
         strata_ids = None
+        orders = list(itertools.permutations(sides))
         for r in range(opts.rounds):
-            for side in sides:
+            for side in orders[r % len(orders)]:
                 if side == "llama.cpp":
                     prompt, decode = run_llama(model, ids, opts)
                 else:
