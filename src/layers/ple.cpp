@@ -66,11 +66,19 @@ PleRowReader::~PleRowReader() {
 
 namespace {
 
-// A row id inside the table, or an error naming the file, the tensor and the row.
-void check_row(const PleWeights& w, uint64_t row) {
-  if (row >= uint64_t(w.table.ne[1]))
-    fail("{}: tensor {}: n-gram row {} is outside the table ({} rows)", w.file->path(),
-         w.table.name, row, w.table.ne[1]);
+// Row `row`'s bytes from the file into `raw` (one row long), or an error naming the file.
+void pread_row(const PleWeights& w, uint64_t row, uint8_t* raw) {
+  const size_t row_bytes = w.table.row_bytes();
+  const uint64_t offset = w.table.file_offset + row * row_bytes;
+  size_t done = 0;
+  while (done < row_bytes) {
+    const ssize_t got = pread(w.file->fd(), raw + done, row_bytes - done, off_t(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0)
+      fail("{}: reading n-gram row {} of {}: {}", w.file->path(), row, w.table.name,
+           got < 0 ? std::strerror(errno) : "unexpected end of file");
+    done += size_t(got);
+  }
 }
 
 }  // namespace
@@ -79,37 +87,39 @@ bool PleRowReader::reads_from_mapping(const PleWeights& w) const {
   return w.file->mapped_data() != nullptr && w.table.n_bytes <= mapped_table_max_bytes_;
 }
 
+void PleRowReader::read_rows(const PleWeights& w, std::span<const uint64_t> rows) {
+  const size_t row_bytes = w.table.row_bytes();
+  const uint8_t* mapped = reads_from_mapping(w) ? w.file->tensor_data(w.table) : nullptr;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] >= uint64_t(w.table.ne[1]))
+      fail("{}: tensor {}: n-gram row {} is outside the table ({} rows)", w.file->path(),
+           w.table.name, rows[i], w.table.ne[1]);
+    const uint8_t* bytes = mapped ? mapped + rows[i] * row_bytes : raw_.data();
+    if (!mapped) pread_row(w, rows[i], raw_.data());
+    quant::dequantize_row(w.table.type, bytes, out_.data() + i * size_t(width_), width_);
+  }
+}
+
 void PleRowReader::start(const PleDims& dims, const PleWeights& w,
                          std::span<const uint64_t> row_ids) {
-  if (reads_from_mapping(w)) {
-    // A small table: copied from the mapping here, on the window thread (see the header).
-    std::unique_lock lock(mutex_);
-    cv_.wait(lock, [this] { return done_; });
-    width_ = dims.row_width;
-    out_.resize(row_ids.size() * size_t(width_));
-    error_ = nullptr;
-    try {
-      const size_t row_bytes = w.table.row_bytes();
-      const uint8_t* table = w.file->tensor_data(w.table);
-      for (size_t i = 0; i < row_ids.size(); ++i) {
-        check_row(w, row_ids[i]);
-        quant::dequantize_row(w.table.type, table + row_ids[i] * row_bytes,
-                              out_.data() + i * size_t(width_), width_);
-      }
-    } catch (...) {
-      error_ = std::current_exception();
-    }
-    return;
-  }
   {
     std::unique_lock lock(mutex_);
     cv_.wait(lock, [this] { return done_; });
     weights_ = &w;
     width_ = dims.row_width;
+    out_.resize(row_ids.size() * size_t(width_));
+    error_ = nullptr;
+    if (reads_from_mapping(w)) {
+      // A small table: copied from the mapping here, on the window thread (see the header).
+      try {
+        read_rows(w, row_ids);
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+      return;
+    }
     rows_.assign(row_ids.begin(), row_ids.end());
     raw_.resize(w.table.row_bytes());
-    out_.resize(rows_.size() * size_t(width_));
-    error_ = nullptr;
     done_ = false;
     has_job_ = true;
   }
@@ -134,24 +144,7 @@ void PleRowReader::run() {
     }
     // The job's buffers belong to this thread until done_ is set.
     try {
-      const PleWeights& w = *weights_;
-      const TensorInfo& table = w.table;
-      const size_t row_bytes = table.row_bytes();
-      for (size_t i = 0; i < rows_.size(); ++i) {
-        check_row(w, rows_[i]);
-        const uint64_t offset = table.file_offset + rows_[i] * row_bytes;
-        size_t done = 0;
-        while (done < row_bytes) {
-          const ssize_t got = pread(w.file->fd(), raw_.data() + done, row_bytes - done,
-                                    off_t(offset + done));
-          if (got < 0 && errno == EINTR) continue;
-          if (got <= 0)
-            fail("{}: reading n-gram row {} of {}: {}", w.file->path(), rows_[i], table.name,
-                 got < 0 ? std::strerror(errno) : "unexpected end of file");
-          done += size_t(got);
-        }
-        quant::dequantize_row(table.type, raw_.data(), out_.data() + i * size_t(width_), width_);
-      }
+      read_rows(*weights_, rows_);
     } catch (...) {
       std::lock_guard lock(mutex_);
       error_ = std::current_exception();

@@ -83,6 +83,9 @@ class PleRowReader {
 
  private:
   void run();
+  // rows' embeddings into out_ (width_ each): from the mapping or with a pread each into raw_.
+  // Throws naming the file, the tensor and a row outside the table or unreadable.
+  void read_rows(const PleWeights& w, std::span<const uint64_t> rows);
   const uint64_t mapped_table_max_bytes_;
   std::thread thread_;
   std::mutex mutex_;

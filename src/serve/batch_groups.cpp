@@ -43,9 +43,9 @@ bool weights_fit_cache(uint64_t step_bytes, uint64_t llc_bytes) {
 
 int auto_batch_groups(int threads, int parallel, uint64_t step_bytes, uint64_t llc_bytes) {
   if (!weights_fit_cache(step_bytes, llc_bytes)) return 1;
-  const int slots = std::max(1, parallel);
-  const int most = std::min(std::max(1, threads), std::max(1, slots / kRowsPerGroup));
-  return std::clamp(int(std::bit_floor(unsigned(most))), 1, slots);
+  // At least 1 and at most parallel / 4 (≤ parallel), so no clamp is needed after rounding down.
+  const int most = std::min(std::max(1, threads), std::max(1, parallel / kRowsPerGroup));
+  return int(std::bit_floor(unsigned(most)));
 }
 
 uint64_t llc_bytes(const std::filesystem::path& cache_dir) {

@@ -45,16 +45,10 @@ int queue_depth(const ServeProcess& server) {
   return health(server).value("queue_depth", -1);
 }
 
-// Whether the access log's count of `path`'s responses with `status` reaches `expected` (0 while
-// the series is absent). httplib counts a response (its logger) only after writing the last byte,
-// and curl returns as soon as it has that byte, so a test that reads /metrics right after a reply
-// can get there before the server thread does: on a loaded 2-core machine it did (ServeHttp.
-// SlowClientDoesNotStallOthers saw the series missing). Counts of replies just received are
-// therefore polled; a count above `expected` still fails (counters never go down).
-bool responses_counted(const ServeProcess& server, const std::string& path, int status,
-                       double expected) {
-  const std::string series =
-      fmt::format(R"(strata_http_requests_total{{path="{}",status="{}"}})", path, status);
+// Whether the counter `series` reaches `expected` (0 while the series is absent), polled; a count
+// above `expected` still fails (counters never go down). For counts of what was just replied to:
+// the server may count after the client has its reply (below).
+bool counter_reaches(const ServeProcess& server, const std::string& series, double expected) {
   double seen = 0;
   const bool reached = eventually([&] {
     seen = metric(get(server, "/metrics").body, series).value_or(0);
@@ -62,6 +56,18 @@ bool responses_counted(const ServeProcess& server, const std::string& path, int 
   });
   EXPECT_EQ(seen, expected) << series;
   return reached && seen == expected;
+}
+
+// Whether the access log's count of `path`'s responses with `status` reaches `expected`.
+// httplib counts a response (its logger) only after writing the last byte, and curl returns as
+// soon as it has that byte, so a test that reads /metrics right after a reply can get there before
+// the server thread does: on a loaded 2-core machine it did (ServeHttp.SlowClientDoesNotStallOthers
+// saw the series missing). Counts of replies just received are therefore polled.
+bool responses_counted(const ServeProcess& server, const std::string& path, int status,
+                       double expected) {
+  return counter_reaches(
+      server, fmt::format(R"(strata_http_requests_total{{path="{}",status="{}"}})", path, status),
+      expected);
 }
 
 std::unique_ptr<ChildProcess> background_curl(const ServeProcess& server, const std::string& path,
@@ -422,13 +428,8 @@ TEST(ServeHttp, SlowClientDoesNotStallOthers) {
   // Polled, not read once: CI saw the count at 1 right after the other reply (once in many runs,
   // not reproduced on a loaded 2-core box), so the order in which the two generations are counted
   // is not what this test pins; that the slow one finishes without its client reading is.
-  const std::string length_series = R"(strata_generations_total{finish_reason="length"})";
-  double generations = 0;
-  EXPECT_TRUE(eventually([&] {
-    generations = metric_now(server, length_series);
-    return generations >= 2;
-  }));
-  EXPECT_EQ(generations, 2);
+  EXPECT_TRUE(
+      counter_reaches(server, R"(strata_generations_total{finish_reason="length"})", 2));
   EXPECT_TRUE(responses_counted(server, kCompletions, 200, 1));
   const std::string received = slow.read_until("data: [DONE]", 60);
   EXPECT_NE(received.find("data: [DONE]"), std::string::npos);
