@@ -422,12 +422,9 @@ class CudaBackend final : public Backend {
     sign(Op::HcIn, X, x, inject, n_streams, n_rows, reinterpret_cast<uintptr_t>(w.down.data));
     if (replaying()) return;
     // The previous block's deferred hc_out on this X, if any, becomes the first launch's prologue.
-    std::optional<PendingHcOut> fold;
-    if (pending_hc_out_ && pending_hc_out_->x_id == X.id && pending_hc_out_->n_rows == n_rows &&
-        pending_hc_out_->n_streams == n_streams) {
-      fold = pending_hc_out_;
-      pending_hc_out_.reset();
-    }
+    std::optional<PendingHcOut> fold = take_if(pending_hc_out_, [&](const PendingHcOut& p) {
+      return p.x_id == X.id && p.n_rows == n_rows && p.n_streams == n_streams;
+    });
     float* Xd = rows(X, n_rows, "hyper_connection_in");
     const int64_t n_embd = X.width / n_streams, width = X.width, rank = w.down.n_out;
     float* xd = rows(x, n_rows, "hyper_connection_in", n_embd);
@@ -489,12 +486,9 @@ class CudaBackend final : public Backend {
     if (replaying()) return;
     const int64_t n_embd = X.width / n_streams;
     // A deferred MoE combine into y comes along (y is then computed where it is read).
-    std::optional<PendingMoeCombine> combine;
-    if (pending_combine_ && pending_combine_->y_id == y.id && pending_combine_->n_rows == n_rows &&
-        pending_combine_->n_embd == n_embd) {
-      combine = pending_combine_;
-      pending_combine_.reset();
-    }
+    const std::optional<PendingMoeCombine> combine = take_if(pending_combine_, [&](const PendingMoeCombine& p) {
+      return p.y_id == y.id && p.n_rows == n_rows && p.n_embd == n_embd;
+    });
     float* Xd = rows(X, n_rows, "hyper_connection_out");
     float* yd = rows(y, n_rows, "hyper_connection_out", n_embd);
     const float* inj = rows(inject, n_rows, "hyper_connection_out", n_streams);
@@ -544,6 +538,15 @@ class CudaBackend final : public Backend {
   }
   void mark(const char* label) { graph_.mark(label); }
 
+  // A deferred step, taken out of `pending` when its consumer `matches` it (that consumer then
+  // computes it in its own launch); else left for flush_deferred.
+  template <class Pending, class Match>
+  static std::optional<Pending> take_if(std::optional<Pending>& pending, Match matches) {
+    std::optional<Pending> taken;
+    if (pending && matches(*pending)) taken.swap(pending);
+    return taken;
+  }
+
   // A deferred hyper_connection_out (raw device pointers: tensors stay allocated until release,
   // which flushes first). Launched by the next op that touches any tensor (rows()), by read,
   // release, begin_window and rollback, or folded into the next hyper_connection_in on X.
@@ -588,11 +591,9 @@ class CudaBackend final : public Backend {
   };
   std::optional<PendingHcCombine> pending_hc_combine_;
   std::optional<PendingHcCombine> take_hc_combine(Tensor x, int64_t n_rows) {
-    std::optional<PendingHcCombine> taken;
-    if (pending_hc_combine_ && pending_hc_combine_->x_id == x.id && pending_hc_combine_->n_rows == n_rows &&
-        pending_hc_combine_->n_embd == x.width)
-      taken.swap(pending_hc_combine_);
-    return taken;
+    return take_if(pending_hc_combine_, [&](const PendingHcCombine& p) {
+      return p.x_id == x.id && p.n_rows == n_rows && p.n_embd == x.width;
+    });
   }
   void launch_hc_combine(const PendingHcCombine& p) {
     graph_.ensure_capturing();

@@ -188,7 +188,7 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
     const ActivationLayout in_down = activation_layout(w.shared_down.type, n_sh, n_rows);
     void* down_scratch = scratch_.take(in_down.total_bytes);
     const ActivationLayout in_gate_inp = activation_layout(GgmlType::F32, H, n_rows);
-    void* gate_inp_scratch = scratch_.take(in_gate_inp.total_bytes);
+    void* gate_inp_scratch = gate_logit_with_router ? nullptr : scratch_.take(in_gate_inp.total_bytes);
 
     side_branch([&](cudaStream_t side) {
       if (!gate_layout) {
