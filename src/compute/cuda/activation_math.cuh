@@ -17,12 +17,16 @@ __device__ __forceinline__ float scaled_silu_value(float m, float scale) { retur
 
 // Hyper-connection block input x_i of row t (hc_combine): (Σ_s σ(g_{s,i})·xn_{s,i}, s ascending)
 // · inv_streams; gates and normed are [rows][n_streams·n_embd].
+// One stream's term added to the running sum, streams ascending (hc_combine_value's step; the
+// quantizer's register path, matmul.cu load8, takes the same steps on values it loaded first).
+__device__ __forceinline__ float hc_combine_step(float sum, float gate, float normed) {
+  return __fadd_rn(sum, __fmul_rn(sigmoid_value(gate), normed));
+}
 __device__ __forceinline__ float hc_combine_value(const float* gates, const float* normed, int n_streams,
                                                   int64_t n_embd, int64_t t, int64_t i, float inv_streams) {
   const int64_t row = t * n_streams * n_embd + i;
   float sum = 0.0f;
-  for (int s = 0; s < n_streams; ++s)
-    sum = __fadd_rn(sum, __fmul_rn(sigmoid_value(gates[row + s * n_embd]), normed[row + s * n_embd]));
+  for (int s = 0; s < n_streams; ++s) sum = hc_combine_step(sum, gates[row + s * n_embd], normed[row + s * n_embd]);
   return __fmul_rn(sum, inv_streams);
 }
 // The block's injection weight from its logit (hc_inject): 2·σ(v·inv_streams).

@@ -100,8 +100,7 @@ __device__ __forceinline__ void load8(const Inputs& in, int64_t offset, float v[
 #pragma unroll
         for (int s = 0; s < kHeldStreams; ++s)
           if (s < in.n_streams)
-            sum = __fadd_rn(sum, __fmul_rn(sigmoid_value(component(gates[s][j / 4], j % 4)),
-                                           component(normed[s][j / 4], j % 4)));
+            sum = hc_combine_step(sum, component(gates[s][j / 4], j % 4), component(normed[s][j / 4], j % 4));
         v[j] = __fmul_rn(sum, in.scale);
       }
     } else {
