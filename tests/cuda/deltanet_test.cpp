@@ -16,6 +16,7 @@
 
 #include "compute/cpu/ops.h"
 #include "compute/cuda/deltanet.h"
+#include "compute/cuda/window_ops.h"
 #include "cuda_test_util.h"
 #include "layers/gated_deltanet.h"
 #include "util/error.h"
@@ -232,6 +233,112 @@ TEST(CudaDeltaNet, PrepareDecayIsExpfOfDecayLog) {
     EXPECT_LE(std::fabs(double(g[i]) - cpu_g), std::ldexp(std::fabs(double(cpu_g)), -24) * 10.0) << "gate " << i;
     EXPECT_LE(g[i], 0.0f) << "gate " << i;
   }
+}
+
+// conv + prepare in one launch (decode and verify windows) against the two launches it replaces,
+// every output and the conv history compared bit for bit: awkward head dims, kernels 1-4, 1-16
+// rows, the gates from separate β/α rows or from the fused projection's rows (split first for
+// the two launches, as the backend does), with and without decay_log.
+TEST(CudaDeltaNet, ConvPrepareBitwiseAsTheTwoLaunches) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(15);
+  Stream stream;
+  struct Case {
+    int nk, nv, dk, dv, kernel;
+  };
+  int checked = 0;
+  for (const Case c : {Case{4, 12, 128, 128, 4}, Case{2, 6, 32, 48, 2}, Case{3, 3, 16, 24, 1}, Case{1, 4, 64, 100, 3}}) {
+    for (const int64_t rows : {int64_t(1), int64_t(3), int64_t(16)}) {
+      for (const bool fused_ba : {false, true}) {
+        const bool with_log = fused_ba == (rows == 3);
+        ASSERT_TRUE(compute::cuda::deltanet_conv_prepare_supported(rows, c.nk, c.nv, c.dk, c.dv, c.kernel));
+        const int64_t key_dim = int64_t(c.nk) * c.dk, value_dim = int64_t(c.nv) * c.dv;
+        const int64_t channels = 2 * key_dim + value_dim;
+        const size_t gates = size_t(rows * c.nv);
+        const auto x = random_floats(size_t(rows * channels), rng, -2.0f, 2.0f);
+        const auto taps = random_floats(size_t(channels * c.kernel), rng);
+        const auto history = random_floats(size_t(std::max(c.kernel - 1, 1) * channels), rng);
+        const auto ba = random_floats(2 * gates, rng, -4.0f, 8.0f);
+        const auto braw = random_floats(gates, rng, -4.0f, 4.0f), araw = random_floats(gates, rng, -4.0f, 30.0f);
+        const auto a = random_floats(size_t(c.nv), rng, -2.0f, -0.1f), dt = random_floats(size_t(c.nv), rng, -1.0f, 1.0f);
+        DeviceBuffer dx = to_device(x), dtaps = to_device(taps), dba = to_device(ba), db = to_device(braw),
+                     da = to_device(araw), dA = to_device(a), ddt = to_device(dt);
+        struct Outputs {
+          DeviceBuffer history, q, k, v, beta, decay, decay_log;
+        };
+        auto outputs = [&] {
+          return Outputs{to_device(history),
+                         DeviceBuffer(size_t(rows * key_dim) * 4),
+                         DeviceBuffer(size_t(rows * key_dim) * 4),
+                         DeviceBuffer(size_t(rows * value_dim) * 4),
+                         DeviceBuffer(gates * 4),
+                         DeviceBuffer(gates * 4),
+                         DeviceBuffer(gates * 4)};
+        };
+        Outputs two = outputs(), one = outputs();
+        // The two launches (with the split first for fused rows).
+        DeviceBuffer conv_out(size_t(rows * channels) * 4), split_b(gates * 4), split_a(gates * 4);
+        const float* beta_raw = db.as<float>();
+        const float* alpha_raw = da.as<float>();
+        if (fused_ba) {
+          compute::cuda::split_beta_alpha(dba.as<float>(), rows, c.nk, c.nv / c.nk, split_b.as<float>(),
+                                          split_a.as<float>(), stream.get());
+          beta_raw = split_b.as<float>();
+          alpha_raw = split_a.as<float>();
+        }
+        compute::cuda::deltanet_conv_silu(dx.as<float>(), rows, channels, dtaps.as<float>(), c.kernel,
+                                          two.history.as<float>(), conv_out.as<float>(), stream.get());
+        compute::cuda::deltanet_prepare(conv_out.as<float>(), beta_raw, alpha_raw, dA.as<float>(), ddt.as<float>(), rows,
+                                        c.nk, c.nv, c.dk, c.dv, two.q.as<float>(), two.k.as<float>(), two.v.as<float>(),
+                                        two.beta.as<float>(), two.decay.as<float>(),
+                                        with_log ? two.decay_log.as<float>() : nullptr, stream.get());
+        compute::cuda::deltanet_conv_prepare(
+            dx.as<float>(), rows, dtaps.as<float>(), c.kernel, one.history.as<float>(), fused_ba ? nullptr : db.as<float>(),
+            fused_ba ? nullptr : da.as<float>(), fused_ba ? dba.as<float>() : nullptr, dA.as<float>(), ddt.as<float>(),
+            c.nk, c.nv, c.dk, c.dv, one.q.as<float>(), one.k.as<float>(), one.v.as<float>(), one.beta.as<float>(),
+            one.decay.as<float>(), with_log ? one.decay_log.as<float>() : nullptr, stream.get());
+        stream.synchronize();
+        const std::string where = "nk " + std::to_string(c.nk) + " nv " + std::to_string(c.nv) + " dk " +
+                                  std::to_string(c.dk) + " dv " + std::to_string(c.dv) + " kernel " +
+                                  std::to_string(c.kernel) + " rows " + std::to_string(rows) +
+                                  (fused_ba ? " fused ba" : "") + (with_log ? " with decay_log" : "");
+        auto same = [&](const DeviceBuffer& p, const DeviceBuffer& r, size_t n, const char* what) {
+          const auto got = from_device<uint32_t>(p, n), want = from_device<uint32_t>(r, n);
+          for (size_t i = 0; i < n; ++i)
+            ASSERT_EQ(got[i], want[i]) << what << " differs at " << i << ", " << where;
+        };
+        same(one.history, two.history, size_t((c.kernel - 1) * channels), "history");
+        same(one.q, two.q, size_t(rows * key_dim), "q");
+        same(one.k, two.k, size_t(rows * key_dim), "k");
+        same(one.v, two.v, size_t(rows * value_dim), "v");
+        same(one.beta, two.beta, gates, "beta");
+        same(one.decay, two.decay, gates, "decay");
+        if (with_log) same(one.decay_log, two.decay_log, gates, "decay_log");
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 24);
+}
+
+TEST(CudaDeltaNet, ConvPrepareRefusesWhatItDoesNotCover) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  using compute::cuda::deltanet_conv_prepare_supported;
+  EXPECT_FALSE(deltanet_conv_prepare_supported(compute::cuda::kConvPrepareMaxRows + 1, 4, 12, 128, 128, 4));
+  EXPECT_FALSE(deltanet_conv_prepare_supported(0, 4, 12, 128, 128, 4));
+  EXPECT_FALSE(deltanet_conv_prepare_supported(1, 4, 10, 128, 128, 4));   // nv not a multiple of nk
+  EXPECT_FALSE(deltanet_conv_prepare_supported(1, 1, 8, 128, 128, 4));    // 1280 channels a block
+  EXPECT_FALSE(deltanet_conv_prepare_supported(1, 4, 12, 128, 128, 9));   // kernel
+  EXPECT_TRUE(deltanet_conv_prepare_supported(1, 16, 48, 128, 128, 4));   // the flagship's
+  Stream stream;
+  DeviceBuffer scratch(4096);
+  float* f = scratch.as<float>();
+  EXPECT_THROW(compute::cuda::deltanet_conv_prepare(f, 1, f, 4, f, f, f, nullptr, f, f, 4, 10, 128, 128, f, f, f, f,
+                                                    f, nullptr, stream.get()),
+               Error);
+  EXPECT_THROW(compute::cuda::deltanet_conv_prepare(f, 1, f, 4, f, nullptr, nullptr, nullptr, f, f, 4, 12, 128, 128, f,
+                                                    f, f, f, f, nullptr, stream.get()),
+               Error);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -40,10 +40,16 @@ void CudaBackend::gated_deltanet(const DeltaNetDims& hp, const GatedDeltaNetWeig
   float* z = scratch_.floats(n_rows * value_dim);
   float* beta_raw = scratch_.floats(n_rows * nv);
   float* alpha_raw = scratch_.floats(n_rows * nv);
+  // Short windows: conv and prepare in one launch (deltanet.h deltanet_conv_prepare), which also
+  // reads the fused β/α rows itself (no split). The same bits as the two launches, so the choice
+  // (by the window's rows) keeps window identity; STRATA_CUDA_DN_FUSED=0 keeps two, for A/B.
+  const bool conv_prepare_fused =
+      dn_conv_prepare_fused_ && deltanet_conv_prepare_supported(n_rows, nk, nv, dk, dv, kernel);
+  float* ba = nullptr;
   if (w.fused_beta_alpha()) {
-    float* ba = scratch_.floats(n_rows * 2 * nv);
+    ba = scratch_.floats(n_rows * 2 * nv);
     mm_shared(xd, n_rows, {{&w.qkv, mixed}, {&w.z, z}, {&w.beta_alpha, ba}}, nullptr, &fold);
-    split_beta_alpha(ba, n_rows, nk, nv / nk, beta_raw, alpha_raw, s());
+    if (!conv_prepare_fused) split_beta_alpha(ba, n_rows, nk, nv / nk, beta_raw, alpha_raw, s());
   } else {
     mm_shared(xd, n_rows, {{&w.qkv, mixed}, {&w.z, z}, {&w.beta, beta_raw}, {&w.alpha, alpha_raw}}, nullptr, &fold);
   }
@@ -82,10 +88,16 @@ void CudaBackend::gated_deltanet(const DeltaNetDims& hp, const GatedDeltaNetWeig
     if (chunked) decay_log = scratch_.floats(n_rows * nv);
   }
   mark("dn.conv+prepare");
-  float* conv_out = scratch_.floats(n_rows * conv_dim);
-  deltanet_conv_silu(mixed, n_rows, conv_dim, vec(w.conv), kernel, m.conv.as<float>(), conv_out, s());
-  deltanet_prepare(conv_out, beta_raw, alpha_raw, vec(w.a), vec(w.dt_bias), n_rows, nk, nv, dk, dv, q, k, v, beta,
-                   decay, decay_log, s());
+  if (conv_prepare_fused) {
+    deltanet_conv_prepare(mixed, n_rows, vec(w.conv), kernel, m.conv.as<float>(), ba ? nullptr : beta_raw,
+                          ba ? nullptr : alpha_raw, ba, vec(w.a), vec(w.dt_bias), nk, nv, dk, dv, q, k, v, beta, decay,
+                          decay_log, s());
+  } else {
+    float* conv_out = scratch_.floats(n_rows * conv_dim);
+    deltanet_conv_silu(mixed, n_rows, conv_dim, vec(w.conv), kernel, m.conv.as<float>(), conv_out, s());
+    deltanet_prepare(conv_out, beta_raw, alpha_raw, vec(w.a), vec(w.dt_bias), n_rows, nk, nv, dk, dv, q, k, v, beta,
+                     decay, decay_log, s());
+  }
   float* core = scratch_.floats(n_rows * value_dim);
   if (chunked) {
     mark("dn.chunked");

@@ -802,6 +802,12 @@ class CudaBackend final : public Backend {
   std::vector<uint32_t> free_ids_;
   DeviceArena scratch_;
   DeviceArena hc_scratch_;  // hyper_connection_in's (see PendingMoeCombine)
+  // Gated DeltaNet's conv and prepare in one launch for short windows (gated_deltanet);
+  // STRATA_CUDA_DN_FUSED=0: two launches, for comparison.
+  const bool dn_conv_prepare_fused_ = [] {
+    const char* v = std::getenv("STRATA_CUDA_DN_FUSED");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
   PinnedStaging staging_[2];  // alternating per window (begin_window)
   cudaEvent_t staging_done_[2] = {nullptr, nullptr};
   int current_staging_ = 0;

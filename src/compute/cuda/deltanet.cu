@@ -17,11 +17,13 @@ constexpr int kMaxConvKernel = 8;
 // (no opt-in attribute), 16 KiB for the flagship's 16 K heads of 128.
 constexpr size_t kMaxPrepareSharedBytes = 48 * 1024;
 
-__global__ void conv_silu_kernel(const float* x, int64_t n_rows, int64_t channels, const float* taps, int kernel,
-                                 float* history, float* out) {
-  pdl_begin();
-  const int64_t ch = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (ch >= channels) return;
+// One channel's causal depthwise conv + SiLU over the window's rows, taps oldest first with
+// explicitly rounded operations (deltanet.h); store(t, value) takes row t's output, and the
+// channel's history ends as its last K-1 inputs. Shared by conv_silu_kernel and
+// conv_prepare_kernel, so the two give the same bits.
+template <class Store>
+__device__ __forceinline__ void conv_silu_channel(const float* x, int64_t n_rows, int64_t channels, const float* taps,
+                                                  int kernel, float* history, int64_t ch, Store store) {
   float hist[kMaxConvKernel];
   float w[kMaxConvKernel];
   for (int j = 0; j < kernel; ++j) w[j] = taps[ch * kernel + j];
@@ -31,11 +33,41 @@ __global__ void conv_silu_kernel(const float* x, int64_t n_rows, int64_t channel
     float sum = 0.0f;
     for (int j = 0; j + 1 < kernel; ++j) sum = __fadd_rn(sum, __fmul_rn(w[j], hist[j]));
     sum = __fadd_rn(sum, __fmul_rn(w[kernel - 1], current));
-    out[t * channels + ch] = __fdiv_rn(sum, __fadd_rn(1.0f, expf(-sum)));
+    store(t, __fdiv_rn(sum, __fadd_rn(1.0f, expf(-sum))));
     for (int j = 0; j + 2 < kernel; ++j) hist[j] = hist[j + 1];
     if (kernel > 1) hist[kernel - 2] = current;
   }
   for (int j = 0; j + 1 < kernel; ++j) history[j * channels + ch] = hist[j];
+}
+
+__global__ void conv_silu_kernel(const float* x, int64_t n_rows, int64_t channels, const float* taps, int kernel,
+                                 float* history, float* out) {
+  pdl_begin();
+  const int64_t ch = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ch >= channels) return;
+  conv_silu_channel(x, n_rows, channels, taps, kernel, history, ch,
+                    [&](int64_t t, float value) { out[t * channels + ch] = value; });
+}
+
+// The L2 scale of one q or k head of d values: Σv² in sequence (the CPU's l2_normalize order),
+// then extra/√(Σ + 1e-6) with extra = 1/√d for q, 1 for k.
+__device__ __forceinline__ float head_scale(const float* src, int d, bool is_q) {
+  float sum = 0.0f;
+  for (int i = 0; i < d; ++i) sum = __fadd_rn(sum, __fmul_rn(src[i], src[i]));
+  const float extra = is_q ? __fdiv_rn(1.0f, __fsqrt_rn(float(d))) : 1.0f;
+  return __fdiv_rn(extra, __fsqrt_rn(__fadd_rn(sum, 1e-6f)));
+}
+
+// β = σ(β_raw), g = a·softplus(α_raw + dt_bias), decay = e^g (and g itself when asked) of one
+// (row, V head), at index `at` of [n_rows][nv].
+__device__ __forceinline__ void deltanet_gates(float beta_raw, float alpha_raw, float a, float dt_bias, int64_t at,
+                                               float* beta, float* decay, float* decay_log) {
+  beta[at] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-beta_raw)));
+  const float x = __fadd_rn(alpha_raw, dt_bias);
+  const float softplus = x > 20.0f ? x : log1pf(expf(x));
+  const float g = __fmul_rn(a, softplus);
+  decay[at] = expf(g);
+  if (decay_log) decay_log[at] = g;
 }
 
 // Block h = V head; thread j = state column j (of dv). k̂ and q̂ of the token (dk values each)
@@ -160,13 +192,8 @@ __global__ void prepare_kernel(const float* conv_out, const float* beta_raw, con
   float* scales = staged + 2 * key_dim;
   for (int64_t i = threadIdx.x; i < 2 * key_dim; i += blockDim.x) staged[i] = row[i];
   __syncthreads();
-  const float q_scale = __fdiv_rn(1.0f, __fsqrt_rn(float(dk)));
-  for (int head = threadIdx.x; head < 2 * nk; head += blockDim.x) {
-    const float* src = staged + int64_t(head) * dk;  // q heads, then k heads
-    float sum = 0.0f;
-    for (int i = 0; i < dk; ++i) sum = __fadd_rn(sum, __fmul_rn(src[i], src[i]));
-    scales[head] = __fdiv_rn(head < nk ? q_scale : 1.0f, __fsqrt_rn(__fadd_rn(sum, 1e-6f)));
-  }
+  for (int head = threadIdx.x; head < 2 * nk; head += blockDim.x)
+    scales[head] = head_scale(staged + int64_t(head) * dk, dk, head < nk);  // q heads, then k heads
   __syncthreads();
   for (int64_t i = threadIdx.x; i < 2 * key_dim; i += blockDim.x) {
     const float value = __fmul_rn(staged[i], scales[i / dk]);
@@ -189,14 +216,72 @@ __global__ void prepare_kernel(const float* conv_out, const float* beta_raw, con
       if (i < value_dim) v[t * value_dim + i] = held[n];
     }
   }
-  for (int h = threadIdx.x; h < nv; h += blockDim.x) {
-    const float b = beta_raw[t * nv + h];
-    beta[t * nv + h] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-b)));
-    const float x = __fadd_rn(alpha_raw[t * nv + h], dt_bias[h]);
-    const float softplus = x > 20.0f ? x : log1pf(expf(x));
-    const float g = __fmul_rn(a[h], softplus);
-    decay[t * nv + h] = expf(g);
-    if (decay_log) decay_log[t * nv + h] = g;
+  for (int h = threadIdx.x; h < nv; h += blockDim.x)
+    deltanet_gates(beta_raw[t * nv + h], alpha_raw[t * nv + h], a[h], dt_bias[h], t * nv + h, beta, decay, decay_log);
+}
+
+// conv + SiLU and prepare in one launch (deltanet.h deltanet_conv_prepare): block b owns K head
+// b's q and k channels and the b-th nk-th of the v channels, one channel a thread, rows in order
+// (so it alone reads and writes their conv history); the block's q and k heads of every row are
+// staged in shared memory for their norms. The same device functions as conv_silu_kernel and
+// prepare_kernel, in the same per-element order: bitwise the two launches.
+struct ConvPrepareArgs {
+  const float* x;  // [n_rows][2·key_dim + value_dim]: the projections' mixed rows (conv input)
+  int n_rows;
+  const float* taps;
+  int kernel;
+  float* history;
+  const float* beta_raw;  // [n_rows][nv], or null with ba
+  const float* alpha_raw;
+  const float* ba;  // [n_rows][nk][2][nv/nk] (split_beta_alpha's input), or null
+  const float* a;
+  const float* dt_bias;
+  int nk, nv, dk, dv;
+  float *q, *k, *v, *beta, *decay, *decay_log;
+};
+
+__global__ void conv_prepare_kernel(ConvPrepareArgs p) {
+  pdl_begin();
+  extern __shared__ float staged[];  // [n_rows][2·dk]: q then k head b of each row; then [n_rows][2] scales
+  const int b = int(blockIdx.x), dk = p.dk, n_rows = p.n_rows;
+  const int64_t key_dim = int64_t(p.nk) * dk, value_dim = int64_t(p.nv) * p.dv, channels = 2 * key_dim + value_dim;
+  const int64_t v_share = value_dim / p.nk, mine = 2 * int64_t(dk) + v_share;
+  float* scales = staged + int64_t(n_rows) * 2 * dk;
+  for (int64_t c = threadIdx.x; c < mine; c += blockDim.x) {
+    if (c < 2 * dk) {
+      const int64_t ch = (c < dk ? 0 : key_dim) + int64_t(b) * dk + c % dk;
+      conv_silu_channel(p.x, n_rows, channels, p.taps, p.kernel, p.history, ch,
+                        [&](int64_t t, float value) { staged[t * 2 * dk + c] = value; });
+    } else {
+      const int64_t i = int64_t(b) * v_share + (c - 2 * dk);  // the channel's place in v
+      conv_silu_channel(p.x, n_rows, channels, p.taps, p.kernel, p.history, 2 * key_dim + i,
+                        [&](int64_t t, float value) { p.v[t * value_dim + i] = value; });
+    }
+  }
+  __syncthreads();
+  for (int i = int(threadIdx.x); i < 2 * n_rows; i += int(blockDim.x))
+    scales[i] = head_scale(staged + int64_t(i) * dk, dk, i % 2 == 0);  // (row i/2, q or k)
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < int64_t(n_rows) * 2 * dk; i += blockDim.x) {
+    const int64_t t = i / (2 * dk), r = i % (2 * dk);
+    const float value = __fmul_rn(staged[i], scales[i / dk]);
+    if (r < dk) p.q[t * key_dim + int64_t(b) * dk + r] = value;
+    else p.k[t * key_dim + int64_t(b) * dk + (r - dk)] = value;
+  }
+  const int per = p.nv / p.nk;  // this block's V heads: b·per ..
+  for (int i = int(threadIdx.x); i < n_rows * per; i += int(blockDim.x)) {
+    const int64_t t = i / per;
+    const int j = i % per, h = b * per + j;
+    float beta_raw, alpha_raw;
+    if (p.ba) {  // split_beta_alpha's indexing: K head b's [β | α] of its per V heads
+      const float* row = p.ba + t * 2 * p.nv + int64_t(b) * 2 * per;
+      beta_raw = row[j];
+      alpha_raw = row[per + j];
+    } else {
+      beta_raw = p.beta_raw[t * p.nv + h];
+      alpha_raw = p.alpha_raw[t * p.nv + h];
+    }
+    deltanet_gates(beta_raw, alpha_raw, p.a[h], p.dt_bias[h], t * p.nv + h, p.beta, p.decay, p.decay_log);
   }
 }
 
@@ -426,6 +511,41 @@ void deltanet_prepare(const float* conv_out, const float* beta_raw, const float*
               std::to_string(kMaxPrepareSharedBytes) + " allowed");
   launch(prepare_kernel, unsigned(n_rows), 256, staged_bytes, stream, conv_out, beta_raw, alpha_raw, a, dt_bias, n_k_heads,
          n_v_heads, key_head_dim, value_head_dim, q, k, v, beta, decay, decay_log);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+static size_t conv_prepare_shared_bytes(int64_t n_rows, int key_head_dim) {
+  return size_t(n_rows) * (2 * size_t(key_head_dim) + 2) * sizeof(float);
+}
+
+bool deltanet_conv_prepare_supported(int64_t n_rows, int n_k_heads, int n_v_heads, int key_head_dim,
+                                     int value_head_dim, int kernel) {
+  if (n_rows < 1 || n_rows > kConvPrepareMaxRows || n_k_heads <= 0 || n_v_heads <= 0 || key_head_dim <= 0 ||
+      value_head_dim <= 0 || n_v_heads % n_k_heads != 0 || kernel < 1 || kernel > kMaxConvKernel)
+    return false;
+  const int64_t channels = 2 * int64_t(key_head_dim) + int64_t(n_v_heads / n_k_heads) * value_head_dim;
+  return channels <= 1024 && conv_prepare_shared_bytes(n_rows, key_head_dim) <= kMaxPrepareSharedBytes;
+}
+
+void deltanet_conv_prepare(const float* x, int64_t n_rows, const float* taps, int kernel, float* history,
+                           const float* beta_raw, const float* alpha_raw, const float* ba, const float* a,
+                           const float* dt_bias, int n_k_heads, int n_v_heads, int key_head_dim, int value_head_dim,
+                           float* q, float* k, float* v, float* beta, float* decay, float* decay_log,
+                           cudaStream_t stream) {
+  if (!deltanet_conv_prepare_supported(n_rows, n_k_heads, n_v_heads, key_head_dim, value_head_dim, kernel))
+    cuda_fail("CUDA deltanet conv + prepare: unsupported window (" + std::to_string(n_rows) + " rows, " +
+              std::to_string(n_k_heads) + " K heads of " + std::to_string(key_head_dim) + ", " +
+              std::to_string(n_v_heads) + " V heads of " + std::to_string(value_head_dim) + ", kernel " +
+              std::to_string(kernel) + "): see deltanet_conv_prepare_supported");
+  if (!ba && (!beta_raw || !alpha_raw))
+    cuda_fail("CUDA deltanet conv + prepare: expected the fused β/α rows or both raw gate arrays");
+  const int64_t channels = 2 * int64_t(key_head_dim) + int64_t(n_v_heads / n_k_heads) * value_head_dim;
+  const ConvPrepareArgs args{x,         int(n_rows), taps,      kernel,         history,      beta_raw,
+                             alpha_raw, ba,          a,         dt_bias,        n_k_heads,    n_v_heads,
+                             key_head_dim, value_head_dim, q,   k,              v,            beta,
+                             decay,     decay_log};
+  launch(conv_prepare_kernel, unsigned(n_k_heads), unsigned((channels + 31) / 32 * 32),
+         conv_prepare_shared_bytes(n_rows, key_head_dim), stream, args);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -67,6 +67,24 @@ void deltanet_prepare(const float* conv_out, const float* beta_raw, const float*
                       int value_head_dim, float* q, float* k, float* v, float* beta, float* decay,
                       float* decay_log, cudaStream_t stream);
 
+// deltanet_conv_silu then deltanet_prepare in one launch, for short windows (decode and
+// speculative verify): the conv output never leaves the chip, one dependent launch fewer per
+// DeltaNet layer. Bitwise the two launches (the same device functions per element: tested).
+// One block per K head (its q and k channels and 1/nk of the v channels, one channel a thread,
+// rows in order, so it alone reads and writes their conv history). The gates' raw logits come
+// either as beta_raw/alpha_raw ([n_rows][nv]) or as `ba`, the fused projection's rows
+// ([n_rows][nk][β of nv/nk | α of nv/nk], split_beta_alpha's input; the split is then not needed).
+// Supported (deltanet_conv_prepare_supported): 1 <= n_rows <= kConvPrepareMaxRows, nv a multiple
+// of nk, 2·dk + (nv/nk)·dv <= 1024 channels a block, kernel <= 8; else it throws.
+inline constexpr int64_t kConvPrepareMaxRows = 16;
+bool deltanet_conv_prepare_supported(int64_t n_rows, int n_k_heads, int n_v_heads, int key_head_dim,
+                                     int value_head_dim, int kernel);
+void deltanet_conv_prepare(const float* x, int64_t n_rows, const float* taps, int kernel, float* history,
+                           const float* beta_raw, const float* alpha_raw, const float* ba, const float* a,
+                           const float* dt_bias, int n_k_heads, int n_v_heads, int key_head_dim, int value_head_dim,
+                           float* q, float* k, float* v, float* beta, float* decay, float* decay_log,
+                           cudaStream_t stream);
+
 void delta_rule_recurrent(const float* q, const float* k, const float* v, const float* beta, const float* decay,
                           int64_t n_rows, int n_k_heads, int n_v_heads, int key_head_dim, int value_head_dim,
                           bool tiled, float* state, float* out, cudaStream_t stream);
