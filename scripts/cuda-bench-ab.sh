@@ -9,6 +9,9 @@
 # With AB_MATVEC=TYPES (e.g. q8_0,iq2_xs) bench_cuda_matvec of both runs too, alternated over the
 # same rounds after the decode rounds (windows of 1 and 4 rows on its default 8192 x 16384 shape,
 # and 1 row on 2560 x 10240): matvec.txt.
+# With AB_AFTER_ENV="VAR=value ..." each round also runs the working tree's binary under those
+# variables ("after+env": e.g. STRATA_CUDA_IN_BLOCK=0 to take one change back out without a
+# rebuild), so one call separates the changes that have a switch.
 # Outputs under $OUT: build-*.log, cuda-test.log, ab.txt (every run's table and the graph
 # statistics: nodes captured per window), synth.log.
 set -uo pipefail
@@ -46,17 +49,22 @@ fi
 wait "$base_pid"
 [ "$(cat "$out/build-base.rc")" = 0 ] || { tail -40 "$out/build-base.log"; exit 1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-run() {  # label binary
+run() {  # label command... (the binary last, e.g. env VAR=value binary)
   echo "=== $1 ($(date +%T))" >>"$out/ab.txt"
-  STRATA_CUDA_GRAPH_STATS=1 "$2" -m "$model" --synth 48:512 --prompt 64 --tokens 64 --repeats 1 \
+  shift
+  STRATA_CUDA_GRAPH_STATS=1 "$@" -m "$model" --synth 48:512 --prompt 64 --tokens 64 --repeats 1 \
     --backends "$backends" >>"$out/ab.txt" 2>&1
 }
 run synth-and-warm ./build-cuda/bench/bench_cuda_decode
 for r in $(seq 1 "$rounds"); do
   run "after round $r" ./build-cuda/bench/bench_cuda_decode
+  if [ -n "${AB_AFTER_ENV:-}" ]; then
+    # shellcheck disable=SC2086  # the variables split into words on purpose
+    run "after+env ($AB_AFTER_ENV) round $r" env $AB_AFTER_ENV ./build-cuda/bench/bench_cuda_decode
+  fi
   run "before round $r" "$base_dir/build/bench/bench_cuda_decode"
 done
-grep -E "^===|tok/s|nodes captured" "$out/ab.txt" | head -80
+grep -E "^===|tok/s|nodes captured" "$out/ab.txt" | head -120
 [ -n "${AB_MATVEC:-}" ] || exit 0
 for r in $(seq 1 "$rounds"); do
   for which in after before; do
