@@ -397,6 +397,138 @@ TEST_P(CudaMatmul, ExpertsThroughTheSlotMap) {
                Error);
 }
 
+// The shapes the backend hands the in-block quantizer on the models it runs: the hyper-connection's
+// up matrix (rank 128 or 320: Q8_0, its IQ4_NL / Q5_0 fallbacks are not all taken), SwiGLU's down
+// of the experts (512 or 640 wide: IQ2_XS, IQ4_NL, Q8_0), windows of 1 to 8 rows.
+TEST(CudaMatmulInBlock, TakesTheModelsNarrowShapes) {
+  if (const char* v = std::getenv("STRATA_CUDA_IN_BLOCK"); v && std::string(v) == "0") GTEST_SKIP() << "turned off";
+  for (const int64_t rows : {int64_t(1), int64_t(4), int64_t(8)}) {
+    EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::Q8_0, 128, rows));
+    EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::Q8_0, 320, rows));
+    EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::Q8_0, 640, rows));
+    EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::IQ4_NL, 640, rows));
+    EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::IQ2_XS, 512, rows));
+    EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::IQ2_XS, 1024, rows));
+  }
+  EXPECT_FALSE(compute::cuda::can_quantize_in_block(GgmlType::F32, 128, 1));
+  EXPECT_FALSE(compute::cuda::can_quantize_in_block(GgmlType::Q8_0, 2560, 1));
+}
+
+// The in-block quantizer (matmul_in_block, expert_matmul_in_block) against its two launches
+// (quantize_activations_fused, then matmul_quantized / expert_matmul_quantized): every output bit
+// equal, for each prologue, narrow widths and window sizes, dense and through the slot map (a
+// missing expert still NaN). The types it is compiled for must take every narrow width (no silent
+// fallback); wide rows, windows of more than 8 rows and the float types are refused, and a refused
+// call throws before launching.
+TEST_P(CudaMatmul, InBlockQuantizerBitwiseAsTheTwoLaunches) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  if (const char* v = std::getenv("STRATA_CUDA_IN_BLOCK"); v && std::string(v) == "0") GTEST_SKIP() << "turned off";
+  using compute::cuda::ActivationPrologue;
+  using compute::cuda::InBlockActivations;
+  const GgmlType type = GetParam();
+  std::mt19937 rng(4242 + uint32_t(type));
+  Stream stream;
+  const int64_t block = type_traits(type).block_elems;
+  const GgmlType format = quant::activation_type(type);
+  const bool taken_type = type == GgmlType::Q8_0 || type == GgmlType::IQ4_NL || type == GgmlType::Q4_0 ||
+                          type == GgmlType::IQ2_XS || type == GgmlType::Q4_K || type == GgmlType::Q3_K;
+  const std::vector<int64_t> widths = block == 256 ? std::vector<int64_t>{256, 512, 1024, 1792}
+                                      : block == 32 ? std::vector<int64_t>{32, 128, 320, 480, 640}
+                                                    : std::vector<int64_t>{8, 40, 248};
+  const int64_t n_out = 203;
+  int compared = 0;
+  for (const int64_t n_in : widths) {
+    const size_t stride = row_bytes(type, n_in);
+    const std::vector<uint8_t> w = random_weights(type, n_in, n_out, stride, rng);
+    const DeviceBuffer wd = to_device(w);
+    const DeviceMatrix m{type, n_in, n_out, wd.data(), stride};
+    for (const int64_t n_rows : {int64_t(1), int64_t(2), int64_t(3), int64_t(8)}) {
+      const bool taken = compute::cuda::can_quantize_in_block(type, n_in, n_rows);
+      const size_t n = size_t(n_rows * n_in);
+      const DeviceBuffer d_a = to_device(random_floats(n, rng, -6.0f, 6.0f)), d_b = to_device(random_floats(n, rng, -2.0f, 2.0f));
+      DeviceBuffer y_in_block(size_t(n_rows * n_out) * 4), y_two(size_t(n_rows * n_out) * 4);
+      for (const ActivationPrologue prologue : {ActivationPrologue::SiluMul, ActivationPrologue::ScaledSilu}) {
+        const InBlockActivations in{prologue, d_a.as<float>(), d_b.as<float>(), 0.25f};
+        const std::string where = std::string(type_name(type)) + ", " + std::to_string(n_in) + " wide, " +
+                                  std::to_string(n_rows) + " rows, prologue " + std::to_string(int(prologue));
+        if (!taken) {
+          EXPECT_FALSE(taken_type && format != GgmlType::F32) << where << ": a narrow width of a type it is compiled for was refused";
+          EXPECT_THROW(compute::cuda::matmul_in_block(m, in, n_rows, y_in_block.as<float>(), stream.get()), Error) << where;
+          continue;
+        }
+        ASSERT_TRUE(taken_type) << where << ": taken by a type the test does not expect";
+        const ActivationLayout layout = compute::cuda::activation_layout(type, n_in, n_rows);
+        DeviceBuffer scratch(layout.total_bytes);
+        STRATA_CUDA_CHECK(cudaMemsetAsync(y_in_block.data(), 0xff, y_in_block.bytes(), stream.get()));
+        STRATA_CUDA_CHECK(cudaMemsetAsync(y_two.data(), 0xff, y_two.bytes(), stream.get()));
+        compute::cuda::matmul_in_block(m, in, n_rows, y_in_block.as<float>(), stream.get());
+        compute::cuda::quantize_activations_fused(layout, prologue, in.a, in.b, in.scale, scratch.data(), stream.get());
+        compute::cuda::matmul_quantized(m, layout, scratch.data(), n_rows, y_two.as<float>(), stream.get());
+        stream.synchronize();
+        const auto a = from_device<float>(y_in_block, size_t(n_rows * n_out)), b = from_device<float>(y_two, size_t(n_rows * n_out));
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << where << ": differs from the two launches";
+        ++compared;
+      }
+    }
+  }
+  if (taken_type) {
+    EXPECT_GT(compared, 0) << type_name(type) << ": nothing compared";
+  }
+  // Refused: a window of 9 rows, rows of 32 units or more (a full warp each).
+  EXPECT_FALSE(compute::cuda::can_quantize_in_block(type, widths[0], 9));
+  const int64_t wide = block == 256 ? 8192 : block == 32 ? 1024 : 256;  // >= 32 units for every type
+  EXPECT_FALSE(compute::cuda::can_quantize_in_block(type, wide, 1)) << type_name(type) << " " << wide << " wide";
+  if (!taken_type) return;
+
+  // Through the slot map: experts 2, 0, 3 (3 missing) of one layer, their rows by row_ids.
+  const int64_t n_in = block == 256 ? 512 : 320, n_rows = 5;
+  const int n_expert = 4, max_rows = 3;
+  const size_t matrix_bytes = row_bytes(type, n_in) * size_t(n_out), slot_bytes = 16 * ((matrix_bytes + 15) / 16);
+  std::vector<uint8_t> arena(slot_bytes * 3);
+  for (auto& byte : arena) byte = uint8_t(rng());
+  for (int slot = 0; slot < 3; ++slot) {
+    const std::vector<uint8_t> ew = random_weights(type, n_in, n_out, row_bytes(type, n_in), rng);
+    std::memcpy(arena.data() + size_t(slot) * slot_bytes, ew.data(), matrix_bytes);
+  }
+  const std::vector<uint32_t> smap = {1, 2, 0, compute::cuda::kSlotMiss};
+  const std::vector<int32_t> experts = {2, 0, 3}, row_ids = {4, 1, 0, /**/ 2, 0, 0, /**/ 3, 0, 0}, counts = {3, 1, 1};
+  const size_t n = size_t(n_rows * n_in);
+  DeviceBuffer d_arena = to_device(arena), d_smap = to_device(smap), d_experts = to_device(experts),
+               d_rows = to_device(row_ids), d_counts = to_device(counts);
+  const DeviceBuffer d_a = to_device(random_floats(n, rng, -6.0f, 6.0f)), d_b = to_device(random_floats(n, rng, -2.0f, 2.0f));
+  const compute::cuda::ExpertArenaView view{d_arena.as<uint8_t>(), slot_bytes, d_smap.as<uint32_t>(), n_expert};
+  const compute::cuda::ExpertMatrixShape shape{type, n_in, n_out, 0, row_bytes(type, n_in)};
+  ASSERT_TRUE(compute::cuda::can_quantize_in_block(type, n_in, max_rows));
+  const size_t n_y = experts.size() * max_rows * size_t(n_out);
+  DeviceBuffer y_in_block(n_y * 4), y_two(n_y * 4);
+  const ActivationLayout layout = compute::cuda::activation_layout(type, n_in, n_rows);
+  DeviceBuffer scratch(layout.total_bytes);
+  for (const ActivationPrologue prologue : {ActivationPrologue::SiluMul, ActivationPrologue::ScaledSilu}) {
+    const InBlockActivations in{prologue, d_a.as<float>(), d_b.as<float>(), 0.5f};
+    STRATA_CUDA_CHECK(cudaMemsetAsync(y_in_block.data(), 0, y_in_block.bytes(), stream.get()));
+    STRATA_CUDA_CHECK(cudaMemsetAsync(y_two.data(), 0, y_two.bytes(), stream.get()));
+    compute::cuda::expert_matmul_in_block(view, 0, shape, d_experts.as<int32_t>(), int(experts.size()),
+                                          d_rows.as<int32_t>(), d_counts.as<int32_t>(), max_rows, in,
+                                          y_in_block.as<float>(), stream.get());
+    compute::cuda::quantize_activations_fused(layout, prologue, in.a, in.b, in.scale, scratch.data(), stream.get());
+    compute::cuda::expert_matmul_quantized(view, 0, shape, d_experts.as<int32_t>(), int(experts.size()),
+                                           d_rows.as<int32_t>(), d_counts.as<int32_t>(), max_rows, layout,
+                                           scratch.data(), y_two.as<float>(), stream.get());
+    stream.synchronize();
+    const auto a = from_device<float>(y_in_block, n_y), b = from_device<float>(y_two, n_y);
+    for (size_t j = 0; j < experts.size(); ++j) {
+      const size_t at = j * max_rows * size_t(n_out);
+      if (experts[j] == 3) {
+        EXPECT_TRUE(std::isnan(a[at])) << "a missing expert must produce NaN in block too";
+        continue;
+      }
+      ASSERT_EQ(0, std::memcmp(a.data() + at, b.data() + at, size_t(counts[j]) * size_t(n_out) * 4))
+          << type_name(type) << ": expert " << experts[j] << ", prologue " << int(prologue)
+          << ": the in-block expert matmul differs from the two launches";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaMatmul, ::testing::ValuesIn(cuda_types()),
                          [](const ::testing::TestParamInfo<GgmlType>& info) { return std::string(type_name(info.param)); });
 

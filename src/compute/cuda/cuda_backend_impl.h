@@ -729,6 +729,10 @@ class CudaBackend final : public Backend {
                    int64_t n_rows, float* y) {
     if (n_rows == 0) return;
     const DeviceMatrix dm = matrix(w);
+    if (can_quantize_in_block(w.type, w.n_in, n_rows)) {  // narrow rows: the matmul quantizes them itself
+      matmul_in_block(dm, InBlockActivations{prologue, a, b, scale}, n_rows, y, s());
+      return;
+    }
     const ActivationLayout layout = activation_layout(w.type, w.n_in, n_rows);
     void* act = scratch_.take(layout.total_bytes);
     quantize_activations_fused(layout, prologue, a, b, scale, act, s());

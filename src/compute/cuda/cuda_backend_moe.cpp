@@ -186,7 +186,8 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
     void* own_gate_scratch = gate_layout ? nullptr : scratch_.take(own_gate.total_bytes);
     void* own_up_scratch = up_layout || up_reads_gates ? nullptr : scratch_.take(own_up.total_bytes);
     const ActivationLayout in_down = activation_layout(w.shared_down.type, n_sh, n_rows);
-    void* down_scratch = scratch_.take(in_down.total_bytes);
+    const bool down_in_block = can_quantize_in_block(w.shared_down.type, n_sh, n_rows);
+    void* down_scratch = down_in_block ? nullptr : scratch_.take(in_down.total_bytes);
     const ActivationLayout in_gate_inp = activation_layout(GgmlType::F32, H, n_rows);
     void* gate_inp_scratch = gate_logit_with_router ? nullptr : scratch_.take(in_gate_inp.total_bytes);
 
@@ -208,9 +209,14 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
         matmul_quantized(gate_up[0].w, *gate_layout, gate_act, n_rows, gate_up[0].y, side);
         matmul_quantized(gate_up[1].w, *up_layout, up_act, n_rows, gate_up[1].y, side);
       }
-      quantize_activations_fused(in_down, ActivationPrologue::SiluMul, gate_up[0].y, gate_up[1].y, 0.0f,
-                                 down_scratch, side);
-      matmul_quantized(down_m, in_down, down_scratch, n_rows, shared, side);
+      if (down_in_block) {
+        matmul_in_block(down_m, InBlockActivations{ActivationPrologue::SiluMul, gate_up[0].y, gate_up[1].y}, n_rows,
+                        shared, side);
+      } else {
+        quantize_activations_fused(in_down, ActivationPrologue::SiluMul, gate_up[0].y, gate_up[1].y, 0.0f,
+                                   down_scratch, side);
+        matmul_quantized(down_m, in_down, down_scratch, n_rows, shared, side);
+      }
       if (!gate_logit_with_router)
         matmul_quantized(gate_inp_m, in_gate_inp, prepare_activations(in_gate_inp, xd, gate_inp_scratch, side),
                          n_rows, gate_logit, side);
@@ -288,12 +294,17 @@ void CudaBackend::moe(const MoeDims& hp, const MoeWeights& w, ExpertSource& expe
     expert_matmul_quantized(view, 0, up, ids, int(pairs), by_pair, ones, 1, in_up, act_up, u, s());
   }
   mark("moe.experts.down");
-  const ActivationLayout in_down = activation_layout(down.type, n_ff, pairs);
-  void* act_down = scratch_.take(in_down.total_bytes);
-  quantize_activations_fused(in_down, ActivationPrologue::SiluMul, g, u, 0.0f, act_down, s());
   float* out = scratch_.floats(pairs * H);
-  expert_matmul_quantized(view, 0, down, ids, int(pairs), identity_.as<int32_t>(), ones, 1, in_down, act_down, out,
-                          s());
+  if (can_quantize_in_block(down.type, n_ff, 1)) {  // each expert's blocks quantize silu(g)·u of its pair
+    expert_matmul_in_block(view, 0, down, ids, int(pairs), identity_.as<int32_t>(), ones, 1,
+                           InBlockActivations{ActivationPrologue::SiluMul, g, u}, out, s());
+  } else {
+    const ActivationLayout in_down = activation_layout(down.type, n_ff, pairs);
+    void* act_down = scratch_.take(in_down.total_bytes);
+    quantize_activations_fused(in_down, ActivationPrologue::SiluMul, g, u, 0.0f, act_down, s());
+    expert_matmul_quantized(view, 0, down, ids, int(pairs), identity_.as<int32_t>(), ones, 1, in_down, act_down, out,
+                            s());
+  }
   join_side();
   // Deferred: the hyper_connection_out that reads y takes it (one launch fewer per layer, the
   // same bits); anything else launches it first (flush_deferred).

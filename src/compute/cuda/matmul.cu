@@ -13,6 +13,7 @@
 
 #include "compute/cuda/activation_math.cuh"
 #include "compute/cuda/block_reduce.cuh"
+#include "compute/cuda/quant/activation_store.cuh"
 #include "compute/cuda/quant/blocks32.cuh"
 #include "compute/cuda/quant/float.cuh"
 #include "compute/cuda/quant/iq2xs.cuh"
@@ -33,19 +34,6 @@ using namespace matmul_detail;
 size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
 // ---- activation quantizers ------------------------------------------------------------------
-
-// Rounds v·inverse as quant::quantize_activation_value: clamp to [-127, 127] (NaN → -127), then
-// round half to even (__float2int_rn is exact round-to-nearest-even for these magnitudes).
-__device__ __forceinline__ int quantize_value(float x, float inverse) {
-  float v = __fmul_rn(x, inverse);
-  v = v > -127.0f ? v : -127.0f;
-  v = v < 127.0f ? v : 127.0f;
-  return __float2int_rn(v);
-}
-
-__device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
-  return uint32_t(uint8_t(a)) | uint32_t(uint8_t(b)) << 8 | uint32_t(uint8_t(c)) << 16 | uint32_t(uint8_t(d)) << 24;
-}
 
 // The 8 floats at x + offset (16-byte aligned) the quantizers read, after the optional
 // elementwise prologue (activation_math.cuh): the floats themselves, silu(a)·b, or silu(a·scale).
@@ -113,17 +101,7 @@ __device__ __forceinline__ void load8(const Inputs& in, int64_t offset, float v[
     }
     return;
   }
-  const float4 a0 = reinterpret_cast<const float4*>(in.a + offset)[0], a1 = reinterpret_cast<const float4*>(in.a + offset)[1];
-  v[0] = a0.x; v[1] = a0.y; v[2] = a0.z; v[3] = a0.w; v[4] = a1.x; v[5] = a1.y; v[6] = a1.z; v[7] = a1.w;
-  if (in.prologue == ActivationPrologue::SiluMul) {
-    const float4 b0 = reinterpret_cast<const float4*>(in.b + offset)[0], b1 = reinterpret_cast<const float4*>(in.b + offset)[1];
-    const float u[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = silu_mul_value(v[i], u[i]);
-  } else if (in.prologue == ActivationPrologue::ScaledSilu) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = scaled_silu_value(v[i], in.scale);
-  }
+  load8_elementwise(in.prologue, in.a, in.b, in.scale, offset, v);
 }
 
 // F32 activations through a prologue: the floats into the layout's rows.
@@ -141,61 +119,9 @@ __global__ void prologue_f32_kernel(Inputs in, int64_t n_in, int64_t n_rows, Act
   }
 }
 
-// The quantizers' stores, shared by the plain quantizer kernels and the fused norm + quantizer:
-// the same arithmetic for the same 8 values, so both give the same bits.
-//
-// Q8_K: the 32 lanes of a warp each hold 8 consecutive values of one 256-value block b of `row`
-// (lane l: values 8l .. 8l + 7). d = amax/127 (f32), 16-quant sums.
-__device__ __forceinline__ void store_q8_K_block(const float v[8], int lane, int row, int64_t b, const ActView& act) {
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float d = __fdiv_rn(amax, 127.0f);
-  const float inverse = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  int q[8], sum = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    q[i] = quantize_value(v[i], inverse);
-    sum += q[i];
-  }
-  int8_t* qs = const_cast<int8_t*>(act.qs(row)) + b * 256 + 8 * lane;
-  reinterpret_cast<uint2*>(qs)[0] = make_uint2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
-  const int pair = sum + __shfl_down_sync(0xffffffffu, sum, 1);
-  if ((lane & 1) == 0) const_cast<int32_t*>(act.sums(row))[b * 16 + lane / 2] = pair;
-  if (lane == 0) const_cast<float*>(act.scales(row))[b] = d;
-}
-
-// Q8_0: four consecutive lanes (part 0..3, 8 values each) per 32-value block b of `row`; every
-// lane of the warp calls it (the shuffles), inactive ones with zeros and nothing stored. d =
-// amax/127 stored as f16 (kept here as its f32 value), the quants computed with the unrounded d,
-// as quant/scalar/blocks32.cpp does.
-__device__ __forceinline__ void store_q8_0_block(const float v[8], int part, bool active, int row, int64_t b,
-                                                 const ActView& act) {
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-  const float d = __fdiv_rn(amax, 127.0f);
-  const float inverse = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  int q[8], sum = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    q[i] = quantize_value(v[i], inverse);
-    sum += q[i];
-  }
-  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-  if (!active) return;
-  int8_t* qs = const_cast<int8_t*>(act.qs(row)) + b * 32 + 8 * part;
-  reinterpret_cast<uint2*>(qs)[0] = make_uint2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
-  if (part == 0) {
-    const_cast<float*>(act.scales(row))[b] = __half2float(__float2half_rn(d));
-    const_cast<int32_t*>(act.sums(row))[b] = sum;
-  }
-}
+// The quantizers' stores (store_q8_K_block, store_q8_0_block) are quant/activation_store.cuh's,
+// shared by the plain quantizer kernels, the fused norm + quantizer and the matmul's in-block
+// quantizer: the same arithmetic for the same 8 values, so all give the same bits.
 
 // The quantizer kernels' bodies for CUDA block `block_x` of a launch of 256 threads over one
 // layout: Q8_K one warp per 256-value block, 8 values per lane; Q8_0 four lanes per 32-value block.
@@ -688,6 +614,49 @@ void matmul(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, voi
   matmul_quantized(w, layout, prepare_activations(layout, x, scratch, stream), n_rows, y, stream);
 }
 
+bool can_quantize_in_block(GgmlType type, int64_t n_in, int64_t n_rows, const MatmulTuning* tuning) {
+  if (!has_cuda_kernel(type) || n_rows < 1 || n_rows > kMaxRowsPerPass || !in_block_env()) return false;
+  bool fits = false;
+  with_weights(type, [&]<class Q>() { fits = n_in > 0 && n_in % Q::kBlockElems == 0 && in_block_fits<Q>(n_in, int(n_rows), tuning); });
+  return fits;
+}
+
+namespace {
+
+// The in-block fields of MatmulArgs from `in`, after the checks both forms share.
+void set_in_block(MatmulArgs& args, const InBlockActivations& in, GgmlType type, int64_t n_in, int64_t n_rows,
+                  const MatmulTuning* tuning) {
+  if (in.prologue != ActivationPrologue::SiluMul && in.prologue != ActivationPrologue::ScaledSilu)
+    cuda_fail("CUDA matmul in block: expected the prologue SiluMul or ScaledSilu (the others have their quantizer launch)");
+  if (!in.a || (in.prologue == ActivationPrologue::SiluMul && !in.b) ||
+      (reinterpret_cast<uintptr_t>(in.a) | reinterpret_cast<uintptr_t>(in.b)) % 16 != 0)
+    cuda_fail("CUDA matmul in block: the input rows must be given and 16-byte aligned");
+  if (!can_quantize_in_block(type, n_in, n_rows, tuning))
+    cuda_fail("CUDA matmul in block: " + std::string(type_name(type)) + " x " + std::to_string(n_in) + " over " +
+              std::to_string(n_rows) + " rows is not taken (see can_quantize_in_block)");
+  args.in_prologue = in.prologue;
+  args.in_a = in.a;
+  args.in_b = in.b;
+  args.in_scale = in.scale;
+}
+
+}  // namespace
+
+void matmul_in_block(const DeviceMatrix& w, const InBlockActivations& in, int64_t n_rows, float* y,
+                     cudaStream_t stream, const MatmulTuning* tuning) {
+  if (n_rows <= 0) return;
+  check_matrix(w.type, w.n_in, w.n_out, w.row_stride_bytes, w.data);
+  MatmulArgs args{};
+  set_in_block(args, in, w.type, w.n_in, n_rows, tuning);
+  args.w = static_cast<const uint8_t*>(w.data);
+  args.row_stride = w.row_stride_bytes;
+  args.n_in = w.n_in;
+  args.n_out = w.n_out;
+  args.y = y;
+  args.n_rows = int(n_rows);
+  with_weights(w.type, [&]<class Q>() { launch_matmul<Q>(args, 1, int(n_rows), stream, tuning); });
+}
+
 namespace {
 
 void check_expert_matrix(const ExpertArenaView& arena, const ExpertMatrixShape& shape, const ActivationLayout& layout) {
@@ -700,15 +669,17 @@ void check_expert_matrix(const ExpertArenaView& arena, const ExpertMatrixShape& 
               std::to_string(shape.n_in) + "-wide matrix");
 }
 
+// With `in_block`, the activations are computed in the launch (layout and scratch unused).
 void launch_experts(const ExpertArenaView& arena, int layer, const ExpertMatrixShape& shape,
                     const ExpertMatrixShape* second, const int32_t* expert_ids, int n_launch,
                     const int32_t* row_ids, const int32_t* row_counts, int max_rows, const ActivationLayout& layout,
-                    const void* scratch, float* y, float* second_y, cudaStream_t stream, const MatmulTuning* tuning) {
+                    const void* scratch, float* y, float* second_y, cudaStream_t stream, const MatmulTuning* tuning,
+                    const InBlockActivations* in_block = nullptr) {
   if (n_launch <= 0 || max_rows <= 0) return;
   const int grid_rows = second ? 2 * n_launch : n_launch;
   if (grid_rows > 65535)
     cuda_fail("CUDA expert matmul: " + std::to_string(grid_rows) + " expert matrices in one launch (at most 65535)");
-  check_expert_matrix(arena, shape, layout);
+  check_expert_matrix(arena, shape, in_block ? activation_layout(shape.type, shape.n_in, max_rows) : layout);
   if (second) {
     check_expert_matrix(arena, *second, layout);
     if (second->type != shape.type || second->n_in != shape.n_in || second->n_out != shape.n_out ||
@@ -732,6 +703,12 @@ void launch_experts(const ExpertArenaView& arena, int layer, const ExpertMatrixS
   args.n_listed = n_launch;
   args.second_offset = second ? second->matrix_offset : 0;
   args.second_y = second ? second_y : nullptr;
+  if (in_block) {
+    set_in_block(args, *in_block, shape.type, shape.n_in, max_rows, tuning);
+    args.act = ActView{};
+    with_weights(shape.type, [&]<class Q>() { launch_matmul<Q>(args, grid_rows, max_rows, stream, tuning); });
+    return;
+  }
   with_weights(shape.type, [&]<class Q>() {
     if (Q::kActivation != layout.format)
       cuda_fail("CUDA matmul: activations quantized for another weight type (" + std::string(type_name(layout.format)) + ")");
@@ -747,6 +724,14 @@ void expert_matmul_quantized(const ExpertArenaView& arena, int layer, const Expe
                              const void* scratch, float* y, cudaStream_t stream, const MatmulTuning* tuning) {
   launch_experts(arena, layer, shape, nullptr, expert_ids, n_launch, row_ids, row_counts, max_rows, layout, scratch, y,
                  nullptr, stream, tuning);
+}
+
+void expert_matmul_in_block(const ExpertArenaView& arena, int layer, const ExpertMatrixShape& shape,
+                            const int32_t* expert_ids, int n_launch, const int32_t* row_ids,
+                            const int32_t* row_counts, int max_rows, const InBlockActivations& in, float* y,
+                            cudaStream_t stream, const MatmulTuning* tuning) {
+  launch_experts(arena, layer, shape, nullptr, expert_ids, n_launch, row_ids, row_counts, max_rows, ActivationLayout{},
+                 nullptr, y, nullptr, stream, tuning, &in);
 }
 
 bool can_pair_experts(const ExpertMatrixShape& a, const ExpertMatrixShape& b) {
@@ -816,6 +801,19 @@ int narrow_rows_per_warp() {
     if (n != 1 && n != 2 && n != 4)
       cuda_fail(std::string("STRATA_CUDA_NARROW_ROWS_PER_WARP: expected 1, 2 or 4, found ") + v);
     return n;
+  }();
+  return value;
+}
+
+// STRATA_CUDA_IN_BLOCK=0: the in-block quantizer off (can_quantize_in_block false), for
+// before/after measurements without a rebuild; unset or 1: on.
+bool in_block_env() {
+  static const bool value = [] {
+    const char* v = std::getenv("STRATA_CUDA_IN_BLOCK");
+    if (!v || !*v) return true;
+    if (std::string(v) != "0" && std::string(v) != "1")
+      cuda_fail(std::string("STRATA_CUDA_IN_BLOCK: expected 0 or 1, found ") + v);
+    return std::string(v) == "1";
   }();
   return value;
 }

@@ -113,6 +113,23 @@ enum class ActivationPrologue { None, SiluMul, ScaledSilu, HcCombine };
 void quantize_activations_fused(const ActivationLayout& layout, ActivationPrologue prologue, const float* a,
                                 const float* b, float scale, void* scratch, cudaStream_t stream);
 
+// The activations of a narrow matmul computed by the matmul's own launch (one launch instead of
+// quantize_activations_fused + the matmul): each CUDA block applies the prologue to the rows it
+// needs and quantizes them into shared memory with the quantizers' per-block arithmetic
+// (quant/activation_store.cuh), so every output is bitwise quantize_activations_fused then
+// matmul_quantized (tests/cuda/matmul_test.cpp). Worth it where the blocks' repeated work is
+// small: the rows it takes are narrow (fewer than 32 units: the hyper-connection's up matrix,
+// SwiGLU's down of routed and shared experts), where one launch fewer is most of the cost.
+// can_quantize_in_block says which (type, width, rows) it takes; STRATA_CUDA_IN_BLOCK=0 turns it
+// off (can_quantize_in_block false) for before/after measurements.
+struct InBlockActivations {
+  ActivationPrologue prologue = ActivationPrologue::SiluMul;  // SiluMul or ScaledSilu
+  const float* a = nullptr;  // [rows][n_in], 16-byte aligned
+  const float* b = nullptr;  // SiluMul's up, laid out as a
+  float scale = 0.0f;        // ScaledSilu's
+};
+bool can_quantize_in_block(GgmlType type, int64_t n_in, int64_t n_rows, const MatmulTuning* tuning = nullptr);
+
 // hyper_connection_in's last step deferred into the quantizer of the matmul that reads its
 // output (one launch instead of two): x = hc_combine(gates, normed) (hyper_connection.h) is
 // computed per element with hc_combine's f32 operations (activation_math.cuh hc_combine_value),
@@ -181,6 +198,11 @@ void matmul_quantized_many(std::span<const DenseOutput> outputs, const Activatio
 void matmul(const DeviceMatrix& w, const float* x, int64_t n_rows, float* y, void* scratch,
             cudaStream_t stream);
 
+// matmul_quantized of the activations `in` describes, computed in the launch (InBlockActivations
+// above); throws unless can_quantize_in_block(w.type, w.n_in, n_rows, tuning).
+void matmul_in_block(const DeviceMatrix& w, const InBlockActivations& in, int64_t n_rows, float* y,
+                     cudaStream_t stream, const MatmulTuning* tuning = nullptr);
+
 // Routed experts through the slot map. Expert e of `layer` lives in arena slot
 // smap[layer·n_expert + e] (kSlotMiss: not resident; the caller guarantees residency before the
 // launch, a miss writes NaN so it cannot go unnoticed); its matrix starts `matrix_offset` bytes
@@ -212,6 +234,13 @@ void expert_matmul_quantized(const ExpertArenaView& arena, int layer, const Expe
 // twice the blocks in flight): y_first as expert_matmul_quantized with `first`, y_second with
 // `second`, bitwise. Both must have the same type, n_in, n_out and row stride (can_pair_experts).
 bool can_pair_experts(const ExpertMatrixShape& a, const ExpertMatrixShape& b);
+// expert_matmul_quantized with the activations computed in the launch (InBlockActivations): row
+// row_ids[...] of in.a / in.b ([rows][n_in] floats) is the activation row. Throws unless
+// can_quantize_in_block(shape.type, shape.n_in, max_rows, tuning).
+void expert_matmul_in_block(const ExpertArenaView& arena, int layer, const ExpertMatrixShape& shape,
+                            const int32_t* expert_ids, int n_launch, const int32_t* row_ids,
+                            const int32_t* row_counts, int max_rows, const InBlockActivations& in, float* y,
+                            cudaStream_t stream, const MatmulTuning* tuning = nullptr);
 void expert_matmul_quantized_pair(const ExpertArenaView& arena, int layer, const ExpertMatrixShape& first,
                                   const ExpertMatrixShape& second, const int32_t* expert_ids, int n_launch,
                                   const int32_t* row_ids, const int32_t* row_counts, int max_rows,

@@ -25,6 +25,7 @@
 
 #include "compute/cuda/launch.cuh"
 #include "compute/cuda/matmul_plan.cuh"
+#include "compute/cuda/quant/activation_store.cuh"
 #include "compute/cuda/runtime.h"
 
 namespace strata::compute::cuda::matmul_detail {
@@ -130,6 +131,49 @@ constexpr int unroll_of() {
   else return 2;
 }
 
+// The in-block quantizer (MatmulArgs::in_prologue): the pass's nr activation rows computed by
+// the whole block from p.in_a / p.in_b through the prologue and quantized into `shared` in
+// SharedActView's layout (rows 0 .. nr - 1), with the quantizer kernels' own per-block arithmetic
+// (activation_store.cuh: load8_elementwise, store_q8_K_block, store_q8_0_block), so the view holds
+// the bytes quantize_activations_fused writes and every dot reads the same activations. Q8_K: one
+// warp per 256-value block; Q8_0: four lanes per 32-value block, every lane of the block through
+// every trip (the stores' shuffles). The caller synchronises the block before reading the view.
+template <class Q, int NR>
+__device__ __forceinline__ SharedActView quantize_in_block(const MatmulArgs& p, const int (&rows)[NR], int nr,
+                                                           uint8_t* shared) {
+  constexpr bool kQ8K = Q::kActivation == GgmlType::Q8_K;
+  const int n_in = int(p.n_in);
+  const int scale_count = n_in / (kQ8K ? 256 : 32), sum_count = n_in / (kQ8K ? 16 : 32);
+  const int row_bytes = padded_qs_row_bytes(n_in);
+  const SharedActView view{shared,
+                           row_bytes,
+                           reinterpret_cast<const float*>(shared + nr * row_bytes),
+                           scale_count,
+                           reinterpret_cast<const int32_t*>(shared + nr * row_bytes + 4 * nr * scale_count),
+                           sum_count};
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if constexpr (kQ8K) {
+    const int blocks_per_row = n_in / 256;
+    for (int task = warp; task < nr * blocks_per_row; task += kWarpsPerBlock) {
+      const int r = task / blocks_per_row, b = task % blocks_per_row;
+      float v[8];
+      load8_elementwise(p.in_prologue, p.in_a, p.in_b, p.in_scale, int64_t(rows[r]) * n_in + b * 256 + 8 * lane, v);
+      store_q8_K_block(v, lane, r, b, view);
+    }
+  } else {
+    const int blocks_per_row = n_in / 32, total = nr * blocks_per_row;
+    for (int first = 0; first < total; first += kWarpsPerBlock * 8) {
+      const int block = first + int(threadIdx.x >> 2), part = int(threadIdx.x & 3);
+      const bool active = block < total;
+      const int r = active ? block / blocks_per_row : 0, b = active ? block % blocks_per_row : 0;
+      float v[8] = {};
+      if (active) load8_elementwise(p.in_prologue, p.in_a, p.in_b, p.in_scale, int64_t(rows[r]) * n_in + b * 32 + 8 * part, v);
+      store_q8_0_block(v, part, active, r, b, view);
+    }
+  }
+  return view;
+}
+
 // One warp computes RW consecutive output rows (their units interleaved in each trip, so the
 // warp has RW rows' loads in flight) for nr <= NR activation rows. Each output's arithmetic is
 // exactly that of RW = 1: the per-row sum order never depends on RW, NR or nr.
@@ -140,7 +184,10 @@ constexpr int unroll_of() {
 // a full warp per row: there lanes >= the unit count hold +0 (an accumulator that starts at +0
 // never becomes -0), so the butterfly's first steps add exact zeros and the rest is the same
 // tree over the first p.lanes lanes, which is the sub-group's butterfly.
-template <class Q, int NR, int RW>
+//
+// kInBlock: the activations come from quantize_in_block (above) instead of p.act, the same bytes
+// read the same way, so the outputs are bitwise those of the quantizer's launch + this kernel.
+template <class Q, int NR, int RW, bool kInBlock = false>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(MatmulArgs p) {
   extern __shared__ __align__(16) uint8_t table[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -170,7 +217,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
   int nr;
   NoStages no_stages;
   if (!select_pass<NR, RW>(p, w, row_stride, n_out, y, rows, nr, first_row, row_step, group, lane_in, lanes, no_stages))
-    return;
+    return;  // the whole block (its expert is the block's)
+  [[maybe_unused]] SharedActView in_block{};
+  if constexpr (kInBlock) {
+    in_block = quantize_in_block<Q, NR>(p, rows, nr, table + p.table_bytes);
+    __syncthreads();
+  }
   const int n_units = int(p.n_in / Q::kBlockElems) * Q::kUnitsPerBlock;
   for (int64_t o_warp = first_row; o_warp < n_out; o_warp += row_step) {
     const int64_t o = o_warp + group * RW;  // this lane group's first row
@@ -200,7 +252,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
 #pragma unroll
           for (int r = 0; r < NR; ++r) {
             if (r < nr) {
-              const typename Q::Act a = Q::load_act(p.act, rows[r], u);
+              typename Q::Act a;
+              if constexpr (kInBlock) a = Q::load_act(in_block, r, u);
+              else a = Q::load_act(p.act, rows[r], u);
 #pragma unroll
               for (int i = 0; i < RW; ++i) acc[i][r] = Q::dot(decoded[i], a, acc[i][r]);
             }
@@ -341,7 +395,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) staged_matmul_kernel(Matm
 
 // ---- launches -------------------------------------------------------------------------------
 
-template <class Q, int NR, int RW>
+template <class Q, int NR, int RW, bool kInBlock = false>
 void launch_nr(const MatmulArgs& args, int n_launch, cudaStream_t stream) {
   const int64_t rows_per_block = int64_t(kWarpsPerBlock) * RW * (32 / args.lanes);
   const int64_t blocks_needed = (args.n_out + rows_per_block - 1) / rows_per_block;
@@ -351,7 +405,8 @@ void launch_nr(const MatmulArgs& args, int n_launch, cudaStream_t stream) {
   const dim3 grid(unsigned(std::min(blocks_needed, std::max<int64_t>(1, cap / std::max(1, n_launch)))), unsigned(n_launch));
   MatmulArgs a = args;
   a.table_bytes = int((Q::kTableBytes + 15) / 16 * 16);
-  launch(quant_matmul_kernel<Q, NR, RW>, grid, kWarpsPerBlock * 32, size_t(a.table_bytes), stream, a);
+  const size_t shared_bytes = size_t(a.table_bytes) + (kInBlock ? size_t(a.in_block_bytes) : 0);
+  launch(quant_matmul_kernel<Q, NR, RW, kInBlock>, grid, kWarpsPerBlock * 32, shared_bytes, stream, a);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -411,6 +466,19 @@ void launch_matmul(MatmulArgs args, int n_launch, int rows_total, cudaStream_t s
                    const MatmulTuning* tuning) {
   if constexpr (Q::kTableBytes > 0) upload_tables<Q>();
   args.lanes = lanes_per_row<Q>(args.n_in, tuning);
+  if (args.in_prologue != ActivationPrologue::None) {
+    // One pass, one weight row per lane group (the caller checked in_block_fits).
+    if constexpr (kInBlockable<Q>) {
+      args.row_pass = 0;
+      args.in_block_bytes = int(in_block_bytes<Q>(args.n_in, rows_total));
+      if (rows_total == 1) launch_nr<Q, 1, 1, true>(args, n_launch, stream);
+      else if (rows_total == 2) launch_nr<Q, 2, 1, true>(args, n_launch, stream);
+      else if (rows_total <= 4) launch_nr<Q, 4, 1, true>(args, n_launch, stream);
+      else launch_nr<Q, 8, 1, true>(args, n_launch, stream);
+      return;
+    }
+    cuda_fail("CUDA matmul: the in-block quantizer does not take this weight type (a bug: see in_block_fits)");
+  }
   for (int pass = 0; pass < rows_total; pass += kMaxRowsPerPass) {
     args.row_pass = pass;
     const int rows = std::min(kMaxRowsPerPass, rows_total - pass);

@@ -77,7 +77,22 @@ struct MatmulArgs {
   // fewer than 32 units the next power of two at or above the unit count, so one warp computes
   // 32 / lanes row groups side by side instead of leaving lanes idle.
   int lanes;
+  // The in-block quantizer (matmul.h InBlockActivations; in_prologue == None: off, `act` is read).
+  // On: `act` is unused; every block computes its pass's activation rows from the floats in_a
+  // (and in_b) of row width n_in, row rows[r] for r < nr (as select_pass numbers them), through
+  // the prologue, and quantizes them into shared memory after the decode table (in_block_bytes).
+  ActivationPrologue in_prologue;
+  const float* in_a;
+  const float* in_b;
+  float in_scale;
+  int in_block_bytes;
 };
+
+// The types the in-block quantizer is compiled for: quantized activations, and a decode /
+// load_act form whose load_act reads a SharedActView (the others take ActView in unit<NR>).
+template <class Q>
+constexpr bool kInBlockable = Q::kActivation != GgmlType::F32 && requires { typename Q::Decoded; } &&
+                              requires(const SharedActView& v) { Q::load_act(v, 0, 0); };
 
 // The types the staged kernel is compiled for: the 2-byte-aligned blocks whose direct loads cost
 // the most L1 wavefronts (Q8_0, IQ4_NL, Q3_K, IQ2_XS), and Q4_K (16-byte loads, but each warp
@@ -101,6 +116,8 @@ int resident_blocks_per_sm(const void* kernel, size_t shared_bytes);
 int narrow_rows_per_warp();
 // STRATA_CUDA_STAGED: 0 or 1, -1 when unset (matmul.cu).
 int staged_env();
+// STRATA_CUDA_IN_BLOCK: false when 0 (matmul.cu).
+bool in_block_env();
 
 // ---- launch shapes --------------------------------------------------------------------------
 
@@ -195,6 +212,30 @@ StagedPlan plan_staged([[maybe_unused]] int64_t n_in, [[maybe_unused]] int rows,
     plan.shared_bytes = table + plan.act_bytes + buffers;
   }
   return plan;
+}
+
+// Shared bytes of the in-block quantizer's rows (SharedActView's layout, as copy_activations').
+template <class Q>
+size_t in_block_bytes(int64_t n_in, int rows) {
+  const bool q8_k = Q::kActivation == GgmlType::Q8_K;
+  return size_t(shared_activation_bytes(rows, int(n_in), int(n_in / (q8_k ? 256 : 32)), int(n_in / (q8_k ? 16 : 32))));
+}
+
+// Whether the in-block quantizer takes a window of `rows` rows of type Q and width n_in under
+// `tuning`: a type it is compiled for, rows of fewer than 32 units (lanes < 32: the narrow rows
+// whose matmuls are latency-bound, where a launch saved counts), one pass of at most
+// kMaxRowsPerPass rows, one weight row per lane group (the only instantiation), and the rows'
+// activations small enough for shared memory beside the table.
+template <class Q>
+bool in_block_fits(int64_t n_in, int rows, const MatmulTuning* tuning) {
+  if constexpr (!kInBlockable<Q>) {
+    return false;
+  } else {
+    if (rows < 1 || rows > kMaxRowsPerPass) return false;
+    const int lanes = lanes_per_row<Q>(n_in, tuning);
+    if (lanes >= 32 || pass_rows_per_warp<Q>(rows, lanes, tuning) != 1) return false;
+    return in_block_bytes<Q>(n_in, rows) + size_t(Q::kTableBytes + 15) / 16 * 16 <= 48 * 1024;
+  }
 }
 
 // Launches weight type Q's matmul over rows_total activation rows, in passes of at most
