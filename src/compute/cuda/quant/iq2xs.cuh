@@ -14,12 +14,13 @@
 
 namespace strata::compute::cuda::quant_device {
 
-// Filled from quant/iq2xs_tables.cpp's kIq2xsGrid, converted to codes by iq2xs_codes() below
-// (upload_tables<IQ2_XSWeights> in matmul/iq2_xs.cu). Defined here, not declared: without
+// Filled from quant/iq2xs_tables.cpp's kIq2xsGrid, converted to codes by iq2xs_codes() below,
+// then the 128 sign selectors of iq2xs_sign_selector() (upload_tables<IQ2_XSWeights> in
+// matmul/iq2_xs.cu): the decode table each block copies whole. Defined here, not declared: without
 // relocatable device code a __device__ variable lives in the translation unit that defines it, so
 // every one that includes this header (matmul.cu and each matmul/*.cu, through matmul_plan.cuh)
 // has its own copy, and matmul/iq2_xs.cu, whose kernels read it, uploads its own.
-__device__ uint32_t g_iq2xs_codes[512];
+__device__ uint32_t g_iq2xs_codes[512 + 128];
 
 // The code word of one grid point: nibble j = 0, 1, 2 for byte j = 8, 25, 43 (host side).
 inline uint32_t iq2xs_codes(uint64_t point) {
@@ -29,6 +30,14 @@ inline uint32_t iq2xs_codes(uint64_t point) {
     codes |= uint32_t(byte == 8 ? 0 : byte == 25 ? 1 : 2) << (4 * j);
   }
   return codes;
+}
+// Sign index s7 -> bit 4j + 2 set for each negative element j (elements 0-3 in bits 0-15, 4-7
+// in bits 16-31): the 7 stored bits and their parity as element 7 (host side).
+inline uint32_t iq2xs_sign_selector(uint32_t s7) {
+  const uint32_t signs = s7 | ((uint32_t(__builtin_popcount(s7)) & 1u) << 7);
+  uint32_t selector = 0;
+  for (int j = 0; j < 8; ++j) selector |= ((signs >> j) & 1u) << (4 * j + 2);
+  return selector;
 }
 // The byte magnitudes and their negations, selected by (code | sign << 2) nibbles: bytes 0-3 of
 // __byte_perm's first word are 8, 25, 43, 0; bytes 4-7 (its second word) -8, -25, -43, 0.
@@ -45,15 +54,7 @@ struct IQ2_XSWeights {
   static constexpr int kTableBytes = 512 * 4 + 128 * 4;  // the codes, then the sign selectors
   __device__ static void load_table(uint8_t* shared) {
     auto* codes = reinterpret_cast<uint32_t*>(shared);
-    for (int i = threadIdx.x; i < 512; i += blockDim.x) codes[i] = g_iq2xs_codes[i];
-    // Sign index s7 -> bit 2 of nibble j (elements 0-3 in bits 0-15, 4-7 in bits 16-31) for each
-    // negative element j: the 7 stored bits and their parity as element 7.
-    for (int i = threadIdx.x; i < 128; i += blockDim.x) {
-      const uint32_t signs = uint32_t(i) | ((__popc(uint32_t(i)) & 1u) << 7);
-      uint32_t selector = 0;
-      for (int j = 0; j < 8; ++j) selector |= ((signs >> j) & 1u) << (4 * j + 2);
-      codes[512 + i] = selector;
-    }
+    for (int i = threadIdx.x; i < 512 + 128; i += blockDim.x) codes[i] = g_iq2xs_codes[i];
   }
 
   // The 32 signed values of one sub-block from its four 16-bit words, four per int. `codes` is
