@@ -398,19 +398,22 @@ TEST_P(CudaMatmul, ExpertsThroughTheSlotMap) {
 }
 
 // The shapes the backend hands the in-block quantizer on the models it runs: the hyper-connection's
-// up matrix (rank 128 or 320: Q8_0, its IQ4_NL / Q5_0 fallbacks are not all taken), SwiGLU's down
-// of the experts (512 or 640 wide: IQ2_XS, IQ4_NL, Q8_0), windows of 1 to 8 rows.
+// up matrix (rank 128 or 320: Q8_0, IQ4_NL; not Q5_0, whose kernel has no SharedActView load),
+// SwiGLU's down of the experts (512 wide: IQ2_XS, Q8_0), windows of 1 to 8 rows. Not taken: rows of
+// 17-31 units, which take a full warp each (the flagship's 640-wide down, 20 units), and wide rows.
 TEST(CudaMatmulInBlock, TakesTheModelsNarrowShapes) {
   if (const char* v = std::getenv("STRATA_CUDA_IN_BLOCK"); v && std::string(v) == "0") GTEST_SKIP() << "turned off";
   for (const int64_t rows : {int64_t(1), int64_t(4), int64_t(8)}) {
     EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::Q8_0, 128, rows));
     EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::Q8_0, 320, rows));
-    EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::Q8_0, 640, rows));
-    EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::IQ4_NL, 640, rows));
+    EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::Q8_0, 512, rows));
+    EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::IQ4_NL, 320, rows));
     EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::IQ2_XS, 512, rows));
     EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::IQ2_XS, 1024, rows));
   }
   EXPECT_FALSE(compute::cuda::can_quantize_in_block(GgmlType::F32, 128, 1));
+  EXPECT_FALSE(compute::cuda::can_quantize_in_block(GgmlType::IQ4_NL, 640, 1));
+  EXPECT_FALSE(compute::cuda::can_quantize_in_block(GgmlType::Q5_0, 320, 1));
   EXPECT_FALSE(compute::cuda::can_quantize_in_block(GgmlType::Q8_0, 2560, 1));
 }
 
@@ -432,8 +435,9 @@ TEST_P(CudaMatmul, InBlockQuantizerBitwiseAsTheTwoLaunches) {
   const GgmlType format = quant::activation_type(type);
   const bool taken_type = type == GgmlType::Q8_0 || type == GgmlType::IQ4_NL || type == GgmlType::Q4_0 ||
                           type == GgmlType::IQ2_XS || type == GgmlType::Q4_K || type == GgmlType::Q3_K;
-  const std::vector<int64_t> widths = block == 256 ? std::vector<int64_t>{256, 512, 1024, 1792}
-                                      : block == 32 ? std::vector<int64_t>{32, 128, 320, 480, 640}
+  // Narrow: at most 16 units (rows of 17-31 units take a full warp each, lanes_per_row).
+  const std::vector<int64_t> widths = block == 256 ? std::vector<int64_t>{256, 512, 768, 1024}
+                                      : block == 32 ? std::vector<int64_t>{32, 128, 320, 480, 512}
                                                     : std::vector<int64_t>{8, 40, 248};
   const int64_t n_out = 203;
   int compared = 0;

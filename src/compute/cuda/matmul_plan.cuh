@@ -222,7 +222,7 @@ size_t in_block_bytes(int64_t n_in, int rows) {
 }
 
 // Whether the in-block quantizer takes a window of `rows` rows of type Q and width n_in under
-// `tuning`: a type it is compiled for, rows of fewer than 32 units (lanes < 32: the narrow rows
+// `tuning`: a type it is compiled for, rows of at most 16 units (lanes < 32: the narrow rows
 // whose matmuls are latency-bound, where a launch saved counts), one pass of at most
 // kMaxRowsPerPass rows, one weight row per lane group (the only instantiation), and the rows'
 // activations small enough for shared memory beside the table.
