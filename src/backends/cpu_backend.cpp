@@ -201,6 +201,18 @@ void CpuBackend::ple(const PleDims& dims, const PleWeights& w, PleState& state,
   ple_forward(pool("ple"), ws_, dims, w, state, embeddings.data(), n_rows, Xd, record_window);
 }
 
+void CpuBackend::ple_rows(const PleDims& dims, const PleWeights& w, std::span<PleState* const> states,
+                          std::span<PleRowReader* const> readers, std::span<const RowSegment> segments,
+                          Tensor X, int64_t n_rows) {
+  float* Xd = rows(X, n_rows, "ple_rows");
+  ScopedPart part(Part::Ple);
+  if (readers.size() != segments.size())
+    fail("ple_rows: {} row readers for {} row segments", readers.size(), segments.size());
+  embedding_blocks_.clear();
+  for (PleRowReader* reader : readers) embedding_blocks_.push_back(reader->collect().data());
+  ple_forward_rows(pool("ple_rows"), ws_, dims, w, states, embedding_blocks_, segments, n_rows, Xd);
+}
+
 void CpuBackend::moe(const MoeDims& dims, const MoeWeights& w, ExpertSource& experts, int layer,
                      Tensor x, Tensor y, int64_t n_rows, const MoeWeights* next_router) {
   const float* xd = rows(x, n_rows, "moe");

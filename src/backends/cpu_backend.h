@@ -59,6 +59,9 @@ class CpuBackend final : public Backend {
                       int layer, Tensor x, Tensor y, int64_t n_rows) override;
   void ple(const PleDims& dims, const PleWeights& w, PleState& state, PleRowReader& rows, Tensor X,
            int64_t n_rows, bool record_window) override;
+  void ple_rows(const PleDims& dims, const PleWeights& w, std::span<PleState* const> states,
+                std::span<PleRowReader* const> readers, std::span<const RowSegment> segments, Tensor X,
+                int64_t n_rows) override;
   void moe(const MoeDims& dims, const MoeWeights& w, ExpertSource& experts, int layer, Tensor x,
            Tensor y, int64_t n_rows, const MoeWeights* next_router) override;
 
@@ -69,6 +72,7 @@ class CpuBackend final : public Backend {
 
   ThreadPool* pool_ = nullptr;
   Workspace ws_;
+  std::vector<const float*> embedding_blocks_;  // ple_rows: each reader's rows (kept: no allocation once warm)
   // I32 tensors are stored in the same float vectors (4 bytes per element), read as int32.
   std::vector<std::vector<float>> buffers_;
   std::vector<uint32_t> free_ids_;

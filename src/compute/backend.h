@@ -191,8 +191,8 @@ class Backend {
   virtual void attention(const AttentionDims& dims, const AttentionWeights& w, KvCache& cache,
                          int layer, Tensor x, Tensor y, int64_t n_rows) = 0;
 
-  // Batched token mixers (WindowRunner::run_batch, serve --parallel): rows segments[s] of x
-  // belong to states[s] (caches[s]). The row-wise parts (projections, norms) may run once over all rows,
+  // Batched token mixers (WindowRunner::run_batch, serve --parallel; and ple_rows below): rows
+  // segments[s] of x belong to states[s] (caches[s]). The row-wise parts (projections, norms) may run once over all rows,
   // the recurrence or attention per sequence; each sequence's rows and state must be bitwise what
   // the single op gives it alone. Never recorded. A backend whose batched_mixers() is false does
   // not implement them: the forward then copies each sequence's rows through the single ops.
@@ -217,6 +217,16 @@ class Backend {
   // before the first layer), then X += the PLE layer's output.
   virtual void ple(const PleDims& dims, const PleWeights& w, PleState& state, PleRowReader& rows,
                    Tensor X, int64_t n_rows, bool record_window) = 0;
+  // PLE over a batched window (a batched mixer: implemented where batched_mixers() is true):
+  // rows segments[s] of X belong to states[s], whose table rows come from readers[s]. The
+  // row-wise parts may run once over all rows, the conv per sequence; each sequence's rows and
+  // state must be bitwise what `ple` gives it alone. Never recorded.
+  virtual void ple_rows(const PleDims& dims, const PleWeights& w, std::span<PleState* const> states,
+                        std::span<PleRowReader* const> readers, std::span<const RowSegment> segments, Tensor X,
+                        int64_t n_rows) {
+    (void)dims, (void)w, (void)states, (void)readers, (void)segments, (void)X, (void)n_rows;
+    fail("{} backend: ple_rows (batched windows) is not supported by this backend", name());
+  }
 
   // MoE (layers/moe.h): router, top-k, publish the union to `experts`, the shared expert while
   // the misses load, the routed experts in the batches `experts` delivers (resident first), the

@@ -163,15 +163,17 @@ void PleState::reset(const PleDims& dims) {
   conv_history.assign(static_cast<size_t>((dims.conv_kernel - 1) * dims.ngram_size * width), 0.0f);
 }
 
-void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const PleDims& dims,
-                 const PleWeights& w, PleState& state, const float* embeddings, int64_t n_rows,
-                 float* X, bool record_window) {
+namespace {
+
+// The row-wise part of the layer for rows [0, n_rows) of X and their embeddings: K, V, the gated
+// values Gv into `gated` and N = G1p(Gv; nc) into `normed` ([n_rows][S·H] each). A row's results
+// depend on that row alone (the matmul's rows are independent: compute/cpu/matmul.h), so any
+// window of rows gives every row the same bits.
+void ple_gates(compute::ThreadPool& pool, compute::Workspace& ws, const PleDims& dims, const PleWeights& w,
+               const float* embeddings, int64_t n_rows, const float* X, float* gated, float* normed) {
   compute::Workspace::Frame frame(ws);
   const int S = dims.n_streams;
   const int64_t H = dims.n_embd, width = S * H;
-  const int kernel = dims.conv_kernel, dilation = dims.ngram_size;
-  const int64_t history_steps = int64_t(kernel - 1) * dilation;
-
   std::vector<float>& keys = ws.floats(static_cast<size_t>(n_rows * width));
   std::vector<float>& values = ws.floats(static_cast<size_t>(n_rows * H));
   // Both read the embeddings: one conversion, one hand-out (each bitwise its own matmul).
@@ -179,10 +181,6 @@ void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const PleDim
   compute::matmul_many(pool, products, embeddings, n_rows);
 
   std::vector<float>& query = ws.floats(static_cast<size_t>(width));
-  std::vector<float>& gated = ws.floats(static_cast<size_t>(n_rows * width));
-  std::vector<float>& window_normed = ws.floats(static_cast<size_t>(n_rows * width));
-  if (record_window) state.spare_normed.assign(static_cast<size_t>(n_rows * width), 0.0f);
-  std::vector<float>& normed = record_window ? state.spare_normed : window_normed;
   const float inv_sqrt_h = 1.0f / std::sqrt(float(H));
   for (int64_t t = 0; t < n_rows; ++t) {
     float* key = keys.data() + t * width;
@@ -194,22 +192,28 @@ void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const PleDim
       score *= inv_sqrt_h;
       const float magnitude = std::sqrt(std::max(std::fabs(score), 1e-6f));
       const float gate = compute::sigmoid(score < 0 ? -magnitude : (score > 0 ? magnitude : 0.0f));
-      for (int64_t i = 0; i < H; ++i)
-        gated[size_t(t * width + s * H + i)] = gate * values[size_t(t * H + i)];
+      for (int64_t i = 0; i < H; ++i) gated[t * width + s * H + i] = gate * values[size_t(t * H + i)];
     }
-    compute::rms_norm_grouped(gated.data() + t * width, w.norm_conv.data(), S, H, dims.rms_eps,
-                              normed.data() + t * width);
+    compute::rms_norm_grouped(gated + t * width, w.norm_conv.data(), S, H, dims.rms_eps, normed + t * width);
   }
+}
 
-  // Dilated causal depthwise conv over [history | window], then X += Gv + silu(conv). A row's
-  // sums first, then their SiLU in one vector call (bitwise the scalar silu; one expf per
+// One sequence's conv part for its n_rows rows (their Gv and N from ple_gates): the dilated
+// causal depthwise conv over [history | N], then X += Gv + silu(conv); the history after these
+// rows goes to next_history (the caller swaps it in).
+void ple_conv(compute::Workspace& ws, const PleDims& dims, const PleWeights& w,
+              const std::vector<float>& history, const float* gated, const float* normed, int64_t n_rows, float* X,
+              std::vector<float>& next_history) {
+  const int64_t width = int64_t(dims.n_streams) * dims.n_embd;
+  const int kernel = dims.conv_kernel, dilation = dims.ngram_size;
+  const int64_t history_steps = int64_t(kernel - 1) * dilation;
+  // A row's sums first, then their SiLU in one vector call (bitwise the scalar silu; one expf per
   // channel was most of a decode row's PLE time), then the adds.
   std::vector<float>& conv = ws.scratch_floats(static_cast<size_t>(width));
   for (int64_t t = 0; t < n_rows; ++t) {
     auto step = [&](int64_t back) -> const float* {  // N at t - back
       const int64_t idx = t - back;
-      return idx >= 0 ? normed.data() + idx * width
-                      : state.conv_history.data() + (history_steps + idx) * width;
+      return idx >= 0 ? normed + idx * width : history.data() + (history_steps + idx) * width;
     };
     for (int64_t c = 0; c < width; ++c) {
       const float* taps = w.conv.data() + c * kernel;
@@ -219,17 +223,30 @@ void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const PleDim
     }
     compute::silu(conv.data(), width, conv.data());
     float* xt = X + t * width;
-    for (int64_t c = 0; c < width; ++c) xt[c] += gated[size_t(t * width + c)] + conv[size_t(c)];
+    for (int64_t c = 0; c < width; ++c) xt[c] += gated[t * width + c] + conv[size_t(c)];
   }
   // Keep the last history_steps rows of N.
-  std::vector<float>& next = state.next_history;
-  next.resize(state.conv_history.size());
+  next_history.resize(history.size());
   for (int64_t i = 0; i < history_steps; ++i) {
     const int64_t idx = n_rows - history_steps + i;  // window-relative
-    const float* src = idx >= 0 ? normed.data() + idx * width
-                                : state.conv_history.data() + (history_steps + idx) * width;
-    std::copy_n(src, width, next.data() + i * width);
+    const float* src = idx >= 0 ? normed + idx * width : history.data() + (history_steps + idx) * width;
+    std::copy_n(src, width, next_history.data() + i * width);
   }
+}
+
+}  // namespace
+
+void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const PleDims& dims,
+                 const PleWeights& w, PleState& state, const float* embeddings, int64_t n_rows,
+                 float* X, bool record_window) {
+  compute::Workspace::Frame frame(ws);
+  const int64_t width = int64_t(dims.n_streams) * dims.n_embd;
+  std::vector<float>& gated = ws.floats(static_cast<size_t>(n_rows * width));
+  std::vector<float>& window_normed = ws.floats(static_cast<size_t>(n_rows * width));
+  if (record_window) state.spare_normed.assign(static_cast<size_t>(n_rows * width), 0.0f);
+  std::vector<float>& normed = record_window ? state.spare_normed : window_normed;
+  ple_gates(pool, ws, dims, w, embeddings, n_rows, X, gated.data(), normed.data());
+  ple_conv(ws, dims, w, state.conv_history, gated.data(), normed.data(), n_rows, X, state.next_history);
   state.window_log.valid = false;
   if (record_window) {
     PleWindowLog& log = state.window_log;
@@ -239,7 +256,34 @@ void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const PleDim
     log.n_rows = n_rows;
     log.valid = true;
   }
-  state.conv_history.swap(next);  // next_history takes the old buffer
+  state.conv_history.swap(state.next_history);  // next_history takes the old buffer
+}
+
+void ple_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws, const PleDims& dims,
+                      const PleWeights& w, std::span<PleState* const> states,
+                      std::span<const float* const> embeddings, std::span<const compute::RowSegment> segments,
+                      int64_t n_rows, float* X) {
+  if (states.size() != segments.size() || embeddings.size() != segments.size())
+    fail("ple: {} states and {} embedding blocks for {} row segments", states.size(), embeddings.size(),
+         segments.size());
+  compute::Workspace::Frame frame(ws);
+  const int64_t width = int64_t(dims.n_streams) * dims.n_embd, embedding_width = w.key.n_in;
+  // Every sequence's embeddings as one block of rows (each sequence's reader holds its own).
+  std::vector<float>& all_embeddings = ws.floats(static_cast<size_t>(n_rows * embedding_width));
+  for (size_t s = 0; s < segments.size(); ++s)
+    std::copy_n(embeddings[s], segments[s].n_rows * embedding_width,
+                all_embeddings.data() + segments[s].first_row * embedding_width);
+  std::vector<float>& gated = ws.floats(static_cast<size_t>(n_rows * width));
+  std::vector<float>& normed = ws.floats(static_cast<size_t>(n_rows * width));
+  ple_gates(pool, ws, dims, w, all_embeddings.data(), n_rows, X, gated.data(), normed.data());
+  for (size_t s = 0; s < segments.size(); ++s) {
+    PleState& state = *states[s];
+    const int64_t first = segments[s].first_row;
+    ple_conv(ws, dims, w, state.conv_history, gated.data() + first * width, normed.data() + first * width,
+             segments[s].n_rows, X + first * width, state.next_history);
+    state.window_log.valid = false;
+    state.conv_history.swap(state.next_history);
+  }
 }
 
 void ple_rollback(const PleDims& dims, PleState& state, std::span<const int32_t> kept_tokens) {

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "compute/backend.h"
 #include "compute/cpu/matmul.h"
 #include "compute/cpu/thread_pool.h"
 #include "compute/cpu/workspace.h"
@@ -128,6 +129,17 @@ struct PleState {
 void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const PleDims& dims,
                  const PleWeights& w, PleState& state, const float* embeddings, int64_t n_rows,
                  float* X, bool record_window = false);
+
+// ple_forward over the rows of several sequences at once (a batched window: serve --parallel;
+// never recorded): rows segments[s] of X belong to states[s], whose embeddings are embeddings[s]
+// ([segments[s].n_rows][n_heads·row_width], its reader's collect()). The row-wise part (key and
+// value projections of every row in one call, the gates, the norms) runs once; the conv per
+// sequence over its own history. Each sequence's rows and state are bitwise what ple_forward
+// gives it alone.
+void ple_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws, const PleDims& dims,
+                      const PleWeights& w, std::span<PleState* const> states,
+                      std::span<const float* const> embeddings, std::span<const compute::RowSegment> segments,
+                      int64_t n_rows, float* X);
 
 // Makes `state` what it would be had only the first kept_tokens.size() rows of the last recorded
 // window been fed (kept_tokens: those rows' tokens). The context must have been advanced over the

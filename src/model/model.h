@@ -126,6 +126,8 @@ struct BatchWindow {
   std::vector<compute::RowSegment> rows;       // segments' rows, for the backend's batched mixers
   std::vector<GatedDeltaNetState*> deltanets;  // one layer's states, in segment order
   std::vector<KvCache*> caches;
+  std::vector<PleState*> ples;                 // the PLE layer's states and row readers
+  std::vector<PleRowReader*> ple_readers;
 };
 
 // Deep copy of what a sequence carries between windows, for the conversation state cache

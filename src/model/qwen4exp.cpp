@@ -117,8 +117,22 @@ class Qwen4Exp final : public Model {
  private:
   // The PLE layer: X += ple(X), each sequence with its own n-gram context and conv history (a
   // token mixer, like attention: batched windows copy a sequence's rows out and back).
+  // A batched window on a backend with batched mixers runs the row-wise part once (ple_rows).
   void ple_forward_rows(const WindowRun& run) const {
     compute::Backend& be = run.be;
+    if (run.batched() && be.batched_mixers()) {
+      BatchWindow& b = *run.batch;
+      b.ples.clear();
+      b.ple_readers.clear();
+      for (const WindowSegment& s : run.segments) {
+        b.ples.push_back(&s.state->ple);
+        b.ple_readers.push_back(s.state->ple_reader.get());
+      }
+      be.ple_rows(dims_.ple, ple_, b.ples, b.ple_readers, b.rows, run.t.X, run.n_rows());
+      for (const WindowSegment& s : run.segments)
+        s.state->ple.context = ple_advance(dims_.ple, s.state->ple.context, s.tokens);
+      return;
+    }
     for (const WindowSegment& s : run.segments) {
       ModelState& state = *s.state;
       const int64_t n = int64_t(s.tokens.size());

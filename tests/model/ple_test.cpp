@@ -6,7 +6,10 @@
 #include <random>
 #include <unistd.h>
 
+#include "compute/cpu/thread_pool.h"
+#include "compute/cpu/workspace.h"
 #include "layers/ple.h"
+#include "quant/quant.h"
 #include "model/hparams.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
@@ -143,6 +146,93 @@ TEST(PleRowReader, MappedCopyAndReaderThreadGiveTheSameRows) {
     }
   }
   std::remove(path.c_str());
+}
+
+
+// The batched PLE (ple_forward_rows: key/value projections and gates over every sequence's rows at
+// once, the conv per sequence) against each sequence's ple_forward alone: X and the conv history
+// bitwise equal, for sequences of 1-3 rows with their own histories and 1 or 2 threads.
+TEST(PleForwardRows, EverySequenceGetsItsAloneBits) {
+  constexpr int kStreams = 4;
+  constexpr int64_t kEmbd = 64, kWidth = kStreams * kEmbd, kRowWidth = 8;
+  PleDims dims;
+  dims.n_embd = kEmbd;
+  dims.n_streams = kStreams;
+  dims.ngram_size = 3;
+  dims.heads_per_ngram = 2;
+  dims.conv_kernel = 4;
+  dims.row_width = kRowWidth;
+  const int64_t embedding_width = dims.n_heads() * kRowWidth;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto random_vector = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = normal(rng);
+    return v;
+  };
+  auto q8_0 = [&](int64_t n_in, int64_t n_out, std::vector<std::byte>& bytes) {
+    const size_t row_size = row_bytes(GgmlType::Q8_0, n_in);
+    bytes.resize(row_size * size_t(n_out));
+    for (int64_t o = 0; o < n_out; ++o) {
+      const std::vector<float> row = random_vector(n_in);
+      quant::quantize_row(GgmlType::Q8_0, row.data(), bytes.data() + size_t(o) * row_size, n_in);
+    }
+    return compute::WeightMatrix::dense(GgmlType::Q8_0, n_in, n_out, bytes.data());
+  };
+  std::vector<std::byte> key_bytes, value_bytes;
+  PleWeights w;
+  w.key = q8_0(embedding_width, kWidth, key_bytes);
+  w.value = q8_0(embedding_width, kEmbd, value_bytes);
+  w.norm_key = random_vector(kWidth);
+  w.norm_query = random_vector(kWidth);
+  w.norm_conv = random_vector(kWidth);
+  w.conv = random_vector(kWidth * dims.conv_kernel);
+
+  const std::vector<int64_t> lengths = {1, 3, 1, 2, 1};
+  int64_t n_rows = 0;
+  std::vector<compute::RowSegment> segments;
+  for (const int64_t n : lengths) {
+    segments.push_back({n_rows, n});
+    n_rows += n;
+  }
+  std::vector<PleState> start(lengths.size());
+  std::vector<std::vector<float>> embeddings;
+  for (PleState& state : start) {
+    state.reset(dims);
+    state.conv_history = random_vector(int64_t(state.conv_history.size()));
+  }
+  for (const int64_t n : lengths) embeddings.push_back(random_vector(n * embedding_width));
+  const std::vector<float> X0 = random_vector(n_rows * kWidth);
+
+  for (const int threads : {1, 2}) {
+    compute::ThreadPool pool(threads);
+    compute::Workspace ws;
+    std::vector<float> X_alone = X0;
+    std::vector<PleState> alone = start;
+    for (size_t s = 0; s < lengths.size(); ++s)
+      ple_forward(pool, ws, dims, w, alone[s], embeddings[s].data(), lengths[s],
+                  X_alone.data() + segments[s].first_row * kWidth);
+    std::vector<float> X_batched = X0;
+    std::vector<PleState> batched = start;
+    std::vector<PleState*> states;
+    std::vector<const float*> blocks;
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      states.push_back(&batched[s]);
+      blocks.push_back(embeddings[s].data());
+    }
+    ple_forward_rows(pool, ws, dims, w, states, blocks, segments, n_rows, X_batched.data());
+    ASSERT_EQ(0, std::memcmp(X_alone.data(), X_batched.data(), X0.size() * 4)) << threads << " threads: X";
+    ASSERT_NE(0, std::memcmp(X_alone.data(), X0.data(), X0.size() * 4)) << "the layer changed nothing";
+    for (size_t s = 0; s < lengths.size(); ++s)
+      ASSERT_EQ(alone[s].conv_history, batched[s].conv_history) << threads << " threads: sequence " << s << "'s history";
+  }
+  // A mismatched call is refused, naming the counts.
+  compute::ThreadPool pool(1);
+  compute::Workspace ws;
+  std::vector<float> X = X0;
+  PleState* one[1] = {&start[0]};
+  const float* blocks[1] = {embeddings[0].data()};
+  EXPECT_THROW(ple_forward_rows(pool, ws, dims, w, one, blocks, segments, n_rows, X.data()), Error);
 }
 
 }  // namespace
