@@ -165,10 +165,14 @@ void PleState::reset(const PleDims& dims) {
 
 namespace {
 
+// Rough single-thread cost of a row's share of the layer outside its matmuls (three grouped norms,
+// the scores and gates, the conv taps and a SiLU per element), for the pool's inline rule.
+constexpr double kRowElementNs = 3.0;
+
 // The row-wise part of the layer for rows [0, n_rows) of X and their embeddings: K, V, the gated
 // values Gv into `gated` and N = G1p(Gv; nc) into `normed` ([n_rows][S·H] each). A row's results
 // depend on that row alone (the matmul's rows are independent: compute/cpu/matmul.h), so any
-// window of rows gives every row the same bits.
+// window of rows, and any split of the rows over threads, gives every row the same bits.
 void ple_gates(compute::ThreadPool& pool, compute::Workspace& ws, const PleDims& dims, const PleWeights& w,
                const float* embeddings, int64_t n_rows, const float* X, float* gated, float* normed) {
   compute::Workspace::Frame frame(ws);
@@ -180,56 +184,91 @@ void ple_gates(compute::ThreadPool& pool, compute::Workspace& ws, const PleDims&
   const compute::MatmulProduct products[] = {{&w.key, keys.data()}, {&w.value, values.data()}};
   compute::matmul_many(pool, products, embeddings, n_rows);
 
-  std::vector<float>& query = ws.floats(static_cast<size_t>(width));
+  std::vector<float>& queries = ws.floats(static_cast<size_t>(n_rows * width));
   const float inv_sqrt_h = 1.0f / std::sqrt(float(H));
-  for (int64_t t = 0; t < n_rows; ++t) {
-    float* key = keys.data() + t * width;
-    compute::rms_norm_grouped(key, w.norm_key.data(), S, H, dims.rms_eps, key);
-    compute::rms_norm_grouped(X + t * width, w.norm_query.data(), S, H, dims.rms_eps, query.data());
-    for (int s = 0; s < S; ++s) {
-      float score = 0.0f;
-      for (int64_t i = 0; i < H; ++i) score += key[s * H + i] * query[size_t(s * H + i)];
-      score *= inv_sqrt_h;
-      const float magnitude = std::sqrt(std::max(std::fabs(score), 1e-6f));
-      const float gate = compute::sigmoid(score < 0 ? -magnitude : (score > 0 ? magnitude : 0.0f));
-      for (int64_t i = 0; i < H; ++i) gated[t * width + s * H + i] = gate * values[size_t(t * H + i)];
+  pool.parallel_for(n_rows, double(n_rows * width) * kRowElementNs, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* key = keys.data() + t * width;
+      float* query = queries.data() + t * width;
+      compute::rms_norm_grouped(key, w.norm_key.data(), S, H, dims.rms_eps, key);
+      compute::rms_norm_grouped(X + t * width, w.norm_query.data(), S, H, dims.rms_eps, query);
+      for (int s = 0; s < S; ++s) {
+        float score = 0.0f;
+        for (int64_t i = 0; i < H; ++i) score += key[s * H + i] * query[s * H + i];
+        score *= inv_sqrt_h;
+        const float magnitude = std::sqrt(std::max(std::fabs(score), 1e-6f));
+        const float gate = compute::sigmoid(score < 0 ? -magnitude : (score > 0 ? magnitude : 0.0f));
+        for (int64_t i = 0; i < H; ++i) gated[t * width + s * H + i] = gate * values[size_t(t * H + i)];
+      }
+      compute::rms_norm_grouped(gated + t * width, w.norm_conv.data(), S, H, dims.rms_eps, normed + t * width);
     }
-    compute::rms_norm_grouped(gated + t * width, w.norm_conv.data(), S, H, dims.rms_eps, normed + t * width);
-  }
+  });
 }
 
-// One sequence's conv part for its n_rows rows (their Gv and N from ple_gates): the dilated
-// causal depthwise conv over [history | N], then X += Gv + silu(conv); the history after these
-// rows goes to next_history (the caller swaps it in).
-void ple_conv(compute::Workspace& ws, const PleDims& dims, const PleWeights& w,
-              const std::vector<float>& history, const float* gated, const float* normed, int64_t n_rows, float* X,
-              std::vector<float>& next_history) {
+// One sequence's rows for the conv part (their Gv and N from ple_gates, their rows of X) and the
+// conv history before them.
+struct ConvRows {
+  const std::vector<float>* history;
+  const float* gated;
+  const float* normed;
+  float* X;
+  int64_t n_rows;
+};
+
+// The conv part of row t of `rows`: the dilated causal depthwise conv over [history | N], then
+// X_t += Gv_t + silu(conv). The sums first, then their SiLU in one vector call (bitwise the scalar
+// silu; one expf per channel was most of a decode row's PLE time), then the adds. Rows are
+// independent (each reads N and the history only): any split over threads gives the same bits.
+void ple_conv_row(const PleDims& dims, const PleWeights& w, const ConvRows& rows, int64_t t, float* conv) {
   const int64_t width = int64_t(dims.n_streams) * dims.n_embd;
   const int kernel = dims.conv_kernel, dilation = dims.ngram_size;
   const int64_t history_steps = int64_t(kernel - 1) * dilation;
-  // A row's sums first, then their SiLU in one vector call (bitwise the scalar silu; one expf per
-  // channel was most of a decode row's PLE time), then the adds.
-  std::vector<float>& conv = ws.scratch_floats(static_cast<size_t>(width));
-  for (int64_t t = 0; t < n_rows; ++t) {
-    auto step = [&](int64_t back) -> const float* {  // N at t - back
-      const int64_t idx = t - back;
-      return idx >= 0 ? normed + idx * width : history.data() + (history_steps + idx) * width;
-    };
-    for (int64_t c = 0; c < width; ++c) {
-      const float* taps = w.conv.data() + c * kernel;
-      float sum = 0.0f;
-      for (int j = 0; j < kernel; ++j) sum += taps[j] * step(int64_t(kernel - 1 - j) * dilation)[c];
-      conv[size_t(c)] = sum;
-    }
-    compute::silu(conv.data(), width, conv.data());
-    float* xt = X + t * width;
-    for (int64_t c = 0; c < width; ++c) xt[c] += gated[t * width + c] + conv[size_t(c)];
+  auto step = [&](int64_t back) -> const float* {  // N at t - back
+    const int64_t idx = t - back;
+    return idx >= 0 ? rows.normed + idx * width : rows.history->data() + (history_steps + idx) * width;
+  };
+  for (int64_t c = 0; c < width; ++c) {
+    const float* taps = w.conv.data() + c * kernel;
+    float sum = 0.0f;
+    for (int j = 0; j < kernel; ++j) sum += taps[j] * step(int64_t(kernel - 1 - j) * dilation)[c];
+    conv[c] = sum;
   }
-  // Keep the last history_steps rows of N.
-  next_history.resize(history.size());
+  compute::silu(conv, width, conv);
+  float* xt = rows.X + t * width;
+  for (int64_t c = 0; c < width; ++c) xt[c] += rows.gated[t * width + c] + conv[c];
+}
+
+// The conv part of every row of `sequences` (row r of all of them together: sequences[s]'s rows
+// in order), split over the pool's threads, each with its own scratch row.
+void ple_conv(compute::ThreadPool& pool, compute::Workspace& ws, const PleDims& dims, const PleWeights& w,
+              std::span<const ConvRows> sequences) {
+  const int64_t width = int64_t(dims.n_streams) * dims.n_embd;
+  int64_t n_rows = 0;
+  for (const ConvRows& rows : sequences) n_rows += rows.n_rows;
+  ws.reserve_threads(pool.size());
+  pool.parallel_for(n_rows, double(n_rows * width) * kRowElementNs, [&](int64_t begin, int64_t end, int thread) {
+    compute::Workspace& thread_ws = ws.for_thread(thread);
+    compute::Workspace::Frame frame(thread_ws);
+    float* conv = thread_ws.scratch_floats(static_cast<size_t>(width)).data();
+    // The sequence holding row `begin`, then onwards.
+    size_t s = 0;
+    int64_t first = 0;
+    while (first + sequences[s].n_rows <= begin) first += sequences[s++].n_rows;
+    for (int64_t r = begin; r < end; ++r) {
+      while (r - first >= sequences[s].n_rows) first += sequences[s++].n_rows;
+      ple_conv_row(dims, w, sequences[s], r - first, conv);
+    }
+  });
+}
+
+// The history after `rows` (the last (K-1)·n rows of [history | N]) into next_history.
+void ple_next_history(const PleDims& dims, const ConvRows& rows, std::vector<float>& next_history) {
+  const int64_t width = int64_t(dims.n_streams) * dims.n_embd;
+  const int64_t history_steps = int64_t(dims.conv_kernel - 1) * dims.ngram_size;
+  next_history.resize(rows.history->size());
   for (int64_t i = 0; i < history_steps; ++i) {
-    const int64_t idx = n_rows - history_steps + i;  // window-relative
-    const float* src = idx >= 0 ? normed + idx * width : history.data() + (history_steps + idx) * width;
+    const int64_t idx = rows.n_rows - history_steps + i;  // window-relative
+    const float* src = idx >= 0 ? rows.normed + idx * width : rows.history->data() + (history_steps + idx) * width;
     std::copy_n(src, width, next_history.data() + i * width);
   }
 }
@@ -246,7 +285,9 @@ void ple_forward(compute::ThreadPool& pool, compute::Workspace& ws, const PleDim
   if (record_window) state.spare_normed.assign(static_cast<size_t>(n_rows * width), 0.0f);
   std::vector<float>& normed = record_window ? state.spare_normed : window_normed;
   ple_gates(pool, ws, dims, w, embeddings, n_rows, X, gated.data(), normed.data());
-  ple_conv(ws, dims, w, state.conv_history, gated.data(), normed.data(), n_rows, X, state.next_history);
+  const ConvRows rows[1] = {{&state.conv_history, gated.data(), normed.data(), X, n_rows}};
+  ple_conv(pool, ws, dims, w, rows);
+  ple_next_history(dims, rows[0], state.next_history);
   state.window_log.valid = false;
   if (record_window) {
     PleWindowLog& log = state.window_log;
@@ -276,11 +317,17 @@ void ple_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws, const P
   std::vector<float>& gated = ws.floats(static_cast<size_t>(n_rows * width));
   std::vector<float>& normed = ws.floats(static_cast<size_t>(n_rows * width));
   ple_gates(pool, ws, dims, w, all_embeddings.data(), n_rows, X, gated.data(), normed.data());
+  std::vector<ConvRows> sequences;
+  sequences.reserve(segments.size());
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const int64_t first = segments[s].first_row;
+    sequences.push_back({&states[s]->conv_history, gated.data() + first * width, normed.data() + first * width,
+                         X + first * width, segments[s].n_rows});
+  }
+  ple_conv(pool, ws, dims, w, sequences);
   for (size_t s = 0; s < segments.size(); ++s) {
     PleState& state = *states[s];
-    const int64_t first = segments[s].first_row;
-    ple_conv(ws, dims, w, state.conv_history, gated.data() + first * width, normed.data() + first * width,
-             segments[s].n_rows, X + first * width, state.next_history);
+    ple_next_history(dims, sequences[s], state.next_history);
     state.window_log.valid = false;
     state.conv_history.swap(state.next_history);
   }
