@@ -118,6 +118,8 @@ class Qwen4Exp final : public Model {
   // The PLE layer: X += ple(X), each sequence with its own n-gram context and conv history (a
   // token mixer, like attention: batched windows copy a sequence's rows out and back).
   // A batched window on a backend with batched mixers runs the row-wise part once (ple_rows).
+  // The contexts move on after the layer (row ids were taken in start_window_inputs; `ple` reads a
+  // context only to log it, each state its own).
   void ple_forward_rows(const WindowRun& run) const {
     compute::Backend& be = run.be;
     if (run.batched() && be.batched_mixers()) {
@@ -129,23 +131,21 @@ class Qwen4Exp final : public Model {
         b.ple_readers.push_back(s.state->ple_reader.get());
       }
       be.ple_rows(dims_.ple, ple_, b.ples, b.ple_readers, b.rows, run.t.X, run.n_rows());
-      for (const WindowSegment& s : run.segments)
-        s.state->ple.context = ple_advance(dims_.ple, s.state->ple.context, s.tokens);
-      return;
-    }
-    for (const WindowSegment& s : run.segments) {
-      ModelState& state = *s.state;
-      const int64_t n = int64_t(s.tokens.size());
-      if (!run.batched()) {
-        be.ple(dims_.ple, ple_, state.ple, *state.ple_reader, run.t.X, n, state.record_windows);
-      } else {
-        be.copy_rows(run.t.X, s.first_row, run.segment->X, 0, n);
-        be.ple(dims_.ple, ple_, state.ple, *state.ple_reader, run.segment->X, n,
-               state.record_windows);
-        be.copy_rows(run.segment->X, 0, run.t.X, s.first_row, n);
+    } else {
+      for (const WindowSegment& s : run.segments) {
+        ModelState& state = *s.state;
+        const int64_t n = int64_t(s.tokens.size());
+        if (!run.batched()) {
+          be.ple(dims_.ple, ple_, state.ple, *state.ple_reader, run.t.X, n, state.record_windows);
+        } else {
+          be.copy_rows(run.t.X, s.first_row, run.segment->X, 0, n);
+          be.ple(dims_.ple, ple_, state.ple, *state.ple_reader, run.segment->X, n, state.record_windows);
+          be.copy_rows(run.segment->X, 0, run.t.X, s.first_row, n);
+        }
       }
-      state.ple.context = ple_advance(dims_.ple, state.ple.context, s.tokens);
     }
+    for (const WindowSegment& s : run.segments)
+      s.state->ple.context = ple_advance(dims_.ple, s.state->ple.context, s.tokens);
   }
 
   // A hyper-connection mixer: norm, down, up, and (block mixers, not the final ones) inject.
