@@ -30,6 +30,20 @@ __device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
   return uint32_t(uint8_t(a)) | uint32_t(uint8_t(b)) << 8 | uint32_t(uint8_t(c)) << 16 | uint32_t(uint8_t(d)) << 24;
 }
 
+// The quantize step both layouts share: d = amax/127 (amax already reduced over the block), the 8
+// values' quants with the unrounded d's inverse, and their sum. Returns d.
+__device__ __forceinline__ float quantize8(const float v[8], float amax, int q[8], int& sum) {
+  const float d = __fdiv_rn(amax, 127.0f);
+  const float inverse = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+  sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    q[i] = quantize_value(v[i], inverse);
+    sum += q[i];
+  }
+  return d;
+}
+
 // Q8_K: the 32 lanes of a warp each hold 8 consecutive values of one 256-value block b of `row`
 // (lane l: values 8l .. 8l + 7). d = amax/127 (f32), 16-quant sums.
 template <class View>
@@ -39,14 +53,8 @@ __device__ __forceinline__ void store_q8_K_block(const float v[8], int lane, int
   for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float d = __fdiv_rn(amax, 127.0f);
-  const float inverse = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  int q[8], sum = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    q[i] = quantize_value(v[i], inverse);
-    sum += q[i];
-  }
+  int q[8], sum;
+  const float d = quantize8(v, amax, q, sum);
   int8_t* qs = const_cast<int8_t*>(act.qs_at(row, int(b * 256 + 8 * lane)));
   reinterpret_cast<uint2*>(qs)[0] = make_uint2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
   const int pair = sum + __shfl_down_sync(0xffffffffu, sum, 1);
@@ -66,14 +74,8 @@ __device__ __forceinline__ void store_q8_0_block(const float v[8], int part, boo
   for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
   amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
   amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-  const float d = __fdiv_rn(amax, 127.0f);
-  const float inverse = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-  int q[8], sum = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    q[i] = quantize_value(v[i], inverse);
-    sum += q[i];
-  }
+  int q[8], sum;
+  const float d = quantize8(v, amax, q, sum);
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
   if (!active) return;
