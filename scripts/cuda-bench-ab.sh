@@ -12,6 +12,9 @@
 # With AB_AFTER_ENV="VAR=value ..." each round also runs the working tree's binary under those
 # variables ("after+env": e.g. STRATA_CUDA_IN_BLOCK=0 to take one change back out without a
 # rebuild), so one call separates the changes that have a switch.
+# AB_SYNTH=[SHAPE:]LAYERS:EXPERTS picks the synthetic model (default 48:512, written once to
+# AB_MODEL, default /root/big.gguf; e.g. AB_SYNTH=qwen3.8-flash-next:48:16 AB_MODEL=/root/flag16.gguf).
+# AB_KEEP_BASE=1 keeps an earlier run's baseline build in the same call (a second model, no rebuild).
 # Outputs under $OUT: build-*.log, cuda-test.log, ab.txt (every run's table and the graph
 # statistics: nodes captured per window), synth.log.
 set -uo pipefail
@@ -24,9 +27,12 @@ for kit in .device/cuda-kit .device/build; do
 done
 out=${OUT:-/tmp/cuda-bench-ab}
 mkdir -p "$out"
-model=/root/big.gguf
+model=${AB_MODEL:-/root/big.gguf}
+synth=${AB_SYNTH:-48:512}
 base_dir=/root/ab-base
-rm -rf "$base_dir" && mkdir -p "$base_dir" && tar xJf "$base_tar" -C "$base_dir"
+if [ "${AB_KEEP_BASE:-0}" != 1 ] || [ ! -d "$base_dir/build" ]; then
+  rm -rf "$base_dir" && mkdir -p "$base_dir" && tar xJf "$base_tar" -C "$base_dir"
+fi
 configure() {  # source dir, build dir, tests ON|OFF
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_WERROR=OFF \
     -DSTRATA_BUILD_TESTS="$3" >/dev/null
@@ -52,7 +58,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 run() {  # label command... (the binary last, e.g. env VAR=value binary)
   echo "=== $1 ($(date +%T))" >>"$out/ab.txt"
   shift
-  STRATA_CUDA_GRAPH_STATS=1 "$@" -m "$model" --synth 48:512 --prompt 64 --tokens 64 --repeats 1 \
+  STRATA_CUDA_GRAPH_STATS=1 "$@" -m "$model" --synth "$synth" --prompt 64 --tokens 64 --repeats 1 \
     --backends "$backends" >>"$out/ab.txt" 2>&1
 }
 run synth-and-warm ./build-cuda/bench/bench_cuda_decode
