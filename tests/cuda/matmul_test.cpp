@@ -203,12 +203,14 @@ TEST_P(CudaMatmul, WindowIdentityAndRepeatability) {
     ASSERT_EQ(0, std::memcmp(alone.data(), window.data() + t * n_out, size_t(n_out) * 4))
         << type_name(type) << ": row " << t << " alone differs from the same row in a 13-row window";
   }
-  // Every launch shape (weight rows per warp) gives the same bits.
+  // Every launch shape (weight rows per warp) of the matrix's kernel gives the same bits (a matrix
+  // of wide rows, as the float types' 2560-wide rows are, keeps them: wide_rows is its property).
+  const int warps_per_row = compute::cuda::wide_rows(type, n_in, n_out) ? 4 : 0;
   for (const int rows_per_warp : {1, 2, 4}) for (const int staging : {1, 2}) {
     for (const int64_t rows : {int64_t(1), int64_t(2)}) {
       const ActivationLayout layout = compute::cuda::activation_layout(type, n_in, rows);
       compute::cuda::quantize_activations(layout, g.x.as<float>(), g.scratch.data(), stream.get());
-      const compute::cuda::MatmulTuning tuning{rows_per_warp, staging, 0, 0, 0};
+      const compute::cuda::MatmulTuning tuning{rows_per_warp, staging, 0, 0, 0, warps_per_row};
       compute::cuda::matmul_quantized(g.matrix, layout, g.scratch.data(), rows, g.y.as<float>(), stream.get(), &tuning);
       stream.synchronize();
       const auto shaped = from_device<float>(g.y, size_t(rows * n_out));
@@ -314,6 +316,103 @@ TEST_P(CudaMatmul, NarrowRowsBitwiseAsAFullWarpPerRow) {
       }
     }
   }
+}
+
+// Wide rows (matmul.h wide_rows: four warps share each weight row of a dense matrix with rows of
+// >= 128 units and at most 1024 of them). The default rule picks them by the matrix alone; every
+// row of every window (T = 1 .. 11, two passes) is bitwise its 1-row call and repeatable; results
+// against the CPU reference within MatchesCpuReference's bound; several matrices in one launch
+// bitwise each alone, also when only some of them are wide (the launch is split); a tuning that
+// asks for them gets them on a tall matrix too.
+TEST_P(CudaMatmul, WideRowsWindowIdentityAndReference) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  if (const char* v = std::getenv("STRATA_CUDA_WIDE_ROWS"); v && std::string(v) == "0") GTEST_SKIP() << "turned off";
+  const GgmlType type = GetParam();
+  std::mt19937 rng(5151 + uint32_t(type));
+  Stream stream;
+  const int64_t block = type_traits(type).block_elems;
+  const int64_t n_in = 8192 + block;  // >= 128 units for every type, and not a round count of them
+  const int64_t narrow_in = block == 256 ? 2560 : block == 32 ? 640 : 512;  // < 128 units
+  EXPECT_TRUE(compute::cuda::wide_rows(type, n_in, 1024));
+  EXPECT_TRUE(compute::cuda::wide_rows(type, n_in, 4));
+  EXPECT_FALSE(compute::cuda::wide_rows(type, n_in, 1025));
+  EXPECT_FALSE(compute::cuda::wide_rows(type, narrow_in, 300));
+  const compute::cuda::MatmulTuning ask{0, 0, 0, 0, 0, 4}, one_warp{0, 0, 0, 0, 0, 0};
+  EXPECT_TRUE(compute::cuda::wide_rows(type, n_in, 5000, &ask));
+  EXPECT_FALSE(compute::cuda::wide_rows(type, n_in, 300, &one_warp));
+
+  const int64_t n_out = 324, n_rows = 11;  // the flagship's hyper-connection down + inject height
+  const size_t stride = row_bytes(type, n_in);
+  const std::vector<uint8_t> w = random_weights(type, n_in, n_out, stride, rng);
+  const std::vector<float> x = random_floats(size_t(n_rows * n_in), rng);
+  GpuMatmul g = upload(type, n_in, n_out, w, stride, x, n_rows);
+  const std::vector<float> window = run(g, g.x.as<float>(), n_rows, stream);
+  ASSERT_EQ(0, std::memcmp(window.data(), run(g, g.x.as<float>(), n_rows, stream).data(), window.size() * 4))
+      << type_name(type) << ": two runs of the same window differ";
+  std::vector<uint8_t> act(quant::activation_row_bytes(type, n_in));
+  std::vector<float> w_row(static_cast<size_t>(n_in));
+  for (int64_t t = 0; t < n_rows; ++t) {
+    const std::vector<float> alone = run(g, g.x.as<float>() + t * n_in, 1, stream);
+    ASSERT_EQ(0, std::memcmp(alone.data(), window.data() + t * n_out, size_t(n_out) * 4))
+        << type_name(type) << ": row " << t << " alone differs from the same row in an 11-row window";
+    quant::ref::quantize_activation(type, x.data() + t * n_in, act.data(), n_in);
+    const std::vector<float> a = dequantized_activation(type, act, x.data() + t * n_in, n_in);
+    for (int64_t o = 0; o < n_out; ++o) {
+      const uint8_t* row = w.data() + size_t(o) * stride;
+      const float ref = quant::ref::dot(type, row, act.data(), n_in);
+      quant::ref::dequantize_row(type, row, w_row.data(), n_in);
+      double magnitude = 0.0;
+      for (int64_t i = 0; i < n_in; ++i) magnitude += std::fabs(double(w_row[size_t(i)]) * a[size_t(i)]);
+      const double bound = double(n_in / 256 + 9) * std::ldexp(magnitude, -24) + std::ldexp(std::fabs(ref), -24) + 1e-30;
+      const float got = window[size_t(t * n_out + o)];
+      ASSERT_LE(std::fabs(double(got) - double(ref)), bound)
+          << type_name(type) << " wide rows, row " << t << " output " << o << ": gpu " << got << " cpu " << ref;
+    }
+  }
+  for (int64_t rows = 2; rows < n_rows; ++rows) {
+    const std::vector<float> prefix = run(g, g.x.as<float>(), rows, stream);
+    ASSERT_EQ(0, std::memcmp(prefix.data(), window.data(), prefix.size() * 4))
+        << type_name(type) << ": a " << rows << "-row window differs from the 11-row window";
+  }
+
+  // Several matrices in one launch: 324 and 4 rows (both wide), and 324 with 1500 (split).
+  const int64_t t_rows = 3;
+  const ActivationLayout layout = compute::cuda::activation_layout(type, n_in, t_rows);
+  DeviceBuffer scratch(layout.total_bytes);
+  const void* a_dev = compute::cuda::prepare_activations(layout, g.x.as<float>(), scratch.data(), stream.get());
+  for (const int64_t other : {int64_t(4), int64_t(1500)}) {
+    const DeviceBuffer w2 = to_device(random_weights(type, n_in, other, stride, rng));
+    const DeviceMatrix m2{type, n_in, other, w2.data(), stride};
+    DeviceBuffer y1(size_t(t_rows * n_out) * 4), y2(size_t(t_rows * other) * 4), a1(y1.bytes()), a2(y2.bytes());
+    compute::cuda::matmul_quantized(g.matrix, layout, a_dev, t_rows, a1.as<float>(), stream.get());
+    compute::cuda::matmul_quantized(m2, layout, a_dev, t_rows, a2.as<float>(), stream.get());
+    STRATA_CUDA_CHECK(cudaMemsetAsync(y1.data(), 0xff, y1.bytes(), stream.get()));
+    STRATA_CUDA_CHECK(cudaMemsetAsync(y2.data(), 0xff, y2.bytes(), stream.get()));
+    const compute::cuda::DenseOutput both[] = {{g.matrix, y1.as<float>()}, {m2, y2.as<float>()}};
+    compute::cuda::matmul_quantized_many(both, layout, a_dev, t_rows, stream.get());
+    stream.synchronize();
+    for (const auto& [got, alone] : {std::pair{&y1, &a1}, std::pair{&y2, &a2}}) {
+      const auto gv = from_device<float>(*got, got->bytes() / 4), av = from_device<float>(*alone, alone->bytes() / 4);
+      ASSERT_EQ(0, std::memcmp(gv.data(), av.data(), gv.size() * 4))
+          << type_name(type) << ": with a " << other << "-row matrix in one launch, a matrix differs from its own launch";
+    }
+  }
+
+  // Asked for by a tuning on a tall matrix: the same rows as the default wide launch of its top.
+  const int64_t tall = 1500;
+  std::vector<uint8_t> w_tall = w;
+  w_tall.resize(size_t(tall) * stride);
+  const std::vector<uint8_t> extra = random_weights(type, n_in, tall - n_out, stride, rng);
+  std::copy(extra.begin(), extra.end(), w_tall.begin() + std::ptrdiff_t(size_t(n_out) * stride));
+  const DeviceBuffer wt = to_device(w_tall);
+  const DeviceMatrix mt{type, n_in, tall, wt.data(), stride};
+  DeviceBuffer yt(size_t(t_rows * tall) * 4);
+  compute::cuda::matmul_quantized(mt, layout, a_dev, t_rows, yt.as<float>(), stream.get(), &ask);
+  stream.synchronize();
+  const auto yt_host = from_device<float>(yt, size_t(t_rows * tall));
+  for (int64_t t = 0; t < t_rows; ++t)
+    ASSERT_EQ(0, std::memcmp(yt_host.data() + t * tall, window.data() + t * n_out, size_t(n_out) * 4))
+        << type_name(type) << ": row " << t << " of a tuned wide launch on a 1500-row matrix differs";
 }
 
 TEST_P(CudaMatmul, ExpertsThroughTheSlotMap) {
@@ -1047,7 +1146,8 @@ TEST(CudaActivations, NormQuantizeBitwiseAsTheSteps) {
     int64_t n_groups, group_size;
   };
   for (const Case c : {Case{GgmlType::F16, 4, 1000}, Case{GgmlType::Q8_0, 4, 1024}, Case{GgmlType::Q8_0, 3, 96},
-                       Case{GgmlType::Q8_0, 1, 2080}, Case{GgmlType::Q4_K, 4, 1024}, Case{GgmlType::Q4_K, 2, 2560}}) {
+                       Case{GgmlType::Q8_0, 1, 2080}, Case{GgmlType::Q4_K, 4, 1024}, Case{GgmlType::Q4_K, 2, 2560},
+                       Case{GgmlType::Q8_0, 2, 4128}}) {  // past 4096: the load-store loop path
     for (const int64_t n_rows : {int64_t(1), int64_t(3), int64_t(8)}) {
       // fold 0: the norm alone; 1: hc_out folded in; 2: the MoE combine and hc_out folded in (with
       // the shared expert on odd row counts).

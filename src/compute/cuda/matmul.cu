@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "compute/cuda/activation_math.cuh"
 #include "compute/cuda/block_reduce.cuh"
@@ -192,7 +193,10 @@ __global__ void quantize_two_kernel(Inputs in, int64_t n_in, QuantizeTarget firs
 // operations), written back; with fold_combine (k > 0) y is moe_combine's, computed here from its
 // inputs (moe_combine_value, the combine kernel's arithmetic) and stored to fold_y by group 0's block.
 constexpr int kNormThreads = 256;
-constexpr int kNormHeld = 8;  // elements a thread holds in registers: groups up to 2048 wide
+// Elements a thread holds in registers: groups up to 4096 wide take the held path below. At 8
+// (2048 wide) the flagship's 2560-wide hyper-connection streams fell to the load-store loop: 17.9
+// against the mid model's 9.7 µs a call (STRATA_CUDA_PROFILE, H100).
+constexpr int kNormHeld = 16;
 struct NormQuantizeArgs {
   float* x;
   float* fold_y;
@@ -367,6 +371,14 @@ bool has_cuda_kernel(GgmlType type) {
     default:
       return false;
   }
+}
+
+bool wide_rows(GgmlType type, int64_t n_in, int64_t n_out, const MatmulTuning* tuning) {
+  bool wide = false;
+  with_weights(type, [&]<class Q>() {
+    if (n_in > 0 && n_in % Q::kBlockElems == 0) wide = wide_warps_per_row<Q>(n_in, n_out, tuning) > 1;
+  });
+  return wide;
 }
 
 MatvecPath matvec_path(GgmlType type, int64_t n_in, int64_t n_rows, const MatmulTuning* tuning) {
@@ -572,6 +584,16 @@ void matmul_quantized_many(std::span<const DenseOutput> outputs, const Activatio
     cuda_fail("CUDA matmul: " + std::to_string(outputs.size()) + " matrices in one launch (at most " +
               std::to_string(kMaxDenseMatrices) + ")");
   const DeviceMatrix& first = outputs[0].w;
+  // Wide rows are chosen per matrix (wide_rows): matrices that differ run in two launches, so
+  // each gets the kernel shape, and the bits, it gets alone.
+  const auto is_wide = [&](const DenseOutput& o) { return wide_rows(o.w.type, o.w.n_in, o.w.n_out, tuning); };
+  if (std::any_of(outputs.begin(), outputs.end(), is_wide) && !std::all_of(outputs.begin(), outputs.end(), is_wide)) {
+    std::vector<DenseOutput> wide, narrow;
+    for (const DenseOutput& o : outputs) (is_wide(o) ? wide : narrow).push_back(o);
+    matmul_quantized_many(wide, layout, scratch, n_rows, stream, tuning);
+    matmul_quantized_many(narrow, layout, scratch, n_rows, stream, tuning);
+    return;
+  }
   MatmulArgs args{};
   args.n_in = first.n_in;
   args.act = view_of(layout, scratch);
@@ -813,6 +835,19 @@ bool in_block_env() {
     if (!v || !*v) return true;
     if (std::string(v) != "0" && std::string(v) != "1")
       cuda_fail(std::string("STRATA_CUDA_IN_BLOCK: expected 0 or 1, found ") + v);
+    return std::string(v) == "1";
+  }();
+  return value;
+}
+
+// STRATA_CUDA_WIDE_ROWS=0: wide rows off (matmul.h wide_rows), for before/after measurements
+// without a rebuild; unset or 1: on.
+bool wide_rows_env() {
+  static const bool value = [] {
+    const char* v = std::getenv("STRATA_CUDA_WIDE_ROWS");
+    if (!v || !*v) return true;
+    if (std::string(v) != "0" && std::string(v) != "1")
+      cuda_fail(std::string("STRATA_CUDA_WIDE_ROWS: expected 0 or 1, found ") + v);
     return std::string(v) == "1";
   }();
   return value;

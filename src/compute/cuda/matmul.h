@@ -74,7 +74,17 @@ struct MatmulTuning {
   int lanes_per_row = 0;  // 32: a full warp per weight row always; 0: fewer for rows of < 32 units
   int stages = 0;         // staged path: shared-memory buffers per warp, 2 or 3 (0: 2)
   int act_shared = 0;     // staged path: 1: activations in shared memory when they fit; 2: never; 0: T = 1 only (the default's rule without tuning)
+  int warps_per_row = 0;  // dense matrices: 4: wide rows (four warps share each weight row) wherever the rows take a full warp; 0 or 1: one warp a row (the default rule applies only without tuning)
 };
+
+// Whether a dense matrix of `type`, n_in x n_out runs as wide rows (four warps per weight row,
+// their partial sums added in a fixed order) under `tuning`. Without tuning: rows of at least
+// 128 units and at most 1024 of them (the hyper-connection's down and inject, routers), whose one
+// warp a row left most SMs idle; STRATA_CUDA_WIDE_ROWS=0 turns it off. The choice depends on the
+// matrix only, never on the window's rows, so a row's result is the same in every window; it is
+// not the one-warp kernel's bits (another summation order), which is why it is a rule of the
+// matrix and not of the launch.
+bool wide_rows(GgmlType type, int64_t n_in, int64_t n_out, const MatmulTuning* tuning = nullptr);
 
 // Which kernel matmul_quantized (and the expert and many-matrix forms) runs for a window of
 // n_rows (its first pass of at most 8 rows) under `tuning`: benchmarks print it, tests assert it.

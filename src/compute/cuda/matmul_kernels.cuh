@@ -283,6 +283,96 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_matmul_kernel(Matmu
   }
 }
 
+// ---- wide rows (matmul.h wide_rows) -----------------------------------------------------------
+
+// A dense matrix of few, wide rows (the hyper-connection's 10240-wide down and inject, routers):
+// one warp a row left most SMs idle, each warp walking its long row alone. Here WPR warps share a
+// row: warp part p takes units 32·p + lane, + 32·WPR, ... in increasing order (the type's kUnroll
+// per trip, as quant_matmul_kernel), reduces them with the full butterfly, and part 0's lane 0
+// adds the WPR partial sums in part order. That order is fixed by the row's width and WPR, which
+// the host chooses from the matrix alone (wide_warps_per_row), so a row's result is the same in
+// every window (T = 1 or T = k) and every pass. Every block walks its row groups the same number
+// of times (teams past the end recompute the last row and store nothing), so __syncthreads is
+// reached by all its threads.
+template <class Q, int NR, int WPR>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) wide_matmul_kernel(MatmulArgs p) {
+  static_assert(kWarpsPerBlock % WPR == 0);
+  constexpr int kTeams = kWarpsPerBlock / WPR;
+  extern __shared__ __align__(16) uint8_t table[];
+  __shared__ float partial[kWarpsPerBlock][NR];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int team = warp / WPR, part = warp % WPR;
+  const uint8_t* w = p.w;
+  size_t row_stride = p.row_stride;
+  int64_t n_out = p.n_out;
+  float* y = p.y;
+  if (p.n_dense > 0) {
+    const DenseTarget& d = p.dense[blockIdx.y];
+    w = d.w;
+    row_stride = d.row_stride;
+    n_out = d.n_out;
+    y = d.y;
+  }
+  const int64_t first_row = int64_t(blockIdx.x) * kTeams;
+  const int64_t row_step = int64_t(gridDim.x) * kTeams;
+  const size_t row_bytes = size_t(p.n_in / Q::kBlockElems) * Q::kBlockBytes;
+  // Before the wait for the previous kernel: the decode table and a prefetch of the first rows.
+  if constexpr (Q::kTableBytes > 0) Q::load_table(table);
+  if (part == 0) prefetch_rows_l2(w, row_stride, first_row + team, 1, n_out, row_bytes, lane);
+  pdl_begin();
+  if constexpr (Q::kTableBytes > 0) __syncthreads();
+  int rows[NR];
+  int nr;
+  NoStages no_stages;
+  select_pass<NR, 1>(p, w, row_stride, n_out, y, rows, nr, first_row, row_step, 0, lane, 32, no_stages);  // dense: always true
+  const int n_units = int(p.n_in / Q::kBlockElems) * Q::kUnitsPerBlock;
+  constexpr int kUnroll = unroll_of<Q>();
+  for (int64_t o_block = first_row; o_block < n_out; o_block += row_step) {
+    const int64_t o = o_block + team;
+    const uint8_t* wrow = w + size_t(min(o, n_out - 1)) * row_stride;  // past the end: recomputed, never stored
+    float acc[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) acc[r] = 0.0f;
+    for (int u0 = 32 * part + lane; u0 < n_units; u0 += 32 * WPR * kUnroll) {
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int u = u0 + 32 * WPR * k;
+        if (u >= n_units) break;
+        if constexpr (kHasDecode<Q>) {
+          const typename Q::Decoded decoded = Q::decode(wrow, u, table);
+#pragma unroll
+          for (int r = 0; r < NR; ++r)
+            if (r < nr) acc[r] = Q::dot(decoded, Q::load_act(p.act, rows[r], u), acc[r]);
+        } else {
+          Q::template unit<NR>(wrow, u, p.act, rows, nr, table, acc);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) acc[r] = __fadd_rn(acc[r], __shfl_xor_sync(0xffffffffu, acc[r], off));
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < NR; ++r) partial[warp][r] = acc[r];
+    }
+    __syncthreads();
+    if (part == 0 && lane == 0 && o < n_out) {
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        if (r < nr) {
+          float sum = partial[warp][r];
+#pragma unroll
+          for (int q = 1; q < WPR; ++q) sum = __fadd_rn(sum, partial[warp + q][r]);
+          y[size_t(r) * n_out + o] = sum;
+        }
+      }
+    }
+    __syncthreads();  // the partials are read before the next row group overwrites them
+  }
+}
+
 // ---- the staged kernel (MatmulTuning::staging, quant/staging.cuh) -----------------------------
 
 // quant_matmul_kernel's arithmetic with the weights read from shared memory: each warp walks its
@@ -411,6 +501,18 @@ void launch_nr(const MatmulArgs& args, int n_launch, cudaStream_t stream) {
 }
 
 template <class Q, int NR>
+void launch_wide(const MatmulArgs& args, int n_launch, cudaStream_t stream) {
+  constexpr int kTeams = kWarpsPerBlock / kWideWarpsPerRow;
+  const int64_t blocks_needed = (args.n_out + kTeams - 1) / kTeams;
+  const int64_t cap = int64_t(sm_count()) * 16;
+  const dim3 grid(unsigned(std::min(blocks_needed, std::max<int64_t>(1, cap / std::max(1, n_launch)))), unsigned(n_launch));
+  MatmulArgs a = args;
+  a.table_bytes = int((Q::kTableBytes + 15) / 16 * 16);
+  launch(wide_matmul_kernel<Q, NR, kWideWarpsPerRow>, grid, kWarpsPerBlock * 32, size_t(a.table_bytes), stream, a);
+  STRATA_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class Q, int NR>
 void launch_rw(const MatmulArgs& args, int n_launch, cudaStream_t stream, int rows_per_warp) {
   if (rows_per_warp >= 4) launch_nr<Q, NR, 4>(args, n_launch, stream);
   else if (rows_per_warp == 2) launch_nr<Q, NR, 2>(args, n_launch, stream);
@@ -479,9 +581,19 @@ void launch_matmul(MatmulArgs args, int n_launch, int rows_total, cudaStream_t s
     }
     cuda_fail("CUDA matmul: the in-block quantizer does not take this weight type (a bug: see in_block_fits)");
   }
+  // Wide rows are a property of the dense matrix (every pass, every window); many matrices in
+  // one launch share it (matmul_quantized_many splits a launch whose matrices differ).
+  args.warps_per_row = args.expert_ids ? 1 : wide_warps_per_row<Q>(args.n_in, args.n_out, tuning);
   for (int pass = 0; pass < rows_total; pass += kMaxRowsPerPass) {
     args.row_pass = pass;
     const int rows = std::min(kMaxRowsPerPass, rows_total - pass);
+    if (args.warps_per_row > 1) {
+      if (rows == 1) launch_wide<Q, 1>(args, n_launch, stream);
+      else if (rows == 2) launch_wide<Q, 2>(args, n_launch, stream);
+      else if (rows <= 4) launch_wide<Q, 4>(args, n_launch, stream);
+      else launch_wide<Q, 8>(args, n_launch, stream);
+      continue;
+    }
     const int rw = pass_rows_per_warp<Q>(rows, args.lanes, tuning);
     if constexpr (kStageable<Q>) {
       const StagedPlan plan = plan_staged<Q>(args.n_in, rows, rw, args.lanes, tuning);

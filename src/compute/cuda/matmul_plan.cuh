@@ -86,6 +86,9 @@ struct MatmulArgs {
   const float* in_b;
   float in_scale;
   int in_block_bytes;
+  // Warps sharing each weight row (dense only, host-chosen by wide_warps_per_row): 1, or
+  // kWideWarpsPerRow for wide_matmul_kernel.
+  int warps_per_row;
 };
 
 // The types the in-block quantizer is compiled for: quantized activations, and a decode /
@@ -118,6 +121,8 @@ int narrow_rows_per_warp();
 int staged_env();
 // STRATA_CUDA_IN_BLOCK: false when 0 (matmul.cu).
 bool in_block_env();
+// STRATA_CUDA_WIDE_ROWS: false when 0 (matmul.cu).
+bool wide_rows_env();
 
 // ---- launch shapes --------------------------------------------------------------------------
 
@@ -212,6 +217,21 @@ StagedPlan plan_staged([[maybe_unused]] int64_t n_in, [[maybe_unused]] int rows,
     plan.shared_bytes = table + plan.act_bytes + buffers;
   }
   return plan;
+}
+
+// Wide rows: warps sharing one weight row of a dense matrix (wide_matmul_kernel).
+inline constexpr int kWideWarpsPerRow = 4;
+
+// Warps per weight row of a dense matrix of type Q (matmul.h wide_rows): kWideWarpsPerRow for
+// rows of at least 128 units (4 trips of a warp) when the matrix has at most 1024 of them (one
+// warp a row filled at most 128 blocks of 8 warps, about one block an SM on an H100), or where a
+// tuning asks for it and the rows take a full warp; else 1. A function of the matrix and the
+// tuning only (never the window's rows): every pass of every window runs the same kernel shape.
+template <class Q>
+int wide_warps_per_row(int64_t n_in, int64_t n_out, const MatmulTuning* tuning) {
+  const int64_t n_units = n_in / Q::kBlockElems * Q::kUnitsPerBlock;
+  if (tuning) return tuning->warps_per_row == kWideWarpsPerRow && lanes_per_row<Q>(n_in, tuning) == 32 ? kWideWarpsPerRow : 1;
+  return wide_rows_env() && n_units >= 128 && n_out <= 1024 ? kWideWarpsPerRow : 1;
 }
 
 // Shared bytes of the in-block quantizer's rows (SharedActView's layout, as copy_activations').
