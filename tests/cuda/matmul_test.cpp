@@ -330,7 +330,7 @@ TEST_P(CudaMatmul, WideRowsWindowIdentityAndReference) {
   const GgmlType type = GetParam();
   std::mt19937 rng(5151 + uint32_t(type));
   Stream stream;
-  const int64_t block = type_traits(type).block_elems;
+  const int64_t block = std::max<int64_t>(type_traits(type).block_elems, 8);  // the float types' unit: 8
   const int64_t n_in = 8192 + block;  // >= 128 units for every type, and not a round count of them
   const int64_t narrow_in = block == 256 ? 2560 : block == 32 ? 640 : 512;  // < 128 units
   EXPECT_TRUE(compute::cuda::wide_rows(type, n_in, 1024));
@@ -1147,7 +1147,7 @@ TEST(CudaActivations, NormQuantizeBitwiseAsTheSteps) {
   };
   for (const Case c : {Case{GgmlType::F16, 4, 1000}, Case{GgmlType::Q8_0, 4, 1024}, Case{GgmlType::Q8_0, 3, 96},
                        Case{GgmlType::Q8_0, 1, 2080}, Case{GgmlType::Q4_K, 4, 1024}, Case{GgmlType::Q4_K, 2, 2560},
-                       Case{GgmlType::Q8_0, 1, 3840}, Case{GgmlType::Q8_0, 2, 4128}}) {  // 8, 12, 16 held; past 4096 the loop
+                       Case{GgmlType::Q8_0, 1, 3840}, Case{GgmlType::Q8_0, 2, 4128}}) {  // past 2048: the load-store loop
     for (const int64_t n_rows : {int64_t(1), int64_t(3), int64_t(8)}) {
       // fold 0: the norm alone; 1: hc_out folded in; 2: the MoE combine and hc_out folded in (with
       // the shared expert on odd row counts).

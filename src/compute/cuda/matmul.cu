@@ -193,17 +193,12 @@ __global__ void quantize_two_kernel(Inputs in, int64_t n_in, QuantizeTarget firs
 // operations), written back; with fold_combine (k > 0) y is moe_combine's, computed here from its
 // inputs (moe_combine_value, the combine kernel's arithmetic) and stored to fold_y by group 0's block.
 constexpr int kNormThreads = 256;
-// Elements a thread holds in registers (kHeld, an instantiation of the kernel): the fewest of 8,
-// 12 and 16 that hold the group (norm_held_for), so groups up to 4096 wide take the held path
-// below. With 8 only (2048 wide) the flagship's 2560-wide hyper-connection streams fell to the
-// load-store loop: 17.9 against the mid model's 9.7 µs a call (STRATA_CUDA_PROFILE, H100). 16 for
-// every group coincided with a 7 % slower mid-model decode (1024-wide groups; session 43), so the
-// narrower groups keep 8.
-int norm_held_for(int64_t group_size) {
-  for (const int held : {8, 12, 16})
-    if (group_size <= int64_t(kNormThreads) * held) return held;
-  return 8;  // wider: the loop; the held path's size does not matter
-}
+// Elements a thread holds in registers: groups up to 2048 wide. Wider groups take the loop (the
+// flagship's 2560-wide hyper-connection streams): holding 12 or 16 elements there was slower end
+// to end on the H100 (flagship-16 decode 105-107 against 109 tok/s, session 43; 16 for every
+// group also cost the mid model's 1024-wide groups ~7 %), the folded MoE combine's loads per
+// element making a thread's held set too large.
+constexpr int kNormHeld = 8;
 struct NormQuantizeArgs {
   float* x;
   float* fold_y;
@@ -220,7 +215,6 @@ struct NormQuantizeArgs {
   bool sigmoid_gate = false;
 };
 
-template <int kNormHeld>
 __global__ void __launch_bounds__(kNormThreads) norm_quantize_kernel(NormQuantizeArgs p) {
   pdl_begin();
   __shared__ float shared[32];
@@ -527,15 +521,6 @@ bool can_norm_quantize(const ActivationLayout& layout, int64_t n_groups, int64_t
   return layout.format == GgmlType::F32;
 }
 
-// The kernel instantiation that holds the group in registers (norm_held_for).
-static void launch_norm_quantize(const NormQuantizeArgs& args, unsigned blocks, cudaStream_t stream) {
-  switch (norm_held_for(args.group_size)) {
-    case 12: launch(norm_quantize_kernel<12>, blocks, kNormThreads, 0, stream, args); break;
-    case 16: launch(norm_quantize_kernel<16>, blocks, kNormThreads, 0, stream, args); break;
-    default: launch(norm_quantize_kernel<8>, blocks, kNormThreads, 0, stream, args); break;
-  }
-}
-
 void rms_norm_quantize_activations(const ActivationLayout& layout, float* x, const float* weight, int64_t n_groups,
                                    int64_t group_size, float eps, float* normed, void* scratch, cudaStream_t stream,
                                    float* fold_y, const float* fold_inject, const MoeCombineInputs* fold_combine) {
@@ -550,7 +535,7 @@ void rms_norm_quantize_activations(const ActivationLayout& layout, float* x, con
     cuda_fail("CUDA rms_norm_quantize_activations: a folded MoE combine needs y (where it is stored)");
   const NormQuantizeArgs args{x, fold_y, fold_inject, fold_combine ? *fold_combine : MoeCombineInputs{}, weight, n_groups, group_size, eps, normed, layout.format,
                               view_of(layout, scratch)};
-  launch_norm_quantize(args, unsigned(layout.n_rows * n_groups), stream);
+  launch(norm_quantize_kernel, unsigned(layout.n_rows * n_groups), kNormThreads, 0, stream, args);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -568,7 +553,7 @@ void rms_norm_gate_quantize_activations(const ActivationLayout& layout, float* x
   args.weight_shared = true;
   args.gate = gate;
   args.sigmoid_gate = sigmoid_gate;
-  launch_norm_quantize(args, unsigned(layout.n_rows * n_groups), stream);
+  launch(norm_quantize_kernel, unsigned(layout.n_rows * n_groups), kNormThreads, 0, stream, args);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
