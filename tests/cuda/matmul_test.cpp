@@ -509,12 +509,9 @@ TEST(CudaMatmulInBlock, TakesTheModelsNarrowShapes) {
     EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::IQ4_NL, 320, rows));
     EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::IQ2_XS, 512, rows));
     EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::IQ2_XS, 1024, rows));
-    // 17-31 units, a full warp per row: the flagship's 640-wide IQ4_NL expert down.
-    EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::IQ4_NL, 640, rows));
-    EXPECT_TRUE(compute::cuda::can_quantize_in_block(GgmlType::IQ2_XS, 1792, rows));
   }
   EXPECT_FALSE(compute::cuda::can_quantize_in_block(GgmlType::F32, 128, 1));
-  EXPECT_FALSE(compute::cuda::can_quantize_in_block(GgmlType::Q8_0, 1024, 1));  // 32 units
+  EXPECT_FALSE(compute::cuda::can_quantize_in_block(GgmlType::IQ4_NL, 640, 1));
   EXPECT_FALSE(compute::cuda::can_quantize_in_block(GgmlType::Q5_0, 320, 1));
   EXPECT_FALSE(compute::cuda::can_quantize_in_block(GgmlType::Q8_0, 2560, 1));
 }
@@ -537,10 +534,9 @@ TEST_P(CudaMatmul, InBlockQuantizerBitwiseAsTheTwoLaunches) {
   const GgmlType format = quant::activation_type(type);
   const bool taken_type = type == GgmlType::Q8_0 || type == GgmlType::IQ4_NL || type == GgmlType::Q4_0 ||
                           type == GgmlType::IQ2_XS || type == GgmlType::Q4_K || type == GgmlType::Q3_K;
-  // Narrow: fewer than 32 units; up to 16 share a warp between rows, 17-31 (640 and 992 wide for
-  // the 32-value types, 1280 and 1792 for the 256-value ones) take a full warp each (lanes_per_row).
-  const std::vector<int64_t> widths = block == 256 ? std::vector<int64_t>{256, 512, 768, 1024, 1280, 1792}
-                                      : block == 32 ? std::vector<int64_t>{32, 128, 320, 480, 512, 640, 992}
+  // Narrow: at most 16 units (rows of 17-31 units take a full warp each, lanes_per_row).
+  const std::vector<int64_t> widths = block == 256 ? std::vector<int64_t>{256, 512, 768, 1024}
+                                      : block == 32 ? std::vector<int64_t>{32, 128, 320, 480, 512}
                                                     : std::vector<int64_t>{8, 40, 248};
   const int64_t n_out = 203;
   int compared = 0;
@@ -581,7 +577,7 @@ TEST_P(CudaMatmul, InBlockQuantizerBitwiseAsTheTwoLaunches) {
   if (taken_type) {
     EXPECT_GT(compared, 0) << type_name(type) << ": nothing compared";
   }
-  // Refused: a window of 9 rows, rows of 32 units or more (more than one trip per lane).
+  // Refused: a window of 9 rows, rows of 32 units or more (a full warp each).
   EXPECT_FALSE(compute::cuda::can_quantize_in_block(type, widths[0], 9));
   const int64_t wide = block == 256 ? 8192 : block == 32 ? 1024 : 256;  // >= 32 units for every type
   EXPECT_FALSE(compute::cuda::can_quantize_in_block(type, wide, 1)) << type_name(type) << " " << wide << " wide";

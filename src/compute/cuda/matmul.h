@@ -128,9 +128,9 @@ void quantize_activations_fused(const ActivationLayout& layout, ActivationProlog
 // needs and quantizes them into shared memory with the quantizers' per-block arithmetic
 // (quant/activation_store.cuh), so every output is bitwise quantize_activations_fused then
 // matmul_quantized (tests/cuda/matmul_test.cpp). Worth it where the blocks' repeated work is
-// small: the rows it takes are narrow (fewer than 32 units, one trip per lane: the
-// hyper-connection's up matrix, SwiGLU's down of routed and shared experts up to 512 wide, the
-// flagship's 640-wide IQ4_NL expert down), where one launch fewer is most of the cost.
+// small: the rows it takes are narrow (at most 16 units, a lane group of < 32 lanes each: the
+// hyper-connection's up matrix, SwiGLU's down of routed and shared experts up to 512 wide), where
+// one launch fewer is most of the cost.
 // can_quantize_in_block says which (type, width, rows) it takes; STRATA_CUDA_IN_BLOCK=0 turns it
 // off (can_quantize_in_block false) for before/after measurements.
 struct InBlockActivations {

@@ -242,25 +242,18 @@ size_t in_block_bytes(int64_t n_in, int rows) {
 }
 
 // Whether the in-block quantizer takes a window of `rows` rows of type Q and width n_in under
-// `tuning`: a type it is compiled for, rows of fewer than 32 units (one trip per lane: the narrow
-// rows whose matmuls are latency-bound, where a launch saved counts), one pass of at most
+// `tuning`: a type it is compiled for, rows of at most 16 units (lanes < 32: the narrow rows
+// whose matmuls are latency-bound, where a launch saved counts), one pass of at most
 // kMaxRowsPerPass rows, one weight row per lane group (the only instantiation), and the rows'
 // activations small enough for shared memory beside the table.
-//
-// Rows of 17-31 units (the flagship's 640-wide IQ4_NL expert down: 20) take a full warp each
-// (lanes_per_row); there the in-block launch runs one row per warp whatever the window's default
-// rows per warp (a tuning that asks for more still refuses it): with one trip per lane there is
-// no activation load to share across rows, and the launch saved is the point.
 template <class Q>
 bool in_block_fits(int64_t n_in, int rows, const MatmulTuning* tuning) {
   if constexpr (!kInBlockable<Q>) {
     return false;
   } else {
     if (rows < 1 || rows > kMaxRowsPerPass) return false;
-    if (n_in / Q::kBlockElems * Q::kUnitsPerBlock >= 32) return false;
     const int lanes = lanes_per_row<Q>(n_in, tuning);
-    const bool tuned_rw = tuning && tuning->rows_per_warp > 1;
-    if (tuned_rw || (lanes < 32 && pass_rows_per_warp<Q>(rows, lanes, tuning) != 1)) return false;
+    if (lanes >= 32 || pass_rows_per_warp<Q>(rows, lanes, tuning) != 1) return false;
     return in_block_bytes<Q>(n_in, rows) + size_t(Q::kTableBytes + 15) / 16 * 16 <= 48 * 1024;
   }
 }
