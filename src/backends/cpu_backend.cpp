@@ -5,6 +5,7 @@
 
 #include "compute/cpu/matmul.h"
 #include "compute/cpu/ops.h"
+#include "compute/cpu/row_slices.h"
 #include "layers/attention.h"
 #include "layers/gated_deltanet.h"
 #include "layers/hyper_connection.h"
@@ -155,6 +156,17 @@ void CpuBackend::hyper_connection_out(int n_streams, Tensor y, Tensor inject, Te
   const float* yd = rows(y, n_rows, "hyper_connection_out", n_embd);
   const float* inj = rows(inject, n_rows, "hyper_connection_out", n_streams);
   ScopedPart part(Part::HcOut);
+  // By the row slices hyper_connection_in and the MoE take (compute/cpu/row_slices.h): each
+  // slice's X rows stay on the core that reads them next. Rows never mix.
+  ThreadPool& threads = pool("hyper_connection_out");
+  if (compute::takes_row_slices(threads, n_rows)) {
+    const int64_t width = X.width;
+    compute::for_each_row_slice(threads, n_rows, [&](int64_t begin, int64_t end, int) {
+      strata::hyper_connection_out(n_streams, n_embd, yd + begin * n_embd, inj + begin * n_streams,
+                                   end - begin, Xd + begin * width);
+    });
+    return;
+  }
   strata::hyper_connection_out(n_streams, n_embd, yd, inj, n_rows, Xd);
 }
 

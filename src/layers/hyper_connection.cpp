@@ -3,17 +3,11 @@
 #include <algorithm>
 
 #include "compute/cpu/ops.h"
+#include "compute/cpu/row_slices.h"
 
 namespace strata {
 
 namespace {
-
-// Windows cut into one slice of rows per thread (hyper_connection_in): at least this many rows
-// per thread, at most this many rows in all (see there). The bound keeps prompt windows (64 rows
-// and more: `bench cpu` and `run` chunks) on the split per step, whose thread counts were measured;
-// the slices were measured on batched decode steps (2 threads, 4-32 rows).
-constexpr int64_t kHcRowSlicesMin = 2;
-constexpr int64_t kHcRowSlicesMax = 32;
 
 // Scratch for rows [0, n_rows) of a window; a row range uses its own rows of each.
 struct HcScratch {
@@ -101,11 +95,8 @@ void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
   // small here (rank 32 against a 1024-wide X on the default model), so five waits for five short
   // splits cost more than the work they share, and a thread's slice still fills the tile kernels'
   // rows. Prompt windows keep the split per step, whose products then tile over all rows.
-  const int threads = pool.size();
-  if (threads > 1 && n_rows >= kHcRowSlicesMin * threads && n_rows <= kHcRowSlicesMax) {
-    pool.parallel_for_each_task(threads, [&](int64_t slice, int64_t, int) {
-      const int64_t begin = n_rows * slice / threads;
-      const int64_t end = n_rows * (slice + 1) / threads;
+  if (compute::takes_row_slices(pool, n_rows)) {
+    compute::for_each_row_slice(pool, n_rows, [&](int64_t begin, int64_t end, int) {
       hc_in_rows(pool, w, n_streams, n_embd, eps, X, begin, end, x, inject_out, scratch);
     });
     return;
