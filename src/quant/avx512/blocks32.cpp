@@ -12,6 +12,7 @@
 // in the same order; the tail block (odd count) and the final sum are the AVX2 code.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstddef>
 #include <cstring>
@@ -47,19 +48,34 @@ inline __m256i load32(const void* p) {
 // decoded once per tile for all kA activations, an activation's biased quants and scales once for
 // all kW weight rows. Weights(block, b) gives the signed values of blocks b and b + 1 (64 bytes,
 // in element order), Weights::tail(block) those of one block (32 bytes).
-template <typename Block, typename Weights, int kW, int kA>
+//
+// With `prepared` (kPrepared), the activations' biased quants and scales of every block pair come
+// from there (computed once per group of activation rows for all the weight tiles, see
+// blocks32_tiles: the same values), else from the rows themselves.
+
+// Scales of blocks b (lanes 0-7) and b + 1 (lanes 8-15) as f32.
+template <typename Blocks>
+[[gnu::always_inline]] inline __m512 both_scales(const Blocks* blocks, int64_t b) {
+  const __m256i halves =
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(short(blocks[b].d))),
+                              _mm_set1_epi16(short(blocks[b + 1].d)), 1);
+  return _mm512_cvtph_ps(halves);
+}
+
+// An activation row's block pair as the tiles consume it: quants + 128 (as unsigned bytes) and
+// the two block scales.
+struct PreparedPair {
+  __m512i biased;
+  __m512 scales;
+};
+
+template <typename Block, typename Weights, int kW, int kA, bool kPrepared>
 void blocks32_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a_stride,
-                   int64_t n_blocks, float* out, size_t out_w_stride, size_t out_a_stride,
-                   const Weights& weights) {
+                   const PreparedPair* prepared, int64_t n_blocks, float* out, size_t out_w_stride,
+                   size_t out_a_stride, const Weights& weights) {
   const auto weight = [&](int r) { return reinterpret_cast<const Block*>(w + r * w_stride); };
   const auto act = [&](int t) { return reinterpret_cast<const BlockQ8_0*>(a + t * a_stride); };
-  // Scales of blocks b (lanes 0-7) and b + 1 (lanes 8-15) as f32.
-  const auto both_scales = [](const auto* blocks, int64_t b) {
-    const __m256i halves =
-        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(short(blocks[b].d))),
-                                _mm_set1_epi16(short(blocks[b + 1].d)), 1);
-    return _mm512_cvtph_ps(halves);
-  };
+  const int64_t n_pairs = n_blocks / 2;
   const __m512i bias = _mm512_set1_epi8(char(0x80));
   __m512 acc[kW][kA];
   for (auto& row : acc) {
@@ -79,11 +95,19 @@ void blocks32_tile(const std::byte* w, size_t w_stride, const std::byte* a, size
       scales[r] = both_scales(weight(r), b);
     }
     for (int t = 0; t < kA; ++t) {
-      const BlockQ8_0* x = act(t);
-      const __m512i quants =
-          _mm512_inserti64x4(_mm512_castsi256_si512(load32(x[b].qs)), load32(x[b + 1].qs), 1);
-      const __m512i biased = _mm512_xor_si512(quants, bias);
-      const __m512 act_scales = both_scales(x, b);
+      __m512i biased;
+      __m512 act_scales;
+      if constexpr (kPrepared) {
+        const PreparedPair& pair = prepared[t * n_pairs + b / 2];
+        biased = pair.biased;
+        act_scales = pair.scales;
+      } else {
+        const BlockQ8_0* x = act(t);
+        const __m512i quants =
+            _mm512_inserti64x4(_mm512_castsi256_si512(load32(x[b].qs)), load32(x[b + 1].qs), 1);
+        biased = _mm512_xor_si512(quants, bias);
+        act_scales = both_scales(x, b);
+      }
       for (int r = 0; r < kW; ++r) {
         const __m512i sums = _mm512_dpbusd_epi32(minus_offsets[r], biased, values[r]);
         acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(scales[r], act_scales), _mm512_cvtepi32_ps(sums),
@@ -110,19 +134,53 @@ void blocks32_tile(const std::byte* w, size_t w_stride, const std::byte* a, size
   }
 }
 
+// Block pairs blocks32_tiles prepares per activation row at most (128 pairs: rows of 8192;
+// 4 rows' worth is 64 KiB of stack); longer rows read the activations in every tile.
+constexpr int64_t kMaxPreparedPairs = 128;
+
 // The driver: register tiles of 2 × 4 (8 accumulators, 3 registers per weight row and 2 per
-// activation fit the 32 registers).
+// activation fit the 32 registers). For more than one tile of weight rows, each group of 4
+// activation rows is prepared once (biased quants and scales per block pair: half the work of a
+// 2 × 4 tile's step was redoing that for every pair of weight rows) and every weight tile reads it.
 template <typename Block, typename Weights>
 void blocks32_tiles(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                     int64_t n_acts, int64_t n, float* out, size_t out_w_stride, size_t out_a_stride,
                     const Weights& weights) {
   const auto* weight_bytes = static_cast<const std::byte*>(w);
   const auto* act_bytes = static_cast<const std::byte*>(a);
+  const int64_t n_blocks = n / kBlock32, n_pairs = n_blocks / 2;
+  if (n_w > 2 && n_pairs > 0 && n_pairs <= kMaxPreparedPairs) {
+    PreparedPair prepared[4 * kMaxPreparedPairs];
+    const __m512i bias = _mm512_set1_epi8(char(0x80));
+    for (int64_t a_first = 0; a_first < n_acts; a_first += 4) {
+      const int64_t a_count = std::min<int64_t>(4, n_acts - a_first);
+      for (int64_t t = 0; t < a_count; ++t) {
+        const auto* x = reinterpret_cast<const BlockQ8_0*>(act_bytes + size_t(a_first + t) * a_stride);
+        for (int64_t p = 0; p < n_pairs; ++p) {
+          const __m512i quants = _mm512_inserti64x4(_mm512_castsi256_si512(load32(x[2 * p].qs)),
+                                                    load32(x[2 * p + 1].qs), 1);
+          prepared[t * n_pairs + p] = {_mm512_xor_si512(quants, bias), both_scales(x, 2 * p)};
+        }
+      }
+      for (int64_t w_first = 0; w_first < n_w; w_first += 2) {
+        tiles::with_count<2>(n_w - w_first, [&](auto w_rows) {
+          tiles::with_count<4>(a_count, [&](auto a_rows) {
+            blocks32_tile<Block, Weights, decltype(w_rows)::value, decltype(a_rows)::value, true>(
+                weight_bytes + size_t(w_first) * w_stride, w_stride,
+                act_bytes + size_t(a_first) * a_stride, a_stride, prepared, n_blocks,
+                out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride, out_w_stride,
+                out_a_stride, weights);
+          });
+        });
+      }
+    }
+    return;
+  }
   tiles::for_each_tile<2, 4>(
       n_w, n_acts, [&](auto w_rows, auto a_rows, int64_t w_first, int64_t a_first) {
-        blocks32_tile<Block, Weights, decltype(w_rows)::value, decltype(a_rows)::value>(
+        blocks32_tile<Block, Weights, decltype(w_rows)::value, decltype(a_rows)::value, false>(
             weight_bytes + size_t(w_first) * w_stride, w_stride,
-            act_bytes + size_t(a_first) * a_stride, a_stride, n / kBlock32,
+            act_bytes + size_t(a_first) * a_stride, a_stride, nullptr, n_blocks,
             out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride, out_w_stride,
             out_a_stride, weights);
       });
