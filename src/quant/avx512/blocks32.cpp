@@ -249,7 +249,7 @@ __m512i table_of(const int8_t (&values)[16]) {
 // routed-expert down projections, rank 32 -> width): blocks32_tile spends its time on each
 // output's tail block and horizontal sum there. This path computes 16 weight rows at once with
 // the 16 outputs in the lanes instead (a transposed blocks32_tile), bitwise the same: lane k of
-// avx2::dot_blocks32's accumulator is the exact i32 Σ of bytes 4k..4k+3 (gathered here: lane r
+// avx2::dot_blocks32's accumulator is the exact i32 Σ of bytes 4k..4k+3 (transposed here: lane r
 // holds row r's bytes 4k..4k+3), the block scale is the same f32 product, each lane gets the
 // same FMA onto +0, the + acc_odd (+0), and avx2::horizontal_sum's tree
 // ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) runs on the 8 lane vectors.
