@@ -184,8 +184,9 @@ void CpuBackend::hyper_connection_out_in(int n_streams, Tensor y, Tensor inject,
   const float* yd = rows(y, n_rows, "hyper_connection_out_in", n_embd);
   const float* inj = rows(inject, n_rows, "hyper_connection_out_in", n_streams);
   float* xd = rows(x, n_rows, "hyper_connection_out_in", n_embd);
-  float* next_inj =
-      next_inject.valid() ? rows(next_inject, n_rows, "hyper_connection_out_in", n_streams) : nullptr;
+  float* next_inj = next_inject.valid()
+                        ? rows(next_inject, n_rows, "hyper_connection_out_in", n_streams)
+                        : nullptr;
   // Timed per part on the window thread's slice (layers/hyper_connection.cpp).
   strata::hyper_connection_out_in(threads, ws_, n_streams, n_embd, yd, inj, Xd, next, eps, n_rows,
                                   xd, next_inj);

@@ -524,8 +524,8 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
     pool.parallel_for(n_tasks, delta_rule_ns, [&](int64_t begin, int64_t end, int) {
       for (int64_t task = begin; task < end; ++task) {
         const size_t s = size_t(task / nv);
-        delta_rule_head(dims, w, *states[s], lent.inputs[s], segments[s], int(task % nv),
-                        z.data(), core.data());
+        delta_rule_head(dims, w, *states[s], lent.inputs[s], segments[s], int(task % nv), z.data(),
+                        core.data());
       }
     });
   }

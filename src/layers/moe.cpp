@@ -405,6 +405,16 @@ void run_batch_grouped(compute::ThreadPool& pool, int64_t n_embd, const ExpertRo
   }
 }
 
+// ---- A batched decode window by row slices (compute/cpu/row_slices.h) ----
+// The stages whose work is per row run as one slice of rows per thread, so each row's data stays
+// on one core: (1) the router, the shared expert's gate and up, silu(g)⊙u and down; (2) on the
+// window thread the routing, publish and wait; (3) the routed experts side by side as in
+// run_routed (one task per expert over all its rows: split by rows, a 16-row step's ~21 experts
+// of ~3 rows each became ~2× as many products of fewer rows, measured slower); (4) the combine
+// and the gated shared expert by the slices of (1). Every row's bits are those of the
+// per-product path: each product is per row (window identity), and each output element adds its
+// experts in ascending id from 0 as the column-split combine does.
+
 // y += σ(w_sg·x)·shared for rows [begin, end) (after the routed sum: the reference's order).
 void add_gated_shared_rows(const MoeWeights& w, int64_t n_embd, const float* x, int64_t begin,
                            int64_t end, const float* shared, float* y) {
@@ -413,8 +423,7 @@ void add_gated_shared_rows(const MoeWeights& w, int64_t n_embd, const float* x, 
     float logit = 0.0f;
     for (int64_t c = 0; c < n_embd; ++c) logit += w.shared_gate_inp[size_t(c)] * xt[c];
     const float gate = compute::sigmoid(logit);
-    for (int64_t c = 0; c < n_embd; ++c)
-      y[t * n_embd + c] += gate * shared[size_t(t * n_embd + c)];
+    for (int64_t c = 0; c < n_embd; ++c) y[t * n_embd + c] += gate * shared[size_t(t * n_embd + c)];
   }
 }
 
@@ -428,8 +437,8 @@ std::pair<int64_t, int64_t> entries_in_rows(const ExpertRows& g, size_t e, int64
   return {std::lower_bound(first, last, begin) - rows, std::lower_bound(first, last, end) - rows};
 }
 
-// A row-sliced combine (moe_forward's row slices): the gated shared expert (shared: its output rows,
-// nullptr without one) is added in the same hand-out, to the slice's rows.
+// A row-sliced combine (moe_forward's row slices): the gated shared expert (shared: its output
+// rows, nullptr without one) is added in the same hand-out, to the slice's rows.
 struct SlicedCombine {
   const MoeWeights* w = nullptr;
   const float* shared = nullptr;
@@ -546,17 +555,6 @@ void add_gated_shared(compute::ThreadPool& pool, const MoeWeights& w, int64_t n_
   });
 }
 
-
-// ---- A batched decode window by row slices (compute/cpu/row_slices.h) ----
-// The stages whose work is per row run as one slice of rows per thread, so each row's data stays
-// on one core: (1) the router, the shared expert's gate and up, silu(g)⊙u and down; (2) on the
-// window thread the routing, publish and wait; (3) the routed experts side by side as in
-// run_routed (one task per expert over all its rows: split by rows, a 16-row step's ~21 experts
-// of ~3 rows each became ~2× as many products of fewer rows, measured slower); (4) the combine
-// and the gated shared expert by the slices of (1). Every row's bits are those of the
-// per-product path: each product is per row (window identity), and each output element adds its
-// experts in ascending id from 0 as the column-split combine does.
-
 }  // namespace
 
 void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDims& dims,
@@ -567,7 +565,7 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDim
   MocePolicy* moce = experts.moce();
   if (moce && !moce->options.enabled()) moce = nullptr;
   // A batched decode step of a few rows per thread (no MoCE: its routing reads the residency)
-  // goes by row slices (see "A batched decode window by row slices" above).
+  // goes by row slices (see "A batched decode window by row slices" above run_routed).
   const bool sliced = !moce && compute::takes_row_slices(pool, n_rows);
   // relMSE samples: every sample_every-th routed window of each layer, exact source permitting.
   const bool sample = moce && moce->exact_source && moce->options.sample_every > 0 &&

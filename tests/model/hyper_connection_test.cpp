@@ -107,9 +107,9 @@ TEST(HyperConnectionIn, EveryWindowAndThreadCountGivesTheRowByRowBits) {
   }
 }
 
-// hyper_connection_out_in (a block's X += inject·y, then the next mixer's input, in one pass per row
-// slice) against hyper_connection_out then hyper_connection_in, each row alone on one thread: X,
-// x and the new inject bitwise, with the inject read and rewritten in the same buffer (as the
+// hyper_connection_out_in (a block's X += inject·y, then the next mixer's input, in one pass per
+// row slice) against hyper_connection_out then hyper_connection_in, each row alone on one thread:
+// X, x and the new inject bitwise, with the inject read and rewritten in the same buffer (as the
 // model does), and for a next mixer without an inject.
 TEST(HyperConnectionOutIn, EveryWindowAndThreadCountGivesTheTwoCallsRowByRowBits) {
   constexpr int kStreams = 4;
@@ -129,7 +129,8 @@ TEST(HyperConnectionOutIn, EveryWindowAndThreadCountGivesTheTwoCallsRowByRowBits
   with_inject.inject = inject.view;
   HyperConnectionWeights mixer = with_inject;
   mixer.inject = {};
-  std::vector<float> X0(static_cast<size_t>(kMaxRows * width)), y(static_cast<size_t>(kMaxRows * kEmbd));
+  std::vector<float> X0(static_cast<size_t>(kMaxRows * width)),
+      y(static_cast<size_t>(kMaxRows * kEmbd));
   std::vector<float> inject0(static_cast<size_t>(kMaxRows * kStreams));
   for (float& v : X0) v = normal(rng);
   for (float& v : y) v = normal(rng);

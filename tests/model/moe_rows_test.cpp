@@ -113,8 +113,7 @@ TEST(MoeForward, EveryWindowThreadCountAndDeliveryGivesTheRowByRowBits) {
       compute::Workspace ws;
       ResidentSource source(experts, 1000);
       for (int64_t t = 0; t < kMaxRows; ++t)
-        moe_forward(one, ws, dims, *w, source, 0, x.data() + t * kEmbd, 1,
-                    want.data() + t * kEmbd);
+        moe_forward(one, ws, dims, *w, source, 0, x.data() + t * kEmbd, 1, want.data() + t * kEmbd);
     }
     for (int threads : {1, 2, 3, 4})
       for (size_t per_batch : {size_t(1000), size_t(3)}) {

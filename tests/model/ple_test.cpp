@@ -148,7 +148,6 @@ TEST(PleRowReader, MappedCopyAndReaderThreadGiveTheSameRows) {
   std::remove(path.c_str());
 }
 
-
 // The batched PLE (ple_forward_rows: key/value projections and gates over every sequence's rows at
 // once, the conv per sequence; on 2+ threads each thread's row slice of whole sequences, some
 // slices empty at 4 threads) against each sequence's ple_forward alone: X and the conv history

@@ -155,7 +155,8 @@ void blocks32_tiles(const void* w, size_t w_stride, int64_t n_w, const void* a, 
     for (int64_t a_first = 0; a_first < n_acts; a_first += 4) {
       const int64_t a_count = std::min<int64_t>(4, n_acts - a_first);
       for (int64_t t = 0; t < a_count; ++t) {
-        const auto* x = reinterpret_cast<const BlockQ8_0*>(act_bytes + size_t(a_first + t) * a_stride);
+        const auto* x =
+            reinterpret_cast<const BlockQ8_0*>(act_bytes + size_t(a_first + t) * a_stride);
         for (int64_t p = 0; p < n_pairs; ++p) {
           const __m512i quants = _mm512_inserti64x4(_mm512_castsi256_si512(load32(x[2 * p].qs)),
                                                     load32(x[2 * p + 1].qs), 1);
