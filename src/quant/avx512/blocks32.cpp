@@ -134,14 +134,19 @@ void blocks32_tile(const std::byte* w, size_t w_stride, const std::byte* a, size
   }
 }
 
-// Block pairs blocks32_tiles prepares per activation row at most (128 pairs: rows of 8192;
-// 4 rows' worth is 64 KiB of stack); longer rows read the activations in every tile.
-constexpr int64_t kMaxPreparedPairs = 128;
+// Block pairs blocks32_tiles prepares per activation row at most (64 pairs: rows of 4096; 8 rows'
+// worth is 64 KiB of stack); longer rows read the activations in every tile.
+constexpr int64_t kMaxPreparedPairs = 64;
+// Activation rows per prepared group, and per register tile on that path.
+constexpr int64_t kPreparedRows = 8;
 
 // The driver: register tiles of 2 × 4 (8 accumulators, 3 registers per weight row and 2 per
-// activation fit the 32 registers). For more than one tile of weight rows, each group of 4
+// activation fit the 32 registers). For more than one tile of weight rows, each group of 8
 // activation rows is prepared once (biased quants and scales per block pair: half the work of a
-// 2 × 4 tile's step was redoing that for every pair of weight rows) and every weight tile reads it.
+// 2 × 4 tile's step was redoing that for every pair of weight rows) and every weight tile reads it
+// from memory, in tiles of 2 × 8 (16 accumulators; an activation's operands are loads, so the
+// weight rows' decoding is shared by twice the rows: bench_matmul_tile BM_ExpertWindow/q8_0
+// rows:8 48-56 -> 41-44 µs, rows:32 191-197 -> 162-183 against 2 × 4).
 template <typename Block, typename Weights>
 void blocks32_tiles(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                     int64_t n_acts, int64_t n, float* out, size_t out_w_stride, size_t out_a_stride,
@@ -150,10 +155,10 @@ void blocks32_tiles(const void* w, size_t w_stride, int64_t n_w, const void* a, 
   const auto* act_bytes = static_cast<const std::byte*>(a);
   const int64_t n_blocks = n / kBlock32, n_pairs = n_blocks / 2;
   if (n_w > 2 && n_pairs > 0 && n_pairs <= kMaxPreparedPairs) {
-    PreparedPair prepared[4 * kMaxPreparedPairs];
+    PreparedPair prepared[kPreparedRows * kMaxPreparedPairs];
     const __m512i bias = _mm512_set1_epi8(char(0x80));
-    for (int64_t a_first = 0; a_first < n_acts; a_first += 4) {
-      const int64_t a_count = std::min<int64_t>(4, n_acts - a_first);
+    for (int64_t a_first = 0; a_first < n_acts; a_first += kPreparedRows) {
+      const int64_t a_count = std::min<int64_t>(kPreparedRows, n_acts - a_first);
       for (int64_t t = 0; t < a_count; ++t) {
         const auto* x =
             reinterpret_cast<const BlockQ8_0*>(act_bytes + size_t(a_first + t) * a_stride);
@@ -165,7 +170,7 @@ void blocks32_tiles(const void* w, size_t w_stride, int64_t n_w, const void* a, 
       }
       for (int64_t w_first = 0; w_first < n_w; w_first += 2) {
         tiles::with_count<2>(n_w - w_first, [&](auto w_rows) {
-          tiles::with_count<4>(a_count, [&](auto a_rows) {
+          tiles::with_count<kPreparedRows>(a_count, [&](auto a_rows) {
             blocks32_tile<Block, Weights, decltype(w_rows)::value, decltype(a_rows)::value, true>(
                 weight_bytes + size_t(w_first) * w_stride, w_stride,
                 act_bytes + size_t(a_first) * a_stride, a_stride, prepared, n_blocks,
