@@ -1,6 +1,7 @@
 // Batched decode steps (Session::decode_together, serve --parallel): one step of N sequences
 // on the default model (or STRATA_BENCH_MODEL), N = 1, 2, 4, 8, 16, 32, against N separate
-// decode calls. Counters: tok/s (N tokens per step) and ms per step of each part of the layer.
+// decode calls. Counters: tok/s (N tokens per step), ms per step of each part of the layer and
+// (DecodeTogether) hand-outs to the pool's workers per step.
 //   ninja -C build bench_batch_decode && build/bench/bench_batch_decode
 #include <benchmark/benchmark.h>
 
@@ -56,7 +57,11 @@ void BM_DecodeTogether(benchmark::State& state) {
   BatchWindow batch;
   PhaseTimes phases;
   active_phase_times() = &phases;
+  const uint64_t jobs_before = pool().jobs_run();
   for (auto _ : state) Session::decode_together(seqs.pointers, seqs.tokens, batch);
+  // Hand-outs to the pool's workers per step: the step's synchronisation points.
+  state.counters["hand-outs"] =
+      double(pool().jobs_run() - jobs_before) / double(state.iterations());
   active_phase_times() = nullptr;
   state.counters["tok/s"] =
       benchmark::Counter(double(state.iterations() * state.range(0)), benchmark::Counter::kIsRate);

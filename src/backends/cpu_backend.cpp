@@ -5,6 +5,7 @@
 
 #include "compute/cpu/matmul.h"
 #include "compute/cpu/ops.h"
+#include "compute/cpu/row_slices.h"
 #include "layers/attention.h"
 #include "layers/gated_deltanet.h"
 #include "layers/hyper_connection.h"
@@ -155,7 +156,40 @@ void CpuBackend::hyper_connection_out(int n_streams, Tensor y, Tensor inject, Te
   const float* yd = rows(y, n_rows, "hyper_connection_out", n_embd);
   const float* inj = rows(inject, n_rows, "hyper_connection_out", n_streams);
   ScopedPart part(Part::HcOut);
+  // By the row slices hyper_connection_in and the MoE take (compute/cpu/row_slices.h): each
+  // slice's X rows stay on the core that reads them next. Rows never mix.
+  ThreadPool& threads = pool("hyper_connection_out");
+  if (compute::takes_row_slices(threads, n_rows)) {
+    const int64_t width = X.width;
+    compute::for_each_row_slice(threads, n_rows, [&](int64_t begin, int64_t end, int) {
+      strata::hyper_connection_out(n_streams, n_embd, yd + begin * n_embd, inj + begin * n_streams,
+                                   end - begin, Xd + begin * width);
+    });
+    return;
+  }
   strata::hyper_connection_out(n_streams, n_embd, yd, inj, n_rows, Xd);
+}
+
+void CpuBackend::hyper_connection_out_in(int n_streams, Tensor y, Tensor inject, Tensor X,
+                                         const HyperConnectionWeights& next, float eps, Tensor x,
+                                         Tensor next_inject, int64_t n_rows) {
+  ThreadPool& threads = pool("hyper_connection_out_in");
+  if (!compute::takes_row_slices(threads, n_rows)) {
+    hyper_connection_out(n_streams, y, inject, X, n_rows);
+    hyper_connection_in(next, n_streams, eps, X, x, next_inject, n_rows);
+    return;
+  }
+  float* Xd = rows(X, n_rows, "hyper_connection_out_in");
+  const int64_t n_embd = X.width / n_streams;
+  const float* yd = rows(y, n_rows, "hyper_connection_out_in", n_embd);
+  const float* inj = rows(inject, n_rows, "hyper_connection_out_in", n_streams);
+  float* xd = rows(x, n_rows, "hyper_connection_out_in", n_embd);
+  float* next_inj = next_inject.valid()
+                        ? rows(next_inject, n_rows, "hyper_connection_out_in", n_streams)
+                        : nullptr;
+  // Timed per part on the window thread's slice (layers/hyper_connection.cpp).
+  strata::hyper_connection_out_in(threads, ws_, n_streams, n_embd, yd, inj, Xd, next, eps, n_rows,
+                                  xd, next_inj);
 }
 
 void CpuBackend::gated_deltanet(const DeltaNetDims& dims, const GatedDeltaNetWeights& w,

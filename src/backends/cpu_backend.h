@@ -44,6 +44,9 @@ class CpuBackend final : public Backend {
                            Tensor x, Tensor inject, int64_t n_rows) override;
   void hyper_connection_out(int n_streams, Tensor y, Tensor inject, Tensor X,
                             int64_t n_rows) override;
+  void hyper_connection_out_in(int n_streams, Tensor y, Tensor inject, Tensor X,
+                               const HyperConnectionWeights& next, float eps, Tensor x,
+                               Tensor next_inject, int64_t n_rows) override;
   void gated_deltanet(const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
                       GatedDeltaNetState& state, int layer, Tensor x, Tensor y, int64_t n_rows,
                       bool record_window) override;

@@ -179,6 +179,15 @@ class Backend {
                                    Tensor X, Tensor x, Tensor inject, int64_t n_rows) = 0;
   virtual void hyper_connection_out(int n_streams, Tensor y, Tensor inject, Tensor X,
                                     int64_t n_rows) = 0;
+  // hyper_connection_out, then the next mixer's hyper_connection_in of the updated X (into x and
+  // next_inject, which may be `inject`): one op, so that a backend can run both per row in one
+  // pass (the CPU backend's row slices). The default makes the two calls.
+  virtual void hyper_connection_out_in(int n_streams, Tensor y, Tensor inject, Tensor X,
+                                       const HyperConnectionWeights& next, float eps, Tensor x,
+                                       Tensor next_inject, int64_t n_rows) {
+    hyper_connection_out(n_streams, y, inject, X, n_rows);
+    hyper_connection_in(next, n_streams, eps, X, x, next_inject, n_rows);
+  }
 
   // Token mixers; they advance their state (KV append, DeltaNet/conv recurrence) by n_rows.
   // record_window keeps what a rollback of the window needs (layers/gated_deltanet.h).

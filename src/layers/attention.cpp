@@ -8,6 +8,7 @@
 
 #include "compute/cpu/gemm_f32.h"
 #include "compute/cpu/ops.h"
+#include "compute/cpu/row_slices.h"
 #include "compute/cpu/work_estimate.h"
 #include "util/error.h"
 #include "util/phase_timer.h"
@@ -408,29 +409,34 @@ void attention_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Att
   std::vector<float>& q = ws.floats(static_cast<size_t>(n_rows * shape.q_row));
   std::vector<float>& k = ws.floats(static_cast<size_t>(n_rows * shape.kv_dim));
   std::vector<float>& v = ws.floats(static_cast<size_t>(n_rows * shape.kv_dim));
-  // Every projection of x in one call (x converted once per activation format, one wait).
   std::vector<float>& index_q = ws.floats(0);
   std::vector<float>& raw = ws.floats(0);
-  std::optional<ScopedPart> part(std::in_place, Part::AttnProj);
+  const int64_t idx_row = int64_t(shape.idx_heads) * shape.idx_dim;
   if (w.sparse()) {
-    index_q.resize(static_cast<size_t>(n_rows * shape.idx_heads * shape.idx_dim));
+    index_q.resize(static_cast<size_t>(n_rows * idx_row));
     raw.resize(static_cast<size_t>(n_rows * shape.idx_dim));
-    const compute::MatmulProduct projections[] = {{&w.q, q.data()},
-                                                  {&w.k, k.data()},
-                                                  {&w.v, v.data()},
-                                                  {&w.index_q, index_q.data()},
-                                                  {&w.index_k, raw.data()}};
-    compute::matmul_many(pool, projections, x, n_rows);
-  } else {
-    const compute::MatmulProduct projections[] = {
-        {&w.q, q.data()}, {&w.k, k.data()}, {&w.v, v.data()}};
-    compute::matmul_many(pool, projections, x, n_rows);
   }
-
-  part.reset();
+  // Every projection of rows [first, first + n) in one call (x converted once per activation
+  // format, one wait).
+  auto project = [&](int64_t first, int64_t n) {
+    const float* xr = x + first * w.q.n_in;
+    if (w.sparse()) {
+      const compute::MatmulProduct projections[] = {
+          {&w.q, q.data() + first * shape.q_row},
+          {&w.k, k.data() + first * shape.kv_dim},
+          {&w.v, v.data() + first * shape.kv_dim},
+          {&w.index_q, index_q.data() + first * idx_row},
+          {&w.index_k, raw.data() + first * shape.idx_dim}};
+      compute::matmul_many(pool, projections, xr, n);
+    } else {
+      const compute::MatmulProduct projections[] = {{&w.q, q.data() + first * shape.q_row},
+                                                    {&w.k, k.data() + first * shape.kv_dim},
+                                                    {&w.v, v.data() + first * shape.kv_dim}};
+      compute::matmul_many(pool, projections, xr, n);
+    }
+  };
   const int64_t attn_width = int64_t(shape.n_head) * hd;
   std::vector<float>& attn = ws.floats(static_cast<size_t>(n_rows * attn_width));
-  const int64_t idx_row = int64_t(shape.idx_heads) * shape.idx_dim;
   auto core = [&](compute::Workspace& core_ws, size_t s, bool time_parts) {
     const int64_t first = segments[s].first_row;
     attention_core(pool, core_ws, dims, w, shape, *caches[s], q.data() + first * shape.q_row,
@@ -439,6 +445,34 @@ void attention_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Att
                    w.sparse() ? raw.data() + first * shape.idx_dim : nullptr, segments[s].n_rows,
                    attn.data() + first * attn_width, time_parts);
   };
+  const int64_t n_out = w.o.n_out;
+
+  // A batched decode step of a few rows per thread goes by row slices (compute/cpu/row_slices.h):
+  // each thread takes the whole sequences of its slice through the projections, the core and the
+  // output projection, one hand-out instead of three, its rows' data staying on its core (the
+  // parts time the window thread's slice).
+  if (segments.size() > 1 && compute::takes_row_slices(pool, n_rows) &&
+      compute::segments_in_row_order(segments, n_rows)) {
+    ws.reserve_threads(pool.size());
+    compute::for_each_row_slice(pool, n_rows, [&](int64_t begin, int64_t end, int thread) {
+      const auto [s_first, s_last] = compute::segments_starting_in(segments, begin, end);
+      if (s_first == s_last) return;
+      const int64_t first = segments[s_first].first_row;
+      const int64_t n = segments[s_last - 1].first_row + segments[s_last - 1].n_rows - first;
+      std::optional<ScopedPart> part;
+      if (thread == 0) part.emplace(Part::AttnProj);
+      project(first, n);
+      part.reset();
+      for (size_t s = s_first; s < s_last; ++s) core(ws.for_thread(thread), s, thread == 0);
+      if (thread == 0) part.emplace(Part::AttnOut);
+      compute::matmul(pool, w.o, attn.data() + first * attn_width, n, y + first * n_out);
+    });
+    return;
+  }
+
+  std::optional<ScopedPart> part(std::in_place, Part::AttnProj);
+  project(0, n_rows);
+  part.reset();
   if (segments.size() == 1) {
     core(ws, 0, true);
   } else {

@@ -1,11 +1,13 @@
 #include "layers/gated_deltanet.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <optional>
 
 #include "compute/cpu/gemm_f32.h"
 #include "compute/cpu/ops.h"
+#include "compute/cpu/row_slices.h"
 #include "compute/cpu/work_estimate.h"
 #include "util/error.h"
 #include "util/phase_timer.h"
@@ -352,50 +354,154 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
   }
 }
 
-// The whole layer over a window whose rows [segments[s].first_row, + n_rows) belong to
-// states[s]: input projections over all rows at once, the core per sequence, the gated norm and
-// the output projection over all rows. Rows are independent in the projections, the norm and
-// the output (window identity), so each sequence gets the bits it gets alone.
-void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const DeltaNetDims& dims,
-                   const GatedDeltaNetWeights& w, std::span<GatedDeltaNetState* const> states,
-                   std::span<const compute::RowSegment> segments, const float* x, int64_t n_rows,
-                   float* y, bool record_window) {
-  compute::Workspace::Frame frame(ws);
-  const int nk = dims.n_k_heads, nv = dims.n_v_heads;
-  const int dv = dims.head_v_dim;
-  const int64_t value_dim = dims.value_dim();
-  const int64_t conv_dim = dims.conv_dim();
-  const int v_per_k = nv / nk;
-
-  std::vector<float>& mixed = ws.floats(static_cast<size_t>(n_rows * conv_dim));
-  std::vector<float>& z = ws.floats(static_cast<size_t>(n_rows * value_dim));
-  std::vector<float>& beta = ws.floats(static_cast<size_t>(n_rows * nv));
-  std::vector<float>& alpha = ws.floats(static_cast<size_t>(n_rows * nv));
-  // The input projections in one call: x converted once per activation format, one wait.
-  std::vector<float>& ba =
-      ws.floats(static_cast<size_t>(w.fused_beta_alpha() ? n_rows * 2 * nv : 0));
-  std::optional<ScopedPart> part(std::in_place, Part::GdnProj);
+// The input projections of rows [first, first + n) in one call (x converted once per activation
+// format, one wait), into those rows of mixed, z, beta and alpha (ba: the fused beta/alpha
+// projection's rows, when the weights have it).
+void project_rows(compute::ThreadPool& pool, const DeltaNetDims& dims,
+                  const GatedDeltaNetWeights& w, const float* x, int64_t first, int64_t n,
+                  float* mixed, float* z, float* beta, float* alpha, float* ba) {
+  const int nk = dims.n_k_heads, nv = dims.n_v_heads, v_per_k = nv / nk;
+  const int64_t n_in = w.qkv.n_in, conv_dim = dims.conv_dim(), value_dim = dims.value_dim();
+  x += first * n_in;
+  mixed += first * conv_dim;
+  z += first * value_dim;
+  beta += first * nv;
+  alpha += first * nv;
   if (w.fused_beta_alpha()) {
-    const compute::MatmulProduct projections[] = {
-        {&w.qkv, mixed.data()}, {&w.z, z.data()}, {&w.beta_alpha, ba.data()}};
-    compute::matmul_many(pool, projections, x, n_rows);
-  } else {
-    const compute::MatmulProduct projections[] = {
-        {&w.qkv, mixed.data()}, {&w.z, z.data()}, {&w.beta, beta.data()}, {&w.alpha, alpha.data()}};
-    compute::matmul_many(pool, projections, x, n_rows);
-  }
-  if (w.fused_beta_alpha()) {
+    ba += first * 2 * nv;
+    const compute::MatmulProduct projections[] = {{&w.qkv, mixed}, {&w.z, z}, {&w.beta_alpha, ba}};
+    compute::matmul_many(pool, projections, x, n);
     // Group g holds b for V heads g·r .. g·r+r-1, then a for the same heads.
-    for (int64_t t = 0; t < n_rows; ++t)
+    for (int64_t t = 0; t < n; ++t)
       for (int g = 0; g < nk; ++g)
         for (int j = 0; j < v_per_k; ++j) {
           beta[t * nv + g * v_per_k + j] = ba[t * 2 * nv + g * 2 * v_per_k + j];
           alpha[t * nv + g * v_per_k + j] = ba[t * 2 * nv + g * 2 * v_per_k + v_per_k + j];
         }
+  } else {
+    const compute::MatmulProduct projections[] = {
+        {&w.qkv, mixed}, {&w.z, z}, {&w.beta, beta}, {&w.alpha, alpha}};
+    compute::matmul_many(pool, projections, x, n);
+  }
+}
+
+// Phase 1's outputs of several sequences (never recorded), each sized for its rows, lent by the
+// workspace for the scope.
+class LentSequenceInputs {
+ public:
+  LentSequenceInputs(compute::Workspace& ws, const DeltaNetDims& dims,
+                     std::span<GatedDeltaNetState* const> states,
+                     std::span<const compute::RowSegment> segments)
+      : inputs(segments.size()) {
+    const int64_t key_dim = dims.key_dim(), value_dim = dims.value_dim(), nv = dims.n_v_heads;
+    for (size_t s = 0; s < segments.size(); ++s) {
+      const int64_t n = segments[s].n_rows;
+      DeltaInputs& in = inputs[s];
+      in.n_rows = n;
+      const int64_t widths[5] = {key_dim, key_dim, value_dim, nv, nv};
+      for (int i = 0; i < 5; ++i) {
+        lent_.push_back(&ws.floats(static_cast<size_t>(n * widths[i])));
+        parts(in)[i]->swap(*lent_.back());
+      }
+      states[s]->window_log.valid = false;
+    }
+  }
+  ~LentSequenceInputs() {
+    for (size_t s = 0; s < inputs.size(); ++s)
+      for (int i = 0; i < 5; ++i) lent_[s * 5 + size_t(i)]->swap(*parts(inputs[s])[i]);
+  }
+  LentSequenceInputs(const LentSequenceInputs&) = delete;
+  LentSequenceInputs& operator=(const LentSequenceInputs&) = delete;
+  std::vector<DeltaInputs> inputs;
+
+ private:
+  static std::array<std::vector<float>*, 5> parts(DeltaInputs& in) {
+    return {&in.q, &in.k, &in.v, &in.beta, &in.decay_log};
+  }
+  std::vector<std::vector<float>*> lent_;
+};
+
+// V head h of sequence s (rows of `in` at segment.first_row of the window): its delta rule
+// (recurrent or chunked) and gated norm, into core; the state's head h advances.
+void delta_rule_head(const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
+                     GatedDeltaNetState& state, const DeltaInputs& in,
+                     const compute::RowSegment& segment, int h, const float* z, float* core) {
+  const int nk = dims.n_k_heads, nv = dims.n_v_heads, dk = dims.head_k_dim, dv = dims.head_v_dim;
+  const int v_per_k = nv / nk;
+  const int64_t value_dim = dims.value_dim();
+  const int kh = dims.v_heads_tiled ? h % nk : h / v_per_k;
+  float* head_state = state.ssm.data() + size_t(h) * dk * dv;
+  float* out = core + segment.first_row * value_dim;
+  if (in.n_rows >= kDeltaRuleChunkedMinRows)
+    delta_rule_chunked(in, dims, h, kh, head_state, out);
+  else
+    delta_rule_recurrent(in, in.n_rows, dims, h, kh, head_state, out);
+  gated_norm_head(dims, w, out, z + segment.first_row * value_dim, in.n_rows, h);
+}
+
+// The whole layer over a window whose rows [segments[s].first_row, + n_rows) belong to
+// states[s]: input projections over all rows at once, the core per sequence, the gated norm and
+// the output projection over all rows. Rows are independent in the projections, the norm and
+// the output (window identity), so each sequence gets the bits it gets alone.
+// A batched decode step of a few rows per thread goes by row slices (compute/cpu/row_slices.h):
+// each thread takes the whole sequences of its slice through all four stages, one hand-out
+// instead of four, and its rows' data stays on its core (the parts time the window thread's
+// slice).
+void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const DeltaNetDims& dims,
+                   const GatedDeltaNetWeights& w, std::span<GatedDeltaNetState* const> states,
+                   std::span<const compute::RowSegment> segments, const float* x, int64_t n_rows,
+                   float* y, bool record_window) {
+  compute::Workspace::Frame frame(ws);
+  const int nv = dims.n_v_heads;
+  const int64_t value_dim = dims.value_dim();
+  const int64_t conv_dim = dims.conv_dim();
+
+  std::vector<float>& mixed = ws.floats(static_cast<size_t>(n_rows * conv_dim));
+  std::vector<float>& z = ws.floats(static_cast<size_t>(n_rows * value_dim));
+  std::vector<float>& beta = ws.floats(static_cast<size_t>(n_rows * nv));
+  std::vector<float>& alpha = ws.floats(static_cast<size_t>(n_rows * nv));
+  std::vector<float>& ba =
+      ws.floats(static_cast<size_t>(w.fused_beta_alpha() ? n_rows * 2 * nv : 0));
+  std::vector<float>& core = ws.floats(static_cast<size_t>(n_rows * value_dim));
+  auto project = [&](int64_t first, int64_t n) {
+    project_rows(pool, dims, w, x, first, n, mixed.data(), z.data(), beta.data(), alpha.data(),
+                 ba.data());
+  };
+  auto phase1 = [&](compute::Workspace& thread_ws, size_t s, DeltaInputs& in) {
+    const int64_t first = segments[s].first_row;
+    deltanet_inputs(pool, thread_ws, dims, w, *states[s], mixed.data() + first * conv_dim,
+                    beta.data() + first * nv, alpha.data() + first * nv, segments[s].n_rows, in);
+  };
+  const int64_t n_out = w.out.n_out;
+
+  if (segments.size() > 1 && compute::takes_row_slices(pool, n_rows) &&
+      compute::segments_in_row_order(segments, n_rows)) {
+    LentSequenceInputs lent(ws, dims, states, segments);
+    ws.reserve_threads(pool.size());
+    compute::for_each_row_slice(pool, n_rows, [&](int64_t begin, int64_t end, int thread) {
+      const auto [s_first, s_last] = compute::segments_starting_in(segments, begin, end);
+      if (s_first == s_last) return;
+      const int64_t first = segments[s_first].first_row;
+      const int64_t n = segments[s_last - 1].first_row + segments[s_last - 1].n_rows - first;
+      std::optional<ScopedPart> part;
+      if (thread == 0) part.emplace(Part::GdnProj);
+      project(first, n);
+      if (thread == 0) part.emplace(Part::GdnConv);
+      for (size_t s = s_first; s < s_last; ++s) phase1(ws.for_thread(thread), s, lent.inputs[s]);
+      if (thread == 0) part.emplace(Part::GdnDeltaRule);
+      for (size_t s = s_first; s < s_last; ++s)
+        for (int h = 0; h < nv; ++h)
+          delta_rule_head(dims, w, *states[s], lent.inputs[s], segments[s], h, z.data(),
+                          core.data());
+      if (thread == 0) part.emplace(Part::GdnOut);
+      compute::matmul(pool, w.out, core.data() + first * value_dim, n, y + first * n_out);
+    });
+    return;
   }
 
+  std::optional<ScopedPart> part(std::in_place, Part::GdnProj);
+  project(0, n_rows);
   part.reset();
-  std::vector<float>& core = ws.floats(static_cast<size_t>(n_rows * value_dim));
   if (segments.size() == 1) {
     deltanet_core(pool, ws, dims, w, *states[0], mixed.data(), beta.data(), alpha.data(), z.data(),
                   segments[0].n_rows, core.data(), record_window);
@@ -403,33 +509,14 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
     // Several sequences (never recorded): phase 1 per sequence, then the delta rule of every
     // (sequence, V head) pair in one hand-out to the threads rather than one per sequence (the
     // pairs are independent, so the split cannot change a bit; decode rows are tiny work each).
-    const int nk = dims.n_k_heads, dk = dims.head_k_dim, v_per_k = nv / nk;
-    const int64_t key_dim = dims.key_dim();
-    std::vector<DeltaInputs> inputs(segments.size());
-    std::vector<std::vector<float>*> lent;
-    for (size_t s = 0; s < segments.size(); ++s) {
-      const int64_t n = segments[s].n_rows;
-      DeltaInputs& in = inputs[s];
-      in.n_rows = n;
-      std::vector<float>* const parts[5] = {&in.q, &in.k, &in.v, &in.beta, &in.decay_log};
-      const int64_t widths[5] = {key_dim, key_dim, value_dim, nv, nv};
-      for (int i = 0; i < 5; ++i) {
-        lent.push_back(&ws.floats(static_cast<size_t>(n * widths[i])));
-        parts[i]->swap(*lent.back());
-      }
-      states[s]->window_log.valid = false;
-    }
+    LentSequenceInputs lent(ws, dims, states, segments);
     // Phase 1 of the sequences side by side (each is its own state and rows; nested hand-outs
     // inside run inline), each on its thread's workspace.
     ws.reserve_threads(pool.size());
     part.emplace(Part::GdnConv);
     pool.parallel_for(int64_t(segments.size()), [&](int64_t begin, int64_t end, int thread) {
-      for (int64_t s = begin; s < end; ++s) {
-        const int64_t first = segments[size_t(s)].first_row;
-        deltanet_inputs(pool, ws.for_thread(thread), dims, w, *states[size_t(s)],
-                        mixed.data() + first * conv_dim, beta.data() + first * nv,
-                        alpha.data() + first * nv, segments[size_t(s)].n_rows, inputs[size_t(s)]);
-      }
+      for (int64_t s = begin; s < end; ++s)
+        phase1(ws.for_thread(thread), size_t(s), lent.inputs[size_t(s)]);
     });
     part.emplace(Part::GdnDeltaRule);
     const int64_t n_tasks = int64_t(segments.size()) * nv;
@@ -437,23 +524,10 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
     pool.parallel_for(n_tasks, delta_rule_ns, [&](int64_t begin, int64_t end, int) {
       for (int64_t task = begin; task < end; ++task) {
         const size_t s = size_t(task / nv);
-        const int h = int(task % nv);
-        const int kh = dims.v_heads_tiled ? h % nk : h / v_per_k;
-        float* head_state = states[s]->ssm.data() + size_t(h) * dk * dv;
-        float* out = core.data() + segments[s].first_row * value_dim;
-        if (inputs[s].n_rows >= kDeltaRuleChunkedMinRows)
-          delta_rule_chunked(inputs[s], dims, h, kh, head_state, out);
-        else
-          delta_rule_recurrent(inputs[s], inputs[s].n_rows, dims, h, kh, head_state, out);
-        gated_norm_head(dims, w, out, z.data() + segments[s].first_row * value_dim,
-                        inputs[s].n_rows, h);
+        delta_rule_head(dims, w, *states[s], lent.inputs[s], segments[s], int(task % nv), z.data(),
+                        core.data());
       }
     });
-    for (size_t s = 0; s < segments.size(); ++s) {
-      std::vector<float>* const parts[5] = {&inputs[s].q, &inputs[s].k, &inputs[s].v,
-                                            &inputs[s].beta, &inputs[s].decay_log};
-      for (int i = 0; i < 5; ++i) lent[s * 5 + size_t(i)]->swap(*parts[i]);
-    }
   }
 
   part.emplace(Part::GdnOut);

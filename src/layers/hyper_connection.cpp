@@ -1,19 +1,15 @@
 #include "layers/hyper_connection.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "compute/cpu/ops.h"
+#include "compute/cpu/row_slices.h"
+#include "util/phase_timer.h"
 
 namespace strata {
 
 namespace {
-
-// Windows cut into one slice of rows per thread (hyper_connection_in): at least this many rows
-// per thread, at most this many rows in all (see there). The bound keeps prompt windows (64 rows
-// and more: `bench cpu` and `run` chunks) on the split per step, whose thread counts were measured;
-// the slices were measured on batched decode steps (2 threads, 4-32 rows).
-constexpr int64_t kHcRowSlicesMin = 2;
-constexpr int64_t kHcRowSlicesMax = 32;
 
 // Scratch for rows [0, n_rows) of a window; a row range uses its own rows of each.
 struct HcScratch {
@@ -81,31 +77,32 @@ void hc_in_rows(compute::ThreadPool& pool, const HyperConnectionWeights& w, int 
       inject[i] = 2.0f * compute::sigmoid(inject[i] * inv_streams);
 }
 
+// The scratch of hyper_connection_in over n_rows rows, from `ws` (inside the caller's frame).
+// normed and gates are written whole before they are read (every row's norm; the up projection's
+// n_rows × width outputs): no zeroing, which was 16 MiB per call in a 512-row window.
+HcScratch take_scratch(compute::Workspace& ws, const HyperConnectionWeights& w, int64_t width,
+                       int64_t n_rows) {
+  return HcScratch{ws.scratch_floats(static_cast<size_t>(n_rows * width)).data(),
+                   ws.floats(static_cast<size_t>(n_rows * w.down.n_out)).data(),
+                   ws.scratch_floats(static_cast<size_t>(n_rows * width)).data()};
+}
+
 }  // namespace
 
 void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
                          const HyperConnectionWeights& w, int n_streams, int64_t n_embd, float eps,
                          const float* X, int64_t n_rows, float* x, float* inject) {
   const int64_t width = n_streams * n_embd;
-  const int64_t rank = w.down.n_out;
   compute::Workspace::Frame frame(ws);
-  // normed and gates are written whole before they are read (every row's norm; the up
-  // projection's n_rows × width outputs): no zeroing, which was 16 MiB per call in a 512-row
-  // window.
-  const HcScratch scratch{ws.scratch_floats(static_cast<size_t>(n_rows * width)).data(),
-                          ws.floats(static_cast<size_t>(n_rows * rank)).data(),
-                          ws.scratch_floats(static_cast<size_t>(n_rows * width)).data()};
+  const HcScratch scratch = take_scratch(ws, w, width, n_rows);
   float* const inject_out = w.has_inject() ? inject : nullptr;
   // A window of a few rows per thread (batched decode steps of `serve --parallel`): each thread
   // runs its own slice of rows through every step, one hand-out instead of five. The steps are
   // small here (rank 32 against a 1024-wide X on the default model), so five waits for five short
   // splits cost more than the work they share, and a thread's slice still fills the tile kernels'
   // rows. Prompt windows keep the split per step, whose products then tile over all rows.
-  const int threads = pool.size();
-  if (threads > 1 && n_rows >= kHcRowSlicesMin * threads && n_rows <= kHcRowSlicesMax) {
-    pool.parallel_for_each_task(threads, [&](int64_t slice, int64_t, int) {
-      const int64_t begin = n_rows * slice / threads;
-      const int64_t end = n_rows * (slice + 1) / threads;
+  if (compute::takes_row_slices(pool, n_rows)) {
+    compute::for_each_row_slice(pool, n_rows, [&](int64_t begin, int64_t end, int) {
       hc_in_rows(pool, w, n_streams, n_embd, eps, X, begin, end, x, inject_out, scratch);
     });
     return;
@@ -123,6 +120,29 @@ void hyper_connection_out(int n_streams, int64_t n_embd, const float* y, const f
       const float* yt = y + t * n_embd;
       for (int64_t i = 0; i < n_embd; ++i) stream[i] += scale * yt[i];
     }
+}
+
+void hyper_connection_out_in(compute::ThreadPool& pool, compute::Workspace& ws, int n_streams,
+                             int64_t n_embd, const float* y, const float* inject, float* X,
+                             const HyperConnectionWeights& next, float eps, int64_t n_rows,
+                             float* x, float* next_inject) {
+  if (!compute::takes_row_slices(pool, n_rows)) {
+    hyper_connection_out(n_streams, n_embd, y, inject, n_rows, X);
+    hyper_connection_in(pool, ws, next, n_streams, n_embd, eps, X, n_rows, x, next_inject);
+    return;
+  }
+  const int64_t width = n_streams * n_embd;
+  compute::Workspace::Frame frame(ws);
+  const HcScratch scratch = take_scratch(ws, next, width, n_rows);
+  float* const inject_out = next.has_inject() ? next_inject : nullptr;
+  compute::for_each_row_slice(pool, n_rows, [&](int64_t begin, int64_t end, int thread) {
+    std::optional<ScopedPart> part;
+    if (thread == 0) part.emplace(Part::HcOut);
+    hyper_connection_out(n_streams, n_embd, y + begin * n_embd, inject + begin * n_streams,
+                         end - begin, X + begin * width);
+    if (thread == 0) part.emplace(Part::HcIn);
+    hc_in_rows(pool, next, n_streams, n_embd, eps, X, begin, end, x, inject_out, scratch);
+  });
 }
 
 }  // namespace strata

@@ -35,4 +35,13 @@ void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
 void hyper_connection_out(int n_streams, int64_t n_embd, const float* y, const float* inject,
                           int64_t n_rows, float* X);
 
+// hyper_connection_out, then hyper_connection_in of the next mixer `next` on the updated X: the
+// same bits as the two calls. A window that takes row slices (compute/cpu/row_slices.h) runs both
+// per slice in one hand-out; next_inject may be `inject` (each row reads its old inject before
+// writing the new one).
+void hyper_connection_out_in(compute::ThreadPool& pool, compute::Workspace& ws, int n_streams,
+                             int64_t n_embd, const float* y, const float* inject, float* X,
+                             const HyperConnectionWeights& next, float eps, int64_t n_rows,
+                             float* x, float* next_inject);
+
 }  // namespace strata

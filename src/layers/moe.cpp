@@ -5,8 +5,10 @@
 #include <cstring>
 #include <functional>
 #include <type_traits>
+#include <utility>
 
 #include "compute/cpu/ops.h"
+#include "compute/cpu/row_slices.h"
 #include "quant/quant.h"
 #include "route/moce.h"
 #include "util/error.h"
@@ -403,6 +405,45 @@ void run_batch_grouped(compute::ThreadPool& pool, int64_t n_embd, const ExpertRo
   }
 }
 
+// ---- A batched decode window by row slices (compute/cpu/row_slices.h) ----
+// The stages whose work is per row run as one slice of rows per thread, so each row's data stays
+// on one core: (1) the router, the shared expert's gate and up, silu(g)⊙u and down; (2) on the
+// window thread the routing, publish and wait; (3) the routed experts side by side as in
+// run_routed (one task per expert over all its rows: split by rows, a 16-row step's ~21 experts
+// of ~3 rows each became ~2× as many products of fewer rows, measured slower); (4) the combine
+// and the gated shared expert by the slices of (1). Every row's bits are those of the
+// per-product path: each product is per row (window identity), and each output element adds its
+// experts in ascending id from 0 as the column-split combine does.
+
+// y += σ(w_sg·x)·shared for rows [begin, end) (after the routed sum: the reference's order).
+void add_gated_shared_rows(const MoeWeights& w, int64_t n_embd, const float* x, int64_t begin,
+                           int64_t end, const float* shared, float* y) {
+  for (int64_t t = begin; t < end; ++t) {
+    const float* xt = x + t * n_embd;
+    float logit = 0.0f;
+    for (int64_t c = 0; c < n_embd; ++c) logit += w.shared_gate_inp[size_t(c)] * xt[c];
+    const float gate = compute::sigmoid(logit);
+    for (int64_t c = 0; c < n_embd; ++c) y[t * n_embd + c] += gate * shared[size_t(t * n_embd + c)];
+  }
+}
+
+// Entries [lo, hi) of expert e's rows (ascending row order, group_by_expert) that lie in rows
+// [begin, end).
+std::pair<int64_t, int64_t> entries_in_rows(const ExpertRows& g, size_t e, int64_t begin,
+                                            int64_t end) {
+  const int64_t* rows = g.rows->data();
+  const int64_t* first = rows + (*g.offsets)[e];
+  const int64_t* last = rows + (*g.offsets)[e + 1];
+  return {std::lower_bound(first, last, begin) - rows, std::lower_bound(first, last, end) - rows};
+}
+
+// A row-sliced combine (moe_forward's row slices): the gated shared expert (shared: its output
+// rows, nullptr without one) is added in the same hand-out, to the slice's rows.
+struct SlicedCombine {
+  const MoeWeights* w = nullptr;
+  const float* shared = nullptr;
+};
+
 // Runs every expert of the published union as the source delivers them (resident first) and
 // writes y = Σ over experts in ascending id of weight·output, so neither the delivery order nor
 // the batching ever matters. A window of several rows runs a batch of several experts side by
@@ -412,7 +453,8 @@ void run_batch_grouped(compute::ThreadPool& pool, int64_t n_embd, const ExpertRo
 // returns whether it was (false: the caller runs it).
 bool run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_embd,
                 ExpertSource& experts, int layer, const ExpertRows& g, const float* x,
-                int64_t n_rows, float* y, const compute::RowsProduct* shared_down = nullptr) {
+                int64_t n_rows, float* y, const compute::RowsProduct* shared_down = nullptr,
+                const SlicedCombine* sliced = nullptr) {
   const compute::RowsProduct* pending_down = shared_down;
   compute::Workspace::Frame frame(ws);
   const std::vector<int32_t>& used = *g.used;
@@ -465,8 +507,25 @@ bool run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
   for (size_t e = 0; e < used.size(); ++e)
     if (!handed[e] && g.count(e) > 0)
       fail("expert source did not deliver layer {} expert {}", layer, used[e]);
-  // Split over columns: every output element still adds its experts in ascending id.
   ScopedPart part(Part::Combine);
+  if (sliced) {
+    compute::for_each_row_slice(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+      std::fill(y + begin * n_embd, y + end * n_embd, 0.0f);
+      for (size_t e = 0; e < used.size(); ++e) {
+        const auto [lo, hi] = entries_in_rows(g, e, begin, end);
+        for (int64_t i = lo; i < hi; ++i) {
+          float* out = y + (*g.rows)[size_t(i)] * n_embd;
+          const float* src = outputs.data() + i * n_embd;
+          const float weight = (*g.weights)[size_t(i)];
+          for (int64_t c = 0; c < n_embd; ++c) out[c] += weight * src[c];
+        }
+      }
+      if (sliced->shared)
+        add_gated_shared_rows(*sliced->w, n_embd, x, begin, end, sliced->shared, y);
+    });
+    return false;
+  }
+  // Split over columns: every output element still adds its experts in ascending id.
   constexpr int64_t kColumnsPerTask = 64;
   const int64_t column_tasks = (n_embd + kColumnsPerTask - 1) / kColumnsPerTask;
   auto combine = [&](int64_t begin, int64_t end, int) {
@@ -487,19 +546,12 @@ bool run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
   return shared_down != nullptr && pending_down == nullptr;
 }
 
-// y += σ(w_sg·x)·shared, row by row (after the routed sum: the reference's order).
+// add_gated_shared_rows over the window, row by row.
 void add_gated_shared(compute::ThreadPool& pool, const MoeWeights& w, int64_t n_embd,
                       const float* x, int64_t n_rows, const float* shared, float* y) {
   ScopedPart part(Part::Combine);
   compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      const float* xt = x + t * n_embd;
-      float logit = 0.0f;
-      for (int64_t c = 0; c < n_embd; ++c) logit += w.shared_gate_inp[size_t(c)] * xt[c];
-      const float gate = compute::sigmoid(logit);
-      for (int64_t c = 0; c < n_embd; ++c)
-        y[t * n_embd + c] += gate * shared[size_t(t * n_embd + c)];
-    }
+    add_gated_shared_rows(w, n_embd, x, begin, end, shared, y);
   });
 }
 
@@ -512,6 +564,9 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDim
   const int64_t n_embd = dims.n_embd;
   MocePolicy* moce = experts.moce();
   if (moce && !moce->options.enabled()) moce = nullptr;
+  // A batched decode step of a few rows per thread (no MoCE: its routing reads the residency)
+  // goes by row slices (see "A batched decode window by row slices" above run_routed).
+  const bool sliced = !moce && compute::takes_row_slices(pool, n_rows);
   // relMSE samples: every sample_every-th routed window of each layer, exact source permitting.
   const bool sample = moce && moce->exact_source && moce->options.sample_every > 0 &&
                       moce->stats.windows++ % uint64_t(moce->options.sample_every) == 0;
@@ -523,9 +578,29 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDim
   const int64_t n_ff_shared = w.has_shared() ? w.shared_gate.n_out : 0;
   std::vector<float>& shared_g = ws.scratch_floats(static_cast<size_t>(n_rows * n_ff_shared));
   std::vector<float>& shared_u = ws.scratch_floats(static_cast<size_t>(n_rows * n_ff_shared));
+  std::vector<float>& shared =
+      ws.scratch_floats(w.has_shared() ? static_cast<size_t>(n_rows * n_embd) : 0);
   {
     ScopedPart part(Part::Router);
-    if (w.has_shared()) {
+    if (sliced) {
+      // The shared expert's silu(g)⊙u and down join its gate and up (timed as the router's part).
+      const int64_t n_expert = dims.n_expert;
+      compute::for_each_row_slice(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+        const int64_t n = end - begin;
+        float* router_out = probs.data() + begin * n_expert;
+        if (!w.has_shared()) {
+          compute::matmul(pool, w.router, x + begin * n_embd, n, router_out);
+          return;
+        }
+        float* g = shared_g.data() + begin * n_ff_shared;
+        float* u = shared_u.data() + begin * n_ff_shared;
+        const compute::MatmulProduct products[] = {
+            {&w.router, router_out}, {&w.shared_gate, g}, {&w.shared_up, u}};
+        compute::matmul_many(pool, products, x + begin * n_embd, n);
+        compute::silu_mul(g, u, n * n_ff_shared);
+        compute::matmul(pool, w.shared_down, g, n, shared.data() + begin * n_embd);
+      });
+    } else if (w.has_shared()) {
       const compute::MatmulProduct products[] = {{&w.router, probs.data()},
                                                  {&w.shared_gate, shared_g.data()},
                                                  {&w.shared_up, shared_u.data()}};
@@ -550,9 +625,7 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDim
   // The shared expert first: it needs no routed bytes, so it overlaps the misses' reads. In a
   // window of a few rows on several threads its down joins the routed experts' downs (one
   // hand-out less per layer; bitwise the same: matmul_rows on the converted rows is matmul).
-  std::vector<float>& shared =
-      ws.scratch_floats(w.has_shared() ? static_cast<size_t>(n_rows * n_embd) : 0);
-  const bool fuse_shared_down = w.has_shared() && n_rows < compute::kParallelRowsMin &&
+  const bool fuse_shared_down = !sliced && w.has_shared() && n_rows < compute::kParallelRowsMin &&
                                 pool.size() > 1 &&
                                 quant::activation_type(w.shared_down.type) != GgmlType::F32;
   const size_t shared_stride =
@@ -573,18 +646,20 @@ void moe_forward(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDim
                    compute::quantize_activation_rows(
                        pool, w.shared_down.type, shared_g.data(), n_rows, n_ff_shared,
                        reinterpret_cast<std::byte*>(shared_in.data()))};
-  } else if (w.has_shared()) {
+  } else if (w.has_shared() && !sliced) {
     ScopedPart part(Part::SharedExpert);
     glu_and_down(pool, w.shared_down, shared_g, shared_u, n_rows, shared.data());
   }
+  // Sliced: the combine adds the gated shared expert to each slice's rows.
+  const SlicedCombine sliced_combine{&w, w.has_shared() ? shared.data() : nullptr};
   if (!run_routed(pool, ws, n_embd, experts, layer, g, x, n_rows, y,
-                  fuse_shared_down ? &shared_down : nullptr) &&
+                  fuse_shared_down ? &shared_down : nullptr, sliced ? &sliced_combine : nullptr) &&
       fuse_shared_down) {
     ScopedPart part(Part::SharedExpert);
     const compute::MatmulProduct down[] = {{shared_down.w, shared_down.y}};
     compute::matmul_rows(pool, down, shared_down.rows);
   }
-  if (w.has_shared()) add_gated_shared(pool, w, n_embd, x, n_rows, shared.data(), y);
+  if (w.has_shared() && !sliced) add_gated_shared(pool, w, n_embd, x, n_rows, shared.data(), y);
 
   if (sample) {
     double err = 0.0, ref = 0.0;

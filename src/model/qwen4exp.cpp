@@ -95,17 +95,34 @@ class Qwen4Exp final : public Model {
     const WindowTensors& t = run.t;
     be.embed(token_embd_, run.tokens, t.x);
     be.repeat(t.x, S, t.X, n_rows);
+    // Each block's X += inject·y goes with the next mixer's input (hyper_connection_out_in: one
+    // pass per row on the CPU's row slices), except before the PLE layer, which reads X first, and
+    // after the last block. Backends see the same op order as two calls (the default).
+    bool out_pending = false;  // t.y and t.inject hold a block output not yet added to X
+    auto mix_in = [&](const HyperConnectionWeights& w, compute::Tensor x, compute::Tensor inject) {
+      if (out_pending)
+        be.hyper_connection_out_in(S, t.y, t.inject, t.X, w, eps, x, inject, n_rows);
+      else
+        be.hyper_connection_in(w, S, eps, t.X, x, inject, n_rows);
+      out_pending = false;
+    };
     for (int l = 0; l < hp_.n_layer; ++l) {
       const LayerWeights& lw = layers_[size_t(l)];
-      if (l == hp_.ple_layer()) ple_forward_rows(run);
-      be.hyper_connection_in(lw.hc_attn, S, eps, t.X, t.x, t.inject, n_rows);
+      if (l == hp_.ple_layer()) {
+        if (out_pending) be.hyper_connection_out(S, t.y, t.inject, t.X, n_rows);
+        out_pending = false;
+        ple_forward_rows(run);
+      }
+      mix_in(lw.hc_attn, t.x, t.inject);
       mixer_forward(run, l, t.x, t.y);
-      be.hyper_connection_out(S, t.y, t.inject, t.X, n_rows);
+      out_pending = true;
 
-      be.hyper_connection_in(lw.hc_ffn, S, eps, t.X, t.x, t.inject, n_rows);
+      mix_in(lw.hc_ffn, t.x, t.inject);
       be.moe(dims_.moe, lw.moe, experts, l, t.x, t.y, n_rows, next_router(l));
-      be.hyper_connection_out(S, t.y, t.inject, t.X, n_rows);
+      out_pending = true;
     }
+    // The residuals (the last block's X) are read before the final mixer, as they always were.
+    if (out_pending) be.hyper_connection_out(S, t.y, t.inject, t.X, n_rows);
     for (const WindowSegment& s : run.segments) {
       const int64_t n = int64_t(s.tokens.size());
       s.state->residuals.resize(static_cast<size_t>(n * width));

@@ -174,6 +174,37 @@ TEST(Matmul, WindowIdentityIsBitwiseForEverySizeAndThreadCount) {
   }
 }
 
+// Rows of one block take dot_tile even for a single activation row (compute/cpu/matmul.cpp): the
+// default model's rank-32 up projections and expert downs. Every type's one-row and few-row windows
+// must be bitwise the direct dots, on 1 and 2 threads.
+TEST(Matmul, OneBlockRowsAreBitwiseTheDirectDotsForOneRowAndMore) {
+  std::mt19937 rng(17);
+  const int64_t n_out = 300;  // 18 groups of 16 outputs and a tail
+  const int64_t max_rows = 5;
+  for (GgmlType type : types_with_kernels()) {
+    const int64_t n_in = type_traits(type).block_elems;
+    const std::vector<float> x = random_inputs(n_in * max_rows, rng);
+    const std::vector<std::byte> data =
+        random_weights(type, n_in, n_out, row_bytes(type, n_in), rng);
+    const WeightMatrix w = WeightMatrix::dense(type, n_in, n_out, data.data());
+    const std::vector<float> expected = expected_by_direct_dots(w, x.data(), max_rows);
+    for (int n_threads : {1, 2}) {
+      ThreadPool pool(n_threads, ThreadPool::kDefaultWorkerSpinMicros, ThreadPool::kInlineNever);
+      for (int64_t n_rows : {1, 2, 5}) {
+        const int64_t first_row = max_rows - n_rows;
+        std::vector<float> y(static_cast<size_t>(n_rows * n_out));
+        matmul(pool, w, x.data() + first_row * n_in, n_rows, y.data());
+        for (int64_t t = 0; t < n_rows; ++t)
+          for (int64_t o = 0; o < n_out; ++o)
+            ASSERT_EQ(f32_to_bits(y[size_t(t * n_out + o)]),
+                      f32_to_bits(expected[size_t((first_row + t) * n_out + o)]))
+                << type_name(type) << " threads " << n_threads << " n_rows " << n_rows << " row "
+                << first_row + t << " o " << o;
+      }
+    }
+  }
+}
+
 // The inline rule engages on matmul: with the threshold between a small product's estimate and a
 // large one's, the small one (alone, in matmul_many, in matmul_rows_each) runs with no hand-out to
 // the workers, the large one is still split, and both give the bits of a one-thread pool.

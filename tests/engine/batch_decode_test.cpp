@@ -8,6 +8,7 @@
 // - multi-row segments: one window of several prefill chunks of different lengths (1 to 40 rows,
 //   both DeltaNet forms) equals each chunk fed alone, logits and the following decode step;
 // - batched prefill: a joining sequence's prefill windows inside other sequences' decode steps;
+// - decode steps of 2-17 sequences on 1-4 threads (the row slices and the per-product split);
 // - bad input is refused with an error naming the problem.
 #include <gtest/gtest.h>
 
@@ -258,6 +259,58 @@ TEST_P(BatchDecode, GroupsRunSideBySideOnTheirOwnPoolsEqualDecodingAlone) {
       ASSERT_TRUE(same_bits(pairs[i].alone->logits(), pairs[i].batched->logits()))
           << "sequence " << i << ", step " << step;
       ASSERT_EQ(pairs[i].alone->tokens(), pairs[i].batched->tokens());
+    }
+  }
+}
+
+// Decode steps of 2-17 sequences on pools of 1-4 threads: the row slices (compute/cpu/row_slices.h:
+// hyper-connections, DeltaNet, attention, MoE, each thread taking whole sequences of its slice) and
+// the per-product split give each sequence, over two steps, the logits it gets alone on one thread.
+// Every sequence has its own random history (1-7 tokens) and random next tokens.
+TEST_P(BatchDecode, RowSlicesOfEveryThreadCountAndStepSizeEqualDecodingAlone) {
+  const auto model = Model::load(model_path(GetParam()));
+  const int64_t n_vocab = model->hparams().n_vocab;
+  constexpr size_t kMaxSequences = 17, kSteps = 2;
+  std::vector<Tokens> prompts, steps;
+  std::vector<std::vector<std::vector<float>>> want(kMaxSequences);
+  compute::ThreadPool one(1);
+  std::vector<float> ignored;
+  for (size_t i = 0; i < kMaxSequences; ++i) {
+    prompts.push_back(random_tokens(n_vocab, 1 + i % 7, 300 + uint32_t(i)));
+    steps.push_back(random_tokens(n_vocab, kSteps, 500 + uint32_t(i)));
+    ModelState alone = model->new_state(64);
+    WindowRunner(*model).run(one, alone, prompts[i], LogitRows::None, ignored);
+    for (size_t step = 0; step < kSteps; ++step) {
+      want[i].emplace_back();
+      WindowRunner(*model).run(one, alone, std::span(&steps[i][step], 1), LogitRows::Last,
+                               want[i].back());
+    }
+  }
+  for (int threads : {1, 2, 3, 4}) {
+    compute::ThreadPool pool(threads);
+    for (size_t n_seq : {2, 4, 5, 8, 9, 16, 17}) {
+      std::vector<ModelState> states;
+      for (size_t i = 0; i < n_seq; ++i) {
+        states.push_back(model->new_state(64));
+        WindowRunner(*model).run(pool, states.back(), prompts[i], LogitRows::None, ignored);
+      }
+      BatchWindow batch;
+      for (size_t step = 0; step < kSteps; ++step) {
+        std::vector<ModelState*> pointers;
+        std::vector<std::span<const int32_t>> rows;
+        std::vector<std::vector<float>> got(n_seq);
+        std::vector<std::vector<float>*> outs;
+        for (size_t i = 0; i < n_seq; ++i) {
+          pointers.push_back(&states[i]);
+          rows.emplace_back(&steps[i][step], 1);
+          outs.push_back(&got[i]);
+        }
+        WindowRunner(*model).run_batch(pool, batch, pointers, rows, outs);
+        for (size_t i = 0; i < n_seq; ++i)
+          ASSERT_TRUE(same_bits(want[i][step], got[i]))
+              << threads << " threads, " << n_seq << " sequences, sequence " << i << ", step "
+              << step;
+      }
     }
   }
 }

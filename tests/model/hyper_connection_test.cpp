@@ -1,16 +1,18 @@
-// hyper_connection_in on the CPU: a window's rows give the bits each row gives alone on one thread,
-// whatever the thread count, the window size and where the rows sit. Windows of a few rows per
-// thread take the per-thread row slices (layers/hyper_connection.cpp), the others the split per
-// step; both must agree with the row-by-row reference, with an inject (blocks) and without one (the
-// final mixer).
+// hyper_connection_in (and hyper_connection_out_in) on the CPU: a window's rows give the bits each
+// row gives alone on one thread, whatever the thread count, the window size and where the rows
+// sit. Windows of a few rows per thread take the per-thread row slices
+// (layers/hyper_connection.cpp), the others the split per step; both must agree with the
+// row-by-row reference, with an inject (blocks) and without one (the final mixer).
 #include "layers/hyper_connection.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "compute/cpu/ops.h"
 #include "quant/quant.h"
 
 namespace strata {
@@ -102,6 +104,77 @@ TEST(HyperConnectionIn, EveryWindowAndThreadCountGivesTheRowByRowBits) {
           }
         }
       }
+  }
+}
+
+// hyper_connection_out_in (a block's X += inject·y, then the next mixer's input, in one pass per
+// row slice) against hyper_connection_out then hyper_connection_in, each row alone on one thread:
+// X, x and the new inject bitwise, with the inject read and rewritten in the same buffer (as the
+// model does), and for a next mixer without an inject.
+TEST(HyperConnectionOutIn, EveryWindowAndThreadCountGivesTheTwoCallsRowByRowBits) {
+  constexpr int kStreams = 4;
+  constexpr int64_t kEmbd = 96, kRank = 32, kMaxRows = 40;
+  constexpr float kEps = 1e-6f;
+  const int64_t width = kStreams * kEmbd;
+  std::mt19937 rng(23);
+  const QuantMatrix down = random_q8_0(width, kRank, rng);
+  const QuantMatrix up = random_q8_0(kRank, width, rng);
+  const QuantMatrix inject = random_q8_0(width, kStreams, rng);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  HyperConnectionWeights with_inject;
+  with_inject.norm.resize(size_t(width));
+  for (float& v : with_inject.norm) v = 1.0f + 0.3f * normal(rng);
+  with_inject.down = down.view;
+  with_inject.up = up.view;
+  with_inject.inject = inject.view;
+  HyperConnectionWeights mixer = with_inject;
+  mixer.inject = {};
+  std::vector<float> X0(static_cast<size_t>(kMaxRows * width)),
+      y(static_cast<size_t>(kMaxRows * kEmbd));
+  std::vector<float> inject0(static_cast<size_t>(kMaxRows * kStreams));
+  for (float& v : X0) v = normal(rng);
+  for (float& v : y) v = normal(rng);
+  for (float& v : inject0) v = 2.0f * compute::sigmoid(normal(rng));
+
+  for (const HyperConnectionWeights* w : {&with_inject, &mixer}) {
+    std::vector<float> want_X = X0, want_x(static_cast<size_t>(kMaxRows * kEmbd)),
+                       want_inject = inject0;
+    {
+      compute::ThreadPool one(1);
+      compute::Workspace ws;
+      for (int64_t t = 0; t < kMaxRows; ++t) {
+        hyper_connection_out(kStreams, kEmbd, y.data() + t * kEmbd, inject0.data() + t * kStreams,
+                             1, want_X.data() + t * width);
+        hyper_connection_in(one, ws, *w, kStreams, kEmbd, kEps, want_X.data() + t * width, 1,
+                            want_x.data() + t * kEmbd,
+                            w->has_inject() ? want_inject.data() + t * kStreams : nullptr);
+      }
+    }
+    for (int threads : {1, 2, 3, 4}) {
+      compute::ThreadPool pool(threads);
+      compute::Workspace ws;
+      for (int64_t n_rows : {1, 3, 4, 5, 8, 16, 17, 32, 33, 40}) {
+        const int64_t first = kMaxRows - n_rows;
+        std::vector<float> X(X0.begin() + first * width, X0.begin() + kMaxRows * width);
+        std::vector<float> inj(inject0.begin() + first * kStreams, inject0.end());
+        std::vector<float> x(static_cast<size_t>(n_rows * kEmbd), -1.0f);
+        hyper_connection_out_in(pool, ws, kStreams, kEmbd, y.data() + first * kEmbd, inj.data(),
+                                X.data(), *w, kEps, n_rows, x.data(),
+                                w->has_inject() ? inj.data() : nullptr);
+        const auto where = [&](const char* what) {
+          return std::string(what) + ", " + std::to_string(threads) + " threads, " +
+                 std::to_string(n_rows) + " rows" + (w->has_inject() ? "" : ", mixer");
+        };
+        for (size_t i = 0; i < X.size(); ++i)
+          ASSERT_EQ(bits(X[i]), bits(want_X[size_t(first * width) + i])) << where("X") << " " << i;
+        for (size_t i = 0; i < x.size(); ++i)
+          ASSERT_EQ(bits(x[i]), bits(want_x[size_t(first * kEmbd) + i])) << where("x") << " " << i;
+        for (size_t i = 0; i < inj.size(); ++i)
+          ASSERT_EQ(bits(inj[i]), bits(w->has_inject() ? want_inject[size_t(first * kStreams) + i]
+                                                       : inject0[size_t(first * kStreams) + i]))
+              << where("inject") << " " << i;
+      }
+    }
   }
 }
 

@@ -148,10 +148,10 @@ TEST(PleRowReader, MappedCopyAndReaderThreadGiveTheSameRows) {
   std::remove(path.c_str());
 }
 
-
 // The batched PLE (ple_forward_rows: key/value projections and gates over every sequence's rows at
-// once, the conv per sequence) against each sequence's ple_forward alone: X and the conv history
-// bitwise equal, for sequences of 1-3 rows with their own histories and 1 or 2 threads.
+// once, the conv per sequence; on 2+ threads each thread's row slice of whole sequences, some
+// slices empty at 4 threads) against each sequence's ple_forward alone: X and the conv history
+// bitwise equal, for sequences of 1-3 rows with their own histories and 1-4 threads.
 TEST(PleForwardRows, EverySequenceGetsItsAloneBits) {
   constexpr int kStreams = 4;
   constexpr int64_t kEmbd = 64, kWidth = kStreams * kEmbd, kRowWidth = 8;
@@ -204,7 +204,7 @@ TEST(PleForwardRows, EverySequenceGetsItsAloneBits) {
   for (const int64_t n : lengths) embeddings.push_back(random_vector(n * embedding_width));
   const std::vector<float> X0 = random_vector(n_rows * kWidth);
 
-  for (const int threads : {1, 2}) {
+  for (const int threads : {1, 2, 3, 4}) {
     compute::ThreadPool pool(threads);
     compute::Workspace ws;
     std::vector<float> X_alone = X0;

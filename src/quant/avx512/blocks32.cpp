@@ -12,6 +12,7 @@
 // in the same order; the tail block (odd count) and the final sum are the AVX2 code.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstddef>
 #include <cstring>
@@ -47,19 +48,34 @@ inline __m256i load32(const void* p) {
 // decoded once per tile for all kA activations, an activation's biased quants and scales once for
 // all kW weight rows. Weights(block, b) gives the signed values of blocks b and b + 1 (64 bytes,
 // in element order), Weights::tail(block) those of one block (32 bytes).
-template <typename Block, typename Weights, int kW, int kA>
+//
+// With `prepared` (kPrepared), the activations' biased quants and scales of every block pair come
+// from there (computed once per group of activation rows for all the weight tiles, see
+// blocks32_tiles: the same values), else from the rows themselves.
+
+// Scales of blocks b (lanes 0-7) and b + 1 (lanes 8-15) as f32.
+template <typename Blocks>
+[[gnu::always_inline]] inline __m512 both_scales(const Blocks* blocks, int64_t b) {
+  const __m256i halves =
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(short(blocks[b].d))),
+                              _mm_set1_epi16(short(blocks[b + 1].d)), 1);
+  return _mm512_cvtph_ps(halves);
+}
+
+// An activation row's block pair as the tiles consume it: quants + 128 (as unsigned bytes) and
+// the two block scales.
+struct PreparedPair {
+  __m512i biased;
+  __m512 scales;
+};
+
+template <typename Block, typename Weights, int kW, int kA, bool kPrepared>
 void blocks32_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a_stride,
-                   int64_t n_blocks, float* out, size_t out_w_stride, size_t out_a_stride,
-                   const Weights& weights) {
+                   const PreparedPair* prepared, int64_t n_blocks, float* out, size_t out_w_stride,
+                   size_t out_a_stride, const Weights& weights) {
   const auto weight = [&](int r) { return reinterpret_cast<const Block*>(w + r * w_stride); };
   const auto act = [&](int t) { return reinterpret_cast<const BlockQ8_0*>(a + t * a_stride); };
-  // Scales of blocks b (lanes 0-7) and b + 1 (lanes 8-15) as f32.
-  const auto both_scales = [](const auto* blocks, int64_t b) {
-    const __m256i halves =
-        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(short(blocks[b].d))),
-                                _mm_set1_epi16(short(blocks[b + 1].d)), 1);
-    return _mm512_cvtph_ps(halves);
-  };
+  const int64_t n_pairs = n_blocks / 2;
   const __m512i bias = _mm512_set1_epi8(char(0x80));
   __m512 acc[kW][kA];
   for (auto& row : acc) {
@@ -79,11 +95,19 @@ void blocks32_tile(const std::byte* w, size_t w_stride, const std::byte* a, size
       scales[r] = both_scales(weight(r), b);
     }
     for (int t = 0; t < kA; ++t) {
-      const BlockQ8_0* x = act(t);
-      const __m512i quants =
-          _mm512_inserti64x4(_mm512_castsi256_si512(load32(x[b].qs)), load32(x[b + 1].qs), 1);
-      const __m512i biased = _mm512_xor_si512(quants, bias);
-      const __m512 act_scales = both_scales(x, b);
+      __m512i biased;
+      __m512 act_scales;
+      if constexpr (kPrepared) {
+        const PreparedPair& pair = prepared[t * n_pairs + b / 2];
+        biased = pair.biased;
+        act_scales = pair.scales;
+      } else {
+        const BlockQ8_0* x = act(t);
+        const __m512i quants =
+            _mm512_inserti64x4(_mm512_castsi256_si512(load32(x[b].qs)), load32(x[b + 1].qs), 1);
+        biased = _mm512_xor_si512(quants, bias);
+        act_scales = both_scales(x, b);
+      }
       for (int r = 0; r < kW; ++r) {
         const __m512i sums = _mm512_dpbusd_epi32(minus_offsets[r], biased, values[r]);
         acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(scales[r], act_scales), _mm512_cvtepi32_ps(sums),
@@ -110,19 +134,59 @@ void blocks32_tile(const std::byte* w, size_t w_stride, const std::byte* a, size
   }
 }
 
+// Block pairs blocks32_tiles prepares per activation row at most (64 pairs: rows of 4096; 8 rows'
+// worth is 64 KiB of stack); longer rows read the activations in every tile.
+constexpr int64_t kMaxPreparedPairs = 64;
+// Activation rows per prepared group, and per register tile on that path.
+constexpr int64_t kPreparedRows = 8;
+
 // The driver: register tiles of 2 × 4 (8 accumulators, 3 registers per weight row and 2 per
-// activation fit the 32 registers).
+// activation fit the 32 registers). For more than one tile of weight rows, each group of 8
+// activation rows is prepared once (biased quants and scales per block pair: half the work of a
+// 2 × 4 tile's step was redoing that for every pair of weight rows) and every weight tile reads it
+// from memory, in tiles of 2 × 8 (16 accumulators; an activation's operands are loads, so the
+// weight rows' decoding is shared by twice the rows: bench_matmul_tile BM_ExpertWindow/q8_0
+// rows:8 48-56 -> 41-44 µs, rows:32 191-197 -> 162-183 against 2 × 4).
 template <typename Block, typename Weights>
 void blocks32_tiles(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                     int64_t n_acts, int64_t n, float* out, size_t out_w_stride, size_t out_a_stride,
                     const Weights& weights) {
   const auto* weight_bytes = static_cast<const std::byte*>(w);
   const auto* act_bytes = static_cast<const std::byte*>(a);
+  const int64_t n_blocks = n / kBlock32, n_pairs = n_blocks / 2;
+  if (n_w > 2 && n_pairs > 0 && n_pairs <= kMaxPreparedPairs) {
+    PreparedPair prepared[kPreparedRows * kMaxPreparedPairs];
+    const __m512i bias = _mm512_set1_epi8(char(0x80));
+    for (int64_t a_first = 0; a_first < n_acts; a_first += kPreparedRows) {
+      const int64_t a_count = std::min<int64_t>(kPreparedRows, n_acts - a_first);
+      for (int64_t t = 0; t < a_count; ++t) {
+        const auto* x =
+            reinterpret_cast<const BlockQ8_0*>(act_bytes + size_t(a_first + t) * a_stride);
+        for (int64_t p = 0; p < n_pairs; ++p) {
+          const __m512i quants = _mm512_inserti64x4(_mm512_castsi256_si512(load32(x[2 * p].qs)),
+                                                    load32(x[2 * p + 1].qs), 1);
+          prepared[t * n_pairs + p] = {_mm512_xor_si512(quants, bias), both_scales(x, 2 * p)};
+        }
+      }
+      for (int64_t w_first = 0; w_first < n_w; w_first += 2) {
+        tiles::with_count<2>(n_w - w_first, [&](auto w_rows) {
+          tiles::with_count<kPreparedRows>(a_count, [&](auto a_rows) {
+            blocks32_tile<Block, Weights, decltype(w_rows)::value, decltype(a_rows)::value, true>(
+                weight_bytes + size_t(w_first) * w_stride, w_stride,
+                act_bytes + size_t(a_first) * a_stride, a_stride, prepared, n_blocks,
+                out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride, out_w_stride,
+                out_a_stride, weights);
+          });
+        });
+      }
+    }
+    return;
+  }
   tiles::for_each_tile<2, 4>(
       n_w, n_acts, [&](auto w_rows, auto a_rows, int64_t w_first, int64_t a_first) {
-        blocks32_tile<Block, Weights, decltype(w_rows)::value, decltype(a_rows)::value>(
+        blocks32_tile<Block, Weights, decltype(w_rows)::value, decltype(a_rows)::value, false>(
             weight_bytes + size_t(w_first) * w_stride, w_stride,
-            act_bytes + size_t(a_first) * a_stride, a_stride, n / kBlock32,
+            act_bytes + size_t(a_first) * a_stride, a_stride, nullptr, n_blocks,
             out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride, out_w_stride,
             out_a_stride, weights);
       });
@@ -191,7 +255,7 @@ __m512i table_of(const int8_t (&values)[16]) {
 // routed-expert down projections, rank 32 -> width): blocks32_tile spends its time on each
 // output's tail block and horizontal sum there. This path computes 16 weight rows at once with
 // the 16 outputs in the lanes instead (a transposed blocks32_tile), bitwise the same: lane k of
-// avx2::dot_blocks32's accumulator is the exact i32 Σ of bytes 4k..4k+3 (gathered here: lane r
+// avx2::dot_blocks32's accumulator is the exact i32 Σ of bytes 4k..4k+3 (transposed here: lane r
 // holds row r's bytes 4k..4k+3), the block scale is the same f32 product, each lane gets the
 // same FMA onto +0, the + acc_odd (+0), and avx2::horizontal_sum's tree
 // ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) runs on the 8 lane vectors.
@@ -202,12 +266,40 @@ void q8_0_one_block_rows16(const std::byte* w, size_t w_stride, const std::byte*
                          _mm512_set1_epi32(int(w_stride)));
   const __m512i bias = _mm512_set1_epi8(char(0x80));
   const std::byte* qs = w + offsetof(BlockQ8_0, qs);
+  // values[k], lane r: bytes 4k..4k+3 of row r. A 16 x 8 transpose of 4-byte groups: rows r and
+  // r + 8 loaded into the two 256-bit halves of one register, then the 8 x 8 transpose of each
+  // half at once (unpacks within 128-bit lanes, then 128-bit lanes paired across registers). Same
+  // values as one gather per k (the gathers cost 9 of them per 16 rows, more than the dots of a
+  // window of a few rows).
+  __m512i pairs[8];
+  for (int r = 0; r < 8; ++r)
+    pairs[r] = _mm512_inserti64x4(_mm512_castsi256_si512(load32(qs + size_t(r) * w_stride)),
+                                  load32(qs + size_t(r + 8) * w_stride), 1);
+  __m512i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(pairs[2 * i], pairs[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(pairs[2 * i], pairs[2 * i + 1]);
+  }
+  // u[4h + j]: in 128-bit lanes 0 and 1 group j and j + 4 of rows 4h..4h+3, in lanes 2 and 3 the
+  // same groups of rows 8 + 4h..8 + 4h+3 (one row per 4-byte slot).
+  for (int h = 0; h < 2; ++h) {
+    u[4 * h + 0] = _mm512_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+    u[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+  }
+  // Group j: 128-bit lane 0 of u[j] (rows 0-3) and of u[4 + j] (rows 4-7), lane 2 of each (rows
+  // 8-11, 12-15); group j + 4: lanes 1 and 3.
+  const __m512i low_lanes = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+  const __m512i high_lanes = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
   __m512i values[8], minus_offsets[8];
-  for (int k = 0; k < 8; ++k) {
-    values[k] = _mm512_i32gather_epi32(rows, qs + 4 * k, 1);
+  for (int j = 0; j < 4; ++j) {
+    values[j] = _mm512_permutex2var_epi64(u[j], low_lanes, u[4 + j]);
+    values[j + 4] = _mm512_permutex2var_epi64(u[j], high_lanes, u[4 + j]);
+  }
+  for (int k = 0; k < 8; ++k)
     minus_offsets[k] = _mm512_sub_epi32(
         _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, values[k]));
-  }
   // The 16 scales: the low 16 bits of 4 bytes gathered at each row's start.
   const __m512 weight_scales =
       _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(rows, w, 1)));
