@@ -474,15 +474,11 @@ void deltanet_rows(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
   };
   const int64_t n_out = w.out.n_out;
 
-  if (segments.size() > 1 && compute::takes_row_slices(pool, n_rows) &&
-      compute::segments_in_row_order(segments, n_rows)) {
+  if (compute::takes_sequence_slices(pool, segments, n_rows)) {
     LentSequenceInputs lent(ws, dims, states, segments);
     ws.reserve_threads(pool.size());
-    compute::for_each_row_slice(pool, n_rows, [&](int64_t begin, int64_t end, int thread) {
-      const auto [s_first, s_last] = compute::segments_starting_in(segments, begin, end);
-      if (s_first == s_last) return;
-      const int64_t first = segments[s_first].first_row;
-      const int64_t n = segments[s_last - 1].first_row + segments[s_last - 1].n_rows - first;
+    compute::for_each_sequence_slice(pool, segments, n_rows, [&](size_t s_first, size_t s_last, int64_t first,
+                                                                 int64_t n, int thread) {
       std::optional<ScopedPart> part;
       if (thread == 0) part.emplace(Part::GdnProj);
       project(first, n);

@@ -324,17 +324,13 @@ void ple_forward_rows(compute::ThreadPool& pool, compute::Workspace& ws, const P
     sequences.push_back({&states[s]->conv_history, gated.data() + first * width, normed.data() + first * width,
                          X + first * width, segments[s].n_rows});
   }
-  if (segments.size() > 1 && compute::takes_row_slices(pool, n_rows) &&
-      compute::segments_in_row_order(segments, n_rows)) {
+  if (compute::takes_sequence_slices(pool, segments, n_rows)) {
     // A batched decode step by row slices (compute/cpu/row_slices.h): each thread takes the whole
     // sequences of its slice through the gates and the conv, one hand-out instead of three, on
     // its own workspace. The same rows' work as below, row by row.
     ws.reserve_threads(pool.size());
-    compute::for_each_row_slice(pool, n_rows, [&](int64_t begin, int64_t end, int thread) {
-      const auto [s_first, s_last] = compute::segments_starting_in(segments, begin, end);
-      if (s_first == s_last) return;
-      const int64_t first = segments[s_first].first_row;
-      const int64_t n = segments[s_last - 1].first_row + segments[s_last - 1].n_rows - first;
+    compute::for_each_sequence_slice(pool, segments, n_rows, [&](size_t s_first, size_t s_last, int64_t first,
+                                                                 int64_t n, int thread) {
       compute::Workspace& thread_ws = ws.for_thread(thread);
       ple_gates(pool, thread_ws, dims, w, all_embeddings.data() + first * embedding_width, n,
                 X + first * width, gated.data() + first * width, normed.data() + first * width);

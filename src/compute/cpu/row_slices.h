@@ -81,4 +81,23 @@ bool segments_in_row_order(std::span<const Segment> segments, int64_t n_rows) {
   return next == n_rows;
 }
 
+// The batched-step form the token mixers and PLE share: a window takes sequence slices when it
+// takes row slices and its segments (two or more) cover its rows in order. Then
+// for_each_sequence_slice calls fn(s_first, s_last, first_row, n_rows, thread_index) once per
+// slice that holds the start of a segment: the segments [s_first, s_last) and the rows they span.
+template <class Segment>
+bool takes_sequence_slices(const ThreadPool& pool, std::span<const Segment> segments, int64_t n_rows) {
+  return segments.size() > 1 && takes_row_slices(pool, n_rows) && segments_in_row_order(segments, n_rows);
+}
+
+template <class Segment, class Fn>
+void for_each_sequence_slice(ThreadPool& pool, std::span<const Segment> segments, int64_t n_rows, Fn&& fn) {
+  for_each_row_slice(pool, n_rows, [&](int64_t begin, int64_t end, int thread) {
+    const auto [s_first, s_last] = segments_starting_in(segments, begin, end);
+    if (s_first == s_last) return;
+    const int64_t first = segments[s_first].first_row;
+    fn(s_first, s_last, first, segments[s_last - 1].first_row + segments[s_last - 1].n_rows - first, thread);
+  });
+}
+
 }  // namespace strata::compute
