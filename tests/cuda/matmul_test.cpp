@@ -721,14 +721,14 @@ TEST_P(CudaMatmulStaged, BitwiseAsTheDirectKernel) {
   }
 }
 
-// Without tuning, the path is session 38's measured rule (matmul.h): staged with the activations
-// in shared memory for Q8_0 and Q4_K windows of 1-4 rows and the other staged types' windows of
+// Without tuning, the path is the measured rule (matmul_plan.cuh default_staged): staged with the
+// activations in shared memory for Q8_0, Q4_K and IQ2_XS windows of 1-4 rows and the other staged types' windows of
 // 2-4 rows, the direct kernel otherwise (unless STRATA_CUDA_STAGED overrides it).
 TEST_P(CudaMatmulStaged, DefaultPathIsTheMeasuredRule) {
   STRATA_REQUIRE_CUDA_DEVICE();
   if (std::getenv("STRATA_CUDA_STAGED")) GTEST_SKIP() << "STRATA_CUDA_STAGED overrides the default";
   const GgmlType type = GetParam();
-  const bool from_one = type == GgmlType::Q8_0 || type == GgmlType::Q4_K;
+  const bool from_one = type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::IQ2_XS;
   for (const int64_t n_in : {int64_t(2560), int64_t(8192)})
     for (int64_t n_rows = 1; n_rows <= 11; ++n_rows) {
       const int64_t pass = std::min<int64_t>(n_rows, 8);

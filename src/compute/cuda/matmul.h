@@ -64,8 +64,8 @@ bool has_cuda_kernel(GgmlType type);
 // from there; optionally the window's activations are copied into shared memory once per thread
 // block (act_shared, windows of <= 4 rows). The grid is the number of blocks that fit the GPU at
 // once, each warp walking its rows. Bitwise the direct path (tests/cuda/matmul_test.cpp).
-// Default (measured on the H100, session 38: docs/bench-cuda.md): Q8_0 and Q4_K windows of 1-4
-// rows, IQ4_NL, Q3_K and IQ2_XS windows of 2-4 rows, 3 stages where they fit, the activations in
+// Default (measured on the H100, sessions 38 and 43: docs/bench-cuda.md): Q8_0, Q4_K and IQ2_XS
+// windows of 1-4 rows, IQ4_NL and Q3_K windows of 2-4 rows, 3 stages where they fit, the activations in
 // shared memory (else the direct kernel); or as STRATA_CUDA_STAGED=0|1 says for every type that
 // has it.
 struct MatmulTuning {

@@ -167,10 +167,13 @@ int pass_rows_per_warp(int rows, int lanes, const MatmulTuning* tuning) {
 // Q3_K 1.00-1.01 and 1.21-1.33; IQ4_NL 0.89-0.92 and 1.06-1.17; IQ2_XS 0.93-1.09 and 1.13-1.31.
 // So: Q8_0 and Q4_K for windows of 1-4 rows, the others for 2-4 rows. Windows of 5-8 rows keep
 // the direct kernel (no shared activations there, and staged Q4_K without them ran at 0.86).
+// IQ2_XS from T = 1 too since session 43 (its sign table on the host, H100): 8192 x 16384 1369
+// against 1205 GB/s, the flagship's expert shape 2560 x 640 1.08x with the default stages.
 template <class Q>
 bool default_staged(int rows) {
   if (rows > 4) return false;
-  return std::is_same_v<Q, Q8_0Weights> || std::is_same_v<Q, Q4_KWeights> || rows >= 2;
+  return std::is_same_v<Q, Q8_0Weights> || std::is_same_v<Q, Q4_KWeights> || std::is_same_v<Q, IQ2_XSWeights> ||
+         rows >= 2;
 }
 
 // What the staged kernel needs for one pass, or staged = false for the direct kernel.
