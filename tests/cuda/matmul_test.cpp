@@ -1143,7 +1143,8 @@ TEST(CudaActivations, NormQuantizeBitwiseAsTheSteps) {
   };
   for (const Case c : {Case{GgmlType::F16, 4, 1000}, Case{GgmlType::Q8_0, 4, 1024}, Case{GgmlType::Q8_0, 3, 96},
                        Case{GgmlType::Q8_0, 1, 2080}, Case{GgmlType::Q4_K, 4, 1024}, Case{GgmlType::Q4_K, 2, 2560},
-                       Case{GgmlType::Q8_0, 1, 3840}, Case{GgmlType::Q8_0, 2, 4128}}) {  // past 2048: the load-store loop
+                       Case{GgmlType::Q8_0, 1, 3840}, Case{GgmlType::Q8_0, 2, 4128},  // 1024 threads past 2048
+                       Case{GgmlType::Q8_0, 1, 8224}}) {  // past 8192: the load-store loop
     for (const int64_t n_rows : {int64_t(1), int64_t(3), int64_t(8)}) {
       // fold 0: the norm alone; 1: hc_out folded in; 2: the MoE combine and hc_out folded in (with
       // the shared expert on odd row counts).

@@ -24,6 +24,7 @@
 #include "compute/cuda/quant/staging.cuh"
 #include "compute/cuda/launch.cuh"
 #include "compute/cuda/matmul_plan.cuh"
+#include "compute/cuda/ops.h"
 #include "compute/cuda/runtime.h"
 
 namespace strata::compute::cuda {
@@ -186,18 +187,16 @@ __global__ void quantize_two_kernel(Inputs in, int64_t n_in, QuantizeTarget firs
 }
 
 // Grouped RMS norm + quantizer (matmul.h rms_norm_quantize_activations). One block of
-// kNormThreads per (row, group), as ops.cu's rms_norm_kernel: the same Σx² order (block_sum over
-// the same block size) and the same per-element operations, so `normed` is bitwise
+// norm_threads(group size) per (row, group), as ops.cu's rms_norm_kernel: the same Σx² order
+// (block_sum over the same block size) and the same per-element operations, so `normed` is bitwise
 // rms_norm_grouped_rows' output; each thread then quantizes 8 consecutive normed values, the
 // quantizers' own per-block arithmetic. With fold_y, X_s += inject_s·y first (hc_out's f32
 // operations), written back; with fold_combine (k > 0) y is moe_combine's, computed here from its
 // inputs (moe_combine_value, the combine kernel's arithmetic) and stored to fold_y by group 0's block.
-constexpr int kNormThreads = 256;
-// Elements a thread holds in registers: groups up to 2048 wide. Wider groups take the loop (the
-// flagship's 2560-wide hyper-connection streams): holding 12 or 16 elements there was slower end
-// to end on the H100 (flagship-16 decode 105-107 against 109 tok/s, session 43; 16 for every
-// group also cost the mid model's 1024-wide groups ~7 %), the folded MoE combine's loads per
-// element making a thread's held set too large.
+// Elements a thread holds in registers: groups up to 8 · norm_threads (8192 values) take the held
+// path below. (Holding 12 or 16 at 256 threads instead, for the flagship's 2560-wide streams, was
+// slower end to end, session 43: the folded MoE combine's loads per element made a thread's
+// held set too large.)
 constexpr int kNormHeld = 8;
 struct NormQuantizeArgs {
   float* x;
@@ -215,7 +214,8 @@ struct NormQuantizeArgs {
   bool sigmoid_gate = false;
 };
 
-__global__ void __launch_bounds__(kNormThreads) norm_quantize_kernel(NormQuantizeArgs p) {
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) norm_quantize_kernel(NormQuantizeArgs p) {
   pdl_begin();
   __shared__ float shared[32];
   const int64_t t = blockIdx.x / p.n_groups, g = blockIdx.x % p.n_groups, gs = p.group_size;
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_quantize_kernel(NormQuantiz
     x[i] = v;
   };
   float sum = 0.0f;
-  if (gs <= int64_t(kNormThreads) * kNormHeld) {
+  if (gs <= int64_t(kThreads) * kNormHeld) {
     // A thread's elements held in registers, every load issued before the first store: the
     // stores to x and y may alias later loads as far as the compiler knows, so the loop below
     // waits out one L2 round trip per element (the folded MoE combine makes each ~10 loads).
@@ -248,12 +248,12 @@ __global__ void __launch_bounds__(kNormThreads) norm_quantize_kernel(NormQuantiz
     float held[kNormHeld], held_y[kNormHeld];
 #pragma unroll
     for (int n = 0; n < kNormHeld; ++n) {
-      const int64_t i = threadIdx.x + int64_t(n) * kNormThreads;
+      const int64_t i = threadIdx.x + int64_t(n) * kThreads;
       held[n] = i < gs ? folded(i, held_y[n]) : 0.0f;
     }
 #pragma unroll
     for (int n = 0; n < kNormHeld; ++n) {
-      const int64_t i = threadIdx.x + int64_t(n) * kNormThreads;
+      const int64_t i = threadIdx.x + int64_t(n) * kThreads;
       if (i < gs) {
         store(i, held[n], held_y[n]);
         sum = __fmaf_rn(held[n], held[n], sum);
@@ -521,6 +521,12 @@ bool can_norm_quantize(const ActivationLayout& layout, int64_t n_groups, int64_t
   return layout.format == GgmlType::F32;
 }
 
+// The kernel instantiation of the group's block size (norm_threads, as ops.cu's norms).
+static void launch_norm_quantize(const NormQuantizeArgs& args, unsigned blocks, cudaStream_t stream) {
+  if (norm_threads(args.group_size) == 1024) launch(norm_quantize_kernel<1024>, blocks, 1024, 0, stream, args);
+  else launch(norm_quantize_kernel<256>, blocks, 256, 0, stream, args);
+}
+
 void rms_norm_quantize_activations(const ActivationLayout& layout, float* x, const float* weight, int64_t n_groups,
                                    int64_t group_size, float eps, float* normed, void* scratch, cudaStream_t stream,
                                    float* fold_y, const float* fold_inject, const MoeCombineInputs* fold_combine) {
@@ -535,7 +541,7 @@ void rms_norm_quantize_activations(const ActivationLayout& layout, float* x, con
     cuda_fail("CUDA rms_norm_quantize_activations: a folded MoE combine needs y (where it is stored)");
   const NormQuantizeArgs args{x, fold_y, fold_inject, fold_combine ? *fold_combine : MoeCombineInputs{}, weight, n_groups, group_size, eps, normed, layout.format,
                               view_of(layout, scratch)};
-  launch(norm_quantize_kernel, unsigned(layout.n_rows * n_groups), kNormThreads, 0, stream, args);
+  launch_norm_quantize(args, unsigned(layout.n_rows * n_groups), stream);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -553,7 +559,7 @@ void rms_norm_gate_quantize_activations(const ActivationLayout& layout, float* x
   args.weight_shared = true;
   args.gate = gate;
   args.sigmoid_gate = sigmoid_gate;
-  launch(norm_quantize_kernel, unsigned(layout.n_rows * n_groups), kNormThreads, 0, stream, args);
+  launch_norm_quantize(args, unsigned(layout.n_rows * n_groups), stream);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -15,8 +15,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One block per (row, group): group i of group_size values at x + i·stride (stride = group_size
-// for contiguous groups), its weight at weight + (i % groups_per_row)·group_size.
+// One block of norm_threads(group_size) per (row, group): group i of group_size values at
+// x + i·stride (stride = group_size for contiguous groups), its weight at weight + (i %
+// groups_per_row)·group_size.
 __global__ void rms_norm_kernel(const float* x, const float* weight, int64_t group_size, int64_t groups_per_row,
                                 int64_t stride, float eps, float* out) {
   pdl_begin();
@@ -115,9 +116,9 @@ __global__ void rope_neox_kernel(float* x, int64_t row_stride, int n_heads, int6
   }
 }
 
-// QSA block keys completed by a window, one block of kThreads per candidate block: the steps of
-// block means -> rms_norm_kernel -> rope_neox_kernel with the same operations in the same order
-// (the norm's per-thread strided sums and block_sum over kThreads threads), so the keys are
+// QSA block keys completed by a window, one block of norm_threads(di) per candidate block: the
+// steps of block means -> rms_norm_kernel -> rope_neox_kernel with the same operations in the
+// same order (the norm's per-thread strided sums and block_sum over as many threads), so the keys are
 // bitwise the three-kernel chain's. Candidate j is block first/ratio + j; it returns at once when
 // that block does not complete inside the window [first, first + n_rows).
 __global__ void qsa_block_keys_kernel(const float* raw, const int32_t* first_pos, int64_t n_rows, int ratio, int di,
@@ -449,7 +450,7 @@ void rms_norm_grouped_rows(const float* x, const float* weight, int64_t n_rows, 
   require(n_groups > 0 && group_size > 0, "CUDA rms_norm: expected groups and group size > 0, found " +
                                               std::to_string(n_groups) + " x " + std::to_string(group_size));
   if (n_rows <= 0) return;
-  launch(rms_norm_kernel, unsigned(n_rows * n_groups), kThreads, 0, stream, x, weight, group_size, n_groups,
+  launch(rms_norm_kernel, unsigned(n_rows * n_groups), norm_threads(group_size), 0, stream, x, weight, group_size, n_groups,
          group_size, eps, out);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
@@ -459,7 +460,7 @@ void rms_norm_strided(const float* x, const float* weight, int64_t n_vectors, in
   require(n > 0 && stride >= n, "CUDA rms_norm_strided: expected 0 < n <= stride, found n = " + std::to_string(n) +
                                     ", stride = " + std::to_string(stride));
   if (n_vectors <= 0) return;
-  launch(rms_norm_kernel, unsigned(n_vectors), kThreads, 0, stream, x, weight, n, 1, stride, eps, out);
+  launch(rms_norm_kernel, unsigned(n_vectors), norm_threads(n), 0, stream, x, weight, n, 1, stride, eps, out);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -506,7 +507,7 @@ void qsa_block_keys_at(const float* raw, const int32_t* first_pos_device, int64_
           "CUDA qsa_block_keys_at: expected ratio > 0 and an even n_rot <= di, found ratio " + std::to_string(ratio) +
               ", di " + std::to_string(di) + ", n_rot " + std::to_string(n_rot));
   if (n_rows <= 0) return;
-  launch(qsa_block_keys_kernel, unsigned(n_rows / ratio + 1), kThreads, size_t(di) * sizeof(float), stream, raw,
+  launch(qsa_block_keys_kernel, unsigned(n_rows / ratio + 1), norm_threads(di), size_t(di) * sizeof(float), stream, raw,
          first_pos_device, n_rows, ratio, di, norm_weight, eps, n_rot, theta, block_keys);
   STRATA_CUDA_CHECK(cudaGetLastError());
 }

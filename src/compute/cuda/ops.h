@@ -21,6 +21,14 @@
 
 namespace strata::compute::cuda {
 
+// Threads of one RMS norm block over a group of n values, for every kernel whose Σx² must match
+// another's bits (these norms, QSA's block keys, matmul.h's fused norm + quantizers): the
+// per-thread strided sums and the block sum's order depend on it. 256, or 1024 past 2048 values,
+// so a thread sums at most 8 of a group up to 8192 wide. With 256 threads the flagship's
+// 2560-wide hyper-connection streams were 4 blocks of 10 values a thread at T = 1 (17.9 µs a call
+// against 9.7 for the mid model's 1024-wide ones; STRATA_CUDA_PROFILE, H100, session 43).
+constexpr int norm_threads(int64_t n) { return n > 2048 ? 1024 : 256; }
+
 // out[r·n + i] = (x[r·n + i]·inv_rms_r)·weight[i] (weight may be null), for n_rows rows of n.
 void rms_norm_rows(const float* x, const float* weight, int64_t n_rows, int64_t n, float eps,
                    float* out, cudaStream_t stream);
