@@ -11,7 +11,8 @@
 # and 1 row on 2560 x 10240): matvec.txt.
 # With AB_AFTER_ENV="VAR=value ..." each round also runs the working tree's binary under those
 # variables ("after+env": e.g. STRATA_CUDA_IN_BLOCK=0 to take one change back out without a
-# rebuild), so one call separates the changes that have a switch.
+# rebuild), so one call separates the changes that have a switch; several variants are separated
+# by ';' (e.g. "STRATA_CUDA_EXPERT_SHAPE=0;STRATA_CUDA_EXPERT_PREFETCH=0"), each run every round.
 # AB_SYNTH=[SHAPE:]LAYERS:EXPERTS picks the synthetic model (default 48:512, written once to
 # AB_MODEL, default /root/big.gguf; e.g. AB_SYNTH=qwen3.8-flash-next:48:16 AB_MODEL=/root/flag16.gguf).
 # AB_KEEP_BASE=1 keeps an earlier run's baseline build in the same call (a second model, no rebuild).
@@ -65,8 +66,11 @@ run synth-and-warm ./build-cuda/bench/bench_cuda_decode
 for r in $(seq 1 "$rounds"); do
   run "after round $r" ./build-cuda/bench/bench_cuda_decode
   if [ -n "${AB_AFTER_ENV:-}" ]; then
-    # shellcheck disable=SC2086  # the variables split into words on purpose
-    run "after+env ($AB_AFTER_ENV) round $r" env $AB_AFTER_ENV ./build-cuda/bench/bench_cuda_decode
+    IFS=';' read -r -a after_envs <<<"$AB_AFTER_ENV"
+    for words in "${after_envs[@]}"; do
+      # shellcheck disable=SC2086  # the variables split into words on purpose
+      run "after+env ($words) round $r" env $words ./build-cuda/bench/bench_cuda_decode
+    done
   fi
   run "before round $r" "$base_dir/build/bench/bench_cuda_decode"
 done

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -835,42 +836,39 @@ int narrow_rows_per_warp() {
   return value;
 }
 
-// STRATA_CUDA_IN_BLOCK=0: the in-block quantizer off (can_quantize_in_block false), for
-// before/after measurements without a rebuild; unset or 1: on.
+namespace {
+
+// A 0/1 switch read once from the environment: unset or empty gives `unset`; anything but 0 or 1
+// fails, naming the variable.
+int env_switch(const char* name, int unset) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return unset;
+  if (std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0)
+    cuda_fail(std::string(name) + ": expected 0 or 1, found " + v);
+  return *v - '0';
+}
+
+}  // namespace
+
+// The switches below exist for before/after measurements without a rebuild (scripts/
+// cuda-bench-ab.sh AB_AFTER_ENV); none changes a result.
+
+// STRATA_CUDA_IN_BLOCK=0: the in-block quantizer off (can_quantize_in_block false); unset or 1: on.
 bool in_block_env() {
-  static const bool value = [] {
-    const char* v = std::getenv("STRATA_CUDA_IN_BLOCK");
-    if (!v || !*v) return true;
-    if (std::string(v) != "0" && std::string(v) != "1")
-      cuda_fail(std::string("STRATA_CUDA_IN_BLOCK: expected 0 or 1, found ") + v);
-    return std::string(v) == "1";
-  }();
+  static const bool value = env_switch("STRATA_CUDA_IN_BLOCK", 1) == 1;
   return value;
 }
 
-// STRATA_CUDA_WIDE_ROWS=0: wide rows off (matmul.h wide_rows), for before/after measurements
-// without a rebuild; unset or 1: on.
+// STRATA_CUDA_WIDE_ROWS=0: wide rows off (matmul.h wide_rows); unset or 1: on.
 bool wide_rows_env() {
-  static const bool value = [] {
-    const char* v = std::getenv("STRATA_CUDA_WIDE_ROWS");
-    if (!v || !*v) return true;
-    if (std::string(v) != "0" && std::string(v) != "1")
-      cuda_fail(std::string("STRATA_CUDA_WIDE_ROWS: expected 0 or 1, found ") + v);
-    return std::string(v) == "1";
-  }();
+  static const bool value = env_switch("STRATA_CUDA_WIDE_ROWS", 1) == 1;
   return value;
 }
 
 // STRATA_CUDA_STAGED=0|1: the staged path off or on for every type that has it when no tuning
-// says otherwise (end-to-end A/B without a rebuild); unset: default_staged.
+// says otherwise; unset (-1): default_staged.
 int staged_env() {
-  static const int value = [] {
-    const char* v = std::getenv("STRATA_CUDA_STAGED");
-    if (!v || !*v) return -1;
-    if (std::string(v) != "0" && std::string(v) != "1")
-      cuda_fail(std::string("STRATA_CUDA_STAGED: expected 0 or 1, found ") + v);
-    return std::atoi(v);
-  }();
+  static const int value = env_switch("STRATA_CUDA_STAGED", -1);
   return value;
 }
 
