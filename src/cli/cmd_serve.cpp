@@ -120,9 +120,9 @@ void run_serve(const ServeOptions& options) {
           server_options.parallel);
     const serve::LastLevelCache llc = serve::last_level_cache();
     const serve::BatchGroupsChoice groups = serve::choose_batch_groups(
-        options.batch_groups_given, {int(pool.size()), server_options.parallel,
-                                     model->file().file_size(), llc.bytes, store != nullptr,
-                                     llc.origin});
+        options.batch_groups_given,
+        {int(pool.size()), server_options.parallel, model->file().file_size(), llc.bytes,
+         store != nullptr, llc.origin});
     server_options.batch_groups = groups.groups;
     server_options.batch_groups_reason = groups.reason;
     fmt::print(stderr, "strata serve: batch groups {} ({})\n", groups.groups, groups.reason);

@@ -155,8 +155,9 @@ void extend_index(compute::Workspace& ws, const AttentionWeights& w, const Atten
 // t·stride), from 0 in i order. Four tokens a pass over out: each element's adds stay in token
 // order (the same bits as one token a pass), with a quarter of the loads and stores of `out`
 // (one token a pass was the largest part of a QSA decode row's core, session 44).
-void weighted_values(const float* values, int64_t stride, int hd, const std::vector<int64_t>& tokens,
-                     const std::vector<float>& weights, float* out) {
+void weighted_values(const float* values, int64_t stride, int hd,
+                     const std::vector<int64_t>& tokens, const std::vector<float>& weights,
+                     float* out) {
   std::fill_n(out, hd, 0.0f);
   size_t i = 0;
   for (; i + 4 <= tokens.size(); i += 4) {

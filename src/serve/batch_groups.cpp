@@ -66,7 +66,9 @@ uint64_t llc_bytes(const std::filesystem::path& cache_dir) {
   return by_level[3] > 0 ? by_level[3] : by_level[2];
 }
 
-uint64_t amd_l3_bytes_from_edx(uint32_t edx) { return uint64_t(edx >> 18) * 512 * 1024; }
+uint64_t amd_l3_bytes_from_edx(uint32_t edx) {
+  return uint64_t(edx >> 18) * 512 * 1024;
+}
 
 uint64_t cpuid_llc_bytes() {
 #if defined(__x86_64__) || defined(__i386__)
