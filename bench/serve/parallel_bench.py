@@ -218,10 +218,11 @@ def main():
         print(f"| {n} | " + " | ".join(f"{v:.1f}" for v in vals) + f" | {vals[-1] / vals[0]:.2f}x |")
     same = all(texts[(p, n)] == texts[(base, n)] for p in parallels for n in streams)  # run 0 each
     print(f"\nreplies equal across --parallel values: {same}")
-    single = table[(base, 1)]["tok_s"]
-    for p in parallels:
-        for n in streams:
-            print(f"  parallel {p} streams {n}: {table[(p, n)]['tok_s'] / single:.2f}x one stream on --parallel {base}")
+    if (base, 1) in table:  # the "x one stream" lines need a run of one stream (--streams 1,...)
+        single = table[(base, 1)]["tok_s"]
+        for p in parallels:
+            for n in streams:
+                print(f"  parallel {p} streams {n}: {table[(p, n)]['tok_s'] / single:.2f}x one stream on --parallel {base}")
     errors = sum(table[(p, 'load')]["errors"] for p in parallels if (p, "load") in table)
     return 0 if same and errors == 0 else 1
 

@@ -118,10 +118,11 @@ void run_serve(const ServeOptions& options) {
           "which other requests change, so replies would depend on what else runs; use "
           "--parallel 1 or leave --moce off",
           server_options.parallel);
+    const serve::LastLevelCache llc = serve::last_level_cache();
     const serve::BatchGroupsChoice groups = serve::choose_batch_groups(
         options.batch_groups_given,
-        {int(pool.size()), server_options.parallel, model->file().file_size(), serve::llc_bytes(),
-         store != nullptr});
+        {int(pool.size()), server_options.parallel, model->file().file_size(), llc.bytes,
+         store != nullptr, llc.origin});
     server_options.batch_groups = groups.groups;
     server_options.batch_groups_reason = groups.reason;
     fmt::print(stderr, "strata serve: batch groups {} ({})\n", groups.groups, groups.reason);

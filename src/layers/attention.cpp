@@ -88,13 +88,31 @@ void select_tokens(RowScratch& scratch, const AttentionWeights& w, const Attenti
   const float scale = 1.0f / std::sqrt(float(shape.idx_dim));
   std::vector<float>& scores = scratch.scores;
   scores.assign(static_cast<size_t>(n_blocks), 0.0f);
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const float* key = cache.block_keys.data() + b * shape.idx_dim;
+  // Eight blocks at a time, each its own sums in the one-block order (dot from 0 in i order,
+  // heads added from 0 in h order): the chains are independent, so they overlap and vectorise
+  // (one block at a time was one serial chain of idx_dim adds per head, session 44).
+  constexpr int64_t kLanes = 8;
+  const int64_t di = shape.idx_dim;
+  const float* block_keys = cache.block_keys.data();
+  int64_t b = 0;
+  for (; b + kLanes <= n_blocks; b += kLanes) {
+    float sum[kLanes] = {};
+    for (int h = 0; h < shape.idx_heads; ++h) {
+      const float* q = index_q + h * di;
+      float dot[kLanes] = {};
+      for (int64_t i = 0; i < di; ++i)
+        for (int64_t l = 0; l < kLanes; ++l) dot[l] += q[i] * block_keys[(b + l) * di + i];
+      for (int64_t l = 0; l < kLanes; ++l) sum[l] += std::max(dot[l], 0.0f);
+    }
+    for (int64_t l = 0; l < kLanes; ++l) scores[size_t(b + l)] = sum[l] * scale;
+  }
+  for (; b < n_blocks; ++b) {
+    const float* key = block_keys + b * di;
     float sum = 0.0f;
     for (int h = 0; h < shape.idx_heads; ++h) {
-      const float* q = index_q + h * shape.idx_dim;
+      const float* q = index_q + h * di;
       float dot = 0.0f;
-      for (int i = 0; i < shape.idx_dim; ++i) dot += q[i] * key[i];
+      for (int64_t i = 0; i < di; ++i) dot += q[i] * key[i];
       sum += std::max(dot, 0.0f);
     }
     scores[size_t(b)] = sum * scale;
@@ -130,6 +148,36 @@ void extend_index(compute::Workspace& ws, const AttentionWeights& w, const Atten
     compute::rms_norm(key.data(), w.index_k_norm.data(), di, dims.rms_eps, key.data());
     compute::rope_neox(key.data(), di, dims.n_rot, b * ratio, dims.rope_theta);
     cache.block_keys.insert(cache.block_keys.end(), key.begin(), key.end());
+  }
+}
+
+// out[j] = Σ_i weights[i]·v_i[j] over the keys of `tokens` (row t of values at values +
+// t·stride), from 0 in i order. Four tokens a pass over out: each element's adds stay in token
+// order (the same bits as one token a pass), with a quarter of the loads and stores of `out`
+// (one token a pass was the largest part of a QSA decode row's core, session 44).
+void weighted_values(const float* values, int64_t stride, int hd,
+                     const std::vector<int64_t>& tokens, const std::vector<float>& weights,
+                     float* out) {
+  std::fill_n(out, hd, 0.0f);
+  size_t i = 0;
+  for (; i + 4 <= tokens.size(); i += 4) {
+    const float* v0 = values + tokens[i] * stride;
+    const float* v1 = values + tokens[i + 1] * stride;
+    const float* v2 = values + tokens[i + 2] * stride;
+    const float* v3 = values + tokens[i + 3] * stride;
+    const float w0 = weights[i], w1 = weights[i + 1], w2 = weights[i + 2], w3 = weights[i + 3];
+    for (int j = 0; j < hd; ++j) {
+      float o = out[j];
+      o += w0 * v0[j];
+      o += w1 * v1[j];
+      o += w2 * v2[j];
+      o += w3 * v3[j];
+      out[j] = o;
+    }
+  }
+  for (; i < tokens.size(); ++i) {
+    const float* vt = values + tokens[i] * stride;
+    for (int j = 0; j < hd; ++j) out[j] += weights[i] * vt[j];
   }
 }
 
@@ -374,11 +422,7 @@ void attention_core(compute::ThreadPool& pool, compute::Workspace& ws, const Att
         score_tokens(qh, cache.k.data() + kvh * hd, shape.kv_dim, hd, tokens, scale, weights);
         compute::softmax(weights.data(), int64_t(weights.size()));
         float* out = attn + t * attn_width + h * hd;
-        std::fill_n(out, hd, 0.0f);
-        for (size_t i = 0; i < tokens.size(); ++i) {
-          const float* vt = cache.v.data() + tokens[i] * shape.kv_dim + kvh * hd;
-          for (int j = 0; j < hd; ++j) out[j] += weights[i] * vt[j];
-        }
+        weighted_values(cache.v.data() + kvh * hd, shape.kv_dim, hd, tokens, weights, out);
         if (w.gated) {
           const float* gate = qh + hd;
           compute::mul_sigmoid(out, gate, hd);

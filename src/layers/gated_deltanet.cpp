@@ -203,14 +203,19 @@ void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const De
   auto convolve = [&](int64_t begin, int64_t end, int) {
     const int64_t ch_begin = begin * kConvChannelsPerTask;
     const int64_t ch_end = std::min(conv_dim, end * kConvChannelsPerTask);
-    for (int64_t t = 0; t < n_rows; ++t)
-      for (int64_t ch = ch_begin; ch < ch_end; ++ch) {
-        const float* taps = w.conv.data() + ch * kernel;
-        float sum = 0.0f;
-        for (int j = 0; j < kernel - 1; ++j) sum += taps[j] * conv_row(t + j)[ch];
-        sum += taps[kernel - 1] * conv_row(t + history_rows)[ch];
-        conv_out[size_t(t * conv_dim + ch)] = sum;
+    // Tap by tap over the task's channels (each channel's sum still starts at 0 and adds its
+    // taps oldest first, so the same bits): the inner loop runs over consecutive channels of one
+    // row and vectorises, where a loop over a channel's taps picked the row per tap (~1 GMAC/s:
+    // 6 % of a 16-row step on one thread, session 44).
+    for (int64_t t = 0; t < n_rows; ++t) {
+      float* out = conv_out.data() + t * conv_dim;
+      std::fill(out + ch_begin, out + ch_end, 0.0f);
+      for (int j = 0; j < kernel; ++j) {
+        const float* row = conv_row(t + j);
+        const float* taps = w.conv.data() + j;
+        for (int64_t ch = ch_begin; ch < ch_end; ++ch) out[ch] += taps[ch * kernel] * row[ch];
       }
+    }
     // silu over the task's channels of every row (vectorised; the same bits per element).
     for (int64_t t = 0; t < n_rows; ++t) {
       float* row = conv_out.data() + t * conv_dim;

@@ -8,6 +8,10 @@
 #include <fstream>
 #include <system_error>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "util/error.h"
 #include "util/progress.h"
 
@@ -62,6 +66,37 @@ uint64_t llc_bytes(const std::filesystem::path& cache_dir) {
   return by_level[3] > 0 ? by_level[3] : by_level[2];
 }
 
+uint64_t amd_l3_bytes_from_edx(uint32_t edx) {
+  return uint64_t(edx >> 18) * 512 * 1024;
+}
+
+uint64_t cpuid_llc_bytes() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  uint64_t largest_l3 = 0;
+  // Leaf 4, subleaf by subleaf until the null type: ways · partitions · line size · sets.
+  if (__get_cpuid_max(0, nullptr) >= 4)
+    for (unsigned sub = 0; sub < 16 && __get_cpuid_count(4, sub, &a, &b, &c, &d); ++sub) {
+      const unsigned type = a & 31, level = (a >> 5) & 7;
+      if (type == 0) break;
+      if (level != 3 || type == 2) continue;  // type 2: instruction cache
+      const uint64_t bytes = uint64_t((b >> 22) + 1) * (((b >> 12) & 0x3ff) + 1) *
+                             ((b & 0xfff) + 1) * (uint64_t(c) + 1);
+      largest_l3 = std::max(largest_l3, bytes);
+    }
+  if (largest_l3 > 0) return largest_l3;
+  if (__get_cpuid_max(0x80000000, nullptr) >= 0x80000006 && __get_cpuid(0x80000006, &a, &b, &c, &d))
+    return amd_l3_bytes_from_edx(d);
+#endif
+  return 0;
+}
+
+LastLevelCache last_level_cache() {
+  if (const uint64_t bytes = llc_bytes(); bytes > 0) return {bytes, "sysfs"};
+  if (const uint64_t bytes = cpuid_llc_bytes(); bytes > 0) return {bytes, "CPUID"};
+  return {};
+}
+
 std::optional<int> parse_batch_groups(std::string_view text) {
   if (text == "auto") return std::nullopt;
   int groups = 0;
@@ -79,11 +114,12 @@ BatchGroupsChoice choose_batch_groups(std::optional<int> given, const BatchGroup
   if (inputs.expert_store)
     return {1, "auto: experts from a RAM-budget store, and groups read the file mapping"};
   if (inputs.llc_bytes == 0)
-    return {1, "auto: the last-level cache size is not exposed (sysfs), taken as small"};
+    return {1, "auto: the last-level cache size is not exposed (sysfs, CPUID), taken as small"};
   const bool fit = weights_fit_cache(inputs.model_file_bytes, inputs.llc_bytes);
   const std::string sizes =
-      fmt::format("model {} {} the {} last-level cache", format_bytes(inputs.model_file_bytes),
-                  fit ? "fits in" : "exceeds", format_bytes(inputs.llc_bytes));
+      fmt::format("model {} {} the {} last-level cache{}", format_bytes(inputs.model_file_bytes),
+                  fit ? "fits in" : "exceeds", format_bytes(inputs.llc_bytes),
+                  inputs.llc_origin == "CPUID" ? " (CPUID: sysfs exposes none)" : "");
   if (!fit) return {1, fmt::format("auto: {}, a step is weight reads", sizes)};
   return {
       auto_batch_groups(inputs.threads, inputs.parallel, inputs.model_file_bytes, inputs.llc_bytes),

@@ -6,7 +6,8 @@
 //         that is close for batched steps (16 rows of the default model touch 23.9 of a layer's 64
 //         experts per step, and the next steps other ones, so what must stay cached is most of the
 //         file, not one token's dense part and active experts);
-//   LLC = the last-level cache (sysfs: level 3, else level 2; not exposed → 0, taken as small);
+//   LLC = the last-level cache (sysfs: level 3, else level 2; not exposed there: CPUID's L3;
+//         neither → 0, taken as small);
 //   T   = the compute threads (--threads).
 //   P   = --parallel, the most rows a step has.
 //   W ≤ LLC: the weights stay in cache, so a step is compute and its rows share little memory
@@ -24,7 +25,8 @@
 // a RAM-budget expert store auto is 1: groups read the experts from the file mapping (their
 // residency state is one).
 //
-// Everything here is a pure function but `llc_bytes`, which reads sysfs. Thread-safe.
+// Everything here is a pure function but `llc_bytes` (sysfs), `cpuid_llc_bytes` and
+// `last_level_cache`. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +56,23 @@ int auto_batch_groups(int threads, int parallel, uint64_t step_bytes, uint64_t l
 // largest level-2 one; 0 when neither can be read (e.g. a VM that exposes no cache sizes).
 uint64_t llc_bytes(const std::filesystem::path& cache_dir = "/sys/devices/system/cpu/cpu0/cache");
 
+// Where sysfs exposes no cache (this 2-vCPU VM), the CPU's own answer: CPUID leaf 4 (Intel's
+// deterministic cache parameters, the largest level-3 data or unified cache) or AMD's extended
+// leaf 0x80000006 (EDX bits 31-18: the L3 in 512 KiB units). 0 off x86 or when neither says.
+// A hypervisor may report the host's L3 rather than the share its vCPUs see (this VM: 508 MiB),
+// so it answers "does a 26 MiB model fit", not how much of a larger one would.
+uint64_t cpuid_llc_bytes();
+// Leaf 0x80000006's EDX as cpuid_llc_bytes reads it (pure, for the tests).
+uint64_t amd_l3_bytes_from_edx(uint32_t edx);
+
+// The LLC the auto rule uses: sysfs's (llc_bytes), else CPUID's; `origin` says which ("sysfs",
+// "CPUID", or "" when neither is known: bytes 0).
+struct LastLevelCache {
+  uint64_t bytes = 0;
+  std::string_view origin;
+};
+LastLevelCache last_level_cache();
+
 // `--batch-groups` as given: "auto" → nullopt, else a number of groups in [1, kMaxBatchGroups].
 // Throws strata::Error naming the option, what it expects and what it found.
 std::optional<int> parse_batch_groups(std::string_view text);
@@ -65,6 +84,7 @@ struct BatchGroupsInputs {
   uint64_t model_file_bytes = 0;  // W
   uint64_t llc_bytes = 0;         // 0 = unknown
   bool expert_store = false;      // experts from a RAM-budget store (groups refused)
+  std::string_view llc_origin;    // where llc_bytes came from ("sysfs", "CPUID"), for the reason
 };
 
 struct BatchGroupsChoice {

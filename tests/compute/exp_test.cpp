@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "compute/cpu/exp_avx2.h"
+#include "compute/cpu/exp_avx512.h"
 #include "compute/cpu/ops.h"
 #include "quant/quant.h"
 
@@ -30,9 +31,22 @@ bool same_bits(float a, float b) {
   return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b) || (a != a && b != b);
 }
 
-// Checks every form on `x` (any length; the vector groups and the scalar tail both run).
-// Returns the number of mismatches and reports the first few.
-int64_t mismatches(const std::vector<float>& x) {
+// One level's forms (exp_avx2.h, exp_avx512.h: the same signatures).
+struct ExpForms {
+  void (*exp)(const float*, int64_t, float*);
+  void (*exp_minus)(const float*, float, int64_t, float*);
+  void (*sigmoid)(const float*, int64_t, float*);
+  void (*silu)(const float*, int64_t, float*);
+  void (*silu_mul)(float*, const float*, int64_t);
+};
+constexpr ExpForms kAvx2{avx2::exp_f32, avx2::exp_minus_f32, avx2::sigmoid_f32, avx2::silu_f32,
+                         avx2::silu_mul_f32};
+constexpr ExpForms kAvx512{avx512::exp_f32, avx512::exp_minus_f32, avx512::sigmoid_f32,
+                           avx512::silu_f32, avx512::silu_mul_f32};
+
+// Checks every form of a level on `x` (any length; the vector groups and the scalar tail both
+// run). Returns the number of mismatches and reports the first few.
+int64_t mismatches(const std::vector<float>& x, const ExpForms& forms) {
   const int64_t n = int64_t(x.size());
   std::vector<float> out(x.size()), g(x.size());
   int64_t bad = 0;
@@ -46,18 +60,18 @@ int64_t mismatches(const std::vector<float>& x) {
       }
     }
   };
-  avx2::exp_f32(x.data(), n, out.data());
+  forms.exp(x.data(), n, out.data());
   check("exp", scalar_exp);
-  avx2::sigmoid_f32(x.data(), n, out.data());
+  forms.sigmoid(x.data(), n, out.data());
   check("sigmoid", scalar_sigmoid);
-  avx2::silu_f32(x.data(), n, out.data());
+  forms.silu(x.data(), n, out.data());
   check("silu", scalar_silu);
-  avx2::exp_minus_f32(x.data(), 0.75f, n, out.data());
+  forms.exp_minus(x.data(), 0.75f, n, out.data());
   check("exp_minus", [](float v) { return std::exp(v - 0.75f); });
   g = x;
   std::vector<float> u(x.size());
   for (size_t i = 0; i < u.size(); ++i) u[i] = float(int(i % 7) - 3) * 0.375f;
-  avx2::silu_mul_f32(g.data(), u.data(), n);
+  forms.silu_mul(g.data(), u.data(), n);
   for (int64_t i = 0; i < n; ++i) out[size_t(i)] = g[size_t(i)];
   {
     int64_t i = 0;
@@ -67,8 +81,8 @@ int64_t mismatches(const std::vector<float>& x) {
   return bad;
 }
 
-TEST(ExpAvx2, SampledFloatsAreBitwiseTheStdExpFormulas) {
-  if (!quant::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+// The default suite's sample (see the top of the file).
+std::vector<float> sampled_floats() {
   std::vector<float> x;
   for (uint64_t bits = 0; bits < (uint64_t(1) << 32); bits += 4099)
     x.push_back(std::bit_cast<float>(uint32_t(bits)));
@@ -84,9 +98,23 @@ TEST(ExpAvx2, SampledFloatsAreBitwiseTheStdExpFormulas) {
   for (float v : {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(),
                   std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::max()})
     x.push_back(v);
-  x.push_back(1.0f);  // a tail of 3 after the groups of 8
+  x.push_back(1.0f);  // a tail of 3 after the groups of 8 (of 11 after AVX-512's groups of 16)
   x.push_back(2.0f);
-  EXPECT_EQ(mismatches(x), 0);
+  return x;
+}
+
+TEST(ExpAvx2, SampledFloatsAreBitwiseTheStdExpFormulas) {
+  if (!quant::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+  EXPECT_EQ(mismatches(sampled_floats(), kAvx2), 0);
+}
+
+TEST(ExpAvx512, SampledFloatsAreBitwiseTheStdExpFormulas) {
+  if (!quant::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const std::vector<float> x = sampled_floats();
+  EXPECT_EQ(mismatches(x, kAvx512), 0);
+  // Every tail length after the groups of 16 (and the groups at every offset).
+  for (size_t n = 1; n <= 40; ++n)
+    EXPECT_EQ(mismatches(std::vector<float>(x.begin() + 1000, x.begin() + 1000 + n), kAvx512), 0);
 }
 
 // The dispatched ops (what the layers call) are the scalar functions, bitwise.

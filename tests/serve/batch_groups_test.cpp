@@ -109,6 +109,37 @@ TEST(ServeBatchGroups, ChoiceKeepsAGivenNumberAndSaysWhyForAuto) {
   EXPECT_NE(unknown.reason.find("not exposed"), std::string::npos) << unknown.reason;
 }
 
+TEST(ServeBatchGroups, ACacheKnownFromCpuidSaysSoAndPicksGroups) {
+  // The 2-vCPU build VM: no sysfs cache, CPUID leaf 0x80000006 reports 1016 x 512 KiB.
+  BatchGroupsInputs inputs{2, 16, 27'455'392, amd_l3_bytes_from_edx(1016u << 18), false, "CPUID"};
+  EXPECT_EQ(inputs.llc_bytes, 508 * kMiB);
+  const BatchGroupsChoice choice = choose_batch_groups(std::nullopt, inputs);
+  EXPECT_EQ(choice.groups, 2);  // 2 groups measured 1.2-1.3x over 1 there (docs/serve.md)
+  EXPECT_NE(choice.reason.find("fits in the 508 MiB last-level cache (CPUID: sysfs exposes none)"),
+            std::string::npos)
+      << choice.reason;
+  inputs.llc_origin = "sysfs";
+  EXPECT_EQ(choose_batch_groups(std::nullopt, inputs).reason.find("CPUID"), std::string::npos);
+}
+
+TEST(ServeBatchGroups, AmdL3IsTheTopFourteenBitsOfEdxIn512KiBUnits) {
+  EXPECT_EQ(amd_l3_bytes_from_edx(0), 0u);
+  EXPECT_EQ(amd_l3_bytes_from_edx((64u << 18) | 0x3ffffu), 32 * kMiB);  // low bits: ways, lines
+  EXPECT_EQ(amd_l3_bytes_from_edx(0xffffffffu), uint64_t(0x3fff) * 512 * 1024);
+}
+
+TEST(ServeBatchGroups, TheLastLevelCacheNamesWhereItCameFrom) {
+  const LastLevelCache llc = last_level_cache();
+  if (llc.bytes == 0) {
+    EXPECT_EQ(llc.origin, "");
+  } else {
+    EXPECT_TRUE(llc.origin == "sysfs" || llc.origin == "CPUID") << llc.origin;
+  }
+  if (llc_bytes() > 0) {
+    EXPECT_EQ(llc.origin, "sysfs");
+  }
+}
+
 void write(const std::filesystem::path& path, const std::string& text) {
   std::ofstream(path) << text << "\n";
 }

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "compute/cpu/exp_avx2.h"
+#include "compute/cpu/exp_avx512.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -14,6 +15,13 @@ namespace {
 // The AVX2 exp forms (bitwise the scalar ones) where the CPU has AVX2 and FMA.
 bool vector_exp() {
   static const bool on = quant::cpu_has_avx2();
+  return on;
+}
+
+// The AVX-512 forms (no table gather) where the kernels run at that level (the environment's cap
+// included): the same bits as the AVX2 ones.
+bool vector_exp512() {
+  static const bool on = quant::active_kernel_level() == quant::KernelLevel::Avx512;
   return on;
 }
 
@@ -85,7 +93,9 @@ void softmax(float* x, int64_t n) {
   require_positive("softmax", "n", n);
   float max_value = -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < n; ++i) max_value = std::fmax(max_value, x[i]);
-  if (vector_exp()) {
+  if (vector_exp512()) {
+    avx512::exp_minus_f32(x, max_value, n, x);
+  } else if (vector_exp()) {
     avx2::exp_minus_f32(x, max_value, n, x);
   } else {
     for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i] - max_value);
@@ -100,22 +110,27 @@ float silu(float x) { return x / (1.0f + std::exp(-x)); }
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 void sigmoid(const float* x, int64_t n, float* out) {
+  if (vector_exp512()) return avx512::sigmoid_f32(x, n, out);
   if (vector_exp()) return avx2::sigmoid_f32(x, n, out);
   for (int64_t i = 0; i < n; ++i) out[i] = sigmoid(x[i]);
 }
 void silu(const float* x, int64_t n, float* out) {
+  if (vector_exp512()) return avx512::silu_f32(x, n, out);
   if (vector_exp()) return avx2::silu_f32(x, n, out);
   for (int64_t i = 0; i < n; ++i) out[i] = silu(x[i]);
 }
 void silu_mul(float* g, const float* u, int64_t n) {
+  if (vector_exp512()) return avx512::silu_mul_f32(g, u, n);
   if (vector_exp()) return avx2::silu_mul_f32(g, u, n);
   for (int64_t i = 0; i < n; ++i) g[i] = silu(g[i]) * u[i];
 }
 void mul_sigmoid(float* o, const float* gate, int64_t n) {
+  if (vector_exp512()) return avx512::mul_sigmoid_f32(o, gate, n);
   if (vector_exp()) return avx2::mul_sigmoid_f32(o, gate, n);
   for (int64_t i = 0; i < n; ++i) o[i] *= sigmoid(gate[i]);
 }
 void mul_silu(float* o, const float* gate, int64_t n) {
+  if (vector_exp512()) return avx512::mul_silu_f32(o, gate, n);
   if (vector_exp()) return avx2::mul_silu_f32(o, gate, n);
   for (int64_t i = 0; i < n; ++i) o[i] *= silu(gate[i]);
 }
