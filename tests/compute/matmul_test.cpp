@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "compute/cpu/work_estimate.h"
@@ -465,6 +466,61 @@ TEST(Matmul, ManyProductsAndConvertedRowsEqualOneMatmulEach) {
       std::vector<float> y1(size_t(n_rows * n_outs[1]));
       const MatmulProduct wrong[] = {{&matrices[1], y1.data()}};
       EXPECT_THROW(matmul_rows(pool, wrong, reversed), Error);
+    }
+  }
+}
+
+// matmul_rows_range: any output range, on the calling thread, gives matmul's bits for those
+// outputs and leaves every other element of y alone; covering [0, n_out) in uneven pieces gives
+// the whole product. Odd starts and lengths (the tile kernels pair weight rows), one-block rows,
+// a window longer than one row tile. Ranges outside [0, n_out] throw.
+TEST(Matmul, OutputRangesAreBitwiseTheWholeProduct) {
+  std::mt19937 rng(91);
+  struct Shape {
+    GgmlType type;
+    int64_t n_in, n_out;
+  };
+  const Shape shapes[] = {{GgmlType::Q8_0, 128, 96},   {GgmlType::Q8_0, 32, 70},
+                          {GgmlType::Q4_K, 512, 37},   {GgmlType::Q6_K, 256, 20},
+                          {GgmlType::IQ2_XS, 256, 33}, {GgmlType::Q5_0, 64, 17}};
+  ThreadPool pool(3);
+  for (const Shape& shape : shapes) {
+    const size_t stride = row_bytes(shape.type, shape.n_in);
+    const std::vector<std::byte> weights =
+        random_weights(shape.type, shape.n_in, shape.n_out, stride, rng);
+    const WeightMatrix w{shape.type, shape.n_in, shape.n_out, weights.data(), stride};
+    for (int64_t n_rows : {1, 2, 5, 9}) {
+      const std::vector<float> x = random_inputs(n_rows * shape.n_in, rng);
+      std::vector<float> want(size_t(n_rows * shape.n_out));
+      matmul(pool, w, x.data(), n_rows, want.data());
+      std::vector<std::byte> converted(activation_row_stride(shape.type, shape.n_in) *
+                                       size_t(n_rows));
+      const ActivationRows rows = quantize_activation_rows(pool, shape.type, x.data(), n_rows,
+                                                           shape.n_in, converted.data());
+      std::uniform_int_distribution<int64_t> cut(0, shape.n_out);
+      for (int round = 0; round < 8; ++round) {
+        int64_t a = cut(rng), b = cut(rng);
+        if (a > b) std::swap(a, b);
+        std::vector<float> y(want.size(), -7.0f);
+        matmul_rows_range(w, rows, a, b, y.data());
+        for (int64_t t = 0; t < n_rows; ++t)
+          for (int64_t o = 0; o < shape.n_out; ++o) {
+            const size_t i = size_t(t * shape.n_out + o);
+            if (o >= a && o < b)
+              ASSERT_EQ(0, std::memcmp(&y[i], &want[i], sizeof(float)))
+                  << type_traits(shape.type).name << " rows " << n_rows << " [" << a << ", " << b
+                  << ") output " << o;
+            else
+              ASSERT_EQ(y[i], -7.0f) << "outside the range: output " << o;
+          }
+      }
+      std::vector<float> pieces(want.size(), -7.0f);
+      for (int64_t o = 0, step = 1; o < shape.n_out; o += step, step = step % 5 + 1)
+        matmul_rows_range(w, rows, o, std::min(shape.n_out, o + step), pieces.data());
+      EXPECT_EQ(0, std::memcmp(pieces.data(), want.data(), want.size() * sizeof(float)));
+      EXPECT_THROW(matmul_rows_range(w, rows, -1, 2, pieces.data()), Error);
+      EXPECT_THROW(matmul_rows_range(w, rows, 0, shape.n_out + 1, pieces.data()), Error);
+      EXPECT_THROW(matmul_rows_range(w, rows, 3, 2, pieces.data()), Error);
     }
   }
 }

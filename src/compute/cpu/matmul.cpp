@@ -106,8 +106,8 @@ ProductJob make_job(const WeightMatrix& w, float* y, const std::byte* activation
   return job;
 }
 
-// Output tiles [tile_begin, tile_end) of one product.
-void run_tiles(const ProductJob& job, int64_t tile_begin, int64_t tile_end) {
+// Outputs [o_begin, o_end) of one product, in tiles of job.outputs_per_tile from o_begin.
+void run_outputs(const ProductJob& job, int64_t o_begin, int64_t o_end) {
   const WeightMatrix& w = *job.w;
   const int64_t n_in = w.n_in, n_out = w.n_out, n_rows = job.n_rows;
   const quant::DotKernel dot = quant::dot_kernel(w.type);
@@ -120,8 +120,6 @@ void run_tiles(const ProductJob& job, int64_t tile_begin, int64_t tile_end) {
   const bool one_row_tiles =
       n_in == type_traits(w.type).block_elems ||
       (w.type == GgmlType::Q8_0 && quant::active_kernel_level() == quant::KernelLevel::Avx512);
-  const int64_t o_begin = tile_begin * job.outputs_per_tile;
-  const int64_t o_end = std::min(n_out, tile_end * job.outputs_per_tile);
   float* y = job.y;
   for (int64_t o_tile = o_begin; o_tile < o_end; o_tile += job.outputs_per_tile) {
     const int64_t o_tile_end = std::min(o_end, o_tile + job.outputs_per_tile);
@@ -145,6 +143,12 @@ void run_tiles(const ProductJob& job, int64_t tile_begin, int64_t tile_end) {
       }
     }
   }
+}
+
+// Output tiles [tile_begin, tile_end) of one product.
+void run_tiles(const ProductJob& job, int64_t tile_begin, int64_t tile_end) {
+  run_outputs(job, tile_begin * job.outputs_per_tile,
+              std::min(job.w->n_out, tile_end * job.outputs_per_tile));
 }
 
 // Every tile of every job in one parallel_for (tiles numbered job after job). Which thread runs
@@ -257,7 +261,7 @@ namespace {
 
 // The job of y = W·rows, after checking that W can take the rows (`caller` names the function
 // in the error).
-ProductJob rows_job(const char* caller, const ThreadPool& pool, const WeightMatrix* w, float* y,
+ProductJob rows_job(const char* caller, int n_threads, const WeightMatrix* w, float* y,
                     const ActivationRows& rows) {
   if (w == nullptr) fail("{}: null weight matrix", caller);
   // validate() checks the pointers against the f32 view; the rows' data stands in for x.
@@ -265,7 +269,7 @@ ProductJob rows_job(const char* caller, const ThreadPool& pool, const WeightMatr
   if (quant::activation_type(w->type) != rows.activation_type || w->n_in != rows.n_in)
     fail("{}: weights of type {} with {} inputs cannot take activation rows of type {} with {} inputs",
          caller, type_traits(w->type).name, w->n_in, type_traits(rows.activation_type).name, rows.n_in);
-  return make_job(*w, y, rows.data, rows.row_stride_bytes, rows.n_rows, pool.size());
+  return make_job(*w, y, rows.data, rows.row_stride_bytes, rows.n_rows, n_threads);
 }
 
 }  // namespace
@@ -277,7 +281,7 @@ void matmul_rows(ThreadPool& pool, std::span<const MatmulProduct> products,
   if (rows.n_rows == 0) return;
   std::array<ProductJob, kMaxProducts> jobs;
   for (size_t i = 0; i < products.size(); ++i)
-    jobs[i] = rows_job("matmul_rows", pool, products[i].w, products[i].y, rows);
+    jobs[i] = rows_job("matmul_rows", pool.size(), products[i].w, products[i].y, rows);
   run_jobs(pool, std::span<const ProductJob>(jobs.data(), products.size()));
 }
 
@@ -288,8 +292,18 @@ void matmul_rows_each(ThreadPool& pool, std::span<const RowsProduct> products) {
   std::array<ProductJob, kMaxRowsProducts> jobs;
   size_t n_jobs = 0;
   for (const RowsProduct& p : products)
-    if (p.rows.n_rows > 0) jobs[n_jobs++] = rows_job("matmul_rows_each", pool, p.w, p.y, p.rows);
+    if (p.rows.n_rows > 0)
+      jobs[n_jobs++] = rows_job("matmul_rows_each", pool.size(), p.w, p.y, p.rows);
   if (n_jobs > 0) run_jobs(pool, std::span<const ProductJob>(jobs.data(), n_jobs));
+}
+
+void matmul_rows_range(const WeightMatrix& w, const ActivationRows& rows, int64_t o_begin,
+                       int64_t o_end, float* y) {
+  if (o_begin < 0 || o_end > w.n_out || o_begin > o_end)
+    fail("matmul_rows_range: expected 0 <= o_begin <= o_end <= {}, found [{}, {})", w.n_out,
+         o_begin, o_end);
+  if (rows.n_rows == 0 || o_begin == o_end) return;
+  run_outputs(rows_job("matmul_rows_range", 1, &w, y, rows), o_begin, o_end);
 }
 
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_rows, float* y) {
