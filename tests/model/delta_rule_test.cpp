@@ -100,10 +100,11 @@ TEST(DeltaRuleToken, ColumnRangesAreBitwiseTheWholeHead) {
         delta_rule_token_columns(q.data(), k.data(), v.data(), beta, decay_log, dk, dv, bounds[r],
                                  bounds[r + 1], state.data(), out.data());
         for (int i = 0; i < dk; ++i)
-          for (int j = 0; j < dv; ++j)
-            if (j < bounds[r] || j >= bounds[r + 1])
-              ASSERT_EQ(state[size_t(i * dv + j)], before[size_t(i * dv + j)])
-                  << "column " << j << " outside [" << bounds[r] << ", " << bounds[r + 1] << ")";
+          for (int j = 0; j < dv; ++j) {
+            if (j >= bounds[r] && j < bounds[r + 1]) continue;
+            ASSERT_EQ(state[size_t(i * dv + j)], before[size_t(i * dv + j)])
+                << "column " << j << " outside [" << bounds[r] << ", " << bounds[r + 1] << ")";
+          }
       }
       ASSERT_EQ(std::memcmp(state.data(), whole_state.data(), state.size() * sizeof(float)), 0)
           << "state after token " << t << ", dk " << dk << ", dv " << dv;
