@@ -152,26 +152,28 @@ TEST(Matmul, WindowIdentityIsBitwiseForEverySizeAndThreadCount) {
         random_weights(type, n_in, n_out, row_bytes(type, n_in), rng);
     const WeightMatrix w = WeightMatrix::dense(type, n_in, n_out, data.data());
     const std::vector<float> expected = expected_by_direct_dots(w, x.data(), max_rows);
-    for (int n_threads : {1, 2, 3})
-    for (double inline_work_ns : {ThreadPool::kInlineNever, ThreadPool::kInlineAlways}) {
-      ThreadPool pool(n_threads, ThreadPool::kDefaultWorkerSpinMicros, inline_work_ns);
-      for (int64_t n_rows : {1, 2, 3, 5, 8, 17}) {
-        for (int64_t first_row : {int64_t(0), max_rows - n_rows, (max_rows - n_rows) / 2}) {
-          std::vector<float> y(static_cast<size_t>(n_rows * n_out));
-          matmul(pool, w, x.data() + first_row * n_in, n_rows, y.data());
-          for (int64_t t = 0; t < n_rows; ++t) {
-            for (int64_t o = 0; o < n_out; ++o) {
-              const float got = y[size_t(t * n_out + o)];
-              const float want = expected[size_t((first_row + t) * n_out + o)];
-              ASSERT_EQ(f32_to_bits(got), f32_to_bits(want))
-                  << type_name(type) << " threads " << n_threads << " inline_work_ns "
-                  << inline_work_ns << " n_rows " << n_rows << " row " << first_row + t << " o "
-                  << o;
+    // Windows under 2 rows a thread convert their rows in the tiles' hand-out (run_phases), the
+    // others before it, split over the pool: 7 and 16 threads take both for every window here.
+    for (int n_threads : {1, 2, 3, 7, 16})
+      for (double inline_work_ns : {ThreadPool::kInlineNever, ThreadPool::kInlineAlways}) {
+        ThreadPool pool(n_threads, ThreadPool::kDefaultWorkerSpinMicros, inline_work_ns);
+        for (int64_t n_rows : {1, 2, 3, 5, 8, 17}) {
+          for (int64_t first_row : {int64_t(0), max_rows - n_rows, (max_rows - n_rows) / 2}) {
+            std::vector<float> y(static_cast<size_t>(n_rows * n_out));
+            matmul(pool, w, x.data() + first_row * n_in, n_rows, y.data());
+            for (int64_t t = 0; t < n_rows; ++t) {
+              for (int64_t o = 0; o < n_out; ++o) {
+                const float got = y[size_t(t * n_out + o)];
+                const float want = expected[size_t((first_row + t) * n_out + o)];
+                ASSERT_EQ(f32_to_bits(got), f32_to_bits(want))
+                    << type_name(type) << " threads " << n_threads << " inline_work_ns "
+                    << inline_work_ns << " n_rows " << n_rows << " row " << first_row + t << " o "
+                    << o;
+              }
             }
           }
         }
       }
-    }
   }
 }
 
@@ -425,7 +427,7 @@ TEST(Matmul, ManyProductsAndConvertedRowsEqualOneMatmulEach) {
     storage.push_back(random_weights(types[i], n_in, n_outs[i], stride, rng));
     matrices.push_back(WeightMatrix{types[i], n_in, n_outs[i], storage.back().data(), stride});
   }
-  for (int threads : {1, 3}) {
+  for (int threads : {1, 3, 16}) {
     ThreadPool pool(threads);
     for (int64_t n_rows : {1, 2, 5, 13}) {
       const std::vector<float> x = random_inputs(n_rows * n_in, rng);
