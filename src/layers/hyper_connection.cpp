@@ -120,9 +120,17 @@ bool chains(const HyperConnectionWeights& w) {
 // between them: "hc in" scaled 1.18x from 2 to 16 threads (docs/bench-cpu-scaling.md).
 // Every value goes through the per-step form's operations in the same order (the same
 // element-wise functions, each output one dot), so each row gets the same bits.
+// With `out` (hyper_connection_out_in), the block output is added to X row by row in the first
+// step, before that row's norm (the next steps write the new inject, which may be out->inject:
+// every row has read its old one by then).
+struct PendingOut {
+  const float* y;       // [n_rows][H]
+  const float* inject;  // [n_rows][S]
+  float* X;             // the X that hc in reads
+};
 void hc_in_chained(compute::ThreadPool& pool, const HyperConnectionWeights& w, int n_streams,
                    int64_t n_embd, float eps, const float* X, int64_t n_rows, float* x,
-                   float* inject, const HcScratch& scratch) {
+                   float* inject, const HcScratch& scratch, const PendingOut* out = nullptr) {
   const int64_t width = n_streams * n_embd;
   const int64_t rank = w.down.n_out;
   const float inv_streams = 1.0f / float(n_streams);
@@ -144,6 +152,9 @@ void hc_in_chained(compute::ThreadPool& pool, const HyperConnectionWeights& w, i
   // Each step's tasks [begin, end): one at a time on the pool, all of them when run in order.
   const auto normalise = [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
+      if (out)
+        hyper_connection_out(n_streams, n_embd, out->y + t * n_embd, out->inject + t * n_streams, 1,
+                             out->X + t * width);
       float* normed = scratch.normed + t * width;
       compute::rms_norm_grouped(X + t * width, w.norm.data(), n_streams, n_embd, eps, normed);
       quant::quantize_activation(w.down.type, normed,
@@ -262,12 +273,27 @@ void hyper_connection_out_in(compute::ThreadPool& pool, compute::Workspace& ws, 
                              int64_t n_embd, const float* y, const float* inject, float* X,
                              const HyperConnectionWeights& next, float eps, int64_t n_rows,
                              float* x, float* next_inject) {
+  const int64_t width = n_streams * n_embd;
   if (!compute::takes_row_slices(pool, n_rows)) {
-    hyper_connection_out(n_streams, n_embd, y, inject, n_rows, X);
+    if (n_rows <= kChainMaxRows && chains(next)) {
+      // The chain's first step adds the block output row by row: no pass over X on the calling
+      // thread before the hand-out (timed with hc in).
+      ScopedPart part(Part::HcIn);
+      compute::Workspace::Frame frame(ws);
+      const HcScratch scratch = take_scratch(ws, next, width, n_rows);
+      const PendingOut out{y, inject, X};
+      hc_in_chained(pool, next, n_streams, n_embd, eps, X, n_rows, x,
+                    next.has_inject() ? next_inject : nullptr, scratch, &out);
+      return;
+    }
+    {
+      ScopedPart part(Part::HcOut);
+      hyper_connection_out(n_streams, n_embd, y, inject, n_rows, X);
+    }
+    ScopedPart part(Part::HcIn);
     hyper_connection_in(pool, ws, next, n_streams, n_embd, eps, X, n_rows, x, next_inject);
     return;
   }
-  const int64_t width = n_streams * n_embd;
   compute::Workspace::Frame frame(ws);
   const HcScratch scratch = take_scratch(ws, next, width, n_rows);
   float* const inject_out = next.has_inject() ? next_inject : nullptr;
