@@ -288,8 +288,15 @@ void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const De
     // About two tasks per thread for each step: a task is taken from one shared counter, a cache
     // line that travels between the cores (~470 ns a round trip on the 2-vCPU build VM), so the
     // conv's 64-channel units and a row's nk + 1 parts go in groups where threads are few.
-    const int threads = pool.size();
-    const int64_t units_per_task = std::max<int64_t>(1, conv_tasks / (2 * int64_t(threads)));
+    // A conv under the inline threshold (compute/cpu/thread_pool.h) is one task, and the split
+    // one more: spread over the 2-vCPU build VM's threads they made a decode token's DeltaNet
+    // part 0.25 ms slower (10 alternated rounds, 12 x 512 file), every row's conv outputs then
+    // crossing between the cores; as the chain's first tasks they still run while the workers
+    // join.
+    const double conv_ns = conv_work_ns(pool, dims, n_rows);
+    const int threads = conv_ns < pool.inline_work_ns() ? 1 : pool.size();
+    const int64_t units_per_task =
+        threads == 1 ? conv_tasks : std::max<int64_t>(1, conv_tasks / (2 * int64_t(threads)));
     const int64_t conv_step_tasks = (conv_tasks + units_per_task - 1) / units_per_task;
     const auto conv_step = [&](int64_t begin, int64_t end, int thread) {
       const int64_t unit_begin = begin * units_per_task;
@@ -312,8 +319,7 @@ void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const De
     if (then.size() + 2 > phases.size())
       fail("deltanet_inputs: expected at most 2 steps after the inputs, found {}", then.size());
     std::copy(then.begin(), then.end(), phases.begin() + 2);
-    pool.run_phases(std::span(phases.data(), then.size() + 2),
-                    work_ns + conv_work_ns(pool, dims, n_rows));
+    pool.run_phases(std::span(phases.data(), then.size() + 2), work_ns + conv_ns);
     return;
   }
   // On the pool for decode rows too: 2560 channels x 4 taps were ~20 µs of a decode step on one
