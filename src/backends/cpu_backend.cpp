@@ -174,11 +174,6 @@ void CpuBackend::hyper_connection_out_in(int n_streams, Tensor y, Tensor inject,
                                          const HyperConnectionWeights& next, float eps, Tensor x,
                                          Tensor next_inject, int64_t n_rows) {
   ThreadPool& threads = pool("hyper_connection_out_in");
-  if (!compute::takes_row_slices(threads, n_rows)) {
-    hyper_connection_out(n_streams, y, inject, X, n_rows);
-    hyper_connection_in(next, n_streams, eps, X, x, next_inject, n_rows);
-    return;
-  }
   float* Xd = rows(X, n_rows, "hyper_connection_out_in");
   const int64_t n_embd = X.width / n_streams;
   const float* yd = rows(y, n_rows, "hyper_connection_out_in", n_embd);
@@ -187,7 +182,8 @@ void CpuBackend::hyper_connection_out_in(int n_streams, Tensor y, Tensor inject,
   float* next_inj = next_inject.valid()
                         ? rows(next_inject, n_rows, "hyper_connection_out_in", n_streams)
                         : nullptr;
-  // Timed per part on the window thread's slice (layers/hyper_connection.cpp).
+  // Timed per part there (layers/hyper_connection.cpp): on the window thread's slice, or "hc in"
+  // for the chained form (whose first step is the out).
   strata::hyper_connection_out_in(threads, ws_, n_streams, n_embd, yd, inj, Xd, next, eps, n_rows,
                                   xd, next_inj);
 }

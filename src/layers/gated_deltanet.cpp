@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <optional>
+#include <span>
 
 #include "compute/cpu/gemm_f32.h"
 #include "compute/cpu/ops.h"
@@ -21,19 +22,32 @@ namespace strata {
 // this loop was 12 % of a 16-row batched decode step on the default model, docs/serve.md).
 void delta_rule_token(const float* q, const float* k, const float* v, float beta, float decay_log,
                       int dk, int dv, float* state, float* out) {
+  delta_rule_token_columns(q, k, v, beta, decay_log, dk, dv, 0, dv, state, out);
+}
+
+void delta_rule_token_columns(const float* q, const float* k, const float* v, float beta,
+                              float decay_log, int dk, int dv, int j_begin, int j_end, float* state,
+                              float* out) {
   const float decay = std::exp(decay_log);
-  for (int i = 0; i < dk * dv; ++i) state[i] *= decay;
+  if (j_begin == 0 && j_end == dv) {
+    for (int i = 0; i < dk * dv; ++i) state[i] *= decay;
+  } else {
+    for (int i = 0; i < dk; ++i)
+      for (int j = j_begin; j < j_end; ++j) state[i * dv + j] *= decay;
+  }
   // Columns in blocks of kColumns: a block's recalled values (Sᵀk)_j read its columns before
   // their update, as the column-by-column loop does; other columns are not touched.
   constexpr int kColumns = 64;
   float u[kColumns];
-  for (int j0 = 0; j0 < dv; j0 += kColumns) {
-    const int n = std::min(kColumns, dv - j0);
+  for (int j0 = j_begin; j0 < j_end; j0 += kColumns) {
+    const int n = std::min(kColumns, j_end - j0);
     compute::gemm_f32(1, n, dk, k, dk, state + j0, dv, u, n, /*accumulate=*/false);
     for (int j = 0; j < n; ++j) u[j] = (v[j0 + j] - u[j]) * beta;
     compute::gemm_f32(dk, n, 1, k, 1, u, n, state + j0, dv, /*accumulate=*/true);
   }
-  if (out) compute::gemm_f32(1, dv, dk, q, dk, state, dv, out, dv, /*accumulate=*/false);
+  if (out)
+    compute::gemm_f32(1, j_end - j_begin, dk, q, dk, state + j_begin, dv, out + j_begin, dv,
+                      /*accumulate=*/false);
 }
 
 namespace {
@@ -48,19 +62,36 @@ void l2_normalize(float* v, int n, float extra) {
 
 using DeltaInputs = GatedDeltaNetInputs;
 
-// Recurrent form, token by token, over the first n_rows rows. state: [dk][dv] of V head h;
+// Recurrent form, token by token, over the first n_rows rows, for state columns
+// [j_begin, j_end) (a column's recurrence reads no other column). state: [dk][dv] of V head h;
 // out: core [n_rows][nv·dv], or nullptr to advance the state only (rollback replay; the state
 // update is the same code either way, so the same bits).
 void delta_rule_recurrent(const DeltaInputs& in, int64_t n_rows, const DeltaNetDims& dims, int h,
-                          int kh, float* state, float* out) {
+                          int kh, float* state, float* out, int j_begin, int j_end) {
   const int dk = dims.head_k_dim, dv = dims.head_v_dim, nv = dims.n_v_heads;
   const int64_t key_dim = dims.key_dim(), value_dim = dims.value_dim();
   for (int64_t t = 0; t < n_rows; ++t) {
-    delta_rule_token(in.q.data() + t * key_dim + kh * dk, in.k.data() + t * key_dim + kh * dk,
-                     in.v.data() + t * value_dim + h * dv, in.beta[size_t(t * nv + h)],
-                     in.decay_log[size_t(t * nv + h)], dk, dv, state,
-                     out ? out + t * value_dim + h * dv : nullptr);
+    delta_rule_token_columns(in.q.data() + t * key_dim + kh * dk,
+                             in.k.data() + t * key_dim + kh * dk,
+                             in.v.data() + t * value_dim + h * dv, in.beta[size_t(t * nv + h)],
+                             in.decay_log[size_t(t * nv + h)], dk, dv, j_begin, j_end, state,
+                             out ? out + t * value_dim + h * dv : nullptr);
   }
+}
+void delta_rule_recurrent(const DeltaInputs& in, int64_t n_rows, const DeltaNetDims& dims, int h,
+                          int kh, float* state, float* out) {
+  delta_rule_recurrent(in, n_rows, dims, h, kh, state, out, 0, dims.head_v_dim);
+}
+
+// Column blocks per V head for the recurrent form on `threads` threads: 1 while the heads give
+// every thread about three tasks, else the fewest powers of two that do, each block at least
+// kMinColumns wide. The mid shape's 12 heads on 16 threads: 4 blocks of 32 columns, 48 tasks
+// (by heads alone 4 of the 16 threads waited and the others ran a whole head each).
+int column_blocks(int threads, int n_heads, int dv) {
+  constexpr int kMinColumns = 8;
+  int blocks = 1;
+  while (n_heads * blocks < 3 * threads && dv / (2 * blocks) >= kMinColumns) blocks *= 2;
+  return blocks;
 }
 
 // Chunked form for V head h of `in` (contract and order in the header's delta_rule_chunked_head).
@@ -179,9 +210,17 @@ double conv_work_ns(const compute::ThreadPool& pool, const DeltaNetDims& dims, i
 
 // Phase 1 for one sequence (sequential in t: the conv history): conv + SiLU, split, normalise,
 // gates, from its rows of the projections into `in` (sized for n_rows by the caller).
+// With `then` (steps that read `in`: the delta rule's), the whole of it and those steps go out as
+// one chain (ThreadPool::run_phases, work_ns its estimate): the conv with the history of each
+// task's channels, then the split, norms and gates per (row, K head) and per row, then `then`.
+// A decode row's conv, its per-row pass and the delta rule were up to three hand-outs with the
+// per-row pass on the calling thread between them ("gdn conv+gates" did not scale with threads:
+// 1.2 ms a token on 1 thread, 1.5 on 16, docs/bench-cpu-scaling.md). Each value goes through
+// the same operations either way, so the same bits.
 void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const DeltaNetDims& dims,
                      const GatedDeltaNetWeights& w, GatedDeltaNetState& state, const float* mixed,
-                     const float* beta, const float* alpha, int64_t n_rows, DeltaInputs& in) {
+                     const float* beta, const float* alpha, int64_t n_rows, DeltaInputs& in,
+                     std::span<const compute::ThreadPool::Phase> then = {}, double work_ns = 0) {
   compute::Workspace::Frame frame(ws);
   const int nk = dims.n_k_heads, nv = dims.n_v_heads;
   const int dk = dims.head_k_dim;
@@ -222,33 +261,81 @@ void deltanet_inputs(compute::ThreadPool& pool, compute::Workspace& ws, const De
       compute::silu(row + ch_begin, ch_end - ch_begin, row + ch_begin);
     }
   };
+  // The new history: the last K-1 rows of the concatenation, channels [ch_begin, ch_end) (moved
+  // in order, oldest first, so a history row is read before it is overwritten; a channel's
+  // history is read by its own conv only).
+  auto move_history = [&](int64_t ch_begin, int64_t ch_end) {
+    for (int64_t j = 0; j < history_rows && n_rows > 0; ++j)
+      std::copy_n(conv_row(n_rows + j) + ch_begin, ch_end - ch_begin,
+                  state.conv.data() + j * conv_dim + ch_begin);
+  };
+  // Split, normalise, gates of row t: part h < nk is K head h's q and k (copied, L2-normalised),
+  // part nk the row's v and gates.
+  auto split_part = [&](int64_t t, int part) {
+    const float* conv_t = conv_out.data() + t * conv_dim;
+    if (part < nk) {
+      float* q = in.q.data() + t * key_dim + part * dk;
+      float* k = in.k.data() + t * key_dim + part * dk;
+      std::copy_n(conv_t + part * dk, dk, q);
+      std::copy_n(conv_t + key_dim + part * dk, dk, k);
+      l2_normalize(q, dk, q_scale);
+      l2_normalize(k, dk, 1.0f);
+      return;
+    }
+    std::copy_n(conv_t + 2 * key_dim, value_dim, in.v.data() + t * value_dim);
+    for (int h = 0; h < nv; ++h) {
+      in.beta[t * nv + h] = compute::sigmoid(beta[t * nv + h]);
+      in.decay_log[size_t(t * nv + h)] =
+          w.a[size_t(h)] * compute::softplus(alpha[t * nv + h] + w.dt_bias[size_t(h)]);
+    }
+  };
+  if (!then.empty()) {
+    // About two tasks per thread for each step: a task is taken from one shared counter, a cache
+    // line that travels between the cores (~470 ns a round trip on the 2-vCPU build VM), so the
+    // conv's 64-channel units and a row's nk + 1 parts go in groups where threads are few.
+    // A conv under the inline threshold (compute/cpu/thread_pool.h) is one task, and the split
+    // one more: spread over the 2-vCPU build VM's threads they made a decode token's DeltaNet
+    // part 0.25 ms slower (10 alternated rounds, 12 x 512 file), every row's conv outputs then
+    // crossing between the cores; as the chain's first tasks they still run while the workers
+    // join.
+    const double conv_ns = conv_work_ns(pool, dims, n_rows);
+    const int threads = conv_ns < pool.inline_work_ns() ? 1 : pool.size();
+    const int64_t units_per_task =
+        threads == 1 ? conv_tasks : std::max<int64_t>(1, conv_tasks / (2 * int64_t(threads)));
+    const int64_t conv_step_tasks = (conv_tasks + units_per_task - 1) / units_per_task;
+    const auto conv_step = [&](int64_t begin, int64_t end, int thread) {
+      const int64_t unit_begin = begin * units_per_task;
+      const int64_t unit_end = std::min(conv_tasks, end * units_per_task);
+      convolve(unit_begin, unit_end, thread);
+      move_history(unit_begin * kConvChannelsPerTask,
+                   std::min(conv_dim, unit_end * kConvChannelsPerTask));
+    };
+    const int groups = std::min(nk + 1, threads);
+    const auto split_step = [&](int64_t begin, int64_t end, int) {
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t t = task / groups, g = task % groups;
+        for (int64_t part = g * (nk + 1) / groups; part < (g + 1) * (nk + 1) / groups; ++part)
+          split_part(t, int(part));
+      }
+    };
+    const auto unused = [](int64_t, int64_t, int) {};  // placeholders for `then`'s slots
+    std::array<compute::ThreadPool::Phase, 4> phases{
+        {{conv_step_tasks, conv_step}, {n_rows * groups, split_step}, {1, unused}, {1, unused}}};
+    if (then.size() + 2 > phases.size())
+      fail("deltanet_inputs: expected at most 2 steps after the inputs, found {}", then.size());
+    std::copy(then.begin(), then.end(), phases.begin() + 2);
+    pool.run_phases(std::span(phases.data(), then.size() + 2), work_ns + conv_ns);
+    return;
+  }
   // On the pool for decode rows too: 2560 channels x 4 taps were ~20 µs of a decode step on one
   // thread while the others waited (strata bench cpu, "gdn conv+gates"); a conv smaller than a
   // hand-out runs on the caller (the inline rule).
   pool.parallel_for(conv_tasks, conv_work_ns(pool, dims, n_rows), convolve);
-  // The new history: the last K-1 rows of the concatenation (moved in order, oldest first, so a
-  // history row is read before it is overwritten).
-  for (int64_t j = 0; j < history_rows && n_rows > 0; ++j)
-    std::copy_n(conv_row(n_rows + j), conv_dim, state.conv.data() + j * conv_dim);
+  move_history(0, conv_dim);
   // Split, normalise, gates: row by row.
   compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      const float* conv_t = conv_out.data() + t * conv_dim;
-      float* q = in.q.data() + t * key_dim;
-      float* k = in.k.data() + t * key_dim;
-      std::copy_n(conv_t, key_dim, q);
-      std::copy_n(conv_t + key_dim, key_dim, k);
-      std::copy_n(conv_t + 2 * key_dim, value_dim, in.v.data() + t * value_dim);
-      for (int h = 0; h < nk; ++h) {
-        l2_normalize(q + h * dk, dk, q_scale);
-        l2_normalize(k + h * dk, dk, 1.0f);
-      }
-      for (int h = 0; h < nv; ++h) {
-        in.beta[t * nv + h] = compute::sigmoid(beta[t * nv + h]);
-        in.decay_log[size_t(t * nv + h)] =
-            w.a[size_t(h)] * compute::softplus(alpha[t * nv + h] + w.dt_bias[size_t(h)]);
-      }
-    }
+    for (int64_t t = begin; t < end; ++t)
+      for (int part = 0; part <= nk; ++part) split_part(t, part);
   });
 }
 
@@ -319,29 +406,58 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
     log.ssm_before = state.ssm;
     log.conv_before = state.conv;
   }
-  {
-    ScopedPart part(Part::GdnConv);
-    deltanet_inputs(pool, ws, dims, w, state, mixed, beta, alpha, n_rows, in);
-  }
-
   // Phase 2: the delta rule per V head (heads are independent, so the split across threads
-  // cannot change a bit). Short windows (decode, speculative verify) use the recurrent form,
-  // which is what makes a row's result independent of the window size; long prefill windows use
-  // the chunked form, which touches the state once per chunk instead of once per token.
+  // cannot change a bit), the gated norm in each head's task. Short windows (decode, speculative
+  // verify) use the recurrent form, which is what makes a row's result independent of the window
+  // size; long prefill windows use the chunked form, which touches the state once per chunk
+  // instead of once per token.
   const bool chunked = n_rows >= kDeltaRuleChunkedMinRows;
-  ScopedPart delta_rule_part(Part::GdnDeltaRule);
   const double delta_rule_ns = delta_rule_work_ns(pool, dims, n_rows);
-  pool.parallel_for(nv, delta_rule_ns, [&](int64_t begin, int64_t end, int) {
+  const auto head_of = [&](int64_t h) {
+    return dims.v_heads_tiled ? int(h) % nk : int(h) / v_per_k;
+  };
+  const auto heads = [&](int64_t begin, int64_t end, int) {
     for (int64_t h = begin; h < end; ++h) {
-      const int kh = dims.v_heads_tiled ? int(h) % nk : int(h) / v_per_k;
       float* head_state = state.ssm.data() + size_t(h) * dk * dv;
       if (chunked)
-        delta_rule_chunked(in, dims, int(h), kh, head_state, core_rows);
+        delta_rule_chunked(in, dims, int(h), head_of(h), head_state, core_rows);
       else
-        delta_rule_recurrent(in, in.n_rows, dims, int(h), kh, head_state, core_rows);
+        delta_rule_recurrent(in, in.n_rows, dims, int(h), head_of(h), head_state, core_rows);
       gated_norm_head(dims, w, core_rows, z, n_rows, int(h));
     }
-  });
+  };
+  if (chunked) {
+    {
+      ScopedPart part(Part::GdnConv);
+      deltanet_inputs(pool, ws, dims, w, state, mixed, beta, alpha, n_rows, in);
+    }
+    ScopedPart delta_rule_part(Part::GdnDeltaRule);
+    pool.parallel_for(nv, delta_rule_ns, heads);
+  } else {
+    // The recurrent form: the inputs and the delta rule as one chain (deltanet_inputs), timed as
+    // "gdn delta rule+norm". With more threads than the heads can feed, the recurrence goes per
+    // (head, column block) (a column's recurrence reads no other column), then the gated norms
+    // (a head's norm reads all its columns) per head.
+    ScopedPart delta_rule_part(Part::GdnDeltaRule);
+    const int blocks = column_blocks(pool.size(), nv, dv);
+    const auto columns = [&](int64_t begin, int64_t end, int) {
+      for (int64_t task = begin; task < end; ++task) {
+        const int h = int(task / blocks), b = int(task % blocks);
+        delta_rule_recurrent(in, in.n_rows, dims, h, head_of(h),
+                             state.ssm.data() + size_t(h) * dk * dv, core_rows, dv * b / blocks,
+                             dv * (b + 1) / blocks);
+      }
+    };
+    const auto norms = [&](int64_t begin, int64_t end, int) {
+      for (int64_t h = begin; h < end; ++h) gated_norm_head(dims, w, core_rows, z, n_rows, int(h));
+    };
+    const compute::ThreadPool::Phase by_heads[] = {{nv, heads}};
+    const compute::ThreadPool::Phase by_columns[] = {{int64_t(nv) * blocks, columns}, {nv, norms}};
+    deltanet_inputs(pool, ws, dims, w, state, mixed, beta, alpha, n_rows, in,
+                    blocks > 1 ? std::span<const compute::ThreadPool::Phase>(by_columns)
+                               : std::span<const compute::ThreadPool::Phase>(by_heads),
+                    delta_rule_ns);
+  }
   if (record_window) {
     // The log takes this window's buffers; its old ones become the spares.
     state.spare_conv_inputs.assign(mixed, mixed + n_rows * conv_dim);

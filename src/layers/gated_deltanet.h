@@ -110,6 +110,13 @@ void gated_deltanet_forward_rows(compute::ThreadPool& pool, compute::Workspace& 
 // overlap state.
 void delta_rule_token(const float* q, const float* k, const float* v, float beta, float decay_log,
                       int dk, int dv, float* state, float* out);
+// The same token for state columns [j_begin, j_end) only (0 <= j_begin <= j_end <= dv): those
+// columns of state and out, bitwise what delta_rule_token gives them (a column's update and
+// output read no other column), nothing else touched. A head's columns can so go to several
+// threads (decode on more threads than V heads).
+void delta_rule_token_columns(const float* q, const float* k, const float* v, float beta,
+                              float decay_log, int dk, int dv, int j_begin, int j_end, float* state,
+                              float* out);
 
 // Windows of at least this many rows run the chunked form (prefill); shorter ones (decode,
 // speculative verify windows of 1+k rows) the recurrent form. The CUDA backend switches at the

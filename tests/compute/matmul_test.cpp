@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "compute/cpu/work_estimate.h"
@@ -151,26 +152,28 @@ TEST(Matmul, WindowIdentityIsBitwiseForEverySizeAndThreadCount) {
         random_weights(type, n_in, n_out, row_bytes(type, n_in), rng);
     const WeightMatrix w = WeightMatrix::dense(type, n_in, n_out, data.data());
     const std::vector<float> expected = expected_by_direct_dots(w, x.data(), max_rows);
-    for (int n_threads : {1, 2, 3})
-    for (double inline_work_ns : {ThreadPool::kInlineNever, ThreadPool::kInlineAlways}) {
-      ThreadPool pool(n_threads, ThreadPool::kDefaultWorkerSpinMicros, inline_work_ns);
-      for (int64_t n_rows : {1, 2, 3, 5, 8, 17}) {
-        for (int64_t first_row : {int64_t(0), max_rows - n_rows, (max_rows - n_rows) / 2}) {
-          std::vector<float> y(static_cast<size_t>(n_rows * n_out));
-          matmul(pool, w, x.data() + first_row * n_in, n_rows, y.data());
-          for (int64_t t = 0; t < n_rows; ++t) {
-            for (int64_t o = 0; o < n_out; ++o) {
-              const float got = y[size_t(t * n_out + o)];
-              const float want = expected[size_t((first_row + t) * n_out + o)];
-              ASSERT_EQ(f32_to_bits(got), f32_to_bits(want))
-                  << type_name(type) << " threads " << n_threads << " inline_work_ns "
-                  << inline_work_ns << " n_rows " << n_rows << " row " << first_row + t << " o "
-                  << o;
+    // Windows under 2 rows a thread convert their rows in the tiles' hand-out (run_phases), the
+    // others before it, split over the pool: 7 and 16 threads take both for every window here.
+    for (int n_threads : {1, 2, 3, 7, 16})
+      for (double inline_work_ns : {ThreadPool::kInlineNever, ThreadPool::kInlineAlways}) {
+        ThreadPool pool(n_threads, ThreadPool::kDefaultWorkerSpinMicros, inline_work_ns);
+        for (int64_t n_rows : {1, 2, 3, 5, 8, 17}) {
+          for (int64_t first_row : {int64_t(0), max_rows - n_rows, (max_rows - n_rows) / 2}) {
+            std::vector<float> y(static_cast<size_t>(n_rows * n_out));
+            matmul(pool, w, x.data() + first_row * n_in, n_rows, y.data());
+            for (int64_t t = 0; t < n_rows; ++t) {
+              for (int64_t o = 0; o < n_out; ++o) {
+                const float got = y[size_t(t * n_out + o)];
+                const float want = expected[size_t((first_row + t) * n_out + o)];
+                ASSERT_EQ(f32_to_bits(got), f32_to_bits(want))
+                    << type_name(type) << " threads " << n_threads << " inline_work_ns "
+                    << inline_work_ns << " n_rows " << n_rows << " row " << first_row + t << " o "
+                    << o;
+              }
             }
           }
         }
       }
-    }
   }
 }
 
@@ -424,7 +427,7 @@ TEST(Matmul, ManyProductsAndConvertedRowsEqualOneMatmulEach) {
     storage.push_back(random_weights(types[i], n_in, n_outs[i], stride, rng));
     matrices.push_back(WeightMatrix{types[i], n_in, n_outs[i], storage.back().data(), stride});
   }
-  for (int threads : {1, 3}) {
+  for (int threads : {1, 3, 16}) {
     ThreadPool pool(threads);
     for (int64_t n_rows : {1, 2, 5, 13}) {
       const std::vector<float> x = random_inputs(n_rows * n_in, rng);
@@ -465,6 +468,61 @@ TEST(Matmul, ManyProductsAndConvertedRowsEqualOneMatmulEach) {
       std::vector<float> y1(size_t(n_rows * n_outs[1]));
       const MatmulProduct wrong[] = {{&matrices[1], y1.data()}};
       EXPECT_THROW(matmul_rows(pool, wrong, reversed), Error);
+    }
+  }
+}
+
+// matmul_rows_range: any output range, on the calling thread, gives matmul's bits for those
+// outputs and leaves every other element of y alone; covering [0, n_out) in uneven pieces gives
+// the whole product. Odd starts and lengths (the tile kernels pair weight rows), one-block rows,
+// a window longer than one row tile. Ranges outside [0, n_out] throw.
+TEST(Matmul, OutputRangesAreBitwiseTheWholeProduct) {
+  std::mt19937 rng(91);
+  struct Shape {
+    GgmlType type;
+    int64_t n_in, n_out;
+  };
+  const Shape shapes[] = {{GgmlType::Q8_0, 128, 96},   {GgmlType::Q8_0, 32, 70},
+                          {GgmlType::Q4_K, 512, 37},   {GgmlType::Q6_K, 256, 20},
+                          {GgmlType::IQ2_XS, 256, 33}, {GgmlType::Q5_0, 64, 17}};
+  ThreadPool pool(3);
+  for (const Shape& shape : shapes) {
+    const size_t stride = row_bytes(shape.type, shape.n_in);
+    const std::vector<std::byte> weights =
+        random_weights(shape.type, shape.n_in, shape.n_out, stride, rng);
+    const WeightMatrix w{shape.type, shape.n_in, shape.n_out, weights.data(), stride};
+    for (int64_t n_rows : {1, 2, 5, 9}) {
+      const std::vector<float> x = random_inputs(n_rows * shape.n_in, rng);
+      std::vector<float> want(size_t(n_rows * shape.n_out));
+      matmul(pool, w, x.data(), n_rows, want.data());
+      std::vector<std::byte> converted(activation_row_stride(shape.type, shape.n_in) *
+                                       size_t(n_rows));
+      const ActivationRows rows = quantize_activation_rows(pool, shape.type, x.data(), n_rows,
+                                                           shape.n_in, converted.data());
+      std::uniform_int_distribution<int64_t> cut(0, shape.n_out);
+      for (int round = 0; round < 8; ++round) {
+        int64_t a = cut(rng), b = cut(rng);
+        if (a > b) std::swap(a, b);
+        std::vector<float> y(want.size(), -7.0f);
+        matmul_rows_range(w, rows, a, b, y.data());
+        for (int64_t t = 0; t < n_rows; ++t)
+          for (int64_t o = 0; o < shape.n_out; ++o) {
+            const size_t i = size_t(t * shape.n_out + o);
+            if (o >= a && o < b)
+              ASSERT_EQ(0, std::memcmp(&y[i], &want[i], sizeof(float)))
+                  << type_traits(shape.type).name << " rows " << n_rows << " [" << a << ", " << b
+                  << ") output " << o;
+            else
+              ASSERT_EQ(y[i], -7.0f) << "outside the range: output " << o;
+          }
+      }
+      std::vector<float> pieces(want.size(), -7.0f);
+      for (int64_t o = 0, step = 1; o < shape.n_out; o += step, step = step % 5 + 1)
+        matmul_rows_range(w, rows, o, std::min(shape.n_out, o + step), pieces.data());
+      EXPECT_EQ(0, std::memcmp(pieces.data(), want.data(), want.size() * sizeof(float)));
+      EXPECT_THROW(matmul_rows_range(w, rows, -1, 2, pieces.data()), Error);
+      EXPECT_THROW(matmul_rows_range(w, rows, 0, shape.n_out + 1, pieces.data()), Error);
+      EXPECT_THROW(matmul_rows_range(w, rows, 3, 2, pieces.data()), Error);
     }
   }
 }

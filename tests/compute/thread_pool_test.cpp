@@ -5,11 +5,13 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "util/error.h"
@@ -330,6 +332,120 @@ TEST(ThreadPool, EachTaskNestedRunsInlineInOrder) {
   });
   EXPECT_FALSE(wrong);
   for (auto& hit : inner_hits) ASSERT_EQ(hit.load(), 1);
+}
+
+// run_phases: every task of every phase exactly once, with its phase's own numbers, and no task
+// of a phase starts before every task of the phases before it has finished (each task checks
+// that the earlier phases' counts are complete when it starts). Thread counts past this
+// machine's cores too (the waits must end when threads are preempted), both wake settings, and
+// on one thread / one task / the inline rule the whole chain in order on the caller.
+TEST(ThreadPool, PhasesRunInOrderEveryTaskOnce) {
+  const std::vector<std::vector<int64_t>> shapes = {
+      {1}, {1, 1}, {2, 1}, {5, 1, 17, 3}, {1, 64, 1, 64}, {40, 40, 40, 40, 40, 40, 40, 40}};
+  for (int spin_us : kSpinSettings)
+    for (int n_threads : {1, 2, 3, 4, 7, 16})
+      for (const std::vector<int64_t>& shape : shapes) {
+        ThreadPool pool(n_threads, spin_us, ThreadPool::kInlineNever);
+        std::vector<std::vector<std::atomic<int>>> hits;
+        for (int64_t n : shape) hits.emplace_back(static_cast<size_t>(n));
+        std::vector<std::atomic<int64_t>> finished(shape.size());
+        std::atomic<bool> bad{false};
+        std::vector<std::function<void(int64_t, int64_t, int)>> runs;
+        for (size_t p = 0; p < shape.size(); ++p)
+          runs.emplace_back([&, p](int64_t begin, int64_t end, int thread_index) {
+            if (begin < 0 || end > shape[p] || begin >= end || thread_index < 0 ||
+                thread_index >= n_threads || pool.current_thread_index() != thread_index)
+              bad = true;
+            for (size_t q = 0; q < p; ++q)
+              if (finished[q].load() != shape[q]) bad = true;
+            for (int64_t i = begin; i < end; ++i) hits[p][size_t(i)].fetch_add(1);
+            finished[p].fetch_add(end - begin);
+          });
+        std::vector<ThreadPool::Phase> phases;
+        for (size_t p = 0; p < shape.size(); ++p) phases.push_back({shape[p], runs[p]});
+        const uint64_t jobs = pool.jobs_run();
+        pool.run_phases(phases);
+        const bool one_task = shape.size() == 1 && shape[0] == 1;
+        EXPECT_EQ(pool.jobs_run(), jobs + (n_threads > 1 && !one_task ? 1 : 0))
+            << "one hand-out for the chain";
+        EXPECT_FALSE(bad) << n_threads << " threads, " << shape.size() << " phases";
+        for (size_t p = 0; p < shape.size(); ++p)
+          for (int64_t i = 0; i < shape[p]; ++i)
+            ASSERT_EQ(hits[p][size_t(i)].load(), 1)
+                << "phase " << p << " task " << i << ", " << n_threads << " threads";
+      }
+}
+
+// Under the inline rule, nested in a task, and on one thread: each phase as one call
+// run(0, n_tasks, thread) on the calling thread, in phase order, with no hand-out.
+TEST(ThreadPool, PhasesInlineRunInOrderOnTheCaller) {
+  ThreadPool always(3, ThreadPool::kDefaultWorkerSpinMicros, ThreadPool::kInlineAlways);
+  ThreadPool one(1);
+  for (ThreadPool* pool : {&always, &one}) {
+    std::vector<std::pair<int64_t, int64_t>> calls;
+    const std::thread::id caller = std::this_thread::get_id();
+    bool off_caller = false;
+    const auto record = [&](int64_t begin, int64_t end, int thread_index) {
+      if (std::this_thread::get_id() != caller || thread_index != 0) off_caller = true;
+      calls.emplace_back(begin, end);
+    };
+    const ThreadPool::Phase phases[] = {{3, record}, {1, record}, {5, record}};
+    const uint64_t jobs = pool->jobs_run();
+    pool->run_phases(phases, 0.0);
+    EXPECT_EQ(pool->jobs_run(), jobs);
+    EXPECT_FALSE(off_caller);
+    EXPECT_EQ(calls, (std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {0, 1}, {0, 5}}));
+  }
+  ThreadPool pool(3, ThreadPool::kDefaultWorkerSpinMicros, ThreadPool::kInlineNever);
+  std::atomic<bool> wrong{false};
+  pool.parallel_for(12, [&](int64_t begin, int64_t end, int outer_index) {
+    for (int64_t outer = begin; outer < end; ++outer) {
+      int step = 0;
+      const auto first = [&](int64_t b, int64_t e, int index) {
+        if (step != 0 || b != 0 || e != 4 || index != outer_index) wrong = true;
+        step = 1;
+      };
+      const auto second = [&](int64_t b, int64_t e, int index) {
+        if (step != 1 || b != 0 || e != 2 || index != outer_index) wrong = true;
+        step = 2;
+      };
+      const ThreadPool::Phase phases[] = {{4, first}, {2, second}};
+      pool.run_phases(phases);
+      if (step != 2) wrong = true;
+    }
+  });
+  EXPECT_FALSE(wrong);
+}
+
+// A task that throws stops the chain: the exception reaches the caller, no task of a later phase
+// runs (those already waiting give up), and the pool works afterwards. Bad phase lists throw.
+TEST(ThreadPool, PhasesRethrowAndStopTheChain) {
+  for (int n_threads : {1, 2, 3, 7}) {
+    ThreadPool pool(n_threads, ThreadPool::kDefaultWorkerSpinMicros, ThreadPool::kInlineNever);
+    for (int64_t throwing : {int64_t(0), int64_t(5), int64_t(15)}) {
+      std::atomic<int> later{0};
+      const auto first = [&](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin; i < end; ++i)
+          if (i == throwing) throw Error("task");
+      };
+      const auto second = [&](int64_t, int64_t, int) { later.fetch_add(1); };
+      const ThreadPool::Phase phases[] = {{16, first}, {32, second}};
+      EXPECT_THROW(pool.run_phases(phases), Error) << n_threads << " threads";
+      EXPECT_EQ(later.load(), 0) << n_threads << " threads, task " << throwing;
+    }
+    std::atomic<int64_t> sum{0};
+    const auto add = [&](int64_t begin, int64_t end, int) {
+      for (int64_t i = begin; i < end; ++i) sum += i;
+    };
+    const ThreadPool::Phase phases[] = {{10, add}, {10, add}};
+    pool.run_phases(phases);
+    EXPECT_EQ(sum.load(), 2 * 45);
+    const auto none = [](int64_t, int64_t, int) {};
+    const ThreadPool::Phase empty_phase[] = {{3, none}, {0, none}};
+    EXPECT_THROW(pool.run_phases(empty_phase), Error);
+    const std::vector<ThreadPool::Phase> too_many(ThreadPool::kMaxPhases + 1, {1, none});
+    EXPECT_THROW(pool.run_phases(too_many), Error);
+  }
 }
 
 TEST(ThreadPool, RejectsZeroThreads) {

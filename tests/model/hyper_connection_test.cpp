@@ -43,10 +43,18 @@ uint32_t bits(float v) {
   return b;
 }
 
-TEST(HyperConnectionIn, EveryWindowAndThreadCountGivesTheRowByRowBits) {
+// Windows up to 32 rows that take no row slices (decode rows above all) run as one chain of
+// steps in one hand-out, each step split in tasks of outputs or columns: the second shape has
+// enough work for many tasks per step at every thread count (the first has one or two).
+struct HcShape {
+  int64_t n_embd, rank;
+};
+class HyperConnectionIn : public ::testing::TestWithParam<HcShape> {};
+
+TEST_P(HyperConnectionIn, EveryWindowAndThreadCountGivesTheRowByRowBits) {
   constexpr int kStreams = 4;
-  constexpr int64_t kEmbd = 96;  // width 384: 12 Q8_0 blocks
-  constexpr int64_t kRank = 32;  // the up projection's one-block path
+  const int64_t kEmbd = GetParam().n_embd;
+  const int64_t kRank = GetParam().rank;
   constexpr int64_t kMaxRows = 100;
   constexpr float kEps = 1e-6f;
   const int64_t width = kStreams * kEmbd;
@@ -79,7 +87,7 @@ TEST(HyperConnectionIn, EveryWindowAndThreadCountGivesTheRowByRowBits) {
                             want_x.data() + t * kEmbd,
                             has_inject ? want_inject.data() + t * kStreams : nullptr);
     }
-    for (int threads : {1, 2, 3, 4})
+    for (int threads : {1, 2, 3, 4, 7, 16})
       for (double inline_work_ns :
            {compute::ThreadPool::kInlineNever, compute::ThreadPool::kInlineAlways}) {
         compute::ThreadPool pool(threads, compute::ThreadPool::kDefaultWorkerSpinMicros,
@@ -87,7 +95,7 @@ TEST(HyperConnectionIn, EveryWindowAndThreadCountGivesTheRowByRowBits) {
         compute::Workspace ws;
         // 1..3: inline rows; 4..32 rows: the per-thread slices (at 2+ threads, 2+ rows each);
         // 33 and more: the split per step.
-        for (int64_t n_rows : {1, 3, 4, 5, 8, 16, 17, 32, 33, 64, 65, 100}) {
+        for (int64_t n_rows : {1, 2, 3, 4, 5, 8, 16, 17, 32, 33, 64, 65, 100}) {
           const int64_t first = (kMaxRows - n_rows) / 2;
           std::vector<float> x(static_cast<size_t>(n_rows * kEmbd), -1.0f);
           std::vector<float> inj(static_cast<size_t>(n_rows * kStreams), -1.0f);
@@ -106,6 +114,15 @@ TEST(HyperConnectionIn, EveryWindowAndThreadCountGivesTheRowByRowBits) {
       }
   }
 }
+
+// width 384 (12 Q8_0 blocks) with a rank of one block (the up projection's one-block path); width
+// 2048 with rank 128 (the mid shape's rank).
+INSTANTIATE_TEST_SUITE_P(Shapes, HyperConnectionIn,
+                         ::testing::Values(HcShape{96, 32}, HcShape{512, 128}),
+                         [](const ::testing::TestParamInfo<HcShape>& info) {
+                           return "Embd" + std::to_string(info.param.n_embd) + "Rank" +
+                                  std::to_string(info.param.rank);
+                         });
 
 // hyper_connection_out_in (a block's X += inject·y, then the next mixer's input, in one pass per
 // row slice) against hyper_connection_out then hyper_connection_in, each row alone on one thread:
@@ -150,7 +167,7 @@ TEST(HyperConnectionOutIn, EveryWindowAndThreadCountGivesTheTwoCallsRowByRowBits
                             w->has_inject() ? want_inject.data() + t * kStreams : nullptr);
       }
     }
-    for (int threads : {1, 2, 3, 4}) {
+    for (int threads : {1, 2, 3, 4, 7, 16}) {
       compute::ThreadPool pool(threads);
       compute::Workspace ws;
       for (int64_t n_rows : {1, 3, 4, 5, 8, 16, 17, 32, 33, 40}) {

@@ -279,9 +279,13 @@ TEST_P(ForwardInvariance, QuantizedDecodeIsBitwiseAtEveryThreadCountAndInlineRul
   const std::vector<float> rows = all_logits(*model, one, tokens, {1});
   const std::vector<float> long_windows = all_logits(*model, one, tokens, {36, 4});
   constexpr double kNever = compute::ThreadPool::kInlineNever;
-  for (const auto& [threads, inline_work_ns] :
-       {std::pair{2, kNever}, {3, kNever}, {4, kNever}, {7, kNever}, {3, compute::ThreadPool::kInlineAlways},
-        {3, compute::ThreadPool::kMeasureInlineWork}}) {
+  for (const auto& [threads, inline_work_ns] : {std::pair{2, kNever},
+                                                {3, kNever},
+                                                {4, kNever},
+                                                {7, kNever},
+                                                {16, kNever},
+                                                {3, compute::ThreadPool::kInlineAlways},
+                                                {3, compute::ThreadPool::kMeasureInlineWork}}) {
     compute::ThreadPool pool(threads, compute::ThreadPool::kDefaultWorkerSpinMicros, inline_work_ns);
     EXPECT_EQ(all_logits(*model, pool, tokens, {1}), rows)
         << threads << " threads, inline rule " << inline_work_ns << ", decode rows";

@@ -106,8 +106,8 @@ ProductJob make_job(const WeightMatrix& w, float* y, const std::byte* activation
   return job;
 }
 
-// Output tiles [tile_begin, tile_end) of one product.
-void run_tiles(const ProductJob& job, int64_t tile_begin, int64_t tile_end) {
+// Outputs [o_begin, o_end) of one product, in tiles of job.outputs_per_tile from o_begin.
+void run_outputs(const ProductJob& job, int64_t o_begin, int64_t o_end) {
   const WeightMatrix& w = *job.w;
   const int64_t n_in = w.n_in, n_out = w.n_out, n_rows = job.n_rows;
   const quant::DotKernel dot = quant::dot_kernel(w.type);
@@ -120,8 +120,6 @@ void run_tiles(const ProductJob& job, int64_t tile_begin, int64_t tile_end) {
   const bool one_row_tiles =
       n_in == type_traits(w.type).block_elems ||
       (w.type == GgmlType::Q8_0 && quant::active_kernel_level() == quant::KernelLevel::Avx512);
-  const int64_t o_begin = tile_begin * job.outputs_per_tile;
-  const int64_t o_end = std::min(n_out, tile_end * job.outputs_per_tile);
   float* y = job.y;
   for (int64_t o_tile = o_begin; o_tile < o_end; o_tile += job.outputs_per_tile) {
     const int64_t o_tile_end = std::min(o_end, o_tile + job.outputs_per_tile);
@@ -147,12 +145,24 @@ void run_tiles(const ProductJob& job, int64_t tile_begin, int64_t tile_end) {
   }
 }
 
+// Output tiles [tile_begin, tile_end) of one product.
+void run_tiles(const ProductJob& job, int64_t tile_begin, int64_t tile_end) {
+  run_outputs(job, tile_begin * job.outputs_per_tile,
+              std::min(job.w->n_out, tile_end * job.outputs_per_tile));
+}
+
 // Every tile of every job in one parallel_for (tiles numbered job after job). Which thread runs
 // a tile never changes its bits, so neither does the pool's inline rule: the products' estimated
 // time (one dot per output and row) goes with the hand-out, and one too small to pay for it runs
 // on the caller (a 256 x 256 Q8_0 matvec is ~3 µs, about what a hand-out costs on the 2-vCPU
 // build VM).
-void run_jobs(ThreadPool& pool, std::span<const ProductJob> jobs) {
+// With `convert` (a step that writes the jobs' activations, one task), the conversion goes out
+// in the same hand-out as the tiles, first (ThreadPool::run_phases): the workers join while the
+// caller converts instead of after, and the tiles start as soon as it is done. A decode row's
+// conversion (0.5-2 µs for 1024-4096 inputs) otherwise ran on the caller before every hand-out
+// (~10 a layer), next to a hand-out that costs 6-8 µs at 16 threads.
+void run_jobs(ThreadPool& pool, std::span<const ProductJob> jobs,
+              const ThreadPool::TaskFn* convert = nullptr) {
   int64_t total = 0;
   double work_ns = 0;
   const bool estimate = pool.size() > 1 && pool.inline_work_ns() > 0;
@@ -160,7 +170,7 @@ void run_jobs(ThreadPool& pool, std::span<const ProductJob> jobs) {
     total += job.n_tiles;
     if (estimate) work_ns += dot_work_ns(job.w->type, job.n_rows * job.w->n_out, job.w->n_in);
   }
-  pool.parallel_for(total, work_ns, [&](int64_t begin, int64_t end, int /*thread_index*/) {
+  const auto tiles = [&](int64_t begin, int64_t end, int /*thread_index*/) {
     int64_t first = 0;
     for (const ProductJob& job : jobs) {
       const int64_t lo = std::max(begin, first), hi = std::min(end, first + job.n_tiles);
@@ -168,7 +178,14 @@ void run_jobs(ThreadPool& pool, std::span<const ProductJob> jobs) {
       first += job.n_tiles;
       if (first >= end) break;
     }
-  });
+  };
+  if (convert != nullptr && total > 1) {
+    const ThreadPool::Phase phases[] = {{1, *convert}, {total, tiles}};
+    pool.run_phases(phases, work_ns);
+    return;
+  }
+  if (convert != nullptr) (*convert)(0, 1, pool.current_thread_index());
+  pool.parallel_for(total, work_ns, tiles);
 }
 
 }  // namespace
@@ -214,25 +231,45 @@ void matmul_many(ThreadPool& pool, std::span<const MatmulProduct> products, cons
   }
   std::byte* buffer = bytes > 0 ? activation_scratch.reserve(bytes) : nullptr;
   std::array<const std::byte*, kMaxProducts> format_data{};
-  for (size_t f = 0; f < n_formats; ++f) {
-    if (formats[f] == GgmlType::F32) {
-      format_data[f] = reinterpret_cast<const std::byte*>(x);  // already in the right format
-      continue;
+  for (size_t f = 0; f < n_formats; ++f)
+    format_data[f] = formats[f] == GgmlType::F32
+                         ? reinterpret_cast<const std::byte*>(x)  // already in the right format
+                         : buffer + format_offset[f];
+  // Each converted format once; the first product of a format names the weight type
+  // quantize_activation dispatches on. `parallel` splits the rows over the pool (long windows).
+  const auto convert_formats = [&](bool parallel) {
+    for (size_t f = 0; f < n_formats; ++f) {
+      if (formats[f] == GgmlType::F32) continue;
+      size_t first = 0;
+      while (product_format[first] != f) ++first;
+      if (parallel) {
+        quantize_rows_into(pool, products[first].w->type, x, n_rows, n_in,
+                           buffer + format_offset[f], format_stride[f]);
+      } else {
+        for (int64_t t = 0; t < n_rows; ++t)
+          quant::quantize_activation(products[first].w->type, x + t * n_in,
+                                     buffer + format_offset[f] + size_t(t) * format_stride[f],
+                                     n_in);
+      }
     }
-    // The first product of this format names the weight type quantize_activation dispatches on.
-    size_t first = 0;
-    while (product_format[first] != f) ++first;
-    quantize_rows_into(pool, products[first].w->type, x, n_rows, n_in, buffer + format_offset[f],
-                       format_stride[f]);
-    format_data[f] = buffer + format_offset[f];
-  }
+  };
   std::array<ProductJob, kMaxProducts> jobs;
   for (size_t i = 0; i < products.size(); ++i) {
     const size_t f = product_format[i];
     jobs[i] = make_job(*products[i].w, products[i].y, format_data[f], format_stride[f], n_rows,
                        pool.size());
   }
-  run_jobs(pool, std::span<const ProductJob>(jobs.data(), products.size()));
+  const std::span<const ProductJob> job_span(jobs.data(), products.size());
+  // Long windows convert their rows split over the pool, then hand out the tiles; a few rows
+  // (quantize_rows_into would convert them on the caller) go in the tiles' hand-out.
+  if (bytes == 0 || n_rows >= 2 * int64_t(pool.size())) {
+    convert_formats(/*parallel=*/true);
+    run_jobs(pool, job_span);
+    return;
+  }
+  const auto convert = [&](int64_t, int64_t, int) { convert_formats(/*parallel=*/false); };
+  const ThreadPool::TaskFn convert_fn(convert);
+  run_jobs(pool, job_span, &convert_fn);
 }
 
 void matmul_many(ThreadPool& pool, std::span<const MatmulProduct> products, const float* x,
@@ -257,7 +294,7 @@ namespace {
 
 // The job of y = W·rows, after checking that W can take the rows (`caller` names the function
 // in the error).
-ProductJob rows_job(const char* caller, const ThreadPool& pool, const WeightMatrix* w, float* y,
+ProductJob rows_job(const char* caller, int n_threads, const WeightMatrix* w, float* y,
                     const ActivationRows& rows) {
   if (w == nullptr) fail("{}: null weight matrix", caller);
   // validate() checks the pointers against the f32 view; the rows' data stands in for x.
@@ -265,7 +302,7 @@ ProductJob rows_job(const char* caller, const ThreadPool& pool, const WeightMatr
   if (quant::activation_type(w->type) != rows.activation_type || w->n_in != rows.n_in)
     fail("{}: weights of type {} with {} inputs cannot take activation rows of type {} with {} inputs",
          caller, type_traits(w->type).name, w->n_in, type_traits(rows.activation_type).name, rows.n_in);
-  return make_job(*w, y, rows.data, rows.row_stride_bytes, rows.n_rows, pool.size());
+  return make_job(*w, y, rows.data, rows.row_stride_bytes, rows.n_rows, n_threads);
 }
 
 }  // namespace
@@ -277,7 +314,7 @@ void matmul_rows(ThreadPool& pool, std::span<const MatmulProduct> products,
   if (rows.n_rows == 0) return;
   std::array<ProductJob, kMaxProducts> jobs;
   for (size_t i = 0; i < products.size(); ++i)
-    jobs[i] = rows_job("matmul_rows", pool, products[i].w, products[i].y, rows);
+    jobs[i] = rows_job("matmul_rows", pool.size(), products[i].w, products[i].y, rows);
   run_jobs(pool, std::span<const ProductJob>(jobs.data(), products.size()));
 }
 
@@ -288,8 +325,18 @@ void matmul_rows_each(ThreadPool& pool, std::span<const RowsProduct> products) {
   std::array<ProductJob, kMaxRowsProducts> jobs;
   size_t n_jobs = 0;
   for (const RowsProduct& p : products)
-    if (p.rows.n_rows > 0) jobs[n_jobs++] = rows_job("matmul_rows_each", pool, p.w, p.y, p.rows);
+    if (p.rows.n_rows > 0)
+      jobs[n_jobs++] = rows_job("matmul_rows_each", pool.size(), p.w, p.y, p.rows);
   if (n_jobs > 0) run_jobs(pool, std::span<const ProductJob>(jobs.data(), n_jobs));
+}
+
+void matmul_rows_range(const WeightMatrix& w, const ActivationRows& rows, int64_t o_begin,
+                       int64_t o_end, float* y) {
+  if (o_begin < 0 || o_end > w.n_out || o_begin > o_end)
+    fail("matmul_rows_range: expected 0 <= o_begin <= o_end <= {}, found [{}, {})", w.n_out,
+         o_begin, o_end);
+  if (rows.n_rows == 0 || o_begin == o_end) return;
+  run_outputs(rows_job("matmul_rows_range", 1, &w, y, rows), o_begin, o_end);
 }
 
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_rows, float* y) {

@@ -89,6 +89,14 @@ void matmul_rows(ThreadPool& pool, std::span<const MatmulProduct> products,
                  const ActivationRows& rows);
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_rows, float* y);
 
+// Outputs [o_begin, o_end) of y = W·rows on the calling thread alone (no hand-out): y[t·n_out + o]
+// for every row t, the layout matmul writes; nothing else of y is touched. Bitwise what
+// matmul_rows gives for those outputs (each is one dot). For callers that split products over
+// their own tasks, e.g. the steps of a ThreadPool::run_phases chain. Throws strata::Error as
+// matmul_rows, and for a range outside [0, n_out].
+void matmul_rows_range(const WeightMatrix& w, const ActivationRows& rows, int64_t o_begin,
+                       int64_t o_end, float* y);
+
 // Products each over its own converted rows, every tile of every product in one hand-out (one
 // wait): the routed experts of a decode step, gate and up of all of them at once, then all the
 // downs. Each y_i is bitwise matmul_rows(pool, {W_i, y_i}, rows_i). At most kMaxRowsProducts

@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <new>
 #include <optional>
 #include <utility>
@@ -293,6 +295,92 @@ void ThreadPool::parallel_for_each_task(int64_t n_tasks, const TaskFn& fn) {
     return;
   }
   run_job(fn, n_tasks, 1);
+}
+
+void ThreadPool::run_phases(std::span<const Phase> phases) {
+  run_phases(phases, std::numeric_limits<double>::infinity());
+}
+
+void ThreadPool::run_phases(std::span<const Phase> phases, double work_ns) {
+  if (phases.size() > kMaxPhases)
+    fail("ThreadPool::run_phases: expected at most {} phases, found {}", kMaxPhases, phases.size());
+  // first_task[p]: the chain's number of phase p's first task; first_task[n] the task count.
+  std::array<int64_t, kMaxPhases + 1> first_task{};
+  for (size_t p = 0; p < phases.size(); ++p) {
+    if (phases[p].n_tasks < 1)
+      fail("ThreadPool::run_phases: phase {} has {} tasks, expected at least 1", p,
+           phases[p].n_tasks);
+    first_task[p + 1] = first_task[p] + phases[p].n_tasks;
+  }
+  const int64_t n_tasks = first_task[phases.size()];
+  if (n_tasks == 0) return;
+  const auto in_order = [&](int64_t, int64_t, int thread_index) {
+    for (const Phase& phase : phases) phase.run(0, phase.n_tasks, thread_index);
+  };
+  if (tls_running_pool == this) {
+    in_order(0, 1, tls_thread_index);
+    return;
+  }
+  if (n_threads_ == 1 || n_tasks == 1) {
+    run_inline(1, in_order);
+    return;
+  }
+  if (work_ns < inline_work_ns_) {  // as parallel_for's inline rule
+    jobs_inline_.fetch_add(1, std::memory_order_relaxed);
+    note_caller_activity();
+    std::lock_guard caller_lock(caller_mutex_);
+    run_inline(1, in_order);
+    return;
+  }
+
+  // done[p] counts phase p's finished tasks; the one that finishes it stores p + 1 into
+  // completed (release), which a later phase's task reads (acquire) before it starts: that
+  // orders every write of phase p before every read of a later phase.
+  struct alignas(64) Counter {
+    std::atomic<int64_t> value{0};
+  };
+  std::array<Counter, kMaxPhases> done;
+  Counter completed;  // phases finished, in order (a phase's tasks start after the one before)
+  std::atomic<bool> failed{false};
+  const auto finish = [&](size_t p) {
+    if (done[p].value.fetch_add(1, std::memory_order_acq_rel) + 1 == phases[p].n_tasks)
+      completed.value.store(int64_t(p) + 1, std::memory_order_release);
+  };
+  // Waits until phases [0, p) are done; false when a task threw (the chain is off).
+  const auto wait_for = [&](size_t p) {
+    const int64_t start_ns = now_ns();
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+        // A failed task counts as finished (so no wait hangs), hence the check after too.
+        if (completed.value.load(std::memory_order_acquire) >= int64_t(p))
+          return !failed.load(std::memory_order_relaxed);
+        if (failed.load(std::memory_order_relaxed)) return false;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      }
+      // A thread preempted inside an earlier task (a loaded machine) holds everyone here:
+      // past the pool's own poll bound, give it the core.
+      if (now_ns() - start_ns > int64_t(kCallerSpinMicros) * 1000) std::this_thread::yield();
+    }
+  };
+  const auto phased = [&](int64_t begin, int64_t end, int thread_index) {
+    for (int64_t task = begin; task < end; ++task) {
+      size_t p = 0;
+      while (task >= first_task[p + 1]) ++p;
+      if (!wait_for(p)) return;
+      const int64_t local = task - first_task[p];
+      try {
+        phases[p].run(local, local + 1, thread_index);
+      } catch (...) {
+        failed.store(true, std::memory_order_relaxed);
+        finish(p);
+        throw;
+      }
+      finish(p);
+    }
+  };
+  run_job(phased, n_tasks, 1);
 }
 
 // The hand-out protocol takes no lock on its fast path (session 38): on the 16-core GPU box a

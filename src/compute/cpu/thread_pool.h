@@ -53,6 +53,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -138,6 +139,29 @@ class ThreadPool {
   // would leave one thread with the tail. Order the tasks largest first for a balanced finish.
   // Nested calls run inline, task by task.
   void parallel_for_each_task(int64_t n_tasks, const TaskFn& fn);
+
+  // A chain of dependent steps in one hand-out: phase p's tasks start only after every task of
+  // phase p - 1 has finished (its writes are then visible), so a step may read anything the
+  // steps before it wrote (a product's outputs, then the next product over them). One publish
+  // and one final wait for the whole chain instead of one hand-out per step: at 16 threads a
+  // hand-out costs 6-8 µs over an even split (docs/bench-cpu-scaling.md), more than the steps
+  // of a decode row's small products. Tasks go out one at a time in increasing order, phase
+  // after phase (as parallel_for_each_task), and a thread that takes a task of a later phase
+  // waits for the earlier ones, polling with a pause; every task it can wait for was taken
+  // before its own by a thread that is running it, so the wait always ends. A task of a one-task
+  // phase is a serial step between two split ones. run(begin, end, thread_index) gets the
+  // phase's own task numbers, [0, n_tasks). The whole chain runs in order on one thread (each
+  // phase's run(0, n_tasks, ...)) when nested, on a one-thread pool, for a single task, or when
+  // work_ns (one thread's time for every phase) is under inline_work_ns(). An exception stops
+  // the chain: later phases' waiting tasks return without running, and it is rethrown here.
+  // Every phase needs n_tasks >= 1; at most kMaxPhases phases (strata::Error otherwise).
+  struct Phase {
+    int64_t n_tasks;
+    TaskFn run;
+  };
+  static constexpr size_t kMaxPhases = 8;
+  void run_phases(std::span<const Phase> phases);
+  void run_phases(std::span<const Phase> phases, double work_ns);
 
   // The thread_index the current thread has in this pool: its worker index inside a task of this
   // pool, otherwise 0 (the caller's slot).
