@@ -85,7 +85,9 @@ uint64_t cpuid_llc_bytes() {
       largest_l3 = std::max(largest_l3, bytes);
     }
   if (largest_l3 > 0) return largest_l3;
-  if (__get_cpuid_max(0x80000000, nullptr) >= 0x80000006 && __get_cpuid(0x80000006, &a, &b, &c, &d))
+  // unsigned: clang's <cpuid.h> returns the highest leaf as int, g++'s as unsigned.
+  if (unsigned(__get_cpuid_max(0x80000000, nullptr)) >= 0x80000006u &&
+      __get_cpuid(0x80000006, &a, &b, &c, &d))
     return amd_l3_bytes_from_edx(d);
 #endif
   return 0;
