@@ -3,8 +3,9 @@
 # used): strata (CPU only, no tests) built from a baseline source tarball and from the working
 # tree side by side, the 48 x 512 mid-qwen4exp file written meanwhile, then `strata bench cpu` of
 # each binary in alternation, ROUNDS rounds (separate processes), and llama.cpp's llama-bench
-# once at the end when LLAMA_BENCH names one or .device/peer is carried (built in the
-# background: not timed while it builds).
+# beside the working tree's binary in the last round when LLAMA_BENCH names one or .device/peer is
+# carried (a CPU build in the background, waited for before the first timed run: never timed
+# while it builds).
 #   git archive HEAD~1 CMakeLists.txt cmake src bench scripts tests/CMakeLists.txt | xz > .baseline/src.tar.xz
 #   device: OUT=$OUT scripts/cpu-bench-ab.sh .baseline/src.tar.xz
 # carrying [".device/build", ".baseline"] (and ".device/peer" for llama.cpp) after
@@ -21,6 +22,17 @@ start=$(date +%s)
 stamp() { echo "[$(($(date +%s) - start)) s] $*"; }
 [ -f .device/build/env.sh ] && source .device/build/env.sh
 lscpu | grep -E '^(Model name|CPU\(s\)|Thread|L3)' || true
+llama=${LLAMA_BENCH:-}
+if [ -z "$llama" ] && [ -f .device/peer/llama-src.tar.xz ]; then
+  llama=/root/llcpu/build/bin/llama-bench
+  rm -f /root/llcpu-done && mkdir -p /root/llcpu
+  setsid bash -c "tar xJf .device/peer/llama-src.tar.xz -C /root/llcpu && cd /root/llcpu &&
+    cmake -B build -G Ninja -DGGML_CUDA=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+    cmake --build build --target llama-bench -j $(nproc) >$out/llbuild.log 2>&1; touch /root/llcpu-done" \
+    </dev/null >/dev/null 2>&1 &
+  stamp "llama.cpp CPU llama-bench build started"
+fi
 base_dir=/root/cpu-ab-base
 rm -rf "$base_dir" && mkdir -p "$base_dir" && tar xJf "$base_tar" -C "$base_dir"
 configure() {  # source dir, build dir
@@ -42,18 +54,24 @@ if [ ! -f "$model" ]; then
   stamp "synth done"
 fi
 limit=${LIMIT:-420}
-bench() {  # binary, output file
-  local left=$((limit - ($(date +%s) - start)))
+if [ -n "$llama" ] && [ -z "${LLAMA_BENCH:-}" ]; then
+  while [ ! -f /root/llcpu-done ] && [ $(($(date +%s) - start)) -lt 240 ]; do sleep 2; done
+  [ -x "$llama" ] && stamp "llama-bench ready" || { stamp "llama-bench did not build"; tail -5 "$out/llbuild.log"; llama=; }
+fi
+bench() {  # binary, output file, more `bench cpu` options...
+  local bin=$1 file=$2 left=$((limit - ($(date +%s) - start)))
+  shift 2
   [ "$left" -lt 30 ] && { stamp "out of time"; return 1; }
-  timeout "$left" "$1" bench cpu -m "$model" --threads "${THREADS:-8,16}" --prompt-threads "${PROMPT_THREADS:-16}" \
-    --prompt-tokens "${PROMPT:-512}" -n "${DECODE:-32}" --repeats 1 >"$2" 2>&1
+  timeout "$left" "$bin" bench cpu -m "$model" --threads "${THREADS:-8,16}" --prompt-threads "${PROMPT_THREADS:-16}" \
+    --prompt-tokens "${PROMPT:-512}" -n "${DECODE:-32}" --repeats 1 "$@" >"$file" 2>&1
 }
 for r in $(seq 1 "${ROUNDS:-3}"); do
   if [ $((r % 2)) = 1 ]; then order="base new"; else order="new base"; fi
   for side in $order; do
-    bin=./build-cpu/strata
+    bin=./build-cpu/strata peer=()
     [ "$side" = base ] && bin=$base_dir/build/strata
-    bench "$bin" "$out/$side-$r.txt" || break 2
+    [ "$side" = new ] && [ "$r" = "${ROUNDS:-3}" ] && [ -n "$llama" ] && peer=(--llama-bench "$llama")
+    bench "$bin" "$out/$side-$r.txt" "${peer[@]}" || break 2
     stamp "round $r $side"
   done
 done
