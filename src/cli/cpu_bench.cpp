@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cpu_bench_report.h"
+#include "cli/llama_bench_runner.h"
 #include "compute/cpu/thread_pool.h"
 #include "engine/session.h"
 #include "gguf/resident_weights.h"
@@ -107,43 +108,18 @@ CpuBenchSample run_prompt(const Model& model, compute::ThreadPool& pool,
   return s;
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 // prompt_tokens 0: the generation test only.
 LlamaSample run_llama_bench(const CpuBenchOptions& o, const std::string& path, int threads,
                             int prompt_tokens) {
-  const std::string command = fmt::format(
-      "{} -m {} -ngl 0 -t {} -p {} -n {} -r 1 -o json 2>/dev/null", shell_quote(o.llama_bench),
-      shell_quote(path), threads, prompt_tokens, o.n_decode);
-  std::FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) fail("bench cpu: cannot start {}: {}", o.llama_bench, std::strerror(errno));
-  std::string out;
-  std::array<char, 4096> buffer{};
-  for (size_t n; (n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0;)
-    out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  if (status != 0)
-    fail("bench cpu: `{}` failed (status {}): {}", command, status, out.substr(0, 400));
-  const size_t open = out.find('[');
-  const nlohmann::json j =
-      open == std::string::npos
-          ? nlohmann::json()
-          : nlohmann::json::parse(out.substr(open), nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json tests = run_llama_bench_json(
+      o.llama_bench,
+      {"-m", path, "-ngl", "0", "-t", std::to_string(threads), "-p", std::to_string(prompt_tokens), "-n",
+       std::to_string(o.n_decode), "-r", "1"},
+      "bench cpu");
   LlamaSample r;
-  if (j.is_array())
-    for (const nlohmann::json& t : j) {
-      if (!t.is_object() || !t.contains("avg_ts")) continue;
-      if (t.value("n_prompt", 0) > 0 && t.value("n_gen", 0) == 0)
-        r.prompt_tps = t["avg_ts"].get<double>();
-      if (t.value("n_gen", 0) > 0 && t.value("n_prompt", 0) == 0)
-        r.decode_tps = t["avg_ts"].get<double>();
-    }
-  if (r.decode_tps == 0)
-    fail("bench cpu: llama-bench's output has no generation test: {}", out.substr(0, 400));
+  if (const auto prompt = llama_test_tps(tests, /*has_prompt=*/true, /*has_gen=*/false)) r.prompt_tps = prompt->tps;
+  if (const auto decode = llama_test_tps(tests, /*has_prompt=*/false, /*has_gen=*/true)) r.decode_tps = decode->tps;
+  if (r.decode_tps == 0) fail("bench cpu: llama-bench's output has no generation test: {}", tests.dump().substr(0, 400));
   return r;
 }
 

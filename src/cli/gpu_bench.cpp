@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backends/backend_registry.h"
+#include "cli/llama_bench_runner.h"
 #include "compute/cpu/thread_pool.h"
 #include "compute/cuda/cuda_backend.h"
 #include "compute/cuda/runtime.h"
@@ -279,38 +280,20 @@ struct LlamaResult {
   double tps = 0, stddev = 0;
 };
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
+// Throws strata::Error with llama-bench's stderr when it fails (a model it refuses, out of memory).
 LlamaResult run_llama_bench(const GpuBenchOptions& o, int n_cpu_moe, int threads) {
   LlamaResult r;
   r.setting = n_cpu_moe > 0 ? fmt::format("-ngl 99 -ncmoe {}", n_cpu_moe) : "-ngl 99";
-  const std::string command =
-      fmt::format("{} -m {} -ngl 99 {}-p 0 -n {} -r {} -t {} -o json 2>/dev/null", shell_quote(o.llama_bench),
-                  shell_quote(o.path), n_cpu_moe > 0 ? fmt::format("-ncmoe {} ", n_cpu_moe) : "", o.tokens,
-                  o.llama_repeats, threads);
-  std::FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) fail("bench gpu: cannot start {}: {}", o.llama_bench, std::strerror(errno));
-  std::string out;
-  std::array<char, 4096> buffer{};
-  for (size_t n; (n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0;) out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  if (status != 0) fail("bench gpu: `{}` failed (status {}): {}", command, status, out.substr(0, 400));
-  const size_t open = out.find('[');
-  if (open == std::string::npos) fail("bench gpu: llama-bench printed no JSON array: {}", out.substr(0, 400));
-  const nlohmann::json j = nlohmann::json::parse(out.substr(open), nullptr, /*allow_exceptions=*/false);
-  // The generation test (n_gen > 0, no prompt): its average and spread over the repetitions.
-  if (j.is_array())
-    for (const nlohmann::json& t : j)
-      if (t.is_object() && t.value("n_gen", 0) > 0 && t.value("n_prompt", 0) == 0 && t.contains("avg_ts")) {
-        r.tps = t["avg_ts"].get<double>();
-        r.stddev = t.value("stddev_ts", 0.0);
-        return r;
-      }
-  fail("bench gpu: llama-bench's output has no generation test with avg_ts: {}", out.substr(0, 400));
+  std::vector<std::string> args = {"-m", o.path, "-ngl", "99"};
+  if (n_cpu_moe > 0) args.insert(args.end(), {"-ncmoe", std::to_string(n_cpu_moe)});
+  args.insert(args.end(), {"-p", "0", "-n", std::to_string(o.tokens), "-r", std::to_string(o.llama_repeats), "-t",
+                           std::to_string(threads)});
+  const nlohmann::json tests = run_llama_bench_json(o.llama_bench, args, "bench gpu");
+  const auto decode = llama_test_tps(tests, /*has_prompt=*/false, /*has_gen=*/true);
+  if (!decode) fail("bench gpu: llama-bench's output has no generation test with avg_ts: {}", tests.dump().substr(0, 400));
+  r.tps = decode->tps;
+  r.stddev = decode->stddev;
+  return r;
 }
 
 // Bars per entry group (a budget): strata, strata without read-ahead, llama.cpp; whiskers min–max
@@ -615,7 +598,14 @@ void run_gpu_bench(const GpuBenchOptions& o) {
     for (const std::string& b : backends) {
       if (!is_budget_group(b)) continue;
       const int k = b == "cuda" ? 0 : n_moe - int(std::lround(std::min(1.0, arena_share[b]) * n_moe));
-      llama[b] = run_llama_bench(o, k, threads);
+      // A failed llama.cpp run is reported and leaves its cell empty; strata's rounds are kept.
+      try {
+        llama[b] = run_llama_bench(o, k, threads);
+      } catch (const Error& e) {
+        fmt::print(stderr, "llama.cpp {}: {}\n", k > 0 ? fmt::format("-ncmoe {}", k) : "-ngl 99", e.what());
+        json["llama_cpp"][b] = {{"error", e.what()}};
+        continue;
+      }
       fmt::print("llama.cpp {}: decode {:.2f} ± {:.2f} tok/s (tg{}, {} repetitions)\n", llama[b].setting, llama[b].tps,
                  llama[b].stddev, o.tokens, o.llama_repeats);
       json["llama_cpp"][b] = {{"setting", llama[b].setting}, {"decode_tps", llama[b].tps}, {"stddev", llama[b].stddev}};
