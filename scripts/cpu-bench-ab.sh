@@ -10,7 +10,8 @@
 #   device: OUT=$OUT scripts/cpu-bench-ab.sh .baseline/src.tar.xz
 # carrying [".device/build", ".baseline"] (and ".device/peer" for llama.cpp) after
 # scripts/device-stash.sh out-hf with models/ moved out (the 64 MiB limit).
-# Knobs: MODEL (a GGUF instead of the synthesized file), ROUNDS (3), THREADS (8,16), PROMPT_THREADS (16), PROMPT (512), DECODE (32), LIMIT (420).
+# Knobs: MODEL (a GGUF instead of the synthesized file), AB_KEEP_BASE (1: keep an earlier call's
+# baseline build), AB_BUILD_ONLY (1: build both and write the model, no runs), ROUNDS (3), THREADS (8,16), PROMPT_THREADS (16), PROMPT (512), DECODE (32), LIMIT (420).
 # Outputs under $OUT: build-*.log, synth.log, base-<r>.txt, new-<r>.txt (each run's tables, with
 # the pool's measured hand-out cost), summary.txt.
 set -uo pipefail
@@ -23,7 +24,10 @@ stamp() { echo "[$(($(date +%s) - start)) s] $*"; }
 [ -f .device/build/env.sh ] && source .device/build/env.sh
 lscpu | grep -E '^(Model name|CPU\(s\)|Thread|L3)' || true
 llama=${LLAMA_BENCH:-}
-if [ -z "$llama" ] && [ -f .device/peer/llama-src.tar.xz ]; then
+if [ -z "$llama" ] && [ -x /root/llcpu/build/bin/llama-bench ] && [ -f /root/llcpu-done ]; then
+  llama=/root/llcpu/build/bin/llama-bench  # built by an earlier call on this (warm) machine
+  LLAMA_BENCH=$llama
+elif [ -z "$llama" ] && [ -f .device/peer/llama-src.tar.xz ]; then
   llama=/root/llcpu/build/bin/llama-bench
   rm -f /root/llcpu-done && mkdir -p /root/llcpu
   setsid bash -c "tar xJf .device/peer/llama-src.tar.xz -C /root/llcpu && cd /root/llcpu &&
@@ -34,7 +38,10 @@ if [ -z "$llama" ] && [ -f .device/peer/llama-src.tar.xz ]; then
   stamp "llama.cpp CPU llama-bench build started"
 fi
 base_dir=/root/cpu-ab-base
-rm -rf "$base_dir" && mkdir -p "$base_dir" && tar xJf "$base_tar" -C "$base_dir"
+# AB_KEEP_BASE=1: an earlier call's baseline build on the same (warm) machine is kept.
+if [ "${AB_KEEP_BASE:-0}" != 1 ] || [ ! -x "$base_dir/build/strata" ]; then
+  rm -rf "$base_dir" && mkdir -p "$base_dir" && tar xJf "$base_tar" -C "$base_dir"
+fi
 configure() {  # source dir, build dir
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=OFF -DSTRATA_WERROR=OFF \
     -DSTRATA_BUILD_TESTS=OFF -DSTRATA_BUILD_BENCH=OFF
@@ -53,6 +60,7 @@ if [ ! -f "$model" ]; then
     "${tok[@]}" "$model" >"$out/synth.log" 2>&1 || { tail -5 "$out/synth.log"; exit 1; }
   stamp "synth done"
 fi
+[ "${AB_BUILD_ONLY:-0}" = 1 ] && { stamp "built (AB_BUILD_ONLY)"; exit 0; }
 limit=${LIMIT:-420}
 if [ -n "$llama" ] && [ -z "${LLAMA_BENCH:-}" ]; then
   while [ ! -f /root/llcpu-done ] && [ $(($(date +%s) - start)) -lt 240 ]; do sleep 2; done

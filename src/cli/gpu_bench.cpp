@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -595,6 +596,15 @@ void run_gpu_bench(const GpuBenchOptions& o) {
   int n_moe = 0;
   for (const compute::ExpertLayerLayout& l : model->expert_layouts()) n_moe += l.present;
   if (!o.llama_bench.empty()) {
+    // strata's device copies and pinned host tiers go first: llama.cpp loads its own copy of the
+    // model, and on a file of half the GPU's memory (the full flagship shape, 48 GiB on an 80 GiB
+    // H100) both copies do not fit (session 44's llama-bench failed that way, status 256).
+    host_tiers.clear();
+    tier_models.clear();
+    {
+      std::lock_guard<std::mutex> lock(model->backend_shared().mutex);
+      model->backend_shared().by_backend.clear();
+    }
     for (const std::string& b : backends) {
       if (!is_budget_group(b)) continue;
       const int k = b == "cuda" ? 0 : n_moe - int(std::lround(std::min(1.0, arena_share[b]) * n_moe));
