@@ -243,7 +243,6 @@ void fuzz_tokenizer_body(std::string_view body, bool tokenize) {
     check(id >= 0 && id < limits.n_vocab);
 }
 
-
 // A /v1/messages body: the translation to a chat request, the limits of both APIs, and the
 // Anthropic-shaped answers built from its text.
 void fuzz_anthropic(std::string_view body) {

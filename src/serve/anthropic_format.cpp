@@ -128,13 +128,12 @@ std::string AnthropicStream::finish(FinishReason finish, const Usage& counts,
                                     std::string_view stop_sequence) {
   std::string out = open(Block::Text);  // every reply has a text block, even an empty one
   out += close();
-  out += anthropic_event(
-      "message_delta",
-      json{{"type", "message_delta"},
-           {"delta",
-            {{"stop_reason", stop_reason(finish, stop_sequence)},
-             {"stop_sequence", stop_sequence_json(stop_sequence)}}},
-           {"usage", {{"output_tokens", counts.completion_tokens}}}});
+  out += anthropic_event("message_delta",
+                         json{{"type", "message_delta"},
+                              {"delta",
+                               {{"stop_reason", stop_reason(finish, stop_sequence)},
+                                {"stop_sequence", stop_sequence_json(stop_sequence)}}},
+                              {"usage", {{"output_tokens", counts.completion_tokens}}}});
   out += anthropic_event("message_stop", json{{"type", "message_stop"}});
   return out;
 }

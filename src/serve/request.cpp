@@ -847,7 +847,7 @@ ParseResult parse_anthropic_messages_request(std::string_view body, const Reques
         constexpr std::string_view kContent = ".content";
         const std::string renamed =
             index == 0 ? "system" + (rest.rfind(kContent, 0) == 0 ? rest.substr(kContent.size())
-                                                                    : std::string())
+                                                                  : std::string())
                        : element("messages", index - 1) + rest;
         const size_t at = rejection.error.message.find(param);
         if (at != std::string::npos) rejection.error.message.replace(at, param.size(), renamed);

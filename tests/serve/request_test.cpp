@@ -485,10 +485,10 @@ TEST(ServeRequest, CommittedFuzzSeedsBehaveAsNamed) {
     SCOPED_TRACE(entry.path().filename().string());
     const std::string_view body = std::string_view(seed).substr(1);
     const ParseResult result =
-        seed[0] == 6 ? parse_anthropic_messages_request(body, limits())
-                     : parse_generation_request(
-                           body, seed[0] == 0 ? Endpoint::ChatCompletions : Endpoint::Completions,
-                           limits());
+        seed[0] == 6
+            ? parse_anthropic_messages_request(body, limits())
+            : parse_generation_request(
+                  body, seed[0] == 0 ? Endpoint::ChatCompletions : Endpoint::Completions, limits());
     const bool bad = entry.path().filename().string().find("_bad") != std::string::npos;
     EXPECT_EQ(std::holds_alternative<ApiError>(result), bad);
     ++checked;
