@@ -21,6 +21,12 @@
 //   mode 5:   ToolCallParser: payload byte 0 picks the format (even Hermes, odd XML), the rest is a
 //             model reply; the pieces are the same fed whole or byte by byte, every call's
 //             arguments are a JSON object, and with no call found the content is the reply.
+//   mode 6:   the payload is a /v1/messages body (Anthropic's Messages API, translated to a chat
+//             request): never throws; a rejection is a 4xx whose message names its param
+//             (renamed to the Anthropic body's own path: `system[i]`, `messages[i]` as sent); an
+//             accepted request obeys the chat limits above plus the Messages API's (one reply,
+//             no logprobs, no response_format, grammar or tools), and the message, its stream's
+//             events and an error event built from its text parse back.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -28,6 +34,7 @@
 #include <string_view>
 #include <vector>
 
+#include "serve/anthropic_format.h"
 #include "serve/openai_format.h"
 #include "serve/request.h"
 #include "serve/stop_matcher.h"
@@ -199,6 +206,10 @@ void fuzz_stop(std::string_view payload) {
   b += bytes.finish();
   check(a == b);
   check(whole.stopped() == bytes.stopped());
+  // The stop string named is the same either way, one of the list, and where the text was cut.
+  check(whole.matched() == bytes.matched());
+  check(whole.stopped() == !whole.matched().empty());
+  if (whole.stopped()) check(text.substr(a.size(), whole.matched().size()) == whole.matched());
   // The output is a prefix of the text, and a stop string never survives in it.
   check(text.substr(0, a.size()) == a);
   for (const std::string& stop : stops)
@@ -232,12 +243,68 @@ void fuzz_tokenizer_body(std::string_view body, bool tokenize) {
     check(id >= 0 && id < limits.n_vocab);
 }
 
+// A /v1/messages body: the translation to a chat request, the limits of both APIs, and the
+// Anthropic-shaped answers built from its text.
+void fuzz_anthropic(std::string_view body) {
+  RequestLimits limits = tokenizer_limits();
+  const ParseResult result = parse_anthropic_messages_request(body, limits);
+  if (const ApiError* error = std::get_if<ApiError>(&result)) {
+    check_rejection(*error);
+    // The message names the field at fault (first, or "(in PARAM)" for a body that does not
+    // parse), also after a path was renamed from the chat request's to the body's own.
+    if (!error->param.empty()) check(error->message.find(error->param) != std::string::npos);
+    check(parses_back(dump_json(anthropic_error_json(*error))));
+    return;
+  }
+  const GenerationRequest& request = std::get<GenerationRequest>(result);
+  check(request.model == limits.model_id);
+  check(!request.messages.empty());
+  check(request.max_tokens && *request.max_tokens >= 1 && *request.max_tokens <= limits.n_ctx);
+  check(request.n == 1 && !request.logprobs);
+  check(request.response_format.grammar == nullptr && request.grammar == nullptr);
+  check(request.tools.empty());
+  check(request.stop.size() <= limits.max_stop_strings);
+  check(!request.include_usage || request.stream);
+  const std::string& text = request.messages.back().content;
+  const TextDelta delta{text, text, 0, {}, {}};
+  const Usage usage{int64_t(text.size()), 2, 0, 1};
+  check(parses_back(dump_json(
+      anthropic_message_json("msg_x", request.model, delta, FinishReason::Length, usage))));
+  check(parses_back(dump_json(
+      anthropic_message_json("msg_x", request.model, delta, FinishReason::Stop, usage, text))));
+  AnthropicStream stream("msg_x", request.model, usage.prompt_tokens);
+  // Every event is "event: NAME\ndata: JSON\n\n" with JSON that parses.
+  auto events_parse = [](const std::string& events) {
+    size_t at = 0;
+    while (at < events.size()) {
+      if (events.compare(at, 7, "event: ") != 0) return false;
+      const size_t data = events.find("\ndata: ", at);
+      const size_t end = events.find("\n\n", at);
+      if (data == std::string::npos || end == std::string::npos || data > end) return false;
+      if (!parses_back(events.substr(data + 7, end - data - 7))) return false;
+      at = end + 2;
+    }
+    return true;
+  };
+  std::string events = stream.start();
+  events += stream.delta({"", text, 0, {}, {}});  // a thinking block
+  events += stream.delta({text, "", 0, {}, {}});  // then the text block
+  events += stream.finish(FinishReason::Stop, usage, text);
+  check(events_parse(events));
+  ApiError error;
+  error.status = 400;
+  error.param = "messages";
+  error.message = text;
+  check(events_parse(AnthropicStream::error(error)));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view payload(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 6) {
+  // Seven modes (the committed seeds start with bytes 0-6, so they keep their mode).
+  switch (data[0] % 7) {
     case 0:
       fuzz_parse(payload, Endpoint::ChatCompletions);
       break;
@@ -250,8 +317,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 5:
       fuzz_tool_reply(payload);
       break;
+    case 6:
+      fuzz_anthropic(payload);
+      break;
     default:
-      fuzz_tokenizer_body(payload, data[0] % 6 == 3);
+      fuzz_tokenizer_body(payload, data[0] % 7 == 3);
       break;
   }
   return 0;

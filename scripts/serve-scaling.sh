@@ -11,8 +11,9 @@
 # BATCH_GROUPS value in rotating order (--parallel 16, streams 16 then 1, --runs 3, MAX_TOKENS tokens
 # per stream, no load test): tok/s of 16 streams and of one, ITL, rows per step, replies equal.
 # The whole call ends by LIMIT s (default 540) with the rounds done.
-# Knobs: BATCH_GROUPS (1,2,4,8), ROUNDS (2), MAX_TOKENS (128), THREADS (server --threads; default all
-# cores), JOBS (build jobs), LIMIT (540).
+# Knobs: BATCH_GROUPS (1,2,4,8; `auto` is the server's default rule, and the summary says what it
+# chose), ROUNDS (2), MAX_TOKENS (128), THREADS (server --threads; default all cores), JOBS (build
+# jobs), LIMIT (540).
 # Outputs under $OUT: build.log, serve.txt (every bench's lines, then a summary per group count).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,11 +50,15 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
       sed "s/^/round $round groups $g: /" | tee -a "$out/serve.txt"
   done
 done
-echo "== summary: 16-stream tok/s per --batch-groups (each bench's median of 3 runs), one stream" |
-  tee -a "$out/serve.txt"
+echo "== summary: 16-stream tok/s per --batch-groups (each bench's median of 3 runs), one stream," \
+  "16 streams / one stream (median of each), what the server chose" | tee -a "$out/serve.txt"
 for g in "${groups[@]}"; do
-  echo "groups $g: $(grep "groups $g: parallel 16 streams 16:" "$out/serve.txt" | awk '{print $9}' | paste -sd' ') |" \
-    "one stream: $(grep "groups $g: parallel 16 streams  1:" "$out/serve.txt" | awk '{print $9}' | paste -sd' ')" |
-    tee -a "$out/serve.txt"
+  sixteen=$(grep "groups $g: parallel 16 streams 16:" "$out/serve.txt" | awk '{print $9}' | paste -sd' ')
+  one=$(grep "groups $g: parallel 16 streams  1:" "$out/serve.txt" | awk '{print $9}' | paste -sd' ')
+  ratio=$(python3 -c 'import statistics, sys
+a, b = ([float(v) for v in s.split()] for s in sys.argv[1:3])
+print(f"{statistics.median(a) / statistics.median(b):.2f}x" if a and b else "n/a")' "$sixteen" "$one")
+  chose=$(grep "groups $g: parallel 16 batch groups" "$out/serve.txt" | head -1 | sed 's/.*batch groups //')
+  echo "groups $g: $sixteen | one stream: $one | $ratio | $chose" | tee -a "$out/serve.txt"
 done
 stamp "done"

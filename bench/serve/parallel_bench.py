@@ -181,6 +181,9 @@ def main():
         try:
             props = server.props()
             top_k = props["strata"]["experts"]["n_expert_used"]
+            groups = props["strata"].get("batch_groups")
+            if groups:  # what --batch-groups (auto by default) chose, and why
+                print(f"parallel {p:>2} batch groups {groups['groups']}: {groups['reason']}", flush=True)
             burst(server.port, 1, 4, "warmup")
             for n in streams:
                 before = server.metrics()

@@ -7,9 +7,14 @@ namespace {
 
 using json = Json;
 
-std::string_view stop_reason(FinishReason finish) {
+std::string_view stop_reason(FinishReason finish, std::string_view stop_sequence) {
   if (finish == FinishReason::ToolCalls) return "tool_use";
-  return finish == FinishReason::Length ? "max_tokens" : "end_turn";
+  if (finish == FinishReason::Length) return "max_tokens";
+  return stop_sequence.empty() ? "end_turn" : "stop_sequence";
+}
+
+json stop_sequence_json(std::string_view stop_sequence) {
+  return stop_sequence.empty() ? json(nullptr) : json(std::string(stop_sequence));
 }
 
 std::string_view error_type(int status) {
@@ -38,7 +43,8 @@ json usage(int64_t input_tokens, int64_t output_tokens) {
 }  // namespace
 
 json anthropic_message_json(const std::string& id, const std::string& model, const TextDelta& text,
-                            FinishReason finish, const Usage& counts) {
+                            FinishReason finish, const Usage& counts,
+                            std::string_view stop_sequence) {
   json content = json::array();
   if (!text.reasoning.empty())
     content.push_back(json{{"type", "thinking"}, {"thinking", text.reasoning}, {"signature", ""}});
@@ -48,8 +54,8 @@ json anthropic_message_json(const std::string& id, const std::string& model, con
               {"role", "assistant"},
               {"model", model},
               {"content", std::move(content)},
-              {"stop_reason", stop_reason(finish)},
-              {"stop_sequence", nullptr},
+              {"stop_reason", stop_reason(finish, stop_sequence)},
+              {"stop_sequence", stop_sequence_json(stop_sequence)},
               {"usage", usage(counts.prompt_tokens, counts.completion_tokens)}};
 }
 
@@ -118,14 +124,16 @@ std::string AnthropicStream::delta(const TextDelta& delta) {
   return out;
 }
 
-std::string AnthropicStream::finish(FinishReason finish, const Usage& counts) {
+std::string AnthropicStream::finish(FinishReason finish, const Usage& counts,
+                                    std::string_view stop_sequence) {
   std::string out = open(Block::Text);  // every reply has a text block, even an empty one
   out += close();
-  out += anthropic_event(
-      "message_delta",
-      json{{"type", "message_delta"},
-           {"delta", {{"stop_reason", stop_reason(finish)}, {"stop_sequence", nullptr}}},
-           {"usage", {{"output_tokens", counts.completion_tokens}}}});
+  out += anthropic_event("message_delta",
+                         json{{"type", "message_delta"},
+                              {"delta",
+                               {{"stop_reason", stop_reason(finish, stop_sequence)},
+                                {"stop_sequence", stop_sequence_json(stop_sequence)}}},
+                              {"usage", {{"output_tokens", counts.completion_tokens}}}});
   out += anthropic_event("message_stop", json{{"type", "message_stop"}});
   return out;
 }

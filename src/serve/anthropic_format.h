@@ -13,8 +13,9 @@
 //   error:  {"type":"error","error":{"type":…,"message":…}}, the type from the HTTP status
 //           (invalid_request_error, authentication_error, not_found_error, request_too_large,
 //           rate_limit_error, overloaded_error, api_error).
-// stop_reason: "max_tokens" when max_tokens (or the context) ended the reply, else "end_turn";
-// strata's generator does not report which stop string matched, so "stop_sequence" is never sent.
+// stop_reason: "max_tokens" when max_tokens (or the context) ended the reply, "stop_sequence"
+// when one of stop_sequences did (and "stop_sequence" names it; null otherwise), "tool_use" after
+// tool calls, else "end_turn".
 // A reply always has a text block (possibly empty) after its thinking block.
 // Pure functions and a per-stream writer (not thread-safe: one per stream).
 #pragma once
@@ -26,8 +27,10 @@
 
 namespace strata::serve {
 
+// `stop_sequence`: the stop sequence that ended the reply, "" when none did.
 Json anthropic_message_json(const std::string& id, const std::string& model, const TextDelta& text,
-                            FinishReason finish, const Usage& usage);
+                            FinishReason finish, const Usage& usage,
+                            std::string_view stop_sequence = {});
 Json anthropic_error_json(const ApiError& error);
 // "event: <name>\ndata: <json>\n\n"
 std::string anthropic_event(std::string_view name, const Json& data);
@@ -39,7 +42,7 @@ class AnthropicStream {
   std::string start() const;
   // Opens a thinking or text block as the delta needs (closing the open one), then its deltas.
   std::string delta(const TextDelta& delta);
-  std::string finish(FinishReason finish, const Usage& usage);
+  std::string finish(FinishReason finish, const Usage& usage, std::string_view stop_sequence = {});
   static std::string error(const ApiError& error);
 
  private:

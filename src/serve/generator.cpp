@@ -262,6 +262,7 @@ void Generator::run(Job& job, const std::function<void(Scheduler::LentTask)>& le
   GenerationOutcome outcome;
   outcome.usage.prompt_tokens = int64_t(plan.prompt.size());
   outcome.finish = outcomes[0].finish;
+  outcome.stop_sequence = outcomes[0].stop_sequence;
   outcome.usage.cached_tokens = outcomes[0].usage.cached_tokens;
   for (const GenerationOutcome& one : outcomes) {
     outcome.choice_finish.push_back(one.finish);
@@ -466,6 +467,7 @@ GenerationOutcome Generator::run_choice(Job& job, int choice, const SessionSnaps
       case GenerationEnd::StopToken:
       case GenerationEnd::Halted:  // a stop string or a complete value
         outcome.finish = FinishReason::Stop;
+        outcome.stop_sequence = stops.matched();
         break;
       case GenerationEnd::Cancelled:
         outcome.cancelled = true;

@@ -602,7 +602,7 @@ void HttpServer::Impl::respond_whole(const std::shared_ptr<Job>& job,
           res, 200,
           wire == Wire::Anthropic
               ? anthropic_message_json(identity.id, identity.model, choices[0].text, outcome.finish,
-                                       outcome.usage)
+                                       outcome.usage, outcome.stop_sequence)
               : completion_json(identity, choices, outcome.usage, plan.logprobs.has_value()));
     }
     if (probe.peer_closed()) {
@@ -671,7 +671,8 @@ bool HttpServer::Impl::SseStream::pump_anthropic(httplib::DataSink& sink) {
     if (update.state == JobState::Finished) {
       if (update.error || update.outcome->cancelled) {
         write(AnthropicStream::error(update.error ? *update.error : shut_down_mid_generation()));
-      } else if (!write(anthropic_->finish(update.outcome->finish, update.outcome->usage))) {
+      } else if (!write(anthropic_->finish(update.outcome->finish, update.outcome->usage,
+                                           update.outcome->stop_sequence))) {
         return false;
       }
       sink.done();

@@ -841,9 +841,14 @@ ParseResult parse_anthropic_messages_request(std::string_view body, const Reques
       std::string& param = rejection.error.param;
       if (shift && param.rfind("messages[", 0) == 0) {
         const size_t index = std::strtoul(param.c_str() + 9, nullptr, 10);
+        const std::string rest = param.substr(param.find(']') + 1);
+        // The system message's content is `system` itself: its blocks keep their index
+        // (messages[0].content[1].type is system[1].type).
+        constexpr std::string_view kContent = ".content";
         const std::string renamed =
-            index == 0 ? std::string("system")
-                       : element("messages", index - 1) + param.substr(param.find(']') + 1);
+            index == 0 ? "system" + (rest.rfind(kContent, 0) == 0 ? rest.substr(kContent.size())
+                                                                  : std::string())
+                       : element("messages", index - 1) + rest;
         const size_t at = rejection.error.message.find(param);
         if (at != std::string::npos) rejection.error.message.replace(at, param.size(), renamed);
         param = renamed;

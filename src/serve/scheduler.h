@@ -64,6 +64,7 @@ enum class CancelReason { None, ClientGone, Shutdown };
 
 struct GenerationOutcome {
   FinishReason finish = FinishReason::Stop;  // choice 0's
+  std::string stop_sequence;  // the stop string that ended choice 0 ("" when none did)
   std::vector<FinishReason> choice_finish;   // every choice's, by index (GenerationPlan::n_choices)
   Usage usage;             // prompt tokens once, completion tokens summed over the choices
   bool cancelled = false;  // stopped early by Job::cancel; finish/usage cover what was made

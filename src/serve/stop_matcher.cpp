@@ -16,6 +16,7 @@ std::string StopMatcher::push(std::string_view text) {
   // The stop string that completes first ends the text (as it would, token by token), the longest
   // of those that complete at the same place; its first occurrence is the one that ends first.
   size_t best_end = std::string::npos, best_start = std::string::npos;
+  const std::string* best = nullptr;
   for (const std::string& stop : stops_) {
     const size_t start = held_.find(stop);
     if (start == std::string::npos) continue;
@@ -23,10 +24,12 @@ std::string StopMatcher::push(std::string_view text) {
     if (end < best_end || (end == best_end && start < best_start)) {
       best_end = end;
       best_start = start;
+      best = &stop;
     }
   }
-  if (best_start != std::string::npos) {
+  if (best) {
     stopped_ = true;
+    matched_ = *best;
     std::string out = held_.substr(0, best_start);
     held_.clear();
     return out;

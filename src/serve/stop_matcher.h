@@ -7,6 +7,7 @@
 // string and everything after it are dropped (OpenAI's rule), and `stopped()` turns true. `finish`
 // releases the held-back tail at the end of generation. The concatenation of every returned piece
 // is the same for any way of cutting the input into pieces, and contains no stop string.
+// `matched()` names the stop string that ended it (Anthropic's stop_sequence).
 // Stop strings are non-empty (empty ones are ignored). Not thread-safe.
 #pragma once
 
@@ -22,10 +23,13 @@ class StopMatcher {
   std::string push(std::string_view text);
   std::string finish();
   bool stopped() const { return stopped_; }
+  // The stop string that ended the text; empty until stopped().
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string held_;
+  std::string matched_;
   bool stopped_ = false;
 };
 

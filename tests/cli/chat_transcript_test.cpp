@@ -1,12 +1,14 @@
 // `strata chat` with piped input on the embedded default model (thinking on, its default): a reply
 // cut off while thinking shows the indicator and why it ended instead of an empty line, each reply
-// is followed by its tokens and tok/s on stderr, and /help lists the commands.
+// is followed by its tokens and tok/s on stderr, and /help lists the commands; later turns resume
+// from the conversation state cache with the replies of a full re-prefill.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <vector>
 
 #include "cli_process.h"
@@ -48,6 +50,60 @@ TEST(CliChat, ThinkingIndicatorSpeedLineAndHelp) {
   ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
   EXPECT_EQ(quiet.err.find("tok/s"), std::string::npos) << quiet.err;
   EXPECT_EQ(quiet.out.find("[thinking"), std::string::npos) << quiet.out;
+}
+
+// The prompt tokens each turn prefilled, from the speed lines on stderr
+// ("[24 tokens in 0.78 s, 30.8 tok/s; prompt 37 tokens, 412.0 tok/s]").
+std::vector<int> prefilled_per_turn(const std::string& err) {
+  static const std::regex line(R"(tok/s; prompt (\d+) tokens,)");
+  std::vector<int> out;
+  for (auto it = std::sregex_iterator(err.begin(), err.end(), line); it != std::sregex_iterator();
+       ++it)
+    out.push_back(std::stoi((*it)[1]));
+  return out;
+}
+
+// Issue 17: `strata chat` re-prefilled the whole history every turn (the template drops earlier
+// turns' thinking, so the prompt never extends the session). With the state cache (on by
+// default) a turn resumes from the last 64-row window boundary of the previous prompt: it
+// prefills less, by a whole number of windows, and its replies are those of `--cache-ram 0`,
+// which re-prefills everything (the thinking is shown, so the replies' every token is compared).
+TEST(CliChat, LaterTurnsResumeFromTheStateCacheWithTheSameReplies) {
+  // Messages long enough that each prompt passes a window boundary (64 tokens).
+  const std::string turns =
+      "In the beginning God created the heaven and the earth. And the earth was without form, "
+      "and void; and darkness was upon the face of the deep. And the Spirit of God moved upon the "
+      "face of the waters. Tell me what happened next.\n"
+      "And God said, Let there be light: and there was light. And God saw the light, that it was "
+      "good: and God divided the light from the darkness. What came after that?\n"
+      "And God called the light Day, and the darkness he called Night. And the evening and the "
+      "morning were the first day. Go on.\n/quit\n";
+  const std::string chat = "chat --temp 0 --max-reply 24 -t 1 --show-thinking ";
+  const CommandResult cached = run_strata(chat, input_file(turns));
+  const CommandResult full = run_strata(chat + "--cache-ram 0", input_file(turns));
+  ASSERT_EQ(cached.exit_code, 0) << cached.err;
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const size_t first_reply = full.out.find("\n> ");
+  ASSERT_NE(first_reply, std::string::npos) << full.out;
+  EXPECT_EQ(cached.out.substr(cached.out.find("\n> ")), full.out.substr(first_reply));
+  const std::vector<int> resumed = prefilled_per_turn(cached.err);
+  const std::vector<int> whole = prefilled_per_turn(full.err);
+  ASSERT_EQ(resumed.size(), 3u) << cached.err;
+  ASSERT_EQ(whole.size(), 3u) << full.err;
+  EXPECT_EQ(resumed[0], whole[0]);
+  EXPECT_GT(whole[0], 64);
+  for (size_t turn = 1; turn < 3; ++turn) {
+    SCOPED_TRACE(turn + 1);
+    EXPECT_GT(whole[turn], whole[turn - 1]);  // the whole history each time
+    EXPECT_LT(resumed[turn], whole[turn]);
+    EXPECT_EQ((whole[turn] - resumed[turn]) % 64, 0);
+    // Resumed at the last window boundary inside the previous prompt that still prefixes this
+    // one: at most a window of it again, plus the tail this prompt renders differently (the
+    // generation prompt: the history drops the reply's thinking), a few tokens.
+    const int cached = whole[turn] - resumed[turn];
+    EXPECT_GE(cached + 64 + 16, whole[turn - 1]);
+    EXPECT_LE(cached, whole[turn - 1]);
+  }
 }
 
 // --json-schema: every reply (two turns: the second one resumes after the first reply) is one

@@ -302,5 +302,53 @@ TEST(ServeEndpoints, AnthropicMessagesWholeAndStreamed) {
   EXPECT_EQ(unknown.json()["error"]["type"], "not_found_error");
 }
 
+// Anthropic's stop_reason "stop_sequence" names the stop sequence that ended the reply (it was
+// "end_turn" with stop_sequence null, which a client cannot tell from the model ending its turn).
+TEST(ServeEndpoints, AnthropicStopSequenceIsReportedByName) {
+  ServeProcess server;
+  json request = {{"model", "strata-default"},
+                  {"max_tokens", 24},
+                  {"messages", {{{"role", "user"}, {"content", "Tell me about the sea."}}}},
+                  {"temperature", 0},
+                  {"thinking", {{"type", "disabled"}}}};
+  const HttpReply free = post(server, "/v1/messages", request.dump());
+  ASSERT_EQ(free.status, 200) << free.body;
+  const std::string text = free.json()["content"].back()["text"].get<std::string>();
+  ASSERT_GE(text.size(), 8u) << text;
+  // Three bytes from the middle of the greedy reply (ASCII, so no character is cut), and one that
+  // never comes: the reply ends before the first occurrence of the three.
+  size_t at = text.size() / 2;
+  while (at + 3 < text.size() && (static_cast<unsigned char>(text[at]) >= 0x80 ||
+                                  static_cast<unsigned char>(text[at + 1]) >= 0x80 ||
+                                  static_cast<unsigned char>(text[at + 2]) >= 0x80))
+    ++at;
+  ASSERT_LE(at + 3, text.size()) << text;
+  const std::string stop = text.substr(at, 3);
+  request["stop_sequences"] = {"~never~", stop};
+  const HttpReply whole = post(server, "/v1/messages", request.dump());
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const json message = whole.json();
+  EXPECT_EQ(message["content"].back()["text"], text.substr(0, text.find(stop)));
+  EXPECT_EQ(message["stop_reason"], "stop_sequence") << message.dump();
+  EXPECT_EQ(message["stop_sequence"], stop) << message.dump();
+
+  request["stream"] = true;
+  const HttpReply streamed = post(server, "/v1/messages", request.dump());
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  const auto events = anthropic_events(streamed.body);
+  ASSERT_GE(events.size(), 3u);
+  const json& last_delta = events[events.size() - 2].second;
+  EXPECT_EQ(last_delta["delta"]["stop_reason"], "stop_sequence") << last_delta.dump();
+  EXPECT_EQ(last_delta["delta"]["stop_sequence"], stop) << last_delta.dump();
+
+  // A reply that ends without one keeps stop_sequence null.
+  request["stream"] = false;
+  request["stop_sequences"] = {"~never~"};
+  const json unmatched = post(server, "/v1/messages", request.dump()).json();
+  EXPECT_EQ(unmatched["stop_reason"], free.json()["stop_reason"]);
+  EXPECT_NE(unmatched["stop_reason"], "stop_sequence");
+  EXPECT_TRUE(unmatched["stop_sequence"].is_null());
+}
+
 }  // namespace
 }  // namespace strata::serve::test

@@ -433,6 +433,11 @@ TEST(ServeRequest, AnthropicMessagesBecomeAChatRequest) {
       // With `system` first, the messages keep their own indices in errors.
       {R"({"max_tokens":4,"system":"s","messages":[{"role":"user","content":"x"},{"role":"user","content":7}]})",
        "messages[1].content", "messages[1].content"},
+      // A block of `system` is named by its own path, not the whole field.
+      {R"({"max_tokens":4,"system":[{"type":"text","text":"s"},{"type":"image"}],"messages":[{"role":"user","content":"x"}]})",
+       "system[1].type", "system[1].type: only \"text\""},
+      {R"({"max_tokens":4,"system":[{"type":"text","text":7}],"messages":[{"role":"user","content":"x"}]})",
+       "system[0].text", "system[0].text"},
       {R"({"max_tokens":4,"stop_sequences":["a",1],"messages":[{"role":"user","content":"x"}]})",
        "stop_sequences[1]", "string"},
       {R"({"max_tokens":4,"thinking":{"type":"maybe"},"messages":[{"role":"user","content":"x"}]})",
@@ -466,25 +471,31 @@ TEST(ServeRequest, EveryPrefixOfAValidBodyIsHandled) {
 }
 
 TEST(ServeRequest, CommittedFuzzSeedsBehaveAsNamed) {
-  // tests/data/fuzz/serve_request: byte 0 picks the endpoint (0 chat, 1 completions, 2 the stop
-  // matcher); *_bad* bodies are rejected, the others accepted.
-  int checked = 0;
+  // tests/data/fuzz/serve_request: byte 0 picks the mode (fuzz/fuzz_serve_request.cpp: 0 chat,
+  // 1 completions, 6 Anthropic's /v1/messages; the others are not request bodies); *_bad* bodies
+  // are rejected, the others accepted.
+  int checked = 0, anthropic = 0;
   for (const auto& entry : std::filesystem::directory_iterator(std::string(STRATA_TEST_DATA_DIR) +
                                                                "/fuzz/serve_request")) {
     std::ifstream in(entry.path(), std::ios::binary);
     std::stringstream bytes;
     bytes << in.rdbuf();
     const std::string seed = bytes.str();
-    if (seed.empty() || seed[0] > 1) continue;
+    if (seed.empty() || (seed[0] > 1 && seed[0] != 6)) continue;
     SCOPED_TRACE(entry.path().filename().string());
-    const Endpoint endpoint = seed[0] == 0 ? Endpoint::ChatCompletions : Endpoint::Completions;
+    const std::string_view body = std::string_view(seed).substr(1);
     const ParseResult result =
-        parse_generation_request(std::string_view(seed).substr(1), endpoint, limits());
+        seed[0] == 6
+            ? parse_anthropic_messages_request(body, limits())
+            : parse_generation_request(
+                  body, seed[0] == 0 ? Endpoint::ChatCompletions : Endpoint::Completions, limits());
     const bool bad = entry.path().filename().string().find("_bad") != std::string::npos;
     EXPECT_EQ(std::holds_alternative<ApiError>(result), bad);
     ++checked;
+    anthropic += seed[0] == 6;
   }
   EXPECT_GE(checked, 6);
+  EXPECT_GE(anthropic, 3);
 }
 
 }  // namespace

@@ -142,9 +142,11 @@ TEST(ServeStop, CutsAtTheEarliestStopForAnyChunking) {
     StopMatcher matcher({"end", "near", "xyz"});
     EXPECT_EQ(feed(matcher, text, piece), "Hello, world. The ");
     EXPECT_TRUE(matcher.stopped());
+    EXPECT_EQ(matcher.matched(), "end");
     StopMatcher absent({"ENDX"});
     EXPECT_EQ(feed(absent, text, piece), text);  // the held-back "END" comes out at finish
     EXPECT_FALSE(absent.stopped());
+    EXPECT_EQ(absent.matched(), "");
   }
 }
 
@@ -154,8 +156,10 @@ TEST(ServeStop, TheStopThatCompletesFirstWins) {
     SCOPED_TRACE(piece);
     StopMatcher matcher({"abcd", "bc"});
     EXPECT_EQ(feed(matcher, "xabcd", piece), "xa");
+    EXPECT_EQ(matcher.matched(), "bc");
     StopMatcher same_end({"cd", "bcd"});  // both complete at the same byte: the longer one
     EXPECT_EQ(feed(same_end, "xabcd", piece), "xa");
+    EXPECT_EQ(same_end.matched(), "bcd");
   }
 }
 

@@ -1,6 +1,7 @@
 // The official openai npm client against `strata serve`: models, chat and completions, streamed
-// and whole, usage in streams, a cached repeated prompt, seeds, logprobs with n = 2, a tool call
-// round trip, json_schema output that validates against its schema (whole through the SDK's
+// and whole, usage in streams, a cached repeated prompt and a cached multi-turn conversation,
+// seeds, logprobs with n = 2, a tool call round trip (the model's own call and its result sent
+// back), json_schema output that validates against its schema (whole through the SDK's
 // parse helper and streamed, greedy and seeded; checked by a small validator below, no other
 // package) and json_object output, 16 concurrent streams each equal to its request run alone (the
 // server runs with --parallel 16), and the SDK's typed errors for bad requests.
@@ -88,6 +89,37 @@ await check("chat stream helper (finalChatCompletion)", async () => {
   assert.equal(final.choices[0].message.content, wholeChat.choices[0].message.content);
 });
 
+await check("a multi-turn conversation resumes from the state cache", async () => {
+  // The default model has DeltaNet layers: a turn resumes at the last 64-token prefill window
+  // boundary of an earlier prompt that prefixes it (docs/serve.md, "Conversation state cache"), so
+  // cached_tokens is a whole number of windows, and all but at most one window and the
+  // generation prompt's tail (which the next prompt renders differently) of the previous prompt.
+  const window = 64, generationPrompt = 16;
+  const messages = [{ role: "system", content: "You answer questions about the book of Genesis in one line, plainly." }];
+  const questions = [
+    "In the beginning God created the heaven and the earth. What was the earth like then, and what moved upon the face of the waters?",
+    "And God said, Let there be light: and there was light. What did God divide from the darkness, and what did he call each?",
+    "What did God make on the second day, and what did he call the firmament that divided the waters?",
+    "Say in one word which day you liked best.",
+  ];
+  let previousPrompt = 0;
+  for (const [turn, question] of questions.entries()) {
+    messages.push({ role: "user", content: question });
+    const reply = await client.chat.completions.create({
+      model: "strata-default", messages, max_tokens: 16, temperature: 0, chat_template_kwargs: { enable_thinking: false },
+    });
+    const prompt = reply.usage.prompt_tokens;
+    const cached = reply.usage.prompt_tokens_details.cached_tokens;
+    const where = `turn ${turn + 1}: ${cached} of ${prompt} prompt tokens cached, previous prompt ${previousPrompt}`;
+    assert.equal(cached % window, 0, where);
+    assert.ok(cached < prompt, where);
+    if (turn === 0) assert.equal(cached, 0, where);
+    else assert.ok(cached > 0 && cached <= previousPrompt && cached + window + generationPrompt >= previousPrompt, where);
+    previousPrompt = prompt;
+    messages.push({ role: "assistant", content: reply.choices[0].message.content });
+  }
+});
+
 await check("completions.create, whole and streamed", async () => {
   const request = { model: "strata-default", prompt: "And God said", max_tokens: 20, temperature: 0 };
   const whole = await client.completions.create(request);
@@ -170,6 +202,18 @@ await check("tools: the request and a tool round trip are accepted", async () =>
   const sent = (c) => ({ name: c.function.name, arguments: c.function.arguments });
   assert.deepEqual((final.choices[0].message.tool_calls ?? []).map(sent), wholeCalls.map(sent));
   if (wholeCalls.length > 0 && wholeCalls[0].function.arguments.length > 8) assert.ok(fragments > 1);
+  // The round trip: the model's own call goes back as the assistant turn (the message as the SDK
+  // returned it) with the tool's result, and the model answers after it.
+  const roundTrip = await client.chat.completions.create({
+    ...forced, tool_choice: "auto", max_tokens: 8,
+    messages: [...forced.messages, whole.choices[0].message,
+      { role: "tool", tool_call_id: wholeCalls[0].id, content: '{"temp": 21}' }],
+  });
+  assert.ok(["stop", "length", "tool_calls"].includes(roundTrip.choices[0].finish_reason));
+  // The call and the result are in the prompt: it is longer than the question's by more than
+  // the result's few tokens.
+  assert.ok(roundTrip.usage.prompt_tokens > whole.usage.prompt_tokens + 8,
+    `${roundTrip.usage.prompt_tokens} prompt tokens after the round trip, ${whole.usage.prompt_tokens} before`);
   await assert.rejects(
     client.chat.completions.create({ model: "strata-default", messages: [{ role: "user", content: "x" }], tools, tool_choice: { type: "function", function: { name: "nope" } } }),
     (error) => {
