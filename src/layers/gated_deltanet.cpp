@@ -426,7 +426,9 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
       gated_norm_head(dims, w, core_rows, z, n_rows, int(h));
     }
   };
-  if (chunked) {
+  if (chunked || !pool.phase_chains()) {
+    // The chunked form, and the recurrent one without phase chains (ThreadPool::phase_chains):
+    // the inputs, then one hand-out over the V heads.
     {
       ScopedPart part(Part::GdnConv);
       deltanet_inputs(pool, ws, dims, w, state, mixed, beta, alpha, n_rows, in);

@@ -250,7 +250,7 @@ void hyper_connection_in(compute::ThreadPool& pool, compute::Workspace& ws,
     });
     return;
   }
-  if (n_rows <= kChainMaxRows && chains(w)) {
+  if (pool.phase_chains() && n_rows <= kChainMaxRows && chains(w)) {
     hc_in_chained(pool, w, n_streams, n_embd, eps, X, n_rows, x, inject_out, scratch);
     return;
   }
@@ -275,7 +275,7 @@ void hyper_connection_out_in(compute::ThreadPool& pool, compute::Workspace& ws, 
                              float* x, float* next_inject) {
   const int64_t width = n_streams * n_embd;
   if (!compute::takes_row_slices(pool, n_rows)) {
-    if (n_rows <= kChainMaxRows && chains(next)) {
+    if (pool.phase_chains() && n_rows <= kChainMaxRows && chains(next)) {
       // The chain's first step adds the block output row by row: no pass over X on the calling
       // thread before the hand-out (timed with hc in).
       ScopedPart part(Part::HcIn);

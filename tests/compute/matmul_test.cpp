@@ -427,8 +427,10 @@ TEST(Matmul, ManyProductsAndConvertedRowsEqualOneMatmulEach) {
     storage.push_back(random_weights(types[i], n_in, n_outs[i], stride, rng));
     matrices.push_back(WeightMatrix{types[i], n_in, n_outs[i], storage.back().data(), stride});
   }
-  for (int threads : {1, 3, 16}) {
+  for (int threads : {1, 3, 16})
+  for (const bool chains : {false, true}) {  // a few rows' conversion in the tiles' hand-out or before it
     ThreadPool pool(threads);
+    pool.set_phase_chains(chains);
     for (int64_t n_rows : {1, 2, 5, 13}) {
       const std::vector<float> x = random_inputs(n_rows * n_in, rng);
       std::vector<std::vector<float>> want, got;
@@ -443,7 +445,7 @@ TEST(Matmul, ManyProductsAndConvertedRowsEqualOneMatmulEach) {
       matmul_many(pool, products, x.data(), n_rows);
       for (size_t i = 0; i < matrices.size(); ++i)
         EXPECT_EQ(0, std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)))
-            << type_traits(types[i]).name << " rows " << n_rows << " threads " << threads;
+            << type_traits(types[i]).name << " rows " << n_rows << " threads " << threads << " chains " << chains;
 
       // Converted once, rows gathered in reverse order: the Q8_K products of matrices 0 and 3.
       const size_t stride = activation_row_stride(GgmlType::Q4_K, n_in);

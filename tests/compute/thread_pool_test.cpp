@@ -580,6 +580,32 @@ TEST(ThreadPool, InlineWorkFromTheEnvironmentOrMeasured) {
   ASSERT_EQ(unsetenv("STRATA_INLINE_WORK_NS"), 0);
 }
 
+// Phase chains (ThreadPool::phase_chains) are off unless STRATA_PHASE_CHAINS=1; 0 and unset mean
+// off; any other value is an error naming the variable; set_phase_chains overrides.
+TEST(ThreadPool, PhaseChainsFromTheEnvironment) {
+  ASSERT_EQ(unsetenv("STRATA_PHASE_CHAINS"), 0);
+  {
+    ThreadPool pool(2);
+    EXPECT_FALSE(pool.phase_chains());
+    pool.set_phase_chains(true);
+    EXPECT_TRUE(pool.phase_chains());
+  }
+  ASSERT_EQ(setenv("STRATA_PHASE_CHAINS", "1", 1), 0);
+  EXPECT_TRUE(ThreadPool(2).phase_chains());
+  ASSERT_EQ(setenv("STRATA_PHASE_CHAINS", "0", 1), 0);
+  EXPECT_FALSE(ThreadPool(2).phase_chains());
+  for (const char* bad : {"yes", "2", "", "on"}) {
+    ASSERT_EQ(setenv("STRATA_PHASE_CHAINS", bad, 1), 0);
+    try {
+      ThreadPool pool(2);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("STRATA_PHASE_CHAINS"), std::string::npos) << e.what();
+    }
+  }
+  ASSERT_EQ(unsetenv("STRATA_PHASE_CHAINS"), 0);
+}
+
 TEST(ScratchBuffer, GrowsAlignedAndIsReusedWhenLargeEnough) {
   ScratchBuffer scratch;
   EXPECT_EQ(scratch.capacity_bytes(), 0u);

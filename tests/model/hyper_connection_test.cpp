@@ -94,8 +94,11 @@ TEST_P(HyperConnectionIn, EveryWindowAndThreadCountGivesTheRowByRowBits) {
                                  inline_work_ns);
         compute::Workspace ws;
         // 1..3: inline rows; 4..32 rows: the per-thread slices (at 2+ threads, 2+ rows each);
-        // 33 and more: the split per step.
+        // 33 and more: the split per step. Rows that take no slices: the steps one hand-out each,
+        // and as one chain (ThreadPool::phase_chains).
+        for (const bool chains : {false, true})
         for (int64_t n_rows : {1, 2, 3, 4, 5, 8, 16, 17, 32, 33, 64, 65, 100}) {
+          pool.set_phase_chains(chains);
           const int64_t first = (kMaxRows - n_rows) / 2;
           std::vector<float> x(static_cast<size_t>(n_rows * kEmbd), -1.0f);
           std::vector<float> inj(static_cast<size_t>(n_rows * kStreams), -1.0f);
@@ -103,7 +106,7 @@ TEST_P(HyperConnectionIn, EveryWindowAndThreadCountGivesTheRowByRowBits) {
                               n_rows, x.data(), has_inject ? inj.data() : nullptr);
           for (int64_t i = 0; i < n_rows * kEmbd; ++i)
             ASSERT_EQ(bits(x[size_t(i)]), bits(want_x[size_t(first * kEmbd + i)]))
-                << "x, " << threads << " threads, inline " << inline_work_ns << ", " << n_rows
+                << "x, " << threads << " threads, inline " << inline_work_ns << ", chains " << chains << ", " << n_rows
                 << " rows, element " << i << (has_inject ? "" : ", mixer");
           if (has_inject) {
             for (int64_t i = 0; i < n_rows * kStreams; ++i)
@@ -170,7 +173,9 @@ TEST(HyperConnectionOutIn, EveryWindowAndThreadCountGivesTheTwoCallsRowByRowBits
     for (int threads : {1, 2, 3, 4, 7, 16}) {
       compute::ThreadPool pool(threads);
       compute::Workspace ws;
+      for (const bool chains : {false, true})
       for (int64_t n_rows : {1, 3, 4, 5, 8, 16, 17, 32, 33, 40}) {
+        pool.set_phase_chains(chains);
         const int64_t first = kMaxRows - n_rows;
         std::vector<float> X(X0.begin() + first * width, X0.begin() + kMaxRows * width);
         std::vector<float> inj(inject0.begin() + first * kStreams, inject0.end());
@@ -179,8 +184,9 @@ TEST(HyperConnectionOutIn, EveryWindowAndThreadCountGivesTheTwoCallsRowByRowBits
                                 X.data(), *w, kEps, n_rows, x.data(),
                                 w->has_inject() ? inj.data() : nullptr);
         const auto where = [&](const char* what) {
-          return std::string(what) + ", " + std::to_string(threads) + " threads, " +
-                 std::to_string(n_rows) + " rows" + (w->has_inject() ? "" : ", mixer");
+          return std::string(what) + ", " + std::to_string(threads) + " threads, chains " +
+                 std::to_string(chains) + ", " + std::to_string(n_rows) + " rows" +
+                 (w->has_inject() ? "" : ", mixer");
         };
         for (size_t i = 0; i < X.size(); ++i)
           ASSERT_EQ(bits(X[i]), bits(want_X[size_t(first * width) + i])) << where("X") << " " << i;

@@ -287,10 +287,13 @@ TEST_P(ForwardInvariance, QuantizedDecodeIsBitwiseAtEveryThreadCountAndInlineRul
                                                 {3, compute::ThreadPool::kInlineAlways},
                                                 {3, compute::ThreadPool::kMeasureInlineWork}}) {
     compute::ThreadPool pool(threads, compute::ThreadPool::kDefaultWorkerSpinMicros, inline_work_ns);
-    EXPECT_EQ(all_logits(*model, pool, tokens, {1}), rows)
-        << threads << " threads, inline rule " << inline_work_ns << ", decode rows";
-    EXPECT_EQ(all_logits(*model, pool, tokens, {3, 1, 2, 5}), rows)
-        << threads << " threads, inline rule " << inline_work_ns << ", short windows";
+    for (const bool chains : {false, true}) {  // ThreadPool::phase_chains: the same bits either way
+      pool.set_phase_chains(chains);
+      EXPECT_EQ(all_logits(*model, pool, tokens, {1}), rows)
+          << threads << " threads, inline rule " << inline_work_ns << ", chains " << chains << ", decode rows";
+      EXPECT_EQ(all_logits(*model, pool, tokens, {3, 1, 2, 5}), rows)
+          << threads << " threads, inline rule " << inline_work_ns << ", chains " << chains << ", short windows";
+    }
     EXPECT_EQ(all_logits(*model, pool, tokens, {36, 4}), long_windows)
         << threads << " threads, inline rule " << inline_work_ns << ", a 36-row window";
   }

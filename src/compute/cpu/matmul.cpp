@@ -179,7 +179,7 @@ void run_jobs(ThreadPool& pool, std::span<const ProductJob> jobs,
       if (first >= end) break;
     }
   };
-  if (convert != nullptr && total > 1) {
+  if (convert != nullptr && total > 1 && pool.phase_chains()) {
     const ThreadPool::Phase phases[] = {{1, *convert}, {total, tiles}};
     pool.run_phases(phases, work_ns);
     return;

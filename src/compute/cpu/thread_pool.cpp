@@ -10,6 +10,7 @@
 #include <limits>
 #include <new>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include "util/error.h"
@@ -84,6 +85,17 @@ std::optional<double> inline_work_from_environment() {
   return ns;
 }
 
+constexpr const char* kPhaseChainsVariable = "STRATA_PHASE_CHAINS";
+
+// STRATA_PHASE_CHAINS when set: 0 or 1 (ThreadPool::phase_chains).
+bool phase_chains_from_environment() {
+  const char* value = std::getenv(kPhaseChainsVariable);
+  if (value == nullptr) return false;
+  const std::string_view v(value);
+  if (v != "0" && v != "1") fail("{}: expected 0 or 1, found '{}'", kPhaseChainsVariable, value);
+  return v == "1";
+}
+
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -117,6 +129,7 @@ ThreadPool::ThreadPool(int n_threads, int worker_spin_us, double inline_work_ns)
          inline_work_ns);
   const std::optional<double> from_environment =
       inline_work_ns == kMeasureInlineWork ? inline_work_from_environment() : std::nullopt;
+  phase_chains_ = phase_chains_from_environment();
   scratch_.resize(size_t(n_threads));
   workers_.reserve(size_t(n_threads - 1));
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_main(i); });

@@ -140,6 +140,18 @@ class ThreadPool {
   // Nested calls run inline, task by task.
   void parallel_for_each_task(int64_t n_tasks, const TaskFn& fn);
 
+  // Whether the layers hand a decode row's dependent steps out as one run_phases chain (the
+  // hyper-connection's steps, the DeltaNet's conv, split and delta rule, a product's activation
+  // conversion) or as one hand-out per step as before. Off by default: on the GPU box's 16-core
+  // host (session 45, 2 alternated rounds against the build before the chains) decode was 0.85-
+  // 0.88x with them, "gdn delta rule+norm" 1.2-1.3 -> 5.0 ms and "hc in" 3.6-4.2 -> 4.5-5.1 ms a
+  // token, though the hand-outs fell 484 -> 387; on 2 threads no difference beyond noise
+  // (docs/bench-cpu-scaling.md). STRATA_PHASE_CHAINS=1 turns them on (read at construction;
+  // anything but 0 or 1 is a strata::Error), set_phase_chains for tests and A/B runs. Every
+  // output is bitwise the same either way (the same tasks, only how they are handed out differs).
+  bool phase_chains() const { return phase_chains_; }
+  void set_phase_chains(bool on) { phase_chains_ = on; }
+
   // A chain of dependent steps in one hand-out: phase p's tasks start only after every task of
   // phase p - 1 has finished (its writes are then visible), so a step may read anything the
   // steps before it wrote (a product's outputs, then the next product over them). One publish
@@ -218,6 +230,7 @@ class ThreadPool {
   std::atomic<int> workers_started_{0};  // workers that entered worker_main (the measurement waits)
   double inline_work_ns_ = 0;
   InlineWorkOrigin inline_work_origin_ = InlineWorkOrigin::kOneThread;
+  bool phase_chains_ = false;
   double measured_handout_ns_ = 0;
 };
 
