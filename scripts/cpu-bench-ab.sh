@@ -10,7 +10,8 @@
 #   device: OUT=$OUT scripts/cpu-bench-ab.sh .baseline/src.tar.xz
 # carrying [".device/build", ".baseline"] (and ".device/peer" for llama.cpp) after
 # scripts/device-stash.sh out-hf with models/ moved out (the 64 MiB limit).
-# Knobs: MODEL (a GGUF instead of the synthesized file), AB_KEEP_BASE (1: keep an earlier call's
+# Knobs: AB_AFTER_ENV (one "VAR=value ..." variant of the working tree's binary, run every round),
+# MODEL (a GGUF instead of the synthesized file), AB_KEEP_BASE (1: keep an earlier call's
 # baseline build), AB_BUILD_ONLY (1: build both and write the model, no runs), ROUNDS (3), THREADS (8,16), PROMPT_THREADS (16), PROMPT (512), DECODE (32), LIMIT (420).
 # Outputs under $OUT: build-*.log, synth.log, base-<r>.txt, new-<r>.txt (each run's tables, with
 # the pool's measured hand-out cost), summary.txt.
@@ -73,19 +74,30 @@ bench() {  # binary, output file, more `bench cpu` options...
   timeout "$left" "$bin" bench cpu -m "$model" --threads "${THREADS:-8,16}" --prompt-threads "${PROMPT_THREADS:-16}" \
     --prompt-tokens "${PROMPT:-512}" -n "${DECODE:-32}" --repeats 1 "$@" >"$file" 2>&1
 }
+# AB_AFTER_ENV="VAR=value ...[;VAR=value ...]": each round also runs the working tree's binary under
+# each variant's variables (side "env<i>", e.g. STRATA_PHASE_CHAINS=1), between new and base.
+IFS=';' read -r -a env_variants <<<"${AB_AFTER_ENV:-}"
+sides_a="base new" sides_b="new base"
+for i in "${!env_variants[@]}"; do sides_a="base new env$i" sides_b="env$i new base"; done
+[ "${#env_variants[@]}" -gt 1 ] && { echo "cpu-bench-ab: AB_AFTER_ENV takes one variant" >&2; exit 2; }
 for r in $(seq 1 "${ROUNDS:-3}"); do
-  if [ $((r % 2)) = 1 ]; then order="base new"; else order="new base"; fi
+  if [ $((r % 2)) = 1 ]; then order=$sides_a; else order=$sides_b; fi
   for side in $order; do
-    bin=./build-cpu/strata peer=()
+    bin=./build-cpu/strata peer=() vars=()
     [ "$side" = base ] && bin=$base_dir/build/strata
+    [ "$side" = env0 ] && read -r -a vars <<<"${env_variants[0]}"
     [ "$side" = new ] && [ "$r" = "${ROUNDS:-3}" ] && [ -n "$llama" ] && peer=(--llama-bench "$llama")
-    bench "$bin" "$out/$side-$r.txt" "${peer[@]}" || break 2
-    stamp "round $r $side"
+    if [ "${#vars[@]}" -gt 0 ]; then
+      (export "${vars[@]}"; bench "$bin" "$out/$side-$r.txt" "${peer[@]}") || break 2
+    else
+      bench "$bin" "$out/$side-$r.txt" "${peer[@]}" || break 2
+    fi
+    stamp "round $r $side${vars[*]:+ (${vars[*]})}"
   done
 done
 {
   echo "== per run: threads, decode tok/s, prompt tok/s (the first table of each run), then the pool's hand-out cost"
-  for f in "$out"/base-*.txt "$out"/new-*.txt; do
+  for f in "$out"/base-*.txt "$out"/new-*.txt "$out"/env0-*.txt; do
     [ -f "$f" ] || continue
     echo "--- $(basename "$f")"
     awk '/^\| threads/{t=1; next} t && /^\|---/{next} t && /^\|/{print; next} t{exit}' "$f"
