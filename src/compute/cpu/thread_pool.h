@@ -157,10 +157,11 @@ class ThreadPool {
   // steps before it wrote (a product's outputs, then the next product over them). One publish
   // and one final wait for the whole chain instead of one hand-out per step: at 16 threads a
   // hand-out costs 6-8 µs over an even split (docs/bench-cpu-scaling.md), more than the steps
-  // of a decode row's small products. Tasks go out one at a time in increasing order, phase
-  // after phase (as parallel_for_each_task), and a thread that takes a task of a later phase
-  // waits for the earlier ones, polling with a pause; every task it can wait for was taken
-  // before its own by a thread that is running it, so the wait always ends. A task of a one-task
+  // of a decode row's small products. Tasks go out in chunks in increasing order, phase after
+  // phase (about 4 chunks a thread, as parallel_for; a chunk may span phases), and a thread that
+  // reaches a task of a later phase waits for the earlier ones, polling with a pause; every task
+  // it can wait for was taken before its own by a thread that runs its chunk in order, and the
+  // lowest unfinished task never waits, so the wait always ends. A task of a one-task
   // phase is a serial step between two split ones. run(begin, end, thread_index) gets the
   // phase's own task numbers, [0, n_tasks). The whole chain runs in order on one thread (each
   // phase's run(0, n_tasks, ...)) when nested, on a one-thread pool, for a single task, or when
