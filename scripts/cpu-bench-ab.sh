@@ -23,6 +23,7 @@ mkdir -p "$out"
 start=$(date +%s)
 stamp() { echo "[$(($(date +%s) - start)) s] $*"; }
 [ -f .device/build/env.sh ] && source .device/build/env.sh
+source scripts/lib/llama-peer.sh
 lscpu | grep -E '^(Model name|CPU\(s\)|Thread|L3)' || true
 llama=${LLAMA_BENCH:-}
 if [ -z "$llama" ] && [ -x /root/llcpu/build/bin/llama-bench ] && [ -f /root/llcpu-done ]; then
@@ -30,12 +31,7 @@ if [ -z "$llama" ] && [ -x /root/llcpu/build/bin/llama-bench ] && [ -f /root/llc
   LLAMA_BENCH=$llama
 elif [ -z "$llama" ] && [ -f .device/peer/llama-src.tar.xz ]; then
   llama=/root/llcpu/build/bin/llama-bench
-  rm -f /root/llcpu-done && mkdir -p /root/llcpu
-  setsid bash -c "tar xJf .device/peer/llama-src.tar.xz -C /root/llcpu && cd /root/llcpu &&
-    cmake -B build -G Ninja -DGGML_CUDA=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-    cmake --build build --target llama-bench -j $(nproc) >$out/llbuild.log 2>&1; touch /root/llcpu-done" \
-    </dev/null >/dev/null 2>&1 &
+  start_llama_build cpu /root/llcpu /root/llcpu-done "$out/llbuild.log" "$(nproc)"
   stamp "llama.cpp CPU llama-bench build started"
 fi
 base_dir=/root/cpu-ab-base

@@ -32,6 +32,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -f .device/build/env.sh ] && source .device/build/env.sh
+source scripts/lib/llama-peer.sh
 out=${OUT:-/tmp/cpu-scaling}
 mkdir -p "$out"
 model=${1:-/root/cpu-scaling.gguf}
@@ -45,15 +46,9 @@ lscpu | grep -E '^(Model name|CPU\(s\)|Thread|Core|Socket|L3)' || true
 llama=${LLAMA_BENCH:-}
 if [ -z "$llama" ] && [ -f .device/peer/llama-src.tar.xz ]; then
   llama=/root/llcpu/build/bin/llama-bench
-  rm -f /root/llcpu-done
-  mkdir -p /root/llcpu
   # All cores, beside strata's build and the synth (nothing is timed until both builds are done).
-  setsid bash -c "tar xJf .device/peer/llama-src.tar.xz -C /root/llcpu && cd /root/llcpu &&
-    cmake -B build -G Ninja -DGGML_CUDA=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-    cmake --build build --target llama-bench -j $jobs >$out/llbuild.log 2>&1; touch /root/llcpu-done" \
-    </dev/null >/dev/null 2>&1 &
-  llama_build=$!
+  start_llama_build cpu /root/llcpu /root/llcpu-done "$out/llbuild.log" "$jobs"
+  llama_build=$LLAMA_BUILD_PID
   stamp "llama.cpp CPU llama-bench build started"
 elif [ -z "$llama" ]; then
   stamp "no .device/peer/llama-src.tar.xz and no LLAMA_BENCH: strata alone"

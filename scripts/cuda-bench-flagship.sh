@@ -28,6 +28,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source .device/build/env.sh
+source scripts/lib/llama-peer.sh
 [ -d /opt/deps/usr/include/valijson ] || tar xJf .device/cuda-kit/deps.tar.xz -C /opt/deps usr/include/valijson
 out=${OUT:-/tmp/cuda-bench-flagship}
 mkdir -p "$out"
@@ -36,12 +37,8 @@ mid=${MID:-/root/cpu-scaling.gguf}
 state=/root/flagship-bench
 case "${1:-}" in
   prepare)
-    rm -rf "$state" && mkdir -p "$state" /root/ll
-    setsid bash -c "tar xJf .device/peer/llama-src.tar.xz -C /root/ll && cd /root/ll &&
-      cmake -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-      cmake --build build --target llama-bench -j 12 >$state/llbuild.log 2>&1; touch $state/llama-done" \
-      </dev/null >/dev/null 2>&1 &
+    rm -rf "$state" && mkdir -p "$state"
+    start_llama_build cuda /root/ll $state/llama-done $state/llbuild.log 12
     setsid bash -c "cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_WERROR=OFF \
         -DSTRATA_BUILD_TESTS=OFF >$state/build.log 2>&1 &&
       ninja -C build-cuda -j 5 strata bench_cuda_decode >>$state/build.log 2>&1; echo \$? >$state/strata-rc

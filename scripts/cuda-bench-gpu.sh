@@ -18,18 +18,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source .device/build/env.sh
+source scripts/lib/llama-peer.sh
 [ -d /opt/deps/usr/include/valijson ] || tar xJf .device/cuda-kit/deps.tar.xz -C /opt/deps usr/include/valijson
 out=${OUT:-/tmp/cuda-bench-gpu}
 mkdir -p "$out"
 model=/root/big.gguf
 case "${1:-}" in
   build)
-    mkdir -p /root/ll
-    setsid bash -c "tar xJf .device/peer/llama-src.tar.xz -C /root/ll && cd /root/ll &&
-      cmake -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-      cmake --build build --target llama-bench -j 10 >/root/llbuild.log 2>&1; touch /root/llama-done" </dev/null \
-      >/dev/null 2>&1 &
+    start_llama_build cuda /root/ll /root/llama-done /root/llbuild.log 10
     cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_WERROR=OFF >/dev/null
     targets=$(ninja -C build-cuda -t targets all | sed -n 's/^\(cuda_[a-z_]*_test\|bench_cuda_[a-z_]*\): .*/\1/p' |
       sort -u | tr '\n' ' ')

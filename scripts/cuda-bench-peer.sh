@@ -15,13 +15,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source .device/build/env.sh
+source scripts/lib/llama-peer.sh
 out=${OUT:-/tmp/cuda-bench}
 mkdir -p "$out" /root/ll
 model=/root/big.gguf
-(tar xJf .device/peer/llama-src.tar.xz -C /root/ll && cd /root/ll &&
-  cmake -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-  cmake --build build --target llama-bench -j 10 >"$out/llbuild.log" 2>&1; touch /tmp/llama-done) &
+start_llama_build cuda /root/ll /tmp/llama-done "$out/llbuild.log" 10
 cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_WERROR=OFF \
   -DSTRATA_BUILD_TESTS=OFF >/dev/null
 ninja -C build-cuda -j 6 strata bench_cuda_decode >"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }

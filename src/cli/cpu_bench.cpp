@@ -4,11 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <array>
-#include <cerrno>
 #include <chrono>
-#include <cstdio>
-#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 

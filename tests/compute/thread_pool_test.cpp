@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -544,6 +545,21 @@ TEST(ThreadPool, InlineRuleNestsAndRethrows) {
   EXPECT_EQ(after.load(), 100);
 }
 
+// Each of `bad` as the value of `variable` makes ThreadPool's constructor throw strata::Error
+// naming the variable; unsets it afterwards.
+void expect_pool_refuses(const char* variable, std::initializer_list<const char*> bad) {
+  for (const char* value : bad) {
+    ASSERT_EQ(setenv(variable, value, 1), 0);
+    try {
+      ThreadPool pool(2);
+      ADD_FAILURE() << variable << ": accepted '" << value << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(variable), std::string::npos) << e.what();
+    }
+  }
+  ASSERT_EQ(unsetenv(variable), 0);
+}
+
 // Without an argument the threshold comes from STRATA_INLINE_WORK_NS, else from the measured
 // cost of a hand-out (>= 0, the threshold that cost times n/(n-1)); a bad value is an error that
 // names the variable.
@@ -568,16 +584,7 @@ TEST(ThreadPool, InlineWorkFromTheEnvironmentOrMeasured) {
     ThreadPool given(2, ThreadPool::kDefaultWorkerSpinMicros, 7.0);  // the argument wins
     EXPECT_EQ(given.inline_work_ns(), 7.0);
   }
-  for (const char* bad : {"abc", "-5", "12us", "", "nan", "inf"}) {
-    ASSERT_EQ(setenv("STRATA_INLINE_WORK_NS", bad, 1), 0);
-    try {
-      ThreadPool pool(2);
-      ADD_FAILURE() << "accepted '" << bad << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("STRATA_INLINE_WORK_NS"), std::string::npos) << e.what();
-    }
-  }
-  ASSERT_EQ(unsetenv("STRATA_INLINE_WORK_NS"), 0);
+  expect_pool_refuses("STRATA_INLINE_WORK_NS", {"abc", "-5", "12us", "", "nan", "inf"});
 }
 
 // Phase chains (ThreadPool::phase_chains) are off unless STRATA_PHASE_CHAINS=1; 0 and unset mean
@@ -594,16 +601,7 @@ TEST(ThreadPool, PhaseChainsFromTheEnvironment) {
   EXPECT_TRUE(ThreadPool(2).phase_chains());
   ASSERT_EQ(setenv("STRATA_PHASE_CHAINS", "0", 1), 0);
   EXPECT_FALSE(ThreadPool(2).phase_chains());
-  for (const char* bad : {"yes", "2", "", "on"}) {
-    ASSERT_EQ(setenv("STRATA_PHASE_CHAINS", bad, 1), 0);
-    try {
-      ThreadPool pool(2);
-      ADD_FAILURE() << "accepted '" << bad << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("STRATA_PHASE_CHAINS"), std::string::npos) << e.what();
-    }
-  }
-  ASSERT_EQ(unsetenv("STRATA_PHASE_CHAINS"), 0);
+  expect_pool_refuses("STRATA_PHASE_CHAINS", {"yes", "2", "", "on"});
 }
 
 TEST(ScratchBuffer, GrowsAlignedAndIsReusedWhenLargeEnough) {

@@ -259,9 +259,13 @@ void ThreadPool::parallel_for(int64_t n_tasks, const TaskFn& fn) {
     return;
   }
 
-  // About 4 chunks per thread: enough slack to absorb a worker that wakes late, few enough that
-  // each chunk is a long contiguous stretch of work (matters for streaming weights from DRAM).
-  run_job(fn, n_tasks, std::max<int64_t>(1, n_tasks / (int64_t(n_threads_) * 4)));
+  run_job(fn, n_tasks, default_chunk_tasks(n_tasks));
+}
+
+// About 4 chunks per thread: enough slack to absorb a worker that wakes late, few enough that
+// each chunk is a long contiguous stretch of work (matters for streaming weights from DRAM).
+int64_t ThreadPool::default_chunk_tasks(int64_t n_tasks) const {
+  return std::max<int64_t>(1, n_tasks / (int64_t(n_threads_) * 4));
 }
 
 void ThreadPool::parallel_for(int64_t n_tasks, double work_ns, const TaskFn& fn) {
@@ -393,11 +397,10 @@ void ThreadPool::run_phases(std::span<const Phase> phases, double work_ns) {
       finish(p);
     }
   };
-  // Chunks of tasks in increasing order, about 4 a thread as parallel_for's: one at a time, a
-  // product's tiles each paid a grab of the shared counter (session 45: the chained decode
-  // products ~15 % slower on 2 threads). A thread that waits inside its chunk waits only for
+  // parallel_for's chunks, in increasing order: one task at a time, a product's tiles each paid a
+  // grab of the shared counter (session 45). A thread that waits inside its chunk waits only for
   // earlier tasks, and the lowest unfinished task never waits, so the chain always ends.
-  run_job(phased, n_tasks, std::max<int64_t>(1, n_tasks / (int64_t(n_threads_) * 4)));
+  run_job(phased, n_tasks, default_chunk_tasks(n_tasks));
 }
 
 // The hand-out protocol takes no lock on its fast path (session 38): on the 16-core GPU box a

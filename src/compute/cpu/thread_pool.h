@@ -145,8 +145,8 @@ class ThreadPool {
   // conversion) or as one hand-out per step as before. Off by default: on the GPU box's 16-core
   // host (session 45, 2 alternated rounds against the build before the chains) decode was 0.85-
   // 0.88x with them, "gdn delta rule+norm" 1.2-1.3 -> 5.0 ms and "hc in" 3.6-4.2 -> 4.5-5.1 ms a
-  // token, though the hand-outs fell 484 -> 387; on 2 threads no difference beyond noise
-  // (docs/bench-cpu-scaling.md). STRATA_PHASE_CHAINS=1 turns them on (read at construction;
+  // token, though the hand-outs fell 484 -> 387; on the 2-vCPU build VM the default model
+  // decoded 0.88-0.96x with them (docs/bench-cpu-scaling.md). STRATA_PHASE_CHAINS=1 turns them on (read at construction;
   // anything but 0 or 1 is a strata::Error), set_phase_chains for tests and A/B runs. Every
   // output is bitwise the same either way (the same tasks, only how they are handed out differs).
   bool phase_chains() const { return phase_chains_; }
@@ -187,6 +187,8 @@ class ThreadPool {
   void worker_main(int thread_index);
   // Publishes one job (chunks of chunk_tasks from the shared counter), takes part, waits for it.
   void run_job(const TaskFn& fn, int64_t n_tasks, int64_t chunk_tasks);
+  // Tasks per chunk of a hand-out of n_tasks (parallel_for and run_phases).
+  int64_t default_chunk_tasks(int64_t n_tasks) const;
   // Takes chunks from the current job until none are left; records the first exception.
   void run_chunks(const TaskFn& fn, int64_t n_tasks, int64_t chunk_tasks, int thread_index);
   // All of fn on the calling thread as thread_index 0 (nested calls inside run inline too).
