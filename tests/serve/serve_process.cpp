@@ -128,6 +128,15 @@ ServeProcess::~ServeProcess() {
   if (process_->running()) {
     process_->signal(SIGTERM);
     if (!process_->wait(10)) process_->signal(SIGKILL);
+    return;
+  }
+  // The server ended before the test let it go (terminate() was not called): a crash or a
+  // sanitizer report. Its stderr is the only trace of it once the process directory goes.
+  if (!terminated_) {
+    const std::string err = process_->stderr_text();
+    ADD_FAILURE() << "strata serve ended on its own, exit status " << process_->wait(0).value_or(-1)
+                  << "; the end of its stderr:\n"
+                  << err.substr(err.size() > 8000 ? err.size() - 8000 : 0);
   }
 }
 
@@ -136,6 +145,7 @@ std::string ServeProcess::url(const std::string& path) const {
 }
 
 std::optional<int> ServeProcess::terminate(double timeout_s) {
+  terminated_ = true;
   process_->signal(SIGTERM);
   return process_->wait(timeout_s);
 }

@@ -49,6 +49,7 @@ class ServeProcess {
  private:
   std::unique_ptr<ChildProcess> process_;
   int port_ = 0;
+  bool terminated_ = false;  // terminate() was called: its end is the test's to judge
 };
 
 struct HttpReply {
