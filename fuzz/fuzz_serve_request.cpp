@@ -23,10 +23,13 @@
 //             arguments are a JSON object, and with no call found the content is the reply.
 //   mode 6:   the payload is a /v1/messages body (Anthropic's Messages API, translated to a chat
 //             request): never throws; a rejection is a 4xx whose message names its param
-//             (renamed to the Anthropic body's own path: `system[i]`, `messages[i]` as sent); an
-//             accepted request obeys the chat limits above plus the Messages API's (one reply,
-//             no logprobs, no response_format, grammar or tools), and the message, its stream's
-//             events and an error event built from its text parse back.
+//             (renamed to the Anthropic body's own path: `system[i]`, `messages[i].content[j]…`,
+//             `tools[i]…` as sent); an accepted request obeys the chat limits above (tools
+//             included: JSON function tools, a named tool_choice among them, history calls' input
+//             a JSON object, the templates render it) plus the Messages API's (one reply, no
+//             logprobs, no response_format or grammar), and the message, its stream's events
+//             (thinking, text and tool_use blocks, numbered 0, 1, … in order) and an error event
+//             built from its text parse back.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -52,6 +55,32 @@ void check(bool ok) {
 
 bool parses_back(const std::string& text) {
   return !nlohmann::json::parse(text, nullptr, false).is_discarded();
+}
+
+// An accepted chat request's tools, history calls and rendering (both APIs').
+void check_chat(const GenerationRequest& request, const RequestLimits& limits) {
+  check(request.tools.size() <= limits.max_tools);
+  bool named_listed = request.tool_choice != ToolChoice::Function;
+  for (const std::string& tool : request.tools) {
+    const nlohmann::json parsed = nlohmann::json::parse(tool, nullptr, false);
+    check(parsed.is_object() && parsed["type"] == "function" && parsed["function"].is_object() &&
+          parsed["function"]["name"].is_string());
+    named_listed |= parsed["function"]["name"] == request.tool_choice_function;
+  }
+  check(named_listed);
+  for (const strata::ChatMessage& message : request.messages)
+    for (const strata::ChatToolCall& call : message.tool_calls)
+      check(nlohmann::json::parse(call.arguments, nullptr, false).is_object());
+  strata::ChatRenderOptions options;
+  options.tools = request.tools;
+  for (const strata::ChatFormat format :
+       {strata::ChatFormat::ChatML, strata::ChatFormat::Qwen3, strata::ChatFormat::Qwen35}) {
+    try {
+      strata::ChatTemplate(format).render(request.messages, options);
+    } catch (const strata::Error&) {
+      // the template rejects the conversation: a 400 in the server
+    }
+  }
 }
 
 void fuzz_parse(std::string_view body, Endpoint endpoint) {
@@ -108,29 +137,7 @@ void fuzz_parse(std::string_view body, Endpoint endpoint) {
     if (penalty) check(*penalty >= -2.0f && *penalty <= 2.0f);
   check(request.n >= 1 && request.n <= limits.max_choices);
   if (request.logprobs) check(*request.logprobs >= 0 && *request.logprobs <= kMaxTopLogprobs);
-  check(request.tools.size() <= limits.max_tools);
-  bool named_listed = request.tool_choice != ToolChoice::Function;
-  for (const std::string& tool : request.tools) {
-    const nlohmann::json parsed = nlohmann::json::parse(tool, nullptr, false);
-    check(parsed.is_object());
-    named_listed |= parsed["function"]["name"] == request.tool_choice_function;
-  }
-  check(named_listed);
-  for (const strata::ChatMessage& message : request.messages)
-    for (const strata::ChatToolCall& call : message.tool_calls)
-      check(nlohmann::json::parse(call.arguments, nullptr, false).is_object());
-  if (endpoint == Endpoint::ChatCompletions) {
-    strata::ChatRenderOptions options;
-    options.tools = request.tools;
-    for (const strata::ChatFormat format :
-         {strata::ChatFormat::ChatML, strata::ChatFormat::Qwen3, strata::ChatFormat::Qwen35}) {
-      try {
-        strata::ChatTemplate(format).render(request.messages, options);
-      } catch (const strata::Error&) {
-        // the template rejects the conversation: a 400 in the server
-      }
-    }
-  }
+  if (endpoint == Endpoint::ChatCompletions) check_chat(request, limits);
   // The reply objects built from request text (stand-in for generated text) are valid JSON.
   const std::string text =
       endpoint == Endpoint::ChatCompletions ? request.messages[0].content : request.prompt_text;
@@ -262,9 +269,9 @@ void fuzz_anthropic(std::string_view body) {
   check(request.max_tokens && *request.max_tokens >= 1 && *request.max_tokens <= limits.n_ctx);
   check(request.n == 1 && !request.logprobs);
   check(request.response_format.grammar == nullptr && request.grammar == nullptr);
-  check(request.tools.empty());
   check(request.stop.size() <= limits.max_stop_strings);
   check(!request.include_usage || request.stream);
+  check_chat(request, limits);
   const std::string& text = request.messages.back().content;
   const TextDelta delta{text, text, 0, {}, {}};
   const Usage usage{int64_t(text.size()), 2, 0, 1};
@@ -272,25 +279,51 @@ void fuzz_anthropic(std::string_view body) {
       anthropic_message_json("msg_x", request.model, delta, FinishReason::Length, usage))));
   check(parses_back(dump_json(
       anthropic_message_json("msg_x", request.model, delta, FinishReason::Stop, usage, text))));
+  // A reply with a tool call named and argued by the request's text (arguments need not parse).
+  const TextDelta call{text, "", 0, {}, {{0, "call_" + text, text, text}}};
+  check(parses_back(dump_json(
+      anthropic_message_json("msg_x", request.model, call, FinishReason::ToolCalls, usage))));
   AnthropicStream stream("msg_x", request.model, usage.prompt_tokens);
-  // Every event is "event: NAME\ndata: JSON\n\n" with JSON that parses.
+  // Every event is "event: NAME\ndata: JSON\n\n" with JSON that parses, and content blocks
+  // open numbered 0, 1, … and close before the next opens.
   auto events_parse = [](const std::string& events) {
     size_t at = 0;
+    int64_t opened = 0;
+    bool open = false;
     while (at < events.size()) {
       if (events.compare(at, 7, "event: ") != 0) return false;
       const size_t data = events.find("\ndata: ", at);
       const size_t end = events.find("\n\n", at);
       if (data == std::string::npos || end == std::string::npos || data > end) return false;
-      if (!parses_back(events.substr(data + 7, end - data - 7))) return false;
+      const nlohmann::json event =
+          nlohmann::json::parse(events.substr(data + 7, end - data - 7), nullptr, false);
+      if (event.is_discarded()) return false;
+      if (event["type"] == "content_block_start") {
+        if (open || event["index"] != opened++) return false;
+        open = true;
+      } else if (event["type"] == "content_block_delta") {
+        if (!open || event["index"] != opened - 1) return false;
+      } else if (event["type"] == "content_block_stop") {
+        if (!open || event["index"] != opened - 1) return false;
+        open = false;
+      }
       at = end + 2;
     }
-    return true;
+    return !open;
   };
   std::string events = stream.start();
-  events += stream.delta({"", text, 0, {}, {}});  // a thinking block
-  events += stream.delta({text, "", 0, {}, {}});  // then the text block
-  events += stream.finish(FinishReason::Stop, usage, text);
+  events += stream.delta({"", text, 0, {}, {}});                         // a thinking block
+  events += stream.delta({text, "", 0, {}, {}});                         // then the text block
+  events += stream.delta({"", "", 0, {}, {{0, "call_x", text, ""}}});    // a tool_use block
+  events += stream.delta({"", "", 0, {}, {{0, "", "", text}}});          // its arguments
+  events += stream.delta({"", "", 0, {}, {{1, "call_y", text, text}}});  // another call
+  events += stream.finish(FinishReason::ToolCalls, usage);
   check(events_parse(events));
+  AnthropicStream plain("msg_x", request.model, usage.prompt_tokens);
+  std::string plain_events = plain.start();  // one statement each: the order they run in
+  plain_events += plain.delta({text, "", 0, {}, {}});
+  plain_events += plain.finish(FinishReason::Stop, usage, text);
+  check(events_parse(plain_events));
   ApiError error;
   error.status = 400;
   error.param = "messages";

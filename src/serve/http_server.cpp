@@ -526,7 +526,11 @@ void HttpServer::Impl::handle_generation(Endpoint endpoint, Wire wire, const htt
   if (const ApiError* error = std::get_if<ApiError>(&parsed)) return reply_error(*error);
   const GenerationRequest& request = std::get<GenerationRequest>(parsed);
   PlanResult planned = plan_generation(request, served, fresh_seed(), &grammars);
-  if (const ApiError* error = std::get_if<ApiError>(&planned)) return reply_error(*error);
+  if (ApiError* error = std::get_if<ApiError>(&planned)) {
+    // The plan reads the translated chat request: name the Anthropic body's fields.
+    if (wire == Wire::Anthropic) name_anthropic_fields(*error);
+    return reply_error(*error);
+  }
 
   auto active_request = std::make_unique<ActiveRequest>(*this);
   auto job = std::make_shared<Job>(std::move(std::get<GenerationPlan>(planned)), received);
@@ -577,9 +581,14 @@ void HttpServer::Impl::respond_whole(const std::shared_ptr<Job>& job,
   };
   const GenerationPlan& plan = job->plan();
   std::vector<ChoiceResult> choices(size_t(plan.n_choices));
+  // Anthropic's blocks come in the order the reply wrote them, as its stream has them: built by
+  // the stream's writer from the deltas as they come (its events are not sent).
+  std::optional<AnthropicStream> anthropic;
+  if (wire == Wire::Anthropic) anthropic.emplace(identity.id, identity.model, 0);
   while (true) {
     Job::Update update = job->wait_update(kPollInterval);
     for (TextDelta& delta : update.deltas) {
+      if (anthropic) anthropic->delta(delta);
       TextDelta& text = choices.at(size_t(delta.choice)).text;
       text.content += delta.content;
       text.reasoning += delta.reasoning;
@@ -598,12 +607,12 @@ void HttpServer::Impl::respond_whole(const std::shared_ptr<Job>& job,
       const GenerationOutcome& outcome = *update.outcome;
       for (size_t i = 0; i < choices.size() && i < outcome.choice_finish.size(); ++i)
         choices[i].finish = outcome.choice_finish[i];
-      return send_json(
-          res, 200,
-          wire == Wire::Anthropic
-              ? anthropic_message_json(identity.id, identity.model, choices[0].text, outcome.finish,
-                                       outcome.usage, outcome.stop_sequence)
-              : completion_json(identity, choices, outcome.usage, plan.logprobs.has_value()));
+      if (!anthropic)
+        return send_json(
+            res, 200, completion_json(identity, choices, outcome.usage, plan.logprobs.has_value()));
+      anthropic->finish(outcome.finish, outcome.usage, outcome.stop_sequence);
+      return send_json(res, 200,
+                       anthropic->message(outcome.finish, outcome.usage, outcome.stop_sequence));
     }
     if (probe.peer_closed()) {
       scheduler.cancel(job, CancelReason::ClientGone);

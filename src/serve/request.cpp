@@ -9,257 +9,15 @@
 #include <nlohmann/json.hpp>
 
 #include "grammar/gbnf.h"
+#include "serve/request_fields.h"
 #include "text/utf8.h"
 
 namespace strata::serve {
+
+// The shared readers (reject, field, describe, ...): serve/request_fields.h.
+using namespace request_fields;
+
 namespace {
-
-using nlohmann::json;
-
-// Thrown inside the parser only; parse_generation_request turns it into its result.
-struct Rejection {
-  ApiError error;
-};
-
-template <typename... Args>
-[[noreturn]] void reject(std::string param, fmt::format_string<Args...> format, Args&&... args) {
-  throw Rejection{invalid_field(std::move(param), format, std::forward<Args>(args)...)};
-}
-
-[[noreturn]] void reject_body(std::string message, std::string param = {}) {
-  ApiError error;
-  error.message = std::move(message);
-  error.param = std::move(param);
-  throw Rejection{std::move(error)};
-}
-
-// A short, printable rendering of a value for messages: numbers and booleans as written, strings
-// quoted and cut at 40 bytes, containers by their type.
-std::string describe(const json& value) {
-  if (value.is_string()) {
-    const std::string& text = value.get_ref<const std::string&>();
-    if (text.size() <= 40) return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
-    return json(utf8_repair(std::string_view(text).substr(0, 40)) + "...")
-        .dump(-1, ' ', false, json::error_handler_t::replace);
-  }
-  if (value.is_number() || value.is_boolean() || value.is_null()) return value.dump();
-  return value.type_name();
-}
-
-std::string child(const std::string& path, std::string_view key) {
-  return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
-}
-
-std::string element(const std::string& path, size_t index) {
-  return fmt::format("{}[{}]", path, index);
-}
-
-// The value of `key`, or nullptr when it is absent or null (OpenAI treats null as "not set").
-const json* field(const json& object, const char* key) {
-  const auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-std::optional<bool> read_bool(const json& object, const char* key, const std::string& path) {
-  const json* value = field(object, key);
-  if (!value) return std::nullopt;
-  if (!value->is_boolean()) reject(path, "expected true or false, found {}", describe(*value));
-  return value->get<bool>();
-}
-
-std::optional<int64_t> read_int(const json& object, const char* key, const std::string& path,
-                                int64_t min, int64_t max) {
-  const json* value = field(object, key);
-  if (!value) return std::nullopt;
-  if (!value->is_number_integer())
-    reject(path, "expected an integer between {} and {}, found {}", min, max, describe(*value));
-  if (value->is_number_unsigned() && value->get<uint64_t>() > uint64_t(max))
-    reject(path, "expected an integer between {} and {}, found {}", min, max, describe(*value));
-  const int64_t number = value->get<int64_t>();
-  if (number < min || number > max)
-    reject(path, "expected an integer between {} and {}, found {}", min, max, number);
-  return number;
-}
-
-std::optional<double> read_number(const json& object, const char* key, const std::string& path,
-                                  double min, double max) {
-  const json* value = field(object, key);
-  if (!value) return std::nullopt;
-  if (!value->is_number())
-    reject(path, "expected a number between {} and {}, found {}", min, max, describe(*value));
-  const double number = value->get<double>();
-  if (!std::isfinite(number) || number < min || number > max)
-    reject(path, "expected a number between {} and {}, found {}", min, max, describe(*value));
-  return number;
-}
-
-const std::string* read_string(const json& object, const char* key, const std::string& path) {
-  const json* value = field(object, key);
-  if (!value) return nullptr;
-  if (!value->is_string()) reject(path, "expected a string, found {}", describe(*value));
-  return &value->get_ref<const std::string&>();
-}
-
-// ---- JSON-level checks run before and after nlohmann's parser
-// ------------------------------------
-
-// Records the field being read while nlohmann's SAX parser walks the text, so that a syntax error
-// can name where it happened ("messages[0].content"). Values are not stored.
-class FieldTracker : public json::json_sax_t {
- public:
-  bool null() override { return value_done(); }
-  bool boolean(bool) override { return value_done(); }
-  bool number_integer(number_integer_t) override { return value_done(); }
-  bool number_unsigned(number_unsigned_t) override { return value_done(); }
-  bool number_float(number_float_t, const string_t&) override { return value_done(); }
-  bool string(string_t&) override { return value_done(); }
-  bool binary(binary_t&) override { return value_done(); }
-  bool start_object(std::size_t) override {
-    frames_.push_back({false, 0, {}, false});
-    return true;
-  }
-  bool key(string_t& key) override {
-    frames_.back().key = key;
-    frames_.back().has_key = true;
-    return true;
-  }
-  bool end_object() override {
-    frames_.pop_back();
-    return value_done();
-  }
-  bool start_array(std::size_t) override {
-    frames_.push_back({true, 0, {}, false});
-    return true;
-  }
-  bool end_array() override {
-    frames_.pop_back();
-    return value_done();
-  }
-  bool parse_error(std::size_t, const std::string&,
-                   const nlohmann::detail::exception& error) override {
-    // nlohmann's messages start with "[json.exception.parse_error.101] parse error at line 1, ...".
-    const std::string what = error.what();
-    const size_t cut = what.find("] ");
-    error_ = cut == std::string::npos ? what : what.substr(cut + 2);
-    return false;
-  }
-
-  std::string path() const {
-    std::string out;
-    for (const Frame& frame : frames_) {
-      if (frame.is_array) {
-        out = element(out, frame.index);
-      } else if (frame.has_key) {
-        out = child(out, utf8_repair(frame.key));
-      }
-    }
-    return out;
-  }
-  const std::string& error() const { return error_; }
-  // True once the top-level value was complete: an error after that is trailing data.
-  bool value_complete() const { return value_complete_; }
-
- private:
-  struct Frame {
-    bool is_array;
-    size_t index;
-    std::string key;
-    bool has_key;
-  };
-  bool value_done() {
-    if (frames_.empty()) value_complete_ = true;
-    if (!frames_.empty()) {
-      if (frames_.back().is_array) {
-        ++frames_.back().index;
-      } else {
-        frames_.back().has_key = false;
-      }
-    }
-    return true;
-  }
-  std::vector<Frame> frames_;
-  std::string error_;
-  bool value_complete_ = false;
-};
-
-std::string where(const std::string& path) {
-  return path.empty() ? std::string() : fmt::format(" (in {})", path);
-}
-
-// Offset of the first byte that is not part of well-formed UTF-8, or npos.
-size_t first_invalid_utf8(std::string_view text) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    if (static_cast<unsigned char>(text[pos]) < 0x80) {
-      ++pos;
-      continue;
-    }
-    char32_t cp;
-    const size_t n = utf8_sequence_at(text, pos, cp);
-    if (n == 0) return pos;
-    pos += n;
-  }
-  return std::string_view::npos;
-}
-
-// nlohmann parses arbitrarily deep input; a bound keeps a hostile body from costing more than
-// its size. Counts [ and { outside strings.
-void check_depth(std::string_view body, int max_depth) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth)
-        reject_body(fmt::format("request body: JSON nested deeper than {} levels (at byte {})",
-                                max_depth, i));
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-}
-
-json parse_body(std::string_view body, int max_depth) {
-  if (body.empty()) reject_body("request body is empty; expected a JSON object");
-  if (const size_t bad = first_invalid_utf8(body); bad != std::string_view::npos) {
-    FieldTracker tracker;
-    json::sax_parse(body.substr(0, bad), &tracker, json::input_format_t::json, false);
-    reject_body(
-        fmt::format("request body is not valid UTF-8: ill-formed byte 0x{:02X} at byte {}{}",
-                    static_cast<unsigned char>(body[bad]), bad, where(tracker.path())),
-        tracker.path());
-  }
-  check_depth(body, max_depth);
-  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) {
-    // Strict, like json::parse: trailing data after the value is an error here too (a lenient
-    // walk would find none and leave the message empty).
-    FieldTracker tracker;
-    json::sax_parse(body, &tracker, json::input_format_t::json, /*strict=*/true);
-    const std::string what = tracker.error().empty() ? "the parser stopped" : tracker.error();
-    if (tracker.value_complete())
-      reject_body(
-          fmt::format("request body is not valid JSON: unexpected data after the JSON "
-                      "object ended (one object per request): {}",
-                      what));
-    reject_body(fmt::format("request body is not valid JSON{}: {}", where(tracker.path()), what),
-                tracker.path());
-  }
-  if (!parsed.is_object())
-    reject_body(fmt::format("request body: expected a JSON object, found {}", parsed.type_name()));
-  return parsed;
-}
 
 // ---- fields -----------------------------------------------------------------------------------
 
@@ -304,26 +62,6 @@ std::string read_content(const json& message, const std::string& path, const std
   }
   return text;
 }
-
-// OpenAI's function names: [a-zA-Z0-9_-]{1,64} (they are written into the prompt's tags).
-bool valid_function_name(const std::string& name) {
-  return !name.empty() && name.size() <= 64 &&
-         name.find_first_not_of(
-             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
-             std::string::npos;
-}
-
-// By value: g++ 13 takes a reference bound to the result for one into the temporary `path`
-// (-Wdangling-reference), though it points into `function`.
-std::string read_function_name(const json& function, const std::string& path) {
-  const std::string* name = read_string(function, "name", child(path, "name"));
-  if (!name) reject(child(path, "name"), "required: the function's name");
-  if (!valid_function_name(*name))
-    reject(child(path, "name"), "expected 1 to 64 letters, digits, '_' or '-', found {}",
-           describe(json(*name)));
-  return *name;
-}
-
 // An assistant message's tool_calls: [{"id", "type": "function", "function": {"name",
 // "arguments": "<JSON object>"}}]; the arguments may also be the object itself.
 std::vector<ChatToolCall> read_tool_calls(const json& calls, const std::string& path) {
@@ -669,7 +407,10 @@ void reject_unsupported(const json& body, Endpoint endpoint) {
   }
 }
 
-GenerationRequest parse_fields(const json& body, Endpoint endpoint, const RequestLimits& limits) {
+}  // namespace
+
+GenerationRequest request_fields::parse_fields(const json& body, Endpoint endpoint,
+                                               const RequestLimits& limits) {
   GenerationRequest out;
   out.endpoint = endpoint;
   read_model(body, limits, out);
@@ -693,31 +434,11 @@ GenerationRequest parse_fields(const json& body, Endpoint endpoint, const Reques
   return out;
 }
 
-}  // namespace
-
 std::string_view endpoint_path(Endpoint endpoint) {
   return endpoint == Endpoint::ChatCompletions ? "/v1/chat/completions" : "/v1/completions";
 }
 
 namespace {
-
-// Parses `body` and runs `read` on the object; a rejection or an allocation failure becomes the
-// ApiError of the result.
-template <typename Result, typename Read>
-std::variant<Result, ApiError> parse_with(std::string_view body, const RequestLimits& limits,
-                                          Read read) {
-  try {
-    const json parsed = parse_body(body, limits.max_json_depth);
-    return read(parsed);
-  } catch (Rejection& rejection) {
-    return std::move(rejection.error);
-  } catch (const std::bad_alloc&) {
-    ApiError error;
-    error.status = 413;
-    error.message = "request body: too large to parse";
-    return error;
-  }
-}
 
 // llama-server's `grammar`: GBNF text the whole reply is drawn under ("" is none, as there).
 // Compiled through `grammars`, keyed by the text.
@@ -771,90 +492,6 @@ ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
     if (const json* gbnf = field(parsed, "grammar"); gbnf && !gbnf->is_null())
       read_grammar(*gbnf, request, grammars);
     return request;
-  });
-}
-
-namespace {
-
-// The Anthropic fields with another name or shape in the OpenAI chat body; see request.h.
-json anthropic_to_chat(const json& body) {
-  if (!field(body, "max_tokens")) reject("max_tokens", "required by the Messages API");
-  if (field(body, "response_format"))
-    reject("response_format", "not part of the Messages API (use /v1/chat/completions)");
-  if (field(body, "grammar"))
-    reject("grammar", "not part of the Messages API (use /v1/chat/completions)");
-  // Anthropic's tool shapes (input_schema, tool_use blocks) are not translated.
-  if (const json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
-    reject("tools", "tools are not supported on /v1/messages; use /v1/chat/completions");
-  json chat = json::object();
-  for (const auto& [key, value] : body.items())
-    if (key != "system" && key != "stop_sequences" && key != "thinking" && key != "messages" &&
-        key != "metadata")
-      chat[key] = value;
-  json messages = json::array();
-  if (const json* system = field(body, "system")) {
-    if (!system->is_string() && !system->is_array())
-      reject("system", "expected a string or an array of text blocks, found {}", describe(*system));
-    messages.push_back(json{{"role", "system"}, {"content", *system}});
-  }
-  const json* turns = field(body, "messages");
-  if (!turns || !turns->is_array() || turns->empty())
-    reject("messages", "expected a non-empty array of messages, found {}",
-           turns ? (turns->is_array() ? std::string("an empty array") : describe(*turns))
-                 : std::string("nothing"));
-  for (const json& turn : *turns) messages.push_back(turn);
-  chat["messages"] = std::move(messages);
-  if (const json* stops = field(body, "stop_sequences")) {
-    if (!stops->is_array())
-      reject("stop_sequences", "expected an array of strings, found {}", describe(*stops));
-    for (size_t i = 0; i < stops->size(); ++i)
-      if (!(*stops)[i].is_string())
-        reject(element("stop_sequences", i), "expected a string, found {}", describe((*stops)[i]));
-    chat["stop"] = *stops;
-  }
-  if (const json* thinking = field(body, "thinking")) {
-    if (!thinking->is_object())
-      reject("thinking", "expected an object, found {}", describe(*thinking));
-    const std::string* type = read_string(*thinking, "type", "thinking.type");
-    if (!type || (*type != "enabled" && *type != "disabled"))
-      reject("thinking.type", "expected \"enabled\" or \"disabled\", found {}",
-             type ? describe(json(*type)) : std::string("nothing"));
-    chat["chat_template_kwargs"] = json{{"enable_thinking", *type == "enabled"}};
-  }
-  return chat;
-}
-
-}  // namespace
-
-ParseResult parse_anthropic_messages_request(std::string_view body, const RequestLimits& limits) {
-  return parse_with<GenerationRequest>(body, limits, [&](const json& parsed) {
-    const json chat = anthropic_to_chat(parsed);
-    // A system message from `system` shifts the indices of the others: name them as sent.
-    const size_t shift = field(parsed, "system") ? 1 : 0;
-    try {
-      GenerationRequest request = parse_fields(chat, Endpoint::ChatCompletions, limits);
-      // The Messages API's response has one reply and no log-probabilities to carry them in.
-      if (request.n != 1) reject("n", "the Messages API gives one reply, found n {}", request.n);
-      if (request.logprobs) reject("logprobs", "the Messages API has no log probabilities");
-      return request;
-    } catch (Rejection& rejection) {
-      std::string& param = rejection.error.param;
-      if (shift && param.rfind("messages[", 0) == 0) {
-        const size_t index = std::strtoul(param.c_str() + 9, nullptr, 10);
-        const std::string rest = param.substr(param.find(']') + 1);
-        // The system message's content is `system` itself: its blocks keep their index
-        // (messages[0].content[1].type is system[1].type).
-        constexpr std::string_view kContent = ".content";
-        const std::string renamed =
-            index == 0 ? "system" + (rest.rfind(kContent, 0) == 0 ? rest.substr(kContent.size())
-                                                                  : std::string())
-                       : element("messages", index - 1) + rest;
-        const size_t at = rejection.error.message.find(param);
-        if (at != std::string::npos) rejection.error.message.replace(at, param.size(), renamed);
-        param = renamed;
-      }
-      throw;
-    }
   });
 }
 

@@ -104,7 +104,7 @@ struct GenerationRequest {
   // The `grammar` field compiled: every token of the reply is drawn under it (as under a
   // response_format's grammar, which it excludes). Null when not given.
   std::shared_ptr<const grammar::Grammar> grammar;
-  int n = 1;                            // choices, each generated on its own
+  int n = 1;  // choices, each generated on its own
   // Set when the response carries log-probabilities: how many alternatives per token (chat:
   // top_logprobs with logprobs: true; completions: logprobs N).
   std::optional<int> logprobs;
@@ -121,13 +121,34 @@ using ParseResult = std::variant<GenerationRequest, ApiError>;
 ParseResult parse_generation_request(std::string_view body, Endpoint endpoint,
                                      const RequestLimits& limits, GrammarCache* grammars = nullptr);
 
-// Anthropic's Messages API (POST /v1/messages) through the same validation: the body is
-// translated to the OpenAI chat shape (`system`, a string or text blocks, becomes a first system
-// message; `stop_sequences` becomes `stop`; `thinking.type` "enabled"/"disabled" becomes
-// chat_template_kwargs.enable_thinking) and parsed as a chat request. `max_tokens` is required,
-// as Anthropic requires it. Errors name the Anthropic field (system, stop_sequences[1],
-// thinking.type); the shared fields keep their names (messages[0].content, max_tokens).
+// Anthropic's Messages API (POST /v1/messages) through the same validation
+// (serve/anthropic_request.cpp): the body is translated to the OpenAI chat shape and parsed as a
+// chat request.
+// - `system` (a string or text blocks) becomes a first system message; `stop_sequences` becomes
+//   `stop`; `thinking.type` "enabled"/"disabled" becomes chat_template_kwargs.enable_thinking;
+//   `max_tokens` is required, as Anthropic requires it; `metadata` is ignored.
+// - `messages`: roles "user" and "assistant", content a string or blocks. An assistant message's
+//   text, thinking ({"type": "thinking", "thinking"}) and tool_use ({"id", "name", "input": an
+//   object}) blocks become one assistant message with content, reasoning_content and tool_calls
+//   (arguments: the input's JSON, keys as sent). A user message's tool_result blocks
+//   ({"tool_use_id", "content": a string or text blocks, "is_error"}) become "tool" messages and
+//   its runs of text blocks user messages, in the order sent; a tool_result must answer a
+//   tool_use of the assistant message just before it (each once), and one with is_error true
+//   reaches the model as "Error: " and its content. Other blocks (image, document, ...) are
+//   refused, naming them.
+// - `tools`: client tools {name, description, input_schema} (type absent or "custom") become
+//   function tools {"type": "function", "function": {name, description, parameters}}, keys in the
+//   order sent; `tool_choice` {"type": "auto" | "any" | "tool" (with "name") | "none"} becomes
+//   "auto", "required", the named function or "none", and its disable_parallel_tool_use true
+//   parallel_tool_calls false.
+// Errors name the Anthropic field as sent (system[1].type, stop_sequences[1], thinking.type,
+// messages[2].content[0].tool_use_id, tools[0].input_schema, tool_choice.name); the shared fields
+// keep their names (max_tokens, temperature).
 ParseResult parse_anthropic_messages_request(std::string_view body, const RequestLimits& limits);
+// An error about the translated chat request found later (serve/plan.h compiles the tools'
+// grammar) renamed to the Anthropic body's field: tools[0].function.parameters.properties.x
+// becomes tools[0].input_schema.properties.x, in `param` and in the message.
+void name_anthropic_fields(ApiError& error);
 
 // llama-server's tokenizer endpoints, same JSON shapes and defaults:
 //   POST /tokenize   {"content": "text", "add_special": false, "parse_special": true,

@@ -202,24 +202,6 @@ TEST(ServeEndpoints, ApiKeyIsRequiredExceptForHealthAndThePage) {
   EXPECT_EQ(get(server, "/health").status, 200);
 }
 
-// The `event:` names and `data:` objects of an Anthropic stream, in order.
-std::vector<std::pair<std::string, json>> anthropic_events(const std::string& body) {
-  std::vector<std::pair<std::string, json>> events;
-  size_t start = 0;
-  while (start < body.size()) {
-    const size_t end = body.find("\n\n", start);
-    const std::string event = body.substr(start, end == std::string::npos ? end : end - start);
-    const size_t data = event.find("\ndata: ");
-    EXPECT_EQ(event.rfind("event: ", 0), 0u) << event;
-    EXPECT_NE(data, std::string::npos) << event;
-    if (event.rfind("event: ", 0) != 0 || data == std::string::npos) break;
-    events.emplace_back(event.substr(7, data - 7), json::parse(event.substr(data + 7)));
-    if (end == std::string::npos) break;
-    start = end + 2;
-  }
-  return events;
-}
-
 TEST(ServeEndpoints, AnthropicMessagesWholeAndStreamed) {
   ServeProcess server;
   for (const bool thinking : {false, true}) {

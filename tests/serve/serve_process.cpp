@@ -222,6 +222,23 @@ std::vector<std::string> sse_data(const std::string& body) {
   return events;
 }
 
+std::vector<std::pair<std::string, nlohmann::json>> anthropic_events(const std::string& body) {
+  std::vector<std::pair<std::string, nlohmann::json>> events;
+  size_t start = 0;
+  while (start < body.size()) {
+    const size_t end = body.find("\n\n", start);
+    const std::string event = body.substr(start, end == std::string::npos ? end : end - start);
+    const size_t data = event.find("\ndata: ");
+    EXPECT_EQ(event.rfind("event: ", 0), 0u) << event;
+    EXPECT_NE(data, std::string::npos) << event;
+    if (event.rfind("event: ", 0) != 0 || data == std::string::npos) break;
+    events.emplace_back(event.substr(7, data - 7), nlohmann::json::parse(event.substr(data + 7)));
+    if (end == std::string::npos) break;
+    start = end + 2;
+  }
+  return events;
+}
+
 std::optional<double> metric(const std::string& metrics_text, const std::string& series) {
   std::istringstream lines(metrics_text);
   std::string line;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace strata::serve::test {
@@ -71,6 +72,9 @@ HttpReply post(const ServeProcess& server, const std::string& path, const std::s
 
 // The `data:` payloads of an SSE body, in order (the final "[DONE]" included as text).
 std::vector<std::string> sse_data(const std::string& body);
+// The `event:` names and `data:` objects of an Anthropic stream, in order (a test failure where
+// an event is not "event: NAME\ndata: JSON").
+std::vector<std::pair<std::string, nlohmann::json>> anthropic_events(const std::string& body);
 
 // A metric's value from /metrics text (the first sample whose series equals `series`).
 std::optional<double> metric(const std::string& metrics_text, const std::string& series);

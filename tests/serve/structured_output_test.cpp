@@ -8,11 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <regex>
-#include <valijson/adapters/nlohmann_json_adapter.hpp>
-#include <valijson/schema.hpp>
-#include <valijson/schema_parser.hpp>
-#include <valijson/validator.hpp>
 
+#include "schema_errors.h"
 #include "serve_process.h"
 
 namespace strata::serve::test {
@@ -64,28 +61,6 @@ const json kPatterned = json::parse(R"({
   },
   "required": ["code", "slug", "quoted", "mention"],
   "additionalProperties": false})");
-
-// Validates `text` against `schema` with valijson; "" when valid, else the reasons.
-std::string schema_errors(const json& schema, const std::string& text) {
-  json document;
-  try {
-    document = json::parse(text);
-  } catch (const json::exception& error) {
-    return fmt::format("not JSON ({}): {}", error.what(), text);
-  }
-  valijson::Schema compiled;
-  valijson::SchemaParser parser;
-  valijson::adapters::NlohmannJsonAdapter schema_adapter(schema);
-  parser.populateSchema(schema_adapter, compiled);
-  valijson::Validator validator;
-  valijson::ValidationResults results;
-  valijson::adapters::NlohmannJsonAdapter target(document);
-  if (validator.validate(compiled, target, &results)) return "";
-  std::string reasons = text + ":";
-  valijson::ValidationResults::Error error;
-  while (results.popError(error)) reasons += " " + error.description;
-  return reasons;
-}
 
 std::string json_schema_format(const json& schema) {
   return json{{"type", "json_schema"},

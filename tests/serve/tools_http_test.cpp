@@ -8,16 +8,11 @@
 // tool_calls_test.cpp, the grammar in tool_call_grammar_test.cpp.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-
-#include <valijson/adapters/nlohmann_json_adapter.hpp>
-#include <valijson/schema.hpp>
-#include <valijson/schema_parser.hpp>
-#include <valijson/validator.hpp>
-
 #include <unistd.h>
 
 #include <filesystem>
 
+#include "schema_errors.h"
 #include "serve_process.h"
 #include "text/chat_template.h"
 
@@ -129,29 +124,6 @@ const json kStrictTools = json::parse(
     R"("additionalProperties":false}}},)"
     R"({"type":"function","function":{"name":"get_time","parameters":{"type":"object",)"
     R"("properties":{"zone":{"type":"string","enum":["UTC","CET"]}},"required":["zone"]}}}])");
-
-// Validates `arguments` against `schema` with valijson (independent of our grammar); "" when
-// valid, else the reasons.
-std::string schema_errors(const json& schema, const std::string& arguments) {
-  json document;
-  try {
-    document = json::parse(arguments);
-  } catch (const json::exception& error) {
-    return fmt::format("not JSON ({}): {}", error.what(), arguments);
-  }
-  valijson::Schema compiled;
-  valijson::SchemaParser parser;
-  valijson::adapters::NlohmannJsonAdapter schema_adapter(schema);
-  parser.populateSchema(schema_adapter, compiled);
-  valijson::Validator validator;
-  valijson::ValidationResults results;
-  valijson::adapters::NlohmannJsonAdapter target(document);
-  if (validator.validate(compiled, target, &results)) return "";
-  std::string reasons = arguments + ":";
-  valijson::ValidationResults::Error error;
-  while (results.popError(error)) reasons += " " + error.description;
-  return reasons;
-}
 
 const json& parameters_of(const std::string& name) {
   for (const json& tool : kStrictTools)

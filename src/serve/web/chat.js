@@ -1,6 +1,7 @@
 // The chat: conversations kept in localStorage, replies streamed from /v1/chat/completions
-// (OpenAI server-sent events), a stop button (aborts the request: the server cancels the
-// generation when the client goes), thinking (reasoning_content) folded, tool calls shown.
+// (OpenAI server-sent events, with the API key when one is set: S.api), a stop button (aborts
+// the request: the server cancels the generation when the client goes), thinking
+// (reasoning_content) folded, tool calls shown.
 'use strict';
 (function (S) {
   const KEY = 'strata.conversations.v1';
@@ -98,25 +99,6 @@
              ignore_eos: v('set-ignore-eos').checked };
   }
 
-  // Reads an SSE body and calls onEvent(data) per `data:` line payload.
-  async function readEvents(response, onEvent) {
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = '';
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += decoder.decode(value, { stream: true });
-      let cut;
-      while ((cut = buffer.indexOf('\n\n')) >= 0) {
-        const block = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 2);
-        for (const line of block.split('\n'))
-          if (line.startsWith('data: ')) onEvent(line.slice(6));
-      }
-    }
-  }
-
   async function send(text) {
     if (controller || !text.trim()) return;
     if (!current) newConversation();
@@ -147,17 +129,18 @@
     const started = performance.now();
     let firstAt = 0, finish = null, usage = null, chunks = 0;
     try {
-      const response = await fetch('/v1/chat/completions', {
+      const response = await S.api('/v1/chat/completions', {
         method: 'POST', headers: { 'Content-Type': 'application/json' },
         body: JSON.stringify(body), signal: controller.signal });
       if (!response.ok) {
         let message = 'HTTP ' + response.status;
         try { message = (await response.json()).error.message; } catch { /* not JSON */ }
+        if (response.status === 401) message = 'API key needed: enter it in the bar above, then send again (' + message + ')';
         throw new Error(message);
       }
       let pending = false;
-      await readEvents(response, data => {
-        if (data === '[DONE]') return;
+      await S.readEvents(response, ({ data }) => {
+        if (data === null || data === '[DONE]') return;
         const chunk = JSON.parse(data);
         if (chunk.error) throw new Error(chunk.error.message);
         if (chunk.usage) usage = chunk.usage;

@@ -1,6 +1,7 @@
-// The dashboard: snapshots from GET /api/dashboard/events (server-sent events, docs/serve.md),
-// drawn as a per-layer heat map with residency strips, tier counters, the time split, SpecGate,
-// MoCE, budgets and the model's shape. Rates ("per token") are differences between the newest
+// The dashboard: snapshots from GET /api/dashboard/events (server-sent events, docs/serve.md; read
+// with fetch, which can send the API key, where EventSource cannot), drawn as a per-layer heat
+// map with residency strips, tier counters, the time split, SpecGate, MoCE, budgets and the
+// model's shape. Rates ("per token") are differences between the newest
 // snapshot and one about RATE_WINDOW_S older, per window row; with no rows in that span they are
 // since start.
 'use strict';
@@ -267,33 +268,72 @@
     D.renders++;
   }
 
+  // An SVG plot as a data: URL, fetched with the API key (an <img src> request cannot carry it;
+  // the page's policy allows data: images, and an SVG shown as an image runs no script).
+  async function plotSource(url) {
+    const response = await S.api(url);
+    if (!response.ok) throw new Error('HTTP ' + response.status);
+    return 'data:image/svg+xml;charset=utf-8,' + encodeURIComponent(await response.text());
+  }
+
   function plots() {
-    fetch('/api/plots').then(r => r.json()).then(p => {
+    S.api('/api/plots').then(r => r.ok ? r.json() : null).then(p => {
+      if (!p) return;
       const box = document.getElementById('plots');
       if (!p.plots.length) {
         box.replaceChildren(el('span', { class: 'muted small',
           text: p.dir ? 'no SVG files in ' + p.dir + ' yet' : 'start strata serve with --plots DIR to show the SVGs strata bench --svg wrote there' }));
         return;
       }
-      box.replaceChildren(...p.plots.map(f => el('figure', {}, el('img', { src: f.url, alt: f.name }),
-        el('figcaption', { class: 'small muted' }, el('a', { href: f.url, text: f.name }), ' · ' + S.bytes(f.bytes)))));
+      box.replaceChildren(...p.plots.map(f => {
+        const img = el('img', { alt: f.name });
+        plotSource(f.url).then(src => { img.src = src; }).catch(() => {});
+        return el('figure', {}, img,
+          el('figcaption', { class: 'small muted' }, el('a', { href: f.url, text: f.name }), ' · ' + S.bytes(f.bytes)));
+      }));
     }).catch(() => {});
   }
 
-  function connect() {
+  // The event stream, as EventSource would read it: reconnects `retry` ms after it ends or fails,
+  // sending Last-Event-ID (the server then sends only newer snapshots). After a 401 it waits for
+  // a key (S.onKey connects again). `stream` is the open connection's AbortController.
+  let stream = null, lastEventId = null, retryMs = 2000;
+  function setLive(text, state) {
     const live = document.getElementById('live');
-    const source = new EventSource('/api/dashboard/events?interval_ms=250');
-    source.addEventListener('snapshot', e => {
-      D.events++;
-      const s = JSON.parse(e.data);
-      live.textContent = s.generation.running ? 'generating' : 'idle';
-      live.className = 'pill ' + (s.generation.running ? 'busy' : 'ok');
-      render(s);
-    });
-    source.addEventListener('end', () => { live.textContent = 'server stopping'; live.className = 'pill bad'; });
-    source.onerror = () => { if (source.readyState !== EventSource.OPEN) { live.textContent = 'reconnecting'; live.className = 'pill bad'; } };
-    D.source = source;
+    live.textContent = text;
+    live.className = 'pill ' + state;
+  }
+  async function connect() {
+    if (stream) stream.abort();
+    const controller = stream = new AbortController();
+    try {
+      const headers = lastEventId !== null ? { 'Last-Event-ID': lastEventId } : {};
+      const response = await S.api('/api/dashboard/events?interval_ms=250', { headers, signal: controller.signal });
+      if (response.status === 401) { setLive('API key needed', 'bad'); return; }
+      if (!response.ok) throw new Error('HTTP ' + response.status);
+      await S.readEvents(response, e => {
+        if (e.id !== null) lastEventId = e.id;
+        if (e.retry !== null) retryMs = e.retry;
+        if (e.event === 'snapshot') {
+          D.events++;
+          const s = JSON.parse(e.data);
+          setLive(s.generation.running ? 'generating' : 'idle', s.generation.running ? 'busy' : 'ok');
+          render(s);
+        } else if (e.event === 'end') {
+          setLive('server stopping', 'bad');
+        }
+      });
+    } catch (e) {
+      if (controller.signal.aborted) return;  // replaced by a newer connection
+    }
+    if (controller !== stream) return;
+    if (document.getElementById('live').textContent !== 'server stopping') setLive('reconnecting', 'bad');
+    setTimeout(() => { if (controller === stream) connect(); }, retryMs);
   }
 
-  document.addEventListener('DOMContentLoaded', () => { connect(); plots(); });
+  document.addEventListener('DOMContentLoaded', () => {
+    connect();
+    plots();
+    S.onKey(() => { connect(); plots(); });
+  });
 })(window.strata);
