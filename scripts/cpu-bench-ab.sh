@@ -12,7 +12,7 @@
 # scripts/device-stash.sh out-hf with models/ moved out (the 64 MiB limit).
 # Knobs: AB_AFTER_ENV (one "VAR=value ..." variant of the working tree's binary, run every round),
 # MODEL (a GGUF instead of the synthesized file), AB_KEEP_BASE (1: keep an earlier call's
-# baseline build), AB_BUILD_ONLY (1: build both and write the model, no runs), ROUNDS (3), THREADS (8,16), PROMPT_THREADS (16), PROMPT (512), DECODE (32), LIMIT (420).
+# baseline build), AB_BUILD_ONLY (1: build both and write the model, no runs), ROUNDS (3), THREADS (8,16), PROMPT_THREADS (16), PROMPT (512), CHUNK (512: the prefill window, both sides alike; llama-bench batches 512), DECODE (32), LIMIT (420).
 # Outputs under $OUT: build-*.log, synth.log, base-<r>.txt, new-<r>.txt (each run's tables, with
 # the pool's measured hand-out cost), summary.txt.
 set -uo pipefail
@@ -68,7 +68,7 @@ bench() {  # binary, output file, more `bench cpu` options...
   shift 2
   [ "$left" -lt 30 ] && { stamp "out of time"; return 1; }
   timeout "$left" "$bin" bench cpu -m "$model" --threads "${THREADS:-8,16}" --prompt-threads "${PROMPT_THREADS:-16}" \
-    --prompt-tokens "${PROMPT:-512}" -n "${DECODE:-32}" --repeats 1 "$@" >"$file" 2>&1
+    --prompt-tokens "${PROMPT:-512}" --chunk "${CHUNK:-512}" -n "${DECODE:-32}" --repeats 1 "$@" >"$file" 2>&1
 }
 # AB_AFTER_ENV="VAR=value ...[;VAR=value ...]": each round also runs the working tree's binary under
 # each variant's variables (side "env<i>", e.g. STRATA_PHASE_CHAINS=1), between new and base.

@@ -15,7 +15,7 @@
 #   4. once llama-bench is built (never timed while a build runs; a build still running at
 #      LLAMA_WAIT s is stopped and strata runs alone), `strata bench cpu`: REPEATS interleaved
 #      rounds of decode (-n DECODE steps after a 16-token prompt) at each of THREADS, the first
-#      PROMPT_REPEATS rounds also a PROMPT-token prompt (64-row windows) at each of PROMPT_THREADS,
+#      PROMPT_REPEATS rounds also a PROMPT-token prompt (CHUNK-row windows, 512) at each of PROMPT_THREADS,
 #      llama-bench at the same count right after strata's runs (-r 1, its own warm-up), the tables
 #      after every round (tok/s and the ratio to llama.cpp, ms per part, pool hand-outs). The bench
 #      runs under `timeout` so the call ends by LIMIT s (default 480) with what it has.
@@ -87,7 +87,7 @@ left=$(( ${LIMIT:-480} - ($(date +%s) - start) ))
 [ "$left" -lt 60 ] && left=60  # at least one decode round
 stamp "bench cpu, ${left} s left"
 timeout "$left" ./build-cpu/strata bench cpu -m "$model" --threads "$threads" --prompt-threads "$prompt_threads" \
-  --prompt-tokens "${PROMPT:-512}" -n "${DECODE:-32}" --repeats "${REPEATS:-3}" \
+  --prompt-tokens "${PROMPT:-512}" --chunk "${CHUNK:-512}" -n "${DECODE:-32}" --repeats "${REPEATS:-3}" \
   --prompt-repeats "${PROMPT_REPEATS:-1}" "${peer[@]}" ${BENCH_ARGS:-} --json "$out/bench.json" \
   --svg "$out/bench.svg" 2>&1 | tee "$out/bench.txt"
 stamp "done"

@@ -343,7 +343,7 @@ void register_bench(CLI::App& app) {
                   "thread counts that also run the prompt (default: all of --threads)");
   cpu->add_option("--prompt-tokens", c->prompt_tokens, "prompt length (0: no prompt runs)")
       ->check(CLI::Range(0, 32768));
-  cpu->add_option("--chunk", c->chunk_rows, "prefill window rows")->check(CLI::Range(1, 4096));
+  add_chunk_option(*cpu, c->chunk_rows);
   cpu->add_option("--decode-context", c->decode_context, "tokens before the timed decode steps")
       ->check(CLI::Range(1, 32768));
   cpu->add_option("-n,--n-decode", c->n_decode, "timed decode steps per run")

@@ -24,7 +24,7 @@ struct ProfileOptions {
   std::string text;
   std::string output;
   int max_tokens = 4096;
-  int chunk_rows = 64;
+  int chunk_rows = kCpuPrefillRows;  // the CPU's (profile runs there)
 };
 
 void profile(const ProfileOptions& o) {
@@ -74,7 +74,7 @@ void register_profile(CLI::App& app) {
   cmd->add_option("-p,--prompt", o->text, "calibration text")->excludes(file);
   cmd->add_option("-o,--output", o->output, "profile path (default: MODEL.profile)");
   cmd->add_option("--max-tokens", o->max_tokens, "tokens of the text to use at most")->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("--chunk", o->chunk_rows, "prefill window rows")->check(CLI::Range(1, 4096));
+  add_chunk_option(*cmd, o->chunk_rows);
   cmd->callback([o] { profile(*o); });
 }
 

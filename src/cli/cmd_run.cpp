@@ -70,7 +70,7 @@ struct RunOptions {
   std::string prompt_file;    // -f FILE ("-" = stdin)
   std::string token_ids;
   int n_predict = 64;
-  int chunk_rows = 64;
+  int chunk_rows = 0;  // 0: default_prefill_rows of the backend
   bool print_ids = false;
   bool ignore_eos = false;
   std::string logits_out;  // prompt logits, every position, [T, vocab] f32 LE
@@ -319,17 +319,18 @@ void run(const RunOptions& options) {
     write_binary(options.logits_out, all.data(), all.size() * sizeof(float));
     if (speculative) speculative->committed(int64_t(prompt.size()));
   } else {
+    const int chunk_rows = options.chunk_rows > 0 ? options.chunk_rows : default_prefill_rows(backend);
     ProgressBar bar("prefill", uint64_t(prompt.size()), 0);
-    bar.set_enabled(bar.enabled() && prompt.size() > size_t(options.chunk_rows));
+    bar.set_enabled(bar.enabled() && prompt.size() > size_t(chunk_rows));
     int64_t reported = 0;
     const auto on_progress = [&](int64_t done, int64_t) {
       bar.advance(uint64_t(done - reported), 0);
       reported = done;
     };
     if (speculative)
-      speculative->prefill(prompt, options.chunk_rows, on_progress);
+      speculative->prefill(prompt, chunk_rows, on_progress);
     else
-      session.prefill(prompt, options.chunk_rows, on_progress);
+      session.prefill(prompt, chunk_rows, on_progress);
   }
   const double prefill_s = seconds_since(prefill_start);
   active_phase_times() = nullptr;
@@ -443,8 +444,7 @@ void register_run(CLI::App& app) {
       ->excludes(prompt_file);
   cmd->add_option("-n,--n-predict", options->n_predict, "tokens to generate")
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--chunk", options->chunk_rows, "prefill window rows")
-      ->check(CLI::Range(1, 4096));
+  add_chunk_option(*cmd, options->chunk_rows);
   cmd->add_flag("--print-ids", options->print_ids, "print generated token ids instead of text");
   cmd->add_option("--logits-out", options->logits_out,
                   "write the prompt's fp32 logits, every position ([T, vocab], little-endian)");

@@ -37,7 +37,7 @@ struct CpuBenchOptions {
   std::string threads = "1,2";
   std::string prompt_threads;  // empty: every count of `threads`
   int prompt_tokens = 512;
-  int chunk_rows = 64;
+  int chunk_rows = kCpuPrefillRows;  // cli/model_options.h says why
   int decode_context = 16;
   int n_decode = 32;
   int repeats = 3;

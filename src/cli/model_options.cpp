@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <thread>
 
@@ -66,6 +68,18 @@ std::string resolve_model_path(const ModelOptions& options) {
 std::string resolve_backend(const ModelOptions& options, bool streams_experts) {
   if (options.backend == "auto" && streams_experts) return "cpu";
   return compute::resolve_backend(options.backend);
+}
+
+int default_prefill_rows(const std::string& backend) {
+  return backend == "cpu" ? kCpuPrefillRows : kCudaPrefillRows;
+}
+
+CLI::Option* add_chunk_option(CLI::App& cmd, int& rows) {
+  return cmd
+      .add_option("--chunk", rows,
+                  fmt::format("prefill window rows (default: {} on the CPU, {} on CUDA)",
+                              kCpuPrefillRows, kCudaPrefillRows))
+      ->check(CLI::Range(1, 4096));
 }
 
 int resolve_threads(const ModelOptions& options) {

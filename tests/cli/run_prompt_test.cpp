@@ -87,5 +87,27 @@ TEST(CliRunPrompt, GpuBudgetWithoutTheCudaBackendIsRefused) {
   }
 }
 
+// The default prefill window (512 rows on the CPU, cli/model_options.h) gives the greedy tokens of
+// smaller and larger windows: a 700-token prompt in 512 + 188 rows, in 64-row windows, in one
+// window, and in 7-row windows (the recurrent DeltaNet form throughout).
+TEST(CliRunPrompt, DefaultPrefillWindowGivesTheTokensOfEveryWindowSize) {
+  std::string ids;
+  for (int i = 0; i < 700; ++i) {
+    if (i > 0) ids += ',';
+    ids += std::to_string((i * 7919 + 13) % 3007);
+  }
+  const std::string run = "run -n 12 --temp 0 -t 2 --ignore-eos --print-ids --tokens " + ids;
+  const CommandResult by_default = run_strata(run, "</dev/null");
+  ASSERT_EQ(by_default.exit_code, 0) << by_default.err;
+  ASSERT_FALSE(by_default.out.empty());
+  for (const char* chunk : {"64", "700", "7"}) {
+    const CommandResult windows = run_strata(run + " --chunk " + chunk, "</dev/null");
+    ASSERT_EQ(windows.exit_code, 0) << windows.err;
+    EXPECT_EQ(windows.out, by_default.out) << "--chunk " << chunk;
+  }
+  const CommandResult help = run_strata("run --help", "</dev/null");
+  EXPECT_NE(help.out.find("default: 512 on the CPU, 64 on CUDA"), std::string::npos) << help.out;
+}
+
 }  // namespace
 }  // namespace strata::cli::test
