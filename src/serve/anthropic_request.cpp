@@ -308,17 +308,11 @@ std::vector<json> translate_user(const json& blocks, size_t index,
 
 // messages: each Anthropic message as one or more chat messages (see request.h).
 void read_messages(const json& body, OrderedBody& ordered, ChatBody& out, json& messages) {
-  const json* turns = field(body, "messages");
-  if (!turns || !turns->is_array() || turns->empty())
-    reject("messages", "expected a non-empty array of messages, found {}",
-           turns ? (turns->is_array() ? std::string("an empty array") : describe(*turns))
-                 : std::string("nothing"));
+  const json& turns = message_array(body);
   std::vector<std::string> open_calls;  // the previous assistant message's unanswered tool_use ids
-  for (size_t i = 0; i < turns->size(); ++i) {
-    const json& message = (*turns)[i];
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const json& message = turns[i];
     const std::string path = element("messages", i);
-    if (!message.is_object())
-      reject(path, "expected a message object, found {}", describe(message));
     const std::string* role = read_string(message, "role", child(path, "role"));
     if (!role || (*role != "user" && *role != "assistant"))
       reject(child(path, "role"),

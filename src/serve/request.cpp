@@ -177,17 +177,10 @@ void read_tools(const json& body, const RequestLimits& limits, GenerationRequest
 }
 
 void read_messages(const json& body, GenerationRequest& out) {
-  const json* messages = field(body, "messages");
-  if (!messages) reject("messages", "required: a non-empty array of messages");
-  if (!messages->is_array())
-    reject("messages", "expected a non-empty array of messages, found {}", describe(*messages));
-  if (messages->empty())
-    reject("messages", "expected a non-empty array of messages, found an empty array");
-  for (size_t i = 0; i < messages->size(); ++i) {
-    const json& message = (*messages)[i];
+  const json& messages = message_array(body);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& message = messages[i];
     const std::string path = element("messages", i);
-    if (!message.is_object())
-      reject(path, "expected a message object, found {}", describe(message));
     const std::string* role = read_string(message, "role", child(path, "role"));
     if (!role) reject(child(path, "role"), "required");
     std::string chat_role = *role;

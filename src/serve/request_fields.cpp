@@ -43,6 +43,19 @@ const json* field(const json& object, const char* key) {
   return &*it;
 }
 
+const json& message_array(const json& body) {
+  const json* messages = field(body, "messages");
+  if (!messages) reject("messages", "required: a non-empty array of messages");
+  if (!messages->is_array())
+    reject("messages", "expected a non-empty array of messages, found {}", describe(*messages));
+  if (messages->empty())
+    reject("messages", "expected a non-empty array of messages, found an empty array");
+  for (size_t i = 0; i < messages->size(); ++i)
+    if (!(*messages)[i].is_object())
+      reject(element("messages", i), "expected a message object, found {}", describe((*messages)[i]));
+  return *messages;
+}
+
 std::optional<bool> read_bool(const json& object, const char* key, const std::string& path) {
   const json* value = field(object, key);
   if (!value) return std::nullopt;

@@ -56,6 +56,9 @@ std::optional<int64_t> read_int(const json& object, const char* key, const std::
 std::optional<double> read_number(const json& object, const char* key, const std::string& path,
                                   double min, double max);
 const std::string* read_string(const json& object, const char* key, const std::string& path);
+// body["messages"], which both the chat and the Messages API require as a non-empty array of
+// objects: rejects anything else, naming "messages" or the element.
+const json& message_array(const json& body);
 
 // A function's (tool's) "name" under `path`: required, [a-zA-Z0-9_-]{1,64} (OpenAI's and
 // Anthropic's rule; names are written into the prompt's tags). By value: g++ 13 takes a
