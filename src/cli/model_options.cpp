@@ -83,8 +83,8 @@ CLI::Option* add_cached_chunk_option(CLI::App& cmd, int& rows, bool serve) {
   return cmd
       .add_option("--chunk", rows,
                   fmt::format("longest prefill window in rows, a multiple of {} (the state cache "
-                              "resumes at multiples of {}; every multiple gives the same tokens) "
-                              "(default: {} on the CPU, {} on CUDA{})",
+                              "resumes at multiples of {}; on the CPU every multiple gives the "
+                              "same tokens) (default: {} on the CPU, {} on CUDA{})",
                               kPrefillAlignRows, kPrefillAlignRows, kCpuPrefillRows,
                               kCudaPrefillRows, serve ? " and with --parallel > 1" : ""))
       ->check(CLI::Range(kPrefillAlignRows, 4096) &
