@@ -32,8 +32,7 @@ int resolve_threads(const ModelOptions& options);
 std::string resolve_backend(const ModelOptions& options, bool streams_experts);
 
 // --chunk ROWS (run, profile, bench cpu): the prefill window; `rows` 0 = the backend's
-// default_prefill_rows (engine/prefill_window.h: 512 rows on the CPU, 64 on CUDA; chat and
-// serve prefill in those windows too, with no option).
+// default_prefill_rows (engine/prefill_window.h: 512 rows on the CPU, 64 on CUDA).
 CLI::Option* add_chunk_option(CLI::App& cmd, int& rows);
 
 // --chunk ROWS (chat, serve): the longest prefill window, a multiple of kPrefillAlignRows (their
