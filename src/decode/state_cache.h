@@ -17,8 +17,7 @@
 // of `window_rows` starting at position 0. When window_rows is a multiple of 64, windows of any
 // multiple of it give the same bits on the CPU (engine/prefill_window.h), so `prefill` runs
 // windows of up to `prefill_rows` that start and end at multiples of window_rows (but for the
-// prompt's end).
-// Hence two policies (`prefill` applies them):
+// prompt's end). Hence two policies (`prefill` applies them):
 // - Window-exact models (any Gated DeltaNet layer: qwen4exp, qwen3next): snapshots only at
 //   multiples of window_rows inside a prompt's prefill (the last one before its end: the turn
 //   boundary rounded down to a window), plus the whole prompt after its prefill (reused only by
