@@ -24,7 +24,8 @@ namespace strata {
 inline constexpr int kPrefillAlignRows = kDeltaRuleChunkRows;
 inline constexpr int kCpuPrefillRows = 512;
 inline constexpr int kCudaPrefillRows = 64;
-static_assert(kCpuPrefillRows % kPrefillAlignRows == 0 && kCudaPrefillRows % kPrefillAlignRows == 0);
+static_assert(kCpuPrefillRows % kPrefillAlignRows == 0 &&
+              kCudaPrefillRows % kPrefillAlignRows == 0);
 
 // The prefill window of `backend` (a resolved name: "cpu", "cuda").
 constexpr int default_prefill_rows(std::string_view backend) {

@@ -120,13 +120,12 @@ void delta_rule_chunked(const DeltaInputs& in, int64_t n_rows, const DeltaNetDim
 // recurrent form over a trailing chunk of fewer rows. Each chunk so runs exactly what a window of
 // its own rows would run (a chunk's computation reads only its rows and the state before it),
 // hence a window is bitwise its 64-row windows one after the other.
-void delta_rule_window(const DeltaInputs& in, const DeltaNetDims& dims, int h, int kh,
-                       float* state, float* out) {
+void delta_rule_window(const DeltaInputs& in, const DeltaNetDims& dims, int h, int kh, float* state,
+                       float* out) {
   const int64_t chunked_rows = delta_rule_window_chunked_rows(in.n_rows);
   if (chunked_rows > 0) delta_rule_chunked(in, chunked_rows, dims, h, kh, state, out);
   if (chunked_rows < in.n_rows)
-    delta_rule_recurrent(in, chunked_rows, in.n_rows, dims, h, kh, state, out, 0,
-                         dims.head_v_dim);
+    delta_rule_recurrent(in, chunked_rows, in.n_rows, dims, h, kh, state, out, 0, dims.head_v_dim);
 }
 
 }  // namespace

@@ -7,8 +7,9 @@
 // the earlier after-prefill snapshot (or, on the pure-attention model, truncate the KV to the
 // common prefix). With prefill windows under 32 rows the first logits of every turn are bitwise
 // equal too, and so they are with the long windows chat and serve run on the CPU (up to 512
-// rows, ends at multiples of 64) against 64-row windows. Plus: LRU eviction under a small byte bound, byte accounting, and the deep copy
-// (a restored session is independent of the entry it came from).
+// rows, ends at multiples of 64) against 64-row windows. Plus: LRU eviction under a small byte
+// bound, byte accounting, and the deep copy (a restored session is independent of the entry it came
+// from).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -39,8 +40,8 @@ struct TurnResult {
 
 struct RunConfig {
   SamplerConfig sampling;
-  int chunk_rows = 16;  // the reference's windows and the cache's unit (window_rows)
-  int prefill_rows = 0;  // the cache's longest window (0: chunk_rows)
+  int chunk_rows = 16;           // the reference's windows and the cache's unit (window_rows)
+  int prefill_rows = 0;          // the cache's longest window (0: chunk_rows)
   int first_message_tokens = 0;  // > 0: a first message this long instead of the short one
   spec::SpecMode spec = spec::SpecMode::Off;
 };
@@ -149,7 +150,8 @@ void expect_conversation_exact(const std::string& arch, const RunConfig& config,
   };
   if (config.first_message_tokens > 0) {
     user[0].clear();
-    for (int i = 0; i < config.first_message_tokens; ++i) user[0].push_back((i * 37 + 11) % 241 + 9);
+    for (int i = 0; i < config.first_message_tokens; ++i)
+      user[0].push_back((i * 37 + 11) % 241 + 9);
   }
   const int n = 12;
   Tokens history;  // the previous turn's prompt + its whole reply

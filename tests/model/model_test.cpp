@@ -186,8 +186,8 @@ TEST_P(ForwardInvariance, LongWindowIsBitwiseItsSixtyFourRowWindows) {
     compute::ThreadPool pool(2, compute::ThreadPool::kDefaultWorkerSpinMicros,
                              compute::ThreadPool::kInlineNever);
     for (const int tail : {0, 1, 31, 32, 63}) {
-      SCOPED_TRACE(std::string(type_name(type)) + ", a trailing chunk of " +
-                   std::to_string(tail) + " rows");
+      SCOPED_TRACE(std::string(type_name(type)) + ", a trailing chunk of " + std::to_string(tail) +
+                   " rows");
       const int n = 2 * 64 + tail;
       std::vector<int32_t> tokens = prompt_tokens(n + 3, int(model->hparams().n_vocab));
       const std::vector<int32_t> decoded(tokens.end() - 3, tokens.end());
@@ -195,8 +195,7 @@ TEST_P(ForwardInvariance, LongWindowIsBitwiseItsSixtyFourRowWindows) {
       ModelState cut = model->new_state(), cut_then_decode = model->new_state();
       const std::vector<float> want = all_logits(*model, pool, cut, tokens, {64});
       all_logits(*model, pool, cut_then_decode, tokens, {64});
-      const std::vector<float> want_next =
-          all_logits(*model, pool, cut_then_decode, decoded, {1});
+      const std::vector<float> want_next = all_logits(*model, pool, cut_then_decode, decoded, {1});
       for (const std::vector<int>& windows : {std::vector<int>{n}, std::vector<int>{64, n - 64}}) {
         SCOPED_TRACE("the first window " + std::to_string(windows[0]) + " rows");
         ModelState state = model->new_state();
