@@ -3,7 +3,7 @@
 (`--chunk`, session 47), alternated so that a shared machine's load lands on every side alike.
 
     python3 bench/serve/prompt_window_ttft.py --binary build/strata -m /tmp/m.gguf \\
-        --chunks 64,512 --rounds 6 --words 700 --threads 2
+        --chunks 64,512 --rounds 6 --words 700 --threads 2 [--before OLD/strata]
 
 Starts one server per --chunk value (loopback, port 0, --quiet, the default --cache-ram) and keeps
 them all up; each round sends every server the same new prompt (a different first word per round,
@@ -11,8 +11,9 @@ so no state cache entry prefixes it) as a /v1/completions request for one greedy
 rotation of the servers' order, and times the request on the client: the prefill and one draw,
 i.e. the time to the first token. Then each server gets one more prompt of the same length for 16
 greedy tokens, which must come out the same on every server (the windows must not change the
-tokens). Prints every request, then per window the median ms and prompt tok/s (prompt tokens /
-median seconds) and the ratios to the first --chunks value. No network beyond localhost.
+tokens). --before adds a server of another binary (without --chunk: a build from before it
+existed) as the first side. Prints every request, then per side the median ms and prompt tok/s
+(prompt tokens / median seconds) and the ratios to the first side. No network beyond localhost.
 """
 import argparse
 import http.client
@@ -67,14 +68,20 @@ def main():
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--words", type=int, default=700)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--before", help="a binary from before --chunk existed: one more side, first")
     ap.add_argument("--json-out")
     opts = ap.parse_args()
-    chunks = [int(c) for c in opts.chunks.split(",")]
+    common = ["-m", opts.model, "-t", str(opts.threads)]
+    sides = {}  # label -> (binary, args)
+    if opts.before:
+        sides["before"] = (opts.before, common)
+    for c in opts.chunks.split(","):
+        sides[f"--chunk {c}"] = (opts.binary, common + ["--chunk", c])
+    chunks = list(sides)  # the side labels, in table order
     servers = {}
     try:
         for c in chunks:
-            servers[c] = start_server(opts.binary, ["-m", opts.model, "-t", str(opts.threads),
-                                                   "--chunk", str(c)])
+            servers[c] = start_server(*sides[c])
         # A warm-up request each (page cache, first-touch buffers), not timed.
         for c in chunks:
             complete(servers[c][1], prompt_text("warm", opts.words), 1)
@@ -85,17 +92,17 @@ def main():
             for c in order:
                 seconds, _, usage = complete(servers[c][1], prompt_text(f"round{r}", opts.words), 1)
                 if usage.get("prompt_tokens_details", {}).get("cached_tokens", 0):
-                    sys.exit(f"round {r}: --chunk {c} resumed from the cache")
+                    sys.exit(f"round {r}: {c} resumed from the cache")
                 prompt_tokens = usage["prompt_tokens"]
                 times[c].append(seconds)
-                print(f"round {r} --chunk {c}: {prompt_tokens} prompt tokens, {seconds * 1000:.0f} ms",
+                print(f"round {r} {c}: {prompt_tokens} prompt tokens, {seconds * 1000:.0f} ms",
                       flush=True)
         texts = {c: complete(servers[c][1], prompt_text("check", opts.words), 16)[1] for c in chunks}
         same = len(set(texts.values())) == 1
-        print(f"16 greedy tokens the same at every --chunk: {same}")
+        print(f"16 greedy tokens the same on every side: {same}")
         base = statistics.median(times[chunks[0]])
         print(f"\n{prompt_tokens}-token prompt, {opts.threads} threads, {opts.rounds} rounds")
-        print("| --chunk | median ms | prompt tok/s | vs --chunk %d |" % chunks[0])
+        print(f"| side | median ms | prompt tok/s | vs {chunks[0]} |")
         print("|---:|---:|---:|---:|")
         for c in chunks:
             med = statistics.median(times[c])
