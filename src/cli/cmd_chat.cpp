@@ -4,7 +4,9 @@
 // tokens the session has not seen: the conversation state cache (decode/state_cache.h,
 // --cache-ram) resumes from the longest snapshot that prefixes the prompt, with the same tokens
 // as a full re-prefill (on hybrid models it re-prefills less than one 64-token window of the last
-// prompt, the reply and the new message); with --cache-ram 0 (or on a model without DeltaNet
+// prompt, the reply and the new message). Prompts prefill in windows of up to 512 rows on the CPU
+// (engine/prefill_window.h), cut at multiples of 64: the bits of 64-row windows, so the cache
+// still resumes at every multiple of 64. With --cache-ram 0 (or on a model without DeltaNet
 // layers, where windows do not change bits) the live session is reused when the new prompt
 // extends it; otherwise the session restarts. Replies stream as they are made;
 // thinking is hidden behind a "[thinking… 143 tokens]" indicator unless --show-thinking
@@ -69,6 +71,7 @@ struct ChatOptions {
   SpecCliOptions spec;
   GrammarCliOptions grammar;  // --json-schema FILE / --json / --grammar FILE
   std::string cache_ram;
+  int chunk_rows = 0;  // --chunk; 0: default_prefill_rows of the backend
   std::string system_prompt;
   int max_reply_tokens = 512;
   bool show_thinking = false;
@@ -133,7 +136,9 @@ class ChatLoop {
             options.model.ctx),
         sampler_(options.model.sampling),
         cache_(session_.backend() == "cpu" ? resolve_cache_ram(options.cache_ram) : 0,
-               kPrefillChunk),
+               kPrefillAlignRows,
+               options.chunk_rows > 0 ? options.chunk_rows
+                                      : default_prefill_rows(session_.backend())),
         grammar_(output_grammar(options.grammar)) {
     check_gpu_tier_backend(options.experts, session_.backend());
     place_resident_weights(model, store, session_.backend(), options.experts);
@@ -213,9 +218,9 @@ class ChatLoop {
     spec::SpecDecoder* spec = speculative_ ? &*speculative_ : nullptr;
     if (extends) {
       if (spec)
-        spec->prefill(fresh, kPrefillChunk);
+        spec->prefill(fresh, cache_.prefill_rows());
       else
-        session_.prefill(fresh, kPrefillChunk);
+        session_.prefill(fresh, cache_.prefill_rows());
       last_.prompt_tokens = fresh.size();
     } else {
       const int64_t cached = cache_.prefill(session_, prompt, end_of_turn_, spec);
@@ -291,10 +296,6 @@ class ChatLoop {
     const bool color = isatty(STDERR_FILENO);
     fmt::print(stderr, "{}{}{}\n", color ? "\033[2m" : "", line, color ? "\033[0m" : "");
   }
-
-  // Prefill window rows (Session::prefill's default), with or without --spec: the same windows
-  // give the same bits.
-  static constexpr int kPrefillChunk = 64;
 
   void reset_session() {
     session_.reset();
@@ -386,6 +387,7 @@ void register_chat(CLI::App& app) {
   add_expert_options(*cmd, options->experts);
   add_spec_options(*cmd, options->spec);
   add_cache_ram_option(*cmd, options->cache_ram);
+  add_cached_chunk_option(*cmd, options->chunk_rows, /*serve=*/false);
   add_grammar_options(*cmd, options->grammar, "each reply");
   cmd->add_option("--system", options->system_prompt, "system prompt");
   cmd->add_option("--max-reply", options->max_reply_tokens, "tokens per reply at most")

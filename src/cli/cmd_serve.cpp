@@ -44,6 +44,7 @@ struct ServeOptions {
   std::string alias;
   std::string api_key_file;
   std::string cache_ram;
+  int chunk_rows = 0;  // --chunk; 0: the Generator's default
   std::string batch_groups = "auto";      // --batch-groups as given
   std::optional<int> batch_groups_given;  // parsed: nullopt = auto, decided at start
   bool seed_given = false;
@@ -100,6 +101,7 @@ void run_serve(const ServeOptions& options) {
   place_resident_weights(*model, store.get(), served.backend, options.experts);
   served.id = options.alias.empty() ? std::filesystem::path(path).stem().string() : options.alias;
   served.n_ctx = session_context_length(model->hparams(), options.model.ctx);
+  served.prefill_rows = options.chunk_rows;
   served.end_of_turn = tokenizer.find_token(ChatTemplate::kEndOfTurn);
   served.default_sampling = options.model.sampling;
   if (options.seed_given) served.default_seed = options.model.sampling.seed;
@@ -245,6 +247,7 @@ void register_serve(CLI::App& app) {
       ->type_name("G|auto")
       ->capture_default_str();
   add_cache_ram_option(*cmd, options->cache_ram);
+  add_cached_chunk_option(*cmd, options->chunk_rows, /*serve=*/true);
   cmd->add_option("--alias", options->alias,
                   "model id clients use (default: the file name without .gguf)");
   cmd->add_flag(

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <filesystem>
 #include <thread>
 
@@ -70,16 +71,34 @@ std::string resolve_backend(const ModelOptions& options, bool streams_experts) {
   return compute::resolve_backend(options.backend);
 }
 
-int default_prefill_rows(const std::string& backend) {
-  return backend == "cpu" ? kCpuPrefillRows : kCudaPrefillRows;
-}
-
 CLI::Option* add_chunk_option(CLI::App& cmd, int& rows) {
   return cmd
       .add_option("--chunk", rows,
                   fmt::format("prefill window rows (default: {} on the CPU, {} on CUDA)",
                               kCpuPrefillRows, kCudaPrefillRows))
       ->check(CLI::Range(1, 4096));
+}
+
+CLI::Option* add_cached_chunk_option(CLI::App& cmd, int& rows, bool serve) {
+  return cmd
+      .add_option("--chunk", rows,
+                  fmt::format("longest prefill window in rows, a multiple of {} (the state cache "
+                              "resumes at multiples of {}; on the CPU every multiple gives the "
+                              "same tokens) (default: {} on the CPU, {} on CUDA{})",
+                              kPrefillAlignRows, kPrefillAlignRows, kCpuPrefillRows,
+                              kCudaPrefillRows, serve ? " and with --parallel > 1" : ""))
+      ->check(CLI::Range(kPrefillAlignRows, 4096) &
+              CLI::Validator(
+                  [](std::string& text) -> std::string {
+                    int value = 0;
+                    const auto [end, error] =
+                        std::from_chars(text.data(), text.data() + text.size(), value);
+                    if (error != std::errc() || end != text.data() + text.size()) return {};
+                    if (value % kPrefillAlignRows == 0) return {};  // (Range names the rest)
+                    return fmt::format("expected a multiple of {}, found {}", kPrefillAlignRows,
+                                       text);
+                  },
+                  fmt::format("MULTIPLE OF {}", kPrefillAlignRows)));
 }
 
 int resolve_threads(const ModelOptions& options) {

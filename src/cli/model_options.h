@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "engine/prefill_window.h"
 #include "engine/sampler.h"
 
 namespace strata::cli {
@@ -30,18 +31,15 @@ int resolve_threads(const ModelOptions& options);
 // the CPU. Throws naming the backend when an explicit one is missing or unusable.
 std::string resolve_backend(const ModelOptions& options, bool streams_experts);
 
-// The prefill window of a one-shot prompt (run, bench cpu, profile) when --chunk is not given:
-// 512 rows on the CPU, where a 512-expert layer gives each routed expert ~10 rows of the window
-// (~1 of a 64-row one), so the grouped expert kernels decode its weights once for many rows
-// (docs/bench-cpu-scaling.md, session 46: the 48 x 512 file's 512-token prompt 1.65x faster
-// than in 64-row windows at 2 threads, the same greedy tokens; llama.cpp's batch is 512 too).
-// 64 on CUDA, whose prefill is measured at 64 (docs/bench-cuda.md). chat and serve keep 64
-// (kPrefillChunk): their state cache resumes at multiples of its window.
-inline constexpr int kCpuPrefillRows = 512;
-inline constexpr int kCudaPrefillRows = 64;
-int default_prefill_rows(const std::string& backend);
-// --chunk ROWS (run, profile, bench cpu): `rows` 0 = default_prefill_rows of the backend.
+// --chunk ROWS (run, profile, bench cpu): the prefill window; `rows` 0 = the backend's
+// default_prefill_rows (engine/prefill_window.h: 512 rows on the CPU, 64 on CUDA).
 CLI::Option* add_chunk_option(CLI::App& cmd, int& rows);
+
+// --chunk ROWS (chat, serve): the longest prefill window, a multiple of kPrefillAlignRows (their
+// state cache resumes at multiples of it, exact only in windows of such lengths:
+// decode/state_cache.h); `rows` 0 = the default (default_prefill_rows; serve: 64 with
+// --parallel > 1).
+CLI::Option* add_cached_chunk_option(CLI::App& cmd, int& rows, bool serve);
 
 // --cache-ram SIZE (chat, serve): the conversation state cache's RAM bound
 // (decode/state_cache.h); 2G, 512M, bytes, or a share of physical memory (10%); 0 disables.

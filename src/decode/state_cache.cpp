@@ -34,8 +34,12 @@ bool drafters_match(const std::vector<std::unique_ptr<spec::Drafter>>& saved,
 
 }  // namespace
 
-StateCache::StateCache(uint64_t max_bytes, int window_rows)
-    : max_bytes_(max_bytes), window_rows_(std::max(window_rows, 1)) {
+StateCache::StateCache(uint64_t max_bytes, int window_rows, int prefill_rows)
+    : max_bytes_(max_bytes),
+      window_rows_(std::max(window_rows, 1)),
+      prefill_rows_(window_rows_ % kPrefillAlignRows == 0
+                        ? std::max(prefill_rows / window_rows_, 1) * window_rows_
+                        : window_rows_) {
   stats_.max_bytes = max_bytes;
 }
 
@@ -160,13 +164,13 @@ int64_t StateCache::prefill(Session& session, std::span<const int32_t> prompt,
   const size_t n = prompt.size();
   for (size_t at = size_t(cached); at < n;) {
     if (keep_going && !keep_going()) break;
-    size_t rows = std::min(n - at, size_t(window_rows_));
+    size_t rows = std::min(n - at, size_t(prefill_rows_));
     if (at < pause && at + rows > pause) rows = pause - at;
     const std::span<const int32_t> window = prompt.subspan(at, rows);
     if (spec)
-      spec->prefill(window, window_rows_);
+      spec->prefill(window, prefill_rows_);
     else
-      session.prefill(window, window_rows_);
+      session.prefill(window, prefill_rows_);
     at += rows;
     if (at == pause) save(session, spec);
     if (after_window) after_window();

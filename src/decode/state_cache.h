@@ -13,8 +13,11 @@
 // so a hybrid model can only resume where a snapshot was taken; and the tokens must be the same
 // as without the cache, bit for bit. Prefill windows of 32 rows or more run Gated DeltaNet in its
 // chunked form, whose rounding depends on where the window starts (engine/session.h), so a state
-// is only exact if every row of it went through the same windows a full re-prefill would use:
-// windows of `window_rows` starting at position 0. Hence two policies (`prefill` applies them):
+// is only exact if every row of it went through the windows a full re-prefill would use: windows
+// of `window_rows` starting at position 0. When window_rows is a multiple of 64, windows of any
+// multiple of it give the same bits on the CPU (engine/prefill_window.h), so `prefill` runs
+// windows of up to `prefill_rows` that start and end at multiples of window_rows (but for the
+// prompt's end). Hence two policies (`prefill` applies them):
 // - Window-exact models (any Gated DeltaNet layer: qwen4exp, qwen3next): snapshots only at
 //   multiples of window_rows inside a prompt's prefill (the last one before its end: the turn
 //   boundary rounded down to a window), plus the whole prompt after its prefill (reused only by
@@ -51,6 +54,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/prefill_window.h"
 #include "engine/session.h"
 
 namespace strata::spec {
@@ -75,19 +79,27 @@ class StateCache {
   // The default bound of `strata serve` and `strata chat` (--cache-ram).
   static constexpr uint64_t kDefaultMaxBytes = uint64_t(4) << 30;
 
-  // window_rows: the prefill window of every caller of this cache (serve and chat: 64).
-  explicit StateCache(uint64_t max_bytes, int window_rows = 64);
+  // window_rows: the unit where snapshots may be taken and resumed from (serve and chat: 64,
+  // engine/prefill_window.h kPrefillAlignRows). prefill_rows: the longest window `prefill` runs,
+  // rounded down to a multiple of window_rows (at least window_rows); window_rows itself unless
+  // window_rows is a multiple of kPrefillAlignRows (only then does a window of several units
+  // give the bits of its units one by one).
+  explicit StateCache(uint64_t max_bytes, int window_rows = kPrefillAlignRows,
+                      int prefill_rows = kPrefillAlignRows);
   ~StateCache();
   StateCache(const StateCache&) = delete;
   StateCache& operator=(const StateCache&) = delete;
 
   bool enabled() const { return max_bytes_ > 0; }
   int window_rows() const { return window_rows_; }
+  int prefill_rows() const { return prefill_rows_; }
   // Whether `session`'s model gives the same bits whatever the windows (no Gated DeltaNet layer).
   static bool window_invariant(const Session& session);
 
-  // The whole prompt step of a request: resume (below), then prefill the rest in windows of
-  // window_rows (through `spec` when given), saving the policy's in-prompt snapshot on the way.
+  // The whole prompt step of a request: resume (below), then prefill the rest (through `spec`
+  // when given) in windows of up to prefill_rows, cut where the policy's in-prompt snapshot is
+  // saved (for a 1000-token prompt on a window-exact model: [0, 512), [512, 960), the snapshot
+  // at 960, [960, 1000)).
   // `keep_going` is asked before each window (false: stop, e.g. a cancelled request; the prompt
   // is then left partly fed and nothing more is saved); `after_window` after each. Returns the
   // number of tokens resumed from the cache. Disabled: a plain prefill from a reset session.
@@ -132,6 +144,7 @@ class StateCache {
 
   const uint64_t max_bytes_;
   const int window_rows_;
+  const int prefill_rows_;
   mutable std::mutex mutex_;  // guards everything below
   std::list<EntryPtr> lru_;   // most recently used first
   StateCacheStats stats_;

@@ -4,7 +4,10 @@
 // Contract
 // - `prefill` feeds tokens in windows of at most `chunk_rows` rows and returns the logits of
 //   the last token. Windows under 32 rows give bitwise the same results whatever their size;
-//   longer ones run Gated DeltaNet in its chunked form, equal up to fp32 rounding (~1e-6).
+//   longer ones run Gated DeltaNet in its chunked form, equal up to fp32 rounding (~1e-6). On
+//   the CPU a window gives bitwise the results of 64-row windows cut from its start (the
+//   chunked form per 64-row chunk: layers/gated_deltanet.h), so every chunk_rows that is a
+//   multiple of 64 gives the bits of 64 (prefill_window.h).
 // - `decode(token)` feeds one token and returns its logits.
 // - `reset` returns to an empty sequence without reallocating the model.
 // - Context length: `n_ctx` tokens when given (> 0; at most the model's context length), else

@@ -62,15 +62,16 @@ void l2_normalize(float* v, int n, float extra) {
 
 using DeltaInputs = GatedDeltaNetInputs;
 
-// Recurrent form, token by token, over the first n_rows rows, for state columns
+// Recurrent form, token by token, over rows [first_row, end_row), for state columns
 // [j_begin, j_end) (a column's recurrence reads no other column). state: [dk][dv] of V head h;
-// out: core [n_rows][nv·dv], or nullptr to advance the state only (rollback replay; the state
-// update is the same code either way, so the same bits).
-void delta_rule_recurrent(const DeltaInputs& in, int64_t n_rows, const DeltaNetDims& dims, int h,
-                          int kh, float* state, float* out, int j_begin, int j_end) {
+// out: core [n_rows][nv·dv] (row t at row t), or nullptr to advance the state only (rollback
+// replay; the state update is the same code either way, so the same bits).
+void delta_rule_recurrent(const DeltaInputs& in, int64_t first_row, int64_t end_row,
+                          const DeltaNetDims& dims, int h, int kh, float* state, float* out,
+                          int j_begin, int j_end) {
   const int dk = dims.head_k_dim, dv = dims.head_v_dim, nv = dims.n_v_heads;
   const int64_t key_dim = dims.key_dim(), value_dim = dims.value_dim();
-  for (int64_t t = 0; t < n_rows; ++t) {
+  for (int64_t t = first_row; t < end_row; ++t) {
     delta_rule_token_columns(in.q.data() + t * key_dim + kh * dk,
                              in.k.data() + t * key_dim + kh * dk,
                              in.v.data() + t * value_dim + h * dv, in.beta[size_t(t * nv + h)],
@@ -80,7 +81,7 @@ void delta_rule_recurrent(const DeltaInputs& in, int64_t n_rows, const DeltaNetD
 }
 void delta_rule_recurrent(const DeltaInputs& in, int64_t n_rows, const DeltaNetDims& dims, int h,
                           int kh, float* state, float* out) {
-  delta_rule_recurrent(in, n_rows, dims, h, kh, state, out, 0, dims.head_v_dim);
+  delta_rule_recurrent(in, 0, n_rows, dims, h, kh, state, out, 0, dims.head_v_dim);
 }
 
 // Column blocks per V head for the recurrent form on `threads` threads: 1 while the heads give
@@ -94,9 +95,10 @@ int column_blocks(int threads, int n_heads, int dv) {
   return blocks;
 }
 
-// Chunked form for V head h of `in` (contract and order in the header's delta_rule_chunked_head).
-void delta_rule_chunked(const DeltaInputs& in, const DeltaNetDims& dims, int h, int kh,
-                        float* state, float* out) {
+// Chunked form for V head h of the first n_rows rows of `in` (contract and order in the
+// header's delta_rule_chunked_head).
+void delta_rule_chunked(const DeltaInputs& in, int64_t n_rows, const DeltaNetDims& dims, int h,
+                        int kh, float* state, float* out) {
   const int dk = dims.head_k_dim, dv = dims.head_v_dim, nv = dims.n_v_heads;
   const int64_t key_dim = dims.key_dim(), value_dim = dims.value_dim();
   const DeltaRuleHeadRows rows{.q = in.q.data() + kh * dk,
@@ -107,10 +109,23 @@ void delta_rule_chunked(const DeltaInputs& in, const DeltaNetDims& dims, int h, 
                                .beta = in.beta.data() + h,
                                .decay_log = in.decay_log.data() + h,
                                .gate_stride = nv,
-                               .n_rows = in.n_rows,
+                               .n_rows = n_rows,
                                .dk = dk,
                                .dv = dv};
   delta_rule_chunked_head(rows, state, out + h * dv, value_dim);
+}
+
+// The delta rule of a window for V head h, in the form delta_rule_window_chunked_rows picks:
+// the chunked form over its whole 64-row chunks (and a trailing chunk of >= 32 rows), the
+// recurrent form over a trailing chunk of fewer rows. Each chunk so runs exactly what a window of
+// its own rows would run (a chunk's computation reads only its rows and the state before it),
+// hence a window is bitwise its 64-row windows one after the other.
+void delta_rule_window(const DeltaInputs& in, const DeltaNetDims& dims, int h, int kh, float* state,
+                       float* out) {
+  const int64_t chunked_rows = delta_rule_window_chunked_rows(in.n_rows);
+  if (chunked_rows > 0) delta_rule_chunked(in, chunked_rows, dims, h, kh, state, out);
+  if (chunked_rows < in.n_rows)
+    delta_rule_recurrent(in, chunked_rows, in.n_rows, dims, h, kh, state, out, 0, dims.head_v_dim);
 }
 
 }  // namespace
@@ -419,10 +434,7 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
   const auto heads = [&](int64_t begin, int64_t end, int) {
     for (int64_t h = begin; h < end; ++h) {
       float* head_state = state.ssm.data() + size_t(h) * dk * dv;
-      if (chunked)
-        delta_rule_chunked(in, dims, int(h), head_of(h), head_state, core_rows);
-      else
-        delta_rule_recurrent(in, in.n_rows, dims, int(h), head_of(h), head_state, core_rows);
+      delta_rule_window(in, dims, int(h), head_of(h), head_state, core_rows);
       gated_norm_head(dims, w, core_rows, z, n_rows, int(h));
     }
   };
@@ -445,7 +457,7 @@ void deltanet_core(compute::ThreadPool& pool, compute::Workspace& ws, const Delt
     const auto columns = [&](int64_t begin, int64_t end, int) {
       for (int64_t task = begin; task < end; ++task) {
         const int h = int(task / blocks), b = int(task % blocks);
-        delta_rule_recurrent(in, in.n_rows, dims, h, head_of(h),
+        delta_rule_recurrent(in, 0, in.n_rows, dims, h, head_of(h),
                              state.ssm.data() + size_t(h) * dk * dv, core_rows, dv * b / blocks,
                              dv * (b + 1) / blocks);
       }
@@ -555,10 +567,7 @@ void delta_rule_head(const DeltaNetDims& dims, const GatedDeltaNetWeights& w,
   const int kh = dims.v_heads_tiled ? h % nk : h / v_per_k;
   float* head_state = state.ssm.data() + size_t(h) * dk * dv;
   float* out = core + segment.first_row * value_dim;
-  if (in.n_rows >= kDeltaRuleChunkedMinRows)
-    delta_rule_chunked(in, dims, h, kh, head_state, out);
-  else
-    delta_rule_recurrent(in, in.n_rows, dims, h, kh, head_state, out);
+  delta_rule_window(in, dims, h, kh, head_state, out);
   gated_norm_head(dims, w, out, z + segment.first_row * value_dim, in.n_rows, h);
 }
 

@@ -11,8 +11,12 @@
 // (ssm.inner_size / time_step_rank); dk ≠ dv is allowed (transformers accepts it), S is dk × dv.
 // Windows shorter than 32 rows (decode, speculative verify) run the recurrent form token by
 // token, so a row's result is the same bits whether its window holds 1 or T < 32 rows (window
-// identity). Longer windows (prefill) run the chunked WY form (64-token chunks), equal to the
-// recurrent form up to fp32 rounding (~1e-6; tested), touching the state once per chunk.
+// identity). Longer windows (prefill) run the chunked WY form (64-token chunks from the window
+// start), equal to the recurrent form up to fp32 rounding (~1e-6; tested), touching the state
+// once per chunk; a trailing chunk of fewer than 32 rows runs recurrent, as a window of its own
+// rows would (delta_rule_window_chunked_rows): so on the CPU a window is bitwise the 64-row
+// windows it can be cut into from its start (what lets chat and serve prefill in long windows
+// and still resume cached states at 64-row boundaries, decode/state_cache.h).
 // State is owned by the caller (GatedDeltaNetState) and advanced by exactly n_rows tokens.
 #pragma once
 
@@ -124,6 +128,17 @@ void delta_rule_token_columns(const float* q, const float* k, const float* v, fl
 inline constexpr int64_t kDeltaRuleChunkedMinRows = 32;
 inline constexpr int kDeltaRuleChunkRows = 64;  // HF's chunk size
 
+// How many of a window's first rows the CPU runs in the chunked form; the rest (a trailing
+// partial chunk of fewer than kDeltaRuleChunkedMinRows rows, or a whole window that short) runs
+// recurrent. The form per 64-row chunk is then the form of a window holding that chunk's rows
+// alone, so a window of n rows gives the bits of windows of 64 rows from its start (the last one
+// n % 64). (The CUDA backend runs a long window's trailing partial chunk chunked: its prefill is
+// not cached, so nothing needs that identity there.)
+constexpr int64_t delta_rule_window_chunked_rows(int64_t n_rows) {
+  const int64_t tail = n_rows % kDeltaRuleChunkRows;
+  return tail < kDeltaRuleChunkedMinRows ? n_rows - tail : n_rows;
+}
+
 // One V head's rows of the delta rule's inputs, as plain strided arrays: row t's q̂ and k̂ (dk
 // floats each) at q + t·key_stride and k + t·key_stride, its v (dv floats) at v + t·value_stride,
 // its β and g (log-decay, ≤ 0) at beta[t·gate_stride] and decay_log[t·gate_stride].
@@ -140,7 +155,8 @@ struct DeltaRuleHeadRows {
   int dk = 0, dv = 0;
 };
 
-// The chunked (WY) form of the delta rule for one V head (the form windows of >= 32 rows run):
+// The chunked (WY) form of the delta rule for one V head (the form windows of >= 32 rows run,
+// but for a trailing chunk of < 32 rows: delta_rule_window_chunked_rows):
 // advances state [dk][dv] by rows.n_rows tokens and writes row t's output (dv floats) at
 // out + t·out_stride. Mathematically the recurrent form (shared/reference/qwen4exp.md §6), equal
 // to it up to fp32 rounding. Chunks of 64 rows in order (the last may be shorter: n rows, the

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "decode/generate.h"
+#include "engine/prefill_window.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "experts/expert_store.h"
@@ -25,8 +26,16 @@
 namespace strata::serve {
 namespace {
 
-// Prefill window: the engine's default; cancellation is checked between windows.
-constexpr size_t kPrefillChunk = 64;
+// The longest prefill window (cancellation is checked between windows). One slot: the backend's
+// (engine/prefill_window.h: 512 rows on the CPU, cut at multiples of 64 by the state cache, so
+// the bits of 64-row windows). Parallel slots: 64, because a joining slot's prompt window rides
+// in the batched decode step (DecodeBatcher::prefill), and a 512-row window would hold every
+// other slot's next token for as long as it runs.
+// --chunk (served.prefill_rows) overrides it.
+int prefill_rows(const ServedModel& served, int parallel) {
+  if (served.prefill_rows > 0) return served.prefill_rows;
+  return parallel > 1 ? kPrefillAlignRows : default_prefill_rows(served.backend);
+}
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -70,7 +79,8 @@ Generator::Generator(const ServedModel& served, compute::ThreadPool& pool, Serve
       spec_gate_(spec.mode == spec::SpecMode::Off ? nullptr
                                                   : std::make_unique<spec::SpecGate>(spec.gate)),
       recorder_(served, dashboard, spec, profile),
-      cache_(served.backend == "cpu" ? cache_ram_bytes : 0, int(kPrefillChunk)),
+      cache_(served.backend == "cpu" ? cache_ram_bytes : 0, kPrefillAlignRows,
+             prefill_rows(served, parallel)),
       parallel_(parallel) {
   if (parallel < 1) fail("--parallel: expected at least 1 slot, found {}", parallel);
   if (parallel > 1 && spec.mode != spec::SpecMode::Off)
@@ -385,7 +395,7 @@ GenerationOutcome Generator::run_choice(Job& job, int choice, const SessionSnaps
     if (spec_gate_ && !plan.logprobs)
       speculative.emplace(session, sampler, spec_, pool_, experts, spec_gate_.get());
     // Resume from the conversation state cache and prefill the rest (decode/state_cache.h:
-    // windows of kPrefillChunk from position 0, as without the cache, so the bits are the same);
+    // windows aligned to 64 rows from position 0, as without the cache, so the bits are the same);
     // cancellation is checked between windows.
     const std::span<const int32_t> full_prompt(plan.prompt);
     int64_t cached = 0;

@@ -42,6 +42,10 @@
 // prefill (once the first token is out, before anything is fed after the prompt, so it costs
 // the first token nothing) and when the generation ends.
 //
+// Prefill windows: up to 512 rows on the CPU with one slot (engine/prefill_window.h), 64 with
+// parallel slots (a joining slot's prompt window rides in the batched decode step) and on CUDA;
+// the cache cuts them at multiples of 64, which gives the bits of 64-row windows.
+//
 // Structured output (GenerationPlan::grammar): the sampler draws under a GrammarConstraint
 // (grammar/token_mask.h) built over the vocabulary's byte strings (once per Generator, on the
 // first such request); the end-of-sequence / end-of-turn tokens are only allowed once the value

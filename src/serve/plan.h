@@ -47,6 +47,7 @@ struct ServedModel {
   std::string backend = "cpu";           // compute backend of every request's Session (resolved)
   std::string id;                        // the name clients use ("strata-default")
   int64_t n_ctx = 0;  // every Session's context length (--ctx, else the model's; 0 = unlimited)
+  int prefill_rows = 0;  // --chunk: the longest prefill window (0: Generator's default)
   std::optional<int32_t> end_of_turn;    // <|im_end|>, when the vocabulary has it
   SamplerConfig default_sampling;        // for fields a request leaves unset (its seed is not used)
   std::optional<uint64_t> default_seed;  // for requests without a seed; unset = a fresh one each

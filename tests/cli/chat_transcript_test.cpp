@@ -81,11 +81,16 @@ TEST(CliChat, LaterTurnsResumeFromTheStateCacheWithTheSameReplies) {
   const std::string chat = "chat --temp 0 --max-reply 24 -t 1 --show-thinking ";
   const CommandResult cached = run_strata(chat, input_file(turns));
   const CommandResult full = run_strata(chat + "--cache-ram 0", input_file(turns));
+  // The 64-row windows chat ran before session 47 (now 512 on the CPU, cut at multiples of 64):
+  // the same replies.
+  const CommandResult short_windows = run_strata(chat + "--chunk 64", input_file(turns));
   ASSERT_EQ(cached.exit_code, 0) << cached.err;
   ASSERT_EQ(full.exit_code, 0) << full.err;
+  ASSERT_EQ(short_windows.exit_code, 0) << short_windows.err;
   const size_t first_reply = full.out.find("\n> ");
   ASSERT_NE(first_reply, std::string::npos) << full.out;
   EXPECT_EQ(cached.out.substr(cached.out.find("\n> ")), full.out.substr(first_reply));
+  EXPECT_EQ(short_windows.out.substr(short_windows.out.find("\n> ")), full.out.substr(first_reply));
   const std::vector<int> resumed = prefilled_per_turn(cached.err);
   const std::vector<int> whole = prefilled_per_turn(full.err);
   ASSERT_EQ(resumed.size(), 3u) << cached.err;

@@ -6,8 +6,10 @@
 // SpecDecoder — including a prompt that diverges inside the last reply, which must resume from
 // the earlier after-prefill snapshot (or, on the pure-attention model, truncate the KV to the
 // common prefix). With prefill windows under 32 rows the first logits of every turn are bitwise
-// equal too. Plus: LRU eviction under a small byte bound, byte accounting, and the deep copy
-// (a restored session is independent of the entry it came from).
+// equal too, and so they are with the long windows chat and serve run on the CPU (up to 512
+// rows, ends at multiples of 64) against 64-row windows. Plus: LRU eviction under a small byte
+// bound, byte accounting, and the deep copy (a restored session is independent of the entry it came
+// from).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -38,7 +40,9 @@ struct TurnResult {
 
 struct RunConfig {
   SamplerConfig sampling;
-  int chunk_rows = 16;
+  int chunk_rows = 16;           // the reference's windows and the cache's unit (window_rows)
+  int prefill_rows = 0;          // the cache's longest window (0: chunk_rows)
+  int first_message_tokens = 0;  // > 0: a first message this long instead of the short one
   spec::SpecMode spec = spec::SpecMode::Off;
 };
 
@@ -129,12 +133,13 @@ void expect_conversation_exact(const std::string& arch, const RunConfig& config,
   const auto model = Model::load(test_support::fixture_model_gguf(arch));
   if (config.spec == spec::SpecMode::Mtp && !model->has_mtp()) GTEST_SKIP() << "no MTP head";
   compute::ThreadPool pool(2);
-  StateCache cache(uint64_t(1) << 30, config.chunk_rows);
+  StateCache cache(uint64_t(1) << 30, config.chunk_rows,
+                   config.prefill_rows > 0 ? config.prefill_rows : config.chunk_rows);
   const bool invariant = model->hparams().arch == Arch::Qwen3Moe;
   const size_t w = size_t(config.chunk_rows);
   std::vector<Tokens> aligned;  // window-exact models: the in-prompt snapshots the policy keeps
   const Tokens separator = {kEndOfTurn, 1, 3};
-  const std::vector<Tokens> user = {
+  std::vector<Tokens> user = {
       {11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32,
        33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48},
       {5, 9, 5, 9, 60, 61, 62},
@@ -143,6 +148,11 @@ void expect_conversation_exact(const std::string& arch, const RunConfig& config,
       {90, 91, 92, 93, 94},
       {2, 4, 6, 8, 10, 12, 14, 16, 18},
   };
+  if (config.first_message_tokens > 0) {
+    user[0].clear();
+    for (int i = 0; i < config.first_message_tokens; ++i)
+      user[0].push_back((i * 37 + 11) % 241 + 9);
+  }
   const int n = 12;
   Tokens history;  // the previous turn's prompt + its whole reply
   int64_t history_fed = 0, turn4_fed = 0;
@@ -166,6 +176,16 @@ void expect_conversation_exact(const std::string& arch, const RunConfig& config,
     EXPECT_EQ(got.reply, want.reply);
     if (logits_bitwise) {
       EXPECT_TRUE(bitwise_equal(got.first_logits, want.first_logits));
+    }
+    if (config.prefill_rows > 0) {
+      // Without the cache the prompt goes in windows of prefill_rows from 0 (the last one
+      // shorter, any length): the bits of chunk_rows windows still.
+      RunConfig long_windows = config;
+      long_windows.chunk_rows = config.prefill_rows;
+      const TurnResult plain = reference_turn(*model, pool, prompt, n, long_windows);
+      EXPECT_EQ(plain.reply, want.reply) << "without the cache, windows of " << config.prefill_rows;
+      EXPECT_TRUE(bitwise_equal(plain.first_logits, want.first_logits))
+          << "without the cache, windows of " << config.prefill_rows;
     }
     const Tokens turn_history = concat(prompt, got.reply);
     if (turn == 0) {
@@ -227,6 +247,23 @@ TEST_P(StateCacheFixture, GreedyConversationSameTokensAndBitsWithServeWindows) {
   // on where a window starts; the window-exact policy keeps every row in the windows a full
   // re-prefill would use, so the bits are still the same.
   expect_conversation_exact(GetParam(), {.chunk_rows = 64}, /*logits_bitwise=*/true);
+}
+
+TEST_P(StateCacheFixture, GreedyConversationSameTokensAndBitsWithLongWindows) {
+  // chat and serve on the CPU: windows of up to 512 rows, cut at multiples of 64 (the cache's
+  // snapshots), against 64-row windows from 0 (what they ran before): the same bits. A first
+  // message of 300 tokens puts four units in the first window and gives the prompts trailing
+  // partial chunks of every kind (over and under 32 rows).
+  expect_conversation_exact(GetParam(), {.chunk_rows = 64, .prefill_rows = 512,
+                                         .first_message_tokens = 300},
+                            /*logits_bitwise=*/true);
+}
+
+TEST_P(StateCacheFixture, SpeculativeConversationSameTokensWithLongWindows) {
+  const auto model = Model::load(test_support::fixture_model_gguf(GetParam()));
+  RunConfig config{.chunk_rows = 64, .prefill_rows = 512, .first_message_tokens = 300};
+  config.spec = model->has_mtp() ? spec::SpecMode::Both : spec::SpecMode::Suffix;
+  expect_conversation_exact(GetParam(), config, /*logits_bitwise=*/true);
 }
 
 TEST_P(StateCacheFixture, SampledConversationSameTokens) {

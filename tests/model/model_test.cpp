@@ -64,10 +64,9 @@ std::vector<int32_t> prompt_tokens(int n, int vocab) {
   return tokens;
 }
 
-// Logits of every position, computed with the given window sizes (cycled).
-std::vector<float> all_logits(const Model& model, compute::ThreadPool& pool,
+// Logits of every position, computed with the given window sizes (cycled), into `state`.
+std::vector<float> all_logits(const Model& model, compute::ThreadPool& pool, ModelState& state,
                               const std::vector<int32_t>& tokens, std::vector<int> windows) {
-  ModelState state = model.new_state();
   std::vector<float> out, logits;
   size_t pos = 0, w = 0;
   while (pos < tokens.size()) {
@@ -77,6 +76,29 @@ std::vector<float> all_logits(const Model& model, compute::ThreadPool& pool,
     pos += n;
   }
   return out;
+}
+std::vector<float> all_logits(const Model& model, compute::ThreadPool& pool,
+                              const std::vector<int32_t>& tokens, std::vector<int> windows) {
+  ModelState state = model.new_state();
+  return all_logits(model, pool, state, tokens, std::move(windows));
+}
+
+// The sequence state two ways of feeding the same tokens leave: every DeltaNet conv and
+// recurrent state, KV cache, PLE history (bitwise).
+void expect_same_state(const ModelState& got, const ModelState& want) {
+  EXPECT_EQ(got.n_past, want.n_past);
+  ASSERT_EQ(got.deltanet.size(), want.deltanet.size());
+  for (size_t l = 0; l < got.deltanet.size(); ++l) {
+    EXPECT_EQ(got.deltanet[l].ssm, want.deltanet[l].ssm) << "layer " << l << " recurrent state";
+    EXPECT_EQ(got.deltanet[l].conv, want.deltanet[l].conv) << "layer " << l << " conv state";
+  }
+  ASSERT_EQ(got.kv.size(), want.kv.size());
+  for (size_t l = 0; l < got.kv.size(); ++l) {
+    EXPECT_EQ(got.kv[l].k, want.kv[l].k) << "layer " << l << " keys";
+    EXPECT_EQ(got.kv[l].v, want.kv[l].v) << "layer " << l << " values";
+    EXPECT_EQ(got.kv[l].block_keys, want.kv[l].block_keys) << "layer " << l << " block keys";
+  }
+  EXPECT_EQ(got.ple.conv_history, want.ple.conv_history);
 }
 
 class ForwardInvariance : public testing::TestWithParam<std::string> {};
@@ -147,6 +169,42 @@ TEST_P(ForwardInvariance, ChunkedPrefillAgreesWithRecurrent) {
     EXPECT_EQ(compute::argmax(recurrent.data() + t * vocab, vocab),
               compute::argmax(chunked.data() + t * vocab, vocab))
         << "position " << t;
+}
+
+// `strata chat` and `strata serve` prefill in windows of up to 512 rows whose ends are multiples
+// of 64 from position 0 (engine/prefill_window.h), and their state cache resumes at any multiple
+// of 64: that is exact only if a window is bitwise the 64-row windows it can be cut into from its
+// start, logits and state. Gated DeltaNet runs 64-row chunks from the window start, so what
+// differs is a trailing partial chunk: a 64-row cut runs one of < 32 rows as a window of its own
+// in the recurrent form, hence so must the long window (it used to run it chunked: 1 and 31 fail
+// there). Also a long window that starts at 64, and decoding on after each (the states continue
+// alike). Quantized weights: several rows share each routed expert (the grouped tile kernels).
+TEST_P(ForwardInvariance, LongWindowIsBitwiseItsSixtyFourRowWindows) {
+  for (const GgmlType type : {GgmlType::F32, GgmlType::Q8_0}) {
+    const SynthFile file(GetParam(), type, type);
+    const auto model = Model::load(file.path);
+    compute::ThreadPool pool(2, compute::ThreadPool::kDefaultWorkerSpinMicros,
+                             compute::ThreadPool::kInlineNever);
+    for (const int tail : {0, 1, 31, 32, 63}) {
+      SCOPED_TRACE(std::string(type_name(type)) + ", a trailing chunk of " + std::to_string(tail) +
+                   " rows");
+      const int n = 2 * 64 + tail;
+      std::vector<int32_t> tokens = prompt_tokens(n + 3, int(model->hparams().n_vocab));
+      const std::vector<int32_t> decoded(tokens.end() - 3, tokens.end());
+      tokens.resize(size_t(n));
+      ModelState cut = model->new_state(), cut_then_decode = model->new_state();
+      const std::vector<float> want = all_logits(*model, pool, cut, tokens, {64});
+      all_logits(*model, pool, cut_then_decode, tokens, {64});
+      const std::vector<float> want_next = all_logits(*model, pool, cut_then_decode, decoded, {1});
+      for (const std::vector<int>& windows : {std::vector<int>{n}, std::vector<int>{64, n - 64}}) {
+        SCOPED_TRACE("the first window " + std::to_string(windows[0]) + " rows");
+        ModelState state = model->new_state();
+        EXPECT_EQ(all_logits(*model, pool, state, tokens, windows), want);
+        expect_same_state(state, cut);
+        EXPECT_EQ(all_logits(*model, pool, state, decoded, {1}), want_next) << "decode after";
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ForwardInvariance,

@@ -131,6 +131,30 @@ TEST(ServeStateCache, RepeatedCompletionPromptIsCachedWhole) {
   EXPECT_EQ(cached_tokens(reference), 0);
 }
 
+// One slot prefills in windows of up to 512 rows on the CPU (session 47; --chunk), which must give
+// the tokens of the 64-row windows it ran before: a prompt of four windows and a partial one, then
+// a longer one that resumes from the first one's last 64-row boundary in the cache.
+TEST(ServeStateCache, LongPrefillWindowsGiveTheRepliesOfSixtyFourRowWindows) {
+  ServeProcess long_windows;  // the default --chunk and --cache-ram
+  ServeProcess short_windows({"--chunk", "64", "--cache-ram", "0"});
+  std::string text;
+  for (int i = 0; i < 24; ++i) text += "The quick brown fox jumps over the lazy dog. ";
+  for (const std::string& prompt : {text, text + "Once more, then."}) {
+    const std::string body =
+        fmt::format(R"({{"prompt":{},"max_tokens":16,"temperature":0}})", json(prompt).dump());
+    const json got = post(long_windows, kCompletions, body).json();
+    const json want = post(short_windows, kCompletions, body).json();
+    const int64_t prompt_tokens = want["usage"]["prompt_tokens"].get<int64_t>();
+    SCOPED_TRACE(std::to_string(prompt_tokens) + " prompt tokens");
+    EXPECT_GT(prompt_tokens, 4 * kWindow);
+    EXPECT_NE(prompt_tokens % kWindow, 0);
+    EXPECT_EQ(got["choices"][0]["text"], want["choices"][0]["text"]);
+    if (prompt != text) {
+      EXPECT_GT(cached_tokens(got), 0);
+    }
+  }
+}
+
 TEST(ServeStateCache, BadCacheRamFailsAtStartNamingTheFlag) {
   for (const std::string value : {"12Q", "lots", "2GG"}) {
     ChildProcess serve({STRATA_BINARY, "serve", "--port", "0", "--cache-ram", value});
