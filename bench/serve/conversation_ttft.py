@@ -14,9 +14,10 @@ import argparse
 import http.client
 import json
 import re
-import subprocess
 import sys
 import time
+
+from serve_process import start_server
 
 SYSTEM = (
     "You are a helpful travel assistant for a small agency that plans trips by public transport. "
@@ -43,17 +44,6 @@ QUESTIONS = [
     "Which two places would you drop if I had only five days instead of seven, and why?",
     "Finally, summarise the whole plan as a day-by-day list, one line per day.",
 ]
-
-
-def start_server(binary, extra):
-    proc = subprocess.Popen([binary, "serve", "--port", "0", "--quiet", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    m = re.search(r"http://[^:]+:(\d+)", line)
-    if not m:
-        proc.kill()
-        sys.exit(f"server did not start: {line!r} {proc.stderr.read()}")
-    return proc, int(m.group(1))
 
 
 def chat_turn(port, messages, max_tokens):

@@ -18,11 +18,11 @@ existed) as the first side. Prints every request, then per side the median ms an
 import argparse
 import http.client
 import json
-import re
 import statistics
-import subprocess
 import sys
 import time
+
+from serve_process import start_server
 
 WORDS = ("the harbour town wakes early and the fishing boats come in before the market opens "
          "while walkers follow the cliff path past old chapels small museums and cafes that sell "
@@ -32,17 +32,6 @@ WORDS = ("the harbour town wakes early and the fishing boats come in before the 
 def prompt_text(first_word, n_words):
     words = [first_word] + [WORDS[i % len(WORDS)] for i in range(n_words - 1)]
     return " ".join(words)
-
-
-def start_server(binary, args):
-    proc = subprocess.Popen([binary, "serve", "--port", "0", "--quiet", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    m = re.search(r"http://[^:]+:(\d+)", line)
-    if not m:
-        proc.kill()
-        sys.exit(f"server did not start: {line!r} {proc.stderr.read()}")
-    return proc, int(m.group(1))
 
 
 def complete(port, prompt, max_tokens):
