@@ -9,6 +9,7 @@
 #include "compute/cpu/gemm_f32.h"
 #include "compute/cpu/ops.h"
 #include "compute/cpu/row_slices.h"
+#include "compute/cpu/subnormals.h"
 #include "compute/cpu/work_estimate.h"
 #include "util/error.h"
 #include "util/phase_timer.h"
@@ -128,12 +129,13 @@ void delta_rule_window(const DeltaInputs& in, const DeltaNetDims& dims, int h, i
     delta_rule_recurrent(in, chunked_rows, in.n_rows, dims, h, kh, state, out, 0, dims.head_v_dim);
 }
 
-}  // namespace
-
-// Each product is a compute::gemm_f32 call, whose per-element order (a sum in index order from its
-// start value, no fused multiply-add) is the one the header's contract spells out per entry.
-void delta_rule_chunked_head(const DeltaRuleHeadRows& rows, float* state, float* out,
-                             int64_t out_stride) {
+// delta_rule_chunked_head's computation, run inside its FlushSubnormals scope. Each product is a
+// compute::gemm_f32 call, whose per-element order (a sum in index order from its start value, no
+// fused multiply-add) is the one the header's contract spells out per entry. noinline: the
+// compiler does not order floating-point operations after a write of MXCSR, so none of these may
+// be inlined into the caller and moved across the scope's ends.
+[[gnu::noinline]] void chunked_head_without_subnormals(const DeltaRuleHeadRows& rows, float* state,
+                                                       float* out, int64_t out_stride) {
   const int dk = rows.dk, dv = rows.dv;
   const int64_t key_stride = rows.key_stride, value_stride = rows.value_stride;
   constexpr int C = kDeltaRuleChunkRows;
@@ -199,6 +201,30 @@ void delta_rule_chunked_head(const DeltaRuleHeadRows& rows, float* state, float*
     }
     compute::gemm_f32(dk, dv, n, kt.data(), C, vp.data(), dv, state, dv, true);
   }
+}
+
+}  // namespace
+
+// Subnormals flushed to zero (header contract). Why: with a strong decay (per-token log-decay
+// around -2; issue 16's audit simulated ~3 such heads of 12 per layer) the chunk's factors
+// e^{γ_i}, e^{γ_i−γ_j} and e^{γ_z−γ_i} fall below 2^-126 (γ < -87.3) for rows ~44 apart, and the
+// rows of W = β e^γ K, of −L, of the scaled Kᵀ and the products with them follow: counted on
+// bench_deltanet_heads' decay-20 head (g in [-3, -1]), 6.6 M of its 63 M multiplies and adds per
+// 512 rows have a subnormal operand or result, most in W·S and the state update (decay 5: none). An
+// Intel core takes a microcode assist for each, so on the 16-core Xeon such a head, and the layer
+// that waits for its slowest head, can run many times slower than a mild one (issue 16: "gdn delta
+// rule+norm" 551 ms per 512-row window at 16 threads, as if the heads ran one after another).
+// FTZ + DAZ (MXCSR) rather than clamping the exponents: writing 0 for a subnormal e^x still
+// leaves 4.1 M of the 6.6 M (tiny normal factors times O(0.1) values, the W rows built on them),
+// while FTZ/DAZ removes them all for two MXCSR writes per call. What is flushed is below 2^-126
+// next to the O(1) scale of v, q̂, k̂ and the state, far under the f32 rounding of any sum it
+// joins; the bits differ from unflushed arithmetic only where a subnormal appeared. The scope is
+// opened here, on whichever thread runs the head, so every caller (layer, tests, bench) and every
+// thread count gets the same bits.
+void delta_rule_chunked_head(const DeltaRuleHeadRows& rows, float* state, float* out,
+                             int64_t out_stride) {
+  const compute::FlushSubnormals flush;
+  chunked_head_without_subnormals(rows, state, out, out_stride);
 }
 
 void GatedDeltaNetState::reset(const DeltaNetDims& dims) {

@@ -171,6 +171,10 @@ struct DeltaRuleHeadRows {
 //   adds (−l_ij)·row j for j = 0..i−1 (forward substitution);  V'_ic = U_ic − (W S)_ic;
 //   O_ic starts at e^{γ_i}·(Q S)_ic and adds a_ij·V'_jc for j = 0..i;  S_rc ← S_rc·e^{γ_z},
 //   then adds (e^{γ_z−γ_i}·k_ir)·V'_ic for i = 0..z.  Each e^x is std::exp of the f32 x.
+// All of it runs with subnormals flushed to zero, operands and results (compute/cpu/subnormals.h,
+// on x86; the reason is at the definition): strong decays make tiny factors, and an Intel core
+// pays a microcode assist per subnormal. No output or state value is ever subnormal, and the bits
+// are the same on every thread (the scope is opened inside, whoever calls).
 // The reference of compute/cuda's delta_rule_chunked (tests/cuda/deltanet_test.cpp). Allocates
 // its chunk scratch; out must not overlap the inputs or state.
 void delta_rule_chunked_head(const DeltaRuleHeadRows& rows, float* state, float* out,

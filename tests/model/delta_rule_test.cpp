@@ -2,14 +2,19 @@
 // recurrent form as first written: column by column, each sum a strided loop over i), bitwise,
 // over several tokens so the state carries rounding forward. Shapes: the default model's
 // 32 × 32 heads, dk ≠ dv, and dv past one 64-column block with a ragged last block.
+// Also the chunked form (delta_rule_chunked_head) with strong decays: no subnormal anywhere in
+// what it writes, the same bits on every thread of a pool, and the caller's mode left alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "compute/cpu/subnormals.h"
+#include "compute/cpu/thread_pool.h"
 #include "layers/gated_deltanet.h"
 
 namespace strata {
@@ -111,6 +116,128 @@ TEST(DeltaRuleToken, ColumnRangesAreBitwiseTheWholeHead) {
       ASSERT_EQ(std::memcmp(out.data(), whole_out.data(), out.size() * sizeof(float)), 0)
           << "output of token " << t << ", dk " << dk << ", dv " << dv;
     }
+  }
+}
+
+// One V head's rows for delta_rule_chunked_head: q̂ (scaled by 1/√dk) and k̂ unit rows, v normal,
+// β in (0, 1), and a log-decay that depends on `kind`:
+//   0 mild:   g in -0.5 x [0.5, 1.5] per token (γ ≈ -32 at a 64-row chunk's end);
+//   1 strong: g in -2 x [0.5, 1.5] (γ ≈ -128: the e^γ factors of rows ~44 apart are subnormal,
+//             and so are the W rows and products built on them);
+//   2 shut:   g = -0.1, but -95 at row 32 of every chunk with β = 0 from there to the chunk's end:
+//             the gate forgets everything below the smallest normal float and nothing new is
+//             written, so rows 32..63 of each chunk output and the chunk leaves a state of
+//             e^-95-scaled terms: subnormal when computed as such, exactly 0 when flushed.
+struct ChunkedHead {
+  static constexpr int kDk = 32, kDv = 32;
+  static constexpr int64_t kRows = 3 * kDeltaRuleChunkRows;
+  std::vector<float> q, k, v, beta, g;
+  ChunkedHead(int kind, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+    auto unit_rows = [&](std::vector<float>& rows, float scale) {
+      rows.resize(size_t(kRows) * kDk);
+      for (int64_t t = 0; t < kRows; ++t) {
+        float* row = rows.data() + t * kDk;
+        float norm = 0.0f;
+        for (int i = 0; i < kDk; ++i) {
+          row[i] = normal(rng);
+          norm += row[i] * row[i];
+        }
+        for (int i = 0; i < kDk; ++i) row[i] = row[i] / std::sqrt(norm) * scale;
+      }
+    };
+    unit_rows(q, 1.0f / std::sqrt(float(kDk)));
+    unit_rows(k, 1.0f);
+    v.resize(size_t(kRows) * kDv);
+    for (float& x : v) x = normal(rng);
+    beta.resize(size_t(kRows));
+    g.resize(size_t(kRows));
+    for (int64_t t = 0; t < kRows; ++t) {
+      const int64_t in_chunk = t % kDeltaRuleChunkRows;
+      beta[size_t(t)] = kind == 2 && in_chunk >= 32 ? 0.0f : unit(rng);
+      g[size_t(t)] = kind == 0   ? -0.5f * (0.5f + unit(rng))
+                     : kind == 1 ? -2.0f * (0.5f + unit(rng))
+                                 : (in_chunk == 32 ? -95.0f : -0.1f);
+    }
+  }
+  DeltaRuleHeadRows rows() const {
+    return {q.data(), k.data(), kDk, v.data(), kDv, beta.data(), g.data(), 1, kRows, kDk, kDv};
+  }
+  // Runs the chunked form from a zero state into `out` (kRows x kDv) and `state` (kDk x kDv).
+  void run(std::vector<float>& state, std::vector<float>& out) const {
+    state.assign(size_t(kDk) * kDv, 0.0f);
+    out.assign(size_t(kRows) * kDv, -7.0f);
+    delta_rule_chunked_head(rows(), state.data(), out.data(), kDv);
+  }
+};
+
+bool is_subnormal(float x) { return std::fpclassify(x) == FP_SUBNORMAL; }
+
+// Whether this thread's arithmetic still produces a subnormal (FLT_MIN / 2): false if a
+// flush-to-zero mode leaked out of a scope.
+bool thread_keeps_subnormals() {
+  volatile float smallest_normal = FLT_MIN;
+  volatile float half = smallest_normal * 0.5f;
+  return is_subnormal(half);
+}
+
+// On an Intel core every subnormal operand or result costs a microcode assist, and strong decays
+// fill the chunked form with them (layers/gated_deltanet.cpp, delta_rule_chunked_head), so it
+// flushes them: nothing it writes is subnormal; a head whose gate shuts gives exact zeros where
+// the unflushed arithmetic gave subnormals (this fails without the flush); 12 heads of all three
+// kinds handed out over pools of 1-4 threads (workers included) give the bits of the same heads run
+// on this thread; and neither this thread nor the workers keep the flush afterwards (a leaked mode
+// would change the bits of whatever the thread runs next, e.g. the recurrent form).
+TEST(DeltaRuleChunked, StrongDecaysLeaveNoSubnormalsAndTheSameBitsOnEveryThread) {
+  if (!STRATA_HAS_MXCSR) GTEST_SKIP() << "no MXCSR: subnormals are kept on this architecture";
+  constexpr int kHeads = 12;
+  std::vector<ChunkedHead> heads;
+  for (int h = 0; h < kHeads; ++h) heads.emplace_back(h % 3, 40 + uint32_t(h));
+  std::vector<std::vector<float>> states(kHeads), outs(kHeads);
+  for (int h = 0; h < kHeads; ++h) {
+    SCOPED_TRACE("head " + std::to_string(h) + ", kind " + std::to_string(h % 3));
+    heads[size_t(h)].run(states[size_t(h)], outs[size_t(h)]);
+    EXPECT_EQ(std::count_if(states[size_t(h)].begin(), states[size_t(h)].end(), is_subnormal), 0);
+    EXPECT_EQ(std::count_if(outs[size_t(h)].begin(), outs[size_t(h)].end(), is_subnormal), 0);
+    if (h % 3 == 2) {
+      EXPECT_TRUE(std::all_of(states[size_t(h)].begin(), states[size_t(h)].end(),
+                              [](float x) { return x == 0.0f; }))
+          << "the state after a shut gate";
+      for (int64_t t = 0; t < ChunkedHead::kRows; ++t) {
+        if (t % kDeltaRuleChunkRows < 32) continue;
+        for (int c = 0; c < ChunkedHead::kDv; ++c)
+          ASSERT_EQ(outs[size_t(h)][size_t(t * ChunkedHead::kDv + c)], 0.0f) << "row " << t;
+      }
+    }
+  }
+  EXPECT_TRUE(thread_keeps_subnormals()) << "the flush leaked to the calling thread";
+  for (const int threads : {1, 2, 3, 4}) {
+    compute::ThreadPool pool(threads, compute::ThreadPool::kDefaultWorkerSpinMicros,
+                             compute::ThreadPool::kInlineNever);
+    std::vector<std::vector<float>> pool_states(kHeads), pool_outs(kHeads);
+    pool.parallel_for(kHeads, [&](int64_t begin, int64_t end, int) {
+      for (int64_t h = begin; h < end; ++h)
+        heads[size_t(h)].run(pool_states[size_t(h)], pool_outs[size_t(h)]);
+    });
+    std::vector<int> kept(size_t(threads), 0);
+    pool.parallel_for(threads, [&](int64_t begin, int64_t end, int thread) {
+      for (int64_t i = begin; i < end; ++i)
+        kept[size_t(thread)] |= thread_keeps_subnormals() ? 1 : 2;
+    });
+    for (int h = 0; h < kHeads; ++h) {
+      ASSERT_EQ(std::memcmp(pool_states[size_t(h)].data(), states[size_t(h)].data(),
+                            states[size_t(h)].size() * sizeof(float)),
+                0)
+          << "state of head " << h << " on " << threads << " threads";
+      ASSERT_EQ(std::memcmp(pool_outs[size_t(h)].data(), outs[size_t(h)].data(),
+                            outs[size_t(h)].size() * sizeof(float)),
+                0)
+          << "outputs of head " << h << " on " << threads << " threads";
+    }
+    for (int thread = 0; thread < threads; ++thread)
+      EXPECT_NE(kept[size_t(thread)] & 2, 2) << "the flush leaked to thread " << thread;
   }
 }
 

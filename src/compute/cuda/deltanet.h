@@ -24,7 +24,10 @@
 //   state update. It takes g itself (decay_log, the exponent, [n_rows][nv]; γ is its running sum
 //   within a chunk) instead of e^g, and performs every multiply and add in the CPU's order with
 //   explicit rounding (__fmul_rn/__fadd_rn/__fsub_rn, no contraction): with the same e^x values
-//   the bits would be the CPU's. The e^x differ (CUDA's expf, ≤ 2 ulp, vs glibc's), so the
+//   and no subnormal on the way the bits would be the CPU's (the CPU flushes subnormals to zero,
+//   layers/gated_deltanet.h; this kernel keeps them, nvcc's default -ftz=false, and a GPU pays no
+//   assist for them; a flushed term is under 2^-126 next to O(1) sums, so it moves a result by at
+//   most one rounding). The e^x differ (CUDA's expf, ≤ 2 ulp, vs glibc's), so the
 //   outputs and state are the CPU's within a tolerance (tests/cuda/deltanet_test.cpp says which),
 //   not bitwise, and they are not the recurrent form's bits either (the two forms round
 //   differently; equal up to fp32 rounding). Valid for any n_rows >= 1; the backend uses it for
