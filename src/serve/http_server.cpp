@@ -340,6 +340,20 @@ void HttpServer::Impl::add_routes() {
     send_json(res, 200,
               detokenize_response(*served.tokenizer, std::get<DetokenizeRequest>(parsed)));
   });
+  // No embeddings: a 501 saying so (llama-server's answer without --embeddings), not a 404 that
+  // reads like a wrong base URL. The body is read first so a keep-alive connection stays in step.
+  for (const char* path : {"/v1/embeddings", "/embeddings"}) {
+    http.Post(path, [this, path](const httplib::Request& req, httplib::Response& res,
+                                 const httplib::ContentReader& content_reader) {
+      std::string body;
+      if (!read_body(req, content_reader, res, body)) return;
+      send_error(res, server_error(501, "not_supported_error", "embeddings_not_supported",
+                                   fmt::format("{}: this server does not compute embeddings (it "
+                                               "serves a generative model and defines no pooling "
+                                               "for it); use an embedding model's server",
+                                               path)));
+    });
+  }
   http.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
     PropsLimits props;
     props.max_queue = options.max_queue;

@@ -332,5 +332,23 @@ TEST(ServeEndpoints, AnthropicStopSequenceIsReportedByName) {
   EXPECT_TRUE(unmatched["stop_sequence"].is_null());
 }
 
+// Issue 17: `/v1/embeddings` was a 404 "no route", which reads like a wrong base URL. strata
+// computes no embeddings (the served model is a generative one and no pooling is defined for it):
+// both paths clients use answer 501 naming the endpoint and why, as llama-server does when it was
+// started without --embeddings, with the key checked first like every other route.
+TEST(ServeEndpoints, EmbeddingsAreRefusedAsNotSupported) {
+  ServeProcess server({"--api-key", "k"});
+  const std::string body = R"({"model":"strata-default","input":"Hello"})";
+  for (const char* path : {"/v1/embeddings", "/embeddings"}) {
+    SCOPED_TRACE(path);
+    const HttpReply reply = post(server, path, body, {"-H", "Authorization: Bearer k"});
+    expect_error(reply, 501, "", "does not compute embeddings");
+    EXPECT_EQ(reply.json()["error"]["type"], "not_supported_error") << reply.body;
+    EXPECT_EQ(reply.json()["error"]["code"], "embeddings_not_supported") << reply.body;
+    EXPECT_NE(reply.body.find(path), std::string::npos) << reply.body;
+    EXPECT_EQ(post(server, path, body).status, 401);
+  }
+}
+
 }  // namespace
 }  // namespace strata::serve::test
