@@ -41,7 +41,8 @@ def strata_run(path):
             m = re.search(r"hit ([\d.]+)%.*?([\d.]+) misses/token\), read ([\d.]+ \w+) \(([\d.]+) MB/token, misses ([\d.]+)\).*I/O wait \d+ ms \(([\d.]+) ms/token", line)
             d["hit"], d["misses_per_token"], d["decode_read"] = float(m.group(1)), float(m.group(2)), m.group(3)
             d["mb_per_token"], d["miss_mb_per_token"], d["io_wait_ms"] = float(m.group(4)), float(m.group(5)), float(m.group(6))
-        elif line.startswith("strata: profile per decoded token"):
+        elif line.startswith("strata: profile per decoded token: ") and " ms = " in line:
+            # not the "by part" line, nor the "pool hand-outs" line (printed since 239d9a10)
             d["token_ms"] = float(re.search(r"token: ([\d.]+) ms", line).group(1))
             d["fetch_ms"] = float(re.search(r"expert fetch ([\d.]+) ms", line).group(1))
     if "end_s" in d:
