@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "quant/ggml_type.h"
@@ -46,6 +47,9 @@ struct GpuTierOptions {
   // on (it changes tokens); protect and max_rank as MoceOptions.
   double moce_lambda = 0.0;
   int moce_protect = 1, moce_max_rank = 0;
+  // The budget as the user gave it ("--gpu-budget 50%", "--gpu-slots-per-layer 8"), for messages
+  // (compute/gpu_memory_plan.h check_gpu_fit); empty: described by budget_bytes or slots_per_layer.
+  std::string budget_flag;
   // A budget below "every expert": the arena, its slot map and the per-layer handshake.
   bool tiered() const { return budget_bytes > 0 || slots_per_layer > 0; }
   uint64_t all_expert_bytes(int n_expert) const {

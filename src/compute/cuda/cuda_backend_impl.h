@@ -31,6 +31,7 @@
 #include "compute/cuda/runtime.h"
 #include "compute/cuda/window_graph.h"
 #include "compute/cuda/window_ops.h"
+#include "compute/gpu_memory_plan.h"
 #include "experts/expert_source.h"
 #include "layers/attention.h"
 #include "layers/dims.h"
@@ -46,7 +47,7 @@
 namespace strata::compute::cuda::detail {
 
 inline constexpr size_t kAlign = 256;
-inline constexpr size_t kScratchChunk = size_t(64) << 20;
+inline constexpr size_t kScratchChunk = kGpuScratchChunkBytes;  // gpu_memory_plan.h counts it
 
 inline size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -804,6 +805,7 @@ class CudaBackend final : public Backend {
   WindowGraph graph_;  // captures each window's launches (window_graph.h)
   std::vector<DeviceBuffer> buffers_;
   std::vector<uint32_t> free_ids_;
+  // The two per-op scratch arenas (gpu_memory_plan.h kGpuScratchArenas counts them).
   DeviceArena scratch_;
   DeviceArena hc_scratch_;  // hyper_connection_in's (see PendingMoeCombine)
   // Gated DeltaNet's conv and prepare in one launch for short windows (gated_deltanet);

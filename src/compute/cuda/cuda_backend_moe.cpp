@@ -69,14 +69,13 @@ GpuExpertTier* CudaBackend::expert_tier(const MoeDims& hp, int64_t max_rows, Exp
   if (tier_options_.layers.empty())
     fail("cuda backend: a GPU expert budget was set without the model's expert layouts (BackendShared::gpu_tier)");
   // A budget that buys a slot for every expert is the all-resident arena: no handshake.
-  if (tier_options_.slots_per_layer >= hp.n_expert ||
-      (tier_options_.slots_per_layer == 0 && tier_options_.budget_bytes >= tier_options_.all_expert_bytes(hp.n_expert)))
-    return nullptr;
+  if (!uses_gpu_tier(tier_options_, hp.n_expert)) return nullptr;
   EagerScope eager(*this);
   // Sized for windows of up to 256 rows or the session's largest, whichever is more, so later
   // sequences with other window sizes fit.
-  weights_->tier = std::make_unique<GpuExpertTier>(tier_options_, hp.n_expert, hp.n_expert_used,
-                                                   std::max<int64_t>(max_rows, 256));
+  weights_->tier =
+      std::make_unique<GpuExpertTier>(tier_options_, hp.n_expert, hp.n_expert_used,
+                                      std::max<int64_t>(max_rows, kGpuTierMinWindowRows));
   weights_->tier->prime(source);  // the startup fill, copied in before this first window's handshakes
   return weights_->tier.get();
 }

@@ -14,12 +14,13 @@
 
 #include <cstdlib>
 
+#include "compute/gpu_memory_plan.h"
 #include "util/error.h"
 
 namespace strata::compute::cuda {
 namespace {
 
-constexpr size_t kUnit = 256;            // slot-map offsets are in these units
+constexpr size_t kUnit = kGpuArenaUnit;  // slot-map offsets are in these units
 // Bytes a wait-kernel block copies per chunk, and the kernel's blocks. Measured on the H200 (48 ×
 // 512 bench, 50 % and 1 GiB budgets): 64, 132 or 264 blocks with 8, 16 or 64 KiB chunks all copy at
 // 44–47 GB/s and decode within 1 % of each other.
@@ -63,48 +64,29 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   // (session 33's placement, the one run on the GPU) unless STRATA_TIER_JOIN=wait, the candidate
   // that session 35 could compile but not measure (scripts/cuda-bench-join-matvec.sh compares them).
   if (const char* v = std::getenv("STRATA_TIER_JOIN"); v && std::strcmp(v, "wait") == 0) join_before_publish_ = false;
-  if (n_expert < 1 || k < 1 || max_rows < 1)
-    fail("gpu expert tier: {} experts, top-{}, {} rows per window", n_expert, k, max_rows);
-  // Slot layout per layer: [gate | up | down], each 16-byte aligned, the slot 256-byte aligned.
-  layers_.resize(options.layers.size());
-  uint64_t slot_sum = 0;
-  size_t largest = 0, largest_slice = 0;
+  // Slot layout per layer: [gate | up | down] (compute/gpu_memory_plan.h, which the start check
+  // sizes the arena by too).
+  const GpuArenaPlan plan = plan_gpu_arena(options, n_expert, k, max_rows);
+  layers_.resize(plan.layers.size());
+  size_t largest_slice = 0;
   for (size_t l = 0; l < layers_.size(); ++l) {
     const ExpertLayerLayout& src = options.layers[l];
-    if (!src.present) continue;
+    const GpuArenaLayer& p = plan.layers[l];
+    if (!p.present) continue;
     TierLayer& t = layers_[l];
     t.present = true;
-    const size_t up_offset = align_up(src.gate.bytes(), 16), down_offset = up_offset + align_up(src.up.bytes(), 16);
     t.gate = shape_of(src.gate, 0);
-    t.up = shape_of(src.up, up_offset);
-    t.down = shape_of(src.down, down_offset);
-    t.slot_bytes = align_up(down_offset + src.down.bytes(), kUnit);
-    slot_sum += t.slot_bytes;
-    largest = std::max(largest, t.slot_bytes);
+    t.up = shape_of(src.up, p.up_offset);
+    t.down = shape_of(src.down, p.down_offset);
+    t.slot_bytes = p.slot_bytes;
+    t.first_offset = p.first_offset;
     largest_slice = std::max({largest_slice, src.gate.bytes(), src.up.bytes(), src.down.bytes()});
   }
-  if (slot_sum == 0) fail("gpu expert tier: the model has no routed experts");
-  n_transient_ = int(std::min<int64_t>(n_expert, int64_t(k) * max_rows));
-  const uint64_t transient_bytes = uint64_t(n_transient_) * largest;
-  if (options.slots_per_layer > 0) {
-    slots_ = std::min(options.slots_per_layer, n_expert);
-  } else {
-    if (options.budget_bytes < slot_sum + transient_bytes)
-      fail("--gpu-budget {:.1f} MiB is below the smallest GPU expert arena: 1 slot per layer ({:.1f} MiB) + {} "
-           "transient slots for a {}-row window ({:.1f} MiB) = {:.1f} MiB",
-           double(options.budget_bytes) / (1 << 20), double(slot_sum) / (1 << 20), n_transient_, max_rows,
-           double(transient_bytes) / (1 << 20), double(slot_sum + transient_bytes) / (1 << 20));
-    slots_ = int(std::min<uint64_t>(uint64_t(n_expert), (options.budget_bytes - transient_bytes) / slot_sum));
-  }
-  size_t offset = 0;
-  for (TierLayer& t : layers_) {
-    if (!t.present) continue;
-    t.first_offset = offset;
-    offset += size_t(slots_) * t.slot_bytes;
-  }
-  transient_offset_ = offset;
-  transient_slot_bytes_ = largest;
-  const size_t arena_bytes = offset + size_t(n_transient_) * largest;
+  slots_ = plan.slots;
+  n_transient_ = plan.transient_slots;
+  transient_offset_ = plan.transient_offset;
+  transient_slot_bytes_ = plan.transient_slot_bytes;
+  const size_t arena_bytes = plan.arena_bytes;
   size_t free_bytes = 0, total_bytes = 0;
   STRATA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (arena_bytes + (size_t(256) << 20) > free_bytes)
