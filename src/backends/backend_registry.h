@@ -21,6 +21,7 @@
 
 #include "compute/backend.h"
 #include "compute/expert_tier.h"
+#include "compute/gpu_memory_plan.h"
 
 namespace strata::compute {
 
@@ -29,11 +30,14 @@ namespace strata::compute {
 // request, each Session::reset) reuses one device copy of the weights. Each backend keeps its own
 // entry, created on first use under `mutex`.
 // `gpu_tier` (compute/expert_tier.h) is read by a GPU backend when it first needs experts: set it
-// before the model's first GPU sequence.
+// before the model's first GPU sequence. `gpu_footprint` (compute/gpu_memory_plan.h, set by
+// Model::load) is what a GPU backend checks against its device's free memory, with `gpu_tier`,
+// when the model's first GPU sequence starts; unknown (a test's bare BackendShared): no check.
 struct BackendShared {
   std::mutex mutex;
   std::map<std::string, std::shared_ptr<void>> by_backend;
   GpuTierOptions gpu_tier;
+  GpuModelFootprint gpu_footprint;
 };
 
 struct BackendEntry {

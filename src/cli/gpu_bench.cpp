@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -186,30 +187,27 @@ TierEntry tier_for(const Model& model, const std::string& entry) {
     else fail("bench gpu: {}: expected '/nora', '/self', '/noself' or '/ram=SIZE' after the budget, found '/{}'", entry, flag);
   }
   tier.layers = model.expert_layouts();
-  if (spec.rfind("slots=", 0) == 0) tier.slots_per_layer = std::stoi(spec.substr(6));
-  else if (spec != "all") tier.budget_bytes = parse_byte_size(spec, tier.all_expert_bytes(model.hparams().n_expert), entry);
+  if (spec.rfind("slots=", 0) == 0) {
+    tier.slots_per_layer = std::stoi(spec.substr(6));
+    tier.budget_flag = fmt::format("--gpu-slots-per-layer {}", tier.slots_per_layer);
+  } else if (spec != "all") {
+    tier.budget_bytes =
+        parse_byte_size(spec, tier.all_expert_bytes(model.hparams().n_expert), entry);
+    tier.budget_flag = "--gpu-budget " + spec;
+  }
   return e;
 }
 
-// Bytes of weights one decode token reads: every tensor except the routed experts, plus k experts
-// per layer (their three matrices). The embedding reads one row; the PLE table a few rows.
+// Bytes of weights one decode token reads: the dense weights the CUDA backend holds (every one is
+// read each token: model/gpu_footprint.h), plus k experts per layer (their three matrices).
 double bytes_per_token(const Model& model) {
   const HParams& hp = model.hparams();
-  double dense = 0, per_expert = 0;
-  for (const TensorInfo& t : model.file().tensors()) {
-    const std::string name = t.name;
-    const double bytes = double(t.n_bytes);
-    if (name.find("_exps") != std::string::npos) {
-      per_expert += bytes / double(hp.n_expert) / double(hp.n_layer + hp.n_nextn);
-    } else if (name.rfind("token_embd", 0) == 0 || name.rfind("per_layer_token_embd", 0) == 0) {
-      continue;
-    } else if (name.find("nextn") != std::string::npos || name.rfind("blk." + std::to_string(hp.n_layer) + ".", 0) == 0) {
-      continue;  // the MTP head does not run in plain decode
-    } else {
-      dense += bytes;
-    }
-  }
-  return dense + double(hp.n_layer) * hp.n_expert_used * per_expert;
+  double per_expert = 0;
+  for (const TensorInfo& t : model.file().tensors())
+    if (std::string_view(t.name).find("_exps") != std::string_view::npos)
+      per_expert += double(t.n_bytes) / double(hp.n_expert) / double(hp.n_layer + hp.n_nextn);
+  return double(model.backend_shared().gpu_footprint.dense_weight_bytes) +
+         double(hp.n_layer) * hp.n_expert_used * per_expert;
 }
 
 double device_copy_gbs() {

@@ -6,6 +6,7 @@
 
 #include "backends/cpu_backend.h"
 #include "compute/cpu/ops.h"
+#include "model/gpu_footprint.h"
 #include "model/tensor_specs.h"
 #include "quant/quant.h"
 #include "util/error.h"
@@ -75,6 +76,9 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   }
   if (!model) fail("{}: unsupported architecture", path);
   model->loaded_tensors_ = tensors.loaded();
+  // What a GPU backend checks against its device before the model's first upload.
+  model->backend_shared_->gpu_footprint =
+      gpu_footprint(model->hp_, model->dims_, *model->file_, model->expert_layouts());
   return model;
 }
 
@@ -247,19 +251,24 @@ void Model::ensure_tensors(compute::Backend& be, WindowTensors& t, int64_t n_row
   t = WindowTensors{};
   t.owner = &be;
   t.max_rows = n_rows;
-  const int64_t H = hp_.n_embd;
-  auto f32 = [&](int64_t width) { return be.alloc(compute::DType::F32, n_rows, width); };
-  t.x = f32(H);
-  t.y = f32(H);
-  t.hidden = f32(H);
-  t.logits = f32(hp_.n_vocab);
-  if (hp_.arch == Arch::Qwen4Exp) {
-    t.X = f32(int64_t(hp_.hc_count) * H);
-    t.inject = f32(hp_.hc_count);
+  for (const WindowTensorWidth& w : window_tensor_widths(hp_))
+    t.*w.tensor = be.alloc(compute::DType::F32, n_rows, w.width);
+}
+
+std::vector<WindowTensorWidth> window_tensor_widths(const HParams& hp) {
+  const int64_t H = hp.n_embd;
+  std::vector<WindowTensorWidth> widths = {{&WindowTensors::x, H},
+                                           {&WindowTensors::y, H},
+                                           {&WindowTensors::hidden, H},
+                                           {&WindowTensors::logits, hp.n_vocab}};
+  if (hp.arch == Arch::Qwen4Exp) {
+    widths.push_back({&WindowTensors::X, int64_t(hp.hc_count) * H});
+    widths.push_back({&WindowTensors::inject, hp.hc_count});
   } else {
-    t.residual = f32(H);
-    t.normed = f32(H);
+    widths.push_back({&WindowTensors::residual, H});
+    widths.push_back({&WindowTensors::normed, H});
   }
+  return widths;
 }
 
 compute::Backend& Model::begin_mtp_window(compute::ThreadPool& pool, MtpState& mtp, int64_t n,

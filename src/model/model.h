@@ -77,6 +77,14 @@ struct WindowTensors {
   compute::Tensor hidden, logits;    // final hidden [H], head output [n_vocab]
 };
 
+// The window tensors a model allocates (Model::ensure_tensors) and their widths, in allocation
+// order: x, y, hidden, logits, then X and inject (qwen4exp) or residual and normed.
+struct WindowTensorWidth {
+  compute::Tensor WindowTensors::*tensor;
+  int64_t width;
+};
+std::vector<WindowTensorWidth> window_tensor_widths(const HParams& hp);
+
 // Everything a sequence carries between windows.
 struct ModelState {
   int64_t n_past = 0;
