@@ -166,8 +166,12 @@ void configure_gpu_tier(const Model& model, const ExpertOptions& o) {
   tier.moce_lambda = o.moce_lambda;
   tier.moce_protect = o.moce_protect;
   tier.moce_max_rank = o.moce_max_rank;
-  if (!o.gpu_budget.empty() && o.gpu_slots_per_layer == 0)
+  if (!o.gpu_budget.empty() && o.gpu_slots_per_layer == 0) {
     tier.budget_bytes = parse_byte_size(o.gpu_budget, tier.all_expert_bytes(model.hparams().n_expert), "--gpu-budget");
+    tier.budget_flag = "--gpu-budget " + o.gpu_budget;
+  } else {
+    tier.budget_flag = fmt::format("--gpu-slots-per-layer {}", o.gpu_slots_per_layer);
+  }
 }
 
 void check_gpu_tier_backend(const ExpertOptions& o, const std::string& backend) {

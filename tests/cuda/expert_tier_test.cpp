@@ -403,5 +403,49 @@ TEST(CudaExpertTier, ABudgetBelowTheSmallestArenaFailsWithTheNumbers) {
   std::filesystem::remove(path);
 }
 
+// The start check (compute/gpu_memory_plan.h check_gpu_fit, called by the CUDA backend's
+// constructor for the model's first sequence): a model whose dense part cannot fit fails when the
+// session is made, before anything is uploaded, with the device and the numbers; the budget below
+// the smallest arena above fails there too. STRATA_CUDA_FIT_CHECK=0 skips the check (the same
+// model then runs: its real dense part is small).
+TEST(CudaExpertTier, ADensePartLargerThanTheDeviceFailsAtStartWithTheNumbers) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  compute::cuda::register_cuda_backend();
+  const std::string path =
+      std::filesystem::temp_directory_path().string() + "/strata-tier-fit.gguf";
+  test_support::write_mid_qwen4exp_4_layers(path);
+  auto model = Model::load(path);
+  compute::GpuTierOptions& tier = model->backend_shared().gpu_tier;
+  tier.layers = model->expert_layouts();
+  tier.slots_per_layer = 2;
+  tier.budget_flag = "--gpu-slots-per-layer 2";
+  ASSERT_TRUE(model->backend_shared().gpu_footprint.known());
+  const uint64_t tebibyte = uint64_t(1) << 40;  // no device has it
+  model->backend_shared().gpu_footprint.dense_weight_bytes = tebibyte;
+  compute::ThreadPool pool(2);
+  try {
+    Session session(*model, pool, nullptr, "cuda");
+    ADD_FAILURE() << "a 1 TiB dense part got a CUDA session";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    std::printf("[ fit ] %s\n", what.c_str());
+    EXPECT_NE(what.find("--gpu-slots-per-layer 2 does not fit on the GPU, " +
+                        compute::cuda::describe_device()),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("the dense weights 1.00 TiB"), std::string::npos) << what;
+    EXPECT_NE(what.find("no --gpu-budget makes room"), std::string::npos) << what;
+  }
+  setenv("STRATA_CUDA_FIT_CHECK", "0", 1);
+  {
+    Session session(*model, pool, nullptr, "cuda");
+    unsetenv("STRATA_CUDA_FIT_CHECK");
+    session.prefill(prompt_for(model->hparams(), 4), 4);
+    EXPECT_EQ(session.logits().size(), size_t(model->hparams().n_vocab));
+  }
+  unsetenv("STRATA_CUDA_FIT_CHECK");
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace strata

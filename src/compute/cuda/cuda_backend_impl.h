@@ -85,6 +85,22 @@ class DeviceArena {
   size_t chunk_ = 0, offset_ = 0;
 };
 
+// Before the model's first upload: its dense weights, the expert arena the session's budget makes
+// and one sequence's working memory must fit in what the device has free
+// (compute/gpu_memory_plan.h check_gpu_fit), else the message with the numbers. Not checked for a
+// BackendShared without a model's footprint (a test's), or with STRATA_CUDA_FIT_CHECK=0 (the
+// margin's terms are derived from the code, not measured on every device: the way out if one is
+// ever wrong).
+inline void check_device_fits(const BackendShared& shared) {
+  if (!shared.gpu_footprint.known()) return;
+  if (const char* v = std::getenv("STRATA_CUDA_FIT_CHECK"); v && std::strcmp(v, "0") == 0) return;
+  size_t free_bytes = 0, total_bytes = 0;
+  STRATA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const GpuFit fit =
+      check_gpu_fit(describe_device(), free_bytes, shared.gpu_footprint, shared.gpu_tier);
+  if (!fit.fits) fail("cuda backend: {} (STRATA_CUDA_FIT_CHECK=0 skips this check)", fit.message);
+}
+
 // Window graphs are on unless STRATA_CUDA_GRAPH=0 (the eager path, for comparison and debugging).
 inline bool graphs_enabled() {
   const char* v = std::getenv("STRATA_CUDA_GRAPH");
@@ -174,7 +190,11 @@ class CudaBackend final : public Backend {
     STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&side_join_, cudaEventDisableTiming));
     std::lock_guard lock(shared.mutex);
     std::shared_ptr<void>& entry = shared.by_backend["cuda"];
-    if (!entry) entry = std::make_shared<DeviceWeights>();
+    if (!entry) {
+      // The model's first CUDA sequence: nothing of it is on the device yet.
+      check_device_fits(shared);
+      entry = std::make_shared<DeviceWeights>();
+    }
     weights_ = std::static_pointer_cast<DeviceWeights>(entry);
     tier_options_ = shared.gpu_tier;
     // A capture cannot end with the tier's read-ahead branch still open.

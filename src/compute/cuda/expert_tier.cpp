@@ -87,6 +87,9 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   transient_offset_ = plan.transient_offset;
   transient_slot_bytes_ = plan.transient_slot_bytes;
   const size_t arena_bytes = plan.arena_bytes;
+  // The start check (CudaBackend's constructor, gpu_memory_plan.h check_gpu_fit) counted this
+  // arena beside the dense weights; this one sees what is free now, after the first windows'
+  // uploads and states (a window of more rows than the start assumed gets more transient slots).
   size_t free_bytes = 0, total_bytes = 0;
   STRATA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (arena_bytes + (size_t(256) << 20) > free_bytes)

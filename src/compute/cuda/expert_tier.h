@@ -2,7 +2,9 @@
 // host tier (an ExpertSource: the GGUF mapping or the RAM arena of experts/expert_store.h, which
 // itself streams from the SSD), with one handshake per MoE layer inside the window.
 //
-// Memory (allocated once, at the first MoE layer of the model's first window)
+// Memory (allocated once, at the first MoE layer of the model's first window; checked with the
+// dense weights against the device's free memory when the model's first CUDA sequence starts:
+// compute/gpu_memory_plan.h, whose plan_gpu_arena lays the slots out)
 // - Cache slots: `slots` per layer with experts (GpuTierOptions: (budget - transient) / Σ layer
 //   slot bytes, or slots_per_layer), each [gate | up | down] of that layer's shapes. Transient
 //   slots after them: min(n_expert, k · max window rows) slots of the largest layer's size, for the

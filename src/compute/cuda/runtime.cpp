@@ -90,7 +90,24 @@ std::string describe_device() {
 }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
-  STRATA_CUDA_CHECK(cudaMalloc(&data_, bytes + kDevicePadBytes));
+  if (const cudaError_t code = cudaMalloc(&data_, bytes + kDevicePadBytes);
+      code == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky: the context stays usable
+    size_t free_bytes = 0, total_bytes = 0;
+    (void)cudaMemGetInfo(&free_bytes, &total_bytes);
+    data_ = nullptr;
+    // The start check (compute/gpu_memory_plan.h) counted the weights, the expert arena and the
+    // first windows' states; what grows later (KV past its first capacity, more sequences) lands
+    // here.
+    fail(
+        "CUDA: out of device memory: {:.1f} MiB asked for, {:.1f} MiB free of {:.1f} MiB on {} "
+        "(a longer context or more sequences than the start check counted: lower --gpu-budget "
+        "or --ctx)",
+        double(bytes) / (1 << 20), double(free_bytes) / (1 << 20), double(total_bytes) / (1 << 20),
+        describe_device());
+  } else {
+    STRATA_CUDA_CHECK(code);
+  }
   // The pad is read (never used) by aligned over-reads; keep it defined for the sanitizer.
   STRATA_CUDA_CHECK(cudaMemset(static_cast<char*>(data_) + bytes, 0, kDevicePadBytes));
 }
