@@ -1,18 +1,22 @@
 // The GPU expert tier (compute/cuda/expert_tier.h) on the H200 box: routed experts under a GPU
 // budget, copied in per layer through the in-window handshake, give bitwise the logits of the
-// all-resident CUDA backend — for every budget (1 slot per layer, 8, 25 %, 50 %, all), read-ahead on
-// and off, eager and replayed windows, prefill chunks of several sizes, speculative verify windows
-// with rollback, and each host tier: the GGUF mapping (pinned, read by the load kernel), a RAM
-// arena holding every expert (pinned), and a RAM arena of 2 slots per layer that streams from the
-// file (pointers that die at the next call: copied one by one). A budget below one slot per layer
-// plus the transient slots fails with the numbers. Each model: greedy decode of 24 tokens after a
-// 40-token prompt, compared logit for logit with memcmp. Waits that release themselves (every
-// routed expert already resident on the device) are counted alike by the GPU and the host, happen
-// at a 90 % budget, and change no bit (on and off compared). The policies on the GPU arena: the
-// startup fill (a usage history's ranking, counted from GPU windows) and prompt-hot pins change
-// residency, never the logits, and do what they are for (more hits; pinned slots held).
+// all-resident CUDA backend — for every budget (1 slot per layer, 8, 25 %, 50 %, all), read-ahead
+// on and off at each of them, eager and replayed windows, prefill chunks of several sizes,
+// speculative verify windows of 2, 3 and 4 rows (drafts accepted whole or in part, the rest rolled
+// back) and each host tier: the GGUF mapping (pinned, read by the load kernel), a RAM arena holding
+// every expert (pinned), and a RAM arena of 2 slots per layer that streams from the file (pointers
+// that die at the next call: copied one by one). Every cell runs twice: with waits that release
+// themselves off (GpuTierOptions::self_release, the production default) and on. A budget below one
+// slot per layer plus the transient slots fails with the numbers. Each model: greedy decode of 24
+// tokens after a 40-token prompt, compared logit for logit with memcmp. Waits that release
+// themselves (every routed expert already resident on the device) are counted alike by the GPU and
+// the host, happen when all but 2 experts per layer have slots, and change no bit. The policies on
+// the GPU arena: the startup fill (a usage history's ranking, counted from GPU windows) and
+// prompt-hot pins change residency, never the logits, and do what they are for (more hits; pinned
+// slots held).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -54,11 +58,50 @@ struct Setting {
   bool eager = false;
   int chunk = 16;
   int ram_slots = -1;  // -1: the GGUF mapping; 0: a RAM arena of every expert; > 0: that many slots
-  bool self_release = true;
+  // The production default is off; the invariance test runs each cell both ways.
+  bool self_release = false;
   int slots_short = 0;  // > 0: n_expert - slots_short cache slots per layer (overrides the two above)
+  // > 0: decode in speculative verify windows of this many rows (decode_in_verify_windows).
+  int verify_rows = 0;
 };
 
-Trace run(const std::string& path, const Setting& s, int n_tokens = 24) {
+// Decodes in verify windows of `rows` rows, as speculative decoding does: the window is the last
+// sampled token and rows - 1 drafts, the greedy tokens are read off its rows for as long as the
+// drafts match, and the rest is rolled back (keep_rows). The drafts are `oracle`'s tokens (the
+// reference's greedy ones), with the last draft of every other window spoiled, so windows are
+// kept whole and in part. Appends the logits of every kept row (each predicts one greedy token)
+// until `t` has n_tokens of them, as plain decode would.
+void decode_in_verify_windows(Session& session, const std::vector<int32_t>& oracle, int rows,
+                              int n_tokens, Trace& t) {
+  const int64_t vocab = session.model().hparams().n_vocab;
+  auto argmax = [](const float* row, int64_t n) {
+    return int32_t(std::max_element(row, row + n) - row);
+  };
+  t.logits.assign(session.logits().begin(), session.logits().end());
+  t.tokens.push_back(argmax(t.logits.data(), vocab));
+  for (int round = 0; int(t.tokens.size()) < n_tokens; ++round) {
+    const size_t at = t.tokens.size();  // the window's first token is tokens[at - 1]
+    std::vector<int32_t> window = {t.tokens.back()};
+    for (int j = 1; j < rows; ++j)
+      window.push_back(at - 1 + size_t(j) < oracle.size() ? oracle[at - 1 + size_t(j)]
+                                                          : int32_t(j));
+    if (round % 2 == 1) window.back() = int32_t((window.back() + 1) % vocab);
+    const std::vector<float> all = session.verify(window);
+    int kept = 0;
+    while (kept < rows && int(t.tokens.size()) < n_tokens) {
+      const float* row = all.data() + size_t(kept) * size_t(vocab);
+      t.logits.insert(t.logits.end(), row, row + vocab);
+      t.tokens.push_back(argmax(row, vocab));
+      ++kept;
+      const bool next_draft_wrong = kept < rows && window[size_t(kept)] != t.tokens.back();
+      if (next_draft_wrong) break;
+    }
+    session.keep_rows(kept);
+  }
+}
+
+Trace run(const std::string& path, const Setting& s, int n_tokens = 24,
+          const std::vector<int32_t>* oracle = nullptr) {
   compute::cuda::register_cuda_backend();
   auto model = Model::load(path);
   const HParams& hp = model->hparams();
@@ -89,14 +132,20 @@ Trace run(const std::string& path, const Setting& s, int n_tokens = 24) {
     Session session(*model, pool, store.get(), "cuda");
     if (s.eager) unsetenv("STRATA_CUDA_GRAPH");
     session.prefill(prompt_for(hp, 40), s.chunk);
-    for (int i = 0; i < n_tokens; ++i) {
-      const std::vector<float>& logits = session.logits();
-      t.logits.insert(t.logits.end(), logits.begin(), logits.end());
-      const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      t.tokens.push_back(next);
-      session.decode(next);
+    if (s.verify_rows > 0) {
+      if (!oracle) throw Error("verify windows need the reference's tokens as drafts");
+      decode_in_verify_windows(session, *oracle, s.verify_rows, n_tokens, t);
+    } else {
+      for (int i = 0; i < n_tokens; ++i) {
+        const std::vector<float>& logits = session.logits();
+        t.logits.insert(t.logits.end(), logits.begin(), logits.end());
+        const int32_t next =
+            int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        t.tokens.push_back(next);
+        session.decode(next);
+      }
+      (void)session.logits();
     }
-    (void)session.logits();
     t.tier = compute::cuda::gpu_tier_info(*session.state().backend);
   }
   return t;
@@ -145,33 +194,50 @@ std::vector<TierModel> tier_models() {
 
 TEST(CudaExpertTier, EveryBudgetGivesTheAllResidentLogitsBitwise) {
   STRATA_REQUIRE_CUDA_DEVICE();
+  unsetenv("STRATA_TIER_SELF_RELEASE");  // it would override the cells' setting (expert_tier.cpp)
   for (const TierModel& m : tier_models()) {
     const Trace reference = run(m.path, Setting{"all resident"});
+    // name, budget share (permille), slots, read-ahead, eager, prefill chunk, RAM slots,
+    // self-release (set per pass below), slots short of all, verify rows.
     const std::vector<Setting> settings = {
         {"1 slot per layer", 0, 1},
         {"1 slot per layer, no read-ahead", 0, 1, false},
         {"8 slots per layer", 0, 8},
+        {"8 slots per layer, no read-ahead", 0, 8, false},
         {"25% of the expert bytes", 250, 0},
+        {"25% of the expert bytes, no read-ahead", 250, 0, false},
         {"50% of the expert bytes, eager", 500, 0, true, true},
         {"50% of the expert bytes", 500, 0},
+        {"50% of the expert bytes, no read-ahead", 500, 0, false},
         {"2 slots, prefill in chunks of 1", 0, 2, true, false, 1},
         {"2 slots, prefill in chunks of 40", 0, 2, true, false, 40},
         {"2 slots, RAM arena of every expert", 0, 2, true, false, 16, 0},
         {"2 slots, RAM arena of 2 slots (streaming)", 0, 2, true, false, 16, 2},
         {"2 slots, RAM arena of 2 slots, eager, no read-ahead", 0, 2, false, true, 16, 2},
-        // Most layers find all their experts resident: their waits release themselves. (By slots:
-        // a share near 100 % plus the transient slots' room, a layer's experts on these 4-layer
-        // models, buys every expert, and then there is no tier at all.)
-        {"all experts but 2 per layer", 0, 0, true, false, 16, -1, true, 2},
-        {"all but 2, no read-ahead", 0, 0, false, false, 16, -1, true, 2},
-        {"all but 2, eager", 0, 0, true, true, 16, -1, true, 2},
-        {"all but 2, every wait hears from the host", 0, 0, true, false, 16, -1, false, 2},
-        {"all but 2, RAM arena of 2 slots (streaming)", 0, 0, true, false, 16, 2, true, 2},
+        // Speculative verify windows of 2, 3 and 4 rows, kept whole or in part.
+        {"2 slots, verify windows of 2", 0, 2, true, false, 16, -1, false, 0, 2},
+        {"8 slots, verify windows of 3", 0, 8, true, false, 16, -1, false, 0, 3},
+        {"25%, verify windows of 4", 250, 0, true, false, 16, -1, false, 0, 4},
+        {"2 slots, verify windows of 4, eager, no read-ahead", 0, 2, false, true, 16, -1, false, 0,
+         4},
+        // Most layers find all their experts resident: with self-release on, their waits release
+        // themselves. (By slots: a share near 100 % plus the transient slots' room, a layer's
+        // experts on these 4-layer models, buys every expert, and then there is no tier at all.)
+        {"all experts but 2 per layer", 0, 0, true, false, 16, -1, false, 2},
+        {"all but 2, no read-ahead", 0, 0, false, false, 16, -1, false, 2},
+        {"all but 2, eager", 0, 0, true, true, 16, -1, false, 2},
+        {"all but 2, RAM arena of 2 slots (streaming)", 0, 0, true, false, 16, 2, false, 2},
     };
-    for (const Setting& s : settings) {
-      const Trace t = run(m.path, s);
-      expect_bitwise(reference, t, m.name + ": " + s.name);
-      if (t.tier.tiered) {
+    for (const bool self_release : {false, true})
+      for (Setting s : settings) {
+        s.self_release = self_release;
+        s.name += self_release ? ", self-release on" : ", self-release off";
+        const Trace t = run(m.path, s, 24, &reference.tokens);
+        expect_bitwise(reference, t, m.name + ": " + s.name);
+        if (!t.tier.tiered) {
+          ADD_FAILURE() << m.name << ": " << s.name << " ran without a tier";
+          continue;
+        }
         std::printf("[ tier ] %s, %s: %d slots per layer + %d transient (%.1f MiB); hit rate %.3f, %llu misses (%llu "
                     "transient), read-ahead %llu issued / %llu used, %.1f MiB copied in\n",
                     m.name.c_str(), s.name.c_str(), t.tier.slots_per_layer, t.tier.transient_slots,
@@ -192,18 +258,15 @@ TEST(CudaExpertTier, EveryBudgetGivesTheAllResidentLogitsBitwise) {
           EXPECT_GT(t.tier.stats.self_released, 0u) << s.name;
         }
         if (!s.read_ahead) {
-          EXPECT_EQ(t.tier.stats.read_ahead_issued, 0u);
-          EXPECT_EQ(t.tier.stats.read_ahead_bytes, 0u);
+          EXPECT_EQ(t.tier.stats.read_ahead_issued, 0u) << s.name;
+          EXPECT_EQ(t.tier.stats.read_ahead_bytes, 0u) << s.name;
         } else {
           // The guesses were made and copied in beside the previous layer.
           EXPECT_GT(t.tier.stats.read_ahead_issued, 0u) << s.name;
           EXPECT_GT(t.tier.stats.read_ahead_bytes, 0u) << s.name;
           EXPECT_LE(t.tier.stats.read_ahead_used, t.tier.stats.read_ahead_issued) << s.name;
         }
-      } else {
-        ADD_FAILURE() << m.name << ": " << s.name << " ran without a tier";
       }
-    }
     std::filesystem::remove(m.path);
   }
 }
