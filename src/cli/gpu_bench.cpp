@@ -51,6 +51,10 @@ double median(std::vector<double> v) {
 struct Run {
   double prefill_tps = 0, decode_tps = 0;
   std::vector<int32_t> tokens;
+  // Decode windows replayed from a recorded graph, and the host's time in each from begin_window to
+  // the first graph launch (GraphCounters): the part of a token the GPU waits for the host.
+  int64_t replayed = 0;
+  double host_before_ms = 0;
 };
 
 struct TierDelta {
@@ -85,6 +89,8 @@ Run run_once(const Model& model, compute::ThreadPool& pool, const std::string& b
   r.prefill_tps = double(prompt.size()) / seconds_since(start);
   (void)session.logits();
   const compute::cuda::GpuTierInfo before = compute::cuda::gpu_tier_info(*session.state().backend);
+  const compute::cuda::GraphCounters graphs_before =
+      compute::cuda::graph_counters(*session.state().backend);
   start = std::chrono::steady_clock::now();
   for (int i = 0; i < n_tokens; ++i) {
     const std::vector<float>& logits = session.logits();
@@ -94,6 +100,12 @@ Run run_once(const Model& model, compute::ThreadPool& pool, const std::string& b
   }
   r.decode_tps = n_tokens / seconds_since(start);
   (void)session.logits();
+  const compute::cuda::GraphCounters graphs_after =
+      compute::cuda::graph_counters(*session.state().backend);
+  r.replayed = graphs_after.replays_launched - graphs_before.replays_launched;
+  if (r.replayed > 0)
+    r.host_before_ms = (graphs_after.replay_host_before_s - graphs_before.replay_host_before_s) *
+                       1e3 / double(r.replayed);
   const compute::cuda::GpuTierInfo after = compute::cuda::gpu_tier_info(*session.state().backend);
   if (tier && after.tiered) {
     const double needed = double(after.stats.needed - before.stats.needed);
@@ -483,7 +495,8 @@ void run_gpu_bench(const GpuBenchOptions& o) {
     auto it = tier_models.find(b);
     return it == tier_models.end() ? *model : *it->second;
   };
-  std::map<std::string, std::vector<double>> decode, prefill;
+  std::map<std::string, std::vector<double>> decode, prefill, host_before;
+  std::map<std::string, int64_t> replayed;  // decode windows replayed in the last round
   std::map<std::string, std::vector<int32_t>> tokens;
   std::map<std::string, std::vector<TierDelta>> tiers;
   std::map<std::string, double> arena_share;
@@ -497,6 +510,8 @@ void run_gpu_bench(const GpuBenchOptions& o) {
       std::fflush(stdout);
       decode[b].push_back(r.decode_tps);
       prefill[b].push_back(r.prefill_tps);
+      host_before[b].push_back(r.host_before_ms);
+      replayed[b] = r.replayed;
       if (t.slots > 0) tiers[b].push_back(t);
       if (rep == 0) tokens[b] = r.tokens;
     }
@@ -529,6 +544,15 @@ void run_gpu_bench(const GpuBenchOptions& o) {
     e["decode_tps"] = d;
     e["decode_runs"] = decode[b];
     e["prefill_tps"] = p;
+    const double before = median(host_before[b]);
+    if (replayed[b] > 0) {
+      fmt::print(
+          "       host before the window's first launch {:.3f} ms per token ({} of {} decode "
+          "windows replayed)\n",
+          before, replayed[b], o.tokens);
+      e["host_before_ms"] = before;
+      e["replayed_windows"] = replayed[b];
+    }
     if (auto it = tiers.find(b); it != tiers.end() && !it->second.empty()) {
       const TierSummary s = summaries[b] = summarize(it->second, arena_share[b]);
       const double ceiling = s.mib > 0 ? pcie * 1e9 / (s.mib * (1 << 20)) : 0.0;
@@ -537,10 +561,12 @@ void run_gpu_bench(const GpuBenchOptions& o) {
                  "tok/s ({:.1f} GB/s pinned H2D), reached {:.2f}\n",
                  s.slots, s.arena_share, s.hit, s.mib, s.miss_mib, s.serve, ceiling, pcie, ceiling > 0 ? d / ceiling : 0.0);
       fmt::print("       host tier {}\n", s.staged ? "staged through the bounce buffer" : "read in place");
-      fmt::print("       per token (ms): {:.3f} in all; host serve {:.3f} = resolve {:.3f} + host tier {:.3f} + job "
-                 "{:.3f}, its CPU time {:.3f}; GPU waiting for jobs {:.3f}, copying misses {:.3f} ({:.1f} GB/s)\n",
-                 s.token, s.serve, s.resolve, s.source, s.job, s.cpu, s.wait, s.copy,
-                 s.copy > 0 ? s.miss_mib * (1 << 20) / (s.copy * 1e6) : 0.0);
+      fmt::print(
+          "       per token (ms): {:.3f} in all; host before the window's first launch {:.3f}; "
+          "host serve {:.3f} = resolve {:.3f} + host tier {:.3f} + job {:.3f}, its CPU time "
+          "{:.3f}; GPU waiting for jobs {:.3f}, copying misses {:.3f} ({:.1f} GB/s)\n",
+          s.token, before, s.serve, s.resolve, s.source, s.job, s.cpu, s.wait, s.copy,
+          s.copy > 0 ? s.miss_mib * (1 << 20) / (s.copy * 1e6) : 0.0);
       fmt::print("       per handshake (us): GPU publish -> GPU sees the job ready {:.1f}, of it the host serving {:.1f} "
                  "and the GPU's own work (shared expert) {:.1f}; released by the GPU itself (all resident): {:.3f} of "
                  "the handshakes (GPU count / host count {:.3f})\n",
@@ -621,9 +647,11 @@ void run_gpu_bench(const GpuBenchOptions& o) {
 
   // The table and the plot: one row per budget (the all-resident "cuda" entry first).
   std::vector<PlotGroup> groups;
-  fmt::print("\n| GPU budget | arena ÷ expert bytes | hit rate | MiB in / token (misses) | PCIe ceiling tok/s | strata "
-             "tok/s | no read-ahead | llama.cpp | strata ÷ llama.cpp | ms / token: all / waiting / miss copy / "
-             "read-ahead copy (side) |\n|---|---:|---:|---:|---:|---:|---:|---|---:|---|\n");
+  fmt::print(
+      "\n| GPU budget | arena ÷ expert bytes | hit rate | MiB in / token (misses) | PCIe ceiling "
+      "tok/s | strata tok/s | no read-ahead | llama.cpp | strata ÷ llama.cpp | ms / token: all / "
+      "host before the window / waiting / miss copy / read-ahead copy (side) |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---|---:|---|\n");
   for (const std::string& b : backends) {
     if (!is_budget_group(b)) continue;
     PlotGroup g;
@@ -642,14 +670,18 @@ void run_gpu_bench(const GpuBenchOptions& o) {
     const std::string llama_cell = g.llama > 0 ? fmt::format("{:.1f} (`{}`)", g.llama, g.llama_setting) : "—";
     const std::string ratio = g.llama > 0 ? fmt::format("{:.2f}×", g.strata / g.llama) : "—";
     const std::string nora_cell = g.nora > 0 ? fmt::format("{:.1f}", g.nora) : "—";
+    const std::string before_cell =
+        replayed[b] > 0 ? fmt::format("{:.2f}", median(host_before[b])) : "—";
     if (s == summaries.end())
-      fmt::print("| {} | 1 | 1 | 0 | — | {:.1f} | {} | {} | {} | {:.2f} / — / — / — |\n", g.label, g.strata, nora_cell,
-                 llama_cell, ratio, 1e3 / g.strata);
+      fmt::print("| {} | 1 | 1 | 0 | — | {:.1f} | {} | {} | {} | {:.2f} / {} / — / — / — |\n",
+                 g.label, g.strata, nora_cell, llama_cell, ratio, 1e3 / g.strata, before_cell);
     else
-      fmt::print("| {} | {:.2f} | {:.3f} | {:.1f} ({:.1f}) | {:.0f} | {:.1f} | {} | {} | {} | {:.2f} / {:.2f} / {:.2f} / "
-                 "{:.2f} |\n",
-                 g.label, s->second.arena_share, s->second.hit, s->second.mib, s->second.miss_mib, g.ceiling, g.strata,
-                 nora_cell, llama_cell, ratio, s->second.token, s->second.wait, s->second.copy, s->second.ra_copy);
+      fmt::print(
+          "| {} | {:.2f} | {:.3f} | {:.1f} ({:.1f}) | {:.0f} | {:.1f} | {} | {} | {} | {:.2f} "
+          "/ {} / {:.2f} / {:.2f} / {:.2f} |\n",
+          g.label, s->second.arena_share, s->second.hit, s->second.mib, s->second.miss_mib,
+          g.ceiling, g.strata, nora_cell, llama_cell, ratio, s->second.token, before_cell,
+          s->second.wait, s->second.copy, s->second.ra_copy);
     groups.push_back(g);
   }
   if (!o.svg.empty() && !groups.empty()) {

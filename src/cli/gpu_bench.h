@@ -10,16 +10,18 @@
 // memory; each tier entry has its own copy of the model.
 //
 // Reported: median tok/s per entry and whether the greedy tokens agree; for CUDA the HBM ceiling
-// (weight bytes a decode token reads ÷ the device copy bandwidth measured here); per tier entry the
-// hit rate, bytes copied in per token, the PCIe ceiling (those bytes ÷ the pinned host → device
-// bandwidth measured here), the time split per token (waiting for the host's jobs, copying misses
-// on the critical path, read-ahead copies on the side branch, the host's serve time) and the
-// read-ahead's precision. With `llama_bench` (the path of llama.cpp's llama-bench, built with CUDA)
-// the same file runs through llama.cpp after strata's rounds: -ngl 99 for the all-resident entry,
-// and for each budget -ncmoe K with K the MoE layers whose experts llama.cpp keeps on the CPU so
-// that its VRAM for experts matches strata's arena (K = n_moe − round(arena ÷ all expert bytes ×
-// n_moe)). Then a Markdown table, --json and an --svg plot (bars per budget: strata, strata without
-// read-ahead, llama.cpp; the PCIe ceiling marked).
+// (weight bytes a decode token reads ÷ the device copy bandwidth measured here) and the host's
+// time per replayed decode window before its first graph launch (GraphCounters: the ops' host
+// bookkeeping and input staging, which the GPU waits for); per tier entry the hit rate, bytes
+// copied in per token, the PCIe ceiling (those bytes ÷ the pinned host → device bandwidth
+// measured here), the time split per token (host before the window, waiting for the host's jobs,
+// copying misses on the critical path, read-ahead copies on the side branch, the host's serve
+// time) and the read-ahead's precision. With `llama_bench` (the path of llama.cpp's llama-bench,
+// built with CUDA) the same file runs through llama.cpp after strata's rounds: -ngl 99 for the
+// all-resident entry, and for each budget -ncmoe K with K the MoE layers whose experts llama.cpp
+// keeps on the CPU so that its VRAM for experts matches strata's arena (K = n_moe − round(arena ÷
+// all expert bytes × n_moe)). Then a Markdown table, --json and an --svg plot (bars per budget:
+// strata, strata without read-ahead, llama.cpp; the PCIe ceiling marked).
 #pragma once
 
 #include <string>

@@ -394,7 +394,10 @@ GraphCounters graph_counters(const Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   if (!cuda) return {};
   const WindowGraphStats& g = cuda->graph_stats();
-  return GraphCounters{g.windows, g.replays, g.records, g.forgotten};
+  GraphCounters c{g.windows, g.replays, g.records, g.forgotten};
+  c.replay_host_before_s = g.replay_host_before_s;
+  c.replays_launched = g.replays_launched;
+  return c;
 }
 
 void register_cuda_backend() {

@@ -51,9 +51,14 @@ std::unique_ptr<Backend> make_cuda_backend(BackendShared& shared);
 void register_cuda_backend();
 
 // Window-graph counters of a CUDA backend (window_graph.h; zeros for any other backend), for
-// tests and benches: windows run, windows replayed from a recording, recordings kept.
+// tests and benches: windows run, windows replayed from a recording, recordings kept, and the
+// host's time in replayed windows from begin_window to the first graph launch (the ops' host
+// bookkeeping and input staging, while the GPU waits for the window) with the count of windows it
+// sums (a replayed window counts in `replays` once it finished, at the next window).
 struct GraphCounters {
   int64_t windows = 0, replays = 0, records = 0, forgotten = 0;
+  double replay_host_before_s = 0;
+  int64_t replays_launched = 0;
 };
 GraphCounters graph_counters(const Backend& backend);
 

@@ -236,11 +236,12 @@ class CudaBackend final : public Backend {
                    g.update_s / w * 1e6, g.launch_s / w * 1e6);
       if (g.timed_replays > 0) {
         const double r = double(g.timed_replays);
+        const double host_us =
+            g.replay_host_before_s / double(std::max<int64_t>(g.replays_launched, 1)) * 1e6;
         std::fprintf(stderr,
-                     "cuda backend replayed windows: host before the first launch %.1f us, GPU from the first "
-                     "launch to the end %.1f us (per window, %lld timed)\n",
-                     g.replay_host_before_s / double(g.replays) * 1e6, g.replay_gpu_s / r * 1e6,
-                     (long long)g.timed_replays);
+                     "cuda backend replayed windows: host before the first launch %.1f us, GPU "
+                     "from the first launch to the end %.1f us (per window, %lld timed)\n",
+                     host_us, g.replay_gpu_s / r * 1e6, (long long)g.timed_replays);
       }
     }
     if (graph_.profiling()) std::fputs(graph_.profile_table().c_str(), stderr);

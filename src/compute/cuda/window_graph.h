@@ -62,12 +62,15 @@ struct WindowGraphStats {
   int64_t windows = 0, replays = 0, records = 0, segments = 0, instantiations = 0, updates = 0, nodes = 0;
   int64_t forgotten = 0;  // times the recorded programs were dropped (a buffer was replaced)
   int64_t kernels = 0;    // kernel nodes of the profiled windows' graphs (Capture mode only)
-  // Replayed windows, timed (STRATA_CUDA_GRAPH_STATS=1): host time from begin_window to the first
-  // segment's launch (the ops' bookkeeping, which the GPU waits for), and GPU time from just
-  // before that launch to the end of the window's last segment (idle gaps between segments, while
-  // the host reads and launches the next, included).
+  // Replayed windows: host time from begin_window to the first segment's launch (the ops'
+  // bookkeeping, which the GPU waits for; always counted: two clock reads a window), and, timed
+  // with events under STRATA_CUDA_GRAPH_STATS=1, GPU time from just before that launch to the end
+  // of the window's last segment (idle gaps between segments, while the host reads and launches
+  // the next, included).
+  double replay_host_before_s = 0;
+  int64_t replays_launched = 0;  // the replayed windows it sums (their first segment launched)
   int64_t timed_replays = 0;
-  double replay_host_before_s = 0, replay_gpu_s = 0;
+  double replay_gpu_s = 0;
   double capture_s = 0, update_s = 0, launch_s = 0;  // host time
 };
 
@@ -172,7 +175,7 @@ class WindowGraph {
   WindowGraphStats stats_;
   // Profiling: events recorded this window, with their labels and segments.
   bool profiling_ = false;
-  // Replay timing (STRATA_CUDA_GRAPH_STATS=1).
+  // Replay timing: the host part always, the GPU part with STRATA_CUDA_GRAPH_STATS=1 (timing_).
   bool timing_ = false, timing_pending_ = false;
   double window_begun_ = 0;
   cudaEvent_t replay_start_ = nullptr, replay_end_ = nullptr;
