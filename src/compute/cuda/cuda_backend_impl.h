@@ -96,9 +96,11 @@ inline void check_device_fits(const BackendShared& shared) {
   if (const char* v = std::getenv("STRATA_CUDA_FIT_CHECK"); v && std::strcmp(v, "0") == 0) return;
   size_t free_bytes = 0, total_bytes = 0;
   STRATA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (check_gpu_fit("", free_bytes, shared.gpu_footprint, shared.gpu_tier).fits) return;
+  // Named only when it does not fit (cudaGetDeviceProperties takes milliseconds on some drivers).
   const GpuFit fit =
       check_gpu_fit(describe_device(), free_bytes, shared.gpu_footprint, shared.gpu_tier);
-  if (!fit.fits) fail("cuda backend: {} (STRATA_CUDA_FIT_CHECK=0 skips this check)", fit.message);
+  fail("cuda backend: {} (STRATA_CUDA_FIT_CHECK=0 skips this check)", fit.message);
 }
 
 // Window graphs are on unless STRATA_CUDA_GRAPH=0 (the eager path, for comparison and debugging).
