@@ -192,13 +192,14 @@ std::vector<TierModel> tier_models() {
   return models;
 }
 
-TEST(CudaExpertTier, EveryBudgetGivesTheAllResidentLogitsBitwise) {
-  STRATA_REQUIRE_CUDA_DEVICE();
+// Every cell of the invariance test, with waits that release themselves off or on (one test each,
+// so that each has the label's time limit and can be run alone).
+void expect_every_budget_bitwise(bool self_release) {
   unsetenv("STRATA_TIER_SELF_RELEASE");  // it would override the cells' setting (expert_tier.cpp)
   for (const TierModel& m : tier_models()) {
     const Trace reference = run(m.path, Setting{"all resident"});
     // name, budget share (permille), slots, read-ahead, eager, prefill chunk, RAM slots,
-    // self-release (set per pass below), slots short of all, verify rows.
+    // self-release (set below), slots short of all, verify rows.
     const std::vector<Setting> settings = {
         {"1 slot per layer", 0, 1},
         {"1 slot per layer, no read-ahead", 0, 1, false},
@@ -228,47 +229,59 @@ TEST(CudaExpertTier, EveryBudgetGivesTheAllResidentLogitsBitwise) {
         {"all but 2, eager", 0, 0, true, true, 16, -1, false, 2},
         {"all but 2, RAM arena of 2 slots (streaming)", 0, 0, true, false, 16, 2, false, 2},
     };
-    for (const bool self_release : {false, true})
-      for (Setting s : settings) {
-        s.self_release = self_release;
-        s.name += self_release ? ", self-release on" : ", self-release off";
-        const Trace t = run(m.path, s, 24, &reference.tokens);
-        expect_bitwise(reference, t, m.name + ": " + s.name);
-        if (!t.tier.tiered) {
-          ADD_FAILURE() << m.name << ": " << s.name << " ran without a tier";
-          continue;
-        }
-        std::printf("[ tier ] %s, %s: %d slots per layer + %d transient (%.1f MiB); hit rate %.3f, %llu misses (%llu "
-                    "transient), read-ahead %llu issued / %llu used, %.1f MiB copied in\n",
-                    m.name.c_str(), s.name.c_str(), t.tier.slots_per_layer, t.tier.transient_slots,
-                    double(t.tier.arena_bytes) / (1 << 20), t.tier.stats.hit_rate(),
-                    (unsigned long long)t.tier.stats.misses, (unsigned long long)t.tier.stats.transient,
-                    (unsigned long long)t.tier.stats.read_ahead_issued, (unsigned long long)t.tier.stats.read_ahead_used,
-                    double(t.tier.stats.loaded_bytes) / (1 << 20));
-        EXPECT_GT(t.tier.stats.misses, 0u) << s.name;  // the experts really moved
-        // The GPU released exactly the handshakes the host's rule says it did (serve() also checks
-        // each against the residency), and does so once most experts are resident.
-        std::printf("[ tier ] %s, %s: %llu of %llu handshakes released by the GPU itself\n", m.name.c_str(),
-                    s.name.c_str(), (unsigned long long)t.tier.stats.self_released,
-                    (unsigned long long)t.tier.stats.handshakes);
-        EXPECT_EQ(t.tier.stats.self_released, t.tier.stats.gpu_self_released) << s.name;
-        if (!s.self_release) {
-          EXPECT_EQ(t.tier.stats.self_released, 0u) << s.name;
-        } else if (s.slots_short > 0) {
-          EXPECT_GT(t.tier.stats.self_released, 0u) << s.name;
-        }
-        if (!s.read_ahead) {
-          EXPECT_EQ(t.tier.stats.read_ahead_issued, 0u) << s.name;
-          EXPECT_EQ(t.tier.stats.read_ahead_bytes, 0u) << s.name;
-        } else {
-          // The guesses were made and copied in beside the previous layer.
-          EXPECT_GT(t.tier.stats.read_ahead_issued, 0u) << s.name;
-          EXPECT_GT(t.tier.stats.read_ahead_bytes, 0u) << s.name;
-          EXPECT_LE(t.tier.stats.read_ahead_used, t.tier.stats.read_ahead_issued) << s.name;
-        }
+    for (Setting s : settings) {
+      s.self_release = self_release;
+      s.name += self_release ? ", self-release on" : ", self-release off";
+      const Trace t = run(m.path, s, 24, &reference.tokens);
+      expect_bitwise(reference, t, m.name + ": " + s.name);
+      if (!t.tier.tiered) {
+        ADD_FAILURE() << m.name << ": " << s.name << " ran without a tier";
+        continue;
       }
+      std::printf(
+          "[ tier ] %s, %s: %d slots per layer + %d transient (%.1f MiB); hit rate %.3f, %llu "
+          "misses (%llu transient), read-ahead %llu issued / %llu used, %.1f MiB copied in\n",
+          m.name.c_str(), s.name.c_str(), t.tier.slots_per_layer, t.tier.transient_slots,
+          double(t.tier.arena_bytes) / (1 << 20), t.tier.stats.hit_rate(),
+          (unsigned long long)t.tier.stats.misses, (unsigned long long)t.tier.stats.transient,
+          (unsigned long long)t.tier.stats.read_ahead_issued,
+          (unsigned long long)t.tier.stats.read_ahead_used,
+          double(t.tier.stats.loaded_bytes) / (1 << 20));
+      EXPECT_GT(t.tier.stats.misses, 0u) << s.name;  // the experts really moved
+      // The GPU released exactly the handshakes the host's rule says it did (serve() also checks
+      // each against the residency), and does so once most experts are resident.
+      std::printf("[ tier ] %s, %s: %llu of %llu handshakes released by the GPU itself\n",
+                  m.name.c_str(), s.name.c_str(), (unsigned long long)t.tier.stats.self_released,
+                  (unsigned long long)t.tier.stats.handshakes);
+      EXPECT_EQ(t.tier.stats.self_released, t.tier.stats.gpu_self_released) << s.name;
+      if (!s.self_release) {
+        EXPECT_EQ(t.tier.stats.self_released, 0u) << s.name;
+      } else if (s.slots_short > 0) {
+        EXPECT_GT(t.tier.stats.self_released, 0u) << s.name;
+      }
+      if (!s.read_ahead) {
+        EXPECT_EQ(t.tier.stats.read_ahead_issued, 0u) << s.name;
+        EXPECT_EQ(t.tier.stats.read_ahead_bytes, 0u) << s.name;
+      } else {
+        // The guesses were made and copied in beside the previous layer.
+        EXPECT_GT(t.tier.stats.read_ahead_issued, 0u) << s.name;
+        EXPECT_GT(t.tier.stats.read_ahead_bytes, 0u) << s.name;
+        EXPECT_LE(t.tier.stats.read_ahead_used, t.tier.stats.read_ahead_issued) << s.name;
+      }
+    }
     std::filesystem::remove(m.path);
   }
+}
+
+// Self-release off: the production default (GpuTierOptions::self_release).
+TEST(CudaExpertTier, EveryBudgetGivesTheAllResidentLogitsBitwise) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  expect_every_budget_bitwise(false);
+}
+
+TEST(CudaExpertTier, EveryBudgetWithSelfReleaseGivesTheAllResidentLogitsBitwise) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  expect_every_budget_bitwise(true);
 }
 
 // Greedy decode with the policies: optional startup fill, optional prompt-hot pins after the
