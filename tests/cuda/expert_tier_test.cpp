@@ -14,6 +14,7 @@
 // the GPU arena: the startup fill (a usage history's ranking, counted from GPU windows) and
 // prompt-hot pins change residency, never the logits, and do what they are for (more hits; pinned
 // slots held).
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "backends/backend_registry.h"
 #include "compute/cpu/thread_pool.h"
 #include "compute/cuda/cuda_backend.h"
+#include "compute/gpu_memory_plan.h"
 #include "cuda_test_util.h"
 #include "engine/session.h"
 #include "experts/expert_store.h"
@@ -520,6 +522,50 @@ TEST(CudaExpertTier, ADensePartLargerThanTheDeviceFailsAtStartWithTheNumbers) {
     EXPECT_EQ(session.logits().size(), size_t(model->hparams().n_vocab));
   }
   unsetenv("STRATA_CUDA_FIT_CHECK");
+  std::filesystem::remove(path);
+}
+
+// What the start check counts, against what the first windows take from the device (the margin's
+// terms are read off the code, so they are held to the device here): a session with a 2-slot tier,
+// 40 prompt tokens in one window and 8 decode steps allocates at least the dense weights and the
+// arena, and at most the check's total plus 256 MiB for what it leaves out (the kernels the driver
+// loads on first launch, graph executables; the same headroom GpuExpertTier keeps).
+TEST(CudaExpertTier, TheStartCheckBoundsWhatTheFirstWindowsAllocate) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  compute::cuda::register_cuda_backend();
+  const std::string path =
+      std::filesystem::temp_directory_path().string() + "/strata-tier-footprint.gguf";
+  test_support::write_mid_qwen4exp_4_layers(path);
+  auto model = Model::load(path);
+  compute::GpuTierOptions& tier = model->backend_shared().gpu_tier;
+  tier.layers = model->expert_layouts();
+  tier.slots_per_layer = 2;
+  const compute::GpuModelFootprint& footprint = model->backend_shared().gpu_footprint;
+  ASSERT_EQ(cudaFree(nullptr), cudaSuccess);  // the context exists before the first reading
+  size_t free_before = 0, free_after = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  const compute::GpuFit fit = compute::check_gpu_fit("", free_before, footprint, tier);
+  ASSERT_TRUE(fit.fits) << fit.message;
+  compute::ThreadPool pool(2);
+  {
+    Session session(*model, pool, nullptr, "cuda");
+    session.prefill(prompt_for(model->hparams(), 40), 64);
+    for (int i = 0; i < 8; ++i) {
+      const std::vector<float>& logits = session.logits();
+      session.decode(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    }
+    (void)session.logits();
+    ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  }
+  const uint64_t used = free_before - free_after;
+  const uint64_t arena = fit.arena_bytes;
+  std::printf(
+      "[ fit ] the check counted %.1f MiB (dense %.1f, working %.1f, arena %.1f); the first "
+      "windows took %.1f MiB\n",
+      double(fit.need_bytes) / (1 << 20), double(fit.dense_bytes) / (1 << 20),
+      double(fit.working_bytes) / (1 << 20), double(arena) / (1 << 20), double(used) / (1 << 20));
+  EXPECT_GE(used, fit.dense_bytes + arena);
+  EXPECT_LE(used, fit.need_bytes + (uint64_t(256) << 20));
   std::filesystem::remove(path);
 }
 
