@@ -5,6 +5,8 @@
 //   BM_Matvec/<type>/threads:N  compute::matvec over ~384 MiB of weights (n_in = 4096, n_out chosen
 //                               per type), far larger than every cache: weight bytes streamed per
 //                               s.
+//   BM_MatvecPrefetch/<type>/threads:N/bytes:B  BM_Matvec with the decode row's software prefetch
+//                               B bytes ahead (compute/cpu/matmul.h; 0 = off).
 //   BM_MatvecInCache/<type>     the same kernel on a 512 KiB matrix that stays in L2, one thread:
 //                               the dot kernel's compute ceiling. If it is below BM_DramRead, the
 //                               type is compute-bound and no memory trick helps. GB/s_cpu (1-thread
@@ -278,6 +280,23 @@ int register_benchmarks() {
         ->ArgName("threads")
         ->Arg(1)
         ->Arg(2)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  // The decode row's software prefetch distance (compute/cpu/matmul.h weight_prefetch_bytes) on
+  // the streamed matrix, 0 = off, for the types whose decode rows take the one-row dot.
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::IQ2_XS, GgmlType::Q6_K}) {
+    benchmark::RegisterBenchmark(("BM_MatvecPrefetch/" + std::string(type_name(type))).c_str(),
+                                 [type](benchmark::State& state) {
+                                   const size_t saved = weight_prefetch_bytes();
+                                   set_weight_prefetch_bytes(size_t(state.range(1)));
+                                   run_matmul(state, type, kInputs,
+                                              outputs_for(type, kInputs, kStreamedWeightBytes), 1,
+                                              int(state.range(0)));
+                                   set_weight_prefetch_bytes(saved);
+                                 })
+        ->ArgNames({"threads", "bytes"})
+        ->ArgsProduct({{1, 2}, {0, 512, 1024, 2048, 4096, 8192}})
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }

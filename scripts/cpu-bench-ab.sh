@@ -11,7 +11,8 @@
 # carrying [".device/build", ".baseline"] (and ".device/peer" for llama.cpp) after
 # scripts/device-stash.sh out-hf with models/ moved out (the 64 MiB limit).
 # Knobs: AB_AFTER_ENV (one "VAR=value ..." variant of the working tree's binary, run every round),
-# MODEL (a GGUF instead of the synthesized file), AB_KEEP_BASE (1: keep an earlier call's
+# MODEL (a GGUF instead of the synthesized file; written with `strata synth AB_SYNTH_ARGS` when it does not
+# exist, default "--shape mid-qwen4exp --layers 48 --experts 512 --type q8_0 --expert-type iq2_xs"), AB_KEEP_BASE (1: keep an earlier call's
 # baseline build), AB_BUILD_ONLY (1: build both and write the model, no runs), ROUNDS (3), THREADS (8,16), PROMPT_THREADS (16), PROMPT (512), CHUNK (512: the prefill window, both sides alike; llama-bench batches 512), DECODE (32), LIMIT (420).
 # Outputs under $OUT: build-*.log, synth.log, base-<r>.txt, new-<r>.txt (each run's tables, with
 # the pool's measured hand-out cost), summary.txt.
@@ -53,8 +54,8 @@ model=${MODEL:-/root/cpu-scaling.gguf}
 if [ ! -f "$model" ]; then
   tok=()
   [ -d .device/build/tok ] && tok=(--tokenizer .device/build/tok)
-  ./build-cpu/strata synth --shape mid-qwen4exp --layers 48 --experts 512 --type q8_0 --expert-type iq2_xs \
-    "${tok[@]}" "$model" >"$out/synth.log" 2>&1 || { tail -5 "$out/synth.log"; exit 1; }
+  read -r -a synth_args <<<"${AB_SYNTH_ARGS:---shape mid-qwen4exp --layers 48 --experts 512 --type q8_0 --expert-type iq2_xs}"
+  ./build-cpu/strata synth "${synth_args[@]}" "${tok[@]}" "$model" >"$out/synth.log" 2>&1 || { tail -5 "$out/synth.log"; exit 1; }
   stamp "synth done"
 fi
 [ "${AB_BUILD_ONLY:-0}" = 1 ] && { stamp "built (AB_BUILD_ONLY)"; exit 0; }

@@ -529,6 +529,44 @@ TEST(Matmul, OutputRangesAreBitwiseTheWholeProduct) {
   }
 }
 
+// The decode row's software prefetch (matmul.h weight_prefetch_bytes) is a hint: every distance,
+// from off to more rows than a thread's range holds, gives the same bits, on one thread and on
+// several, with padded rows too; a distance past the bound is refused.
+TEST(Matmul, DecodeRowPrefetchNeverChangesOutputs) {
+  std::mt19937 rng(17);
+  struct Shape {
+    GgmlType type;
+    int64_t n_in, n_out;
+    size_t padding;
+  };
+  const Shape shapes[] = {{GgmlType::Q4_K, 512, 301, 0},  {GgmlType::IQ2_XS, 1024, 97, 0},
+                          {GgmlType::Q6_K, 256, 150, 48}, {GgmlType::F32, 64, 77, 0},
+                          {GgmlType::Q8_0, 256, 64, 0}};
+  const size_t saved = weight_prefetch_bytes();
+  for (int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    for (const Shape& shape : shapes) {
+      const size_t stride = row_bytes(shape.type, shape.n_in) + shape.padding;
+      const std::vector<std::byte> weights = random_weights(shape.type, shape.n_in, shape.n_out, stride, rng);
+      const WeightMatrix w{shape.type, shape.n_in, shape.n_out, weights.data(), stride};
+      const std::vector<float> x = random_inputs(shape.n_in, rng);
+      set_weight_prefetch_bytes(0);
+      std::vector<float> want(size_t(shape.n_out));
+      matvec(pool, w, x.data(), want.data());
+      for (size_t bytes : {size_t(1), size_t(64), size_t(2048), size_t(1) << 20}) {
+        set_weight_prefetch_bytes(bytes);
+        EXPECT_EQ(weight_prefetch_bytes(), bytes);
+        std::vector<float> y(want.size(), -7.0f);
+        matvec(pool, w, x.data(), y.data());
+        EXPECT_EQ(0, std::memcmp(y.data(), want.data(), want.size() * sizeof(float)))
+            << type_traits(shape.type).name << " prefetch " << bytes << " bytes, " << threads << " threads";
+      }
+    }
+  }
+  EXPECT_THROW(set_weight_prefetch_bytes((size_t(1) << 20) + 1), Error);
+  set_weight_prefetch_bytes(saved);
+}
+
 TEST(Matmul, RejectsBadShapes) {
   ThreadPool pool(1);
   std::vector<std::byte> data(4096);
