@@ -285,7 +285,7 @@ int register_benchmarks() {
   }
   // The decode row's software prefetch distance (compute/cpu/matmul.h weight_prefetch_bytes) on
   // the streamed matrix, 0 = off, for the types whose decode rows take the one-row dot.
-  for (GgmlType type : {GgmlType::Q4_K, GgmlType::IQ2_XS, GgmlType::Q6_K}) {
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::IQ2_XS, GgmlType::Q6_K, GgmlType::Q8_0}) {
     benchmark::RegisterBenchmark(("BM_MatvecPrefetch/" + std::string(type_name(type))).c_str(),
                                  [type](benchmark::State& state) {
                                    const size_t saved = weight_prefetch_bytes();
@@ -296,7 +296,7 @@ int register_benchmarks() {
                                    set_weight_prefetch_bytes(saved);
                                  })
         ->ArgNames({"threads", "bytes"})
-        ->ArgsProduct({{1, 2}, {0, 512, 1024, 2048, 4096, 8192}})
+        ->ArgsProduct({{1, 2}, {0, 512, 1024, 2048, 4096, 8192, 32768}})
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }

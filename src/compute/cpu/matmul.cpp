@@ -53,6 +53,27 @@ size_t prefetch_bytes_from_environment() {
 // SIZE_MAX: not yet read from the environment.
 std::atomic<size_t> g_weight_prefetch_bytes{SIZE_MAX};
 
+// The byte range of rows [o_begin, o_end) requested line by line, weight_prefetch_bytes() ahead
+// of a position (default: inactive, requests nothing).
+class TileRangePrefetch {
+ public:
+  TileRangePrefetch() = default;
+  TileRangePrefetch(const WeightMatrix& w, int64_t o_begin, int64_t o_end)
+      : distance_(compute::weight_prefetch_bytes()),
+        next_(reinterpret_cast<uintptr_t>(w.row(o_begin)) & ~uintptr_t(kCacheLine - 1)),
+        end_(reinterpret_cast<uintptr_t>(w.row(o_end - 1)) + w.row_stride_bytes) {}
+  // Requests every line before min(position + distance, the range's end) not yet requested.
+  void request_until(const std::byte* position) {
+    if (distance_ == 0) return;
+    const uintptr_t want = std::min(reinterpret_cast<uintptr_t>(position) + distance_, end_);
+    for (; next_ < want; next_ += kCacheLine) __builtin_prefetch(reinterpret_cast<const void*>(next_), 0, 3);
+  }
+
+ private:
+  size_t distance_ = 0;
+  uintptr_t next_ = 0, end_ = 0;
+};
+
 // Rows ahead of the current one that the prefetch distance covers (0: no prefetch).
 int64_t prefetch_rows_ahead(size_t row_stride_bytes) {
   const size_t bytes = compute::weight_prefetch_bytes();
@@ -179,6 +200,10 @@ void run_outputs(const ProductJob& job, int64_t o_begin, int64_t o_end) {
   // each row's dot below requests the row `ahead` further on (weight_prefetch_bytes).
   const int64_t ahead = n_rows == 1 && !one_row_tiles ? prefetch_rows_ahead(w.row_stride_bytes) : 0;
   for (int64_t o = o_begin; o < std::min(o_end, o_begin + ahead); ++o) prefetch_weight_row(w.row(o), w.row_stride_bytes);
+  // The one-row tiles (Q8_0 on AVX-512) take a tile of rows per call: before each, every line up
+  // to weight_prefetch_bytes() past the tile's end that was not yet requested is requested.
+  TileRangePrefetch tile_prefetch;
+  if (n_rows == 1 && one_row_tiles && o_begin < o_end) tile_prefetch = TileRangePrefetch(w, o_begin, o_end);
   for (int64_t o_tile = o_begin; o_tile < o_end; o_tile += job.outputs_per_tile) {
     const int64_t o_tile_end = std::min(o_end, o_tile + job.outputs_per_tile);
     for (int64_t t_tile = 0; t_tile < n_rows; t_tile += job.rows_per_tile) {
@@ -196,6 +221,7 @@ void run_outputs(const ProductJob& job, int64_t o_begin, int64_t o_end) {
           y[t_tile * n_out + o] = quant::canonical_nan(dot(w.row(o), tile_activations, n_in));
         }
       } else {
+        tile_prefetch.request_until(w.row(o_tile_end - 1) + w.row_stride_bytes);
         quant::dot_tile(w.type, w.row(o_tile), w.row_stride_bytes, o_tile_end - o_tile,
                         tile_activations, job.activation_stride, n_tile_rows, n_in,
                         y + t_tile * n_out + o_tile, 1, size_t(n_out));
