@@ -5,9 +5,11 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <string_view>
 
 #include "compute/cpu/work_estimate.h"
 #include "quant/quant.h"
+#include "util/byte_size.h"
 #include "util/error.h"
 
 namespace strata::compute {
@@ -33,32 +35,34 @@ constexpr int64_t kTilesPerThread = 4;
 // once and then never again). On the 16-core Xeon host of the GPU box (session 50, bench_matvec)
 // one thread's Q4_K matvec streamed 6.9 GB/s where the DRAM read reaches 10.7 and the same kernel
 // on an in-cache matrix 14.2, and IQ2_XS 4.1 against 10.7 and 4.7: time ≈ load time + decode
-// time, as if nothing ran ahead of a compute-heavy loop. Before each row's dot, the row
-// weight_prefetch_bytes() further on is touched (every 64-byte line), so its loads are in flight
-// while this row decodes. A prefetch is a hint: no output bit depends on it.
-constexpr int64_t kMaxPrefetchRows = 64;
+// time, as if nothing ran ahead of a compute-heavy loop. So before each row's dot (or each
+// one-row tile's), every line up to weight_prefetch_bytes() past what is about to be computed is
+// requested, each line once, and its loads are in flight while this row decodes. A prefetch is a
+// hint: no output bit depends on it.
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxPrefetchBytes = size_t(1) << 20;
+constexpr const char* kPrefetchVariable = "STRATA_CPU_PREFETCH_BYTES";
 
+// STRATA_CPU_PREFETCH_BYTES when set: a byte size (parse_byte_size: "2048", "2K") up to 1 MiB.
 size_t prefetch_bytes_from_environment() {
-  const char* value = std::getenv("STRATA_CPU_PREFETCH_BYTES");
+  const char* value = std::getenv(kPrefetchVariable);
   if (value == nullptr || *value == '\0') return kDefaultWeightPrefetchBytes;
-  char* end = nullptr;
-  const unsigned long long parsed = std::strtoull(value, &end, 10);
-  if (*end != '\0' || *value == '-' || parsed > kMaxPrefetchBytes)
-    fail("STRATA_CPU_PREFETCH_BYTES: expected a byte count from 0 to {}, found '{}'", kMaxPrefetchBytes, value);
-  return size_t(parsed);
+  const std::string_view text(value);
+  if (text.ends_with('%')) fail("{}: expected a byte count (2048, 2K), found '{}'", kPrefetchVariable, value);
+  const uint64_t bytes = parse_byte_size(text, 0, kPrefetchVariable);
+  if (bytes > kMaxPrefetchBytes) fail("{}: expected at most 1M, found '{}'", kPrefetchVariable, value);
+  return size_t(bytes);
 }
 
 // SIZE_MAX: not yet read from the environment.
 std::atomic<size_t> g_weight_prefetch_bytes{SIZE_MAX};
 
-// The byte range of rows [o_begin, o_end) requested line by line, weight_prefetch_bytes() ahead
-// of a position (default: inactive, requests nothing).
-class TileRangePrefetch {
+// Rows [o_begin, o_end) of a matrix requested line by line, weight_prefetch_bytes() ahead of the
+// position the caller names (default-constructed: inactive, requests nothing).
+class WeightRangePrefetch {
  public:
-  TileRangePrefetch() = default;
-  TileRangePrefetch(const WeightMatrix& w, int64_t o_begin, int64_t o_end)
+  WeightRangePrefetch() = default;
+  WeightRangePrefetch(const WeightMatrix& w, int64_t o_begin, int64_t o_end)
       : distance_(compute::weight_prefetch_bytes()),
         next_(reinterpret_cast<uintptr_t>(w.row(o_begin)) & ~uintptr_t(kCacheLine - 1)),
         end_(reinterpret_cast<uintptr_t>(w.row(o_end - 1)) + w.row_stride_bytes) {}
@@ -73,18 +77,6 @@ class TileRangePrefetch {
   size_t distance_ = 0;
   uintptr_t next_ = 0, end_ = 0;
 };
-
-// Rows ahead of the current one that the prefetch distance covers (0: no prefetch).
-int64_t prefetch_rows_ahead(size_t row_stride_bytes) {
-  const size_t bytes = compute::weight_prefetch_bytes();
-  if (bytes == 0 || row_stride_bytes == 0) return 0;
-  return std::clamp<int64_t>(int64_t((bytes + row_stride_bytes - 1) / row_stride_bytes), 1, kMaxPrefetchRows);
-}
-
-inline void prefetch_weight_row(const void* row, size_t row_stride_bytes) {
-  const auto* bytes = static_cast<const char*>(row);
-  for (size_t offset = 0; offset < row_stride_bytes; offset += kCacheLine) __builtin_prefetch(bytes + offset, 0, 3);
-}
 
 void validate(const WeightMatrix& w, const float* x, int64_t n_rows, const float* y) {
   const TypeTraits& traits = type_traits(w.type);
@@ -196,14 +188,10 @@ void run_outputs(const ProductJob& job, int64_t o_begin, int64_t o_end) {
       n_in == type_traits(w.type).block_elems ||
       (w.type == GgmlType::Q8_0 && quant::active_kernel_level() == quant::KernelLevel::Avx512);
   float* y = job.y;
-  // A decode row's weights stream from DRAM: the first rows of this range are requested now, and
-  // each row's dot below requests the row `ahead` further on (weight_prefetch_bytes).
-  const int64_t ahead = n_rows == 1 && !one_row_tiles ? prefetch_rows_ahead(w.row_stride_bytes) : 0;
-  for (int64_t o = o_begin; o < std::min(o_end, o_begin + ahead); ++o) prefetch_weight_row(w.row(o), w.row_stride_bytes);
-  // The one-row tiles (Q8_0 on AVX-512) take a tile of rows per call: before each, every line up
-  // to weight_prefetch_bytes() past the tile's end that was not yet requested is requested.
-  TileRangePrefetch tile_prefetch;
-  if (n_rows == 1 && one_row_tiles && o_begin < o_end) tile_prefetch = TileRangePrefetch(w, o_begin, o_end);
+  // A decode row's weights stream from DRAM: before each row (or one-row tile) is computed, the
+  // lines up to weight_prefetch_bytes() past its end are requested.
+  WeightRangePrefetch prefetch;
+  if (n_rows == 1 && o_begin < o_end) prefetch = WeightRangePrefetch(w, o_begin, o_end);
   for (int64_t o_tile = o_begin; o_tile < o_end; o_tile += job.outputs_per_tile) {
     const int64_t o_tile_end = std::min(o_end, o_tile + job.outputs_per_tile);
     for (int64_t t_tile = 0; t_tile < n_rows; t_tile += job.rows_per_tile) {
@@ -217,11 +205,11 @@ void run_outputs(const ProductJob& job, int64_t o_begin, int64_t o_end) {
       const std::byte* tile_activations = job.activations + size_t(t_tile) * job.activation_stride;
       if (n_tile_rows == 1 && !one_row_tiles) {
         for (int64_t o = o_tile; o < o_tile_end; ++o) {
-          if (ahead > 0 && o + ahead < o_end) prefetch_weight_row(w.row(o + ahead), w.row_stride_bytes);
+          prefetch.request_until(w.row(o) + w.row_stride_bytes);
           y[t_tile * n_out + o] = quant::canonical_nan(dot(w.row(o), tile_activations, n_in));
         }
       } else {
-        tile_prefetch.request_until(w.row(o_tile_end - 1) + w.row_stride_bytes);
+        prefetch.request_until(w.row(o_tile_end - 1) + w.row_stride_bytes);
         quant::dot_tile(w.type, w.row(o_tile), w.row_stride_bytes, o_tile_end - o_tile,
                         tile_activations, job.activation_stride, n_tile_rows, n_in,
                         y + t_tile * n_out + o_tile, 1, size_t(n_out));

@@ -112,10 +112,10 @@ void matmul_rows_each(ThreadPool& pool, std::span<const RowsProduct> products);
 // n_rows = 1.
 void matvec(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y);
 
-// Software prefetch of a decode row's weights: the bytes requested ahead of the row being
-// computed when a product has one activation row (0: off). Default kDefaultWeightPrefetchBytes,
-// or STRATA_CPU_PREFETCH_BYTES (read at the first product; a malformed value throws
-// strata::Error). Outputs never depend on it; set_weight_prefetch_bytes is for benches and tests
+// Software prefetch of a decode row's weights: when a product has one activation row, the bytes
+// requested past the end of the row (or one-row tile) about to be computed (0: off). Default
+// kDefaultWeightPrefetchBytes, or STRATA_CPU_PREFETCH_BYTES (a byte size up to 1M, "2K" too; read
+// at the first product; a malformed value throws strata::Error). Outputs never depend on it; set_weight_prefetch_bytes is for benches and tests
 // (process-wide, not meant to change while products run).
 inline constexpr size_t kDefaultWeightPrefetchBytes = 2048;
 size_t weight_prefetch_bytes();
