@@ -100,6 +100,12 @@ function(strata_layer_library name)
   endif()
   add_library(strata_${name} STATIC ${ARGN})
   target_include_directories(strata_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  # Unity batches (STRATA_UNITY, top-level CMakeLists): not for CUDA's library, whose .cu files
+  # nvcc compiles one by one. Sources with their own COMPILE_OPTIONS (the AVX kernels) are never
+  # batched by CMake.
+  if(STRATA_UNITY AND NOT name STREQUAL "cuda")
+    set_target_properties(strata_${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+  endif()
   strata_link_layers(strata_${name} PUBLIC ${name})
 endfunction()
 
