@@ -100,6 +100,7 @@ function(strata_layer_library name)
   endif()
   add_library(strata_${name} STATIC ${ARGN})
   target_include_directories(strata_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(strata_${name} PRIVATE ${STRATA_FUZZ_COVERAGE_FLAGS})
   # Unity batches (STRATA_UNITY, top-level CMakeLists): not for CUDA's library, whose .cu files
   # nvcc compiles one by one. Sources with their own COMPILE_OPTIONS (the AVX kernels) are never
   # batched by CMake.
