@@ -37,7 +37,7 @@ decode() {  # variant, extra environment words...
 decode default >"$out/synth.log"  # writes the model, warms the page cache
 for v in "${variants[@]}"; do
   echo "=== $v" >>"$out/profile.txt"
-  decode "$v" STRATA_CUDA_PROFILE=1 | sed -n '/GPU time by op/,/kernel launches per window/p' >>"$out/profile.txt"
+  decode "$v" STRATA_CUDA_PROFILE=1 | sed -n '/^profiled windows/,/kernel launches per window/p' >>"$out/profile.txt"
 done
 for r in $(seq 1 "$rounds"); do
   for v in "${variants[@]}"; do

@@ -134,6 +134,7 @@ void WindowGraph::finish_window() {
 }
 
 void WindowGraph::plan(const WindowKey& key, bool replayable) {
+  if (profiling_) ++profiled_rows_[key.rows];
   if (!enabled_ || profiling_) return;
   if (!replayable) {
     mode_ = Mode::Eager;
@@ -373,8 +374,13 @@ std::string WindowGraph::profile_table() {
   }
   std::sort(order.rbegin(), order.rend());
   const double w = double(std::max<int64_t>(stats_.windows, 1));
-  std::string out;
+  std::string out = "profiled windows (rows x windows):";
   char line[256];
+  for (const auto& [rows, n] : profiled_rows_) {
+    std::snprintf(line, sizeof line, " %lld x %lld", (long long)rows, (long long)n);
+    out += line;
+  }
+  out += "; the table's columns are per window of all of them\n";
   std::snprintf(line, sizeof line, "%-22s %9s %9s %12s %10s %7s\n", "GPU time by op", "calls/win", "nodes/call",
                 "ms/window", "us/call", "share");
   out += line;

@@ -127,7 +127,8 @@ class WindowGraph {
   // Profiling only: the GPU time from here to the next mark goes to `label` (a string literal).
   void mark(const char* label);
   // "label  calls  nodes  ms/window  us/call  share" rows, largest first, and the kernel launches
-  // per window (profiling only). `nodes`: graph nodes captured per call of the op (kernels,
+  // per window (profiling only), under a heading that gives the windows profiled and their rows
+  // (a backend that ran a prompt and its decode prints one table for both: 64 rows + 1 row ...). `nodes`: graph nodes captured per call of the op (kernels,
   // copies, memsets, side branches' events), counted where CUDA reports the capture's graph.
   std::string profile_table();
 
@@ -190,6 +191,7 @@ class WindowGraph {
     double seconds = 0;
   };
   std::map<std::string, OpProfile> profile_;  // label → totals
+  std::map<int64_t, int64_t> profiled_rows_;  // rows a window → windows profiled with them
 };
 
 // Page-locked host memory for the host → device copies a window makes (token embeddings,
