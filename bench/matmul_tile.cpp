@@ -9,6 +9,14 @@
 // Counter ns/block/row: wall ns per (weight block × activation row); lower is better. The ratio of
 // the two benchmarks at the same T is the gain of decoding a block once for several rows.
 //
+//   BM_PromptShape/<type>/<n_in>x<n_out>/rows:T/threads:N
+//                                   compute::matmul of a prompt window over the matrix shapes
+//                                   whose rate differs: mid-qwen4exp's hyper-connection down
+//                                   (q4_K 4096 -> 128: few outputs, long rows) and up (q5_0
+//                                   128 -> 4096: rows of four blocks), next to a DeltaNet-like
+//                                   in-projection (q4_K 1024 -> 4096) with the same multiply-adds
+//                                   per output row order of magnitude. Counter GMAC/s.
+//
 //   build/bench/bench_matmul_tile --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
@@ -34,21 +42,20 @@ struct Problem {
   WeightMatrix matrix;
 };
 
-Problem make_problem(GgmlType type, int64_t n_rows) {
+Problem make_problem(GgmlType type, int64_t n_rows, int64_t n_in = kInputs, int64_t n_out = kOutputs) {
   Problem p;
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  p.weights.resize(row_bytes(type, kInputs) * size_t(kOutputs));
-  std::vector<float> row(static_cast<size_t>(kInputs));
-  for (int64_t o = 0; o < kOutputs; ++o) {
+  p.weights.resize(row_bytes(type, n_in) * size_t(n_out));
+  std::vector<float> row(static_cast<size_t>(n_in));
+  for (int64_t o = 0; o < n_out; ++o) {
     for (float& v : row) v = normal(rng);
-    quant::quantize_row(type, row.data(), p.weights.data() + size_t(o) * row_bytes(type, kInputs),
-                        kInputs);
+    quant::quantize_row(type, row.data(), p.weights.data() + size_t(o) * row_bytes(type, n_in), n_in);
   }
-  p.x.resize(size_t(n_rows * kInputs));
+  p.x.resize(size_t(n_rows * n_in));
   for (float& v : p.x) v = normal(rng);
-  p.y.resize(size_t(n_rows * kOutputs));
-  p.matrix = WeightMatrix::dense(type, kInputs, kOutputs, p.weights.data());
+  p.y.resize(size_t(n_rows * n_out));
+  p.matrix = WeightMatrix::dense(type, n_in, n_out, p.weights.data());
   return p;
 }
 
@@ -84,7 +91,37 @@ void BM_ExpertRowByRow(benchmark::State& state, GgmlType type) {
   set_counters(state, type, n_rows);
 }
 
+struct PromptShape {
+  GgmlType type;
+  int64_t n_in, n_out;
+};
+
+void BM_PromptShape(benchmark::State& state, PromptShape shape) {
+  const int64_t n_rows = state.range(0);
+  const int threads = int(state.range(1));
+  Problem p = make_problem(shape.type, n_rows, shape.n_in, shape.n_out);
+  ThreadPool pool(threads);
+  for (auto _ : state) {
+    matmul(pool, p.matrix, p.x.data(), n_rows, p.y.data());
+    benchmark::DoNotOptimize(p.y.data());
+  }
+  state.counters["GMAC/s"] = benchmark::Counter(double(n_rows * shape.n_in * shape.n_out) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(quant::kernel_level_name(quant::active_kernel_level())));
+}
+
 int register_all() {
+  for (const PromptShape shape : {PromptShape{GgmlType::Q4_K, 4096, 128}, PromptShape{GgmlType::Q5_0, 128, 4096},
+                                  PromptShape{GgmlType::Q8_0, 128, 4096}, PromptShape{GgmlType::Q4_K, 1024, 4096}}) {
+    const std::string name = "BM_PromptShape/" + std::string(type_name(shape.type)) + "/" +
+                             std::to_string(shape.n_in) + "x" + std::to_string(shape.n_out);
+    benchmark::RegisterBenchmark(name.c_str(), BM_PromptShape, shape)
+        ->ArgNames({"rows", "threads"})
+        ->Args({512, 1})
+        ->Args({512, 2})
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
   for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::IQ2_XS, GgmlType::Q6_K,
                         GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
     const std::string name(type_name(type));
