@@ -271,6 +271,75 @@ TEST(QuantTiles, Avx512Q8_0OneBlockRowsInGroupsOf16AreBitwiseTheSingleRowDot) {
   }
 }
 
+// AVX-512 rows of a few blocks (an even count up to 8: 64-256 weights) go 16 weight rows at a
+// time through a transposed path when the window has 16 activation rows or more; the rest through
+// the ordinary tiles. Every output is bitwise the AVX2 single-row dot of its pair, for each
+// 32-weight symmetric type: block counts taken (2, 4, 6, 8) and not (3, 9), windows below and
+// above the threshold, group counts 0-3 with remainders, both output layouts, padded weight
+// strides, an activation of ±127 quants and an all-zero one.
+TEST(QuantTiles, Avx512Blocks32ShortRowsInGroupsOf16AreBitwiseTheSingleRowDot) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512";
+  struct Kernel {
+    GgmlType type;
+    float (*dot)(const void*, const void*, int64_t);
+    void (*tile)(const void*, size_t, int64_t, const void*, size_t, int64_t, int64_t, float*, size_t, size_t);
+  };
+  const Kernel kernels[] = {{GgmlType::Q8_0, avx2::dot_q8_0, avx512::dot_tile_q8_0},
+                            {GgmlType::Q4_0, avx2::dot_q4_0, avx512::dot_tile_q4_0},
+                            {GgmlType::Q5_0, avx2::dot_q5_0, avx512::dot_tile_q5_0},
+                            {GgmlType::IQ4_NL, avx2::dot_iq4_nl, avx512::dot_tile_iq4_nl}};
+  constexpr int64_t kMaxWeights = 50, kMaxActs = 40;
+  for (const Kernel& k : kernels) {
+    for (const int64_t n : {64, 96, 128, 192, 256, 288}) {
+      const size_t row_size = row_bytes(k.type, n);
+      const size_t act_bytes = activation_row_bytes(k.type, n);
+      for (size_t weight_pad : {size_t(0), size_t(2), size_t(38)}) {
+        const size_t w_stride = row_size + weight_pad;
+        std::vector<uint8_t> weights(2 + w_stride * kMaxWeights, 0xAB);
+        for (int64_t r = 0; r < kMaxWeights; ++r) {
+          const std::vector<uint8_t> row = valid_row(k.type, n, uint32_t(n * 17 + r * 7 + weight_pad));
+          std::memcpy(weights.data() + 2 + size_t(r) * w_stride, row.data(), row_size);
+        }
+        const uint8_t* w = weights.data() + 2;
+        const size_t a_stride = act_bytes + 6;
+        std::vector<uint8_t> acts(a_stride * kMaxActs);
+        for (int64_t t = 0; t < kMaxActs; ++t) {
+          std::vector<float> x = gaussian(n, uint32_t(t * 101 + n), std::ldexp(1.0f, int(t % 5) - 2));
+          if (t == 3) {
+            for (int64_t i = 0; i < n; ++i) x[size_t(i)] = (i * 5 % 3 == 0) ? -1.0f : 1.0f;
+          }
+          if (t == 4) std::fill(x.begin(), x.end(), 0.0f);
+          const testing::Activation act = make_activation(k.type, x);
+          std::memcpy(acts.data() + size_t(t) * a_stride, act.bytes.data(), act_bytes);
+        }
+        for (int64_t n_w : {15, 16, 17, 33, 50}) {
+          for (int64_t n_acts : {1, 15, 16, 17, 40}) {
+            for (bool contiguous : {true, false}) {
+              const size_t out_w_stride = contiguous ? 1 : 3;
+              const size_t out_a_stride = size_t(n_w) * out_w_stride + 1;
+              std::vector<float> out(size_t(n_acts) * out_a_stride, -1234.5f);
+              k.tile(w, w_stride, n_w, acts.data(), a_stride, n_acts, n, out.data(), out_w_stride, out_a_stride);
+              for (int64_t r = 0; r < n_w; ++r) {
+                for (int64_t t = 0; t < n_acts; ++t) {
+                  const float want =
+                      canonical_nan(k.dot(w + size_t(r) * w_stride, acts.data() + size_t(t) * a_stride, n));
+                  const float got = out[size_t(r) * out_w_stride + size_t(t) * out_a_stride];
+                  ASSERT_EQ(f32_to_bits(got), f32_to_bits(want))
+                      << type_name(k.type) << " n=" << n << " weight_pad=" << weight_pad << " n_w=" << n_w
+                      << " n_acts=" << n_acts << " r=" << r << " t=" << t << " contiguous=" << contiguous;
+                }
+              }
+              if (!contiguous) {
+                EXPECT_EQ(out[1], -1234.5f);  // between two outputs: untouched
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // quant::dot_tile (the dispatched entry compute::matmul calls) is quant::dot per pair, bitwise,
 // for every type with kernels at whatever level this process runs (ctest also runs it capped at
 // scalar and avx2).

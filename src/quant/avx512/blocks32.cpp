@@ -332,6 +332,100 @@ void q8_0_one_block_rows16(const std::byte* w, size_t w_stride, const std::byte*
   }
 }
 
+// Rows of a few blocks (an even count from 2 to kShortRowsMaxBlocks: mid-qwen4exp's
+// hyper-connection up projection, 128 wide, 4 blocks) over a prompt window: blocks32_tile spends
+// each output on two or so dot steps and then a horizontal sum (bench_matmul_tile BM_PromptShape:
+// q5_0 128 -> 4096 at a third of a 1024-wide matrix's rate per multiply-add). This path computes
+// 16 weight rows at once with the 16 outputs in the lanes (the one-block kernel above, for any
+// even count of blocks): each row's blocks are decoded once (Weights::pair) and transposed, lane
+// r of values[8b + k] holding bytes 4k..4k+3 of row r's block b, then reused by every activation
+// row. Bitwise blocks32_tile's output: lane r of even[k] (odd[k]) is lane k of its even (odd)
+// half, the same exact i32 sum of 4 products from the same −128·Σw start, the same f32 scale
+// product d_w·d_a, the same FMA chain over the even (odd) blocks in order from +0; then
+// even[k] + odd[k] and avx2::horizontal_sum's tree ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)).
+constexpr int64_t kShortRowsMaxBlocks = 8;
+// Activation rows from which the transposition (two gathers per 4-byte group of a 16-row tile)
+// pays: prompt windows, not decode or short verify windows.
+constexpr int64_t kShortRowsMinActs = 16;
+
+template <typename Block, typename Weights>
+void blocks32_short_rows16(const std::byte* w, size_t w_stride, int64_t n_blocks, const std::byte* a,
+                           size_t a_stride, int64_t n_acts, float* out, size_t out_w_stride,
+                           size_t out_a_stride, const Weights& weights) {
+  constexpr int64_t kRowBytes = kShortRowsMaxBlocks * kBlock32;
+  alignas(64) int8_t decoded[16 * kRowBytes];
+  alignas(64) float weight_scales[kShortRowsMaxBlocks][16];
+  for (int r = 0; r < 16; ++r) {
+    const auto* blocks = reinterpret_cast<const Block*>(w + size_t(r) * w_stride);
+    for (int64_t b = 0; b < n_blocks; b += 2)
+      _mm512_storeu_si512(decoded + r * kRowBytes + b * kBlock32, weights.pair(blocks, b));
+    for (int64_t b = 0; b < n_blocks; ++b) weight_scales[b][r] = avx2::f16_scalar_to_f32(blocks[b].d);
+  }
+  const __m512i bias = _mm512_set1_epi8(char(0x80));
+  const __m512i zero_i = _mm512_setzero_si512();
+  const __m512i row_offsets = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(int(kRowBytes)));
+  __m512i values[kShortRowsMaxBlocks * 8], minus_offsets[kShortRowsMaxBlocks * 8];
+  for (int64_t g = 0; g < n_blocks * 8; ++g) {
+    values[g] = _mm512_i32gather_epi32(row_offsets, decoded + 4 * g, 1);
+    minus_offsets[g] = _mm512_sub_epi32(zero_i, _mm512_dpbusd_epi32(zero_i, bias, values[g]));
+  }
+  __m512 scales[kShortRowsMaxBlocks];
+  for (int64_t b = 0; b < n_blocks; ++b) scales[b] = _mm512_load_ps(weight_scales[b]);
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t t = 0; t < n_acts; ++t) {
+    const auto* x = reinterpret_cast<const BlockQ8_0*>(a + size_t(t) * a_stride);
+    __m512 even[8], odd[8];
+    for (int k = 0; k < 8; ++k) even[k] = odd[k] = zero;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const __m512 d = _mm512_mul_ps(scales[b], _mm512_set1_ps(avx2::f16_scalar_to_f32(x[b].d)));
+      __m512* acc = b % 2 == 0 ? even : odd;
+      for (int k = 0; k < 8; ++k) {
+        int32_t group;
+        std::memcpy(&group, x[b].qs + 4 * k, sizeof group);
+        const __m512i biased = _mm512_xor_si512(_mm512_set1_epi32(group), bias);
+        const __m512i sums = _mm512_dpbusd_epi32(minus_offsets[8 * b + k], biased, values[8 * b + k]);
+        acc[k] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sums), acc[k]);
+      }
+    }
+    __m512 lane[8];
+    for (int k = 0; k < 8; ++k) lane[k] = _mm512_add_ps(even[k], odd[k]);
+    const __m512 sum = _mm512_add_ps(
+        _mm512_add_ps(_mm512_add_ps(lane[0], lane[4]), _mm512_add_ps(lane[2], lane[6])),
+        _mm512_add_ps(_mm512_add_ps(lane[1], lane[5]), _mm512_add_ps(lane[3], lane[7])));
+    const __m512 result = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q), sum,
+                                               _mm512_set1_ps(__builtin_nanf("")));
+    float* o = out + size_t(t) * out_a_stride;
+    if (out_w_stride == 1) {
+      _mm512_storeu_ps(o, result);
+    } else {
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, result);
+      for (int r = 0; r < 16; ++r) o[size_t(r) * out_w_stride] = lanes[r];
+    }
+  }
+}
+
+// dot_tile of the 32-weight symmetric types: rows of a few blocks in groups of 16 through
+// blocks32_short_rows16 when the window is long enough, the rest through blocks32_tiles.
+template <typename Block, typename Weights>
+void blocks32_dot_tile(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
+                       int64_t n_acts, int64_t n, float* out, size_t out_w_stride, size_t out_a_stride,
+                       const Weights& weights) {
+  const int64_t n_blocks = n / kBlock32;
+  int64_t first = 0;
+  if (n_blocks >= 2 && n_blocks <= kShortRowsMaxBlocks && n_blocks % 2 == 0 && n_acts >= kShortRowsMinActs) {
+    for (; first + 16 <= n_w; first += 16)
+      blocks32_short_rows16<Block>(static_cast<const std::byte*>(w) + size_t(first) * w_stride, w_stride, n_blocks,
+                                   static_cast<const std::byte*>(a), a_stride, n_acts,
+                                   out + size_t(first) * out_w_stride, out_w_stride, out_a_stride, weights);
+  }
+  if (first < n_w)
+    blocks32_tiles<Block>(static_cast<const std::byte*>(w) + size_t(first) * w_stride, w_stride, n_w - first, a,
+                          a_stride, n_acts, n, out + size_t(first) * out_w_stride, out_w_stride, out_a_stride,
+                          weights);
+}
+
 constexpr int8_t kQ4_0Values[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 constexpr int8_t kNibbleValues[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
@@ -348,31 +442,31 @@ void dot_tile_q8_0(const void* w, size_t w_stride, int64_t n_w, const void* a, s
                             out + size_t(first) * out_w_stride, out_w_stride, out_a_stride);
   }
   if (first < n_w)
-    blocks32_tiles<BlockQ8_0>(static_cast<const std::byte*>(w) + size_t(first) * w_stride, w_stride,
-                              n_w - first, a, a_stride, n_acts, n,
-                              out + size_t(first) * out_w_stride, out_w_stride, out_a_stride,
-                              Q8_0Weights{});
+    blocks32_dot_tile<BlockQ8_0>(static_cast<const std::byte*>(w) + size_t(first) * w_stride, w_stride,
+                                 n_w - first, a, a_stride, n_acts, n,
+                                 out + size_t(first) * out_w_stride, out_w_stride, out_a_stride,
+                                 Q8_0Weights{});
 }
 
 void dot_tile_q4_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                    int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
                    size_t out_a_stride) {
-  blocks32_tiles<BlockQ4_0>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
-                            out_a_stride, NibbleWeights<BlockQ4_0>{table_of(kQ4_0Values)});
+  blocks32_dot_tile<BlockQ4_0>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
+                               out_a_stride, NibbleWeights<BlockQ4_0>{table_of(kQ4_0Values)});
 }
 
 void dot_tile_q5_0(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                    int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
                    size_t out_a_stride) {
-  blocks32_tiles<BlockQ5_0>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
-                            out_a_stride, Q5_0Weights{{table_of(kNibbleValues)}});
+  blocks32_dot_tile<BlockQ5_0>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
+                               out_a_stride, Q5_0Weights{{table_of(kNibbleValues)}});
 }
 
 void dot_tile_iq4_nl(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
                      int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
                      size_t out_a_stride) {
-  blocks32_tiles<BlockIQ4_NL>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
-                              out_a_stride, NibbleWeights<BlockIQ4_NL>{table_of(kIq4nlValues)});
+  blocks32_dot_tile<BlockIQ4_NL>(w, w_stride, n_w, a, a_stride, n_acts, n, out, out_w_stride,
+                                 out_a_stride, NibbleWeights<BlockIQ4_NL>{table_of(kIq4nlValues)});
 }
 
 float dot_q4_0(const void* w, const void* a, int64_t n) {
