@@ -251,6 +251,24 @@ __m512i table_of(const int8_t (&values)[16]) {
   return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values)));
 }
 
+// The last step of the transposed kernels below (16 weight rows in the lanes): avx2::
+// horizontal_sum's tree ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) on the 8 lane vectors,
+// canonical_nan per lane, and the 16 outputs stored out_w_stride apart.
+[[gnu::always_inline]] inline void store_lane_sums16(const __m512 (&lane)[8], float* o, size_t out_w_stride) {
+  const __m512 sum = _mm512_add_ps(
+      _mm512_add_ps(_mm512_add_ps(lane[0], lane[4]), _mm512_add_ps(lane[2], lane[6])),
+      _mm512_add_ps(_mm512_add_ps(lane[1], lane[5]), _mm512_add_ps(lane[3], lane[7])));
+  const __m512 result = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q), sum,
+                                             _mm512_set1_ps(__builtin_nanf("")));
+  if (out_w_stride == 1) {
+    _mm512_storeu_ps(o, result);
+  } else {
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, result);
+    for (int r = 0; r < 16; ++r) o[size_t(r) * out_w_stride] = lanes[r];
+  }
+}
+
 // Q8_0 rows of ONE block (32 weights: the default model's hyper-connection up projections and
 // routed-expert down projections, rank 32 -> width): blocks32_tile spends its time on each
 // output's tail block and horizontal sum there. This path computes 16 weight rows at once with
@@ -315,20 +333,7 @@ void q8_0_one_block_rows16(const std::byte* w, size_t w_stride, const std::byte*
       const __m512i sums = _mm512_dpbusd_epi32(minus_offsets[k], biased, values[k]);
       lane[k] = _mm512_add_ps(_mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sums), zero), zero);
     }
-    const __m512 sum = _mm512_add_ps(
-        _mm512_add_ps(_mm512_add_ps(lane[0], lane[4]), _mm512_add_ps(lane[2], lane[6])),
-        _mm512_add_ps(_mm512_add_ps(lane[1], lane[5]), _mm512_add_ps(lane[3], lane[7])));
-    // canonical_nan per lane: NaN lanes become the canonical NaN.
-    const __m512 result = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q), sum,
-                                               _mm512_set1_ps(__builtin_nanf("")));
-    float* o = out + size_t(t) * out_a_stride;
-    if (out_w_stride == 1) {
-      _mm512_storeu_ps(o, result);
-    } else {
-      alignas(64) float lanes[16];
-      _mm512_store_ps(lanes, result);
-      for (int r = 0; r < 16; ++r) o[size_t(r) * out_w_stride] = lanes[r];
-    }
+    store_lane_sums16(lane, out + size_t(t) * out_a_stride, out_w_stride);
   }
 }
 
@@ -390,19 +395,7 @@ void blocks32_short_rows16(const std::byte* w, size_t w_stride, int64_t n_blocks
     }
     __m512 lane[8];
     for (int k = 0; k < 8; ++k) lane[k] = _mm512_add_ps(even[k], odd[k]);
-    const __m512 sum = _mm512_add_ps(
-        _mm512_add_ps(_mm512_add_ps(lane[0], lane[4]), _mm512_add_ps(lane[2], lane[6])),
-        _mm512_add_ps(_mm512_add_ps(lane[1], lane[5]), _mm512_add_ps(lane[3], lane[7])));
-    const __m512 result = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q), sum,
-                                               _mm512_set1_ps(__builtin_nanf("")));
-    float* o = out + size_t(t) * out_a_stride;
-    if (out_w_stride == 1) {
-      _mm512_storeu_ps(o, result);
-    } else {
-      alignas(64) float lanes[16];
-      _mm512_store_ps(lanes, result);
-      for (int r = 0; r < 16; ++r) o[size_t(r) * out_w_stride] = lanes[r];
-    }
+    store_lane_sums16(lane, out + size_t(t) * out_a_stride, out_w_stride);
   }
 }
 
