@@ -15,7 +15,9 @@
 //                                   (q4_K 4096 -> 128: few outputs, long rows) and up (q5_0
 //                                   128 -> 4096: rows of four blocks), next to a DeltaNet-like
 //                                   in-projection (q4_K 1024 -> 4096) with the same multiply-adds
-//                                   per output row order of magnitude. Counter GMAC/s.
+//                                   per output row order of magnitude, and a 2048-wide one
+//                                   (rows of 8 Q4_K blocks: the longest the Q4_K tile stages).
+//                                   Counter GMAC/s.
 //
 //   build/bench/bench_matmul_tile --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -112,7 +114,7 @@ void BM_PromptShape(benchmark::State& state, PromptShape shape) {
 
 int register_all() {
   for (const PromptShape shape : {PromptShape{GgmlType::Q4_K, 4096, 128}, PromptShape{GgmlType::Q5_0, 128, 4096},
-                                  PromptShape{GgmlType::Q8_0, 128, 4096}, PromptShape{GgmlType::Q4_K, 1024, 4096}}) {
+                                  PromptShape{GgmlType::Q8_0, 128, 4096}, PromptShape{GgmlType::Q4_K, 1024, 4096}, PromptShape{GgmlType::Q4_K, 2048, 2048}}) {
     const std::string name = "BM_PromptShape/" + std::string(type_name(shape.type)) + "/" +
                              std::to_string(shape.n_in) + "x" + std::to_string(shape.n_out);
     benchmark::RegisterBenchmark(name.c_str(), BM_PromptShape, shape)

@@ -348,9 +348,12 @@ float dot_q4_K(const void* w, const void* a, int64_t n) {
 }
 
 // The staging buffer of dot_tile_q4_K: kQ4KTileActs rows of up to kQ4KMaxStagedBlocks blocks
-// (4096 weights: every mid-qwen4exp Q4_K input; 48 KiB, the L1 of a Zen 5 core, which the staged
-// group replaces rather than adds to). Longer rows read the quants in place.
-constexpr int64_t kQ4KMaxStagedBlocks = 16;
+// (2048 weights, 24 KiB: with the weight row being decoded it stays in a 32 KiB L1). Longer rows
+// read the quants in place: a group of 16-block rows staged is 48 KiB, more than a Zen 4 core's
+// L1, and the copy then cost more than the split loads it saves (bench_matmul_tile
+// BM_PromptShape/q4_K/4096x128, the mid file's hyper-connection down, on the Zen 4 build VM,
+// 3 alternated rounds, medians: 1 thread 33.1 -> 49.2 GMAC/s, 2 threads 64.8 -> 77.6).
+constexpr int64_t kQ4KMaxStagedBlocks = 8;
 
 // Copies the quants of activations [0, n_acts) (n_acts ≤ kQ4KTileActs) into staged, block b of
 // activation t at staged + (t·n_blocks + b)·256.
