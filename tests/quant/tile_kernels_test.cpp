@@ -100,9 +100,9 @@ std::vector<int64_t> lengths_for(GgmlType type) {
   // 4128 and 4160: the last length the AVX-512 blocks32 tiles prepare (64 block pairs and a tail)
   // and the first they read in place.
   if (type_traits(type).block_elems == 32) return {32, 64, 96, 160, 1024, 2592, 4128, 4160};
-  // 4096: the longest row the IQ2_XS wide paths take (16 rows per activation group at AVX2) and
-  // the AVX-512 Q4_K tile stages (4352 reads its quants in place).
-  return {256, 512, 768, 2560, 4096, 4352};
+  // 4096: the longest row the IQ2_XS wide paths take (16 rows per activation group at AVX2);
+  // 2048: the longest the AVX-512 Q4_K tile stages (2304 and up read their quants in place).
+  return {256, 512, 768, 2048, 2304, 2560, 4096, 4352};
 }
 
 std::string describe(const TileKernel& k) {
