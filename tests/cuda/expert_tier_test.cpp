@@ -52,6 +52,30 @@ std::vector<int32_t> prompt_for(const HParams& hp, size_t n) {
   return ids;
 }
 
+// A 4-layer mid-qwen4exp written to the temp directory for one test and removed when the test
+// ends, however it ends (an ASSERT returns early).
+struct TempMidModel {
+  std::string path;
+  explicit TempMidModel(const std::string& name)
+      : path(std::filesystem::temp_directory_path().string() + "/strata-tier-" + name + ".gguf") {
+    test_support::write_mid_qwen4exp_4_layers(path);
+  }
+  TempMidModel(const TempMidModel&) = delete;
+  TempMidModel& operator=(const TempMidModel&) = delete;
+  ~TempMidModel() { std::filesystem::remove(path); }
+
+  // The model loaded with the CUDA backend registered and a GPU tier over every expert layer of
+  // `slots_per_layer` slots (0: the budget decides, set by the caller).
+  std::unique_ptr<Model> load_tiered(int slots_per_layer) const {
+    compute::cuda::register_cuda_backend();
+    auto model = Model::load(path);
+    compute::GpuTierOptions& tier = model->backend_shared().gpu_tier;
+    tier.layers = model->expert_layouts();
+    tier.slots_per_layer = slots_per_layer;
+    return model;
+  }
+};
+
 struct Setting {
   std::string name;
   uint64_t budget_share_permille = 0;  // of all expert bytes; 0 = by slots
@@ -401,8 +425,8 @@ TEST(CudaExpertTier, UsageHistoryFillAndHotPinsKeepTheLogitsAndDoTheirJob) {
 // tokens, never of timing), more hits than exact routing under the same budget, swaps counted.
 TEST(CudaExpertTier, MoceIsDeterministicAndRaisesTheHitRate) {
   STRATA_REQUIRE_CUDA_DEVICE();
-  const std::string path = std::filesystem::temp_directory_path().string() + "/strata-tier-moce.gguf";
-  test_support::write_mid_qwen4exp_4_layers(path);
+  const TempMidModel file("moce");
+  const std::string& path = file.path;
   const PolicyTrace exact = run_policies(path, PolicyRun{.slots = 8});
   const PolicyRun moce{.slots = 8, .moce_lambda = 2.0, .moce_max_rank = 16};
   const PolicyTrace a = run_policies(path, moce), b = run_policies(path, moce);
@@ -421,19 +445,14 @@ TEST(CudaExpertTier, MoceIsDeterministicAndRaisesTheHitRate) {
   EXPECT_GT(m.moce_swaps, 0.0);
   EXPECT_GT(m.hit_rate(), e.hit_rate());
   EXPECT_EQ(e.moce_rows, 0.0);
-  std::filesystem::remove(path);
 }
 
 TEST(CudaExpertTier, SpeculativeWindowsAndRollbackStayBitwise) {
   STRATA_REQUIRE_CUDA_DEVICE();
+  const TempMidModel file("spec");
   compute::cuda::register_cuda_backend();
-  const std::string path = std::filesystem::temp_directory_path().string() + "/strata-tier-spec.gguf";
-  test_support::write_mid_qwen4exp_4_layers(path);
-  auto plain_model = Model::load(path);
-  auto tier_model = Model::load(path);
-  compute::GpuTierOptions& tier = tier_model->backend_shared().gpu_tier;
-  tier.layers = tier_model->expert_layouts();
-  tier.slots_per_layer = 2;
+  auto plain_model = Model::load(file.path);
+  auto tier_model = file.load_tiered(2);
   compute::ThreadPool pool(2);
   Session plain(*plain_model, pool, nullptr, "cuda"), tiered(*tier_model, pool, nullptr, "cuda");
   const std::vector<int32_t> prompt = prompt_for(plain_model->hparams(), 20);
@@ -455,18 +474,13 @@ TEST(CudaExpertTier, SpeculativeWindowsAndRollbackStayBitwise) {
     const std::vector<float>& pb = tiered.logits();
     EXPECT_EQ(std::memcmp(pa.data(), pb.data(), pb.size() * 4), 0) << "round " << round << " after rollback";
   }
-  std::filesystem::remove(path);
 }
 
 TEST(CudaExpertTier, ABudgetBelowTheSmallestArenaFailsWithTheNumbers) {
   STRATA_REQUIRE_CUDA_DEVICE();
-  compute::cuda::register_cuda_backend();
-  const std::string path = std::filesystem::temp_directory_path().string() + "/strata-tier-small.gguf";
-  test_support::write_mid_qwen4exp_4_layers(path);
-  auto model = Model::load(path);
-  compute::GpuTierOptions& tier = model->backend_shared().gpu_tier;
-  tier.layers = model->expert_layouts();
-  tier.budget_bytes = 1 << 20;
+  const TempMidModel file("small");
+  auto model = file.load_tiered(0);
+  model->backend_shared().gpu_tier.budget_bytes = 1 << 20;
   compute::ThreadPool pool(2);
   try {
     Session session(*model, pool, nullptr, "cuda");
@@ -478,7 +492,6 @@ TEST(CudaExpertTier, ABudgetBelowTheSmallestArenaFailsWithTheNumbers) {
     EXPECT_NE(what.find("--gpu-budget 1.0 MiB is below the smallest GPU expert arena"), std::string::npos) << what;
     EXPECT_NE(what.find("transient slots"), std::string::npos) << what;
   }
-  std::filesystem::remove(path);
 }
 
 // The start check (compute/gpu_memory_plan.h check_gpu_fit, called by the CUDA backend's
@@ -488,15 +501,9 @@ TEST(CudaExpertTier, ABudgetBelowTheSmallestArenaFailsWithTheNumbers) {
 // model then runs: its real dense part is small).
 TEST(CudaExpertTier, ADensePartLargerThanTheDeviceFailsAtStartWithTheNumbers) {
   STRATA_REQUIRE_CUDA_DEVICE();
-  compute::cuda::register_cuda_backend();
-  const std::string path =
-      std::filesystem::temp_directory_path().string() + "/strata-tier-fit.gguf";
-  test_support::write_mid_qwen4exp_4_layers(path);
-  auto model = Model::load(path);
-  compute::GpuTierOptions& tier = model->backend_shared().gpu_tier;
-  tier.layers = model->expert_layouts();
-  tier.slots_per_layer = 2;
-  tier.budget_flag = "--gpu-slots-per-layer 2";
+  const TempMidModel file("fit");
+  auto model = file.load_tiered(2);
+  model->backend_shared().gpu_tier.budget_flag = "--gpu-slots-per-layer 2";
   ASSERT_TRUE(model->backend_shared().gpu_footprint.known());
   const uint64_t tebibyte = uint64_t(1) << 40;  // no device has it
   model->backend_shared().gpu_footprint.dense_weight_bytes = tebibyte;
@@ -522,7 +529,6 @@ TEST(CudaExpertTier, ADensePartLargerThanTheDeviceFailsAtStartWithTheNumbers) {
     EXPECT_EQ(session.logits().size(), size_t(model->hparams().n_vocab));
   }
   unsetenv("STRATA_CUDA_FIT_CHECK");
-  std::filesystem::remove(path);
 }
 
 // What the start check counts, against what the first windows take from the device (the margin's
@@ -532,14 +538,9 @@ TEST(CudaExpertTier, ADensePartLargerThanTheDeviceFailsAtStartWithTheNumbers) {
 // loads on first launch, graph executables; the same headroom GpuExpertTier keeps).
 TEST(CudaExpertTier, TheStartCheckBoundsWhatTheFirstWindowsAllocate) {
   STRATA_REQUIRE_CUDA_DEVICE();
-  compute::cuda::register_cuda_backend();
-  const std::string path =
-      std::filesystem::temp_directory_path().string() + "/strata-tier-footprint.gguf";
-  test_support::write_mid_qwen4exp_4_layers(path);
-  auto model = Model::load(path);
-  compute::GpuTierOptions& tier = model->backend_shared().gpu_tier;
-  tier.layers = model->expert_layouts();
-  tier.slots_per_layer = 2;
+  const TempMidModel file("footprint");
+  auto model = file.load_tiered(2);
+  const compute::GpuTierOptions& tier = model->backend_shared().gpu_tier;
   const compute::GpuModelFootprint& footprint = model->backend_shared().gpu_footprint;
   ASSERT_EQ(cudaFree(nullptr), cudaSuccess);  // the context exists before the first reading
   size_t free_before = 0, free_after = 0, total = 0;
@@ -566,7 +567,6 @@ TEST(CudaExpertTier, TheStartCheckBoundsWhatTheFirstWindowsAllocate) {
       double(fit.working_bytes) / (1 << 20), double(arena) / (1 << 20), double(used) / (1 << 20));
   EXPECT_GE(used, fit.dense_bytes + arena);
   EXPECT_LE(used, fit.need_bytes + (uint64_t(256) << 20));
-  std::filesystem::remove(path);
 }
 
 }  // namespace
