@@ -214,52 +214,64 @@ TEST(QuantTiles, EveryTileKernelIsBitwiseTheSingleRowDot) {
   if (ran == 0) GTEST_SKIP() << "this CPU runs none of the tile kernels' levels";
 }
 
-// AVX-512 Q8_0 rows of one block (n = 32) go 16 weight rows at a time through a transposed path
-// (outputs in the lanes); the rows after the last group of 16 through the ordinary tiles. Every
-// output is bitwise avx2::dot_q8_0 of its pair: group counts 0-3 with remainders, both output
-// layouts (contiguous weight rows, as compute::matmul writes them, and strided), padded weight
-// strides, an activation of ±127 quants and one all-zero activation.
-TEST(QuantTiles, Avx512Q8_0OneBlockRowsInGroupsOf16AreBitwiseTheSingleRowDot) {
-  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512";
-  constexpr int64_t n = 32;
-  constexpr int64_t kMaxWeights = 50, kMaxActs = 17;
-  const size_t row_size = row_bytes(GgmlType::Q8_0, n);
-  const size_t act_bytes = activation_row_bytes(GgmlType::Q8_0, n);
+// One AVX-512 grouped-rows case: `n`-weight rows of `type` (each from `make_row`) at three weight
+// paddings, a window of activations (index 3 quantizes to ±127, index 4 is all zeros), and
+// every weight-row count × activation-row count in both output layouts. Each output must be
+// bitwise the AVX2 single-row dot of its pair, and the gap between two strided outputs untouched.
+struct GroupedRowsCase {
+  GgmlType type;
+  DotFn single_dot;
+  DotTileFn tile;
+  int64_t n;
+  std::vector<uint8_t> (*make_row)(GgmlType, int64_t, uint32_t);
+  uint32_t row_seed;  // row r at padding p draws seed row_seed + 7r + p
+  uint32_t act_seed;  // activation t draws seed act_seed + 101t
+  std::vector<int64_t> weight_rows, act_rows;
+};
+
+void expect_grouped_rows_bitwise_the_single_dot(const GroupedRowsCase& c) {
+  const int64_t max_weights = *std::max_element(c.weight_rows.begin(), c.weight_rows.end());
+  const int64_t max_acts = *std::max_element(c.act_rows.begin(), c.act_rows.end());
+  const size_t row_size = row_bytes(c.type, c.n);
+  const size_t act_bytes = activation_row_bytes(c.type, c.n);
   for (size_t weight_pad : {size_t(0), size_t(2), size_t(38)}) {
     const size_t w_stride = row_size + weight_pad;
-    std::vector<uint8_t> weights(2 + w_stride * kMaxWeights, 0xAB);
-    for (int64_t r = 0; r < kMaxWeights; ++r) {
-      const std::vector<uint8_t> row = random_row(GgmlType::Q8_0, n, uint32_t(r * 7 + weight_pad));
+    std::vector<uint8_t> weights(2 + w_stride * size_t(max_weights), 0xAB);
+    for (int64_t r = 0; r < max_weights; ++r) {
+      const std::vector<uint8_t> row =
+          c.make_row(c.type, c.n, c.row_seed + uint32_t(r * 7 + weight_pad));
       std::memcpy(weights.data() + 2 + size_t(r) * w_stride, row.data(), row_size);
     }
     const uint8_t* w = weights.data() + 2;
     const size_t a_stride = act_bytes + 6;
-    std::vector<uint8_t> acts(a_stride * kMaxActs);
-    for (int64_t t = 0; t < kMaxActs; ++t) {
-      std::vector<float> x = gaussian(n, uint32_t(t * 101 + 5), std::ldexp(1.0f, int(t % 5) - 2));
+    std::vector<uint8_t> acts(a_stride * size_t(max_acts));
+    for (int64_t t = 0; t < max_acts; ++t) {
+      std::vector<float> x =
+          gaussian(c.n, c.act_seed + uint32_t(t * 101), std::ldexp(1.0f, int(t % 5) - 2));
       if (t == 3) {
-        for (int64_t i = 0; i < n; ++i) x[size_t(i)] = (i * 5 % 3 == 0) ? -1.0f : 1.0f;
+        for (int64_t i = 0; i < c.n; ++i) x[size_t(i)] = (i * 5 % 3 == 0) ? -1.0f : 1.0f;
       }
       if (t == 4) std::fill(x.begin(), x.end(), 0.0f);
-      const testing::Activation act = make_activation(GgmlType::Q8_0, x);
+      const testing::Activation act = make_activation(c.type, x);
       std::memcpy(acts.data() + size_t(t) * a_stride, act.bytes.data(), act_bytes);
     }
-    for (int64_t n_w : {15, 16, 17, 31, 32, 33, 48, 50}) {
-      for (int64_t n_acts : {1, 2, 5, 17}) {
+    for (int64_t n_w : c.weight_rows) {
+      for (int64_t n_acts : c.act_rows) {
         for (bool contiguous : {true, false}) {
           const size_t out_w_stride = contiguous ? 1 : 3;
           const size_t out_a_stride = size_t(n_w) * out_w_stride + 1;
           std::vector<float> out(size_t(n_acts) * out_a_stride, -1234.5f);
-          avx512::dot_tile_q8_0(w, w_stride, n_w, acts.data(), a_stride, n_acts, n, out.data(),
-                                out_w_stride, out_a_stride);
+          c.tile(w, w_stride, n_w, acts.data(), a_stride, n_acts, c.n, out.data(), out_w_stride,
+                 out_a_stride);
           for (int64_t r = 0; r < n_w; ++r) {
             for (int64_t t = 0; t < n_acts; ++t) {
               const float want = canonical_nan(
-                  avx2::dot_q8_0(w + size_t(r) * w_stride, acts.data() + size_t(t) * a_stride, n));
+                  c.single_dot(w + size_t(r) * w_stride, acts.data() + size_t(t) * a_stride, c.n));
               const float got = out[size_t(r) * out_w_stride + size_t(t) * out_a_stride];
               ASSERT_EQ(f32_to_bits(got), f32_to_bits(want))
-                  << "weight_pad=" << weight_pad << " n_w=" << n_w << " n_acts=" << n_acts
-                  << " r=" << r << " t=" << t << " contiguous=" << contiguous;
+                  << type_name(c.type) << " n=" << c.n << " weight_pad=" << weight_pad
+                  << " n_w=" << n_w << " n_acts=" << n_acts << " r=" << r << " t=" << t
+                  << " contiguous=" << contiguous;
             }
           }
           if (!contiguous) {
@@ -269,6 +281,24 @@ TEST(QuantTiles, Avx512Q8_0OneBlockRowsInGroupsOf16AreBitwiseTheSingleRowDot) {
       }
     }
   }
+}
+
+// AVX-512 Q8_0 rows of one block (n = 32) go 16 weight rows at a time through a transposed path
+// (outputs in the lanes); the rows after the last group of 16 through the ordinary tiles. Every
+// output is bitwise avx2::dot_q8_0 of its pair: group counts 0-3 with remainders, both output
+// layouts (contiguous weight rows, as compute::matmul writes them, and strided), padded weight
+// strides, an activation of ±127 quants and one all-zero activation.
+TEST(QuantTiles, Avx512Q8_0OneBlockRowsInGroupsOf16AreBitwiseTheSingleRowDot) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512";
+  expect_grouped_rows_bitwise_the_single_dot({GgmlType::Q8_0,
+                                              avx2::dot_q8_0,
+                                              avx512::dot_tile_q8_0,
+                                              32,
+                                              random_row,
+                                              0,
+                                              5,
+                                              {15, 16, 17, 31, 32, 33, 48, 50},
+                                              {1, 2, 5, 17}});
 }
 
 // AVX-512 rows of a few blocks (an even count up to 8: 64-256 weights) go 16 weight rows at a
@@ -281,61 +311,24 @@ TEST(QuantTiles, Avx512Blocks32ShortRowsInGroupsOf16AreBitwiseTheSingleRowDot) {
   if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512";
   struct Kernel {
     GgmlType type;
-    float (*dot)(const void*, const void*, int64_t);
-    void (*tile)(const void*, size_t, int64_t, const void*, size_t, int64_t, int64_t, float*, size_t, size_t);
+    DotFn dot;
+    DotTileFn tile;
   };
   const Kernel kernels[] = {{GgmlType::Q8_0, avx2::dot_q8_0, avx512::dot_tile_q8_0},
                             {GgmlType::Q4_0, avx2::dot_q4_0, avx512::dot_tile_q4_0},
                             {GgmlType::Q5_0, avx2::dot_q5_0, avx512::dot_tile_q5_0},
                             {GgmlType::IQ4_NL, avx2::dot_iq4_nl, avx512::dot_tile_iq4_nl}};
-  constexpr int64_t kMaxWeights = 50, kMaxActs = 40;
   for (const Kernel& k : kernels) {
     for (const int64_t n : {64, 96, 128, 192, 256, 288}) {
-      const size_t row_size = row_bytes(k.type, n);
-      const size_t act_bytes = activation_row_bytes(k.type, n);
-      for (size_t weight_pad : {size_t(0), size_t(2), size_t(38)}) {
-        const size_t w_stride = row_size + weight_pad;
-        std::vector<uint8_t> weights(2 + w_stride * kMaxWeights, 0xAB);
-        for (int64_t r = 0; r < kMaxWeights; ++r) {
-          const std::vector<uint8_t> row = valid_row(k.type, n, uint32_t(n * 17 + r * 7 + weight_pad));
-          std::memcpy(weights.data() + 2 + size_t(r) * w_stride, row.data(), row_size);
-        }
-        const uint8_t* w = weights.data() + 2;
-        const size_t a_stride = act_bytes + 6;
-        std::vector<uint8_t> acts(a_stride * kMaxActs);
-        for (int64_t t = 0; t < kMaxActs; ++t) {
-          std::vector<float> x = gaussian(n, uint32_t(t * 101 + n), std::ldexp(1.0f, int(t % 5) - 2));
-          if (t == 3) {
-            for (int64_t i = 0; i < n; ++i) x[size_t(i)] = (i * 5 % 3 == 0) ? -1.0f : 1.0f;
-          }
-          if (t == 4) std::fill(x.begin(), x.end(), 0.0f);
-          const testing::Activation act = make_activation(k.type, x);
-          std::memcpy(acts.data() + size_t(t) * a_stride, act.bytes.data(), act_bytes);
-        }
-        for (int64_t n_w : {15, 16, 17, 33, 50}) {
-          for (int64_t n_acts : {1, 15, 16, 17, 40}) {
-            for (bool contiguous : {true, false}) {
-              const size_t out_w_stride = contiguous ? 1 : 3;
-              const size_t out_a_stride = size_t(n_w) * out_w_stride + 1;
-              std::vector<float> out(size_t(n_acts) * out_a_stride, -1234.5f);
-              k.tile(w, w_stride, n_w, acts.data(), a_stride, n_acts, n, out.data(), out_w_stride, out_a_stride);
-              for (int64_t r = 0; r < n_w; ++r) {
-                for (int64_t t = 0; t < n_acts; ++t) {
-                  const float want =
-                      canonical_nan(k.dot(w + size_t(r) * w_stride, acts.data() + size_t(t) * a_stride, n));
-                  const float got = out[size_t(r) * out_w_stride + size_t(t) * out_a_stride];
-                  ASSERT_EQ(f32_to_bits(got), f32_to_bits(want))
-                      << type_name(k.type) << " n=" << n << " weight_pad=" << weight_pad << " n_w=" << n_w
-                      << " n_acts=" << n_acts << " r=" << r << " t=" << t << " contiguous=" << contiguous;
-                }
-              }
-              if (!contiguous) {
-                EXPECT_EQ(out[1], -1234.5f);  // between two outputs: untouched
-              }
-            }
-          }
-        }
-      }
+      expect_grouped_rows_bitwise_the_single_dot({k.type,
+                                                  k.dot,
+                                                  k.tile,
+                                                  n,
+                                                  valid_row,
+                                                  uint32_t(n * 17),
+                                                  uint32_t(n),
+                                                  {15, 16, 17, 33, 50},
+                                                  {1, 15, 16, 17, 40}});
     }
   }
 }
