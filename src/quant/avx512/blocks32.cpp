@@ -382,9 +382,10 @@ void blocks32_short_rows16(const std::byte* w, size_t w_stride, int64_t n_blocks
     const auto* x = reinterpret_cast<const BlockQ8_0*>(a + size_t(t) * a_stride);
     __m512 even[8], odd[8];
     for (int k = 0; k < 8; ++k) even[k] = odd[k] = zero;
-    for (int64_t b = 0; b < n_blocks; ++b) {
+    // Block b into acc (even or odd, named at compile time below: a pointer chosen per block kept
+    // both arrays on the stack, every FMA a store and a reload, ~20 % slower on Zen 4).
+    const auto add_block = [&](int64_t b, __m512(&acc)[8]) {
       const __m512 d = _mm512_mul_ps(scales[b], _mm512_set1_ps(avx2::f16_scalar_to_f32(x[b].d)));
-      __m512* acc = b % 2 == 0 ? even : odd;
       for (int k = 0; k < 8; ++k) {
         int32_t group;
         std::memcpy(&group, x[b].qs + 4 * k, sizeof group);
@@ -392,6 +393,10 @@ void blocks32_short_rows16(const std::byte* w, size_t w_stride, int64_t n_blocks
         const __m512i sums = _mm512_dpbusd_epi32(minus_offsets[8 * b + k], biased, values[8 * b + k]);
         acc[k] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sums), acc[k]);
       }
+    };
+    for (int64_t b = 0; b < n_blocks; b += 2) {  // n_blocks is even
+      add_block(b, even);
+      add_block(b + 1, odd);
     }
     __m512 lane[8];
     for (int k = 0; k < 8; ++k) lane[k] = _mm512_add_ps(even[k], odd[k]);
