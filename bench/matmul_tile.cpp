@@ -44,7 +44,8 @@ struct Problem {
   WeightMatrix matrix;
 };
 
-Problem make_problem(GgmlType type, int64_t n_rows, int64_t n_in = kInputs, int64_t n_out = kOutputs) {
+Problem make_problem(GgmlType type, int64_t n_rows, int64_t n_in = kInputs,
+                     int64_t n_out = kOutputs) {
   Problem p;
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -52,7 +53,8 @@ Problem make_problem(GgmlType type, int64_t n_rows, int64_t n_in = kInputs, int6
   std::vector<float> row(static_cast<size_t>(n_in));
   for (int64_t o = 0; o < n_out; ++o) {
     for (float& v : row) v = normal(rng);
-    quant::quantize_row(type, row.data(), p.weights.data() + size_t(o) * row_bytes(type, n_in), n_in);
+    quant::quantize_row(type, row.data(), p.weights.data() + size_t(o) * row_bytes(type, n_in),
+                        n_in);
   }
   p.x.resize(size_t(n_rows * n_in));
   for (float& v : p.x) v = normal(rng);
@@ -113,8 +115,12 @@ void BM_PromptShape(benchmark::State& state, PromptShape shape) {
 }
 
 int register_all() {
-  for (const PromptShape shape : {PromptShape{GgmlType::Q4_K, 4096, 128}, PromptShape{GgmlType::Q5_0, 128, 4096},
-                                  PromptShape{GgmlType::Q8_0, 128, 4096}, PromptShape{GgmlType::Q4_K, 1024, 4096}, PromptShape{GgmlType::Q4_K, 2048, 2048}}) {
+  const PromptShape prompt_shapes[] = {{GgmlType::Q4_K, 4096, 128},
+                                       {GgmlType::Q5_0, 128, 4096},
+                                       {GgmlType::Q8_0, 128, 4096},
+                                       {GgmlType::Q4_K, 1024, 4096},
+                                       {GgmlType::Q4_K, 2048, 2048}};
+  for (const PromptShape& shape : prompt_shapes) {
     const std::string name = "BM_PromptShape/" + std::string(type_name(shape.type)) + "/" +
                              std::to_string(shape.n_in) + "x" + std::to_string(shape.n_out);
     benchmark::RegisterBenchmark(name.c_str(), BM_PromptShape, shape)

@@ -128,8 +128,9 @@ class WindowGraph {
   void mark(const char* label);
   // "label  calls  nodes  ms/window  us/call  share" rows, largest first, and the kernel launches
   // per window (profiling only), under a heading that gives the windows profiled and their rows
-  // (a backend that ran a prompt and its decode prints one table for both: 64 rows + 1 row ...). `nodes`: graph nodes captured per call of the op (kernels,
-  // copies, memsets, side branches' events), counted where CUDA reports the capture's graph.
+  // (a backend that ran a prompt and its decode prints one table for both: 64 rows + 1 row ...).
+  // `nodes`: graph nodes captured per call of the op (kernels, copies, memsets, side branches'
+  // events), counted where CUDA reports the capture's graph.
   std::string profile_table();
 
  private:

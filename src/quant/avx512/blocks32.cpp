@@ -254,7 +254,8 @@ __m512i table_of(const int8_t (&values)[16]) {
 // The last step of the transposed kernels below (16 weight rows in the lanes): avx2::
 // horizontal_sum's tree ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) on the 8 lane vectors,
 // canonical_nan per lane, and the 16 outputs stored out_w_stride apart.
-[[gnu::always_inline]] inline void store_lane_sums16(const __m512 (&lane)[8], float* o, size_t out_w_stride) {
+[[gnu::always_inline]] inline void store_lane_sums16(const __m512 (&lane)[8], float* o,
+                                                     size_t out_w_stride) {
   const __m512 sum = _mm512_add_ps(
       _mm512_add_ps(_mm512_add_ps(lane[0], lane[4]), _mm512_add_ps(lane[2], lane[6])),
       _mm512_add_ps(_mm512_add_ps(lane[1], lane[5]), _mm512_add_ps(lane[3], lane[7])));
@@ -347,16 +348,17 @@ void q8_0_one_block_rows16(const std::byte* w, size_t w_stride, const std::byte*
 // row. Bitwise blocks32_tile's output: lane r of even[k] (odd[k]) is lane k of its even (odd)
 // half, the same exact i32 sum of 4 products from the same −128·Σw start, the same f32 scale
 // product d_w·d_a, the same FMA chain over the even (odd) blocks in order from +0; then
-// even[k] + odd[k] and avx2::horizontal_sum's tree ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)).
+// even[k] + odd[k] and avx2::horizontal_sum's tree
+// ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)).
 constexpr int64_t kShortRowsMaxBlocks = 8;
-// Activation rows from which the transposition (two gathers per 4-byte group of a 16-row tile)
+// Activation rows from which the transposition (one gather per 4-byte group of a 16-row tile)
 // pays: prompt windows, not decode or short verify windows.
 constexpr int64_t kShortRowsMinActs = 16;
 
 template <typename Block, typename Weights>
-void blocks32_short_rows16(const std::byte* w, size_t w_stride, int64_t n_blocks, const std::byte* a,
-                           size_t a_stride, int64_t n_acts, float* out, size_t out_w_stride,
-                           size_t out_a_stride, const Weights& weights) {
+void blocks32_short_rows16(const std::byte* w, size_t w_stride, int64_t n_blocks,
+                           const std::byte* a, size_t a_stride, int64_t n_acts, float* out,
+                           size_t out_w_stride, size_t out_a_stride, const Weights& weights) {
   constexpr int64_t kRowBytes = kShortRowsMaxBlocks * kBlock32;
   alignas(64) int8_t decoded[16 * kRowBytes];
   alignas(64) float weight_scales[kShortRowsMaxBlocks][16];
@@ -364,12 +366,14 @@ void blocks32_short_rows16(const std::byte* w, size_t w_stride, int64_t n_blocks
     const auto* blocks = reinterpret_cast<const Block*>(w + size_t(r) * w_stride);
     for (int64_t b = 0; b < n_blocks; b += 2)
       _mm512_storeu_si512(decoded + r * kRowBytes + b * kBlock32, weights.pair(blocks, b));
-    for (int64_t b = 0; b < n_blocks; ++b) weight_scales[b][r] = avx2::f16_scalar_to_f32(blocks[b].d);
+    for (int64_t b = 0; b < n_blocks; ++b)
+      weight_scales[b][r] = avx2::f16_scalar_to_f32(blocks[b].d);
   }
   const __m512i bias = _mm512_set1_epi8(char(0x80));
   const __m512i zero_i = _mm512_setzero_si512();
-  const __m512i row_offsets = _mm512_mullo_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(int(kRowBytes)));
+  const __m512i row_offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(int(kRowBytes)));
   __m512i values[kShortRowsMaxBlocks * 8], minus_offsets[kShortRowsMaxBlocks * 8];
   for (int64_t g = 0; g < n_blocks * 8; ++g) {
     values[g] = _mm512_i32gather_epi32(row_offsets, decoded + 4 * g, 1);
@@ -390,7 +394,8 @@ void blocks32_short_rows16(const std::byte* w, size_t w_stride, int64_t n_blocks
         int32_t group;
         std::memcpy(&group, x[b].qs + 4 * k, sizeof group);
         const __m512i biased = _mm512_xor_si512(_mm512_set1_epi32(group), bias);
-        const __m512i sums = _mm512_dpbusd_epi32(minus_offsets[8 * b + k], biased, values[8 * b + k]);
+        const __m512i sums =
+            _mm512_dpbusd_epi32(minus_offsets[8 * b + k], biased, values[8 * b + k]);
         acc[k] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sums), acc[k]);
       }
     };
@@ -408,20 +413,22 @@ void blocks32_short_rows16(const std::byte* w, size_t w_stride, int64_t n_blocks
 // blocks32_short_rows16 when the window is long enough, the rest through blocks32_tiles.
 template <typename Block, typename Weights>
 void blocks32_dot_tile(const void* w, size_t w_stride, int64_t n_w, const void* a, size_t a_stride,
-                       int64_t n_acts, int64_t n, float* out, size_t out_w_stride, size_t out_a_stride,
-                       const Weights& weights) {
+                       int64_t n_acts, int64_t n, float* out, size_t out_w_stride,
+                       size_t out_a_stride, const Weights& weights) {
   const int64_t n_blocks = n / kBlock32;
   int64_t first = 0;
-  if (n_blocks >= 2 && n_blocks <= kShortRowsMaxBlocks && n_blocks % 2 == 0 && n_acts >= kShortRowsMinActs) {
+  if (n_blocks >= 2 && n_blocks <= kShortRowsMaxBlocks && n_blocks % 2 == 0 &&
+      n_acts >= kShortRowsMinActs) {
     for (; first + 16 <= n_w; first += 16)
-      blocks32_short_rows16<Block>(static_cast<const std::byte*>(w) + size_t(first) * w_stride, w_stride, n_blocks,
-                                   static_cast<const std::byte*>(a), a_stride, n_acts,
-                                   out + size_t(first) * out_w_stride, out_w_stride, out_a_stride, weights);
+      blocks32_short_rows16<Block>(static_cast<const std::byte*>(w) + size_t(first) * w_stride,
+                                   w_stride, n_blocks, static_cast<const std::byte*>(a), a_stride,
+                                   n_acts, out + size_t(first) * out_w_stride, out_w_stride,
+                                   out_a_stride, weights);
   }
   if (first < n_w)
-    blocks32_tiles<Block>(static_cast<const std::byte*>(w) + size_t(first) * w_stride, w_stride, n_w - first, a,
-                          a_stride, n_acts, n, out + size_t(first) * out_w_stride, out_w_stride, out_a_stride,
-                          weights);
+    blocks32_tiles<Block>(static_cast<const std::byte*>(w) + size_t(first) * w_stride, w_stride,
+                          n_w - first, a, a_stride, n_acts, n, out + size_t(first) * out_w_stride,
+                          out_w_stride, out_a_stride, weights);
 }
 
 constexpr int8_t kQ4_0Values[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
@@ -440,8 +447,8 @@ void dot_tile_q8_0(const void* w, size_t w_stride, int64_t n_w, const void* a, s
                             out + size_t(first) * out_w_stride, out_w_stride, out_a_stride);
   }
   if (first < n_w)
-    blocks32_dot_tile<BlockQ8_0>(static_cast<const std::byte*>(w) + size_t(first) * w_stride, w_stride,
-                                 n_w - first, a, a_stride, n_acts, n,
+    blocks32_dot_tile<BlockQ8_0>(static_cast<const std::byte*>(w) + size_t(first) * w_stride,
+                                 w_stride, n_w - first, a, a_stride, n_acts, n,
                                  out + size_t(first) * out_w_stride, out_w_stride, out_a_stride,
                                  Q8_0Weights{});
 }
