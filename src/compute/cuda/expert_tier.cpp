@@ -388,9 +388,10 @@ void GpuExpertTier::read_ahead(cudaStream_t stream) {
   STRATA_CUDA_CHECK(cudaStreamWaitEvent(side_stream_.get(), fork_, 0));
   // Fewer blocks than wait()'s: the branch shares the SMs with the layer's own kernels, and needs
   // only enough loads in flight to keep PCIe busy.
-  // Pending rows exist only with self-release (release_read_ahead writes a row into the job then):
-  // without it the kernel gets none, so no block reads the job header's has_row across PCIe: that
-  // read cost the branch 0.50 -> 1.8 ms per token at the 25 % tier (docs/bench-cuda.md, session 38).
+  // Pending rows exist only with self-release (release_read_ahead writes a row into the job then).
+  // Block 0 alone reads the job header's has_row across PCIe and passes it on in device memory: a
+  // read per block cost the branch 0.50 -> 1.8 ms per token at the 25 % tier (docs/bench-cuda.md,
+  // session 38).
   const bool pending = self_release_;
   tier_read_ahead(words_.as<TierDeviceWords>(), ra_jobs_dev_, ra_job_bytes_, kJobRing, n_expert_, abort_dev_,
                   pending ? pending_rows_.as<uint32_t>() : nullptr, pending ? pending_flags_.as<uint32_t>() : nullptr,

@@ -130,6 +130,7 @@ __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_inde
         copy_row = false;
         channel->released_copies = 0;
         channel->released_row = 0;
+        channel->released_pending_layer = UINT32_MAX;
         words->unconsumed_seq = seq;  // the host has not been heard from (publish_kernel)
         ++words->self_released;
       } else {
@@ -141,6 +142,12 @@ __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_inde
         }
         channel->released_copies = aborted ? 0u : header->n_copies;
         channel->released_row = aborted || channel_index != 0 ? 0u : 1u;
+        // Block 0 alone reads the header's pending row fields across PCIe (as n_copies): one
+        // mapped read per block before its copies cost the read-ahead branch 1.3 ms a token
+        // (docs/bench-cuda.md, session 38).
+        channel->released_pending_layer =
+            !aborted && channel_index == 1 && pending_rows != nullptr && header->has_row != 0 ? header->layer
+                                                                                              : UINT32_MAX;
         copy_row = !aborted && channel_index == 0;
       }
       __threadfence();
@@ -165,10 +172,8 @@ __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_inde
       if (!aborted) copy_row = *reinterpret_cast<const volatile uint32_t*>(&channel->released_row) != 0;
     }
     n_copies = aborted ? 0 : int(*reinterpret_cast<const volatile uint32_t*>(&channel->released_copies));
-    // Read once per block (the job is in host memory): written by the host before `ready`.
-    pending_layer = !aborted && channel_index == 1 && pending_rows != nullptr && header->has_row != 0
-                        ? header->layer
-                        : UINT32_MAX;
+    pending_layer =
+        aborted ? UINT32_MAX : *reinterpret_cast<const volatile uint32_t*>(&channel->released_pending_layer);
   }
   __syncthreads();
   if (aborted) return;

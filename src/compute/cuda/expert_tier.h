@@ -50,7 +50,7 @@
 //     join from before wait to before publish, which puts the branch's last copies and the host's
 //     round trip in series; the 25 % budget fell from 0.83 to 0.69 of all-in-VRAM speed between
 //     sessions 32 and 35: docs/bench-cuda.md, session 35. STRATA_TIER_JOIN=wait restores the old
-//     placement, to be measured before it becomes the default.)
+//     placement; measured in session 36, it was no faster: 0.67 against 0.66.)
 //   host, one thread: sees the sequence number, resolves the layer's union with SlotResidency
 //     (experts/slot_residency.h: the RAM arena's policy, tested equal to it), takes each miss's
 //     bytes from the host tier and fills the job; then, with a guess, ranks it like the CPU path
@@ -210,7 +210,7 @@ class GpuExpertTier {
   void join(cudaStream_t stream);
   // Where the backend joins the previous read-ahead branch: before publish() (the default), or
   // before wait() (STRATA_TIER_JOIN=wait: publish and the host's serving overlap the branch's last
-  // copies; not yet measured on the GPU).
+  // copies; measured no faster, docs/bench-cuda.md session 36).
   bool join_before_publish() const { return join_before_publish_; }
   bool read_ahead_enabled() const { return read_ahead_enabled_; }
   // MoCE against this tier's residency (the layer's slot-map rows for route_top_k_moce); lambda 0
@@ -351,6 +351,7 @@ struct TierChannel {
   uint32_t released_copies;  //   and the job's copy count, for the other blocks
   uint32_t done_blocks;      // blocks of the running kernel that finished
   uint32_t released_row;     //   and whether they write the job's slot-map row (0: released itself)
+  uint32_t released_pending_layer;  //   read-ahead: the layer whose row the job carries, or UINT32_MAX
   uint64_t spin_started_ns, released_ns;  // block 0 of the running kernel (%globaltimer)
   uint64_t wait_ns, copy_ns;              // sums over every kernel of the channel
 };
