@@ -33,10 +33,10 @@ struct GpuTierOptions {
   int slots_per_layer = 0;    // > 0: exactly this many cache slots per layer (overrides the budget)
   bool read_ahead = true;     // the next layer's router guess fills its slots while a layer runs
   // A layer whose routed experts all have cache slots in the device's slot map goes on without
-  // waiting for the host (which still resolves it, in order). Off by default until it has been
-  // measured on the GPU box (written in a session whose device call failed);
-  // STRATA_TIER_SELF_RELEASE=1 or 0 overrides this.
-  bool self_release = false;
+  // waiting for the host (which still resolves it, in order). On by default since session 53
+  // (docs/bench-cuda.md: 1.03-1.05x at the skewed 25 % budget once the read-ahead kernel's blocks
+  // stopped reading the job header across PCIe); STRATA_TIER_SELF_RELEASE=1 or 0 overrides this.
+  bool self_release = true;
   std::vector<ExpertLayerLayout> layers;  // [layer], the trunk's layers
   // Startup fill (SlotResidency::fill): per layer, the experts most wanted first; each layer's
   // first `slots` are copied in when the arena is made, and its first `fill_pinned` pinned.

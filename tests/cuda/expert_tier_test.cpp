@@ -6,7 +6,7 @@
 // back) and each host tier: the GGUF mapping (pinned, read by the load kernel), a RAM arena holding
 // every expert (pinned), and a RAM arena of 2 slots per layer that streams from the file (pointers
 // that die at the next call: copied one by one). Every cell runs twice: with waits that release
-// themselves off (GpuTierOptions::self_release, the production default) and on. A budget below one
+// themselves off and on (GpuTierOptions::self_release, the production default). A budget below one
 // slot per layer plus the transient slots fails with the numbers. Each model: greedy decode of 24
 // tokens after a 40-token prompt, compared logit for logit with memcmp. Waits that release
 // themselves (every routed expert already resident on the device) are counted alike by the GPU and
@@ -299,7 +299,7 @@ void expect_every_budget_bitwise(bool self_release) {
   }
 }
 
-// Self-release off: the production default (GpuTierOptions::self_release).
+// Self-release off (GpuTierOptions::self_release; on is the production default).
 TEST(CudaExpertTier, EveryBudgetGivesTheAllResidentLogitsBitwise) {
   STRATA_REQUIRE_CUDA_DEVICE();
   expect_every_budget_bitwise(false);

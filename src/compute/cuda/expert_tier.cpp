@@ -26,7 +26,6 @@ constexpr size_t kUnit = kGpuArenaUnit;  // slot-map offsets are in these units
 // 44–47 GB/s and decode within 1 % of each other.
 constexpr size_t kChunk = 16 << 10;
 constexpr int kWaitBlocks = 64;
-constexpr int kReadAheadBlocks = 32;
 constexpr size_t kMailboxHeader = 64;
 constexpr int kJobRing = 8;
 
@@ -64,6 +63,9 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   // (session 33's placement, the one run on the GPU) unless STRATA_TIER_JOIN=wait, the candidate
   // that session 35 could compile but not measure (scripts/cuda-bench-join-matvec.sh compares them).
   if (const char* v = std::getenv("STRATA_TIER_JOIN"); v && std::strcmp(v, "wait") == 0) join_before_publish_ = false;
+  // The read-ahead kernel's block count, for measuring (docs/bench-cuda.md, session 53): each of
+  // its blocks on an SM can push one of a layer kernel's blocks there into a second wave.
+  if (const char* v = std::getenv("STRATA_TIER_RA_BLOCKS"); v && std::atoi(v) > 0) read_ahead_blocks_ = std::min(std::atoi(v), kWaitBlocks);
   // Slot layout per layer: [gate | up | down] (compute/gpu_memory_plan.h, which the start check
   // sizes the arena by too).
   const GpuArenaPlan plan = plan_gpu_arena(options, n_expert, k, max_rows);
@@ -395,7 +397,7 @@ void GpuExpertTier::read_ahead(cudaStream_t stream) {
   const bool pending = self_release_;
   tier_read_ahead(words_.as<TierDeviceWords>(), ra_jobs_dev_, ra_job_bytes_, kJobRing, n_expert_, abort_dev_,
                   pending ? pending_rows_.as<uint32_t>() : nullptr, pending ? pending_flags_.as<uint32_t>() : nullptr,
-                  kReadAheadBlocks, side_stream_.get());
+                  read_ahead_blocks_, side_stream_.get());
   STRATA_CUDA_CHECK(cudaEventRecord(join_, side_stream_.get()));
   branch_open_ = true;
 }

@@ -312,6 +312,7 @@ class GpuExpertTier {
   // window thread's in prime/pin_prompt_hot's upload_row.
   DeviceSlotRows device_rows_;
   bool self_release_ = true;
+  int read_ahead_blocks_ = 32;  // fewer than wait()'s; STRATA_TIER_RA_BLOCKS overrides it (measurement)
   bool join_before_publish_ = true;  // STRATA_TIER_JOIN=wait: the join precedes wait() instead
   DeviceBuffer pending_rows_, pending_flags_;  // read-ahead rows waiting for their layer's wait
   volatile uint32_t* consumed_host_ = nullptr;  // the mailbox was read up to this handshake
