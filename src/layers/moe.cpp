@@ -161,18 +161,21 @@ void moe_predict(compute::ThreadPool& pool, compute::Workspace& ws, const MoeDim
 namespace {
 
 // A window's routing grouped by expert: the sorted union, and per expert its rows and weights in
-// row order (expert i's entries are [offsets[i], offsets[i+1]) of rows/weights). All four are
-// workspace vectors.
+// row order (expert i's entries are [offsets[i], offsets[i+1]) of rows/weights). by_row is the
+// inverse, for the combine: row t's k entries are by_row[t·k, (t+1)·k), ascending (so in
+// ascending expert id). All five are workspace vectors.
 struct ExpertRows {
   std::vector<int32_t>* used;
   std::vector<int64_t>* offsets;  // [used + 1]
   std::vector<int64_t>* rows;
   std::vector<float>* weights;
+  std::vector<int64_t>* by_row;  // [n_rows · k]
+  int k = 0;
   int64_t count(size_t e) const { return (*offsets)[e + 1] - (*offsets)[e]; }
 };
 
 ExpertRows group_by_expert(compute::Workspace& ws, const Routing& routing) {
-  ExpertRows g{&ws.ids(0), nullptr, nullptr, nullptr};
+  ExpertRows g{&ws.ids(0), nullptr, nullptr, nullptr, nullptr, routing.k};
   std::vector<int32_t>& used = *g.used;
   used.assign(routing.experts.begin(), routing.experts.end());
   std::sort(used.begin(), used.end());
@@ -180,6 +183,7 @@ ExpertRows group_by_expert(compute::Workspace& ws, const Routing& routing) {
   g.offsets = &ws.ints(used.size() + 1);
   g.rows = &ws.ints(routing.experts.size());
   g.weights = &ws.floats(routing.experts.size());
+  g.by_row = &ws.ints(routing.experts.size());
   std::vector<int64_t>& cursor = ws.ints(used.size());
   const int k = routing.k;
   auto index_of = [&](int32_t expert) {
@@ -190,13 +194,18 @@ ExpertRows group_by_expert(compute::Workspace& ws, const Routing& routing) {
     (*g.offsets)[e + 1] += (*g.offsets)[e];
     cursor[e] = (*g.offsets)[e];
   }
-  for (int64_t t = 0; t < routing.n_rows(); ++t)
+  for (int64_t t = 0; t < routing.n_rows(); ++t) {
+    int64_t* row_entries = g.by_row->data() + t * k;
     for (int j = 0; j < k; ++j) {
       const size_t e = index_of(routing.experts[size_t(t * k + j)]);
       const size_t at = size_t(cursor[e]++);
       (*g.rows)[at] = t;
       (*g.weights)[at] = routing.weights[size_t(t * k + j)];
+      row_entries[j] = int64_t(at);
     }
+    // A row's experts in ascending id (a routing row need not be sorted: MoCE's is not).
+    std::sort(row_entries, row_entries + k);
+  }
   return g;
 }
 
@@ -411,9 +420,9 @@ void run_batch_grouped(compute::ThreadPool& pool, int64_t n_embd, const ExpertRo
 // window thread the routing, publish and wait; (3) the routed experts side by side as in
 // run_routed (one task per expert over all its rows: split by rows, a 16-row step's ~21 experts
 // of ~3 rows each became ~2× as many products of fewer rows, measured slower); (4) the combine
-// and the gated shared expert by the slices of (1). Every row's bits are those of the
-// per-product path: each product is per row (window identity), and each output element adds its
-// experts in ascending id from 0 as the column-split combine does.
+// (combine_rows, as every window's) and the gated shared expert by the slices of (1). Every
+// row's bits are those of the per-product path: each product is per row (window identity), and
+// the combine is per row.
 
 // y += σ(w_sg·x)·shared for rows [begin, end) (after the routed sum: the reference's order).
 void add_gated_shared_rows(const MoeWeights& w, int64_t n_embd, const float* x, int64_t begin,
@@ -427,14 +436,43 @@ void add_gated_shared_rows(const MoeWeights& w, int64_t n_embd, const float* x, 
   }
 }
 
-// Entries [lo, hi) of expert e's rows (ascending row order, group_by_expert) that lie in rows
-// [begin, end).
-std::pair<int64_t, int64_t> entries_in_rows(const ExpertRows& g, size_t e, int64_t begin,
-                                            int64_t end) {
-  const int64_t* rows = g.rows->data();
-  const int64_t* first = rows + (*g.offsets)[e];
-  const int64_t* last = rows + (*g.offsets)[e + 1];
-  return {std::lower_bound(first, last, begin) - rows, std::lower_bound(first, last, end) - rows};
+// y = Σ weight·output over each row's experts, for rows [begin, end): every output element adds
+// its experts in ascending id from +0 (the reference's order, so the same bits on any split of
+// the rows). Row by row, so each expert's output row streams in whole: a split by columns read
+// 256 bytes of every 4 KiB output row per task, latency-bound and slower on 2 threads than on 1
+// (docs/bench-cpu-scaling.md, session 53). A block of 32 columns stays in registers across the
+// row's experts (GCC/Clang vector extensions, lanes independent: plain C++ over a float[32]
+// block compiled to scalar code for a runtime k).
+void combine_rows(const ExpertRows& g, int64_t n_embd, const float* outputs, int64_t begin,
+                  int64_t end, float* y) {
+  typedef float Vec __attribute__((vector_size(16)));
+  constexpr int64_t kLanes = 4, kVectors = 8, kBlock = kLanes * kVectors;
+  const int k = g.k;
+  const float* weights = g.weights->data();
+  for (int64_t t = begin; t < end; ++t) {
+    const int64_t* entries = g.by_row->data() + t * k;
+    float* out = y + t * n_embd;
+    int64_t c0 = 0;
+    for (; c0 + kBlock <= n_embd; c0 += kBlock) {
+      Vec sum[kVectors] = {};
+      for (int j = 0; j < k; ++j) {
+        const float* src = outputs + entries[j] * n_embd + c0;
+        const float weight = weights[entries[j]];
+        for (int64_t v = 0; v < kVectors; ++v) {
+          Vec x;
+          std::memcpy(&x, src + v * kLanes, sizeof x);
+          sum[v] = sum[v] + weight * x;
+        }
+      }
+      std::memcpy(out + c0, sum, sizeof sum);
+    }
+    std::fill(out + c0, out + n_embd, 0.0f);
+    for (int j = 0; j < k; ++j) {
+      const float* src = outputs + entries[j] * n_embd;
+      const float weight = weights[entries[j]];
+      for (int64_t c = c0; c < n_embd; ++c) out[c] += weight * src[c];
+    }
+  }
 }
 
 // A row-sliced combine (moe_forward's row slices): the gated shared expert (shared: its output
@@ -510,39 +548,15 @@ bool run_routed(compute::ThreadPool& pool, compute::Workspace& ws, int64_t n_emb
   ScopedPart part(Part::Combine);
   if (sliced) {
     compute::for_each_row_slice(pool, n_rows, [&](int64_t begin, int64_t end, int) {
-      std::fill(y + begin * n_embd, y + end * n_embd, 0.0f);
-      for (size_t e = 0; e < used.size(); ++e) {
-        const auto [lo, hi] = entries_in_rows(g, e, begin, end);
-        for (int64_t i = lo; i < hi; ++i) {
-          float* out = y + (*g.rows)[size_t(i)] * n_embd;
-          const float* src = outputs.data() + i * n_embd;
-          const float weight = (*g.weights)[size_t(i)];
-          for (int64_t c = 0; c < n_embd; ++c) out[c] += weight * src[c];
-        }
-      }
+      combine_rows(g, n_embd, outputs.data(), begin, end, y);
       if (sliced->shared)
         add_gated_shared_rows(*sliced->w, n_embd, x, begin, end, sliced->shared, y);
     });
     return false;
   }
-  // Split over columns: every output element still adds its experts in ascending id.
-  constexpr int64_t kColumnsPerTask = 64;
-  const int64_t column_tasks = (n_embd + kColumnsPerTask - 1) / kColumnsPerTask;
-  auto combine = [&](int64_t begin, int64_t end, int) {
-    const int64_t c_begin = begin * kColumnsPerTask, c_end = std::min(n_embd, end * kColumnsPerTask);
-    for (int64_t t = 0; t < n_rows; ++t) std::fill(y + t * n_embd + c_begin, y + t * n_embd + c_end, 0.0f);
-    for (size_t e = 0; e < used.size(); ++e)
-      for (int64_t i = (*g.offsets)[e]; i < (*g.offsets)[e + 1]; ++i) {
-        float* out = y + (*g.rows)[size_t(i)] * n_embd;
-        const float* src = outputs.data() + i * n_embd;
-        const float weight = (*g.weights)[size_t(i)];
-        for (int64_t c = c_begin; c < c_end; ++c) out[c] += weight * src[c];
-      }
-  };
-  if (n_rows >= compute::kParallelRowsMin)
-    pool.parallel_for(column_tasks, combine);
-  else
-    combine(0, column_tasks, 0);
+  compute::parallel_rows(pool, n_rows, [&](int64_t begin, int64_t end, int) {
+    combine_rows(g, n_embd, outputs.data(), begin, end, y);
+  });
   return shared_down != nullptr && pending_down == nullptr;
 }
 
