@@ -60,12 +60,13 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   if (const char* v = std::getenv("STRATA_TIER_SELF_RELEASE"); v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0))
     self_release_ = v[0] == '1';
   // Where the read-ahead branch joins (docs/bench-cuda.md, session 35): before the next publish
-  // (session 33's placement, the one run on the GPU) unless STRATA_TIER_JOIN=wait, the candidate
-  // that session 35 could compile but not measure (scripts/cuda-bench-join-matvec.sh compares them).
+  // (session 33's placement) unless STRATA_TIER_JOIN=wait, session 35's candidate, which session 36
+  // measured no faster (0.67 against 0.66 of all in VRAM at the skewed 25 % budget).
   if (const char* v = std::getenv("STRATA_TIER_JOIN"); v && std::strcmp(v, "wait") == 0) join_before_publish_ = false;
   // The read-ahead kernel's block count, for measuring (docs/bench-cuda.md, session 53): each of
   // its blocks on an SM can push one of a layer kernel's blocks there into a second wave.
-  if (const char* v = std::getenv("STRATA_TIER_RA_BLOCKS"); v && std::atoi(v) > 0) read_ahead_blocks_ = std::min(std::atoi(v), kWaitBlocks);
+  if (const char* v = std::getenv("STRATA_TIER_RA_BLOCKS"); v && std::atoi(v) > 0)
+    read_ahead_blocks_ = std::min(std::atoi(v), kWaitBlocks);
   // Slot layout per layer: [gate | up | down] (compute/gpu_memory_plan.h, which the start check
   // sizes the arena by too).
   const GpuArenaPlan plan = plan_gpu_arena(options, n_expert, k, max_rows);
