@@ -433,24 +433,24 @@ void add_gated_shared_rows(const MoeWeights& w, int64_t n_embd, const float* x, 
                            int64_t end, const float* shared, float* y) {
   constexpr int64_t kRows = 8;
   const float* gate_inp = w.shared_gate_inp.data();
-  auto add = [&](int64_t t, float logit) {
-    const float gate = compute::sigmoid(logit);
-    for (int64_t c = 0; c < n_embd; ++c) y[t * n_embd + c] += gate * shared[size_t(t * n_embd + c)];
+  // Rows [t, t + count) with count known at compile time (kRows, or 1 for the tail), so the
+  // logits stay in registers.
+  auto gate_rows = [&](int64_t t, auto count) {
+    constexpr int64_t n = decltype(count)::value;
+    const float* xt = x + t * n_embd;
+    float logit[n] = {};
+    for (int64_t c = 0; c < n_embd; ++c)
+      for (int64_t r = 0; r < n; ++r) logit[r] += gate_inp[c] * xt[r * n_embd + c];
+    for (int64_t r = 0; r < n; ++r) {
+      const float gate = compute::sigmoid(logit[r]);
+      float* out = y + (t + r) * n_embd;
+      const float* in = shared + size_t((t + r) * n_embd);
+      for (int64_t c = 0; c < n_embd; ++c) out[c] += gate * in[c];
+    }
   };
   int64_t t = begin;
-  for (; t + kRows <= end; t += kRows) {
-    const float* xt = x + t * n_embd;
-    float logit[kRows] = {};
-    for (int64_t c = 0; c < n_embd; ++c)
-      for (int64_t r = 0; r < kRows; ++r) logit[r] += gate_inp[c] * xt[r * n_embd + c];
-    for (int64_t r = 0; r < kRows; ++r) add(t + r, logit[r]);
-  }
-  for (; t < end; ++t) {
-    const float* xt = x + t * n_embd;
-    float logit = 0.0f;
-    for (int64_t c = 0; c < n_embd; ++c) logit += gate_inp[c] * xt[c];
-    add(t, logit);
-  }
+  for (; t + kRows <= end; t += kRows) gate_rows(t, std::integral_constant<int64_t, kRows>{});
+  for (; t < end; ++t) gate_rows(t, std::integral_constant<int64_t, 1>{});
 }
 
 // y = Σ weight·output over each row's experts, for rows [begin, end): every output element adds
