@@ -310,6 +310,36 @@ TEST(CudaExpertTier, EveryBudgetWithSelfReleaseGivesTheAllResidentLogitsBitwise)
   expect_every_budget_bitwise(true);
 }
 
+// The publish launched apart from the wait (STRATA_TIER_FUSE_PUBLISH=0, the measuring switch;
+// the default does it in the wait's launch): the same bits, in cells that miss, hit and release
+// themselves, with and without read-ahead, replayed and eager.
+TEST(CudaExpertTier, PublishLaunchedApartGivesTheAllResidentLogitsBitwise) {
+  STRATA_REQUIRE_CUDA_DEVICE();
+  unsetenv("STRATA_TIER_SELF_RELEASE");
+  const TempMidModel m("publish-apart");
+  const Trace reference = run(m.path, Setting{"all resident"});
+  setenv("STRATA_TIER_FUSE_PUBLISH", "0", 1);
+  std::vector<Setting> settings = {
+      {"1 slot per layer", 0, 1},
+      {"25% of the expert bytes, no read-ahead", 250, 0, false},
+      {"50% of the expert bytes, eager", 500, 0, true, true},
+      {"25%, verify windows of 4", 250, 0, true, false, 16, -1, false, 0, 4},
+      {"all but 2, self-release", 0, 0, true, false, 16, -1, true, 2},
+      {"all but 2, self-release, eager", 0, 0, true, true, 16, -1, true, 2},
+  };
+  for (const Setting& s : settings) {
+    const Trace t = run(m.path, s, 24, &reference.tokens);
+    expect_bitwise(reference, t, "mid-qwen4exp-4L, publish apart: " + s.name);
+    EXPECT_TRUE(t.tier.tiered) << s.name;
+    EXPECT_GT(t.tier.stats.misses, 0u) << s.name;
+    EXPECT_EQ(t.tier.stats.self_released, t.tier.stats.gpu_self_released) << s.name;
+    if (s.self_release) {
+      EXPECT_GT(t.tier.stats.self_released, 0u) << s.name;
+    }
+  }
+  unsetenv("STRATA_TIER_FUSE_PUBLISH");
+}
+
 // Greedy decode with the policies: optional startup fill, optional prompt-hot pins after the
 // prompt (GpuExpertTier::pin_prompt_hot through the backend), optional RAM arena with a usage
 // history as host tier (its history then counts the GPU windows).

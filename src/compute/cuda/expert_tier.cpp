@@ -67,6 +67,8 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   // its blocks on an SM can push one of a layer kernel's blocks there into a second wave.
   if (const char* v = std::getenv("STRATA_TIER_RA_BLOCKS"); v && std::atoi(v) > 0)
     read_ahead_blocks_ = std::min(std::atoi(v), kWaitBlocks);
+  // The publish in the wait's launch (expert_tier.h); STRATA_TIER_FUSE_PUBLISH=0 launches it apart.
+  if (const char* v = std::getenv("STRATA_TIER_FUSE_PUBLISH"); v && std::strcmp(v, "0") == 0) fuse_publish_ = false;
   // Slot layout per layer: [gate | up | down] (compute/gpu_memory_plan.h, which the start check
   // sizes the arena by too).
   const GpuArenaPlan plan = plan_gpu_arena(options, n_expert, k, max_rows);
@@ -381,8 +383,22 @@ void GpuExpertTier::publish(int layer, const int32_t* ids, const float* weights,
          capacity, max_rows_);
   if (layer < 0 || size_t(layer) >= layers_.size() || !layers_[size_t(layer)].present)
     fail("gpu expert tier: layer {} has no routed experts", layer);
-  tier_publish(ids, weights, int(n_pairs), guess_ids, guess_weights, guess_ids ? int(n_guess) : 0, int(capacity),
-               layer, mailbox_dev_, consumed_dev_, abort_dev_, words_.as<TierDeviceWords>(), times_dev_, stream);
+  if (pending_publish_.mailbox != nullptr) fail("gpu expert tier: layer {} published before the last publish's wait", layer);
+  TierPublish p;
+  p.ids = ids;
+  p.weights = weights;
+  p.n_pairs = int(n_pairs);
+  p.guess_ids = guess_ids;
+  p.guess_weights = guess_weights;
+  p.n_guess = guess_ids ? int(n_guess) : 0;
+  p.capacity = int(capacity);
+  p.layer = layer;
+  p.mailbox = mailbox_dev_;
+  p.consumed_host = consumed_dev_;
+  // Fused: the next wait() publishes in its own launch (with STRATA_TIER_JOIN=wait after the
+  // read-ahead branch's join, which then precedes the publish too).
+  if (fuse_publish_) pending_publish_ = p;
+  else tier_publish(p, abort_dev_, words_.as<TierDeviceWords>(), times_dev_, stream);
 }
 
 void GpuExpertTier::read_ahead(cudaStream_t stream) {
@@ -418,10 +434,14 @@ void GpuExpertTier::wait(int layer, const int32_t* ids, int64_t n_pairs, cudaStr
     self.pending_row = pending_rows_.as<uint32_t>() + size_t(layer) * size_t(n_expert_);
     self.pending_flag = pending_flags_.as<uint32_t>() + layer;
   }
+  const TierPublish publish = pending_publish_;
+  pending_publish_ = TierPublish{};
+  if (fuse_publish_ && (publish.mailbox == nullptr || publish.layer != layer))
+    fail("gpu expert tier: the wait of layer {} has no publish of that layer before it", layer);
   // 64 blocks: enough 16-byte loads in flight to keep PCIe busy (kWaitBlocks); only block 0 polls the host.
   tier_wait(words_.as<TierDeviceWords>(), jobs_dev_, job_bytes_, kJobRing, n_expert_,
-            smap_.as<uint32_t>() + size_t(layer) * size_t(n_expert_), abort_dev_, times_dev_, self, kWaitBlocks,
-            stream);
+            smap_.as<uint32_t>() + size_t(layer) * size_t(n_expert_), abort_dev_, times_dev_, self,
+            fuse_publish_ ? &publish : nullptr, kWaitBlocks, stream);
 }
 
 bool GpuExpertTier::trace() {

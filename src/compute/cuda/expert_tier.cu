@@ -16,11 +16,12 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
-__global__ void publish_kernel(const int32_t* ids, const float* weights, int n_pairs, const int32_t* guess_ids,
-                               const float* guess_weights, int n_guess, int capacity, int layer, uint8_t* mailbox,
-                               const uint32_t* consumed_host, const uint32_t* abort_flag, TierDeviceWords* words,
-                               TierTimes* times) {
-  pdl_begin();
+// The publish of one handshake by one block: waits until the host has read the previous
+// handshake's mailbox when that one's wait released itself, writes the ids (and the guess) to the
+// mailbox, its timestamp, then the header with `seq` last (the host polls it). REQUIRES: the
+// block's threads all call it; the routed ids are complete (after griddepcontrol.wait).
+__device__ void publish_block(const TierPublish& p, uint32_t seq, TierDeviceWords* words, const uint32_t* abort_flag,
+                              TierTimes* times) {
   // A wait that released itself did not hear from the host: the host may still be reading the
   // mailbox of that handshake. Unless a read-ahead kernel has since seen the host's answer to it
   // (consumed_seq), ask the host word (one read across PCIe, usually already there).
@@ -28,7 +29,7 @@ __global__ void publish_kernel(const int32_t* ids, const float* weights, int n_p
     const volatile TierDeviceWords* v = words;
     const uint32_t unconsumed = v->unconsumed_seq;
     if (int32_t(unconsumed - v->consumed_seq) > 0) {
-      const volatile uint32_t* host = consumed_host;
+      const volatile uint32_t* host = p.consumed_host;
       const volatile uint32_t* abort = abort_flag;
       for (uint32_t spins = 1; int32_t(unconsumed - *host) > 0; ++spins)
         if ((spins & 255) == 0 && *abort != 0) break;
@@ -36,27 +37,26 @@ __global__ void publish_kernel(const int32_t* ids, const float* weights, int n_p
     }
   }
   __syncthreads();
+  uint8_t* mailbox = static_cast<uint8_t*>(p.mailbox);
   int32_t* out_ids = reinterpret_cast<int32_t*>(mailbox + kMailboxHeader);
-  int32_t* out_guess = out_ids + capacity;
-  float* out_weights = reinterpret_cast<float*>(out_guess + capacity);
-  float* out_layer_weights = out_weights + capacity;
-  for (int i = int(threadIdx.x); i < n_pairs; i += int(blockDim.x)) {
-    out_ids[i] = ids[i];
-    out_layer_weights[i] = weights[i];
+  int32_t* out_guess = out_ids + p.capacity;
+  float* out_weights = reinterpret_cast<float*>(out_guess + p.capacity);
+  float* out_layer_weights = out_weights + p.capacity;
+  for (int i = int(threadIdx.x); i < p.n_pairs; i += int(blockDim.x)) {
+    out_ids[i] = p.ids[i];
+    out_layer_weights[i] = p.weights[i];
   }
-  for (int i = int(threadIdx.x); i < n_guess; i += int(blockDim.x)) {
-    out_guess[i] = guess_ids[i];
-    out_weights[i] = guess_weights[i];
+  for (int i = int(threadIdx.x); i < p.n_guess; i += int(blockDim.x)) {
+    out_guess[i] = p.guess_ids[i];
+    out_weights[i] = p.guess_weights[i];
   }
   __threadfence_system();
   __syncthreads();
   if (threadIdx.x == 0) {
-    const uint32_t seq = words->seq + 1;
-    words->seq = seq;
     auto* header = reinterpret_cast<TierMailboxHeader*>(mailbox);
-    header->layer = uint32_t(layer);
-    header->n_pairs = uint32_t(n_pairs);
-    header->n_guess = uint32_t(n_guess);
+    header->layer = uint32_t(p.layer);
+    header->n_pairs = uint32_t(p.n_pairs);
+    header->n_guess = uint32_t(p.n_guess);
     TierTimes* t = times + seq % uint32_t(kTimelineRing);
     t->seq = seq;
     t->published_ns = global_ns();
@@ -64,6 +64,14 @@ __global__ void publish_kernel(const int32_t* ids, const float* weights, int n_p
     header->seq = seq;
     __threadfence_system();
   }
+}
+
+__global__ void publish_kernel(TierPublish p, const uint32_t* abort_flag, TierDeviceWords* words, TierTimes* times) {
+  pdl_begin();
+  const uint32_t seq = words->seq + 1;
+  __syncthreads();  // every thread read the old seq before thread 0 writes the new one
+  if (threadIdx.x == 0) words->seq = seq;
+  publish_block(p, seq, words, abort_flag, times);
 }
 
 // The GPU side of a release: block 0 spins until the host marks the job of `seq` ready (a word
@@ -93,7 +101,7 @@ __global__ void publish_kernel(const int32_t* ids, const float* weights, int n_p
 __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_index, const uint8_t* jobs,
                                         size_t job_bytes, int ring, int n_expert, uint32_t* smap_row,
                                         const uint32_t* abort_flag, TierTimes* times, TierSelfRelease self,
-                                        uint32_t* pending_rows, uint32_t* pending_flags) {
+                                        uint32_t* pending_rows, uint32_t* pending_flags, TierPublish publish) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
@@ -101,10 +109,15 @@ __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_inde
   __shared__ bool aborted, copy_row;
   __shared__ uint32_t pending_layer;  // read-ahead: the guessed layer whose row the job carries, or none
   TierChannel* channel = &words->channel[channel_index];
-  const uint32_t seq = channel_index == 0 ? *reinterpret_cast<const volatile uint32_t*>(&words->seq)
-                                          : *reinterpret_cast<const volatile uint32_t*>(&words->channel[0].released_seq);
+  // Fused with the publish (channel 0): every block reads the last published seq before any block
+  // can have finished (the last block to finish stores the new one), so all agree on seq.
+  const bool fused = channel_index == 0 && publish.mailbox != nullptr;
+  const uint32_t seq = channel_index == 0
+                           ? *reinterpret_cast<const volatile uint32_t*>(&words->seq) + (fused ? 1u : 0u)
+                           : *reinterpret_cast<const volatile uint32_t*>(&words->channel[0].released_seq);
   const uint8_t* job = jobs + size_t(seq % uint32_t(ring)) * job_bytes;
   const auto* header = reinterpret_cast<const volatile TierJobHeader*>(job);
+  if (fused && blockIdx.x == 0) publish_block(publish, seq, words, abort_flag, times);
   bool released_self = false;
   if (blockIdx.x == 0 && self.ids != nullptr) {
     // Only block 0 touches the row before the release; the other blocks write it after.
@@ -227,6 +240,7 @@ __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_inde
     }
     // The host answered this handshake's read-ahead job after it had read the mailbox.
     if (channel_index == 1 && int32_t(seq - words->consumed_seq) > 0) words->consumed_seq = seq;
+    if (fused) words->seq = seq;
     const uint64_t released = v->released_ns;
     channel->wait_ns += released - v->spin_started_ns;
     const uint64_t copied = global_ns();
@@ -238,17 +252,14 @@ __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_inde
 
 }  // namespace
 
-void tier_publish(const int32_t* ids, const float* weights, int n_pairs, const int32_t* guess_ids,
-                  const float* guess_weights, int n_guess, int capacity, int layer, void* mailbox_dev,
-                  const uint32_t* consumed_host, const uint32_t* abort_flag, TierDeviceWords* words,
-                  TierTimes* times, cudaStream_t stream) {
-  launch(publish_kernel, dim3(1), dim3(256), 0, stream, ids, weights, n_pairs, guess_ids, guess_weights, n_guess,
-         capacity, layer, static_cast<uint8_t*>(mailbox_dev), consumed_host, abort_flag, words, times);
+void tier_publish(const TierPublish& publish, const uint32_t* abort_flag, TierDeviceWords* words, TierTimes* times,
+                  cudaStream_t stream) {
+  launch(publish_kernel, dim3(1), dim3(256), 0, stream, publish, abort_flag, words, times);
 }
 
 void tier_wait(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, int ring, int n_expert,
                uint32_t* smap_row, const uint32_t* abort_flag, TierTimes* times, const TierSelfRelease& self,
-               int blocks, cudaStream_t stream) {
+               const TierPublish* publish, int blocks, cudaStream_t stream) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(unsigned(blocks));
   config.blockDim = dim3(kLoadThreads);
@@ -261,7 +272,7 @@ void tier_wait(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, i
   STRATA_CUDA_CHECK(cudaLaunchKernelEx(&config, release_and_copy_kernel, words, 0,
                                        static_cast<const uint8_t*>(jobs_dev), job_bytes, ring, n_expert, smap_row,
                                        abort_flag, times, self, static_cast<uint32_t*>(nullptr),
-                                       static_cast<uint32_t*>(nullptr)));
+                                       static_cast<uint32_t*>(nullptr), publish ? *publish : TierPublish{}));
 }
 
 void tier_read_ahead(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, int ring, int n_expert,
@@ -270,7 +281,7 @@ void tier_read_ahead(TierDeviceWords* words, const void* jobs_dev, size_t job_by
   // The branch's first node: no programmatic dependency to wait for.
   release_and_copy_kernel<<<unsigned(blocks), kLoadThreads, 0, stream>>>(
       words, 1, static_cast<const uint8_t*>(jobs_dev), job_bytes, ring, n_expert, nullptr, abort_flag, nullptr,
-      TierSelfRelease{}, pending_rows, pending_flags);
+      TierSelfRelease{}, pending_rows, pending_flags, TierPublish{});
   STRATA_CUDA_CHECK(cudaGetLastError());
 }
 

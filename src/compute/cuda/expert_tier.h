@@ -20,12 +20,15 @@
 // the window graphs and replayed)
 //   device, compute stream: router, top-k (with read-ahead: the next layer's router on the same
 //     input, in the same top-k launch: the guess) → publish(): the ids and the guess to the
-//     mailbox, a device sequence number + 1 → the shared expert → wait(): a 64-block kernel whose
+//     mailbox, a device sequence number + 1 (the shared expert runs on its own branch meanwhile)
+//     → wait(): a 64-block kernel whose
 //     block 0 spins until the host marks the job of that sequence number ready (the other blocks
 //     spin on a device word block 0 sets: 64 pollers across PCIe made a release take ≈ 107 µs to
 //     be seen, one ≈ 4 µs), then copies the job's chunks (reading pinned host memory directly)
 //     and writes the layer's slot-map row → the expert kernels (launched after it completes: it
-//     does not trigger dependent launch early, so no SM is held while it waits).
+//     does not trigger dependent launch early, so no SM is held while it waits). By default
+//     (fuse_publish) publish() launches nothing: wait()'s block 0 publishes first, in the same
+//     launch, which saves a dependent launch a layer; nothing runs between the two on the stream.
 //   read-ahead (a side branch of the graph, forked after wait(l), joined before publish(l+1), or
 //     with STRATA_TIER_JOIN=wait before wait(l+1), or before the capture segment ends): a kernel
 //     like wait()'s that waits for the read-ahead job of the same sequence number and copies the guessed experts of layer l+1 into their slots
@@ -125,6 +128,21 @@ namespace strata::compute::cuda {
 
 struct TierCopy;   // a chunk to copy (below, with the kernels)
 struct TierTimes;  // a handshake's timestamps (below)
+
+// What one publish writes (kernels below: tier_publish, tier_wait): the routed pairs (device),
+// the guess (device, n_guess 0 without one).
+struct TierPublish {
+  const int32_t* ids = nullptr;
+  const float* weights = nullptr;
+  int n_pairs = 0;
+  const int32_t* guess_ids = nullptr;
+  const float* guess_weights = nullptr;
+  int n_guess = 0;
+  int capacity = 0;  // of each mailbox array
+  int layer = 0;
+  void* mailbox = nullptr;  // mapped (device alias); null: no publish
+  const uint32_t* consumed_host = nullptr;
+};
 
 struct GpuTierStats {
   uint64_t handshakes = 0, needed = 0, hits = 0, misses = 0, transient = 0;
@@ -314,6 +332,11 @@ class GpuExpertTier {
   bool self_release_ = true;
   int read_ahead_blocks_ = 32;  // fewer than wait()'s; STRATA_TIER_RA_BLOCKS overrides it (measurement)
   bool join_before_publish_ = true;  // STRATA_TIER_JOIN=wait: the join precedes wait() instead
+  // publish() only records the handshake's publish and the next wait() does it in its own launch
+  // (block 0, before it waits): one dependent launch a layer fewer. STRATA_TIER_FUSE_PUBLISH=0
+  // launches the publish apart (measurement).
+  bool fuse_publish_ = true;
+  TierPublish pending_publish_;  // recorded by publish(), launched by wait() (mailbox null: none)
   DeviceBuffer pending_rows_, pending_flags_;  // read-ahead rows waiting for their layer's wait
   volatile uint32_t* consumed_host_ = nullptr;  // the mailbox was read up to this handshake
   uint32_t* consumed_dev_ = nullptr;
@@ -380,13 +403,12 @@ struct TierMailboxHeader {
 
 // The mailbox: TierMailboxHeader padded to 64 bytes, then ids[capacity], guess ids[capacity],
 // guess weights[capacity], weights[capacity].
-// Before it writes the mailbox, the publish kernel makes sure the host has read the previous
+// Before it writes the mailbox, the publish makes sure the host has read the previous
 // handshake's (consumed_host: a mapped word the host writes) when that handshake's wait released
 // itself and no read-ahead kernel has since seen the host answer it.
-void tier_publish(const int32_t* ids, const float* weights, int n_pairs, const int32_t* guess_ids,
-                  const float* guess_weights, int n_guess, int capacity, int layer, void* mailbox_dev,
-                  const uint32_t* consumed_host, const uint32_t* abort_flag, TierDeviceWords* words,
-                  TierTimes* times, cudaStream_t stream);
+// A publish as its own one-block launch (GpuExpertTier::publish with fuse_publish off).
+void tier_publish(const TierPublish& publish, const uint32_t* abort_flag, TierDeviceWords* words, TierTimes* times,
+                  cudaStream_t stream);
 // The job of handshake `seq` lies at jobs + (seq % ring) · job_bytes: TierJobHeader, a slot-map
 // row (n_expert words, padded to 16 bytes: the layer's row in a wait job; in a read-ahead job the
 // guessed layer's row after the guess, when has_row), then TierCopy × n_copies.
@@ -396,9 +418,12 @@ struct TierJobHeader {
   uint32_t has_row;         // read-ahead jobs: the row is the guessed layer's
   uint32_t layer;           //   that layer
 };
+// publish (may be null): the handshake's publish, done by block 0 before it waits (one launch
+// instead of two: GpuExpertTier's fuse_publish). The new seq is then words->seq + 1, stored by
+// the last block to finish.
 void tier_wait(TierDeviceWords* words, const void* jobs_dev, size_t job_bytes, int ring, int n_expert,
                uint32_t* smap_row, const uint32_t* abort_flag, TierTimes* times, const TierSelfRelease& self,
-               int blocks, cudaStream_t stream);
+               const TierPublish* publish, int blocks, cudaStream_t stream);
 // The read-ahead branch's kernel: the job of the handshake whose wait() ran last (channel 0's
 // released_seq: it precedes this kernel in the graph, and the next wait() follows the join). The
 // job's row goes to pending_rows[layer] (n_expert words a layer), pending_flags[layer] = 1.
