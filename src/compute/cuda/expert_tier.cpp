@@ -69,6 +69,7 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
     read_ahead_blocks_ = std::min(std::atoi(v), kWaitBlocks);
   // The publish in the wait's launch (expert_tier.h); STRATA_TIER_FUSE_PUBLISH=0 launches it apart.
   if (const char* v = std::getenv("STRATA_TIER_FUSE_PUBLISH"); v && std::strcmp(v, "0") == 0) fuse_publish_ = false;
+  if (const char* v = std::getenv("STRATA_TIER_EARLY_LAUNCH"); v && std::strcmp(v, "0") == 0) early_launch_ = false;
   // Slot layout per layer: [gate | up | down] (compute/gpu_memory_plan.h, which the start check
   // sizes the arena by too).
   const GpuArenaPlan plan = plan_gpu_arena(options, n_expert, k, max_rows);
@@ -433,6 +434,7 @@ void GpuExpertTier::wait(int layer, const int32_t* ids, int64_t n_pairs, cudaStr
     self.resident_below = resident_below();
     self.pending_row = pending_rows_.as<uint32_t>() + size_t(layer) * size_t(n_expert_);
     self.pending_flag = pending_flags_.as<uint32_t>() + layer;
+    self.launch_dependents_when_free = early_launch_;
   }
   const TierPublish publish = pending_publish_;
   pending_publish_ = TierPublish{};

@@ -190,6 +190,14 @@ __global__ void release_and_copy_kernel(TierDeviceWords* words, int channel_inde
   }
   __syncthreads();
   if (aborted) return;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Released with nothing to copy or write (a wait that released itself): the expert kernels may
+  // be launched now, their blocks waiting at griddepcontrol.wait for this grid's completion, so
+  // their launch overlaps this grid's last blocks. A wait with copies does not: the experts' blocks
+  // would hold SMs while it copies.
+  if (channel_index == 0 && self.launch_dependents_when_free && n_copies == 0 && !copy_row)
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   // Both kinds of job: the header, a row of n_expert words (the layer's slot-map row; in a
   // read-ahead job the guessed layer's row after the guess, when has_row), then the chunks.
   const size_t smap_bytes = (size_t(n_expert) * 4 + 15) / 16 * 16;

@@ -336,6 +336,7 @@ class GpuExpertTier {
   // (block 0, before it waits): one dependent launch a layer fewer. STRATA_TIER_FUSE_PUBLISH=0
   // launches the publish apart (measurement).
   bool fuse_publish_ = true;
+  bool early_launch_ = true;  // TierSelfRelease::launch_dependents_when_free (STRATA_TIER_EARLY_LAUNCH=0: off)
   TierPublish pending_publish_;  // recorded by publish(), launched by wait() (mailbox null: none)
   DeviceBuffer pending_rows_, pending_flags_;  // read-ahead rows waiting for their layer's wait
   volatile uint32_t* consumed_host_ = nullptr;  // the mailbox was read up to this handshake
@@ -395,6 +396,9 @@ struct TierSelfRelease {
   uint32_t resident_below = 0;
   const uint32_t* pending_row = nullptr;
   uint32_t* pending_flag = nullptr;
+  // A block with nothing to copy lets the kernels after it launch (griddepcontrol.launch_dependents)
+  // instead of at its exit. STRATA_TIER_EARLY_LAUNCH=0 turns it off (measurement).
+  bool launch_dependents_when_free = true;
 };
 struct TierMailboxHeader {
   volatile uint32_t seq;
