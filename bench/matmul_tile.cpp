@@ -3,7 +3,8 @@
 //
 //   BM_ExpertWindow/<type>/rows:T   compute::matmul of T rows through one routed-expert projection
 //                                   of mid-qwen4exp (1024 -> 512, cache-resident), 1 thread.
-//                                   T = 1 is the decode path (one dot per weight row).
+//                                   T = 1 is the decode path (one dot per weight row); T = 512
+//                                   a whole prompt window (its activations no longer in L1).
 //   BM_ExpertRowByRow/<type>/rows:T the same T rows as T separate one-row matmuls: the
 //                                   matrix-vector way a window used to be computed.
 // Counter ns/block/row: wall ns per (weight block × activation row); lower is better. The ratio of
@@ -143,6 +144,7 @@ int register_all() {
           ->Arg(4)
           ->Arg(8)
           ->Arg(32)
+          ->Arg(512)
           ->Unit(benchmark::kMicrosecond);
     }
   }
