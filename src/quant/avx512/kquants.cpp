@@ -272,7 +272,6 @@ void q4_K_paired_tile(const BlockQ4_K* blocks, const Q4KPairRecord* records, int
                       float* out, size_t out_a_stride) {
   constexpr int kPairs = (kA + 1) / 2;
   const __m512i nibble = _mm512_set1_epi8(15);
-  const __m512i low_word_up = low_word_to_high_word();
   __m512 acc_sums[kPairs], acc_mins[kPairs];
   for (int p = 0; p < kPairs; ++p) acc_sums[p] = acc_mins[p] = _mm512_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
@@ -295,9 +294,9 @@ void q4_K_paired_tile(const BlockQ4_K* blocks, const Q4KPairRecord* records, int
             _mm512_dpbusd_epi32(_mm512_setzero_si512(), q_low, _mm512_load_si512(x));
         const __m512i p_high =
             _mm512_dpbusd_epi32(_mm512_setzero_si512(), q_high, _mm512_load_si512(x + 64));
-        // Even words: sub-block 2c; odd words: 2c + 1 (its low word moved up by a byte shuffle).
-        const __m512i words = _mm512_mask_blend_epi16(
-            0xAAAAAAAA, p_low, _mm512_shuffle_epi8(p_high, low_word_up));
+        // Even words: sub-block 2c; odd words: 2c + 1 (its low word shifted up).
+        const __m512i words =
+            _mm512_mask_blend_epi16(0xAAAAAAAA, p_low, _mm512_slli_epi32(p_high, 16));
         sums[p] = _mm512_dpwssd_epi32(sums[p], words, pair_scales);
       }
     }
