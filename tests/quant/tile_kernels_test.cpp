@@ -101,8 +101,9 @@ std::vector<int64_t> lengths_for(GgmlType type) {
   // and the first they read in place.
   if (type_traits(type).block_elems == 32) return {32, 64, 96, 160, 1024, 2592, 4128, 4160};
   // 4096: the longest row the IQ2_XS wide paths take (16 rows per activation group at AVX2);
-  // 2048: the longest the AVX-512 Q4_K tile stages (2304 and up read their quants in place).
-  return {256, 512, 768, 2048, 2304, 2560, 4096, 4352};
+  // 1536 and 1792: the last length the AVX-512 Q4_K tile stages in groups of 16 rows and the
+  // first in groups of 12; 2048: the longest it stages (2304 and up read their quants in place).
+  return {256, 512, 768, 1536, 1792, 2048, 2304, 2560, 4096, 4352};
 }
 
 std::string describe(const TileKernel& k) {
@@ -111,8 +112,9 @@ std::string describe(const TileKernel& k) {
 
 void expect_tile_is_bitwise_the_single_dot(const TileKernel& k) {
   constexpr int64_t kMaxWeights = 7;
-  // Every n_acts up to 17 (each register tile and partial tile; AVX-512 Q4_K's 1 × 12 and the
-  // groups of 12 + 1..5 after it, each staged; 7 and 8 around the AVX2 IQ2_XS wide path's
+  // Every n_acts up to 17 (each register tile and partial tile; AVX-512 Q4_K's staged groups of
+  // 16 rows (12 for rows of 7-8 blocks) with every odd and even partial group, 16 + 1 and
+  // 12 + 1..5, and its 1 × 12 tiles in place; 7 and 8 around the AVX2 IQ2_XS wide path's
   // threshold), then counts around the IQ2_XS wide paths' activation groups
   // (AVX-512: 64 rows of 1024 weights, 25 of 2560; AVX2: 64 of 1024, 25 of 2560, 16 of 4096:
   // group boundaries inside the call, last groups of 1 or 2 rows) and their 4 × 4 and 4 × 2

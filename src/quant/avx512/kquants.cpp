@@ -267,8 +267,10 @@ static_assert(sizeof(Q4KPairRecord) == 640);
 // One weight row (Q4_K blocks at `blocks`) × kA activation rows staged as (kA + 1) / 2 pair
 // records per block (pair p's block b at records[p·n_blocks + b]; an odd kA's last pair repeats
 // its row, whose second results are dropped). out[t·out_a_stride] is bitwise dot_q4_K of the pair.
+// always_inline: out of line, GCC 12 keeps the accumulator arrays in memory outside the loop and
+// zeroes them with `rep stos` per call (per weight row), ~8 % of a 2048-weight row's tile.
 template <int kA>
-void q4_K_paired_tile(const BlockQ4_K* blocks, const Q4KPairRecord* records, int64_t n_blocks,
+[[gnu::always_inline]] inline void q4_K_paired_tile(const BlockQ4_K* blocks, const Q4KPairRecord* records, int64_t n_blocks,
                       float* out, size_t out_a_stride) {
   constexpr int kPairs = (kA + 1) / 2;
   const __m512i nibble = _mm512_set1_epi8(15);
@@ -439,15 +441,27 @@ float dot_q4_K(const void* w, const void* a, int64_t n) {
   return result;
 }
 
-// The staging buffer of dot_tile_q4_K: kQ4KTileActs rows of up to kQ4KMaxStagedBlocks blocks
-// (2048 weights, 24 KiB: with the weight row being decoded it stays in a 32 KiB L1). Longer rows
-// read the quants in place: a group of 16-block rows staged is 48 KiB, more than a Zen 4 core's
-// L1, and the copy then cost more than the split loads it saves (bench_matmul_tile
-// BM_PromptShape/q4_K/4096x128, the mid file's hyper-connection down, on the Zen 4 build VM,
-// 3 alternated rounds, medians: 1 thread 33.1 -> 49.2 GMAC/s, 2 threads 64.8 -> 77.6).
+// The paired tile's activation groups and staging buffer. A group is staged once per call as
+// (rows + 1) / 2 pair records per block, 640 bytes each, and every weight row of the call passes
+// over it: 16 rows (8 pairs: 16 f32 and 8 i32 accumulators, no spills) for rows of up to
+// kQ4KMaxBlocksIn16 blocks, 12 rows up to kQ4KMaxStagedBlocks (2048 weights); both fill at most
+// 30 KiB, so the group stays in a 32 KiB L1 with the weight row being decoded. Longer rows read
+// their quants in place (q4_K_tile 1 × 12): a group of 16-block rows staged would be 48 KiB or
+// more, and the copy of the older in-place staging then cost more than the split loads it saves
+// (bench_matmul_tile BM_PromptShape/q4_K/4096x128, the mid file's hyper-connection down, on the
+// Zen 4 build VM, 3 alternated rounds, medians: 1 thread 33.1 -> 49.2 GMAC/s, 2 threads 64.8 ->
+// 77.6). 16 against 12 rows (Zen 4 build VM, BM_ExpertWindow/q4_K, 1 × 1024 → 512, ns per block
+// per activation row, 3 alternated runs): 3.12-3.15 vs 3.34-3.36 at 32 rows, 3.19-3.25 vs
+// 3.26-3.57 at 512.
+constexpr int kQ4KPairGroupActs = 16;
+constexpr int64_t kQ4KMaxBlocksIn16 = 6;
+constexpr int kQ4KLongPairGroupActs = 12;
 constexpr int64_t kQ4KMaxStagedBlocks = 8;
+constexpr int64_t kQ4KStagedRecords = 48;
+static_assert(kQ4KPairGroupActs / 2 * kQ4KMaxBlocksIn16 <= kQ4KStagedRecords);
+static_assert(kQ4KLongPairGroupActs / 2 * kQ4KMaxStagedBlocks <= kQ4KStagedRecords);
 
-// Stages activations [0, n_acts) (n_acts ≤ kQ4KTileActs) of n_blocks blocks as the pair records of
+// Stages activations [0, n_acts) (n_acts ≤ kQ4KPairGroupActs) of n_blocks blocks as the pair records of
 // q4_K_paired_tile: pair p's block b at records[p·n_blocks + b].
 void stage_q4_K_pairs(const std::byte* a, size_t a_stride, int64_t n_acts, int64_t n_blocks,
                       Q4KPairRecord* records) {
@@ -490,11 +504,13 @@ void dot_tile_q4_K(const void* w, size_t w_stride, int64_t n_w, const void* a, s
   }
   // Activation groups outer (as tiles::for_each_tile): each group is staged once and every weight
   // row of the call passes over it.
-  Q4KPairRecord records[(kQ4KTileActs + 1) / 2 * kQ4KMaxStagedBlocks];
-  for (int64_t a_first = 0; a_first < n_acts; a_first += kQ4KTileActs) {
-    const int64_t a_count = std::min<int64_t>(kQ4KTileActs, n_acts - a_first);
+  const int64_t group_acts =
+      n_blocks <= kQ4KMaxBlocksIn16 ? kQ4KPairGroupActs : kQ4KLongPairGroupActs;
+  Q4KPairRecord records[kQ4KStagedRecords];
+  for (int64_t a_first = 0; a_first < n_acts; a_first += group_acts) {
+    const int64_t a_count = std::min<int64_t>(group_acts, n_acts - a_first);
     stage_q4_K_pairs(acts + size_t(a_first) * a_stride, a_stride, a_count, n_blocks, records);
-    tiles::with_count<kQ4KTileActs>(a_count, [&](auto a_rows) {
+    tiles::with_count<kQ4KPairGroupActs>(a_count, [&](auto a_rows) {
       for (int64_t r = 0; r < n_w; ++r) {
         q4_K_paired_tile<decltype(a_rows)::value>(
             reinterpret_cast<const BlockQ4_K*>(weights + size_t(r) * w_stride), records, n_blocks,
