@@ -1,7 +1,8 @@
 // AVX-512 (F/BW/VL + VNNI) dot kernels for Q4_K and Q6_K weights with Q8_K activations: one weight row
 // against one activation row (dot_q4_K) or a tile of weight rows against a tile of activation rows
-// (dot_tile_q4_K: each block's nibbles and scales unpacked once for up to kQ4KTileActs activation
-// rows, each activation vector loaded once for up to kQ4KTileWeights weight rows).
+// (dot_tile_q4_K: each block's nibbles and scales unpacked once for up to 16 activation rows; a
+// prompt window's rows are staged in pairs for q4_K_paired_tile, below, decode and very long rows
+// read in place by q4_K_tile).
 //
 // One 512-bit vector covers 64 weights: the 32 bytes of a Q4_K chunk, low nibbles in the lower
 // half and high nibbles in the upper half, which is exactly the layout of the 64 activations of
@@ -106,26 +107,8 @@ template <int kA>
   }
 }
 
-// Where a tile reads activation t's 256 quants of block b: in place in the Q8_K rows, or from a
-// staged copy (stage_quants) whose blocks start on 64-byte boundaries. A Q8_K block is 292
-// bytes with its quants at offset 4, so in place almost every 64-byte load spans two cache lines;
-// on the Zen 5 of docs/bench-cpu-prompt.md those split loads cost the 1 × 12 tile ~6 % (integer
-// part ~14 %). The staged bytes are the same quants, so the results are the same bits.
-struct ActivationQuants {
-  const int8_t* first;  // activation 0, block 0
-  size_t row_stride;    // bytes from activation t to t + 1
-  size_t block_stride;  // bytes from block b to b + 1
-  [[gnu::always_inline]] const int8_t* of(int t, int64_t b) const {
-    return first + size_t(t) * row_stride + size_t(b) * block_stride;
-  }
-};
-
-[[gnu::always_inline]] inline ActivationQuants quants_in_place(const std::byte* a,
-                                                               size_t a_stride) {
-  return {reinterpret_cast<const BlockQ8_K*>(a)->qs, a_stride, sizeof(BlockQ8_K)};
-}
-
-// One tile: kW weight rows (row r at w + r·w_stride bytes) × kA activation rows (row t at
+// One tile, the activations read in place (decode, and rows too long for the paired tile's
+// staging): kW weight rows (row r at w + r·w_stride bytes) × kA activation rows (row t at
 // a + t·a_stride); each weight block's nibbles and scales are unpacked once for all kA rows and
 // each activation vector is loaded once for all kW weight rows. Every pair runs exactly the
 // single-row arithmetic, so out[r·out_w_stride + t·out_a_stride] is bitwise dot_q4_K of the pair.
@@ -133,8 +116,7 @@ struct ActivationQuants {
 // acc_mins in lanes 8-15, each lane getting the same FMA as there.
 template <int kW, int kA>
 void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a_stride,
-               ActivationQuants quants, int64_t n_blocks, float* out, size_t out_w_stride,
-               size_t out_a_stride) {
+               int64_t n_blocks, float* out, size_t out_w_stride, size_t out_a_stride) {
   const __m512i nibble = _mm512_set1_epi8(15);
   const auto block_of = [&](int r, int64_t b) -> const BlockQ4_K& {
     return reinterpret_cast<const BlockQ4_K*>(w + size_t(r) * w_stride)[b];
@@ -180,7 +162,7 @@ void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
             _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1),
             nibble);
         const __m512i products =
-            _mm512_maddubs_epi16(q, _mm512_loadu_si512(quants.of(0, b) + 64 * chunk));
+            _mm512_maddubs_epi16(q, _mm512_loadu_si512(activation(0, b).qs + 64 * chunk));
         sums[0][0] = _mm512_dpwssd_epi32(
             sums[0][0], products, _mm512_permutexvar_epi16(chunk_scale_index(chunk), scales[0]));
       }
@@ -197,7 +179,7 @@ void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
           pair_scales[r] = _mm512_permutexvar_epi16(chunk_pair_scale_index(chunk), scales[r]);
         }
         for (int t = 0; t < kA; ++t) {
-          const int8_t* x = quants.of(t, b) + 64 * chunk;
+          const int8_t* x = activation(t, b).qs + 64 * chunk;
           const __m512i x0 = _mm512_loadu_si512(x);
           const __m512i x1 = _mm512_loadu_si512(x + 64);
           for (int r = 0; r < kW; ++r) {
@@ -436,8 +418,7 @@ void q6_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
 float dot_q4_K(const void* w, const void* a, int64_t n) {
   float result = 0.0f;
   const auto* acts = static_cast<const std::byte*>(a);
-  q4_K_tile<1, 1>(static_cast<const std::byte*>(w), 0, acts, 0, quants_in_place(acts, 0),
-                  n / kBlockK, &result, 0, 0);
+  q4_K_tile<1, 1>(static_cast<const std::byte*>(w), 0, acts, 0, n / kBlockK, &result, 0, 0);
   return result;
 }
 
@@ -493,10 +474,9 @@ void dot_tile_q4_K(const void* w, size_t w_stride, int64_t n_w, const void* a, s
   if (n_acts == 1 || n_blocks > kQ4KMaxStagedBlocks) {
     tiles::for_each_tile<kQ4KTileWeights, kQ4KTileActs>(
         n_w, n_acts, [&](auto w_rows, auto a_rows, int64_t w_first, int64_t a_first) {
-          const std::byte* first_act = acts + size_t(a_first) * a_stride;
           q4_K_tile<decltype(w_rows)::value, decltype(a_rows)::value>(
-              weights + size_t(w_first) * w_stride, w_stride, first_act, a_stride,
-              quants_in_place(first_act, a_stride), n_blocks,
+              weights + size_t(w_first) * w_stride, w_stride, acts + size_t(a_first) * a_stride,
+              a_stride, n_blocks,
               out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride,
               out_w_stride, out_a_stride);
         });
