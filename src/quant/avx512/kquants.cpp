@@ -93,17 +93,22 @@ template <int kA>
                                _mm512_shuffle_ps(pairs[0], pairs[1], 0xdd));
   }
   if constexpr (kGroups % 2 == 1) singles[kGroups] = singles[kGroups - 1];
+  alignas(64) float values[2 * ((kGroups + 1) / 2)][16];
   for (int g = 0; g < kGroups; g += 2) {
     // Sums minus mins of 16 rows: element e is row
     // 16·(g/2) + 8·(e / 8) + [0, 2, 4, 6, 1, 3, 5, 7][e % 8].
     const __m512 results = _mm512_sub_ps(_mm512_shuffle_f32x4(singles[g], singles[g + 1], 0x88),
                                          _mm512_shuffle_f32x4(singles[g], singles[g + 1], 0xdd));
-    alignas(64) float values[16];
-    _mm512_store_ps(values, results);
-    for (int e = 0; e < 16; ++e) {
-      const int t = 8 * g + 8 * (e / 8) + (e % 8 < 4 ? 2 * (e % 8) : 2 * (e % 8 - 4) + 1);
-      if (t < kA) out[size_t(t) * out_a_stride] = canonical_nan(values[e]);
-    }
+    // canonical_nan for 16 results at once (a compare and a masked move instead of a compare
+    // and a conditional move per output).
+    _mm512_store_ps(values[g / 2], _mm512_mask_mov_ps(
+                                       results, _mm512_cmp_ps_mask(results, results, _CMP_UNORD_Q),
+                                       _mm512_set1_ps(__builtin_nanf(""))));
+  }
+  // Rows in order through one running pointer (out + t·out_a_stride).
+  for (int t = 0; t < kA; ++t, out += out_a_stride) {
+    const int e = 8 * ((t % 16) / 8) + (t % 2 == 0 ? (t % 8) / 2 : 4 + (t % 8) / 2);
+    *out = values[t / 16][e];
   }
 }
 
