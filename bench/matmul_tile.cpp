@@ -16,8 +16,10 @@
 //                                   (q4_K 4096 -> 128: few outputs, long rows) and up (q5_0
 //                                   128 -> 4096: rows of four blocks), next to a DeltaNet-like
 //                                   in-projection (q4_K 1024 -> 4096) with the same multiply-adds
-//                                   per output row order of magnitude, and a 2048-wide one
-//                                   (rows of 8 Q4_K blocks: the longest the Q4_K tile stages).
+//                                   per output row order of magnitude, a 2048-wide one
+//                                   (rows of 8 Q4_K blocks: the longest the Q4_K tile stages) and
+//                                   a routed expert's down projection (512 -> 1024: rows of two
+//                                   Q4_K blocks, where a weight row's fixed costs weigh most).
 //                                   Counter GMAC/s.
 //
 //   build/bench/bench_matmul_tile --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
@@ -120,7 +122,8 @@ int register_all() {
                                        {GgmlType::Q5_0, 128, 4096},
                                        {GgmlType::Q8_0, 128, 4096},
                                        {GgmlType::Q4_K, 1024, 4096},
-                                       {GgmlType::Q4_K, 2048, 2048}};
+                                       {GgmlType::Q4_K, 2048, 2048},
+                                       {GgmlType::Q4_K, 512, 1024}};
   for (const PromptShape& shape : prompt_shapes) {
     const std::string name = "BM_PromptShape/" + std::string(type_name(shape.type)) + "/" +
                              std::to_string(shape.n_in) + "x" + std::to_string(shape.n_out);
