@@ -60,6 +60,34 @@ inline __m512i chunk_pair_scale_index(int chunk) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(low_lanes), high_lanes, 1);
 }
 
+// The last step of both final sums: sums minus mins from the singles of groups of 8 rows, whose
+// 128-bit lanes kSumLanes select (vshuff32x4 immediates: of the sums of rows 0, 2, 4, 6 of the
+// group, then rows 1, 3, 5, 7, from two groups) and kMinLanes (their mins); NaNs canonicalised,
+// stored to out[t·out_a_stride] for t < kA.
+template <int kA, int kGroups, int kSumLanes, int kMinLanes>
+[[gnu::always_inline]] inline void store_singles(__m512 (&singles)[2 * ((kGroups + 1) / 2)],
+                                                 float* out, size_t out_a_stride) {
+  if constexpr (kGroups % 2 == 1) singles[kGroups] = singles[kGroups - 1];
+  alignas(64) float values[2 * ((kGroups + 1) / 2)][16];
+  for (int g = 0; g < kGroups; g += 2) {
+    // Sums minus mins of 16 rows: element e is row
+    // 16·(g/2) + 8·(e / 8) + [0, 2, 4, 6, 1, 3, 5, 7][e % 8].
+    const __m512 results =
+        _mm512_sub_ps(_mm512_shuffle_f32x4(singles[g], singles[g + 1], kSumLanes),
+                      _mm512_shuffle_f32x4(singles[g], singles[g + 1], kMinLanes));
+    // canonical_nan for 16 results at once (a compare and a masked move instead of a compare
+    // and a conditional move per output).
+    _mm512_store_ps(values[g / 2], _mm512_mask_mov_ps(
+                                       results, _mm512_cmp_ps_mask(results, results, _CMP_UNORD_Q),
+                                       _mm512_set1_ps(__builtin_nanf(""))));
+  }
+  // Rows in order through one running pointer (out + t·out_a_stride).
+  for (int t = 0; t < kA; ++t, out += out_a_stride) {
+    const int e = 8 * ((t % 16) / 8) + (t % 2 == 0 ? (t % 8) / 2 : 4 + (t % 8) / 2);
+    *out = values[t / 16][e];
+  }
+}
+
 // The tile's final sums: out[t·out_a_stride] = canonical_nan(horizontal_sum(acc[t] lanes 0-7) −
 // horizontal_sum(acc[t] lanes 8-15)) for t < kA, with the additions of avx2::horizontal_sum
 // (lane k + lane k+4, then k + k+2, then 0 + 1) done for 8 rows at once: each step adds the same
@@ -92,24 +120,41 @@ template <int kA>
     singles[g] = _mm512_add_ps(_mm512_shuffle_ps(pairs[0], pairs[1], 0x88),
                                _mm512_shuffle_ps(pairs[0], pairs[1], 0xdd));
   }
-  if constexpr (kGroups % 2 == 1) singles[kGroups] = singles[kGroups - 1];
-  alignas(64) float values[2 * ((kGroups + 1) / 2)][16];
-  for (int g = 0; g < kGroups; g += 2) {
-    // Sums minus mins of 16 rows: element e is row
-    // 16·(g/2) + 8·(e / 8) + [0, 2, 4, 6, 1, 3, 5, 7][e % 8].
-    const __m512 results = _mm512_sub_ps(_mm512_shuffle_f32x4(singles[g], singles[g + 1], 0x88),
-                                         _mm512_shuffle_f32x4(singles[g], singles[g + 1], 0xdd));
-    // canonical_nan for 16 results at once (a compare and a masked move instead of a compare
-    // and a conditional move per output).
-    _mm512_store_ps(values[g / 2], _mm512_mask_mov_ps(
-                                       results, _mm512_cmp_ps_mask(results, results, _CMP_UNORD_Q),
-                                       _mm512_set1_ps(__builtin_nanf(""))));
+  store_singles<kA, kGroups, 0x88, 0xdd>(singles, out, out_a_stride);
+}
+
+// The paired tile's final sums: the same additions as store_q4_K_results from its [acc_t | acc_u]
+// accumulators (sums of rows 2p and 2p + 1 in acc_sums[p], mins in acc_mins[p]), without first
+// regrouping them per row (16 shuffles fewer per 16 rows): the first step's shuffles take both
+// rows of a pair at once, its 128-bit lanes come out [sums t, sums u, mins t, mins u], and after
+// the same three steps the singles hold the sums of rows 0, 2, 4, 6 of a group in lane 0, of rows
+// 1, 3, 5, 7 in lane 1, and their mins in lanes 2-3.
+template <int kA>
+[[gnu::always_inline]] inline void store_q4_K_pair_results(const __m512 (&acc_sums)[(kA + 1) / 2],
+                                                           const __m512 (&acc_mins)[(kA + 1) / 2],
+                                                           float* out, size_t out_a_stride) {
+  constexpr int kPairs = (kA + 1) / 2;
+  constexpr int kGroups = (kPairs + 3) / 4;
+  __m512 singles[2 * ((kGroups + 1) / 2)];
+  for (int g = 0; g < kGroups; ++g) {
+    // Quads: 128-bit lanes [sums 2p, sums 2p + 1, mins 2p, mins 2p + 1]; element k = v[k] + v[k+4].
+    __m512 quads[4];
+    for (int i = 0; i < 4; ++i) {
+      const int p = 4 * g + i;
+      const __m512 sums = p < kPairs ? acc_sums[p] : _mm512_setzero_ps();
+      const __m512 mins = p < kPairs ? acc_mins[p] : _mm512_setzero_ps();
+      quads[i] = _mm512_add_ps(_mm512_shuffle_f32x4(sums, mins, 0x88),
+                               _mm512_shuffle_f32x4(sums, mins, 0xdd));
+    }
+    __m512 pairs[2];
+    for (int i = 0; i < 2; ++i) {
+      pairs[i] = _mm512_add_ps(_mm512_shuffle_ps(quads[2 * i], quads[2 * i + 1], 0x44),
+                               _mm512_shuffle_ps(quads[2 * i], quads[2 * i + 1], 0xee));
+    }
+    singles[g] = _mm512_add_ps(_mm512_shuffle_ps(pairs[0], pairs[1], 0x88),
+                               _mm512_shuffle_ps(pairs[0], pairs[1], 0xdd));
   }
-  // Rows in order through one running pointer (out + t·out_a_stride).
-  for (int t = 0; t < kA; ++t, out += out_a_stride) {
-    const int e = 8 * ((t % 16) / 8) + (t % 2 == 0 ? (t % 8) / 2 : 4 + (t % 8) / 2);
-    *out = values[t / 16][e];
-  }
+  store_singles<kA, kGroups, 0x44, 0xee>(singles, out, out_a_stride);
 }
 
 // One tile, the activations read in place (decode, and rows too long for the paired tile's
@@ -303,19 +348,7 @@ template <int kA>
                                     acc_mins[p]);
     }
   }
-  // q4_K_tile's layout per row: its sums' accumulator in lanes 0-7, its mins' in lanes 8-15.
-  __m512 acc[kA];
-  for (int t = 0; t < kA; ++t) {
-    acc[t] = t % 2 == 0 ? _mm512_shuffle_f32x4(acc_sums[t / 2], acc_mins[t / 2], 0x44)
-                        : _mm512_shuffle_f32x4(acc_sums[t / 2], acc_mins[t / 2], 0xee);
-  }
-  if constexpr (kA > 1) {
-    store_q4_K_results(acc, out, out_a_stride);
-  } else {
-    const __m256 sum = _mm512_castps512_ps256(acc[0]);
-    const __m256 mins = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[0]), 1));
-    out[0] = canonical_nan(avx2::horizontal_sum(sum) - avx2::horizontal_sum(mins));
-  }
+  store_q4_K_pair_results<kA>(acc_sums, acc_mins, out, out_a_stride);
 }
 
 // Q6_K: one 512-bit vector covers two 32-weight quarters of a 128-weight half (quarters 2p and
