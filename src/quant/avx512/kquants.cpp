@@ -1,7 +1,7 @@
-// AVX-512 (F/BW/VL + VNNI) dot kernels for Q4_K and Q6_K weights with Q8_K activations: one weight row
-// against one activation row (dot_q4_K) or a tile of weight rows against a tile of activation rows
-// (dot_tile_q4_K: each block's nibbles and scales unpacked once for up to 16 activation rows; a
-// prompt window's rows are staged in pairs for q4_K_paired_tile, below, decode and very long rows
+// AVX-512 (F/BW/VL + VNNI) dot kernels for Q4_K and Q6_K weights with Q8_K activations: one weight
+// row against one activation row (dot_q4_K) or a tile of weight rows against a tile of activation
+// rows (dot_tile_q4_K: each block's nibbles and scales unpacked once for up to 16 activation rows;
+// a prompt window's rows are staged in pairs for q4_K_paired_tile, below, decode and very long rows
 // read in place by q4_K_tile).
 //
 // One 512-bit vector covers 64 weights: the 32 bytes of a Q4_K chunk, low nibbles in the lower
@@ -77,8 +77,8 @@ template <int kA, int kGroups, int kSumLanes, int kMinLanes>
                       _mm512_shuffle_f32x4(singles[g], singles[g + 1], kMinLanes));
     // canonical_nan for 16 results at once (a compare and a masked move instead of a compare
     // and a conditional move per output).
-    _mm512_store_ps(values[g / 2], _mm512_mask_mov_ps(
-                                       results, _mm512_cmp_ps_mask(results, results, _CMP_UNORD_Q),
+    _mm512_store_ps(values[g / 2],
+                    _mm512_mask_mov_ps(results, _mm512_cmp_ps_mask(results, results, _CMP_UNORD_Q),
                                        _mm512_set1_ps(__builtin_nanf(""))));
   }
   // Rows in order through one running pointer (out + t·out_a_stride).
@@ -270,10 +270,10 @@ void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
 }
 
 // The paired Q4_K tile (windows of ≥ 2 rows whose quants fit the staging buffer): activation rows
-// are taken two at a time, t = 2p in the lower 256 bits of every vector and u = 2p + 1 in the upper.
-// dot_tile_q4_K stages each pair once per call (stage_q4_K_pairs) as one 64-byte-aligned record per
-// block: eight 64-byte vectors [t's sub-block s | u's sub-block s] of quants, then [t's bsums |
-// u's bsums], then [t's d ×8 | u's d ×8].
+// are taken two at a time, t = 2p in the lower 256 bits of every vector and u = 2p + 1 in the
+// upper. dot_tile_q4_K stages each pair once per call (stage_q4_K_pairs) as one 64-byte-aligned
+// record per block: eight 64-byte vectors [t's sub-block s | u's sub-block s] of quants, then [t's
+// bsums | u's bsums], then [t's d ×8 | u's d ×8].
 //
 // Against such a vector the weight vector is sub-block s's 32 nibbles twice, and i32 lane j of a
 // vpdpbusd is bytes 4j..4j+3 of sub-block s for t (j < 8) or u (j ≥ 8): exactly the products that
@@ -281,14 +281,17 @@ void q4_K_tile(const std::byte* w, size_t w_stride, const std::byte* a, size_t a
 // 256-bit halves per row and block). Sub-blocks 2c and 2c + 1 are packed as the two i16 words of
 // each lane and one vpdpwssd applies both scales, as in q4_K_tile. The f32 step is avx2's FMA per
 // lane, two rows per instruction: sums and mins in separate accumulators [acc_t | acc_u] (one madd
-// forms both rows' min sums), regrouped at the end to q4_K_tile's [sums | mins] layout for
-// store_q4_K_results. Integers are exact and each lane gets the same FMAs in the same order, so every
-// output is bitwise dot_q4_K of its pair.
+// forms both rows' min sums), summed at the end by store_q4_K_pair_results with
+// store_q4_K_results' additions. Integers are exact and each lane gets the same FMAs in the same
+// order, so every output is bitwise dot_q4_K of its pair.
 //
-// Measured on the Zen 4 build VM (bench_matmul_tile BM_ExpertWindow/q4_K, 1 thread, ns per block
-// per activation row at 512 rows): 4.0 for q4_K_tile 1 × 12 staged, 3.5 for this. On Zen 4 every
-// 512-bit multiply (vpdpbusd, vpdpwssd, vpmaddwd, FMA, mul) shares the same two pipes at one per
-// cycle; this form removes no multiply but the per-row fold, insert and one of two conversions.
+// On the Zen 4 build VM every 512-bit multiply (vpdpbusd, vpdpwssd, vpmaddwd, FMA, mul) goes to
+// the same two pipes at one per cycle, and byte shuffles and permutes take part of them too. Per
+// block and activation row this form has q4_K_tile's multiplies (4 vpdpbusd, 2 vpdpwssd, a mul
+// and an FMA) and half a madd, but not its per-row fold, insert, byte shuffles and one of two
+// conversions: bench_matmul_tile BM_ExpertWindow/q4_K at 512 rows, 1 thread, ns per block per
+// activation row, 4.0 for q4_K_tile 1 × 12 staged, 3.5 for this in its first form (docs/
+// bench-cpu-prompt.md, session 54, for the steps after it).
 struct Q4KPairRecord {
   alignas(64) int8_t quants[8][64];  // [sub-block][t's 32 bytes, u's 32 bytes]
   int16_t bsums[2][16];              // [t, u]
@@ -302,8 +305,9 @@ static_assert(sizeof(Q4KPairRecord) == 640);
 // always_inline: out of line, GCC 12 keeps the accumulator arrays in memory outside the loop and
 // zeroes them with `rep stos` per call (per weight row), ~8 % of a 2048-weight row's tile.
 template <int kA>
-[[gnu::always_inline]] inline void q4_K_paired_tile(const BlockQ4_K* blocks, const Q4KPairRecord* records, int64_t n_blocks,
-                      float* out, size_t out_a_stride) {
+[[gnu::always_inline]] inline void q4_K_paired_tile(const BlockQ4_K* blocks,
+                                                    const Q4KPairRecord* records, int64_t n_blocks,
+                                                    float* out, size_t out_a_stride) {
   constexpr int kPairs = (kA + 1) / 2;
   const __m512i nibble = _mm512_set1_epi8(15);
   __m512 acc_sums[kPairs], acc_mins[kPairs];
@@ -344,8 +348,8 @@ template <int kA>
       const __m512i min_sums = _mm512_madd_epi16(_mm512_load_si512(record.bsums), mins_twice);
       acc_sums[p] =
           _mm512_fmadd_ps(_mm512_mul_ps(d, act_d), _mm512_cvtepi32_ps(sums[p]), acc_sums[p]);
-      acc_mins[p] = _mm512_fmadd_ps(_mm512_mul_ps(dmin, act_d), _mm512_cvtepi32_ps(min_sums),
-                                    acc_mins[p]);
+      acc_mins[p] =
+          _mm512_fmadd_ps(_mm512_mul_ps(dmin, act_d), _mm512_cvtepi32_ps(min_sums), acc_mins[p]);
     }
   }
   store_q4_K_pair_results<kA>(acc_sums, acc_mins, out, out_a_stride);
@@ -480,8 +484,8 @@ constexpr int64_t kQ4KStagedRecords = 48;
 static_assert(kQ4KPairGroupActs / 2 * kQ4KMaxBlocksIn16 <= kQ4KStagedRecords);
 static_assert(kQ4KLongPairGroupActs / 2 * kQ4KMaxStagedBlocks <= kQ4KStagedRecords);
 
-// Stages activations [0, n_acts) (n_acts ≤ kQ4KPairGroupActs) of n_blocks blocks as the pair records of
-// q4_K_paired_tile: pair p's block b at records[p·n_blocks + b].
+// Stages activations [0, n_acts) (n_acts ≤ kQ4KPairGroupActs) of n_blocks blocks as the pair
+// records of q4_K_paired_tile: pair p's block b at records[p·n_blocks + b].
 void stage_q4_K_pairs(const std::byte* a, size_t a_stride, int64_t n_acts, int64_t n_blocks,
                       Q4KPairRecord* records) {
   for (int64_t p = 0; p < (n_acts + 1) / 2; ++p) {
@@ -515,8 +519,8 @@ void dot_tile_q4_K(const void* w, size_t w_stride, int64_t n_w, const void* a, s
           q4_K_tile<decltype(w_rows)::value, decltype(a_rows)::value>(
               weights + size_t(w_first) * w_stride, w_stride, acts + size_t(a_first) * a_stride,
               a_stride, n_blocks,
-              out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride,
-              out_w_stride, out_a_stride);
+              out + size_t(w_first) * out_w_stride + size_t(a_first) * out_a_stride, out_w_stride,
+              out_a_stride);
         });
     return;
   }
