@@ -310,15 +310,17 @@ TEST(CudaExpertTier, EveryBudgetWithSelfReleaseGivesTheAllResidentLogitsBitwise)
   expect_every_budget_bitwise(true);
 }
 
-// The publish launched apart from the wait (STRATA_TIER_FUSE_PUBLISH=0, the measuring switch;
-// the default does it in the wait's launch): the same bits, in cells that miss, hit and release
-// themselves, with and without read-ahead, replayed and eager.
-TEST(CudaExpertTier, PublishLaunchedApartGivesTheAllResidentLogitsBitwise) {
+// The publish in the wait's launch and the early launch of the experts after a wait that released
+// itself (STRATA_TIER_FUSE_PUBLISH=1, STRATA_TIER_EARLY_LAUNCH=1: off by default until measured):
+// the same bits, in cells that miss, hit and release themselves, with and without read-ahead,
+// replayed and eager.
+TEST(CudaExpertTier, FusedPublishAndEarlyLaunchGiveTheAllResidentLogitsBitwise) {
   STRATA_REQUIRE_CUDA_DEVICE();
   unsetenv("STRATA_TIER_SELF_RELEASE");
-  const TempMidModel m("publish-apart");
+  const TempMidModel m("fused-publish");
   const Trace reference = run(m.path, Setting{"all resident"});
-  setenv("STRATA_TIER_FUSE_PUBLISH", "0", 1);
+  setenv("STRATA_TIER_FUSE_PUBLISH", "1", 1);
+  setenv("STRATA_TIER_EARLY_LAUNCH", "1", 1);
   std::vector<Setting> settings = {
       {"1 slot per layer", 0, 1},
       {"25% of the expert bytes, no read-ahead", 250, 0, false},
@@ -329,7 +331,7 @@ TEST(CudaExpertTier, PublishLaunchedApartGivesTheAllResidentLogitsBitwise) {
   };
   for (const Setting& s : settings) {
     const Trace t = run(m.path, s, 24, &reference.tokens);
-    expect_bitwise(reference, t, "mid-qwen4exp-4L, publish apart: " + s.name);
+    expect_bitwise(reference, t, "mid-qwen4exp-4L, fused publish: " + s.name);
     EXPECT_TRUE(t.tier.tiered) << s.name;
     EXPECT_GT(t.tier.stats.misses, 0u) << s.name;
     EXPECT_EQ(t.tier.stats.self_released, t.tier.stats.gpu_self_released) << s.name;
@@ -338,6 +340,7 @@ TEST(CudaExpertTier, PublishLaunchedApartGivesTheAllResidentLogitsBitwise) {
     }
   }
   unsetenv("STRATA_TIER_FUSE_PUBLISH");
+  unsetenv("STRATA_TIER_EARLY_LAUNCH");
 }
 
 // Greedy decode with the policies: optional startup fill, optional prompt-hot pins after the

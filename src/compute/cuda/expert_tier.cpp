@@ -67,9 +67,12 @@ GpuExpertTier::GpuExpertTier(const GpuTierOptions& options, int n_expert, int k,
   // its blocks on an SM can push one of a layer kernel's blocks there into a second wave.
   if (const char* v = std::getenv("STRATA_TIER_RA_BLOCKS"); v && std::atoi(v) > 0)
     read_ahead_blocks_ = std::min(std::atoi(v), kWaitBlocks);
-  // The publish in the wait's launch (expert_tier.h); STRATA_TIER_FUSE_PUBLISH=0 launches it apart.
-  if (const char* v = std::getenv("STRATA_TIER_FUSE_PUBLISH"); v && std::strcmp(v, "0") == 0) fuse_publish_ = false;
-  if (const char* v = std::getenv("STRATA_TIER_EARLY_LAUNCH"); v && std::strcmp(v, "0") == 0) early_launch_ = false;
+  // The publish in the wait's launch, and the early launch of the experts after a wait that
+  // released itself (expert_tier.h): both off until measured on a GPU; "1" turns each on.
+  if (const char* v = std::getenv("STRATA_TIER_FUSE_PUBLISH"); v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0))
+    fuse_publish_ = v[0] == '1';
+  if (const char* v = std::getenv("STRATA_TIER_EARLY_LAUNCH"); v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0))
+    early_launch_ = v[0] == '1';
   // Slot layout per layer: [gate | up | down] (compute/gpu_memory_plan.h, which the start check
   // sizes the arena by too).
   const GpuArenaPlan plan = plan_gpu_arena(options, n_expert, k, max_rows);

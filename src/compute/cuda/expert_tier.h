@@ -26,9 +26,11 @@
 //     spin on a device word block 0 sets: 64 pollers across PCIe made a release take ≈ 107 µs to
 //     be seen, one ≈ 4 µs), then copies the job's chunks (reading pinned host memory directly)
 //     and writes the layer's slot-map row → the expert kernels (launched after it completes: it
-//     does not trigger dependent launch early, so no SM is held while it waits). By default
-//     (fuse_publish) publish() launches nothing: wait()'s block 0 publishes first, in the same
-//     launch, which saves a dependent launch a layer; nothing runs between the two on the stream.
+//     does not trigger dependent launch early, so no SM is held while it waits). With
+//     STRATA_TIER_FUSE_PUBLISH=1 (fuse_publish; off by default until measured on a GPU: written
+//     in session 54, when no device could be started) publish() launches nothing and wait()'s
+//     block 0 publishes first, in the same launch: a dependent launch a layer fewer; nothing
+//     runs between the two on the stream.
 //   read-ahead (a side branch of the graph, forked after wait(l), joined before publish(l+1), or
 //     with STRATA_TIER_JOIN=wait before wait(l+1), or before the capture segment ends): a kernel
 //     like wait()'s that waits for the read-ahead job of the same sequence number and copies the guessed experts of layer l+1 into their slots
@@ -333,10 +335,10 @@ class GpuExpertTier {
   int read_ahead_blocks_ = 32;  // fewer than wait()'s; STRATA_TIER_RA_BLOCKS overrides it (measurement)
   bool join_before_publish_ = true;  // STRATA_TIER_JOIN=wait: the join precedes wait() instead
   // publish() only records the handshake's publish and the next wait() does it in its own launch
-  // (block 0, before it waits): one dependent launch a layer fewer. STRATA_TIER_FUSE_PUBLISH=0
-  // launches the publish apart (measurement).
-  bool fuse_publish_ = true;
-  bool early_launch_ = true;  // TierSelfRelease::launch_dependents_when_free (STRATA_TIER_EARLY_LAUNCH=0: off)
+  // (block 0, before it waits): one dependent launch a layer fewer. Off by default until it is
+  // measured on a GPU; STRATA_TIER_FUSE_PUBLISH=1 turns it on.
+  bool fuse_publish_ = false;
+  bool early_launch_ = false;  // TierSelfRelease::launch_dependents_when_free (STRATA_TIER_EARLY_LAUNCH=1: on)
   TierPublish pending_publish_;  // recorded by publish(), launched by wait() (mailbox null: none)
   DeviceBuffer pending_rows_, pending_flags_;  // read-ahead rows waiting for their layer's wait
   volatile uint32_t* consumed_host_ = nullptr;  // the mailbox was read up to this handshake
@@ -397,8 +399,8 @@ struct TierSelfRelease {
   const uint32_t* pending_row = nullptr;
   uint32_t* pending_flag = nullptr;
   // A block with nothing to copy lets the kernels after it launch (griddepcontrol.launch_dependents)
-  // instead of at its exit. STRATA_TIER_EARLY_LAUNCH=0 turns it off (measurement).
-  bool launch_dependents_when_free = true;
+  // instead of at its exit. Off by default until measured; STRATA_TIER_EARLY_LAUNCH=1 turns it on.
+  bool launch_dependents_when_free = false;
 };
 struct TierMailboxHeader {
   volatile uint32_t seq;
