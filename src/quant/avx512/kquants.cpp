@@ -60,6 +60,19 @@ inline __m512i chunk_pair_scale_index(int chunk) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(low_lanes), high_lanes, 1);
 }
 
+// The second and third steps of both final sums, from four quads (per 128-bit lane, element k =
+// v[k] + v[k+4] of two rows' lanes): pairs (per lane, elements 0-1 of quads[2i] and of
+// quads[2i+1], k = q[k] + q[k+2]), then singles (p[0] + p[1]), avx2::horizontal_sum's additions.
+[[gnu::always_inline]] inline __m512 quads_to_singles(const __m512 (&quads)[4]) {
+  __m512 pairs[2];
+  for (int i = 0; i < 2; ++i) {
+    pairs[i] = _mm512_add_ps(_mm512_shuffle_ps(quads[2 * i], quads[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(quads[2 * i], quads[2 * i + 1], 0xee));
+  }
+  return _mm512_add_ps(_mm512_shuffle_ps(pairs[0], pairs[1], 0x88),
+                       _mm512_shuffle_ps(pairs[0], pairs[1], 0xdd));
+}
+
 // The last step of both final sums: sums minus mins from the singles of groups of 8 rows, whose
 // 128-bit lanes kSumLanes select (vshuff32x4 immediates: of the sums of rows 0, 2, 4, 6 of the
 // group, then rows 1, 3, 5, 7, from two groups) and kMinLanes (their mins); NaNs canonicalised,
@@ -109,16 +122,9 @@ template <int kA>
       quads[i] = _mm512_add_ps(_mm512_shuffle_f32x4(rows[2 * i], rows[2 * i + 1], 0x88),
                                _mm512_shuffle_f32x4(rows[2 * i], rows[2 * i + 1], 0xdd));
     }
-    // Pairs: per 128-bit lane, elements 0-1 of quads[2i] and 0-1 of quads[2i+1]; k = q[k] + q[k+2].
-    __m512 pairs[2];
-    for (int i = 0; i < 2; ++i) {
-      pairs[i] = _mm512_add_ps(_mm512_shuffle_ps(quads[2 * i], quads[2 * i + 1], 0x44),
-                               _mm512_shuffle_ps(quads[2 * i], quads[2 * i + 1], 0xee));
-    }
-    // Singles (p[0] + p[1]): 128-bit lane 0 holds the sums of rows 0, 2, 4, 6, lane 1 their mins,
-    // lane 2 the sums of rows 1, 3, 5, 7, lane 3 their mins.
-    singles[g] = _mm512_add_ps(_mm512_shuffle_ps(pairs[0], pairs[1], 0x88),
-                               _mm512_shuffle_ps(pairs[0], pairs[1], 0xdd));
+    // Singles: 128-bit lane 0 holds the sums of rows 0, 2, 4, 6, lane 1 their mins, lane 2 the
+    // sums of rows 1, 3, 5, 7, lane 3 their mins.
+    singles[g] = quads_to_singles(quads);
   }
   store_singles<kA, kGroups, 0x88, 0xdd>(singles, out, out_a_stride);
 }
@@ -146,13 +152,7 @@ template <int kA>
       quads[i] = _mm512_add_ps(_mm512_shuffle_f32x4(sums, mins, 0x88),
                                _mm512_shuffle_f32x4(sums, mins, 0xdd));
     }
-    __m512 pairs[2];
-    for (int i = 0; i < 2; ++i) {
-      pairs[i] = _mm512_add_ps(_mm512_shuffle_ps(quads[2 * i], quads[2 * i + 1], 0x44),
-                               _mm512_shuffle_ps(quads[2 * i], quads[2 * i + 1], 0xee));
-    }
-    singles[g] = _mm512_add_ps(_mm512_shuffle_ps(pairs[0], pairs[1], 0x88),
-                               _mm512_shuffle_ps(pairs[0], pairs[1], 0xdd));
+    singles[g] = quads_to_singles(quads);
   }
   store_singles<kA, kGroups, 0x44, 0xee>(singles, out, out_a_stride);
 }
